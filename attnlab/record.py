@@ -1,0 +1,187 @@
+"""The record: everything one run found, the only thing sinks read.
+
+A record is written as JSON (never pickle), atomically, before any sink runs, so that a sweep
+table can always be rebuilt from the records on disk. Stage values above `INLINE_LIMIT`
+elements are stored as `null`: record.json stays small at 4096 tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+INLINE_LIMIT = 65_536
+RECORD_FILE = "record.json"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Finding:
+    code: str  # e.g. "scaling"
+    stage: str  # e.g. "scaled_scores"
+    severity: str  # "error" | "warning" | "info"
+    message: str  # one sentence a learner understands
+
+
+@dataclass
+class Prediction:
+    name: str  # e.g. "context_shape"
+    expected: Any
+    observed: Any
+    passed: bool
+
+
+@dataclass
+class Record:
+    variant: str
+    seed: int
+    config: dict[str, Any]
+    status: str = "ok"  # "ok" | "failed"
+    error: str | None = None
+    labels: list[str] = field(default_factory=list)
+    stages: dict[str, np.ndarray | None] = field(default_factory=dict)
+    reference_stages: dict[str, np.ndarray | None] = field(default_factory=dict)
+    stage_shapes: dict[str, list[int]] = field(default_factory=dict)
+    reference_stage_shapes: dict[str, list[int]] = field(default_factory=dict)
+    diagnostics: dict[str, float] = field(default_factory=dict)
+    reference_diagnostics: dict[str, float] = field(default_factory=dict)
+    first_divergent_stage: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    predictions: list[Prediction] = field(default_factory=list)
+    weights_loaded: dict[str, str] = field(default_factory=dict)
+    path: Path | None = None  # where it was read from or written to; not serialised
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "variant": self.variant,
+            "seed": self.seed,
+            "config": self.config,
+            "status": self.status,
+            "error": self.error,
+            "labels": self.labels,
+            "stages": _stages_to_json(self.stages, self.stage_shapes),
+            "reference_stages": _stages_to_json(self.reference_stages, self.reference_stage_shapes),
+            "diagnostics": {k: _json_number(v) for k, v in self.diagnostics.items()},
+            "reference_diagnostics": {k: _json_number(v) for k, v in self.reference_diagnostics.items()},
+            "first_divergent_stage": self.first_divergent_stage,
+            "findings": [asdict(f) for f in self.findings],
+            "predictions": [asdict(p) for p in self.predictions],
+            "weights_loaded": self.weights_loaded,
+        }
+
+    @classmethod
+    def from_json_dict(cls, data: dict[str, Any], path: Path | None = None) -> Record:
+        stages, shapes = _stages_from_json(data.get("stages") or {})
+        ref_stages, ref_shapes = _stages_from_json(data.get("reference_stages") or {})
+        return cls(
+            variant=str(data["variant"]),
+            seed=int(data["seed"]),
+            config=data.get("config") or {},
+            status=data.get("status", "ok"),
+            error=data.get("error"),
+            labels=list(data.get("labels") or []),
+            stages=stages,
+            reference_stages=ref_stages,
+            stage_shapes=shapes,
+            reference_stage_shapes=ref_shapes,
+            diagnostics={k: _from_json_number(v) for k, v in (data.get("diagnostics") or {}).items()},
+            reference_diagnostics={
+                k: _from_json_number(v) for k, v in (data.get("reference_diagnostics") or {}).items()
+            },
+            first_divergent_stage=data.get("first_divergent_stage"),
+            findings=[Finding(**f) for f in data.get("findings") or []],
+            predictions=[Prediction(**p) for p in data.get("predictions") or []],
+            weights_loaded=data.get("weights_loaded") or {},
+            path=path,
+        )
+
+
+def _stages_to_json(stages: dict[str, np.ndarray | None], shapes: dict[str, list[int]]) -> dict:
+    out = {}
+    for name, shape in shapes.items():
+        values = stages.get(name)
+        inline = values is not None and values.size <= INLINE_LIMIT
+        out[name] = {"shape": list(shape), "values": _nested(values) if inline else None}
+    return out
+
+
+def _stages_from_json(data: dict) -> tuple[dict[str, np.ndarray | None], dict[str, list[int]]]:
+    stages, shapes = {}, {}
+    for name, entry in data.items():
+        shapes[name] = list(entry["shape"])
+        values = entry.get("values")
+        stages[name] = None if values is None else np.asarray(_from_nested(values), dtype=np.float32)
+    return stages, shapes
+
+
+def _json_number(value: float | None) -> float | str | None:
+    """JSON has no NaN or infinity; they are spelled as strings so the file stays standard JSON."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else str(value)
+
+
+def _from_json_number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _nested(values: np.ndarray) -> list:
+    as_list = values.astype(np.float64).tolist()
+    if np.isfinite(values).all():
+        return as_list
+    return _map_nested(as_list, _json_number)
+
+
+def _from_nested(values: list) -> list:
+    return _map_nested(values, float)
+
+
+def _map_nested(values: Any, fn) -> Any:
+    if isinstance(values, list):
+        return [_map_nested(v, fn) for v in values]
+    return fn(values)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file and rename, so a reader (or a Ctrl-C) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_record(record: Record, job_dir: Path) -> Path:
+    path = job_dir / RECORD_FILE
+    write_atomic(path, json.dumps(record.to_json_dict(), indent=1, allow_nan=False))
+    record.path = path
+    return path
+
+
+class RecordError(ValueError):
+    """A record file that cannot be read: reported by path and skipped by readers."""
+
+
+def read_record(path: Path) -> Record:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return Record.from_json_dict(data, path=Path(path))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RecordError(f"{path}: {type(exc).__name__}: {exc}") from exc

@@ -43,6 +43,9 @@ class Record:
     variant: str
     seed: int
     config: dict[str, Any]
+    n_tokens: int = 0
+    d_in: int = 0
+    d_out: int = 0
     status: str = "ok"  # "ok" | "failed"
     error: str | None = None
     labels: list[str] = field(default_factory=list)
@@ -68,6 +71,9 @@ class Record:
             "variant": self.variant,
             "seed": self.seed,
             "config": self.config,
+            "n_tokens": self.n_tokens,
+            "d_in": self.d_in,
+            "d_out": self.d_out,
             "status": self.status,
             "error": self.error,
             "labels": self.labels,
@@ -89,6 +95,9 @@ class Record:
             variant=str(data["variant"]),
             seed=int(data["seed"]),
             config=data.get("config") or {},
+            n_tokens=int(data.get("n_tokens", 0)),
+            d_in=int(data.get("d_in", 0)),
+            d_out=int(data.get("d_out", 0)),
             status=data.get("status", "ok"),
             error=data.get("error"),
             labels=list(data.get("labels") or []),

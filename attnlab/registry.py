@@ -23,6 +23,8 @@ from typing import Any, Callable, TypeVar
 
 from torch import nn
 
+from attnlab.errors import UserError
+
 ENTRY_POINT_GROUP = "attnlab.variants"
 PLUGIN_PATH_ENV = "ATTNLAB_PLUGIN_PATH"
 _MARK = "__attnlab_variants__"
@@ -40,7 +42,7 @@ class VariantSpec:
     expected_finding: tuple[str, str] | None = None  # (code, stage) a bug-zoo variant must trigger
 
 
-class VariantError(ValueError):
+class VariantError(UserError):
     """A user-facing problem with a variant name: unknown, or defined twice."""
 
 

@@ -1,0 +1,85 @@
+"""The command line: `python -m attnlab [overrides]`, `attnlab compare PATH...`.
+
+Hydra runs the app; this wrapper turns user mistakes (a bad value, an unknown variant, an
+unreadable inputs file) into one line on stderr and exit code 2, with no traceback, and makes
+the exit code non-zero when any job's record failed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from attnlab.config import config_dir, register_configs
+from attnlab.errors import UserError
+from attnlab.registry import discover
+
+failed_jobs: list[str] = []  # records that failed in this process (single runs, the basic launcher)
+
+
+def task(cfg: DictConfig) -> None:
+    from attnlab.job import run_job
+
+    job_dir = Path(HydraConfig.get().runtime.output_dir)
+    records = run_job(cfg, job_dir)
+    failed_jobs.extend(str(r.path) for r in records if not r.ok)
+
+
+def one_line(exc: BaseException) -> str:
+    """Hydra and OmegaConf spread an error over several lines; the user gets one."""
+    if isinstance(exc, UserError):
+        return str(exc)
+    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else None
+    if cause is not None and getattr(cause, "full_key", None):
+        reason = str(cause).splitlines()[0].strip()
+        return f"{cause.full_key}: {reason} ({str(exc).splitlines()[0].strip()})"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if lines and lines[0].startswith("Could not find") and len(lines) > 1:
+        return f"{lines[0]}; {lines[1].rstrip(':')}: {', '.join(lines[2:])}"
+    return "; ".join(lines[:2]) or type(exc).__name__
+
+
+def _check_variant_overrides(args: list[str]) -> None:
+    """An unknown variant name fails here, with the closest match, before Hydra starts any job."""
+    registry = discover()
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+~") == "variant" and value and "(" not in value:
+            for name in value.split(","):
+                registry.get(name.strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] == "compare":
+        from attnlab.compare import main as compare_main
+
+        return compare_main(args[1:])
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach this wrapper instead of Hydra's printer
+    registry = discover()
+    for warning in registry.warnings:
+        print(f"attnlab: warning: {warning}", file=sys.stderr)
+    register_configs(registry)
+    failed_jobs.clear()
+    try:
+        _check_variant_overrides(args)
+        sys.argv = [sys.argv[0], *args]
+        hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)()
+    except KeyboardInterrupt:
+        print("attnlab: interrupted; finished jobs' records are kept (rebuild tables: attnlab compare PATH)", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - every error becomes one line; HYDRA_FULL_ERROR=1 shows the trace
+        if os.environ.get("ATTNLAB_TRACEBACK"):
+            raise
+        print(f"attnlab: error: {one_line(exc)}", file=sys.stderr)
+        return exc.exit_code if isinstance(exc, UserError) else 1
+    if failed_jobs:
+        print(f"attnlab: {len(failed_jobs)} failed record(s): {', '.join(failed_jobs)}", file=sys.stderr)
+        return 1
+    return 0

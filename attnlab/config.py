@@ -1,0 +1,142 @@
+"""The config schema, its registration with Hydra, and the checks Hydra's types cannot make.
+
+Every discovered variant becomes an option of the Hydra group `variant` through the
+ConfigStore, so a plugin never needs a YAML file; `--help` lists them with their descriptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.errors import UserError
+from attnlab.registry import Registry, discover
+
+
+class WeightsMode(Enum):
+    shared = "shared"  # every module gets the seeded W_query, W_key, W_value
+    native = "native"  # each module builds its own parameters after torch.manual_seed(seed)
+
+
+class Distribution(Enum):
+    uniform = "uniform"
+    normal = "normal"
+
+
+@dataclass
+class VariantConf:
+    name: str = "reference"
+    params: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class InputsConf:
+    kind: str = "book"  # book | random | file
+    n_tokens: Optional[int] = None
+    d_in: Optional[int] = None
+    distribution: Distribution = Distribution.uniform
+    path: Optional[str] = None
+    labels: Optional[List[str]] = None
+    embeddings: Optional[List[Any]] = None  # rows are checked by attnlab.inputs, not by type
+
+
+@dataclass
+class LogConf:
+    terminal: bool = True
+    tensorboard: bool = True
+    images: bool = True
+    histograms: bool = True
+    table: bool = True
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    variant: VariantConf = field(default_factory=VariantConf)
+    inputs: InputsConf = field(default_factory=InputsConf)
+    seed: int = 123
+    n_seeds: int = 1
+    d_out: int = 2
+    weights: WeightsMode = WeightsMode.shared
+    expect: Dict[str, Any] = field(default_factory=dict)
+    log: LogConf = field(default_factory=LogConf)
+
+
+INPUT_KINDS = ("book", "random", "file")
+
+
+def config_dir() -> Path:
+    return Path(str(resources.files("attnlab.conf")))
+
+
+def help_header(registry: Registry) -> str:
+    width = max((len(n) for n in registry.names()), default=0)
+    lines = [f"  {name.ljust(width)}  {registry.specs[name].description}" for name in registry.specs]
+    lines += [f"  {name.ljust(width)}  (defined twice: {' and '.join(srcs)})" for name, srcs in registry.duplicates.items()]
+    lines += [f"  warning: {warning}" for warning in registry.warnings]
+    return "\n".join(
+        [
+            "attnlab: see what a change to self-attention does, stage by stage.",
+            "",
+            "Usage: python -m attnlab [variant=NAME] [seed=N] [d_out=N] [inputs=book|random|file] [key=value ...]",
+            "       python -m attnlab -m variant=reference,unscaled seed=1,2,3     (a sweep)",
+            "       attnlab compare PATH... [--out FILE] [--filter key=value]",
+            "",
+            "Variants (variant=NAME; params as variant.params.KEY=VALUE):",
+            *lines,
+        ]
+    )
+
+
+def register_configs(registry: Registry | None = None) -> None:
+    registry = registry or discover()
+    store = ConfigStore.instance()
+    store.store(name="attnlab_schema", node=Config)
+    for name, spec in registry.specs.items():
+        store.store(group="variant", name=name, node=VariantConf(name=name, params=dict(spec.params)))
+    store.store(
+        group="hydra/help",
+        name="attnlab",
+        node={
+            "app_name": "attnlab",
+            "header": help_header(registry),
+            "footer": "Docs: README.md. Powered by Hydra (https://hydra.cc).",
+            "template": "${hydra.help.header}\n\n== Config groups ==\n$APP_CONFIG_GROUPS\n"
+            "== Config ==\nOverride anything in the config (e.g. seed=7, d_out=4)\n\n$CONFIG\n${hydra.help.footer}\n",
+        },
+        provider="attnlab",
+    )
+
+
+def validate(cfg: DictConfig) -> None:
+    """Checks beyond the schema's types, so that a bad value fails before any work."""
+    _positive(cfg.d_out, "d_out")
+    _positive(cfg.n_seeds, "n_seeds")
+    if cfg.seed < 0:
+        raise UserError(f"seed={cfg.seed}: must be a non-negative integer")
+    kind = cfg.inputs.kind
+    if kind not in INPUT_KINDS:
+        raise UserError(f"inputs.kind={kind}: unknown input kind; allowed: {', '.join(INPUT_KINDS)}")
+    if kind == "random":
+        _positive(cfg.inputs.n_tokens, "inputs.n_tokens")
+        _positive(cfg.inputs.d_in, "inputs.d_in")
+    if kind == "file" and not cfg.inputs.path:
+        raise UserError("inputs.path is missing: inputs=file needs inputs.path=FILE (.csv, .json or .npy)")
+    if not isinstance(cfg.variant.params, (dict, DictConfig)):
+        raise UserError("variant.params: must be a mapping of constructor arguments")
+
+
+def _positive(value: Any, key: str) -> None:
+    if value is None or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise UserError(f"{key}={value}: must be a positive integer (1, 2, 3, ...)")
+
+
+def resolved(cfg: DictConfig) -> dict[str, Any]:
+    """The config as plain JSON-able containers (enums as their names), as stored in records."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)

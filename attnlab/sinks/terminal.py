@@ -1,0 +1,94 @@
+"""The terminal summary of a run: what a learner reads first.
+
+Config in one line, the shape trace against the predicted shapes, the variant's attention
+weights and context vectors with token labels, each stage's largest difference from the
+reference, then the diagnosis and the predictions.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+import numpy as np
+
+from attnlab.record import Record
+from attnlab.stages import STAGES
+
+MAX_SHOWN = 8  # rows and columns of a matrix printed in full; larger ones are cut with "…"
+
+
+def predicted_shape(stage: str, record: Record) -> tuple[int, int]:
+    n, d_in, d_out = record.n_tokens, record.d_in, record.d_out
+    return {"inputs": (n, d_in), "scores": (n, n), "scaled_scores": (n, n), "weights": (n, n)}.get(stage, (n, d_out))
+
+
+def config_line(record: Record) -> str:
+    params = record.config.get("variant", {}).get("params") or {}
+    extra = "".join(f" {k}={v}" for k, v in params.items())
+    return (
+        f"attnlab · variant={record.variant}{extra} seed={record.seed} inputs={record.config['inputs']['kind']} "
+        f"n_tokens={record.n_tokens} d_in={record.d_in} d_out={record.d_out} weights={record.config['weights']}"
+    )
+
+
+def shape_trace(record: Record) -> str:
+    parts = []
+    for stage in STAGES:
+        shape = record.stage_shapes.get(stage)
+        if shape is None:
+            parts.append(f"{stage} (missing)")
+            continue
+        mark = "" if tuple(shape) == predicted_shape(stage, record) else f" ✗ predicted {predicted_shape(stage, record)}"
+        parts.append(f"{stage} {tuple(shape)}{mark}")
+    return "shapes: " + " · ".join(parts)
+
+
+def format_matrix(values: np.ndarray, row_labels: list[str], col_labels: list[str] | None) -> str:
+    rows, cols = values.shape
+    shown_rows, shown_cols = min(rows, MAX_SHOWN), min(cols, MAX_SHOWN)
+    col_names = (col_labels or [f"[{j}]" for j in range(cols)])[:shown_cols] + (["…"] if cols > shown_cols else [])
+    width = max(8, *(len(c) + 1 for c in col_names))
+    label_width = max(len(label) for label in row_labels[:shown_rows])
+    lines = [" " * (label_width + 2) + "".join(c.rjust(width) for c in col_names)]
+    for i in range(shown_rows):
+        cells = "".join(f"{v:.4f}".rjust(width) for v in values[i, :shown_cols])
+        lines.append(f"  {row_labels[i].ljust(label_width)}{cells}{'…'.rjust(width) if cols > shown_cols else ''}")
+    if rows > shown_rows:
+        lines.append(f"  … {rows - shown_rows} more rows")
+    return "\n".join(lines)
+
+
+def divergence_line(record: Record) -> str:
+    parts = []
+    for stage in STAGES[1:]:
+        value = record.diagnostics.get(f"divergence_{stage}")
+        parts.append(f"{stage} {'—' if value is None or np.isnan(value) else f'{value:.4g}'}")
+    first = record.first_divergent_stage or "none"
+    return "max |variant − reference|: " + " · ".join(parts) + f"\nfirst divergent stage: {first}"
+
+
+def print_record(record: Record, out: TextIO = sys.stdout) -> None:
+    say = lambda text="": print(text, file=out)  # noqa: E731
+    say(config_line(record))
+    if not record.ok:
+        say(f"FAILED: {record.error}")
+        return
+    say(shape_trace(record))
+    for stage, title in (("weights", "attention weights"), ("context", "context vectors")):
+        values = record.stages.get(stage)
+        if values is None:
+            say(f"{title}: not captured")
+            continue
+        col_labels = record.labels if stage == "weights" else None
+        say(f"{title} ({record.variant}):\n{format_matrix(values, record.labels, col_labels)}")
+    say(divergence_line(record))
+    if record.findings:
+        say("findings:")
+        for finding in record.findings:
+            say(f"  [{finding.code} @ {finding.stage}] {finding.message}")
+    else:
+        say("findings: none — the variant matches the reference at every stage checked")
+    for prediction in record.predictions:
+        verdict = "pass" if prediction.passed else "FAIL"
+        say(f"  predict {prediction.name} = {prediction.expected}: {verdict} (observed {prediction.observed})")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
@@ -21,13 +23,20 @@ from attnlab.errors import UserError
 from attnlab.registry import discover
 
 failed_jobs: list[str] = []  # records that failed in this process (single runs, the basic launcher)
+user_errors: list[UserError] = []
 
 
 def task(cfg: DictConfig) -> None:
     from attnlab.job import run_job
 
-    job_dir = Path(HydraConfig.get().runtime.output_dir)
-    records = run_job(cfg, job_dir)
+    hydra_cfg = HydraConfig.get()
+    try:
+        records = run_job(cfg, Path(hydra_cfg.runtime.output_dir))
+    except UserError as exc:
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            raise  # Hydra names the job's overrides; the wrapper then prints the reason
+        user_errors.append(exc)  # a single run: reported by the wrapper as one line
+        return
     failed_jobs.extend(str(r.path) for r in records if not r.ok)
 
 
@@ -40,8 +49,12 @@ def one_line(exc: BaseException) -> str:
         reason = str(cause).splitlines()[0].strip()
         return f"{cause.full_key}: {reason} ({str(exc).splitlines()[0].strip()})"
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if lines and lines[0].startswith("Could not find") and len(lines) > 1:
-        return f"{lines[0]}; {lines[1].rstrip(':')}: {', '.join(lines[2:])}"
+    missing = [i for i, line in enumerate(lines) if "Could not find" in line]
+    if missing:
+        head, options = lines[missing[0]], lines[missing[0] + 1 :]
+        options = options[: next((i for i, o in enumerate(options) if o.startswith("Config search path")), None)]
+        allowed = f"; {options[0].rstrip(':')}: {', '.join(options[1:])}" if options else ""
+        return head.replace("In 'config': ", "") + allowed
     return "; ".join(lines[:2]) or type(exc).__name__
 
 
@@ -67,10 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnlab: warning: {warning}", file=sys.stderr)
     register_configs(registry)
     failed_jobs.clear()
+    user_errors.clear()
     try:
         _check_variant_overrides(args)
         sys.argv = [sys.argv[0], *args]
         hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)()
+        if user_errors:
+            raise user_errors[0]
     except KeyboardInterrupt:
         print("attnlab: interrupted; finished jobs' records are kept (rebuild tables: attnlab compare PATH)", file=sys.stderr)
         return 130
@@ -78,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("ATTNLAB_TRACEBACK"):
             raise
         print(f"attnlab: error: {one_line(exc)}", file=sys.stderr)
-        return exc.exit_code if isinstance(exc, UserError) else 1
+        return 2 if isinstance(exc, (UserError, HydraException, OmegaConfBaseException)) else 1
     if failed_jobs:
         print(f"attnlab: {len(failed_jobs)} failed record(s): {', '.join(failed_jobs)}", file=sys.stderr)
         return 1

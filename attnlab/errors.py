@@ -7,4 +7,3 @@ class UserError(Exception):
     The message names what was wrong and what is allowed, in one line.
     """
 
-    exit_code = 2

@@ -1,0 +1,120 @@
+"""Shared helpers for the capture/diagnostics/findings/predictions tests: the engine's flow,
+the book's input, and correct variants written in other styles (never compared to themselves)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import attnlab.registry
+from attnlab.capture import Capture, capture
+from attnlab.diagnostics import compute_diagnostics, first_divergent_stage
+from attnlab.findings import diagnose
+from attnlab.record import Finding
+from attnlab.weights import load_shared, seeded_qkv
+
+BOOK_INPUTS = torch.tensor(
+    [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
+     [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]
+)
+
+
+class _Projections(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
+
+
+class EinsumAttention(_Projections):
+    def forward(self, x):
+        queries = torch.einsum("td,de->te", x, self.W_query)
+        keys = torch.einsum("td,de->te", x, self.W_key)
+        values = torch.einsum("td,de->te", x, self.W_value)
+        scores = torch.einsum("ke,qe->qk", keys, queries)  # operands swapped, output still (query, key)
+        weights = torch.softmax(scores / math.sqrt(keys.shape[-1]), dim=1)
+        return torch.einsum("qk,ke->qe", weights, values)
+
+
+class ModuleSoftmaxAttention(_Projections):
+    def __init__(self, d_in, d_out):
+        super().__init__(d_in, d_out)
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, x):
+        values = torch.matmul(x, self.W_value)
+        keys = torch.matmul(x, self.W_key)
+        queries = torch.matmul(x, self.W_query)
+        scores = queries @ keys.mT
+        return self.softmax(scores * keys.shape[-1] ** -0.5) @ values
+
+
+class FunctionalSoftmaxAttention(_Projections):
+    def forward(self, x):
+        keys, queries, values = x @ self.W_key, x @ self.W_query, x @ self.W_value
+        scores = torch.mm(queries, keys.transpose(0, 1))
+        d_k = torch.tensor(keys.shape[-1], dtype=x.dtype)
+        return F.softmax(scores / torch.sqrt(d_k), dim=-1) @ values
+
+
+class TensorMethodAttention(_Projections):
+    def forward(self, x):
+        keys = x @ self.W_key
+        queries = x @ self.W_query
+        values = x @ self.W_value
+        scaled = (queries @ keys.T) * keys.shape[-1] ** -0.5
+        return scaled.softmax(-1).matmul(values)
+
+
+class ConstantAttention(_Projections):
+    """Returns a constant: nothing of its pipeline is visible."""
+
+    def forward(self, x):
+        return torch.zeros(x.shape[0], self.W_value.shape[1])
+
+
+CORRECT_STYLES = [EinsumAttention, ModuleSoftmaxAttention, FunctionalSoftmaxAttention, TensorMethodAttention]
+
+
+def build(cls_or_name, d_in: int, d_out: int, seed: int = 123) -> nn.Module:
+    """What the engine does: the module right after torch.manual_seed(seed), then shared weights."""
+    qkv = seeded_qkv(seed, d_in, d_out)
+    torch.manual_seed(seed)
+    if isinstance(cls_or_name, str):
+        module = attnlab.registry.create_variant(cls_or_name, d_in, d_out)
+    else:
+        module = cls_or_name(d_in, d_out)
+    load_shared(module, qkv)
+    return module
+
+
+def run_pair(cls_or_name, x: torch.Tensor, d_out: int, seed: int = 123, shared: bool = True):
+    """Capture variant and reference, then diagnostics, first divergence and findings."""
+    d_in = x.shape[-1]
+    if shared:
+        variant, reference = build(cls_or_name, d_in, d_out, seed), build("reference", d_in, d_out, seed)
+    else:
+        torch.manual_seed(seed)
+        reference = attnlab.registry.create_variant("reference", d_in, d_out)
+        torch.manual_seed(seed + 1)
+        cls = cls_or_name if not isinstance(cls_or_name, str) else attnlab.registry.get_variant(cls_or_name).cls
+        variant = cls(d_in, d_out)
+    v, r = capture(variant, x), capture(reference, x)
+    diagnostics = compute_diagnostics(v, r)
+    findings = diagnose(v, r, diagnostics, weights_shared=shared)
+    return v, r, diagnostics, first_divergent_stage(v, r), findings
+
+
+def zoo_specs():
+    return [s for s in attnlab.registry.discover().specs.values() if s.expected_finding]
+
+
+def codes(findings: list[Finding]) -> list[tuple[str, str]]:
+    return [(f.code, f.stage) for f in findings]
+
+
+__all__ = ["BOOK_INPUTS", "CORRECT_STYLES", "Capture", "ConstantAttention", "build", "codes", "run_pair", "zoo_specs"]

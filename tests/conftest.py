@@ -1,0 +1,81 @@
+"""Shared fixtures: the real app in a subprocess, and temp plugin folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The source's class, pasted verbatim: no import of attnlab at all.
+SOURCE_SELF_ATTENTION_V1 = '''
+import torch
+import torch.nn as nn
+
+class SelfAttention_v1(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key   = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
+
+    def forward(self, x):
+        keys = x @ self.W_key
+        queries = x @ self.W_query
+        values = x @ self.W_value
+        attn_scores = queries @ keys.T # omega
+        attn_weights = torch.softmax(
+            attn_scores / keys.shape[-1]**0.5, dim=-1
+        )
+        context_vec = attn_weights @ values
+        return context_vec
+'''
+
+
+class AppRun:
+    def __init__(self, proc: subprocess.CompletedProcess, out_dir: Path):
+        self.proc, self.out_dir = proc, out_dir
+        self.returncode, self.stdout, self.stderr = proc.returncode, proc.stdout, proc.stderr
+
+    @property
+    def record(self) -> dict:
+        return json.loads((self.out_dir / "record.json").read_text())
+
+
+@pytest.fixture
+def app(tmp_path):
+    """Run `python -m attnlab ARGS` for real; outputs go to tmp_path/out unless ARGS say otherwise."""
+
+    def run(*args: str, cwd: Path | None = None, env: dict | None = None, out: str = "out") -> AppRun:
+        out_dir = tmp_path / out
+        argv = list(args)
+        if not any(a.startswith(("hydra.run.dir=", "hydra.sweep.dir=", "-m", "--")) for a in argv):
+            argv.append(f"hydra.run.dir={out_dir}")
+        full_env = {**os.environ, **(env or {})}
+        full_env.pop("HYDRA_FULL_ERROR", None)
+        proc = subprocess.run(
+            [sys.executable, "-m", "attnlab", *argv], cwd=cwd or tmp_path, env=full_env,
+            capture_output=True, text=True, timeout=300,
+        )
+        return AppRun(proc, out_dir)
+
+    return run
+
+
+@pytest.fixture
+def plugin_folder(tmp_path):
+    """Write plugin files into a fresh folder; returns a function name -> source -> folder."""
+    folder = tmp_path / "user_plugins"
+    folder.mkdir()
+
+    def write(name: str, source: str) -> Path:
+        (folder / f"{name}.py").write_text(textwrap.dedent(source))
+        return folder
+
+    return write

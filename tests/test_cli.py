@@ -1,0 +1,138 @@
+"""The real Hydra app in a subprocess: outputs, layout, help, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab.stages import STAGES
+
+pytestmark = pytest.mark.slow
+
+
+def test_single_run_prints_the_summary_and_writes_record_and_table(app):
+    run = app("variant=unscaled")
+    assert run.returncode == 0, run.stderr
+    assert "attnlab · variant=unscaled seed=123 inputs=book n_tokens=6 d_in=3 d_out=2 weights=shared" in run.stdout
+    assert "queries (6, 2)" in run.stdout and "weights (6, 6)" in run.stdout
+    assert re.search(r"journey\s+0\.\d{4}", run.stdout)
+    assert "first divergent stage: scaled_scores" in run.stdout
+    record = run.record
+    assert record["variant"] == "unscaled" and record["seed"] == 123 and record["status"] == "ok"
+    assert record["error"] is None
+    assert set(record["stages"]) == set(STAGES) and set(record["reference_stages"]) == set(STAGES)
+    assert record["stages"]["weights"]["shape"] == [6, 6] and len(record["stages"]["weights"]["values"]) == 6
+    assert record["diagnostics"]["divergence_queries"] == 0.0
+    assert record["diagnostics"]["divergence_context"] > 0.0
+    assert record["config"]["variant"]["name"] == "unscaled" and record["config"]["weights"] == "shared"
+    with open(run.out_dir / "comparison.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["module"] for r in rows] == ["reference", "variant"]
+    assert set(record["diagnostics"]) <= set(rows[0])
+
+
+def test_the_reference_run_matches_the_book_in_the_terminal(app):
+    run = app()
+    assert run.returncode == 0, run.stderr
+    assert "  Your     0.2996  0.8053" in run.stdout and "  step     0.2990  0.8040" in run.stdout
+    assert "findings: none" in run.stdout
+
+
+def test_default_output_folders_are_relative_to_the_working_folder(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "attnlab", "variant=wrong_softmax_axis", "seed=7", "log.tensorboard=false"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (job,) = (tmp_path / "runs").glob("*/*")
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", job.parent.name)
+    assert re.fullmatch(r"\d{2}-\d{2}-\d{2}-wrong_softmax_axis", job.name)
+    assert json.loads((job / "record.json").read_text())["seed"] == 7
+
+
+def test_a_multirun_goes_to_numbered_job_folders(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "attnlab", "-m", "variant=reference,unscaled", "seed=1",
+                           "log.tensorboard=false"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    jobs = sorted(p.name for p in (tmp_path / "runs" / "multirun").glob("*/*/*") if p.is_dir())
+    assert jobs == ["0-seed=1,variant=reference", "1-seed=1,variant=unscaled"]
+
+
+def test_help_lists_every_variant_with_its_description(app):
+    run = app("--help")
+    assert run.returncode == 0
+    from attnlab.registry import discover
+
+    for name, spec in discover().specs.items():
+        assert re.search(rf"^\s+{name}\s+{re.escape(spec.description)}$", run.stdout, re.M), name
+
+
+@pytest.mark.skipif(shutil.which("attnlab", path=str(Path(sys.executable).parent)) is None, reason="console script not installed")
+def test_console_script_runs_the_same_app(tmp_path):
+    script = Path(sys.executable).parent / "attnlab"
+    proc = subprocess.run([str(script), "variant=linear", f"hydra.run.dir={tmp_path}/o", "log.tensorboard=false"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "o" / "record.json").read_text())["variant"] == "linear"
+
+
+BAD_INPUTS = [
+    (["d_out=0"], "d_out=0: must be a positive integer"),
+    (["d_out=-2"], "d_out=-2: must be a positive integer"),
+    (["seed=abc"], "seed: Value 'abc' of type 'str' could not be converted to Integer"),
+    (["inputs=random", "inputs.n_tokens=0"], "inputs.n_tokens=0: must be a positive integer"),
+    (["weights=both"], "weights: Invalid value 'both', expected one of [shared, native]"),
+    (["variant=unscald"], "unknown variant 'unscald'; did you mean 'unscaled'? available:"),
+    (["inputs=nope"], "Could not find 'inputs/nope'; Available options in 'inputs': book, file, random"),
+    (["inputs=file"], "inputs.path is missing: inputs=file needs inputs.path=FILE"),
+    (["expect.no_such_prediction=1"], "expect.no_such_prediction"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_2_and_writes_no_record(app, args, message):
+    run = app(*args)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnlab: error: "), run.stderr
+    assert message in lines[0]
+    assert "Traceback" not in run.stderr + run.stdout
+    assert not (run.out_dir / "record.json").exists()
+
+
+def test_an_inputs_file_with_ragged_rows_is_refused(app, tmp_path):
+    bad = tmp_path / "ragged.csv"
+    bad.write_text("Your,0.43,0.15,0.89\njourney,0.55,0.87\n")
+    run = app("inputs=file", f"inputs.path={bad}")
+    assert run.returncode == 2
+    assert run.stderr.strip() == f"attnlab: error: inputs.path={bad}: rows differ in length (2, 3); every token row needs the same d_in"
+
+
+def test_a_bad_run_into_an_existing_folder_keeps_what_was_written(app):
+    good = app("variant=unscaled", "log.tensorboard=false")
+    assert good.returncode == 0
+    before = {p: p.read_bytes() for p in good.out_dir.iterdir() if p.is_file()}
+    bad = app("variant=unscaled", "d_out=0")
+    assert bad.returncode == 2
+    assert {p: p.read_bytes() for p in good.out_dir.iterdir() if p.is_file()} == before
+
+
+def test_a_failed_plugin_exits_non_zero_with_its_error_in_the_record(app, plugin_folder):
+    folder = plugin_folder("nan_free_crash", """
+        import torch.nn as nn
+        class Crash(nn.Module):
+            def __init__(self, d_in, d_out):
+                super().__init__()
+            def forward(self, x):
+                raise ValueError("shapes do not line up")
+    """)
+    run = app("variant=nan_free_crash", env={"ATTNLAB_PLUGIN_PATH": str(folder)})
+    assert run.returncode == 1
+    assert "FAILED: variant 'nan_free_crash' raised ValueError: shapes do not line up" in run.stdout
+    assert run.record["status"] == "failed"
+    assert "Traceback" not in run.stderr

@@ -1,0 +1,97 @@
+"""compute_diagnostics / first_divergent_stage: values checked against direct computations."""
+
+import math
+
+import pytest
+import torch
+
+from attnlab.capture import Capture, capture
+from attnlab.diagnostics import compute_diagnostics, first_divergent_stage, max_abs_diff
+from attnlab.stages import STAGES
+from tests._zoo_helpers import BOOK_INPUTS, CORRECT_STYLES, build, run_pair
+
+
+def test_reference_shape_trace_and_weight_statistics_on_the_book_input():
+    ref = capture(build("reference", 3, 2), BOOK_INPUTS)
+    _, _, d, first, _ = run_pair("linear", BOOK_INPUTS, 2)
+    assert first is None
+    w = ref.stages["weights"].double()
+    assert d["weights_row_sum_max_err"] < 1e-6
+    assert d["weights_col_sum_max_err"] == pytest.approx(float((w.sum(0) - 1).abs().max()), rel=1e-5)
+    entropy = -(w * w.log()).sum(1)
+    assert d["weights_entropy_mean"] == pytest.approx(float(entropy.mean()), rel=1e-5)
+    assert d["weights_entropy_norm_mean"] == pytest.approx(float(entropy.mean() / math.log(6)), rel=1e-5)
+    assert d["weights_row_max_mean"] == pytest.approx(float(w.max(1).values.mean()), rel=1e-5)
+    assert d["weights_first_token_mass"] == pytest.approx(float(w[:, 0].mean()), rel=1e-5)
+    assert d["scale_observed"] == pytest.approx(2 ** -0.5, rel=1e-6)
+    assert d["scale_expected"] == pytest.approx(2 ** -0.5)
+    assert d["softmax_dim"] == 1.0
+    assert d["batched_single_max_abs_diff"] < 1e-6
+    assert all(d[f"shape_ok_{s}"] == 1.0 for s in STAGES)
+    assert all(d[f"non_finite_{s}"] == 0.0 for s in STAGES)
+
+
+@pytest.mark.parametrize("name, first, scale", [
+    ("unscaled", "scaled_scores", 1.0), ("scaled_by_dk", "scaled_scores", 0.5),
+    ("wrong_softmax_axis", "weights", 2 ** -0.5), ("keys_as_queries", "queries", 2 ** -0.5),
+    ("values_from_key", "values", 2 ** -0.5), ("shifted_keys", "keys", 2 ** -0.5),
+])
+def test_first_divergent_stage_and_observed_scale(name, first, scale):
+    _, _, d, divergent, _ = run_pair(name, BOOK_INPUTS, 2)
+    assert divergent == first
+    assert d["scale_observed"] == pytest.approx(scale, rel=1e-5)
+
+
+def test_divergence_is_max_abs_difference_and_nan_on_shape_mismatch():
+    v, r, d, first, _ = run_pair("unscaled", BOOK_INPUTS, 2)
+    expected = float((v.stages["weights"] - r.stages["weights"]).abs().max())
+    assert d["divergence_weights"] == pytest.approx(expected)
+    assert d["relative_divergence_weights"] == pytest.approx(expected / float(r.stages["weights"].abs().max()))
+    assert d["divergence_queries"] == 0.0
+    _, _, d, first, _ = run_pair("d_in_projection", BOOK_INPUTS, 2)
+    assert math.isnan(d["divergence_values"]) and d["shape_ok_values"] == 0.0 and d["shape_ok_context"] == 0.0
+    assert first == "values"
+
+
+def test_wrong_axis_columns_sum_to_one_and_batched_single_disagrees():
+    _, _, d, _, _ = run_pair("wrong_softmax_axis", BOOK_INPUTS, 2)
+    assert d["weights_col_sum_max_err"] < 1e-6 < d["weights_row_sum_max_err"]
+    assert d["softmax_dim"] == 0.0
+    assert d["batched_single_max_abs_diff"] > 1e-3
+
+
+def test_missing_stages_give_nan_not_guesses():
+    x = BOOK_INPUTS
+    only_ends = Capture({"inputs": x, "context": x[:, :2]}, {"queries": None, "keys": None, "values": None}, None,
+                        [s for s in STAGES if s not in ("inputs", "context")])
+    ref = capture(build("reference", 3, 2), x)
+    d = compute_diagnostics(only_ends, ref)
+    for key in ("divergence_weights", "scale_observed", "scale_expected", "softmax_dim",
+                "batched_single_max_abs_diff", "weights_entropy_mean", "shape_ok_scores"):
+        assert math.isnan(d[key]), key
+    assert first_divergent_stage(only_ends, ref) == "context"
+
+
+def test_block_max_abs_diff_equals_direct():
+    torch.manual_seed(0)
+    a, b = torch.randn(2500, 300), torch.randn(2500, 300)
+    assert max_abs_diff(a, b) == float((a - b).abs().max())
+
+
+@pytest.mark.parametrize("cls", CORRECT_STYLES, ids=lambda c: c.__name__)
+def test_correct_styles_do_not_diverge(cls):
+    torch.manual_seed(1)
+    _, _, d, first, _ = run_pair(cls, torch.randn(64, 16), 8)
+    assert first is None
+    assert d["batched_single_max_abs_diff"] < 1e-4
+
+
+@pytest.mark.slow
+def test_diagnostics_at_4096_tokens():
+    torch.manual_seed(0)
+    x = torch.rand(4096, 64)
+    v, r, d, first, findings = run_pair("unscaled", x, 64)
+    assert first == "scaled_scores"
+    assert d["scale_observed"] == pytest.approx(1.0, rel=1e-5)
+    assert d["weights_row_sum_max_err"] < 1e-3
+    assert not math.isnan(d["batched_single_max_abs_diff"])

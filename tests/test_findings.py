@@ -1,0 +1,92 @@
+"""diagnose(): the root cause first, consequences suppressed, no false findings."""
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attnlab.stages import STAGES
+from tests._zoo_helpers import BOOK_INPUTS, CORRECT_STYLES, ConstantAttention, codes, run_pair, zoo_specs
+
+ZOO = zoo_specs()
+
+
+def test_zoo_is_complete():
+    expected = {"scaling", "query_source", "value_path", "shape_projection", "not_softmax",
+                "scores_transposed", "key_index", "softmax_axis"}
+    assert expected <= {s.expected_finding[0] for s in ZOO}
+    assert len(ZOO) >= 9
+
+
+@pytest.mark.parametrize("spec", ZOO, ids=lambda s: s.name)
+def test_zoo_variant_first_finding_is_its_bug(spec):
+    _, _, _, _, findings = run_pair(spec.name, BOOK_INPUTS, 2)
+    assert findings, spec.name
+    assert codes(findings)[0] == spec.expected_finding
+    earliest = STAGES.index(spec.expected_finding[1])
+    assert all(STAGES.index(f.stage) >= earliest for f in findings)
+    assert all(f.message.endswith(".") and f.stage in f.message or f.code in ("scaling", "softmax_axis")
+               for f in findings)
+
+
+@pytest.mark.parametrize("name", ["reference", "linear"])
+def test_correct_variants_have_no_findings(name):
+    assert run_pair(name, BOOK_INPUTS, 2)[4] == []
+
+
+def test_scaling_message_gives_observed_and_expected_factor():
+    (finding,) = run_pair("unscaled", BOOK_INPUTS, 2)[4]
+    assert "1.0" in finding.message and "0.7071" in finding.message
+
+
+def test_wrong_axis_reports_only_the_axis():
+    assert codes(run_pair("wrong_softmax_axis", BOOK_INPUTS, 2)[4]) == [("softmax_axis", "weights")]
+
+
+def test_shifted_keys_names_the_shifted_row():
+    (finding,) = run_pair("shifted_keys", BOOK_INPUTS, 2)[4]
+    assert "keys row i matches reference row i-1" in finding.message
+
+
+@pytest.mark.parametrize("spec", ZOO, ids=lambda s: s.name)
+def test_unshared_weights_keep_only_self_consistent_checks(spec):
+    findings = run_pair(spec.name, BOOK_INPUTS, 2, shared=False)[4]
+    if spec.expected_finding[0] == "key_index":  # only visible against the reference's values
+        assert findings == []
+    else:
+        assert codes(findings)[0] == spec.expected_finding
+
+
+def test_unshared_correct_variant_has_no_findings():
+    assert run_pair("linear", BOOK_INPUTS, 2, shared=False)[4] == []
+
+
+def test_invisible_variant_gets_no_guessed_findings():
+    v, _, _, _, findings = run_pair(ConstantAttention, BOOK_INPUTS, 2)
+    assert set(v.missing) == set(STAGES) - {"inputs", "context"}
+    assert findings == []
+
+
+def _inputs(n: int, d: int, normal: bool, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(n, d, generator=generator) if normal else torch.rand(n, d, generator=generator)
+
+
+_STYLES = st.sampled_from(["reference", "linear", *CORRECT_STYLES])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(style=_STYLES, n=st.integers(1, 96), d_in=st.integers(1, 48), d_out=st.integers(1, 48),
+       normal=st.booleans(), seed=st.integers(0, 2**16))
+def test_no_false_findings_small(style, n, d_in, d_out, normal, seed):
+    _, _, _, first, findings = run_pair(style, _inputs(n, d_in, normal, seed), d_out, seed=seed)
+    assert findings == [] and first is None
+
+
+@pytest.mark.slow
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(style=_STYLES, n=st.integers(512, 4096), d=st.sampled_from([64, 256, 512]),
+       normal=st.booleans(), seed=st.integers(0, 2**16))
+def test_no_false_findings_large(style, n, d, normal, seed):
+    _, _, _, _, findings = run_pair(style, _inputs(n, d, normal, seed), d, seed=seed)
+    assert findings == []

@@ -1,0 +1,128 @@
+"""The numbers: the source's published values, and variants against independent computations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import attnlab
+
+BOOK_CONTEXT_SEED_123 = [
+    [0.2996, 0.8053], [0.3061, 0.8210], [0.3058, 0.8203],
+    [0.2948, 0.7939], [0.2927, 0.7891], [0.2990, 0.8040],
+]
+BOOK_LINEAR_NATIVE_SEED_789 = [
+    [-0.0739, 0.0713], [-0.0748, 0.0703], [-0.0749, 0.0702],
+    [-0.0760, 0.0685], [-0.0763, 0.0679], [-0.0754, 0.0693],
+]
+
+
+def test_reference_reproduces_the_published_context_vectors():
+    result = attnlab.run("reference", seed=123)
+    np.testing.assert_allclose(result.stages["context"], BOOK_CONTEXT_SEED_123, atol=5e-5)
+    assert result.record.labels == ["Your", "journey", "starts", "with", "one", "step"]
+
+
+def test_linear_with_native_weights_reproduces_the_published_values():
+    result = attnlab.run("linear", seed=789, weights="native")
+    np.testing.assert_allclose(result.stages["context"], BOOK_LINEAR_NATIVE_SEED_789, atol=5e-5)
+
+
+def test_linear_with_shared_weights_equals_the_reference():
+    result = attnlab.run("linear", seed=123)
+    np.testing.assert_allclose(result.stages["context"], result.reference_stages["context"], atol=1e-6)
+    assert result.record.weights_loaded == {"W_query.weight": "shared (transposed)", "W_key.weight": "shared (transposed)", "W_value.weight": "shared (transposed)"}
+
+
+def _independent_qkv(x: torch.Tensor, seed: int, d_out: int) -> tuple[torch.Tensor, ...]:
+    """The source's protocol written out: manual_seed, then three torch.rand draws."""
+    torch.manual_seed(seed)
+    W_query, W_key, W_value = (torch.rand(x.shape[1], d_out) for _ in range(3))
+    return x @ W_query, x @ W_key, x @ W_value
+
+
+shapes = dict(
+    seed=st.integers(0, 2**16),
+    n_tokens=st.integers(1, 24),
+    d_in=st.integers(1, 16),
+    d_out=st.integers(1, 16),
+    distribution=st.sampled_from(["uniform", "normal"]),
+)
+
+
+def _random_run(variant: str, seed: int, n_tokens: int, d_in: int, d_out: int, distribution: str):
+    result = attnlab.run(
+        variant, seed=seed, d_out=d_out, inputs="random",
+        overrides=[f"inputs.n_tokens={n_tokens}", f"inputs.d_in={d_in}", f"inputs.distribution={distribution}"],
+    )
+    x = torch.from_numpy(result.stages["inputs"])
+    assert x.shape == (n_tokens, d_in)
+    return result, _independent_qkv(x, seed, d_out)
+
+
+@settings(max_examples=15, deadline=None)
+@given(**shapes)
+def test_reference_equals_scaled_dot_product_attention(seed, n_tokens, d_in, d_out, distribution):
+    result, (q, k, v) = _random_run("reference", seed, n_tokens, d_in, d_out, distribution)
+    expected = F.scaled_dot_product_attention(q[None], k[None], v[None])[0]
+    np.testing.assert_allclose(result.stages["context"], expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=15, deadline=None)
+@given(**shapes)
+def test_unscaled_equals_sdpa_with_scale_one(seed, n_tokens, d_in, d_out, distribution):
+    result, (q, k, v) = _random_run("unscaled", seed, n_tokens, d_in, d_out, distribution)
+    expected = F.scaled_dot_product_attention(q[None], k[None], v[None], scale=1.0)[0]
+    np.testing.assert_allclose(result.stages["context"], expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=15, deadline=None)
+@given(**shapes)
+def test_wrong_softmax_axis_equals_an_independent_softmax_over_dim_0(seed, n_tokens, d_in, d_out, distribution):
+    result, (q, k, v) = _random_run("wrong_softmax_axis", seed, n_tokens, d_in, d_out, distribution)
+    scaled = (q @ k.T).double() / d_out**0.5
+    weights = torch.exp(scaled - scaled.max(dim=0).values) / torch.exp(scaled - scaled.max(dim=0).values).sum(dim=0)
+    np.testing.assert_allclose(result.stages["context"], (weights @ v.double()).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_plugin_that_raises_fails_its_own_record_only(plugin_folder, monkeypatch):
+    folder = plugin_folder("raises_in_forward", """
+        import torch.nn as nn
+        class Broken(nn.Module):
+            def __init__(self, d_in, d_out):
+                super().__init__()
+            def forward(self, x):
+                raise RuntimeError("boom")
+    """)
+    monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(folder))
+    attnlab.registry.discover.cache_clear()
+    try:
+        result = attnlab.run("raises_in_forward")
+        assert result.record.status == "failed"
+        assert result.record.error == "variant 'raises_in_forward' raised RuntimeError: boom"
+        assert attnlab.run("unscaled").record.status == "ok"
+    finally:
+        attnlab.registry.discover.cache_clear()
+
+
+def test_a_plugin_returning_the_wrong_rows_fails_with_the_shape_named(plugin_folder, monkeypatch):
+    folder = plugin_folder("one_row", """
+        import torch, torch.nn as nn
+        class OneRow(nn.Module):
+            def __init__(self, d_in, d_out):
+                super().__init__()
+            def forward(self, x):
+                return x.sum(dim=0, keepdim=True)
+    """)
+    monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(folder))
+    attnlab.registry.discover.cache_clear()
+    try:
+        record = attnlab.run("one_row").record
+        assert record.status == "failed"
+        assert "returned (1, 3); expected context vectors of shape (n_tokens=6, d_out)" in record.error
+    finally:
+        attnlab.registry.discover.cache_clear()

@@ -58,9 +58,10 @@ class Result:
 
 
 def compose_config(variant: str, seed: int, overrides: Iterable[str] = (), **kwargs: Any) -> DictConfig:
-    """Keyword overrides become Hydra overrides: d_out=4 -> "d_out=4", inputs="random" -> "inputs=random"."""
+    """Keyword overrides become Hydra overrides: d_out=4 -> "d_out=4", inputs="random" -> "inputs=random",
+    log={"tensorboard": False} -> "log.tensorboard=false"."""
     register_configs()
-    words = [f"variant={variant}", f"seed={seed}", *(f"{key}={_hydra_value(value)}" for key, value in kwargs.items())]
+    words = [f"variant={variant}", f"seed={seed}", *_override_words(kwargs)]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         return compose(config_name="config", overrides=[*words, *overrides])
@@ -83,6 +84,16 @@ def run(
         write_outputs(cfg, records, Path(out_dir))
     results = [Result(record) for record in records]
     return results[0] if len(results) == 1 else results
+
+
+def _override_words(values: dict[str, Any], prefix: str = "") -> list[str]:
+    words = []
+    for key, value in values.items():
+        if isinstance(value, dict):
+            words += _override_words(value, f"{prefix}{key}.")
+        else:
+            words.append(f"{prefix}{key}={_hydra_value(value)}")
+    return words
 
 
 def _hydra_value(value: Any) -> str:

@@ -1,0 +1,47 @@
+"""attnlab.run in a notebook gives the same config, validation and numbers as the CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import attnlab
+from attnlab.errors import UserError
+from attnlab.record import read_record
+
+
+def test_run_returns_stages_diagnostics_and_a_table():
+    result = attnlab.run("unscaled", seed=123)
+    assert result.stages["weights"].shape == (6, 6) and result.reference_stages["context"].shape == (6, 2)
+    assert result.diagnostics["divergence_queries"] == 0.0
+    assert isinstance(result.table, pd.DataFrame) and list(result.table.index) == ["reference", "variant"]
+    assert result.table.loc["variant", "first_divergent_stage"] == "scaled_scores"
+    assert "unscaled" in repr(result)
+
+
+def test_keyword_overrides_reach_the_config():
+    result = attnlab.run("reference", seed=5, d_out=4, inputs="random", overrides=["inputs.n_tokens=9"])
+    assert result.stages["context"].shape == (9, 4) and result.record.config["seed"] == 5
+
+
+def test_validation_equals_the_clis():
+    with pytest.raises(UserError, match="d_out=0: must be a positive integer"):
+        attnlab.run("reference", d_out=0)
+
+
+@pytest.mark.slow
+def test_numbers_equal_the_clis_record(app):
+    cli = app("variant=wrong_softmax_axis", "seed=7", "log.tensorboard=false")
+    assert cli.returncode == 0, cli.stderr
+    from_cli = read_record(cli.out_dir / "record.json")
+    from_api = attnlab.run("wrong_softmax_axis", seed=7).record
+    for stage, values in from_api.stages.items():
+        np.testing.assert_array_equal(from_cli.stages[stage], values)
+    assert from_cli.diagnostics.keys() == from_api.diagnostics.keys()
+    assert [f.code for f in from_cli.findings] == [f.code for f in from_api.findings] == ["softmax_axis"]
+
+
+def test_out_dir_writes_the_same_files_as_a_job(tmp_path):
+    attnlab.run("unscaled", out_dir=tmp_path, log={"tensorboard": False, "terminal": False})
+    assert (tmp_path / "record.json").exists() and (tmp_path / "comparison.csv").exists()

@@ -1,0 +1,53 @@
+"""A plain (non-editable) install ships the configs and the built-in plugins and runs anywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
+        check=True, capture_output=True, text=True,
+    )
+    (built,) = out.glob("attnlab-*.whl")
+    return built
+
+
+def test_the_wheel_holds_configs_and_builtin_plugins(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for expected in ["attnlab/conf/config.yaml", "attnlab/conf/inputs/book.yaml", "attnlab/conf/inputs/random.yaml",
+                     "attnlab/plugins/reference.py", "attnlab/plugins/linear.py", "attnlab/plugins/unscaled.py",
+                     "attnlab/plugins/wrong_softmax_axis.py", "attnlab/cli.py"]:
+        assert expected in names, expected
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "attnlab = attnlab.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_the_installed_wheel_runs_from_any_folder(wheel, tmp_path):
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    probe = subprocess.run([sys.executable, "-c", "import attnlab; print(attnlab.__file__)"], cwd=elsewhere, env=env,
+                           capture_output=True, text=True, check=True)
+    assert probe.stdout.strip().startswith(str(site))
+    proc = subprocess.run([sys.executable, "-m", "attnlab", "variant=unscaled", "hydra.run.dir=out", "log.tensorboard=false"],
+                          cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((elsewhere / "out" / "record.json").read_text())["first_divergent_stage"] == "scaled_scores"

@@ -87,8 +87,12 @@ def print_record(record: Record, out: TextIO = sys.stdout) -> None:
         say("findings:")
         for finding in record.findings:
             say(f"  [{finding.code} @ {finding.stage}] {finding.message}")
-    else:
+    elif record.first_divergent_stage is None:
         say("findings: none — the variant matches the reference at every stage checked")
+    else:
+        why = " (weights=native: each module built its own parameters)" if record.config.get("weights") == "native" else ""
+        say(f"findings: none — values differ from the reference from {record.first_divergent_stage} on{why}, "
+            "but every check of the variant's own stages passed")
     for prediction in record.predictions:
         verdict = "pass" if prediction.passed else "FAIL"
         say(f"  predict {prediction.name} = {prediction.expected}: {verdict} (observed {prediction.observed})")

@@ -1,0 +1,24 @@
+"""Records as tables: a job's reference-vs-variant rows and a sweep's row per job."""
+
+from __future__ import annotations
+
+import attnlab
+from attnlab.sinks.table import KEY_COLUMNS, module_table, records_table
+
+
+def test_module_table_has_the_reference_and_the_variant_with_diagnostics_columns():
+    record = attnlab.run("wrong_softmax_axis").record
+    table = module_table(record)
+    assert list(table.index) == ["reference", "variant"]
+    assert table.loc["reference", "variant"] == "reference" and table.loc["variant", "variant"] == "wrong_softmax_axis"
+    assert set(record.diagnostics) <= set(table.columns)
+    assert table.loc["variant", "findings"] == "softmax_axis" and table.loc["reference", "findings"] == ""
+    assert table.loc["reference", "divergence_context"] == 0.0 and table.loc["variant", "divergence_context"] > 0
+
+
+def test_records_table_is_one_row_per_job_sorted_by_variant_and_seed():
+    records = [attnlab.run(v, seed=s).record for v in ("unscaled", "reference") for s in (2, 1)]
+    table = records_table(records)
+    assert list(zip(table["variant"], table["seed"])) == [("reference", 1), ("reference", 2), ("unscaled", 1), ("unscaled", 2)]
+    assert set(KEY_COLUMNS) <= set(table.columns)
+    assert list(table["first_divergent_stage"].fillna("none")) == ["none", "none", "scaled_scores", "scaled_scores"]

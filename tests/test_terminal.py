@@ -1,0 +1,48 @@
+"""The terminal summary a learner reads first."""
+
+from __future__ import annotations
+
+import io
+
+import attnlab
+from attnlab.record import Record
+from attnlab.sinks.terminal import format_matrix, print_record
+
+
+def summary(record: Record) -> str:
+    out = io.StringIO()
+    print_record(record, out)
+    return out.getvalue()
+
+
+def test_summary_has_config_shapes_weights_context_divergence_and_findings():
+    text = summary(attnlab.run("unscaled").record)
+    assert text.splitlines()[0].startswith("attnlab · variant=unscaled seed=123")
+    assert "shapes: inputs (6, 3) · queries (6, 2) · keys (6, 2) · values (6, 2) · scores (6, 6)" in text
+    assert "attention weights (unscaled):" in text and "context vectors (unscaled):" in text
+    assert "first divergent stage: scaled_scores" in text
+    assert "[scaling @ scaled_scores]" in text and "0.7071" in text
+
+
+def test_a_wrong_shape_is_marked_against_the_prediction():
+    text = summary(attnlab.run("d_in_projection").record)
+    assert "values (6, 3) ✗ predicted (6, 2)" in text
+
+
+def test_native_weights_without_findings_do_not_claim_a_match():
+    text = summary(attnlab.run("linear", seed=789, weights="native").record)
+    assert "matches the reference" not in text
+    assert "values differ from the reference from queries on (weights=native" in text
+
+
+def test_a_failed_record_prints_its_error():
+    record = Record(variant="x", seed=1, config={"inputs": {"kind": "book"}, "weights": "shared"}, status="failed",
+                    error="variant 'x' raised RuntimeError: boom")
+    assert "FAILED: variant 'x' raised RuntimeError: boom" in summary(record)
+
+
+def test_large_matrices_are_cut():
+    import numpy as np
+
+    text = format_matrix(np.zeros((20, 20)), [f"t{i}" for i in range(20)], None)
+    assert "… 12 more rows" in text and len(text.splitlines()) == 10

@@ -1,0 +1,342 @@
+"""The TensorBoard sink, read back from real event files and from a real TensorBoard server."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from attnlab.heatmap import MAX_SIDE
+from attnlab.record import Finding, Record
+from attnlab.sinks.tensorboard import flat_hparams, scalar_tag, write_tensorboard
+from attnlab.weights import seeded_qkv
+
+BOOK_TOKENS = ["Your", "journey", "starts", "with", "one", "step"]
+BOOK_INPUTS = [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
+               [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]  # fmt: skip
+TABLE = "| module | divergence_context |\n|---|---|\n| unscaled | 0.0123 |\n| reference | 0 |"
+SEED, D_OUT = 123, 2
+
+
+def attention_stages(x: torch.Tensor, scaled: bool) -> dict[str, np.ndarray]:
+    """SelfAttention_v1's stages with the shared seeded weights; `scaled=False` is the bug."""
+    qkv = seeded_qkv(SEED, x.shape[1], D_OUT)
+    queries, keys, values = x @ qkv.W_query, x @ qkv.W_key, x @ qkv.W_value
+    scores = queries @ keys.T
+    scaled_scores = scores / keys.shape[-1] ** 0.5 if scaled else scores
+    weights = torch.softmax(scaled_scores, dim=-1)
+    stages = dict(inputs=x, queries=queries, keys=keys, values=values, scores=scores,
+                  scaled_scores=scaled_scores, weights=weights, context=weights @ values)
+    return {name: tensor.numpy().astype(np.float32) for name, tensor in stages.items()}
+
+
+def own_diagnostics(stages: dict[str, np.ndarray]) -> dict[str, float]:
+    weights = stages["weights"].astype(np.float64)
+    entropy = -(weights * np.log(weights)).sum(axis=-1)
+    return {
+        "weights_row_sum_max_err": float(np.abs(weights.sum(axis=-1) - 1).max()),
+        "weights_entropy_mean": float(entropy.mean()),
+        "weights_first_token_mass": float("nan"),  # not computed: NaN must be skipped
+        "scale_observed": float(np.median(stages["scaled_scores"] / stages["scores"])),
+        "scale_expected": 1 / math.sqrt(D_OUT),
+        "softmax_dim": -1.0,
+        "non_finite_weights": float((~np.isfinite(weights)).sum()),
+        "shape_ok_context": True,
+        "mystery_metric": 7.0,
+    }
+
+
+def make_record(tokens: list[str], x: torch.Tensor, kind: str) -> Record:
+    variant, reference = attention_stages(x, scaled=False), attention_stages(x, scaled=True)
+    diagnostics = own_diagnostics(variant)
+    for stage in ("scores", "scaled_scores", "weights", "context"):
+        diagnostics[f"divergence_{stage}"] = float(np.abs(variant[stage] - reference[stage]).max())
+    diagnostics["relative_divergence_context"] = diagnostics["divergence_context"] / float(
+        np.abs(reference["context"]).max())
+    reference_diagnostics = own_diagnostics(reference) | {"divergence_context": 0.0}
+    n_tokens, d_in = x.shape
+    config = {
+        "variant": {"name": "unscaled", "params": {}},
+        "seed": SEED,
+        "d_out": D_OUT,
+        "weights": "shared",
+        "inputs": {"kind": kind, "n_tokens": n_tokens, "d_in": d_in, "path": None},
+        "log": {"tensorboard": True, "images": True},
+        "expect": {"context_shape": [n_tokens, D_OUT], "tolerance": np.float32(0.5), "strict": np.bool_(True)},
+    }
+    return Record(
+        variant="unscaled", seed=SEED, config=config, labels=tokens,
+        stages=variant, reference_stages=reference,
+        stage_shapes={k: list(v.shape) for k, v in variant.items()},
+        reference_stage_shapes={k: list(v.shape) for k, v in reference.items()},
+        diagnostics=diagnostics, reference_diagnostics=reference_diagnostics,
+        first_divergent_stage="scaled_scores",
+        findings=[Finding("scaling", "scaled_scores", "error", "The scores are not divided by sqrt(d_k).")],
+    )  # fmt: skip
+
+
+def book_record() -> Record:
+    return make_record(BOOK_TOKENS, torch.tensor(BOOK_INPUTS), "book")
+
+
+def random_record(n_tokens: int, d_in: int = 3) -> Record:
+    generator = torch.Generator().manual_seed(7)
+    x = torch.rand(n_tokens, d_in, generator=generator)
+    return make_record([f"t{i}" for i in range(n_tokens)], x, "random")
+
+
+def accumulate(job_dir: Path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sizes = {"scalars": 0, "images": 0, "histograms": 0, "tensors": 0, "compressedHistograms": 0}
+    return EventAccumulator(str(job_dir), size_guidance=sizes).Reload()
+
+
+@pytest.fixture(scope="module")
+def book_events(tmp_path_factory):
+    job_dir = tmp_path_factory.mktemp("runs") / "0-variant=unscaled"
+    record = book_record()
+    write_tensorboard(record, job_dir, table_markdown=TABLE)
+    return record, job_dir, accumulate(job_dir)
+
+
+@pytest.fixture(scope="module")
+def pooled_events(tmp_path_factory):
+    job_dir = tmp_path_factory.mktemp("runs") / "600-tokens"
+    write_tensorboard(random_record(600), job_dir, table_markdown=TABLE)
+    return accumulate(job_dir)
+
+
+def text(events, tag: str) -> str:
+    return events.Tensors(tag)[0].tensor_proto.string_val[0].decode()
+
+
+def decoded_size(events, tag: str) -> tuple[int, int]:
+    event = events.Images(tag)[0]
+    image = Image.open(io.BytesIO(event.encoded_image_string))
+    assert image.size == (event.width, event.height)
+    return image.size
+
+
+@pytest.mark.parametrize(("name", "tag"), [
+    ("divergence_context", "divergence/context"),
+    ("relative_divergence_scaled_scores", "relative_divergence/scaled_scores"),
+    ("non_finite_weights", "non_finite/weights"),
+    ("weights_row_sum_max_err", "weights/row_sum_max_err"),
+    ("weights_entropy_norm_mean", "weights/entropy_norm_mean"),
+    ("scale_observed", "scaling/observed"),
+    ("softmax_dim", "softmax/dim"),
+    ("batched_single_max_abs_diff", "batched_single/max_abs_diff"),
+    ("shape_ok_context", "shape_ok/context"),
+    ("something_new", "diagnostics/something_new"),
+    ("weights_", "diagnostics/weights_"),
+])  # fmt: skip
+def test_scalar_tags_group_by_prefix(name, tag):
+    assert scalar_tag(name) == tag
+
+
+def test_one_run_per_job_with_the_event_file_in_the_job_folder(book_events):
+    _, job_dir, _ = book_events
+    assert len(list(job_dir.glob("events.out.tfevents.*"))) == 1
+    assert [p for p in job_dir.rglob("*") if p.is_dir()] == []
+
+
+def test_scalars_are_every_numeric_diagnostic_under_grouped_tags(book_events):
+    record, _, events = book_events
+    tags = set(events.Tags()["scalars"])
+    expected = {
+        "divergence/scores", "divergence/scaled_scores", "divergence/weights", "divergence/context",
+        "relative_divergence/context", "weights/row_sum_max_err", "weights/entropy_mean", "scaling/observed",
+        "scaling/expected", "softmax/dim", "non_finite/weights", "shape_ok/context", "diagnostics/mystery_metric",
+    }  # fmt: skip
+    reference = {f"reference/{tag}" for tag in expected if not tag.startswith(("divergence/", "relative_"))}
+    assert tags == expected | reference  # NaN skipped; the reference's divergence (0 by definition) not logged
+    value = events.Scalars("divergence/context")[0]
+    assert value.step == 0 and value.value == pytest.approx(record.diagnostics["divergence_context"])
+    assert events.Scalars("scaling/observed")[0].value == pytest.approx(1.0)
+    assert events.Scalars("reference/scaling/observed")[0].value == pytest.approx(1 / math.sqrt(2), rel=1e-5)
+    assert events.Scalars("shape_ok/context")[0].value == 1.0
+
+
+def test_custom_scalars_layout_is_written(book_events):
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    _, _, events = book_events
+    content = events.PluginTagToContent("custom_scalars")
+    layout = layout_pb2.Layout.FromString(events.Tensors(next(iter(content)))[0].tensor_proto.string_val[0])
+    assert [category.title for category in layout.category] == ["Divergence", "Weights", "Scaling"]
+
+
+def test_heatmaps_for_variant_reference_difference_and_context(book_events):
+    _, _, events = book_events
+    tags = set(events.Tags()["images"])
+    stages = ("scores", "scaled_scores", "weights", "context")
+    assert tags == {f"heatmaps/{source}/{stage}" for source in ("variant", "reference", "difference")
+                    for stage in stages}
+    width, height = decoded_size(events, "heatmaps/variant/weights")
+    assert 6 * 20 < width < 600 and 6 * 15 < height < 400
+
+
+def test_heatmaps_above_512_tokens_are_pooled_with_a_crop(pooled_events):
+    tags = set(pooled_events.Tags()["images"])
+    assert {"heatmaps/variant/weights/crop64", "heatmaps/difference/scores/crop64"} <= tags
+    width, height = decoded_size(pooled_events, "heatmaps/variant/weights")
+    assert height < MAX_SIDE + 100 and width < MAX_SIDE + 200  # grid <= 512 plus title and colour bar
+    crop_w, crop_h = decoded_size(pooled_events, "heatmaps/variant/weights/crop64")
+    assert crop_h >= 64 and crop_w >= 64
+
+
+def test_histograms_of_weights_and_context(book_events):
+    _, _, events = book_events
+    assert set(events.Tags()["histograms"]) == {
+        "histograms/variant/weights", "histograms/reference/weights",
+        "histograms/variant/context", "histograms/reference/context",
+    }  # fmt: skip
+    histogram = events.Histograms("histograms/variant/weights")[0].histogram_value
+    assert histogram.num == 36 and 0 < histogram.min <= histogram.max < 1
+
+
+def test_text_table_findings_and_config(book_events):
+    record, _, events = book_events
+    assert text(events, "text/table") == TABLE
+    findings = text(events, "text/findings")
+    assert findings.startswith("- **error** `scaling` at `scaled_scores`")
+    config = text(events, "text/config")
+    assert config.startswith("```json\n") and config.endswith("\n```")
+    assert json.loads(config[len("```json\n") : -len("\n```")])["inputs"]["n_tokens"] == 6
+
+
+def test_hparams_session_holds_the_flattened_config(book_events):
+    from tensorboard.plugins.hparams import metadata
+
+    _, _, events = book_events
+    content = events.PluginTagToContent("hparams")
+    start = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
+    values = {name: getattr(value, value.WhichOneof("kind")) for name, value in start.hparams.items()}
+    assert values == {
+        "variant": "unscaled", "seed": 123, "d_out": 2, "weights": "shared", "inputs.kind": "book",
+        "n_tokens": 6, "d_in": 3, "inputs.path": "None", "expect.context_shape": "[6, 2]",
+        "expect.tolerance": 0.5, "expect.strict": True,
+    }  # fmt: skip
+    experiment = metadata.parse_experiment_plugin_data(content[metadata.EXPERIMENT_TAG])
+    metric_tags = {metric.name.tag for metric in experiment.metric_infos}
+    assert "divergence/context" in metric_tags and metric_tags <= set(events.Tags()["scalars"])
+    end = metadata.parse_session_end_info_plugin_data(content[metadata.SESSION_END_INFO_TAG])
+    assert end.status == 1  # STATUS_SUCCESS
+
+
+def test_switches_and_missing_stages(tmp_path):
+    record = book_record()
+    record.status, record.error, record.findings = "failed", "RuntimeError: boom", []
+    record.reference_stages["weights"] = None
+    del record.stages["scores"]
+    write_tensorboard(record, tmp_path, table_markdown=TABLE, histograms=False)
+    events = accumulate(tmp_path)
+    tags = set(events.Tags()["images"])
+    assert "heatmaps/variant/weights" in tags and "heatmaps/reference/scores" in tags
+    assert not {"heatmaps/reference/weights", "heatmaps/difference/weights", "heatmaps/variant/scores",
+                "heatmaps/difference/scores"} & tags  # fmt: skip
+    assert events.Tags()["histograms"] == []
+    assert text(events, "text/findings") == "**run failed**: RuntimeError: boom\n\nno findings"
+
+    write_tensorboard(book_record(), tmp_path / "no-images", table_markdown=TABLE, images=False)
+    assert accumulate(tmp_path / "no-images").Tags()["images"] == []
+
+
+def test_flat_hparams_leaves_out_log_and_empty_mappings():
+    flat = flat_hparams({"variant": {"name": "v", "params": {"causal": False}}, "log": {"x": 1}, "expect": {}})
+    assert flat == {"variant": "v", "variant.params.causal": False}
+
+
+# ---- slow: a real TensorBoard server, and a 4096-token run ------------------------------------
+
+
+def free_port() -> int:
+    """TensorBoard 2.21 rejects --port 0, so bind a socket to an ephemeral port and release it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def get_json(url: str, body: dict | None = None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def wait_for(url: str, ready, server: subprocess.Popen, timeout: float = 60.0):
+    """Poll until `ready(json)` holds; bounded, and fails early if the server died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert server.poll() is None, server.stderr.read().decode(errors="replace")[-2000:]
+        try:
+            result = get_json(url)
+            if ready(result):
+                return result
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"TensorBoard did not serve {url} within {timeout} s")
+
+
+@pytest.mark.slow
+def test_a_real_tensorboard_server_serves_both_jobs(tmp_path):
+    runs = {"0-variant=unscaled": book_record(), "1-variant=unscaled,seed=7": book_record()}
+    runs["1-variant=unscaled,seed=7"].config["seed"] = 7
+    for name, record in runs.items():
+        write_tensorboard(record, tmp_path / name, table_markdown=TABLE)
+    port = free_port()
+    command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path), "--host", "127.0.0.1",
+               "--port", str(port), "--reload_interval", "1", "--load_fast", "false"]  # fmt: skip
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}/data/plugin"
+    try:
+        scalars = wait_for(f"{base}/scalars/tags", lambda tags: set(runs) <= set(tags), server)
+        assert "divergence/context" in scalars["0-variant=unscaled"]
+        images = get_json(f"{base}/images/tags")
+        assert "heatmaps/difference/weights" in images["0-variant=unscaled"]
+        assert "text/findings" in get_json(f"{base}/text/tags")["0-variant=unscaled"]
+        request = {
+            "experimentName": "", "startIndex": 0, "sliceSize": 100, "colParams": [],
+            "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
+        }  # fmt: skip
+        groups = get_json(f"{base}/hparams/session_groups", request)
+        assert groups["totalSize"] == 2
+        seeds = sorted(group["hparams"]["seed"] for group in groups["sessionGroups"])
+        assert seeds == [7, 123]
+        session = groups["sessionGroups"][0]["sessions"][0]
+        metrics = {value["name"]["tag"]: value["value"] for value in session["metricValues"]}
+        assert metrics["divergence/context"] == pytest.approx(runs["0-variant=unscaled"].diagnostics[
+            "divergence_context"], rel=1e-6)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@pytest.mark.slow
+def test_a_4096_token_run_stays_under_20_mb(tmp_path):
+    record = random_record(4096, d_in=8)
+    rng = np.random.default_rng(0)
+    random_weights = rng.random((4096, 4096), dtype=np.float32)  # incompressible: the worst case
+    record.stages["weights"] = random_weights / random_weights.sum(axis=-1, keepdims=True)
+    write_tensorboard(record, tmp_path, table_markdown=TABLE)
+    (event_file,) = tmp_path.glob("events.out.tfevents.*")
+    assert event_file.stat().st_size < 20 * 1024 * 1024
+    assert "heatmaps/variant/weights/crop64" in accumulate(tmp_path).Tags()["images"]

@@ -1,0 +1,242 @@
+"""From records on disk to a sweep's comparison: `comparison.csv`, `comparison.md`, `comparison.html`.
+
+Everything here starts from record files, never from a running job, so the same tables come out
+of a live sweep (rebuilt after every job), an interrupted one, or folders copied back from a
+cluster (`attnlab compare`). Three views of the same records:
+
+- jobs: one row per job (`attnlab.sinks.table.records_table`), every column;
+- summary: one row per configuration (everything but the seed), mean and std over seeds of every
+  numeric diagnostic, so a seed's luck is not mistaken for an effect of the variant;
+- differs: the jobs table without the columns that are the same in every row, which is where
+  the eye should go first.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import pandas as pd
+
+from attnlab.record import RECORD_FILE, Record, RecordError, read_record, write_atomic
+from attnlab.sinks.table import KEY_COLUMNS, records_table, to_markdown, write_table_csv
+
+OUTPUT_STEM = "comparison"
+IDENTITY_COLUMNS = ("variant", "seed")  # kept in every view: they say which job a row is
+GROUP_COLUMNS = tuple(c for c in KEY_COLUMNS if c != "seed")  # a configuration, seeds pooled
+PATH_COLUMNS = ("path",)  # unique per row by construction: never a "difference"
+MAIN_DIAGNOSTICS = ("divergence_context", "weights_entropy_mean", "weights_row_max_mean")
+TERMINAL_ERROR_WIDTH = 60
+
+
+@dataclass(frozen=True)
+class Report:
+    """The records of a comparison and the three tables built from them."""
+
+    records: list[Record]
+    jobs: pd.DataFrame
+    summary: pd.DataFrame
+    differs: pd.DataFrame
+
+    @classmethod
+    def from_records(cls, records: Iterable[Record]) -> Report:
+        records = sorted(records, key=_job_order)
+        jobs = records_table(records)
+        return cls(records=records, jobs=jobs, summary=summary_table(jobs), differs=differs_table(jobs))
+
+
+def _job_order(record: Record) -> tuple:
+    """Variant, seed, then the sizes numerically, so rows of a sweep over d_out read 2, 8, 32."""
+    return (record.variant, record.seed, record.d_in, record.d_out, record.n_tokens, str(record.path))
+
+
+def find_record_files(paths: Iterable[Path]) -> list[Path]:
+    """Every record.json at or under `paths`, each once, in a stable order.
+
+    Temp files of an interrupted atomic write are named `.record.json.*.tmp` and never match.
+    """
+    found: dict[Path, Path] = {}
+    for path in map(Path, paths):
+        candidates = [path] if path.is_file() else sorted(path.rglob(RECORD_FILE))
+        for candidate in candidates:
+            found.setdefault(candidate.resolve(), candidate)
+    return sorted(found.values())
+
+
+_READ_CACHE: dict[Path, tuple[tuple[int, int], Record]] = {}
+
+
+def _read_cached(path: Path) -> Record:
+    """read_record, remembered per process while the file's (mtime, size) is unchanged.
+
+    A sweep rebuilds its tables after every job; parsing every stage value of every record again
+    each time made a 30-job sweep spend most of its time re-reading the same files.
+    """
+    stat = path.stat()
+    key = (stat.st_mtime_ns, stat.st_size)
+    cached = _READ_CACHE.get(path.resolve())
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    record = read_record(path)
+    _READ_CACHE[path.resolve()] = (key, record)
+    return record
+
+
+def load_records(files: Iterable[Path]) -> tuple[list[Record], list[RecordError]]:
+    """Read every file; an unreadable or partial one becomes a RecordError and is skipped."""
+    records, problems = [], []
+    for file in map(Path, files):
+        try:
+            records.append(_read_cached(file))
+        except OSError as exc:
+            problems.append(RecordError(f"{file}: {type(exc).__name__}: {exc}"))
+        except RecordError as exc:
+            problems.append(exc)
+    return records, problems
+
+
+def diagnostic_columns(jobs: pd.DataFrame) -> list[str]:
+    """The numeric columns that are measurements, not configuration."""
+    return [c for c in jobs.columns if c not in KEY_COLUMNS and pd.api.types.is_numeric_dtype(jobs[c])]
+
+
+def group_labels(jobs: pd.DataFrame) -> pd.Series:
+    """'unscaled' when only the variant tells configurations apart, 'unscaled · d_out=8' otherwise."""
+    varying = [c for c in GROUP_COLUMNS[1:] if c in jobs and jobs[c].nunique(dropna=False) > 1]
+    parts = [jobs["variant"].astype(str)] + [f"{c}=" + jobs[c].astype(str) for c in varying]
+    return pd.concat(parts, axis=1).agg(" · ".join, axis=1)
+
+
+def summary_table(jobs: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration: ('jobs', 'count'), ('failed', 'count'), then (diagnostic, mean|std).
+
+    Failed jobs have no diagnostics; they are counted, and the statistics are over the rest.
+    """
+    if jobs.empty:
+        return pd.DataFrame()
+    label = group_labels(jobs).rename("configuration")
+    grouped = jobs.groupby(label, sort=False)
+    counts = pd.concat(
+        {("jobs", "count"): grouped.size(), ("failed", "count"): grouped["status"].agg(lambda s: int((s == "failed").sum()))},
+        axis=1,
+    )
+    stats = grouped[diagnostic_columns(jobs)].agg(["mean", "std"])
+    return pd.concat([counts, stats], axis=1)
+
+
+def summary_view(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary as text, transposed (a row per diagnostic, a column per configuration): a
+    few configurations by ~50 diagnostics reads down a page instead of off its edge."""
+    if summary.empty:
+        return pd.DataFrame()
+    cells = {}
+    for name in dict.fromkeys(summary.columns.get_level_values(0)):
+        if (name, "count") in summary:
+            cells[name] = summary[(name, "count")].astype(int).astype(str)
+        else:
+            cells[name] = [_mean_std(m, s) for m, s in zip(summary[(name, "mean")], summary[(name, "std")])]
+    return pd.DataFrame(cells, index=summary.index).T
+
+
+def _mean_std(mean: float, std: float) -> str:
+    if pd.isna(mean):
+        return "—"
+    return f"{mean:.4g}" if pd.isna(std) else f"{mean:.4g} ± {std:.2g}"
+
+
+def differs_table(jobs: pd.DataFrame) -> pd.DataFrame:
+    """The jobs table without the columns that hold one value in every row (variant and seed stay)."""
+    keep = [
+        c for c in jobs.columns
+        if c in IDENTITY_COLUMNS or (c not in PATH_COLUMNS and jobs[c].astype(str).nunique() > 1)
+    ]
+    return jobs[keep]
+
+
+def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
+    """The jobs table for a terminal: which job, its verdict and a few main diagnostics.
+
+    Constant configuration columns are dropped and long errors cut; pandas wraps what is left at
+    the terminal width. The full table is in comparison.csv/.md/.html.
+    """
+    width = width or shutil.get_terminal_size((120, 24)).columns
+    verdict = ["status", "first_divergent_stage", "findings"]
+    shown = [c for c in differs_table(jobs[[c for c in KEY_COLUMNS if c in jobs]]).columns]
+    shown += [c for c in verdict + list(MAIN_DIAGNOSTICS) if c in jobs]
+    view = jobs[shown].copy()
+    if "error" in jobs and jobs["error"].astype(bool).any():
+        view["error"] = jobs["error"].map(lambda e: e if len(e) <= TERMINAL_ERROR_WIDTH else e[: TERMINAL_ERROR_WIDTH - 1] + "…")
+    return view.fillna("").to_string(index=False, line_width=width, float_format=lambda v: f"{v:.4g}")
+
+
+def to_markdown_report(report: Report) -> str:
+    sections = [
+        "# attnlab comparison",
+        f"{len(report.records)} record(s).",
+        "## Summary (mean ± std over seeds)",
+        summary_view(report.summary).to_markdown() if not report.summary.empty else "no records",
+        "## What differs between jobs",
+        to_markdown(report.differs),
+        "## Every job",
+        to_markdown(report.jobs),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def _write_csv(report: Report, path: Path) -> None:
+    write_table_csv(report.jobs, path, index=False)
+
+
+def _write_markdown(report: Report, path: Path) -> None:
+    write_atomic(path, to_markdown_report(report))
+
+
+def _write_html(report: Report, path: Path) -> None:
+    from attnlab.sinks.html import render_html  # the sink builds on this module's views
+
+
+    write_atomic(path, render_html(report))
+
+
+WRITERS: dict[str, Callable[[Report, Path], None]] = {".csv": _write_csv, ".md": _write_markdown, ".html": _write_html}
+
+
+def write_report(report: Report, path: Path) -> Path:
+    """Write one output, its format chosen by the suffix (one of WRITERS)."""
+    WRITERS[Path(path).suffix.lower()](report, Path(path))
+    return Path(path)
+
+
+def write_sweep_outputs(report: Report, folder: Path) -> list[Path]:
+    return [write_report(report, Path(folder) / f"{OUTPUT_STEM}{suffix}") for suffix in WRITERS]
+
+
+def _snapshot(folder: Path) -> set[tuple[Path, int]]:
+    return {(f, f.stat().st_mtime_ns) for f in find_record_files([folder]) if f.exists()}
+
+
+def rebuild(folder: Path, max_rounds: int = 5) -> tuple[Report, list[RecordError]]:
+    """Rebuild a sweep folder's outputs from its records.
+
+    Parallel workers rebuild concurrently and the last writer wins; a writer whose snapshot went
+    stale while it wrote (another job's record appeared) rebuilds again, so the files on disk end
+    up covering every record written before the last rebuild finished.
+    """
+    folder = Path(folder)
+    for _ in range(max_rounds):
+        before = _snapshot(folder)
+        records, problems = load_records(sorted(path for path, _ in before))
+        report = Report.from_records(records)
+        write_sweep_outputs(report, folder)
+        if _snapshot(folder) == before:
+            break
+    return report, problems
+
+
+__all__ = [
+    "OUTPUT_STEM", "Report", "WRITERS", "diagnostic_columns", "differs_table", "find_record_files", "group_labels",
+    "load_records", "rebuild", "summary_table", "summary_view", "terminal_table", "to_markdown_report",
+    "write_report", "write_sweep_outputs",
+]

@@ -1,0 +1,183 @@
+"""The diagnosis: which stage went wrong first, and why, in words a learner understands.
+
+Checks follow the source's order for locating a problem (query source, key index, scaling,
+softmax axis), then the value path and the context. Two kinds of check:
+
+- self-consistent ones read only the variant (its sources, scaling factor, weight sums,
+  shapes, its own batched-vs-single-token agreement) and always run;
+- comparisons with the reference run only with shared weights, and only until a finding
+  explains a divergence: a wrong early stage makes every later one wrong, and reporting those
+  consequences would bury the root cause.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnlab.capture import Capture
+from attnlab.diagnostics import stage_differs, stage_tolerance
+from attnlab.record import Finding
+from attnlab.stages import STAGES
+
+_PROJECTIONS = {"queries": "W_query", "keys": "W_key", "values": "W_value"}
+_SCALE_RTOL = 1e-3
+
+
+def _fmt(x: float) -> str:
+    return str(round(x, 4))
+
+
+class _Diagnosis:
+    def __init__(self, variant: Capture, reference: Capture, diagnostics: dict[str, float], weights_shared: bool):
+        self.v, self.ref, self.d = variant, reference, diagnostics
+        self.shared = weights_shared
+        self.findings: list[Finding] = []
+        self.explained = False  # a finding already explains why later stages differ
+
+    def add(self, code: str, stage: str, message: str, *, explains: bool = True) -> None:
+        self.findings.append(Finding(code, stage, "error", message))
+        self.explained = self.explained or explains
+
+    def present(self, *stages: str) -> bool:
+        return all(s in self.v.stages for s in stages)
+
+    def compare(self, stage: str) -> bool:
+        """Whether a comparison with the reference may judge this stage."""
+        return self.shared and not self.explained and self.present(stage) and stage in self.ref.stages
+
+    def differs(self, stage: str, other: torch.Tensor | None = None) -> bool:
+        return stage_differs(stage, self.v, self.ref, other)
+
+    def run(self) -> list[Finding]:
+        self.non_finite()
+        self.shapes()
+        swapped = self.scores_transposed()
+        if not swapped:
+            self.query_source()
+            self.key_index()
+        if swapped:
+            self.add("scores_transposed", "scores", swapped)
+        self.scaling()
+        self.softmax()
+        self.value_path()
+        self.batched_single()
+        order = {s: i for i, s in enumerate(STAGES)}
+        return sorted(self.findings, key=lambda f: order[f.stage])
+
+    def non_finite(self) -> None:
+        for stage in STAGES:
+            count = self.d.get(f"non_finite_{stage}", math.nan)
+            if count > 0:
+                self.add("non_finite", stage, f"{stage} holds {int(count)} NaN/inf values where finite numbers "
+                         f"were expected; look at the line that computes {stage}.")
+                return
+
+    def shapes(self) -> None:
+        d_in = self.v.stages["inputs"].shape[-1]
+        d_out = self.ref.stages["context"].shape[-1]
+        for stage, matrix in _PROJECTIONS.items():
+            if not self.present(stage) or self.v.stages[stage].shape[-1] == d_out:
+                continue
+            cols = self.v.stages[stage].shape[-1]
+            cause = "d_in" if cols == d_in else f"{cols}"
+            self.add("shape_projection", stage, f"{stage} have {cols} columns where d_out={d_out} was expected: "
+                     f"the {matrix} projection probably used {cause} where it should have used d_out.")
+
+    def scores_transposed(self) -> str | None:
+        """keys @ queries.T: the roles are swapped, or the scores equal the reference's transposed."""
+        by_sources = self.v.sources.get("queries") == "keys" and self.v.sources.get("keys") == "queries"
+        scores = self.v.stages.get("scores")
+        by_values = (self.compare("scores") and self.differs("scores")
+                     and not self.differs("scores", scores.mT))
+        if not (by_sources or by_values):
+            return None
+        return ("scores are the reference's scores transposed (keys @ queries.T): row i holds key i against every "
+                "query, where queries @ keys.T was expected; swap the operands so each row is one query.")
+
+    def query_source(self) -> None:
+        if not self.present("queries") or any(f.stage == "queries" for f in self.findings):
+            return
+        source = self.v.sources.get("queries")
+        if source not in (None, "queries"):
+            self.add("query_source", "queries", f"queries come from the {_PROJECTIONS[source]} projection where "
+                     f"x @ W_query was expected; check which weight matrix the queries line multiplies by.")
+        elif self.compare("queries") and self.differs("queries"):
+            origin = "not from a projection" if source is None else "from W_query"
+            self.add("query_source", "queries", f"queries ({origin}) do not match x @ W_query of the same tokens; "
+                     f"check the queries line: the input rows and the weight matrix it uses.")
+
+    def key_index(self) -> None:
+        if not self.present("keys") or any(f.stage == "keys" for f in self.findings):
+            return
+        source = self.v.sources.get("keys")
+        if source not in (None, "keys"):
+            self.add("key_index", "keys", f"keys come from the {_PROJECTIONS[source]} projection where x @ W_key "
+                     f"was expected, so no key row belongs to its token; check the keys line.")
+            return
+        if not (self.compare("keys") and self.differs("keys")):
+            return
+        keys = self.v.stages["keys"]
+        for shift in (1, -1):  # keys[i] == reference keys[i + shift]  <=>  roll(keys, shift) == reference keys
+            if not self.differs("keys", torch.roll(keys, shifts=shift, dims=0)):
+                self.add("key_index", "keys", f"keys row i matches reference row i{shift:+d} "
+                         f"(the key rows are shifted by one token), so each query is scored against its "
+                         f"neighbour's key; check the key index (Python counts from 0) and any roll or slice of keys.")
+                return
+        self.add("key_index", "keys", "keys do not match x @ W_key row for row, so queries are scored against "
+                 "the wrong key rows; check the key index and the keys line.")
+
+    def scaling(self) -> None:
+        observed, expected = self.d.get("scale_observed", math.nan), self.d.get("scale_expected", math.nan)
+        if math.isfinite(observed) and math.isfinite(expected) and abs(observed - expected) > _SCALE_RTOL * expected:
+            self.add("scaling", "scaled_scores", f"the softmax input is the scores scaled by {_fmt(observed)}, "
+                     f"expected {_fmt(expected)} (1/sqrt(d_k)); check the division by keys.shape[-1] ** 0.5 "
+                     f"before the softmax.")
+
+    def softmax(self) -> None:
+        if not self.present("weights"):
+            return
+        tol = stage_tolerance("weights", self.v)
+        row_err = self.d.get("weights_row_sum_max_err", math.nan)
+        col_err = self.d.get("weights_col_sum_max_err", math.nan)
+        weights = self.v.stages["weights"]
+        square = weights.dim() == 2 and weights.shape[0] == weights.shape[1]
+        if self.v.softmax_dim == 0 or (square and col_err <= tol < row_err):
+            self.add("softmax_axis", "weights", "weight columns sum to 1 but rows do not: the softmax normalised "
+                     "over the queries (dim 0) instead of the keys; use dim=-1 so each query's weights sum to 1.")
+            return
+        softmax_err = self.d.get("weights_softmax_max_err", math.nan)
+        if softmax_err > tol and not any(f.code == "scaling" for f in self.findings):
+            rows = "rows sum to 1" if row_err <= tol else f"rows sum to 1 within {_fmt(row_err)}"
+            self.add("not_softmax", "weights", f"weight {rows}, but the weights are not the softmax of the scaled "
+                     f"scores (off by up to {_fmt(softmax_err)}); use torch.softmax(scaled scores, dim=-1) "
+                     f"instead of a plain normalisation.")
+
+    def value_path(self) -> None:
+        if not self.present("values") or any(f.stage == "values" for f in self.findings):
+            return
+        source = self.v.sources.get("values")
+        wrong_source = source not in (None, "values")
+        origin = f" (they come from {_PROJECTIONS[source]})" if wrong_source else ""
+        weights_match = self.compare("weights") and not self.differs("weights")
+        if weights_match and self.compare("context") and self.differs("context"):
+            self.add("value_path", "values", f"the attention weights match the reference but the context does "
+                     f"not: only the values changed{origin}; the values line should be x @ W_value.")
+        elif wrong_source:
+            self.add("value_path", "values", f"values come from {_PROJECTIONS[source]} where x @ W_value was "
+                     f"expected, so the context combines the wrong vectors; check the values line.")
+
+    def batched_single(self) -> None:
+        diff = self.d.get("batched_single_max_abs_diff", math.nan)
+        if self.findings or not diff > stage_tolerance("context", self.v):
+            return
+        self.add("batched_single_mismatch", "context", f"row i of the batched context differs from token i's "
+                 f"single-token computation softmax(q_i K^T / sqrt(d_k)) V by up to {_fmt(diff)}; "
+                 f"predict the shapes and values, then check stage by stage from the scores on.")
+
+
+def diagnose(variant: Capture, reference: Capture, diagnostics: dict[str, float], *,
+             weights_shared: bool) -> list[Finding]:
+    """Findings, root cause first; a variant that matches the reference gets none."""
+    return _Diagnosis(variant, reference, diagnostics, weights_shared).run()

@@ -1,0 +1,109 @@
+"""Predictions: the learner writes down what a run should show, then the run checks it.
+
+"Predict the shapes and values, then check stage by stage": an `expect:` block in the config
+names each prediction. It is validated before any work, so a typo costs no run, and every
+prediction becomes a Prediction(name, expected, observed, passed) with JSON-able values.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+from attnlab.capture import Capture
+from attnlab.errors import UserError
+from attnlab.record import Finding, Prediction
+from attnlab.stages import STAGES
+
+ROW_SUM_TOL = 1e-4
+
+ALLOWED: tuple[str, ...] = (
+    "context_shape",  # [n_tokens, d_out], e.g. [6, 2]
+    "weights_shape",  # [n_tokens, n_tokens]
+    "row_sums",  # 1: every row of the weights sums to 1
+    "matches_reference",  # true: no stage diverges from the reference
+    "first_divergent_stage",  # a stage name, or null
+    "softmax_dim",  # the dim the softmax normalised over, or null
+    "findings",  # the finding codes, compared as a set
+)
+
+
+def _shape(value: Any) -> str | None:
+    ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return None if ok else "expected a list of ints like [6, 2]"
+
+
+def _number(value: Any) -> str | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return None if ok else "expected a number like 1"
+
+
+def _bool(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "expected true or false"
+
+
+def _stage(value: Any) -> str | None:
+    return None if value is None or value in STAGES else f"expected null or one of {', '.join(STAGES)}"
+
+
+def _dim(value: Any) -> str | None:
+    ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
+    return None if ok else "expected an int or null"
+
+
+def _codes(value: Any) -> str | None:
+    ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    return None if ok else "expected a list of finding codes like [scaling]"
+
+
+_VALIDATORS: dict[str, Callable[[Any], str | None]] = {
+    "context_shape": _shape, "weights_shape": _shape, "row_sums": _number, "matches_reference": _bool,
+    "first_divergent_stage": _stage, "softmax_dim": _dim, "findings": _codes,
+}
+
+
+def validate_expectations(expect: Mapping[str, Any]) -> None:
+    """Raise UserError naming the first bad key, before the run does any work."""
+    for key, value in expect.items():
+        if key not in ALLOWED:
+            raise UserError(f"expect.{key}: unknown prediction; allowed: {', '.join(ALLOWED)}")
+        problem = _VALIDATORS[key](value)
+        if problem:
+            raise UserError(f"expect.{key}: {problem}, got {value!r}; allowed: {', '.join(ALLOWED)}")
+
+
+def _row_sums(expected: float, variant: Capture) -> tuple[float | None, bool]:
+    """Observed: the row sum farthest from the expected one (None without weights)."""
+    weights = variant.stages.get("weights")
+    if weights is None:
+        return None, False
+    sums = weights.sum(dim=-1, dtype=weights.dtype).double()
+    worst = float(sums[(sums - expected).abs().argmax()]) if sums.numel() else expected
+    return worst, math.isfinite(worst) and abs(worst - expected) <= ROW_SUM_TOL * max(1.0, abs(expected))
+
+
+def check_predictions(expect: Mapping[str, Any], variant: Capture, diagnostics: dict[str, float],
+                      first_divergent: str | None, findings: list[Finding]) -> list[Prediction]:
+    """One Prediction per `expect` entry, in the order written."""
+    stages = variant.stages
+    observed: dict[str, Callable[[], Any]] = {
+        "context_shape": lambda: list(stages["context"].shape),
+        "weights_shape": lambda: list(stages["weights"].shape) if "weights" in stages else None,
+        "matches_reference": lambda: first_divergent is None,
+        "first_divergent_stage": lambda: first_divergent,
+        "softmax_dim": lambda: variant.softmax_dim,
+        "findings": lambda: sorted({f.code for f in findings}),
+    }
+    predictions = []
+    for name, expected in expect.items():
+        if name == "row_sums":
+            seen, passed = _row_sums(float(expected), variant)
+        elif name == "findings":
+            seen = observed[name]()
+            expected, passed = sorted(set(expected)), set(expected) == set(seen)
+        else:
+            seen = observed[name]()
+            expected = list(expected) if isinstance(expected, (list, tuple)) else expected
+            passed = seen == expected
+        predictions.append(Prediction(name, expected, seen, bool(passed)))
+    return predictions

@@ -1,0 +1,114 @@
+"""`comparison.html`: one self-contained page that opens offline, from a laptop or a cluster copy.
+
+Inline CSS, images embedded as base64 PNG, no scripts, no external assets. The page reads the
+records and the tables built from them; it never recomputes attention. Per configuration it
+shows a small heatmap of the variant's attention weights (first seed) and its findings in words.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+
+import pandas as pd
+
+from attnlab.aggregate import Report, group_labels, summary_view
+from attnlab.heatmap import render_heatmap, to_png_bytes
+from attnlab.record import Record
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid #ccc; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 12px; }
+th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: right; white-space: nowrap; }
+th { background: #f3f3f3; position: sticky; top: 0; }
+tr:nth-child(even) td { background: #fafafa; }
+.cards { display: flex; flex-wrap: wrap; gap: 1em; }
+.card { border: 1px solid #ddd; border-radius: 6px; padding: 0.6em 0.9em; max-width: 420px; }
+.card img { max-width: 380px; height: auto; image-rendering: pixelated; }
+.failed { color: #a40000; } .note { color: #666; font-style: italic; }
+li.error { color: #a40000; } li.warning { color: #8a5a00; }
+"""
+
+
+def weights_heatmap_html(record: Record) -> str:
+    """An <img> of the variant's attention weights, or a sentence saying why there is none."""
+    weights = record.stages.get("weights")
+    if "weights" not in record.stage_shapes:
+        return '<p class="note">no weights captured</p>'
+    if weights is None:
+        shape = "x".join(map(str, record.stage_shapes["weights"]))
+        return f'<p class="note">weights ({shape}) too large to inline in the record</p>'
+    labels = record.labels if weights.ndim == 2 and weights.shape[0] == weights.shape[1] == len(record.labels) else None
+    try:
+        image = render_heatmap(weights, title=f"weights · {record.variant} · seed {record.seed}",
+                               row_labels=labels, col_labels=labels)
+    except ValueError as exc:  # e.g. a 0-d "weights" from a broken variant
+        return f'<p class="note">weights not drawable: {html.escape(str(exc))}</p>'
+    data = base64.b64encode(to_png_bytes(image)).decode("ascii")
+    return f'<img alt="attention weights of {html.escape(record.variant)}" src="data:image/png;base64,{data}">'
+
+
+def findings_html(records: list[Record]) -> str:
+    """Each distinct finding once, in words, with the seeds it came from (or each failure)."""
+    items: dict[tuple[str, str], list[int]] = {}
+    for record in records:
+        if not record.ok:
+            items.setdefault(("error", f"failed: {record.error}"), []).append(record.seed)
+        for finding in record.findings:
+            text = f"[{finding.code} @ {finding.stage}] {finding.message}"
+            items.setdefault((finding.severity, text), []).append(record.seed)
+    if not items:
+        return "<p>No findings: the variant matches the reference at every stage checked.</p>"
+    lines = [
+        f'<li class="{html.escape(severity)}">{html.escape(text)} <span class="note">(seed {", ".join(map(str, seeds))})</span></li>'
+        for (severity, text), seeds in items.items()
+    ]
+    return "<ul>" + "".join(lines) + "</ul>"
+
+
+def configuration_cards(report: Report) -> str:
+    """One card per configuration (the summary's rows): heatmap of its first seed, its findings."""
+    labels = group_labels(report.jobs)
+    by_label: dict[str, list[Record]] = {}
+    for label, record in zip(labels, report.records):
+        by_label.setdefault(label, []).append(record)
+    cards = []
+    for label, records in by_label.items():
+        shown = next((r for r in records if r.ok), records[0])
+        cards.append(
+            f'<div class="card"><h3>{html.escape(label)}</h3>'
+            f"{weights_heatmap_html(shown) if shown.ok else ''}{findings_html(records)}</div>"
+        )
+    return '<div class="cards">' + "".join(cards) + "</div>"
+
+
+def table_html(table: pd.DataFrame, index: bool = True) -> str:
+    body = table.to_html(index=index, na_rep="—", float_format=lambda v: f"{v:.4g}", border=0, escape=True)
+    return f'<div class="scroll">{body}</div>'
+
+
+def render_html(report: Report, title: str = "attnlab comparison") -> str:
+    failed = sum(not r.ok for r in report.records)
+    status = f'{len(report.records)} record(s)' + (f', <span class="failed">{failed} failed</span>' if failed else "")
+    sections = [
+        f"<h1>{html.escape(title)}</h1><p>{status}</p>",
+        "<h2>Per configuration: attention weights and findings</h2>",
+        configuration_cards(report),
+        "<h2>Summary (mean ± std over seeds)</h2>",
+        table_html(summary_view(report.summary)),
+        "<h2>What differs between jobs</h2>",
+        table_html(report.differs, index=False),
+        "<h2>Every job</h2>",
+        table_html(report.jobs, index=False),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head>\n<body>\n"
+        + "\n".join(sections)
+        + "\n</body></html>\n"
+    )
+
+
+__all__ = ["findings_html", "render_html", "weights_heatmap_html"]

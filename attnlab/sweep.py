@@ -1,0 +1,81 @@
+"""The sweep's tables, kept current by a Hydra callback (registered in conf/config.yaml).
+
+Why after every job and not only at the end: Hydra skips `on_multirun_end` when a job raised,
+and a Ctrl-C or a cluster's time limit skips it too, so each job rebuilds the sweep's tables from
+the records on disk (in whichever process ran it: the basic launcher's, a joblib worker, a SLURM
+node). `on_multirun_end` rebuilds once more, prints the table, and hands the failed records to
+the CLI, which then exits non-zero: after the tables are written, not instead of them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab import cli
+from attnlab.aggregate import OUTPUT_STEM, Report, rebuild, terminal_table
+from attnlab.record import RECORD_FILE, Record, write_record
+
+
+def sweep_dir(config: DictConfig) -> Path:
+    return Path(str(config.hydra.sweep.dir))
+
+
+def is_multirun(config: DictConfig) -> bool:
+    return config.hydra.mode == RunMode.MULTIRUN
+
+
+def record_job_failure(config: DictConfig, job_return: JobReturn) -> Path | None:
+    """A job that raised before writing any record (e.g. a bad value for one sweep point) still
+    gets its row: a failed record with the one-line error, in the job's folder."""
+    job_dir = Path(config.hydra.runtime.output_dir)
+    if job_return.status != JobStatus.FAILED or any(job_dir.rglob(RECORD_FILE)):
+        return None
+    try:
+        job_return.return_value  # re-raises the job's exception: the public way to get it
+        return None
+    except Exception as exc:  # noqa: BLE001 - any job error becomes the record's one line
+        error = cli.one_line(exc)
+    job_config = OmegaConf.to_container(config, resolve=False, enum_to_str=True)
+    job_config.pop("hydra", None)
+    record = Record(
+        variant=str(OmegaConf.select(config, "variant.name", default="?")),
+        seed=int(OmegaConf.select(config, "seed", default=0)),
+        config=job_config,
+        status="failed",
+        error=error,
+    )
+    return write_record(record, job_dir)
+
+
+def print_summary(report: Report, folder: Path) -> None:
+    print(f"\nsweep: {len(report.records)} job(s) in {folder}")
+    print(terminal_table(report.jobs))
+    print(f"tables: {folder / OUTPUT_STEM}.csv .md .html (open the .html in a browser)")
+
+
+class SweepTables(Callback):
+    """Rebuilds `<sweep dir>/comparison.{csv,md,html}` after each job and at the end of a sweep."""
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if not is_multirun(config):
+            return
+        record_job_failure(config, job_return)
+        _, problems = rebuild(sweep_dir(config))
+        for problem in problems:
+            print(f"attnlab: skipped record: {problem}", file=sys.stderr)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        folder = sweep_dir(config)
+        report, _ = rebuild(folder)
+        print_summary(report, folder)
+        cli.failed_jobs[:] = [str(r.path) for r in report.records if not r.ok]
+
+
+__all__ = ["SweepTables", "print_summary", "record_job_failure", "sweep_dir"]

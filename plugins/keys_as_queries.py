@@ -1,0 +1,28 @@
+"""SelfAttention_v1 computing the queries with W_key."""
+
+import torch
+import torch.nn as nn
+
+import attnlab
+
+
+@attnlab.variant(
+    "keys_as_queries",
+    description="SelfAttention_v1 with queries = x @ W_key: every token asks with its key",
+    expected_finding=("query_source", "queries"),
+)
+class SelfAttentionKeysAsQueries(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
+
+    def forward(self, x):
+        keys = x @ self.W_key  # (n_tokens, d_out)
+        queries = x @ self.W_key  # (n_tokens, d_out); changed: W_key, not W_query
+        values = x @ self.W_value  # (n_tokens, d_out)
+        attn_scores = queries @ keys.T  # (n_tokens, n_tokens)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (n_tokens, n_tokens)
+        context_vec = attn_weights @ values  # (n_tokens, d_out)
+        return context_vec

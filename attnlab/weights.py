@@ -65,16 +65,18 @@ def load_shared(module: nn.Module, qkv: QKVWeights) -> dict[str, str]:
         module.load_qkv(qkv.W_query, qkv.W_key, qkv.W_value)
         return {"load_qkv": "plugin loader"}
     report: dict[str, str] = {}
+    linear_weights = {f"{name}.weight" for name, sub in module.named_modules() if isinstance(sub, nn.Linear) and name}
     with torch.no_grad():
         for name, param in module.named_parameters():
             role = projection_role(name)
             if role is None or name.endswith("bias"):
                 continue
-            matrix = qkv.for_role(role)
+            transposed = name in linear_weights  # nn.Linear stores (d_out, d_in), even when square
+            matrix = qkv.for_role(role).T if transposed else qkv.for_role(role)
             if param.shape == matrix.shape:
                 param.copy_(matrix)
-                report[name] = "shared"
-            elif param.shape == matrix.T.shape:
+                report[name] = "shared (transposed)" if transposed else "shared"
+            elif param.shape == matrix.T.shape:  # a raw (d_out, d_in) parameter, used as x @ W.T
                 param.copy_(matrix.T)
                 report[name] = "shared (transposed)"
             else:

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import attnlab.registry
-from attnlab.capture import Capture, capture
+from attnlab.capture import capture
 from attnlab.diagnostics import compute_diagnostics, first_divergent_stage
 from attnlab.findings import diagnose
 from attnlab.record import Finding
@@ -117,4 +117,4 @@ def codes(findings: list[Finding]) -> list[tuple[str, str]]:
     return [(f.code, f.stage) for f in findings]
 
 
-__all__ = ["BOOK_INPUTS", "CORRECT_STYLES", "Capture", "ConstantAttention", "build", "codes", "run_pair", "zoo_specs"]
+__all__ = ["BOOK_INPUTS", "CORRECT_STYLES", "ConstantAttention", "build", "codes", "run_pair", "zoo_specs"]

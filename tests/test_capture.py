@@ -12,7 +12,7 @@ from attnlab.stages import STAGES
 from tests._zoo_helpers import BOOK_INPUTS, CORRECT_STYLES, ConstantAttention, build
 
 
-def _independent(module, x, scale_power=0.5):
+def _independent(module, x):
     """The stages computed here from the module's parameters, not by the module."""
     w = {name: (p.T if p.shape[0] != x.shape[-1] else p) for name, p in module.named_parameters()}
     wq = next(v for k, v in w.items() if "query" in k)

@@ -35,6 +35,13 @@ def test_linear_weights_receive_the_matrices_transposed():
     assert report["W_key.weight"] == "shared (transposed)"
 
 
+def test_a_square_linear_weight_is_still_transposed():
+    module = attnlab.create_variant("linear", 4, 4)
+    qkv = seeded_qkv(2, 4, 4)
+    load_shared(module, qkv)
+    assert torch.equal(module.W_query.weight, qkv.W_query.T)
+
+
 def test_a_parameter_of_the_wrong_shape_keeps_its_own_values_and_says_so():
     class DInValues(nn.Module):
         def __init__(self):

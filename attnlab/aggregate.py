@@ -122,8 +122,10 @@ def summary_table(jobs: pd.DataFrame) -> pd.DataFrame:
         {("jobs", "count"): grouped.size(), ("failed", "count"): grouped["status"].agg(lambda s: int((s == "failed").sum()))},
         axis=1,
     )
-    stats = grouped[diagnostic_columns(jobs)].agg(["mean", "std"])
-    return pd.concat([counts, stats], axis=1)
+    diagnostics = diagnostic_columns(jobs)
+    if not diagnostics:  # e.g. every job failed
+        return counts
+    return pd.concat([counts, grouped[diagnostics].agg(["mean", "std"])], axis=1)
 
 
 def summary_view(summary: pd.DataFrame) -> pd.DataFrame:
@@ -168,7 +170,7 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
     view = jobs[shown].copy()
     if "error" in jobs and jobs["error"].astype(bool).any():
         view["error"] = jobs["error"].map(lambda e: e if len(e) <= TERMINAL_ERROR_WIDTH else e[: TERMINAL_ERROR_WIDTH - 1] + "…")
-    return view.fillna("").to_string(index=False, line_width=width, float_format=lambda v: f"{v:.4g}")
+    return view.to_string(index=False, line_width=width, na_rep="—", float_format=lambda v: f"{v:.4g}")
 
 
 def to_markdown_report(report: Report) -> str:

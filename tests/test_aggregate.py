@@ -1,0 +1,124 @@
+"""attnlab.aggregate: records on disk -> jobs table, per-configuration summary, differs view, files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnlab.aggregate import (
+    Report, differs_table, find_record_files, load_records, rebuild, summary_table, summary_view,
+    terminal_table, write_report,
+)
+from attnlab.record import Finding, Record, write_record
+
+
+def make_record(variant: str, seed: int, *, d_out: int = 2, entropy: float = 1.0, status: str = "ok") -> Record:
+    weights = np.full((2, 2), 0.5, dtype=np.float32)
+    ok = status == "ok"
+    return Record(
+        variant=variant, seed=seed, config={"inputs": {"kind": "book"}, "weights": "shared"},
+        n_tokens=2, d_in=3, d_out=d_out, status=status, error=None if ok else "variant raised RuntimeError: boom",
+        labels=["a", "b"], stages={"weights": weights} if ok else {}, stage_shapes={"weights": [2, 2]} if ok else {},
+        diagnostics={"weights_entropy_mean": entropy, "divergence_context": 0.0} if ok else {},
+        first_divergent_stage="scaled_scores" if variant == "unscaled" and ok else None,
+        findings=[Finding("scaling", "scaled_scores", "error", "no 1/sqrt(d_k)")] if variant == "unscaled" else [],
+    )
+
+
+def write_sweep(folder: Path, records: list[Record]) -> Path:
+    for num, record in enumerate(records):
+        write_record(record, folder / f"{num}-seed={record.seed},variant={record.variant}")
+    return folder
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    return write_sweep(tmp_path / "sweep", [
+        make_record("reference", 1, entropy=1.0), make_record("reference", 2, entropy=3.0),
+        make_record("unscaled", 1, entropy=0.5), make_record("unscaled", 2, status="failed"),
+    ])
+
+
+def test_find_record_files_ignores_temp_files_and_duplicates(sweep: Path) -> None:
+    (sweep / "0-seed=1,variant=reference" / ".record.json.abc.tmp").write_text("{")
+    files = find_record_files([sweep, sweep / "0-seed=1,variant=reference", sweep / "1-seed=2,variant=reference" / "record.json"])
+    assert len(files) == 4 and all(f.name == "record.json" for f in files)
+
+
+def test_load_records_skips_unreadable_files_by_path(sweep: Path) -> None:
+    bad = sweep / "9-bad" / "record.json"
+    bad.parent.mkdir()
+    bad.write_text('{"variant": "x", "se')
+    records, problems = load_records(find_record_files([sweep]))
+    assert len(records) == 4
+    assert len(problems) == 1 and str(bad) in str(problems[0])
+
+
+def test_jobs_table_is_one_row_per_job_in_variant_seed_order(sweep: Path) -> None:
+    report = Report.from_records(load_records(find_record_files([sweep]))[0])
+    assert list(report.jobs[["variant", "seed"]].itertuples(index=False, name=None)) == [
+        ("reference", 1), ("reference", 2), ("unscaled", 1), ("unscaled", 2)
+    ]
+    assert [r.seed for r in report.records] == list(report.jobs["seed"])
+
+
+def test_rows_of_a_size_sweep_are_ordered_numerically() -> None:
+    records = [make_record("reference", 1, d_out=d) for d in (512, 8, 32, 2)]
+    assert list(Report.from_records(records).jobs["d_out"]) == [2, 8, 32, 512]
+
+
+def test_summary_is_mean_and_std_over_seeds_counting_failures(sweep: Path) -> None:
+    jobs = Report.from_records(load_records(find_record_files([sweep]))[0]).jobs
+    summary = summary_table(jobs)
+    assert summary.loc["reference", ("weights_entropy_mean", "mean")] == pytest.approx(2.0)
+    assert summary.loc["reference", ("weights_entropy_mean", "std")] == pytest.approx(np.sqrt(2.0))
+    assert summary.loc["unscaled", ("jobs", "count")] == 2
+    assert summary.loc["unscaled", ("failed", "count")] == 1
+    assert summary.loc["unscaled", ("weights_entropy_mean", "mean")] == pytest.approx(0.5)
+    view = summary_view(summary)
+    assert view.loc["weights_entropy_mean", "reference"] == "2 ± 1.4"
+    assert view.loc["weights_entropy_mean", "unscaled"] == "0.5"  # one ok seed: no std
+
+
+def test_summary_groups_by_configuration_when_sizes_vary() -> None:
+    jobs = Report.from_records([make_record("unscaled", s, d_out=d) for d in (2, 8) for s in (1, 2)]).jobs
+    assert list(summary_table(jobs).index) == ["unscaled · d_out=2", "unscaled · d_out=8"]
+
+
+def test_differs_hides_constant_columns_but_keeps_identity() -> None:
+    jobs = pd.DataFrame({"variant": ["a", "a"], "seed": [1, 1], "d_in": [3, 3], "x": [1.0, 2.0], "path": ["p", "q"]})
+    assert list(differs_table(jobs).columns) == ["variant", "seed", "x"]
+
+
+def test_terminal_table_keeps_key_columns_and_main_diagnostics(sweep: Path) -> None:
+    report = Report.from_records(load_records(find_record_files([sweep]))[0])
+    text = terminal_table(report.jobs, width=400)
+    header = text.splitlines()[0].split()
+    assert header[:2] == ["variant", "seed"] and "d_in" not in header  # constant: folded away
+    assert {"status", "weights_entropy_mean", "error"} <= set(header)
+    assert "boom" in text
+
+
+def test_rebuild_writes_csv_md_html_and_rereads_new_records(sweep: Path) -> None:
+    report, problems = rebuild(sweep)
+    assert not problems and len(report.records) == 4
+    for suffix in (".csv", ".md", ".html"):
+        assert (sweep / f"comparison{suffix}").stat().st_size > 0
+    csv = pd.read_csv(sweep / "comparison.csv")
+    assert len(csv) == 4 and list(csv.columns[:11]) == [
+        "variant", "seed", "d_in", "d_out", "n_tokens", "inputs", "weights", "status", "error",
+        "first_divergent_stage", "findings",
+    ]
+    write_sweep(sweep / "more", [make_record("unscaled", 3)])
+    rebuild(sweep)
+    assert len(pd.read_csv(sweep / "comparison.csv")) == 5
+
+
+def test_markdown_has_the_three_views(sweep: Path, tmp_path: Path) -> None:
+    report = Report.from_records(load_records(find_record_files([sweep]))[0])
+    text = write_report(report, tmp_path / "out.md").read_text()
+    assert "## Summary (mean ± std over seeds)" in text and "## What differs" in text and "## Every job" in text
+

@@ -1,0 +1,66 @@
+"""attnlab.sinks.html: comparison.html is self-contained and reads only the records."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+
+import numpy as np
+from PIL import Image
+
+from attnlab.aggregate import Report
+from attnlab.record import Finding, Record
+from attnlab.sinks.html import render_html, weights_heatmap_html
+
+
+def record(variant: str = "unscaled", seed: int = 1, **overrides) -> Record:
+    fields = dict(
+        variant=variant, seed=seed, config={"inputs": {"kind": "book"}, "weights": "shared"},
+        n_tokens=3, d_in=3, d_out=2, labels=["Your", "journey", "<b>"],
+        stages={"weights": np.eye(3, dtype=np.float32)}, stage_shapes={"weights": [3, 3]},
+        diagnostics={"weights_entropy_mean": 0.0},
+        findings=[Finding("scaling", "scaled_scores", "error", "divide the scores by sqrt(d_k) <before> softmax")],
+    )
+    return Record(**{**fields, **overrides})
+
+
+def embedded_images(page: str) -> list[Image.Image]:
+    return [Image.open(io.BytesIO(base64.b64decode(b))) for b in re.findall(r'src="data:image/png;base64,([^"]+)"', page)]
+
+
+def test_page_is_self_contained_with_one_heatmap_per_configuration() -> None:
+    page = render_html(Report.from_records([record(seed=1), record(seed=2), record("reference", findings=[])]))
+    assert not re.search(r"(src|href)=\"(https?:)?//", page) and "<script" not in page
+    images = embedded_images(page)
+    assert len(images) == 2 and all(im.format == "PNG" and im.size[0] > 10 for im in images)
+    assert "<style>" in page
+
+
+def test_findings_are_in_words_escaped_and_name_their_seeds() -> None:
+    page = render_html(Report.from_records([record(seed=1), record(seed=2)]))
+    assert "divide the scores by sqrt(d_k) &lt;before&gt; softmax" in page
+    assert "(seed 1, 2)" in page
+    assert "<before>" not in page and "<b>" not in page
+
+
+def test_reference_without_findings_says_so() -> None:
+    assert "No findings" in render_html(Report.from_records([record("reference", findings=[])]))
+
+
+def test_weights_above_the_inline_limit_are_named_not_drawn() -> None:
+    big = record(stages={"weights": None}, stage_shapes={"weights": [4096, 4096]})
+    assert "too large to inline" in weights_heatmap_html(big) and "4096x4096" in weights_heatmap_html(big)
+
+
+def test_failed_record_shows_its_error_and_no_image() -> None:
+    failed = record("raises", status="failed", error="variant 'raises' raised RuntimeError: boom",
+                    stages={}, stage_shapes={}, findings=[], diagnostics={})
+    page = render_html(Report.from_records([failed]))
+    assert "failed: variant &#x27;raises&#x27; raised RuntimeError: boom" in page
+    assert not embedded_images(page)
+
+
+def test_odd_shaped_weights_are_drawn_without_labels() -> None:
+    odd = record(stages={"weights": np.ones((2, 3, 3), dtype=np.float32)}, stage_shapes={"weights": [2, 3, 3]})
+    assert "data:image/png;base64," in weights_heatmap_html(odd)

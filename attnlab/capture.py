@@ -7,8 +7,17 @@ or call order (the source computes keys before queries):
 - a product with a projection parameter (`x @ W_key`, `nn.Linear`) makes a projection,
 - the first product of two projection-derived tensors is the scores; its row operand is in the
   queries position and its column operand in the keys position,
-- the softmax input is the scaled scores, its output the weights,
+- the softmax input is the scaled scores, its output the weights; a hand-written softmax
+  (`exp(s - s.max(dim, keepdim=True).values) / exp(...).sum(dim, keepdim=True)`, `s.exp() /
+  s.exp().sum(dim, keepdim=True)`, `log_softmax(s, dim).exp()`) counts as one, with the tensor
+  the max was subtracted from as its input (a softmax is shift-invariant),
 - the product of the weights with a projection is the context; that projection is the values.
+
+A projection multiplied or divided by a scalar (a Python number or a one-element tensor) before
+the score product stays a projection: `(x @ W_query) * d_k ** -0.5`, `x @ (W_query / 8)`. The
+factor is recorded in `Capture.prescale` and the stage holds the UNscaled tensor, so the
+queries stage is `x @ W_query` whichever way the variant wrote it. See `Capture` for what the
+scores stage holds then.
 
 Provenance is recorded separately: `sources["queries"]` says which parameter made the tensor in
 the queries position, so `keys @ keys.T` is seen as keys in the queries position, not guessed
@@ -18,6 +27,7 @@ tagged in a side table (weak references, no copies) and tags follow shape ops.
 
 from __future__ import annotations
 
+import math
 import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -37,11 +47,27 @@ class Capture:
     sources: dict[str, str | None]  # "queries"/"keys"/"values" -> projection_role of the parameter that made it
     softmax_dim: int | None  # the dim the softmax normalised over, non-negative; None when no softmax was seen
     missing: list[str] = field(default_factory=list)  # stages that could not be found (never guessed)
+    # factors the queries / keys were multiplied by before the score product, e.g. {"queries": 0.125}
+    prescale: dict[str, float] = field(default_factory=dict)
+
+    # What "scores" holds: always the product of the UNscaled queries and keys (q @ k.T), so
+    # `divergence_scores` compares like with like and `scale_observed` (the least-squares factor
+    # from scores to the softmax input) is the EFFECTIVE scale: the pre-factors times any factor
+    # applied after the product. With no pre-factor that is the product the module computed (no
+    # copy). With one, the module never computed the raw product: capture divides the product it
+    # did compute by the recorded factors (one elementwise pass, float32 rounding within the
+    # scores tolerance), the one extra (n x n) tensor capture holds, only in that case. Had the
+    # scores been kept as the product seen, a correct pre-scaled variant would "diverge" at the
+    # scores and its effective scale would be split across two numbers.
 
 
 class _Tag(NamedTuple):
     kind: str  # "input" | "param" | "proj" | "scores" | "derived" (from scores) | "weights" | "context"
     role: str | None = None  # for "param"/"proj": the projection role of the parameter
+    factor: float = 1.0  # for "param"/"proj": the scalar the tensor was multiplied by since the projection
+    base: torch.Tensor | None = None  # the same tensor without that factor (same shape); None: divide on use
+    note: tuple | None = None  # "derived" on the way to a hand-written softmax: ("max"|"shifted"|"exp", logits),
+    #                            ("expsum", logits, dim), ("logsoftmax", logits, dim)
 
 
 _ACTIVATIONS = ("input", "proj")  # what queries, keys and values are made of
@@ -54,6 +80,14 @@ _SHAPE_OPS = {
     "T", "mT", "t", "transpose", "permute", "view", "reshape", "contiguous", "clone", "detach",
     "squeeze", "unsqueeze", "flatten", "expand", "to", "float", "__getitem__",
 }
+# ops that commute with a scalar factor: a pre-scaled projection keeps its factor through them
+_KEEP_FACTOR = _SHAPE_OPS | {"roll", "flip", "narrow", "select", "index_select"}
+_MUL = {"mul", "multiply", "mul_", "multiply_"}
+_DIV = {"div", "divide", "true_divide", "div_", "divide_", "true_divide_"}
+_NEG = {"neg", "negative", "neg_", "negative_"}
+_MAX = {"max", "amax"}
+_SUB = {"sub", "subtract"}
+_LOGITS = ("scores", "derived")
 
 _ACTIVE: ContextVar[_Recorder | None] = ContextVar("attnlab_capture", default=None)
 
@@ -142,6 +176,10 @@ class _Recorder(TorchFunctionMode):
         self.explicit: dict[str, torch.Tensor] = {}
         self.sources: dict[str, str | None] = {}
         self.softmax_dim: int | None = None
+        self.prescale: dict[str, float] = {}
+        self._softmax_dropped = 0
+        self._scores_inplace = 1.0  # scalar factor applied IN PLACE to the scores tensor itself
+        self._score_operands: tuple | None = None  # the first score product's operands, letters, output letters
         self._set_tag(x, _Tag("input"))
 
     def _set_tag(self, tensor: torch.Tensor, tag: _Tag) -> None:
@@ -165,41 +203,146 @@ class _Recorder(TorchFunctionMode):
         out = func(*args, **kwargs)
         name = _name(func)
         if name in _PRODUCTS:
-            self._product(name, args, out)
-        elif name == "softmax":
-            self._softmax(args, kwargs, out)
-        else:
-            self._propagate(name, args, kwargs, out)
+            self._product(func, name, args, kwargs, out)
+        elif name in ("softmax", "log_softmax"):
+            self._softmax(name, args, kwargs, out)
+        elif not (self._scaling(name, args, kwargs, out) or self._manual_softmax(name, args, kwargs, out)):
+            self._propagate(func, name, args, kwargs, out)
         return out
 
-    def _propagate(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+    def _propagate(self, func, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         outputs = _tensors([out])
         if not outputs:
             return
-        tags = [t for t in map(self._tag, _tensors([*args, *kwargs.values()])) if t is not None]
-        if not tags:
+        tagged = [(t, tag) for t in _tensors([*args, *kwargs.values()]) if (tag := self._tag(t)) is not None]
+        if not tagged:
             return
-        tag = min(tags, key=lambda t: _PRIORITY.index(t.kind))
-        if tag.kind == "scores" and name not in _SHAPE_OPS:
+        source, tag = min(tagged, key=lambda pair: _PRIORITY.index(pair[1].kind))
+        if tag.kind in _LOGITS and name not in _SHAPE_OPS:
             tag = _Tag("derived")
+        elif tag.factor != 1.0:  # a pre-scaled projection: the factor survives only ops that commute with it
+            base = None
+            if name in _KEEP_FACTOR and len(outputs) == 1 and tag.base is not None:
+                base = _replay(func, args, kwargs, source, tag.base)
+                base = base if isinstance(base, torch.Tensor) and base.shape == outputs[0].shape else None
+            tag = tag._replace(base=base) if name in _KEEP_FACTOR and len(outputs) == 1 else _Tag(tag.kind, tag.role)
         for tensor in outputs:
             self._set_tag(tensor, tag)
 
-    def _softmax(self, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+    def _scaling(self, name: str, args: tuple, kwargs: dict, out: Any) -> bool:
+        """A projection (or projection parameter) times a scalar: keep its provenance, record the factor.
+
+        Also notes a scalar applied in place to the scores tensor itself (`scores /= d_k ** 0.5`),
+        which overwrites the scores the module computed.
+        """
+        if not isinstance(out, torch.Tensor) or len(args) not in (1, 2) or kwargs.get("rounding_mode") is not None:
+            return False
+        pairs = []
+        if name in _MUL and len(args) == 2:
+            pairs = [(args[0], self._scalar(args[1])), (args[1], self._scalar(args[0]))]
+        elif name in _DIV and len(args) == 2:
+            divisor = self._scalar(args[1])
+            pairs = [(args[0], 1.0 / divisor if divisor else None)]
+        elif name in _NEG:
+            pairs = [(args[0], -1.0)]
+        for tensor, factor in pairs:
+            tag = self._tag(tensor) if isinstance(tensor, torch.Tensor) else None
+            if tag is None or factor is None or out.shape != tensor.shape:
+                continue
+            if tag.kind in ("proj", "param"):
+                in_place = out is tensor
+                if tag.base is not None and tag.base is not out:
+                    base = tag.base  # (x @ W * a) / b: still the same unscaled tensor
+                elif tag.factor == 1.0 and not in_place:
+                    base = tensor  # the projection itself, kept as it was
+                else:
+                    base = None  # overwritten in place: divided back on use
+                self._set_tag(out, tag._replace(factor=tag.factor * factor, base=base, note=None))
+                return True
+            if tag.kind == "scores" and out is tensor and out is self.found.get("scores"):
+                self._scores_inplace *= factor
+                self._set_tag(out, _Tag("derived"))
+                return True
+        return False
+
+    def _scalar(self, value: Any) -> float | None:
+        """A Python number, or an untagged one-element tensor, as a float; else None."""
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and self._tag(value) is None:
+            return float(value)
+        return None
+
+    def _manual_softmax(self, name: str, args: tuple, kwargs: dict, out: Any) -> bool:
+        """exp of scores-derived logits (max-shifted or not), divided by its own sum along one dim."""
+        if "weights" in self.found or not args or not isinstance(args[0], torch.Tensor):
+            return False
+        tag = self._tag(args[0])
+        if tag is None or tag.kind not in _LOGITS:
+            return False
+        note = tag.note or ("",)
+        if name in _MAX:
+            self._tag_all(out, _Tag("derived", note=("max", args[0])))
+            return True
+        if name in _SUB and len(args) == 2 and "alpha" not in kwargs and isinstance(args[1], torch.Tensor):
+            other = self._tag(args[1])
+            if other is not None and other.note and other.note[0] == "max" and other.note[1] is args[0]:
+                self._set_tag(out, _Tag("derived", note=("shifted", args[0])))
+                return True
+            return False
+        if name == "exp":
+            if note[0] == "logsoftmax":
+                self._record_softmax(note[1], note[2], out)
+                return True
+            logits = note[1] if note[0] == "shifted" else args[0]
+            self._set_tag(out, _Tag("derived", note=("exp", logits)))
+            return True
+        if name == "sum" and note[0] == "exp":
+            dim = _one_dim(args[1] if len(args) > 1 else kwargs.get("dim", kwargs.get("axis")), args[0].dim())
+            if dim is None:
+                return False
+            self._set_tag(out, _Tag("derived", note=("expsum", note[1], dim)))
+            return True
+        if name in _DIV and len(args) == 2 and note[0] == "exp" and isinstance(args[1], torch.Tensor):
+            other = self._tag(args[1])
+            if other is None or not other.note or other.note[0] != "expsum":
+                return False
+            logits, dim = other.note[1], other.note[2]
+            if not (_same(logits, note[1]) and _broadcasts_along(args[1], out, dim)):
+                return False
+            self._record_softmax(note[1], dim, out)
+            return True
+        return False
+
+    def _tag_all(self, out: Any, tag: _Tag) -> None:
+        for tensor in _tensors([out]):
+            self._set_tag(tensor, tag)
+
+    def _softmax(self, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
         source = args[0] if args else kwargs.get("input")
-        tag = self._tag(source)
-        if tag is None or tag.kind not in ("scores", "derived") or "weights" in self.found:
-            self._propagate("softmax", args, kwargs, out)
+        tag = self._tag(source) if isinstance(source, torch.Tensor) else None
+        if tag is None or tag.kind not in _LOGITS or "weights" in self.found:
+            self._propagate(None, name, args, kwargs, out)
             return
         dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
         if dim is None:  # F.softmax's legacy implicit dim
             dim = 0 if source.dim() in (0, 1, 3) else 1
-        self.softmax_dim = dim % source.dim()
-        self.found["scaled_scores"] = source
-        self.found["weights"] = out
-        self._set_tag(out, _Tag("weights"))
+        logits = tag.note[1] if tag.note and tag.note[0] == "shifted" else source  # softmax(s - max) == softmax(s)
+        if name == "log_softmax":  # a softmax only once exp() is taken
+            self._set_tag(out, _Tag("derived", note=("logsoftmax", logits, dim % source.dim())))
+            return
+        self._record_softmax(logits, dim, out)
 
-    def _product(self, name: str, args: tuple, out: torch.Tensor) -> None:
+    def _record_softmax(self, logits: torch.Tensor, dim: int, weights: torch.Tensor) -> None:
+        self.softmax_dim = dim % logits.dim()
+        self._softmax_dropped = logits.dim() - _two_dim(logits).dim()  # leading size-1 batch dims
+        self.found["scaled_scores"] = logits
+        self.found["weights"] = weights
+        self._set_tag(weights, _Tag("weights"))
+
+    def _product(self, func, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
         spec = _as_einsum(name, args)
         if spec is None or not isinstance(out, torch.Tensor):
             return
@@ -207,18 +350,43 @@ class _Recorder(TorchFunctionMode):
         tags = [self._tag(t) for t in operands]
         kinds = [t.kind if t is not None else None for t in tags]
         if "param" in kinds:
-            self._set_tag(out, _Tag("proj", tags[kinds.index("param")].role))
+            i = kinds.index("param")
+            param = tags[i]
+            if param.factor == 1.0:
+                self._set_tag(out, _Tag("proj", param.role))
+                return
+            # x @ (W_query * c): the product once more with the unscaled parameter, (n x d) only
+            base = _replay(func, args, kwargs, operands[i], param.base) if param.base is not None else None
+            base = base if isinstance(base, torch.Tensor) and base.shape == out.shape else None
+            self._set_tag(out, _Tag("proj", param.role, param.factor, base))
         elif all(k in _ACTIVATIONS for k in kinds) and "scores" not in self.found:
             self._scores(operands, letters, out_letters, tags, out)
+            self._score_operands = (operands, letters, out_letters)
+        elif all(k in _ACTIVATIONS for k in kinds) and self._same_product(operands, letters, out_letters):
+            self._set_tag(out, _Tag("scores"))  # the scores written out again (a softmax's denominator)
         elif "context" not in self.found and sorted(kinds, key=str) in _WEIGHTS_TIMES_VALUES:
             self._context(operands, letters, out_letters, tags, out)
+
+    def _same_product(self, operands, letters, out_letters) -> bool:
+        first = self._score_operands
+        if first is None or (letters, out_letters) != (first[1], first[2]):
+            return False
+        return all(a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+                              and a.dtype == b.dtype) for a, b in zip(operands, first[0]))  # `k.T` is a new view
 
     def _scores(self, operands, letters, out_letters, tags, out) -> None:
         row, col = out_letters[-2], out_letters[-1]
         for stage, letter in (("queries", row), ("keys", col)):
             i = 0 if letter in letters[0][-2:] else 1
-            self.found[stage] = _oriented(operands[i], letters[i], letter)
-            self.sources[stage] = tags[i].role if tags[i].kind == "proj" else None
+            operand, tag = operands[i], tags[i]
+            if tag.factor != 1.0:  # pre-scaled: the stage is the projection itself, the factor is noted
+                if tag.base is not None:
+                    operand = tag.base
+                elif tag.factor != 0.0:
+                    operand = operand / tag.factor  # scaled in place: an (n x d) copy, the only way back
+                self.prescale[stage] = tag.factor
+            self.found[stage] = _oriented(operand, letters[i], letter)
+            self.sources[stage] = tag.role if tag.kind == "proj" else None
         self.found["scores"] = out
         self._set_tag(out, _Tag("scores"))
 
@@ -234,14 +402,87 @@ class _Recorder(TorchFunctionMode):
         self._set_tag(out, _Tag("context"))
 
     def result(self, x: torch.Tensor, out: torch.Tensor) -> Capture:
+        self._raw_scores()
         stages = {**self.found, **self.explicit, "inputs": x, "context": out}
         stages = {s: _two_dim(stages[s]) for s in STAGES if s in stages}
         sources = {s: (self.sources.get(s) if s in stages else None) for s in ("queries", "keys", "values")}
         missing = [s for s in STAGES if s not in stages]
-        return Capture(stages, sources, self.softmax_dim, missing)
+        softmax_dim = self.softmax_dim
+        if softmax_dim is not None and softmax_dim >= self._softmax_dropped:  # relative to the 2-D stage
+            softmax_dim -= self._softmax_dropped
+        return Capture(stages, sources, softmax_dim, missing, dict(self.prescale))
+
+    def _raw_scores(self) -> None:
+        """Make "scores" the product of the unscaled queries and keys (see `Capture`).
+
+        The product the module computed divided by the factors it carried: one (n x n) pass. Only
+        when that cannot work (a zero factor, or a product that overflowed) is q @ k.T computed
+        again from the captured stages, an (n x n x d) matmul.
+        """
+        seen = self.found.get("scores")
+        if seen is None or "scores" in self.explicit or (not self.prescale and self._scores_inplace == 1.0):
+            return
+        total = math.prod(self.prescale.values()) * self._scores_inplace
+        with torch.no_grad():
+            if total != 0.0 and math.isfinite(total) and math.isfinite(max_abs_or_nan(seen)):
+                self.found["scores"] = seen / total  # the one extra (n x n) tensor, only in this case
+                return
+            if self.prescale and "queries" in self.found and "keys" in self.found:
+                raw = torch.matmul(self.found["queries"], self.found["keys"].mT)
+                if raw.shape == seen.shape:
+                    self.found["scores"] = raw
+                    return
+            del self.found["scores"]  # overwritten in place by a zero factor: gone, never guessed
 
 
 _WEIGHTS_TIMES_VALUES = [sorted([a, b], key=str) for a in _ATTENTION for b in _ACTIVATIONS]
+
+
+def max_abs_or_nan(t: torch.Tensor) -> float:
+    """max |t| in one pass without a temporary (inf/nan when the tensor holds one)."""
+    if t.numel() == 0:
+        return 0.0
+    lo, hi = torch.aminmax(t)
+    return max(-float(lo), float(hi))
+
+
+def _replay(func: Any, args: tuple, kwargs: dict, tensor: torch.Tensor, base: torch.Tensor) -> Any:
+    """`func` once more with `base` in place of `tensor` (the mode is off inside its handler)."""
+    if func is None:
+        return None
+
+    def swap(value):
+        if value is tensor:
+            return base
+        if isinstance(value, (tuple, list)):
+            return type(value)(swap(v) for v in value)
+        return value
+
+    try:
+        return func(*swap(args), **{k: swap(v) for k, v in kwargs.items()})
+    except (RuntimeError, TypeError, ValueError, IndexError):
+        return None
+
+
+def _one_dim(dim: Any, ndim: int) -> int | None:
+    """A reduction's dim as a non-negative int, or None when it is not exactly one dim."""
+    if isinstance(dim, (tuple, list)) and len(dim) == 1:
+        dim = dim[0]
+    if isinstance(dim, bool) or not isinstance(dim, int) or ndim == 0:
+        return None
+    return dim % ndim
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same logits: one tensor, or (written out twice) equal values."""
+    return a is b or (a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b)))
+
+
+def _broadcasts_along(total: torch.Tensor, out: torch.Tensor, dim: int) -> bool:
+    """Whether dividing by `total` divides each slice along `dim` by its own sum (keepdim or unsqueezed)."""
+    shape = (1,) * (out.dim() - total.dim()) + tuple(total.shape)
+    return len(shape) == out.dim() and shape[dim] == 1 and all(
+        shape[i] == out.shape[i] for i in range(out.dim()) if i != dim)
 
 
 def _two_dim(tensor: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,10 @@ A plugin that raises or returns something that is not a context matrix fails its
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -24,6 +27,52 @@ from attnlab.registry import get_variant
 from attnlab.weights import QKVWeights, load_shared, seeded_qkv
 
 REFERENCE = "reference"
+SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What every seed of a job shares, read from the config once: resolving a DictConfig costs
+    ~10 ms, which 100 seeds should not pay 100 times."""
+
+    name: str
+    params: dict[str, Any]
+    config: dict[str, Any]  # resolved; each record gets its own copy with its seed
+    shared: bool
+    d_out: int
+    expect: Any
+
+    @classmethod
+    def from_cfg(cls, cfg: DictConfig) -> JobSpec:
+        return cls(
+            name=cfg.variant.name,
+            params=OmegaConf.to_container(cfg.variant.params, resolve=True),
+            config=resolved(cfg),
+            shared=cfg.weights == WeightsMode.shared,
+            d_out=cfg.d_out,
+            expect=cfg.expect,
+        )
+
+
+@contextmanager
+def compute_threads(n_tokens: int) -> Iterator[None]:
+    """One intra-op thread for small inputs, torch's default for large ones; restored after.
+
+    At the book's size every op is microseconds of work, but an op that enters a parallel region
+    (torch.softmax does, even on a 6x6 matrix) must wake the other OpenMP threads: on a shared
+    2-core machine that costs a scheduler slice, measured at 8-12 ms per softmax against 3 us on
+    one thread, which made a 6-token job's compute ~100 ms instead of ~10. The choice depends
+    on n_tokens only, so a seed's numbers are the same in a single run and in an n_seeds job.
+    """
+    before = torch.get_num_threads()
+    small = n_tokens < SINGLE_THREAD_TOKENS
+    if small and before != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if small and before != 1:
+            torch.set_num_threads(before)
 
 
 class PluginError(RuntimeError):
@@ -58,35 +107,43 @@ def run_module(name: str, module: nn.Module, x: torch.Tensor) -> Capture:
     return captured
 
 
-def compute_record(cfg: DictConfig, seed: int, inputs: Inputs) -> Record:
-    name = cfg.variant.name
+def compute_record(
+    cfg: DictConfig | None, seed: int, inputs: Inputs, *, spec: JobSpec | None = None,
+    phase: Callable[[str], None] | None = None,
+) -> Record:
+    """One seed's record. `spec` (JobSpec.from_cfg(cfg)) saves re-reading the config per seed;
+    `phase(name)` is told when each part starts, for a progress display."""
+    spec = spec or JobSpec.from_cfg(cfg)
+    say = phase or (lambda _name: None)
+    name = spec.name
     x = inputs.embeddings  # (n_tokens, d_in)
-    config = resolved(cfg)
+    config = copy.deepcopy(spec.config)
     config["seed"] = seed
     record = Record(
         variant=name, seed=seed, config=config, labels=inputs.labels,
-        n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=cfg.d_out,
+        n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out,
     )
-    shared = cfg.weights == WeightsMode.shared
-    qkv = seeded_qkv(seed, inputs.d_in, cfg.d_out) if shared else None
-    params = OmegaConf.to_container(cfg.variant.params, resolve=True)
-    try:
-        reference_module, _ = build_module(REFERENCE, {}, inputs.d_in, cfg.d_out, seed, qkv)
-        variant_module, record.weights_loaded = build_module(name, params, inputs.d_in, cfg.d_out, seed, qkv)
-        reference = run_module(REFERENCE, reference_module, x)
-        variant = run_module(name, variant_module, x)
-    except PluginError as exc:
-        record.status, record.error = "failed", str(exc)
-        return record
-    record.stages, record.stage_shapes = _to_numpy(variant)
-    record.reference_stages, record.reference_stage_shapes = _to_numpy(reference)
-    record.diagnostics = compute_diagnostics(variant, reference)
-    record.reference_diagnostics = compute_diagnostics(reference, reference)
-    record.first_divergent_stage = first_divergent_stage(variant, reference)
-    record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=shared)
-    record.predictions = check_predictions(
-        cfg.expect, variant, record.diagnostics, record.first_divergent_stage, record.findings
-    )
+    with compute_threads(inputs.n_tokens):
+        qkv = seeded_qkv(seed, inputs.d_in, spec.d_out) if spec.shared else None
+        try:
+            say("forward")
+            reference_module, _ = build_module(REFERENCE, {}, inputs.d_in, spec.d_out, seed, qkv)
+            variant_module, record.weights_loaded = build_module(name, spec.params, inputs.d_in, spec.d_out, seed, qkv)
+            reference = run_module(REFERENCE, reference_module, x)
+            variant = run_module(name, variant_module, x)
+        except PluginError as exc:
+            record.status, record.error = "failed", str(exc)
+            return record
+        say("diagnostics")
+        record.stages, record.stage_shapes = _to_numpy(variant)
+        record.reference_stages, record.reference_stage_shapes = _to_numpy(reference)
+        record.diagnostics = compute_diagnostics(variant, reference)
+        record.reference_diagnostics = compute_diagnostics(reference, reference)
+        record.first_divergent_stage = first_divergent_stage(variant, reference)
+        record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=spec.shared)
+        record.predictions = check_predictions(
+            spec.expect, variant, record.diagnostics, record.first_divergent_stage, record.findings
+        )
     return record
 
 

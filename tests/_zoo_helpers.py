@@ -70,6 +70,42 @@ class TensorMethodAttention(_Projections):
         return scaled.softmax(-1).matmul(values)
 
 
+class PrescaledQueriesAttention(_Projections):
+    """The 1/sqrt(d_k) applied to the queries before the score product."""
+
+    def forward(self, x):
+        keys = x @ self.W_key
+        queries = (x @ self.W_query) * keys.shape[-1] ** -0.5
+        values = x @ self.W_value
+        return torch.softmax(queries @ keys.T, dim=-1) @ values
+
+
+class PrescaledKeysEinsumAttention(_Projections):
+    """The keys divided by sqrt(d_k) before an einsum score product."""
+
+    def forward(self, x):
+        queries = x @ self.W_query
+        keys = x @ self.W_key / math.sqrt(self.W_key.shape[-1])
+        values = x @ self.W_value
+        return torch.softmax(torch.einsum("id,jd->ij", queries, keys), dim=-1) @ values
+
+
+class ManualSoftmaxAttention(_Projections):
+    """A hand-written, max-shifted softmax of the scaled scores."""
+
+    def forward(self, x):
+        keys, queries, values = x @ self.W_key, x @ self.W_query, x @ self.W_value
+        scaled = queries @ keys.T / keys.shape[-1] ** 0.5
+        exp = torch.exp(scaled - scaled.max(dim=-1, keepdim=True).values)
+        return (exp / exp.sum(dim=-1, keepdim=True)) @ values
+
+
+class LogSoftmaxExpAttention(_Projections):
+    def forward(self, x):
+        keys, queries, values = x @ self.W_key, x @ self.W_query, x @ self.W_value
+        return F.log_softmax(queries @ keys.mT * keys.shape[-1] ** -0.5, dim=-1).exp() @ values
+
+
 class ConstantAttention(_Projections):
     """Returns a constant: nothing of its pipeline is visible."""
 
@@ -77,7 +113,9 @@ class ConstantAttention(_Projections):
         return torch.zeros(x.shape[0], self.W_value.shape[1])
 
 
-CORRECT_STYLES = [EinsumAttention, ModuleSoftmaxAttention, FunctionalSoftmaxAttention, TensorMethodAttention]
+CORRECT_STYLES = [EinsumAttention, ModuleSoftmaxAttention, FunctionalSoftmaxAttention, TensorMethodAttention,
+                  PrescaledQueriesAttention, PrescaledKeysEinsumAttention, ManualSoftmaxAttention,
+                  LogSoftmaxExpAttention]
 
 
 def build(cls_or_name, d_in: int, d_out: int, seed: int = 123) -> nn.Module:

@@ -1,5 +1,6 @@
 """capture(): every stage found from the data flow alone, equal to independent computations."""
 
+import math
 import time
 
 import pytest
@@ -147,3 +148,239 @@ def test_capture_overhead_at_4096_tokens_is_small():
         capture(module, x)
         captured.append(time.perf_counter() - start)
     assert min(captured) <= min(plain) * 1.25  # target 10%; slack for a noisy shared CPU
+
+
+# --- queries / keys scaled before the score product --------------------------------------------
+
+class _Prescaled(torch.nn.Module):
+    """SelfAttention_v1's parameters; `forward` is set per style below (scale: the factor used)."""
+
+    scale_power = -0.5
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.W_query = torch.nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key = torch.nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = torch.nn.Parameter(torch.rand(d_in, d_out))
+
+
+def _prescaled(name, forward):
+    return type(name, (_Prescaled,), {"forward": forward})
+
+
+def _d(m):
+    return m.W_key.shape[-1]
+
+
+_PRESCALED = {  # style -> (class, {stage: factor as a function of d_k}, exact: the stage is the module's tensor)
+    "queries_times_pow": (_prescaled("QPow", lambda m, x: torch.softmax(
+        ((x @ m.W_query) * _d(m) ** -0.5) @ (x @ m.W_key).T, dim=-1) @ (x @ m.W_value)),
+        {"queries": lambda d: d ** -0.5}, True),
+    "queries_over_sqrt": (_prescaled("QSqrt", lambda m, x: torch.softmax(
+        ((x @ m.W_query) / math.sqrt(_d(m))) @ (x @ m.W_key).T, dim=-1) @ (x @ m.W_value)),
+        {"queries": lambda d: d ** -0.5}, True),
+    "keys_T_scaled": (_prescaled("KT", lambda m, x: torch.softmax(
+        (x @ m.W_query) @ ((x @ m.W_key).T * _d(m) ** -0.5), dim=-1) @ (x @ m.W_value)),
+        {"keys": lambda d: d ** -0.5}, True),
+    "einsum_scaled_operand": (_prescaled("Ein", lambda m, x: torch.softmax(torch.einsum(
+        "id,jd->ij", (x @ m.W_query) * _d(m) ** -0.5, x @ m.W_key), dim=-1) @ (x @ m.W_value)),
+        {"queries": lambda d: d ** -0.5}, True),
+    "both_quarter_power": (_prescaled("Both", lambda m, x: torch.softmax(
+        ((x @ m.W_query) * _d(m) ** -0.25) @ ((x @ m.W_key) * _d(m) ** -0.25).mT, dim=-1) @ (x @ m.W_value)),
+        {"queries": lambda d: d ** -0.25, "keys": lambda d: d ** -0.25}, True),
+    "weight_scaled": (_prescaled("W", lambda m, x: torch.softmax(
+        (x @ (m.W_query / math.sqrt(_d(m)))) @ (x @ m.W_key).T, dim=-1) @ (x @ m.W_value)),
+        {"queries": lambda d: d ** -0.5}, False),
+    "zero_dim_tensor": (_prescaled("T0", lambda m, x: torch.softmax(
+        ((x @ m.W_query) * torch.rsqrt(torch.tensor(float(_d(m))))) @ (x @ m.W_key).T, dim=-1) @ (x @ m.W_value)),
+        {"queries": lambda d: d ** -0.5}, True),
+    "in_place": (_prescaled("InPlace", lambda m, x: (lambda q: torch.softmax(
+        q.mul_(_d(m) ** -0.5) @ (x @ m.W_key).T, dim=-1) @ (x @ m.W_value))(x @ m.W_query)),
+        {"queries": lambda d: d ** -0.5}, False),
+    "wrong_factor": (_prescaled("Wrong", lambda m, x: torch.softmax(
+        ((x @ m.W_query) * _d(m) ** -1) @ (x @ m.W_key).T, dim=-1) @ (x @ m.W_value)),
+        {"queries": lambda d: 1 / d}, True),
+}
+
+
+@pytest.mark.parametrize("style", list(_PRESCALED))
+def test_prescaled_projections_are_stored_unscaled_with_the_factor_noted(style):
+    cls, factors, exact = _PRESCALED[style]
+    torch.manual_seed(0)
+    x = torch.randn(7, 5)
+    module = build(cls, 5, 4)
+    c = capture(module, x)
+    assert c.missing == []
+    assert c.sources == {"queries": "queries", "keys": "keys", "values": "values"}
+    assert c.softmax_dim == 1
+    assert c.prescale == pytest.approx({stage: f(4) for stage, f in factors.items()}, rel=1e-6)
+    q, k, v, scores = _independent(module, x)
+    for stage, expected in (("queries", q), ("keys", k), ("values", v)):
+        if exact and stage in factors or stage == "values":
+            assert torch.equal(c.stages[stage], expected), stage  # the module's own product, not a copy
+        torch.testing.assert_close(c.stages[stage], expected, msg=stage)
+    torch.testing.assert_close(c.stages["scores"], scores)  # the raw product, whatever the pre-factor
+    total = math.prod(f(4) for f in factors.values())
+    torch.testing.assert_close(c.stages["scaled_scores"], scores * total)
+    torch.testing.assert_close(c.stages["weights"], torch.softmax(scores * total, dim=-1))
+
+
+def test_prescaled_values_stay_as_the_module_used_them():
+    cls = _prescaled("V2", lambda m, x: torch.softmax(
+        (x @ m.W_query) @ (x @ m.W_key).T / _d(m) ** 0.5, dim=-1) @ ((x @ m.W_value) * 2))
+    module = build(cls, 3, 2)
+    c = capture(module, BOOK_INPUTS)
+    _, _, v, _ = _independent(module, BOOK_INPUTS)
+    torch.testing.assert_close(c.stages["values"], 2 * v)
+    assert c.prescale == {} and c.sources["values"] == "values"
+
+
+def test_scores_scaled_in_place_keep_the_raw_scores():
+    def forward(m, x):
+        scores = (x @ m.W_query) @ (x @ m.W_key).T
+        scores /= _d(m) ** 0.5
+        return torch.softmax(scores, dim=-1) @ (x @ m.W_value)
+
+    module = build(_prescaled("InPlaceScores", forward), 3, 2)
+    c = capture(module, BOOK_INPUTS)
+    _, _, _, scores = _independent(module, BOOK_INPUTS)
+    torch.testing.assert_close(c.stages["scores"], scores)
+    torch.testing.assert_close(c.stages["scaled_scores"], scores * 2 ** -0.5)
+
+
+def test_prescaled_stages_are_the_modules_tensors_except_the_raw_scores():
+    """The one extra tensor a pre-factor costs is the raw (n x n) scores; the rest are the module's own."""
+    held = {}
+
+    def forward(m, x):
+        keys = held["keys"] = x @ m.W_key
+        unscaled = held["unscaled"] = x @ m.W_query
+        scores = held["scores"] = (unscaled * _d(m) ** -0.5) @ keys.T
+        return torch.softmax(scores, dim=-1) @ (x @ m.W_value)
+
+    c = capture(build(_prescaled("Held", forward), 3, 2), BOOK_INPUTS)
+    assert c.stages["queries"] is held["unscaled"]
+    assert c.stages["keys"].data_ptr() == held["keys"].data_ptr()  # keys.T seen, stored as a view of keys
+    assert c.stages["scaled_scores"] is held["scores"]
+    assert c.stages["scores"] is not held["scores"]
+    torch.testing.assert_close(c.stages["scores"], held["unscaled"] @ held["keys"].T)
+
+
+# --- hand-written softmax -------------------------------------------------------------------------
+
+def _scaled(m, x):
+    return (x @ m.W_query) @ (x @ m.W_key).T / _d(m) ** 0.5
+
+
+def _manual_shifted(m, x):
+    s = _scaled(m, x)
+    e = torch.exp(s - s.max(dim=-1, keepdim=True).values)
+    return (e / e.sum(dim=-1, keepdim=True)) @ (x @ m.W_value)
+
+
+def _manual_written_twice(m, x):
+    s = _scaled(m, x)
+    return (torch.exp(s - s.max(dim=-1, keepdim=True).values)
+            / torch.exp(s - s.max(dim=-1, keepdim=True).values).sum(dim=-1, keepdim=True)) @ (x @ m.W_value)
+
+
+def _manual_plain(m, x):
+    s = _scaled(m, x)
+    return (s.exp() / s.exp().sum(-1, keepdim=True)) @ (x @ m.W_value)
+
+
+def _manual_amax_unsqueezed(m, x):
+    s = _scaled(m, x)
+    e = (s - s.amax(-1, keepdim=True)).exp()
+    return (e / torch.sum(e, 1).unsqueeze(-1)) @ (x @ m.W_value)
+
+
+def _manual_products_twice(m, x):
+    q, k = x @ m.W_query, x @ m.W_key
+    return ((q @ k.T / _d(m) ** 0.5).exp() / (q @ k.T / _d(m) ** 0.5).exp().sum(-1, keepdim=True)) @ (x @ m.W_value)
+
+
+def _log_softmax_exp(m, x):
+    return F.log_softmax(_scaled(m, x), dim=-1).exp() @ (x @ m.W_value)
+
+
+def _manual_dim0(m, x):
+    s = _scaled(m, x)
+    e = torch.exp(s - s.max(dim=0, keepdim=True).values)
+    return (e / e.sum(dim=0, keepdim=True)) @ (x @ m.W_value)
+
+
+@pytest.mark.parametrize("forward, dim", [
+    (_manual_shifted, 1), (_manual_written_twice, 1), (_manual_plain, 1), (_manual_amax_unsqueezed, 1),
+    (_manual_products_twice, 1), (_log_softmax_exp, 1), (_manual_dim0, 0),
+], ids=lambda f: getattr(f, "__name__", str(f)))
+def test_hand_written_softmax_is_recognised(forward, dim):
+    torch.manual_seed(0)
+    x = torch.randn(7, 5)
+    module = build(_prescaled(forward.__name__, forward), 5, 4)
+    c = capture(module, x)
+    assert c.missing == []
+    assert c.softmax_dim == dim
+    _, _, v, scores = _independent(module, x)
+    torch.testing.assert_close(c.stages["scores"], scores)
+    torch.testing.assert_close(c.stages["scaled_scores"], scores / 2)  # before any max-subtraction
+    torch.testing.assert_close(c.stages["weights"], torch.softmax(scores / 2, dim=dim))
+    torch.testing.assert_close(c.stages["context"], c.stages["weights"] @ v)
+
+
+def test_hand_written_softmax_input_is_the_modules_tensor():
+    holder = {}
+
+    def forward(m, x):
+        s = holder["s"] = _scaled(m, x)
+        e = torch.exp(s - s.max(dim=-1, keepdim=True).values)
+        w = holder["w"] = e / e.sum(dim=-1, keepdim=True)
+        return w @ (x @ m.W_value)
+
+    c = capture(build(_prescaled("Held", forward), 3, 2), BOOK_INPUTS)
+    assert c.stages["scaled_scores"] is holder["s"] and c.stages["weights"] is holder["w"]
+
+
+@pytest.mark.parametrize("denominator", [
+    lambda e: e.sum(dim=-1),  # no keepdim: divides column j by row j's sum
+    lambda e: e.sum(),  # one total, not a sum along a dim
+    lambda e: e.sum(dim=-1, keepdim=True) + 1,
+], ids=["no_keepdim", "total", "plus_one"])
+def test_exp_over_a_sum_that_is_not_a_softmax_is_not_recognised(denominator):
+    def forward(m, x):
+        s = _scaled(m, x)
+        e = torch.exp(s - s.max(dim=-1, keepdim=True).values)
+        return (e / denominator(e)) @ (x @ m.W_value)
+
+    c = capture(build(_prescaled("NotSoftmax", forward), 3, 2), BOOK_INPUTS)
+    assert c.missing == ["scaled_scores"] and c.softmax_dim is None
+    assert "weights" in c.stages  # still found as the operand of the values product
+
+
+def test_softmax_dim_is_relative_to_the_two_dim_stage():
+    def forward(m, x):  # x: (1, n_tokens, d_in)
+        keys, queries = x @ m.W_key, x @ m.W_query
+        return torch.softmax(queries @ keys.transpose(-2, -1) / _d(m) ** 0.5, dim=-1) @ (x @ m.W_value)
+
+    c = capture(build(_prescaled("Batched", forward), 3, 2), BOOK_INPUTS[None])
+    assert c.softmax_dim == 1 and c.stages["weights"].shape == (6, 6)
+
+
+@pytest.mark.slow
+def test_prescaled_capture_overhead_is_one_elementwise_pass():
+    """A pre-factor costs one (n x n) division for the raw scores, never a second score matmul."""
+    from tests._zoo_helpers import PrescaledQueriesAttention
+
+    torch.manual_seed(0)
+    x = torch.rand(4096, 64)
+    module = build(PrescaledQueriesAttention, 64, 64)
+    plain, captured = [], []
+    for _ in range(7):
+        start = time.perf_counter()
+        with torch.no_grad():
+            module(x)
+        plain.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        capture(module, x)
+        captured.append(time.perf_counter() - start)
+    assert min(captured) <= min(plain) * 1.6  # ~1.25 measured: the reference's own "/ sqrt(d_k)" pass, moved

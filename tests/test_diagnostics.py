@@ -35,6 +35,7 @@ def test_reference_shape_trace_and_weight_statistics_on_the_book_input():
     ("unscaled", "scaled_scores", 1.0), ("scaled_by_dk", "scaled_scores", 0.5),
     ("wrong_softmax_axis", "weights", 2 ** -0.5), ("keys_as_queries", "queries", 2 ** -0.5),
     ("values_from_key", "values", 2 ** -0.5), ("shifted_keys", "keys", 2 ** -0.5),
+    ("prescaled_by_dk", "scaled_scores", 0.5), ("manual_softmax_unscaled", "scaled_scores", 1.0),
 ])
 def test_first_divergent_stage_and_observed_scale(name, first, scale):
     _, _, d, divergent, _ = run_pair(name, BOOK_INPUTS, 2)
@@ -84,6 +85,19 @@ def test_correct_styles_do_not_diverge(cls):
     _, _, d, first, _ = run_pair(cls, torch.randn(64, 16), 8)
     assert first is None
     assert d["batched_single_max_abs_diff"] < 1e-4
+
+
+def test_prescaled_correct_variant_scores_are_honest():
+    """A correct pre-scaled variant: the scores stage is the raw product, so it does not diverge,
+    and scale_observed is the effective factor from q @ k.T to the softmax input."""
+    torch.manual_seed(2)
+    v, r, d, first, _ = run_pair(CORRECT_STYLES[4], torch.randn(40, 12), 9)
+    assert v.prescale == pytest.approx({"queries": 9 ** -0.5})
+    assert first is None
+    assert d["divergence_queries"] == 0.0
+    assert d["relative_divergence_scores"] < 1e-5
+    assert d["scale_observed"] == pytest.approx(9 ** -0.5, rel=1e-5)
+    assert d["weights_softmax_max_err"] < 1e-5
 
 
 @pytest.mark.slow

@@ -15,7 +15,8 @@ def test_zoo_is_complete():
     expected = {"scaling", "query_source", "value_path", "shape_projection", "not_softmax",
                 "scores_transposed", "key_index", "softmax_axis"}
     assert expected <= {s.expected_finding[0] for s in ZOO}
-    assert len(ZOO) >= 9
+    assert len(ZOO) >= 11
+    assert {"prescaled_by_dk", "manual_softmax_unscaled"} <= {s.name for s in ZOO}
 
 
 @pytest.mark.parametrize("spec", ZOO, ids=lambda s: s.name)
@@ -37,6 +38,19 @@ def test_correct_variants_have_no_findings(name):
 def test_scaling_message_gives_observed_and_expected_factor():
     (finding,) = run_pair("unscaled", BOOK_INPUTS, 2)[4]
     assert "1.0" in finding.message and "0.7071" in finding.message
+
+
+def test_prescaled_wrong_factor_names_the_factors_and_the_prescaled_stage():
+    (finding,) = run_pair("prescaled_by_dk", BOOK_INPUTS, 2)[4]
+    assert finding.code == "scaling" and finding.stage == "scaled_scores"
+    assert "scaled by 0.5 in all" in finding.message and "expected 0.7071" in finding.message
+    assert "the queries were multiplied by 0.5 before the score product" in finding.message
+
+
+def test_manual_softmax_unscaled_is_scaling_not_not_softmax():
+    (finding,) = run_pair("manual_softmax_unscaled", BOOK_INPUTS, 2)[4]
+    assert finding.code == "scaling"
+    assert "scaled by 1.0" in finding.message and "0.7071" in finding.message
 
 
 def test_wrong_axis_reports_only_the_axis():
@@ -81,6 +95,46 @@ _STYLES = st.sampled_from(["reference", "linear", *CORRECT_STYLES])
 def test_no_false_findings_small(style, n, d_in, d_out, normal, seed):
     _, _, _, first, findings = run_pair(style, _inputs(n, d_in, normal, seed), d_out, seed=seed)
     assert findings == [] and first is None
+
+
+_NEW_STYLES = st.sampled_from(CORRECT_STYLES[4:])  # pre-scaled queries/keys, hand-written softmax, log_softmax
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(style=_NEW_STYLES, n=st.integers(1, 128), d_in=st.integers(1, 64), d_out=st.integers(1, 64),
+       normal=st.booleans(), seed=st.integers(0, 2**16))
+def test_no_false_findings_prescaled_and_hand_written_softmax(style, n, d_in, d_out, normal, seed):
+    _, _, d, first, findings = run_pair(style, _inputs(n, d_in, normal, seed), d_out, seed=seed)
+    assert findings == [] and first is None
+    assert d["scale_observed"] == pytest.approx(d["scale_expected"], rel=1e-4)
+
+
+_SCALING_BUGS = st.sampled_from(["prescaled_by_dk", "manual_softmax_unscaled", "unscaled", "scaled_by_dk"])
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=_SCALING_BUGS, n=st.integers(1, 128), d_in=st.integers(1, 64), d_out=st.integers(2, 64),
+       normal=st.booleans(), seed=st.integers(0, 2**16), shared=st.booleans())
+def test_scaling_bugs_get_scaling_first(name, n, d_in, d_out, normal, seed, shared):
+    _, _, d, _, findings = run_pair(name, _inputs(n, d_in, normal, seed), d_out, seed=seed, shared=shared)
+    assert codes(findings)[0] == ("scaling", "scaled_scores")
+    assert "not_softmax" not in {f.code for f in findings}
+
+
+@pytest.mark.slow
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(style=_NEW_STYLES, n=st.integers(512, 4096), d_in=st.sampled_from([64, 512]), d_out=st.sampled_from([32, 256]),
+       normal=st.booleans(), seed=st.integers(0, 2**16))
+def test_no_false_findings_large_new_styles(style, n, d_in, d_out, normal, seed):
+    _, _, _, _, findings = run_pair(style, _inputs(n, d_in, normal, seed), d_out, seed=seed)
+    assert findings == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["prescaled_by_dk", "manual_softmax_unscaled"])
+def test_scaling_bugs_at_4096_tokens(name):
+    _, _, _, _, findings = run_pair(name, _inputs(4096, 512, True, 0), 256)
+    assert codes(findings)[0] == ("scaling", "scaled_scores")
 
 
 @pytest.mark.slow

@@ -1,0 +1,92 @@
+"""n_seeds jobs: each seed's record equals its single run; one table, one TensorBoard run, a compact terminal."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.api import compose_config
+from attnlab.job import compute_records, write_outputs
+from attnlab.pipeline import SINGLE_THREAD_TOKENS, compute_threads
+
+RANDOM = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=4", "d_out=3"]
+
+
+def _values(record_json: dict) -> dict:
+    """Everything a record found; the config differs by n_seeds only and is compared apart."""
+    return {k: v for k, v in record_json.items() if k != "config"}
+
+
+@pytest.mark.parametrize("variant,overrides", [("unscaled", []), ("wrong_softmax_axis", RANDOM), ("linear", RANDOM)])
+def test_each_seed_equals_its_single_run_bitwise(variant, overrides):
+    many = compute_records(compose_config(variant, 7, [*overrides, "n_seeds=4"]))
+    assert [r.seed for r in many] == [7, 8, 9, 10]
+    for record in many:
+        single = compute_records(compose_config(variant, record.seed, overrides))[0]
+        assert json.dumps(_values(record.to_json_dict())) == json.dumps(_values(single.to_json_dict()))
+        for name, values in single.stages.items():
+            assert np.array_equal(record.stages[name], values)  # bitwise, not rounded by JSON
+        for name, value in single.diagnostics.items():
+            other = record.diagnostics[name]
+            assert (math.isnan(value) and math.isnan(other)) or value == other, name
+        assert {**record.config, "n_seeds": 1} == single.config
+
+
+def test_records_do_not_share_their_config():
+    a, b = compute_records(compose_config("unscaled", 1, ["n_seeds=2"]))
+    a.config["inputs"]["kind"] = "changed"
+    assert b.config["inputs"]["kind"] == "book" and (a.seed, b.seed) == (1, 2)
+
+
+def test_compute_threads_is_one_for_small_inputs_and_restores():
+    before = torch.get_num_threads()
+    with compute_threads(6):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with compute_threads(SINGLE_THREAD_TOKENS):
+        assert torch.get_num_threads() == before
+
+
+def test_n_seeds_outputs_layout(tmp_path, capsys):
+    cfg = compose_config("unscaled", 3, ["n_seeds=3"])
+    records = compute_records(cfg)
+    write_outputs(cfg, records, tmp_path)
+    for seed in (3, 4, 5):
+        assert json.loads((tmp_path / f"seed-{seed}" / "record.json").read_text())["seed"] == seed
+        assert not list((tmp_path / f"seed-{seed}").glob("events.out.tfevents*"))  # one run: the job's
+        assert not (tmp_path / f"seed-{seed}" / "comparison.csv").exists()
+    rows = list(csv.DictReader((tmp_path / "comparison.csv").open()))
+    assert [row["seed"] for row in rows] == ["3", "4", "5"]
+    assert list(tmp_path.glob("events.out.tfevents*"))
+    out = capsys.readouterr().out
+    assert "seeds=3..5 (3)" in out and "attention weights" not in out
+    assert sum(line.strip().startswith(("3 ", "4 ", "5 ")) for line in out.splitlines()) == 3
+
+
+def test_n_seeds_tensorboard_scalars_are_at_step_seed(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = compose_config("unscaled", 10, ["n_seeds=3", "log.terminal=false"])
+    write_outputs(cfg, compute_records(cfg), tmp_path)
+    events = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0, "images": 0})
+    events.Reload()
+    assert [e.step for e in events.Scalars("divergence/context")] == [10, 11, 12]
+    assert {e.step for tag in events.Tags()["images"] for e in events.Images(tag)} == {0}
+
+
+@pytest.mark.slow
+def test_cli_n_seeds_rows_equal_single_runs(app):
+    many = app("variant=unscaled", "n_seeds=2", "seed=40", out="many")
+    assert many.returncode == 0, many.stderr
+    single = app("variant=unscaled", "seed=41", out="single")
+    assert single.returncode == 0, single.stderr
+    rows = {row["seed"]: row for row in csv.DictReader((many.out_dir / "comparison.csv").open())}
+    variant_row = next(r for r in csv.DictReader((single.out_dir / "comparison.csv").open()) if r["module"] == "variant")
+    same = [k for k in variant_row if k not in ("module", "path")]
+    assert {k: rows["41"][k] for k in same} == {k: variant_row[k] for k in same}
+    assert _values(json.loads((many.out_dir / "seed-41" / "record.json").read_text())) == _values(single.record)

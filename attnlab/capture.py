@@ -23,6 +23,18 @@ Provenance is recorded separately: `sources["queries"]` says which parameter mad
 the queries position, so `keys @ keys.T` is seen as keys in the queries position, not guessed
 away. A torch.overrides.TorchFunctionMode sees every torch call with its arguments; tensors are
 tagged in a side table (weak references, no copies) and tags follow shape ops.
+
+Extra tensors capture makes, all only in the case named: the raw (n x n) scores when the queries
+or keys were pre-scaled, or when the module scaled its scores tensor in place (see `Capture`);
+the (n x n) softmax input `s * c` for `exp((s - s.max(dim)) * c) / ...`, which the module never
+made; an (n x d) product `x @ W` for a pre-scaled weight `x @ (W * c)`; an (n x d) division
+for a projection scaled in place (`q *= c`). Everything else is the module's own tensor.
+
+Not recognised (the stages are reported missing or as seen, never guessed): a scaled input
+(`x * c` before the projections: a different input, so queries differ), a softmax normalised
+by a multiply with a reciprocal (`e * e.sum(dim, keepdim=True).reciprocal()`), and in-place
+ops other than a scalar multiply/divide on the scores (`scores.masked_fill_`), which overwrite
+the scores stage.
 """
 
 from __future__ import annotations
@@ -66,8 +78,9 @@ class _Tag(NamedTuple):
     role: str | None = None  # for "param"/"proj": the projection role of the parameter
     factor: float = 1.0  # for "param"/"proj": the scalar the tensor was multiplied by since the projection
     base: torch.Tensor | None = None  # the same tensor without that factor (same shape); None: divide on use
-    note: tuple | None = None  # "derived" on the way to a hand-written softmax: ("max"|"shifted"|"exp", logits),
-    #                            ("expsum", logits, dim), ("logsoftmax", logits, dim)
+    note: tuple | None = None  # "derived" on the way to a hand-written softmax: ("max", logits),
+    #   ("shifted"|"exp", logits, factor), ("expsum", logits, factor, dim), ("logsoftmax", logits, dim);
+    #   factor: a scalar applied after the max-subtraction, so the softmax input is logits * factor
 
 
 _ACTIVATIONS = ("input", "proj")  # what queries, keys and values are made of
@@ -259,6 +272,10 @@ class _Recorder(TorchFunctionMode):
                     base = None  # overwritten in place: divided back on use
                 self._set_tag(out, tag._replace(factor=tag.factor * factor, base=base, note=None))
                 return True
+            if tag.kind == "derived" and tag.note and tag.note[0] == "shifted" and out is not tensor:
+                # (s - s.max(dim)) / sqrt(d_k): the softmax input is s / sqrt(d_k), shifted per row
+                self._set_tag(out, _Tag("derived", note=("shifted", tag.note[1], tag.note[2] * factor)))
+                return True
             if tag.kind == "scores" and out is tensor and out is self.found.get("scores"):
                 self._scores_inplace *= factor
                 self._set_tag(out, _Tag("derived"))
@@ -289,30 +306,32 @@ class _Recorder(TorchFunctionMode):
         if name in _SUB and len(args) == 2 and "alpha" not in kwargs and isinstance(args[1], torch.Tensor):
             other = self._tag(args[1])
             if other is not None and other.note and other.note[0] == "max" and other.note[1] is args[0]:
-                self._set_tag(out, _Tag("derived", note=("shifted", args[0])))
+                self._set_tag(out, _Tag("derived", note=("shifted", args[0], 1.0)))
                 return True
             return False
         if name == "exp":
             if note[0] == "logsoftmax":
                 self._record_softmax(note[1], note[2], out)
                 return True
-            logits = note[1] if note[0] == "shifted" else args[0]
-            self._set_tag(out, _Tag("derived", note=("exp", logits)))
+            logits, factor = (note[1], note[2]) if note[0] == "shifted" else (args[0], 1.0)
+            self._set_tag(out, _Tag("derived", note=("exp", logits, factor)))
             return True
         if name == "sum" and note[0] == "exp":
             dim = _one_dim(args[1] if len(args) > 1 else kwargs.get("dim", kwargs.get("axis")), args[0].dim())
             if dim is None:
                 return False
-            self._set_tag(out, _Tag("derived", note=("expsum", note[1], dim)))
+            self._set_tag(out, _Tag("derived", note=("expsum", note[1], note[2], dim)))
             return True
         if name in _DIV and len(args) == 2 and note[0] == "exp" and isinstance(args[1], torch.Tensor):
             other = self._tag(args[1])
             if other is None or not other.note or other.note[0] != "expsum":
                 return False
-            logits, dim = other.note[1], other.note[2]
-            if not (_same(logits, note[1]) and _broadcasts_along(args[1], out, dim)):
+            logits, factor, dim = other.note[1], other.note[2], other.note[3]
+            if not (factor == note[2] and _same(logits, note[1]) and _broadcasts_along(args[1], out, dim)):
                 return False
-            self._record_softmax(note[1], dim, out)
+            if factor != 1.0:  # scaled after the shift: the module never made the softmax input itself,
+                logits = logits * factor  # so it is made once here, an extra (n x n) only in this case
+            self._record_softmax(logits, dim, out)
             return True
         return False
 
@@ -329,7 +348,9 @@ class _Recorder(TorchFunctionMode):
         dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
         if dim is None:  # F.softmax's legacy implicit dim
             dim = 0 if source.dim() in (0, 1, 3) else 1
-        logits = tag.note[1] if tag.note and tag.note[0] == "shifted" else source  # softmax(s - max) == softmax(s)
+        logits = source
+        if tag.note and tag.note[0] == "shifted":  # softmax(c * (s - max)) == softmax(c * s)
+            logits = tag.note[1] if tag.note[2] == 1.0 else tag.note[1] * tag.note[2]
         if name == "log_softmax":  # a softmax only once exp() is taken
             self._set_tag(out, _Tag("derived", note=("logsoftmax", logits, dim % source.dim())))
             return

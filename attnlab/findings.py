@@ -130,14 +130,15 @@ class _Diagnosis:
 
     def scaling(self) -> None:
         observed, expected = self.d.get("scale_observed", math.nan), self.d.get("scale_expected", math.nan)
-        if not (math.isfinite(observed) and math.isfinite(expected) and abs(observed - expected) > _SCALE_RTOL * expected):
+        off = abs(observed - expected) > _SCALE_RTOL * expected
+        if not (math.isfinite(observed) and math.isfinite(expected) and off):
             return
         if not self.v.prescale:
             self.add("scaling", "scaled_scores", f"the softmax input is the scores scaled by {_fmt(observed)}, "
                      f"expected {_fmt(expected)} (1/sqrt(d_k)); check the division by keys.shape[-1] ** 0.5 "
                      f"before the softmax.")
             return
-        where = " and ".join(f"the {stage} were multiplied by {_fmt(factor)}" for stage, factor in self.v.prescale.items())
+        where = " and ".join(f"the {stage} were multiplied by {_fmt(f)}" for stage, f in self.v.prescale.items())
         self.add("scaling", "scaled_scores", f"the softmax input is the scores (unscaled queries @ keys.T) scaled "
                  f"by {_fmt(observed)} in all, expected {_fmt(expected)} (1/sqrt(d_k)); {where} before the score "
                  f"product: scale by keys.shape[-1] ** -0.5 once, there or before the softmax.")

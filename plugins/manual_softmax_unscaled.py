@@ -23,7 +23,8 @@ class SelfAttentionManualSoftmaxUnscaled(nn.Module):
         queries = x @ self.W_query  # (n_tokens, d_out)
         values = x @ self.W_value  # (n_tokens, d_out)
         attn_scores = queries @ keys.T  # (n_tokens, n_tokens)
-        exp_scores = torch.exp(attn_scores - attn_scores.max(dim=-1, keepdim=True).values)  # (n_tokens, n_tokens); changed: no / keys.shape[-1] ** 0.5
+        row_max = attn_scores.max(dim=-1, keepdim=True).values  # (n_tokens, 1)
+        exp_scores = torch.exp(attn_scores - row_max)  # (n_tokens, n_tokens); changed: no / keys.shape[-1] ** 0.5
         attn_weights = exp_scores / exp_scores.sum(dim=-1, keepdim=True)  # (n_tokens, n_tokens), rows sum to 1
         context_vec = attn_weights @ values  # (n_tokens, d_out)
         return context_vec

@@ -300,6 +300,17 @@ def _manual_products_twice(m, x):
     return ((q @ k.T / _d(m) ** 0.5).exp() / (q @ k.T / _d(m) ** 0.5).exp().sum(-1, keepdim=True)) @ (x @ m.W_value)
 
 
+def _manual_shift_then_scale(m, x):
+    s = (x @ m.W_query) @ (x @ m.W_key).T
+    e = torch.exp((s - s.max(dim=-1, keepdim=True).values) / _d(m) ** 0.5)
+    return (e / e.sum(dim=-1, keepdim=True)) @ (x @ m.W_value)
+
+
+def _softmax_of_shift_then_scale(m, x):
+    s = (x @ m.W_query) @ (x @ m.W_key).T
+    return torch.softmax((s - s.amax(-1, keepdim=True)) * _d(m) ** -0.5, dim=-1) @ (x @ m.W_value)
+
+
 def _log_softmax_exp(m, x):
     return F.log_softmax(_scaled(m, x), dim=-1).exp() @ (x @ m.W_value)
 
@@ -312,7 +323,8 @@ def _manual_dim0(m, x):
 
 @pytest.mark.parametrize("forward, dim", [
     (_manual_shifted, 1), (_manual_written_twice, 1), (_manual_plain, 1), (_manual_amax_unsqueezed, 1),
-    (_manual_products_twice, 1), (_log_softmax_exp, 1), (_manual_dim0, 0),
+    (_manual_products_twice, 1), (_log_softmax_exp, 1), (_manual_dim0, 0), (_manual_shift_then_scale, 1),
+    (_softmax_of_shift_then_scale, 1),
 ], ids=lambda f: getattr(f, "__name__", str(f)))
 def test_hand_written_softmax_is_recognised(forward, dim):
     torch.manual_seed(0)

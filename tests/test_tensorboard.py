@@ -108,14 +108,14 @@ def accumulate(job_dir: Path):
 def book_events(tmp_path_factory):
     job_dir = tmp_path_factory.mktemp("runs") / "0-variant=unscaled"
     record = book_record()
-    write_tensorboard(record, job_dir, table_markdown=TABLE)
+    write_tensorboard([record], job_dir, table_markdown=TABLE)
     return record, job_dir, accumulate(job_dir)
 
 
 @pytest.fixture(scope="module")
 def pooled_events(tmp_path_factory):
     job_dir = tmp_path_factory.mktemp("runs") / "600-tokens"
-    write_tensorboard(random_record(600), job_dir, table_markdown=TABLE)
+    write_tensorboard([random_record(600)], job_dir, table_markdown=TABLE)
     return accumulate(job_dir)
 
 
@@ -242,7 +242,7 @@ def test_switches_and_missing_stages(tmp_path):
     record.status, record.error, record.findings = "failed", "RuntimeError: boom", []
     record.reference_stages["weights"] = None
     del record.stages["scores"]
-    write_tensorboard(record, tmp_path, table_markdown=TABLE, histograms=False)
+    write_tensorboard([record], tmp_path, table_markdown=TABLE, histograms=False)
     events = accumulate(tmp_path)
     tags = set(events.Tags()["images"])
     assert "heatmaps/variant/weights" in tags and "heatmaps/reference/scores" in tags
@@ -251,7 +251,7 @@ def test_switches_and_missing_stages(tmp_path):
     assert events.Tags()["histograms"] == []
     assert text(events, "text/findings") == "**run failed**: RuntimeError: boom\n\nno findings"
 
-    write_tensorboard(book_record(), tmp_path / "no-images", table_markdown=TABLE, images=False)
+    write_tensorboard([book_record()], tmp_path / "no-images", table_markdown=TABLE, images=False)
     assert accumulate(tmp_path / "no-images").Tags()["images"] == []
 
 
@@ -297,7 +297,7 @@ def test_a_real_tensorboard_server_serves_both_jobs(tmp_path):
     runs = {"0-variant=unscaled": book_record(), "1-variant=unscaled,seed=7": book_record()}
     runs["1-variant=unscaled,seed=7"].config["seed"] = 7
     for name, record in runs.items():
-        write_tensorboard(record, tmp_path / name, table_markdown=TABLE)
+        write_tensorboard([record], tmp_path / name, table_markdown=TABLE)
     port = free_port()
     command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path), "--host", "127.0.0.1",
                "--port", str(port), "--reload_interval", "1", "--load_fast", "false"]  # fmt: skip
@@ -336,7 +336,16 @@ def test_a_4096_token_run_stays_under_20_mb(tmp_path):
     rng = np.random.default_rng(0)
     random_weights = rng.random((4096, 4096), dtype=np.float32)  # incompressible: the worst case
     record.stages["weights"] = random_weights / random_weights.sum(axis=-1, keepdims=True)
-    write_tensorboard(record, tmp_path, table_markdown=TABLE)
+    write_tensorboard([record], tmp_path, table_markdown=TABLE)
     (event_file,) = tmp_path.glob("events.out.tfevents.*")
     assert event_file.stat().st_size < 20 * 1024 * 1024
     assert "heatmaps/variant/weights/crop64" in accumulate(tmp_path).Tags()["images"]
+
+
+def test_the_fast_checksum_equals_tensorboards_own():
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as reference_crc
+
+    from attnlab.sinks.tensorboard import masked_crc32c
+
+    for data in (b"", b"attention", bytes(range(256)) * 37):
+        assert masked_crc32c(data) == reference_crc(data)

@@ -7,7 +7,9 @@ reference, then the diagnosis and the predictions.
 
 from __future__ import annotations
 
+import math
 import sys
+from pathlib import Path
 from typing import TextIO
 
 import numpy as np
@@ -16,6 +18,7 @@ from attnlab.record import Record
 from attnlab.stages import STAGES
 
 MAX_SHOWN = 8  # rows and columns of a matrix printed in full; larger ones are cut with "…"
+TERMINAL_ROWS = 20  # per-seed lines printed before the rest are elided (all are in comparison.csv)
 
 
 def predicted_shape(stage: str, record: Record) -> tuple[int, int]:
@@ -68,7 +71,8 @@ def divergence_line(record: Record) -> str:
     return "max |variant − reference|: " + " · ".join(parts) + f"\nfirst divergent stage: {first}"
 
 
-def print_record(record: Record, out: TextIO = sys.stdout) -> None:
+def print_record(record: Record, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
     say = lambda text="": print(text, file=out)  # noqa: E731
     say(config_line(record))
     if not record.ok:
@@ -96,3 +100,44 @@ def print_record(record: Record, out: TextIO = sys.stdout) -> None:
     for prediction in record.predictions:
         verdict = "pass" if prediction.passed else "FAIL"
         say(f"  predict {prediction.name} = {prediction.expected}: {verdict} (observed {prediction.observed})")
+
+
+def _number(value: object) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "—" if math.isnan(value) else f"{value:.4g}"
+    return "—"
+
+
+def seed_lines(records: list[Record]) -> list[str]:
+    """A compact table: a line per seed, the first and last ones when there are many."""
+    header = ("seed", "status", "first divergent", "max |Δ context|", "entropy", "findings")
+    rows = [
+        (str(r.seed), r.status, r.first_divergent_stage or "none", _number(r.diagnostics.get("divergence_context")),
+         _number(r.diagnostics.get("weights_entropy_mean")),
+         (" ".join(f.code for f in r.findings) or "—") if r.ok else (r.error or "")[:60])
+        for r in records
+    ]
+    if len(rows) > TERMINAL_ROWS:
+        head, tail = TERMINAL_ROWS - 5, 5
+        rows = [*rows[:head], ("…", f"{len(rows) - head - tail} more", "", "", "", ""), *rows[-tail:]]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    fmt = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+    return [fmt(header), *map(fmt, rows)]
+
+
+def print_seeds(records: list[Record], table_path: Path | None, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    first = records[0]
+    n_failed = sum(not r.ok for r in records)
+    codes = sorted({f.code for r in records for f in r.findings})
+    print(f"attnlab · variant={first.variant} seeds={first.seed}..{records[-1].seed} ({len(records)}) "
+          f"inputs={first.config.get('inputs', {}).get('kind')} n_tokens={first.n_tokens} d_in={first.d_in} "
+          f"d_out={first.d_out} weights={first.config.get('weights')}", file=out)
+    for line in seed_lines(records):
+        print("  " + line, file=out)
+    with_findings = sum(bool(r.findings) for r in records)
+    print(f"findings: {', '.join(codes) or 'none'} ({with_findings}/{len(records)} seeds)"
+          + (f"; {n_failed} failed" if n_failed else ""), file=out)
+    if table_path is not None:
+        print(f"table: {table_path}", file=out)
+    print(f"records: {first.path.parent.parent}/seed-*/record.json", file=out)

@@ -14,7 +14,7 @@ cluster (`attnlab compare`). Three views of the same records:
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -31,20 +31,24 @@ MAIN_DIAGNOSTICS = ("divergence_context", "weights_entropy_mean", "weights_row_m
 TERMINAL_ERROR_WIDTH = 60
 
 
-@dataclass(frozen=True)
 class Report:
-    """The records of a comparison and the three tables built from them."""
+    """The records of a comparison and the three tables built from them.
 
-    records: list[Record]
-    jobs: pd.DataFrame
-    summary: pd.DataFrame
-    differs: pd.DataFrame
+    The summary and differs views are built when first asked for: a sweep's per-job refresh
+    writes only the jobs table (comparison.csv), and should not pay for the others.
+    """
 
-    @classmethod
-    def from_records(cls, records: Iterable[Record]) -> Report:
-        records = sorted(records, key=_job_order)
-        jobs = records_table(records)
-        return cls(records=records, jobs=jobs, summary=summary_table(jobs), differs=differs_table(jobs))
+    def __init__(self, records: Iterable[Record]):
+        self.records: list[Record] = sorted(records, key=_job_order)
+        self.jobs: pd.DataFrame = records_table(self.records)
+
+    @cached_property
+    def summary(self) -> pd.DataFrame:
+        return summary_table(self.jobs)
+
+    @cached_property
+    def differs(self) -> pd.DataFrame:
+        return differs_table(self.jobs)
 
 
 def _job_order(record: Record) -> tuple:
@@ -211,16 +215,16 @@ def write_report(report: Report, path: Path) -> Path:
     return Path(path)
 
 
-def write_sweep_outputs(report: Report, folder: Path) -> list[Path]:
-    return [write_report(report, Path(folder) / f"{OUTPUT_STEM}{suffix}") for suffix in WRITERS]
+def write_sweep_outputs(report: Report, folder: Path, suffixes: Iterable[str] = tuple(WRITERS)) -> list[Path]:
+    return [write_report(report, Path(folder) / f"{OUTPUT_STEM}{suffix}") for suffix in suffixes]
 
 
 def _snapshot(folder: Path) -> set[tuple[Path, int]]:
     return {(f, f.stat().st_mtime_ns) for f in find_record_files([folder]) if f.exists()}
 
 
-def rebuild(folder: Path, max_rounds: int = 5) -> tuple[Report, list[RecordError]]:
-    """Rebuild a sweep folder's outputs from its records.
+def rebuild(folder: Path, suffixes: Iterable[str] = tuple(WRITERS), max_rounds: int = 5) -> tuple[Report, list[RecordError]]:
+    """Rebuild a sweep folder's outputs (all of them, or the given suffixes) from its records.
 
     Parallel workers rebuild concurrently and the last writer wins; a writer whose snapshot went
     stale while it wrote (another job's record appeared) rebuilds again, so the files on disk end
@@ -230,8 +234,8 @@ def rebuild(folder: Path, max_rounds: int = 5) -> tuple[Report, list[RecordError
     for _ in range(max_rounds):
         before = _snapshot(folder)
         records, problems = load_records(sorted(path for path, _ in before))
-        report = Report.from_records(records)
-        write_sweep_outputs(report, folder)
+        report = Report(records)
+        write_sweep_outputs(report, folder, suffixes)
         if _snapshot(folder) == before:
             break
     return report, problems

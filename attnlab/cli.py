@@ -24,6 +24,7 @@ from attnlab.registry import discover
 
 failed_jobs: list[str] = []  # records that failed in this process (single runs, the basic launcher)
 user_errors: list[UserError] = []
+open_sweeps: list[Path] = []  # sweeps started in this process whose end Hydra has not reported
 
 
 def task(cfg: DictConfig) -> None:
@@ -68,6 +69,16 @@ def _check_variant_overrides(args: list[str]) -> None:
                 registry.get(name.strip())
 
 
+def _finish_open_sweeps() -> None:
+    """Hydra skips on_multirun_end when a job raised or on Ctrl-C: write the sweep's tables here."""
+    if open_sweeps:
+        from attnlab.sweep import finish
+
+        for folder in open_sweeps:
+            finish(folder)
+        open_sweeps.clear()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] == "compare":
@@ -81,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     register_configs(registry)
     failed_jobs.clear()
     user_errors.clear()
+    open_sweeps.clear()
     try:
         _check_variant_overrides(args)
         sys.argv = [sys.argv[0], *args]
@@ -88,11 +100,13 @@ def main(argv: list[str] | None = None) -> int:
         if user_errors:
             raise user_errors[0]
     except KeyboardInterrupt:
+        _finish_open_sweeps()
         print("attnlab: interrupted; finished jobs' records are kept (rebuild tables: attnlab compare PATH)", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - every error becomes one line; HYDRA_FULL_ERROR=1 shows the trace
         if os.environ.get("ATTNLAB_TRACEBACK"):
             raise
+        _finish_open_sweeps()
         print(f"attnlab: error: {one_line(exc)}", file=sys.stderr)
         return 2 if isinstance(exc, (UserError, HydraException, OmegaConfBaseException)) else 1
     if failed_jobs:

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> None:
     records = apply_filters(records, filters)
     if not records:
         raise UserError(f"no record matches {' '.join(args.filter)}")
-    report = Report.from_records(records)
+    report = Report(records)
     if args.out is None:
         print(terminal_table(report.jobs))
     else:

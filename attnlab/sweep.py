@@ -3,8 +3,9 @@
 Why after every job and not only at the end: Hydra skips `on_multirun_end` when a job raised,
 and a Ctrl-C or a cluster's time limit skips it too, so each job rebuilds the sweep's tables from
 the records on disk (in whichever process ran it: the basic launcher's, a joblib worker, a SLURM
-node). `on_multirun_end` rebuilds once more, prints the table, and hands the failed records to
-the CLI, which then exits non-zero: after the tables are written, not instead of them.
+node); that refresh writes comparison.csv only, the cheap table. `on_multirun_end` writes every
+output, prints the table, and hands the failed records to the CLI, which then exits non-zero:
+after the tables are written, not instead of them.
 """
 
 from __future__ import annotations
@@ -60,22 +61,33 @@ def print_summary(report: Report, folder: Path) -> None:
     print(f"tables: {folder / OUTPUT_STEM}.csv .md .html (open the .html in a browser)")
 
 
+def finish(folder: Path) -> list[str]:
+    """All of the sweep's outputs, the terminal table; returns the failed records' paths."""
+    report, _ = rebuild(folder)
+    print_summary(report, folder)
+    return [str(r.path) for r in report.records if not r.ok]
+
+
 class SweepTables(Callback):
-    """Rebuilds `<sweep dir>/comparison.{csv,md,html}` after each job and at the end of a sweep."""
+    """Keeps `<sweep dir>/comparison.csv` current after each job; all of `comparison.{csv,md,html}`
+    at the end of a sweep (or, when Hydra skips the end because a job raised or the user pressed
+    Ctrl-C, from the CLI wrapper, which knows the sweep folders started in its process)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        cli.open_sweeps.append(sweep_dir(config))
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if not is_multirun(config):
             return
         record_job_failure(config, job_return)
-        _, problems = rebuild(sweep_dir(config))
+        _, problems = rebuild(sweep_dir(config), suffixes=(".csv",))
         for problem in problems:
             print(f"attnlab: skipped record: {problem}", file=sys.stderr)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         folder = sweep_dir(config)
-        report, _ = rebuild(folder)
-        print_summary(report, folder)
-        cli.failed_jobs[:] = [str(r.path) for r in report.records if not r.ok]
+        cli.open_sweeps.remove(folder)
+        cli.failed_jobs[:] = finish(folder)
 
 
-__all__ = ["SweepTables", "print_summary", "record_job_failure", "sweep_dir"]
+__all__ = ["SweepTables", "finish", "print_summary", "record_job_failure", "sweep_dir"]

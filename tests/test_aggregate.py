@@ -58,7 +58,7 @@ def test_load_records_skips_unreadable_files_by_path(sweep: Path) -> None:
 
 
 def test_jobs_table_is_one_row_per_job_in_variant_seed_order(sweep: Path) -> None:
-    report = Report.from_records(load_records(find_record_files([sweep]))[0])
+    report = Report(load_records(find_record_files([sweep]))[0])
     assert list(report.jobs[["variant", "seed"]].itertuples(index=False, name=None)) == [
         ("reference", 1), ("reference", 2), ("unscaled", 1), ("unscaled", 2)
     ]
@@ -67,11 +67,11 @@ def test_jobs_table_is_one_row_per_job_in_variant_seed_order(sweep: Path) -> Non
 
 def test_rows_of_a_size_sweep_are_ordered_numerically() -> None:
     records = [make_record("reference", 1, d_out=d) for d in (512, 8, 32, 2)]
-    assert list(Report.from_records(records).jobs["d_out"]) == [2, 8, 32, 512]
+    assert list(Report(records).jobs["d_out"]) == [2, 8, 32, 512]
 
 
 def test_summary_is_mean_and_std_over_seeds_counting_failures(sweep: Path) -> None:
-    jobs = Report.from_records(load_records(find_record_files([sweep]))[0]).jobs
+    jobs = Report(load_records(find_record_files([sweep]))[0]).jobs
     summary = summary_table(jobs)
     assert summary.loc["reference", ("weights_entropy_mean", "mean")] == pytest.approx(2.0)
     assert summary.loc["reference", ("weights_entropy_mean", "std")] == pytest.approx(np.sqrt(2.0))
@@ -84,7 +84,7 @@ def test_summary_is_mean_and_std_over_seeds_counting_failures(sweep: Path) -> No
 
 
 def test_summary_groups_by_configuration_when_sizes_vary() -> None:
-    jobs = Report.from_records([make_record("unscaled", s, d_out=d) for d in (2, 8) for s in (1, 2)]).jobs
+    jobs = Report([make_record("unscaled", s, d_out=d) for d in (2, 8) for s in (1, 2)]).jobs
     assert list(summary_table(jobs).index) == ["unscaled · d_out=2", "unscaled · d_out=8"]
 
 
@@ -94,7 +94,7 @@ def test_differs_hides_constant_columns_but_keeps_identity() -> None:
 
 
 def test_terminal_table_keeps_key_columns_and_main_diagnostics(sweep: Path) -> None:
-    report = Report.from_records(load_records(find_record_files([sweep]))[0])
+    report = Report(load_records(find_record_files([sweep]))[0])
     text = terminal_table(report.jobs, width=400)
     header = text.splitlines()[0].split()
     assert header[:2] == ["variant", "seed"] and "d_in" not in header  # constant: folded away
@@ -118,7 +118,7 @@ def test_rebuild_writes_csv_md_html_and_rereads_new_records(sweep: Path) -> None
 
 
 def test_markdown_has_the_three_views(sweep: Path, tmp_path: Path) -> None:
-    report = Report.from_records(load_records(find_record_files([sweep]))[0])
+    report = Report(load_records(find_record_files([sweep]))[0])
     text = write_report(report, tmp_path / "out.md").read_text()
     assert "## Summary (mean ± std over seeds)" in text and "## What differs" in text and "## Every job" in text
 

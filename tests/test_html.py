@@ -30,7 +30,7 @@ def embedded_images(page: str) -> list[Image.Image]:
 
 
 def test_page_is_self_contained_with_one_heatmap_per_configuration() -> None:
-    page = render_html(Report.from_records([record(seed=1), record(seed=2), record("reference", findings=[])]))
+    page = render_html(Report([record(seed=1), record(seed=2), record("reference", findings=[])]))
     assert not re.search(r"(src|href)=\"(https?:)?//", page) and "<script" not in page
     images = embedded_images(page)
     assert len(images) == 2 and all(im.format == "PNG" and im.size[0] > 10 for im in images)
@@ -38,14 +38,14 @@ def test_page_is_self_contained_with_one_heatmap_per_configuration() -> None:
 
 
 def test_findings_are_in_words_escaped_and_name_their_seeds() -> None:
-    page = render_html(Report.from_records([record(seed=1), record(seed=2)]))
+    page = render_html(Report([record(seed=1), record(seed=2)]))
     assert "divide the scores by sqrt(d_k) &lt;before&gt; softmax" in page
     assert "(seed 1, 2)" in page
     assert "<before>" not in page and "<b>" not in page
 
 
 def test_reference_without_findings_says_so() -> None:
-    assert "No findings" in render_html(Report.from_records([record("reference", findings=[])]))
+    assert "No findings" in render_html(Report([record("reference", findings=[])]))
 
 
 def test_weights_above_the_inline_limit_are_named_not_drawn() -> None:
@@ -56,7 +56,7 @@ def test_weights_above_the_inline_limit_are_named_not_drawn() -> None:
 def test_failed_record_shows_its_error_and_no_image() -> None:
     failed = record("raises", status="failed", error="variant 'raises' raised RuntimeError: boom",
                     stages={}, stage_shapes={}, findings=[], diagnostics={})
-    page = render_html(Report.from_records([failed]))
+    page = render_html(Report([failed]))
     assert "failed: variant &#x27;raises&#x27; raised RuntimeError: boom" in page
     assert not embedded_images(page)
 

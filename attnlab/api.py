@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
-import pandas as pd
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
@@ -20,6 +19,9 @@ from omegaconf import DictConfig
 from attnlab.config import config_dir, register_configs
 from attnlab.record import Finding, Record
 from attnlab.sinks.table import module_table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass

@@ -28,7 +28,7 @@ from attnlab.predictions import validate_expectations
 from attnlab.progress import Progress
 from attnlab.record import Record, write_record
 from attnlab.registry import get_variant
-from attnlab.sinks.table import module_table, records_table, to_markdown, write_table_csv
+from attnlab.sinks.table import module_rows, record_row, rows_markdown, write_rows_csv
 from attnlab.sinks.terminal import print_record, print_seeds
 
 TABLE_FILE = "comparison.csv"
@@ -73,10 +73,10 @@ def write_outputs(cfg: DictConfig, records: list[Record], job_dir: Path, progres
     for record in records:
         write_record(record, record_dir(job_dir, record, len(records)))
     single = len(records) == 1
-    table = module_table(records[0]) if single else records_table(records)
+    rows = module_rows(records[0]) if single else [record_row(record) for record in records]
     if cfg.log.table:
         progress.phase("table")
-        write_table_csv(table, job_dir / TABLE_FILE, index=single)
+        write_rows_csv(rows, job_dir / TABLE_FILE)
     if cfg.log.terminal:
         progress.clear()
         if single:
@@ -88,7 +88,7 @@ def write_outputs(cfg: DictConfig, records: list[Record], job_dir: Path, progres
         progress.phase("tensorboard")
         from attnlab.sinks.tensorboard import write_tensorboard
 
-        write_tensorboard(records, job_dir, table_markdown=to_markdown(table.T if single else table),
+        write_tensorboard(records, job_dir, table_markdown=rows_markdown(rows, transpose=single),
                           images=cfg.log.images, histograms=cfg.log.histograms)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
@@ -20,8 +20,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import cli
-from attnlab.aggregate import OUTPUT_STEM, Report, rebuild, terminal_table
 from attnlab.record import RECORD_FILE, Record, write_record
+
+if TYPE_CHECKING:
+    from attnlab.aggregate import Report
 
 
 def sweep_dir(config: DictConfig) -> Path:
@@ -56,6 +58,8 @@ def record_job_failure(config: DictConfig, job_return: JobReturn) -> Path | None
 
 
 def print_summary(report: Report, folder: Path) -> None:
+    from attnlab.aggregate import OUTPUT_STEM, terminal_table
+
     print(f"\nsweep: {len(report.records)} job(s) in {folder}")
     print(terminal_table(report.jobs))
     print(f"tables: {folder / OUTPUT_STEM}.csv .md .html (open the .html in a browser)")
@@ -63,6 +67,8 @@ def print_summary(report: Report, folder: Path) -> None:
 
 def finish(folder: Path) -> list[str]:
     """All of the sweep's outputs, the terminal table; returns the failed records' paths."""
+    from attnlab.aggregate import rebuild
+
     report, _ = rebuild(folder)
     print_summary(report, folder)
     return [str(r.path) for r in report.records if not r.ok]
@@ -79,6 +85,8 @@ class SweepTables(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if not is_multirun(config):
             return
+        from attnlab.aggregate import rebuild  # pandas: paid by sweeps only, not by single runs
+
         record_job_failure(config, job_return)
         _, problems = rebuild(sweep_dir(config), suffixes=(".csv",))
         for problem in problems:

@@ -22,3 +22,19 @@ def test_records_table_is_one_row_per_job_sorted_by_variant_and_seed():
     assert list(zip(table["variant"], table["seed"])) == [("reference", 1), ("reference", 2), ("unscaled", 1), ("unscaled", 2)]
     assert set(KEY_COLUMNS) <= set(table.columns)
     assert list(table["first_divergent_stage"].fillna("none")) == ["none", "none", "scaled_scores", "scaled_scores"]
+
+
+def test_the_jobs_csv_reads_back_as_the_dataframe_view(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    from attnlab.sinks.table import module_rows, rows_markdown, write_rows_csv
+
+    record = attnlab.run("unscaled").record
+    written = pd.read_csv(write_rows_csv(module_rows(record), tmp_path / "comparison.csv"), index_col="module")
+    expected = module_table(record)
+    assert list(written.columns) == list(expected.columns)
+    np.testing.assert_allclose(written["divergence_weights"], expected["divergence_weights"])
+    assert written.loc["variant", "findings"] == "scaling" and np.isnan(written.loc["reference", "first_divergent_stage"])
+    markdown = rows_markdown(module_rows(record), transpose=True)
+    assert "| first_divergent_stage" in markdown and "scaled_scores" in markdown

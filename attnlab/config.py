@@ -24,6 +24,11 @@ class WeightsMode(Enum):
     native = "native"  # each module builds its own parameters after torch.manual_seed(seed)
 
 
+class WeightsInit(Enum):
+    rand = "rand"  # the source's torch.rand(d_in, d_out): entries in [0, 1), mean 0.5
+    normal = "normal"  # torch.randn(d_in, d_out) / sqrt(d_in): zero mean, q.k has variance ~ d_k
+
+
 class Distribution(Enum):
     uniform = "uniform"
     normal = "normal"
@@ -64,6 +69,7 @@ class Config:
     n_seeds: int = 1
     d_out: int = 2
     weights: WeightsMode = WeightsMode.shared
+    weights_init: WeightsInit = WeightsInit.rand
     expect: Dict[str, Any] = field(default_factory=dict)
     log: LogConf = field(default_factory=LogConf)
 

@@ -39,6 +39,7 @@ class JobSpec:
     params: dict[str, Any]
     config: dict[str, Any]  # resolved; each record gets its own copy with its seed
     shared: bool
+    weights_init: str
     d_out: int
     expect: Any
 
@@ -49,6 +50,7 @@ class JobSpec:
             params=OmegaConf.to_container(cfg.variant.params, resolve=True),
             config=resolved(cfg),
             shared=cfg.weights == WeightsMode.shared,
+            weights_init=cfg.weights_init.value,
             d_out=cfg.d_out,
             expect=cfg.expect,
         )
@@ -124,7 +126,7 @@ def compute_record(
         n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out,
     )
     with compute_threads(inputs.n_tokens):
-        qkv = seeded_qkv(seed, inputs.d_in, spec.d_out) if spec.shared else None
+        qkv = seeded_qkv(seed, inputs.d_in, spec.d_out, spec.weights_init) if spec.shared else None
         try:
             say("forward")
             reference_module, _ = build_module(REFERENCE, {}, inputs.d_in, spec.d_out, seed, qkv)

@@ -44,11 +44,18 @@ class QKVWeights:
         return {"queries": self.W_query, "keys": self.W_key, "values": self.W_value}[role]
 
 
-def seeded_qkv(seed: int, d_in: int, d_out: int) -> QKVWeights:
+def seeded_qkv(seed: int, d_in: int, d_out: int, init: str = "rand") -> QKVWeights:
+    """`init="rand"` is the source's protocol. `init="normal"` draws torch.randn / sqrt(d_in) in the
+    same order: zero-mean projections, the setting in which q.k has variance ~ d_k and dividing by
+    sqrt(d_k) keeps the softmax input at unit scale for any d_k (see experiment=dk_scaling)."""
     torch.manual_seed(seed)
-    W_query = torch.rand(d_in, d_out)
-    W_key = torch.rand(d_in, d_out)
-    W_value = torch.rand(d_in, d_out)
+    if init == "normal":
+        draw = lambda: torch.randn(d_in, d_out) / d_in**0.5  # noqa: E731
+    else:
+        draw = lambda: torch.rand(d_in, d_out)  # noqa: E731
+    W_query = draw()
+    W_key = draw()
+    W_value = draw()
     return QKVWeights(W_query, W_key, W_value)
 
 

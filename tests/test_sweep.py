@@ -208,4 +208,5 @@ def test_dk_scaling_shows_the_entropy_collapse_without_scaling(tmp_path) -> None
     assert list(entropy.index) == [2, 32, 512]
     assert entropy.loc[512, "unscaled"] < 0.1 * entropy.loc[2, "unscaled"]  # collapses
     assert entropy.loc[512, "reference"] > 5 * entropy.loc[512, "unscaled"]  # scaled: far from collapse
+    assert entropy.loc[512, "reference"] > 0.9 * entropy.loc[2, "reference"]  # scaled: level
     assert (entropy["reference"] > entropy["unscaled"]).all()

@@ -27,6 +27,13 @@ def test_seeded_qkv_is_manual_seed_then_three_rand_draws():
     assert torch.equal(qkv.W_value, torch.rand(3, 2))
 
 
+def test_normal_init_draws_zero_mean_matrices_in_the_same_order():
+    qkv = seeded_qkv(123, 64, 8, init="normal")
+    torch.manual_seed(123)
+    for matrix in (qkv.W_query, qkv.W_key, qkv.W_value):
+        assert torch.equal(matrix, torch.randn(64, 8) / 8.0)
+
+
 def test_linear_weights_receive_the_matrices_transposed():
     module = attnlab.create_variant("linear", 3, 2)
     qkv = seeded_qkv(1, 3, 2)

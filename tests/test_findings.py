@@ -122,15 +122,6 @@ def test_scaling_bugs_get_scaling_first(name, n, d_in, d_out, normal, seed, shar
 
 
 @pytest.mark.slow
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(style=_NEW_STYLES, n=st.integers(512, 4096), d_in=st.sampled_from([64, 512]), d_out=st.sampled_from([32, 256]),
-       normal=st.booleans(), seed=st.integers(0, 2**16))
-def test_no_false_findings_large_new_styles(style, n, d_in, d_out, normal, seed):
-    _, _, _, _, findings = run_pair(style, _inputs(n, d_in, normal, seed), d_out, seed=seed)
-    assert findings == []
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("name", ["prescaled_by_dk", "manual_softmax_unscaled"])
 def test_scaling_bugs_at_4096_tokens(name):
     _, _, _, _, findings = run_pair(name, _inputs(4096, 512, True, 0), 256)
@@ -138,8 +129,8 @@ def test_scaling_bugs_at_4096_tokens(name):
 
 
 @pytest.mark.slow
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(style=_STYLES, n=st.integers(512, 4096), d_in=st.sampled_from([64, 512]), d_out=st.sampled_from([32, 256]),
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(style=st.one_of(_STYLES, _NEW_STYLES), n=st.integers(512, 4096), d_in=st.sampled_from([64, 512]), d_out=st.sampled_from([32, 256]),
        normal=st.booleans(), seed=st.integers(0, 2**16))
 def test_no_false_findings_large(style, n, d_in, d_out, normal, seed):
     _, _, _, _, findings = run_pair(style, _inputs(n, d_in, normal, seed), d_out, seed=seed)

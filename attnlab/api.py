@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-from attnlab.config import config_dir, register_configs
+from attnlab.config import config_dir, register_configs, user_overrides
 from attnlab.record import Finding, Record
 from attnlab.sinks.table import module_table
 
@@ -66,7 +66,7 @@ def compose_config(variant: str, seed: int, overrides: Iterable[str] = (), **kwa
     words = [f"variant={variant}", f"seed={seed}", *_override_words(kwargs)]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return compose(config_name="config", overrides=[*words, *overrides])
+        return compose(config_name="config", overrides=user_overrides([*words, *overrides]))
 
 
 def run(

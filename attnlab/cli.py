@@ -18,7 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from attnlab.config import config_dir, register_configs
+from attnlab.config import config_dir, register_configs, user_overrides
 from attnlab.errors import UserError
 from attnlab.registry import discover
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     open_sweeps.clear()
     try:
         _check_variant_overrides(args)
-        sys.argv = [sys.argv[0], *args]
+        sys.argv = [sys.argv[0], *user_overrides(args)]
         hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)()
         if user_errors:
             raise user_errors[0]

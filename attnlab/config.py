@@ -120,6 +120,12 @@ def register_configs(registry: Registry | None = None) -> None:
     )
 
 
+def user_overrides(args: list[str]) -> list[str]:
+    """`expect.context_shape=[6,2]` as users write it: predictions are open-ended keys, which
+    Hydra's struct mode would make them spell `++expect...`; attnlab adds the `++` for them."""
+    return [f"++{arg}" if arg.startswith("expect.") else arg for arg in args]
+
+
 def validate(cfg: DictConfig) -> None:
     """Checks beyond the schema's types, so that a bad value fails before any work."""
     _positive(cfg.d_out, "d_out")

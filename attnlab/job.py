@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from attnlab.config import validate
 from attnlab.inputs import make_inputs
@@ -38,7 +38,7 @@ SEED_DIR = "seed-{seed}"
 def check(cfg: DictConfig) -> None:
     """Everything that can be wrong with the request, before any work."""
     validate(cfg)
-    validate_expectations(cfg.expect)
+    validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True))
     get_variant(cfg.variant.name)
     get_variant("reference")
 

@@ -52,7 +52,7 @@ class JobSpec:
             shared=cfg.weights == WeightsMode.shared,
             weights_init=cfg.weights_init.value,
             d_out=cfg.d_out,
-            expect=cfg.expect,
+            expect=OmegaConf.to_container(cfg.expect, resolve=True),
         )
 
 

@@ -90,7 +90,8 @@ BAD_INPUTS = [
     (["variant=unscald"], "unknown variant 'unscald'; did you mean 'unscaled'? available:"),
     (["inputs=nope"], "Could not find 'inputs/nope'; Available options in 'inputs': book, file, random"),
     (["inputs=file"], "inputs.path is missing: inputs=file needs inputs.path=FILE"),
-    (["expect.no_such_prediction=1"], "expect.no_such_prediction"),
+    (["expect.no_such_prediction=1"], "expect.no_such_prediction: unknown prediction; allowed: context_shape,"),
+    (["expect.context_shape=6"], "expect.context_shape: expected a list of ints like [6, 2], got 6"),
 ]
 
 
@@ -136,3 +137,14 @@ def test_a_failed_plugin_exits_non_zero_with_its_error_in_the_record(app, plugin
     assert "FAILED: variant 'nan_free_crash' raised ValueError: shapes do not line up" in run.stdout
     assert run.record["status"] == "failed"
     assert "Traceback" not in run.stderr
+
+
+def test_predictions_are_written_as_the_issue_spells_them_and_reported(app):
+    run = app("variant=wrong_softmax_axis", "expect.context_shape=[6,2]", "expect.row_sums=1",
+              "expect.first_divergent_stage=weights", "log.tensorboard=false")
+    assert run.returncode == 0, run.stderr
+    assert "predict context_shape = [6, 2]: pass (observed [6, 2])" in run.stdout
+    assert "predict row_sums = 1: FAIL" in run.stdout
+    assert "predict first_divergent_stage = weights: pass" in run.stdout
+    assert {p["name"]: p["passed"] for p in run.record["predictions"]} == {
+        "context_shape": True, "row_sums": False, "first_divergent_stage": True}

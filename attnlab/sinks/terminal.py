@@ -97,6 +97,8 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
         why = " (weights=native: each module built its own parameters)" if record.config.get("weights") == "native" else ""
         say(f"findings: none — values differ from the reference from {record.first_divergent_stage} on{why}, "
             "but every check of the variant's own stages passed")
+    if record.predictions:
+        say("predictions:")
     for prediction in record.predictions:
         verdict = "pass" if prediction.passed else "FAIL"
         say(f"  predict {prediction.name} = {prediction.expected}: {verdict} (observed {prediction.observed})")

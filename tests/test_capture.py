@@ -1,7 +1,6 @@
 """capture(): every stage found from the data flow alone, equal to independent computations."""
 
 import math
-import time
 
 import pytest
 import torch
@@ -130,24 +129,6 @@ def test_explicit_tap_wins_and_is_a_no_op_outside_capture():
 def test_capture_runs_without_grad():
     c = capture(build("reference", 3, 2), BOOK_INPUTS)
     assert not c.stages["context"].requires_grad
-
-
-@pytest.mark.slow
-def test_capture_overhead_at_4096_tokens_is_small():
-    torch.manual_seed(0)
-    x = torch.rand(4096, 64)
-    module = build("reference", 64, 64)
-
-    plain, captured = [], []
-    for _ in range(9):  # interleaved, so background load hits both alike
-        start = time.perf_counter()
-        with torch.no_grad():
-            module(x)
-        plain.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        capture(module, x)
-        captured.append(time.perf_counter() - start)
-    assert min(captured) <= min(plain) * 1.25  # target 10%; slack for a noisy shared CPU
 
 
 # --- queries / keys scaled before the score product --------------------------------------------
@@ -376,23 +357,3 @@ def test_softmax_dim_is_relative_to_the_two_dim_stage():
 
     c = capture(build(_prescaled("Batched", forward), 3, 2), BOOK_INPUTS[None])
     assert c.softmax_dim == 1 and c.stages["weights"].shape == (6, 6)
-
-
-@pytest.mark.slow
-def test_prescaled_capture_overhead_is_one_elementwise_pass():
-    """A pre-factor costs one (n x n) division for the raw scores, never a second score matmul."""
-    from tests._zoo_helpers import PrescaledQueriesAttention
-
-    torch.manual_seed(0)
-    x = torch.rand(4096, 64)
-    module = build(PrescaledQueriesAttention, 64, 64)
-    plain, captured = [], []
-    for _ in range(7):
-        start = time.perf_counter()
-        with torch.no_grad():
-            module(x)
-        plain.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        capture(module, x)
-        captured.append(time.perf_counter() - start)
-    assert min(captured) <= min(plain) * 1.6  # ~1.25 measured: the reference's own "/ sqrt(d_k)" pass, moved

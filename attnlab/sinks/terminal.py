@@ -101,7 +101,8 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
         say("predictions:")
     for prediction in record.predictions:
         verdict = "pass" if prediction.passed else "FAIL"
-        say(f"  predict {prediction.name} = {prediction.expected}: {verdict} (observed {prediction.observed})")
+        observed = f"{prediction.observed:.4g}" if isinstance(prediction.observed, float) else prediction.observed
+        say(f"  predict {prediction.name} = {prediction.expected}: {verdict} (observed {observed})")
 
 
 def _number(value: object) -> str:

@@ -73,6 +73,9 @@ class Registry:
     warnings: list[str] = field(default_factory=list)
 
     def add(self, spec: VariantSpec) -> None:
+        known = self.specs.get(spec.name)
+        if known is not None and _same_file(known.source, spec.source):
+            return  # the same plugin file seen twice (an installed copy and ./plugins of a clone)
         if spec.name in self.duplicates:
             self.duplicates[spec.name].append(spec.source)
         elif spec.name in self.specs:
@@ -92,6 +95,14 @@ class Registry:
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise VariantError(f"unknown variant '{name}'; {hint}available: {', '.join(self.names())}")
         return self.specs[name]
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Two sources that are one file, or byte-identical copies of it."""
+    first, second = Path(a), Path(b)
+    if not (first.is_file() and second.is_file()):
+        return False
+    return first.resolve() == second.resolve() or first.read_bytes() == second.read_bytes()
 
 
 def builtin_plugin_dir() -> Path:

@@ -9,7 +9,7 @@ import torch
 
 import attnlab
 from attnlab.errors import UserError
-from attnlab.registry import Registry, discover, get_variant
+from attnlab.registry import Registry, builtin_plugin_dir, discover, get_variant
 from tests.conftest import SOURCE_SELF_ATTENTION_V1
 
 
@@ -85,6 +85,16 @@ def test_two_variants_with_one_name_fail_with_both_sources_named(plugin_folder, 
     message = str(caught.value)
     assert "variant 'unscaled' is defined twice" in message
     assert str(folder / "unscaled.py") in message and "plugins/unscaled.py" in message
+
+
+def test_a_byte_identical_copy_of_a_plugin_is_not_a_duplicate(tmp_path, monkeypatch):
+    """A wheel's built-ins and ./plugins of the clone it was built from hold the same files."""
+    copy = tmp_path / "copies"
+    copy.mkdir()
+    (copy / "unscaled.py").write_bytes((builtin_plugin_dir() / "unscaled.py").read_bytes())
+    monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(copy))
+    assert "unscaled" not in discover().duplicates
+    assert get_variant("unscaled").source == str(builtin_plugin_dir() / "unscaled.py")
 
 
 def test_an_unknown_name_lists_the_available_names_with_the_closest_match():

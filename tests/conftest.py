@@ -79,3 +79,16 @@ def plugin_folder(tmp_path):
         return folder
 
     return write
+
+
+@pytest.fixture
+def use_plugins(monkeypatch):
+    """Put a folder on ATTNLAB_PLUGIN_PATH for in-process runs; the registry is rediscovered."""
+    from attnlab.registry import discover
+
+    def use(folder: Path) -> None:
+        monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(folder))
+        discover.cache_clear()
+
+    yield use
+    discover.cache_clear()

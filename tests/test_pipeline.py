@@ -89,7 +89,7 @@ def test_wrong_softmax_axis_equals_an_independent_softmax_over_dim_0(seed, n_tok
     np.testing.assert_allclose(result.stages["context"], (weights @ v.double()).numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_a_plugin_that_raises_fails_its_own_record_only(plugin_folder, monkeypatch):
+def test_a_plugin_that_raises_fails_its_own_record_only(plugin_folder, use_plugins):
     folder = plugin_folder("raises_in_forward", """
         import torch.nn as nn
         class Broken(nn.Module):
@@ -98,18 +98,14 @@ def test_a_plugin_that_raises_fails_its_own_record_only(plugin_folder, monkeypat
             def forward(self, x):
                 raise RuntimeError("boom")
     """)
-    monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(folder))
-    attnlab.registry.discover.cache_clear()
-    try:
-        result = attnlab.run("raises_in_forward")
-        assert result.record.status == "failed"
-        assert result.record.error == "variant 'raises_in_forward' raised RuntimeError: boom"
-        assert attnlab.run("unscaled").record.status == "ok"
-    finally:
-        attnlab.registry.discover.cache_clear()
+    use_plugins(folder)
+    result = attnlab.run("raises_in_forward")
+    assert result.record.status == "failed"
+    assert result.record.error == "variant 'raises_in_forward' raised RuntimeError: boom"
+    assert attnlab.run("unscaled").record.status == "ok"
 
 
-def test_a_plugin_returning_the_wrong_rows_fails_with_the_shape_named(plugin_folder, monkeypatch):
+def test_a_plugin_returning_the_wrong_rows_fails_with_the_shape_named(plugin_folder, use_plugins):
     folder = plugin_folder("one_row", """
         import torch, torch.nn as nn
         class OneRow(nn.Module):
@@ -118,11 +114,7 @@ def test_a_plugin_returning_the_wrong_rows_fails_with_the_shape_named(plugin_fol
             def forward(self, x):
                 return x.sum(dim=0, keepdim=True)
     """)
-    monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(folder))
-    attnlab.registry.discover.cache_clear()
-    try:
-        record = attnlab.run("one_row").record
-        assert record.status == "failed"
-        assert "returned (1, 3); expected context vectors of shape (n_tokens=6, d_out)" in record.error
-    finally:
-        attnlab.registry.discover.cache_clear()
+    use_plugins(folder)
+    record = attnlab.run("one_row").record
+    assert record.status == "failed"
+    assert "returned (1, 3); expected context vectors of shape (n_tokens=6, d_out)" in record.error

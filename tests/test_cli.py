@@ -42,7 +42,7 @@ def test_the_reference_run_matches_the_book_in_the_terminal(app):
     run = app()
     assert run.returncode == 0, run.stderr
     assert "  Your     0.2996  0.8053" in run.stdout and "  step     0.2990  0.8040" in run.stdout
-    assert "findings: none" in run.stdout
+    assert "no findings: the variant matches the reference at every stage checked" in run.stdout
 
 
 def test_default_output_folders_are_relative_to_the_working_folder(tmp_path):

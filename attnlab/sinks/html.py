@@ -14,7 +14,7 @@ import pandas as pd
 
 from attnlab.aggregate import Report, group_labels, summary_view
 from attnlab.heatmap import render_heatmap, to_png_bytes
-from attnlab.record import Record
+from attnlab.record import Record, no_findings_message
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -60,7 +60,7 @@ def findings_html(records: list[Record]) -> str:
             text = f"[{finding.code} @ {finding.stage}] {finding.message}"
             items.setdefault((finding.severity, text), []).append(record.seed)
     if not items:
-        return "<p>No findings: the variant matches the reference at every stage checked.</p>"
+        return f"<p>{html.escape(no_findings_message(records[0]).capitalize())}.</p>"
     lines = [
         f'<li class="{html.escape(severity)}">{html.escape(text)} <span class="note">(seed {", ".join(map(str, seeds))})</span></li>'
         for (severity, text), seeds in items.items()

@@ -14,7 +14,7 @@ from typing import TextIO
 
 import numpy as np
 
-from attnlab.record import Record
+from attnlab.record import Record, no_findings_message
 from attnlab.stages import STAGES
 
 MAX_SHOWN = 8  # rows and columns of a matrix printed in full; larger ones are cut with "…"
@@ -91,12 +91,8 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
         say("findings:")
         for finding in record.findings:
             say(f"  [{finding.code} @ {finding.stage}] {finding.message}")
-    elif record.first_divergent_stage is None:
-        say("findings: none — the variant matches the reference at every stage checked")
     else:
-        why = " (weights=native: each module built its own parameters)" if record.config.get("weights") == "native" else ""
-        say(f"findings: none — values differ from the reference from {record.first_divergent_stage} on{why}, "
-            "but every check of the variant's own stages passed")
+        say(no_findings_message(record))
     if record.predictions:
         say("predictions:")
     for prediction in record.predictions:

@@ -78,7 +78,7 @@ def make_record(tokens: list[str], x: torch.Tensor, kind: str) -> Record:
     }
     return Record(
         variant="unscaled", seed=SEED, config=config, labels=tokens,
-        stages=variant, reference_stages=reference,
+        n_tokens=n_tokens, d_in=d_in, d_out=D_OUT, stages=variant, reference_stages=reference,
         stage_shapes={k: list(v.shape) for k, v in variant.items()},
         reference_stage_shapes={k: list(v.shape) for k, v in reference.items()},
         diagnostics=diagnostics, reference_diagnostics=reference_diagnostics,
@@ -253,6 +253,19 @@ def test_switches_and_missing_stages(tmp_path):
 
     write_tensorboard([book_record()], tmp_path / "no-images", table_markdown=TABLE, images=False)
     assert accumulate(tmp_path / "no-images").Tags()["images"] == []
+
+
+def test_hparams_hold_the_real_sizes_not_the_configs_nulls(tmp_path):
+    import attnlab
+
+    record = attnlab.run("unscaled").record  # book inputs: inputs.n_tokens and inputs.d_in are null in the config
+    write_tensorboard([record], tmp_path, table_markdown=TABLE)
+    from tensorboard.plugins.hparams import metadata
+
+    content = accumulate(tmp_path).PluginTagToContent("hparams")
+    start = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
+    assert {k: start.hparams[k].number_value for k in ("n_tokens", "d_in", "d_out")} == {"n_tokens": 6, "d_in": 3, "d_out": 2}
+    assert "inputs.embeddings" not in start.hparams and start.hparams["inputs.kind"].string_value == "book"
 
 
 def test_flat_hparams_leaves_out_log_and_empty_mappings():

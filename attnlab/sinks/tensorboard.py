@@ -66,6 +66,7 @@ HPARAM_METRICS = (
 # the sweep table's column names (attnlab.sinks.table.KEY_COLUMNS), so both views agree
 _HPARAM_ALIASES = {"variant.name": "variant", "inputs.n_tokens": "n_tokens", "inputs.d_in": "d_in"}
 _HPARAM_SKIP = {"log"}  # output switches, not settings; Hydra's override_dirname leaves them out too
+_HPARAM_DATA = {"inputs.embeddings", "inputs.labels"}  # the token data itself, not a setting to compare
 
 _REF = r"^(reference/)?"
 CUSTOM_SCALARS_LAYOUT = {
@@ -121,7 +122,8 @@ def write_tensorboard(
                               "config": config_markdown(first.config)})
         scalars = scalar_values(first)
         metrics = [tag for tag in HPARAM_METRICS if tag in scalars]
-        for summary in hparams_summaries(flat_hparams(first.config), metrics, ok=first.ok):
+        hparams = {**flat_hparams(first.config), "n_tokens": first.n_tokens, "d_in": first.d_in, "d_out": first.d_out}
+        for summary in hparams_summaries(hparams, metrics, ok=first.ok):
             writer.file_writer.add_summary(summary, global_step=0)
     finally:
         writer.close()
@@ -257,7 +259,7 @@ def flat_hparams(config: Mapping[str, Any]) -> dict[str, bool | int | float | st
         if isinstance(value, Mapping):
             for key, item in value.items():
                 walk(f"{prefix}.{key}" if prefix else str(key), item)
-        else:
+        elif prefix not in _HPARAM_DATA:
             flat[_HPARAM_ALIASES.get(prefix, prefix)] = _hparam_value(value)
 
     walk("", {key: value for key, value in config.items() if key not in _HPARAM_SKIP})

@@ -138,12 +138,15 @@ def _weights_diagnostics(weights: torch.Tensor | None) -> dict[str, float]:
 
 
 def _scale_observed(scores: torch.Tensor | None, scaled: torch.Tensor | None) -> float:
-    """Least-squares factor c in scaled_scores ~ c * scores (float64 sums, row blocks)."""
+    """Least-squares factor c in scaled_scores ~ c * scores (float64 sums, row blocks), over the
+    entries finite in both: a mask's -inf says nothing about the scaling."""
     if scores is None or scaled is None or scores.shape != scaled.shape or scores.dim() != 2:
         return NAN
     dot = norm = 0.0
     for r in row_blocks(scores.shape[0]):
         s, t = scores[r].double(), scaled[r].double()
+        finite = torch.isfinite(s) & torch.isfinite(t)
+        s, t = torch.where(finite, s, 0.0), torch.where(finite, t, 0.0)
         dot += float((s * t).sum())
         norm += float((s * s).sum())
     return dot / norm if norm > 0 else NAN

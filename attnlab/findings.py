@@ -36,8 +36,8 @@ class _Diagnosis:
         self.findings: list[Finding] = []
         self.explained = False  # a finding already explains why later stages differ
 
-    def add(self, code: str, stage: str, message: str, *, explains: bool = True) -> None:
-        self.findings.append(Finding(code, stage, "error", message))
+    def add(self, code: str, stage: str, message: str, *, explains: bool = True, severity: str = "error") -> None:
+        self.findings.append(Finding(code, stage, severity, message))
         self.explained = self.explained or explains
 
     def present(self, *stages: str) -> bool:
@@ -51,6 +51,7 @@ class _Diagnosis:
         return stage_differs(stage, self.v, self.ref, other)
 
     def run(self) -> list[Finding]:
+        self.masked = self.mask_counts()
         self.non_finite()
         self.shapes()
         swapped = self.scores_transposed()
@@ -59,16 +60,58 @@ class _Diagnosis:
             self.key_index()
         if swapped:
             self.add("scores_transposed", "scores", swapped)
+        self.mask()
         self.scaling()
         self.softmax()
         self.value_path()
         self.batched_single()
         order = {s: i for i, s in enumerate(STAGES)}
-        return sorted(self.findings, key=lambda f: order[f.stage])
+        return sorted(self.findings, key=lambda f: (order[f.stage], f.severity != "error"))  # a bug before a note
+
+    def mask_counts(self) -> dict[str, int]:
+        """-inf entries of the scores and the softmax input that are a mask (e.g. causal), by stage.
+
+        A mask is -inf in the softmax input where the weights are exactly 0, with no NaN or +inf
+        anywhere in it and finite weights; anything else with -inf stays a non_finite finding.
+        """
+        scaled, weights = self.v.stages.get("scaled_scores"), self.v.stages.get("weights")
+        if scaled is None or weights is None or scaled.shape != weights.shape:
+            return {}
+        masked = torch.isneginf(scaled)
+        if not masked.any() or torch.isnan(scaled).any() or torch.isposinf(scaled).any():
+            return {}
+        if not torch.isfinite(weights).all() or weights[masked].abs().max() > 0:
+            return {}
+        counts = {"scaled_scores": int(masked.sum())}
+        scores = self.v.stages.get("scores")
+        if scores is not None and scores.shape == masked.shape and torch.isneginf(scores).any():
+            counts["scores"] = int(torch.isneginf(scores).sum())
+        return counts
+
+    def mask(self) -> None:
+        if not self.masked:
+            return
+        scaled = self.v.stages["scaled_scores"]
+        n_rows, n_keys = scaled.shape[-2:]
+        causal = torch.ones(n_rows, n_keys, dtype=torch.bool, device=scaled.device).triu(1)
+        kind = ("a causal mask (every key after its query)" if scaled.dim() == 2 and
+                torch.equal(torch.isneginf(scaled), causal) else "a mask")
+        self.add("masked", "scaled_scores", f"{self.masked['scaled_scores']} of the {scaled.numel()} scaled_scores "
+                 f"are -inf: {kind}, so those attention weights are 0 and each row still sums to 1; the reference "
+                 f"has no mask, so the weights and the context differ from the reference from here on.",
+                 severity="info")
 
     def non_finite(self) -> None:
         for stage in STAGES:
-            count = self.d.get(f"non_finite_{stage}", math.nan)
+            count = self.d.get(f"non_finite_{stage}", math.nan) - self.masked.get(stage, 0)
+            values = self.v.stages.get(stage)
+            if count > 0 and stage in ("scores", "scaled_scores") and values is not None and values.dim() == 2:
+                blind = torch.isneginf(values).all(dim=-1).nonzero().flatten().tolist()
+                if blind:
+                    self.add("non_finite", stage, f"row {blind[0]} of {stage} is -inf for every key (a mask that "
+                             f"hides all keys from that query), so its softmax is 0/0 = NaN; a query must keep "
+                             f"at least one key (a causal mask keeps its own token).")
+                    return
             if count > 0:
                 self.add("non_finite", stage, f"{stage} holds {int(count)} NaN/inf values where finite numbers "
                          f"were expected; look at the line that computes {stage}.")

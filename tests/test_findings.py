@@ -135,3 +135,47 @@ def test_scaling_bugs_at_4096_tokens(name):
 def test_no_false_findings_large(style, n, d_in, d_out, normal, seed):
     _, _, _, _, findings = run_pair(style, _inputs(n, d_in, normal, seed), d_out, seed=seed)
     assert findings == []
+
+
+class CausalAttention(torch.nn.Module):
+    """The source's next step (section 3.5): SelfAttention_v1 with a causal mask; options make it buggy."""
+
+    def __init__(self, d_in, d_out, scale=True, dim=-1, mask_all_of_row_0=False):
+        super().__init__()
+        self.W_query = torch.nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key = torch.nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = torch.nn.Parameter(torch.rand(d_in, d_out))
+        self.scale, self.dim, self.mask_all_of_row_0 = scale, dim, mask_all_of_row_0
+
+    def forward(self, x):
+        keys, queries, values = x @ self.W_key, x @ self.W_query, x @ self.W_value
+        attn_scores = queries @ keys.T
+        mask = torch.triu(torch.ones(len(x), len(x)), diagonal=1).bool()
+        if self.mask_all_of_row_0:
+            mask[0] = True
+        masked = attn_scores.masked_fill(mask, -torch.inf)
+        divisor = keys.shape[-1] ** 0.5 if self.scale else 1.0
+        attn_weights = torch.softmax(masked / divisor, dim=self.dim)
+        return attn_weights @ values
+
+
+def causal(**options):
+    return type("Causal", (CausalAttention,), {"__init__": lambda self, d_in, d_out: CausalAttention.__init__(self, d_in, d_out, **options)})
+
+
+def test_a_causal_mask_is_an_info_finding_not_a_non_finite_bug():
+    _, _, d, first, findings = run_pair(causal(), BOOK_INPUTS, 2)
+    assert codes(findings) == [("masked", "scaled_scores")] and findings[0].severity == "info"
+    assert "15 of the 36 scaled_scores are -inf: a causal mask" in findings[0].message
+    assert first == "scaled_scores" and d["non_finite_scaled_scores"] == 15
+
+
+@pytest.mark.parametrize("options,expected", [
+    ({"scale": False}, ("scaling", "scaled_scores")),
+    ({"dim": 0}, ("softmax_axis", "weights")),
+    ({"mask_all_of_row_0": True}, ("non_finite", "scaled_scores")),
+])
+def test_a_bug_behind_a_causal_mask_is_still_found(options, expected):
+    _, _, _, _, findings = run_pair(causal(**options), BOOK_INPUTS, 2)
+    errors = [(f.code, f.stage) for f in findings if f.severity == "error"]
+    assert errors[0] == expected, codes(findings)

@@ -1,0 +1,31 @@
+"""SelfAttention_v1 with the source's causal mask (section 3.5): each token sees itself and the tokens before it."""
+
+import torch
+import torch.nn as nn
+
+import attnlab
+
+
+@attnlab.variant(
+    "causal",
+    description="SelfAttention_v1 with a causal mask: -inf above the diagonal before the softmax",
+    expected_finding=("masked", "scaled_scores"),
+)
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
+
+    def forward(self, x):
+        keys = x @ self.W_key  # (n_tokens, d_out)
+        queries = x @ self.W_query  # (n_tokens, d_out)
+        values = x @ self.W_value  # (n_tokens, d_out)
+        attn_scores = queries @ keys.T  # (n_tokens, n_tokens)
+        context_length = attn_scores.shape[0]
+        mask = torch.triu(torch.ones(context_length, context_length), diagonal=1)  # (n_tokens, n_tokens)
+        attn_scores = attn_scores.masked_fill(mask.bool(), -torch.inf)  # changed: keys after the query are hidden
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (n_tokens, n_tokens)
+        context_vec = attn_weights @ values  # (n_tokens, d_out)
+        return context_vec

@@ -40,11 +40,12 @@ def record_job_failure(config: DictConfig, job_return: JobReturn) -> Path | None
     job_dir = Path(config.hydra.runtime.output_dir)
     if job_return.status != JobStatus.FAILED or any(job_dir.rglob(RECORD_FILE)):
         return None
-    try:
-        job_return.return_value  # re-raises the job's exception: the public way to get it
+    # The dataclass field, not the `return_value` property: reading that re-raises the exception
+    # and prints Hydra's "Error executing job" line, which the sweeper prints again at the end.
+    exc = job_return._return_value
+    if not isinstance(exc, BaseException):
         return None
-    except Exception as exc:  # noqa: BLE001 - any job error becomes the record's one line
-        error = cli.one_line(exc)
+    error = cli.one_line(exc)
     job_config = OmegaConf.to_container(config, resolve=False, enum_to_str=True)
     job_config.pop("hydra", None)
     record = Record(

@@ -35,7 +35,10 @@ def max_abs(t: torch.Tensor) -> float:
 
 
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max |a - b| in row blocks; nan when the shapes differ or a value is not finite."""
+    """max |a - b| in row blocks; nan when the shapes differ or a value is not finite. A tensor
+    against itself (the reference's own diagnostics) is 0 without a pass over n x n values."""
+    if a is b:
+        return 0.0
     if a.shape != b.shape:
         return NAN
     if a.dim() < 2:

@@ -50,16 +50,14 @@ def seeds(cfg: DictConfig) -> range:
 def compute_records(cfg: DictConfig, progress: Progress | None = None) -> list[Record]:
     check(cfg)
     spec = JobSpec.from_cfg(cfg)
-    phase = progress.phase if progress is not None else None
+    progress = progress or Progress(cfg.n_seeds, enabled=False)
     records = []
     for seed in seeds(cfg):
-        if progress is not None:
-            progress.phase(f"seed {seed}: inputs")
+        progress.phase(f"seed {seed}: inputs")
         inputs = make_inputs(cfg.inputs, seed)
         records.append(compute_record(cfg, seed, inputs, spec=spec,
-                                      phase=None if phase is None else (lambda p, s=seed: phase(f"seed {s}: {p}"))))
-        if progress is not None:
-            progress.advance()
+                                      phase=lambda part, s=seed: progress.phase(f"seed {s}: {part}")))
+        progress.advance()
     return records
 
 

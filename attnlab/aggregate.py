@@ -172,6 +172,8 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
     shown = [c for c in differs_table(jobs[[c for c in KEY_COLUMNS if c in jobs]]).columns]
     shown += [c for c in verdict + list(MAIN_DIAGNOSTICS) if c in jobs]
     view = jobs[shown].copy()
+    text = [c for c in view.columns if view[c].dtype == object]  # a column of None alone prints "None"
+    view[text] = view[text].fillna("—")
     if "error" in jobs and jobs["error"].astype(bool).any():
         view["error"] = jobs["error"].map(lambda e: e if len(e) <= TERMINAL_ERROR_WIDTH else e[: TERMINAL_ERROR_WIDTH - 1] + "…")
     return view.to_string(index=False, line_width=width, na_rep="—", float_format=lambda v: f"{v:.4g}")

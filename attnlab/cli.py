@@ -72,10 +72,12 @@ def _check_variant_overrides(args: list[str]) -> None:
 def _finish_open_sweeps() -> None:
     """Hydra skips on_multirun_end when a job raised or on Ctrl-C: write the sweep's tables here."""
     if open_sweeps:
+        from attnlab.aggregate import find_record_files
         from attnlab.sweep import finish
 
         for folder in open_sweeps:
-            finish(folder)
+            if find_record_files([folder]):  # a value that failed validation ran no job: no tables
+                finish(folder)
         open_sweeps.clear()
 
 

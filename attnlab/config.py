@@ -6,10 +6,13 @@ ConfigStore, so a plugin never needs a YAML file; `--help` lists them with their
 
 from __future__ import annotations
 
+import importlib
+import sys
 from dataclasses import dataclass, field
 from enum import Enum
 from importlib import resources
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -100,8 +103,28 @@ def help_header(registry: Registry) -> str:
     )
 
 
+HYDRA_PLUGIN_ROOT = Path(__file__).parent / "hydra_plugin_root"
+SWEEPER_MODULE = "hydra_plugins.attnlab_sweeper.attnlab_sweeper"
+
+
+def use_attnlab_sweeper() -> ModuleType:
+    """Put attnlab's sweeper where Hydra looks for plugins: the `hydra_plugins` namespace.
+
+    It ships inside the package and joins that namespace only in attnlab's own process, through
+    sys.path, because an editable install's finder hides namespace portions from Hydra's plugin
+    scan, and other Hydra apps in the environment should not scan it at all. Imported here as
+    well, so its `hydra/sweeper=attnlab` option exists even if Hydra scanned its plugins earlier
+    in this process (a notebook).
+    """
+    root = str(HYDRA_PLUGIN_ROOT)
+    if root not in sys.path:
+        sys.path.append(root)
+    return importlib.import_module(SWEEPER_MODULE)
+
+
 def register_configs(registry: Registry | None = None) -> None:
     registry = registry or discover()
+    use_attnlab_sweeper()
     store = ConfigStore.instance()
     store.store(name="attnlab_schema", node=Config)
     for name, spec in registry.specs.items():

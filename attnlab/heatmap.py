@@ -20,8 +20,10 @@ Rules a reader can rely on:
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -116,6 +118,69 @@ def render_heatmap_views(
             col_labels=None if col_labels is None else col_labels[:CROP],
             diverging=diverging,
         )
+    return views
+
+
+@dataclass(frozen=True)
+class EncodedHeatmap:
+    png: bytes
+    height: int
+    width: int
+
+
+class _EncodedCache:
+    """Encoded views by key, least recently used first, within a budget of PNG bytes."""
+
+    def __init__(self, budget: int):
+        self.budget, self.size = budget, 0
+        self.entries: OrderedDict[bytes, dict[str, EncodedHeatmap]] = OrderedDict()
+
+    def get(self, key: bytes) -> dict[str, EncodedHeatmap] | None:
+        if key in self.entries:
+            self.entries.move_to_end(key)
+        return self.entries.get(key)
+
+    def put(self, key: bytes, views: dict[str, EncodedHeatmap]) -> None:
+        self.entries[key] = views
+        self.size += _png_bytes(views)
+        while self.size > self.budget:
+            self.size -= _png_bytes(self.entries.popitem(last=False)[1])
+
+
+def _png_bytes(views: dict[str, EncodedHeatmap]) -> int:
+    return sum(len(view.png) for view in views.values())
+
+
+_ENCODED = _EncodedCache(budget=64 * 2**20)
+
+
+def encoded_heatmap_views(
+    values: np.ndarray,
+    *,
+    title: str,
+    row_labels: list[str] | None = None,
+    col_labels: list[str] | None = None,
+    diverging: bool = False,
+) -> dict[str, EncodedHeatmap]:
+    """`render_heatmap_views`, PNG-encoded and remembered by content for the life of the process.
+
+    Why: the jobs of a sweep that share a seed draw the same reference maps (and the reference
+    variant's all-zero differences), and the basic launcher runs them all in one process; an
+    image is a few milliseconds, a job's budget is fifty. The key is a hash of everything drawn,
+    so a hit is the image the call would have drawn; the cache keeps at most 64 MiB of PNGs.
+    """
+    array = np.ascontiguousarray(values, dtype=np.float32)
+    drawn = repr((array.shape, title, row_labels, col_labels, diverging)).encode()
+    key = hashlib.blake2b(drawn + array.tobytes(), digest_size=20).digest()
+    cached = _ENCODED.get(key)
+    if cached is not None:
+        return cached
+    views = {
+        view: EncodedHeatmap(to_png_bytes(image), image.shape[0], image.shape[1])
+        for view, image in render_heatmap_views(array, title=title, row_labels=row_labels, col_labels=col_labels,
+                                                diverging=diverging).items()
+    }
+    _ENCODED.put(key, views)
     return views
 
 
@@ -285,17 +350,21 @@ def _cell_px(n: int, *, labelled: bool) -> int:
 
 def _draw_text(image: Image.Image, layout: _Layout, title: str, rows: list[str] | None,
                cols: list[str] | None, cells: np.ndarray) -> None:
-    _draw_string(image, (_MARGIN, _MARGIN), title, size=_TITLE_SIZE)
+    """Every string of one colour goes into one alpha mask, pasted once: a 6x6 map has ~50
+    strings, and a Pillow paste per string cost more than the rest of the image."""
+    dark, light_text = _TextLayer(layout.height, layout.width), _TextLayer(layout.height, layout.width)
+    dark.add((_MARGIN, _MARGIN), title, size=_TITLE_SIZE)
     for i, label in enumerate(rows or []):
-        _draw_string(image, (layout.grid_x - 4, layout.row_centre(i)), label, anchor="rm")
+        dark.add((layout.grid_x - 4, layout.row_centre(i)), label, anchor="rm")
     for j, label in enumerate(cols or []):
-        _draw_string(image, (layout.col_centre(j), layout.grid_y - 2), label, anchor="mb",
-                     vertical=layout.rotate_cols)
-    light = cells @ np.array([0.299, 0.587, 0.114]) > 140  # dark text on light cells, white on dark
+        dark.add((layout.col_centre(j), layout.grid_y - 2), label, anchor="mb", vertical=layout.rotate_cols)
+    on_light = cells @ np.array([0.299, 0.587, 0.114]) > 140  # dark text on light cells, white on dark
     for i, row in enumerate(layout.cell_text or []):
         for j, text in enumerate(row):
-            colour = _TEXT if light[i, j] else (255, 255, 255)
-            _draw_string(image, (layout.col_centre(j), layout.row_centre(i)), text, anchor="mm", colour=colour)
+            layer = dark if on_light[i, j] else light_text
+            layer.add((layout.col_centre(j), layout.row_centre(i)), text, anchor="mm")
+    dark.paste_onto(image, _TEXT)
+    light_text.paste_onto(image, (255, 255, 255))
 
 
 def _draw_ticks(image: Image.Image, layout: _Layout, low: float, high: float, diverging: bool) -> None:
@@ -305,9 +374,11 @@ def _draw_ticks(image: Image.Image, layout: _Layout, low: float, high: float, di
     ticks = [(top, high, "lt"), (bottom, low, "lb")]
     if diverging:
         ticks.append(((top + bottom) // 2, 0.0, "lm"))
+    layer = _TextLayer(image.height, image.width)
     for y, value, anchor in ticks:
         image.paste(_TEXT, (x, y, x + 4, y + 1))
-        _draw_string(image, (x + 6, y), f"{value:.4g}", anchor=anchor)
+        layer.add((x + 6, y), f"{value:.4g}", anchor=anchor)
+    layer.paste_onto(image, _TEXT)
 
 
 @lru_cache(maxsize=None)
@@ -325,23 +396,41 @@ def _glyph(char: str, size: int) -> np.ndarray:
     return np.asarray(image)
 
 
+@lru_cache(maxsize=4096)
 def _text_width(text: str, size: int = _FONT_SIZE) -> int:
     return sum(_glyph(char, size).shape[1] for char in text)
 
 
 @lru_cache(maxsize=4096)
-def _text_mask(text: str, size: int, vertical: bool) -> Image.Image:
+def _text_mask(text: str, size: int, vertical: bool) -> np.ndarray:
     """A string's alpha mask; labels and ticks repeat across a job's images, hence the cache.
 
     Vertical text reads upwards."""
-    mask = Image.fromarray(np.concatenate([_glyph(char, size) for char in text or " "], axis=1), mode="L")
-    return mask.transpose(Image.Transpose.ROTATE_90) if vertical else mask
+    mask = np.concatenate([_glyph(char, size) for char in text or " "], axis=1)
+    return np.ascontiguousarray(np.rot90(mask)) if vertical else mask
 
 
-def _draw_string(image: Image.Image, xy: tuple[int, int], text: str, *, size: int = _FONT_SIZE,
-                 anchor: str = "lt", colour: tuple[int, int, int] = _TEXT, vertical: bool = False) -> None:
-    """Paste `colour` through the string's mask; anchors as in Pillow (l/m/r, then t/m/b)."""
-    mask = _text_mask(text, size, vertical)
-    x = xy[0] - {"l": 0, "m": mask.width // 2, "r": mask.width}[anchor[0]]
-    y = xy[1] - {"t": 0, "m": mask.height // 2, "b": mask.height}[anchor[1]]
-    image.paste(colour, (x, y, x + mask.width, y + mask.height), mask)
+class _TextLayer:
+    """An alpha mask the size of the image that strings are written into, then pasted in one go."""
+
+    def __init__(self, height: int, width: int):
+        self.alpha = np.zeros((height, width), dtype=np.uint8)
+        self.empty = True
+
+    def add(self, xy: tuple[int, int], text: str, *, size: int = _FONT_SIZE, anchor: str = "lt",
+            vertical: bool = False) -> None:
+        """Anchors as in Pillow (l/m/r, then t/m/b); a string is clipped at the image's edges."""
+        mask = _text_mask(text, size, vertical)
+        h, w = mask.shape
+        x = xy[0] - {"l": 0, "m": w // 2, "r": w}[anchor[0]]
+        y = xy[1] - {"t": 0, "m": h // 2, "b": h}[anchor[1]]
+        x0, y0 = max(x, 0), max(y, 0)
+        x1, y1 = min(x + w, self.alpha.shape[1]), min(y + h, self.alpha.shape[0])
+        if x0 < x1 and y0 < y1:
+            region = self.alpha[y0:y1, x0:x1]
+            np.maximum(region, mask[y0 - y : y1 - y, x0 - x : x1 - x], out=region)
+            self.empty = False
+
+    def paste_onto(self, image: Image.Image, colour: tuple[int, int, int]) -> None:
+        if not self.empty:
+            image.paste(colour, (0, 0, image.width, image.height), Image.fromarray(self.alpha, mode="L"))

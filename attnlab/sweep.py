@@ -1,16 +1,20 @@
 """The sweep's tables, kept current by a Hydra callback (registered in conf/config.yaml).
 
-Why after every job and not only at the end: Hydra skips `on_multirun_end` when a job raised,
-and a Ctrl-C or a cluster's time limit skips it too, so each job rebuilds the sweep's tables from
-the records on disk (in whichever process ran it: the basic launcher's, a joblib worker, a SLURM
-node); that refresh writes comparison.csv only, the cheap table. `on_multirun_end` writes every
-output, prints the table, and hands the failed records to the CLI, which then exits non-zero:
-after the tables are written, not instead of them.
+Why after jobs and not only at the end: Hydra skips `on_multirun_end` when a job raised, and a
+Ctrl-C or a cluster's time limit skips it too, so jobs rebuild the sweep's tables from the
+records on disk (in whichever process ran them: the basic launcher's, a joblib worker, a SLURM
+node); that refresh writes comparison.csv only, the cheap table. A process refreshes after its
+first job, after a failed one, and otherwise at most once every REFRESH_SECONDS: rebuilding
+after every job cost a book-size job ~20 ms, more as the sweep grows. The basic launcher's
+process loses nothing by it: the CLI finishes the tables when Hydra skips the end.
+`on_multirun_end` writes every output, prints the table, and hands the failed records to the
+CLI, which then exits non-zero: after the tables are written, not instead of them.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +28,8 @@ from attnlab.record import RECORD_FILE, Record, write_record
 
 if TYPE_CHECKING:
     from attnlab.aggregate import Report
+
+REFRESH_SECONDS = 1.0
 
 
 def sweep_dir(config: DictConfig) -> Path:
@@ -80,18 +86,24 @@ class SweepTables(Callback):
     at the end of a sweep (or, when Hydra skips the end because a job raised or the user pressed
     Ctrl-C, from the CLI wrapper, which knows the sweep folders started in its process)."""
 
+    def __init__(self) -> None:
+        self.refreshed_at: float | None = None  # time.monotonic() of this process's last refresh
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         cli.open_sweeps.append(sweep_dir(config))
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if not is_multirun(config):
             return
+        failed = record_job_failure(config, job_return) is not None or job_return.status == JobStatus.FAILED
+        if not failed and self.refreshed_at is not None and time.monotonic() - self.refreshed_at < REFRESH_SECONDS:
+            return
         from attnlab.aggregate import rebuild  # pandas: paid by sweeps only, not by single runs
 
-        record_job_failure(config, job_return)
         _, problems = rebuild(sweep_dir(config), suffixes=(".csv",))
         for problem in problems:
             print(f"attnlab: skipped record: {problem}", file=sys.stderr)
+        self.refreshed_at = time.monotonic()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         folder = sweep_dir(config)

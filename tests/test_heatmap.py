@@ -13,6 +13,9 @@ from attnlab.heatmap import (
     DIVERGING_LUT,
     MAX_SIDE,
     SEQUENTIAL_LUT,
+    EncodedHeatmap,
+    _EncodedCache,
+    encoded_heatmap_views,
     render_heatmap,
     render_heatmap_views,
     to_png_bytes,
@@ -154,3 +157,34 @@ def test_png_bytes_decode_to_the_same_image():
     image = render(np.random.default_rng(4).random((6, 6)), row_labels=TOKENS, col_labels=TOKENS)
     decoded = np.asarray(Image.open(io.BytesIO(to_png_bytes(image))))
     assert np.array_equal(decoded, image)
+
+
+def test_encoded_views_are_the_png_of_the_rendered_views_hit_or_miss():
+    weights = np.random.default_rng(11).random((6, 6)).astype(np.float32)
+    expected = to_png_bytes(render_heatmap_views(weights, title="weights (reference)", row_labels=TOKENS,
+                                                 col_labels=TOKENS)["main"])
+    for _ in range(2):  # the first call draws, the second is served from the cache
+        encoded = encoded_heatmap_views(weights.copy(), title="weights (reference)", row_labels=TOKENS, col_labels=TOKENS)
+        assert encoded["main"].png == expected
+        assert Image.open(io.BytesIO(encoded["main"].png)).size == (encoded["main"].width, encoded["main"].height)
+
+
+def test_a_changed_value_title_or_label_is_a_new_image():
+    weights = np.random.default_rng(12).random((6, 6)).astype(np.float32)
+    first = encoded_heatmap_views(weights, title="weights (variant)")["main"].png
+    changed = weights.copy()
+    changed[5, 5] += 0.5
+    assert encoded_heatmap_views(changed, title="weights (variant)")["main"].png != first
+    assert encoded_heatmap_views(weights, title="weights (reference)")["main"].png != first
+    assert encoded_heatmap_views(weights, title="weights (variant)", row_labels=TOKENS)["main"].png != first
+
+
+def test_the_cache_drops_the_least_recently_used_past_its_byte_budget():
+    cache = _EncodedCache(budget=250)
+    entry = {"main": EncodedHeatmap(b"x" * 100, 1, 1)}
+    for key in (b"a", b"b"):
+        cache.put(key, entry)
+    assert cache.get(b"a") is entry  # now b is the least recently used
+    cache.put(b"c", entry)
+    assert cache.get(b"b") is None and cache.get(b"a") is entry and cache.get(b"c") is entry
+    assert cache.size == 200

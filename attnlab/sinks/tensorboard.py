@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnlab.heatmap import render_heatmap_views, to_png_bytes
+from attnlab.heatmap import EncodedHeatmap, encoded_heatmap_views
 from attnlab.record import Finding, Record
 
 if TYPE_CHECKING:
@@ -178,8 +178,8 @@ def _write_heatmaps(writer: SummaryWriter, record: Record) -> None:
             if values is None:
                 continue
             rows, cols = _labels(record, stage, np.shape(values))
-            views = render_heatmap_views(values, title=f"{stage} ({source})", row_labels=rows, col_labels=cols,
-                                         diverging=source == "difference")
+            views = encoded_heatmap_views(values, title=f"{stage} ({source})", row_labels=rows, col_labels=cols,
+                                          diverging=source == "difference")
             for view, image in views.items():
                 tag = f"heatmaps/{source}/{stage}" + ("" if view == "main" else f"/{view}")
                 writer.file_writer.add_summary(image_summary(tag, image), global_step=0)
@@ -197,13 +197,12 @@ def _labels(record: Record, stage: str, shape: tuple[int, ...]) -> tuple[list[st
     return rows, cols
 
 
-def image_summary(tag: str, image: np.ndarray) -> Summary:
+def image_summary(tag: str, image: EncodedHeatmap) -> Summary:
     """An image summary from our own PNG bytes: torch's add_image re-encodes with Pillow, ~4x
     slower on these images (see attnlab.heatmap.to_png_bytes)."""
     from tensorboard.compat.proto.summary_pb2 import Summary
 
-    height, width, _ = image.shape
-    encoded = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=to_png_bytes(image))
+    encoded = Summary.Image(height=image.height, width=image.width, colorspace=3, encoded_image_string=image.png)
     return Summary(value=[Summary.Value(tag=tag, image=encoded)])
 
 

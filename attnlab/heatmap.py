@@ -350,21 +350,17 @@ def _cell_px(n: int, *, labelled: bool) -> int:
 
 def _draw_text(image: Image.Image, layout: _Layout, title: str, rows: list[str] | None,
                cols: list[str] | None, cells: np.ndarray) -> None:
-    """Every string of one colour goes into one alpha mask, pasted once: a 6x6 map has ~50
-    strings, and a Pillow paste per string cost more than the rest of the image."""
-    dark, light_text = _TextLayer(layout.height, layout.width), _TextLayer(layout.height, layout.width)
-    dark.add((_MARGIN, _MARGIN), title, size=_TITLE_SIZE)
+    _draw_string(image, (_MARGIN, _MARGIN), title, size=_TITLE_SIZE)
     for i, label in enumerate(rows or []):
-        dark.add((layout.grid_x - 4, layout.row_centre(i)), label, anchor="rm")
+        _draw_string(image, (layout.grid_x - 4, layout.row_centre(i)), label, anchor="rm")
     for j, label in enumerate(cols or []):
-        dark.add((layout.col_centre(j), layout.grid_y - 2), label, anchor="mb", vertical=layout.rotate_cols)
-    on_light = cells @ np.array([0.299, 0.587, 0.114]) > 140  # dark text on light cells, white on dark
+        _draw_string(image, (layout.col_centre(j), layout.grid_y - 2), label, anchor="mb",
+                     vertical=layout.rotate_cols)
+    light = cells @ np.array([0.299, 0.587, 0.114]) > 140  # dark text on light cells, white on dark
     for i, row in enumerate(layout.cell_text or []):
         for j, text in enumerate(row):
-            layer = dark if on_light[i, j] else light_text
-            layer.add((layout.col_centre(j), layout.row_centre(i)), text, anchor="mm")
-    dark.paste_onto(image, _TEXT)
-    light_text.paste_onto(image, (255, 255, 255))
+            colour = _TEXT if light[i, j] else (255, 255, 255)
+            _draw_string(image, (layout.col_centre(j), layout.row_centre(i)), text, anchor="mm", colour=colour)
 
 
 def _draw_ticks(image: Image.Image, layout: _Layout, low: float, high: float, diverging: bool) -> None:
@@ -374,11 +370,9 @@ def _draw_ticks(image: Image.Image, layout: _Layout, low: float, high: float, di
     ticks = [(top, high, "lt"), (bottom, low, "lb")]
     if diverging:
         ticks.append(((top + bottom) // 2, 0.0, "lm"))
-    layer = _TextLayer(image.height, image.width)
     for y, value, anchor in ticks:
         image.paste(_TEXT, (x, y, x + 4, y + 1))
-        layer.add((x + 6, y), f"{value:.4g}", anchor=anchor)
-    layer.paste_onto(image, _TEXT)
+        _draw_string(image, (x + 6, y), f"{value:.4g}", anchor=anchor)
 
 
 @lru_cache(maxsize=None)
@@ -396,41 +390,23 @@ def _glyph(char: str, size: int) -> np.ndarray:
     return np.asarray(image)
 
 
-@lru_cache(maxsize=4096)
 def _text_width(text: str, size: int = _FONT_SIZE) -> int:
     return sum(_glyph(char, size).shape[1] for char in text)
 
 
 @lru_cache(maxsize=4096)
-def _text_mask(text: str, size: int, vertical: bool) -> np.ndarray:
+def _text_mask(text: str, size: int, vertical: bool) -> Image.Image:
     """A string's alpha mask; labels and ticks repeat across a job's images, hence the cache.
 
     Vertical text reads upwards."""
-    mask = np.concatenate([_glyph(char, size) for char in text or " "], axis=1)
-    return np.ascontiguousarray(np.rot90(mask)) if vertical else mask
+    mask = Image.fromarray(np.concatenate([_glyph(char, size) for char in text or " "], axis=1), mode="L")
+    return mask.transpose(Image.Transpose.ROTATE_90) if vertical else mask
 
 
-class _TextLayer:
-    """An alpha mask the size of the image that strings are written into, then pasted in one go."""
-
-    def __init__(self, height: int, width: int):
-        self.alpha = np.zeros((height, width), dtype=np.uint8)
-        self.empty = True
-
-    def add(self, xy: tuple[int, int], text: str, *, size: int = _FONT_SIZE, anchor: str = "lt",
-            vertical: bool = False) -> None:
-        """Anchors as in Pillow (l/m/r, then t/m/b); a string is clipped at the image's edges."""
-        mask = _text_mask(text, size, vertical)
-        h, w = mask.shape
-        x = xy[0] - {"l": 0, "m": w // 2, "r": w}[anchor[0]]
-        y = xy[1] - {"t": 0, "m": h // 2, "b": h}[anchor[1]]
-        x0, y0 = max(x, 0), max(y, 0)
-        x1, y1 = min(x + w, self.alpha.shape[1]), min(y + h, self.alpha.shape[0])
-        if x0 < x1 and y0 < y1:
-            region = self.alpha[y0:y1, x0:x1]
-            np.maximum(region, mask[y0 - y : y1 - y, x0 - x : x1 - x], out=region)
-            self.empty = False
-
-    def paste_onto(self, image: Image.Image, colour: tuple[int, int, int]) -> None:
-        if not self.empty:
-            image.paste(colour, (0, 0, image.width, image.height), Image.fromarray(self.alpha, mode="L"))
+def _draw_string(image: Image.Image, xy: tuple[int, int], text: str, *, size: int = _FONT_SIZE,
+                 anchor: str = "lt", colour: tuple[int, int, int] = _TEXT, vertical: bool = False) -> None:
+    """Paste `colour` through the string's mask; anchors as in Pillow (l/m/r, then t/m/b)."""
+    mask = _text_mask(text, size, vertical)
+    x = xy[0] - {"l": 0, "m": mask.width // 2, "r": mask.width}[anchor[0]]
+    y = xy[1] - {"t": 0, "m": mask.height // 2, "b": mask.height}[anchor[1]]
+    image.paste(colour, (x, y, x + mask.width, y + mask.height), mask)

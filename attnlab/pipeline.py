@@ -24,7 +24,7 @@ from attnlab.inputs import Inputs
 from attnlab.predictions import check_predictions
 from attnlab.record import Record
 from attnlab.registry import get_variant
-from attnlab.weights import QKVWeights, load_shared, seeded_qkv
+from attnlab.weights import QKVWeights, load_shared, manual_seed, seeded_qkv
 
 REFERENCE = "reference"
 SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
@@ -86,7 +86,7 @@ def build_module(
 ) -> tuple[nn.Module, dict[str, str]]:
     """Build right after torch.manual_seed(seed), as the source does; then load the shared weights."""
     spec = get_variant(name)
-    torch.manual_seed(seed)
+    manual_seed(seed)
     try:
         module = spec.cls(d_in, d_out, **{**spec.params, **params})
     except Exception as exc:

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import attnlab
-from attnlab.weights import load_shared, projection_role, seeded_qkv
+from attnlab.weights import load_shared, manual_seed, projection_role, seeded_qkv
 
 
 @pytest.mark.parametrize(
@@ -75,3 +75,10 @@ def test_a_plugin_loader_wins():
     qkv = seeded_qkv(5, 3, 2)
     assert load_shared(module, qkv) == {"load_qkv": "plugin loader"}
     assert torch.equal(module.qkv[:, 2:4], qkv.W_key)
+
+
+def test_manual_seed_draws_what_torch_manual_seed_draws():
+    torch.manual_seed(789)
+    expected = torch.rand(3, 2), torch.randn(4)
+    manual_seed(789)
+    assert torch.equal(torch.rand(3, 2), expected[0]) and torch.equal(torch.randn(4), expected[1])

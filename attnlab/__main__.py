@@ -1,5 +1,3 @@
-import sys
+from attnlab.cli import entry
 
-from attnlab.cli import main
-
-sys.exit(main())
+entry()

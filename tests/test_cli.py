@@ -148,3 +148,26 @@ def test_predictions_are_written_as_the_issue_spells_them_and_reported(app):
     assert "predict first_divergent_stage = weights: pass" in run.stdout
     assert {p["name"]: p["passed"] for p in run.record["predictions"]} == {
         "context_shape": True, "row_sums": False, "first_divergent_stage": True}
+
+
+EXIT_FAST = """
+import atexit, sys, threading, time
+from pathlib import Path
+from attnlab.cli import exit_fast
+out = Path(sys.argv[1])
+atexit.register(lambda: (out / "atexit").write_text("ran"))
+if sys.argv[2] == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.5), (out / "thread").write_text("done"))).start()
+print("flushed", end="")
+exit_fast(3)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", ["alone", "thread"])
+def test_exit_fast_keeps_the_exit_code_output_atexit_handlers_and_other_threads(tmp_path, threads):
+    done = subprocess.run([sys.executable, "-c", EXIT_FAST, str(tmp_path), threads], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 3 and done.stdout == "flushed", done.stderr
+    assert (tmp_path / "atexit").read_text() == "ran"
+    assert (tmp_path / "thread").exists() == (threads == "thread")

@@ -31,10 +31,11 @@ def test_the_wheel_holds_configs_and_builtin_plugins(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in ["attnlab/conf/config.yaml", "attnlab/conf/inputs/book.yaml", "attnlab/conf/inputs/random.yaml",
                      "attnlab/plugins/reference.py", "attnlab/plugins/linear.py", "attnlab/plugins/unscaled.py",
-                     "attnlab/plugins/wrong_softmax_axis.py", "attnlab/cli.py"]:
+                     "attnlab/plugins/wrong_softmax_axis.py", "attnlab/cli.py",
+                     "attnlab/hydra_plugin_root/hydra_plugins/attnlab_sweeper/attnlab_sweeper.py"]:
         assert expected in names, expected
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "attnlab = attnlab.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "attnlab = attnlab.cli:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_the_installed_wheel_runs_from_any_folder(wheel, tmp_path):
@@ -51,3 +52,8 @@ def test_the_installed_wheel_runs_from_any_folder(wheel, tmp_path):
                           cwd=elsewhere, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((elsewhere / "out" / "record.json").read_text())["first_divergent_stage"] == "scaled_scores"
+    sweep = subprocess.run([sys.executable, "-m", "attnlab", "-m", "variant=reference,unscaled", "hydra.sweep.dir=sweep",
+                            "log.tensorboard=false"], cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert sweep.returncode == 0, sweep.stderr
+    assert "AttnlabSweeper" in (elsewhere / "sweep" / "multirun.yaml").read_text()
+    assert len(list((elsewhere / "sweep").rglob("record.json"))) == 2

@@ -168,7 +168,8 @@ def fig_sweep(s: Scratch, repeats: int) -> list[Figure]:
     parts = {k: med(timing[k]) * 1000 for k in ("compute", "outputs", "tensorboard", "callback") if timing[k]}
     return [
         Figure("2a. 20-job sweep vs no-op Hydra app (no torch)", h / n, "<= 1.3x", 1.3,
-               detail=f"harness {h:.2f}s, no-op {n:.2f}s; Hydra alone {hydra_per_job * 1000:.0f} ms/job"),
+               detail=f"harness {h:.2f}s, no-op {n:.2f}s; Hydra alone {hydra_per_job * 1000:.0f} ms/job; any app "
+                      f"that imports torch starts at {nt / n:.2f}x (the no-op importing torch)"),
         Figure("2b. 20-job sweep vs no-op Hydra app importing torch", h / nt, "<= 1.3x", 1.3,
                detail=f"harness {h:.2f}s, no-op+torch {nt:.2f}s"),
         Figure("2d. the same sweep with hydra/sweeper=basic, vs no-op Hydra app", hb / n, "report", None,

@@ -102,9 +102,17 @@ def write_rows_csv(rows: list[dict], path: Path) -> Path:
 
 
 def rows_markdown(rows: list[dict], *, transpose: bool = False, floatfmt: str = ".4g") -> str:
-    """A markdown table of rows; transposed, one column per row (the job's reference vs variant)."""
+    """A markdown table of rows; transposed, one column per row (the job's reference vs variant).
+
+    Cells are formatted here and tabulate only lays them out: its number detection on ~60
+    columns cost a book-size job ~3 ms."""
     columns = _columns(rows)
-    cells = [[_cell(row.get(column)) for column in columns] for row in rows]
+    cells = [[_markdown_cell(row.get(column), floatfmt) for column in columns] for row in rows]
     if transpose:
-        return tabulate([[c, *values] for c, *values in zip(columns, *cells)], tablefmt="pipe", floatfmt=floatfmt)
-    return tabulate(cells, headers=columns, tablefmt="pipe", floatfmt=floatfmt)
+        return tabulate([[c, *values] for c, *values in zip(columns, *cells)], tablefmt="pipe", disable_numparse=True)
+    return tabulate(cells, headers=columns, tablefmt="pipe", disable_numparse=True)
+
+
+def _markdown_cell(value: object, floatfmt: str) -> str:
+    value = _cell(value)
+    return format(value, floatfmt) if isinstance(value, float) else str(value)

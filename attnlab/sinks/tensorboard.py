@@ -111,8 +111,7 @@ def write_tensorboard(
     try:
         for record in ok:
             step = 0 if len(records) == 1 else record.seed
-            for tag, value in scalar_values(record).items():
-                writer.add_scalar(tag, value, global_step=step)
+            writer.file_writer.add_summary(scalars_summary(scalar_values(record)), global_step=step)
         writer.add_custom_scalars(CUSTOM_SCALARS_LAYOUT)
         if images:
             _write_heatmaps(writer, first)
@@ -162,6 +161,14 @@ def scalar_values(record: Record) -> dict[str, float]:
         if tag.split("/")[0] not in _COMPARISON_GROUPS:
             tagged[f"reference/{tag}"] = value
     return {tag: float(value) for tag, value in tagged.items() if _is_number(value) and not math.isnan(value)}
+
+
+def scalars_summary(values: Mapping[str, float]) -> Summary:
+    """Every scalar of a step in one summary, as add_scalar writes each (a simple_value): one
+    event instead of ~70, a tenth of a book-size job's TensorBoard time."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    return Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in values.items()])
 
 
 def _is_number(value: Any) -> bool:

@@ -7,6 +7,8 @@ ConfigStore, so a plugin never needs a YAML file; `--help` lists them with their
 from __future__ import annotations
 
 import importlib
+import itertools
+import os
 import sys
 from dataclasses import dataclass, field
 from enum import Enum
@@ -122,9 +124,29 @@ def use_attnlab_sweeper() -> ModuleType:
     return importlib.import_module(SWEEPER_MODULE)
 
 
+def new_dir(path: str) -> str:
+    """`path` if nothing is there yet, else `path-2`, `path-3`, ...; the folder is created here.
+
+    Why: a single run's folder is named by the second it started, and two runs of one variant
+    started in the same second (a shell loop with `&`) took the same folder, the second
+    overwriting the first. Creating it with an exclusive mkdir makes the claim atomic between
+    processes; the resolver is cached, so the run resolves its folder once.
+    """
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    for suffix in itertools.chain([""], (f"-{n}" for n in itertools.count(2))):
+        try:
+            os.mkdir(path + suffix)
+        except FileExistsError:
+            continue
+        return path + suffix
+    raise AssertionError("unreachable")
+
+
 def register_configs(registry: Registry | None = None) -> None:
     registry = registry or discover()
     use_attnlab_sweeper()
+    if not OmegaConf.has_resolver("attnlab.new_dir"):
+        OmegaConf.register_new_resolver("attnlab.new_dir", new_dir, use_cache=True)
     store = ConfigStore.instance()
     store.store(name="attnlab_schema", node=Config)
     for name, spec in registry.specs.items():

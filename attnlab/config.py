@@ -127,10 +127,11 @@ def use_attnlab_sweeper() -> ModuleType:
 def new_dir(path: str) -> str:
     """`path` if nothing is there yet, else `path-2`, `path-3`, ...; the folder is created here.
 
-    Why: a single run's folder is named by the second it started, and two runs of one variant
-    started in the same second (a shell loop with `&`) took the same folder, the second
+    Why: a run's folder (and a sweep's) is named by the second it started, and two runs of one
+    variant started in the same second (a shell loop with `&`) took the same folder, the second
     overwriting the first. Creating it with an exclusive mkdir makes the claim atomic between
-    processes; the resolver is cached, so the run resolves its folder once.
+    processes; the resolver is cached, and Hydra copies a sweep's resolver cache into every
+    job's config (joblib and submitit workers included), so a run resolves its folder once.
     """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     for suffix in itertools.chain([""], (f"-{n}" for n in itertools.count(2))):

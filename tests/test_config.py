@@ -1,4 +1,4 @@
-"""The config's own resolver: a single run's folder is never one another run already took."""
+"""The config's own resolver: a run's or a sweep's folder is never one another already took."""
 
 from __future__ import annotations
 
@@ -25,18 +25,40 @@ def test_racing_processes_each_get_their_own_folder(tmp_path):
     assert len(set(taken)) == 8
 
 
-@pytest.mark.slow
-def test_a_run_in_a_taken_second_keeps_the_other_runs_folder(tmp_path):
-    """Every folder the run could be named for the next minute is taken: the run goes next to it."""
+def take_the_next_minute(root, name: str) -> list:
+    """Every folder `root/<date>/<time><name>` a run could be named for the next minute, taken."""
     now = dt.datetime.now()
-    taken = [tmp_path / "runs" / f"{t:%Y-%m-%d}" / f"{t:%H-%M-%S}-unscaled"
-             for t in (now + dt.timedelta(seconds=s) for s in range(60))]
+    taken = [root / f"{t:%Y-%m-%d}" / f"{t:%H-%M-%S}{name}" for t in (now + dt.timedelta(seconds=s) for s in range(60))]
     for folder in taken:
         folder.mkdir(parents=True)
         (folder / "record.json").write_text("{}")
-    done = subprocess.run([sys.executable, "-m", "attnlab", "variant=unscaled", "log.tensorboard=false"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return taken
+
+
+def run_app(tmp_path, *args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "attnlab", *args, "log.tensorboard=false"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+def new_records(tmp_path) -> list:
+    return [p for p in (tmp_path / "runs").rglob("record.json") if p.read_text() != "{}"]
+
+
+@pytest.mark.slow
+def test_a_run_in_a_taken_second_keeps_the_other_runs_folder(tmp_path):
+    taken = take_the_next_minute(tmp_path / "runs", "-unscaled")
+    run_app(tmp_path, "variant=unscaled")
     assert all((folder / "record.json").read_text() == "{}" for folder in taken)
-    (record,) = [p for p in (tmp_path / "runs").rglob("record.json") if p.read_text() != "{}"]
+    (record,) = new_records(tmp_path)
     assert record.parent.name.endswith("-unscaled-2")
+
+
+@pytest.mark.slow
+def test_a_sweep_in_a_taken_second_keeps_the_other_sweeps_folder(tmp_path):
+    taken = take_the_next_minute(tmp_path / "runs" / "multirun", "")
+    run_app(tmp_path, "-m", "variant=reference,unscaled")
+    assert all((folder / "record.json").read_text() == "{}" for folder in taken)
+    records = new_records(tmp_path)
+    assert len(records) == 2 and {r.parent.parent.name[-2:] for r in records} == {"-2"}
+    assert (records[0].parent.parent / "comparison.csv").exists()

@@ -29,6 +29,14 @@ def test_every_override_of_the_sweep_is_in_some_validated_job() -> None:
     assert chosen == [job for job in batch if job in chosen]  # the sweep's order, no job twice
 
 
+def test_only_overrides_that_need_composing_pick_jobs() -> None:
+    batch = grid(variant=["reference", "linear", "unscaled", "wrong_softmax_axis"], seed=[1, 2, 3, 4, 5])
+    judged = []
+    chosen = covering_jobs(batch, needs_compose=lambda o: judged.append(o) or o.startswith("variant="))
+    assert chosen == [job for job in batch if job[1] == "seed=1"]  # one job per variant
+    assert sorted(judged) == sorted(set().union(*batch))  # every override judged, once
+
+
 def test_a_single_job_and_a_constant_override_are_validated_once() -> None:
     assert covering_jobs([("seed=1",)]) == [("seed=1",)]
     batch = grid(d_out=[2], seed=[1, 2, 3])
@@ -63,3 +71,21 @@ def test_the_basic_sweeper_gives_the_same_table(tmp_path) -> None:
     assert "AttnlabSweeper" in (tmp_path / "attnlab" / "sweep" / "multirun.yaml").read_text()
     assert "BasicSweeper" in (tmp_path / "basic" / "sweep" / "multirun.yaml").read_text()
     pd.testing.assert_frame_equal(tables["attnlab"], tables["basic"])
+
+
+@pytest.mark.slow
+def test_a_sweep_composes_each_job_once_plus_one_per_variant(tmp_path, monkeypatch) -> None:
+    """Seeds are values checked on a copy of the config; only the variant choices are composed."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    from attnlab.cli import main as cli_main
+
+    composed = []
+    original = ConfigLoaderImpl.load_sweep_config
+    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config",
+                        lambda self, master_config, sweep_overrides: composed.append(tuple(sweep_overrides))
+                        or original(self, master_config, sweep_overrides))
+    code = cli_main(["-m", "variant=reference,unscaled", "seed=1,2,3", "log.tensorboard=false", "log.terminal=false",
+                     f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert code == 0
+    assert len(composed) == 6 + 2 and len(find_record_files([tmp_path / "sweep"])) == 6

@@ -152,6 +152,7 @@ def _png_bytes(views: dict[str, EncodedHeatmap]) -> int:
 
 
 _ENCODED = _EncodedCache(budget=64 * 2**20)
+CACHED_MAX_ELEMENTS = 65_536  # 256 x 256
 
 
 def encoded_heatmap_views(
@@ -162,26 +163,33 @@ def encoded_heatmap_views(
     col_labels: list[str] | None = None,
     diverging: bool = False,
 ) -> dict[str, EncodedHeatmap]:
-    """`render_heatmap_views`, PNG-encoded and remembered by content for the life of the process.
+    """`render_heatmap_views`, PNG-encoded, and remembered by content for the life of the process
+    up to CACHED_MAX_ELEMENTS values.
 
     Why: the jobs of a sweep that share a seed draw the same reference maps (and the reference
     variant's all-zero differences), and the basic launcher runs them all in one process; an
-    image is a few milliseconds, a job's budget is fifty. The key is a hash of everything drawn,
-    so a hit is the image the call would have drawn; the cache keeps at most 64 MiB of PNGs.
+    image is a few milliseconds, a job's budget is fifty. The key hashes everything drawn, so a
+    hit is the image the call would have drawn. Larger matrices are drawn each time: hashing a
+    16384-token map costs seconds, and a sweep at that size is rare.
     """
     array = np.ascontiguousarray(values, dtype=np.float32)
-    drawn = repr((array.shape, title, row_labels, col_labels, diverging)).encode()
-    key = hashlib.blake2b(drawn + array.tobytes(), digest_size=20).digest()
+    if array.size > CACHED_MAX_ELEMENTS:
+        return _encode(render_heatmap_views(array, title=title, row_labels=row_labels, col_labels=col_labels,
+                                            diverging=diverging))
+    digest = hashlib.blake2b(repr((array.shape, title, row_labels, col_labels, diverging)).encode(), digest_size=20)
+    digest.update(array)  # the buffer itself, not a copy
+    key = digest.digest()
     cached = _ENCODED.get(key)
     if cached is not None:
         return cached
-    views = {
-        view: EncodedHeatmap(to_png_bytes(image), image.shape[0], image.shape[1])
-        for view, image in render_heatmap_views(array, title=title, row_labels=row_labels, col_labels=col_labels,
-                                                diverging=diverging).items()
-    }
+    views = _encode(render_heatmap_views(array, title=title, row_labels=row_labels, col_labels=col_labels,
+                                         diverging=diverging))
     _ENCODED.put(key, views)
     return views
+
+
+def _encode(views: dict[str, np.ndarray]) -> dict[str, EncodedHeatmap]:
+    return {view: EncodedHeatmap(to_png_bytes(image), image.shape[0], image.shape[1]) for view, image in views.items()}
 
 
 def render_heatmap(

@@ -188,3 +188,14 @@ def test_the_cache_drops_the_least_recently_used_past_its_byte_budget():
     cache.put(b"c", entry)
     assert cache.get(b"b") is None and cache.get(b"a") is entry and cache.get(b"c") is entry
     assert cache.size == 200
+
+
+def test_a_large_matrix_is_drawn_without_the_cache():
+    from attnlab.heatmap import _ENCODED, CACHED_MAX_ELEMENTS
+
+    side = int(CACHED_MAX_ELEMENTS**0.5) + 1
+    before = len(_ENCODED.entries)
+    big = np.random.default_rng(13).random((side, side)).astype(np.float32)
+    encoded = encoded_heatmap_views(big, title="weights")
+    assert encoded["main"].png == to_png_bytes(render_heatmap_views(big, title="weights")["main"])
+    assert len(_ENCODED.entries) == before

@@ -136,8 +136,11 @@ def exit_fast(code: int) -> NoReturn:
     if threading.active_count() > 1:
         sys.exit(code)
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:  # a reader that went away (`attnlab ... | head`) is not an error of the run
+            pass
     os._exit(code)
 
 

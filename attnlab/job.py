@@ -17,6 +17,7 @@ and the variant side by side), the TensorBoard run, and the full terminal summar
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -29,7 +30,7 @@ from attnlab.progress import Progress
 from attnlab.record import Record, write_record
 from attnlab.registry import get_variant
 from attnlab.sinks.table import module_rows, record_row, rows_markdown, write_rows_csv
-from attnlab.sinks.terminal import print_record, print_seeds
+from attnlab.sinks.terminal import print_record, print_seeds, reader_may_leave
 
 TABLE_FILE = "comparison.csv"
 SEED_DIR = "seed-{seed}"
@@ -77,11 +78,13 @@ def write_outputs(cfg: DictConfig, records: list[Record], job_dir: Path, progres
         write_rows_csv(rows, job_dir / TABLE_FILE)
     if cfg.log.terminal:
         progress.clear()
-        if single:
-            print_record(records[0])
-            print(f"record: {records[0].path}")
-        else:
-            print_seeds(records, job_dir / TABLE_FILE if cfg.log.table else None)
+        with reader_may_leave():
+            if single:
+                print_record(records[0])
+                print(f"record: {records[0].path}", flush=True)
+            else:
+                print_seeds(records, job_dir / TABLE_FILE if cfg.log.table else None)
+                sys.stdout.flush()
     if cfg.log.tensorboard:
         progress.phase("tensorboard")
         from attnlab.sinks.tensorboard import write_tensorboard

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab import cli
 from attnlab.record import RECORD_FILE, Record, write_record
+from attnlab.sinks.terminal import reader_may_leave
 
 if TYPE_CHECKING:
     from attnlab.aggregate import Report
@@ -67,9 +68,10 @@ def record_job_failure(config: DictConfig, job_return: JobReturn) -> Path | None
 def print_summary(report: Report, folder: Path) -> None:
     from attnlab.aggregate import OUTPUT_STEM, terminal_table
 
-    print(f"\nsweep: {len(report.records)} job(s) in {folder}")
-    print(terminal_table(report.jobs))
-    print(f"tables: {folder / OUTPUT_STEM}.csv .md .html (open the .html in a browser)")
+    with reader_may_leave():
+        print(f"\nsweep: {len(report.records)} job(s) in {folder}")
+        print(terminal_table(report.jobs))
+        print(f"tables: {folder / OUTPUT_STEM}.csv .md .html (open the .html in a browser)", flush=True)
 
 
 def finish(folder: Path) -> list[str]:

@@ -171,3 +171,16 @@ def test_exit_fast_keeps_the_exit_code_output_atexit_handlers_and_other_threads(
     assert done.returncode == 3 and done.stdout == "flushed", done.stderr
     assert (tmp_path / "atexit").read_text() == "ran"
     assert (tmp_path / "thread").exists() == (threads == "thread")
+
+
+@pytest.mark.slow
+def test_a_reader_that_leaves_early_fails_nothing(tmp_path):
+    """`attnlab ... | head -1`: the run still succeeds and writes every output."""
+    process = subprocess.Popen([sys.executable, "-m", "attnlab", "variant=unscaled", f"hydra.run.dir={tmp_path / 'out'}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = process.stdout.readline()
+    process.stdout.close()
+    _, err = process.communicate(timeout=300)
+    assert first.startswith("attnlab · variant=unscaled")
+    assert process.returncode == 0 and "Error" not in err and "Traceback" not in err, err
+    assert (tmp_path / "out" / "record.json").exists() and list((tmp_path / "out").glob("events.out.tfevents.*"))

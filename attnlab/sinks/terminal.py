@@ -8,9 +8,11 @@ reference, then the diagnosis and the predictions.
 from __future__ import annotations
 
 import math
+import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import Iterator, TextIO
 
 import numpy as np
 
@@ -19,6 +21,18 @@ from attnlab.stages import STAGES
 
 MAX_SHOWN = 8  # rows and columns of a matrix printed in full; larger ones are cut with "…"
 TERMINAL_ROWS = 20  # per-seed lines printed before the rest are elided (all are in comparison.csv)
+
+
+@contextmanager
+def reader_may_leave() -> Iterator[None]:
+    """`attnlab ... | head`: the reader closing the pipe is not a failure of the run. Printing
+    stops (stdout goes to /dev/null) and the outputs after it, TensorBoard's, are still written."""
+    try:
+        yield
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def predicted_shape(stage: str, record: Record) -> tuple[int, int]:

@@ -33,7 +33,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import read_write
 
 
-def covering_jobs(batch: Sequence[Sequence[str]], needs_compose: Callable[[str], bool] = lambda _: True) -> list[Sequence[str]]:
+def covering_jobs(
+    batch: Sequence[Sequence[str]], needs_compose: Callable[[str], bool] = lambda _: True
+) -> list[Sequence[str]]:
     """The jobs of `batch`, in order, that bring an override not seen before for which
     `needs_compose` is true; each override is judged once."""
     seen: set[str] = set()

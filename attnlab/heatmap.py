@@ -173,23 +173,19 @@ def encoded_heatmap_views(
     16384-token map costs seconds, and a sweep at that size is rare.
     """
     array = np.ascontiguousarray(values, dtype=np.float32)
-    if array.size > CACHED_MAX_ELEMENTS:
-        return _encode(render_heatmap_views(array, title=title, row_labels=row_labels, col_labels=col_labels,
-                                            diverging=diverging))
-    digest = hashlib.blake2b(repr((array.shape, title, row_labels, col_labels, diverging)).encode(), digest_size=20)
-    digest.update(array)  # the buffer itself, not a copy
-    key = digest.digest()
-    cached = _ENCODED.get(key)
-    if cached is not None:
-        return cached
-    views = _encode(render_heatmap_views(array, title=title, row_labels=row_labels, col_labels=col_labels,
-                                         diverging=diverging))
-    _ENCODED.put(key, views)
-    return views
-
-
-def _encode(views: dict[str, np.ndarray]) -> dict[str, EncodedHeatmap]:
-    return {view: EncodedHeatmap(to_png_bytes(image), image.shape[0], image.shape[1]) for view, image in views.items()}
+    key = None
+    if array.size <= CACHED_MAX_ELEMENTS:
+        digest = hashlib.blake2b(repr((array.shape, title, row_labels, col_labels, diverging)).encode(), digest_size=20)
+        digest.update(array)  # the buffer itself, not a copy
+        key = digest.digest()
+        cached = _ENCODED.get(key)
+        if cached is not None:
+            return cached
+    views = render_heatmap_views(array, title=title, row_labels=row_labels, col_labels=col_labels, diverging=diverging)
+    encoded = {view: EncodedHeatmap(to_png_bytes(image), image.shape[0], image.shape[1]) for view, image in views.items()}
+    if key is not None:
+        _ENCODED.put(key, encoded)
+    return encoded
 
 
 def render_heatmap(

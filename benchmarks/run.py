@@ -176,8 +176,9 @@ def fig_sweep(s: Scratch, repeats: int) -> list[Figure]:
                detail=f"{hb:.2f}s: Hydra's own sweeper composes every job twice, attnlab's sweeper "
                       f"{(hb - h) / 20 * 1000:.0f} ms/job less"),
         Figure("2c. a job's own work (run_job, in process, median of 20)", job_ms, "<= 50 ms", 50, unit=" ms",
-               detail=f"mean {job_mean_ms:.0f} ms; " + "compute {compute:.0f} ms, outputs {outputs:.0f} ms (of which TensorBoard {tensorboard:.0f} ms); "
-                      "plus sweep-table callback {callback:.0f} ms/job (not the job's)".format(
+               detail="mean {mean:.0f} ms; compute {compute:.0f} ms, outputs {outputs:.0f} ms (of which TensorBoard "
+                      "{tensorboard:.0f} ms); plus sweep-table callback {callback:.0f} ms/job (not the job's)".format(
+                          mean=job_mean_ms,
                           **{k: parts.get(k, float("nan")) for k in ("compute", "outputs", "tensorboard", "callback")})),
     ]
 

@@ -50,13 +50,14 @@ def covering_jobs(
 
 class AttnlabSweeper(BasicSweeper):
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        super().validate_batch_is_legal(covering_jobs(batch, self._needs_compose))
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        super().validate_batch_is_legal(covering_jobs(batch, lambda line: self._needs_compose(parser, line)))
 
-    def _needs_compose(self, override_line: str) -> bool:
+    def _needs_compose(self, parser: OverridesParser, override_line: str) -> bool:
         """False when `override_line` sets a value the sweep's composed config takes as is."""
         loader = self.hydra_context.config_loader
         try:
-            (override,) = OverridesParser.create(config_loader=loader).parse_overrides([override_line])
+            (override,) = parser.parse_overrides([override_line])
             if loader.repository.group_exists(override.key_or_group):
                 return True
             config = copy.deepcopy(self.config)

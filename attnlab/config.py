@@ -67,12 +67,28 @@ class LogConf:
 
 
 @dataclass
+class ShowConf:
+    head: int = 0  # which head's weights and context the terminal prints
+    batch: int = 0  # which batch item the terminal and the heatmaps show
+
+
+@dataclass
 class Config:
     variant: VariantConf = field(default_factory=VariantConf)
     inputs: InputsConf = field(default_factory=InputsConf)
     seed: int = 123
     n_seeds: int = 1
     d_out: int = 2
+    # passed by name to every module whose constructor takes them (variant and reference)
+    context_length: Optional[int] = None  # None: n_tokens
+    dropout: float = 0.0
+    num_heads: int = 2
+    num_kv_heads: Optional[int] = None  # None: num_heads
+    qkv_bias: bool = False
+    batch: int = 2  # batched modules get this many items; the book inputs are stacked
+    train: bool = False  # training mode (dropout active, seeded)
+    reference: str = "auto"  # auto | the name of any variant
+    show: ShowConf = field(default_factory=ShowConf)
     weights: WeightsMode = WeightsMode.shared
     weights_init: WeightsInit = WeightsInit.rand
     expect: Dict[str, Any] = field(default_factory=dict)

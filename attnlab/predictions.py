@@ -3,6 +3,7 @@
 "Predict the shapes and values, then check stage by stage": an `expect:` block in the config
 names each prediction. It is validated before any work, so a typo costs no run, and every
 prediction becomes a Prediction(name, expected, observed, passed) with JSON-able values.
+The README's "Predictions" section documents every key with its value format.
 """
 
 from __future__ import annotations
@@ -23,9 +24,21 @@ ALLOWED: tuple[str, ...] = (
     "row_sums",  # 1: every row of the weights sums to 1
     "matches_reference",  # true: no stage diverges from the reference
     "first_divergent_stage",  # a stage name, or null
-    "softmax_dim",  # the dim the softmax normalised over, or null
-    "findings",  # the finding codes, compared as a set
+    "softmax_dim",  # the dim the softmax normalised over (negative counts from the end), or null
+    "findings",  # the finding codes, compared as a set; a single code stands for a list of one
 )
+
+# Keys whose value is a list of items: on the command line `expect.findings=scaling` is what
+# people type for a single code, so a single value stands for a list of one. A shape is not such
+# a list: `expect.context_shape=6` is a half-typed [6, 2] and stays an error.
+LIST_KEYS: frozenset[str] = frozenset({"findings"})
+
+
+def _as_given(key: str, value: Any) -> Any:
+    """The value as it is checked: a list-valued key's single value as a list of one."""
+    if key in LIST_KEYS and not isinstance(value, (list, tuple)):
+        return [value]
+    return value
 
 
 def _shape(value: Any) -> str | None:
@@ -53,7 +66,7 @@ def _dim(value: Any) -> str | None:
 
 def _codes(value: Any) -> str | None:
     ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-    return None if ok else "expected a list of finding codes like [scaling]"
+    return None if ok else "expected a finding code or a list of them, like scaling or [scaling,softmax_axis]"
 
 
 _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
@@ -67,7 +80,7 @@ def validate_expectations(expect: Mapping[str, Any]) -> None:
     for key, value in expect.items():
         if key not in ALLOWED:
             raise UserError(f"expect.{key}: unknown prediction; allowed: {', '.join(ALLOWED)}")
-        problem = _VALIDATORS[key](value)
+        problem = _VALIDATORS[key](_as_given(key, value))
         if problem:
             raise UserError(f"expect.{key}: {problem}, got {value!r}; allowed: {', '.join(ALLOWED)}")
 
@@ -80,6 +93,16 @@ def _row_sums(expected: float, variant: Capture) -> tuple[float | None, bool]:
     sums = weights.sum(dim=-1, dtype=weights.dtype).double()
     worst = float(sums[(sums - expected).abs().argmax()]) if sums.numel() else expected
     return worst, math.isfinite(worst) and abs(worst - expected) <= ROW_SUM_TOL * max(1.0, abs(expected))
+
+
+def _softmax_dim_matches(expected: int | None, observed: int | None, weights_rank: int | None) -> bool:
+    """The observed dim is stored non-negative; the source writes `dim=-1`, so a negative expected
+    dim is counted from the end of the weights' rank, as torch counts it."""
+    if expected is None or observed is None or weights_rank is None:
+        return expected == observed
+    if -weights_rank <= expected < 0:
+        expected += weights_rank
+    return expected == observed
 
 
 def check_predictions(expect: Mapping[str, Any], variant: Capture, diagnostics: dict[str, float],
@@ -95,9 +118,14 @@ def check_predictions(expect: Mapping[str, Any], variant: Capture, diagnostics: 
         "findings": lambda: sorted({f.code for f in findings}),
     }
     predictions = []
-    for name, expected in expect.items():
+    for name, given in expect.items():
+        expected = _as_given(name, given)
         if name == "row_sums":
             seen, passed = _row_sums(float(expected), variant)
+        elif name == "softmax_dim":
+            seen = observed[name]()
+            rank = stages["weights"].dim() if "weights" in stages else None
+            passed = _softmax_dim_matches(expected, seen, rank)
         elif name == "findings":
             seen = observed[name]()
             expected, passed = sorted(set(expected)), set(expected) == set(seen)

@@ -163,6 +163,32 @@ def _combine(module: nn.Module, role: str, pieces: list[tuple[int | None, Tensor
     return torch.cat([t for _, t in sorted(pieces, key=lambda piece: piece[0])], dim=-1)
 
 
+def _out_groups(slots: list[_Slot]) -> list[list[_Slot]]:
+    """Output-projection parameters grouped by their module, in registration order (the order
+    of application in every layout seen: nn.MultiheadAttention's out_proj, then a wrapper's proj)."""
+    groups: dict[str, list[_Slot]] = {}
+    for slot in slots:
+        if slot.role == "out":
+            groups.setdefault(slot.name.rpartition(".")[0], []).append(slot)
+    return list(groups.values())
+
+
+def _compose_out(module: nn.Module, pieces: dict[tuple[str, str], list[tuple[int | None, Tensor]]]) -> dict:
+    """One output projection: several in a row compose, (c @ W1 + b1) @ W2 + b2."""
+    groups = _out_groups(_slots(module))
+    if not groups:
+        return {}
+    W_out, b_out = None, None
+    for group in groups:
+        weight = next((s.canonical() for s in group if s.kind == "weight"), None)  # (width_in, width)
+        bias = next((s.canonical() for s in group if s.kind == "bias"), None)  # (width,)
+        if weight is None:
+            raise _no_layout(module, f"an output-projection bias {group[0].name} without a weight")
+        W_out = weight if W_out is None else W_out @ weight
+        b_out = bias if b_out is None else (b_out @ weight if bias is None else b_out @ weight + bias)
+    return {("out", "weight"): W_out} | ({("out", "bias"): b_out} if b_out is not None else {})
+
+
 def read_projections(module: nn.Module, *, num_heads: int, num_kv_heads: int | None = None) -> Projections:
     """The module's query/key/value (and output) parameters as `Projections` (copies).
 
@@ -178,7 +204,9 @@ def read_projections(module: nn.Module, *, num_heads: int, num_kv_heads: int | N
             pieces.setdefault((slot.role, slot.kind), []).append((slot.head, values))
     if not all((role, "weight") in pieces for role in QKV_ROLES):
         raise _no_layout(module, "no identifiable query/key/value parameters")
+    out_pieces = {key: pieces.pop(key) for key in [("out", "weight"), ("out", "bias")] if key in pieces}
     found = {key: _combine(module, key[0], value) for key, value in pieces.items()}
+    found |= _compose_out(module, out_pieces)
     W_query = found["queries", "weight"]  # (d_in, num_heads * head_dim)
     if W_query.shape[-1] % num_heads:
         raise _no_layout(module, f"queries of width {W_query.shape[-1]} do not split into num_heads={num_heads} heads")
@@ -230,7 +258,7 @@ def _target(projections: Projections, slot: _Slot, heads_per_role: dict[str, int
         widths = [projections.weight(role).shape[-1] for role in QKV_ROLES]
         parts = [torch.zeros(w) if part is None else part for part, w in zip(parts, widths)]
         bounds = [0, widths[0], widths[0] + widths[1], sum(widths)]
-        axis = "rows" if slot.linear_style else "columns"
+        axis = "entries" if slot.kind == "bias" else "rows" if slot.linear_style else "columns"
         spans = ", ".join(f"{a}:{b} = {role}" for a, b, role in zip(bounds, bounds[1:], QKV_ROLES))
         return torch.cat(parts, dim=-1), f"fused qkv, {axis} {spans}"
     full = _role_target(projections, slot)
@@ -241,13 +269,25 @@ def _target(projections: Projections, slot: _Slot, heads_per_role: dict[str, int
     return full[..., start : start + width], f"head {slot.head} = columns {start}:{start + width}"
 
 
-def _missing(slot: _Slot, param: Tensor) -> tuple[Tensor | None, str]:
-    """What a parameter gets when the projections have nothing for it: zero bias, identity output."""
+def _later_outs(slots: list[_Slot]) -> set[str]:
+    """Several output projections in a row take the reference's as: the weight in the first,
+    the bias in the first that has one (the ones after it are identity), the rest neutral."""
+    groups = _out_groups(slots)
+    weights = [s.name for group in groups[1:] for s in group if s.kind == "weight"]
+    biases = [s.name for group in groups for s in group if s.kind == "bias"]
+    return set(weights) | set(biases[1:])
+
+
+def _neutral(slot: _Slot, why: str) -> str:
+    """Zero bias or identity weight, so the parameter passes its input through unchanged."""
+    param = slot.param
     if slot.kind == "bias":
-        return torch.zeros_like(param), "zeroed (the reference has no bias)"
-    if slot.role == "out" and param.dim() == 2 and param.shape[0] == param.shape[1]:
-        return torch.eye(param.shape[0], dtype=param.dtype), "identity (the reference has no output projection)"
-    return None, "native: the reference has no such parameter"
+        param.zero_()
+        return f"zeroed ({why})"
+    if param.dim() == 2 and param.shape[0] == param.shape[1]:
+        param.copy_(torch.eye(param.shape[0], dtype=param.dtype))
+        return f"identity ({why})"
+    return f"native: {why}, not square"
 
 
 def _copy(slot: _Slot, target: Tensor, note: str) -> str:
@@ -297,18 +337,29 @@ def load_projections(
     for slot in slots:
         if slot.head is not None and slot.kind == "weight":
             heads_per_role[slot.role] = heads_per_role.get(slot.role, 0) + 1
+    later_outs = _later_outs(slots)
     report: dict[str, str] = {}
     with torch.no_grad():
         for slot in slots:
+            if slot.name in later_outs:
+                report[slot.name] = _neutral(slot, "an output projection after the first")
+                continue
             target, note = _target(projections, slot, heads_per_role)
-            if target is None:
-                target, how = _missing(slot, slot.param)
-                if target is not None:
-                    slot.param.copy_(target)
-                report[slot.name] = how
+            if target is None:  # only an output projection or a bias can be absent from the projections
+                missing = "the reference has no bias" if slot.kind == "bias" else "the reference has no output projection"
+                report[slot.name] = _neutral(slot, missing)
             else:
                 report[slot.name] = _copy(slot, target, note)
+    for name in _extra_tokens(module):
+        report[name] = "native: nn.MultiheadAttention's add_bias_kv token, an extra key/value, not a projection bias"
     return report
+
+
+def _extra_tokens(module: nn.Module) -> list[str]:
+    return [
+        name for name, _ in module.named_parameters()
+        if isinstance(_owner(module, name)[0], nn.MultiheadAttention) and _owner(module, name)[1] in _MHA_EXTRA_TOKEN
+    ]
 
 
 def _fit_reference(projections: Projections, covered: set[tuple[str, str]]) -> tuple[Projections, dict[str, str]]:

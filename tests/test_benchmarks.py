@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,3 +21,16 @@ def test_quick_mode_prints_a_figure_and_its_target(tmp_path):
     assert any(verdict in proc.stdout for verdict in ("PASS", "FAIL"))
     table = out.read_text()
     assert "| figure | measured | target | verdict | detail |" in table and "nproc" in table
+
+
+@pytest.mark.slow
+def test_by_default_the_results_go_to_an_untracked_file_not_the_recorded_one(tmp_path):
+    copy = tmp_path / "benchmarks"  # a copy, so that the run cannot touch this checkout's files
+    shutil.copytree(REPO / "benchmarks", copy, ignore=shutil.ignore_patterns("out", "__pycache__"))
+    recorded = (copy / "results.md").read_text()
+    proc = subprocess.run([sys.executable, str(copy / "run.py"), "--quick", "--only", "capture"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr  # 1: a target missed, still written
+    assert (copy / "results.md").read_text() == recorded
+    assert "| figure | measured |" in (copy / "out" / "results.md").read_text()
+    assert "benchmarks/out/" in (REPO / ".gitignore").read_text().splitlines()

@@ -104,7 +104,7 @@ def config_dir() -> Path:
 
 def help_header(registry: Registry) -> str:
     width = max((len(n) for n in registry.names()), default=0)
-    lines = [f"  {name.ljust(width)}  {registry.specs[name].description}" for name in registry.specs]
+    lines = [f"  {name.ljust(width)}  {spec.description}\n  {''.ljust(width)}  {spec.cls.__name__}{spec.signature}" for name, spec in registry.specs.items()]
     lines += [f"  {name.ljust(width)}  (defined twice: {' and '.join(srcs)})" for name, srcs in registry.duplicates.items()]
     lines += [f"  warning: {warning}" for warning in registry.warnings]
     return "\n".join(

@@ -4,7 +4,14 @@ Modelled on timm's `register_model` / `create_model` / `list_models`. Four sourc
 the built-ins shipped in `attnlab.plugins`, `./plugins` in the working folder, every folder on
 `ATTNLAB_PLUGIN_PATH`, and installed distributions' entry points in the group
 `attnlab.variants`. A file `NAME.py` defining one `nn.Module` subclass is the variant `NAME`
-with no import of attnlab at all, so the source's class pasted verbatim just works.
+with no import of attnlab at all, so the source's class pasted verbatim just works; a file whose
+classes build one another (the source's wrapper builds `CausalAttention` heads) is the variant
+of its outermost class.
+
+Building a variant: `constructor_kwargs` fills its constructor by parameter name from the
+top-level config keys (d_in, d_out, context_length, dropout, num_heads, num_kv_heads, qkv_bias)
+and `variant.params`; `auto_reference` picks the built-in reference that matches how a module
+is declared.
 """
 
 from __future__ import annotations
@@ -13,8 +20,12 @@ import difflib
 import hashlib
 import importlib.util
 import inspect
+import io
 import os
+import re
 import sys
+import textwrap
+import tokenize
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata, resources
@@ -40,6 +51,12 @@ class VariantSpec:
     params: dict[str, Any]
     source: str
     expected_finding: tuple[str, str] | None = None  # (code, stage) a bug-zoo variant must trigger
+    reference: str | None = None  # the variant it is compared against, declared by the plugin; None: auto
+
+    @property
+    def signature(self) -> str:
+        """The constructor's parameters, as `--help` lists them."""
+        return constructor_signature(self)
 
 
 class VariantError(UserError):
@@ -52,13 +69,16 @@ def variant(
     description: str | None = None,
     params: dict[str, Any] | None = None,
     expected_finding: tuple[str, str] | None = None,
+    reference: str | None = None,
 ) -> Callable[[ModuleClass], ModuleClass]:
-    """Name a variant explicitly; allows several variants in one file and default params."""
+    """Name a variant explicitly; allows several variants in one file, default params and the
+    reference it is compared against (`reference=auto` then chooses this one)."""
 
     def mark(cls: ModuleClass) -> ModuleClass:
         marks = list(cls.__dict__.get(_MARK, ()))
         marks.append(
-            dict(name=name, description=description, params=dict(params or {}), expected_finding=expected_finding)
+            dict(name=name, description=description, params=dict(params or {}),
+                 expected_finding=expected_finding, reference=reference)
         )
         setattr(cls, _MARK, marks)
         return cls
@@ -71,6 +91,7 @@ class Registry:
     specs: dict[str, VariantSpec] = field(default_factory=dict)
     duplicates: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    seen_texts: dict[str, str] = field(default_factory=dict, repr=False)  # docstring/comment -> first file
 
     def add(self, spec: VariantSpec) -> None:
         known = self.specs.get(spec.name)
@@ -135,7 +156,11 @@ def _load_file(path: Path) -> Any:
     return module
 
 
-def _specs_from_module(module: Any, default_name: str, source: str) -> tuple[list[VariantSpec], str | None]:
+def _specs_from_module(
+    module: Any, default_name: str, source: str, copied: frozenset[str] = frozenset()
+) -> tuple[list[VariantSpec], str | None]:
+    """The variants a plugin module defines; `copied` holds texts also found in an earlier
+    plugin file (see _describe)."""
     classes = [
         obj
         for obj in vars(module).values()
@@ -146,22 +171,120 @@ def _specs_from_module(module: Any, default_name: str, source: str) -> tuple[lis
         specs = []
         for cls in marked:
             for mark in cls.__dict__[_MARK]:
-                specs.append(_spec(cls, mark["name"] or default_name, source, **{k: v for k, v in mark.items() if k != "name"}))
+                extra = {k: v for k, v in mark.items() if k != "name"}
+                specs.append(_spec(cls, mark["name"] or default_name, source, copied=copied, **extra))
         return specs, None
-    if len(classes) == 1:
-        return [_spec(classes[0], default_name, source)], None
     if not classes:
         return [], f"plugin {source} defines no nn.Module subclass; skipped"
-    names = ", ".join(cls.__name__ for cls in classes)
-    return [], f"plugin {source} defines {len(classes)} nn.Module classes ({names}); mark the variant(s) with @attnlab.variant"
+    outermost = _outermost(classes)
+    if len(outermost) == 1:
+        return [_spec(outermost[0], default_name, source, copied=copied)], None
+    names = ", ".join(cls.__name__ for cls in outermost or classes)
+    count = len(outermost or classes)
+    return [], f"plugin {source} defines {count} nn.Module classes ({names}); mark the variant(s) with @attnlab.variant"
+
+
+def _outermost(classes: list[type]) -> list[type]:
+    """The classes that no other class of the list builds, read from their source, never run.
+
+    A class builds another when its body calls that class's name (`CausalAttention(d_in, ...)`
+    in the source's wrapper, a ModuleList comprehension included); comments, strings and base
+    classes do not count, so a subclass next to its base stays two top-level modules. A helper
+    built through a module-level function is not seen. When a class's source cannot be read
+    (defined by exec), every class is a candidate, as before this rule existed.
+    """
+    built: set[str] = set()
+    for cls in classes:
+        called = _names_called(cls)
+        if called is None:
+            return list(classes)
+        built |= called - {cls.__name__}
+    return [cls for cls in classes if cls.__name__ not in built]
+
+
+def _names_called(cls: type) -> set[str] | None:
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (OSError, TypeError, tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    body = next((i for i, t in enumerate(tokens) if t.type == tokenize.OP and t.string == ":"), len(tokens))
+    called = set()
+    for before, token, after in zip(tokens[body:], tokens[body + 1:], tokens[body + 2:]):
+        if token.type == tokenize.NAME and after.string == "(" and before.string != ".":
+            called.add(token.string)
+    return called
 
 
 def _spec(cls: type[nn.Module], name: str, source: str, description: str | None = None,
-          params: dict[str, Any] | None = None, expected_finding: tuple[str, str] | None = None) -> VariantSpec:
-    doc = inspect.getdoc(cls) if cls.__doc__ else None
-    description = description or (doc.splitlines()[0] if doc else f"{cls.__name__} from {Path(source).name}")
+          params: dict[str, Any] | None = None, expected_finding: tuple[str, str] | None = None,
+          reference: str | None = None, copied: frozenset[str] = frozenset()) -> VariantSpec:
     finding = tuple(expected_finding) if expected_finding else None
-    return VariantSpec(name, cls, description, dict(params or {}), source, finding)
+    return VariantSpec(name, cls, description or _describe(cls, copied), dict(params or {}), source, finding, reference)
+
+
+def _describe(cls: type, copied: frozenset[str]) -> str:
+    """A plugin without a description: its file's own first comment (module docstring or the
+    leading `#` lines), else its class docstring, else "ClassName from NAME.py".
+
+    Why `copied`: an edited copy of a built-in keeps the built-in's docstring, and `--help`
+    then described the copy as the original ("The source's SelfAttention_v1 (the reference
+    ...)"). A text that an earlier plugin file also has is not this file's own, so it is skipped.
+    """
+    module = sys.modules.get(cls.__module__)
+    doc = inspect.getdoc(cls) if cls.__doc__ else None
+    candidates = [_first_comment(module), doc.splitlines()[0].strip() if doc else None]
+    for text in candidates:
+        if text and text not in copied:
+            return text
+    return f"{cls.__name__} from {_file_name(cls)}"
+
+
+def _file_name(obj: Any) -> str:
+    try:
+        return Path(inspect.getsourcefile(obj) or "").name or "?"
+    except TypeError:
+        return "?"
+
+
+def _first_comment(module: Any) -> str | None:
+    """The first line of a module's docstring, else of its leading `#` comment block."""
+    if module is None:
+        return None
+    if module.__doc__ and module.__doc__.strip():
+        return module.__doc__.strip().splitlines()[0].strip()
+    try:
+        lines = inspect.getsource(module).splitlines()
+    except (OSError, TypeError):
+        return None
+    for line in lines:
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#!") or re.match(r"#.*coding[:=]", stripped):
+            continue
+        if not stripped.startswith("#"):
+            return None  # code before any comment: the file has no leading comment
+        text = stripped.lstrip("#").strip()
+        if text:
+            return text
+    return None
+
+
+def _texts(module: Any) -> set[str]:
+    """Every text _describe may take from a plugin module: to spot the same text in a later copy."""
+    texts = {_first_comment(module)}
+    for obj in vars(module).values():
+        if inspect.isclass(obj) and obj.__module__ == module.__name__ and obj.__doc__:
+            texts.add(inspect.getdoc(obj).splitlines()[0].strip() if inspect.getdoc(obj) else None)
+    return {t for t in texts if t}
+
+
+def _copied_texts(registry: Registry, module: Any, source: str) -> frozenset[str]:
+    """The texts of `module` that an earlier, different plugin file already has; records its own."""
+    texts = _texts(module)
+    copied = frozenset(t for t in texts if t in registry.seen_texts and not _same_file(registry.seen_texts[t], source))
+    for text in texts:
+        registry.seen_texts.setdefault(text, source)
+    return copied
 
 
 def _discover_files(registry: Registry) -> None:
@@ -174,7 +297,8 @@ def _discover_files(registry: Registry) -> None:
             except BaseException as exc:  # a broken plugin never takes the others down
                 registry.warnings.append(f"plugin {path} failed to import: {type(exc).__name__}: {exc}")
                 continue
-            specs, warning = _specs_from_module(module, path.stem, str(path))
+            copied = _copied_texts(registry, module, str(path))
+            specs, warning = _specs_from_module(module, path.stem, str(path), copied)
             if warning:
                 registry.warnings.append(warning)
             for spec in specs:
@@ -190,16 +314,26 @@ def _discover_entry_points(registry: Registry) -> None:
             registry.warnings.append(f"plugin {source} failed to import: {type(exc).__name__}: {exc}")
             continue
         if inspect.isclass(loaded) and issubclass(loaded, nn.Module):
+            module = sys.modules.get(loaded.__module__)
+            copied = _copied_texts(registry, module, _source_file(module)) if module else frozenset()
             marks = loaded.__dict__.get(_MARK) or [{}]
             for mark in marks:
                 extra = {k: v for k, v in mark.items() if k != "name"}
-                registry.add(_spec(loaded, mark.get("name") or entry.name, source, **extra))
+                registry.add(_spec(loaded, mark.get("name") or entry.name, source, copied=copied, **extra))
         else:
-            specs, warning = _specs_from_module(loaded, entry.name, source)
+            copied = _copied_texts(registry, loaded, _source_file(loaded))
+            specs, warning = _specs_from_module(loaded, entry.name, source, copied)
             if warning:
                 registry.warnings.append(warning)
             for spec in specs:
                 registry.add(spec)
+
+
+def _source_file(module: Any) -> str:
+    try:
+        return inspect.getsourcefile(module) or repr(module)
+    except TypeError:
+        return repr(module)
 
 
 @lru_cache(maxsize=1)
@@ -219,5 +353,151 @@ def get_variant(name: str) -> VariantSpec:
 
 
 def create_variant(name: str, d_in: int, d_out: int, **params: Any) -> nn.Module:
+    """Build a variant as `Cls(d_in, d_out, **params)` did, with the top-level keys at their
+    defaults (context_length = 6, the book's tokens) for constructors that take them."""
     spec = get_variant(name)
-    return spec.cls(d_in, d_out, **{**spec.params, **params})
+    top = {key: params.pop(key) for key in list(params) if key in CONSTRUCTOR_KEYS}
+    values = {**DEFAULT_VALUES, "d_in": d_in, "d_out": d_out, **top}
+    args, kwargs = constructor_kwargs(spec, values, params)
+    return spec.cls(*args, **kwargs)
+
+
+# Top-level config keys a constructor may take by name, and the other spellings constructors
+# use for them (Hugging Face, nanoGPT, the source's later chapters).
+CONSTRUCTOR_KEYS = ("d_in", "d_out", "context_length", "dropout", "num_heads", "num_kv_heads", "qkv_bias")
+SPELLINGS = {
+    "num_heads": ("num_heads", "n_heads", "n_head", "num_attention_heads"),
+    "num_kv_heads": ("num_kv_heads", "n_kv_heads", "num_key_value_heads", "num_kv_groups"),
+}
+DEFAULT_VALUES = {"context_length": 6, "dropout": 0.0, "num_heads": 2, "num_kv_heads": None, "qkv_bias": False}
+_TOP_LEVEL = {spelling: key for key in CONSTRUCTOR_KEYS for spelling in SPELLINGS.get(key, (key,))}
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+class ConstructorError(UserError):
+    """A variant's constructor cannot be filled from the config: a wrong or missing argument."""
+
+
+def _parameters(spec: VariantSpec) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(spec.cls).parameters.values())
+    except (TypeError, ValueError):  # a constructor implemented in C: take anything, as before
+        return [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+
+
+def constructor_signature(spec: VariantSpec) -> str:
+    """The constructor's parameters without annotations, e.g. "(d_in, d_out, context_length,
+    dropout, num_heads, qkv_bias=False)"."""
+    plain = [p.replace(annotation=inspect.Parameter.empty) for p in _parameters(spec)]
+    return str(inspect.Signature(plain))
+
+
+def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[str, Any]) -> tuple[list, dict]:
+    """(args, kwargs) that build `spec.cls`: `spec.cls(*args, **kwargs)`.
+
+    `values` holds the top-level keys (CONSTRUCTOR_KEYS; others are ignored); context_length
+    None means values["n_tokens"] and num_kv_heads None means num_heads. d_in and d_out go
+    positionally into the constructor's first two parameters, as `Cls(d_in, d_out)` always did,
+    unless those parameters are named after another key (nn.MultiheadAttention's
+    `(embed_dim, num_heads)` gets d_in only); every other key goes by name, under the
+    constructor's own spelling, only to a constructor that names it (never into **kwargs,
+    where it could reach code that does not expect it). `params` (variant.params) is merged over
+    the spec's default params and passed by name.
+    """
+    values = _resolved(values)
+    parameters = _parameters(spec)
+    named = {p.name: p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in parameters)
+    merged = {**spec.params, **params}
+    for key, value in merged.items():
+        if key in _TOP_LEVEL:
+            top = _TOP_LEVEL[key]
+            what = "a top-level key" if top == key else f"the top-level key {top}"
+            where = "" if key in params else f" (from variant '{spec.name}''s default params)"
+            raise ConstructorError(f"variant.params.{key}{where}: {key} is {what}; use {top}={_show(value)}")
+        if key not in named and not takes_any:
+            close = difflib.get_close_matches(key, list(named), n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ConstructorError(
+                f"variant.params.{key}: variant '{spec.name}' takes no parameter '{key}'; "
+                f"{hint}its constructor is {spec.cls.__name__}{constructor_signature(spec)}"
+            )
+    args: list = []
+    slots = [p for p in parameters if p.kind in _POSITIONAL or p.kind == p.VAR_POSITIONAL]
+    for key, slot in zip(("d_in", "d_out"), slots):
+        if slot.kind != slot.VAR_POSITIONAL and (_TOP_LEVEL.get(slot.name, key) != key or slot.name in merged):
+            break  # named after another key, or set by variant.params: filled by name instead
+        args.append(values[key])
+        if slot.kind == slot.VAR_POSITIONAL:  # (*args): both go positionally
+            args += [values["d_out"]] if key == "d_in" else []
+            break
+    filled = {p.name for p in slots[: len(args)] if p.kind != p.VAR_POSITIONAL}
+    kwargs = {}
+    for name in named:
+        if name not in filled and name in _TOP_LEVEL and _TOP_LEVEL[name] in values:
+            kwargs[name] = values[_TOP_LEVEL[name]]
+    kwargs.update(merged)
+    for p in named.values():
+        if p.default is p.empty and p.name not in filled and p.name not in kwargs:
+            raise ConstructorError(
+                f"variant '{spec.name}' needs the constructor argument '{p.name}': set variant.params.{p.name}=VALUE"
+            )
+    return args, kwargs
+
+
+def _resolved(values: dict[str, Any]) -> dict[str, Any]:
+    out = {key: values[key] for key in CONSTRUCTOR_KEYS if key in values}
+    if out.get("context_length") is None and values.get("n_tokens") is not None:
+        out["context_length"] = values["n_tokens"]
+    if out.get("num_kv_heads") is None and "num_heads" in out:
+        out["num_kv_heads"] = out["num_heads"]
+    return {key: value for key, value in out.items() if value is not None}
+
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# Names of an output projection (the source's out_proj, Hugging Face's o_proj, nanoGPT's c_proj,
+# the bonus class's proj); the last component of a parameter's dotted name is compared.
+OUTPUT_PROJECTIONS = {"out_proj", "o_proj", "c_proj", "proj", "W_o", "w_o", "wo", "W_out", "output_proj", "dense"}
+
+
+def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
+    """The built-in reference `reference=auto` compares a variant against, chosen from how it is
+    declared: its plugin's declaration, its constructor's parameters and the submodules and
+    parameters of `module` (the variant built with its constructor arguments), never from what
+    its forward does, so a module that forgot its mask or never calls its out_proj is compared
+    with a reference that has them (issue 11).
+
+    A declared reference wins; a 2-D module (`batched` False, from the probe call) gets
+    `reference` (SelfAttention_v1); a batched one without a head count among its constructor's
+    parameters `causal_attention`; an nn.ModuleList of per-head modules without an output
+    projection `mha_wrapper`; anything else `multi_head_attention`.
+    """
+    if spec.reference:
+        return spec.reference
+    if not batched:
+        return "reference"
+    if not any(p.name in SPELLINGS["num_heads"] for p in _parameters(spec)):
+        return "causal_attention"
+    heads = [name for name, child in module.named_modules() if isinstance(child, nn.ModuleList) and _per_head(child)]
+    outside = [
+        name for name, _ in module.named_parameters()
+        if not any(name.startswith(f"{head}.") for head in heads if head)
+    ]
+    has_projection = any(_projection_name(name) for name in outside)
+    if heads and not has_projection:
+        return "mha_wrapper"
+    return "multi_head_attention"
+
+
+def _per_head(modules: nn.ModuleList) -> bool:
+    """A ModuleList whose items are one module class holding parameters: attention heads."""
+    return len(modules) > 0 and len({type(m) for m in modules}) == 1 and any(True for _ in modules[0].parameters())
+
+
+def _projection_name(parameter: str) -> bool:
+    parts = parameter.split(".")
+    return any(part in OUTPUT_PROJECTIONS for part in parts[:-1]) or parts[-1] in OUTPUT_PROJECTIONS

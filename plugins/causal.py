@@ -10,6 +10,7 @@ import attnlab
     "causal",
     description="SelfAttention_v1 with a causal mask: -inf above the diagonal before the softmax",
     expected_finding=("masked", "scaled_scores"),
+    reference="reference",  # 2-D like SelfAttention_v1: compared with the unmasked original, so the mask shows
 )
 class CausalSelfAttention(nn.Module):
     def __init__(self, d_in, d_out):

@@ -8,8 +8,7 @@ import attnlab
 
 @attnlab.variant(
     "linear",
-    description="SelfAttention_v2: projections as nn.Linear layers (qkv_bias param)",
-    params={"qkv_bias": False},
+    description="SelfAttention_v2: projections as nn.Linear layers (qkv_bias=true adds their biases)",
 )
 class SelfAttention_v2(nn.Module):
     def __init__(self, d_in, d_out, qkv_bias=False):

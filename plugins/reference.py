@@ -1,4 +1,8 @@
-"""SelfAttention_v1: the source's compact self-attention class, verbatim (ch. 3)."""
+"""The source's SelfAttention_v1 (the reference every variant is compared against).
+
+The source's compact self-attention class of chapter 3, verbatim; its first docstring line is
+its `--help` description.
+"""
 
 import torch
 import torch.nn as nn

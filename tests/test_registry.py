@@ -23,7 +23,7 @@ def fresh_registry():
 def test_the_built_ins_are_registered_with_descriptions():
     names = attnlab.list_variants()
     assert {"reference", "linear", "unscaled", "wrong_softmax_axis"} <= set(names)
-    assert get_variant("linear").params == {"qkv_bias": False}
+    assert get_variant("linear").params == {}  # qkv_bias is a top-level key now
     assert get_variant("unscaled").expected_finding == ("scaling", "scaled_scores")
     assert all(discover().specs[n].description for n in discover().specs)
 

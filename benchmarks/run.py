@@ -4,6 +4,7 @@
     python benchmarks/run.py --quick              fewer repeats (a smoke run, ~3 minutes)
     python benchmarks/run.py --only cold,capture  a subset: cold sweep seeds scale capture startup
     python benchmarks/run.py --with-16k           also run 16384 tokens (several minutes, ~GBs)
+    python benchmarks/run.py --only handwritten   hand-written parts vs the libraries they replace (handwritten.py)
 
 The machine is shared, so every figure is a ratio against a baseline measured in the same run:
 medians of interleaved repeats (harness, baseline, harness, baseline, ...), never absolute times.
@@ -34,7 +35,7 @@ BASELINES = HERE / "baselines"
 SWEEP_VARIANTS = "reference,linear,unscaled,wrong_softmax_axis"
 SWEEP_SEEDS = "1,2,3,4,5"
 SCALE = ["inputs=random", "inputs.n_tokens=4096", "inputs.d_in=64", "d_out=64"]
-FIGURES = ("cold", "sweep", "seeds", "scale", "capture", "startup")
+FIGURES = ("cold", "sweep", "seeds", "scale", "capture", "startup", "handwritten")
 
 
 @dataclass
@@ -263,6 +264,21 @@ def fig_startup(s: Scratch) -> list[Figure]:
     ]
 
 
+def fig_handwritten(repeats: int) -> list[Figure]:
+    """Each hand-written part against its library (benchmarks/handwritten.py), reported as
+    attnlab / library: the decision they support is in benchmarks/README.md."""
+    _, _, out = run([PY, str(HERE / "handwritten.py"), "--json", "--repeats", str(repeats)])
+    figures = []
+    for c in json.loads(out.strip().splitlines()[-1]):
+        name = f"7. {c['part']}, {c['size']}: attnlab / {c['library']}"
+        if c["skipped"]:
+            figures.append(Figure(name, None, "report", None, unit="x", detail="skipped: " + c["skipped"]))
+        else:
+            figures.append(Figure(name, c["ratio"], "report", None,
+                                  detail=f"{c['ours_ms']:.3g} ms vs {c['library_ms']:.3g} ms; {c['detail']}"))
+    return figures
+
+
 # ---------------------------------------------------------------- the report
 
 
@@ -308,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         "scale": lambda: fig_scale(scratch, args.with_16k),
         "capture": lambda: fig_capture(scratch, 3 if args.quick else 9),
         "startup": lambda: fig_startup(scratch),
+        "handwritten": lambda: fig_handwritten(repeats),
     }
     try:
         for name in FIGURES:

@@ -34,3 +34,21 @@ def test_by_default_the_results_go_to_an_untracked_file_not_the_recorded_one(tmp
     assert (copy / "results.md").read_text() == recorded
     assert "| figure | measured |" in (copy / "out" / "results.md").read_text()
     assert "benchmarks/out/" in (REPO / ".gitignore").read_text().splitlines()
+
+
+@pytest.mark.slow
+def test_hand_written_parts_are_compared_and_a_missing_library_is_a_clear_skip(tmp_path):
+    # matplotlib, tqdm and rich hidden as if never installed: their comparisons must say so and the rest run.
+    hide = "import sys, runpy; sys.modules.update(matplotlib=None, tqdm=None, rich=None); "
+    script = REPO / "benchmarks" / "handwritten.py"
+    proc = subprocess.run([sys.executable, "-c", hide + f"sys.argv = ['x', '--repeats', '1']; "
+                           f"runpy.run_path({str(script)!r}, run_name='__main__')"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert ("heatmap render+encode (6 tokens) attnlab / matplotlib: skipped: matplotlib is not installed "
+            "(pip install matplotlib; a benchmark-only library, not an attnlab dependency)") in lines
+    assert any(line.startswith("progress (100 updates) attnlab / tqdm: skipped: tqdm is not installed") for line in lines)
+    for measured in ("PNG encode (4096 tokens) attnlab / Pillow: ", "hparams protos (6 tokens) attnlab / torch summary.hparams: "):
+        assert any(line.startswith(measured) and line[len(measured)].isdigit() for line in lines), proc.stdout
+    assert "torch summary.hparams NO" in proc.stdout  # the bug the hand-built protos work around

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 
 import attnlab
 from attnlab.errors import UserError
-from attnlab.registry import Registry, builtin_plugin_dir, discover, get_variant
+from attnlab.registry import (
+    ConstructorError,
+    Registry,
+    auto_reference,
+    builtin_plugin_dir,
+    constructor_kwargs,
+    constructor_signature,
+    discover,
+    get_variant,
+)
 from tests.conftest import SOURCE_SELF_ATTENTION_V1
 
 
@@ -127,3 +138,323 @@ def test_registry_add_keeps_every_source_of_a_duplicate():
     for source in ("a.py", "b.py", "c.py"):
         registry.add(type(spec)(spec.name, spec.cls, "", {}, source))
     assert registry.duplicates["reference"] == ["a.py", "b.py", "c.py"]
+
+
+# --- constructor arguments by name (issue 11: top-level keys) ----------------------------------------
+
+TOP_LEVEL = dict(d_in=3, d_out=4, context_length=6, dropout=0.0, num_heads=2, num_kv_heads=None, qkv_bias=False)
+
+
+def spec_of(plugin_folder, monkeypatch, name: str, source: str):
+    monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(plugin_folder(name, source)))
+    discover.cache_clear()
+    return get_variant(name)
+
+
+def test_every_two_argument_built_in_still_gets_d_in_and_d_out_positionally_and_nothing_else():
+    two_argument = [s for s in discover().specs.values() if s.signature == "(d_in, d_out)"]
+    assert len(two_argument) >= 12  # the bug zoo and the reference
+    for spec in two_argument:
+        assert constructor_kwargs(spec, TOP_LEVEL, {}) == ([3, 4], {})
+
+
+def test_top_level_keys_reach_a_constructor_by_name_only_when_it_takes_them(plugin_folder, monkeypatch):
+    spec = spec_of(plugin_folder, monkeypatch, "heads_only", """
+        import torch.nn as nn
+        class Heads(nn.Module):
+            def __init__(self, d_in, d_out, num_heads, *, dropout=0.1, rope_base=10000):
+                super().__init__()
+    """)
+    args, kwargs = constructor_kwargs(spec, {**TOP_LEVEL, "num_heads": 4, "dropout": 0.25}, {})
+    assert (args, kwargs) == ([3, 4], {"num_heads": 4, "dropout": 0.25})
+    spec.cls(*args, **kwargs)
+
+
+def test_linear_takes_qkv_bias_from_the_top_level_key():
+    spec = get_variant("linear")
+    args, kwargs = constructor_kwargs(spec, {**TOP_LEVEL, "qkv_bias": True}, {})
+    assert spec.cls(*args, **kwargs).W_query.bias is not None
+
+
+def test_context_length_none_is_the_number_of_tokens():
+    args, kwargs = constructor_kwargs(get_variant("causal_attention"), {**TOP_LEVEL, "context_length": None, "n_tokens": 9}, {})
+    assert kwargs["context_length"] == 9
+    assert get_variant("causal_attention").cls(*args, **kwargs).mask.shape == (9, 9)
+
+
+@pytest.mark.parametrize("spelling", ["num_kv_heads", "n_kv_heads", "num_key_value_heads", "num_kv_groups"])
+def test_num_kv_heads_is_passed_under_the_constructors_own_spelling(plugin_folder, monkeypatch, spelling):
+    spec = spec_of(plugin_folder, monkeypatch, "gqa", f"""
+        import torch.nn as nn
+        class GQA(nn.Module):
+            def __init__(self, d_in, d_out, num_heads, {spelling}):
+                super().__init__()
+    """)
+    assert constructor_kwargs(spec, {**TOP_LEVEL, "num_heads": 8, "num_kv_heads": 2}, {})[1] == {"num_heads": 8, spelling: 2}
+    assert constructor_kwargs(spec, {**TOP_LEVEL, "num_heads": 8}, {})[1] == {"num_heads": 8, spelling: 8}  # None: num_heads
+
+
+def test_a_constructor_named_like_nn_multihead_attention_gets_d_in_first_and_the_heads_by_name(plugin_folder, monkeypatch):
+    spec = spec_of(plugin_folder, monkeypatch, "embed", """
+        import torch.nn as nn
+        class Embed(nn.Module):
+            def __init__(self, embed_dim, num_heads, dropout=0.0):
+                super().__init__()
+    """)
+    assert constructor_kwargs(spec, TOP_LEVEL, {}) == ([3], {"num_heads": 2, "dropout": 0.0})
+
+
+def test_variant_params_are_merged_over_the_plugins_default_params(plugin_folder, monkeypatch):
+    spec = spec_of(plugin_folder, monkeypatch, "defaults", """
+        import torch.nn as nn
+        import attnlab
+        @attnlab.variant(params={"k": 1, "mode": "a"})
+        class Defaults(nn.Module):
+            def __init__(self, d_in, d_out, k, mode):
+                super().__init__()
+    """)
+    assert constructor_kwargs(spec, TOP_LEVEL, {"k": 3}) == ([3, 4], {"k": 3, "mode": "a"})
+
+
+def test_a_constructor_with_kwargs_accepts_any_variant_param_but_no_top_level_key(plugin_folder, monkeypatch):
+    spec = spec_of(plugin_folder, monkeypatch, "anything", """
+        import torch.nn as nn
+        class Anything(nn.Module):
+            def __init__(self, d_in, d_out, **options):
+                super().__init__()
+    """)
+    assert constructor_kwargs(spec, TOP_LEVEL, {"window": 3}) == ([3, 4], {"window": 3})
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"num_heads": 4}, "variant.params.num_heads: num_heads is a top-level key; use num_heads=4"),
+        ({"qkv_bias": True}, "variant.params.qkv_bias: qkv_bias is a top-level key; use qkv_bias=true"),
+        ({"n_kv_heads": 1}, "variant.params.n_kv_heads: n_kv_heads is the top-level key num_kv_heads; use num_kv_heads=1"),
+        ({"dropuot": 0.1}, "variant.params.dropuot: variant 'multi_head_attention' takes no parameter 'dropuot'; "
+                           "did you mean 'dropout'? its constructor is "
+                           "MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)"),
+    ],
+)
+def test_a_wrong_variant_param_is_a_one_line_user_error(params, message):
+    with pytest.raises(ConstructorError) as caught:
+        constructor_kwargs(get_variant("multi_head_attention"), TOP_LEVEL, params)
+    assert isinstance(caught.value, UserError) and str(caught.value) == message and "\n" not in message
+
+
+def test_a_required_argument_attnlab_cannot_fill_names_the_param_to_set(plugin_folder, monkeypatch):
+    spec = spec_of(plugin_folder, monkeypatch, "rope", """
+        import torch.nn as nn
+        class Rope(nn.Module):
+            def __init__(self, d_in, d_out, num_heads, rope_base):
+                super().__init__()
+    """)
+    with pytest.raises(ConstructorError, match=r"^variant 'rope' needs the constructor argument 'rope_base': "
+                                                r"set variant.params.rope_base=VALUE$"):
+        constructor_kwargs(spec, TOP_LEVEL, {})
+    assert constructor_kwargs(spec, TOP_LEVEL, {"rope_base": 500})[1] == {"num_heads": 2, "rope_base": 500}
+
+
+def test_create_variant_takes_top_level_keys_and_params_alike():
+    module = attnlab.create_variant("multi_head_attention", 3, 4, num_heads=4, context_length=8)
+    assert module.num_heads == 4 and module.mask.shape == (8, 8)
+
+
+def test_constructor_signature_shows_the_parameters_without_annotations(plugin_folder, monkeypatch):
+    assert get_variant("mha_wrapper").signature == "(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)"
+    spec = spec_of(plugin_folder, monkeypatch, "typed", """
+        import torch.nn as nn
+        class Typed(nn.Module):
+            def __init__(self, d_in: int, d_out: int, num_heads: int = 2) -> None:
+                super().__init__()
+    """)
+    assert constructor_signature(spec) == "(d_in, d_out, num_heads=2)"
+
+
+# --- files with helper classes (the variant is the outermost module) --------------------------------
+
+SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source"
+
+
+def source_text(*class_names: str) -> str:
+    """The source's classes as published, pasted verbatim below its imports."""
+    if not (SOURCE / "ch03.py").is_file():
+        pytest.skip(f"the source's classes are not at {SOURCE}")
+    text = (SOURCE / "ch03.py").read_text()
+    blocks = re.split(r"\n(?=class |#{6,})", text)
+    chosen = [b for b in blocks if re.match(r"class (\w+)", b) and re.match(r"class (\w+)", b)[1] in class_names]
+    assert len(chosen) == len(class_names)
+    return "import torch\nimport torch.nn as nn\n\n" + "\n".join(chosen)
+
+
+def test_the_sources_wrapper_pasted_verbatim_is_the_variant_of_its_file_with_no_warning(plugin_folder, monkeypatch):
+    spec = spec_of(plugin_folder, monkeypatch, "my_wrapper", source_text("CausalAttention", "MultiHeadAttentionWrapper"))
+    assert spec.cls.__name__ == "MultiHeadAttentionWrapper"
+    assert not [w for w in discover().warnings if "my_wrapper" in w]
+
+
+def test_a_helper_built_in_a_comprehension_is_not_a_second_variant_but_a_mention_in_a_string_is_no_build(plugin_folder, monkeypatch):
+    folder = plugin_folder("outer", """
+        import torch, torch.nn as nn
+
+        class Head(nn.Module):
+            def __init__(self, d_in, d_out):
+                super().__init__()
+                self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+
+        class Outer(nn.Module):
+            '''Builds Head(d_in, d_out) per head.'''
+            def __init__(self, d_in, d_out, num_heads=2):
+                super().__init__()
+                self.heads = nn.ModuleList([Head(d_in, d_out) for _ in range(num_heads)])
+    """)
+    plugin_folder("mentions", """
+        import torch.nn as nn
+
+        class First(nn.Module):
+            def __init__(self, d_in, d_out):
+                super().__init__()  # Second(d_in, d_out) would be wrong here
+                self.note = "Second(d_in, d_out)"
+
+        class Second(nn.Module):
+            def __init__(self, d_in, d_out):
+                super().__init__()
+    """)
+    monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(folder))
+    registry = discover()
+    assert registry.specs["outer"].cls.__name__ == "Outer"
+    assert "mentions" not in registry.specs
+    assert [w for w in registry.warnings if "mentions.py" in w] == [
+        f"plugin {folder / 'mentions.py'} defines 2 nn.Module classes (First, Second); mark the variant(s) with @attnlab.variant"
+    ]
+
+
+# --- declared reference and the auto choice ---------------------------------------------------------
+
+def test_the_decorator_stores_a_declared_reference_and_causal_declares_the_reference():
+    assert get_variant("causal").reference == "reference"
+    assert get_variant("multi_head_attention").reference is None
+
+
+def built(name: str, **values):
+    spec = get_variant(name)
+    args, kwargs = constructor_kwargs(spec, {**TOP_LEVEL, **values}, {})
+    return spec, spec.cls(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("name", "batched", "expected"),
+    [
+        ("reference", False, "reference"),
+        ("unscaled", False, "reference"),
+        ("causal", False, "reference"),  # declared
+        ("causal_attention", True, "causal_attention"),
+        ("mha_wrapper", True, "mha_wrapper"),
+        ("multi_head_attention", True, "multi_head_attention"),
+        ("torch_mha", True, "multi_head_attention"),
+    ],
+)
+def test_auto_reference_of_the_built_ins(name, batched, expected):
+    spec, module = built(name, d_in=4 if name == "torch_mha" else 3)
+    assert auto_reference(spec, module, batched) == expected
+
+
+def test_a_declared_reference_wins_over_the_rule(plugin_folder, monkeypatch):
+    spec = spec_of(plugin_folder, monkeypatch, "declared", """
+        import torch.nn as nn
+        import attnlab
+        @attnlab.variant(reference="linear")
+        class Declared(nn.Module):
+            def __init__(self, d_in, d_out, num_heads):
+                super().__init__()
+    """)
+    assert spec.reference == "linear" and auto_reference(spec, spec.cls(3, 4, 2), batched=True) == "linear"
+
+
+def test_auto_reference_reads_the_declaration_not_the_forward(plugin_folder, monkeypatch):
+    """A wrapper with an out_proj it never calls, and an MHA that forgot its mask, are still compared
+    with the source's MultiHeadAttention, which has both: the reference must not hide the bug."""
+    spec = spec_of(plugin_folder, monkeypatch, "forgets", """
+        import torch, torch.nn as nn
+
+        class Head(nn.Module):
+            def __init__(self, d_in, d_out):
+                super().__init__()
+                self.W_query = nn.Linear(d_in, d_out)
+
+        class Forgets(nn.Module):
+            def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+                super().__init__()
+                self.heads = nn.ModuleList([Head(d_in, d_out) for _ in range(num_heads)])
+                self.out_proj = nn.Linear(d_out * num_heads, d_out * num_heads)
+
+            def forward(self, x):
+                return torch.cat([head.W_query(x) for head in self.heads], dim=-1)  # out_proj never called
+    """)
+    _, module = (spec, spec.cls(*constructor_kwargs(spec, TOP_LEVEL, {})[0], **constructor_kwargs(spec, TOP_LEVEL, {})[1]))
+    assert auto_reference(spec, module, batched=True) == "multi_head_attention"
+
+
+def test_auto_reference_of_the_sources_wrapper_pasted_verbatim_is_the_wrapper(plugin_folder, monkeypatch):
+    spec = spec_of(plugin_folder, monkeypatch, "pasted", source_text("CausalAttention", "MultiHeadAttentionWrapper"))
+    args, kwargs = constructor_kwargs(spec, TOP_LEVEL, {})
+    assert auto_reference(spec, spec.cls(*args, **kwargs), batched=True) == "mha_wrapper"
+
+
+def test_auto_reference_without_a_head_count_is_causal_attention(plugin_folder, monkeypatch):
+    spec = spec_of(plugin_folder, monkeypatch, "pasted_causal", source_text("CausalAttention"))
+    args, kwargs = constructor_kwargs(spec, TOP_LEVEL, {})
+    assert auto_reference(spec, spec.cls(*args, **kwargs), batched=True) == "causal_attention"
+
+
+# --- descriptions: the file's own words, never a copied docstring (issue 17 item 7) -----------------
+
+def test_an_edited_copy_of_the_reference_is_not_described_as_the_reference(tmp_path, monkeypatch):
+    (tmp_path / "plugins").mkdir()
+    text = (builtin_plugin_dir() / "reference.py").read_text().replace("** 0.5", "")
+    (tmp_path / "plugins" / "mine.py").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert get_variant("mine").description == "SelfAttention_v1 from mine.py"
+    assert get_variant("reference").description.startswith("The source's SelfAttention_v1 (the reference")
+
+
+def test_a_plugin_is_described_by_its_files_first_comment_then_its_docstring_then_its_file(plugin_folder, monkeypatch):
+    folder = plugin_folder("commented", "# SelfAttention_v1 without the scaling, my first try\n" + SOURCE_SELF_ATTENTION_V1)
+    plugin_folder("documented", SOURCE_SELF_ATTENTION_V1.replace("(nn.Module):", "(nn.Module):\n    '''Keys from the next token.'''"))
+    plugin_folder("bare", SOURCE_SELF_ATTENTION_V1)
+    monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(folder))
+    specs = discover().specs
+    assert specs["commented"].description == "SelfAttention_v1 without the scaling, my first try"
+    assert specs["documented"].description == "Keys from the next token."
+    assert specs["bare"].description == "SelfAttention_v1 from bare.py"
+
+
+@pytest.mark.slow
+def test_help_lists_constructor_parameters_helper_files_and_own_descriptions(app, tmp_path):
+    """Through the real CLI: the user's pasted wrapper (helper class in the file) and an edited
+    copy of the reference, from ./plugins."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "mine.py").write_text((builtin_plugin_dir() / "reference.py").read_text().replace("** 0.5", ""))
+    if (SOURCE / "ch03.py").is_file():
+        (plugins / "my_wrapper.py").write_text(source_text("CausalAttention", "MultiHeadAttentionWrapper"))
+    run = app("--help", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+
+    def entry(name: str) -> tuple[str, str]:
+        at = next(i for i, line in enumerate(lines) if re.match(rf"\s+{name}\s", line))
+        return lines[at], lines[at + 1].strip()
+
+    assert entry("multi_head_attention")[1] == (
+        "MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)"
+    )
+    assert entry("torch_mha")[1] == (
+        "TorchMultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, need_weights=True)"
+    )
+    assert entry("mine")[0].split(None, 1)[1] == "SelfAttention_v1 from mine.py"
+    assert "The source's SelfAttention_v1 (the reference" in entry("reference")[0]
+    if (SOURCE / "ch03.py").is_file():
+        assert entry("my_wrapper")[1].startswith("MultiHeadAttentionWrapper(d_in, d_out, context_length")
+    assert "warning:" not in run.stdout

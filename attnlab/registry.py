@@ -188,9 +188,12 @@ def _outermost(classes: list[type]) -> list[type]:
     """The classes that no other class of the list builds, read from their source, never run.
 
     A class builds another when its body calls that class's name (`CausalAttention(d_in, ...)`
-    in the source's wrapper, a ModuleList comprehension included); comments, strings and base
-    classes do not count, so a subclass next to its base stays two top-level modules. A helper
-    built through a module-level function is not seen. When a class's source cannot be read
+    in the source's wrapper, a ModuleList comprehension included). The whole body is read, not
+    only __init__, because helpers are also built in methods __init__ calls (`_make_head`).
+    Nothing is built or run: a plugin's constructor may need arguments attnlab does not have
+    yet at discovery. Comments, strings, decorators and base classes do not count, so a
+    subclass next to its base stays two top-level modules. A helper built through a
+    module-level function is not seen. When a class's source cannot be read
     (defined by exec), every class is a candidate, as before this rule existed.
     """
     built: set[str] = set()
@@ -208,12 +211,27 @@ def _names_called(cls: type) -> set[str] | None:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (OSError, TypeError, tokenize.TokenError, IndentationError, SyntaxError):
         return None
-    body = next((i for i, t in enumerate(tokens) if t.type == tokenize.OP and t.string == ":"), len(tokens))
+    body = _body_start(tokens)
     called = set()
     for before, token, after in zip(tokens[body:], tokens[body + 1:], tokens[body + 2:]):
         if token.type == tokenize.NAME and after.string == "(" and before.string != ".":
             called.add(token.string)
     return called
+
+
+def _body_start(tokens: list[tokenize.TokenInfo]) -> int:
+    """The index after the `class Name(...):` header; decorators before it are skipped too, so
+    neither a decorator's arguments nor the base classes count as builds."""
+    start = next((i for i, t in enumerate(tokens) if t.type == tokenize.NAME and t.string == "class"), 0)
+    depth = 0
+    for i in range(start, len(tokens)):
+        if tokens[i].type != tokenize.OP:
+            continue
+        text = tokens[i].string
+        depth += (text in ("(", "[", "{")) - (text in (")", "]", "}"))
+        if text == ":" and depth == 0:
+            return i + 1
+    return len(tokens)
 
 
 def _spec(cls: type[nn.Module], name: str, source: str, description: str | None = None,
@@ -414,7 +432,7 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
         if key in _TOP_LEVEL:
             top = _TOP_LEVEL[key]
             what = "a top-level key" if top == key else f"the top-level key {top}"
-            where = "" if key in params else f" (from variant '{spec.name}''s default params)"
+            where = "" if key in params else f" (a default param of variant '{spec.name}')"
             raise ConstructorError(f"variant.params.{key}{where}: {key} is {what}; use {top}={_show(value)}")
         if key not in named and not takes_any:
             close = difflib.get_close_matches(key, list(named), n=1, cutoff=0.5)

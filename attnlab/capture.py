@@ -226,6 +226,7 @@ class _Recorder(TorchFunctionMode):
         self._tags: dict[int, tuple[weakref.ref, _Tag]] = {}
         self.heads: list[_Head] = []
         self.explicit: dict[str, torch.Tensor] = {}
+        self._batch = x.shape[0] if x.dim() == 3 else 1
         self._set_tag(x, _Tag("input"))
 
     def _set_tag(self, tensor: torch.Tensor, tag: _Tag) -> None:
@@ -427,7 +428,7 @@ class _Recorder(TorchFunctionMode):
             return
         found = self.heads[head]
         found.softmax_dim = dim % logits.dim()
-        found.softmax_axis = found.softmax_dim + 4 - logits.dim()
+        found.softmax_axis = _canonical_axis(found.softmax_dim, logits, self._batch)
         found.found["scaled_scores"] = logits
         found.found["weights"] = weights
         self._set_tag(weights, _Tag("weights", head=head))
@@ -690,6 +691,15 @@ def _canonical(tensor: torch.Tensor, batch: int) -> torch.Tensor | None:
     while tensor.dim() > 4 and tensor.shape[0] == 1:
         tensor = tensor[0]
     return tensor if tensor.dim() == 4 else None
+
+
+def _canonical_axis(dim: int, tensor: torch.Tensor, batch: int) -> int:
+    """A dim of a per-head stage in the module's own rank, as the axis of its canonical view."""
+    if tensor.dim() == 2:
+        return dim + 2
+    if tensor.dim() == 3:
+        return dim + 1 if dim > 0 else (0 if tensor.shape[0] == batch else 1)
+    return dim
 
 
 def _canonical_tokens(tensor: torch.Tensor) -> torch.Tensor | None:

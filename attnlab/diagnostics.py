@@ -1,13 +1,18 @@
 """Numbers that describe a captured variant, alone and against the reference.
 
-Everything that needs an (n x n) temporary runs in row blocks, so a 16384-token run needs
-O(block * n) memory above the stage tensors themselves; float32 stays float32 and sums that
-lose precision accumulate in float64. Tolerances are relative to float32 precision and the
-values' scale, so a correct variant written another way (einsum, nn.Linear) is not "divergent".
+Every stage is in the canonical view of `attnlab.stages.AXES`; everything that needs a
+(query x key) temporary runs per (batch item, head) in blocks of query rows, so a long run needs
+O(block * n) memory above the stage tensors themselves. float32 stays float32 and sums that lose
+precision accumulate in float64. Tolerances are relative to float32 precision and the values'
+scale, so a correct variant written another way (einsum, nn.Linear, fused QKV) is not "divergent".
+
+Per-head values are kept per head (`head_diagnostics`); the flat table keeps the worst head for
+error-type values (divergences, row-sum errors) and the mean over heads for entropy-type ones.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Callable, Iterator
 
@@ -19,11 +24,22 @@ from attnlab.stages import STAGES
 BLOCK_ROWS = 1024
 NAN = float("nan")
 _EPS = float(torch.finfo(torch.float32).eps)
+HEAD_COLUMNS = ("weights_entropy_mean", "weights_row_max_mean", "weights_first_token_mass")  # per-head table columns
 
 
 def row_blocks(n: int, block: int = BLOCK_ROWS) -> Iterator[slice]:
     for start in range(0, n, block):
         yield slice(start, min(start + block, n))
+
+
+def blocks(t: torch.Tensor) -> Iterator[tuple]:
+    """Index tuples covering `t`: every leading (batch, head) position, query rows in blocks."""
+    if t.dim() < 2:
+        yield (slice(None),)
+        return
+    for lead in itertools.product(*(range(n) for n in t.shape[:-2])):
+        for rows in row_blocks(t.shape[-2]):
+            yield (*lead, rows)
 
 
 def max_abs(t: torch.Tensor) -> float:
@@ -35,30 +51,25 @@ def max_abs(t: torch.Tensor) -> float:
 
 
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max |a - b| in row blocks; nan when the shapes differ or a value is not finite. A tensor
-    against itself (the reference's own diagnostics) is 0 without a pass over n x n values."""
+    """max |a - b| in blocks; nan when the shapes differ or a value is not finite. A tensor
+    against itself (the reference's own diagnostics) is 0 without a pass over its values."""
     if a is b:
         return 0.0
     if a.shape != b.shape:
         return NAN
-    if a.dim() < 2:
-        return float((a - b).abs().max()) if a.numel() else 0.0
-    return max((float((a[r] - b[r]).abs().max()) for r in row_blocks(a.shape[0])), default=0.0)
+    return max((float((a[i] - b[i]).abs().max()) for i in blocks(a) if a[i].numel()), default=0.0)
 
 
 def _non_finite(t: torch.Tensor) -> float:
-    if t.dim() < 2:
-        return float((~torch.isfinite(t)).sum())
-    return float(sum(int((~torch.isfinite(t[r])).sum()) for r in row_blocks(t.shape[0])))
+    return float(sum(int((~torch.isfinite(t[i])).sum()) for i in blocks(t)))
 
 
 def _stage_rtol(stage: str, capture: Capture) -> float:
     """Relative float32 error a correct computation of `stage` may carry (worst case, linear in K).
 
-    Projections sum over d_in, scores over d_k; each later stage inherits the error before it.
+    Projections sum over d_in, scores over head_dim; each later stage inherits the error before it.
     """
-    x = capture.stages["inputs"]
-    d_in = x.shape[-1]
+    d_in = capture.stages["inputs"].shape[-1]
     keys = capture.stages.get("keys")
     d_k = keys.shape[-1] if keys is not None else d_in
     projection = 4 * _EPS * (d_in + 1)
@@ -71,21 +82,26 @@ def stage_tolerance(stage: str, capture: Capture) -> float:
     """Absolute tolerance for comparing `stage` of `capture` with another computation of it.
 
     A softmax turns an absolute error e in its input into a relative error of about 2e in its
-    output, so the weights and context tolerances grow with the scaled scores' magnitude:
+    output, so the weights, context and output tolerances grow with the scaled scores' magnitude:
     when float32 cannot resolve the weights, the comparison says so instead of guessing.
     """
     stages = capture.stages
     atol = 1e-6
-    if stage not in ("weights", "context"):
+    if stage not in ("weights", "weights_applied", "context", "output"):
         return _stage_rtol(stage, capture) * max_abs(stages[stage]) + atol
     logits = stages.get("scaled_scores", stages.get("scores"))
     logit_err = _stage_rtol("scaled_scores", capture) * max_abs(logits) if logits is not None else 0.0
-    weight_err = min(1.0, 2 * logit_err + 8 * _EPS * math.sqrt(stages["inputs"].shape[0]))
-    if stage == "weights":
+    weight_err = min(1.0, 2 * logit_err + 8 * _EPS * math.sqrt(stages["inputs"].shape[-2]))
+    if stage in ("weights", "weights_applied"):
         return weight_err + atol
     values = stages.get("values")
-    value_scale = max_abs(values) if values is not None else max_abs(stages["context"])
-    return (2 * weight_err + _stage_rtol("values", capture)) * value_scale + atol
+    context_rtol = 2 * weight_err + _stage_rtol("values", capture)
+    if stage == "context" or capture.output_is_context:
+        scale = max_abs(values) if values is not None else max_abs(stages[stage])
+        return context_rtol * scale + atol
+    width = stages["output"].shape[-1]  # an output projection sums over the merged heads
+    merged = math.prod(stages["context"].shape[1::2]) if "context" in stages else width
+    return (context_rtol + 4 * _EPS * (merged + 1)) * max_abs(stages["output"]) * math.sqrt(merged) + atol
 
 
 def stage_differs(stage: str, variant: Capture, reference: Capture, other: torch.Tensor | None = None) -> bool:
@@ -109,45 +125,53 @@ def first_divergent_stage(variant: Capture, reference: Capture) -> str | None:
     return None
 
 
-def _sum_rows(t: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row-wise sums of fn(block) and column sums of the block, both float64, in row blocks."""
-    rows, cols = [], torch.zeros(t.shape[1], dtype=torch.float64)
-    for r in row_blocks(t.shape[0]):
-        block = t[r].double()
-        rows.append(fn(block).sum(dim=1))
-        cols += block.sum(dim=0)
-    return torch.cat(rows), cols
-
-
-def _weights_diagnostics(weights: torch.Tensor | None) -> dict[str, float]:
+def _weights_diagnostics(weights: torch.Tensor | None) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Row and column sums, entropy, row max and first-token mass of (batch, heads, query, key) weights."""
     names = ["weights_row_sum_max_err", "weights_col_sum_max_err", "weights_min", "weights_max",
              "weights_entropy_mean", "weights_entropy_norm_mean", "weights_row_max_mean", "weights_first_token_mass"]
-    if weights is None or weights.dim() != 2 or weights.numel() == 0:
-        return dict.fromkeys(names, NAN)
-    row_sums, col_sums = _sum_rows(weights, lambda b: b)
-    entropy = -_sum_rows(weights, lambda b: torch.special.xlogy(b, b))[0]
+    if weights is None or weights.dim() != 4 or weights.numel() == 0:
+        return dict.fromkeys(names, NAN), {}
+    batch, heads, n_query, n_keys = weights.shape
+    row_err = col_err = 0.0
+    entropy = torch.zeros(batch, heads, dtype=torch.float64)
+    row_max = torch.zeros(batch, heads, dtype=torch.float64)
+    first = torch.zeros(batch, heads, dtype=torch.float64)
+    for b, h in itertools.product(range(batch), range(heads)):
+        cols = torch.zeros(n_keys, dtype=torch.float64)
+        for rows in row_blocks(n_query):
+            block = weights[b, h, rows].double()  # (rows, key)
+            row_err = max(row_err, float((block.sum(dim=-1) - 1).abs().max()))
+            cols += block.sum(dim=0)
+            entropy[b, h] -= torch.special.xlogy(block, block).sum()
+            row_max[b, h] += block.amax(dim=-1).sum()
+            first[b, h] += block[:, 0].sum()
+        col_err = max(col_err, float((cols - 1).abs().max()))
+    per_head = {"weights_entropy_mean": (entropy / n_query).mean(dim=0),
+                "weights_row_max_mean": (row_max / n_query).mean(dim=0),
+                "weights_first_token_mass": (first / n_query).mean(dim=0)}
     lo, hi = torch.aminmax(weights)
-    n_keys = weights.shape[1]
-    return {
-        "weights_row_sum_max_err": float((row_sums - 1).abs().max()),
-        "weights_col_sum_max_err": float((col_sums - 1).abs().max()),
+    mean_entropy = float(per_head["weights_entropy_mean"].mean())
+    flat = {
+        "weights_row_sum_max_err": row_err,
+        "weights_col_sum_max_err": col_err,
         "weights_min": float(lo),
         "weights_max": float(hi),
-        "weights_entropy_mean": float(entropy.mean()),
-        "weights_entropy_norm_mean": float(entropy.mean() / math.log(n_keys)) if n_keys > 1 else NAN,
-        "weights_row_max_mean": float(weights.amax(dim=1).double().mean()),
-        "weights_first_token_mass": float(weights[:, 0].double().mean()),
+        "weights_entropy_mean": mean_entropy,
+        "weights_entropy_norm_mean": mean_entropy / math.log(n_keys) if n_keys > 1 else NAN,
+        "weights_row_max_mean": float(per_head["weights_row_max_mean"].mean()),
+        "weights_first_token_mass": float(per_head["weights_first_token_mass"].mean()),
     }
+    return flat, {name: [float(v) for v in values] for name, values in per_head.items()}
 
 
-def _scale_observed(scores: torch.Tensor | None, scaled: torch.Tensor | None) -> float:
-    """Least-squares factor c in scaled_scores ~ c * scores (float64 sums, row blocks), over the
+def scale_observed(scores: torch.Tensor | None, scaled: torch.Tensor | None) -> float:
+    """Least-squares factor c in scaled_scores ~ c * scores (float64 sums, in blocks), over the
     entries finite in both: a mask's -inf says nothing about the scaling."""
-    if scores is None or scaled is None or scores.shape != scaled.shape or scores.dim() != 2:
+    if scores is None or scaled is None or scores.shape != scaled.shape:
         return NAN
     dot = norm = 0.0
-    for r in row_blocks(scores.shape[0]):
-        s, t = scores[r].double(), scaled[r].double()
+    for i in blocks(scores):
+        s, t = scores[i].double(), scaled[i].double()
         finite = torch.isfinite(s) & torch.isfinite(t)
         s, t = torch.where(finite, s, 0.0), torch.where(finite, t, 0.0)
         dot += float((s * t).sum())
@@ -155,22 +179,34 @@ def _scale_observed(scores: torch.Tensor | None, scaled: torch.Tensor | None) ->
     return dot / norm if norm > 0 else NAN
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """softmax(q @ k.T * scale) @ v, for a block of query rows."""
-    return torch.softmax(q @ k.T * scale, dim=-1) @ v
+def _kv_head(h: int, heads: int, kv_heads: int) -> int:
+    """The key/value head query head h reads (grouped-query attention shares one per group)."""
+    return h // max(1, heads // kv_heads)
+
+
+def _per_row(capture: Capture, fn: Callable[[tuple, int], float]) -> float:
+    """max of fn(index, kv head) over every (batch, head, row block) of the weights."""
+    weights = capture.stages["weights"]
+    kv_heads = capture.stages["values"].shape[1] if "values" in capture.stages else weights.shape[1]
+    return max((fn(i, _kv_head(i[1], weights.shape[1], kv_heads)) for i in blocks(weights)), default=NAN)
 
 
 def _batched_single(capture: Capture) -> float:
-    """The source's check for every token: each row of the batched context against the same
-    token's single computation from the variant's own queries, keys and values."""
+    """The source's check for every token: each row of the context against that token's own
+    computation, softmax of the variant's own softmax input row (mask included) times its values."""
     s = capture.stages
-    if not all(name in s for name in ("queries", "keys", "values")):
+    if not all(name in s for name in ("values", "context", "weights")):
         return NAN
-    q, k, v, context = s["queries"], s["keys"], s["values"], s["context"]
-    if q.shape[-1] != k.shape[-1] or k.shape[0] != v.shape[0] or context.shape != (q.shape[0], v.shape[-1]):
+    logits, scale = s.get("scaled_scores"), 1.0
+    if logits is None and "scores" in s and "keys" in s:
+        logits, scale = s["scores"], s["keys"].shape[-1] ** -0.5
+    values, context = s["values"], s["context"]
+    if logits is None or logits.shape != s["weights"].shape or context.shape[:3] != logits.shape[:3]:
         return NAN
-    scale = k.shape[-1] ** -0.5
-    return max(max_abs_diff(attention(q[r], k, v, scale), context[r]) for r in row_blocks(q.shape[0]))
+    if values.shape[-2] != logits.shape[-1] or values.shape[-1] != context.shape[-1]:
+        return NAN
+    return _per_row(capture, lambda i, g: max_abs_diff(
+        torch.softmax(logits[i] * scale, dim=-1) @ values[i[0], g], context[i]))
 
 
 def softmax_max_err(capture: Capture) -> float:
@@ -178,28 +214,34 @@ def softmax_max_err(capture: Capture) -> float:
     scores scaled by 1/sqrt(d_k) stand in for it (a hand-written softmax must match that)."""
     s = capture.stages
     weights = s.get("weights")
-    if weights is None or weights.dim() != 2:
+    if weights is None:
         return NAN
     logits, scale = s.get("scaled_scores"), 1.0
     if logits is None and "scores" in s and "keys" in s:
         logits, scale = s["scores"], s["keys"].shape[-1] ** -0.5
     if logits is None or logits.shape != weights.shape:
         return NAN
-    return max(max_abs_diff(torch.softmax(logits[r] * scale, dim=-1), weights[r]) for r in row_blocks(weights.shape[0]))
+    return max(max_abs_diff(torch.softmax(logits[i] * scale, dim=-1), weights[i]) for i in blocks(weights))
 
 
-def expected_shapes(variant: Capture, reference: Capture) -> dict[str, tuple[int, int]]:
-    """Shapes predicted from n_tokens, d_in and d_out (the reference context's columns)."""
-    n, d_in = variant.stages["inputs"].shape
-    d_out = reference.stages["context"].shape[-1]
-    predicted = {"inputs": (n, d_in), "scores": (n, n), "scaled_scores": (n, n), "weights": (n, n)}
-    return {**predicted, **dict.fromkeys(("queries", "keys", "values", "context"), (n, d_out))}
+def expected_shapes(reference: Capture) -> dict[str, tuple[int, ...]]:
+    """Shapes predicted for every stage: the reference's, in its own rank."""
+    return dict(reference.native_shapes)
 
 
-def compute_diagnostics(variant: Capture, reference: Capture) -> dict[str, float]:
-    """Flat {name: float} for the record and sweep tables; nan where not computable."""
+def _per_head_divergence(mine: torch.Tensor | None, ref: torch.Tensor | None) -> list[float]:
+    if mine is None or ref is None or mine.shape != ref.shape or mine.dim() != 4:
+        return []
+    return [max((max_abs_diff(mine[b, h], ref[b, h]) for b in range(mine.shape[0])), default=NAN)
+            for h in range(mine.shape[1])]
+
+
+def compute_diagnostics(variant: Capture, reference: Capture) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Flat {name: float} for the record and sweep tables (nan where not computable), and the
+    per-head values {name: [one per head]}."""
     out: dict[str, float] = {}
-    shapes = expected_shapes(variant, reference)
+    per_head: dict[str, list[float]] = {}
+    shapes = expected_shapes(reference)
     for stage in STAGES:
         mine, ref = variant.stages.get(stage), reference.stages.get(stage)
         diff = max_abs_diff(mine, ref) if mine is not None and ref is not None else NAN
@@ -207,12 +249,22 @@ def compute_diagnostics(variant: Capture, reference: Capture) -> dict[str, float
         out[f"divergence_{stage}"] = diff
         out[f"relative_divergence_{stage}"] = diff / scale if scale > 0 else NAN
         out[f"non_finite_{stage}"] = _non_finite(mine) if mine is not None else NAN
-        out[f"shape_ok_{stage}"] = float(tuple(mine.shape) == shapes[stage]) if mine is not None else NAN
-    out.update(_weights_diagnostics(variant.stages.get("weights")))
+        native = variant.native_shapes.get(stage)
+        out[f"shape_ok_{stage}"] = float(native == shapes[stage]) if native is not None and stage in shapes else NAN
+    for stage in ("weights", "context"):
+        values = _per_head_divergence(variant.stages.get(stage), reference.stages.get(stage))
+        if values:
+            per_head[f"divergence_{stage}"] = values
+    flat, heads = _weights_diagnostics(variant.stages.get("weights"))
+    out.update(flat)
+    per_head.update(heads)
     out["weights_softmax_max_err"] = softmax_max_err(variant)
-    out["scale_observed"] = _scale_observed(variant.stages.get("scores"), variant.stages.get("scaled_scores"))
+    out["scale_observed"] = scale_observed(variant.stages.get("scores"), variant.stages.get("scaled_scores"))
     keys = variant.stages.get("keys")
     out["scale_expected"] = keys.shape[-1] ** -0.5 if keys is not None else NAN
     out["softmax_dim"] = float(variant.softmax_dim) if variant.softmax_dim is not None else NAN
     out["batched_single_max_abs_diff"] = _batched_single(variant)
-    return out
+    if len(heads.get("weights_entropy_mean", [])) > 1:  # per-head table columns, where users compare heads
+        for name in HEAD_COLUMNS:
+            out.update({f"{name}_h{h}": value for h, value in enumerate(heads[name])})
+    return out, per_head

@@ -64,6 +64,7 @@ class _Diagnosis:
         self.scaling()
         self.softmax()
         self.value_path()
+        self.output()
         self.batched_single()
         order = {s: i for i, s in enumerate(STAGES)}
         return sorted(self.findings, key=lambda f: (order[f.stage], f.severity != "error"))  # a bug before a note
@@ -94,21 +95,27 @@ class _Diagnosis:
         scaled = self.v.stages["scaled_scores"]
         n_rows, n_keys = scaled.shape[-2:]
         causal = torch.ones(n_rows, n_keys, dtype=torch.bool, device=scaled.device).triu(1)
-        kind = ("a causal mask (every key after its query)" if scaled.dim() == 2 and
-                torch.equal(torch.isneginf(scaled), causal) else "a mask")
+        kind = ("a causal mask (every key after its query)" if
+                torch.equal(torch.isneginf(scaled), causal.expand_as(scaled)) else "a mask")
+        if self.ref_masked():
+            return  # the reference masks too: a mask difference shows as a divergence, not as a note
         self.add("masked", "scaled_scores", f"{self.masked['scaled_scores']} of the {scaled.numel()} scaled_scores "
                  f"are -inf: {kind}, so those attention weights are 0 and each row still sums to 1; the reference "
                  f"has no mask, so the weights and the context differ from the reference from here on.",
                  severity="info")
 
+    def ref_masked(self) -> bool:
+        scaled = self.ref.stages.get("scaled_scores")
+        return scaled is not None and bool(torch.isneginf(scaled).any())
+
     def non_finite(self) -> None:
         for stage in STAGES:
             count = self.d.get(f"non_finite_{stage}", math.nan) - self.masked.get(stage, 0)
             values = self.v.stages.get(stage)
-            if count > 0 and stage in ("scores", "scaled_scores") and values is not None and values.dim() == 2:
-                blind = torch.isneginf(values).all(dim=-1).nonzero().flatten().tolist()
+            if count > 0 and stage in ("scores", "scaled_scores") and values is not None:
+                blind = torch.isneginf(values).all(dim=-1).nonzero().tolist()  # [[batch, head, row], ...]
                 if blind:
-                    self.add("non_finite", stage, f"row {blind[0]} of {stage} is -inf for every key (a mask that "
+                    self.add("non_finite", stage, f"row {blind[0][-1]} of {stage} is -inf for every key (a mask that "
                              f"hides all keys from that query), so its softmax is 0/0 = NaN; a query must keep "
                              f"at least one key (a causal mask keeps its own token).")
                     return
@@ -119,18 +126,22 @@ class _Diagnosis:
 
     def shapes(self) -> None:
         d_in = self.v.stages["inputs"].shape[-1]
-        d_out = self.ref.stages["context"].shape[-1]
         for stage, matrix in _PROJECTIONS.items():
-            if not self.present(stage) or self.v.stages[stage].shape[-1] == d_out:
+            if not self.present(stage) or stage not in self.ref.stages:
                 continue
-            cols = self.v.stages[stage].shape[-1]
+            cols, expected = self.v.stages[stage].shape[-1], self.ref.stages[stage].shape[-1]
+            if cols == expected:
+                continue
             cause = "d_in" if cols == d_in else f"{cols}"
-            self.add("shape_projection", stage, f"{stage} have {cols} columns where d_out={d_out} was expected: "
-                     f"the {matrix} projection probably used {cause} where it should have used d_out.")
+            per_head = self.ref.stages[stage].shape[1] > 1
+            wanted = f"head_dim={expected} per head" if per_head else f"d_out={expected}"
+            self.add("shape_projection", stage, f"{stage} have {cols} columns where {wanted} was expected: "
+                     f"the {matrix} projection probably used {cause} where it should have used "
+                     f"{'d_out // num_heads' if per_head else 'd_out'}.")
 
     def scores_transposed(self) -> str | None:
         """keys @ queries.T: the roles are swapped, or the scores equal the reference's transposed."""
-        by_sources = self.v.sources.get("queries") == "keys" and self.v.sources.get("keys") == "queries"
+        by_sources = self.v.score_roles == ("keys", "queries")
         scores = self.v.stages.get("scores")
         by_values = (self.compare("scores") and self.differs("scores")
                      and not self.differs("scores", scores.mT))
@@ -163,7 +174,7 @@ class _Diagnosis:
             return
         keys = self.v.stages["keys"]
         for shift in (1, -1):  # keys[i] == reference keys[i + shift]  <=>  roll(keys, shift) == reference keys
-            if not self.differs("keys", torch.roll(keys, shifts=shift, dims=0)):
+            if not self.differs("keys", torch.roll(keys, shifts=shift, dims=-2)):
                 self.add("key_index", "keys", f"keys row i matches reference row i{shift:+d} "
                          f"(the key rows are shifted by one token), so each query is scored against its "
                          f"neighbour's key; check the key index (Python counts from 0) and any roll or slice of keys.")
@@ -193,10 +204,17 @@ class _Diagnosis:
         row_err = self.d.get("weights_row_sum_max_err", math.nan)
         col_err = self.d.get("weights_col_sum_max_err", math.nan)
         weights = self.v.stages["weights"]
-        square = weights.dim() == 2 and weights.shape[0] == weights.shape[1]
-        if self.v.softmax_dim == 0 or (square and col_err <= tol < row_err):
-            self.add("softmax_axis", "weights", "weight columns sum to 1 but rows do not: the softmax normalised "
-                     "over the queries (dim 0) instead of the keys; use dim=-1 so each query's weights sum to 1.")
+        square = weights.shape[-1] == weights.shape[-2]
+        axis, dim = self.v.softmax_axis, self.v.softmax_dim
+        if axis == 2 or (axis is None and square and col_err <= tol < row_err):
+            self.add("softmax_axis", "weights", f"weight columns sum to 1 but rows do not: the softmax normalised "
+                     f"over the queries (dim {dim if dim is not None else 0}) instead of the keys; use dim=-1 so "
+                     f"each query's weights sum to 1.")
+            return
+        if axis in (0, 1):
+            over = "the batch items" if axis == 0 else "the heads"
+            self.add("softmax_axis", "weights", f"the softmax normalised over {over} (dim {dim}) instead of the "
+                     f"keys, so each query's weights do not sum to 1; use dim=-1.")
             return
         softmax_err = self.d.get("weights_softmax_max_err", math.nan)
         if softmax_err > tol and not any(f.code == "scaling" for f in self.findings):
@@ -218,6 +236,41 @@ class _Diagnosis:
         elif wrong_source:
             self.add("value_path", "values", f"values come from {_PROJECTIONS[source]} where x @ W_value was "
                      f"expected, so the context combines the wrong vectors; check the values line.")
+
+    def output(self) -> None:
+        """The module's return value: a wrong tensor returned is always a finding, whatever came before."""
+        out, ref = self.v.stages.get("output"), self.ref.stages.get("output")
+        if out is None or ref is None:
+            return
+        looks_like = self.output_looks_like(out)
+        if out.shape != ref.shape:
+            what = f"it is the {looks_like}" if looks_like else f"an unknown width of {out.shape[-1]} columns"
+            self.add("wrong_output", "output", f"the module returned shape {tuple(self.v.native_shapes['output'])} "
+                     f"where {tuple(self.ref.native_shapes['output'])} was expected: {what}, not the context "
+                     f"vectors; return attn_weights @ values (merged over the heads and projected as the "
+                     f"reference does).")
+        elif looks_like and self.shared and not self.explained and self.differs("output"):
+            self.add("wrong_output", "output", f"the module returned the {looks_like}, not the context vectors; "
+                     f"return attn_weights @ values.")
+        elif self.compare("output") and self.differs("output") and not self.v.output_is_context and (
+                "context" not in self.v.stages or not self.differs("context")):
+            self.add("output_path", "output", "the context matches the reference but the output does not: check "
+                     "the lines after attn_weights @ values (merging the heads, the output projection).")
+
+    def output_looks_like(self, out: torch.Tensor) -> str | None:
+        """Which captured stage the returned tensor is, if any (the weights, the values, ...)."""
+        words = {"weights": "attention weights (attn_weights)", "scaled_scores": "scaled scores",
+                 "scores": "attention scores (attn_scores)", "values": "values", "queries": "queries",
+                 "keys": "keys", "inputs": "inputs"}
+        for stage, word in words.items():
+            mine = self.v.stages.get(stage)
+            if mine is None or mine.numel() != out.numel() or stage == "output":
+                continue
+            if self.v.output_is_context and stage == "context":
+                continue
+            if torch.equal(mine.reshape(out.shape), out):
+                return word
+        return None
 
     def batched_single(self) -> None:
         diff = self.d.get("batched_single_max_abs_diff", math.nan)

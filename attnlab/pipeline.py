@@ -8,6 +8,7 @@ A plugin that raises or returns something that is not a context matrix fails its
 from __future__ import annotations
 
 import copy
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -18,15 +19,15 @@ from torch import nn
 
 from attnlab.capture import Capture, capture
 from attnlab.config import WeightsMode, resolved
-from attnlab.diagnostics import compute_diagnostics, first_divergent_stage
+from attnlab.diagnostics import compute_diagnostics, expected_shapes, first_divergent_stage
 from attnlab.findings import diagnose
 from attnlab.inputs import Inputs
+from attnlab.layouts import align, seed_projections
 from attnlab.predictions import check_predictions
 from attnlab.record import Record
-from attnlab.registry import get_variant
-from attnlab.weights import QKVWeights, load_shared, manual_seed, seeded_qkv
+from attnlab.registry import SPELLINGS, auto_reference, constructor_kwargs, get_variant
+from attnlab.weights import manual_seed
 
-REFERENCE = "reference"
 SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
 
 
@@ -42,9 +43,15 @@ class JobSpec:
     weights_init: str
     d_out: int
     expect: Any
+    values: dict[str, Any]  # the top-level keys passed by name to every module that takes them
+    batch: int
+    train: bool
+    reference: str  # "auto" or a variant name
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> JobSpec:
+        values = {key: cfg[key] for key in ("d_out", "context_length", "dropout", "num_heads", "num_kv_heads",
+                                            "qkv_bias")}
         return cls(
             name=cfg.variant.name,
             params=OmegaConf.to_container(cfg.variant.params, resolve=True),
@@ -53,6 +60,10 @@ class JobSpec:
             weights_init=cfg.weights_init.value,
             d_out=cfg.d_out,
             expect=OmegaConf.to_container(cfg.expect, resolve=True),
+            values=values,
+            batch=cfg.batch,
+            train=cfg.train,
+            reference=cfg.reference,
         )
 
 
@@ -81,31 +92,46 @@ class PluginError(RuntimeError):
     """A variant that could not be built or run; it fails that record only."""
 
 
-def build_module(
-    name: str, params: dict[str, Any], d_in: int, d_out: int, seed: int, qkv: QKVWeights | None
-) -> tuple[nn.Module, dict[str, str]]:
-    """Build right after torch.manual_seed(seed), as the source does; then load the shared weights."""
+def build_module(name: str, params: dict[str, Any], values: dict[str, Any], seed: int) -> nn.Module:
+    """Build right after torch.manual_seed(seed), as the source does."""
     spec = get_variant(name)
+    args, kwargs = constructor_kwargs(spec, values, params)
     manual_seed(seed)
     try:
-        module = spec.cls(d_in, d_out, **{**spec.params, **params})
+        return spec.cls(*args, **kwargs)
     except Exception as exc:
         raise PluginError(f"variant '{name}' could not be built: {type(exc).__name__}: {exc}") from exc
-    loaded = load_shared(module, qkv) if qkv is not None else {}
-    return module.eval(), loaded
 
 
-def run_module(name: str, module: nn.Module, x: torch.Tensor) -> Capture:
+def takes_batches(module: nn.Module, d_in: int, n_tokens: int) -> bool:
+    """One probe call on a tiny batched input (2 items x up to 3 tokens), not counted and not
+    captured: a module that returns (batch, tokens, ·) gets batches; any other gets (tokens, d_in)."""
+    probe = torch.rand(2, min(3, n_tokens), d_in, generator=torch.Generator().manual_seed(0))  # (2, tokens, d_in)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = module.eval()(probe)
+    except Exception:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
+        return False
+    out = out[0] if isinstance(out, (tuple, list)) and out else out
+    return isinstance(out, torch.Tensor) and out.dim() == 3 and tuple(out.shape[:2]) == tuple(probe.shape[:2])
+
+
+def head_count(module: nn.Module, spec_name: str, values: dict[str, Any]) -> int:
+    """The head count the reference's constructor was given (1 for the single-head classes)."""
+    _, kwargs = constructor_kwargs(get_variant(spec_name), values, {})
+    return next((int(kwargs[k]) for k in SPELLINGS["num_heads"] if k in kwargs), 1)
+
+
+def run_module(name: str, module: nn.Module, x: torch.Tensor, seed: int) -> Capture:
+    manual_seed(seed)  # dropout in training mode draws from the seed: same seed, same record
     try:
         captured = capture(module, x)
     except Exception as exc:
         raise PluginError(f"variant '{name}' raised {type(exc).__name__}: {exc}") from exc
-    context = captured.stages.get("context")
-    if not isinstance(context, torch.Tensor) or context.dim() != 2 or context.shape[0] != x.shape[0]:
-        shape = tuple(context.shape) if isinstance(context, torch.Tensor) else type(context).__name__
-        raise PluginError(
-            f"variant '{name}' returned {shape}; expected context vectors of shape (n_tokens={x.shape[0]}, d_out)"
-        )
+    if "output" not in captured.stages:
+        raise PluginError(f"variant '{name}' returned no tensor of shape (n_tokens, ·) or (batch, n_tokens, ·); "
+                          f"return the context vectors")
     return captured
 
 
@@ -118,29 +144,45 @@ def compute_record(
     spec = spec or JobSpec.from_cfg(cfg)
     say = phase or (lambda _name: None)
     name = spec.name
-    x = inputs.embeddings  # (n_tokens, d_in)
+    tokens = inputs.embeddings  # (n_tokens, d_in)
     config = copy.deepcopy(spec.config)
     config["seed"] = seed
     record = Record(
         variant=name, seed=seed, config=config, labels=inputs.labels,
         n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out,
     )
+    values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
+    batch = torch.stack([tokens] * spec.batch)  # (batch, n_tokens, d_in), as the source's torch.stack((inputs, inputs))
     with compute_threads(inputs.n_tokens):
-        qkv = seeded_qkv(seed, inputs.d_in, spec.d_out, spec.weights_init) if spec.shared else None
         try:
             say("forward")
-            reference_module, _ = build_module(REFERENCE, {}, inputs.d_in, spec.d_out, seed, qkv)
-            variant_module, record.weights_loaded = build_module(name, spec.params, inputs.d_in, spec.d_out, seed, qkv)
-            reference = run_module(REFERENCE, reference_module, x)
-            variant = run_module(name, variant_module, x)
+            variant_module = build_module(name, spec.params, values, seed)
+            variant_batched = takes_batches(variant_module, inputs.d_in, inputs.n_tokens)
+            record.reference = reference_name = (auto_reference(get_variant(name), variant_module, variant_batched)
+                                                  if spec.reference == "auto" else spec.reference)
+            get_variant(reference_name)
+            reference_module = build_module(reference_name, {}, values, seed)
+            reference_batched = takes_batches(reference_module, inputs.d_in, inputs.n_tokens)
+            num_heads = head_count(reference_module, reference_name, values)
+            if spec.shared:
+                seed_projections(reference_module, seed, spec.weights_init, num_heads=num_heads)
+                record.weights_loaded = align(reference_module, variant_module, num_heads=num_heads,
+                                              num_kv_heads=spec.values.get("num_kv_heads"))
+            for module in (reference_module, variant_module):
+                module.train(spec.train)
+            reference = run_module(reference_name, reference_module, batch if reference_batched else tokens, seed)
+            variant = run_module(name, variant_module, batch if variant_batched else tokens, seed)
         except PluginError as exc:
             record.status, record.error = "failed", str(exc)
             return record
         say("diagnostics")
         record.stages, record.stage_shapes = _to_numpy(variant)
         record.reference_stages, record.reference_stage_shapes = _to_numpy(reference)
-        record.diagnostics = compute_diagnostics(variant, reference)
-        record.reference_diagnostics = compute_diagnostics(reference, reference)
+        record.expected_shapes = {k: list(v) for k, v in expected_shapes(reference).items()}
+        record.missing_stages, record.reconstructed_stages = list(variant.missing), list(variant.reconstructed)
+        record.output_is_context = variant.output_is_context
+        record.diagnostics, record.head_diagnostics = compute_diagnostics(variant, reference)
+        record.reference_diagnostics, _ = compute_diagnostics(reference, reference)
         record.first_divergent_stage = first_divergent_stage(variant, reference)
         record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=spec.shared)
         record.predictions = check_predictions(
@@ -151,4 +193,4 @@ def compute_record(
 
 def _to_numpy(captured: Capture) -> tuple[dict, dict]:
     stages = {name: t.detach().cpu().float().numpy() for name, t in captured.stages.items()}
-    return stages, {name: list(a.shape) for name, a in stages.items()}
+    return stages, {name: list(captured.native_shapes[name]) for name in stages}

@@ -17,9 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from attnlab.stages import AXES
+
 INLINE_LIMIT = 65_536
 RECORD_FILE = "record.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: stages in the canonical view of attnlab.stages.AXES, shapes in the module's own rank
 
 
 @dataclass
@@ -28,6 +30,8 @@ class Finding:
     stage: str  # e.g. "scaled_scores"
     severity: str  # "error" | "warning" | "info"
     message: str  # one sentence a learner understands
+    heads: list[int] | None = None  # the heads it holds for; None: the stage has no heads axis, or all of them
+    batch: list[int] | None = None  # the batch items it holds for
 
 
 @dataclass
@@ -49,11 +53,17 @@ class Record:
     status: str = "ok"  # "ok" | "failed"
     error: str | None = None
     labels: list[str] = field(default_factory=list)
-    stages: dict[str, np.ndarray | None] = field(default_factory=dict)
+    reference: str = "reference"  # the variant the run compared against
+    stages: dict[str, np.ndarray | None] = field(default_factory=dict)  # canonical view (stages.AXES)
     reference_stages: dict[str, np.ndarray | None] = field(default_factory=dict)
-    stage_shapes: dict[str, list[int]] = field(default_factory=dict)
+    stage_shapes: dict[str, list[int]] = field(default_factory=dict)  # in the module's own rank
     reference_stage_shapes: dict[str, list[int]] = field(default_factory=dict)
+    expected_shapes: dict[str, list[int]] = field(default_factory=dict)  # predicted: the reference's
+    missing_stages: list[str] = field(default_factory=list)  # not found in the variant: not checked
+    reconstructed_stages: list[str] = field(default_factory=list)  # computed by attnlab from a kernel's inputs
+    output_is_context: bool = False  # the module returned its context: output is an alias of context
     diagnostics: dict[str, float] = field(default_factory=dict)
+    head_diagnostics: dict[str, list[float]] = field(default_factory=dict)  # {name: one value per head}
     reference_diagnostics: dict[str, float] = field(default_factory=dict)
     first_divergent_stage: str | None = None
     findings: list[Finding] = field(default_factory=list)
@@ -64,6 +74,21 @@ class Record:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def num_heads(self) -> int:
+        weights = self.stages.get("weights")
+        shape = weights.shape if weights is not None else self.stage_shapes.get("weights", [])
+        return int(shape[1]) if weights is not None and len(shape) == 4 else 1
+
+    def matrix(self, stage: str, *, batch: int = 0, head: int = 0, reference: bool = False) -> np.ndarray | None:
+        """One (tokens x ·) matrix of a stage: batch item `batch`, head `head` where it has heads."""
+        values = (self.reference_stages if reference else self.stages).get(stage)
+        if values is None:
+            return None
+        if values.ndim == 4:
+            return values[batch, min(head, values.shape[1] - 1)]
+        return values[batch] if values.ndim == 3 else values
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -77,9 +102,15 @@ class Record:
             "status": self.status,
             "error": self.error,
             "labels": self.labels,
+            "reference": self.reference,
             "stages": _stages_to_json(self.stages, self.stage_shapes),
             "reference_stages": _stages_to_json(self.reference_stages, self.reference_stage_shapes),
+            "expected_shapes": self.expected_shapes,
+            "missing_stages": self.missing_stages,
+            "reconstructed_stages": self.reconstructed_stages,
+            "output_is_context": self.output_is_context,
             "diagnostics": {k: _json_number(v) for k, v in self.diagnostics.items()},
+            "head_diagnostics": {k: [_json_number(x) for x in v] for k, v in self.head_diagnostics.items()},
             "reference_diagnostics": {k: _json_number(v) for k, v in self.reference_diagnostics.items()},
             "first_divergent_stage": self.first_divergent_stage,
             "findings": [asdict(f) for f in self.findings],
@@ -91,6 +122,13 @@ class Record:
     def from_json_dict(cls, data: dict[str, Any], path: Path | None = None) -> Record:
         stages, shapes = _stages_from_json(data.get("stages") or {})
         ref_stages, ref_shapes = _stages_from_json(data.get("reference_stages") or {})
+        old = int(data.get("format_version", 1)) < 2
+        if old:  # 2-D single-head stages; the output was the context
+            stages, ref_stages = _canonical_v1(stages), _canonical_v1(ref_stages)
+            for found, found_shapes in ((stages, shapes), (ref_stages, ref_shapes)):
+                if "context" in found_shapes:
+                    found["output"], found_shapes["output"] = found.get("context"), found_shapes["context"]
+                    found["output"] = None if found["output"] is None else found["output"][:, 0]
         return cls(
             variant=str(data["variant"]),
             seed=int(data["seed"]),
@@ -101,11 +139,18 @@ class Record:
             status=data.get("status", "ok"),
             error=data.get("error"),
             labels=list(data.get("labels") or []),
+            reference=str(data.get("reference") or "reference"),
             stages=stages,
             reference_stages=ref_stages,
             stage_shapes=shapes,
             reference_stage_shapes=ref_shapes,
-            diagnostics={k: _from_json_number(v) for k, v in (data.get("diagnostics") or {}).items()},
+            expected_shapes=data.get("expected_shapes") or {},
+            missing_stages=list(data.get("missing_stages") or []),
+            reconstructed_stages=list(data.get("reconstructed_stages") or []),
+            output_is_context=bool(data.get("output_is_context", old)),
+            diagnostics=_v1_diagnostics(data.get("diagnostics") or {}, old),
+            head_diagnostics={k: [_from_json_number(x) for x in v]
+                              for k, v in (data.get("head_diagnostics") or {}).items()},
             reference_diagnostics={
                 k: _from_json_number(v) for k, v in (data.get("reference_diagnostics") or {}).items()
             },
@@ -132,7 +177,9 @@ def _stages_to_json(stages: dict[str, np.ndarray | None], shapes: dict[str, list
     for name, shape in shapes.items():
         values = stages.get(name)
         inline = values is not None and values.size <= INLINE_LIMIT
-        out[name] = {"shape": list(shape), "values": _nested(values) if inline else None}
+        out[name] = {"shape": list(shape), "axes": list(AXES.get(name, ())),
+                     "view_shape": list(values.shape) if values is not None else None,
+                     "values": _nested(values) if inline else None}
     return out
 
 
@@ -143,6 +190,20 @@ def _stages_from_json(data: dict) -> tuple[dict[str, np.ndarray | None], dict[st
         values = entry.get("values")
         stages[name] = None if values is None else np.asarray(_from_nested(values), dtype=np.float32)
     return stages, shapes
+
+
+def _canonical_v1(stages: dict[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
+    """A format-1 record's 2-D stages in the canonical view: one batch item, one head."""
+    lead = {name: (1,) if len(AXES[name]) == 3 else (1, 1) for name in AXES}
+    return {name: None if v is None else v.reshape(lead.get(name, ()) + v.shape) for name, v in stages.items()}
+
+
+def _v1_diagnostics(data: dict, old: bool) -> dict[str, float | None]:
+    diagnostics = {k: _from_json_number(v) for k, v in data.items()}
+    if old and "divergence_context" in diagnostics:  # format 1 had no output stage: it was the context
+        for prefix in ("divergence", "relative_divergence", "non_finite", "shape_ok"):
+            diagnostics.setdefault(f"{prefix}_output", diagnostics.get(f"{prefix}_context"))
+    return diagnostics
 
 
 def _json_number(value: float | None) -> float | str | None:

@@ -132,6 +132,8 @@ CORPUS = {  # variant name -> (class name, d_in must equal d_out)
 
 
 def test_every_corpus_file_is_a_variant_without_warnings(registry):
+    if not (SOURCE / "ch03.py").is_file():
+        pytest.skip(f"the source's classes are not at {SOURCE}: bonus_pytorch_mha cannot import")
     assert not registry.warnings, registry.warnings
     assert set(CORPUS) <= set(registry.specs)
     assert all(registry.get(name).cls.__name__ == cls for name, (cls, _) in CORPUS.items())

@@ -259,6 +259,41 @@ def test_each_layout_gives_the_source_mha_output(ch03, mha_impls, variant_kind, 
     assert_same_output(reference, variant, torch.randn(batch, n, d))
 
 
+class TorchMHAThenProj(TorchMHA):
+    """Two output projections in a row, both with a bias: nn.MultiheadAttention's out_proj, then proj."""
+
+    def __init__(self, d, num_heads):
+        super().__init__(d, num_heads)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.proj(super().forward(x))
+
+
+@settings(max_examples=10, deadline=None)
+@given(heads=st.integers(1, 3), hd=st.integers(1, 4), n=st.integers(1, 8), seed=st.integers(0, 2**16))
+def test_output_projections_in_a_row_compose_when_read_and_split_when_loaded(ch03, mha_impls, heads, hd, n, seed):
+    d = heads * hd
+    torch.manual_seed(seed)
+    two_projections, source_mha = TorchMHAThenProj(d, heads), ch03.MultiHeadAttention(d, d, 16, 0.0, heads)
+    x = torch.randn(2, n, d)
+    align(two_projections, source_mha, num_heads=heads)
+    assert_same_output(two_projections, source_mha, x)
+
+    torch.manual_seed(seed + 1)
+    source_mha = ch03.MultiHeadAttention(d, d, 16, 0.0, heads)
+    report = align(source_mha, two_projections, num_heads=heads)
+    assert report["attn.out_proj.bias"] == "shared"
+    assert report["proj.weight"] == "identity (an output projection after the first)"
+    assert report["proj.bias"] == "zeroed (an output projection after the first)"
+    assert_same_output(source_mha, two_projections, x)
+
+    torch.manual_seed(seed + 2)
+    pytorch_class = mha_impls.MHAPyTorchClass(d, d, heads, 16)
+    align(pytorch_class, source_mha, num_heads=heads)
+    assert_same_output(pytorch_class, source_mha, x)
+
+
 def test_fused_qkv_is_split_by_position_and_reported(ch03):
     torch.manual_seed(3)
     reference, variant = ch03.MultiHeadAttention(6, 6, 8, 0.0, 2, qkv_bias=True), NanoGPTAttention(6, 2)

@@ -302,20 +302,6 @@ def _copy(slot: _Slot, target: Tensor, note: str) -> str:
     return f"shared ({', '.join(notes)})" if notes else "shared"
 
 
-def _variant_kv_heads(module: nn.Module, projections: Projections, num_heads: int) -> int:
-    """The key/value heads a module's key parameter is sized for, else the projections' own."""
-    hd = projections.head_dim
-    widths = []
-    for slot in _slots(module):
-        if slot.kind == "weight" and slot.role in ("keys", "qkv"):
-            width = slot.canonical().shape[-1]
-            widths.append((width - num_heads * hd) // 2 if slot.role == "qkv" else width)
-    total = sum(widths)
-    if hd and total % hd == 0 and total // hd >= 1 and num_heads % (total // hd) == 0:
-        return total // hd
-    return projections.num_kv_heads
-
-
 def load_projections(
     module: nn.Module, projections: Projections, *, num_heads: int, num_kv_heads: int | None = None
 ) -> dict[str, str]:
@@ -325,14 +311,14 @@ def load_projections(
     2:4 = keys, 4:6 = values)", "shared (transposed, head 1 = columns 2:4)", "zeroed (the reference
     has no bias)", "identity (the reference has no output projection)", "native: shape (3, 3) does
     not fit (3, 2)". A recognised parameter that does not fit keeps its own values: a d_in-sized
-    projection is a bug the diagnosis should see. num_kv_heads=None: as the module's key width says.
+    projection is a bug the diagnosis should see. num_kv_heads=None: the projections' own. It is
+    never guessed from the module's key width, which a d_in-sized key projection would fake.
     """
     slots = _slots(module)
     if not any(slot.role in (*QKV_ROLES, "qkv") for slot in slots):
         raise _no_layout(module, "no identifiable query/key/value parameters")
     projections = replace(projections, num_heads=num_heads)
-    kv_heads = num_kv_heads if num_kv_heads is not None else _variant_kv_heads(module, projections, num_heads)
-    projections = with_kv_heads(projections, kv_heads)
+    projections = with_kv_heads(projections, projections.num_kv_heads if num_kv_heads is None else num_kv_heads)
     heads_per_role: dict[str, int] = {}
     for slot in slots:
         if slot.head is not None and slot.kind == "weight":
@@ -393,7 +379,7 @@ def align(reference: nn.Module, variant: nn.Module, *, num_heads: int, num_kv_he
     variant_slots = _slots(variant)
     covered = {(role, slot.kind) for slot in variant_slots for role in slot.parts}
     fitted, why = _fit_reference(projections, covered)
-    kv_heads = num_kv_heads if num_kv_heads is not None else _variant_kv_heads(variant, projections, num_heads)
+    kv_heads = projections.num_kv_heads if num_kv_heads is None else num_kv_heads
     fitted = with_kv_heads(with_kv_heads(fitted, kv_heads), projections.num_kv_heads)
     if kv_heads < projections.num_kv_heads:
         why["keys", "weight"] = why["values", "weight"] = f"key/value heads repeated to the variant's {kv_heads}"

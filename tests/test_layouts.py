@@ -368,11 +368,15 @@ def test_fewer_kv_heads_take_the_columns_of_query_head_g_times_group(ch03, heads
     assert_same_output(reference, variant, torch.randn(2, 7, d_in))
 
 
-def test_kv_heads_are_inferred_from_the_variants_key_width(ch03):
+def test_a_d_in_sized_key_in_a_multi_head_variant_is_not_taken_for_fewer_kv_heads(ch03):
     torch.manual_seed(2)
-    reference, variant = ch03.MultiHeadAttention(6, 8, 16, 0.0, 4), QKVOBlock(6, 8, 4, 2)
-    align(reference, variant, num_heads=4)
-    assert_same_output(reference, variant, torch.randn(1, 5, 6))
+    reference, variant = ch03.MultiHeadAttention(4, 8, 16, 0.0, 4), QKVOBlock(4, 8, 4)
+    variant.k_proj = nn.Linear(4, 4, bias=False)  # (d_in, d_in): as wide as 2 kv heads would be
+    own = variant.k_proj.weight.detach().clone()
+    report = align(reference, variant, num_heads=4)
+    assert report["k_proj.weight"] == "native: shape (4, 4) does not fit (8, 4)"
+    assert torch.equal(variant.k_proj.weight, own)
+    assert not any(name.startswith("reference.W_key") for name in report)
 
 
 # --- parameters only ---------------------------------------------------------------------------

@@ -148,7 +148,8 @@ def _split_fused(module: nn.Module, fused: Tensor, num_heads: int, num_kv_heads:
     kv = num_heads if num_kv_heads is None else num_kv_heads
     width = fused.shape[-1]
     if width % (num_heads + 2 * kv):
-        raise _no_layout(module, f"a fused qkv of width {width} does not split into {num_heads} query and {kv} key/value heads")
+        heads = f"{num_heads} query and {kv} key/value heads"
+        raise _no_layout(module, f"a fused qkv of width {width} does not split into {heads}")
     head_dim = width // (num_heads + 2 * kv)
     return list(fused.split([num_heads * head_dim, kv * head_dim, kv * head_dim], dim=-1))
 
@@ -173,9 +174,9 @@ def _out_groups(slots: list[_Slot]) -> list[list[_Slot]]:
     return list(groups.values())
 
 
-def _compose_out(module: nn.Module, pieces: dict[tuple[str, str], list[tuple[int | None, Tensor]]]) -> dict:
+def _compose_out(module: nn.Module, slots: list[_Slot]) -> dict[tuple[str, str], Tensor]:
     """One output projection: several in a row compose, (c @ W1 + b1) @ W2 + b2."""
-    groups = _out_groups(_slots(module))
+    groups = _out_groups(slots)
     if not groups:
         return {}
     W_out, b_out = None, None
@@ -194,9 +195,14 @@ def read_projections(module: nn.Module, *, num_heads: int, num_kv_heads: int | N
 
     A raw 2-D parameter is read as used in `x @ W`; num_kv_heads=None infers it from the widths.
     """
+    slots = _slots(module)
     pieces: dict[tuple[str, str], list[tuple[int | None, Tensor]]] = {}
-    for slot in _slots(module):
+    for slot in slots:
         values = slot.canonical()
+        if slot.role == "out":
+            continue  # composed below: there may be several in a row
+        if slot.param.dim() > 2:
+            raise _no_layout(module, f"{slot.name} is a {slot.param.dim()}-D projection, not a layout attnlab reads")
         if slot.role == "qkv":
             for role, part in zip(QKV_ROLES, _split_fused(module, values, num_heads, num_kv_heads)):
                 pieces.setdefault((role, slot.kind), []).append((slot.head, part))
@@ -204,9 +210,8 @@ def read_projections(module: nn.Module, *, num_heads: int, num_kv_heads: int | N
             pieces.setdefault((slot.role, slot.kind), []).append((slot.head, values))
     if not all((role, "weight") in pieces for role in QKV_ROLES):
         raise _no_layout(module, "no identifiable query/key/value parameters")
-    out_pieces = {key: pieces.pop(key) for key in [("out", "weight"), ("out", "bias")] if key in pieces}
     found = {key: _combine(module, key[0], value) for key, value in pieces.items()}
-    found |= _compose_out(module, out_pieces)
+    found |= _compose_out(module, slots)
     W_query = found["queries", "weight"]  # (d_in, num_heads * head_dim)
     if W_query.shape[-1] % num_heads:
         raise _no_layout(module, f"queries of width {W_query.shape[-1]} do not split into num_heads={num_heads} heads")
@@ -332,8 +337,8 @@ def load_projections(
                 continue
             target, note = _target(projections, slot, heads_per_role)
             if target is None:  # only an output projection or a bias can be absent from the projections
-                missing = "the reference has no bias" if slot.kind == "bias" else "the reference has no output projection"
-                report[slot.name] = _neutral(slot, missing)
+                what = "bias" if slot.kind == "bias" else "output projection"
+                report[slot.name] = _neutral(slot, f"the reference has no {what}")
             else:
                 report[slot.name] = _copy(slot, target, note)
     for name in _extra_tokens(module):
@@ -368,7 +373,9 @@ def _fit_reference(projections: Projections, covered: set[tuple[str, str]]) -> t
     return replace(projections, **changed), why
 
 
-def align(reference: nn.Module, variant: nn.Module, *, num_heads: int, num_kv_heads: int | None = None) -> dict[str, str]:
+def align(
+    reference: nn.Module, variant: nn.Module, *, num_heads: int, num_kv_heads: int | None = None
+) -> dict[str, str]:
     """Read the reference and load it into the variant, so that they differ only in computation.
 
     What the variant cannot hold is neutralised in the reference for this run (a bias zeroed, an

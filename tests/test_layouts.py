@@ -337,7 +337,8 @@ def test_per_head_modules_take_their_heads_columns_and_back(ch03, batch, heads, 
     assert report["reference.out_proj.weight"] == "identity (the variant has no output projection)"
     assert report["reference.out_proj.bias"] == "zeroed (the variant has no bias)"
     last = heads - 1
-    assert report[f"heads.{last}.W_key.weight"] == f"shared (transposed, head {last} = columns {last * hd}:{heads * hd})"
+    expected = f"shared (transposed, head {last} = columns {last * hd}:{heads * hd})"
+    assert report[f"heads.{last}.W_key.weight"] == expected
     assert torch.equal(wrapper.heads[last].W_key.weight, mha.W_key.weight[last * hd :])
     x = torch.randn(batch, n, d_in)
     assert_same_output(mha, wrapper, x)

@@ -57,7 +57,12 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
         return 0.0
     if a.shape != b.shape:
         return NAN
-    return max((float((a[i] - b[i]).abs().max()) for i in blocks(a) if a[i].numel()), default=0.0)
+    return max((float(_gap(a[i], b[i]).max()) for i in blocks(a) if a[i].numel()), default=0.0)
+
+
+def _gap(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """|x - y|, 0 where both hold the same value (a mask's -inf against the same -inf)."""
+    return torch.where(x == y, 0.0, x - y).abs()
 
 
 def _non_finite(t: torch.Tensor) -> float:

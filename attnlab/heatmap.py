@@ -105,7 +105,14 @@ def render_heatmap_views(
     col_labels: list[str] | None = None,
     diverging: bool = False,
 ) -> dict[str, np.ndarray]:
-    """`{"main": image}`, plus `"crop64"` (first 64 rows and columns, unpooled) when pooled."""
+    """`{"main": image}`, plus `"crop64"` (first 64 rows and columns, unpooled) when pooled.
+
+    A (heads, rows, cols) array is a head grid: each head's map, labelled, side by side.
+    """
+    if np.ndim(values) == 3 and np.shape(values)[0] > 1:
+        per_head = [render_heatmap_views(v, title=f"{title} · head {h}", row_labels=row_labels,
+                                         col_labels=col_labels, diverging=diverging) for h, v in enumerate(values)]
+        return {view: side_by_side([views[view] for views in per_head]) for view in per_head[0]}
     matrix, title = _as_matrix(values, title)
     views = {"main": render_heatmap(matrix, title=title, row_labels=row_labels, col_labels=col_labels,
                                     diverging=diverging)}
@@ -186,6 +193,18 @@ def encoded_heatmap_views(
     if key is not None:
         _ENCODED.put(key, encoded)
     return encoded
+
+
+def side_by_side(images: list[np.ndarray], gap: int = 8) -> np.ndarray:
+    """Images of any heights in one row on a white background, top-aligned."""
+    height = max(image.shape[0] for image in images)
+    width = sum(image.shape[1] for image in images) + gap * (len(images) - 1)
+    grid = np.full((height, width, 3), _BACKGROUND, dtype=np.uint8)
+    x = 0
+    for image in images:
+        grid[: image.shape[0], x : x + image.shape[1]] = image
+        x += image.shape[1] + gap
+    return grid
 
 
 def render_heatmap(

@@ -81,6 +81,14 @@ class Record:
         shape = weights.shape if weights is not None else self.stage_shapes.get("weights", [])
         return int(shape[1]) if weights is not None and len(shape) == 4 else 1
 
+    def heads_view(self, stage: str, *, batch: int = 0, reference: bool = False) -> np.ndarray | None:
+        """Batch item `batch` of a stage: (heads, tokens, ·) where it has several heads, else (tokens, ·)."""
+        values = (self.reference_stages if reference else self.stages).get(stage)
+        if values is None or values.ndim < 3:
+            return values
+        item = values[min(batch, values.shape[0] - 1)]
+        return item[0] if item.ndim == 3 and item.shape[0] == 1 else item
+
     def matrix(self, stage: str, *, batch: int = 0, head: int = 0, reference: bool = False) -> np.ndarray | None:
         """One (tokens x ·) matrix of a stage: batch item `batch`, head `head` where it has heads."""
         values = (self.reference_stages if reference else self.stages).get(stage)
@@ -165,6 +173,10 @@ class Record:
 def no_findings_message(record: Record) -> str:
     """What a record without findings means, in one sentence: a match, or a difference that no
     check of the variant's own stages calls a bug (as with weights=native)."""
+    unchecked = [s for s in record.missing_stages if s != "weights_applied"]
+    if unchecked:
+        return (f"no findings in the stages checked; not checked: {', '.join(unchecked)} (not captured: "
+                f"the module computes them where attnlab cannot see; attnlab.tap(stage, tensor) hands them over)")
     if record.first_divergent_stage is None:
         return "no findings: the variant matches the reference at every stage checked"
     why = " (weights=native: each module built its own parameters)" if record.config.get("weights") == "native" else ""

@@ -13,7 +13,7 @@ import html
 import pandas as pd
 
 from attnlab.aggregate import Report, group_labels, summary_view
-from attnlab.heatmap import render_heatmap, to_png_bytes
+from attnlab.heatmap import render_heatmap_views, to_png_bytes
 from attnlab.record import Record, no_findings_message
 
 STYLE = """
@@ -34,16 +34,16 @@ li.error { color: #a40000; } li.warning { color: #8a5a00; }
 
 def weights_heatmap_html(record: Record) -> str:
     """An <img> of the variant's attention weights, or a sentence saying why there is none."""
-    weights = record.stages.get("weights")
+    weights = record.heads_view("weights", batch=int((record.config.get("show") or {}).get("batch", 0)))
     if "weights" not in record.stage_shapes:
         return '<p class="note">no weights captured</p>'
     if weights is None:
         shape = "x".join(map(str, record.stage_shapes["weights"]))
         return f'<p class="note">weights ({shape}) too large to inline in the record</p>'
-    labels = record.labels if weights.ndim == 2 and weights.shape[0] == weights.shape[1] == len(record.labels) else None
+    labels = record.labels if weights.shape[-1] == weights.shape[-2] == len(record.labels) else None
     try:
-        image = render_heatmap(weights, title=f"weights · {record.variant} · seed {record.seed}",
-                               row_labels=labels, col_labels=labels)
+        image = render_heatmap_views(weights, title=f"weights · {record.variant} · seed {record.seed}",
+                                     row_labels=labels, col_labels=labels)["main"]
     except ValueError as exc:  # e.g. a 0-d "weights" from a broken variant
         return f'<p class="note">weights not drawable: {html.escape(str(exc))}</p>'
     data = base64.b64encode(to_png_bytes(image)).decode("ascii")

@@ -177,10 +177,14 @@ def _is_number(value: Any) -> bool:
 
 def _write_heatmaps(writer: SummaryWriter, record: Record) -> None:
     for stage in HEATMAP_STAGES:
-        variant, reference = record.stages.get(stage), record.reference_stages.get(stage)
+        batch = int((record.config.get("show") or {}).get("batch", 0))
+        variant = record.heads_view(stage, batch=batch)
+        reference = record.heads_view(stage, batch=batch, reference=True)
         sources = {"variant": variant, "reference": reference}
         if variant is not None and reference is not None and np.shape(variant) == np.shape(reference):
-            sources["difference"] = np.asarray(variant, np.float32) - np.asarray(reference, np.float32)
+            with np.errstate(invalid="ignore"):  # a mask's -inf against the same -inf
+                difference = np.asarray(variant, np.float32) - np.asarray(reference, np.float32)
+            sources["difference"] = np.where(np.asarray(variant) == np.asarray(reference), 0.0, difference)
         for source, values in sources.items():
             if values is None:
                 continue

@@ -35,17 +35,28 @@ def reader_may_leave() -> Iterator[None]:
         os.close(devnull)
 
 
-def predicted_shape(stage: str, record: Record) -> tuple[int, int]:
-    n, d_in, d_out = record.n_tokens, record.d_in, record.d_out
-    return {"inputs": (n, d_in), "scores": (n, n), "scaled_scores": (n, n), "weights": (n, n)}.get(stage, (n, d_out))
+def predicted_shape(stage: str, record: Record) -> tuple[int, ...] | None:
+    """The shape the reference has (the prediction the record carries), in its own rank."""
+    shape = record.expected_shapes.get(stage)
+    return tuple(shape) if shape is not None else None
+
+
+def shown(record: Record) -> tuple[int, int]:
+    """The batch item and head the terminal shows (top-level show.batch, show.head)."""
+    show = record.config.get("show") or {}
+    return int(show.get("batch", 0)), int(show.get("head", 0))
 
 
 def config_line(record: Record) -> str:
     params = record.config.get("variant", {}).get("params") or {}
     extra = "".join(f" {k}={v}" for k, v in params.items())
+    weights = record.stages.get("weights")
+    heads = "" if weights is None or weights.ndim != 4 or weights.shape[:2] == (1, 1) else (
+        f" batch={weights.shape[0]} heads={weights.shape[1]}")
     return (
         f"attnlab · variant={record.variant}{extra} seed={record.seed} inputs={record.config['inputs']['kind']} "
-        f"n_tokens={record.n_tokens} d_in={record.d_in} d_out={record.d_out} weights={record.config['weights']}"
+        f"n_tokens={record.n_tokens} d_in={record.d_in} d_out={record.d_out} weights={record.config['weights']} "
+        f"reference={record.reference}{heads}"
     )
 
 
@@ -53,11 +64,17 @@ def shape_trace(record: Record) -> str:
     parts = []
     for stage in STAGES:
         shape = record.stage_shapes.get(stage)
-        if shape is None:
-            parts.append(f"{stage} (missing)")
+        if stage == "output" and record.output_is_context:
+            parts.append("output = context")
             continue
-        mark = "" if tuple(shape) == predicted_shape(stage, record) else f" ✗ predicted {predicted_shape(stage, record)}"
-        parts.append(f"{stage} {tuple(shape)}{mark}")
+        if shape is None:
+            if stage != "weights_applied" or stage in record.missing_stages:
+                parts.append(f"{stage} (missing)")
+            continue
+        predicted = predicted_shape(stage, record)
+        mark = "" if predicted is None or tuple(shape) == predicted else f" ✗ predicted {predicted}"
+        rebuilt = " (reconstructed)" if stage in record.reconstructed_stages else ""
+        parts.append(f"{stage} {tuple(shape)}{rebuilt}{mark}")
     return "shapes: " + " · ".join(parts)
 
 
@@ -79,6 +96,9 @@ def format_matrix(values: np.ndarray, row_labels: list[str], col_labels: list[st
 def divergence_line(record: Record) -> str:
     parts = []
     for stage in STAGES[1:]:
+        if (stage == "weights_applied" and stage not in record.stage_shapes) or (
+                stage == "output" and record.output_is_context):
+            continue
         value = record.diagnostics.get(f"divergence_{stage}")
         parts.append(f"{stage} {'—' if value is None or np.isnan(value) else f'{value:.4g}'}")
     first = record.first_divergent_stage or "none"
@@ -93,13 +113,17 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
         say(f"FAILED: {record.error}")
         return
     say(shape_trace(record))
+    batch, head = shown(record)
+    where = f", head {head}, batch item {batch}" if record.num_heads > 1 or batch else ""
     for stage, title in (("weights", "attention weights"), ("context", "context vectors")):
-        values = record.stages.get(stage)
+        values = record.matrix(stage, batch=batch, head=head)
         if values is None:
             say(f"{title}: not captured")
             continue
         col_labels = record.labels if stage == "weights" else None
-        say(f"{title} ({record.variant}):\n{format_matrix(values, record.labels, col_labels)}")
+        say(f"{title} ({record.variant}{where}):\n{format_matrix(values, record.labels, col_labels)}")
+    if record.num_heads > 1:
+        say(head_lines(record))
     say(divergence_line(record))
     if record.findings:
         say("findings:")
@@ -113,6 +137,17 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
         verdict = "pass" if prediction.passed else "FAIL"
         observed = f"{prediction.observed:.4g}" if isinstance(prediction.observed, float) else prediction.observed
         say(f"  predict {prediction.name} = {prediction.expected}: {verdict} (observed {observed})")
+
+
+def head_lines(record: Record) -> str:
+    """One line per head: its entropy, row max and divergence from the reference's head."""
+    per_head = record.head_diagnostics
+    lines = ["per head:    entropy  row max  max |Δ weights|  max |Δ context|"]
+    for h in range(record.num_heads):
+        cells = [per_head.get(name, [])[h] if h < len(per_head.get(name, [])) else float("nan") for name in
+                 ("weights_entropy_mean", "weights_row_max_mean", "divergence_weights", "divergence_context")]
+        lines.append(f"  head {h:<4}" + "".join(_number(v).rjust(w) for v, w in zip(cells, (9, 9, 17, 17))))
+    return "\n".join(lines)
 
 
 def _number(value: object) -> str:

@@ -253,7 +253,7 @@ class _Diagnosis:
             self.add("wrong_output", "output", f"the module returned the {looks_like}, not the context vectors; "
                      f"return attn_weights @ values.")
         elif self.compare("output") and self.differs("output") and not self.v.output_is_context and (
-                "context" not in self.v.stages or not self.differs("context")):
+                self.compare("context") and not self.differs("context")):  # a context not seen is no match
             self.add("output_path", "output", "the context matches the reference but the output does not: check "
                      "the lines after attn_weights @ values (merging the heads, the output projection).")
 
@@ -274,7 +274,7 @@ class _Diagnosis:
 
     def batched_single(self) -> None:
         diff = self.d.get("batched_single_max_abs_diff", math.nan)
-        if self.findings or not diff > stage_tolerance("context", self.v):
+        if self.findings or math.isnan(diff) or not diff > stage_tolerance("context", self.v):  # nan: no context
             return
         self.add("batched_single_mismatch", "context", f"row i of the batched context differs from token i's "
                  f"single-token computation softmax(q_i K^T / sqrt(d_k)) V by up to {_fmt(diff)}; "

@@ -14,7 +14,8 @@ from attnlab.capture import capture
 from attnlab.diagnostics import compute_diagnostics, first_divergent_stage
 from attnlab.findings import diagnose
 from attnlab.record import Finding
-from attnlab.weights import load_shared, seeded_qkv
+from attnlab.layouts import align
+from attnlab.weights import manual_seed
 
 BOOK_INPUTS = torch.tensor(
     [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
@@ -118,31 +119,34 @@ CORRECT_STYLES = [EinsumAttention, ModuleSoftmaxAttention, FunctionalSoftmaxAtte
                   LogSoftmaxExpAttention]
 
 
-def build(cls_or_name, d_in: int, d_out: int, seed: int = 123) -> nn.Module:
-    """What the engine does: the module right after torch.manual_seed(seed), then shared weights."""
-    qkv = seeded_qkv(seed, d_in, d_out)
-    torch.manual_seed(seed)
+def _construct(cls_or_name, d_in: int, d_out: int, seed: int) -> nn.Module:
+    """The module right after torch.manual_seed(seed), as the source builds it."""
+    manual_seed(seed)
     if isinstance(cls_or_name, str):
-        module = attnlab.registry.create_variant(cls_or_name, d_in, d_out)
-    else:
-        module = cls_or_name(d_in, d_out)
-    load_shared(module, qkv)
+        return attnlab.registry.create_variant(cls_or_name, d_in, d_out)
+    return cls_or_name(d_in, d_out)
+
+
+def build(cls_or_name, d_in: int, d_out: int, seed: int = 123) -> nn.Module:
+    """What the engine does with weights=shared: the reference (SelfAttention_v1) built under the
+    seed (the source's three torch.rand draws), its parameters aligned into the module."""
+    module = _construct(cls_or_name, d_in, d_out, seed)
+    if cls_or_name != "reference":
+        align(_construct("reference", d_in, d_out, seed), module, num_heads=1)
     return module
 
 
 def run_pair(cls_or_name, x: torch.Tensor, d_out: int, seed: int = 123, shared: bool = True):
-    """Capture variant and reference, then diagnostics, first divergence and findings."""
+    """Capture variant and reference, then flat diagnostics, first divergence and findings."""
     d_in = x.shape[-1]
+    reference = _construct("reference", d_in, d_out, seed)
     if shared:
-        variant, reference = build(cls_or_name, d_in, d_out, seed), build("reference", d_in, d_out, seed)
+        variant = _construct(cls_or_name, d_in, d_out, seed)
+        align(reference, variant, num_heads=1)
     else:
-        torch.manual_seed(seed)
-        reference = attnlab.registry.create_variant("reference", d_in, d_out)
-        torch.manual_seed(seed + 1)
-        cls = cls_or_name if not isinstance(cls_or_name, str) else attnlab.registry.get_variant(cls_or_name).cls
-        variant = cls(d_in, d_out)
+        variant = _construct(cls_or_name, d_in, d_out, seed + 1)
     v, r = capture(variant, x), capture(reference, x)
-    diagnostics = compute_diagnostics(v, r)
+    diagnostics, _per_head = compute_diagnostics(v, r)
     findings = diagnose(v, r, diagnostics, weights_shared=shared)
     return v, r, diagnostics, first_divergent_stage(v, r), findings
 

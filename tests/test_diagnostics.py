@@ -15,7 +15,8 @@ def test_reference_shape_trace_and_weight_statistics_on_the_book_input():
     ref = capture(build("reference", 3, 2), BOOK_INPUTS)
     _, _, d, first, _ = run_pair("linear", BOOK_INPUTS, 2)
     assert first is None
-    w = ref.stages["weights"].double()
+    assert ref.stages["weights"].shape == (1, 1, 6, 6) and ref.native_shapes["weights"] == (6, 6)
+    w = ref.stages["weights"][0, 0].double()
     assert d["weights_row_sum_max_err"] < 1e-6
     assert d["weights_col_sum_max_err"] == pytest.approx(float((w.sum(0) - 1).abs().max()), rel=1e-5)
     entropy = -(w * w.log()).sum(1)
@@ -27,8 +28,11 @@ def test_reference_shape_trace_and_weight_statistics_on_the_book_input():
     assert d["scale_expected"] == pytest.approx(2 ** -0.5)
     assert d["softmax_dim"] == 1.0
     assert d["batched_single_max_abs_diff"] < 1e-6
-    assert all(d[f"shape_ok_{s}"] == 1.0 for s in STAGES)
-    assert all(d[f"non_finite_{s}"] == 0.0 for s in STAGES)
+    seen = [s for s in STAGES if s != "weights_applied"]  # eval mode, no dropout: weights_applied is weights
+    assert all(d[f"shape_ok_{s}"] == 1.0 for s in seen)
+    assert all(d[f"non_finite_{s}"] == 0.0 for s in seen)
+    assert math.isnan(d["shape_ok_weights_applied"]) and math.isnan(d["non_finite_weights_applied"])
+    assert d["divergence_output"] == d["divergence_context"] == 0.0
 
 
 @pytest.mark.parametrize("name, first, scale", [
@@ -63,14 +67,17 @@ def test_wrong_axis_columns_sum_to_one_and_batched_single_disagrees():
 
 def test_missing_stages_give_nan_not_guesses():
     x = BOOK_INPUTS
-    only_ends = Capture({"inputs": x, "context": x[:, :2]}, {"queries": None, "keys": None, "values": None}, None,
-                        [s for s in STAGES if s not in ("inputs", "context")])
+    only_ends = Capture({"inputs": x[None], "output": x[None, :, :2]}, {"inputs": (6, 3), "output": (6, 2)},
+                        {"queries": None, "keys": None, "values": None}, None,
+                        [s for s in STAGES if s not in ("inputs", "output", "weights_applied")])
     ref = capture(build("reference", 3, 2), x)
-    d = compute_diagnostics(only_ends, ref)
-    for key in ("divergence_weights", "scale_observed", "scale_expected", "softmax_dim",
-                "batched_single_max_abs_diff", "weights_entropy_mean", "shape_ok_scores"):
+    d, per_head = compute_diagnostics(only_ends, ref)
+    for key in ("divergence_weights", "divergence_context", "scale_observed", "scale_expected", "softmax_dim",
+                "batched_single_max_abs_diff", "weights_entropy_mean", "shape_ok_scores", "shape_ok_context"):
         assert math.isnan(d[key]), key
-    assert first_divergent_stage(only_ends, ref) == "context"
+    assert d["shape_ok_output"] == 1.0 and d["divergence_output"] > 0
+    assert per_head == {}
+    assert first_divergent_stage(only_ends, ref) == "output"
 
 
 def test_block_max_abs_diff_equals_direct():

@@ -77,8 +77,9 @@ def test_unshared_correct_variant_has_no_findings():
 
 def test_invisible_variant_gets_no_guessed_findings():
     v, _, _, _, findings = run_pair(ConstantAttention, BOOK_INPUTS, 2)
-    assert set(v.missing) == set(STAGES) - {"inputs", "context"}
-    assert findings == []
+    assert v.missing == [s for s in STAGES if s not in ("inputs", "weights_applied", "output")]
+    assert set(v.stages) == {"inputs", "output"} and not v.output_is_context
+    assert findings == []  # its output differs, but no context was seen to match or not: nothing is guessed
 
 
 def _inputs(n: int, d: int, normal: bool, seed: int) -> torch.Tensor:

@@ -19,6 +19,7 @@ from torch import nn
 
 from attnlab.capture import Capture, capture
 from attnlab.config import WeightsMode, resolved
+from attnlab.errors import UserError
 from attnlab.diagnostics import compute_diagnostics, expected_shapes, first_divergent_stage
 from attnlab.findings import diagnose
 from attnlab.inputs import Inputs
@@ -47,6 +48,7 @@ class JobSpec:
     batch: int
     train: bool
     reference: str  # "auto" or a variant name
+    show: tuple[int, int]  # the batch item and head the sinks show
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> JobSpec:
@@ -64,6 +66,7 @@ class JobSpec:
             batch=cfg.batch,
             train=cfg.train,
             reference=cfg.reference,
+            show=(cfg.show.batch, cfg.show.head),
         )
 
 
@@ -175,6 +178,7 @@ def compute_record(
         except PluginError as exc:
             record.status, record.error = "failed", str(exc)
             return record
+        _check_shown(spec.show, variant)
         say("diagnostics")
         record.stages, record.stage_shapes = _to_numpy(variant)
         record.reference_stages, record.reference_stage_shapes = _to_numpy(reference)
@@ -189,6 +193,14 @@ def compute_record(
             spec.expect, variant, record.diagnostics, record.first_divergent_stage, record.findings
         )
     return record
+
+
+def _check_shown(show: tuple[int, int], variant: Capture) -> None:
+    weights = variant.stages.get("weights", variant.stages["output"][:, None])
+    for key, index, count in (("show.batch", show[0], weights.shape[0]), ("show.head", show[1], weights.shape[1])):
+        if not 0 <= index < count:
+            what = "batch items" if key == "show.batch" else "heads"
+            raise UserError(f"{key}={index}: the module has {count} {what} (0 to {count - 1})")
 
 
 def _to_numpy(captured: Capture) -> tuple[dict, dict]:

@@ -19,8 +19,9 @@ from attnlab.stages import STAGES
 ROW_SUM_TOL = 1e-4
 
 ALLOWED: tuple[str, ...] = (
-    "context_shape",  # [n_tokens, d_out], e.g. [6, 2]
-    "weights_shape",  # [n_tokens, n_tokens]
+    "context_shape",  # weights @ values in the module's own rank: [n_tokens, d_out], [b, num_heads, n_tokens, head_dim]
+    "output_shape",  # the module's return value: [n_tokens, d_out], [b, n_tokens, d_out]
+    "weights_shape",  # [n_tokens, n_tokens], [b, num_heads, n_tokens, n_tokens]
     "row_sums",  # 1: every row of the weights sums to 1
     "matches_reference",  # true: no stage diverges from the reference
     "first_divergent_stage",  # a stage name, or null
@@ -70,7 +71,7 @@ def _codes(value: Any) -> str | None:
 
 
 _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
-    "context_shape": _shape, "weights_shape": _shape, "row_sums": _number, "matches_reference": _bool,
+    "context_shape": _shape, "output_shape": _shape, "weights_shape": _shape, "row_sums": _number, "matches_reference": _bool,
     "first_divergent_stage": _stage, "softmax_dim": _dim, "findings": _codes,
 }
 
@@ -105,13 +106,20 @@ def _softmax_dim_matches(expected: int | None, observed: int | None, weights_ran
     return expected == observed
 
 
+def _native(variant: Capture, stage: str) -> list[int] | None:
+    """A stage's shape as the module made it (the record and the terminal show the same)."""
+    shape = variant.native_shapes.get(stage)
+    return list(shape) if shape is not None else None
+
+
 def check_predictions(expect: Mapping[str, Any], variant: Capture, diagnostics: dict[str, float],
                       first_divergent: str | None, findings: list[Finding]) -> list[Prediction]:
     """One Prediction per `expect` entry, in the order written."""
     stages = variant.stages
     observed: dict[str, Callable[[], Any]] = {
-        "context_shape": lambda: list(stages["context"].shape),
-        "weights_shape": lambda: list(stages["weights"].shape) if "weights" in stages else None,
+        "context_shape": lambda: _native(variant, "context"),
+        "output_shape": lambda: _native(variant, "output"),
+        "weights_shape": lambda: _native(variant, "weights"),
         "matches_reference": lambda: first_divergent is None,
         "first_divergent_stage": lambda: first_divergent,
         "softmax_dim": lambda: variant.softmax_dim,
@@ -124,7 +132,7 @@ def check_predictions(expect: Mapping[str, Any], variant: Capture, diagnostics: 
             seen, passed = _row_sums(float(expected), variant)
         elif name == "softmax_dim":
             seen = observed[name]()
-            rank = stages["weights"].dim() if "weights" in stages else None
+            rank = len(variant.native_shapes["weights"]) if "weights" in stages else None
             passed = _softmax_dim_matches(expected, seen, rank)
         elif name == "findings":
             seen = observed[name]()

@@ -89,6 +89,13 @@ class Config:
     train: bool = False  # training mode (dropout active, seeded)
     reference: str = "auto"  # auto | the name of any variant
     show: ShowConf = field(default_factory=ShowConf)
+    dtype: str = "float32"  # the variant's dtype: float32 | float64 | bfloat16 | float16
+    reference_dtype: str = "float32"
+    device: str = "cpu"  # cpu | cuda | mps | auto
+    profile: bool = False  # time and memory of each module's plain forward
+    profile_budget_s: float = 1.0
+    profile_backward: bool = False
+    save_stages: bool = False  # also write every stage in full next to record.json (safetensors)
     weights: WeightsMode = WeightsMode.shared
     weights_init: WeightsInit = WeightsInit.rand
     expect: Dict[str, Any] = field(default_factory=dict)

@@ -245,6 +245,8 @@ class _Recorder(TorchFunctionMode):
         self.explicit[stage] = tensor
         kind = _TAP_KINDS.get(stage, "proj")
         old = self._tag(tensor)
+        if kind not in ("proj", "input") and not self.heads:
+            self.heads.append(_Head())  # head 0, which the tag names: what follows the tapped stage is read into it
         self._set_tag(tensor, _Tag(kind, old.role if old is not None and kind == "proj" else None, head=0))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):

@@ -12,6 +12,20 @@ from attnlab.stages import STAGES
 from tests._zoo_helpers import BOOK_INPUTS, CORRECT_STYLES, ConstantAttention, build
 
 
+def _2d(c, stage):
+    """A 2-D module's stage as the module made it: the canonical view has size-1 batch (and heads) axes."""
+    t = c.stages[stage]
+    lead = (1,) if stage in ("inputs", "output") else (1, 1)
+    assert tuple(t.shape[:len(lead)]) == lead, (stage, t.shape)
+    assert tuple(t.shape[len(lead):]) == tuple(c.native_shapes[stage]), (stage, t.shape, c.native_shapes[stage])
+    return t[(0,) * len(lead)]
+
+
+def _same_tensor(a, b):
+    """`a` is `b` or a view of exactly its elements: not a copy."""
+    return a.shape == b.shape and a.stride() == b.stride() and a.data_ptr() == b.data_ptr()
+
+
 def _independent(module, x):
     """The stages computed here from the module's parameters, not by the module."""
     w = {name: (p.T if p.shape[0] != x.shape[-1] else p) for name, p in module.named_parameters()}
@@ -27,27 +41,32 @@ def test_builtin_variants_every_stage_matches_independent_computation(name):
     module = build(name, 3, 2)
     c = capture(module, BOOK_INPUTS)
     assert c.missing == []
-    assert set(c.stages) == set(STAGES)
+    assert set(c.stages) == set(STAGES) - {"weights_applied"}  # eval mode: the weights are what is applied
     assert c.sources == {"queries": "queries", "keys": "keys", "values": "values"}
+    assert c.score_roles == ("queries", "keys")
     q, k, v, scores = _independent(module, BOOK_INPUTS)
-    torch.testing.assert_close(c.stages["queries"], q)
-    torch.testing.assert_close(c.stages["keys"], k)  # stored un-transposed
-    torch.testing.assert_close(c.stages["values"], v)
-    torch.testing.assert_close(c.stages["scores"], scores)
+    torch.testing.assert_close(_2d(c, "queries"), q)
+    torch.testing.assert_close(_2d(c, "keys"), k)  # stored un-transposed
+    torch.testing.assert_close(_2d(c, "values"), v)
+    torch.testing.assert_close(_2d(c, "scores"), scores)
     scale = 1.0 if name == "unscaled" else 2 ** -0.5
-    torch.testing.assert_close(c.stages["scaled_scores"], scores * scale)
+    torch.testing.assert_close(_2d(c, "scaled_scores"), scores * scale)
     dim = 0 if name == "wrong_softmax_axis" else 1
-    assert c.softmax_dim == dim
-    torch.testing.assert_close(c.stages["weights"], torch.softmax(scores * scale, dim=dim))
-    torch.testing.assert_close(c.stages["context"], c.stages["weights"] @ v)
-    assert c.stages["inputs"] is BOOK_INPUTS
+    assert c.softmax_dim == dim and c.softmax_axis == dim + 2
+    torch.testing.assert_close(_2d(c, "weights"), torch.softmax(scores * scale, dim=dim))
+    torch.testing.assert_close(_2d(c, "context"), _2d(c, "weights") @ v)
+    assert c.output_is_context and torch.equal(_2d(c, "output"), _2d(c, "context"))
+    assert _same_tensor(_2d(c, "inputs"), BOOK_INPUTS)
+    assert c.native_shapes == {"inputs": (6, 3), "queries": (6, 2), "keys": (6, 2), "values": (6, 2),
+                               "scores": (6, 6), "scaled_scores": (6, 6), "weights": (6, 6), "context": (6, 2),
+                               "output": (6, 2)}
 
 
 def test_reference_context_equals_scaled_dot_product_attention():
     module = build("reference", 3, 2)
     c = capture(module, BOOK_INPUTS)
     q, k, v, _ = _independent(module, BOOK_INPUTS)
-    torch.testing.assert_close(c.stages["context"], F.scaled_dot_product_attention(q, k, v))
+    torch.testing.assert_close(_2d(c, "context"), F.scaled_dot_product_attention(q, k, v))
 
 
 @pytest.mark.parametrize("cls", CORRECT_STYLES, ids=lambda c: c.__name__)
@@ -63,14 +82,22 @@ def test_other_styles_are_seen_through(cls):
     for stage, expected in [("queries", q), ("keys", k), ("values", v), ("scores", scores),
                             ("scaled_scores", scores / 2), ("weights", torch.softmax(scores / 2, dim=-1)),
                             ("context", F.scaled_dot_product_attention(q, k, v))]:
-        torch.testing.assert_close(c.stages[stage], expected, msg=stage)
+        torch.testing.assert_close(_2d(c, stage), expected, msg=stage)
 
 
 def test_sources_follow_parameters_not_call_order():
     c = capture(build("keys_as_queries", 3, 2), BOOK_INPUTS)
     assert c.sources == {"queries": "keys", "keys": "keys", "values": "values"}
-    c = capture(build("transposed_scores", 3, 2), BOOK_INPUTS)
-    assert c.sources["queries"] == "keys" and c.sources["keys"] == "queries"
+    # keys @ queries.T: the operands keep the labels of the parameters they come from (issue 17 item 5);
+    # their positions in the product are in score_roles
+    module = build("transposed_scores", 3, 2)
+    c = capture(module, BOOK_INPUTS)
+    assert c.sources == {"queries": "queries", "keys": "keys", "values": "values"}
+    assert c.score_roles == ("keys", "queries")
+    q, k, _, scores = _independent(module, BOOK_INPUTS)
+    torch.testing.assert_close(_2d(c, "queries"), q)
+    torch.testing.assert_close(_2d(c, "keys"), k)
+    torch.testing.assert_close(_2d(c, "scores"), scores.T)
 
 
 def test_no_softmax_weights_are_the_operand_of_the_values_product():
@@ -79,19 +106,20 @@ def test_no_softmax_weights_are_the_operand_of_the_values_product():
     assert c.softmax_dim is None
     assert c.missing == ["scaled_scores"]
     _, _, v, scores = _independent(module, BOOK_INPUTS)
-    torch.testing.assert_close(c.stages["weights"], scores / scores.sum(dim=-1, keepdim=True))
+    torch.testing.assert_close(_2d(c, "weights"), scores / scores.sum(dim=-1, keepdim=True))
 
 
 def test_stages_are_not_copies():
     c = capture(build("reference", 3, 2), BOOK_INPUTS)
-    assert c.stages["keys"].T.data_ptr() == c.stages["keys"].data_ptr()
-    assert c.stages["keys"].is_contiguous()  # keys stored (n_tokens, d), as the module built them
+    assert _2d(c, "keys").T.data_ptr() == _2d(c, "keys").data_ptr()
+    assert _2d(c, "keys").is_contiguous()  # keys stored (n_tokens, d), as the module built them
 
 
 def test_invisible_variant_marks_stages_missing():
     c = capture(ConstantAttention(3, 2), BOOK_INPUTS)
-    assert set(c.stages) == {"inputs", "context"}
-    assert c.missing == [s for s in STAGES if s not in ("inputs", "context")]
+    assert set(c.stages) == {"inputs", "output"}
+    assert c.missing == [s for s in STAGES if s not in ("inputs", "weights_applied", "output")]
+    assert not c.output_is_context and torch.equal(_2d(c, "output"), torch.zeros(6, 2))
     assert c.softmax_dim is None
     assert c.sources == {"queries": None, "keys": None, "values": None}
 
@@ -117,9 +145,13 @@ def test_explicit_tap_wins_and_is_a_no_op_outside_capture():
     c = capture(module, BOOK_INPUTS)
     assert c.missing == ["queries", "keys"]
     q, k, v, scores = _independent(module, BOOK_INPUTS)
-    torch.testing.assert_close(c.stages["scores"], scores)
-    torch.testing.assert_close(c.stages["values"], v)
-    assert c.softmax_dim == 1
+    torch.testing.assert_close(_2d(c, "scores"), scores)
+    torch.testing.assert_close(_2d(c, "values"), v)
+    assert c.softmax_dim == 1 and c.softmax_axis == 3
+    # the data flow after the tapped scores is read as usual
+    torch.testing.assert_close(_2d(c, "weights"), torch.softmax(scores * 2 ** -0.5, dim=-1))
+    torch.testing.assert_close(_2d(c, "context"), _2d(c, "weights") @ v)
+    assert c.output_is_context
     t = torch.ones(2)
     assert attnlab.tap("weights", t) is t
     with pytest.raises(ValueError):
@@ -128,7 +160,7 @@ def test_explicit_tap_wins_and_is_a_no_op_outside_capture():
 
 def test_capture_runs_without_grad():
     c = capture(build("reference", 3, 2), BOOK_INPUTS)
-    assert not c.stages["context"].requires_grad
+    assert not _2d(c, "context").requires_grad
 
 
 # --- queries / keys scaled before the score product --------------------------------------------
@@ -198,12 +230,12 @@ def test_prescaled_projections_are_stored_unscaled_with_the_factor_noted(style):
     q, k, v, scores = _independent(module, x)
     for stage, expected in (("queries", q), ("keys", k), ("values", v)):
         if exact and stage in factors or stage == "values":
-            assert torch.equal(c.stages[stage], expected), stage  # the module's own product, not a copy
-        torch.testing.assert_close(c.stages[stage], expected, msg=stage)
-    torch.testing.assert_close(c.stages["scores"], scores)  # the raw product, whatever the pre-factor
+            assert torch.equal(_2d(c, stage), expected), stage  # the module's own product, not a copy
+        torch.testing.assert_close(_2d(c, stage), expected, msg=stage)
+    torch.testing.assert_close(_2d(c, "scores"), scores)  # the raw product, whatever the pre-factor
     total = math.prod(f(4) for f in factors.values())
-    torch.testing.assert_close(c.stages["scaled_scores"], scores * total)
-    torch.testing.assert_close(c.stages["weights"], torch.softmax(scores * total, dim=-1))
+    torch.testing.assert_close(_2d(c, "scaled_scores"), scores * total)
+    torch.testing.assert_close(_2d(c, "weights"), torch.softmax(scores * total, dim=-1))
 
 
 def test_prescaled_values_stay_as_the_module_used_them():
@@ -212,7 +244,7 @@ def test_prescaled_values_stay_as_the_module_used_them():
     module = build(cls, 3, 2)
     c = capture(module, BOOK_INPUTS)
     _, _, v, _ = _independent(module, BOOK_INPUTS)
-    torch.testing.assert_close(c.stages["values"], 2 * v)
+    torch.testing.assert_close(_2d(c, "values"), 2 * v)
     assert c.prescale == {} and c.sources["values"] == "values"
 
 
@@ -225,8 +257,8 @@ def test_scores_scaled_in_place_keep_the_raw_scores():
     module = build(_prescaled("InPlaceScores", forward), 3, 2)
     c = capture(module, BOOK_INPUTS)
     _, _, _, scores = _independent(module, BOOK_INPUTS)
-    torch.testing.assert_close(c.stages["scores"], scores)
-    torch.testing.assert_close(c.stages["scaled_scores"], scores * 2 ** -0.5)
+    torch.testing.assert_close(_2d(c, "scores"), scores)
+    torch.testing.assert_close(_2d(c, "scaled_scores"), scores * 2 ** -0.5)
 
 
 def test_prescaled_stages_are_the_modules_tensors_except_the_raw_scores():
@@ -240,11 +272,11 @@ def test_prescaled_stages_are_the_modules_tensors_except_the_raw_scores():
         return torch.softmax(scores, dim=-1) @ (x @ m.W_value)
 
     c = capture(build(_prescaled("Held", forward), 3, 2), BOOK_INPUTS)
-    assert c.stages["queries"] is held["unscaled"]
-    assert c.stages["keys"].data_ptr() == held["keys"].data_ptr()  # keys.T seen, stored as a view of keys
-    assert c.stages["scaled_scores"] is held["scores"]
-    assert c.stages["scores"] is not held["scores"]
-    torch.testing.assert_close(c.stages["scores"], held["unscaled"] @ held["keys"].T)
+    assert _same_tensor(_2d(c, "queries"), held["unscaled"])
+    assert _2d(c, "keys").data_ptr() == held["keys"].data_ptr()  # keys.T seen, stored as a view of keys
+    assert _same_tensor(_2d(c, "scaled_scores"), held["scores"])
+    assert _2d(c, "scores").data_ptr() != held["scores"].data_ptr()
+    torch.testing.assert_close(_2d(c, "scores"), held["unscaled"] @ held["keys"].T)
 
 
 # --- hand-written softmax -------------------------------------------------------------------------
@@ -315,10 +347,10 @@ def test_hand_written_softmax_is_recognised(forward, dim):
     assert c.missing == []
     assert c.softmax_dim == dim
     _, _, v, scores = _independent(module, x)
-    torch.testing.assert_close(c.stages["scores"], scores)
-    torch.testing.assert_close(c.stages["scaled_scores"], scores / 2)  # before any max-subtraction
-    torch.testing.assert_close(c.stages["weights"], torch.softmax(scores / 2, dim=dim))
-    torch.testing.assert_close(c.stages["context"], c.stages["weights"] @ v)
+    torch.testing.assert_close(_2d(c, "scores"), scores)
+    torch.testing.assert_close(_2d(c, "scaled_scores"), scores / 2)  # before any max-subtraction
+    torch.testing.assert_close(_2d(c, "weights"), torch.softmax(scores / 2, dim=dim))
+    torch.testing.assert_close(_2d(c, "context"), _2d(c, "weights") @ v)
 
 
 def test_hand_written_softmax_input_is_the_modules_tensor():
@@ -331,7 +363,7 @@ def test_hand_written_softmax_input_is_the_modules_tensor():
         return w @ (x @ m.W_value)
 
     c = capture(build(_prescaled("Held", forward), 3, 2), BOOK_INPUTS)
-    assert c.stages["scaled_scores"] is holder["s"] and c.stages["weights"] is holder["w"]
+    assert _same_tensor(_2d(c, "scaled_scores"), holder["s"]) and _same_tensor(_2d(c, "weights"), holder["w"])
 
 
 @pytest.mark.parametrize("denominator", [
@@ -350,10 +382,13 @@ def test_exp_over_a_sum_that_is_not_a_softmax_is_not_recognised(denominator):
     assert "weights" in c.stages  # still found as the operand of the values product
 
 
-def test_softmax_dim_is_relative_to_the_two_dim_stage():
+def test_softmax_dim_is_in_the_modules_rank_and_the_axis_canonical():
     def forward(m, x):  # x: (1, n_tokens, d_in)
         keys, queries = x @ m.W_key, x @ m.W_query
         return torch.softmax(queries @ keys.transpose(-2, -1) / _d(m) ** 0.5, dim=-1) @ (x @ m.W_value)
 
     c = capture(build(_prescaled("Batched", forward), 3, 2), BOOK_INPUTS[None])
-    assert c.softmax_dim == 1 and c.stages["weights"].shape == (6, 6)
+    assert c.native_shapes["weights"] == (1, 6, 6) and c.stages["weights"].shape == (1, 1, 6, 6)
+    assert c.softmax_dim == 2 and c.softmax_axis == 3  # dim=-1 of the (1, 6, 6) weights
+    c = capture(build(_prescaled("Flat", _manual_dim0), 3, 2), BOOK_INPUTS)
+    assert c.native_shapes["weights"] == (6, 6) and c.softmax_dim == 0 and c.softmax_axis == 2

@@ -625,7 +625,7 @@ class _Recorder(TorchFunctionMode):
         output_is_context = False
         if isinstance(out, torch.Tensor):
             output = _canonical_tokens(out)
-            if output is not None:
+            if output is not None and output.shape[-2] == found["inputs"].shape[-2]:  # one row per token
                 found["output"], native["output"] = output, tuple(out.shape)
             output_is_context = len(self.heads) == 1 and self.heads[0].output is out
         first = self.heads[0] if self.heads else _Head()

@@ -180,3 +180,17 @@ def test_a_bug_behind_a_causal_mask_is_still_found(options, expected):
     _, _, _, _, findings = run_pair(causal(**options), BOOK_INPUTS, 2)
     errors = [(f.code, f.stage) for f in findings if f.severity == "error"]
     assert errors[0] == expected, codes(findings)
+
+
+def test_transposed_scores_keep_their_queries_and_diverge_first_at_the_scores():
+    """keys @ queries.T: the queries line is unchanged, so the queries stage is the reference's
+    queries (labelled by the parameter they come from, issue 17 item 5); the scores are the first
+    stage to differ, and the root cause stays scores_transposed."""
+    v, r, d, first, findings = run_pair("transposed_scores", BOOK_INPUTS, 2)
+    assert torch.equal(v.stages["queries"], r.stages["queries"])
+    assert torch.equal(v.stages["keys"], r.stages["keys"])
+    assert not torch.equal(v.stages["queries"], r.stages["keys"])  # the two differ: the check above can fail
+    assert d["divergence_queries"] == d["divergence_keys"] == 0.0
+    assert first == "scores"
+    torch.testing.assert_close(v.stages["scores"], r.stages["scores"].mT)
+    assert codes(findings)[0] == ("scores_transposed", "scores")

@@ -383,6 +383,10 @@ def align(
     reported under "reference.<parameter>"; the rest of the report is `load_projections`'.
     """
     projections = read_projections(reference, num_heads=num_heads)
+    if hasattr(variant, "load_qkv"):  # a plugin with a layout of its own loads the matrices itself
+        with torch.no_grad():
+            variant.load_qkv(projections.W_query, projections.W_key, projections.W_value)
+        return {"load_qkv": "plugin loader"}
     variant_slots = _slots(variant)
     covered = {(role, slot.kind) for slot in variant_slots for role in slot.parts}
     fitted, why = _fit_reference(projections, covered)

@@ -11,11 +11,15 @@ from attnlab.record import INLINE_LIMIT, Finding, Prediction, Record, RecordErro
 
 
 def make_record(n_tokens: int = 3) -> Record:
-    weights = np.full((n_tokens, n_tokens), 1 / n_tokens, dtype=np.float32)
+    """A 2-D module's record: stages in the canonical view, shapes in the module's own rank."""
+    weights = np.full((1, 1, n_tokens, n_tokens), 1 / n_tokens, dtype=np.float32)  # (batch, heads, query, key)
     return Record(
         variant="unscaled", seed=1, config={"weights": "shared", "inputs": {"kind": "book"}},
         n_tokens=n_tokens, d_in=3, d_out=2, labels=[f"t{i}" for i in range(n_tokens)],
         stages={"weights": weights}, stage_shapes={"weights": [n_tokens, n_tokens]},
+        reference="reference", expected_shapes={"weights": [n_tokens, n_tokens]},
+        missing_stages=["weights_applied"], reconstructed_stages=["scores"], output_is_context=True,
+        head_diagnostics={"divergence_weights": [0.5, float("nan")]},
         diagnostics={"divergence_weights": 0.5, "softmax_dim": float("nan"), "x": float("inf")},
         findings=[Finding("scaling", "scaled_scores", "error", "scaled by 1.0, expected 0.7071")],
         predictions=[Prediction("context_shape", [6, 2], [6, 2], True)],
@@ -28,6 +32,13 @@ def test_round_trip_keeps_every_field(tmp_path):
     again = read_record(path)
     assert again.variant == "unscaled" and again.findings == record.findings and again.predictions == record.predictions
     np.testing.assert_array_equal(again.stages["weights"], record.stages["weights"])
+    assert again.stages["weights"].shape == (1, 1, 3, 3) and again.stage_shapes == {"weights": [3, 3]}
+    np.testing.assert_array_equal(again.matrix("weights"), np.full((3, 3), 1 / 3, dtype=np.float32))
+    assert again.reference == "reference" and again.expected_shapes == {"weights": [3, 3]}
+    assert again.missing_stages == ["weights_applied"] and again.reconstructed_stages == ["scores"]
+    assert again.output_is_context is True
+    assert again.head_diagnostics["divergence_weights"][0] == 0.5
+    assert np.isnan(again.head_diagnostics["divergence_weights"][1])
     assert again.diagnostics["divergence_weights"] == 0.5
     assert np.isnan(again.diagnostics["softmax_dim"]) and again.diagnostics["x"] == float("inf")
 
@@ -41,7 +52,11 @@ def test_the_file_is_standard_json_without_nan_literals(tmp_path):
 def test_large_stages_are_not_inlined(tmp_path):
     n = int(INLINE_LIMIT**0.5) + 1
     data = json.loads(write_record(make_record(n), tmp_path).read_text())
-    assert data["stages"]["weights"] == {"shape": [n, n], "values": None}
+    assert data["format_version"] == 2
+    assert data["stages"]["weights"] == {"shape": [n, n], "axes": ["batch", "heads", "query", "key"],
+                                         "view_shape": [1, 1, n, n], "values": None}
+    small = json.loads(write_record(make_record(3), tmp_path).read_text())
+    assert np.asarray(small["stages"]["weights"]["values"]).shape == (1, 1, 3, 3)  # inlined below the limit
 
 
 def test_atomic_write_leaves_no_temp_files(tmp_path):
@@ -58,3 +73,34 @@ def test_unreadable_records_raise_a_record_error_naming_the_path(tmp_path):
     path.write_text('{"seed": 1}')
     with pytest.raises(RecordError, match="KeyError"):
         read_record(path)
+
+
+def test_matrix_picks_one_batch_item_and_head():
+    values = np.arange(2 * 3 * 4 * 4, dtype=np.float32).reshape(2, 3, 4, 4)  # (batch, heads, query, key)
+    output = np.arange(2 * 4 * 5, dtype=np.float32).reshape(2, 4, 5)  # (batch, tokens, width)
+    record = Record(variant="v", seed=0, config={}, stages={"weights": values, "output": output},
+                    reference_stages={"weights": values + 1})
+    np.testing.assert_array_equal(record.matrix("weights"), values[0, 0])
+    np.testing.assert_array_equal(record.matrix("weights", batch=1, head=2), values[1, 2])
+    np.testing.assert_array_equal(record.matrix("weights", batch=1, head=2, reference=True), values[1, 2] + 1)
+    np.testing.assert_array_equal(record.matrix("output", batch=1), output[1])
+    assert record.matrix("context") is None and record.num_heads == 3
+
+
+def test_a_format_1_record_loads_in_the_canonical_view_with_output_as_context(tmp_path):
+    """Records written before format 2: 2-D single-head stages, no output stage (it was the context)."""
+    weights = [[0.25, 0.75], [0.5, 0.5]]
+    context = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    old = {"variant": "unscaled", "seed": 1, "config": {}, "n_tokens": 2, "d_in": 3, "d_out": 3,
+           "stages": {"weights": {"shape": [2, 2], "values": weights}, "context": {"shape": [2, 3], "values": context}},
+           "diagnostics": {"divergence_context": 0.25, "shape_ok_context": 1.0}}
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(old))
+    record = read_record(path)
+    assert record.stages["weights"].shape == (1, 1, 2, 2) and record.stages["context"].shape == (1, 1, 2, 3)
+    assert record.stages["output"].shape == (1, 2, 3)
+    np.testing.assert_array_equal(record.matrix("weights"), weights)
+    np.testing.assert_array_equal(record.matrix("output"), context)
+    assert record.stage_shapes["output"] == [2, 3] and record.output_is_context
+    assert record.diagnostics["divergence_output"] == 0.25 and record.diagnostics["shape_ok_output"] == 1.0
+    assert record.reference == "reference"

@@ -1,0 +1,48 @@
+"""Ch03_MHA of the source's bonus notebook (mha-implementations): the chapter 3 MultiHeadAttention."""
+
+import torch
+import torch.nn as nn
+
+import attnlab
+
+
+@attnlab.variant(
+    "impl_mha",
+    description="notebook's Ch03_MHA: the chapter's MultiHeadAttention (weight splits, causal mask, out_proj)",
+)
+class Ch03_MHA(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads  # Reduce the projection dim to match desired output dim
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)  # Linear layer to combine head outputs
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        keys = self.W_key(x)  # (b, num_tokens, d_out)
+        queries = self.W_query(x)  # (b, num_tokens, d_out)
+        values = self.W_value(x)  # (b, num_tokens, d_out)
+        keys = keys.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, num_tokens, num_heads, head_dim)
+        values = values.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, num_tokens, num_heads, head_dim)
+        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, num_tokens, num_heads, head_dim)
+        keys = keys.transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+        queries = queries.transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+        values = values.transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, num_heads, num_tokens, num_tokens)
+        mask_bool = self.mask.bool()[:num_tokens, :num_tokens]  # (num_tokens, num_tokens)
+        attn_scores.masked_fill_(mask_bool, -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
+        attn_weights = self.dropout(attn_weights)
+
+        context_vec = (attn_weights @ values).transpose(1, 2)  # (b, num_tokens, num_heads, head_dim)
+        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
+        context_vec = self.out_proj(context_vec)  # optional projection
+        return context_vec

@@ -18,8 +18,9 @@ or call order (the source computes keys before queries):
 
 Several independent score products (the source's MultiHeadAttentionWrapper runs one
 CausalAttention per head) are stacked along the heads axis. Kernels that never materialise the
-weights — `F.scaled_dot_product_attention` and `F.multi_head_attention_forward`
-(`nn.MultiheadAttention`) — are read from their arguments: scores, scaled scores and weights
+weights — `F.scaled_dot_product_attention`, FlexAttention's operator and
+`F.multi_head_attention_forward` (`nn.MultiheadAttention`) — are read from their arguments:
+scores, scaled scores and weights
 (and for nn.MultiheadAttention every stage but the output) are computed by attnlab from the
 kernel's own inputs, mask and scale, and marked `reconstructed`.
 
@@ -39,13 +40,16 @@ import inspect
 import math
 import string
 import weakref
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import torch
+import torch.nn.attention.flex_attention as flex_attention_api
 import torch.nn.functional as F
 from torch import nn
+from torch._ops import HigherOrderOperator
 from torch.overrides import TorchFunctionMode
 
 from attnlab.stages import STAGES
@@ -151,7 +155,7 @@ def capture(module: nn.Module, x: torch.Tensor) -> Capture:
     recorder = _Recorder(module, x)
     token = _ACTIVE.set(recorder)
     try:
-        with torch.no_grad(), recorder:
+        with torch.no_grad(), _flex_attention_eager(), recorder:
             out = module(x)
     finally:
         _ACTIVE.reset(token)
@@ -267,6 +271,8 @@ class _Recorder(TorchFunctionMode):
             self._softmax(name, args, kwargs, out)
         elif name == "scaled_dot_product_attention":
             self._sdpa(args, kwargs, out)
+        elif name == "flex_attention" and isinstance(func, HigherOrderOperator):
+            self._flex_attention(args, out)
         elif not (self._scaling(name, args, kwargs, out) or self._manual_softmax(name, args, kwargs, out)):
             self._propagate(func, name, args, kwargs, out)
         return out
@@ -571,6 +577,26 @@ class _Recorder(TorchFunctionMode):
         self.heads.append(head)
         self._set_tag(out, _Tag("context", head=len(self.heads) - 1))
 
+    def _flex_attention(self, args: tuple, out: Any) -> None:
+        """FlexAttention's operator (query, key, value, score_mod, block mask as a tuple, scale, ...):
+        read as SDPA with the mask its block mask's mask_mod makes, and score_mod as an added float
+        mask (what it changes in the scaled scores)."""
+        q, k, v, score_mod, block_mask, scale = args[:6]
+        if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or not isinstance(out, (tuple, list)):
+            return
+        keep = flex_attention_api.create_mask(block_mask[-1], q.shape[0], q.shape[1], q.shape[-2], k.shape[-2],
+                                              device=q.device)  # (b, num_heads, num_tokens, num_tokens)
+        mask: torch.Tensor = keep
+        if score_mod is not None and getattr(score_mod, "__name__", "") != "_identity":
+            scaled = attend(q, k, scale=q.shape[-1] ** -0.5 if scale is None else float(scale))["scaled_scores"]
+            grid = [torch.arange(n, device=q.device) for n in (*q.shape[:2], q.shape[-2], k.shape[-2])]
+            from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex  # seconds to import
+
+            with TransformGetItemToIndex():  # as torch's create_mask runs a score_mod on whole tensors
+                modified = flex_attention_api._vmap_for_bhqkv(score_mod, prefix=(0,))(scaled, *grid)
+            mask = torch.where(keep, modified - scaled, -torch.inf)  # (b, num_heads, num_tokens, num_tokens)
+        self._sdpa((q, k, v), {"attn_mask": mask, "scale": scale}, out[0])
+
     def _multi_head_attention(self, func, args: tuple, kwargs: dict) -> Any:
         """nn.MultiheadAttention's functional form: every stage from its own arguments, its output its own."""
         out = func(*args, **kwargs)
@@ -665,6 +691,19 @@ def attend(queries: torch.Tensor, keys: torch.Tensor, *, scale: float, mask: tor
     elif mask is not None:
         scaled = scaled + mask
     return {"scores": scores, "scaled_scores": scaled, "weights": torch.softmax(scaled, dim=-1)}
+
+
+@contextmanager
+def _flex_attention_eager() -> Iterator[None]:
+    """FlexAttention on its eager path while capturing: its default path compiles the operator with
+    torch.compile, which then has to trace the recorder's __torch_function__ and fails; the eager
+    path computes the same attention and hands the recorder the operator's arguments."""
+    before = flex_attention_api._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+    flex_attention_api._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+    try:
+        yield
+    finally:
+        flex_attention_api._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = before
 
 
 def _raw_scores(head: _Head) -> None:

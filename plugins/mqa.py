@@ -1,0 +1,41 @@
+"""mqa: the source's MultiHeadAttention with multi-query attention: every query head shares one key/value head."""
+
+import torch
+import torch.nn as nn
+
+import attnlab
+
+
+@attnlab.variant(
+    "mqa",
+    description="MultiHeadAttention with one key/value head shared by all num_heads query heads (run with num_kv_heads=1)",
+)
+class MultiQueryAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.num_kv_heads = 1
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, self.head_dim, bias=qkv_bias)  # changed: one head of keys
+        self.W_value = nn.Linear(d_in, self.head_dim, bias=qkv_bias)  # changed: one head of values
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+        # changed: the one key/value head is repeated for every query head
+        keys = self.W_key(x).unsqueeze(1).expand(b, self.num_heads, num_tokens, self.head_dim)  # (b, num_heads, num_tokens, head_dim)
+        values = self.W_value(x).unsqueeze(1).expand(b, self.num_heads, num_tokens, self.head_dim)  # (b, num_heads, num_tokens, head_dim)
+
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, num_heads, num_tokens, num_tokens)
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
+        attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
+
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
+        return self.out_proj(context_vec)  # (b, num_tokens, d_out)

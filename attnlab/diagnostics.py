@@ -3,8 +3,9 @@
 Every stage is in the canonical view of `attnlab.stages.AXES`; everything that needs a
 (query x key) temporary runs per (batch item, head) in blocks of query rows, so a long run needs
 O(block * n) memory above the stage tensors themselves. float32 stays float32 and sums that lose
-precision accumulate in float64. Tolerances are relative to float32 precision and the values'
-scale, so a correct variant written another way (einsum, nn.Linear, fused QKV) is not "divergent".
+precision accumulate in float64. Tolerances are relative to the dtype's precision (float32's, or
+a coarser one the module ran in: bfloat16, float16) and the values' scale, so a correct variant
+written another way (einsum, nn.Linear, fused QKV) is not "divergent".
 
 Per-head values are kept per head (`head_diagnostics`); the flat table keeps the worst head for
 error-type values (divergences, row-sum errors) and the mean over heads for entropy-type ones.
@@ -23,7 +24,7 @@ from attnlab.stages import STAGES
 
 BLOCK_ROWS = 1024
 NAN = float("nan")
-_EPS = float(torch.finfo(torch.float32).eps)
+_EPS = float(torch.finfo(torch.float32).eps)  # float32's; a capture in another dtype uses its own (capture_eps)
 HEAD_COLUMNS = ("weights_entropy_mean", "weights_row_max_mean", "weights_first_token_mass")  # per-head table columns
 
 
@@ -69,22 +70,32 @@ def _non_finite(t: torch.Tensor) -> float:
     return float(sum(int((~torch.isfinite(t[i])).sum()) for i in blocks(t)))
 
 
-def _stage_rtol(stage: str, capture: Capture) -> float:
-    """Relative float32 error a correct computation of `stage` may carry (worst case, linear in K).
+def capture_eps(capture: Capture) -> float:
+    """Machine epsilon of the dtype the module computed in (its output's); float32's for an
+    integer or float64 output, since the stages are compared at float32 precision at best."""
+    dtype = capture.stages["output"].dtype
+    return max(_EPS, float(torch.finfo(dtype).eps)) if dtype.is_floating_point else _EPS
+
+
+def _stage_rtol(stage: str, capture: Capture, eps: float | None = None) -> float:
+    """Relative error a correct computation of `stage` may carry in a dtype of epsilon `eps`
+    (default: the capture's own; worst case, linear in K).
 
     Projections sum over d_in, scores over head_dim; each later stage inherits the error before it.
     """
+    eps = capture_eps(capture) if eps is None else eps
     d_in = capture.stages["inputs"].shape[-1]
     keys = capture.stages.get("keys")
     d_k = keys.shape[-1] if keys is not None else d_in
-    projection = 4 * _EPS * (d_in + 1)
-    scores = 2 * projection + 4 * _EPS * (d_k + 1)
-    return {"inputs": _EPS, "queries": projection, "keys": projection, "values": projection,
-            "scores": scores, "scaled_scores": scores + 4 * _EPS}.get(stage, scores)
+    projection = 4 * eps * (d_in + 1)
+    scores = 2 * projection + 4 * eps * (d_k + 1)
+    return {"inputs": eps, "queries": projection, "keys": projection, "values": projection,
+            "scores": scores, "scaled_scores": scores + 4 * eps}.get(stage, scores)
 
 
-def stage_tolerance(stage: str, capture: Capture) -> float:
-    """Absolute tolerance for comparing `stage` of `capture` with another computation of it.
+def stage_tolerance(stage: str, capture: Capture, eps: float | None = None) -> float:
+    """Absolute tolerance for comparing `stage` of `capture` with another computation of it, in a
+    dtype of epsilon `eps` (default: the capture's own).
 
     A softmax turns an absolute error e in its input into a relative error of about 2e in its
     output, so the weights, context and output tolerances grow with the scaled scores' magnitude:
@@ -92,21 +103,22 @@ def stage_tolerance(stage: str, capture: Capture) -> float:
     """
     stages = capture.stages
     atol = 1e-6
+    eps = capture_eps(capture) if eps is None else eps
     if stage not in ("weights", "weights_applied", "context", "output"):
-        return _stage_rtol(stage, capture) * max_abs(stages[stage]) + atol
+        return _stage_rtol(stage, capture, eps) * max_abs(stages[stage]) + atol
     logits = stages.get("scaled_scores", stages.get("scores"))
-    logit_err = _stage_rtol("scaled_scores", capture) * max_abs(logits) if logits is not None else 0.0
-    weight_err = min(1.0, 2 * logit_err + 8 * _EPS * math.sqrt(stages["inputs"].shape[-2]))
+    logit_err = _stage_rtol("scaled_scores", capture, eps) * max_abs(logits) if logits is not None else 0.0
+    weight_err = min(1.0, 2 * logit_err + 8 * eps * math.sqrt(stages["inputs"].shape[-2]))
     if stage in ("weights", "weights_applied"):
         return weight_err + atol
     values = stages.get("values")
-    context_rtol = 2 * weight_err + _stage_rtol("values", capture)
+    context_rtol = 2 * weight_err + _stage_rtol("values", capture, eps)
     if stage == "context" or capture.output_is_context:
         scale = max_abs(values) if values is not None else max_abs(stages[stage])
         return context_rtol * scale + atol
     width = stages["output"].shape[-1]  # an output projection sums over the merged heads
     merged = math.prod(stages["context"].shape[1::2]) if "context" in stages else width
-    return (context_rtol + 4 * _EPS * (merged + 1)) * max_abs(stages["output"]) * math.sqrt(merged) + atol
+    return (context_rtol + 4 * eps * (merged + 1)) * max_abs(stages["output"]) * math.sqrt(merged) + atol
 
 
 def stage_differs(stage: str, variant: Capture, reference: Capture, other: torch.Tensor | None = None) -> bool:
@@ -116,7 +128,7 @@ def stage_differs(stage: str, variant: Capture, reference: Capture, other: torch
     if mine.shape != ref.shape:
         return True
     diff = max_abs_diff(mine, ref)
-    return not diff <= stage_tolerance(stage, reference)
+    return not diff <= stage_tolerance(stage, reference, max(capture_eps(variant), capture_eps(reference)))
 
 
 def first_divergent_stage(variant: Capture, reference: Capture) -> str | None:

@@ -25,11 +25,33 @@ from attnlab.findings import diagnose
 from attnlab.inputs import Inputs
 from attnlab.layouts import align, seed_projections
 from attnlab.predictions import check_predictions
+from attnlab.profile import profile_pair
 from attnlab.record import Record
 from attnlab.registry import SPELLINGS, auto_reference, constructor_kwargs, get_variant
 from attnlab.weights import manual_seed
 
 SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEVICES = ("cpu", "cuda", "mps", "auto")
+
+
+def checked_dtype(key: str, name: str) -> str:
+    if name not in DTYPES:
+        raise UserError(f"{key}={name}: allowed are {', '.join(DTYPES)}")
+    return name
+
+
+def resolved_device(name: str) -> str:
+    """cpu, cuda or mps; `auto` takes CUDA, then MPS, else the CPU. A device this machine lacks is
+    a one-line error, not a fallback: published numbers must say where they ran."""
+    if name not in DEVICES:
+        raise UserError(f"device={name}: allowed are {', '.join(DEVICES)}")
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+    if (name == "cuda" and not torch.cuda.is_available()) or (name == "mps" and not mps):
+        raise UserError(f"device={name}: not available on this machine (device=cpu or device=auto)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -49,6 +71,12 @@ class JobSpec:
     train: bool
     reference: str  # "auto" or a variant name
     show: tuple[int, int]  # the batch item and head the sinks show
+    dtype: str = "float32"  # the variant's; the reference runs in reference_dtype
+    reference_dtype: str = "float32"
+    device: str = "cpu"  # resolved: never "auto"
+    profile: bool = False
+    profile_budget_s: float = 1.0
+    profile_backward: bool = False
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> JobSpec:
@@ -67,6 +95,12 @@ class JobSpec:
             train=cfg.train,
             reference=cfg.reference,
             show=(cfg.show.batch, cfg.show.head),
+            dtype=checked_dtype("dtype", cfg.dtype),
+            reference_dtype=checked_dtype("reference_dtype", cfg.reference_dtype),
+            device=resolved_device(cfg.device),
+            profile=cfg.profile,
+            profile_budget_s=_positive("profile_budget_s", cfg.profile_budget_s),
+            profile_backward=cfg.profile_backward,
         )
 
 
@@ -152,7 +186,7 @@ def compute_record(
     config["seed"] = seed
     record = Record(
         variant=name, seed=seed, config=config, labels=inputs.labels,
-        n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out,
+        n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out, device=spec.device, dtype=spec.dtype,
     )
     values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
     batch = torch.stack([tokens] * spec.batch)  # (batch, n_tokens, d_in), as the source's torch.stack((inputs, inputs))
@@ -173,8 +207,19 @@ def compute_record(
                                               num_kv_heads=spec.values.get("num_kv_heads"))
             for module in (reference_module, variant_module):
                 module.train(spec.train)
-            reference = run_module(reference_name, reference_module, batch if reference_batched else tokens, seed)
-            variant = run_module(name, variant_module, batch if variant_batched else tokens, seed)
+            # built and seeded on the CPU in float32, then moved: a seed means the same numbers everywhere
+            reference_module.to(spec.device, DTYPES[spec.reference_dtype])
+            variant_module.to(spec.device, DTYPES[spec.dtype])
+            reference_x = _moved(batch if reference_batched else tokens, spec.device, spec.reference_dtype)
+            variant_x = _moved(batch if variant_batched else tokens, spec.device, spec.dtype)
+            reference = run_module(reference_name, reference_module, reference_x, seed)
+            try:
+                variant = run_module(name, variant_module, variant_x, seed)
+            except PluginError:
+                if variant_batched or not reference_batched:
+                    raise
+                # a batched module whose probe failed: its own error on the batch says why
+                variant = run_module(name, variant_module, _moved(batch, spec.device, spec.dtype), seed)
         except PluginError as exc:
             record.status, record.error = "failed", str(exc)
             return record
@@ -192,7 +237,25 @@ def compute_record(
         record.predictions = check_predictions(
             spec.expect, variant, record.diagnostics, record.first_divergent_stage, record.findings
         )
+        if spec.profile:  # after the capture, on the plain modules: profiling never changes a diagnosed value
+            say("profile")
+            key = (reference_name, tuple(reference_x.shape), spec.reference_dtype, spec.device, spec.train,
+                   spec.profile_budget_s, spec.profile_backward, tuple(sorted(values.items())))
+            record.profile = profile_pair((variant_module, variant_x), (reference_module, reference_x),
+                                          budget_s=spec.profile_budget_s, backward=spec.profile_backward,
+                                          reference_key=key)
+            record.diagnostics.update(record.profile)
     return record
+
+
+def _moved(x: torch.Tensor, device: str, dtype: str) -> torch.Tensor:
+    return x.to(device=device, dtype=DTYPES[dtype])
+
+
+def _positive(key: str, value: float) -> float:
+    if not value > 0:
+        raise UserError(f"{key}={value}: must be a number of seconds above 0")
+    return float(value)
 
 
 def _check_shown(show: tuple[int, int], variant: Capture) -> None:

@@ -1,0 +1,45 @@
+"""softcap: the source's MultiHeadAttention with logit soft-capping: the scaled scores pass through cap * tanh(s / cap) before the mask."""
+
+import torch
+import torch.nn as nn
+
+import attnlab
+
+
+@attnlab.variant(
+    "softcap",
+    description="MultiHeadAttention with soft-capped scaled scores, cap * tanh(s / cap), before the mask (Gemma 2 uses cap 50)",
+    params={"cap": 5.0},
+)
+class SoftCapAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, cap=5.0):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        assert cap > 0, "cap must be positive"
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+        self.cap = cap
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
+        keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+        values = self.W_value(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, num_heads, num_tokens, num_tokens)
+        attn_scores = attn_scores / keys.shape[-1] ** 0.5  # (b, num_heads, num_tokens, num_tokens)
+        # changed: capped smoothly to (-cap, cap) before the mask, so the mask's -inf stays -inf
+        attn_scores = self.cap * torch.tanh(attn_scores / self.cap)  # (b, num_heads, num_tokens, num_tokens)
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = torch.softmax(attn_scores, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
+        attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
+
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
+        return self.out_proj(context_vec)  # (b, num_tokens, d_out)

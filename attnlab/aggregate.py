@@ -1,8 +1,9 @@
-"""From records on disk to a sweep's comparison: `comparison.csv`, `comparison.md`, `comparison.html`.
+"""From records on disk to a comparison: the records and the tables the sinks and `attnlab compare` show.
 
 Everything here starts from record files, never from a running job, so the same tables come out
-of a live sweep (rebuilt after every job), an interrupted one, or folders copied back from a
-cluster (`attnlab compare`). Three views of the same records:
+of a live sweep (rebuilt after jobs), an interrupted one, or folders copied back from a cluster
+(`attnlab compare`). Writing files is the sinks' part (attnlab.sinks.table, attnlab.sinks.html).
+Three views of the same records:
 
 - jobs: one row per job (`attnlab.sinks.table.records_table`), every column;
 - summary: one row per configuration (everything but the seed), mean and std over seeds of every
@@ -14,16 +15,15 @@ cluster (`attnlab compare`). Three views of the same records:
 from __future__ import annotations
 
 import shutil
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
 import pandas as pd
 
-from attnlab.record import RECORD_FILE, Record, RecordError, read_record, write_atomic
-from attnlab.sinks.table import KEY_COLUMNS, records_table, to_markdown, write_table_csv
+from attnlab.record import RECORD_FILE, Record, RecordError, read_record
+from attnlab.rows import KEY_COLUMNS, records_table
 
-OUTPUT_STEM = "comparison"
 IDENTITY_COLUMNS = ("variant", "seed")  # kept in every view: they say which job a row is
 GROUP_COLUMNS = tuple(c for c in KEY_COLUMNS if c != "seed")  # a configuration, seeds pooled
 PATH_COLUMNS = ("path",)  # unique per row by construction: never a "difference"
@@ -34,13 +34,16 @@ TERMINAL_ERROR_WIDTH = 60
 class Report:
     """The records of a comparison and the three tables built from them.
 
-    The summary and differs views are built when first asked for: a sweep's per-job refresh
-    writes only the jobs table (comparison.csv), and should not pay for the others.
+    The tables are built when first asked for: a sweep's refresh after a job writes
+    comparison.csv from the records alone, and should not pay for them.
     """
 
     def __init__(self, records: Iterable[Record]):
         self.records: list[Record] = sorted(records, key=_job_order)
-        self.jobs: pd.DataFrame = records_table(self.records)
+
+    @cached_property
+    def jobs(self) -> pd.DataFrame:
+        return records_table(self.records)
 
     @cached_property
     def summary(self) -> pd.DataFrame:
@@ -69,23 +72,22 @@ def find_record_files(paths: Iterable[Path]) -> list[Path]:
     return sorted(found.values())
 
 
-_READ_CACHE: dict[Path, tuple[tuple[int, int], Record]] = {}
+READ_CACHE_SIZE = 4096  # records remembered per process; a record's values above 65,536 elements are not inlined
+
+
+@lru_cache(maxsize=READ_CACHE_SIZE)
+def _read_version(path: Path, mtime_ns: int, size: int) -> Record:
+    return read_record(path)
 
 
 def _read_cached(path: Path) -> Record:
     """read_record, remembered per process while the file's (mtime, size) is unchanged.
 
-    A sweep rebuilds its tables after every job; parsing every stage value of every record again
-    each time made a 30-job sweep spend most of its time re-reading the same files.
+    A sweep rebuilds its tables after jobs; parsing every stage value of every record again each
+    time made a 30-job sweep spend most of its time re-reading the same files.
     """
     stat = path.stat()
-    key = (stat.st_mtime_ns, stat.st_size)
-    cached = _READ_CACHE.get(path.resolve())
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    record = read_record(path)
-    _READ_CACHE[path.resolve()] = (key, record)
-    return record
+    return _read_version(path.resolve(), stat.st_mtime_ns, stat.st_size)
 
 
 def load_records(files: Iterable[Path]) -> tuple[list[Record], list[RecordError]]:
@@ -179,72 +181,29 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
     return view.to_string(index=False, line_width=width, na_rep="—", float_format=lambda v: f"{v:.4g}")
 
 
-def to_markdown_report(report: Report) -> str:
-    sections = [
-        "# attnlab comparison",
-        f"{len(report.records)} record(s).",
-        "## Summary (mean ± std over seeds)",
-        summary_view(report.summary).to_markdown() if not report.summary.empty else "no records",
-        "## What differs between jobs",
-        to_markdown(report.differs),
-        "## Every job",
-        to_markdown(report.jobs),
-    ]
-    return "\n\n".join(sections) + "\n"
-
-
-def _write_csv(report: Report, path: Path) -> None:
-    write_table_csv(report.jobs, path, index=False)
-
-
-def _write_markdown(report: Report, path: Path) -> None:
-    write_atomic(path, to_markdown_report(report))
-
-
-def _write_html(report: Report, path: Path) -> None:
-    from attnlab.sinks.html import render_html  # the sink builds on this module's views
-
-
-    write_atomic(path, render_html(report))
-
-
-WRITERS: dict[str, Callable[[Report, Path], None]] = {".csv": _write_csv, ".md": _write_markdown, ".html": _write_html}
-
-
-def write_report(report: Report, path: Path) -> Path:
-    """Write one output, its format chosen by the suffix (one of WRITERS)."""
-    WRITERS[Path(path).suffix.lower()](report, Path(path))
-    return Path(path)
-
-
-def write_sweep_outputs(report: Report, folder: Path, suffixes: Iterable[str] = tuple(WRITERS)) -> list[Path]:
-    return [write_report(report, Path(folder) / f"{OUTPUT_STEM}{suffix}") for suffix in suffixes]
-
-
 def _snapshot(folder: Path) -> set[tuple[Path, int]]:
     return {(f, f.stat().st_mtime_ns) for f in find_record_files([folder]) if f.exists()}
 
 
-def rebuild(folder: Path, suffixes: Iterable[str] = tuple(WRITERS), max_rounds: int = 5) -> tuple[Report, list[RecordError]]:
-    """Rebuild a sweep folder's outputs (all of them, or the given suffixes) from its records.
+def rebuild(folder: Path, write: Callable[[Report], object]) -> tuple[Report, list[RecordError]]:
+    """Rebuild a folder's outputs from its records: `write(report)` writes them.
 
     Parallel workers rebuild concurrently and the last writer wins; a writer whose snapshot went
     stale while it wrote (another job's record appeared) rebuilds again, so the files on disk end
     up covering every record written before the last rebuild finished.
     """
     folder = Path(folder)
-    for _ in range(max_rounds):
+    for _ in range(5):
         before = _snapshot(folder)
         records, problems = load_records(sorted(path for path, _ in before))
         report = Report(records)
-        write_sweep_outputs(report, folder, suffixes)
+        write(report)
         if _snapshot(folder) == before:
             break
     return report, problems
 
 
 __all__ = [
-    "OUTPUT_STEM", "Report", "WRITERS", "diagnostic_columns", "differs_table", "find_record_files", "group_labels",
-    "load_records", "rebuild", "summary_table", "summary_view", "terminal_table", "to_markdown_report",
-    "write_report", "write_sweep_outputs",
+    "Report", "diagnostic_columns", "differs_table", "find_record_files", "group_labels", "load_records", "rebuild",
+    "summary_table", "summary_view", "terminal_table",
 ]

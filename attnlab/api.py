@@ -2,7 +2,10 @@
 
 The config is composed through Hydra's compose API from the same files and schema as the
 command line, so `attnlab.run("unscaled", seed=123)` and `python -m attnlab variant=unscaled`
-give the same record. Nothing is written unless `out_dir` is given.
+give the same record. Nothing is printed (the Result is the report; `log={"terminal": True}`
+prints the terminal summary as well) and nothing is written unless `out_dir` is given: then the
+files of a job, record.json and every enabled sink's, and `.hydra/config.yaml` and
+`.hydra/overrides.yaml` as Hydra writes them for a job (no `hydra.yaml`: no Hydra run happened).
 """
 
 from __future__ import annotations
@@ -14,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from attnlab.config import config_dir, register_configs, user_overrides
 from attnlab.record import Finding, Record
-from attnlab.sinks.table import module_table
+from attnlab.rows import module_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,14 +62,17 @@ class Result:
         return f"Result(variant={self.record.variant!r}, seed={self.record.seed}, status={self.record.status!r}, findings={codes})"
 
 
-def compose_config(variant: str, seed: int, overrides: Iterable[str] = (), **kwargs: Any) -> DictConfig:
+def override_words(variant: str, seed: int, overrides: Iterable[str] = (), **kwargs: Any) -> list[str]:
     """Keyword overrides become Hydra overrides: d_out=4 -> "d_out=4", inputs="random" -> "inputs=random",
     log={"tensorboard": False} -> "log.tensorboard=false"."""
+    return user_overrides([f"variant={variant}", f"seed={seed}", *_override_words(kwargs), *overrides])
+
+
+def compose_config(variant: str, seed: int, overrides: Iterable[str] = (), **kwargs: Any) -> DictConfig:
     register_configs()
-    words = [f"variant={variant}", f"seed={seed}", *_override_words(kwargs)]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return compose(config_name="config", overrides=user_overrides([*words, *overrides]))
+        return compose(config_name="config", overrides=override_words(variant, seed, overrides, **kwargs))
 
 
 def run(
@@ -80,9 +86,16 @@ def run(
     """Run one variant against the reference; a list of results when n_seeds > 1."""
     from attnlab.job import compute_records, write_outputs
 
+    overrides = list(overrides)
+    if not any(o.lstrip("+").startswith("log.terminal=") for o in overrides):
+        kwargs["log"] = {"terminal": False, **kwargs.get("log", {})}  # a notebook shows the Result
     cfg = compose_config(variant, seed, overrides, **kwargs)
     records = compute_records(cfg)
     if out_dir is not None:
+        hydra_dir = Path(out_dir) / ".hydra"
+        hydra_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, hydra_dir / "config.yaml")
+        OmegaConf.save(OmegaConf.create(override_words(variant, seed, overrides, **kwargs)), hydra_dir / "overrides.yaml")
         write_outputs(cfg, records, Path(out_dir))
     results = [Result(record) for record in records]
     return results[0] if len(results) == 1 else results

@@ -12,12 +12,15 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from attnlab.aggregate import WRITERS, Report, find_record_files, load_records, terminal_table, write_report
+from attnlab.aggregate import Report, find_record_files, load_records, terminal_table
 from attnlab.errors import UserError
 from attnlab.record import Record
-from attnlab.sinks.table import record_row
+from attnlab.rows import record_row
+from attnlab.sinks.html import write_html_report
+from attnlab.sinks.table import write_csv_report, write_markdown_report
 
 PROG = "attnlab compare"
+WRITERS = {".csv": write_csv_report, ".md": write_markdown_report, ".html": write_html_report}  # the sinks' own writers
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -85,7 +88,7 @@ def run(args: argparse.Namespace) -> None:
     if args.out is None:
         print(terminal_table(report.jobs))
     else:
-        print(f"{PROG}: {len(records)} record(s) -> {write_report(report, args.out)}")
+        print(f"{PROG}: {len(records)} record(s) -> {WRITERS[args.out.suffix.lower()](report, args.out)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

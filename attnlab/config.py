@@ -2,25 +2,31 @@
 
 Every discovered variant becomes an option of the Hydra group `variant` through the
 ConfigStore, so a plugin never needs a YAML file; `--help` lists them with their descriptions.
+Every sink config found in the group `sink` (attnlab's conf/sink/ and ./conf/sink/ in the
+working folder) joins the config under `sink.NAME`, switched by `log.NAME`: the one list of
+switches is built here from the sinks found, so a sink of your own needs no edit to attnlab.
 """
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
+import difflib
 import itertools
 import os
-import sys
 from dataclasses import dataclass, field
 from enum import Enum
 from importlib import resources
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, Iterator, Optional
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
+from hydra_plugins.attnlab_sweeper.attnlab_sweeper import AttnlabSweeper
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
+from attnlab.inputs import SCHEMAS as INPUT_SCHEMAS
+from attnlab.inputs import check_inputs, positive
 from attnlab.registry import Registry, discover
 
 
@@ -34,36 +40,10 @@ class WeightsInit(Enum):
     normal = "normal"  # torch.randn(d_in, d_out) / sqrt(d_in): zero mean, q.k has variance ~ d_k
 
 
-class Distribution(Enum):
-    uniform = "uniform"
-    normal = "normal"
-
-
 @dataclass
 class VariantConf:
     name: str = "reference"
     params: Dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class InputsConf:
-    kind: str = "book"  # book | random | file
-    n_tokens: Optional[int] = None
-    d_in: Optional[int] = None
-    distribution: Distribution = Distribution.uniform
-    path: Optional[str] = None
-    labels: Optional[List[str]] = None
-    embeddings: Optional[List[Any]] = None  # rows are checked by attnlab.inputs, not by type
-
-
-@dataclass
-class LogConf:
-    terminal: bool = True
-    tensorboard: bool = True
-    images: bool = True
-    histograms: bool = True
-    table: bool = True
-    progress: bool = True
 
 
 @dataclass
@@ -75,7 +55,7 @@ class ShowConf:
 @dataclass
 class Config:
     variant: VariantConf = field(default_factory=VariantConf)
-    inputs: InputsConf = field(default_factory=InputsConf)
+    inputs: Any = None  # the group `inputs`: a structured config of attnlab.inputs, or your own
     seed: int = 123
     n_seeds: int = 1
     d_out: int = 2
@@ -99,10 +79,12 @@ class Config:
     weights: WeightsMode = WeightsMode.shared
     weights_init: WeightsInit = WeightsInit.rand
     expect: Dict[str, Any] = field(default_factory=dict)
-    log: LogConf = field(default_factory=LogConf)
+    log: Dict[str, bool] = field(default_factory=dict)  # log.NAME for every sink found, and LOG_OPTIONS
+    sink: Dict[str, Any] = field(default_factory=dict)  # sink.NAME: each sink's config (_target_ and options)
 
 
-INPUT_KINDS = ("book", "random", "file")
+LOG_OPTIONS = {"images": True, "histograms": True, "progress": True}  # switches that are not sinks
+USER_CONFIG = "conf"  # ./conf in the working folder joins Hydra's config search path
 
 
 def config_dir() -> Path:
@@ -128,23 +110,36 @@ def help_header(registry: Registry) -> str:
     )
 
 
-HYDRA_PLUGIN_ROOT = Path(__file__).parent / "hydra_plugin_root"
-SWEEPER_MODULE = "hydra_plugins.attnlab_sweeper.attnlab_sweeper"
+def user_config_dir() -> Path | None:
+    """./conf in the working folder, unless it is attnlab's own (running from a clone)."""
+    folder = Path.cwd() / USER_CONFIG
+    return folder if folder.is_dir() and folder.resolve() != config_dir().resolve() else None
 
 
-def use_attnlab_sweeper() -> ModuleType:
-    """Put attnlab's sweeper where Hydra looks for plugins: the `hydra_plugins` namespace.
+def user_config_searchpath() -> list[str]:
+    """`hydra.searchpath` (a resolver: an entry for a folder that does not exist makes Hydra warn)."""
+    folder = user_config_dir()
+    return [f"file://{folder}"] if folder is not None else []
 
-    It ships inside the package and joins that namespace only in attnlab's own process, through
-    sys.path, because an editable install's finder hides namespace portions from Hydra's plugin
-    scan, and other Hydra apps in the environment should not scan it at all. Imported here as
-    well, so its `hydra/sweeper=attnlab` option exists even if Hydra scanned its plugins earlier
-    in this process (a notebook).
-    """
-    root = str(HYDRA_PLUGIN_ROOT)
-    if root not in sys.path:
-        sys.path.append(root)
-    return importlib.import_module(SWEEPER_MODULE)
+
+def sink_names() -> tuple[list[str], list[str]]:
+    """(attnlab's sinks, the working folder's): the YAML files of the group `sink`."""
+    builtin = sorted(p.stem for p in (config_dir() / "sink").glob("*.yaml"))
+    folder = user_config_dir()
+    own = sorted({p.stem for p in (folder / "sink").glob("*.yaml")} - set(builtin)) if folder is not None else []
+    return builtin, own
+
+
+def outputs_node() -> dict[str, Any]:
+    """The sinks in the config (`sink.NAME` from the group, in order), their switches (attnlab's
+    on, yours off until log.NAME=true) and Hydra's folder names without the switches."""
+    builtin, own = sink_names()
+    log = {**{name: True for name in builtin}, **{name: False for name in own}, **LOG_OPTIONS}
+    return {
+        "defaults": [{f"sink@sink.{name}": name} for name in [*builtin, *own]],
+        "log": log,
+        "hydra": {"job": {"config": {"override_dirname": {"exclude_keys": [f"log.{name}" for name in log]}}}},
+    }
 
 
 def new_dir(path: str) -> str:
@@ -168,11 +163,17 @@ def new_dir(path: str) -> str:
 
 def register_configs(registry: Registry | None = None) -> None:
     registry = registry or discover()
-    use_attnlab_sweeper()
+    # Hydra's public registration: the sweeper is found even when Hydra scanned for plugins
+    # earlier in this process (another Hydra app ran first), and with any install layout.
+    Plugins.instance().register(AttnlabSweeper)
     if not OmegaConf.has_resolver("attnlab.new_dir"):
         OmegaConf.register_new_resolver("attnlab.new_dir", new_dir, use_cache=True)
+        OmegaConf.register_new_resolver("attnlab.user_config", user_config_searchpath)
     store = ConfigStore.instance()
     store.store(name="attnlab_schema", node=Config)
+    store.store(name="attnlab_outputs", node=outputs_node())
+    for name, schema in INPUT_SCHEMAS.items():
+        store.store(group="attnlab/inputs", name=name, node=schema)
     for name, spec in registry.specs.items():
         store.store(group="variant", name=name, node=VariantConf(name=name, params=dict(spec.params)))
     store.store(
@@ -197,25 +198,82 @@ def user_overrides(args: list[str]) -> list[str]:
 
 def validate(cfg: DictConfig) -> None:
     """Checks beyond the schema's types, so that a bad value fails before any work."""
-    _positive(cfg.d_out, "d_out")
-    _positive(cfg.n_seeds, "n_seeds")
+    unknown_keys(cfg)
+    positive(cfg.d_out, "d_out")
+    positive(cfg.n_seeds, "n_seeds")
     if cfg.seed < 0:
         raise UserError(f"seed={cfg.seed}: must be a non-negative integer")
-    kind = cfg.inputs.kind
-    if kind not in INPUT_KINDS:
-        raise UserError(f"inputs.kind={kind}: unknown input kind; allowed: {', '.join(INPUT_KINDS)}")
-    if kind == "random":
-        _positive(cfg.inputs.n_tokens, "inputs.n_tokens")
-        _positive(cfg.inputs.d_in, "inputs.d_in")
-    if kind == "file" and not cfg.inputs.path:
-        raise UserError("inputs.path is missing: inputs=file needs inputs.path=FILE (.csv, .json or .npy)")
+    check_inputs(cfg.inputs)
     if not isinstance(cfg.variant.params, (dict, DictConfig)):
         raise UserError("variant.params: must be a mapping of constructor arguments")
 
 
-def _positive(value: Any, key: str) -> None:
-    if value is None or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise UserError(f"{key}={value}: must be a positive integer (1, 2, 3, ...)")
+def _dotted(cfg: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, node) for every node under `cfg`, the hydra node left out."""
+    if not OmegaConf.is_dict(cfg):
+        return
+    for key in cfg:
+        if not prefix and key == "hydra":
+            continue
+        node = cfg._get_node(key)
+        full = f"{prefix}{key}"
+        yield full, node
+        yield from _dotted(node, f"{full}.")
+
+
+def unknown_keys(cfg: DictConfig) -> None:
+    """A key that a `+`/`++` override added and no schema declares is an error, not ignored.
+
+    A structured node declares its fields; `expect.*` and `variant.params.*` are open (checked by
+    attnlab.predictions and against the variant's constructor), and so is a sink's config (its
+    constructor checks its options)."""
+    for key, node in _dotted(cfg):
+        schema = OmegaConf.get_type(node) if OmegaConf.is_dict(node) else None
+        if schema is None or not dataclasses.is_dataclass(schema):
+            continue
+        fields = {f.name for f in dataclasses.fields(schema)}
+        for extra in [k for k in node if k not in fields]:
+            raise UserError(_unknown(f"{key}.{extra}", cfg))
+    for extra in [k for k in cfg if k not in {f.name for f in dataclasses.fields(Config)} and k != "hydra"]:
+        raise UserError(_unknown(str(extra), cfg))
+    for extra in [k for k in cfg.log if k not in cfg.get("sink", {}) and k not in LOG_OPTIONS]:
+        raise UserError(_unknown(f"log.{extra}", cfg))
+
+
+def _unknown(key: str, cfg: DictConfig) -> str:
+    return unknown_key_message(key, [k for k, _ in _dotted(cfg) if k != key])
+
+
+def unknown_key_message(key: str, known: Iterable[str]) -> str:
+    """`KEY: unknown key; did you mean 'CLOSEST'?`: a sibling of similar name first, else any
+    key of similar spelling (never one of its own parents)."""
+    known = [k for k in known if not key.startswith(f"{k}.")]
+    parent, _, leaf = key.rpartition(".")
+    siblings = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == parent}
+    close = [siblings[c] for c in difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)]
+    close = close or difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    if close:
+        return f"{key}: unknown key; did you mean '{close[0]}'?"
+    if key.startswith("variant.params."):
+        return f"{key}: not a default param of the variant; add it with +{key}=VALUE"
+    return f"{key}: unknown key"
+
+
+def closest_key(key: str, args: Iterable[str] = ()) -> str:
+    """One line for an override of a key the config does not have, naming the closest known key
+    of the config these `args` compose (their config-group choices; on the error path only)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    groups = [a for a in args if "=" in a and a.split("=", 1)[0].lstrip("+") in ("variant", "inputs", "experiment")]
+    try:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[g for g in groups if "," not in g])
+        known = [k for k, _ in _dotted(cfg)]
+    except Exception:  # noqa: BLE001 - the suggestion is a courtesy; the error stands without it
+        known = []
+    return unknown_key_message(key, known)
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:

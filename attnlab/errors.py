@@ -7,3 +7,12 @@ class UserError(Exception):
     The message names what was wrong and what is allowed, in one line.
     """
 
+
+
+class FailedRecords(Exception):
+    """Records that failed (a plugin that raised or returned no context): reported after every
+    output is written, with exit code 1."""
+
+    def __init__(self, paths: list[str]):
+        super().__init__(f"{len(paths)} failed record(s): {', '.join(paths)}")
+        self.paths = list(paths)

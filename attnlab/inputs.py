@@ -1,6 +1,13 @@
 """Token embeddings for a run: the source's six tokens, seeded random ones, or a file.
 
-Files are read without pickle: CSV and JSON as text, .npy with allow_pickle=False.
+Each input kind is a factory and a config: `conf/inputs/NAME.yaml` names its structured config
+(a dataclass below, registered by attnlab.config as `attnlab/inputs/NAME`) and a `_target_`
+factory, which `make_inputs` calls with the seed and the config's fields (`kind` included) and
+which returns `Inputs`. A config checks its own values when it is built (`__post_init__`), so a
+bad value fails in one line before any work, in a single run and for every value of a sweep.
+A new kind is one factory and one YAML file (a dataclass of its own is optional: without one,
+the factory's signature is the schema). Files are read without pickle: CSV and JSON as text,
+.npy with allow_pickle=False.
 """
 
 from __future__ import annotations
@@ -8,8 +15,9 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, List, Optional
 
 import numpy as np
 import torch
@@ -32,15 +40,94 @@ class Inputs:
         return self.embeddings.shape[1]
 
 
+class Distribution(Enum):
+    uniform = "uniform"
+    normal = "normal"
+
+
+def positive(value: Any, key: str) -> None:
+    if value is None or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise UserError(f"{key}={value}: must be a positive integer (1, 2, 3, ...)")
+
+
+@dataclass
+class BookInputsConf:
+    """The source's six tokens, or any rows written into the config (conf/inputs/book.yaml)."""
+
+    _target_: str = "attnlab.inputs.rows_inputs"
+    _convert_: str = "all"
+    kind: str = "book"
+    labels: Optional[List[str]] = None
+    embeddings: Optional[List[Any]] = None  # rows are checked by the factory, not by type
+
+
+@dataclass
+class RandomInputsConf:
+    """Seeded random token embeddings (conf/inputs/random.yaml)."""
+
+    _target_: str = "attnlab.inputs.random_inputs"
+    _convert_: str = "all"
+    kind: str = "random"
+    n_tokens: int = 6
+    d_in: int = 3
+    distribution: Distribution = Distribution.uniform
+
+    def __post_init__(self) -> None:
+        positive(self.n_tokens, "inputs.n_tokens")
+        positive(self.d_in, "inputs.d_in")
+
+
+@dataclass
+class FileInputsConf:
+    """Token embeddings from a file (conf/inputs/file.yaml)."""
+
+    _target_: str = "attnlab.inputs.file_inputs"
+    _convert_: str = "all"
+    kind: str = "file"
+    path: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise UserError("inputs.path is missing: inputs=file needs inputs.path=FILE (.csv, .json or .npy)")
+
+
+SCHEMAS = {"book": BookInputsConf, "random": RandomInputsConf, "file": FileInputsConf}
+
+
+def check_inputs(cfg: DictConfig) -> None:
+    """Build the inputs' structured config, which checks its values; a plain one passes as is."""
+    if OmegaConf.is_dict(cfg) and OmegaConf.get_type(cfg) in SCHEMAS.values():
+        OmegaConf.to_object(cfg)
+
+
 def make_inputs(cfg: DictConfig, seed: int) -> Inputs:
-    if cfg.kind == "random":
-        return _random(cfg.n_tokens, cfg.d_in, str(cfg.distribution.value), seed)
-    if cfg.kind == "file":
-        rows, labels = _read_file(Path(cfg.path))
-        return _from_rows(rows, labels, source=f"inputs.path={cfg.path}")
-    rows = OmegaConf.to_container(cfg.embeddings) if cfg.embeddings is not None else None
-    labels = list(cfg.labels) if cfg.labels is not None else None
-    return _from_rows(rows, labels, source="inputs.embeddings")
+    """The inputs of one seed: the config's factory called with the seed."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        inputs = instantiate(cfg, seed=seed)
+    except InstantiationException as exc:
+        if isinstance(exc.__cause__, UserError):
+            raise exc.__cause__ from None
+        raise UserError(f"inputs: {OmegaConf.select(cfg, '_target_')}: {str(exc.__cause__ or exc).splitlines()[0]}") from None
+    if not isinstance(inputs, Inputs):
+        raise UserError(f"inputs: {OmegaConf.select(cfg, '_target_')} returned {type(inputs).__name__}, not attnlab.inputs.Inputs")
+    return inputs
+
+
+def rows_inputs(seed: int, kind: str, embeddings: list | None, labels: list[str] | None = None) -> Inputs:
+    """Rows written into the config (the book's six tokens); the seed is not used."""
+    return _from_rows(embeddings, labels, source="inputs.embeddings")
+
+
+def random_inputs(seed: int, kind: str, n_tokens: int, d_in: int, distribution: Distribution | str) -> Inputs:
+    return _random(n_tokens, d_in, Distribution(distribution).value, seed)
+
+
+def file_inputs(seed: int, kind: str, path: str) -> Inputs:
+    rows, labels = _read_file(Path(path))
+    return _from_rows(rows, labels, source=f"inputs.path={path}")
 
 
 def _random(n_tokens: int, d_in: int, distribution: str, seed: int) -> Inputs:

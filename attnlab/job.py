@@ -1,47 +1,50 @@
-"""One Hydra job: validate, run every seed, write each record first, then hand it to the sinks.
+"""One Hydra job: check, build the sinks, run every seed, write each record first, then the sinks.
 
-The record is written atomically before any other sink runs, so a sink that fails (or a Ctrl-C)
-never loses a finished result; sweep tables are rebuilt from these files.
+The record is written atomically before any sink runs, so a sink that fails (or a Ctrl-C) never
+loses a finished result; sweep tables are rebuilt from these files.
 
-One seed (the default) writes into the job folder: record.json, comparison.csv (the reference
-and the variant side by side), the TensorBoard run, and the full terminal summary.
+One seed (the default) writes into the job folder: record.json, then what each sink switched on
+by `log.NAME` writes (comparison.csv, the TensorBoard run, the terminal summary, yours).
 
-`n_seeds=N` runs seeds seed .. seed+N-1 in the same process, the config read once, and writes:
-- `seed-<s>/record.json` per seed (each equal to that seed's single run; `attnlab compare`
-  and the sweep tables find them under the job folder);
-- one `comparison.csv` in the job folder, one row per seed (the variant's row, as in a sweep);
-- one TensorBoard run in the job folder: every seed's scalars at step=seed, images, histograms,
-  texts and the HParams session for the first seed;
-- on the terminal, a compact table with a line per seed instead of N full summaries.
+`n_seeds=N` runs seeds seed .. seed+N-1 in the same process, the config read once, and writes
+`seed-<s>/record.json` per seed (each equal to that seed's single run; `attnlab compare` and
+the sweep tables find them under the job folder); the sinks get every seed's record at once
+(one table with a row per seed, one TensorBoard run with each seed at step=seed, a compact
+terminal table).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from typing import Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.config import validate
+from attnlab.errors import UserError
 from attnlab.inputs import make_inputs
 from attnlab.pipeline import JobSpec, compute_record
 from attnlab.predictions import validate_expectations
 from attnlab.progress import Progress
 from attnlab.record import Record, write_record
-from attnlab.registry import get_variant
-from attnlab.sinks.table import module_rows, record_row, rows_markdown, write_rows_csv
-from attnlab.sinks.terminal import print_record, print_seeds, reader_may_leave
+from attnlab.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
+from attnlab.sinks.base import JobInfo, build_sinks
 
-TABLE_FILE = "comparison.csv"
 SEED_DIR = "seed-{seed}"
 
 
 def check(cfg: DictConfig) -> None:
-    """Everything that can be wrong with the request, before any work."""
+    """Everything that can be wrong with the request, before any work: the values, unknown keys,
+    the predictions, the variant and its params, the reference, the sinks. attnlab's sweeper runs
+    it on every value of a sweep before the first job."""
     validate(cfg)
     validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True))
-    get_variant(cfg.variant.name)
-    get_variant("reference")
+    values = {key: cfg[key] for key in CONSTRUCTOR_KEYS if key in cfg}
+    params = OmegaConf.to_container(cfg.variant.params, resolve=True)
+    constructor_kwargs(get_variant(cfg.variant.name), {**values, "d_in": 1, "n_tokens": 1}, params)  # names only
+    if cfg.reference != "auto":
+        get_variant(cfg.reference)
+    build_sinks(cfg)
 
 
 def seeds(cfg: DictConfig) -> range:
@@ -66,35 +69,57 @@ def record_dir(job_dir: Path, record: Record, n_seeds: int) -> Path:
     return job_dir if n_seeds == 1 else job_dir / SEED_DIR.format(seed=record.seed)
 
 
-def write_outputs(cfg: DictConfig, records: list[Record], job_dir: Path, progress: Progress | None = None) -> None:
+def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, progress: Progress | None = None) -> None:
+    """Every record (atomically, first), then every enabled sink in turn."""
+    job = job if isinstance(job, JobInfo) else JobInfo(Path(job))
+    sinks = build_sinks(cfg)
     progress = progress or Progress(len(records), enabled=False)
     progress.phase("records")
     for record in records:
-        write_record(record, record_dir(job_dir, record, len(records)))
-    single = len(records) == 1
-    rows = module_rows(records[0]) if single else [record_row(record) for record in records]
-    if cfg.log.table:
-        progress.phase("table")
-        write_rows_csv(rows, job_dir / TABLE_FILE)
-    if cfg.log.terminal:
-        progress.clear()
-        with reader_may_leave():
-            if single:
-                print_record(records[0])
-                print(f"record: {records[0].path}", flush=True)
-            else:
-                print_seeds(records, job_dir / TABLE_FILE if cfg.log.table else None)
-                sys.stdout.flush()
-    if cfg.log.tensorboard:
-        progress.phase("tensorboard")
-        from attnlab.sinks.tensorboard import write_tensorboard
-
-        write_tensorboard(records, job_dir, table_markdown=rows_markdown(rows, transpose=single),
-                          images=cfg.log.images, histograms=cfg.log.histograms)
+        write_record(record, record_dir(job.dir, record, len(records)))
+    for name, sink in sinks.items():
+        if hasattr(sink, "write"):
+            progress.phase(name)
+            progress.clear()  # a sink may print; the bar comes back at the next phase
+            sink.write(records, job)
 
 
-def run_job(cfg: DictConfig, job_dir: Path) -> list[Record]:
-    with Progress(cfg.n_seeds, label="seeds", enabled=bool(cfg.log.progress)) as progress:
-        records = compute_records(cfg, progress)
-        write_outputs(cfg, records, job_dir, progress)
+def run_job(cfg: DictConfig, job: JobInfo | Path) -> list[Record]:
+    with Progress(cfg.n_seeds, label="seeds", enabled=bool(cfg.log.get("progress"))) as progress:
+        records = compute_records(cfg, progress)  # checks the request first, sinks included
+        write_outputs(cfg, records, job, progress)
     return records
+
+
+def run_task(cfg: DictConfig, hydra_cfg: DictConfig) -> list[str]:
+    """The Hydra task: one job; returns the paths of the records that failed.
+
+    In a sweep, a request that fails its checks (a combination of values that each passed the
+    sweeper's checks) becomes a failed record in the job's folder, so the job has its row and the
+    other jobs run; in a single run it is raised, for the CLI to report in one line.
+    """
+    multirun = hydra_cfg.mode.name == "MULTIRUN"
+    job = JobInfo(
+        dir=Path(hydra_cfg.runtime.output_dir),
+        sweep_dir=Path(str(hydra_cfg.sweep.dir)) if multirun else None,
+        num=hydra_cfg.job.get("num") if multirun else None,
+        overrides=tuple(hydra_cfg.overrides.task),
+    )
+    try:
+        records = run_job(cfg, job)
+    except UserError as exc:
+        if not multirun:
+            raise
+        return [str(write_failure(cfg, job.dir, exc))]
+    return [str(r.path) for r in records if not r.ok]
+
+
+def write_failure(cfg: DictConfig, job_dir: Path, error: BaseException) -> Path:
+    """A failed record for a job that could not run, with the one-line error."""
+    config = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    record = Record(variant=str(OmegaConf.select(cfg, "variant.name", default="?")),
+                    seed=int(OmegaConf.select(cfg, "seed", default=0)), config=config, status="failed", error=str(error))
+    return write_record(record, job_dir)
+
+
+__all__: Sequence[str] = ["check", "compute_records", "run_job", "run_task", "write_failure", "write_outputs"]

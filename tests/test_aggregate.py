@@ -10,9 +10,11 @@ import pytest
 
 from attnlab.aggregate import (
     Report, differs_table, find_record_files, load_records, rebuild, summary_table, summary_view,
-    terminal_table, write_report,
+    terminal_table,
 )
 from attnlab.record import Finding, Record, write_record
+from attnlab.sinks.html import HtmlSink
+from attnlab.sinks.table import TableSink, write_markdown_report
 
 
 def make_record(variant: str, seed: int, *, d_out: int = 2, entropy: float = 1.0, status: str = "ok") -> Record:
@@ -102,8 +104,13 @@ def test_terminal_table_keeps_key_columns_and_main_diagnostics(sweep: Path) -> N
     assert "boom" in text
 
 
+def write_all(folder: Path):
+    """What the table and HTML sinks write at the end of a sweep."""
+    return lambda report: (TableSink().write_sweep(report, folder), HtmlSink().write_sweep(report, folder))
+
+
 def test_rebuild_writes_csv_md_html_and_rereads_new_records(sweep: Path) -> None:
-    report, problems = rebuild(sweep)
+    report, problems = rebuild(sweep, write_all(sweep))
     assert not problems and len(report.records) == 4
     for suffix in (".csv", ".md", ".html"):
         assert (sweep / f"comparison{suffix}").stat().st_size > 0
@@ -113,12 +120,12 @@ def test_rebuild_writes_csv_md_html_and_rereads_new_records(sweep: Path) -> None
         "first_divergent_stage", "findings",
     ]
     write_sweep(sweep / "more", [make_record("unscaled", 3)])
-    rebuild(sweep)
+    rebuild(sweep, write_all(sweep))
     assert len(pd.read_csv(sweep / "comparison.csv")) == 5
 
 
 def test_markdown_has_the_three_views(sweep: Path, tmp_path: Path) -> None:
     report = Report(load_records(find_record_files([sweep]))[0])
-    text = write_report(report, tmp_path / "out.md").read_text()
+    text = write_markdown_report(report, tmp_path / "out.md").read_text()
     assert "## Summary (mean ± std over seeds)" in text and "## What differs" in text and "## Every job" in text
 

@@ -10,10 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnlab.aggregate import find_record_files
-from attnlab.config import use_attnlab_sweeper
+from hydra_plugins.attnlab_sweeper.attnlab_sweeper import covering_jobs
 
-covering_jobs = use_attnlab_sweeper().covering_jobs
+from attnlab.aggregate import find_record_files
 
 
 def grid(**values: list) -> list[tuple[str, ...]]:
@@ -21,27 +20,19 @@ def grid(**values: list) -> list[tuple[str, ...]]:
     return list(itertools.product(*([f"{key}={v}" for v in vs] for key, vs in values.items())))
 
 
-def test_every_override_of_the_sweep_is_in_some_validated_job() -> None:
+def is_group(line: str) -> bool:
+    return line.startswith(("variant=", "inputs="))
+
+
+def test_one_job_per_config_group_choice_is_composed() -> None:
     batch = grid(variant=["reference", "linear", "unscaled", "wrong_softmax_axis"], seed=[1, 2, 3, 4, 5])
-    chosen = covering_jobs(batch)
-    assert set().union(*chosen) == set().union(*batch)
-    assert len(chosen) == 8  # reference x 5 seeds, then one job for each other variant
-    assert chosen == [job for job in batch if job in chosen]  # the sweep's order, no job twice
+    chosen = covering_jobs(batch, is_group)
+    assert chosen == [job for job in batch if job[1] == "seed=1"]  # one job per variant, in the sweep's order
 
 
-def test_only_overrides_that_need_composing_pick_jobs() -> None:
-    batch = grid(variant=["reference", "linear", "unscaled", "wrong_softmax_axis"], seed=[1, 2, 3, 4, 5])
-    judged = []
-    chosen = covering_jobs(batch, needs_compose=lambda o: judged.append(o) or o.startswith("variant="))
-    assert chosen == [job for job in batch if job[1] == "seed=1"]  # one job per variant
-    assert sorted(judged) == sorted(set().union(*batch))  # every override judged, once
-
-
-def test_a_single_job_and_a_constant_override_are_validated_once() -> None:
-    assert covering_jobs([("seed=1",)]) == [("seed=1",)]
-    batch = grid(d_out=[2], seed=[1, 2, 3])
-    assert covering_jobs(batch) == batch
-    assert covering_jobs(grid(d_out=[2, 4], seed=[7])) == grid(d_out=[2, 4], seed=[7])
+def test_a_sweep_of_values_only_composes_nothing() -> None:
+    assert covering_jobs(grid(d_out=[2, 4], seed=[7, 8]), is_group) == []
+    assert covering_jobs(grid(inputs=["random"], seed=[1, 2]), is_group) == [("inputs=random", "seed=1")]
 
 
 def sweep(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
@@ -55,8 +46,53 @@ def test_a_bad_value_late_in_the_sweep_fails_before_any_job_runs(tmp_path) -> No
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [done.stderr.strip()]
     assert "d_out" in done.stderr and "'x'" in done.stderr and "Traceback" not in done.stderr
-    assert find_record_files([tmp_path / "sweep"]) == []
+    assert not (tmp_path / "sweep").exists()  # not even multirun.yaml: the folder is made after the checks
     assert "sweep:" not in done.stdout  # no empty table for a sweep that ran nothing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("values,single", [(["d_out=2,0"], "d_out=0"), (["seed=1,-2"], "seed=-2"),
+                                           (["inputs=random", "inputs.n_tokens=4,0"], "inputs.n_tokens=0"),
+                                           (["+num_head=1,2"], "+num_head=1")])
+def test_a_range_error_anywhere_in_a_sweep_is_the_single_runs_error_before_any_job(app, tmp_path, values, single):
+    """Every value is checked before job 0 runs, with the same one line as a single run."""
+    done = sweep(tmp_path, "variant=reference,unscaled", *values)
+    alone = app(*[v for v in values if "," not in v], single)
+    assert done.returncode == alone.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == alone.stderr.strip().splitlines() and len(alone.stderr.splitlines()) == 1
+    assert not (tmp_path / "sweep").exists() and "Launching" not in done.stderr
+
+
+ANOTHER_APP_FIRST = """
+import sys
+from pathlib import Path
+import hydra
+from omegaconf import DictConfig
+
+ran = []
+folder = sys.argv[1]
+
+@hydra.main(config_path=None, version_base="1.3")
+def other_app(cfg: DictConfig) -> None:
+    ran.append(True)
+
+sys.argv = ["other_app", f"hydra.run.dir={folder}/other"]
+other_app()
+assert ran
+
+from attnlab.cli import main
+code = main(["-m", "variant=reference,unscaled", "log.tensorboard=false", f"hydra.sweep.dir={folder}/sweep"])
+print("exit", code)
+"""
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_in_a_process_where_another_hydra_app_ran_first(tmp_path) -> None:
+    """Hydra scans for plugins once per process: attnlab registers its sweeper itself."""
+    done = subprocess.run([sys.executable, "-c", ANOTHER_APP_FIRST, str(tmp_path)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert "exit 0" in done.stdout, done.stderr
+    assert len(find_record_files([tmp_path / "sweep"])) == 2 and (tmp_path / "sweep" / "comparison.csv").exists()
 
 
 @pytest.mark.slow

@@ -20,7 +20,8 @@ from PIL import Image
 
 from attnlab.heatmap import MAX_SIDE
 from attnlab.record import Finding, Record
-from attnlab.sinks.tensorboard import flat_hparams, scalar_tag, write_tensorboard
+from attnlab.metrics import flat_hparams, metric_name
+from attnlab.sinks.tensorboard import write_tensorboard
 from attnlab.weights import seeded_qkv
 
 BOOK_TOKENS = ["Your", "journey", "starts", "with", "one", "step"]
@@ -144,7 +145,7 @@ def decoded_size(events, tag: str) -> tuple[int, int]:
     ("weights_", "diagnostics/weights_"),
 ])  # fmt: skip
 def test_scalar_tags_group_by_prefix(name, tag):
-    assert scalar_tag(name) == tag
+    assert metric_name(name) == tag
 
 
 def test_one_run_per_job_with_the_event_file_in_the_job_folder(book_events):
@@ -362,3 +363,13 @@ def test_the_fast_checksum_equals_tensorboards_own():
 
     for data in (b"", b"attention", bytes(range(256)) * 37):
         assert masked_crc32c(data) == reference_crc(data)
+
+
+def test_writing_leaves_tensorboards_own_writer_untouched(tmp_path):
+    """The fast checksum is used by attnlab's own event file, not patched into TensorBoard."""
+    from tensorboard.summary.writer import record_writer
+
+    before = record_writer.masked_crc32c
+    write_tensorboard([book_record()], tmp_path, table_markdown=TABLE)
+    assert record_writer.masked_crc32c is before
+    assert accumulate(tmp_path).Tags()["scalars"]

@@ -9,12 +9,28 @@ from __future__ import annotations
 
 import base64
 import html
+from pathlib import Path
 
 import pandas as pd
 
 from attnlab.aggregate import Report, group_labels, summary_view
 from attnlab.heatmap import render_heatmap_views, to_png_bytes
-from attnlab.record import Record, no_findings_message
+from attnlab.record import Record, write_atomic
+from attnlab.sinks.terminal import no_findings_message
+
+HTML_FILE = "comparison.html"
+
+
+class HtmlSink:
+    """`log.html`: a sweep's comparison.html (a single job has no page of its own)."""
+
+    def write_sweep(self, report: Report, folder: Path) -> None:
+        write_html_report(report, Path(folder) / HTML_FILE)
+
+
+def write_html_report(report: Report, path: Path) -> Path:
+    write_atomic(Path(path), render_html(report))
+    return Path(path)
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -111,4 +127,4 @@ def render_html(report: Report, title: str = "attnlab comparison") -> str:
     )
 
 
-__all__ = ["findings_html", "render_html", "weights_heatmap_html"]
+__all__ = ["HTML_FILE", "HtmlSink", "findings_html", "render_html", "weights_heatmap_html", "write_html_report"]

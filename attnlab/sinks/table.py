@@ -1,118 +1,66 @@
-"""Records as tables: one row per module in a job, one row per job in a sweep.
+"""Table sink: `comparison.csv` in every job folder, `comparison.csv` and `comparison.md` in a sweep's.
 
-Columns are the record's own names: key config values, `status`, `error`,
-`first_divergent_stage`, `findings` (codes), then every diagnostics key as is.
-
-A job writes its rows with the csv module and tabulate: importing pandas costs about half a
-second, a tenth of a cold run, for a two-row table. The DataFrame views (notebooks, sweeps,
-`attnlab compare`) import pandas when they are asked for.
+A job's table is the reference and the variant side by side (one row per seed for an n_seeds
+job); a sweep's is one row per job, and its markdown adds the summary (mean ± std over seeds)
+and the "what differs" view. The csv is written by `attnlab.rows.write_rows_csv`, the one writer
+of every comparison.csv.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
-
-from tabulate import tabulate
+from typing import TYPE_CHECKING, Sequence
 
 from attnlab.record import Record, write_atomic
+from attnlab.rows import TABLE_FILE, job_rows, sweep_rows, write_rows_csv
+from attnlab.sinks.base import JobInfo
 
 if TYPE_CHECKING:
     import pandas as pd
 
-KEY_COLUMNS = ("variant", "seed", "d_in", "d_out", "n_tokens", "inputs", "weights")
+    from attnlab.aggregate import Report
+
+MARKDOWN_FILE = "comparison.md"
 
 
-def record_row(record: Record, module: str = "variant") -> dict:
-    """One table row; `module="reference"` gives the reference's row of the same job."""
-    is_reference = module == "reference"
-    row = {
-        "module": module,
-        "variant": "reference" if is_reference else record.variant,
-        "seed": record.seed,
-        "d_in": record.d_in,
-        "d_out": record.d_out,
-        "n_tokens": record.n_tokens,
-        "inputs": (record.config.get("inputs") or {}).get("kind"),
-        "weights": record.config.get("weights"),
-        "status": record.status,
-        "error": record.error or "",
-        "first_divergent_stage": None if is_reference else record.first_divergent_stage,
-        "findings": "" if is_reference else " ".join(f.code for f in record.findings),
-    }
-    if not is_reference and record.predictions:
-        row["predictions"] = f"{sum(p.passed for p in record.predictions)}/{len(record.predictions)} passed"
-    row.update(record.reference_diagnostics if is_reference else record.diagnostics)
-    if record.path is not None:
-        row["path"] = str(record.path.parent)
-    return row
+class TableSink:
+    """`log.table`: the comparison tables of a job and of a sweep."""
+
+    def write(self, records: Sequence[Record], job: JobInfo) -> None:
+        write_rows_csv(job_rows(records), job.dir / TABLE_FILE)
+
+    def write_sweep(self, report: Report, folder: Path) -> None:
+        write_csv_report(report, Path(folder) / TABLE_FILE)
+        write_markdown_report(report, Path(folder) / MARKDOWN_FILE)
 
 
-def module_rows(record: Record) -> list[dict]:
-    """The job's comparison: the reference and the variant side by side."""
-    return [record_row(record, "reference"), record_row(record, "variant")]
-
-
-def module_table(record: Record) -> pd.DataFrame:
-    import pandas as pd
-
-    return pd.DataFrame(module_rows(record)).set_index("module")
-
-
-def records_table(records: Iterable[Record]) -> pd.DataFrame:
-    """A sweep's comparison: one row per job (the variant's row), in a stable order."""
-    import pandas as pd
-
-    rows = [record_row(r) for r in records]
-    if not rows:
-        return pd.DataFrame(columns=["variant", "seed", "status"])
-    table = pd.DataFrame(rows).drop(columns=["module"])
-    return table.sort_values(["variant", "seed"], kind="stable").reset_index(drop=True)
+def write_csv_report(report: Report, path: Path) -> Path:
+    return write_rows_csv(sweep_rows(report.records), path)
 
 
 def to_markdown(table: pd.DataFrame, floatfmt: str = ".4g") -> str:
     return table.to_markdown(floatfmt=floatfmt)
 
 
-def write_table_csv(table: pd.DataFrame, path: Path, index: bool = True) -> Path:
-    write_atomic(path, table.to_csv(index=index))
-    return path
+def markdown_report(report: Report) -> str:
+    from attnlab.aggregate import summary_view
+
+    sections = [
+        "# attnlab comparison",
+        f"{len(report.records)} record(s).",
+        "## Summary (mean ± std over seeds)",
+        summary_view(report.summary).to_markdown() if not report.summary.empty else "no records",
+        "## What differs between jobs",
+        to_markdown(report.differs),
+        "## Every job",
+        to_markdown(report.jobs),
+    ]
+    return "\n\n".join(sections) + "\n"
 
 
-def _columns(rows: list[dict]) -> list[str]:
-    return list(dict.fromkeys(key for row in rows for key in row))
+def write_markdown_report(report: Report, path: Path) -> Path:
+    write_atomic(Path(path), markdown_report(report))
+    return Path(path)
 
 
-def _cell(value: object) -> object:
-    """As pandas writes a cell: None and NaN empty."""
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else value
-
-
-def write_rows_csv(rows: list[dict], path: Path) -> Path:
-    columns = _columns(rows)
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows([_cell(row.get(column)) for column in columns] for row in rows)
-    write_atomic(path, text.getvalue())
-    return path
-
-
-def rows_markdown(rows: list[dict], *, transpose: bool = False, floatfmt: str = ".4g") -> str:
-    """A markdown table of rows; transposed, one column per row (the job's reference vs variant).
-
-    Cells are formatted here and tabulate only lays them out: its number detection on ~60
-    columns cost a book-size job ~3 ms."""
-    columns = _columns(rows)
-    cells = [[_markdown_cell(row.get(column), floatfmt) for column in columns] for row in rows]
-    if transpose:
-        return tabulate([[c, *values] for c, *values in zip(columns, *cells)], tablefmt="pipe", disable_numparse=True)
-    return tabulate(cells, headers=columns, tablefmt="pipe", disable_numparse=True)
-
-
-def _markdown_cell(value: object, floatfmt: str) -> str:
-    value = _cell(value)
-    return format(value, floatfmt) if isinstance(value, float) else str(value)
+__all__ = ["MARKDOWN_FILE", "TableSink", "markdown_report", "write_csv_report", "write_markdown_report"]

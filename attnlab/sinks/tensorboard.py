@@ -1,72 +1,52 @@
 """TensorBoard sink: one run per job, its event file directly in the job folder.
 
-Nothing here creates a sub-run: no `add_hparams` (a timestamped sub-folder) and no
-`add_scalars` (one writer per key). So `tensorboard --logdir runs` lists every job by its folder
-name and a sweep folder alone is a valid logdir. A job is one point at step 0 (an n_seeds job:
-one point per seed, at step=seed), and the HParams dashboard compares jobs.
+Nothing here creates a sub-run (no timestamped HParams folder, no writer per key), so
+`tensorboard --logdir runs` lists every job by its folder name and a sweep folder alone is a
+valid logdir. A job is one point at step 0 (an n_seeds job: one point per seed, at step=seed),
+and the HParams dashboard compares jobs.
 
 Tags:
-- scalars: every numeric diagnostic, grouped by its prefix (`divergence_context` ->
-  `divergence/context`, `scale_observed` -> `scaling/observed`, unknown -> `diagnostics/<name>`).
-  The variant owns the plain namespace; the reference's own diagnostics go under `reference/...`,
-  except comparisons (divergence), which for the reference against itself are 0 by definition.
+- scalars: every numeric diagnostic under its grouped name (attnlab.metrics: `divergence/context`,
+  `scaling/observed`, the reference's own under `reference/...`).
 - images: `heatmaps/{variant,reference,difference}/<stage>`, plus `.../crop64` above 512 tokens.
 - histograms: `histograms/{variant,reference}/<stage>`.
 - text: `text/table`, `text/findings`, `text/config`.
 - hparams: one session per job; the metrics are scalar tags logged above.
 
-TensorBoard and torch.utils.tensorboard are imported inside the functions: they cost about a
-second, which a run that does not log to TensorBoard should not pay.
+The event file is written here (`EventFile`), in TensorBoard's format, with the `crc32c`
+package's checksum: the record writer of tensorboard computes the same checksum in pure Python,
+which cost most of a book-size job's TensorBoard time (benchmarks/README.md), and it cannot be
+given another one without patching it for every user in the process. TensorBoard is imported
+inside the functions: a run that does not log to it should not pay for the import.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-import math
+import os
+import socket
+import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attnlab.heatmap import EncodedHeatmap, encoded_heatmap_views
+from attnlab.metrics import KEY_METRICS, hparams, json_default, metric_values
 from attnlab.record import Finding, Record
+from attnlab.rows import job_rows, rows_markdown
+from attnlab.sinks.base import JobInfo
 
 if TYPE_CHECKING:
     from tensorboard.compat.proto.summary_pb2 import Summary
-    from torch.utils.tensorboard import SummaryWriter
 
 HEATMAP_STAGES = ("scores", "scaled_scores", "weights", "context")
 HISTOGRAM_STAGES = ("weights", "context")
 TOKEN_BY_TOKEN = {"scores", "scaled_scores", "weights"}  # columns are key tokens; context's are dims
 HISTOGRAM_BINS = 64  # uniform bins: TensorBoard's default ~1500 exponential buckets are slow at 4096^2
-
-# diagnostics prefix -> scalar group; a longer prefix before any prefix it contains
-_GROUPS = (
-    ("relative_divergence_", "relative_divergence"),
-    ("divergence_", "divergence"),
-    ("non_finite_", "non_finite"),
-    ("shape_ok_", "shape_ok"),
-    ("weights_", "weights"),
-    ("scale_", "scaling"),
-    ("softmax_", "softmax"),
-    ("batched_single_", "batched_single"),
-)
-_COMPARISON_GROUPS = {"divergence", "relative_divergence"}
-
-HPARAM_METRICS = (
-    "divergence/context",
-    "relative_divergence/context",
-    "weights/entropy_mean",
-    "weights/row_sum_max_err",
-    "scaling/observed",
-    "batched_single/max_abs_diff",
-)
-# the sweep table's column names (attnlab.sinks.table.KEY_COLUMNS), so both views agree
-_HPARAM_ALIASES = {"variant.name": "variant", "inputs.n_tokens": "n_tokens", "inputs.d_in": "d_in"}
-_HPARAM_SKIP = {"log"}  # output switches, not settings; Hydra's override_dirname leaves them out too
-_HPARAM_DATA = {"inputs.embeddings", "inputs.labels"}  # the token data itself, not a setting to compare
 
 _REF = r"^(reference/)?"
 CUSTOM_SCALARS_LAYOUT = {
@@ -88,6 +68,19 @@ CUSTOM_SCALARS_LAYOUT = {
 }
 
 
+class TensorBoardSink:
+    """`log.tensorboard`: the job's TensorBoard run (`images` and `histograms` follow `log.images`
+    and `log.histograms` through conf/sink/tensorboard.yaml)."""
+
+    def __init__(self, images: bool = True, histograms: bool = True) -> None:
+        self.images, self.histograms = images, histograms
+
+    def write(self, records: Sequence[Record], job: JobInfo) -> None:
+        markdown = rows_markdown(job_rows(records), transpose=len(records) == 1)
+        write_tensorboard(list(records), job.dir, table_markdown=markdown, images=self.images,
+                          histograms=self.histograms)
+
+
 def write_tensorboard(
     records: list[Record],
     job_dir: Path,
@@ -102,39 +95,55 @@ def write_tensorboard(
     step=seed, so the charts show the spread over seeds; the images, histograms, texts and the
     HParams session (with the first seed's metrics) come from the first record that ran.
     """
-    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard.summary import custom_scalars
 
     ok = [record for record in records if record.ok]
     first = ok[0] if ok else records[0]  # a failed job still gets its error and a failed HParams session
-    _use_fast_checksums()
-    writer = SummaryWriter(log_dir=str(job_dir), max_queue=100_000, flush_secs=3600)
-    try:
+    with EventFile(job_dir) as events:
         for record in ok:
-            step = 0 if len(records) == 1 else record.seed
-            writer.file_writer.add_summary(scalars_summary(scalar_values(record)), global_step=step)
-        writer.add_custom_scalars(CUSTOM_SCALARS_LAYOUT)
+            events.add(scalars_summary(metric_values(record)), step=0 if len(records) == 1 else record.seed)
+        events.add(custom_scalars(CUSTOM_SCALARS_LAYOUT))
         if images:
-            _write_heatmaps(writer, first)
+            _write_heatmaps(events, first)
         if histograms:
-            _write_histograms(writer, first)
-        _write_texts(writer, {"table": table_markdown, "findings": findings_markdown(first),
+            _write_histograms(events, first)
+        _write_texts(events, {"table": table_markdown, "findings": findings_markdown(first),
                               "config": config_markdown(first.config)})
-        scalars = scalar_values(first)
-        metrics = [tag for tag in HPARAM_METRICS if tag in scalars]
-        hparams = {**flat_hparams(first.config), "n_tokens": first.n_tokens, "d_in": first.d_in, "d_out": first.d_out}
-        for summary in hparams_summaries(hparams, metrics, ok=first.ok):
-            writer.file_writer.add_summary(summary, global_step=0)
-    finally:
-        writer.close()
+        scalars = metric_values(first)
+        metrics = [tag for tag in KEY_METRICS if tag in scalars]
+        for summary in hparams_summaries(hparams(first), metrics, ok=first.ok):
+            events.add(summary)
 
 
-def _use_fast_checksums() -> None:
-    """TensorBoard's event writer checksums every record with a pure-Python CRC-32C (~3.5 MB/s:
-    about 60 ms of a book-size job's 220 KB). The `crc32c` package computes the same checksum in
-    C; it is swapped into the one name the record writer looks up. Same bytes on disk."""
-    from tensorboard.summary.writer import record_writer
+class EventFile:
+    """A TensorBoard event file: TFRecord framing (length, masked CRC-32C of it, the `Event`
+    bytes, their masked CRC-32C), named as TensorBoard's writer names them."""
 
-    record_writer.masked_crc32c = masked_crc32c
+    _numbers = itertools.count()
+
+    def __init__(self, folder: Path) -> None:
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(self._numbers)}"
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        self.path = Path(folder) / name
+        self._file = open(self.path, "wb")
+        self._event(file_version="brain.Event:2")
+
+    def add(self, summary: Summary, step: int = 0) -> None:
+        self._event(summary=summary, step=step)
+
+    def _event(self, **fields: Any) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+
+        data = Event(wall_time=time.time(), **fields).SerializeToString()
+        header = struct.pack("<Q", len(data))
+        self._file.write(header + struct.pack("<I", masked_crc32c(header)) + data
+                         + struct.pack("<I", masked_crc32c(data)))
+
+    def __enter__(self) -> EventFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -145,24 +154,6 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def scalar_tag(name: str) -> str:
-    """The grouped TensorBoard tag of a diagnostics key."""
-    for prefix, group in _GROUPS:
-        if name.startswith(prefix) and len(name) > len(prefix):
-            return f"{group}/{name[len(prefix):]}"
-    return f"diagnostics/{name}"
-
-
-def scalar_values(record: Record) -> dict[str, float]:
-    """{tag: value} of the variant's and the reference's numeric diagnostics; NaN is skipped."""
-    tagged = {scalar_tag(name): value for name, value in record.diagnostics.items()}
-    for name, value in record.reference_diagnostics.items():
-        tag = scalar_tag(name)
-        if tag.split("/")[0] not in _COMPARISON_GROUPS:
-            tagged[f"reference/{tag}"] = value
-    return {tag: float(value) for tag, value in tagged.items() if _is_number(value) and not math.isnan(value)}
-
-
 def scalars_summary(values: Mapping[str, float]) -> Summary:
     """Every scalar of a step in one summary, as add_scalar writes each (a simple_value): one
     event instead of ~70, a tenth of a book-size job's TensorBoard time."""
@@ -171,11 +162,7 @@ def scalars_summary(values: Mapping[str, float]) -> Summary:
     return Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in values.items()])
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.number, np.bool_))
-
-
-def _write_heatmaps(writer: SummaryWriter, record: Record) -> None:
+def _write_heatmaps(events: EventFile, record: Record) -> None:
     for stage in HEATMAP_STAGES:
         batch = int((record.config.get("show") or {}).get("batch", 0))
         variant = record.heads_view(stage, batch=batch)
@@ -193,7 +180,7 @@ def _write_heatmaps(writer: SummaryWriter, record: Record) -> None:
                                           diverging=source == "difference")
             for view, image in views.items():
                 tag = f"heatmaps/{source}/{stage}" + ("" if view == "main" else f"/{view}")
-                writer.file_writer.add_summary(image_summary(tag, image), global_step=0)
+                events.add(image_summary(tag, image))
 
 
 def _labels(record: Record, stage: str, shape: tuple[int, ...]) -> tuple[list[str] | None, list[str] | None]:
@@ -217,9 +204,11 @@ def image_summary(tag: str, image: EncodedHeatmap) -> Summary:
     return Summary(value=[Summary.Value(tag=tag, image=encoded)])
 
 
-def _write_histograms(writer: SummaryWriter, record: Record) -> None:
+def _write_histograms(events: EventFile, record: Record) -> None:
     """Histograms of the finite values only: np.histogram cannot bin NaN or infinity, and the
     non_finite/<stage> scalars already count them."""
+    from torch.utils.tensorboard.summary import histogram
+
     for stage in HISTOGRAM_STAGES:
         for source, stages in (("variant", record.stages), ("reference", record.reference_stages)):
             values = stages.get(stage)
@@ -228,16 +217,16 @@ def _write_histograms(writer: SummaryWriter, record: Record) -> None:
             values = np.asarray(values)
             finite = values[np.isfinite(values)]
             if finite.size:
-                writer.add_histogram(f"histograms/{source}/{stage}", finite, global_step=0, bins=HISTOGRAM_BINS)
+                events.add(histogram(f"histograms/{source}/{stage}", finite, bins=HISTOGRAM_BINS))
 
 
-def _write_texts(writer: SummaryWriter, texts: dict[str, str]) -> None:
+def _write_texts(events: EventFile, texts: dict[str, str]) -> None:
     """Markdown under `text/<name>`, via tensorboard's own text summary: torch's add_text would
     append `/text_summary` to every tag."""
     from tensorboard.plugins.text.summary_v2 import text_pb
 
     for name, markdown in texts.items():
-        writer.file_writer.add_summary(text_pb(f"text/{name}", markdown), global_step=0)
+        events.add(text_pb(f"text/{name}", markdown))
 
 
 def findings_markdown(record: Record) -> str:
@@ -253,41 +242,7 @@ def _finding_line(finding: Finding) -> str:
 
 def config_markdown(config: Mapping[str, Any]) -> str:
     """The resolved config as a fenced JSON block (TensorBoard's markdown renders fenced code)."""
-    return "```json\n" + json.dumps(config, indent=2, default=_json_default) + "\n```"
-
-
-def _json_default(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else str(value)
-
-
-def flat_hparams(config: Mapping[str, Any]) -> dict[str, bool | int | float | str]:
-    """The config as HParams: dot-joined keys, `variant.name` as `variant`, `inputs.n_tokens` as
-    `n_tokens`, `inputs.d_in` as `d_in`; empty mappings vanish; `log.*` is left out."""
-    flat: dict[str, bool | int | float | str] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, Mapping):
-            for key, item in value.items():
-                walk(f"{prefix}.{key}" if prefix else str(key), item)
-        elif prefix not in _HPARAM_DATA:
-            flat[_HPARAM_ALIASES.get(prefix, prefix)] = _hparam_value(value)
-
-    walk("", {key: value for key, value in config.items() if key not in _HPARAM_SKIP})
-    return flat
-
-
-def _hparam_value(value: Any) -> bool | int | float | str:
-    """HParams values are bool, number or string: numpy scalars become Python numbers, lists
-    become JSON, None becomes "None"."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, (bool, int, float, str)):
-        return value
-    if value is None:
-        return "None"
-    if isinstance(value, (list, tuple)):
-        return json.dumps(list(value), default=_json_default)
-    return str(value)
+    return "```json\n" + json.dumps(config, indent=2, default=json_default) + "\n```"
 
 
 def hparams_summaries(hparams: Mapping[str, bool | int | float | str], metrics: list[str], *,

@@ -2,7 +2,8 @@
 
 Config in one line, the shape trace against the predicted shapes, the variant's attention
 weights and context vectors with token labels, each stage's largest difference from the
-reference, then the diagnosis and the predictions.
+reference, then the diagnosis and the predictions; for an n_seeds job a line per seed; at the end
+of a sweep its table. Paths are shown relative to the working folder when they are inside it.
 """
 
 from __future__ import annotations
@@ -12,15 +13,71 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import TYPE_CHECKING, Iterator, Sequence, TextIO
 
 import numpy as np
 
-from attnlab.record import Record, no_findings_message
+from attnlab.record import Record
+from attnlab.rows import TABLE_FILE
+from attnlab.sinks.base import JobInfo
 from attnlab.stages import STAGES
+
+if TYPE_CHECKING:
+    from attnlab.aggregate import Report
 
 MAX_SHOWN = 8  # rows and columns of a matrix printed in full; larger ones are cut with "…"
 TERMINAL_ROWS = 20  # per-seed lines printed before the rest are elided (all are in comparison.csv)
+
+
+class TerminalSink:
+    """`log.terminal`: the run's summary on stdout; a line per seed for n_seeds; a sweep's table."""
+
+    def write(self, records: Sequence[Record], job: JobInfo) -> None:
+        with reader_may_leave():
+            if len(records) == 1:
+                print_record(records[0])
+                print(f"record: {display_path(records[0].path)}", flush=True)
+            else:
+                table = job.dir / TABLE_FILE
+                print_seeds(list(records), table if table.exists() else None)
+                sys.stdout.flush()
+
+    def write_sweep(self, report: Report, folder: Path) -> None:
+        from attnlab.aggregate import terminal_table
+
+        tables = [f"comparison{suffix}" for suffix in (".csv", ".md", ".html") if (Path(folder) / f"comparison{suffix}").exists()]
+        with reader_may_leave():
+            print(f"\nsweep: {len(report.records)} job(s) in {display_path(folder)}")
+            print(terminal_table(report.jobs))
+            if tables:
+                print(f"tables: {display_path(Path(folder) / tables[0])} "
+                      + " ".join(name[len("comparison"):] for name in tables[1:])
+                      + (" (open the .html in a browser)" if any(t.endswith(".html") for t in tables) else ""), flush=True)
+
+
+def display_path(path: Path | str | None) -> str:
+    """`path` relative to the working folder when it is inside it (as a user typed it), else absolute."""
+    if path is None:
+        return ""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
+
+
+def no_findings_message(record: Record) -> str:
+    """What a record without findings means, in one sentence: a match, or a difference that no
+    check of the variant's own stages calls a bug (as with weights=native)."""
+    unchecked = [s for s in record.missing_stages if s != "weights_applied"]
+    if unchecked:
+        return (f"no findings in the stages checked; not checked: {', '.join(unchecked)} (not captured: "
+                f"the module computes them where attnlab cannot see; attnlab.tap(stage, tensor) hands them over)")
+    if record.first_divergent_stage is None:
+        return "no findings: the variant matches the reference at every stage checked"
+    why = " (weights=native: each module built its own parameters)" if record.config.get("weights") == "native" else ""
+    return (f"no findings: values differ from the reference from {record.first_divergent_stage} on{why}, "
+            "but every check of the variant's own stages passed")
 
 
 @contextmanager
@@ -89,7 +146,8 @@ def format_matrix(values: np.ndarray, row_labels: list[str], col_labels: list[st
         cells = "".join(f"{v:.4f}".rjust(width) for v in values[i, :shown_cols])
         lines.append(f"  {row_labels[i].ljust(label_width)}{cells}{'…'.rjust(width) if cols > shown_cols else ''}")
     if rows > shown_rows:
-        lines.append(f"  … {rows - shown_rows} more rows")
+        hidden = rows - shown_rows
+        lines.append(f"  … {hidden} more row{'s' if hidden > 1 else ''}")
     return "\n".join(lines)
 
 
@@ -187,5 +245,5 @@ def print_seeds(records: list[Record], table_path: Path | None, out: TextIO | No
     print(f"findings: {', '.join(codes) or 'none'} ({with_findings}/{len(records)} seeds)"
           + (f"; {n_failed} failed" if n_failed else ""), file=out)
     if table_path is not None:
-        print(f"table: {table_path}", file=out)
-    print(f"records: {first.path.parent.parent}/seed-*/record.json", file=out)
+        print(f"table: {display_path(table_path)}", file=out)
+    print(f"records: {display_path(first.path.parent.parent)}/seed-*/record.json", file=out)

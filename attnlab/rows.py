@@ -1,0 +1,121 @@
+"""Records as table rows: one row per module in a job, one row per job in a sweep.
+
+Columns are the record's own names: key config values, `status`, `error`,
+`first_divergent_stage`, `findings` (codes), then every diagnostics key as is.
+
+`write_rows_csv` is the one writer of every comparison.csv (a job's and a sweep's), with the
+csv module: importing pandas costs a large part of a cold single run for a two-row table. The
+DataFrame views (notebooks, sweeps, `attnlab compare`) import pandas when they are asked for.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from tabulate import tabulate
+
+from attnlab.record import Record, write_atomic
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TABLE_FILE = "comparison.csv"
+KEY_COLUMNS = ("variant", "seed", "d_in", "d_out", "n_tokens", "inputs", "weights")
+
+
+def record_row(record: Record, module: str = "variant") -> dict:
+    """One table row; `module="reference"` gives the reference's row of the same job."""
+    is_reference = module == "reference"
+    row = {
+        "module": module,
+        "variant": "reference" if is_reference else record.variant,
+        "seed": record.seed,
+        "d_in": record.d_in,
+        "d_out": record.d_out,
+        "n_tokens": record.n_tokens,
+        "inputs": (record.config.get("inputs") or {}).get("kind"),
+        "weights": record.config.get("weights"),
+        "status": record.status,
+        "error": record.error or "",
+        "first_divergent_stage": None if is_reference else record.first_divergent_stage,
+        "findings": "" if is_reference else " ".join(f.code for f in record.findings),
+    }
+    if not is_reference and record.predictions:
+        row["predictions"] = f"{sum(p.passed for p in record.predictions)}/{len(record.predictions)} passed"
+    row.update(record.reference_diagnostics if is_reference else record.diagnostics)
+    if record.path is not None:
+        row["path"] = str(record.path.parent)
+    return row
+
+
+def module_rows(record: Record) -> list[dict]:
+    """The job's comparison: the reference and the variant side by side."""
+    return [record_row(record, "reference"), record_row(record, "variant")]
+
+
+def job_rows(records: Sequence[Record]) -> list[dict]:
+    """A job's comparison.csv: the reference and the variant side by side for one seed; one
+    variant row per seed for an n_seeds job."""
+    return module_rows(records[0]) if len(records) == 1 else [record_row(record) for record in records]
+
+
+def sweep_rows(records: Iterable[Record]) -> list[dict]:
+    """A sweep's comparison: one row per job (the variant's row), ordered by variant then seed."""
+    rows = [record_row(r) for r in records]
+    for row in rows:
+        del row["module"]
+    return sorted(rows, key=lambda row: (str(row["variant"]), row["seed"]))
+
+
+def module_table(record: Record) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(module_rows(record)).set_index("module")
+
+
+def records_table(records: Iterable[Record]) -> pd.DataFrame:
+    """A sweep's comparison as a DataFrame (the rows of `sweep_rows`)."""
+    import pandas as pd
+
+    rows = sweep_rows(records)
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["variant", "seed", "status"])
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    return list(dict.fromkeys(key for row in rows for key in row))
+
+
+def _cell(value: object) -> object:
+    """As pandas writes a cell: None and NaN empty."""
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def write_rows_csv(rows: list[dict], path: Path) -> Path:
+    columns = _columns(rows)
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([_cell(row.get(column)) for column in columns] for row in rows)
+    write_atomic(path, text.getvalue())
+    return path
+
+
+def rows_markdown(rows: list[dict], *, transpose: bool = False, floatfmt: str = ".4g") -> str:
+    """A markdown table of rows; transposed, one column per row (the job's reference vs variant).
+
+    Cells are formatted here and tabulate only lays them out: its number detection on ~60
+    columns cost a book-size job ~3 ms."""
+    columns = _columns(rows)
+    cells = [[_markdown_cell(row.get(column), floatfmt) for column in columns] for row in rows]
+    if transpose:
+        return tabulate([[c, *values] for c, *values in zip(columns, *cells)], tablefmt="pipe", disable_numparse=True)
+    return tabulate(cells, headers=columns, tablefmt="pipe", disable_numparse=True)
+
+
+def _markdown_cell(value: object, floatfmt: str) -> str:
+    value = _cell(value)
+    return format(value, floatfmt) if isinstance(value, float) else str(value)

@@ -170,20 +170,6 @@ class Record:
         )
 
 
-def no_findings_message(record: Record) -> str:
-    """What a record without findings means, in one sentence: a match, or a difference that no
-    check of the variant's own stages calls a bug (as with weights=native)."""
-    unchecked = [s for s in record.missing_stages if s != "weights_applied"]
-    if unchecked:
-        return (f"no findings in the stages checked; not checked: {', '.join(unchecked)} (not captured: "
-                f"the module computes them where attnlab cannot see; attnlab.tap(stage, tensor) hands them over)")
-    if record.first_divergent_stage is None:
-        return "no findings: the variant matches the reference at every stage checked"
-    why = " (weights=native: each module built its own parameters)" if record.config.get("weights") == "native" else ""
-    return (f"no findings: values differ from the reference from {record.first_divergent_stage} on{why}, "
-            "but every check of the variant's own stages passed")
-
-
 def _stages_to_json(stages: dict[str, np.ndarray | None], shapes: dict[str, list[int]]) -> dict:
     out = {}
     for name, shape in shapes.items():

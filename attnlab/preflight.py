@@ -1,0 +1,99 @@
+"""Memory pre-flight: a run too large for the machine says so before any forward.
+
+The estimate counts what a run holds at its peak, from the shapes alone: the variant's
+score-sized stages (scores, the copy kept before an in-place mask, scaled scores, weights) while
+its forward's own transients are alive, the reference's (all three, or one at a time when they
+are spilled to disk), and the diagnosis' boolean masks; plus the interpreter with torch. The
+figures it was fitted to are in benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnlab.errors import UserError
+
+BASE_BYTES = 450 * 2**20  # the interpreter with torch, hydra and the sinks imported
+LIMIT_ENV = "ATTNLAB_MEMORY_LIMIT"  # bytes attnlab may use; overrides what the machine says
+CGROUP_MAX = Path("/sys/fs/cgroup/memory.max")
+CGROUP_CURRENT = Path("/sys/fs/cgroup/memory.current")
+MEMINFO = Path("/proc/meminfo")
+
+
+@dataclass(frozen=True)
+class Size:
+    batch: int
+    heads: int
+    n_tokens: int
+    d_in: int
+    d_out: int
+    itemsize: int = 4  # bytes per value (float32)
+
+    @property
+    def stage_bytes(self) -> int:
+        """One (batch, heads, query, key) stage."""
+        return self.batch * self.heads * self.n_tokens**2 * self.itemsize
+
+    def describe(self) -> str:
+        return f"batch {self.batch} x {self.heads} heads x {self.n_tokens}² tokens"
+
+
+def estimate_peak_bytes(size: Size, *, spilled: bool) -> int:
+    """The peak a run of this size reaches (see the module docstring for what is counted)."""
+    variant = 4 * size.stage_bytes  # scores, the kept copy, scaled scores, weights
+    reference = (1 if spilled else 3) * size.stage_bytes
+    masks = size.stage_bytes // 2  # two boolean (batch, heads, query, key) masks at 1 byte a value
+    activations = 12 * size.batch * size.n_tokens * max(size.d_in, size.d_out) * size.itemsize
+    return BASE_BYTES + variant + reference + masks + activations
+
+
+def available_bytes() -> tuple[int, str]:
+    """What this process may use and where that figure comes from."""
+    if os.environ.get(LIMIT_ENV):
+        return int(float(os.environ[LIMIT_ENV])), LIMIT_ENV
+    limits = []
+    cgroup = _read(CGROUP_MAX)
+    if cgroup and cgroup != "max":
+        used = int(_read(CGROUP_CURRENT) or 0)
+        limits.append((int(cgroup) - used + _own_rss(), "the cgroup's memory.max"))
+    meminfo = _read(MEMINFO)
+    if meminfo:
+        fields = dict(line.split(":", 1) for line in meminfo.splitlines() if ":" in line)
+        if "MemAvailable" in fields:
+            limits.append((int(fields["MemAvailable"].split()[0]) * 1024 + _own_rss(), "available memory"))
+    return min(limits) if limits else (2**62, "no limit found")
+
+
+def should_spill(size: Size) -> bool:
+    """Spill the reference's large stages to disk when keeping them would not leave room."""
+    limit, _ = available_bytes()
+    return estimate_peak_bytes(size, spilled=False) > 0.8 * limit and size.stage_bytes >= 2**28
+
+
+def check_fits(size: Size, *, spilled: bool) -> None:
+    """A one-line error, before any forward, when the run would not fit."""
+    need = estimate_peak_bytes(size, spilled=spilled)
+    limit, source = available_bytes()
+    if need <= limit:
+        return
+    knobs = "inputs.n_tokens, batch or num_heads" + ("" if spilled else ", or free memory for the spill to help")
+    raise UserError(f"this run needs about {_gib(need)} ({size.describe()}, two modules' stages) but "
+                    f"{_gib(limit)} is available ({source}); shrink it with {knobs}")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _own_rss() -> int:
+    statm = _read(Path("/proc/self/statm"))
+    return int(statm.split()[1]) * os.sysconf("SC_PAGE_SIZE") if statm else 0

@@ -1,0 +1,72 @@
+"""Spilling a module's large stages to disk, memory-mapped, so only one module's stay in memory.
+
+At 4096 tokens and 12 heads one (batch, heads, query, key) stage is 1.6 GB; the reference's
+three would double what the run holds. Spilled, they are `.npy` files (never pickle) read through
+a memory map: a pass over one reads it from the page cache, and `release` drops its pages from
+the process again, so a pass costs one stage's memory at a time, not three. The same files are
+what `save_stages=true` keeps next to record.json.
+"""
+
+from __future__ import annotations
+
+import functools
+import mmap
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterable, TypeVar
+
+import numpy as np
+import torch
+
+_MAP = "_attnlab_memory_map"
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+def spill(stages: dict[str, torch.Tensor], names: Iterable[str], folder: Path, prefix: str = "") -> list[str]:
+    """Write each named stage to `folder/<prefix><name>.npy` and replace it by its memory map."""
+    folder.mkdir(parents=True, exist_ok=True)
+    done = []
+    for name in names:
+        tensor = stages.get(name)
+        if tensor is None:
+            continue
+        path = folder / f"{prefix}{name}.npy"
+        np.save(path, tensor.detach().cpu().numpy(), allow_pickle=False)
+        stages[name] = mapped(path)
+        done.append(name)
+    return done
+
+
+def mapped(path: Path) -> torch.Tensor:
+    """A read-only tensor over an .npy file's memory map (allow_pickle=False)."""
+    memory_map = np.load(path, mmap_mode="r", allow_pickle=False)
+    with warnings.catch_warnings():  # read-only on purpose: nothing writes a captured stage
+        warnings.simplefilter("ignore", UserWarning)
+        tensor = torch.from_numpy(memory_map)
+    setattr(tensor, _MAP, memory_map)
+    return tensor
+
+
+def release(*values: Any) -> None:
+    """Drop the pages a pass read from every spilled tensor among `values` (tensors, or objects
+    with a `stages` dict such as a Capture); they are read from the page cache again if needed."""
+    for value in values:
+        stages = getattr(value, "stages", None)
+        tensors = stages.values() if isinstance(stages, dict) else [value]
+        for tensor in tensors:
+            memory_map = getattr(tensor, _MAP, None)
+            if memory_map is not None and getattr(memory_map, "_mmap", None) is not None:
+                memory_map._mmap.madvise(mmap.MADV_DONTNEED)
+
+
+def releasing(function: Function) -> Function:
+    """Release what a pass over spilled stages read, once the pass is done."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        finally:
+            release(*args, *kwargs.values())
+
+    return wrapper  # type: ignore[return-value]

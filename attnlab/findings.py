@@ -18,6 +18,7 @@ import torch
 
 from attnlab.capture import Capture
 from attnlab.diagnostics import stage_differs, stage_tolerance
+from attnlab.recognisers import recognise
 from attnlab.record import Finding
 from attnlab.stages import STAGES
 
@@ -52,6 +53,8 @@ class _Diagnosis:
 
     def run(self) -> list[Finding]:
         self.masked = self.mask_counts()
+        for found in recognise(self.v, self.ref, self.d):  # deliberate changes (RoPE, ALiBi, a window, ...) first
+            self.add(found.code, found.stage, found.message, severity=found.severity)
         self.non_finite()
         self.shapes()
         swapped = self.scores_transposed()

@@ -1,0 +1,342 @@
+"""Deliberate changes to attention, named from the captured stages (issue 15).
+
+Rotary positions, a bias on the query-key distance (ALiBi), a sliding window, soft-capped
+scores, normalised queries and keys: none of them is a bug, but each makes the stages differ
+from the reference's, and the plain checks would call that a wrong query source or a wrong
+scaling. Each recogniser here compares the variant's stages with the reference's and names
+the change when the numbers fit it — never by the variant's name — so a user's own
+implementation gets the same words as the built-in plugin.
+
+A change applied wrongly is not recognised as the change: RoPE on the values too, or on the
+queries but not the keys, is an error finding (`rotary_misapplied`); a window or a bias that
+does not fit is left to the mask and scaling checks. Linear attention never makes its weights;
+when its context equals a kernel attention of the queries and keys, `not_softmax` (an error:
+it is the `plain_normalisation` bug) says what the weights are instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.capture import Capture
+from attnlab.diagnostics import max_abs, stage_differs, stage_tolerance
+from attnlab.record import Finding
+
+_EPS = float(torch.finfo(torch.float32).eps)
+_UNIT_RMS = 1e-3  # |RMS - 1| a normalised vector may show (the norm's eps, float32 rounding)
+
+
+def recognise(variant: Capture, reference: Capture, diagnostics: dict[str, float] | None = None) -> list[Finding]:
+    """The deliberate changes the variant's stages show against the reference's, as findings
+    (info; an error where the change is applied wrongly). `diagnostics` is accepted for the
+    diagnosis' call and not needed: every check reads the stages."""
+    findings: list[Finding] = []
+    for check in (_rotary, _qk_norm, _window, _position_bias, _softcap, _linear_attention):
+        findings += check(variant, reference)
+    return findings
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}" if abs(x) < 1e3 else str(round(x))  # a base of 10000 reads 10000, not 1e+04
+
+
+def _pair(variant: Capture, reference: Capture, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    mine, ref = variant.stages.get(stage), reference.stages.get(stage)
+    if mine is None or ref is None or mine.shape != ref.shape or mine.numel() == 0:
+        return None
+    return mine, ref
+
+
+# -- rotary -----------------------------------------------------------------------------------------
+
+_PAIRINGS: dict[str, Callable[[int], tuple[torch.Tensor, torch.Tensor]]] = {
+    # (x_i, x_{i + head_dim/2}), as Llama and GPT-NeoX rotate
+    "half-split pairs (Llama)": lambda d: (torch.arange(d // 2), torch.arange(d // 2, d)),
+    # (x_{2i}, x_{2i+1}), as RoFormer and GPT-J rotate
+    "interleaved pairs (RoFormer)": lambda d: (torch.arange(0, d, 2), torch.arange(1, d, 2)),
+}
+
+
+@dataclass(frozen=True)
+class _Rotation:
+    pairing: str
+    frequencies: torch.Tensor  # (head_dim // 2,) radians per token, one per pair
+
+
+def _rotation(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | None:
+    """Whether `mine` is `ref` (batch, heads, tokens, head_dim) with every pair of coordinates of
+    token t turned by t * frequency (one frequency per pair): the per-token norms are kept and the
+    angle grows linearly with the position."""
+    d, n = ref.shape[-1], ref.shape[-2]
+    if d % 2 or n < 2:
+        return None
+    x, y = ref.double(), mine.double()
+    if (x.norm(dim=-1) - y.norm(dim=-1)).abs().max() > tol * math.sqrt(d):
+        return None
+    positions = torch.arange(n, dtype=torch.float64)[:, None]  # (tokens, 1)
+    rtol = 1e-5 + 4 * _EPS * n  # a float32 angle t * frequency carries t * eps of rounding
+    for pairing, indices in _PAIRINGS.items():
+        a, b = indices(d)
+        z_ref, z = torch.complex(x[..., a], x[..., b]), torch.complex(y[..., a], y[..., b])  # (b, h, tokens, d/2)
+        turn = z * z_ref.conj()  # |z_ref|^2 * e^(i angle)
+        step = turn[..., 1:, :] * turn[..., :-1, :].conj()  # the angle gained from one token to the next
+        weight = step.abs().flatten(0, 2)  # (samples, d/2): small vectors carry little angle information
+        frequency = (weight * step.angle().flatten(0, 2)).sum(0) / weight.sum(0).clamp_min(1e-300)  # (d/2,)
+        # one refinement over all positions: the residual angle, wrapped, fitted through the origin
+        residual = torch.angle(turn * torch.exp(-1j * positions * frequency))  # (b, h, tokens, d/2)
+        w = turn.abs()
+        frequency = frequency + (w * positions * residual).sum((0, 1, 2)) / (w * positions**2).sum((0, 1, 2)).clamp_min(1e-300)
+        rotated = z_ref * torch.exp(1j * positions * frequency)
+        if (rotated - z).abs().max() <= tol + rtol * float(x.abs().max()):
+            return _Rotation(pairing, frequency)
+    return None
+
+
+def _base(rotation: _Rotation, head_dim: int) -> str:
+    """The base b of frequency_i = b ** (-2i / head_dim), fitted in log space, in words."""
+    freq = rotation.frequencies
+    if freq.numel() < 2:
+        return "one pair per head (head_dim 2), so no base can be fitted"
+    i = torch.arange(freq.numel(), dtype=torch.float64)
+    exponent = 2 * i[1:] / head_dim
+    log_freq = torch.log(freq[1:].abs().clamp_min(1e-300))
+    log_base = -float((exponent * log_freq).sum() / (exponent**2).sum())
+    fitted = torch.exp(-log_base * 2 * i / head_dim)
+    if (fitted - freq).abs().max() > 1e-3 * float(freq.abs().max()) or abs(float(freq[0]) - 1) > 1e-3:
+        shown = ", ".join(_fmt(float(f)) for f in freq[:4])
+        return f"frequencies {shown}{', ...' if freq.numel() > 4 else ''} radians per token, not base ** (-2i / head_dim)"
+    return f"theta (base) {_fmt(math.exp(log_base))}: pair i turns by theta ** (-2i / head_dim) radians per token"
+
+
+def _rotary(variant: Capture, reference: Capture) -> list[Finding]:
+    queries, keys = _pair(variant, reference, "queries"), _pair(variant, reference, "keys")
+    if queries is None or keys is None:
+        return []
+    changed = {stage: stage_differs(stage, variant, reference) for stage in ("queries", "keys", "values")
+               if stage in variant.stages and stage in reference.stages}
+    if not (changed.get("queries") or changed.get("keys")):
+        return []
+    turns = {stage: _rotation(*pair, 4 * stage_tolerance(stage, reference)) if changed[stage] else None
+             for stage, pair in (("queries", queries), ("keys", keys))}
+    rotated = [stage for stage, turn in turns.items() if turn is not None]
+    if not rotated:
+        return []
+    turn = turns[rotated[0]]
+    head_dim = queries[1].shape[-1]
+    what = f"rotated by position over {turn.pairing}, {_base(turn, head_dim)}"
+    if len(rotated) == 1:
+        other = "keys" if rotated == ["queries"] else "queries"
+        if changed[other]:
+            return []  # the other one changed some other way: not a rotation this can name
+        return [Finding("rotary_misapplied", other, "error", f"the {rotated[0]} are {what}, but the {other} are not: "
+                        f"rotate queries and keys with the same angles, so that each score depends only on the "
+                        f"distance between its query and key tokens.")]
+    if (turns["keys"].frequencies - turn.frequencies).abs().max() > 1e-4 * float(turn.frequencies.abs().max()):
+        return [Finding("rotary_misapplied", "keys", "error", f"the queries are {what}, but the keys are turned by "
+                        f"other angles ({_base(turns['keys'], head_dim)}); rotate both with the same angles.")]
+    values = _pair(variant, reference, "values")
+    if changed.get("values") and values is not None:
+        if _rotation(*values, 4 * stage_tolerance("values", reference)) is None:
+            return []  # values wrong some other way: left to the value-path check
+        return [Finding("rotary_misapplied", "values", "error", f"the values are rotated by position like the "
+                        f"queries and keys ({turn.pairing}); RoPE rotates only queries and keys: compute the "
+                        f"values as x @ W_value, unrotated.")]
+    return [Finding("rotary", "queries", "info", f"rotary position embedding (RoPE): queries and keys are {what}; "
+                    f"each token's query and key keep their length, so attn_scores depend on the query-key "
+                    f"distance, and the scores, weights and context differ from the reference's from here on.")]
+
+
+# -- normalised queries and keys -------------------------------------------------------------------
+
+
+def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
+    """`mine` is `ref` divided, per (batch, head, token), by its root-mean-square over head_dim."""
+    y, x = mine.double(), ref.double()
+    rms = y.pow(2).mean(dim=-1).sqrt()
+    if (rms - 1).abs().max() > _UNIT_RMS:
+        return False
+    ref_rms = x.pow(2).mean(dim=-1, keepdim=True).sqrt().clamp_min(1e-12)
+    return bool((x / ref_rms - y).abs().max() <= _UNIT_RMS + tol / float(ref_rms.min()))
+
+
+def _qk_norm(variant: Capture, reference: Capture) -> list[Finding]:
+    pairs = {stage: _pair(variant, reference, stage) for stage in ("queries", "keys")}
+    if any(p is None for p in pairs.values()) or not stage_differs("queries", variant, reference):
+        return []
+    if not all(_unit_rms_of(*pair, stage_tolerance(stage, reference)) for stage, pair in pairs.items()):
+        return []
+    head_dim = pairs["queries"][0].shape[-1]
+    return [Finding("qk_norm", "queries", "info", f"queries and keys are normalised (QK-norm): each head's query "
+                    f"and key vectors have root-mean-square 1 over their head_dim={head_dim} before queries @ keys.T, "
+                    f"so every attn_score lies within +-{head_dim} whatever the inputs' scale; the scores, weights "
+                    f"and context differ from the reference's from here on.")]
+
+
+# -- masks and biases on the softmax input ----------------------------------------------------------
+
+
+def _window(variant: Capture, reference: Capture) -> list[Finding]:
+    pair = _pair(variant, reference, "scaled_scores")
+    if pair is None or pair[0].dim() != 4:
+        return []
+    hidden, ref_hidden = torch.isneginf(pair[0]), torch.isneginf(pair[1])
+    n_query, n_key = hidden.shape[-2:]
+    future = torch.ones(n_query, n_key, dtype=torch.bool).triu(1)
+    if n_query != n_key or not torch.equal(ref_hidden, future.expand_as(ref_hidden)):
+        return []  # a window is read against the reference's causal mask
+    window = int((~hidden).sum(dim=-1).max())
+    if window >= n_key:
+        return []
+    expected = future | torch.ones(n_query, n_key, dtype=torch.bool).tril(-window)
+    weights = variant.stages.get("weights")
+    if not torch.equal(hidden, expected.expand_as(hidden)) or (weights is not None and bool(weights[hidden].any())):
+        return []
+    last = n_query - 1
+    seen = ", ".join(str(t) for t in range(last - window + 1, last + 1))
+    return [Finding("window", "scaled_scores", "info", f"a sliding window of {window}: each query sees the last "
+                    f"{window} keys, itself included (token {last} sees {seen}); the keys further back are -inf "
+                    f"like the future ones, so their weights are 0 and each row of the weights still sums to 1.")]
+
+
+def _finite_pair(variant: Capture, reference: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """The variant's and the reference's softmax inputs where they differ by more than rounding, with
+    the same -inf entries (the mask kept as it was), in float64, and the entries finite in both."""
+    pair = _pair(variant, reference, "scaled_scores")
+    if pair is None or pair[0].dim() != 4 or not torch.equal(torch.isneginf(pair[0]), torch.isneginf(pair[1])):
+        return None
+    mine, ref = pair[0].double(), pair[1].double()
+    finite = torch.isfinite(mine) & torch.isfinite(ref)
+    if not finite.any() or not stage_differs("scaled_scores", variant, reference):
+        return None
+    return mine, ref, finite
+
+
+def _scores_tolerance(variant: Capture, reference: Capture) -> float:
+    """What two computations of the softmax input may differ by, the variant's own terms included."""
+    scaled = variant.stages["scaled_scores"]
+    finite = scaled[torch.isfinite(scaled)]
+    return 8 * stage_tolerance("scaled_scores", reference) + 8 * _EPS * (max_abs(finite) if finite.numel() else 0.0)
+
+
+def _published_alibi_slopes(num_heads: int) -> list[float]:
+    """ALiBi's slopes (Press et al., 2022): 2 ** (-8 (h + 1) / n) for n heads a power of two;
+    otherwise those of the power of two below n, then every other slope of twice that power."""
+    below = 2 ** int(math.floor(math.log2(num_heads)))
+    slopes = [2 ** (-8 * (h + 1) / below) for h in range(below)]
+    return slopes + [2 ** (-8 * (h + 1) / (2 * below)) for h in range(0, 2 * below, 2)][: num_heads - below]
+
+
+def _position_bias(variant: Capture, reference: Capture) -> list[Finding]:
+    pair = _finite_pair(variant, reference)
+    if pair is None:
+        return []
+    mine, ref, finite = pair
+    tol = _scores_tolerance(variant, reference)
+    n_query, n_key = mine.shape[-2:]
+    distance = (torch.arange(n_query)[:, None] - torch.arange(n_key)[None, :]) + (n_key - 1)  # >= 0 for bincount
+    slopes, biases = [], []
+    for h in range(mine.shape[1]):
+        seen = finite[:, h]  # (batch, query, key)
+        diff = (mine[:, h] - ref[:, h])[seen]
+        where = distance.expand_as(seen)[seen]
+        counts = torch.bincount(where, minlength=n_query + n_key - 1)
+        bias = torch.bincount(where, weights=diff, minlength=n_query + n_key - 1) / counts.clamp_min(1)
+        if (diff - bias[where]).abs().max() > tol:
+            return []  # not a function of the distance alone
+        present = counts > 0
+        d = (torch.arange(bias.numel()) - (n_key - 1))[present].double()
+        b = bias[present]
+        slope = float(((d - d.mean()) * (b - b.mean())).sum() / ((d - d.mean()) ** 2).sum()) if d.numel() > 1 else 0.0
+        linear = (b - b.mean() - slope * (d - d.mean())).abs().max() <= tol
+        slopes.append(slope if linear else None)
+        biases.append(dict(zip(d.long().tolist(), b.tolist())))
+    if max(abs(v) for bias in biases for v in bias.values()) <= tol:
+        return []
+    heads = mine.shape[1]
+    if all(s is not None for s in slopes):
+        published = _published_alibi_slopes(heads)
+        alibi = all(abs(-s - p) <= 1e-3 * p for s, p in zip(slopes, published))
+        per_head = ", ".join(f"head {h}: {_fmt(-s)}" for h, s in enumerate(slopes))
+        what = (f"linear in the distance, as ALiBi: bias = -slope * (query - key) with slope {per_head}"
+                + (f" (the published ALiBi slopes for {heads} heads)" if alibi else ""))
+    else:
+        shown = "; ".join(f"head {h}: " + ", ".join(f"{d}: {_fmt(v)}" for d, v in sorted(bias.items())[:4] if d >= 0)
+                          for h, bias in enumerate(biases[:2]))
+        what = f"not linear in the distance (bias by distance {shown}{' ...' if heads > 2 else ''})"
+    return [Finding("position_bias", "scaled_scores", "info", f"a position bias: the softmax input is the "
+                    f"reference's scaled scores plus a bias that depends only on the query-key distance, per head, "
+                    f"{what}; the weights and context differ from the reference's from here on.")]
+
+
+def _cap_through(score: float, capped: float) -> float | None:
+    """The c with c * tanh(score / c) == capped (c * tanh(s / c) grows with c from 0 towards s)."""
+    if score == 0 or capped == 0 or (score > 0) != (capped > 0) or abs(capped) >= abs(score):
+        return None
+    s, t = abs(score), abs(capped)
+    lo, hi = t, 2 * t
+    while hi * math.tanh(s / hi) < t and hi < 1e12:
+        hi *= 2
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if mid * math.tanh(s / mid) < t else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def _softcap(variant: Capture, reference: Capture) -> list[Finding]:
+    pair = _finite_pair(variant, reference)
+    if pair is None:
+        return []
+    mine, ref, finite = pair
+    index = torch.where(finite, ref.abs(), -1.0).argmax()
+    cap = _cap_through(float(ref.flatten()[index]), float(mine.flatten()[index]))
+    if cap is None:
+        return []
+    capped = cap * torch.tanh(ref[finite] / cap)
+    if (capped - mine[finite]).abs().max() > _scores_tolerance(variant, reference):
+        return []
+    return [Finding("softcap", "scaled_scores", "info", f"soft-capped scores: the softmax input is "
+                    f"{_fmt(cap)} * tanh(s / {_fmt(cap)}) of the reference's scaled scores s, applied before the "
+                    f"mask (the masked entries stay -inf), so no score reaches +-{_fmt(cap)} and large scores are "
+                    f"squashed the most; the weights and context differ from the reference's from here on.")]
+
+
+# -- attention without a softmax ----------------------------------------------------------------------
+
+_FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "elu + 1, a non-negative kernel": lambda x: F.elu(x) + 1,
+    "the identity, so the weights can be negative (the scores normalised by their row sums)": lambda x: x,
+}
+
+
+def _linear_attention(variant: Capture, reference: Capture) -> list[Finding]:
+    """A context that is phi(q) phi(k)^T, causal, normalised per row or not, times the values."""
+    s = variant.stages
+    if "weights" in s or not all(stage in s for stage in ("queries", "keys", "values", "context")):
+        return []
+    queries, keys, values, context = (s[stage].double() for stage in ("queries", "keys", "values", "context"))
+    if keys.shape[1] != queries.shape[1] and queries.shape[1] % keys.shape[1] == 0:  # grouped keys and values
+        group = queries.shape[1] // keys.shape[1]
+        keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
+    if keys.shape[:3] != values.shape[:3] or context.shape[:3] != queries.shape[:3] or queries.shape != keys.shape:
+        return []
+    n = queries.shape[-2]
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    tol = 1e-4 * max(max_abs(context), 1e-12) + 1e-6
+    for name, phi in _FEATURE_MAPS.items():
+        kernel = (phi(queries) @ phi(keys).mT).masked_fill(~causal, 0.0)  # (b, num_heads, tokens, tokens)
+        for normalised in (True, False):
+            weights = kernel / kernel.sum(dim=-1, keepdim=True) if normalised else kernel
+            if (weights @ values - context).abs().max() <= tol:
+                rows = "normalised to sum 1 per row" if normalised else "not normalised (rows do not sum to 1)"
+                return [Finding("not_softmax", "weights", "error", f"the weights are not a softmax of the scaled "
+                                f"scores: the context is linear attention's, weights phi(q_i) . phi(k_j) over the "
+                                f"keys j <= i with phi = {name}, {rows}; the module never makes the weights "
+                                f"(running sums over the tokens), so they cannot be shown. Deliberate in linear "
+                                f"attention; use torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1) for "
+                                f"the reference's attention.")]
+    return []

@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 import torch
 
 from attnlab.capture import Capture
+from attnlab.spill import releasing
 from attnlab.stages import STAGES
 
 BLOCK_ROWS = 1024
@@ -43,6 +44,7 @@ def blocks(t: torch.Tensor) -> Iterator[tuple]:
             yield (*lead, rows)
 
 
+@releasing
 def max_abs(t: torch.Tensor) -> float:
     """max |t| without an |t| temporary."""
     if t.numel() == 0:
@@ -51,6 +53,16 @@ def max_abs(t: torch.Tensor) -> float:
     return max(-float(lo), float(hi))
 
 
+@releasing
+def finite_max_abs(t: torch.Tensor) -> float:
+    """max |t| over the finite entries: a causal mask's -inf says nothing about the values' scale."""
+    bound = max_abs(t)
+    if math.isfinite(bound):
+        return bound
+    return max((max_abs(torch.where(torch.isfinite(t[i]), t[i], 0.0)) for i in blocks(t) if t[i].numel()), default=0.0)
+
+
+@releasing
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| in blocks; nan when the shapes differ or a value is not finite. A tensor
     against itself (the reference's own diagnostics) is 0 without a pass over its values."""
@@ -66,6 +78,7 @@ def _gap(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.where(x == y, 0.0, x - y).abs()
 
 
+@releasing
 def _non_finite(t: torch.Tensor) -> float:
     return float(sum(int((~torch.isfinite(t[i])).sum()) for i in blocks(t)))
 
@@ -105,9 +118,9 @@ def stage_tolerance(stage: str, capture: Capture, eps: float | None = None) -> f
     atol = 1e-6
     eps = capture_eps(capture) if eps is None else eps
     if stage not in ("weights", "weights_applied", "context", "output"):
-        return _stage_rtol(stage, capture, eps) * max_abs(stages[stage]) + atol
+        return _stage_rtol(stage, capture, eps) * finite_max_abs(stages[stage]) + atol
     logits = stages.get("scaled_scores", stages.get("scores"))
-    logit_err = _stage_rtol("scaled_scores", capture, eps) * max_abs(logits) if logits is not None else 0.0
+    logit_err = _stage_rtol("scaled_scores", capture, eps) * finite_max_abs(logits) if logits is not None else 0.0
     weight_err = min(1.0, 2 * logit_err + 8 * eps * math.sqrt(stages["inputs"].shape[-2]))
     if stage in ("weights", "weights_applied"):
         return weight_err + atol
@@ -142,6 +155,7 @@ def first_divergent_stage(variant: Capture, reference: Capture) -> str | None:
     return None
 
 
+@releasing
 def _weights_diagnostics(weights: torch.Tensor | None) -> tuple[dict[str, float], dict[str, list[float]]]:
     """Row and column sums, entropy, row max and first-token mass of (batch, heads, query, key) weights."""
     names = ["weights_row_sum_max_err", "weights_col_sum_max_err", "weights_min", "weights_max",
@@ -181,6 +195,7 @@ def _weights_diagnostics(weights: torch.Tensor | None) -> tuple[dict[str, float]
     return flat, {name: [float(v) for v in values] for name, values in per_head.items()}
 
 
+@releasing
 def scale_observed(scores: torch.Tensor | None, scaled: torch.Tensor | None) -> float:
     """Least-squares factor c in scaled_scores ~ c * scores (float64 sums, in blocks), over the
     entries finite in both: a mask's -inf says nothing about the scaling."""
@@ -208,6 +223,7 @@ def _per_row(capture: Capture, fn: Callable[[tuple, int], float]) -> float:
     return max((fn(i, _kv_head(i[1], weights.shape[1], kv_heads)) for i in blocks(weights)), default=NAN)
 
 
+@releasing
 def _batched_single(capture: Capture) -> float:
     """The source's check for every token: each row of the context against that token's own
     computation, softmax of the variant's own softmax input row (mask included) times its values."""
@@ -226,6 +242,7 @@ def _batched_single(capture: Capture) -> float:
         torch.softmax(logits[i] * scale, dim=-1) @ values[i[0], g], context[i]))
 
 
+@releasing
 def softmax_max_err(capture: Capture) -> float:
     """max |weights - softmax(scaled scores, over the keys)|; without a softmax input, the
     scores scaled by 1/sqrt(d_k) stand in for it (a hand-written softmax must match that)."""
@@ -246,6 +263,7 @@ def expected_shapes(reference: Capture) -> dict[str, tuple[int, ...]]:
     return dict(reference.native_shapes)
 
 
+@releasing
 def _per_head_divergence(mine: torch.Tensor | None, ref: torch.Tensor | None) -> list[float]:
     if mine is None or ref is None or mine.shape != ref.shape or mine.dim() != 4:
         return []

@@ -8,15 +8,18 @@ A plugin that raises or returns something that is not a context matrix fails its
 from __future__ import annotations
 
 import copy
+import tempfile
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from attnlab import batch_mixing
 from attnlab.capture import Capture, capture
 from attnlab.config import WeightsMode, resolved
 from attnlab.errors import UserError
@@ -25,6 +28,9 @@ from attnlab.findings import diagnose
 from attnlab.inputs import Inputs
 from attnlab.layouts import align, seed_projections
 from attnlab.predictions import check_predictions
+from attnlab.preflight import Size, check_fits, should_spill
+from attnlab.spill import spill
+from attnlab.stages import SQUARE_STAGES
 from attnlab.profile import profile_pair
 from attnlab.record import Record
 from attnlab.registry import SPELLINGS, auto_reference, constructor_kwargs, get_variant
@@ -160,6 +166,14 @@ def head_count(module: nn.Module, spec_name: str, values: dict[str, Any]) -> int
     return next((int(kwargs[k]) for k in SPELLINGS["num_heads"] if k in kwargs), 1)
 
 
+def planned_size(name: str, spec: JobSpec, values: dict[str, Any], inputs: Inputs) -> Size:
+    """The run's size from the config alone, before any module is built (their mask buffers count)."""
+    _, kwargs = constructor_kwargs(get_variant(name), values, spec.params)
+    heads = next((int(kwargs[k]) for k in SPELLINGS["num_heads"] if k in kwargs), 1)
+    return Size(spec.batch, heads, inputs.n_tokens, inputs.d_in, spec.d_out,
+                context_length=int(kwargs.get("context_length") or 0))
+
+
 def run_module(name: str, module: nn.Module, x: torch.Tensor, seed: int) -> Capture:
     manual_seed(seed)  # dropout in training mode draws from the seed: same seed, same record
     try:
@@ -174,10 +188,11 @@ def run_module(name: str, module: nn.Module, x: torch.Tensor, seed: int) -> Capt
 
 def compute_record(
     cfg: DictConfig | None, seed: int, inputs: Inputs, *, spec: JobSpec | None = None,
-    phase: Callable[[str], None] | None = None,
+    phase: Callable[[str], None] | None = None, items: torch.Tensor | None = None,
 ) -> Record:
     """One seed's record. `spec` (JobSpec.from_cfg(cfg)) saves re-reading the config per seed;
-    `phase(name)` is told when each part starts, for a progress display."""
+    `phase(name)` is told when each part starts, for a progress display; `items` (batch, n_tokens,
+    d_in) are distinct batch items for a batched module, in place of the inputs stacked."""
     spec = spec or JobSpec.from_cfg(cfg)
     say = phase or (lambda _name: None)
     name = spec.name
@@ -189,10 +204,13 @@ def compute_record(
         n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out, device=spec.device, dtype=spec.dtype,
     )
     values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
-    batch = torch.stack([tokens] * spec.batch)  # (batch, n_tokens, d_in), as the source's torch.stack((inputs, inputs))
+    batch = items if items is not None else torch.stack([tokens] * spec.batch)  # (batch, n_tokens, d_in), as the source's torch.stack((inputs, inputs))
     with compute_threads(inputs.n_tokens):
         try:
             say("forward")
+            size = planned_size(name, spec, values, inputs)
+            spilling = should_spill(size)
+            check_fits(size, spilled=spilling)
             variant_module = build_module(name, spec.params, values, seed)
             variant_batched = takes_batches(variant_module, inputs.d_in, inputs.n_tokens)
             record.reference = reference_name = (auto_reference(get_variant(name), variant_module, variant_batched)
@@ -213,6 +231,9 @@ def compute_record(
             reference_x = _moved(batch if reference_batched else tokens, spec.device, spec.reference_dtype)
             variant_x = _moved(batch if variant_batched else tokens, spec.device, spec.dtype)
             reference = run_module(reference_name, reference_module, reference_x, seed)
+            if spilling:  # the reference's large stages go to disk: one module's stay in memory
+                record.scratch = tempfile.TemporaryDirectory(prefix="attnlab-spill-")
+                spill(reference.stages, SQUARE_STAGES, Path(record.scratch.name))
             try:
                 variant = run_module(name, variant_module, variant_x, seed)
             except PluginError:
@@ -225,6 +246,7 @@ def compute_record(
             return record
         _check_shown(spec.show, variant)
         say("diagnostics")
+        mixing = _batch_mixing(name, variant_module, variant_x, variant, seed) if variant_batched and not spec.train else None
         record.stages, record.stage_shapes = _to_numpy(variant)
         record.reference_stages, record.reference_stage_shapes = _to_numpy(reference)
         record.expected_shapes = {k: list(v) for k, v in expected_shapes(reference).items()}
@@ -233,7 +255,9 @@ def compute_record(
         record.diagnostics, record.head_diagnostics = compute_diagnostics(variant, reference)
         record.reference_diagnostics, _ = compute_diagnostics(reference, reference)
         record.first_divergent_stage = first_divergent_stage(variant, reference)
-        record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=spec.shared)
+        record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=spec.shared,
+                                   train=spec.train, batch_mixing=mixing)
+        record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
         record.predictions = check_predictions(
             spec.expect, variant, record.diagnostics, record.first_divergent_stage, record.findings
         )
@@ -246,6 +270,15 @@ def compute_record(
                                           reference_key=key)
             record.diagnostics.update(record.profile)
     return record
+
+
+def _batch_mixing(name: str, module: nn.Module, x: torch.Tensor, together: Capture,
+                  seed: int) -> batch_mixing.BatchMixing | None:
+    """Each batch item alone against its slice (eval mode only: dropout would differ per run)."""
+    try:
+        return batch_mixing.check(lambda item: run_module(name, module, item, seed), x, together)
+    except PluginError:  # a module that cannot take a batch of one: nothing to compare
+        return None
 
 
 def _moved(x: torch.Tensor, device: str, dtype: str) -> torch.Tensor:

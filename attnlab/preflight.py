@@ -16,6 +16,7 @@ from pathlib import Path
 from attnlab.errors import UserError
 
 BASE_BYTES = 450 * 2**20  # the interpreter with torch, hydra and the sinks imported
+SPILL_STAGE_BYTES = 2**29  # a (batch, heads, query, key) stage this large is spilled to disk
 LIMIT_ENV = "ATTNLAB_MEMORY_LIMIT"  # bytes attnlab may use; overrides what the machine says
 CGROUP_MAX = Path("/sys/fs/cgroup/memory.max")
 CGROUP_CURRENT = Path("/sys/fs/cgroup/memory.current")
@@ -30,6 +31,7 @@ class Size:
     d_in: int
     d_out: int
     itemsize: int = 4  # bytes per value (float32)
+    context_length: int = 0  # a (context_length x context_length) mask buffer in each module, if it takes one
 
     @property
     def stage_bytes(self) -> int:
@@ -46,7 +48,8 @@ def estimate_peak_bytes(size: Size, *, spilled: bool) -> int:
     reference = (1 if spilled else 3) * size.stage_bytes
     masks = size.stage_bytes // 2  # two boolean (batch, heads, query, key) masks at 1 byte a value
     activations = 12 * size.batch * size.n_tokens * max(size.d_in, size.d_out) * size.itemsize
-    return BASE_BYTES + variant + reference + masks + activations
+    buffers = 2 * size.context_length**2 * size.itemsize
+    return BASE_BYTES + variant + reference + masks + activations + buffers
 
 
 def available_bytes() -> tuple[int, str]:
@@ -67,9 +70,9 @@ def available_bytes() -> tuple[int, str]:
 
 
 def should_spill(size: Size) -> bool:
-    """Spill the reference's large stages to disk when keeping them would not leave room."""
+    """Spill the reference's stages to disk when one is large, or when keeping them would not fit."""
     limit, _ = available_bytes()
-    return estimate_peak_bytes(size, spilled=False) > 0.8 * limit and size.stage_bytes >= 2**28
+    return size.stage_bytes >= SPILL_STAGE_BYTES or estimate_peak_bytes(size, spilled=False) > limit
 
 
 def check_fits(size: Size, *, spilled: bool) -> None:
@@ -78,9 +81,9 @@ def check_fits(size: Size, *, spilled: bool) -> None:
     limit, source = available_bytes()
     if need <= limit:
         return
-    knobs = "inputs.n_tokens, batch or num_heads" + ("" if spilled else ", or free memory for the spill to help")
-    raise UserError(f"this run needs about {_gib(need)} ({size.describe()}, two modules' stages) but "
-                    f"{_gib(limit)} is available ({source}); shrink it with {knobs}")
+    spill = " (the reference's stages already spill to disk)" if spilled else ""
+    raise UserError(f"this run needs about {_gib(need)} ({size.describe()}, two modules' stages{spill}) but "
+                    f"{_gib(limit)} is available ({source}); shrink it with inputs.n_tokens, batch or num_heads")
 
 
 def _gib(n: int) -> str:

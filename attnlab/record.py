@@ -67,9 +67,14 @@ class Record:
     reference_diagnostics: dict[str, float] = field(default_factory=dict)
     first_divergent_stage: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)  # checks that could not run, each in one sentence
     predictions: list[Prediction] = field(default_factory=list)
     weights_loaded: dict[str, str] = field(default_factory=dict)
+    device: str = "cpu"  # where both modules ran
+    dtype: str = "float32"  # the variant's (the reference's is config["reference_dtype"])
+    profile: dict[str, float] = field(default_factory=dict)  # with profile=true: attnlab.profile.COLUMNS and ratios
     path: Path | None = None  # where it was read from or written to; not serialised
+    scratch: Any = None  # a temporary folder of spilled stages, removed with the record; not serialised
 
     @property
     def ok(self) -> bool:
@@ -122,8 +127,12 @@ class Record:
             "reference_diagnostics": {k: _json_number(v) for k, v in self.reference_diagnostics.items()},
             "first_divergent_stage": self.first_divergent_stage,
             "findings": [asdict(f) for f in self.findings],
+            "not_checked": self.not_checked,
             "predictions": [asdict(p) for p in self.predictions],
             "weights_loaded": self.weights_loaded,
+            "device": self.device,
+            "dtype": self.dtype,
+            "profile": {k: _json_number(v) for k, v in self.profile.items()},
         }
 
     @classmethod
@@ -164,8 +173,12 @@ class Record:
             },
             first_divergent_stage=data.get("first_divergent_stage"),
             findings=[Finding(**f) for f in data.get("findings") or []],
+            not_checked=list(data.get("not_checked") or []),
             predictions=[Prediction(**p) for p in data.get("predictions") or []],
             weights_loaded=data.get("weights_loaded") or {},
+            device=str(data.get("device") or "cpu"),
+            dtype=str(data.get("dtype") or "float32"),
+            profile={k: _from_json_number(v) for k, v in (data.get("profile") or {}).items()},
             path=path,
         )
 

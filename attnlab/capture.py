@@ -52,6 +52,7 @@ from torch import nn
 from torch._ops import HigherOrderOperator
 from torch.overrides import TorchFunctionMode
 
+from attnlab.layouts import parameter_role
 from attnlab.stages import STAGES
 from attnlab.weights import projection_role
 
@@ -68,6 +69,7 @@ class Capture:
     score_roles: tuple[str | None, str | None] = (None, None)  # roles of the score product's row, column operand
     output_is_context: bool = False  # the module returned its context itself: output is an alias
     softmax_axis: int | None = None  # the softmax's dim in the canonical (batch, heads, query, key) view
+    out_inputs: list[torch.Tensor] = field(default_factory=list)  # what each output-projection product was given
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so
     # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.
@@ -227,6 +229,8 @@ class _Recorder(TorchFunctionMode):
         super().__init__()
         self._params = {id(p): _Tag("param", projection_role(name)) for name, p in module.named_parameters()}
         self._fused = {id(p) for name, p in module.named_parameters() if _is_fused(name, p)}
+        self._out = {id(p) for name, p in module.named_parameters() if parameter_role(name) == "out"}
+        self.out_inputs: list[torch.Tensor] = []
         self._tags: dict[int, tuple[weakref.ref, _Tag]] = {}
         self.heads: list[_Head] = []
         self.explicit: dict[str, torch.Tensor] = {}
@@ -463,6 +467,8 @@ class _Recorder(TorchFunctionMode):
 
     def _projection(self, func, name, args, kwargs, operands, tags, i: int, out: torch.Tensor) -> None:
         param = tags[i]
+        if id(operands[i]) in self._out and tags[1 - i] is not None:
+            self.out_inputs.append(operands[1 - i])  # the merged context, as the output projection saw it
         columns, width = None, 0
         if id(operands[i]) in self._fused and out.shape[-1] % 3 == 0:
             width = out.shape[-1] // 3
@@ -664,7 +670,7 @@ class _Recorder(TorchFunctionMode):
         if any(h.found.get("weights_applied", 0) is None for h in self.heads):
             missing.append("weights_applied")
         return Capture(found, native, sources, first.softmax_dim, missing, prescale, reconstructed,
-                       first.roles, output_is_context, first.softmax_axis)
+                       first.roles, output_is_context, first.softmax_axis, self.out_inputs)
 
 
 _SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")

@@ -16,8 +16,10 @@ import math
 
 import torch
 
+from attnlab.batch_mixing import BatchMixing
 from attnlab.capture import Capture
 from attnlab.diagnostics import stage_differs, stage_tolerance
+from attnlab.head_findings import MASK_CODES, HeadChecks, heads_phrase
 from attnlab.recognisers import recognise
 from attnlab.record import Finding
 from attnlab.stages import STAGES
@@ -30,23 +32,36 @@ def _fmt(x: float) -> str:
     return str(round(x, 4))
 
 
-class _Diagnosis:
-    def __init__(self, variant: Capture, reference: Capture, diagnostics: dict[str, float], weights_shared: bool):
+class _Diagnosis(HeadChecks):
+    def __init__(self, variant: Capture, reference: Capture, diagnostics: dict[str, float], weights_shared: bool,
+                 train: bool = False, mixing: BatchMixing | None = None):
         self.v, self.ref, self.d = variant, reference, diagnostics
         self.shared = weights_shared
+        self.train, self.mixing = train, mixing
         self.findings: list[Finding] = []
         self.explained = False  # a finding already explains why later stages differ
+        self.unjudged_from = len(STAGES)  # stages from this index on differ for a known reason (dropout, batch mixing)
+        self.ref_mask: torch.Tensor | None = None
 
-    def add(self, code: str, stage: str, message: str, *, explains: bool = True, severity: str = "error") -> None:
-        self.findings.append(Finding(code, stage, severity, message))
+    def add(self, code: str, stage: str, message: str, *, explains: bool = True, severity: str = "error",
+            heads: list[int] | None = None, batch: list[int] | None = None) -> None:
+        self.findings.append(Finding(code, stage, severity, message, heads, batch))
         self.explained = self.explained or explains
+        if code == "batch_mixing":
+            self.unjudged_from = min(self.unjudged_from, STAGES.index(stage))
+
+    def judged(self, stage: str) -> bool:
+        """Whether a difference at this stage can be a finding of its own (not dropout's chance or
+        batch mixing's consequence)."""
+        return STAGES.index(stage) < self.unjudged_from
 
     def present(self, *stages: str) -> bool:
         return all(s in self.v.stages for s in stages)
 
     def compare(self, stage: str) -> bool:
         """Whether a comparison with the reference may judge this stage."""
-        return self.shared and not self.explained and self.present(stage) and stage in self.ref.stages
+        return (self.shared and not self.explained and self.judged(stage) and self.present(stage)
+                and stage in self.ref.stages)
 
     def differs(self, stage: str, other: torch.Tensor | None = None) -> bool:
         return stage_differs(stage, self.v, self.ref, other)
@@ -55,8 +70,15 @@ class _Diagnosis:
         self.masked = self.mask_counts()
         for found in recognise(self.v, self.ref, self.d):  # deliberate changes (RoPE, ALiBi, a window, ...) first
             self.add(found.code, found.stage, found.message, severity=found.severity)
+        if self.train and ("weights_applied" in self.v.stages or "weights_applied" in self.v.missing
+                           or "weights_applied" in self.ref.stages):
+            self.unjudged_from = STAGES.index("weights_applied")  # dropout draws differ: chance, not a bug
+        self.mask_shape()
         self.non_finite()
         self.shapes()
+        self.head_split()
+        self.kv_heads()
+        self.batch_mixing_gate()
         swapped = self.scores_transposed()
         if not swapped:
             self.query_source()
@@ -66,11 +88,19 @@ class _Diagnosis:
         self.mask()
         self.scaling()
         self.softmax()
+        self.dropout()
         self.value_path()
         self.output()
         self.batched_single()
+        self.batch_mixing()
         order = {s: i for i, s in enumerate(STAGES)}
-        return sorted(self.findings, key=lambda f: (order[f.stage], f.severity != "error"))  # a bug before a note
+        located = [self.locate(f) for f in self.findings]
+        return sorted(located, key=lambda f: (order[f.stage], f.severity != "error"))  # a bug before a note
+
+    def batch_mixing_gate(self) -> None:
+        """Comparisons from the stage where batch items mix on are its consequences."""
+        if self.mixing is not None and self.mixing.stage is not None:
+            self.unjudged_from = min(self.unjudged_from, STAGES.index(self.mixing.stage))
 
     def mask_counts(self) -> dict[str, int]:
         """-inf entries of the scores and the softmax input that are a mask (e.g. causal), by stage.
@@ -112,6 +142,8 @@ class _Diagnosis:
         return scaled is not None and bool(torch.isneginf(scaled).any())
 
     def non_finite(self) -> None:
+        if self.v.softmax_axis in (0, 1, 2) or any(f.code == "mask_offset" for f in self.findings):
+            return  # a softmax over another axis, or a mask that hides a whole row, explains the NaN
         for stage in STAGES:
             count = self.d.get(f"non_finite_{stage}", math.nan) - self.masked.get(stage, 0)
             values = self.v.stages.get(stage)
@@ -136,8 +168,15 @@ class _Diagnosis:
             if cols == expected:
                 continue
             cause = "d_in" if cols == d_in else f"{cols}"
-            per_head = self.ref.stages[stage].shape[1] > 1
+            heads = self.ref.stages[stage].shape[1]
+            per_head = heads > 1
             wanted = f"head_dim={expected} per head" if per_head else f"d_out={expected}"
+            if per_head and cols == heads * expected:  # the wrapper's heads built with d_out each
+                self.add("shape_projection", stage, f"each head's {stage} have {cols} columns where head_dim="
+                         f"{expected} per head was expected: every head got the full d_out={cols} instead of "
+                         f"d_out // num_heads, so the merged output has num_heads·d_out = {heads * cols} columns "
+                         f"where the reference has d_out={cols}; give each head d_out // num_heads.")
+                continue
             self.add("shape_projection", stage, f"{stage} have {cols} columns where {wanted} was expected: "
                      f"the {matrix} projection probably used {cause} where it should have used "
                      f"{'d_out // num_heads' if per_head else 'd_out'}.")
@@ -187,18 +226,44 @@ class _Diagnosis:
 
     def scaling(self) -> None:
         observed, expected = self.d.get("scale_observed", math.nan), self.d.get("scale_expected", math.nan)
+        masked = self.masked_scale()
+        observed = observed if masked is None else masked
         off = abs(observed - expected) > _SCALE_RTOL * expected
         if not (math.isfinite(observed) and math.isfinite(expected) and off):
             return
         if not self.v.prescale:
-            self.add("scaling", "scaled_scores", f"the softmax input is the scores scaled by {_fmt(observed)}, "
-                     f"expected {_fmt(expected)} (1/sqrt(d_k)); check the division by keys.shape[-1] ** 0.5 "
-                     f"before the softmax.")
+            used, right, hint = self.scale_names(observed)
+            self.add("scaling", "scaled_scores", f"the softmax input is the scores scaled by {_fmt(observed)}{used}, "
+                     f"expected {_fmt(expected)} ({right}); check the division by keys.shape[-1] ** 0.5 "
+                     f"before the softmax{hint}.")
             return
         where = " and ".join(f"the {stage} were multiplied by {_fmt(f)}" for stage, f in self.v.prescale.items())
         self.add("scaling", "scaled_scores", f"the softmax input is the scores (unscaled queries @ keys.T) scaled "
                  f"by {_fmt(observed)} in all, expected {_fmt(expected)} (1/sqrt(d_k)); {where} before the score "
                  f"product: scale by keys.shape[-1] ** -0.5 once, there or before the softmax.")
+
+    def scale_names(self, observed: float) -> tuple[str, str, str]:
+        """The factor used in the source's words (" = 1/sqrt(d_out)"), the right one, and a hint for
+        the common slip of dividing by the whole width instead of one head's."""
+        keys, queries = self.v.stages.get("keys"), self.v.stages.get("queries")
+        head_dim = keys.shape[-1] if keys is not None else 0
+        heads = queries.shape[1] if queries is not None else 1
+        right = "1/sqrt(d_k)" if heads == 1 else f"1/sqrt(head_dim), head_dim = keys.shape[-1] = {head_dim}"
+        if not head_dim:
+            return "", right, ""
+        d_in, d_out = self.v.stages["inputs"].shape[-1], heads * head_dim
+        names = {"1 (no scaling)": 1.0, f"1/sqrt(d_in) with d_in = {d_in}": d_in ** -0.5,
+                 f"1/d_k = 1/{head_dim}": 1 / head_dim}
+        if heads > 1:
+            names[f"1/sqrt(d_out) with d_out = {d_out}"] = d_out ** -0.5
+        used = [name for name, factor in names.items() if abs(observed - factor) <= _SCALE_RTOL * factor]
+        if not used:
+            return "", right, ""
+        hint = ""
+        if heads > 1 and any(name.startswith(("1/sqrt(d_out)", "1/sqrt(d_in)")) for name in used):
+            hint = (f": each head's keys have head_dim = d_out // num_heads = {head_dim} columns, so divide by "
+                    f"keys.shape[-1] ** 0.5 (head_dim), not by the whole width")
+        return f" = {' = '.join(used)}", right, hint
 
     def softmax(self) -> None:
         if not self.present("weights"):
@@ -216,18 +281,22 @@ class _Diagnosis:
             return
         if axis in (0, 1):
             over = "the batch items" if axis == 0 else "the heads"
+            nan = ""
+            if self.ref_mask is not None and bool(torch.isnan(weights).any()):
+                nan = (f"; under the causal mask a hidden entry is -inf in every one of {over}, so its softmax "
+                       f"is 0/0 = NaN")
             self.add("softmax_axis", "weights", f"the softmax normalised over {over} (dim {dim}) instead of the "
-                     f"keys, so each query's weights do not sum to 1; use dim=-1.")
+                     f"keys, so each query's weights do not sum to 1{nan}; use dim=-1.")
             return
         softmax_err = self.d.get("weights_softmax_max_err", math.nan)
-        if softmax_err > tol and not any(f.code == "scaling" for f in self.findings):
+        if softmax_err > tol and not any(f.code in ("scaling", "mask_after_softmax") for f in self.findings):
             rows = "rows sum to 1" if row_err <= tol else f"rows sum to 1 within {_fmt(row_err)}"
             self.add("not_softmax", "weights", f"weight {rows}, but the weights are not the softmax of the scaled "
                      f"scores (off by up to {_fmt(softmax_err)}); use torch.softmax(scaled scores, dim=-1) "
                      f"instead of a plain normalisation.")
 
     def value_path(self) -> None:
-        if not self.present("values") or any(f.stage == "values" for f in self.findings):
+        if not self.present("values") or any(f.stage in ("values", "weights_applied") for f in self.findings):
             return
         source = self.v.sources.get("values")
         wrong_source = source not in (None, "values")
@@ -243,7 +312,7 @@ class _Diagnosis:
     def output(self) -> None:
         """The module's return value: a wrong tensor returned is always a finding, whatever came before."""
         out, ref = self.v.stages.get("output"), self.ref.stages.get("output")
-        if out is None or ref is None:
+        if out is None or ref is None or self.merge_and_projection():
             return
         looks_like = self.output_looks_like(out)
         if out.shape != ref.shape and not (self.explained and looks_like is None):  # else a consequence
@@ -252,7 +321,7 @@ class _Diagnosis:
                      f"where {tuple(self.ref.native_shapes['output'])} was expected: {what}, not the context "
                      f"vectors; return attn_weights @ values (merged over the heads and projected as the "
                      f"reference does).")
-        elif looks_like and self.shared and not self.explained and self.differs("output"):
+        elif looks_like and self.shared and not self.explained and self.judged("output") and self.differs("output"):
             self.add("wrong_output", "output", f"the module returned the {looks_like}, not the context vectors; "
                      f"return attn_weights @ values.")
         elif self.compare("output") and self.differs("output") and not self.v.output_is_context and (
@@ -277,7 +346,9 @@ class _Diagnosis:
 
     def batched_single(self) -> None:
         diff = self.d.get("batched_single_max_abs_diff", math.nan)
-        if self.findings or math.isnan(diff) or not diff > stage_tolerance("context", self.v):  # nan: no context
+        if self.findings or not self.judged("context") or math.isnan(diff):  # nan: no context
+            return
+        if not diff > stage_tolerance("context", self.v):
             return
         self.add("batched_single_mismatch", "context", f"row i of the batched context differs from token i's "
                  f"single-token computation softmax(q_i K^T / sqrt(d_k)) V by up to {_fmt(diff)}; "
@@ -285,6 +356,11 @@ class _Diagnosis:
 
 
 def diagnose(variant: Capture, reference: Capture, diagnostics: dict[str, float], *,
-             weights_shared: bool) -> list[Finding]:
-    """Findings, root cause first; a variant that matches the reference gets none."""
-    return _Diagnosis(variant, reference, diagnostics, weights_shared).run()
+             weights_shared: bool, train: bool = False, batch_mixing: BatchMixing | None = None) -> list[Finding]:
+    """Findings, root cause first, each with the heads and batch items it holds for; a variant that
+    matches the reference gets none. `train`: the modules ran in training mode (dropout is then an
+    info finding); `batch_mixing`: each batch item run alone against its slice (attnlab.batch_mixing)."""
+    return _Diagnosis(variant, reference, diagnostics, weights_shared, train, batch_mixing).run()
+
+
+__all__ = ["diagnose", "heads_phrase"]

@@ -1,0 +1,75 @@
+"""Whether a batch item's result depends on the other items in its batch.
+
+The source checks that row 2 of a batched computation equals the single computation for token 2;
+here the same check runs one level up: each batch item alone, as a batch of one, against its
+slice of the batched run, stage by stage. A module that reduces or normalises over the batch
+axis, or takes keys from another item, gives an item a different result in company than alone.
+
+Eval mode only (dropout would make every rerun differ). Items that are all equal (the book's
+inputs stacked, as the source does) cannot reveal mixing: the check then says so instead of
+passing silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from attnlab.capture import Capture
+from attnlab.diagnostics import blocks, stage_tolerance
+from attnlab.stages import STAGES
+
+NOT_CHECKED_EQUAL = "batch mixing not checked: the batch items are equal; use inputs=random"
+
+
+@dataclass
+class BatchMixing:
+    """The first stage at which an item computed alone differs from its slice of the batch."""
+
+    stage: str | None  # None: every item matches its slice at every stage
+    items: list[int] = field(default_factory=list)  # the batch items that differ at `stage`
+    max_abs_diff: float = 0.0
+    not_checked: str | None = None  # why the check could not run (e.g. identical items)
+
+
+def _gap(alone: torch.Tensor, together: torch.Tensor) -> float:
+    """max |alone - together| in blocks; equal infinities (a shared mask) and NaN on both sides
+    count as 0, a NaN on one side only as inf."""
+    worst = 0.0
+    for i in blocks(alone):
+        a, b = alone[i], together[i]
+        gap = torch.where((a == b) | (a.isnan() & b.isnan()), 0.0, (a - b).abs())
+        worst = max(worst, float(gap.nan_to_num(nan=float("inf")).max())) if gap.numel() else worst
+    return worst
+
+
+def items_equal(items: torch.Tensor) -> bool:
+    return all(torch.equal(items[0], items[i]) for i in range(1, items.shape[0]))
+
+
+def check(run_alone: Callable[[torch.Tensor], Capture], items: torch.Tensor, together: Capture) -> BatchMixing:
+    """Run each of `items` (batch, n_tokens, d_in) alone with `run_alone(item[None])` and compare
+    every stage with its slice of `together` (the capture of the batched run)."""
+    if items.dim() != 3 or items.shape[0] < 2:
+        return BatchMixing(None)
+    if items_equal(items):
+        return BatchMixing(None, not_checked=NOT_CHECKED_EQUAL)
+    alone = [run_alone(items[i:i + 1]) for i in range(items.shape[0])]
+    for stage in STAGES:
+        mine = together.stages.get(stage)
+        if mine is None or mine.shape[0] != items.shape[0]:
+            continue
+        differing, worst = [], 0.0
+        for i, single in enumerate(alone):
+            theirs = single.stages.get(stage)
+            if theirs is None or theirs.shape[1:] != mine.shape[1:]:
+                continue
+            gap = _gap(theirs, mine[i:i + 1])
+            if not gap <= stage_tolerance(stage, single):
+                differing.append(i)
+                worst = max(worst, gap)
+        if differing:
+            return BatchMixing(stage, differing, worst)
+    return BatchMixing(None)

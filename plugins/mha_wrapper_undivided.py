@@ -1,0 +1,46 @@
+"""MultiHeadAttentionWrapper used where MultiHeadAttention was meant: each head keeps the full d_out."""
+
+import torch
+import torch.nn as nn
+
+import attnlab
+
+
+class CausalAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.d_out = d_out
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
+        keys = self.W_key(x)  # (b, num_tokens, d_out)
+        queries = self.W_query(x)  # (b, num_tokens, d_out)
+        values = self.W_value(x)  # (b, num_tokens, d_out)
+        attn_scores = queries @ keys.transpose(1, 2)  # (b, num_tokens, num_tokens)
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_tokens, num_tokens)
+        attn_weights = self.dropout(attn_weights)  # (b, num_tokens, num_tokens)
+        context_vec = attn_weights @ values  # (b, num_tokens, d_out)
+        return context_vec
+
+
+@attnlab.variant(
+    "mha_wrapper_undivided",
+    description="the wrapper compared with MultiHeadAttention: d_out per head, not d_out // num_heads",
+    expected_finding=("shape_projection", "queries"),
+    reference="multi_head_attention",  # the learner meant MultiHeadAttention's d_out output columns
+)
+class MultiHeadAttentionWrapper(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.heads = nn.ModuleList(  # changed: d_out per head where MultiHeadAttention has d_out // num_heads
+            [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)]
+        )
+
+    def forward(self, x):
+        return torch.cat([head(x) for head in self.heads], dim=-1)  # (b, num_tokens, num_heads * d_out)

@@ -42,7 +42,7 @@ def recognise(variant: Capture, reference: Capture, diagnostics: dict[str, float
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.4g}" if abs(x) < 1e3 else str(round(x))  # a base of 10000 reads 10000, not 1e+04
+    return f"{x:.4g}" if abs(x) < 1e3 else f"{float(f'{x:.4g}'):.0f}"  # a base of 500000 reads 500000, not 5e+05
 
 
 def _pair(variant: Capture, reference: Capture, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:

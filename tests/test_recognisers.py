@@ -118,25 +118,21 @@ class GemmaSoftCap(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, cap=3.0, after_mask=False):
         super().__init__()
         self.h, self.dh = num_heads, d_out // num_heads
-        self.q_proj = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.k_proj = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.v_proj = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.o_proj = nn.Linear(d_out, d_out)
+        self.Wqkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias)
+        self.out = nn.Linear(d_out, d_out)
         self.cap, self.after_mask = cap, after_mask
 
     def forward(self, x):
         b, n, _ = x.shape
-        split = lambda t: t.view(b, n, self.h, self.dh).transpose(1, 2)
-        q = split(self.q_proj(x)) * self.dh ** -0.5
-        k, v = split(self.k_proj(x)), split(self.v_proj(x))
-        logits = q @ k.transpose(-1, -2)
+        q, k, v = (t.transpose(1, 2) for t in self.Wqkv(x).view(b, n, 3, self.h, self.dh).unbind(2))
+        logits = (q * self.dh ** -0.5) @ k.transpose(-1, -2)
         causal = torch.full((n, n), float("-inf")).triu(1)
         if self.after_mask:
             logits = torch.tanh((logits + causal) / self.cap) * self.cap
         else:
             logits = torch.tanh(logits / self.cap) * self.cap + causal
         o = F.softmax(logits, dim=-1) @ v
-        return self.o_proj(o.transpose(1, 2).reshape(b, n, -1))
+        return self.out(o.transpose(1, 2).reshape(b, n, -1))
 ''',
     "fused_qk_norm": '''
 class FusedQKNorm(nn.Module):
@@ -164,19 +160,17 @@ class RecurrentLinearAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, feature="elu", normalise=True):
         super().__init__()
         self.h, self.dh = num_heads, d_out // num_heads
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
+        self.Wq, self.Wk, self.Wv, self.Wo = (nn.Parameter(torch.randn(d_in if i < 3 else d_out, d_out) / d_out ** 0.5)
+                                              for i in range(4))  # used as x @ W
         self.phi = (lambda t: F.elu(t) + 1) if feature == "elu" else (lambda t: t)
         self.normalise = normalise
 
     def forward(self, x):
         b, n, _ = x.shape
         split = lambda t: t.view(b, n, self.h, self.dh).transpose(1, 2)
-        q = attnlab.tap("queries", split(self.W_query(x)))
-        k = attnlab.tap("keys", split(self.W_key(x)))
-        v = attnlab.tap("values", split(self.W_value(x)))
+        q = attnlab.tap("queries", split(x @ self.Wq))
+        k = attnlab.tap("keys", split(x @ self.Wk))
+        v = attnlab.tap("values", split(x @ self.Wv))
         state = torch.zeros(b, self.h, self.dh, self.dh)
         norm = torch.zeros(b, self.h, self.dh)
         rows = []
@@ -187,7 +181,7 @@ class RecurrentLinearAttention(nn.Module):
             row = (fq.unsqueeze(-1) * state).sum(dim=-2)  # phi(q_t) @ state, written out
             rows.append(row / (fq * norm).sum(-1, keepdim=True) if self.normalise else row)
         context = attnlab.tap("context", torch.stack(rows, dim=2))
-        return self.out_proj(context.transpose(1, 2).reshape(b, n, -1))
+        return context.transpose(1, 2).reshape(b, n, -1) @ self.Wo
 ''',
 }
 

@@ -77,7 +77,8 @@ class HeadChecks:
     findings: list[Finding]
     train: bool
     mixing: BatchMixing | None
-    ref_mask: torch.Tensor | None
+    ref_mask: torch.Tensor | None  # the reference's (query, key) mask, where it has one
+    finite_fill: bool  # the variant holds finite values where the reference masks
 
     # -- heads ------------------------------------------------------------------------------------
 
@@ -135,7 +136,7 @@ class HeadChecks:
     def mask_shape(self) -> None:
         """The variant's mask against the reference's: missing, shifted, filled with a finite value,
         or applied to the weights after the softmax."""
-        self.ref_mask = None
+        self.ref_mask, self.finite_fill = None, False
         mine, ref = self.v.stages.get("scaled_scores"), self.ref.stages.get("scaled_scores")
         if mine is None or ref is None or mine.shape[-2:] != ref.shape[-2:]:
             return
@@ -150,6 +151,7 @@ class HeadChecks:
         if hidden.any():
             self._mask_offset(hidden, pattern)
             return
+        self.finite_fill = True  # the variant's entries there are finite: no scale is read from them
         weights = self.v.stages.get("weights_applied", self.v.stages.get("weights"))  # zeroed as multiplied
         where = pattern.expand_as(mine)
         if weights is not None and weights.shape == mine.shape:
@@ -197,7 +199,7 @@ class HeadChecks:
 
     def masked_scale(self) -> float | None:
         """The effective scale over the entries the reference does not hide (a finite fill is no scaling)."""
-        if self.ref_mask is None or not any(f.code in MASK_CODES for f in self.findings):
+        if self.ref_mask is None or not self.finite_fill:
             return None
         scores, scaled = self.v.stages.get("scores"), self.v.stages.get("scaled_scores")
         if scores is None or scaled is None or scores.shape != scaled.shape:

@@ -22,6 +22,7 @@ ALLOWED: tuple[str, ...] = (
     "context_shape",  # weights @ values in the module's own rank: [n_tokens, d_out], [b, num_heads, n_tokens, head_dim]
     "output_shape",  # the module's return value: [n_tokens, d_out], [b, n_tokens, d_out]
     "weights_shape",  # [n_tokens, n_tokens], [b, num_heads, n_tokens, n_tokens]
+    "num_heads",  # the heads of the weights: 1 for a single-head module, num_heads for a multi-head one
     "row_sums",  # 1: every row of the weights sums to 1
     "matches_reference",  # true: no stage diverges from the reference
     "first_divergent_stage",  # a stage name, or null
@@ -52,6 +53,11 @@ def _number(value: Any) -> str | None:
     return None if ok else "expected a number like 1"
 
 
+def _count(value: Any) -> str | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return None if ok else "expected a whole number of heads like 2"
+
+
 def _bool(value: Any) -> str | None:
     return None if isinstance(value, bool) else "expected true or false"
 
@@ -71,7 +77,8 @@ def _codes(value: Any) -> str | None:
 
 
 _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
-    "context_shape": _shape, "output_shape": _shape, "weights_shape": _shape, "row_sums": _number, "matches_reference": _bool,
+    "context_shape": _shape, "output_shape": _shape, "weights_shape": _shape, "num_heads": _count,
+    "row_sums": _number, "matches_reference": _bool,
     "first_divergent_stage": _stage, "softmax_dim": _dim, "findings": _codes,
 }
 
@@ -120,6 +127,7 @@ def check_predictions(expect: Mapping[str, Any], variant: Capture, diagnostics: 
         "context_shape": lambda: _native(variant, "context"),
         "output_shape": lambda: _native(variant, "output"),
         "weights_shape": lambda: _native(variant, "weights"),
+        "num_heads": lambda: int(stages["weights"].shape[1]) if "weights" in stages else None,
         "matches_reference": lambda: first_divergent is None,
         "first_divergent_stage": lambda: first_divergent,
         "softmax_dim": lambda: variant.softmax_dim,

@@ -16,9 +16,10 @@ it is the `plain_normalisation` bug) says what the weights are instead.
 
 from __future__ import annotations
 
+import itertools
 import math
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -33,23 +34,48 @@ _UNIT_RMS = 1e-3  # |RMS - 1| a normalised vector may show (the norm's eps, floa
 
 def recognise(variant: Capture, reference: Capture, diagnostics: dict[str, float] | None = None) -> list[Finding]:
     """The deliberate changes the variant's stages show against the reference's, as findings
-    (info; an error where the change is applied wrongly). `diagnostics` is accepted for the
-    diagnosis' call and not needed: every check reads the stages."""
+    (info; an error where the change is applied wrongly). `diagnostics` (compute_diagnostics'
+    flat values) saves a pass over each stage: its divergences say which stages changed."""
+    pair = _Pair(variant, reference, diagnostics or {})
     findings: list[Finding] = []
     for check in (_rotary, _qk_norm, _window, _position_bias, _softcap, _linear_attention):
-        findings += check(variant, reference)
+        findings += check(pair)
     return findings
+
+
+@dataclass
+class _Pair:
+    """The variant and the reference, and which of their stages differ (each judged once)."""
+
+    v: Capture
+    ref: Capture
+    diagnostics: dict[str, float]
+    _changed: dict[str, bool] = field(default_factory=dict)
+
+    def both(self, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        mine, ref = self.v.stages.get(stage), self.ref.stages.get(stage)
+        if mine is None or ref is None or mine.shape != ref.shape or mine.numel() == 0:
+            return None
+        return mine, ref
+
+    def changed(self, stage: str) -> bool:
+        if stage not in self._changed:
+            diff = self.diagnostics.get(f"divergence_{stage}")
+            self._changed[stage] = (stage_differs(stage, self.v, self.ref) if diff is None
+                                    else not diff <= stage_tolerance(stage, self.ref))  # nan (shapes differ): changed
+        return self._changed[stage]
+
+    def tolerance(self, stage: str) -> float:
+        return stage_tolerance(stage, self.ref)
 
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) < 1e3 else f"{float(f'{x:.4g}'):.0f}"  # a base of 500000 reads 500000, not 5e+05
 
 
-def _pair(variant: Capture, reference: Capture, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-    mine, ref = variant.stages.get(stage), reference.stages.get(stage)
-    if mine is None or ref is None or mine.shape != ref.shape or mine.numel() == 0:
-        return None
-    return mine, ref
+def _heads(t: torch.Tensor) -> Iterator[tuple[int, int]]:
+    """Every (batch item, head) of a (batch, heads, ...) stage: (query x key) work one head at a time."""
+    return itertools.product(range(t.shape[0]), range(t.shape[1]))
 
 
 # -- rotary -----------------------------------------------------------------------------------------
@@ -113,15 +139,14 @@ def _base(rotation: _Rotation, head_dim: int) -> str:
     return f"theta (base) {_fmt(math.exp(log_base))}: pair i turns by theta ** (-2i / head_dim) radians per token"
 
 
-def _rotary(variant: Capture, reference: Capture) -> list[Finding]:
-    queries, keys = _pair(variant, reference, "queries"), _pair(variant, reference, "keys")
+def _rotary(p: _Pair) -> list[Finding]:
+    queries, keys = p.both("queries"), p.both("keys")
     if queries is None or keys is None:
         return []
-    changed = {stage: stage_differs(stage, variant, reference) for stage in ("queries", "keys", "values")
-               if stage in variant.stages and stage in reference.stages}
-    if not (changed.get("queries") or changed.get("keys")):
+    changed = {stage: p.changed(stage) for stage in ("queries", "keys", "values") if p.both(stage) is not None}
+    if not (changed["queries"] or changed["keys"]):
         return []
-    turns = {stage: _rotation(*pair, 4 * stage_tolerance(stage, reference)) if changed[stage] else None
+    turns = {stage: _rotation(*pair, 4 * p.tolerance(stage)) if changed[stage] else None
              for stage, pair in (("queries", queries), ("keys", keys))}
     rotated = [stage for stage, turn in turns.items() if turn is not None]
     if not rotated:
@@ -139,9 +164,9 @@ def _rotary(variant: Capture, reference: Capture) -> list[Finding]:
     if (turns["keys"].frequencies - turn.frequencies).abs().max() > 1e-4 * float(turn.frequencies.abs().max()):
         return [Finding("rotary_misapplied", "keys", "error", f"the queries are {what}, but the keys are turned by "
                         f"other angles ({_base(turns['keys'], head_dim)}); rotate both with the same angles.")]
-    values = _pair(variant, reference, "values")
+    values = p.both("values")
     if changed.get("values") and values is not None:
-        if _rotation(*values, 4 * stage_tolerance("values", reference)) is None:
+        if _rotation(*values, 4 * p.tolerance("values")) is None:
             return []  # values wrong some other way: left to the value-path check
         return [Finding("rotary_misapplied", "values", "error", f"the values are rotated by position like the "
                         f"queries and keys ({turn.pairing}); RoPE rotates only queries and keys: compute the "
@@ -164,11 +189,11 @@ def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
     return bool((x / ref_rms - y).abs().max() <= _UNIT_RMS + tol / float(ref_rms.min()))
 
 
-def _qk_norm(variant: Capture, reference: Capture) -> list[Finding]:
-    pairs = {stage: _pair(variant, reference, stage) for stage in ("queries", "keys")}
-    if any(p is None for p in pairs.values()) or not stage_differs("queries", variant, reference):
+def _qk_norm(p: _Pair) -> list[Finding]:
+    pairs = {stage: p.both(stage) for stage in ("queries", "keys")}
+    if any(pair is None for pair in pairs.values()) or not p.changed("queries"):
         return []
-    if not all(_unit_rms_of(*pair, stage_tolerance(stage, reference)) for stage, pair in pairs.items()):
+    if not all(_unit_rms_of(*pair, p.tolerance(stage)) for stage, pair in pairs.items()):
         return []
     head_dim = pairs["queries"][0].shape[-1]
     return [Finding("qk_norm", "queries", "info", f"queries and keys are normalised (QK-norm): each head's query "
@@ -180,22 +205,23 @@ def _qk_norm(variant: Capture, reference: Capture) -> list[Finding]:
 # -- masks and biases on the softmax input ----------------------------------------------------------
 
 
-def _window(variant: Capture, reference: Capture) -> list[Finding]:
-    pair = _pair(variant, reference, "scaled_scores")
-    if pair is None or pair[0].dim() != 4:
+def _window(p: _Pair) -> list[Finding]:
+    pair = p.both("scaled_scores")
+    if pair is None or pair[0].dim() != 4 or not p.changed("scaled_scores"):
         return []
-    hidden, ref_hidden = torch.isneginf(pair[0]), torch.isneginf(pair[1])
-    n_query, n_key = hidden.shape[-2:]
-    future = torch.ones(n_query, n_key, dtype=torch.bool).triu(1)
-    if n_query != n_key or not torch.equal(ref_hidden, future.expand_as(ref_hidden)):
+    mine, ref = pair
+    n_query, n_key = mine.shape[-2:]
+    future = torch.ones(n_query, n_key, dtype=torch.bool, device=mine.device).triu(1)
+    if n_query != n_key or not all(torch.equal(torch.isneginf(ref[i]), future) for i in _heads(ref)):
         return []  # a window is read against the reference's causal mask
-    window = int((~hidden).sum(dim=-1).max())
+    window = max(int((~torch.isneginf(mine[i])).sum(dim=-1).max()) for i in _heads(mine))
     if window >= n_key:
         return []
-    expected = future | torch.ones(n_query, n_key, dtype=torch.bool).tril(-window)
-    weights = variant.stages.get("weights")
-    if not torch.equal(hidden, expected.expand_as(hidden)) or (weights is not None and bool(weights[hidden].any())):
-        return []
+    hidden = future | torch.ones_like(future).tril(-window)
+    weights = p.v.stages.get("weights")
+    for i in _heads(mine):
+        if not torch.equal(torch.isneginf(mine[i]), hidden) or (weights is not None and bool(weights[i][hidden].any())):
+            return []
     last = n_query - 1
     seen = ", ".join(str(t) for t in range(last - window + 1, last + 1))
     return [Finding("window", "scaled_scores", "info", f"a sliding window of {window}: each query sees the last "
@@ -203,24 +229,28 @@ def _window(variant: Capture, reference: Capture) -> list[Finding]:
                     f"like the future ones, so their weights are 0 and each row of the weights still sums to 1.")]
 
 
-def _finite_pair(variant: Capture, reference: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """The variant's and the reference's softmax inputs where they differ by more than rounding, with
-    the same -inf entries (the mask kept as it was), in float64, and the entries finite in both."""
-    pair = _pair(variant, reference, "scaled_scores")
-    if pair is None or pair[0].dim() != 4 or not torch.equal(torch.isneginf(pair[0]), torch.isneginf(pair[1])):
+def _changed_softmax_input(p: _Pair) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The variant's and the reference's softmax inputs when they differ by more than rounding with
+    the same -inf entries (the mask kept as it was)."""
+    pair = p.both("scaled_scores")
+    if pair is None or pair[0].dim() != 4 or not p.changed("scaled_scores"):
         return None
-    mine, ref = pair[0].double(), pair[1].double()
-    finite = torch.isfinite(mine) & torch.isfinite(ref)
-    if not finite.any() or not stage_differs("scaled_scores", variant, reference):
+    if not all(torch.equal(torch.isneginf(pair[0][i]), torch.isneginf(pair[1][i])) for i in _heads(pair[0])):
         return None
-    return mine, ref, finite
+    return pair
 
 
-def _scores_tolerance(variant: Capture, reference: Capture) -> float:
+def _finite(mine: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One head's softmax inputs in float64 and where both are finite."""
+    mine, ref = mine.double(), ref.double()
+    return mine, ref, torch.isfinite(mine) & torch.isfinite(ref)
+
+
+def _scores_tolerance(p: _Pair) -> float:
     """What two computations of the softmax input may differ by, the variant's own terms included."""
-    scaled = variant.stages["scaled_scores"]
-    finite = scaled[torch.isfinite(scaled)]
-    return 8 * stage_tolerance("scaled_scores", reference) + 8 * _EPS * (max_abs(finite) if finite.numel() else 0.0)
+    scaled = p.v.stages["scaled_scores"]
+    largest = max(float(torch.where(torch.isfinite(scaled[i]), scaled[i].abs(), 0).max()) for i in _heads(scaled))
+    return 8 * p.tolerance("scaled_scores") + 8 * _EPS * largest
 
 
 def _published_alibi_slopes(num_heads: int) -> list[float]:
@@ -231,41 +261,56 @@ def _published_alibi_slopes(num_heads: int) -> list[float]:
     return slopes + [2 ** (-8 * (h + 1) / (2 * below)) for h in range(0, 2 * below, 2)][: num_heads - below]
 
 
-def _position_bias(variant: Capture, reference: Capture) -> list[Finding]:
-    pair = _finite_pair(variant, reference)
+def _distance_bias(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> dict[int, float] | None:
+    """{query - key: the bias} when mine - ref on one head depends only on the query-key distance."""
+    mine, ref, finite = _finite(mine, ref)
+    n_query, n_key = mine.shape
+    distance = (torch.arange(n_query)[:, None] - torch.arange(n_key)[None, :] + (n_key - 1)).expand_as(finite)
+    diff, where = (mine - ref)[finite], distance[finite]  # distance shifted to >= 0 for bincount
+    counts = torch.bincount(where, minlength=n_query + n_key - 1)
+    bias = torch.bincount(where, weights=diff, minlength=n_query + n_key - 1) / counts.clamp_min(1)
+    if diff.numel() and (diff - bias[where]).abs().max() > tol:
+        return None
+    return {d - (n_key - 1): float(bias[d]) for d in counts.nonzero().flatten().tolist()}
+
+
+def _slope(bias: dict[int, float], tol: float) -> float | None:
+    """The least-squares slope of the bias against the distance, when the bias is a line within tol."""
+    if len(bias) < 2:
+        return None
+    d = torch.tensor(list(bias), dtype=torch.float64)
+    b = torch.tensor(list(bias.values()), dtype=torch.float64)
+    slope = float(((d - d.mean()) * (b - b.mean())).sum() / ((d - d.mean()) ** 2).sum())
+    return slope if (b - b.mean() - slope * (d - d.mean())).abs().max() <= tol else None
+
+
+def _position_bias(p: _Pair) -> list[Finding]:
+    pair = _changed_softmax_input(p)
     if pair is None:
         return []
-    mine, ref, finite = pair
-    tol = _scores_tolerance(variant, reference)
-    n_query, n_key = mine.shape[-2:]
-    distance = (torch.arange(n_query)[:, None] - torch.arange(n_key)[None, :]) + (n_key - 1)  # >= 0 for bincount
-    slopes, biases = [], []
-    for h in range(mine.shape[1]):
-        seen = finite[:, h]  # (batch, query, key)
-        diff = (mine[:, h] - ref[:, h])[seen]
-        where = distance.expand_as(seen)[seen]
-        counts = torch.bincount(where, minlength=n_query + n_key - 1)
-        bias = torch.bincount(where, weights=diff, minlength=n_query + n_key - 1) / counts.clamp_min(1)
-        if (diff - bias[where]).abs().max() > tol:
+    mine, ref = pair
+    tol = _scores_tolerance(p)
+    biases: list[dict[int, float]] = []
+    for b, h in _heads(mine):
+        bias = _distance_bias(mine[b, h], ref[b, h], tol)
+        if bias is None:
             return []  # not a function of the distance alone
-        present = counts > 0
-        d = (torch.arange(bias.numel()) - (n_key - 1))[present].double()
-        b = bias[present]
-        slope = float(((d - d.mean()) * (b - b.mean())).sum() / ((d - d.mean()) ** 2).sum()) if d.numel() > 1 else 0.0
-        linear = (b - b.mean() - slope * (d - d.mean())).abs().max() <= tol
-        slopes.append(slope if linear else None)
-        biases.append(dict(zip(d.long().tolist(), b.tolist())))
+        if b == 0:
+            biases.append(bias)
+        elif any(abs(v - biases[h].get(d, v)) > tol for d, v in bias.items()):
+            return []  # another bias for another batch item: not a position bias
     if max(abs(v) for bias in biases for v in bias.values()) <= tol:
         return []
-    heads = mine.shape[1]
+    slopes = [_slope(bias, tol) for bias in biases]
+    heads = len(biases)
     if all(s is not None for s in slopes):
         published = _published_alibi_slopes(heads)
-        alibi = all(abs(-s - p) <= 1e-3 * p for s, p in zip(slopes, published))
+        alibi = all(abs(-s - want) <= 1e-3 * want for s, want in zip(slopes, published))
         per_head = ", ".join(f"head {h}: {_fmt(-s)}" for h, s in enumerate(slopes))
         what = (f"linear in the distance, as ALiBi: bias = -slope * (query - key) with slope {per_head}"
                 + (f" (the published ALiBi slopes for {heads} heads)" if alibi else ""))
     else:
-        shown = "; ".join(f"head {h}: " + ", ".join(f"{d}: {_fmt(v)}" for d, v in sorted(bias.items())[:4] if d >= 0)
+        shown = "; ".join(f"head {h}: " + ", ".join(f"{d}: {_fmt(v)}" for d, v in sorted(bias.items()) if 0 <= d < 4)
                           for h, bias in enumerate(biases[:2]))
         what = f"not linear in the distance (bias by distance {shown}{' ...' if heads > 2 else ''})"
     return [Finding("position_bias", "scaled_scores", "info", f"a position bias: the softmax input is the "
@@ -287,18 +332,24 @@ def _cap_through(score: float, capped: float) -> float | None:
     return math.sqrt(lo * hi)
 
 
-def _softcap(variant: Capture, reference: Capture) -> list[Finding]:
-    pair = _finite_pair(variant, reference)
+def _softcap(p: _Pair) -> list[Finding]:
+    pair = _changed_softmax_input(p)
     if pair is None:
         return []
-    mine, ref, finite = pair
-    index = torch.where(finite, ref.abs(), -1.0).argmax()
-    cap = _cap_through(float(ref.flatten()[index]), float(mine.flatten()[index]))
+    mine, ref = pair
+    largest, at = 0.0, None  # the reference's largest finite score: where the cap shows most
+    for i in _heads(ref):
+        scores = torch.where(torch.isfinite(ref[i]), ref[i].abs(), 0)
+        if float(scores.max()) > largest:
+            largest, at = float(scores.max()), (*i, *divmod(int(scores.argmax()), scores.shape[-1]))
+    cap = _cap_through(float(ref[at]), float(mine[at])) if at is not None else None
     if cap is None:
         return []
-    capped = cap * torch.tanh(ref[finite] / cap)
-    if (capped - mine[finite]).abs().max() > _scores_tolerance(variant, reference):
-        return []
+    tol = _scores_tolerance(p)
+    for i in _heads(mine):
+        head, reference, finite = _finite(mine[i], ref[i])
+        if finite.any() and (cap * torch.tanh(reference[finite] / cap) - head[finite]).abs().max() > tol:
+            return []
     return [Finding("softcap", "scaled_scores", "info", f"soft-capped scores: the softmax input is "
                     f"{_fmt(cap)} * tanh(s / {_fmt(cap)}) of the reference's scaled scores s, applied before the "
                     f"mask (the masked entries stay -inf), so no score reaches +-{_fmt(cap)} and large scores are "
@@ -313,25 +364,25 @@ _FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def _linear_attention(variant: Capture, reference: Capture) -> list[Finding]:
+def _linear_attention(p: _Pair) -> list[Finding]:
     """A context that is phi(q) phi(k)^T, causal, normalised per row or not, times the values."""
-    s = variant.stages
+    s = p.v.stages
     if "weights" in s or not all(stage in s for stage in ("queries", "keys", "values", "context")):
         return []
-    queries, keys, values, context = (s[stage].double() for stage in ("queries", "keys", "values", "context"))
-    if keys.shape[1] != queries.shape[1] and queries.shape[1] % keys.shape[1] == 0:  # grouped keys and values
-        group = queries.shape[1] // keys.shape[1]
-        keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
-    if keys.shape[:3] != values.shape[:3] or context.shape[:3] != queries.shape[:3] or queries.shape != keys.shape:
+    queries, keys, values, context = (s[stage] for stage in ("queries", "keys", "values", "context"))
+    if queries.dim() != 4 or keys.shape[1] == 0 or queries.shape[1] % keys.shape[1]:
+        return []
+    group = queries.shape[1] // keys.shape[1]  # query heads per key/value head
+    if keys.shape[:3] != values.shape[:3] or context.shape[:3] != queries.shape[:3] or queries.shape[-1] != keys.shape[-1]:
         return []
     n = queries.shape[-2]
     causal = torch.ones(n, n, dtype=torch.bool).tril()
     tol = 1e-4 * max(max_abs(context), 1e-12) + 1e-6
     for name, phi in _FEATURE_MAPS.items():
-        kernel = (phi(queries) @ phi(keys).mT).masked_fill(~causal, 0.0)  # (b, num_heads, tokens, tokens)
         for normalised in (True, False):
-            weights = kernel / kernel.sum(dim=-1, keepdim=True) if normalised else kernel
-            if (weights @ values - context).abs().max() <= tol:
+            if all(_kernel_attention(phi, normalised, causal, queries[b, h].double(), keys[b, h // group].double(),
+                                     values[b, h // group].double(), context[b, h].double(), tol)
+                   for b, h in _heads(queries)):
                 rows = "normalised to sum 1 per row" if normalised else "not normalised (rows do not sum to 1)"
                 return [Finding("not_softmax", "weights", "error", f"the weights are not a softmax of the scaled "
                                 f"scores: the context is linear attention's, weights phi(q_i) . phi(k_j) over the "
@@ -340,3 +391,11 @@ def _linear_attention(variant: Capture, reference: Capture) -> list[Finding]:
                                 f"attention; use torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1) for "
                                 f"the reference's attention.")]
     return []
+
+
+def _kernel_attention(phi: Callable[[torch.Tensor], torch.Tensor], normalised: bool, causal: torch.Tensor,
+                      q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: torch.Tensor, tol: float) -> bool:
+    """Whether one head's context is (phi(q) phi(k)^T, causal, per-row normalised or not) @ v."""
+    kernel = (phi(q) @ phi(k).T).masked_fill(~causal, 0.0)  # (tokens, tokens)
+    weights = kernel / kernel.sum(dim=-1, keepdim=True) if normalised else kernel
+    return bool((weights @ v - context).abs().max() <= tol)

@@ -319,3 +319,16 @@ def test_rotated_queries_and_keys_with_other_norms_are_not_rotary():
         variant.W_query.weight.mul_(1.5)
     found = recognise(*_captures(variant, reference, torch.randn(2, 7, 5)))
     assert "rotary" not in [f.code for f in found]
+
+
+RECOGNISED = {"rotary", "rotary_misapplied", "position_bias", "window", "softcap", "qk_norm"}
+CORRECT = ["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "qkvo_proj", "sdpa_bool_mask",
+           "sdpa", "flex_attention", "causal_attention", "mha_wrapper"]
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_correct_implementations_are_never_a_deliberate_change(use_plugins, name):
+    use_plugins(Path(__file__).resolve().parent / "implementations")
+    result = attnlab.run(name, num_heads=4, d_out=16, inputs="random", overrides=["inputs.n_tokens=9", "inputs.d_in=16"])
+    assert result.record.status == "ok", result.record.error
+    assert RECOGNISED.isdisjoint(codes(result)) and "not_softmax" not in codes(result)

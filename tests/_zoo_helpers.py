@@ -15,6 +15,8 @@ from attnlab.diagnostics import compute_diagnostics, first_divergent_stage
 from attnlab.findings import diagnose
 from attnlab.record import Finding
 from attnlab.layouts import align
+from attnlab.pipeline import build_module, head_count, takes_batches
+from attnlab.registry import DEFAULT_VALUES, auto_reference
 from attnlab.weights import manual_seed
 
 BOOK_INPUTS = torch.tensor(
@@ -119,17 +121,19 @@ CORRECT_STYLES = [EinsumAttention, ModuleSoftmaxAttention, FunctionalSoftmaxAtte
                   LogSoftmaxExpAttention]
 
 
-def _construct(cls_or_name, d_in: int, d_out: int, seed: int) -> nn.Module:
-    """The module right after torch.manual_seed(seed), as the source builds it."""
-    manual_seed(seed)
+def _construct(cls_or_name, d_in: int, d_out: int, seed: int, n_tokens: int = 6) -> nn.Module:
+    """The module right after torch.manual_seed(seed), as the source (and the engine) builds it;
+    a registered variant gets the top-level keys at their defaults (context_length = n_tokens)."""
     if isinstance(cls_or_name, str):
-        return attnlab.registry.create_variant(cls_or_name, d_in, d_out)
+        values = {**DEFAULT_VALUES, "context_length": None, "d_in": d_in, "d_out": d_out, "n_tokens": n_tokens}
+        return build_module(cls_or_name, {}, values, seed)
+    manual_seed(seed)
     return cls_or_name(d_in, d_out)
 
 
 def build(cls_or_name, d_in: int, d_out: int, seed: int = 123) -> nn.Module:
-    """What the engine does with weights=shared: the reference (SelfAttention_v1) built under the
-    seed (the source's three torch.rand draws), its parameters aligned into the module."""
+    """What the engine does with weights=shared for a 2-D module: the reference (SelfAttention_v1)
+    built under the seed (the source's three torch.rand draws), its parameters aligned into the module."""
     module = _construct(cls_or_name, d_in, d_out, seed)
     if cls_or_name != "reference":
         align(_construct("reference", d_in, d_out, seed), module, num_heads=1)
@@ -137,15 +141,25 @@ def build(cls_or_name, d_in: int, d_out: int, seed: int = 123) -> nn.Module:
 
 
 def run_pair(cls_or_name, x: torch.Tensor, d_out: int, seed: int = 123, shared: bool = True):
-    """Capture variant and reference, then flat diagnostics, first divergence and findings."""
-    d_in = x.shape[-1]
-    reference = _construct("reference", d_in, d_out, seed)
+    """Capture variant and reference as the engine does, then flat diagnostics, first divergence
+    and findings. `x` is (n_tokens, d_in); a module that takes batches gets it stacked twice (the
+    source's torch.stack((inputs, inputs))); the reference is the variant's declared or `auto` one
+    (SelfAttention_v1 for the classes here)."""
+    d_in, n_tokens = x.shape[-1], x.shape[-2]
+    variant = _construct(cls_or_name, d_in, d_out, seed if shared else seed + 1, n_tokens)
+    # the classes here are written for (n_tokens, d_in), as SelfAttention_v1 is; a registered variant is probed
+    variant_batched = isinstance(cls_or_name, str) and takes_batches(variant, d_in, n_tokens)
+    name = (auto_reference(attnlab.registry.get_variant(cls_or_name), variant, variant_batched)
+            if isinstance(cls_or_name, str) else "reference")
+    reference = _construct(name, d_in, d_out, seed, n_tokens)
+    reference_batched = takes_batches(reference, d_in, n_tokens)
     if shared:
-        variant = _construct(cls_or_name, d_in, d_out, seed)
-        align(reference, variant, num_heads=1)
-    else:
-        variant = _construct(cls_or_name, d_in, d_out, seed + 1)
-    v, r = capture(variant, x), capture(reference, x)
+        values = {**DEFAULT_VALUES, "d_in": d_in, "d_out": d_out, "n_tokens": n_tokens}
+        align(reference, variant, num_heads=head_count(reference, name, values))
+    batch = torch.stack((x, x))  # (2, n_tokens, d_in)
+    variant.eval(), reference.eval()
+    v = capture(variant, batch if variant_batched else x)
+    r = capture(reference, batch if reference_batched else x)
     diagnostics, _per_head = compute_diagnostics(v, r)
     findings = diagnose(v, r, diagnostics, weights_shared=shared)
     return v, r, diagnostics, first_divergent_stage(v, r), findings

@@ -16,7 +16,8 @@ def _check(name, expect):
 
 
 def test_correct_predictions_on_the_reference_pass():
-    expect = {"context_shape": [6, 2], "weights_shape": [6, 6], "row_sums": 1, "matches_reference": True,
+    expect = {"context_shape": [6, 2], "output_shape": [6, 2], "weights_shape": [6, 6], "row_sums": 1,
+              "matches_reference": True,
               "first_divergent_stage": None, "findings": [], "softmax_dim": 1}
     predictions = _check("linear", expect)
     assert list(predictions) == list(expect)

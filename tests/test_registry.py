@@ -184,7 +184,7 @@ def test_context_length_none_is_the_number_of_tokens():
 
 @pytest.mark.parametrize("spelling", ["num_kv_heads", "n_kv_heads", "num_key_value_heads", "num_kv_groups"])
 def test_num_kv_heads_is_passed_under_the_constructors_own_spelling(plugin_folder, monkeypatch, spelling):
-    spec = spec_of(plugin_folder, monkeypatch, "gqa", f"""
+    spec = spec_of(plugin_folder, monkeypatch, "user_gqa", f"""
         import torch.nn as nn
         class GQA(nn.Module):
             def __init__(self, d_in, d_out, num_heads, {spelling}):
@@ -244,13 +244,13 @@ def test_a_wrong_variant_param_is_a_one_line_user_error(params, message):
 
 
 def test_a_required_argument_attnlab_cannot_fill_names_the_param_to_set(plugin_folder, monkeypatch):
-    spec = spec_of(plugin_folder, monkeypatch, "rope", """
+    spec = spec_of(plugin_folder, monkeypatch, "user_rope", """
         import torch.nn as nn
         class Rope(nn.Module):
             def __init__(self, d_in, d_out, num_heads, rope_base):
                 super().__init__()
     """)
-    with pytest.raises(ConstructorError, match=r"^variant 'rope' needs the constructor argument 'rope_base': "
+    with pytest.raises(ConstructorError, match=r"^variant 'user_rope' needs the constructor argument 'rope_base': "
                                                 r"set variant.params.rope_base=VALUE$"):
         constructor_kwargs(spec, TOP_LEVEL, {})
     assert constructor_kwargs(spec, TOP_LEVEL, {"rope_base": 500})[1] == {"num_heads": 2, "rope_base": 500}

@@ -93,6 +93,7 @@ class _Diagnosis(HeadChecks):
         self.output()
         self.batched_single()
         self.batch_mixing()
+        self.precision()
         order = {s: i for i, s in enumerate(STAGES)}
         located = [self.locate(f) for f in self.findings]
         return sorted(located, key=lambda f: (order[f.stage], f.severity != "error"))  # a bug before a note
@@ -353,6 +354,30 @@ class _Diagnosis(HeadChecks):
         self.add("batched_single_mismatch", "context", f"row i of the batched context differs from token i's "
                  f"single-token computation softmax(q_i K^T / sqrt(d_k)) V by up to {_fmt(diff)}; "
                  f"predict the shapes and values, then check stage by stage from the scores on.")
+
+    def precision(self) -> None:
+        """Values that differ from the reference by more than float32 rounding allows but within
+        the bound of the coarser dtype one module ran in (its epsilon x the values' scale x the
+        length of each sum): an info note, never a bug; any error found first wins."""
+        from attnlab.diagnostics import capture_eps  # here, not at the top: issue 16 keeps its edit to this method
+
+        float32_eps = float(torch.finfo(torch.float32).eps)
+        coarse = max((self.v, self.ref), key=capture_eps)
+        eps = capture_eps(coarse)
+        if eps <= float32_eps or not self.shared or any(f.severity == "error" for f in self.findings):
+            return
+        compared = [s for s in STAGES if self.present(s) and s in self.ref.stages
+                    and self.v.stages[s].shape == self.ref.stages[s].shape]
+        beyond = [s for s in compared if self.d.get(f"divergence_{s}", math.nan) > stage_tolerance(s, self.ref, float32_eps)]
+        if not beyond or any(self.differs(s) for s in compared):
+            return
+        dtype = str(coarse.stages["output"].dtype).removeprefix("torch.")
+        last = compared[-1]
+        self.add("precision", beyond[0], f"{dtype} rounding: the values differ from the reference from the "
+                 f"{beyond[0]} on ({last} by up to {self.d[f'divergence_{last}']:.3g}), more than float32 rounding "
+                 f"allows but within {dtype}'s bound ({stage_tolerance(last, self.ref, eps):.3g} for the {last}: "
+                 f"eps {eps:.3g} x the values' scale x the length of each sum); a precision effect, not a bug.",
+                 severity="info")
 
 
 def diagnose(variant: Capture, reference: Capture, diagnostics: dict[str, float], *,

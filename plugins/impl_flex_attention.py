@@ -1,6 +1,6 @@
 """MHAPyTorchFlexAttention of the source's bonus notebook: fused qkv, then flex_attention with a
 causal BlockMask built for the tokens given. On the CPU flex_attention runs without gradients only
-(no backward), and it never applies dropout."""
+(no backward), and it never applies dropout (the notebook comments it out)."""
 
 import torch.nn as nn
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -37,7 +37,6 @@ class MHAPyTorchFlexAttention(nn.Module):
 
         attn_mask = create_block_mask(causal, B=None, H=None, Q_LEN=num_tokens, KV_LEN=num_tokens, device=x.device)
         context_vec = flex_attention(queries, keys, values, block_mask=attn_mask)  # (b, num_heads, num_tokens, head_dim)
-        attnlab.tap("context", context_vec)  # flex_attention computes the weights where attnlab cannot see
 
         context_vec = context_vec.transpose(1, 2).contiguous().view(batch_size, num_tokens, self.d_out)  # (b, num_tokens, d_out)
         context_vec = self.proj(context_vec)  # (b, num_tokens, d_out)

@@ -1,0 +1,208 @@
+"""What a module costs: forward time, forward+backward time, peak memory and FLOPs.
+
+Measured on the plain module after the capture, never under it: the capture's TorchFunctionMode
+sees every call and would be timed too, and a profile must never change the diagnosed values.
+Nothing here runs unless `profile=true`.
+
+- Time: `torch.utils.benchmark.Timer.blocked_autorange` after one warm-up call (it synchronises
+  CUDA); the forward runs under no_grad (inference), the median and interquartile range over its
+  blocks are reported. `backward_ms` is one forward plus backward of the output's sum (with
+  `profile_backward=true`), nan where the kernel has no backward on the device (FlexAttention on
+  the CPU).
+- Peak memory of one forward above what was allocated before it: CUDA's
+  `max_memory_allocated`; on a Linux CPU the process's resident high-water mark (VmHWM), reset
+  through /proc/self/clear_refs after returning freed memory to the system (malloc_trim), so it
+  is measured, not estimated; nan where neither exists (macOS CPU, MPS).
+- FLOPs: 2 x the multiply-adds of every matmul the forward runs (torch.utils.flop_counter), dense:
+  a causal mask does not halve them, and the softmax is not counted. An attention kernel
+  (scaled_dot_product_attention, FlexAttention) counts as its two dense products whichever
+  kernel the device picks: the counter knows some kernels and not others (not the CPU's).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable, Hashable
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils.benchmark import Timer
+from torch.utils.flop_counter import FlopCounterMode
+
+from attnlab.capture import _flex_attention_eager
+
+NAN = float("nan")
+COLUMNS = ("forward_ms", "forward_ms_iqr", "backward_ms", "peak_bytes", "flops")
+RATIOS = {"forward_ms_vs_reference": "forward_ms", "peak_bytes_vs_reference": "peak_bytes"}
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_reference_cache: dict[Hashable, dict[str, float]] = {}  # a sweep's jobs share one reference's profile
+
+
+def profile_module(module: nn.Module, x: torch.Tensor, *, budget_s: float, backward: bool) -> dict[str, float]:
+    """forward_ms, forward_ms_iqr, backward_ms, peak_bytes and flops of `module(x)`; `budget_s`
+    is the time the timers may take together."""
+    share = budget_s / (2 if backward else 1)
+    with torch.no_grad():
+        forward = _call(module, x)
+        forward()  # warm-up: lazy initialisation, a compiled kernel, the allocator's first pages
+        median, iqr = time_call(forward, share)
+        peak = peak_bytes(forward, x.device)
+        flops = count_flops(forward)
+    return {"forward_ms": median, "forward_ms_iqr": iqr,
+            "backward_ms": time_backward(module, x, share) if backward else NAN,
+            "peak_bytes": peak, "flops": flops}
+
+
+def profile_pair(variant: tuple[nn.Module, torch.Tensor], reference: tuple[nn.Module, torch.Tensor], *,
+                 budget_s: float, backward: bool, reference_key: Hashable | None = None) -> dict[str, float]:
+    """The variant's columns and their ratios to the reference's. Half the budget each; a
+    reference already profiled under the same `reference_key` (name, shapes, dtype, device, ...)
+    in this process is not measured again."""
+    mine = profile_module(*variant, budget_s=budget_s / 2, backward=backward)
+    theirs = _reference_cache.get(reference_key) if reference_key is not None else None
+    if theirs is None:
+        theirs = profile_module(*reference, budget_s=budget_s / 2, backward=backward)
+        if reference_key is not None:
+            _reference_cache[reference_key] = theirs
+    ratios = {name: _ratio(mine[column], theirs[column]) for name, column in RATIOS.items()}
+    return {**mine, **ratios}
+
+
+def time_call(fn: Callable[[], Any], seconds: float) -> tuple[float, float]:
+    """Median and interquartile range of one call, in ms, over blocks filling about `seconds`."""
+    measurement = Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=seconds)
+    return measurement.median * 1e3, measurement.iqr * 1e3
+
+
+def time_backward(module: nn.Module, x: torch.Tensor, seconds: float) -> float:
+    """Median ms of one forward and backward (gradients of the output's sum, not accumulated);
+    nan where the module has no backward on this device."""
+    inputs = [x.detach().requires_grad_(x.is_floating_point())] if x.is_floating_point() else []
+    leaves = [*inputs, *(p for p in module.parameters() if p.requires_grad)]
+    if not leaves:
+        return NAN
+    forward = _call(module, inputs[0] if inputs else x)
+
+    def step() -> None:
+        torch.autograd.grad(forward().float().sum(), leaves, allow_unused=True)
+
+    try:
+        with torch.enable_grad():
+            step()
+            return time_call(step, seconds)[0]
+    except (NotImplementedError, RuntimeError):  # e.g. "FlexAttention does not support backward on CPU"
+        return NAN
+
+
+def count_flops(fn: Callable[[], Any]) -> float:
+    """2 x the multiply-adds of every matmul of one call (dense); nan where the counter cannot run."""
+    counter = FlopCounterMode(display=False)
+    kernels = _DenseAttention(counter)
+    try:
+        with _flex_attention_eager(), counter, kernels:
+            fn()
+    except Exception:  # noqa: BLE001 - a kernel the counter cannot trace is no count, not a failed run
+        return NAN
+    return float(counter.get_total_flops() + kernels.correction)
+
+
+class _DenseAttention(TorchFunctionMode):
+    """Counts an attention kernel as its two dense products, 2 * b * h * n_q * n_k * (d_k + d_v),
+    replacing what the dispatch-level counter made of it (nothing for the CPU's fused kernels);
+    nn.MultiheadAttention's kernel as its four projections and the two products. FlexAttention's
+    operator cannot run under the dispatch-level counter at all: it runs outside it."""
+
+    NAMES = ("scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward",
+             "_native_multi_head_attention")
+
+    def __init__(self, counter: FlopCounterMode) -> None:
+        super().__init__()
+        self.counter, self.correction = counter, 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") not in self.NAMES or len(args) < 3:
+            return func(*args, **kwargs)
+        q, k, v = args[:3]
+        batch, n_q, n_k = math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2]
+        if func.__name__ in ("multi_head_attention_forward", "_native_multi_head_attention"):
+            if func.__name__ == "multi_head_attention_forward":  # (tokens, batch, embed): nn.MultiheadAttention's order
+                batch, n_q, n_k = q.shape[1] if q.dim() == 3 else 1, q.shape[0], k.shape[0]
+            embed = int(args[3])  # nn.MultiheadAttention: q, k, v and out projections, then the two products
+            dense = 2 * batch * (n_q * embed * embed * 2 + n_k * embed * embed * 2 + n_q * n_k * 2 * embed)
+        else:
+            dense = 2 * batch * n_q * n_k * (q.shape[-1] + v.shape[-1])
+        before = self.counter.get_total_flops()
+        if func.__name__ == "flex_attention":
+            with _disable_current_modes():
+                out = func(*args, **kwargs)
+        else:
+            out = func(*args, **kwargs)
+        self.correction += dense - (self.counter.get_total_flops() - before)
+        return out
+
+
+def peak_bytes(fn: Callable[[], Any], device: torch.device) -> float:
+    """Bytes one call allocates at its peak above what was allocated before it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return float(torch.cuda.max_memory_allocated(device) - before)
+    if device.type != "cpu" or not _can_reset_high_water_mark():
+        return NAN
+    _release_free_memory()
+    try:
+        _CLEAR_REFS.write_text("5")  # resets VmHWM to the current resident size
+    except OSError:  # a sandbox that forbids it: no measurement rather than a stale mark
+        return NAN
+    before = _status_bytes("VmRSS")
+    fn()
+    return float(max(0, _status_bytes("VmHWM") - before))
+
+
+def clear_reference_cache() -> None:
+    _reference_cache.clear()
+
+
+def _call(module: nn.Module, x: torch.Tensor) -> Callable[[], Any]:
+    def forward() -> Any:
+        out = module(x)
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+    return forward
+
+
+def _ratio(mine: float, theirs: float) -> float:
+    return mine / theirs if theirs > 0 and math.isfinite(theirs) and math.isfinite(mine) else NAN
+
+
+def _can_reset_high_water_mark() -> bool:
+    try:
+        return _STATUS.exists() and _CLEAR_REFS.exists() and "VmHWM" in _STATUS.read_text()
+    except OSError:
+        return False
+
+
+def _status_bytes(key: str) -> int:
+    found = re.search(rf"^{key}:\s+(\d+) kB", _STATUS.read_text(), flags=re.MULTILINE)
+    return int(found.group(1)) * 1024 if found else 0
+
+
+def _release_free_memory() -> None:
+    """Hand memory glibc keeps after frees back to the system, so a forward that reuses it still
+    raises the high-water mark above the resident size measured before it."""
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):  # not glibc: the mark may then read low
+        pass

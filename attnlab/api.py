@@ -2,10 +2,10 @@
 
 The config is composed through Hydra's compose API from the same files and schema as the
 command line, so `attnlab.run("unscaled", seed=123)` and `python -m attnlab variant=unscaled`
-give the same record. Nothing is printed (the Result is the report; `log={"terminal": True}`
-prints the terminal summary as well) and nothing is written unless `out_dir` is given: then the
-files of a job, record.json and every enabled sink's, and `.hydra/config.yaml` and
-`.hydra/overrides.yaml` as Hydra writes them for a job (no `hydra.yaml`: no Hydra run happened).
+give the same record. Nothing is printed (the Result is the report) and nothing is written unless
+`out_dir` is given: then the files of a job, record.json and every enabled sink's, and
+`.hydra/config.yaml` and `.hydra/overrides.yaml` as Hydra writes them for a job (no `hydra.yaml`:
+no Hydra run happened). The terminal sink is off unless asked for: `log={"terminal": True}`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from attnlab.capture import Capture
+from attnlab.capture import Capture, max_abs_or_nan
 from attnlab.spill import releasing
 from attnlab.stages import STAGES
 
@@ -44,13 +44,7 @@ def blocks(t: torch.Tensor) -> Iterator[tuple]:
             yield (*lead, rows)
 
 
-@releasing
-def max_abs(t: torch.Tensor) -> float:
-    """max |t| without an |t| temporary."""
-    if t.numel() == 0:
-        return 0.0
-    lo, hi = torch.aminmax(t)
-    return max(-float(lo), float(hi))
+max_abs = releasing(max_abs_or_nan)  # max |t| without an |t| temporary (capture's, which needs it first)
 
 
 @releasing

@@ -79,8 +79,8 @@ def _font(size: int) -> ImageFont.FreeTypeFont:
 def to_png_bytes(image: np.ndarray) -> bytes:
     """PNG-encode an (H, W, 3) uint8 image, written by hand: rows unfiltered, zlib level 1.
 
-    Pillow's PNG writer spends ~4 ms on a 6-token heatmap (adaptive row filters); this takes
-    ~1 ms and is smaller, because a heatmap is flat colour blocks that zlib alone compresses.
+    Pillow's PNG writer tries adaptive filters on every row; a heatmap is flat colour blocks that
+    zlib alone compresses, so this is faster and smaller (the ratio: benchmarks/README.md).
     """
     height, width, channels = image.shape
     if channels != 3 or image.dtype != np.uint8:
@@ -402,9 +402,9 @@ def _draw_ticks(image: Image.Image, layout: _Layout, low: float, high: float, di
 def _glyph(char: str, size: int) -> np.ndarray:
     """One character's alpha mask, one line high and one advance wide, rendered by FreeType once.
 
-    Drawing each string with ImageDraw.text costs ~0.1 ms (a full FreeType layout per call), which
-    made a 6x6 map with its 50 strings take ~10 ms; pasting cached glyphs side by side takes
-    ~10 us a string. Kerning is lost, which numbers and short labels do not need.
+    ImageDraw.text runs a full FreeType layout per call and a map draws dozens of strings; pasting
+    cached glyphs side by side is far cheaper (the ratio: benchmarks/README.md). Kerning is lost,
+    which numbers and short labels do not need.
     """
     font = _font(size)
     ascent, descent = font.getmetrics()

@@ -105,6 +105,9 @@ def make_inputs(cfg: DictConfig, seed: int) -> Inputs:
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
+    from attnlab.registry import importable_plugins
+
+    importable_plugins()
     try:
         inputs = instantiate(cfg, seed=seed)
     except InstantiationException as exc:

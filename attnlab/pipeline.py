@@ -62,8 +62,8 @@ def resolved_device(name: str) -> str:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What every seed of a job shares, read from the config once: resolving a DictConfig costs
-    ~10 ms, which 100 seeds should not pay 100 times."""
+    """What every seed of a job shares, read from the config once: resolving a DictConfig is
+    slow next to a book-size seed, and 100 seeds should not pay for it 100 times."""
 
     name: str
     params: dict[str, Any]
@@ -116,8 +116,8 @@ def compute_threads(n_tokens: int) -> Iterator[None]:
 
     At the book's size every op is microseconds of work, but an op that enters a parallel region
     (torch.softmax does, even on a 6x6 matrix) must wake the other OpenMP threads: on a shared
-    2-core machine that costs a scheduler slice, measured at 8-12 ms per softmax against 3 us on
-    one thread, which made a 6-token job's compute ~100 ms instead of ~10. The choice depends
+    2-core machine that costs a scheduler slice per softmax, thousands of times the work itself,
+    and dominated a 6-token job's compute. The choice depends
     on n_tokens only, so a seed's numbers are the same in a single run and in an n_seeds job.
     """
     before = torch.get_num_threads()
@@ -254,7 +254,7 @@ def compute_record(
         record.output_is_context = variant.output_is_context
         record.diagnostics, record.head_diagnostics = compute_diagnostics(variant, reference)
         record.reference_diagnostics, _ = compute_diagnostics(reference, reference)
-        record.first_divergent_stage = first_divergent_stage(variant, reference)
+        record.first_divergent_stage = first_divergent_stage(variant, reference, record.diagnostics)
         record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=spec.shared,
                                    train=spec.train, batch_mixing=mixing)
         record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []

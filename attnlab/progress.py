@@ -43,7 +43,6 @@ class Progress:
         self.delay = DELAY if delay is None else delay
         self.start = time.perf_counter()
         self._last_draw = 0.0
-        self.drawn = False  # shown at least once
         self.visible = False  # on screen now
 
     def __enter__(self) -> Progress:
@@ -82,7 +81,7 @@ class Progress:
     def _draw(self, now: float) -> None:
         self.stream.write("\r\x1b[2K" + self.line())
         self.stream.flush()
-        self._last_draw, self.drawn, self.visible = now, True, True
+        self._last_draw, self.visible = now, True
 
     def clear(self) -> None:
         """Erase the bar before other output goes to the same terminal; the next update redraws it."""

@@ -140,6 +140,15 @@ def plugin_dirs() -> list[Path]:
     return unique
 
 
+def importable_plugins() -> None:
+    """The user's plugin folders (./plugins, ATTNLAB_PLUGIN_PATH) on the import path, after
+    everything else: a `_target_: my_sink.MySink` in a conf/ YAML names ./plugins/my_sink.py."""
+    builtin = builtin_plugin_dir().resolve()
+    for folder in plugin_dirs():
+        if folder.resolve() != builtin and str(folder) not in sys.path:
+            sys.path.append(str(folder))
+
+
 def _load_file(path: Path) -> Any:
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
     module_name = f"attnlab_plugin_{digest}_{path.stem}"
@@ -175,6 +184,8 @@ def _specs_from_module(
                 specs.append(_spec(cls, mark["name"] or default_name, source, copied=copied, **extra))
         return specs, None
     if not classes:
+        if _helps_a_run(module):
+            return [], None  # a sink or an inputs factory: named by a conf/ YAML file, not a variant
         return [], f"plugin {source} defines no nn.Module subclass; skipped"
     outermost = _outermost(classes)
     if len(outermost) == 1:
@@ -182,6 +193,19 @@ def _specs_from_module(
     names = ", ".join(cls.__name__ for cls in outermost or classes)
     count = len(outermost or classes)
     return [], f"plugin {source} defines {count} nn.Module classes ({names}); mark the variant(s) with @attnlab.variant"
+
+
+def _helps_a_run(module: Any) -> bool:
+    """Whether a plugin file without a module defines a sink (a class with `write` or
+    `write_sweep`) or an inputs factory (a function whose first parameter is `seed`)."""
+    for obj in vars(module).values():
+        if getattr(obj, "__module__", None) != module.__name__:
+            continue
+        if inspect.isclass(obj) and (hasattr(obj, "write") or hasattr(obj, "write_sweep")):
+            return True
+        if inspect.isfunction(obj) and next(iter(inspect.signature(obj).parameters), None) == "seed":
+            return True
+    return False
 
 
 def _outermost(classes: list[type]) -> list[type]:

@@ -6,8 +6,9 @@ After a job (in whichever process ran it: the basic launcher's, a joblib worker,
 job, after a failed one, and otherwise at most once every REFRESH_SECONDS: rebuilding after
 every job cost a share of each job that grows with the sweep (benchmarks/README.md).
 
-`finish` ends the sweep: every sink's `write_sweep` (comparison.csv and .md, comparison.html, the
-terminal table), then the outcome. attnlab's sweeper calls it once every job returned, and when
+`finish` ends the sweep: every sink's `write_sweep` (comparison.csv and .md, comparison.html),
+the sweep's table on the terminal (printed with log.terminal=false too: that switches off each
+job's summary, so a long sweep prints only its table), then the outcome. attnlab's sweeper calls it once every job returned, and when
 the launch was interrupted; it raises `FailedRecords` when a record failed, which the CLI turns
 into exit code 1 after the tables are written. Under another sweeper (`hydra/sweeper=basic`) the
 callback's `on_multirun_end` writes the tables instead (a callback cannot change the outcome).
@@ -18,13 +19,16 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import FailedRecords
+
+if TYPE_CHECKING:
+    from attnlab.aggregate import Report
 
 REFRESH_SECONDS = 1.0
 
@@ -50,7 +54,23 @@ def write_tables(config: DictConfig) -> list[str]:
     sinks = [sink for sink in build_sinks(config).values() if hasattr(sink, "write_sweep")]
     report, problems = rebuild(folder, lambda report: [sink.write_sweep(report, folder) for sink in sinks])
     _report_problems(problems)
+    print_summary(report, folder)
     return [str(r.path) for r in report.records if not r.ok]
+
+
+def print_summary(report: Report, folder: Path) -> None:
+    """The sweep's table for a terminal, and where the full tables are."""
+    from attnlab.aggregate import terminal_table
+    from attnlab.sinks.terminal import display_path, reader_may_leave
+
+    tables = [f"comparison{s}" for s in (".csv", ".md", ".html") if (folder / f"comparison{s}").exists()]
+    with reader_may_leave():
+        print(f"\nsweep: {len(report.records)} job(s) in {display_path(folder)}")
+        print(terminal_table(report.jobs))
+        if tables:
+            browser = " (open the .html in a browser)" if tables[-1].endswith(".html") else ""
+            suffixes = " ".join(name[len("comparison"):] for name in tables[1:])
+            print(f"tables: {display_path(folder / tables[0])} {suffixes}{browser}".rstrip(), flush=True)
 
 
 def finish(config: DictConfig, complete: bool) -> None:
@@ -93,4 +113,4 @@ class SweepTables(Callback):
         write_tables(config)
 
 
-__all__ = ["SweepTables", "finish", "refresh_table", "sweep_dir", "write_tables"]
+__all__ = ["SweepTables", "finish", "print_summary", "refresh_table", "sweep_dir", "write_tables"]

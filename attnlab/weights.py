@@ -49,8 +49,8 @@ def manual_seed(seed: int) -> None:
 
     The CPU generator is the only one a CPU draw reads, so the values are the source's. The full
     call also queues the seed for every accelerator backend not yet initialised (CUDA, XPU,
-    MTIA), formatting a stack trace for each: ~1 ms a call, three calls a seed, a tenth of a
-    book-size job's compute.
+    MTIA), formatting a stack trace for each, three calls a seed: a visible share of a book-size
+    job's compute.
     """
     torch.default_generator.manual_seed(seed)
 

@@ -45,6 +45,15 @@ def test_numbers_equal_the_clis_record(app):
     assert [f.code for f in from_cli.findings] == [f.code for f in from_api.findings] == ["softmax_axis"]
 
 
-def test_out_dir_writes_the_same_files_as_a_job(tmp_path):
-    attnlab.run("unscaled", out_dir=tmp_path, log={"tensorboard": False, "terminal": False})
+def test_out_dir_writes_the_same_files_as_a_job_and_neither_prints(tmp_path, capsys):
+    attnlab.run("unscaled")
+    attnlab.run("unscaled", out_dir=tmp_path)
+    assert capsys.readouterr().out == ""  # the Result is the report, with or without out_dir
     assert (tmp_path / "record.json").exists() and (tmp_path / "comparison.csv").exists()
+    assert list(tmp_path.glob("events.out.tfevents*"))
+    from omegaconf import OmegaConf
+
+    assert OmegaConf.load(tmp_path / ".hydra" / "config.yaml").variant.name == "unscaled"
+    assert "variant=unscaled" in OmegaConf.load(tmp_path / ".hydra" / "overrides.yaml")
+    attnlab.run("unscaled", out_dir=tmp_path / "printed", log={"terminal": True})
+    assert "first divergent stage: scaled_scores" in capsys.readouterr().out

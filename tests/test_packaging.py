@@ -32,7 +32,7 @@ def test_the_wheel_holds_configs_and_builtin_plugins(wheel):
     for expected in ["attnlab/conf/config.yaml", "attnlab/conf/inputs/book.yaml", "attnlab/conf/inputs/random.yaml",
                      "attnlab/plugins/reference.py", "attnlab/plugins/linear.py", "attnlab/plugins/unscaled.py",
                      "attnlab/plugins/wrong_softmax_axis.py", "attnlab/cli.py",
-                     "attnlab/hydra_plugin_root/hydra_plugins/attnlab_sweeper/attnlab_sweeper.py"]:
+                     "hydra_plugins/attnlab_sweeper/attnlab_sweeper.py", "attnlab/conf/sink/terminal.yaml"]:
         assert expected in names, expected
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "attnlab = attnlab.cli:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -32,10 +32,12 @@ KEY_COLUMNS = ["variant", "seed", "d_in", "d_out", "n_tokens", "inputs", "weight
 
 PLUGINS = {
     "raises": '''
+import torch
 import torch.nn as nn
 class Raises(nn.Module):
     def __init__(self, d_in, d_out):
         super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
     def forward(self, x):
         raise RuntimeError("boom from the plugin")
 ''',
@@ -45,6 +47,7 @@ import torch.nn as nn
 class WrongShape(nn.Module):
     def __init__(self, d_in, d_out):
         super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
     def forward(self, x):
         return torch.zeros(3, 3, 3)
 ''',

@@ -46,3 +46,20 @@ def test_large_matrices_are_cut():
 
     text = format_matrix(np.zeros((20, 20)), [f"t{i}" for i in range(20)], None)
     assert "… 12 more rows" in text and len(text.splitlines()) == 10
+
+
+def test_one_hidden_row_is_one_row():
+    import numpy as np
+
+    labels = [f"t{i}" for i in range(9)]
+    assert format_matrix(np.zeros((9, 2)), labels, None).splitlines()[-1].strip() == "… 1 more row"
+    assert format_matrix(np.zeros((10, 2)), labels + ["t9"], None).splitlines()[-1].strip() == "… 2 more rows"
+
+
+def test_paths_are_shown_relative_to_the_working_folder(tmp_path, monkeypatch):
+    from attnlab.sinks.terminal import display_path
+
+    monkeypatch.chdir(tmp_path)
+    assert display_path(tmp_path / "runs" / "a" / "record.json") == "runs/a/record.json"
+    assert display_path("runs/multirun/x") == "runs/multirun/x"
+    assert display_path("/elsewhere/record.json") == "/elsewhere/record.json"

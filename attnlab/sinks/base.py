@@ -57,6 +57,9 @@ def build_sinks(cfg: DictConfig) -> dict[str, Sink]:
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
+    from attnlab.registry import importable_plugins
+
+    importable_plugins()
     sinks = {}
     for name in enabled_sinks(cfg):
         try:

@@ -2,8 +2,8 @@
 
 Config in one line, the shape trace against the predicted shapes, the variant's attention
 weights and context vectors with token labels, each stage's largest difference from the
-reference, then the diagnosis and the predictions; for an n_seeds job a line per seed; at the end
-of a sweep its table. Paths are shown relative to the working folder when they are inside it.
+reference, then the diagnosis and the predictions; for an n_seeds job a line per seed. Paths are
+shown relative to the working folder when they are inside it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence, TextIO
+from typing import Iterator, Sequence, TextIO
 
 import numpy as np
 
@@ -22,15 +22,14 @@ from attnlab.rows import TABLE_FILE
 from attnlab.sinks.base import JobInfo
 from attnlab.stages import STAGES
 
-if TYPE_CHECKING:
-    from attnlab.aggregate import Report
 
 MAX_SHOWN = 8  # rows and columns of a matrix printed in full; larger ones are cut with "…"
 TERMINAL_ROWS = 20  # per-seed lines printed before the rest are elided (all are in comparison.csv)
 
 
 class TerminalSink:
-    """`log.terminal`: the run's summary on stdout; a line per seed for n_seeds; a sweep's table."""
+    """`log.terminal`: each job's summary on stdout (a line per seed for n_seeds). A sweep's table
+    at its end is the sweep's own report (attnlab.sweep.print_summary), printed either way."""
 
     def write(self, records: Sequence[Record], job: JobInfo) -> None:
         with reader_may_leave():
@@ -41,18 +40,6 @@ class TerminalSink:
                 table = job.dir / TABLE_FILE
                 print_seeds(list(records), table if table.exists() else None)
                 sys.stdout.flush()
-
-    def write_sweep(self, report: Report, folder: Path) -> None:
-        from attnlab.aggregate import terminal_table
-
-        tables = [f"comparison{suffix}" for suffix in (".csv", ".md", ".html") if (Path(folder) / f"comparison{suffix}").exists()]
-        with reader_may_leave():
-            print(f"\nsweep: {len(report.records)} job(s) in {display_path(folder)}")
-            print(terminal_table(report.jobs))
-            if tables:
-                print(f"tables: {display_path(Path(folder) / tables[0])} "
-                      + " ".join(name[len("comparison"):] for name in tables[1:])
-                      + (" (open the .html in a browser)" if any(t.endswith(".html") for t in tables) else ""), flush=True)
 
 
 def display_path(path: Path | str | None) -> str:

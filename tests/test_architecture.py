@@ -1,0 +1,178 @@
+"""Issue 10 through the real CLI: a sink and an input kind of your own with no edit to attnlab,
+unknown keys refused in one line, and no import cycle in the package."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import attnlab
+
+PACKAGE = Path(attnlab.__file__).parent
+
+ROW_COUNTER = '''
+"""A sink of my own: how many records a job wrote, and a sweep."""
+from pathlib import Path
+
+
+class RowCounter:
+    def __init__(self, greeting: str = "hello"):
+        self.greeting = greeting
+
+    def write(self, records, job):
+        (job.dir / "row_counter.txt").write_text(f"{self.greeting} {len(records)} {records[0].variant}")
+
+    def write_sweep(self, report, folder):
+        (Path(folder) / "row_counter.txt").write_text(f"{self.greeting} {len(report.records)}")
+'''
+
+RAMP = '''
+import torch
+from attnlab.inputs import Inputs
+
+
+def ramp_inputs(seed: int, kind: str, n_tokens: int, d_in: int) -> Inputs:
+    x = torch.arange(n_tokens * d_in, dtype=torch.float32).reshape(n_tokens, d_in) / (n_tokens * d_in)
+    return Inputs(x, [f"r{i}" for i in range(n_tokens)])
+'''
+
+
+def attnlab_in(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attnlab", *args], cwd=folder, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture
+def own_folder(tmp_path: Path) -> Path:
+    """A working folder with a sink and an input kind of its own: a class or a function in
+    ./plugins/ and a YAML file in ./conf/, nothing else."""
+    for path, text in {"plugins/row_counter.py": ROW_COUNTER, "plugins/ramp.py": RAMP,
+                       "conf/sink/row_counter.yaml": "_target_: row_counter.RowCounter\ngreeting: hi\n",
+                       "conf/inputs/ramp.yaml": "_target_: ramp.ramp_inputs\nkind: ramp\nn_tokens: 5\nd_in: 4\n"}.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_a_sink_of_your_own_is_switched_on_with_log_name(own_folder: Path) -> None:
+    off = attnlab_in(own_folder, "hydra.run.dir=off", "log.tensorboard=false")
+    assert off.returncode == 0, off.stderr
+    assert not (own_folder / "off" / "row_counter.txt").exists()  # a sink of your own starts switched off
+    assert "warning" not in off.stderr  # a file of ./plugins/ that holds a sink is not a broken variant
+
+    on = attnlab_in(own_folder, "variant=unscaled", "log.row_counter=true", "log.tensorboard=false", "hydra.run.dir=on")
+    assert on.returncode == 0, on.stderr
+    assert (own_folder / "on" / "row_counter.txt").read_text() == "hi 1 unscaled"
+    assert not list((own_folder / "on").glob("events.out.tfevents*"))  # log.tensorboard=false as documented
+    assert "record: on/record.json" in on.stdout  # the built-in sinks still run, the terminal last
+
+    sweep = attnlab_in(own_folder, "-m", "variant=reference,unscaled", "log.row_counter=true", "log.tensorboard=false",
+                       "log.terminal=false", "hydra.sweep.dir=sweep")
+    assert sweep.returncode == 0, sweep.stderr
+    assert (own_folder / "sweep" / "row_counter.txt").read_text() == "hi 2"
+    assert sorted(p.read_text() for p in (own_folder / "sweep").glob("*/row_counter.txt")) == [
+        "hi 1 reference", "hi 1 unscaled"]
+    assert (own_folder / "sweep" / "comparison.html").exists()
+
+
+@pytest.mark.slow
+def test_an_option_the_sink_does_not_take_fails_before_any_work(own_folder: Path) -> None:
+    bad = attnlab_in(own_folder, "log.row_counter=true", "+sink.row_counter.colour=red", "hydra.run.dir=bad")
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("attnlab: error: sink.row_counter: cannot build row_counter.RowCounter:")
+    assert "colour" in bad.stderr and len(bad.stderr.splitlines()) == 1
+    assert not (own_folder / "bad" / "record.json").exists()
+
+
+@pytest.mark.slow
+def test_an_input_kind_of_your_own_is_one_function_and_one_yaml(own_folder: Path) -> None:
+    done = attnlab_in(own_folder, "inputs=ramp", "inputs.n_tokens=3", "hydra.run.dir=ramp", "log.tensorboard=false")
+    assert done.returncode == 0, done.stderr
+    assert "inputs=ramp n_tokens=3 d_in=4" in done.stdout and "  r2 " in done.stdout
+    bad = attnlab_in(own_folder, "inputs=nope")
+    assert bad.stderr.strip() == "attnlab: error: Could not find 'inputs/nope'; Available options in 'inputs': book, file, ramp, random"
+
+
+UNKNOWN = [
+    (["+num_head=4"], "num_head: unknown key; did you mean 'num_heads'?"),
+    (["num_head=4"], "num_head: unknown key; did you mean 'num_heads'?"),
+    (["variant=unscaled", "+sed=4"], "sed: unknown key; did you mean 'seed'?"),
+    (["log.tensorbord=false"], "log.tensorbord: unknown key; did you mean 'log.tensorboard'?"),
+    (["+log.tensorbord=false"], "log.tensorbord: unknown key; did you mean 'log.tensorboard'?"),
+    (["inputs=random", "inputs.n_tokenz=3"], "inputs.n_tokenz: unknown key; did you mean 'inputs.n_tokens'?"),
+    (["inputs=random", "+inputs.n_tokenz=3"], "inputs.n_tokenz: unknown key; did you mean 'inputs.n_tokens'?"),
+    (["+show.haed=1"], "show.haed: unknown key; did you mean 'show.head'?"),
+    (["+variant.params.diagonl=1"], "variant.params.diagonl: variant 'reference' takes no parameter 'diagonl'"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,message", UNKNOWN, ids=[" ".join(a) for a, _ in UNKNOWN])
+def test_an_unknown_key_is_a_one_line_error_naming_the_closest(app, args, message) -> None:
+    run = app(*args)
+    assert run.returncode == 2, run.stdout
+    assert run.stderr.startswith(f"attnlab: error: {message}") and len(run.stderr.splitlines()) == 1, run.stderr
+    assert not (run.out_dir / "record.json").exists()
+
+
+@pytest.mark.slow
+def test_predictions_and_experiments_are_not_unknown_keys(app) -> None:
+    run = app("variant=unscaled", "expect.findings=[scaling]", "log.tensorboard=false")
+    assert run.returncode == 0, run.stderr
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """The attnlab modules `path` imports, at module level or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package
+                base = ".".join(module.split(".")[: -node.level] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.startswith("attnlab.")}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    # an import of a package's __init__ (the public `attnlab.run`) is where a user starts, not a
+    # dependency between modules: edges go to modules only
+    return {name: {t for t in _imports(path, name) if t in modules and t != name and modules[t].name != "__init__.py"}
+            for name, path in modules.items()}
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    graph = _module_graph()
+    assert "attnlab.cli" in graph and "attnlab.sinks.terminal" in graph
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(node):] + [node]))
+        if node in done:
+            return
+        for target in sorted(graph[node]):
+            visit(target, path + [node])
+        done.add(node)
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_the_cycle_check_sees_a_cycle_inside_a_function(tmp_path: Path) -> None:
+    a = tmp_path / "a.py"
+    a.write_text("def f():\n    from attnlab.sweep import finish\n")
+    assert "attnlab.sweep" in _imports(a, "attnlab.a")

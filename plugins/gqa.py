@@ -1,7 +1,8 @@
 """gqa: the source's MultiHeadAttention with grouped-query attention: groups of query heads share one key/value head.
 
-num_kv_heads is the top-level key; built without it (None) the heads are grouped in pairs,
-num_heads // 2 key/value heads.
+num_kv_heads is the top-level key (num_kv_heads=2). Built directly without it (None), the heads are
+grouped in pairs, num_heads // 2 key/value heads; through attnlab a top-level num_kv_heads left at
+null reaches the constructor as num_heads today, which makes gqa MultiHeadAttention itself.
 """
 
 import torch

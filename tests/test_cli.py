@@ -27,10 +27,16 @@ def test_single_run_prints_the_summary_and_writes_record_and_table(app):
     record = run.record
     assert record["variant"] == "unscaled" and record["seed"] == 123 and record["status"] == "ok"
     assert record["error"] is None
-    assert set(record["stages"]) == set(STAGES) and set(record["reference_stages"]) == set(STAGES)
-    assert record["stages"]["weights"]["shape"] == [6, 6] and len(record["stages"]["weights"]["values"]) == 6
+    seen = set(STAGES) - {"weights_applied"}  # eval mode: the weights are what is applied to the values
+    assert set(record["stages"]) == seen and set(record["reference_stages"]) == seen
+    weights = record["stages"]["weights"]
+    assert record["format_version"] == 2 and record["reference"] == "reference"
+    assert weights["shape"] == [6, 6] and weights["axes"] == ["batch", "heads", "query", "key"]
+    assert weights["view_shape"] == [1, 1, 6, 6] and len(weights["values"][0][0]) == 6  # canonical view
     assert record["diagnostics"]["divergence_queries"] == 0.0
     assert record["diagnostics"]["divergence_context"] > 0.0
+    assert record["diagnostics"]["divergence_output"] == record["diagnostics"]["divergence_context"]
+    assert record["output_is_context"] is True
     assert record["config"]["variant"]["name"] == "unscaled" and record["config"]["weights"] == "shared"
     with open(run.out_dir / "comparison.csv") as handle:
         rows = list(csv.DictReader(handle))
@@ -132,8 +138,9 @@ def test_a_failed_plugin_exits_non_zero_with_its_error_in_the_record(app, plugin
             def forward(self, x):
                 raise ValueError("shapes do not line up")
     """)
-    run = app("variant=nan_free_crash", env={"ATTNLAB_PLUGIN_PATH": str(folder)})
-    assert run.returncode == 1
+    # no parameters to share: weights=native lets the run reach the forward
+    run = app("variant=nan_free_crash", "weights=native", env={"ATTNLAB_PLUGIN_PATH": str(folder)})
+    assert run.returncode == 1, run.stderr
     assert "FAILED: variant 'nan_free_crash' raised ValueError: shapes do not line up" in run.stdout
     assert run.record["status"] == "failed"
     assert "Traceback" not in run.stderr

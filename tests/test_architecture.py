@@ -79,6 +79,9 @@ def test_a_sink_of_your_own_is_switched_on_with_log_name(own_folder: Path) -> No
     assert sorted(p.read_text() for p in (own_folder / "sweep").glob("*/row_counter.txt")) == [
         "hi 1 reference", "hi 1 unscaled"]
     assert (own_folder / "sweep" / "comparison.html").exists()
+    # log.terminal=false silences the jobs; the sweep's table is printed, its paths relative as a single run's
+    assert "sweep: 2 job(s) in sweep\n" in sweep.stdout
+    assert "tables: sweep/comparison.csv .md .html" in sweep.stdout
 
 
 @pytest.mark.slow
@@ -176,3 +179,15 @@ def test_the_cycle_check_sees_a_cycle_inside_a_function(tmp_path: Path) -> None:
     a = tmp_path / "a.py"
     a.write_text("def f():\n    from attnlab.sweep import finish\n")
     assert "attnlab.sweep" in _imports(a, "attnlab.a")
+
+
+@pytest.mark.slow
+def test_version_names_attnlab_then_torch_and_hydra(app) -> None:
+    from importlib import metadata
+
+    import hydra
+    import torch
+
+    run = app("--version")
+    assert run.returncode == 0 and run.stderr == ""
+    assert run.stdout.strip() == f"attnlab {metadata.version('attnlab')} (torch {torch.__version__}, hydra-core {hydra.__version__})"

@@ -146,10 +146,11 @@ def build_module(name: str, params: dict[str, Any], values: dict[str, Any], seed
         raise PluginError(f"variant '{name}' could not be built: {type(exc).__name__}: {exc}") from exc
 
 
-def takes_batches(module: nn.Module, d_in: int, n_tokens: int) -> bool:
+def takes_batches(module: nn.Module, d_in: int, n_tokens: int, d_out: int) -> bool:
     """One probe call on a tiny batched input (2 items x up to 3 tokens), not counted and not
     captured: a module that returns (batch, tokens, ·) gets batches; any other gets (tokens, d_in)."""
-    probe = torch.rand(2, min(3, n_tokens), d_in, generator=torch.Generator().manual_seed(0))  # (2, tokens, d_in)
+    items = 2 if d_out != 2 else 3  # a 2-D module whose d_out equals the items would broadcast a batch
+    probe = torch.rand(items, min(3, n_tokens), d_in, generator=torch.Generator().manual_seed(0))  # (items, tokens, d_in)
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -158,6 +159,12 @@ def takes_batches(module: nn.Module, d_in: int, n_tokens: int) -> bool:
         return False
     out = out[0] if isinstance(out, (tuple, list)) and out else out
     return isinstance(out, torch.Tensor) and out.dim() == 3 and tuple(out.shape[:2]) == tuple(probe.shape[:2])
+
+
+def kv_head_count(module: nn.Module) -> int | None:
+    """The key/value heads a module declares (an attribute under a usual spelling), if it does."""
+    values = [getattr(module, spelling, None) for spelling in SPELLINGS["num_kv_heads"]]
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool)), None)
 
 
 def head_count(module: nn.Module, spec_name: str, values: dict[str, Any]) -> int:
@@ -212,17 +219,17 @@ def compute_record(
             spilling = should_spill(size)
             check_fits(size, spilled=spilling)
             variant_module = build_module(name, spec.params, values, seed)
-            variant_batched = takes_batches(variant_module, inputs.d_in, inputs.n_tokens)
+            variant_batched = takes_batches(variant_module, inputs.d_in, inputs.n_tokens, spec.d_out)
             record.reference = reference_name = (auto_reference(get_variant(name), variant_module, variant_batched)
                                                   if spec.reference == "auto" else spec.reference)
             get_variant(reference_name)
             reference_module = build_module(reference_name, {}, values, seed)
-            reference_batched = takes_batches(reference_module, inputs.d_in, inputs.n_tokens)
+            reference_batched = takes_batches(reference_module, inputs.d_in, inputs.n_tokens, spec.d_out)
             num_heads = head_count(reference_module, reference_name, values)
             if spec.shared:
                 seed_projections(reference_module, seed, spec.weights_init, num_heads=num_heads)
                 record.weights_loaded = align(reference_module, variant_module, num_heads=num_heads,
-                                              num_kv_heads=spec.values.get("num_kv_heads"))
+                                              num_kv_heads=spec.values.get("num_kv_heads") or kv_head_count(variant_module))
             for module in (reference_module, variant_module):
                 module.train(spec.train)
             # built and seeded on the CPU in float32, then moved: a seed means the same numbers everywhere

@@ -99,6 +99,7 @@ def _row_sums(expected: float, variant: Capture) -> tuple[float | None, bool]:
     if weights is None:
         return None, False
     sums = weights.sum(dim=-1, dtype=weights.dtype).double()
+    sums = sums.flatten()
     worst = float(sums[(sums - expected).abs().argmax()]) if sums.numel() else expected
     return worst, math.isfinite(worst) and abs(worst - expected) <= ROW_SUM_TOL * max(1.0, abs(expected))
 

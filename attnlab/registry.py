@@ -439,7 +439,7 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
     """(args, kwargs) that build `spec.cls`: `spec.cls(*args, **kwargs)`.
 
     `values` holds the top-level keys (CONSTRUCTOR_KEYS; others are ignored); context_length
-    None means values["n_tokens"] and num_kv_heads None means num_heads. d_in and d_out go
+    None means values["n_tokens"]; num_kv_heads None is not passed (a module's own default: num_heads, or a GQA module's grouping). d_in and d_out go
     positionally into the constructor's first two parameters, as `Cls(d_in, d_out)` always did,
     unless those parameters are named after another key (nn.MultiheadAttention's
     `(embed_dim, num_heads)` gets d_in only); every other key goes by name, under the
@@ -481,6 +481,8 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
             kwargs[name] = values[_TOP_LEVEL[name]]
     kwargs.update(merged)
     for p in named.values():
+        if p.default is p.empty and _TOP_LEVEL.get(p.name) == "num_kv_heads" and p.name not in kwargs:
+            kwargs[p.name] = values.get("num_heads")  # a required kv-head count left unset: one per head
         if p.default is p.empty and p.name not in filled and p.name not in kwargs:
             raise ConstructorError(
                 f"variant '{spec.name}' needs the constructor argument '{p.name}': set variant.params.{p.name}=VALUE"
@@ -492,8 +494,6 @@ def _resolved(values: dict[str, Any]) -> dict[str, Any]:
     out = {key: values[key] for key in CONSTRUCTOR_KEYS if key in values}
     if out.get("context_length") is None and values.get("n_tokens") is not None:
         out["context_length"] = values["n_tokens"]
-    if out.get("num_kv_heads") is None and "num_heads" in out:
-        out["num_kv_heads"] = out["num_heads"]
     return {key: value for key, value in out.items() if value is not None}
 
 

@@ -149,11 +149,11 @@ def run_pair(cls_or_name, x: torch.Tensor, d_out: int, seed: int = 123, shared: 
     d_in, n_tokens = x.shape[-1], x.shape[-2]
     variant = _construct(cls_or_name, d_in, d_out, seed if shared else seed + 1, n_tokens)
     # the classes here are written for (n_tokens, d_in), as SelfAttention_v1 is; a registered variant is probed
-    variant_batched = isinstance(cls_or_name, str) and takes_batches(variant, d_in, n_tokens)
+    variant_batched = isinstance(cls_or_name, str) and takes_batches(variant, d_in, n_tokens, d_out)
     name = (auto_reference(attnlab.registry.get_variant(cls_or_name), variant, variant_batched)
             if isinstance(cls_or_name, str) else "reference")
     reference = _construct(name, d_in, d_out, seed, n_tokens)
-    reference_batched = takes_batches(reference, d_in, n_tokens)
+    reference_batched = takes_batches(reference, d_in, n_tokens, d_out)
     if shared:
         values = {**DEFAULT_VALUES, "d_in": d_in, "d_out": d_out, "n_tokens": n_tokens}
         align(reference, variant, num_heads=head_count(reference, name, values))

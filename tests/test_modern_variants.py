@@ -31,12 +31,6 @@ NAMED = {  # variant: (its info finding, top-level keys it needs)
 }
 SAME_NUMBERS = ["sdpa", "flex_attention"]
 # The scaling and mask checks do not yet stand down for a recognised change (see the issue 15 report).
-NOT_YET = {
-    "alibi": "scaling fires on the softmax input a position bias changed",
-    "sliding_window": "mask_offset fires on the mask a window changed",
-}
-
-
 def run(name: str, *overrides: str, **keys):
     result = attnlab.run(name, overrides=[*TOKENS, *overrides], **{**SIZES, **keys})
     assert result.record.status == "ok", result.record.error
@@ -58,10 +52,7 @@ def test_each_builtin_variant_is_named_by_its_info_finding(name):
     assert code in codes(run(name, **keys), "info")
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(reason=NOT_YET[name], strict=True)) if name in NOT_YET else name
-    for name in sorted([*NAMED, *SAME_NUMBERS])
-])
+@pytest.mark.parametrize("name", sorted([*NAMED, *SAME_NUMBERS]))
 def test_no_builtin_variant_but_linear_attention_has_an_error_finding(name):
     keys = NAMED[name][1] if name in NAMED else {}
     assert codes(run(name, **keys), "error") == []
@@ -145,13 +136,10 @@ def test_flex_attention_with_an_alibi_score_mod_is_a_position_bias(tmp_path, use
     assert "the published ALiBi slopes for 4 heads" in message(result, "position_bias")
 
 
-@pytest.mark.xfail(strict=True, reason="the registry passes num_kv_heads=None on as num_heads (registry._resolved)")
 def test_gqa_left_at_its_default_groups_the_heads_in_pairs():
     assert attnlab.create_variant("gqa", 5, 16, num_heads=4).num_kv_heads == 2
 
 
-@pytest.mark.xfail(strict=True, reason="weights=shared aligns with the top-level num_kv_heads (None: the "
-                                       "reference's), not the variant's one key/value head (pipeline.compute_record)")
 def test_mqa_without_num_kv_heads_shares_the_reference_keys_and_values():
     loaded = run("mqa").record.weights_loaded
     assert loaded["W_key.weight"].startswith("shared") and loaded["W_value.weight"].startswith("shared")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from typing import Callable, Iterator
 
 import torch
@@ -47,13 +48,28 @@ def blocks(t: torch.Tensor) -> Iterator[tuple]:
 max_abs = releasing(max_abs_or_nan)  # max |t| without an |t| temporary (capture's, which needs it first)
 
 
+_FINITE_MAX: dict[int, tuple[weakref.ref, float]] = {}  # id -> (the tensor, its finite max |t|)
+
+
 @releasing
 def finite_max_abs(t: torch.Tensor) -> float:
-    """max |t| over the finite entries: a causal mask's -inf says nothing about the values' scale."""
+    """max |t| over the finite entries: a causal mask's -inf says nothing about the values' scale.
+
+    Remembered per tensor while it lives: every stage_tolerance after the scores reads the
+    softmax input's scale, and a pass over a (batch, heads, query, key) tensor each time was most of
+    a long run's diagnosis. Stages are never changed after the capture."""
+    known = _FINITE_MAX.get(id(t))
+    if known is not None and known[0]() is t:
+        return known[1]
     bound = max_abs(t)
-    if math.isfinite(bound):
-        return bound
-    return max((max_abs(torch.where(torch.isfinite(t[i]), t[i], 0.0)) for i in blocks(t) if t[i].numel()), default=0.0)
+    if not math.isfinite(bound):
+        bound = max((max_abs(t[i].nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)) for i in blocks(t) if t[i].numel()),
+                    default=0.0)
+    try:
+        _FINITE_MAX[id(t)] = (weakref.ref(t, lambda _, key=id(t): _FINITE_MAX.pop(key, None)), bound)
+    except TypeError:  # not weak-referenceable (a spilled array's view): computed again next time
+        pass
+    return bound
 
 
 @releasing
@@ -64,16 +80,23 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
         return 0.0
     if a.shape != b.shape:
         return NAN
-    return max((float(_gap(a[i], b[i]).max()) for i in blocks(a) if a[i].numel()), default=0.0)
+    return max((_gap(a[i], b[i]) for i in blocks(a) if a[i].numel()), default=0.0)
 
 
-def _gap(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """|x - y|, 0 where both hold the same value (a mask's -inf against the same -inf)."""
-    return torch.where(x == y, 0.0, x - y).abs()
+def _gap(x: torch.Tensor, y: torch.Tensor) -> float:
+    """max |x - y|, 0 where both hold the same value (a mask's -inf against the same -inf).
+
+    One temporary where the block is finite; only a NaN in it (equal infinities, or a NaN value)
+    pays for the comparison that tells the two apart."""
+    gap = (x - y).abs_()
+    worst = float(gap.max())
+    return worst if not math.isnan(worst) else float(torch.where(x == y, 0.0, gap).max())
 
 
 @releasing
 def _non_finite(t: torch.Tensor) -> float:
+    if math.isfinite(max_abs(t)):
+        return 0.0  # one pass without a temporary: a finite max |t| leaves no NaN or inf anywhere
     return float(sum(int((~torch.isfinite(t[i])).sum()) for i in blocks(t)))
 
 
@@ -128,23 +151,30 @@ def stage_tolerance(stage: str, capture: Capture, eps: float | None = None) -> f
     return (context_rtol + 4 * eps * (merged + 1)) * max_abs(stages["output"]) * math.sqrt(merged) + atol
 
 
-def stage_differs(stage: str, variant: Capture, reference: Capture, other: torch.Tensor | None = None) -> bool:
-    """Whether `other` (default: the variant's stage) differs from the reference's stage."""
+def stage_differs(stage: str, variant: Capture, reference: Capture, other: torch.Tensor | None = None,
+                  diff: float | None = None) -> bool:
+    """Whether `other` (default: the variant's stage) differs from the reference's stage; `diff`:
+    max_abs_diff of the variant's stage, when already known (nan is computed again)."""
     mine = variant.stages[stage] if other is None else other
     ref = reference.stages[stage]
     if mine.shape != ref.shape:
         return True
-    diff = max_abs_diff(mine, ref)
+    known = other is None and diff is not None and not math.isnan(diff)
+    diff = diff if known else max_abs_diff(mine, ref)
     return not diff <= stage_tolerance(stage, reference, max(capture_eps(variant), capture_eps(reference)))
 
 
-def first_divergent_stage(variant: Capture, reference: Capture) -> str | None:
+def first_divergent_stage(variant: Capture, reference: Capture,
+                          diagnostics: dict[str, float] | None = None) -> str | None:
     """The first stage, in pipeline order, whose values differ from the reference's.
 
     A shape mismatch counts as divergent; a stage missing from either capture is skipped.
+    `diagnostics` (compute_diagnostics' flat values) saves a pass over each stage: its divergence
+    is already there.
     """
     for stage in STAGES:
-        if stage in variant.stages and stage in reference.stages and stage_differs(stage, variant, reference):
+        if stage in variant.stages and stage in reference.stages and stage_differs(
+                stage, variant, reference, diff=(diagnostics or {}).get(f"divergence_{stage}")):
             return stage
     return None
 
@@ -197,11 +227,13 @@ def scale_observed(scores: torch.Tensor | None, scaled: torch.Tensor | None) -> 
         return NAN
     dot = norm = 0.0
     for i in blocks(scores):
-        s, t = scores[i].double(), scaled[i].double()
-        finite = torch.isfinite(s) & torch.isfinite(t)
-        s, t = torch.where(finite, s, 0.0), torch.where(finite, t, 0.0)
-        dot += float((s * t).sum())
-        norm += float((s * s).sum())
+        s, t = scores[i], scaled[i]
+        finite = torch.isfinite(t)  # the scores are a product of finite projections; the mask is in t
+        if not math.isfinite(max_abs(s)):
+            finite &= torch.isfinite(s)
+        s, t = s.masked_fill(~finite, 0.0), t.masked_fill(~finite, 0.0)
+        dot += float(torch.sum(s * t, dtype=torch.float64))  # float32 products, float64 sums
+        norm += float(torch.sum(s * s, dtype=torch.float64))
     return dot / norm if norm > 0 else NAN
 
 

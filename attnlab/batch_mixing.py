@@ -13,7 +13,7 @@ passing silently.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 
@@ -40,8 +40,7 @@ def _gap(alone: torch.Tensor, together: torch.Tensor) -> float:
     differently, which says nothing about mixing."""
     worst = 0.0
     for i in blocks(alone):
-        a, b = alone[i], together[i]
-        gap = torch.where((a == b) | a.isnan() | b.isnan(), 0.0, (a - b).abs())
+        gap = (alone[i] - together[i]).abs_().nan_to_num_(nan=0.0)  # inf - inf and NaN: 0; inf - x: inf
         worst = max(worst, float(gap.max())) if gap.numel() else worst
     return worst
 
@@ -52,15 +51,24 @@ def items_equal(items: torch.Tensor) -> bool:
 
 def check(run_alone: Callable[[torch.Tensor], Capture], items: torch.Tensor, together: Capture) -> BatchMixing:
     """Run each of `items` (batch, n_tokens, d_in) alone with `run_alone(item[None])` and compare
-    every stage with its slice of `together` (the capture of the batched run)."""
+    every stage with its slice of `together` (the capture of the batched run).
+
+    The output is compared first and the stages before it only when an item's output differs: a
+    mixing that cancels out before the output is not reported (it changes no result)."""
     if items.dim() != 3 or items.shape[0] < 2:
         return BatchMixing(None)
     if items_equal(items):
         return BatchMixing(None, not_checked=NOT_CHECKED_EQUAL)
     alone = [run_alone(items[i:i + 1]) for i in range(items.shape[0])]
-    for stage in STAGES:
+    if _first_mixed(["output"], alone, together, items.shape[0]).stage is None:
+        return BatchMixing(None)  # every item's output is its own: the stages before it are not walked
+    return _first_mixed(STAGES, alone, together, items.shape[0])
+
+
+def _first_mixed(stages: Iterable[str], alone: list[Capture], together: Capture, n_items: int) -> BatchMixing:
+    for stage in stages:
         mine = together.stages.get(stage)
-        if mine is None or mine.shape[0] != items.shape[0]:
+        if mine is None or mine.shape[0] != n_items:
             continue
         differing, worst = [], 0.0
         for i, single in enumerate(alone):

@@ -122,12 +122,27 @@ def user_config_searchpath() -> list[str]:
     return [f"file://{folder}"] if folder is not None else []
 
 
-def sink_names() -> tuple[list[str], list[str]]:
-    """(attnlab's sinks, the working folder's): the YAML files of the group `sink`."""
-    builtin = sorted(p.stem for p in (config_dir() / "sink").glob("*.yaml"))
+def group_options(group: str) -> tuple[list[str], list[str]]:
+    """(attnlab's options, the working folder's) of a config group: its YAML files."""
+    builtin = sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
     folder = user_config_dir()
-    own = sorted({p.stem for p in (folder / "sink").glob("*.yaml")} - set(builtin)) if folder is not None else []
+    own = sorted({p.stem for p in (folder / group).glob("*.yaml")} - set(builtin)) if folder is not None else []
     return builtin, own
+
+
+def sink_names() -> tuple[list[str], list[str]]:
+    """(attnlab's sinks, the working folder's): the options of the group `sink`."""
+    return group_options("sink")
+
+
+def groups_help() -> str:
+    """The config groups a user picks from (the input schemas attnlab registers are left out)."""
+    lines = []
+    for group, what in (("inputs", "inputs=NAME"), ("sink", "switched by log.NAME"), ("experiment", "+experiment=NAME")):
+        builtin, own = group_options(group)
+        yours = f"; yours: {', '.join(own)}" if own else ""
+        lines.append(f"{group} ({what}): {', '.join(builtin)}{yours}")
+    return "\n".join(lines)
 
 
 def outputs_node() -> dict[str, Any]:
@@ -183,7 +198,7 @@ def register_configs(registry: Registry | None = None) -> None:
             "app_name": "attnlab",
             "header": help_header(registry),
             "footer": "Docs: README.md. Powered by Hydra (https://hydra.cc).",
-            "template": "${hydra.help.header}\n\n== Config groups ==\n$APP_CONFIG_GROUPS\n"
+            "template": "${hydra.help.header}\n\n== Config groups ==\n" + groups_help().replace("$", "$$") + "\n\n"
             "== Config ==\nOverride anything in the config (e.g. seed=7, d_out=4)\n\n$CONFIG\n${hydra.help.footer}\n",
         },
         provider="attnlab",

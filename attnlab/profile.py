@@ -4,11 +4,13 @@ Measured on the plain module after the capture, never under it: the capture's To
 sees every call and would be timed too, and a profile must never change the diagnosed values.
 Nothing here runs unless `profile=true`.
 
-- Time: `torch.utils.benchmark.Timer.blocked_autorange` after one warm-up call (it synchronises
-  CUDA); the forward runs under no_grad (inference), the median and interquartile range over its
-  blocks are reported. `backward_ms` is one forward plus backward of the output's sum (with
-  `profile_backward=true`), nan where the kernel has no backward on the device (FlexAttention on
-  the CPU).
+- Time: after one warm-up call, calls timed one by one (perf_counter, the device synchronised
+  before and after) until the budget is spent, at least one: the median and interquartile range
+  over them (nan below 4 calls). torch.utils.benchmark's blocked_autorange first spends a call on
+  sizing its blocks, which at the notebook's size is a whole forward outside the budget. The
+  forward runs under no_grad (inference). `backward_ms` is one forward plus backward of the
+  output's sum (with `profile_backward=true`), nan where the kernel has no backward on the device
+  (FlexAttention on the CPU).
 - Peak memory of one forward above what was allocated before it: CUDA's
   `max_memory_allocated`; on a Linux CPU the process's resident high-water mark (VmHWM), reset
   through /proc/self/clear_refs after returning freed memory to the system (malloc_trim), so it
@@ -25,6 +27,8 @@ import ctypes
 import ctypes.util
 import math
 import re
+import statistics
+import time
 from pathlib import Path
 from typing import Any, Callable, Hashable
 
@@ -32,12 +36,12 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
-from torch.utils.benchmark import Timer
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.capture import _flex_attention_eager
 
 NAN = float("nan")
+_CPU = torch.device("cpu")
 COLUMNS = ("forward_ms", "forward_ms_iqr", "backward_ms", "peak_bytes", "flops")
 RATIOS = {"forward_ms_vs_reference": "forward_ms", "peak_bytes_vs_reference": "peak_bytes"}
 _STATUS = Path("/proc/self/status")
@@ -52,7 +56,7 @@ def profile_module(module: nn.Module, x: torch.Tensor, *, budget_s: float, backw
     with torch.no_grad():
         forward = _call(module, x)
         forward()  # warm-up: lazy initialisation, a compiled kernel, the allocator's first pages
-        median, iqr = time_call(forward, share)
+        median, iqr = time_call(forward, share, x.device)
         peak = peak_bytes(forward, x.device)
         flops = count_flops(forward)
     return {"forward_ms": median, "forward_ms_iqr": iqr,
@@ -75,10 +79,27 @@ def profile_pair(variant: tuple[nn.Module, torch.Tensor], reference: tuple[nn.Mo
     return {**mine, **ratios}
 
 
-def time_call(fn: Callable[[], Any], seconds: float) -> tuple[float, float]:
-    """Median and interquartile range of one call, in ms, over blocks filling about `seconds`."""
-    measurement = Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=seconds)
-    return measurement.median * 1e3, measurement.iqr * 1e3
+def time_call(fn: Callable[[], Any], seconds: float, device: torch.device = _CPU) -> tuple[float, float]:
+    """Median and interquartile range of one call, in ms, over calls filling about `seconds`."""
+    times: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while not times or time.perf_counter() < deadline:
+        _synchronize(device)
+        start = time.perf_counter()
+        fn()
+        _synchronize(device)
+        times.append(time.perf_counter() - start)
+    if len(times) < 4:
+        return statistics.median(times) * 1e3, NAN
+    low, _, high = statistics.quantiles(times, n=4)
+    return statistics.median(times) * 1e3, (high - low) * 1e3
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 
 def time_backward(module: nn.Module, x: torch.Tensor, seconds: float) -> float:
@@ -96,7 +117,7 @@ def time_backward(module: nn.Module, x: torch.Tensor, seconds: float) -> float:
     try:
         with torch.enable_grad():
             step()
-            return time_call(step, seconds)[0]
+            return time_call(step, seconds, x.device)[0]
     except (NotImplementedError, RuntimeError):  # e.g. "FlexAttention does not support backward on CPU"
         return NAN
 

@@ -84,6 +84,7 @@ class Config:
 
 
 LOG_OPTIONS = {"images": True, "histograms": True, "progress": True}  # switches that are not sinks
+OPT_IN_SINKS = {"mlflow"}  # attnlab's sinks that stay off until log.NAME=true: they need an extra installed
 USER_CONFIG = "conf"  # ./conf in the working folder joins Hydra's config search path
 
 
@@ -149,7 +150,7 @@ def outputs_node() -> dict[str, Any]:
     """The sinks in the config (`sink.NAME` from the group, in order), their switches (attnlab's
     on, yours off until log.NAME=true) and Hydra's folder names without the switches."""
     builtin, own = sink_names()
-    log = {**{name: True for name in builtin}, **{name: False for name in own}, **LOG_OPTIONS}
+    log = {**{name: name not in OPT_IN_SINKS for name in builtin}, **{name: False for name in own}, **LOG_OPTIONS}
     return {
         "defaults": [{f"sink@sink.{name}": name} for name in [*builtin, *own]],
         "log": log,

@@ -28,7 +28,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -163,6 +163,13 @@ def scalars_summary(values: Mapping[str, float]) -> Summary:
 
 
 def _write_heatmaps(events: EventFile, record: Record) -> None:
+    for tag, image in heatmap_images(record):
+        events.add(image_summary(tag, image))
+
+
+def heatmap_images(record: Record) -> Iterator[tuple[str, EncodedHeatmap]]:
+    """(tag, PNG) of every heatmap a tracker shows: `heatmaps/<variant|reference|difference>/<stage>`
+    (plus `/crop64` above 512 tokens), of the batch item `show.batch`, every head."""
     for stage in HEATMAP_STAGES:
         batch = int((record.config.get("show") or {}).get("batch", 0))
         variant = record.heads_view(stage, batch=batch)
@@ -179,8 +186,7 @@ def _write_heatmaps(events: EventFile, record: Record) -> None:
             views = encoded_heatmap_views(values, title=f"{stage} ({source})", row_labels=rows, col_labels=cols,
                                           diverging=source == "difference")
             for view, image in views.items():
-                tag = f"heatmaps/{source}/{stage}" + ("" if view == "main" else f"/{view}")
-                events.add(image_summary(tag, image))
+                yield f"heatmaps/{source}/{stage}" + ("" if view == "main" else f"/{view}"), image
 
 
 def _labels(record: Record, stage: str, shape: tuple[int, ...]) -> tuple[list[str] | None, list[str] | None]:

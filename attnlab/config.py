@@ -131,11 +131,6 @@ def group_options(group: str) -> tuple[list[str], list[str]]:
     return builtin, own
 
 
-def sink_names() -> tuple[list[str], list[str]]:
-    """(attnlab's sinks, the working folder's): the options of the group `sink`."""
-    return group_options("sink")
-
-
 def groups_help() -> str:
     """The config groups a user picks from (the input schemas attnlab registers are left out)."""
     lines = []
@@ -149,7 +144,7 @@ def groups_help() -> str:
 def outputs_node() -> dict[str, Any]:
     """The sinks in the config (`sink.NAME` from the group, in order), their switches (attnlab's
     on, yours off until log.NAME=true) and Hydra's folder names without the switches."""
-    builtin, own = sink_names()
+    builtin, own = group_options("sink")
     log = {**{name: name not in OPT_IN_SINKS for name in builtin}, **{name: False for name in own}, **LOG_OPTIONS}
     return {
         "defaults": [{f"sink@sink.{name}": name} for name in [*builtin, *own]],
@@ -228,10 +223,9 @@ def _dotted(cfg: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(dotted key, node) for every node under `cfg`, the hydra node left out."""
     if not OmegaConf.is_dict(cfg):
         return
-    for key in cfg:
+    for key, node in cfg.items_ex(resolve=False):
         if not prefix and key == "hydra":
             continue
-        node = cfg._get_node(key)
         full = f"{prefix}{key}"
         yield full, node
         yield from _dotted(node, f"{full}.")
@@ -243,15 +237,13 @@ def unknown_keys(cfg: DictConfig) -> None:
     A structured node declares its fields; `expect.*` and `variant.params.*` are open (checked by
     attnlab.predictions and against the variant's constructor), and so is a sink's config (its
     constructor checks its options)."""
-    for key, node in _dotted(cfg):
+    for key, node in [("", cfg), *_dotted(cfg)]:
         schema = OmegaConf.get_type(node) if OmegaConf.is_dict(node) else None
         if schema is None or not dataclasses.is_dataclass(schema):
             continue
-        fields = {f.name for f in dataclasses.fields(schema)}
+        fields = {f.name for f in dataclasses.fields(schema)} | ({"hydra"} if not key else set())
         for extra in [k for k in node if k not in fields]:
-            raise UserError(_unknown(f"{key}.{extra}", cfg))
-    for extra in [k for k in cfg if k not in {f.name for f in dataclasses.fields(Config)} and k != "hydra"]:
-        raise UserError(_unknown(str(extra), cfg))
+            raise UserError(_unknown(f"{key}.{extra}" if key else str(extra), cfg))
     for extra in [k for k in cfg.log if k not in cfg.get("sink", {}) and k not in LOG_OPTIONS]:
         raise UserError(_unknown(f"log.{extra}", cfg))
 

@@ -33,9 +33,10 @@ INFO_CODES = {"kv_heads", "dropout", "masked"}
 
 
 def _zoo() -> list:
-    return sorted((s for s in discover().specs.values()
-                   if s.expected_finding and Path(s.source).name.startswith(("mha_", "causal_"))),
-                  key=lambda s: s.name)
+    """The multi-head zoo: mha_*/causal_* plugins, and the bonus notebook's undivided wrapper."""
+    return sorted((s for s in discover().specs.values() if s.expected_finding and (
+        Path(s.source).name.startswith(("mha_", "causal_")) or s.name == "impl_wrapper_undivided")),
+        key=lambda s: s.name)
 
 
 ZOO = _zoo()
@@ -207,7 +208,7 @@ def test_a_very_negative_fill_is_a_mask(plugin_folder, use_plugins):
 
 
 def test_the_undivided_wrapper_names_the_output_width():
-    finding = record_of("mha_wrapper_undivided").findings[0]
+    finding = record_of("impl_wrapper_undivided").findings[0]
     assert "num_heads·d_out = 4 columns where the reference has d_out=2" in finding.message
 
 

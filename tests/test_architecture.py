@@ -191,3 +191,42 @@ def test_version_names_attnlab_then_torch_and_hydra(app) -> None:
     run = app("--version")
     assert run.returncode == 0 and run.stderr == ""
     assert run.stdout.strip() == f"attnlab {metadata.version('attnlab')} (torch {torch.__version__}, hydra-core {hydra.__version__})"
+
+
+_MUTATORS = {"append", "extend", "clear", "remove", "pop", "update", "add", "insert", "setdefault", "discard"}
+
+
+def _writes_to_other_modules(path: Path) -> list[str]:
+    """`other_module.state.append(...)`, `other_module.state[:] = ...`, `other_module.state = ...`:
+    a module writing another attnlab module's module-level state (a back channel)."""
+    tree = ast.parse(path.read_text())
+    modules = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               and (node.module or "").startswith("attnlab") for alias in node.names}
+    modules |= {(alias.asname or alias.name).split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names if alias.name.startswith("attnlab")}
+
+    def of_module(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS \
+                and of_module(node.func.value):
+            found.append(ast.unparse(node))
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        for target in targets:
+            if of_module(target) or isinstance(target, ast.Subscript) and of_module(target.value):
+                found.append(ast.unparse(target))
+    return found
+
+
+def test_no_module_writes_another_modules_state() -> None:
+    """What the CLI, the sweep and the jobs tell each other goes by value (returns, exceptions)."""
+    writes = {str(path.relative_to(PACKAGE)): found for path in PACKAGE.rglob("*.py") if (found := _writes_to_other_modules(path))}
+    assert writes == {}
+
+
+def test_the_back_channel_check_sees_one(tmp_path: Path) -> None:
+    old = tmp_path / "sweep.py"
+    old.write_text("from attnlab import cli\n\ndef end():\n    cli.open_sweeps.remove(1)\n    cli.failed_jobs[:] = []\n")
+    assert sorted(_writes_to_other_modules(old)) == ["cli.failed_jobs[:]", "cli.open_sweeps.remove(1)"]

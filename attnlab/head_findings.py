@@ -239,7 +239,7 @@ class HeadChecks:
     # -- after the context ------------------------------------------------------------------------
 
     def merge_and_projection(self) -> bool:
-        """head_merge, out_proj and the output width; True when one of them was found.
+        """head_merge and out_proj; True when one of them was found.
 
         Read from the variant's own tensors (its context, what its output projection was given, its
         output) and the reference's structure (whether it projects, how often), so it holds with
@@ -248,7 +248,7 @@ class HeadChecks:
         if out is None or ref_out is None or ctx is None or ctx.dim() != 4 or self.explained:
             return False
         if out.shape != ref_out.shape:
-            return self._output_width(out, ref_out)
+            return False  # a width: shape_projection at its projection, or wrong_output
         differs = self.shared and self.judged("output") and self.differs("output")
         if self.shared and not (differs and "context" in self.ref.stages and not self.differs("context")):
             return False  # the output matches, or the context already differs: not about the lines after it
@@ -277,17 +277,6 @@ class HeadChecks:
                      "num_tokens, d_out), as the source does.", heads=None)
         else:
             return False
-        return True
-
-    def _output_width(self, out: torch.Tensor, ref_out: torch.Tensor) -> bool:
-        """An output as wide as num_heads times the reference's: the heads were given d_out each."""
-        ctx = self.v.stages["context"]
-        heads, width, ref_width = ctx.shape[1], out.shape[-1], ref_out.shape[-1]
-        if out.shape[:-1] != ref_out.shape[:-1] or heads < 2 or width != heads * ref_width:
-            return False
-        self.add("shape_projection", "output", f"the output has {width} columns where the reference has "
-                 f"d_out={ref_width}: num_heads·d_out = {heads}·{ref_width}, as when each head gets d_out columns "
-                 f"instead of head_dim = d_out // num_heads; divide d_out by num_heads for each head.")
         return True
 
     # -- batch items --------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ class Finding:
     stage: str  # e.g. "scaled_scores"
     severity: str  # "error" | "warning" | "info"
     message: str  # one sentence a learner understands
-    heads: list[int] | None = None  # the heads it holds for; None: the stage has no heads axis, or all of them
-    batch: list[int] | None = None  # the batch items it holds for
+    heads: list[int] | None = None  # the heads it holds for; None: the module has no heads axis, or it is about the split/merge
+    batch: list[int] | None = None  # the batch items it holds for; None: the module takes no batch
 
 
 @dataclass

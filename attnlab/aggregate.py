@@ -28,7 +28,6 @@ IDENTITY_COLUMNS = ("variant", "seed")  # kept in every view: they say which job
 GROUP_COLUMNS = tuple(c for c in KEY_COLUMNS if c != "seed")  # a configuration, seeds pooled
 PATH_COLUMNS = ("path",)  # unique per row by construction: never a "difference"
 MAIN_DIAGNOSTICS = ("divergence_context", "weights_entropy_mean", "weights_row_max_mean")
-TERMINAL_ERROR_WIDTH = 60
 
 
 class Report:
@@ -164,21 +163,84 @@ def differs_table(jobs: pd.DataFrame) -> pd.DataFrame:
 
 
 def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
-    """The jobs table for a terminal: which job, its verdict and a few main diagnostics.
+    """The jobs table for a terminal, fitted to its width (`width`, else COLUMNS or the terminal's).
 
-    Constant configuration columns are dropped and long errors cut; pandas wraps what is left at
-    the terminal width. The full table is in comparison.csv/.md/.html.
+    Columns: variant, the swept keys (the key columns and config values that differ between
+    jobs), status, the first divergent stage, the findings (a failed job's error) and the
+    largest difference of the output from the reference. Long cells are cut with "…" rather than
+    wrapped; every column is in comparison.csv/.md/.html.
     """
     width = width or shutil.get_terminal_size((120, 24)).columns
-    verdict = ["status", "first_divergent_stage", "findings"]
-    shown = [c for c in differs_table(jobs[[c for c in KEY_COLUMNS if c in jobs]]).columns]
-    shown += [c for c in verdict + list(MAIN_DIAGNOSTICS) if c in jobs]
-    view = jobs[shown].copy()
-    text = [c for c in view.columns if view[c].dtype == object]  # a column of None alone prints "None"
-    view[text] = view[text].fillna("—")
-    if "error" in jobs and jobs["error"].astype(bool).any():
-        view["error"] = jobs["error"].map(lambda e: e if len(e) <= TERMINAL_ERROR_WIDTH else e[: TERMINAL_ERROR_WIDTH - 1] + "…")
-    return view.to_string(index=False, line_width=width, na_rep="—", float_format=lambda v: f"{v:.4g}")
+    if jobs.empty:
+        return "no jobs"
+    swept = _swept_columns(jobs)
+    headers = ["variant", *swept, "status", "first divergent", "findings", "|Δ output|"]
+    rows = []
+    for i, (_, job) in enumerate(jobs.iterrows()):
+        failed = job.get("status") == "failed"
+        rows.append([
+            _text(job["variant"]), *[_text(swept[c][i]) for c in swept], _text(job.get("status")),
+            _text(job.get("first_divergent_stage")) if not failed else "—",
+            (_text(job.get("error")) if failed else _text(job.get("findings"))) or "—",
+            _number_text(_output_divergence(job)),
+        ])
+    return _fit(headers, rows, width, shrink_order=["findings", *reversed(swept), "first divergent", "variant"])
+
+
+def _swept_columns(jobs: pd.DataFrame) -> dict[str, list]:
+    """{column: values} of what differs between jobs besides the variant: the key columns, then
+    the config values of the records (`dropout`, `variant.params.alpha`) when their paths are known."""
+    from attnlab.metrics import hparams
+
+    columns = {c: list(jobs[c]) for c in KEY_COLUMNS[1:] if c in jobs and jobs[c].astype(str).nunique() > 1}
+    if "path" not in jobs:
+        return columns
+    try:
+        configs = [hparams(_read_cached(Path(folder) / RECORD_FILE)) for folder in jobs["path"]]
+    except (OSError, RecordError):
+        return columns
+    covered = {*KEY_COLUMNS, "inputs.kind", "variant"}
+    for key in dict.fromkeys(k for config in configs for k in config):
+        values = [config.get(key, "—") for config in configs]
+        if key not in covered and len({str(v) for v in values}) > 1:
+            columns[key] = values
+    return columns
+
+
+def _output_divergence(job: pd.Series) -> object:
+    value = job.get("divergence_output")
+    return job.get("divergence_context") if value is None or pd.isna(value) else value
+
+
+def _text(value: object) -> str:
+    return "—" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+
+
+def _number_text(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) and not pd.isna(value) else "—"
+
+
+def _fit(headers: list[str], rows: list[list[str]], width: int, shrink_order: list[str]) -> str:
+    """Columns two spaces apart, cut (with "…") in `shrink_order` until a line fits in `width`."""
+    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
+    floor = {i: min(widths[i], max(len(headers[i]), 8)) for i in range(len(headers))}
+    excess = sum(widths) + 2 * (len(widths) - 1) - width
+    for name in shrink_order:
+        if excess <= 0:
+            break
+        i = headers.index(name)
+        cut = min(excess, widths[i] - floor[i])
+        widths[i] -= cut
+        excess -= cut
+
+    def cell(text: str, w: int, right: bool) -> str:
+        text = text if len(text) <= w else text[: w - 1] + "…"
+        return text.rjust(w) if right else text.ljust(w)
+
+    numeric = {len(headers) - 1}  # the divergence, right-aligned
+    lines = ["  ".join(cell(c, w, i in numeric) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+             for row in [headers, *rows]]
+    return "\n".join(line[:width] for line in lines)
 
 
 def _snapshot(folder: Path) -> set[tuple[Path, int]]:

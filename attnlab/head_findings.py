@@ -194,7 +194,8 @@ class HeadChecks:
             what = ("hides each token from itself as well as the tokens after it (the first query sees no key "
                     "at all, so its softmax is 0/0 = NaN)") if k == ref_k - 1 else "hides tokens before each query too"
         else:
-            what = "lets each query see the next token too" if k == ref_k + 1 else f"lets each query see {k - ref_k} tokens after it"
+            what = ("lets each query see the next token too" if k == ref_k + 1
+                    else f"lets each query see {k - ref_k} tokens after it")
         self.add("mask_offset", "scaled_scores", f"the mask (the -inf in scaled_scores) is built with triu(..., "
                  f"diagonal={k}) where the reference uses diagonal={ref_k}: it {what}; use diagonal={ref_k}, so each "
                  f"query sees itself and the tokens before it.")
@@ -227,12 +228,14 @@ class HeadChecks:
         rate = 1 - 1 / factor
         if self.train:
             self.add("dropout", "weights_applied", f"dropout is active (train=true): {_fmt(100 * share)}% of the "
-                     f"attention weights as applied to the values (weights_applied) were zeroed and the rest multiplied by {_fmt(factor)} = 1/(1 - p), an "
+                     f"attention weights as applied to the values (weights_applied) were zeroed and the rest "
+                     f"multiplied by {_fmt(factor)} = 1/(1 - p), an "
                      f"estimated rate p = {_fmt(rate)}; the stages after it differ from the reference by chance.",
                      severity="info")
             return
         self.add("dropout_active", "weights_applied", f"the run is in eval mode, yet {_fmt(100 * share)}% of the "
-                 f"attention weights as applied to the values (weights_applied) were zeroed and the rest multiplied by {_fmt(factor)} = 1/(1 - p) with "
+                 f"attention weights as applied to the values (weights_applied) were zeroed and the rest "
+                 f"multiplied by {_fmt(factor)} = 1/(1 - p) with "
                  f"p = {_fmt(rate)}: dropout is still on; use self.dropout = nn.Dropout(dropout), which .eval() "
                  f"turns off, or F.dropout(..., training=self.training) instead of training=True.")
 

@@ -88,6 +88,11 @@ def flat_hparams(config: Mapping[str, Any]) -> dict[str, bool | int | float | st
     return flat
 
 
+def hparam_name(key: str) -> str:
+    """The hyperparameter a dotted config key (or a config group: `inputs`) is shown as."""
+    return "inputs.kind" if key == "inputs" else _HPARAM_ALIASES.get(key, key)
+
+
 def hparam_value(value: Any) -> bool | int | float | str:
     """Hyperparameter values are bool, number or string: numpy scalars become Python numbers,
     lists become JSON, None becomes "None"."""
@@ -106,4 +111,4 @@ def json_default(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else str(value)
 
 
-__all__ = ["GROUPS", "KEY_METRICS", "flat_hparams", "hparam_value", "hparams", "metric_name", "metric_values"]
+__all__ = ["GROUPS", "KEY_METRICS", "flat_hparams", "hparam_name", "hparam_value", "hparams", "metric_name", "metric_values"]

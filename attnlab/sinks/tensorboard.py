@@ -78,7 +78,33 @@ class TensorBoardSink:
     def write(self, records: Sequence[Record], job: JobInfo) -> None:
         markdown = rows_markdown(job_rows(records), transpose=len(records) == 1)
         write_tensorboard(list(records), job.dir, table_markdown=markdown, images=self.images,
-                          histograms=self.histograms)
+                          histograms=self.histograms,
+                          swept=swept_hparams(job.sweep_dir) if job.sweep_dir is not None else None)
+
+
+def swept_hparams(sweep_dir: Path) -> list[str]:
+    """The hyperparameters a sweep varies (`variant`, `seed`, `variant.params.window`), in the order
+    of its command line (`hydra.sweeper.params` first, as the sweeper reads them), from the
+    multirun.yaml Hydra saves in the sweep folder before any job starts. The same list in every
+    job: TensorBoard shows the columns of whichever job's experiment summary it reads first."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from attnlab.metrics import hparam_name
+
+    saved = Path(sweep_dir) / "multirun.yaml"
+    if not saved.exists():
+        return []
+    hydra_cfg = OmegaConf.load(saved).hydra
+    params = hydra_cfg.sweeper.get("params")
+    params = OmegaConf.to_container(params, resolve=False) if params else {}
+    lines = [f"{key}={value}" for key, value in params.items()] + list(hydra_cfg.overrides.task)
+    names = []
+    for override in OverridesParser.create().parse_overrides(lines):
+        key = override.key_or_group
+        if override.is_sweep_override() and not key.startswith(("hydra", "log.", "sink.")):
+            names.append(hparam_name(key))
+    return list(dict.fromkeys(names))
 
 
 def write_tensorboard(
@@ -88,6 +114,7 @@ def write_tensorboard(
     table_markdown: str,
     images: bool = True,
     histograms: bool = True,
+    swept: list[str] | None = None,
 ) -> None:
     """Write one job as one TensorBoard run whose event file sits in `job_dir`.
 
@@ -110,8 +137,8 @@ def write_tensorboard(
         _write_texts(events, {"table": table_markdown, "findings": findings_markdown(first),
                               "config": config_markdown(first.config)})
         scalars = metric_values(first)
-        metrics = [tag for tag in KEY_METRICS if tag in scalars]
-        for summary in hparams_summaries(hparams(first), metrics, ok=first.ok):
+        metrics = list(KEY_METRICS) if swept is not None else [tag for tag in KEY_METRICS if tag in scalars]
+        for summary in hparams_summaries(hparams(first), metrics, ok=first.ok, swept=swept):
             events.add(summary)
 
 
@@ -252,12 +279,17 @@ def config_markdown(config: Mapping[str, Any]) -> str:
 
 
 def hparams_summaries(hparams: Mapping[str, bool | int | float | str], metrics: list[str], *,
-                      ok: bool) -> list[Summary]:
+                      ok: bool, swept: list[str] | None = None) -> list[Summary]:
     """Experiment, session start and session end summaries for the HParams plugin.
 
     Built here rather than by torch's `summary.hparams`, which records bools as numbers
     (`isinstance(True, int)`), and rather than tensorboard's own `hparams.summary`, which needs
     TensorFlow. No hparam domains: one job cannot know the values its sweep siblings take.
+
+    In a sweep (`swept` given) the experiment's columns are the swept hyperparameters only, marked
+    `differs` (the dashboard shows its first five columns and puts differing ones first), and its
+    metrics are every KEY_METRICS tag: every job writes the same experiment summary, whatever its
+    variant's params, and the constants stay in each session (and in `text/config`).
     """
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
@@ -273,7 +305,12 @@ def hparams_summaries(hparams: Mapping[str, bool | int | float | str], metrics: 
         else:
             start.hparams[name].string_value = value
             data_type = api_pb2.DATA_TYPE_STRING
-        infos.append(api_pb2.HParamInfo(name=name, type=data_type))
+        if swept is None or name in swept:
+            infos.append(api_pb2.HParamInfo(name=name, type=data_type, differs=swept is not None))
+    if swept is not None:
+        missing = [api_pb2.HParamInfo(name=name, type=api_pb2.DATA_TYPE_STRING, differs=True)
+                   for name in swept if name not in hparams]
+        infos = sorted(infos + missing, key=lambda info: swept.index(info.name))
     experiment = api_pb2.Experiment(
         hparam_infos=infos, metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag)) for tag in metrics]
     )

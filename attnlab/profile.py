@@ -50,15 +50,17 @@ _reference_cache: dict[Hashable, dict[str, float]] = {}  # a sweep's jobs share 
 
 
 def profile_module(module: nn.Module, x: torch.Tensor, *, budget_s: float, backward: bool) -> dict[str, float]:
-    """forward_ms, forward_ms_iqr, backward_ms, peak_bytes and flops of `module(x)`; `budget_s`
-    is the time the timers may take together."""
+    """forward_ms, forward_ms_iqr, backward_ms, peak_bytes and flops of `module(x)` in about
+    `budget_s`: the untimed calls (warm-up, peak, FLOPs) are paid from it too, and every timer
+    still takes one call."""
     share = budget_s / (2 if backward else 1)
+    deadline = time.perf_counter() + share
     with torch.no_grad():
         forward = _call(module, x)
         forward()  # warm-up: lazy initialisation, a compiled kernel, the allocator's first pages
-        median, iqr = time_call(forward, share, x.device)
         peak = peak_bytes(forward, x.device)
         flops = count_flops(forward)
+        median, iqr = time_call(forward, deadline - time.perf_counter(), x.device)
     return {"forward_ms": median, "forward_ms_iqr": iqr,
             "backward_ms": time_backward(module, x, share) if backward else NAN,
             "peak_bytes": peak, "flops": flops}

@@ -696,7 +696,10 @@ def attend(queries: torch.Tensor, keys: torch.Tensor, *, scale: float, mask: tor
         scaled = scaled.masked_fill(~mask if mask_means_keep else mask, -torch.inf)
     elif mask is not None:
         scaled = scaled + mask
-    return {"scores": scores, "scaled_scores": scaled, "weights": torch.softmax(scaled, dim=-1)}
+    weights = torch.softmax(scaled, dim=-1)
+    if mask_means_keep:  # SDPA gives a query that may see no key zero weights, not softmax's 0/0
+        weights = weights.masked_fill(torch.isneginf(scaled).all(dim=-1, keepdim=True), 0.0)
+    return {"scores": scores, "scaled_scores": scaled, "weights": weights}
 
 
 @contextmanager

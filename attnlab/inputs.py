@@ -28,8 +28,16 @@ from attnlab.errors import UserError
 
 @dataclass(frozen=True)
 class Inputs:
-    embeddings: torch.Tensor  # (n_tokens, d_in)
+    embeddings: torch.Tensor  # (n_tokens, d_in): what a 2-D module gets, and the first batch item
     labels: list[str]  # one per token, for display
+    items: torch.Tensor | None = None  # (batch, n_tokens, d_in) distinct batch items, where the kind has them
+
+    def batched(self, batch: int) -> torch.Tensor:
+        """(batch, n_tokens, d_in): the distinct items where there are, else the inputs stacked as
+        the source's torch.stack((inputs, inputs))."""
+        if self.items is not None:
+            return self.items[:batch] if self.items.shape[0] >= batch else self.items
+        return torch.stack([self.embeddings] * batch)
 
     @property
     def n_tokens(self) -> int:
@@ -100,8 +108,9 @@ def check_inputs(cfg: DictConfig) -> None:
         OmegaConf.to_object(cfg)
 
 
-def make_inputs(cfg: DictConfig, seed: int) -> Inputs:
-    """The inputs of one seed: the config's factory called with the seed."""
+def make_inputs(cfg: DictConfig, seed: int, batch: int = 1) -> Inputs:
+    """The inputs of one seed: the config's factory called with the seed (and the batch size, where
+    the factory takes one: random inputs draw distinct items)."""
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
@@ -109,7 +118,7 @@ def make_inputs(cfg: DictConfig, seed: int) -> Inputs:
 
     importable_plugins()
     try:
-        inputs = instantiate(cfg, seed=seed)
+        inputs = instantiate(cfg, seed=seed, **({"batch": batch} if _takes_batch(cfg) else {}))
     except InstantiationException as exc:
         if isinstance(exc.__cause__, UserError):
             raise exc.__cause__ from None
@@ -119,26 +128,50 @@ def make_inputs(cfg: DictConfig, seed: int) -> Inputs:
     return inputs
 
 
+def _takes_batch(cfg: DictConfig) -> bool:
+    import inspect
+
+    from hydra.utils import get_method
+
+    try:
+        return "batch" in inspect.signature(get_method(str(cfg._target_))).parameters
+    except (ValueError, TypeError, ImportError, AttributeError):
+        return False
+
+
 def rows_inputs(seed: int, kind: str, embeddings: list | None, labels: list[str] | None = None) -> Inputs:
     """Rows written into the config (the book's six tokens); the seed is not used."""
     return _from_rows(embeddings, labels, source="inputs.embeddings")
 
 
-def random_inputs(seed: int, kind: str, n_tokens: int, d_in: int, distribution: Distribution | str) -> Inputs:
-    return _random(n_tokens, d_in, Distribution(distribution).value, seed)
+def random_inputs(seed: int, kind: str, n_tokens: int, d_in: int, distribution: Distribution | str,
+                  batch: int = 1) -> Inputs:
+    return _random(n_tokens, d_in, Distribution(distribution).value, seed, batch)
 
 
 def file_inputs(seed: int, kind: str, path: str) -> Inputs:
+    """A file of (n_tokens, d_in) rows, or (batch, n_tokens, d_in) items (.npy, .json)."""
     rows, labels = _read_file(Path(path))
+    if isinstance(rows, list) and rows and all(isinstance(r, list) and r and isinstance(r[0], list) for r in rows):
+        first = _from_rows(rows[0], labels, source=f"inputs.path={path}")
+        items = [_from_rows(item, labels, source=f"inputs.path={path}").embeddings for item in rows]
+        if len({tuple(item.shape) for item in items}) != 1:
+            raise UserError(f"inputs.path={path}: batch items differ in shape; every item needs (n_tokens, d_in)")
+        return Inputs(first.embeddings, first.labels, torch.stack(items))
     return _from_rows(rows, labels, source=f"inputs.path={path}")
 
 
-def _random(n_tokens: int, d_in: int, distribution: str, seed: int) -> Inputs:
-    """A generator of its own, so drawing the inputs never moves the global seed the weights use."""
+def _random(n_tokens: int, d_in: int, distribution: str, seed: int, batch: int = 1) -> Inputs:
+    """A generator of its own, so drawing the inputs never moves the global seed the weights use.
+    The first item is drawn alone, as a 2-D run draws it; the other batch items follow it."""
     generator = torch.Generator().manual_seed(seed)
     draw = torch.rand if distribution == "uniform" else torch.randn
     embeddings = draw(n_tokens, d_in, generator=generator)  # (n_tokens, d_in)
-    return Inputs(embeddings, [f"t{i}" for i in range(n_tokens)])
+    items = None
+    if batch > 1:
+        rest = draw(batch - 1, n_tokens, d_in, generator=generator)  # (batch - 1, n_tokens, d_in)
+        items = torch.cat([embeddings[None], rest])  # (batch, n_tokens, d_in)
+    return Inputs(embeddings, [f"t{i}" for i in range(n_tokens)], items)
 
 
 def _from_rows(rows: Any, labels: list[str] | None, source: str) -> Inputs:
@@ -164,8 +197,9 @@ def _read_file(path: Path) -> tuple[list, list[str] | None]:
     try:
         if suffix == ".npy":
             array = np.load(path, allow_pickle=False)
-            if array.ndim != 2:
-                raise UserError(f"inputs.path={path}: expected a 2-D array (n_tokens, d_in), got shape {array.shape}")
+            if array.ndim not in (2, 3):
+                raise UserError(f"inputs.path={path}: expected (n_tokens, d_in) or (batch, n_tokens, d_in), "
+                                f"got shape {array.shape}")
             return array.tolist(), None
         if suffix == ".json":
             data = json.loads(path.read_text(encoding="utf-8"))

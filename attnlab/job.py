@@ -58,7 +58,7 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None) -> list[R
     records = []
     for seed in seeds(cfg):
         progress.phase(f"seed {seed}: inputs")
-        inputs = make_inputs(cfg.inputs, seed)
+        inputs = make_inputs(cfg.inputs, seed, cfg.batch)
         records.append(compute_record(cfg, seed, inputs, spec=spec,
                                       phase=lambda part, s=seed: progress.phase(f"seed {s}: {part}")))
         progress.advance()

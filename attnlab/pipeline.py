@@ -211,7 +211,7 @@ def compute_record(
         n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out, device=spec.device, dtype=spec.dtype,
     )
     values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
-    batch = items if items is not None else torch.stack([tokens] * spec.batch)  # (batch, n_tokens, d_in), as the source's torch.stack((inputs, inputs))
+    batch = items if items is not None else inputs.batched(spec.batch)  # (batch, n_tokens, d_in)
     with compute_threads(inputs.n_tokens):
         try:
             say("forward")

@@ -82,3 +82,26 @@ def test_an_unsupported_suffix_lists_the_allowed_ones(tmp_path):
     path.write_bytes(b"\x80")
     with pytest.raises(UserError, match=r"unsupported file type '\.pkl'; allowed: \.csv, \.json, \.npy"):
         inputs_for("inputs=file", f"inputs.path={path}")
+
+
+def test_random_inputs_draw_distinct_batch_items_after_the_two_dimensional_draw():
+    from attnlab.inputs import random_inputs
+
+    alone = random_inputs(7, "random", 5, 3, "normal")
+    batched = random_inputs(7, "random", 5, 3, "normal", batch=3)
+    assert torch.equal(batched.embeddings, alone.embeddings)  # a 2-D run's numbers do not move
+    assert batched.items.shape == (3, 5, 3) and torch.equal(batched.items[0], alone.embeddings)
+    assert not torch.equal(batched.items[1], batched.items[0])
+    assert torch.equal(alone.batched(2)[1], alone.embeddings)  # without items: stacked, as the source does
+
+
+def test_a_file_of_batch_items_gives_them_to_batched_modules(tmp_path):
+    import numpy as np
+
+    import attnlab
+
+    items = np.random.default_rng(0).random((2, 4, 3)).astype(np.float32)
+    np.save(tmp_path / "items.npy", items)
+    result = attnlab.run("causal_batch_centred_keys", inputs="file", overrides=[f"inputs.path={tmp_path / 'items.npy'}"])
+    np.testing.assert_array_equal(result.stages["inputs"], items)
+    assert [f.code for f in result.findings if f.severity == "error"][:1] == ["batch_mixing"]

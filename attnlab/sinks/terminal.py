@@ -17,6 +17,7 @@ from typing import Iterator, Sequence, TextIO
 
 import numpy as np
 
+from attnlab.head_findings import heads_phrase
 from attnlab.record import Record
 from attnlab.rows import TABLE_FILE
 from attnlab.sinks.base import JobInfo
@@ -173,9 +174,12 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
     if record.findings:
         say("findings:")
         for finding in record.findings:
-            say(f"  [{finding.code} @ {finding.stage}] {finding.message}")
+            heads = f", {heads_phrase(finding, record.num_heads)}" if record.num_heads > 1 else ""
+            say(f"  [{finding.code} @ {finding.stage}{heads}] {finding.message}")
     else:
         say(no_findings_message(record))
+    for sentence in record.not_checked:
+        say(f"  {sentence}")
     if record.predictions:
         say("predictions:")
     for prediction in record.predictions:

@@ -533,7 +533,11 @@ class _Recorder(TorchFunctionMode):
         w = 0 if tags[0].kind in _ATTENTION else 1
         v = 1 - w
         head = self._head(tags[w])
-        if tags[w].head is None or "context" in head.found:
+        if tags[w].head is None:
+            return
+        if "context" in head.found:  # weights @ values written out again: the same context, not a new stage
+            if head.output is not None and out.shape == head.output.shape and torch.equal(out, head.output):
+                self._set_tag(out, _Tag("context", head=tags[w].head))
             return
         contracted = (set(letters[w]) & set(letters[v])) - set(out_letters)
         batch = "".join(c for c in out_letters if c in letters[w] and c in letters[v])

@@ -51,16 +51,25 @@ def seeds(cfg: DictConfig) -> range:
     return range(cfg.seed, cfg.seed + cfg.n_seeds)
 
 
-def compute_records(cfg: DictConfig, progress: Progress | None = None) -> list[Record]:
+def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to: Path | None = None) -> list[Record]:
+    """Every seed's record. With `stream_to` (a job folder) and several seeds, each record is
+    written as soon as it is computed and then keeps only its reductions (diagnostics, findings,
+    shapes): the sinks draw images from the first record that succeeded, so holding every
+    seed's stages would only cost memory."""
     check(cfg)
     spec = JobSpec.from_cfg(cfg)
     progress = progress or Progress(cfg.n_seeds, enabled=False)
-    records = []
+    records: list[Record] = []
     for seed in seeds(cfg):
         progress.phase(f"seed {seed}: inputs")
         inputs = make_inputs(cfg.inputs, seed, cfg.batch)
-        records.append(compute_record(cfg, seed, inputs, spec=spec,
-                                      phase=lambda part, s=seed: progress.phase(f"seed {s}: {part}")))
+        record = compute_record(cfg, seed, inputs, spec=spec,
+                                phase=lambda part, s=seed: progress.phase(f"seed {s}: {part}"))
+        if stream_to is not None and cfg.n_seeds > 1:
+            write_record(record, record_dir(stream_to, record, cfg.n_seeds))
+            if any(r.ok for r in records) or not record.ok:
+                record.drop_stages()
+        records.append(record)
         progress.advance()
     return records
 
@@ -76,7 +85,8 @@ def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, p
     progress = progress or Progress(len(records), enabled=False)
     progress.phase("records")
     for record in records:
-        write_record(record, record_dir(job.dir, record, len(records)))
+        if record.path is None:  # not yet written (streamed seeds were)
+            write_record(record, record_dir(job.dir, record, len(records)))
     for name, sink in sinks.items():
         if hasattr(sink, "write"):
             progress.phase(name)
@@ -86,7 +96,7 @@ def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, p
 
 def run_job(cfg: DictConfig, job: JobInfo | Path) -> list[Record]:
     with Progress(cfg.n_seeds, label="seeds", enabled=bool(cfg.log.get("progress"))) as progress:
-        records = compute_records(cfg, progress)  # checks the request first, sinks included
+        records = compute_records(cfg, progress, stream_to=Path(job.dir if isinstance(job, JobInfo) else job))
         write_outputs(cfg, records, job, progress)
     return records
 

@@ -86,6 +86,12 @@ class Record:
         shape = weights.shape if weights is not None else self.stage_shapes.get("weights", [])
         return int(shape[1]) if weights is not None and len(shape) == 4 else 1
 
+    def drop_stages(self) -> None:
+        """Keep the reductions, let the stage values go (their shapes stay): a streamed seed."""
+        self.stages = dict.fromkeys(self.stages)
+        self.reference_stages = dict.fromkeys(self.reference_stages)
+        self.scratch = None
+
     def heads_view(self, stage: str, *, batch: int = 0, reference: bool = False) -> np.ndarray | None:
         """Batch item `batch` of a stage: (heads, tokens, ·) where it has several heads, else (tokens, ·)."""
         values = (self.reference_stages if reference else self.stages).get(stage)

@@ -90,3 +90,18 @@ def test_cli_n_seeds_rows_equal_single_runs(app):
     same = [k for k in variant_row if k not in ("module", "path")]
     assert {k: rows["41"][k] for k in same} == {k: variant_row[k] for k in same}
     assert _values(json.loads((many.out_dir / "seed-41" / "record.json").read_text())) == _values(single.record)
+
+
+def test_seeds_stream_each_record_written_in_full_then_only_reductions_kept(tmp_path):
+    from attnlab.job import run_job
+    from attnlab.record import read_record
+
+    cfg = compose_config("multi_head_attention", 3, [*RANDOM, "d_out=4", "n_seeds=3", "log.terminal=false"])
+    records = run_job(cfg, tmp_path)
+    assert records[0].stages["weights"] is not None  # the first kept whole: the sinks draw it
+    for record in records[1:]:
+        assert all(values is None for values in record.stages.values())
+        assert record.stage_shapes["weights"] == [2, 2, 8, 8] and record.diagnostics  # reductions kept
+        on_disk = read_record(tmp_path / f"seed-{record.seed}" / "record.json")
+        assert on_disk.stages["weights"] is not None and on_disk.stages["weights"].shape == (2, 2, 8, 8)
+    assert len(list((tmp_path).glob("seed-*/record.json"))) == 3

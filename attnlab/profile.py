@@ -82,10 +82,11 @@ def profile_pair(variant: tuple[nn.Module, torch.Tensor], reference: tuple[nn.Mo
 
 
 def time_call(fn: Callable[[], Any], seconds: float, device: torch.device = _CPU) -> tuple[float, float]:
-    """Median and interquartile range of one call, in ms, over calls filling about `seconds`."""
+    """Median and interquartile range of one call, in ms, over the calls that fit in `seconds`
+    (at least one)."""
     times: list[float] = []
     deadline = time.perf_counter() + seconds
-    while not times or time.perf_counter() < deadline:
+    while not times or time.perf_counter() + times[-1] <= deadline:  # a call that would end past it is not started
         _synchronize(device)
         start = time.perf_counter()
         fn()

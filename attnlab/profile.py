@@ -15,10 +15,10 @@ Nothing here runs unless `profile=true`.
   `max_memory_allocated`; on a Linux CPU the process's resident high-water mark (VmHWM), reset
   through /proc/self/clear_refs after returning freed memory to the system (malloc_trim), so it
   is measured, not estimated; nan where neither exists (macOS CPU, MPS).
-- FLOPs: 2 x the multiply-adds of every matmul the forward runs (torch.utils.flop_counter), dense:
-  a causal mask does not halve them, and the softmax is not counted. An attention kernel
-  (scaled_dot_product_attention, FlexAttention) counts as its two dense products whichever
-  kernel the device picks: the counter knows some kernels and not others (not the CPU's).
+- FLOPs: 2 x the multiply-adds of every matmul the forward runs (a TorchFunctionMode reading the
+  operands' shapes), dense: a causal mask does not halve them, and the softmax is not counted. An
+  attention kernel (scaled_dot_product_attention, FlexAttention) counts as its two dense products
+  whichever kernel the device picks.
 """
 
 from __future__ import annotations
@@ -27,18 +27,16 @@ import ctypes
 import ctypes.util
 import math
 import re
-import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable, Hashable
 
+import numpy as np
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import _disable_current_modes
-from torch.utils.flop_counter import FlopCounterMode
 
-from attnlab.capture import _flex_attention_eager
+from attnlab.capture import _flex_attention_eager, _name
 
 NAN = float("nan")
 _CPU = torch.device("cpu")
@@ -92,10 +90,8 @@ def time_call(fn: Callable[[], Any], seconds: float, device: torch.device = _CPU
         fn()
         _synchronize(device)
         times.append(time.perf_counter() - start)
-    if len(times) < 4:
-        return statistics.median(times) * 1e3, NAN
-    low, _, high = statistics.quantiles(times, n=4)
-    return statistics.median(times) * 1e3, (high - low) * 1e3
+    low, median, high = np.percentile(times, [25, 50, 75])  # numpy: a book-size budget holds ~10^4 calls
+    return float(median) * 1e3, float(high - low) * 1e3 if len(times) >= 4 else NAN
 
 
 def _synchronize(device: torch.device) -> None:
@@ -127,50 +123,60 @@ def time_backward(module: nn.Module, x: torch.Tensor, seconds: float) -> float:
 
 def count_flops(fn: Callable[[], Any]) -> float:
     """2 x the multiply-adds of every matmul of one call (dense); nan where the counter cannot run."""
-    counter = FlopCounterMode(display=False)
-    kernels = _DenseAttention(counter)
+    counter = _MatmulFlops()
     try:
-        with _flex_attention_eager(), counter, kernels:
+        with _flex_attention_eager(), counter:
             fn()
-    except Exception:  # noqa: BLE001 - a kernel the counter cannot trace is no count, not a failed run
+    except Exception:  # noqa: BLE001 - a kernel the counter cannot follow is no count, not a failed run
         return NAN
-    return float(counter.get_total_flops() + kernels.correction)
+    return float(counter.flops)
 
 
-class _DenseAttention(TorchFunctionMode):
-    """Counts an attention kernel as its two dense products, 2 * b * h * n_q * n_k * (d_k + d_v),
-    replacing what the dispatch-level counter made of it (nothing for the CPU's fused kernels);
-    nn.MultiheadAttention's kernel as its four projections and the two products. FlexAttention's
-    operator cannot run under the dispatch-level counter at all: it runs outside it."""
+class _MatmulFlops(TorchFunctionMode):
+    """Counts each product where the module calls it, from its operands' shapes: 2 x the output's
+    elements x the length of the contraction. torch.utils.flop_counter counts at the dispatcher
+    instead, but its first use in a process takes about a second, more than a book-size profile
+    may add, and it misses the CPU's fused attention kernels. A kernel is counted as a whole (the
+    mode does not see the calls inside it): an attention kernel as its two dense products,
+    2 * b * h * n_q * n_k * (d_k + d_v), a mask or not; nn.MultiheadAttention's as its four
+    projections and those two products."""
 
-    NAMES = ("scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward",
-             "_native_multi_head_attention")
-
-    def __init__(self, counter: FlopCounterMode) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.counter, self.correction = counter, 0
+        self.flops = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if getattr(func, "__name__", "") not in self.NAMES or len(args) < 3:
-            return func(*args, **kwargs)
-        q, k, v = args[:3]
-        batch, n_q, n_k = math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2]
-        if func.__name__ in ("multi_head_attention_forward", "_native_multi_head_attention"):
-            if func.__name__ == "multi_head_attention_forward":  # (tokens, batch, embed): nn.MultiheadAttention's order
-                batch, n_q, n_k = q.shape[1] if q.dim() == 3 else 1, q.shape[0], k.shape[0]
-            embed = int(args[3])  # nn.MultiheadAttention: q, k, v and out projections, then the two products
-            dense = 2 * batch * (n_q * embed * embed * 2 + n_k * embed * embed * 2 + n_q * n_k * 2 * embed)
-        else:
-            dense = 2 * batch * n_q * n_k * (q.shape[-1] + v.shape[-1])
-        before = self.counter.get_total_flops()
-        if func.__name__ == "flex_attention":
-            with _disable_current_modes():
-                out = func(*args, **kwargs)
-        else:
-            out = func(*args, **kwargs)
-        self.correction += dense - (self.counter.get_total_flops() - before)
+        out = func(*args, **kwargs)
+        self.flops += _product_flops(_name(func), args, out)
         return out
+
+
+_MATMULS = {"matmul", "__matmul__", "mm", "bmm", "linear", "addmm", "baddbmm", "__rmatmul__", "einsum"}
+_ATTENTION = {"scaled_dot_product_attention", "flex_attention"}
+_NN_MHA = {"multi_head_attention_forward", "_native_multi_head_attention"}
+
+
+def _product_flops(name: str, args: tuple, out: Any) -> int:
+    if name in _MATMULS and isinstance(out, torch.Tensor):
+        if name == "einsum":
+            operands = list(args[1]) if len(args) == 2 and isinstance(args[1], (tuple, list)) else list(args[1:])
+            inputs, _, output = str(args[0]).replace(" ", "").partition("->")
+            sizes = {c: n for letters, t in zip(inputs.split(","), operands) for c, n in zip(letters, t.shape)}
+            return 2 * out.numel() * math.prod(n for c, n in sizes.items() if c not in output)
+        first = {"addmm": 1, "baddbmm": 1, "__rmatmul__": 1}.get(name, 0)  # the operand whose last dim is contracted
+        return 2 * out.numel() * args[first].shape[-1]
+    if name in _ATTENTION and len(args) >= 3:
+        q, k, v = args[:3]
+        return 2 * math.prod(q.shape[:-2]) * q.shape[-2] * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+    if name in _NN_MHA and len(args) >= 4:
+        q, k = args[0], args[1]
+        batch_first = name == "_native_multi_head_attention"  # the other gets (tokens, batch, embed)
+        n_q, n_k = (q.shape[-2], k.shape[-2]) if batch_first else (q.shape[0], k.shape[0])
+        batch = (q.shape[0] if batch_first else q.shape[1]) if q.dim() == 3 else 1
+        embed = int(args[3])
+        return 2 * batch * (n_q * embed * embed * 2 + n_k * embed * embed * 2 + n_q * n_k * 2 * embed)
+    return 0
 
 
 def peak_bytes(fn: Callable[[], Any], device: torch.device) -> float:

@@ -47,6 +47,7 @@ HEATMAP_STAGES = ("scores", "scaled_scores", "weights", "context")
 HISTOGRAM_STAGES = ("weights", "context")
 TOKEN_BY_TOKEN = {"scores", "scaled_scores", "weights"}  # columns are key tokens; context's are dims
 HISTOGRAM_BINS = 64  # uniform bins: TensorBoard's default ~1500 exponential buckets are slow at 4096^2
+HISTOGRAM_SAMPLE = 2**22
 
 _REF = r"^(reference/)?"
 CUSTOM_SCALARS_LAYOUT = {
@@ -204,8 +205,9 @@ def heatmap_images(record: Record) -> Iterator[tuple[str, EncodedHeatmap]]:
         sources = {"variant": variant, "reference": reference}
         if variant is not None and reference is not None and np.shape(variant) == np.shape(reference):
             with np.errstate(invalid="ignore"):  # a mask's -inf against the same -inf
-                difference = np.asarray(variant, np.float32) - np.asarray(reference, np.float32)
-            sources["difference"] = np.where(np.asarray(variant) == np.asarray(reference), 0.0, difference)
+                difference = np.subtract(variant, reference, dtype=np.float32)
+            np.putmask(difference, np.equal(variant, reference), 0.0)  # in place: one stage-sized array
+            sources["difference"] = difference
         for source, values in sources.items():
             if values is None:
                 continue
@@ -239,7 +241,8 @@ def image_summary(tag: str, image: EncodedHeatmap) -> Summary:
 
 def _write_histograms(events: EventFile, record: Record) -> None:
     """Histograms of the finite values only: np.histogram cannot bin NaN or infinity, and the
-    non_finite/<stage> scalars already count them."""
+    non_finite/<stage> scalars already count them. Above HISTOGRAM_SAMPLE values, of an evenly
+    strided sample (a 4096-token stage would otherwise be copied whole)."""
     from torch.utils.tensorboard.summary import histogram
 
     for stage in HISTOGRAM_STAGES:
@@ -247,7 +250,9 @@ def _write_histograms(events: EventFile, record: Record) -> None:
             values = stages.get(stage)
             if values is None:
                 continue
-            values = np.asarray(values)
+            values = np.asarray(values).reshape(-1)
+            if values.size > HISTOGRAM_SAMPLE:  # an evenly strided sample: a view, not a copy of the stage
+                values = values[:: -(-values.size // HISTOGRAM_SAMPLE)]
             finite = values[np.isfinite(values)]
             if finite.size:
                 events.add(histogram(f"histograms/{source}/{stage}", finite, bins=HISTOGRAM_BINS))

@@ -69,6 +69,8 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
             write_record(record, record_dir(stream_to, record, cfg.n_seeds))
             if any(r.ok for r in records) or not record.ok:
                 record.drop_stages()
+            else:
+                record.spill_stages()
         records.append(record)
         progress.advance()
     return records

@@ -92,6 +92,16 @@ class Record:
         self.reference_stages = dict.fromkeys(self.reference_stages)
         self.scratch = None
 
+    def spill_stages(self) -> None:
+        """Keep the stage values on disk, memory-mapped, instead of in memory (a streamed seed
+        whose images the sinks still draw)."""
+        from attnlab.spill import spill_arrays
+
+        if self.scratch is None:
+            self.scratch = tempfile.TemporaryDirectory(prefix="attnlab-spill-")
+        spill_arrays(self.stages, Path(self.scratch.name), prefix="variant-")
+        spill_arrays(self.reference_stages, Path(self.scratch.name), prefix="reference-")
+
     def heads_view(self, stage: str, *, batch: int = 0, reference: bool = False) -> np.ndarray | None:
         """Batch item `batch` of a stage: (heads, tokens, ·) where it has several heads, else (tokens, ·)."""
         values = (self.reference_stages if reference else self.stages).get(stage)

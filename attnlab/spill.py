@@ -37,6 +37,16 @@ def spill(stages: dict[str, torch.Tensor], names: Iterable[str], folder: Path, p
     return done
 
 
+def spill_arrays(arrays: dict[str, np.ndarray | None], folder: Path, prefix: str = "") -> None:
+    """The numpy form of `spill`: each array written to an .npy file and replaced by its memory map."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, values in arrays.items():
+        if values is not None and not isinstance(values, np.memmap):
+            path = folder / f"{prefix}{name}.npy"
+            np.save(path, values, allow_pickle=False)
+            arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+
+
 def mapped(path: Path) -> torch.Tensor:
     """A read-only tensor over an .npy file's memory map (allow_pickle=False)."""
     memory_map = np.load(path, mmap_mode="r", allow_pickle=False)

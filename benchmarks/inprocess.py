@@ -55,10 +55,9 @@ def capture_overhead(n_tokens: int, d_in: int, d_out: int, repeats: int) -> dict
 
     from attnlab.capture import capture
     from attnlab.pipeline import build_module
-    from attnlab.weights import seeded_qkv
 
     x = torch.rand(n_tokens, d_in, generator=torch.Generator().manual_seed(0))
-    module, _ = build_module("reference", {}, d_in, d_out, 123, seeded_qkv(123, d_in, d_out))
+    module = build_module("reference", {}, {"d_in": d_in, "d_out": d_out}, 123)
     plain, captured = [], []
     for i in range(repeats + 1):
         for kind in (("plain", "capture") if i % 2 == 0 else ("capture", "plain")):

@@ -178,3 +178,11 @@ def codes(findings: list[Finding]) -> list[tuple[str, str]]:
 
 
 __all__ = ["BOOK_INPUTS", "CORRECT_STYLES", "ConstantAttention", "build", "codes", "run_pair", "zoo_specs"]
+
+
+def source_qkv(seed: int, d_in: int, d_out: int, init: str = "rand") -> tuple[torch.Tensor, ...]:
+    """The source's protocol, written out: torch.manual_seed(seed), then W_query, W_key, W_value as
+    three torch.rand(d_in, d_out) draws (init="normal": torch.randn / sqrt(d_in), same order)."""
+    torch.manual_seed(seed)
+    draw = (lambda: torch.randn(d_in, d_out) / d_in**0.5) if init == "normal" else (lambda: torch.rand(d_in, d_out))
+    return draw(), draw(), draw()

@@ -18,7 +18,7 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.layouts import LayoutError, align, load_projections, parameter_role, read_projections, seed_projections
-from attnlab.weights import seeded_qkv
+from tests._zoo_helpers import source_qkv
 
 SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source"
 
@@ -425,10 +425,10 @@ def test_parameter_role_by_name(name, role):
 def test_v1_built_after_manual_seed_reads_as_todays_three_rand_draws(ch03):
     torch.manual_seed(123)
     projections = read_projections(ch03.SelfAttention_v1(3, 2), num_heads=1)
-    expected = seeded_qkv(123, 3, 2)
-    assert torch.equal(projections.W_query, expected.W_query)
-    assert torch.equal(projections.W_key, expected.W_key)
-    assert torch.equal(projections.W_value, expected.W_value)
+    W_query, W_key, W_value = source_qkv(123, 3, 2)
+    assert torch.equal(projections.W_query, W_query)
+    assert torch.equal(projections.W_key, W_key)
+    assert torch.equal(projections.W_value, W_value)
     assert projections.b_query is None and projections.W_out is None
 
 
@@ -450,7 +450,25 @@ def test_seed_projections_normal_redraws_query_key_value_in_order(ch03, layout):
     }[layout]()
     seed_projections(reference, 9, "normal", num_heads=2)
     projections = read_projections(reference, num_heads=2)
-    expected = seeded_qkv(9, d_in, d_out, init="normal")
+    expected = dict(zip(("W_query", "W_key", "W_value"), source_qkv(9, d_in, d_out, init="normal")))
     for field in ("W_query", "W_key", "W_value"):
-        torch.testing.assert_close(getattr(projections, field), getattr(expected, field), rtol=0, atol=0)
-    assert math.isclose(float(expected.W_query.std()), 1 / d_in**0.5, rel_tol=0.5)
+        torch.testing.assert_close(getattr(projections, field), expected[field], rtol=0, atol=0)
+    assert math.isclose(float(expected["W_query"].std()), 1 / d_in**0.5, rel_tol=0.5)
+
+
+def test_a_plugin_with_a_layout_of_its_own_loads_the_matrices_itself():
+    class OwnLayout(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Parameter(torch.zeros(3, 6))
+
+        def load_qkv(self, W_query, W_key, W_value):
+            self.qkv.data = torch.cat([W_query, W_key, W_value], dim=1)
+
+    torch.manual_seed(5)
+    reference = nn.Module()
+    for name in ("W_query", "W_key", "W_value"):
+        setattr(reference, name, nn.Parameter(torch.rand(3, 2)))
+    variant = OwnLayout()
+    assert align(reference, variant, num_heads=1) == {"load_qkv": "plugin loader"}
+    assert torch.equal(variant.qkv[:, 2:4], reference.W_key)

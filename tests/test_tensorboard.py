@@ -22,7 +22,7 @@ from attnlab.heatmap import MAX_SIDE
 from attnlab.record import Finding, Record
 from attnlab.metrics import flat_hparams, metric_name
 from attnlab.sinks.tensorboard import write_tensorboard
-from attnlab.weights import seeded_qkv
+from tests._zoo_helpers import source_qkv
 
 BOOK_TOKENS = ["Your", "journey", "starts", "with", "one", "step"]
 BOOK_INPUTS = [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
@@ -33,8 +33,8 @@ SEED, D_OUT = 123, 2
 
 def attention_stages(x: torch.Tensor, scaled: bool) -> dict[str, np.ndarray]:
     """SelfAttention_v1's stages with the shared seeded weights; `scaled=False` is the bug."""
-    qkv = seeded_qkv(SEED, x.shape[1], D_OUT)
-    queries, keys, values = x @ qkv.W_query, x @ qkv.W_key, x @ qkv.W_value
+    W_query, W_key, W_value = source_qkv(SEED, x.shape[1], D_OUT)
+    queries, keys, values = x @ W_query, x @ W_key, x @ W_value
     scores = queries @ keys.T
     scaled_scores = scores / keys.shape[-1] ** 0.5 if scaled else scores
     weights = torch.softmax(scaled_scores, dim=-1)

@@ -73,7 +73,7 @@ class Config:
     reference_dtype: str = "float32"
     device: str = "cpu"  # cpu | cuda | mps | auto
     profile: bool = False  # time and memory of each module's plain forward
-    profile_budget_s: float = 1.0
+    profile_budget_s: float = 0.5
     profile_backward: bool = False
     save_stages: bool = False  # also write every stage in full next to record.json (safetensors)
     weights: WeightsMode = WeightsMode.shared

@@ -18,7 +18,7 @@ import torch
 
 from attnlab.batch_mixing import BatchMixing
 from attnlab.capture import Capture
-from attnlab.diagnostics import stage_differs, stage_tolerance
+from attnlab.diagnostics import capture_eps, stage_differs, stage_tolerance
 from attnlab.head_findings import MASK_CODES, HeadChecks, heads_phrase
 from attnlab.recognisers import recognise
 from attnlab.record import Finding
@@ -231,7 +231,8 @@ class _Diagnosis(HeadChecks):
         observed, expected = self.d.get("scale_observed", math.nan), self.d.get("scale_expected", math.nan)
         masked = self.masked_scale()
         observed = observed if masked is None else masked
-        off = abs(observed - expected) > _SCALE_RTOL * expected
+        rtol = max(_SCALE_RTOL, 2 * capture_eps(self.v))  # bfloat16 rounds the factor itself
+        off = abs(observed - expected) > rtol * expected
         if not (math.isfinite(observed) and math.isfinite(expected) and off):
             return
         if not self.v.prescale:
@@ -361,7 +362,6 @@ class _Diagnosis(HeadChecks):
         """Values that differ from the reference by more than float32 rounding allows but within
         the bound of the coarser dtype one module ran in (its epsilon x the values' scale x the
         length of each sum): an info note, never a bug; any error found first wins."""
-        from attnlab.diagnostics import capture_eps  # here, not at the top: issue 16 keeps its edit to this method
 
         float32_eps = float(torch.finfo(torch.float32).eps)
         coarse = max((self.v, self.ref), key=capture_eps)

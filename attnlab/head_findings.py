@@ -186,9 +186,12 @@ class HeadChecks:
             return
         k, ref_k = _triu_offset(mine), _triu_offset(pattern)
         if k is None or ref_k is None:
+            kernel = ("scaled_scores" in self.v.reconstructed and
+                      " (scaled_dot_product_attention reads a boolean mask's True as 'may attend': pass ~mask, "
+                      "or is_causal=True)") or ""
             self.add("mask_offset", "scaled_scores", "the variant's mask hides other keys than the reference's "
                      "causal mask (scaled_scores -inf at other places); build it with torch.triu(torch.ones("
-                     "context_length, context_length), diagonal=1).")
+                     f"context_length, context_length), diagonal=1){kernel}.")
             return
         if k < ref_k:
             what = ("hides each token from itself as well as the tokens after it (the first query sees no key "

@@ -96,12 +96,14 @@ def config_line(record: Record) -> str:
     params = record.config.get("variant", {}).get("params") or {}
     extra = "".join(f" {k}={v}" for k, v in params.items())
     weights = record.stages.get("weights")
+    precision = ((f" device={record.device}" if record.device != "cpu" else "")
+                 + (f" dtype={record.dtype}" if record.dtype != "float32" else ""))
     heads = "" if weights is None or weights.ndim != 4 or weights.shape[:2] == (1, 1) else (
         f" batch={weights.shape[0]} heads={weights.shape[1]}")
     return (
         f"attnlab · variant={record.variant}{extra} seed={record.seed} inputs={record.config['inputs']['kind']} "
         f"n_tokens={record.n_tokens} d_in={record.d_in} d_out={record.d_out} weights={record.config['weights']} "
-        f"reference={record.reference}{heads}"
+        f"reference={record.reference}{heads}{precision}"
     )
 
 

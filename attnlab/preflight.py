@@ -81,8 +81,8 @@ def check_fits(size: Size, *, spilled: bool) -> None:
     limit, source = available_bytes()
     if need <= limit:
         return
-    spill = " (the reference's stages already spill to disk)" if spilled else ""
-    raise UserError(f"this run needs about {_gib(need)} ({size.describe()}, two modules' stages{spill}) but "
+    spill = "; the reference's stages already spill to disk" if spilled else ""
+    raise UserError(f"this run needs about {_gib(need)} ({size.describe()}{spill}) but "
                     f"{_gib(limit)} is available ({source}); shrink it with inputs.n_tokens, batch or num_heads")
 
 

@@ -200,8 +200,11 @@ def _swept_columns(jobs: pd.DataFrame) -> dict[str, list]:
     except (OSError, RecordError):
         return columns
     covered = {*KEY_COLUMNS, "inputs.kind", "variant"}
+    several_variants = jobs["variant"].nunique() > 1  # then each variant's own params follow from its name
     for key in dict.fromkeys(k for config in configs for k in config):
         values = [config.get(key, "—") for config in configs]
+        if several_variants and key.startswith("variant.params."):
+            continue
         if key not in covered and len({str(v) for v in values}) > 1:
             columns[key] = values
     return columns

@@ -70,6 +70,7 @@ class Capture:
     output_is_context: bool = False  # the module returned its context itself: output is an alias
     softmax_axis: int | None = None  # the softmax's dim in the canonical (batch, heads, query, key) view
     out_inputs: list[torch.Tensor] = field(default_factory=list)  # what each output-projection product was given
+    returned: str = ""  # what forward returned, for an error: its shape, or its type
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so
     # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.
@@ -674,7 +675,8 @@ class _Recorder(TorchFunctionMode):
         if any(h.found.get("weights_applied", 0) is None for h in self.heads):
             missing.append("weights_applied")
         return Capture(found, native, sources, first.softmax_dim, missing, prescale, reconstructed,
-                       first.roles, output_is_context, first.softmax_axis, self.out_inputs)
+                       first.roles, output_is_context, first.softmax_axis, self.out_inputs,
+                       str(tuple(out.shape)) if isinstance(out, torch.Tensor) else type(out).__name__)
 
 
 _SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")

@@ -12,9 +12,11 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import shutil
 import sys
 import threading
 from importlib import metadata
+from pathlib import Path
 from typing import NoReturn
 
 import hydra
@@ -64,6 +66,14 @@ def versions() -> str:
     return f"attnlab {metadata.version('attnlab')} (torch {torch.__version__}, hydra-core {hydra.__version__})"
 
 
+def _remove_if_only_hydras(folder: Path) -> None:
+    """A run refused before any work leaves nothing behind: the folder Hydra made for it, if it
+    holds only Hydra's own files (.hydra/, the empty log), is removed; anything else is kept."""
+    hydras = {".hydra", "attnlab.log"}
+    if folder.is_dir() and {p.name for p in folder.iterdir()} <= hydras:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] == "compare":
@@ -92,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             job_failed = run_task(cfg, HydraConfig.get())
         except UserError as exc:  # a single run's: raising would make Hydra print "Error executing job" first
             errors.append(exc)
+            _remove_if_only_hydras(Path(HydraConfig.get().runtime.output_dir))
             return []
         failed.extend(job_failed)
         return job_failed

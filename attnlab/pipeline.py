@@ -188,8 +188,8 @@ def run_module(name: str, module: nn.Module, x: torch.Tensor, seed: int) -> Capt
     except Exception as exc:
         raise PluginError(f"variant '{name}' raised {type(exc).__name__}: {exc}") from exc
     if "output" not in captured.stages:
-        raise PluginError(f"variant '{name}' returned no tensor of shape (n_tokens, ·) or (batch, n_tokens, ·); "
-                          f"return the context vectors")
+        raise PluginError(f"variant '{name}' returned {captured.returned}, not a tensor of shape (n_tokens, ·) "
+                          f"or (batch, n_tokens, ·); return the context vectors")
     return captured
 
 

@@ -301,7 +301,8 @@ def _position_bias(p: _Pair) -> list[Finding]:
             biases.append(bias)
         elif any(abs(v - biases[h].get(d, v)) > tol for d, v in bias.items()):
             return []  # another bias for another batch item: not a position bias
-    if max(abs(v) for bias in biases for v in bias.values()) <= tol:
+    sizes = [abs(v) for bias in biases for v in bias.values()]
+    if not sizes or max(sizes) <= tol:  # no bias, or none seen (NaN everywhere)
         return []
     slopes = [_slope(bias, tol) for bias in biases]
     heads = len(biases)

@@ -325,7 +325,7 @@ def config_hparams(overrides: list[str]) -> dict[str, bool | int | float | str]:
     from omegaconf import OmegaConf
 
     from attnlab.api import compose_config
-    from attnlab.sinks.tensorboard import flat_hparams
+    from attnlab.metrics import flat_hparams
 
     return flat_hparams(OmegaConf.to_container(compose_config("reference", 123, overrides), resolve=True))
 
@@ -349,7 +349,8 @@ def compare_hparams(repeats: int) -> list[Comparison]:
     from tensorboard.plugins.hparams import summary_v2
     from torch.utils.tensorboard.summary import hparams as torch_hparams
 
-    from attnlab.sinks.tensorboard import HPARAM_METRICS, hparams_summaries
+    from attnlab.metrics import KEY_METRICS as HPARAM_METRICS
+    from attnlab.sinks.tensorboard import hparams_summaries
 
     metrics = list(HPARAM_METRICS)
     out = []

@@ -129,8 +129,8 @@ def test_a_plugin_returning_the_wrong_rows_fails_with_the_shape_named(plugin_fol
     use_plugins(folder)
     record = attnlab.run("one_row", weights="native").record  # no parameters to share: weights=native
     assert record.status == "failed"
-    assert record.error == ("variant 'one_row' returned no tensor of shape (n_tokens, ·) or (batch, n_tokens, ·); "
-                            "return the context vectors")
+    assert record.error == ("variant 'one_row' returned (1, 3), not a tensor of shape (n_tokens, ·) or "
+                            "(batch, n_tokens, ·); return the context vectors")
 
 
 _SELF_ATTENTION_RETURNING = """

@@ -125,7 +125,7 @@ def test_sweep_writes_the_three_tables_with_one_row_per_job(basic_sweep) -> None
     assert (sweep_dir / "comparison.md").read_text().startswith("# attnlab comparison")
     assert "data:image/png;base64," in (sweep_dir / "comparison.html").read_text()
     terminal = done.stdout[done.stdout.index("sweep: 4 job(s)"):]
-    assert "unscaled" in terminal and "weights_entropy_mean" in terminal and "comparison.csv" in terminal
+    assert "unscaled" in terminal and "|Δ output|" in terminal and "comparison.csv" in terminal
 
 
 def test_failing_plugins_get_their_rows_and_the_exit_code_is_not_zero(tmp_path, plugin_dir) -> None:

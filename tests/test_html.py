@@ -7,6 +7,7 @@ import io
 import re
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from attnlab.aggregate import Report
@@ -64,3 +65,17 @@ def test_failed_record_shows_its_error_and_no_image() -> None:
 def test_odd_shaped_weights_are_drawn_without_labels() -> None:
     odd = record(stages={"weights": np.ones((2, 3, 3), dtype=np.float32)}, stage_shapes={"weights": [2, 3, 3]})
     assert "data:image/png;base64," in weights_heatmap_html(odd)
+
+
+@pytest.mark.slow
+def test_a_profiled_sweep_has_a_bar_per_variant_in_the_report(app, tmp_path):
+    sweep = tmp_path / "sweep"
+    run = app("-m", f"hydra.sweep.dir={sweep}", "variant=multi_head_attention,impl_sdpa", "profile=true",
+              "profile_budget_s=0.05", "inputs=random", "inputs.n_tokens=16", "inputs.d_in=8", "d_out=8",
+              "log.tensorboard=false")
+    assert run.returncode == 0, run.stderr
+    page = (sweep / "comparison.html").read_text()
+    chart = page[page.index("What each variant costs"):]
+    for label in ("forward ms", "peak MiB", "GFLOPs"):
+        assert label in chart
+    assert chart.count(">impl_sdpa</text>") == 3 and chart.count(">multi_head_attention</text>") == 3

@@ -105,6 +105,34 @@ def table_html(table: pd.DataFrame, index: bool = True) -> str:
     return f'<div class="scroll">{body}</div>'
 
 
+PROFILE_BARS = (("forward_ms", "forward ms"), ("peak_bytes", "peak MiB"), ("flops", "GFLOPs"))
+_SCALE = {"peak_bytes": 2**-20, "flops": 1e-9}
+
+
+def profile_chart(jobs: pd.DataFrame) -> str:
+    """Inline SVG bars of the profile columns (profile=true), one bar per variant (mean over
+    seeds), one chart per column; empty when nothing was profiled."""
+    present = [(c, label) for c, label in PROFILE_BARS if c in jobs and jobs[c].notna().any()]
+    if not present or "variant" not in jobs:
+        return ""
+    charts = []
+    for column, label in present:
+        means = (jobs.groupby("variant")[column].mean() * _SCALE.get(column, 1.0)).dropna().sort_values()
+        top = float(means.max()) or 1.0
+        bar_h, width, name_w = 18, 260, 170
+        rows = []
+        for i, (variant, value) in enumerate(means.items()):
+            y = i * (bar_h + 4)
+            rows.append(f'<text x="{name_w - 6}" y="{y + 13}" text-anchor="end">{html.escape(str(variant))}</text>'
+                        f'<rect x="{name_w}" y="{y}" width="{max(1.0, width * value / top):.1f}" height="{bar_h}" '
+                        f'fill="#3b6ea5"/><text x="{name_w + width * value / top + 4:.1f}" y="{y + 13}">'
+                        f'{value:.4g}</text>')
+        height = len(means) * (bar_h + 4)
+        charts.append(f'<figure><figcaption>{label}</figcaption><svg xmlns="http://www.w3.org/2000/svg" '
+                      f'width="{name_w + width + 80}" height="{height}" font-size="12">{"".join(rows)}</svg></figure>')
+    return "<h2>What each variant costs (profile=true)</h2>" + "".join(charts)
+
+
 def render_html(report: Report, title: str = "attnlab comparison") -> str:
     failed = sum(not r.ok for r in report.records)
     status = f'{len(report.records)} record(s)' + (f', <span class="failed">{failed} failed</span>' if failed else "")
@@ -112,6 +140,7 @@ def render_html(report: Report, title: str = "attnlab comparison") -> str:
         f"<h1>{html.escape(title)}</h1><p>{status}</p>",
         "<h2>Per configuration: attention weights and findings</h2>",
         configuration_cards(report),
+        profile_chart(report.jobs),
         "<h2>Summary (mean ± std over seeds)</h2>",
         table_html(summary_view(report.summary)),
         "<h2>What differs between jobs</h2>",
@@ -127,4 +156,5 @@ def render_html(report: Report, title: str = "attnlab comparison") -> str:
     )
 
 
-__all__ = ["HTML_FILE", "HtmlSink", "findings_html", "render_html", "weights_heatmap_html", "write_html_report"]
+__all__ = ["HTML_FILE", "HtmlSink", "findings_html", "profile_chart", "render_html", "weights_heatmap_html",
+           "write_html_report"]

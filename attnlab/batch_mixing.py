@@ -12,7 +12,7 @@ passing silently.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 import torch
@@ -59,10 +59,17 @@ def check(run_alone: Callable[[torch.Tensor], Capture], items: torch.Tensor, tog
         return BatchMixing(None)
     if items_equal(items):
         return BatchMixing(None, not_checked=NOT_CHECKED_EQUAL)
-    alone = [run_alone(items[i:i + 1]) for i in range(items.shape[0])]
-    if _first_mixed(["output"], alone, together, items.shape[0]).stage is None:
+    n_items = items.shape[0]
+    if all(_first_mixed(["output"], [run_alone(items[i:i + 1])], _item(together, i), 1).stage is None
+           for i in range(n_items)):  # one item's run held at a time
         return BatchMixing(None)  # every item's output is its own: the stages before it are not walked
-    return _first_mixed(STAGES, alone, together, items.shape[0])
+    alone = [run_alone(items[i:i + 1]) for i in range(n_items)]  # only now is every stage of each kept
+    return _first_mixed(STAGES, alone, together, n_items)
+
+
+def _item(together: Capture, i: int) -> Capture:
+    """Batch item i of the batched capture, as a batch of one."""
+    return replace(together, stages={name: t[i:i + 1] for name, t in together.stages.items()})
 
 
 def _first_mixed(stages: Iterable[str], alone: list[Capture], together: Capture, n_items: int) -> BatchMixing:

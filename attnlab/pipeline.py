@@ -248,6 +248,8 @@ def compute_record(
                     raise
                 # a batched module whose probe failed: its own error on the batch says why
                 variant = run_module(name, variant_module, _moved(batch, spec.device, spec.dtype), seed)
+            if spilling:  # the variant's too: the passes of the diagnosis read one stage at a time
+                spill(variant.stages, SQUARE_STAGES, Path(record.scratch.name), prefix="variant-")
         except PluginError as exc:
             record.status, record.error = "failed", str(exc)
             return record

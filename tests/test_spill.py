@@ -42,8 +42,11 @@ def test_a_spilled_run_gives_the_same_record(monkeypatch):
     monkeypatch.setattr(preflight, "SPILL_STAGE_BYTES", 1)
     spilled = attnlab.run("multi_head_attention", inputs="random", overrides=["inputs.n_tokens=16", "inputs.d_in=4"])
     assert spilled.record.scratch is not None and plain.record.scratch is None
-    for stage, values in plain.record.reference_stages.items():
-        np.testing.assert_array_equal(values, spilled.record.reference_stages[stage])
+    for ours, theirs in ((plain.record.reference_stages, spilled.record.reference_stages),
+                         (plain.record.stages, spilled.record.stages)):
+        for stage, values in ours.items():
+            np.testing.assert_array_equal(values, theirs[stage])
+    assert plain.record.findings == spilled.record.findings
     assert plain.record.diagnostics.keys() == spilled.record.diagnostics.keys()
     assert all(np.isclose(plain.record.diagnostics[k], spilled.record.diagnostics[k], equal_nan=True)
                for k in plain.record.diagnostics)

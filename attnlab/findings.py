@@ -13,6 +13,7 @@ softmax axis), then the value path and the context. Two kinds of check:
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 import torch
 
@@ -22,6 +23,7 @@ from attnlab.diagnostics import capture_eps, stage_differs, stage_tolerance
 from attnlab.head_findings import MASK_CODES, HeadChecks, heads_phrase
 from attnlab.recognisers import recognise
 from attnlab.record import Finding
+from attnlab.spill import release
 from attnlab.stages import STAGES
 
 _PROJECTIONS = {"queries": "W_query", "keys": "W_key", "values": "W_value"}
@@ -66,36 +68,43 @@ class _Diagnosis(HeadChecks):
     def differs(self, stage: str, other: torch.Tensor | None = None) -> bool:
         return stage_differs(stage, self.v, self.ref, other, diff=self.d.get(f"divergence_{stage}"))
 
+    def after(self, check: Callable[..., Any], *args: Any) -> Any:
+        """Run one check, then give back the pages it read of stages spilled to disk."""
+        try:
+            return check(*args)
+        finally:
+            release(self.v, self.ref)
+
     def run(self) -> list[Finding]:
-        self.masked = self.mask_counts()
-        for found in recognise(self.v, self.ref, self.d):  # deliberate changes (RoPE, ALiBi, a window, ...) first
+        self.masked = self.after(self.mask_counts)
+        for found in self.after(recognise, self.v, self.ref, self.d):  # deliberate changes (RoPE, a window) first
             self.add(found.code, found.stage, found.message, severity=found.severity)
         if self.train and ("weights_applied" in self.v.stages or "weights_applied" in self.v.missing
                            or "weights_applied" in self.ref.stages):
             self.unjudged_from = STAGES.index("weights_applied")  # dropout draws differ: chance, not a bug
-        self.mask_shape()
-        self.non_finite()
-        self.shapes()
-        self.head_split()
-        self.kv_heads()
-        self.batch_mixing_gate()
-        swapped = self.scores_transposed()
+        self.after(self.mask_shape)
+        self.after(self.non_finite)
+        self.after(self.shapes)
+        self.after(self.head_split)
+        self.after(self.kv_heads)
+        self.after(self.batch_mixing_gate)
+        swapped = self.after(self.scores_transposed)
         if not swapped:
-            self.query_source()
-            self.key_index()
+            self.after(self.query_source)
+            self.after(self.key_index)
         if swapped:
             self.add("scores_transposed", "scores", swapped)
-        self.mask()
-        self.scaling()
-        self.softmax()
-        self.dropout()
-        self.value_path()
-        self.output()
-        self.batched_single()
-        self.batch_mixing()
-        self.precision()
+        self.after(self.mask)
+        self.after(self.scaling)
+        self.after(self.softmax)
+        self.after(self.dropout)
+        self.after(self.value_path)
+        self.after(self.output)
+        self.after(self.batched_single)
+        self.after(self.batch_mixing)
+        self.after(self.precision)
         order = {s: i for i, s in enumerate(STAGES)}
-        located = [self.locate(f) for f in self.findings]
+        located = [self.after(self.locate, f) for f in self.findings]
         return sorted(located, key=lambda f: (order[f.stage], f.severity != "error"))  # a bug before a note
 
     def batch_mixing_gate(self) -> None:

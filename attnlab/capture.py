@@ -164,7 +164,10 @@ def capture(module: nn.Module, x: torch.Tensor) -> Capture:
         _ACTIVE.reset(token)
     if isinstance(out, (tuple, list)) and out:
         out = out[0]
-    return recorder.result(x, out)
+    try:
+        return recorder.result(x, out)
+    finally:  # the recorder may sit in a reference cycle: what it held must not wait for the collector
+        recorder.release()
 
 
 def _name(func: Any) -> str:
@@ -248,6 +251,11 @@ class _Recorder(TorchFunctionMode):
         if entry is not None and entry[0]() is tensor:
             return entry[1]
         return self._params.get(id(tensor))
+
+    def release(self) -> None:
+        """Drop every tensor the recording held; the Capture keeps what it needs."""
+        self.heads, self.explicit, self._tags = [], {}, {}
+        self.out_inputs = []
 
     def tapped(self, stage: str, tensor: torch.Tensor) -> None:
         """Record the stage, and tag the tensor as that stage so the data flow after it is read too."""

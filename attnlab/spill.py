@@ -64,9 +64,18 @@ def release(*values: Any) -> None:
         stages = getattr(value, "stages", None)
         tensors = stages.values() if isinstance(stages, dict) else [value]
         for tensor in tensors:
-            memory_map = getattr(tensor, _MAP, None)
+            memory_map = getattr(tensor, _MAP, None) if isinstance(tensor, torch.Tensor) else _memory_map_of(tensor)
             if memory_map is not None and getattr(memory_map, "_mmap", None) is not None:
                 memory_map._mmap.madvise(mmap.MADV_DONTNEED)
+
+
+def _memory_map_of(array: Any) -> np.memmap | None:
+    """The memory map a numpy array (a view of a spilled stage) reads from, if any."""
+    while isinstance(array, np.ndarray):
+        if isinstance(array, np.memmap):
+            return array
+        array = array.base
+    return getattr(array, _MAP, None) if isinstance(array, torch.Tensor) else None  # Tensor.numpy()'s base
 
 
 def releasing(function: Function) -> Function:

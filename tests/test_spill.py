@@ -50,3 +50,13 @@ def test_a_spilled_run_gives_the_same_record(monkeypatch):
     assert plain.record.diagnostics.keys() == spilled.record.diagnostics.keys()
     assert all(np.isclose(plain.record.diagnostics[k], spilled.record.diagnostics[k], equal_nan=True)
                for k in plain.record.diagnostics)
+
+
+def test_release_reaches_a_numpy_view_of_a_spilled_stage(tmp_path):
+    np.save(tmp_path / "big.npy", np.ones((64, 1024, 1024), dtype=np.float32))  # 256 MiB
+    view = mapped(tmp_path / "big.npy").numpy()[1:]  # what a record holds: a numpy view of the map
+    start = _rss()
+    assert float(view.sum()) == 63 * 1024 * 1024
+    touched = _rss()
+    release(view)
+    assert touched - start > 200 * 2**20 and _rss() - start < 50 * 2**20

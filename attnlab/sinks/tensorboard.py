@@ -39,6 +39,7 @@ from attnlab.metrics import KEY_METRICS, hparams, json_default, metric_values
 from attnlab.record import Finding, Record
 from attnlab.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo
+from attnlab.spill import release
 
 if TYPE_CHECKING:
     from tensorboard.compat.proto.summary_pb2 import Summary
@@ -216,6 +217,7 @@ def heatmap_images(record: Record) -> Iterator[tuple[str, EncodedHeatmap]]:
                                           diverging=source == "difference")
             for view, image in views.items():
                 yield f"heatmaps/{source}/{stage}" + ("" if view == "main" else f"/{view}"), image
+        release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps
 
 
 def _labels(record: Record, stage: str, shape: tuple[int, ...]) -> tuple[list[str] | None, list[str] | None]:

@@ -29,7 +29,7 @@ from attnlab.inputs import Inputs
 from attnlab.layouts import align, seed_projections
 from attnlab.predictions import check_predictions
 from attnlab.preflight import Size, check_fits, should_spill
-from attnlab.spill import spill
+from attnlab.spill import as_numpy, spill
 from attnlab.stages import SQUARE_STAGES
 from attnlab.profile import profile_pair
 from attnlab.record import Record
@@ -309,5 +309,5 @@ def _check_shown(show: tuple[int, int], variant: Capture) -> None:
 
 
 def _to_numpy(captured: Capture) -> tuple[dict, dict]:
-    stages = {name: t.detach().cpu().float().numpy() for name, t in captured.stages.items()}
+    stages = {name: as_numpy(t) for name, t in captured.stages.items()}
     return stages, {name: list(captured.native_shapes[name]) for name in stages}

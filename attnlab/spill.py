@@ -57,6 +57,13 @@ def mapped(path: Path) -> torch.Tensor:
     return tensor
 
 
+def as_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A stage as numpy: a spilled one as its memory map itself (so that `release` finds it from
+    any view), any other as float32 on the CPU."""
+    memory_map = getattr(tensor, _MAP, None)
+    return memory_map if memory_map is not None else tensor.detach().cpu().float().numpy()
+
+
 def release(*values: Any) -> None:
     """Drop the pages a pass read from every spilled tensor among `values` (tensors, or objects
     with a `stages` dict such as a Capture); they are read from the page cache again if needed."""

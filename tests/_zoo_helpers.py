@@ -186,3 +186,12 @@ def source_qkv(seed: int, d_in: int, d_out: int, init: str = "rand") -> tuple[to
     torch.manual_seed(seed)
     draw = (lambda: torch.randn(d_in, d_out) / d_in**0.5) if init == "normal" else (lambda: torch.rand(d_in, d_out))
     return draw(), draw(), draw()
+
+
+SOURCE_CH03 = Path(__file__).resolve().parents[2] / "shared" / "source" / "ch03.py"
+
+
+def corpus(names: list[str]) -> list[str]:
+    """The correct-implementation corpus this checkout can load: the bonus class is imported from
+    the source's own file beside the clone (../shared/source), absent on a bare clone."""
+    return [name for name in names if name != "bonus_pytorch_mha" or SOURCE_CH03.is_file()]

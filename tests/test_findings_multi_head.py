@@ -27,6 +27,7 @@ from attnlab.pipeline import JobSpec, compute_record
 from attnlab.record import Finding, Record
 from attnlab.registry import discover
 from attnlab.stages import STAGES
+from tests._zoo_helpers import corpus
 
 IMPLEMENTATIONS = Path(__file__).resolve().parent / "implementations"
 INFO_CODES = {"kv_heads", "dropout", "masked"}
@@ -245,8 +246,8 @@ def test_hard_coded_dropout_in_eval_mode_names_the_rate():
     assert finding.code == "dropout_active" and "p = 0.5" in finding.message and "training=self.training" in finding.message
 
 
-CORRECT = ["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights",
-           "qkvo_proj", "sdpa_bool_mask", "multi_head_attention", "torch_mha", "mha_wrapper", "causal_attention"]
+CORRECT = corpus(["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights",
+           "qkvo_proj", "sdpa_bool_mask", "multi_head_attention", "torch_mha", "mha_wrapper", "causal_attention"])
 NEEDS_SQUARE = {"nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights", "torch_mha", "bonus_pytorch_mha"}
 
 

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attnlab
+from tests._zoo_helpers import corpus
 
 SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source" / "ch03.py"
 IMPLEMENTATIONS = Path(__file__).resolve().parent / "implementations"
@@ -63,8 +64,8 @@ def test_wrapper_and_multi_head_attention_reproduce_the_source_classes(ch03, nam
     np.testing.assert_allclose(result.stages["output"], expected, atol=1e-6)
 
 
-CORRECT = ["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights",
-           "qkvo_proj", "sdpa_bool_mask", "multi_head_attention", "torch_mha", "mha_wrapper", "causal_attention"]
+CORRECT = corpus(["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights",
+           "qkvo_proj", "sdpa_bool_mask", "multi_head_attention", "torch_mha", "mha_wrapper", "causal_attention"])
 NEEDS_SQUARE = {"nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights", "torch_mha", "bonus_pytorch_mha"}
 
 

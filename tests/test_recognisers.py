@@ -20,6 +20,7 @@ import torch
 import attnlab
 from attnlab.capture import capture
 from attnlab.recognisers import recognise
+from tests._zoo_helpers import corpus
 
 HEADER = """
 import math
@@ -322,8 +323,8 @@ def test_rotated_queries_and_keys_with_other_norms_are_not_rotary():
 
 
 RECOGNISED = {"rotary", "rotary_misapplied", "position_bias", "window", "softcap", "qk_norm"}
-CORRECT = ["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "qkvo_proj", "sdpa_bool_mask",
-           "sdpa", "flex_attention", "causal_attention", "mha_wrapper"]
+CORRECT = corpus(["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "qkvo_proj", "sdpa_bool_mask",
+           "sdpa", "flex_attention", "causal_attention", "mha_wrapper"])
 
 
 @pytest.mark.parametrize("name", CORRECT)

@@ -169,15 +169,17 @@ def kv_head_count(module: nn.Module) -> int | None:
 
 def head_count(module: nn.Module, spec_name: str, values: dict[str, Any]) -> int:
     """The head count the reference's constructor was given (1 for the single-head classes)."""
-    _, kwargs = constructor_kwargs(get_variant(spec_name), values, {})
+    return _constructor_heads(constructor_kwargs(get_variant(spec_name), values, {})[1])
+
+
+def _constructor_heads(kwargs: dict[str, Any]) -> int:
     return next((int(kwargs[k]) for k in SPELLINGS["num_heads"] if k in kwargs), 1)
 
 
 def planned_size(name: str, spec: JobSpec, values: dict[str, Any], inputs: Inputs) -> Size:
     """The run's size from the config alone, before any module is built (their mask buffers count)."""
     _, kwargs = constructor_kwargs(get_variant(name), values, spec.params)
-    heads = next((int(kwargs[k]) for k in SPELLINGS["num_heads"] if k in kwargs), 1)
-    return Size(spec.batch, heads, inputs.n_tokens, inputs.d_in, spec.d_out,
+    return Size(spec.batch, _constructor_heads(kwargs), inputs.n_tokens, inputs.d_in, spec.d_out,
                 context_length=int(kwargs.get("context_length") or 0))
 
 

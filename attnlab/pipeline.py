@@ -167,7 +167,7 @@ def kv_head_count(module: nn.Module) -> int | None:
     return next((v for v in values if isinstance(v, int) and not isinstance(v, bool)), None)
 
 
-def head_count(module: nn.Module, spec_name: str, values: dict[str, Any]) -> int:
+def head_count(spec_name: str, values: dict[str, Any]) -> int:
     """The head count the reference's constructor was given (1 for the single-head classes)."""
     return _constructor_heads(constructor_kwargs(get_variant(spec_name), values, {})[1])
 
@@ -227,7 +227,7 @@ def compute_record(
             get_variant(reference_name)
             reference_module = build_module(reference_name, {}, values, seed)
             reference_batched = takes_batches(reference_module, inputs.d_in, inputs.n_tokens, spec.d_out)
-            num_heads = head_count(reference_module, reference_name, values)
+            num_heads = head_count(reference_name, values)
             if spec.shared:
                 seed_projections(reference_module, seed, spec.weights_init, num_heads=num_heads)
                 record.weights_loaded = align(reference_module, variant_module, num_heads=num_heads,

@@ -156,7 +156,7 @@ def run_pair(cls_or_name, x: torch.Tensor, d_out: int, seed: int = 123, shared: 
     reference_batched = takes_batches(reference, d_in, n_tokens, d_out)
     if shared:
         values = {**DEFAULT_VALUES, "d_in": d_in, "d_out": d_out, "n_tokens": n_tokens}
-        align(reference, variant, num_heads=head_count(reference, name, values))
+        align(reference, variant, num_heads=head_count(name, values))
     batch = torch.stack((x, x))  # (2, n_tokens, d_in)
     variant.eval(), reference.eval()
     v = capture(variant, batch if variant_batched else x)

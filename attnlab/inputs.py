@@ -99,7 +99,30 @@ class FileInputsConf:
             raise UserError("inputs.path is missing: inputs=file needs inputs.path=FILE (.csv, .json or .npy)")
 
 
-SCHEMAS = {"book": BookInputsConf, "random": RandomInputsConf, "file": FileInputsConf}
+EMPTY_TEXT = 'inputs.text is empty: inputs=text needs inputs.text="some words"'
+
+
+@dataclass
+class TextInputsConf:
+    """Text as GPT-2 BPE tokens embedded by seeded nn.Embedding layers (conf/inputs/text.yaml;
+    the factory and the tokenizer's packaging are in attnlab.text_inputs)."""
+
+    _target_: str = "attnlab.text_inputs.text_inputs"
+    _convert_: str = "all"
+    kind: str = "text"
+    text: Optional[str] = None
+    d_in: int = 3
+    positions: bool = False  # add a seeded nn.Embedding(max_tokens, d_in) of positions 0..n-1
+    max_tokens: int = 1024  # GPT-2's context length; also the size of the positions' table
+
+    def __post_init__(self) -> None:
+        if not self.text:
+            raise UserError(EMPTY_TEXT)
+        positive(self.d_in, "inputs.d_in")
+        positive(self.max_tokens, "inputs.max_tokens")
+
+
+SCHEMAS = {"book": BookInputsConf, "random": RandomInputsConf, "file": FileInputsConf, "text": TextInputsConf}
 
 
 def check_inputs(cfg: DictConfig) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
@@ -53,6 +53,13 @@ class ShowConf:
 
 
 @dataclass
+class PlotsConf:
+    # what a sweep's comparison.html and TensorBoard draw against each swept numeric key (names or
+    # globs: divergence_context_h* is one plot per head); None: attnlab.sweep_plots.DEFAULT_DIAGNOSTICS
+    diagnostics: Optional[List[str]] = None
+
+
+@dataclass
 class Config:
     variant: VariantConf = field(default_factory=VariantConf)
     inputs: Any = None  # the group `inputs`: a structured config of attnlab.inputs, or your own
@@ -79,6 +86,7 @@ class Config:
     weights: WeightsMode = WeightsMode.shared
     weights_init: WeightsInit = WeightsInit.rand
     expect: Dict[str, Any] = field(default_factory=dict)
+    plots: PlotsConf = field(default_factory=PlotsConf)
     log: Dict[str, bool] = field(default_factory=dict)  # log.NAME for every sink found, and LOG_OPTIONS
     sink: Dict[str, Any] = field(default_factory=dict)  # sink.NAME: each sink's config (_target_ and options)
 
@@ -101,7 +109,7 @@ def help_header(registry: Registry) -> str:
         [
             "attnlab: see what a change to self-attention does, stage by stage.",
             "",
-            "Usage: python -m attnlab [variant=NAME] [seed=N] [d_out=N] [inputs=book|random|file] [key=value ...]",
+            "Usage: python -m attnlab [variant=NAME] [seed=N] [d_out=N] [inputs=book|random|file|text] [key=value ...]",
             "       python -m attnlab -m variant=reference,unscaled seed=1,2,3     (a sweep)",
             "       attnlab compare PATH... [--out FILE] [--filter key=value]",
             "",

@@ -173,7 +173,7 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
     width = width or shutil.get_terminal_size((120, 24)).columns
     if jobs.empty:
         return "no jobs"
-    swept = _swept_columns(jobs)
+    swept = swept_columns(jobs)
     headers = ["variant", *swept, "status", "first divergent", "findings", "|Δ output|"]
     rows = []
     for i, (_, job) in enumerate(jobs.iterrows()):
@@ -187,7 +187,7 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
     return _fit(headers, rows, width, shrink_order=["findings", *reversed(swept), "first divergent", "variant"])
 
 
-def _swept_columns(jobs: pd.DataFrame) -> dict[str, list]:
+def swept_columns(jobs: pd.DataFrame) -> dict[str, list]:
     """{column: values} of what differs between jobs besides the variant: the key columns, then
     the config values of the records (`dropout`, `variant.params.alpha`) when their paths are known."""
     from attnlab.metrics import hparams
@@ -270,5 +270,5 @@ def rebuild(folder: Path, write: Callable[[Report], object]) -> tuple[Report, li
 
 __all__ = [
     "Report", "diagnostic_columns", "differs_table", "find_record_files", "group_labels", "load_records", "rebuild",
-    "summary_table", "summary_view", "terminal_table",
+    "summary_table", "summary_view", "swept_columns", "terminal_table",
 ]

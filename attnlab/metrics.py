@@ -40,7 +40,7 @@ KEY_METRICS = (  # what a tracker shows beside the hyperparameters (TensorBoard'
 )
 # the sweep table's column names (attnlab.rows.KEY_COLUMNS), so both views agree
 _HPARAM_ALIASES = {"variant.name": "variant", "inputs.n_tokens": "n_tokens", "inputs.d_in": "d_in"}
-_HPARAM_SKIP = {"log", "sink"}  # output switches and settings, not settings of the experiment
+_HPARAM_SKIP = {"log", "sink", "plots"}  # output switches and settings, not settings of the experiment
 _HPARAM_DATA = {"inputs.embeddings", "inputs.labels"}  # the token data itself, not a setting to compare
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 from pathlib import Path
+from typing import Sequence
 
 import pandas as pd
 
@@ -17,19 +18,24 @@ from attnlab.aggregate import Report, group_labels, summary_view
 from attnlab.heatmap import render_heatmap_views, to_png_bytes
 from attnlab.record import Record, write_atomic
 from attnlab.sinks.terminal import no_findings_message
+from attnlab.sweep_plots import DEFAULT_DIAGNOSTICS, plots_html
 
 HTML_FILE = "comparison.html"
 
 
 class HtmlSink:
-    """`log.html`: a sweep's comparison.html (a single job has no page of its own)."""
+    """`log.html`: a sweep's comparison.html (a single job has no page of its own); `plots`: the
+    diagnostics drawn against each swept numeric key (`plots.diagnostics`)."""
+
+    def __init__(self, plots: Sequence[str] | None = None) -> None:
+        self.plots = list(plots) if plots is not None else list(DEFAULT_DIAGNOSTICS)
 
     def write_sweep(self, report: Report, folder: Path) -> None:
-        write_html_report(report, Path(folder) / HTML_FILE)
+        write_html_report(report, Path(folder) / HTML_FILE, plots=self.plots)
 
 
-def write_html_report(report: Report, path: Path) -> Path:
-    write_atomic(Path(path), render_html(report))
+def write_html_report(report: Report, path: Path, plots: Sequence[str] = DEFAULT_DIAGNOSTICS) -> Path:
+    write_atomic(Path(path), render_html(report, plots=plots))
     return Path(path)
 
 STYLE = """
@@ -133,11 +139,12 @@ def profile_chart(jobs: pd.DataFrame) -> str:
     return "<h2>What each variant costs (profile=true)</h2>" + "".join(charts)
 
 
-def render_html(report: Report, title: str = "attnlab comparison") -> str:
+def render_html(report: Report, title: str = "attnlab comparison", plots: Sequence[str] = DEFAULT_DIAGNOSTICS) -> str:
     failed = sum(not r.ok for r in report.records)
     status = f'{len(report.records)} record(s)' + (f', <span class="failed">{failed} failed</span>' if failed else "")
     sections = [
         f"<h1>{html.escape(title)}</h1><p>{status}</p>",
+        plots_html(report, plots),  # a sweep over a numeric key reads first as curves
         "<h2>Per configuration: attention weights and findings</h2>",
         configuration_cards(report),
         profile_chart(report.jobs),

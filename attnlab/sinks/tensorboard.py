@@ -44,6 +44,9 @@ from attnlab.spill import release
 if TYPE_CHECKING:
     from tensorboard.compat.proto.summary_pb2 import Summary
 
+    from attnlab.aggregate import Report
+    from attnlab.sweep_plots import Curve
+
 HEATMAP_STAGES = ("scores", "scaled_scores", "weights", "context")
 HISTOGRAM_STAGES = ("weights", "context")
 TOKEN_BY_TOKEN = {"scores", "scaled_scores", "weights"}  # columns are key tokens; context's are dims
@@ -74,14 +77,86 @@ class TensorBoardSink:
     """`log.tensorboard`: the job's TensorBoard run (`images` and `histograms` follow `log.images`
     and `log.histograms` through conf/sink/tensorboard.yaml)."""
 
-    def __init__(self, images: bool = True, histograms: bool = True) -> None:
+    def __init__(self, images: bool = True, histograms: bool = True, plots: Sequence[str] | None = None) -> None:
         self.images, self.histograms = images, histograms
+        self.plots = plots  # the sweep's curves (plots.diagnostics); None: attnlab.sweep_plots' default set
 
     def write(self, records: Sequence[Record], job: JobInfo) -> None:
         markdown = rows_markdown(job_rows(records), transpose=len(records) == 1)
         write_tensorboard(list(records), job.dir, table_markdown=markdown, images=self.images,
                           histograms=self.histograms,
                           swept=swept_hparams(job.sweep_dir) if job.sweep_dir is not None else None)
+
+    def write_sweep(self, report: Report, folder: Path) -> None:
+        from attnlab.sweep_plots import DEFAULT_DIAGNOSTICS, sweep_curves
+
+        curves, _ = sweep_curves(report, DEFAULT_DIAGNOSTICS if self.plots is None else list(self.plots))
+        write_sweep_curves(curves, Path(folder) / SWEEP_RUN)
+
+
+SWEEP_RUN = "sweep"  # <sweep>/sweep/<line>: one TensorBoard run per line (variant), so each is its own line
+
+
+def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
+    """The sweep's curves as scalars: a run per line label under `folder`, tags
+    `sweep/<key>/<diagnostic tag>/{mean,lower,upper}` (lower, upper: mean ∓ std over seeds) at
+    step = the swept value when every value is an integer, else its index (named in the chart's
+    title), and a custom-scalars layout: a category per swept key, a margin chart per diagnostic.
+    Runs written by an earlier call are replaced: the sweep's end can rebuild its outputs."""
+    from torch.utils.tensorboard.summary import custom_scalars
+
+    _remove_sweep_runs(folder)
+    if not curves:
+        return
+    layout: dict[str, dict[str, list]] = {}
+    for curve in curves:
+        tag = sweep_tag(curve)
+        layout.setdefault(f"sweep: against {curve.key}", {})[_chart_title(curve)] = [
+            "Margin", [f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"]]
+    for label in dict.fromkeys(label for curve in curves for label in curve.lines):
+        with EventFile(folder / sweep_run_name(label)) as events:
+            for curve in curves:
+                step = sweep_steps(curve)
+                tag = sweep_tag(curve)
+                for point in curve.lines.get(label, []):
+                    values = {f"{tag}/mean": point.mean, f"{tag}/lower": point.mean - point.std,
+                              f"{tag}/upper": point.mean + point.std}
+                    events.add(scalars_summary(values), step=step[point.x])
+            events.add(custom_scalars(layout))  # in every run: TensorBoard merges equal charts
+
+
+def sweep_tag(curve: Curve) -> str:
+    from attnlab.metrics import metric_name
+
+    return f"sweep/{curve.key}/{metric_name(curve.diagnostic)}"
+
+
+def sweep_steps(curve: Curve) -> dict[float, int]:
+    """{swept value: step}: the value itself when every value is an integer, else its index."""
+    return {x: int(x) if curve.integer_steps else i for i, x in enumerate(curve.xs)}
+
+
+def _chart_title(curve: Curve) -> str:
+    from attnlab.metrics import metric_name
+
+    title = f"{metric_name(curve.diagnostic)} (mean ± std over seeds)"
+    if curve.integer_steps:
+        return f"{title}, step = {curve.key}"
+    mapping = ", ".join(f"{i} = {x:g}" for i, x in enumerate(curve.xs))
+    return f"{title}, step = index of {curve.key}: {mapping}"
+
+
+def sweep_run_name(label: str) -> str:
+    """A folder name for a line label (`gqa · d_out=8` -> `gqa,d_out=8`)."""
+    return "".join(c if c.isalnum() or c in "._=-," else "_" for c in label.replace(" · ", ","))
+
+
+def _remove_sweep_runs(folder: Path) -> None:
+    for events in Path(folder).glob("*/events.out.tfevents.*"):
+        events.unlink()
+    for run in Path(folder).glob("*"):
+        if run.is_dir() and not any(run.iterdir()):
+            run.rmdir()
 
 
 def swept_hparams(sweep_dir: Path) -> list[str]:

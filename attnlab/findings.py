@@ -175,6 +175,7 @@ class _Diagnosis(HeadChecks):
 
     def shapes(self) -> None:
         d_in = self.v.stages["inputs"].shape[-1]
+        undivided = []
         for stage, matrix in _PROJECTIONS.items():
             if not self.present(stage) or stage not in self.ref.stages:
                 continue
@@ -186,14 +187,27 @@ class _Diagnosis(HeadChecks):
             per_head = heads > 1
             wanted = f"head_dim={expected} per head" if per_head else f"d_out={expected}"
             if per_head and cols == heads * expected:  # the wrapper's heads built with d_out each
-                self.add("shape_projection", stage, f"each head's {stage} have {cols} columns where head_dim="
-                         f"{expected} per head was expected: every head got the full d_out={cols} instead of "
-                         f"d_out // num_heads, so the merged output has num_heads·d_out = {heads * cols} columns "
-                         f"where the reference has d_out={cols}; give each head d_out // num_heads.")
+                undivided.append((stage, cols, expected))
                 continue
             self.add("shape_projection", stage, f"{stage} have {cols} columns where {wanted} was expected: "
                      f"the {matrix} projection probably used {cause} where it should have used "
                      f"{'d_out // num_heads' if per_head else 'd_out'}.")
+        if undivided:
+            self.undivided_heads(undivided)
+
+    def undivided_heads(self, undivided: list[tuple[str, int, int]]) -> None:
+        """Every head built with the whole d_out: one finding, where the learner sees it (the output's
+        width) when that differs, else at the first projection."""
+        stages = ", ".join(stage for stage, _, _ in undivided)
+        _, cols, expected = undivided[0]
+        width, ref_width = self.v.stages["output"].shape[-1], self.ref.stages["output"].shape[-1]
+        heads = f"each head's {stages} have {cols} columns where head_dim={expected} per head was expected"
+        cause = f"every head got the full d_out={cols} instead of d_out // num_heads; give each head d_out // num_heads."
+        if width == ref_width:  # an output projection took the merged heads back to d_out
+            self.add("shape_projection", undivided[0][0], f"{heads}: {cause}")
+            return
+        self.add("shape_projection", "output", f"the output has {width} columns where the reference has d_out="
+                 f"{ref_width} (num_heads·d_out): {heads}, because {cause}")
 
     def scores_transposed(self) -> str | None:
         """keys @ queries.T: the roles are swapped, or the scores equal the reference's transposed."""

@@ -35,7 +35,7 @@ class CausalAttention(nn.Module):
 @attnlab.variant(
     "impl_wrapper_undivided",
     description="the notebook's old Ch03_MHA_Wrapper bug: each head gets the full d_out, num_heads * d_out columns out",
-    expected_finding=("shape_projection", "queries"),
+    expected_finding=("shape_projection", "output"),
     reference="multi_head_attention",
 )
 class Ch03_MHA_Wrapper(nn.Module):

@@ -82,8 +82,10 @@ def test_zoo_first_finding_is_its_bug_with_nothing_earlier(spec):
     earliest = STAGES.index(stage)
     assert all(STAGES.index(f.stage) >= earliest for f in record.findings), [(f.code, f.stage) for f in record.findings]
     assert found.message.endswith(".")
-    assert record.first_divergent_stage is None or STAGES.index(record.first_divergent_stage) >= min(
-        earliest, STAGES.index("scaled_scores"))  # a mask bug shows at scaled_scores
+    # a mask bug shows at scaled_scores; undivided heads are named at the output's width, which
+    # their per-head projections (the first divergent stages) explain
+    floor = STAGES.index("queries") if code == "shape_projection" else min(earliest, STAGES.index("scaled_scores"))
+    assert record.first_divergent_stage is None or STAGES.index(record.first_divergent_stage) >= floor
 
 
 @pytest.mark.parametrize("spec", [s for s in ZOO if s.expected_finding[0] != "batch_mixing"], ids=lambda s: s.name)
@@ -210,7 +212,9 @@ def test_a_very_negative_fill_is_a_mask(plugin_folder, use_plugins):
 
 def test_the_undivided_wrapper_names_the_output_width():
     finding = record_of("impl_wrapper_undivided").findings[0]
-    assert "num_heads·d_out = 4 columns where the reference has d_out=2" in finding.message
+    assert (finding.code, finding.stage) == ("shape_projection", "output")
+    assert finding.message.startswith("the output has 4 columns where the reference has d_out=2 (num_heads·d_out)")
+    assert "queries, keys, values have 2 columns where head_dim=1" in finding.message
 
 
 @pytest.mark.parametrize("name", ["causal_attention", "multi_head_attention", "mha_wrapper", "torch_mha"])

@@ -47,7 +47,8 @@ def one_line(exc: BaseException, args: list[str] = ()) -> str:
         context = str(exc).splitlines()[0].strip() if cause is not exc else ""
         return f"{cause.full_key}: {reason}" + (f" ({context})" if context else "")
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return "; ".join(lines[:2]) or type(exc).__name__
+    ambiguous = lines[:1] and lines[0].startswith("Ambiguous value")  # a comma: Hydra's three ways out, all kept
+    return "; ".join(lines[:4] if ambiguous else lines[:2]) or type(exc).__name__
 
 
 def _check_variant_overrides(args: list[str]) -> None:

@@ -98,6 +98,7 @@ BAD_INPUTS = [
     (["inputs=file"], "inputs.path is missing: inputs=file needs inputs.path=FILE"),
     (["expect.no_such_prediction=1"], "expect.no_such_prediction: unknown prediction; allowed: context_shape,"),
     (["expect.context_shape=6"], "expect.context_shape: expected a list of ints like [6, 2], got 6"),
+    (["inputs=text", "inputs.text=Hello, tea?"], "2. To use it as string, quote the value: key=\\'value1,value2\\'"),
 ]
 
 

@@ -1,10 +1,11 @@
 """Memory pre-flight: a run too large for the machine says so before any forward.
 
-The estimate counts what a run holds at its peak, from the shapes alone: the variant's
-score-sized stages (scores, the copy kept before an in-place mask, scaled scores, weights) while
-its forward's own transients are alive, the reference's (all three, or one at a time when they
-are spilled to disk), and the diagnosis' boolean masks; plus the interpreter with torch. The
-figures it was fitted to are in benchmarks/README.md.
+The estimate counts what a run holds at its peak, the variant's forward, from the shapes alone:
+the variant's score-sized stages (scores, the copy kept before an in-place mask, scaled scores,
+weights) while its forward's own transients are alive, and the reference's three (none when they
+are spilled to disk: the passes of the diagnosis afterwards read one block of one stage at a
+time); plus the interpreter with torch and the activations. The figures it was checked against
+are in benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -45,11 +46,10 @@ class Size:
 def estimate_peak_bytes(size: Size, *, spilled: bool) -> int:
     """The peak a run of this size reaches (see the module docstring for what is counted)."""
     variant = 4 * size.stage_bytes  # scores, the kept copy, scaled scores, weights
-    reference = (1 if spilled else 3) * size.stage_bytes
-    masks = size.stage_bytes // 2  # two boolean (batch, heads, query, key) masks at 1 byte a value
+    reference = 0 if spilled else 3 * size.stage_bytes
     activations = 12 * size.batch * size.n_tokens * max(size.d_in, size.d_out) * size.itemsize
     buffers = 2 * size.context_length**2 * size.itemsize
-    return BASE_BYTES + variant + reference + masks + activations + buffers
+    return BASE_BYTES + variant + reference + activations + buffers
 
 
 def available_bytes() -> tuple[int, str]:

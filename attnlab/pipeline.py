@@ -235,8 +235,8 @@ def compute_record(
             for module in (reference_module, variant_module):
                 module.train(spec.train)
             # built and seeded on the CPU in float32, then moved: a seed means the same numbers everywhere
-            reference_module.to(spec.device, DTYPES[spec.reference_dtype])
-            variant_module.to(spec.device, DTYPES[spec.dtype])
+            cast(reference_module, spec.device, DTYPES[spec.reference_dtype])
+            cast(variant_module, spec.device, DTYPES[spec.dtype])
             reference_x = _moved(batch if reference_batched else tokens, spec.device, spec.reference_dtype)
             variant_x = _moved(batch if variant_batched else tokens, spec.device, spec.dtype)
             reference = run_module(reference_name, reference_module, reference_x, seed)
@@ -290,6 +290,23 @@ def _batch_mixing(name: str, module: nn.Module, x: torch.Tensor, together: Captu
         return batch_mixing.check(lambda item: run_module(name, module, item, seed), x, together)
     except PluginError:  # a module that cannot take a batch of one: nothing to compare
         return None
+
+
+def cast(module: nn.Module, device: str, dtype: torch.dtype) -> None:
+    """Move `module` to `device` and its real floating-point parameters and buffers to `dtype`.
+
+    `Module.to(dtype)` would cast a complex buffer (Llama's RoPE `freqs_cis`) to a real dtype and
+    drop its imaginary part; complex tensors keep their kind here, at the precision of `dtype`."""
+    complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+    module.to(device)
+    for name, param in module.named_parameters():
+        if param.is_floating_point():
+            param.data = param.data.to(dtype)
+    for name, buffer in module.named_buffers():
+        kind = dtype if buffer.is_floating_point() else complex_dtype if buffer.is_complex() else None
+        if kind is not None and buffer.dtype != kind:
+            owner, _, attribute = name.rpartition(".")
+            setattr(module.get_submodule(owner), attribute, buffer.to(kind))
 
 
 def _moved(x: torch.Tensor, device: str, dtype: str) -> torch.Tensor:

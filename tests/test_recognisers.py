@@ -46,7 +46,6 @@ class RoFormerAttention(nn.Module):
         self.v_proj = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.o_proj = nn.Linear(d_out, d_out)
         freqs = theta ** (-torch.arange(0, self.dh, 2).double() / self.dh)
-        # real angles: a complex buffer would not survive a module cast to a real dtype
         self.register_buffer("angles", torch.outer(torch.arange(context_length).double(), freqs).float())
         self.rotate_keys, self.rotate_values = rotate_keys, rotate_values
 
@@ -66,6 +65,34 @@ class RoFormerAttention(nn.Module):
         s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
         o = torch.einsum("bhqk,bkhd->bqhd", s.softmax(dim=-1), v)
         return self.o_proj(o.reshape(b, n, -1))
+''',
+    "llama_rope": '''
+class LlamaAttention(nn.Module):
+    """Meta's Llama: a complex freqs_cis buffer (torch.polar), queries and keys turned through
+    view_as_complex over interleaved pairs, causal SDPA."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, theta=10000.0):
+        super().__init__()
+        self.h, self.dh = num_heads, d_out // num_heads
+        self.wq = nn.Linear(d_in, d_out, bias=False)
+        self.wk = nn.Linear(d_in, d_out, bias=False)
+        self.wv = nn.Linear(d_in, d_out, bias=False)
+        self.wo = nn.Linear(d_out, d_out, bias=False)
+        freqs = 1.0 / (theta ** (torch.arange(0, self.dh, 2)[: self.dh // 2].float() / self.dh))
+        angles = torch.outer(torch.arange(context_length).float(), freqs)  # (n, dh/2)
+        self.register_buffer("freqs_cis", torch.polar(torch.ones_like(angles), angles), persistent=False)
+
+    def rotate(self, x):  # (b, n, h, dh)
+        z = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(z * self.freqs_cis[: x.shape[1], None, :]).flatten(3).type_as(x)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.rotate(self.wq(x).view(b, n, self.h, self.dh)).transpose(1, 2)
+        k = self.rotate(self.wk(x).view(b, n, self.h, self.dh)).transpose(1, 2)
+        v = self.wv(x).view(b, n, self.h, self.dh).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(o.transpose(1, 2).reshape(b, n, -1))
 ''',
     "sdpa_alibi": '''
 class SDPAALiBi(nn.Module):
@@ -223,6 +250,13 @@ def test_rope_over_interleaved_complex_pairs_is_rotary_with_its_theta(independen
     assert "rotary" in codes(result, "info") and codes(result, "error") == []
     assert "interleaved pairs" in message(result, "rotary")
     assert "theta (base) 500000" in message(result, "rotary")
+
+
+def test_llamas_complex_freqs_cis_buffer_survives_and_is_rotary(independent):
+    """A complex buffer kept through the harness' cast (Module.to(float32) drops its imaginary part)."""
+    result = independent("llama_rope")
+    assert "rotary" in codes(result, "info") and codes(result, "error") == []
+    assert "theta (base) 10000" in message(result, "rotary")
 
 
 def test_alibi_as_an_sdpa_float_mask_is_a_position_bias_with_the_published_slopes(independent):

@@ -13,6 +13,7 @@ from PIL import Image
 from attnlab.aggregate import Report
 from attnlab.record import Finding, Record
 from attnlab.sinks.html import render_html, weights_heatmap_html
+from tests._sweep_helpers import Page, sweep_of_lengths
 
 
 def record(variant: str = "unscaled", seed: int = 1, **overrides) -> Record:
@@ -79,3 +80,12 @@ def test_a_profiled_sweep_has_a_bar_per_variant_in_the_report(app, tmp_path):
     for label in ("forward ms", "peak MiB", "GFLOPs"):
         assert label in chart
     assert chart.count(">impl_sdpa</text>") == 3 and chart.count(">multi_head_attention</text>") == 3
+
+
+def test_a_sweep_over_a_number_has_one_svg_per_curve_with_the_variants_in_its_legend(tmp_path) -> None:
+    length_sweep = sweep_of_lengths(tmp_path)
+    page = Page(render_html(length_sweep, plots=["weights_entropy_mean", "divergence_context_h*", "missing_one"]))
+    assert [(p["diagnostic"], p["key"]) for p in page.plots] == [
+        ("weights_entropy_mean", "n_tokens"), ("divergence_context_h0", "n_tokens"), ("divergence_context_h1", "n_tokens")]
+    assert all(p["legend"] == ["alibi", "rope"] and p["lines"] == 2 for p in page.plots)
+    assert "not in these records: missing_one" in render_html(length_sweep, plots=["missing_one", "weights_entropy_mean"])

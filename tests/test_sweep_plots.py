@@ -1,54 +1,28 @@
-"""attnlab.sweep_plots: a sweep's diagnostics as curves against its numeric keys, in comparison.html
-(inline SVG) and in TensorBoard (a run per variant, a margin chart per diagnostic); the presets
-long_context, kv_heads and positions run through the real CLI at a reduced size."""
+"""attnlab.sweep_plots: a sweep's diagnostics as curves against its numeric keys (the sinks' own
+parts are in test_html.py and test_tensorboard.py); the presets long_context, kv_heads and
+positions run through the real CLI at a reduced size, their comparison.html and TensorBoard runs
+read back."""
 
 from __future__ import annotations
 
 import base64
 import io
 import math
-from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from attnlab.aggregate import Report, load_records, find_record_files
-from attnlab.record import Record, write_record
-from attnlab.sinks.html import render_html
-from attnlab.sinks.tensorboard import SWEEP_RUN, TensorBoardSink, sweep_steps, sweep_tag
+from attnlab.aggregate import Report
+from attnlab.sinks.tensorboard import SWEEP_RUN, sweep_steps
 from attnlab.sweep_plots import chosen_diagnostics, curve_svg, log_axis, plots_html, sweep_curves
-
-
-def make_record(variant: str, seed: int, n_tokens: int, *, entropy: float, cap: float | None = None,
-                heads: list[float] | None = None, status: str = "ok") -> Record:
-    params = {} if cap is None else {"cap": cap}
-    return Record(
-        variant=variant, seed=seed, n_tokens=n_tokens, d_in=4, d_out=4, status=status,
-        config={"variant": {"name": variant, "params": params}, "seed": seed, "inputs": {"kind": "random", "n_tokens": n_tokens}},
-        diagnostics={"weights_entropy_mean": entropy, "divergence_context": 0.0} if status == "ok" else {},
-        head_diagnostics={"divergence_context": heads} if heads else {},
-        error=None if status == "ok" else "boom",
-    )
-
-
-def report_of(tmp_path: Path, records: list[Record]) -> Report:
-    """The records as a sweep on disk, read back: the sweep's config values come from the files."""
-    for num, record in enumerate(records):
-        write_record(record, tmp_path / "sweep" / f"{num}-job")
-    loaded, problems = load_records(find_record_files([tmp_path / "sweep"]))
-    assert not problems
-    return Report(loaded)
+from tests._sweep_helpers import Page, layout_of, sweep_record, report_of, sweep_events, sweep_of_lengths
 
 
 @pytest.fixture
 def length_sweep(tmp_path: Path) -> Report:
-    """Two variants x n_tokens 4, 16, 64 x seeds 1, 2; entropy = log(n) + seed / 10 (+1 for rope)."""
-    return report_of(tmp_path, [
-        make_record(variant, seed, n, entropy=math.log(n) + seed / 10 + (variant == "rope"), heads=[0.0, seed * 1.0])
-        for variant in ("alibi", "rope") for n in (4, 16, 64) for seed in (1, 2)
-    ])
+    return sweep_of_lengths(tmp_path)
 
 
 def test_one_curve_per_diagnostic_and_numeric_key_with_mean_and_std_over_seeds(length_sweep: Report) -> None:
@@ -75,20 +49,20 @@ def test_chosen_diagnostics_keep_the_order_asked_and_sort_heads_naturally() -> N
 
 
 def test_failed_jobs_are_left_out_and_a_seed_alone_has_no_band(tmp_path: Path) -> None:
-    report = report_of(tmp_path, [make_record("rope", 1, 4, entropy=1.0), make_record("rope", 2, 4, entropy=0.0, status="failed"),
-                                  make_record("rope", 1, 8, entropy=2.0)])
+    report = report_of(tmp_path, [sweep_record("rope", 1, 4, entropy=1.0), sweep_record("rope", 2, 4, entropy=0.0, status="failed"),
+                                  sweep_record("rope", 1, 8, entropy=2.0)])
     (curve,), _ = sweep_curves(report, ["weights_entropy_mean"])
     assert [(p.x, p.mean, p.std, p.n) for p in curve.lines["rope"]] == [(4, 1.0, 0.0, 1), (8, 2.0, 0.0, 1)]
     assert 'class="band"' not in curve_svg(curve)
 
 
 def test_no_numeric_key_swept_means_no_plots(tmp_path: Path) -> None:
-    report = report_of(tmp_path, [make_record(v, 1, 8, entropy=1.0) for v in ("alibi", "rope")])
+    report = report_of(tmp_path, [sweep_record(v, 1, 8, entropy=1.0) for v in ("alibi", "rope")])
     assert sweep_curves(report)[0] == [] and plots_html(report) == ""
 
 
 def test_a_swept_variant_param_is_an_axis_and_its_fractional_values_are_indexed_steps(tmp_path: Path) -> None:
-    report = report_of(tmp_path, [make_record("softcap", seed, 8, entropy=cap + seed, cap=cap)
+    report = report_of(tmp_path, [sweep_record("softcap", seed, 8, entropy=cap + seed, cap=cap)
                                   for cap in (0.5, 2.5) for seed in (1, 2)])
     (curve,), _ = sweep_curves(report, ["weights_entropy_mean"])
     assert curve.key == "variant.params.cap" and curve.xs == [0.5, 2.5] and not curve.integer_steps
@@ -99,92 +73,12 @@ def test_log_axis_when_values_span_a_factor_of_16() -> None:
     assert log_axis([16, 64, 256, 1024, 4096]) and not log_axis([1, 2, 4, 8]) and not log_axis([0, 100])
 
 
-class Page(HTMLParser):
-    """The plots of comparison.html: each svg.sweep-plot's keys, its legend texts and polylines;
-    and every <img>'s alt and source."""
-
-    def __init__(self, page: str) -> None:
-        super().__init__()
-        self.plots: list[dict] = []
-        self.images: list[dict] = []
-        self._legend = self._text = False
-        self.feed(page)
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        attrs = dict(attrs)
-        if tag == "svg" and "sweep-plot" in (attrs.get("class") or ""):
-            self.plots.append({"diagnostic": attrs["data-diagnostic"], "key": attrs["data-key"], "legend": [], "lines": 0})
-        elif self.plots and tag == "g" and attrs.get("class") == "legend":
-            self._legend = True
-        elif self.plots and tag == "polyline":
-            self.plots[-1]["lines"] += 1
-        elif tag == "text":
-            self._text = True
-        elif tag == "img":
-            self.images.append(attrs)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "g":
-            self._legend = False
-        elif tag == "text":
-            self._text = False
-
-    def handle_data(self, data: str) -> None:
-        if self._legend and self._text:
-            self.plots[-1]["legend"].append(data)
 
 
-def test_the_html_report_has_one_svg_per_curve_with_the_variants_in_its_legend(length_sweep: Report) -> None:
-    page = Page(render_html(length_sweep, plots=["weights_entropy_mean", "divergence_context_h*", "missing_one"]))
-    assert [(p["diagnostic"], p["key"]) for p in page.plots] == [
-        ("weights_entropy_mean", "n_tokens"), ("divergence_context_h0", "n_tokens"), ("divergence_context_h1", "n_tokens")]
-    assert all(p["legend"] == ["alibi", "rope"] and p["lines"] == 2 for p in page.plots)
-    assert "not in these records: missing_one" in render_html(length_sweep, plots=["missing_one", "weights_entropy_mean"])
 
 
-def sweep_events(folder: Path) -> dict[str, object]:
-    """{run name: its EventAccumulator} of every run under `folder`."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    runs = sorted({f.parent for f in folder.rglob("events.out.tfevents.*")})
-    return {run.name: EventAccumulator(str(run), size_guidance={"scalars": 0, "tensors": 0}).Reload() for run in runs}
 
 
-def layout_of(events) -> object:
-    from tensorboard.plugins.custom_scalar import layout_pb2
-
-    tag = next(iter(events.PluginTagToContent("custom_scalars")))
-    return layout_pb2.Layout.FromString(events.Tensors(tag)[0].tensor_proto.string_val[0])
-
-
-def test_tensorboard_sweep_runs_put_each_variant_on_its_own_line_at_the_swept_value(length_sweep: Report, tmp_path: Path) -> None:
-    sink = TensorBoardSink(plots=["weights_entropy_mean"])
-    sink.write_sweep(length_sweep, tmp_path)
-    sink.write_sweep(length_sweep, tmp_path)  # a rebuilt sweep replaces its runs, never doubles them
-    runs = sweep_events(tmp_path / SWEEP_RUN)
-    assert list(runs) == ["alibi", "rope"]
-    tag = "sweep/n_tokens/weights/entropy_mean"
-    assert set(runs["rope"].Tags()["scalars"]) == {f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"}
-    means = runs["rope"].Scalars(f"{tag}/mean")
-    assert [e.step for e in means] == [4, 16, 64]
-    assert means[0].value == pytest.approx(math.log(4) + 1.15, rel=1e-6)
-    spread = runs["rope"].Scalars(f"{tag}/upper")[0].value - runs["rope"].Scalars(f"{tag}/lower")[0].value
-    assert spread == pytest.approx(2 * float(np.std([0.1, 0.2], ddof=1)), rel=1e-4)
-    (category,) = layout_of(runs["alibi"]).category
-    assert category.title == "sweep: against n_tokens"
-    (chart,) = category.chart
-    assert "step = n_tokens" in chart.title
-    series = chart.margin.series[0]
-    assert (series.value, series.lower, series.upper) == (f"{tag}/mean", f"{tag}/lower", f"{tag}/upper")
-
-
-def test_tensorboard_layout_names_what_an_index_step_means(tmp_path: Path) -> None:
-    report = report_of(tmp_path, [make_record("softcap", 1, 8, entropy=cap, cap=cap) for cap in (0.5, 2.5)])
-    TensorBoardSink(plots=["weights_entropy_mean"]).write_sweep(report, tmp_path / "out")
-    events = sweep_events(tmp_path / "out" / SWEEP_RUN)["softcap"]
-    (curve,), _ = sweep_curves(report, ["weights_entropy_mean"])
-    assert [e.step for e in events.Scalars(f"{sweep_tag(curve)}/mean")] == [0, 1]
-    assert "step = index of variant.params.cap: 0 = 0.5, 1 = 2.5" in layout_of(events).category[0].chart[0].title
 
 
 # --- the presets, through the real CLI at a reduced size --------------------------------------

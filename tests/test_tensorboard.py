@@ -21,7 +21,9 @@ from PIL import Image
 from attnlab.heatmap import MAX_SIDE
 from attnlab.record import Finding, Record
 from attnlab.metrics import flat_hparams, metric_name
-from attnlab.sinks.tensorboard import write_tensorboard
+from attnlab.sinks.tensorboard import SWEEP_RUN, TensorBoardSink, sweep_tag, write_tensorboard
+from attnlab.sweep_plots import sweep_curves
+from tests._sweep_helpers import layout_of, report_of, sweep_events, sweep_of_lengths, sweep_record
 from tests._zoo_helpers import source_qkv
 
 BOOK_TOKENS = ["Your", "journey", "starts", "with", "one", "step"]
@@ -373,3 +375,37 @@ def test_writing_leaves_tensorboards_own_writer_untouched(tmp_path):
     write_tensorboard([book_record()], tmp_path, table_markdown=TABLE)
     assert record_writer.masked_crc32c is before
     assert accumulate(tmp_path).Tags()["scalars"]
+
+
+# --- a sweep's curves (attnlab.sweep_plots) as the runs <sweep>/sweep/<variant> ------------------
+
+def test_a_sweeps_curves_are_a_run_per_variant_at_step_the_swept_value(tmp_path: Path) -> None:
+    length_sweep = sweep_of_lengths(tmp_path / "records")
+    sink = TensorBoardSink(plots=["weights_entropy_mean"])
+    sink.write_sweep(length_sweep, tmp_path)
+    sink.write_sweep(length_sweep, tmp_path)  # a rebuilt sweep replaces its runs, never doubles them
+    runs = sweep_events(tmp_path / SWEEP_RUN)
+    assert list(runs) == ["alibi", "rope"]
+    assert len(list((tmp_path / SWEEP_RUN / "rope").glob("events.out.tfevents.*"))) == 1
+    tag = "sweep/n_tokens/weights/entropy_mean"
+    assert set(runs["rope"].Tags()["scalars"]) == {f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"}
+    means = runs["rope"].Scalars(f"{tag}/mean")
+    assert [e.step for e in means] == [4, 16, 64]
+    assert means[0].value == pytest.approx(math.log(4) + 1.15, rel=1e-6)
+    spread = runs["rope"].Scalars(f"{tag}/upper")[0].value - runs["rope"].Scalars(f"{tag}/lower")[0].value
+    assert spread == pytest.approx(2 * float(np.std([0.1, 0.2], ddof=1)), rel=1e-4)
+    (category,) = layout_of(runs["alibi"]).category
+    assert category.title == "sweep: against n_tokens"
+    (chart,) = category.chart
+    assert "step = n_tokens" in chart.title
+    series = chart.margin.series[0]
+    assert (series.value, series.lower, series.upper) == (f"{tag}/mean", f"{tag}/lower", f"{tag}/upper")
+
+
+def test_a_sweeps_layout_names_what_an_index_step_means(tmp_path: Path) -> None:
+    report = report_of(tmp_path, [sweep_record("softcap", 1, 8, entropy=cap, cap=cap) for cap in (0.5, 2.5)])
+    TensorBoardSink(plots=["weights_entropy_mean"]).write_sweep(report, tmp_path / "out")
+    events = sweep_events(tmp_path / "out" / SWEEP_RUN)["softcap"]
+    (curve,), _ = sweep_curves(report, ["weights_entropy_mean"])
+    assert [e.step for e in events.Scalars(f"{sweep_tag(curve)}/mean")] == [0, 1]
+    assert "step = index of variant.params.cap: 0 = 0.5, 1 = 2.5" in layout_of(events).category[0].chart[0].title

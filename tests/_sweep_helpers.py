@@ -13,7 +13,7 @@ from attnlab.record import Record, write_record
 
 
 def sweep_record(variant: str, seed: int, n_tokens: int, *, entropy: float, cap: float | None = None,
-                heads: list[float] | None = None, status: str = "ok") -> Record:
+                 heads: list[float] | None = None, status: str = "ok") -> Record:
     params = {} if cap is None else {"cap": cap}
     return Record(
         variant=variant, seed=seed, n_tokens=n_tokens, d_in=4, d_out=4, status=status,
@@ -31,7 +31,6 @@ def report_of(tmp_path: Path, records: list[Record]) -> Report:
     loaded, problems = load_records(find_record_files([tmp_path / "sweep"]))
     assert not problems
     return Report(loaded)
-
 
 
 def sweep_of_lengths(tmp_path: Path) -> Report:

@@ -2,7 +2,8 @@
 
 Inline CSS, images embedded as base64 PNG, no scripts, no external assets. The page reads the
 records and the tables built from them; it never recomputes attention. Per configuration it
-shows a small heatmap of the variant's attention weights (first seed) and its findings in words.
+shows a small heatmap of the variant's attention weights (first seed) and its findings in words;
+a sweep over a numeric key opens with its curves (attnlab.sweep_plots, inline SVG).
 """
 
 from __future__ import annotations

@@ -272,7 +272,8 @@ def test_hparams_hold_the_real_sizes_not_the_configs_nulls(tmp_path):
 
 
 def test_flat_hparams_leaves_out_log_and_empty_mappings():
-    flat = flat_hparams({"variant": {"name": "v", "params": {"causal": False}}, "log": {"x": 1}, "expect": {}})
+    flat = flat_hparams({"variant": {"name": "v", "params": {"causal": False}}, "log": {"x": 1}, "expect": {},
+                         "plots": {"diagnostics": ["weights_entropy_mean"]}})  # what is drawn, not what is run
     assert flat == {"variant": "v", "variant.params.causal": False}
 
 

@@ -379,8 +379,10 @@ def align(
     """Read the reference and load it into the variant, so that they differ only in computation.
 
     What the variant cannot hold is neutralised in the reference for this run (a bias zeroed, an
-    output projection set to identity, key/value heads repeated to the variant's fewer heads) and
-    reported under "reference.<parameter>"; the rest of the report is `load_projections`'.
+    output projection set to identity) and reported under "reference.<parameter>"; the rest of the
+    report is `load_projections`'. A variant with fewer key/value heads (GQA, MQA) takes the
+    reference's first head of each group and the reference keeps all of its own, so that what the
+    grouping changes shows per head: the heads that lost their own keys diverge.
     """
     projections = read_projections(reference, num_heads=num_heads)
     if hasattr(variant, "load_qkv"):  # a plugin with a layout of its own loads the matrices itself
@@ -391,9 +393,6 @@ def align(
     covered = {(role, slot.kind) for slot in variant_slots for role in slot.parts}
     fitted, why = _fit_reference(projections, covered)
     kv_heads = projections.num_kv_heads if num_kv_heads is None else num_kv_heads
-    fitted = with_kv_heads(with_kv_heads(fitted, kv_heads), projections.num_kv_heads)
-    if kv_heads < projections.num_kv_heads:
-        why["keys", "weight"] = why["values", "weight"] = f"key/value heads repeated to the variant's {kv_heads}"
     report: dict[str, str] = {}
     if why:
         load_projections(reference, fitted, num_heads=num_heads, num_kv_heads=projections.num_kv_heads)
@@ -402,6 +401,10 @@ def align(
             if reasons:
                 report[f"reference.{slot.name}"] = "; ".join(reasons)
     report |= load_projections(variant, fitted, num_heads=num_heads, num_kv_heads=kv_heads)
+    if kv_heads < projections.num_kv_heads:  # the reference keeps its own: the grouping's effect stays visible
+        kept = _kv_columns(projections, kv_heads)
+        report["key/value heads"] = (f"the reference's heads {', '.join(map(str, kept))} of {projections.num_kv_heads} "
+                                     f"(the first of each group of {projections.num_heads // kv_heads})")
     return report
 
 

@@ -161,10 +161,16 @@ def takes_batches(module: nn.Module, d_in: int, n_tokens: int, d_out: int) -> bo
     return isinstance(out, torch.Tensor) and out.dim() == 3 and tuple(out.shape[:2]) == tuple(probe.shape[:2])
 
 
-def kv_head_count(module: nn.Module) -> int | None:
-    """The key/value heads a module declares (an attribute under a usual spelling), if it does."""
-    values = [getattr(module, spelling, None) for spelling in SPELLINGS["num_kv_heads"]]
-    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool)), None)
+def kv_head_count(module: nn.Module, spec_name: str, params: dict[str, Any], values: dict[str, Any]) -> int | None:
+    """The key/value heads the variant has: an attribute under a usual spelling, else the count its
+    constructor was given; None (the reference's own) for a module that takes none, whatever the
+    top-level num_kv_heads says (it reaches only constructors that name it)."""
+    declared = [getattr(module, spelling, None) for spelling in SPELLINGS["num_kv_heads"]]
+    found = next((v for v in declared if isinstance(v, int) and not isinstance(v, bool)), None)
+    if found is not None:
+        return found
+    kwargs = constructor_kwargs(get_variant(spec_name), values, params)[1]
+    return next((int(kwargs[k]) for k in SPELLINGS["num_kv_heads"] if kwargs.get(k) is not None), None)
 
 
 def head_count(spec_name: str, values: dict[str, Any]) -> int:
@@ -231,7 +237,7 @@ def compute_record(
             if spec.shared:
                 seed_projections(reference_module, seed, spec.weights_init, num_heads=num_heads)
                 record.weights_loaded = align(reference_module, variant_module, num_heads=num_heads,
-                                              num_kv_heads=spec.values.get("num_kv_heads") or kv_head_count(variant_module))
+                                              num_kv_heads=kv_head_count(variant_module, name, spec.params, values))
             for module in (reference_module, variant_module):
                 module.train(spec.train)
             # built and seeded on the CPU in float32, then moved: a seed means the same numbers everywhere

@@ -3,6 +3,7 @@ forward output is the reference's, checked on random batched inputs with the sou
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import itertools
 import math
@@ -361,12 +362,20 @@ def test_fewer_kv_heads_take_the_columns_of_query_head_g_times_group(ch03, heads
     for g in range(kv_heads):
         h = g * group
         assert torch.equal(variant.k_proj.weight[g * hd : (g + 1) * hd], original_keys[h * hd : (h + 1) * hd])
-    if kv_heads < heads:  # the reference's keys/values repeated to the variant's heads, for this run
-        assert report["reference.W_key.weight"] == f"key/value heads repeated to the variant's {kv_heads}"
-    else:
-        assert "reference.W_key.weight" not in report
+    assert torch.equal(reference.W_key.weight, original_keys)  # the reference keeps its own heads
+    assert "reference.W_key.weight" not in report
+    if kv_heads < heads:
+        kept = ", ".join(str(g * group) for g in range(kv_heads))
+        assert report["key/value heads"] == f"the reference's heads {kept} of {heads} (the first of each group of {group})"
     assert report["reference.out_proj.bias"] == "zeroed (the variant has no bias)"  # o_proj has none
-    assert_same_output(reference, variant, torch.randn(2, 7, d_in))
+    grouped = copy.deepcopy(reference)  # the reference with each group's first key/value head repeated
+    with torch.no_grad():
+        for layer in (grouped.W_key, grouped.W_value):
+            for h in range(heads):
+                first = (h // group) * group
+                layer.weight[h * hd : (h + 1) * hd] = layer.weight[first * hd : (first + 1) * hd].clone()
+                layer.bias[h * hd : (h + 1) * hd] = layer.bias[first * hd : (first + 1) * hd].clone()
+    assert_same_output(grouped, variant, torch.randn(2, 7, d_in))
 
 
 def test_a_d_in_sized_key_in_a_multi_head_variant_is_not_taken_for_fewer_kv_heads(ch03):

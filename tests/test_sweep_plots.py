@@ -108,10 +108,11 @@ def test_long_context_plots_entropy_row_max_and_first_token_mass_against_length(
 
 
 @pytest.mark.slow
-def test_kv_heads_plots_each_heads_entropy_against_num_kv_heads(app, tmp_path: Path) -> None:
+def test_kv_heads_plots_each_heads_divergence_against_num_kv_heads(app, tmp_path: Path) -> None:
     folder = run_preset(app, tmp_path, "kv_heads", "num_heads=4", "num_kv_heads=4,2,1", "seed=1,2")
     page = Page((folder / "comparison.html").read_text())
-    expected = [f"weights_entropy_mean_h{h}" for h in range(4)] + ["divergence_context"]
+    expected = ([f"divergence_context_h{h}" for h in range(4)] + [f"weights_entropy_mean_h{h}" for h in range(4)]
+                + ["divergence_context"])
     assert [(p["diagnostic"], p["key"]) for p in page.plots] == [(d, "num_kv_heads") for d in expected]
     assert all(p["legend"] == ["gqa"] for p in page.plots)
     events = sweep_events(folder / SWEEP_RUN)["gqa"]
@@ -119,6 +120,11 @@ def test_kv_heads_plots_each_heads_entropy_against_num_kv_heads(app, tmp_path: P
     # head 0 reads its own keys whatever the grouping: its entropy does not move with num_kv_heads
     head0 = [e.value for e in events.Scalars("sweep/num_kv_heads/weights/entropy_mean_h0/mean")]
     assert max(head0) - min(head0) < 1e-6
+    # against multi-head attention: head 1 shares head 0's keys from 2 kv heads down, head 2 only in MQA
+    tag = "sweep/num_kv_heads/{}/context_h{}/mean"
+    divergence = {h: [e.value for e in events.Scalars(tag.format("divergence", h))] for h in range(4)}
+    assert divergence[0] == [0.0, 0.0, 0.0] and divergence[1][2] == 0.0 and divergence[2][2] == 0.0
+    assert min(divergence[1][:2]) > 0.1 and divergence[2][0] > 0.1 and divergence[2][1] == 0.0
 
 
 @pytest.mark.slow

@@ -175,3 +175,14 @@ def test_a_plugin_returning_weights_times_x_gets_no_value_path_finding(plugin_fo
     assert record.status == "ok" and record.stage_shapes["output"] == [6, 3]
     assert [f for f in record.findings if f.severity == "error"], "a wrong output is always a finding"
     assert "value_path" not in {f.code for f in record.findings}, record.findings
+
+
+@pytest.mark.parametrize("variant,kept,group", [("multi_head_attention", None, 1), ("gqa", "0, 2", 2), ("mqa", "0", 4)])
+def test_num_kv_heads_regroups_only_a_module_that_takes_or_declares_it(variant, kept, group):
+    """The top-level num_kv_heads=2 reaches gqa's constructor; multi_head_attention takes no such
+    argument (its keys stay its own: no finding), and mqa declares its one kv head itself."""
+    record = attnlab.run(variant, seed=3, overrides=["inputs=random", "inputs.n_tokens=6", "inputs.d_in=8"],
+                         d_out=8, num_heads=4, num_kv_heads=2, reference="multi_head_attention").record
+    assert record.weights_loaded.get("key/value heads") == (
+        None if kept is None else f"the reference's heads {kept} of 4 (the first of each group of {group})")
+    assert [f.code for f in record.findings] == ([] if kept is None else ["kv_heads"])

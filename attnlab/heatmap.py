@@ -29,6 +29,8 @@ from functools import lru_cache
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
+import torch
+import torch.nn.functional as F
 
 MAX_SIDE = 512  # cells per axis after pooling
 CROP = 64  # tokens in the full-resolution crop of a pooled map
@@ -271,16 +273,23 @@ def _colour_range(matrix: np.ndarray, diverging: bool) -> tuple[float, float]:
 def _pool(matrix: np.ndarray, diverging: bool) -> tuple[np.ndarray, tuple[int, int]]:
     """Block-pool each axis longer than MAX_SIDE; returns the pooled matrix and block sizes."""
     blocks = tuple(-(-n // MAX_SIDE) for n in matrix.shape)
-    pooled = matrix
-    for axis, block in enumerate(blocks):
-        if block > 1:
-            starts = np.arange(0, matrix.shape[axis], block)
-            high = np.maximum.reduceat(pooled, starts, axis=axis)  # NaN propagates: a grey block
-            if diverging:
-                low = np.minimum.reduceat(pooled, starts, axis=axis)
-                high = np.where(np.abs(low) > np.abs(high), low, high)
-            pooled = high
+    if blocks == (1, 1):
+        return matrix, (1, 1)
+    high, low = _block_extremes(matrix, blocks, diverging)
+    pooled = high if low is None else np.where(np.abs(low) > np.abs(high), low, high)
     return pooled, (blocks[0], blocks[1])
+
+
+def _block_extremes(matrix: np.ndarray, blocks: tuple[int, ...], diverging: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Max (and, diverging, min) of each block, the last blocks of a side partial; NaN propagates:
+    a grey block. torch's max pooling, on the array's own memory: numpy's strided reductions
+    were most of a long run's TensorBoard images (benchmarks/README.md)."""
+    values = torch.from_numpy(np.ascontiguousarray(matrix, dtype=np.float32))[None, None]  # (1, 1, rows, cols)
+
+    def pool(t: torch.Tensor) -> np.ndarray:
+        return F.max_pool2d(t, kernel_size=blocks, stride=blocks, ceil_mode=True)[0, 0].numpy()
+
+    return pool(values), -pool(-values) if diverging else None
 
 
 def _colour(matrix: np.ndarray, low: float, high: float, lut: np.ndarray) -> np.ndarray:

@@ -21,11 +21,14 @@ Rules a reader can rely on:
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 import zlib
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, Callable, Iterable
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -112,8 +115,9 @@ def render_heatmap_views(
     A (heads, rows, cols) array is a head grid: each head's map, labelled, side by side.
     """
     if np.ndim(values) == 3 and np.shape(values)[0] > 1:
-        per_head = [render_heatmap_views(v, title=f"{title} · head {h}", row_labels=row_labels,
-                                         col_labels=col_labels, diverging=diverging) for h, v in enumerate(values)]
+        per_head = _in_threads(lambda h: render_heatmap_views(values[h], title=f"{title} · head {h}",
+                                                              row_labels=row_labels, col_labels=col_labels,
+                                                              diverging=diverging), range(np.shape(values)[0]))
         return {view: side_by_side([views[view] for views in per_head]) for view in per_head[0]}
     matrix, title = _as_matrix(values, title)
     views = {"main": render_heatmap(matrix, title=title, row_labels=row_labels, col_labels=col_labels,
@@ -191,10 +195,21 @@ def encoded_heatmap_views(
         if cached is not None:
             return cached
     views = render_heatmap_views(array, title=title, row_labels=row_labels, col_labels=col_labels, diverging=diverging)
-    encoded = {view: EncodedHeatmap(to_png_bytes(image), image.shape[0], image.shape[1]) for view, image in views.items()}
+    pngs = _in_threads(to_png_bytes, views.values())
+    encoded = {view: EncodedHeatmap(png, image.shape[0], image.shape[1]) for (view, image), png in zip(views.items(), pngs)}
     if key is not None:
         _ENCODED.put(key, encoded)
     return encoded
+
+
+def _in_threads(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    """[fn(item) for item in items], on every core: numpy, zlib and torch's pooling let go of the
+    GIL, and a long run's images were most of its wall time (benchmarks/README.md)."""
+    items = list(items)
+    if len(items) < 2:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(len(items), os.cpu_count() or 1)) as pool:
+        return list(pool.map(fn, items))
 
 
 def side_by_side(images: list[np.ndarray], gap: int = 8) -> np.ndarray:

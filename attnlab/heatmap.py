@@ -249,7 +249,8 @@ def render_heatmap(
     cells = _colour(pooled, low, high, lut)
     layout = _Layout.plan(pooled.shape, title, rows, cols, cell_text=_cell_texts(pooled))
     canvas = np.full((layout.height, layout.width, 3), _BACKGROUND, dtype=np.uint8)
-    grid = np.repeat(np.repeat(cells, layout.cell_h, axis=0), layout.cell_w, axis=1)
+    grid = cells if layout.cell_h == layout.cell_w == 1 else np.repeat(np.repeat(cells, layout.cell_h, axis=0),
+                                                                        layout.cell_w, axis=1)
     canvas[layout.grid_y : layout.grid_y + grid.shape[0], layout.grid_x : layout.grid_x + grid.shape[1]] = grid
     bar = np.repeat(lut[::-1][np.linspace(0, _LUT_SIZE - 1, layout.bar_h).astype(int)][:, None], _BAR_W, axis=1)
     canvas[layout.grid_y : layout.grid_y + layout.bar_h, layout.bar_x : layout.bar_x + _BAR_W] = bar
@@ -313,11 +314,17 @@ def _colour(matrix: np.ndarray, low: float, high: float, lut: np.ndarray) -> np.
     Infinities are grey like NaN, not the ends of the scale: a learner must see them.
     """
     span = high - low
-    with np.errstate(invalid="ignore", over="ignore"):
-        t = (matrix - low) / span if span > 0 else np.full(matrix.shape, 0.5, dtype=np.float32)
-        index = np.rint(np.clip(np.nan_to_num(t, nan=0.5), 0.0, 1.0) * (_LUT_SIZE - 1)).astype(np.intp)
+    finite = np.isfinite(matrix)
+    if span > 0:
+        with np.errstate(invalid="ignore", over="ignore"):
+            t = (matrix - low) * np.float32((_LUT_SIZE - 1) / span)  # one temporary, scaled in place below
+        np.clip(t, 0.0, _LUT_SIZE - 1, out=t)
+        t[~finite] = 0.0  # coloured below
+        index = (t + 0.5).astype(np.uint16)  # rounds half up: t >= 0
+    else:
+        index = np.full(matrix.shape, round(0.5 * (_LUT_SIZE - 1)), dtype=np.uint16)
     cells = lut[index]
-    cells[~np.isfinite(matrix)] = _NON_FINITE
+    cells[~finite] = _NON_FINITE
     return cells
 
 

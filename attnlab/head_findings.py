@@ -10,13 +10,15 @@ variant's own weights before and after dropout.
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import replace
 
 import torch
 
 from attnlab.batch_mixing import BatchMixing
 from attnlab.capture import Capture
-from attnlab.diagnostics import max_abs_diff, scale_observed, stage_tolerance
+from attnlab.diagnostics import max_abs, max_abs_diff, scale_observed, stage_tolerance
 from attnlab.record import Finding
 from attnlab.stages import AXES
 
@@ -51,6 +53,13 @@ def heads_phrase(finding: Finding, num_heads: int) -> str:
 
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
     return a.shape == b.shape and max_abs_diff(a, b) <= tol
+
+
+def _same_everywhere(values: torch.Tensor, pattern: torch.Tensor) -> bool:
+    """Whether every (batch, head) matrix of `values` is -inf exactly where `pattern` is True, one
+    matrix at a time (no stage-sized boolean temporaries)."""
+    lead = itertools.product(*(range(n) for n in values.shape[:-2]))
+    return all(torch.equal(torch.isneginf(values[index]), pattern) for index in lead)
 
 
 def _triu_offset(pattern: torch.Tensor) -> int | None:
@@ -142,16 +151,15 @@ class HeadChecks:
         mine, ref = self.v.stages.get("scaled_scores"), self.ref.stages.get("scaled_scores")
         if mine is None or ref is None or mine.shape[-2:] != ref.shape[-2:]:
             return
-        ref_mask = torch.isneginf(ref)
-        if not ref_mask.any():
-            return  # no mask in the reference: a deliberate one is the `masked` note
-        pattern = ref_mask[0, 0]
-        if not torch.equal(ref_mask, pattern.expand_as(ref_mask)):
+        if math.isfinite(max_abs(ref)):
+            return  # no mask in the reference (no -inf at all): a deliberate one is the `masked` note
+        pattern = torch.isneginf(ref[(0,) * (ref.dim() - 2)])  # (query, key) of the first batch item and head
+        if not pattern.any() or not _same_everywhere(ref, pattern):
             return
         self.ref_mask = pattern
-        hidden = torch.isneginf(mine)
-        if hidden.any():
-            self._mask_offset(hidden, pattern)
+        if not math.isfinite(max_abs(mine)) and bool(torch.isneginf(mine).any()):
+            if not _same_everywhere(mine, pattern):
+                self._mask_offset(torch.isneginf(mine), pattern)
             return
         self.finite_fill = True  # the variant's entries there are finite: no scale is read from them
         weights = self.v.stages.get("weights_applied", self.v.stages.get("weights"))  # zeroed as multiplied

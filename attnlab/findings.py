@@ -152,8 +152,10 @@ class _Diagnosis(HeadChecks):
                  severity="info")
 
     def ref_masked(self) -> bool:
+        if self.ref_mask is not None:
+            return True  # mask_shape found the reference's mask
         scaled = self.ref.stages.get("scaled_scores")
-        return scaled is not None and bool(torch.isneginf(scaled).any())
+        return scaled is not None and not math.isfinite(max_abs(scaled)) and bool(torch.isneginf(scaled).any())
 
     def non_finite(self) -> None:
         if self.v.softmax_axis in (0, 1, 2) or any(f.code == "mask_offset" for f in self.findings):

@@ -157,10 +157,13 @@ class HeadChecks:
         if not pattern.any() or not _same_everywhere(ref, pattern):
             return
         self.ref_mask = pattern
-        if not math.isfinite(max_abs(mine)) and bool(torch.isneginf(mine).any()):
-            if not _same_everywhere(mine, pattern):
-                self._mask_offset(torch.isneginf(mine), pattern)
-            return
+        if not math.isfinite(max_abs(mine)):
+            if _same_everywhere(mine, pattern):
+                return  # the reference's mask
+            hidden = torch.isneginf(mine)
+            if hidden.any():
+                self._mask_offset(hidden, pattern)
+                return
         self.finite_fill = True  # the variant's entries there are finite: no scale is read from them
         weights = self.v.stages.get("weights_applied", self.v.stages.get("weights"))  # zeroed as multiplied
         where = pattern.expand_as(mine)

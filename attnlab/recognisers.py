@@ -122,9 +122,26 @@ def _rotation(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | 
         w = turn.abs()
         frequency = frequency + (w * positions * residual).sum((0, 1, 2)) / (w * positions**2).sum((0, 1, 2)).clamp_min(1e-300)
         rotated = z_ref * torch.exp(1j * positions * frequency)
-        if (rotated - z).abs().max() <= tol + rtol * float(x.abs().max()):
+        turning = float(frequency.abs().max()) > rtol  # no angle at all is no rotation (QK-norm alone)
+        if turning and (rotated - z).abs().max() <= tol + rtol * float(x.abs().max()):
             return _Rotation(pairing, frequency)
     return None
+
+
+def _rms_normed(x: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """x divided per vector by its root-mean-square over the last axis, and the smallest RMS."""
+    rms = x.double().pow(2).mean(dim=-1, keepdim=True).sqrt().clamp_min(1e-12)
+    return x.double() / rms, float(rms.min())
+
+
+def _rotation_maybe_normed(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | None:
+    """`_rotation` of `ref` itself, or of `ref` RMS-normalised first (QK-norm, then RoPE, as in
+    OLMo 2 and Qwen3: a rotation keeps the RMS, so the order does not matter)."""
+    turn = _rotation(mine, ref, tol)
+    if turn is not None:
+        return turn
+    normed, smallest = _rms_normed(ref)
+    return _rotation(mine, normed, _UNIT_RMS + tol / smallest)
 
 
 def _base(rotation: _Rotation, head_dim: int) -> str:
@@ -150,7 +167,7 @@ def _rotary(p: _Pair) -> list[Finding]:
     changed = {stage: p.changed(stage) for stage in ("queries", "keys", "values") if p.both(stage) is not None}
     if not (changed["queries"] or changed["keys"]):
         return []
-    turns = {stage: _rotation(*pair, 4 * p.tolerance(stage)) if changed[stage] else None
+    turns = {stage: _rotation_maybe_normed(*pair, 4 * p.tolerance(stage)) if changed[stage] else None
              for stage, pair in (("queries", queries), ("keys", keys))}
     rotated = [stage for stage, turn in turns.items() if turn is not None]
     if not rotated:
@@ -184,13 +201,14 @@ def _rotary(p: _Pair) -> list[Finding]:
 
 
 def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
-    """`mine` is `ref` divided, per (batch, head, token), by its root-mean-square over head_dim."""
-    y, x = mine.double(), ref.double()
-    rms = y.pow(2).mean(dim=-1).sqrt()
+    """`mine` is `ref` divided, per (batch, head, token), by its root-mean-square over head_dim (then
+    perhaps rotated by position: RoPE after QK-norm)."""
+    rms = mine.double().pow(2).mean(dim=-1).sqrt()
     if (rms - 1).abs().max() > _UNIT_RMS:
         return False
-    ref_rms = x.pow(2).mean(dim=-1, keepdim=True).sqrt().clamp_min(1e-12)
-    return bool((x / ref_rms - y).abs().max() <= _UNIT_RMS + tol / float(ref_rms.min()))
+    normed, smallest = _rms_normed(ref)
+    tol = _UNIT_RMS + tol / smallest
+    return bool((normed - mine.double()).abs().max() <= tol) or _rotation(mine, normed, tol) is not None  # or then RoPE
 
 
 def _qk_norm(p: _Pair) -> list[Finding]:

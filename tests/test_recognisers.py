@@ -94,6 +94,33 @@ class LlamaAttention(nn.Module):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.wo(o.transpose(1, 2).reshape(b, n, -1))
 ''',
+    "qk_norm_rope": '''
+class QKNormRoPE(nn.Module):
+    """OLMo 2 / Qwen3 style: queries and keys RMS-normalised per head, then rotated over half-split pairs."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, theta=1000.0):
+        super().__init__()
+        self.h, self.dh = num_heads, d_out // num_heads
+        self.qkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias)
+        self.out = nn.Linear(d_out, d_out)
+        inv = theta ** (-torch.arange(0, self.dh, 2).float() / self.dh)
+        angles = torch.outer(torch.arange(context_length).float(), inv)  # (n, dh/2)
+        self.register_buffer("cos", angles.cos().repeat(1, 2))
+        self.register_buffer("sin", angles.sin().repeat(1, 2))
+
+    def rope(self, x):  # (b, h, n, dh)
+        n, half = x.shape[-2], self.dh // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * self.cos[:n] + rotated * self.sin[:n]
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        q = self.rope(q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6))
+        k = self.rope(k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + 1e-6))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(o.transpose(1, 2).reshape(b, n, -1))
+''',
     "sdpa_alibi": '''
 class SDPAALiBi(nn.Module):
     """ALiBi as SDPA's float mask on a fused qkv; `by_key`: the bias from the key's position alone (a bug)."""
@@ -257,6 +284,12 @@ def test_llamas_complex_freqs_cis_buffer_survives_and_is_rotary(independent):
     result = independent("llama_rope")
     assert "rotary" in codes(result, "info") and codes(result, "error") == []
     assert "theta (base) 10000" in message(result, "rotary")
+
+
+def test_qk_norm_then_rope_is_both_changes_named(independent):
+    result = independent("qk_norm_rope")
+    assert {"rotary", "qk_norm"} <= set(codes(result, "info")) and codes(result, "error") == []
+    assert "half-split pairs (Llama), theta (base) 1000" in message(result, "rotary")
 
 
 def test_alibi_as_an_sdpa_float_mask_is_a_position_bias_with_the_published_slopes(independent):

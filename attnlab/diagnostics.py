@@ -195,8 +195,9 @@ def first_divergent_stage(variant: Capture, reference: Capture,
 def _weights_diagnostics(weights: torch.Tensor | None) -> tuple[dict[str, float], dict[str, list[float]]]:
     """Row and column sums, entropy, row max and first-token mass of (batch, heads, query, key) weights.
 
-    One pass per (batch, head) block: float32 elementwise, float64 sums (a float64 copy of each
-    block cost more than all the statistics together)."""
+    Per (batch, head) block in float32 (torch's cascaded sums keep a block's sum to a few
+    epsilon), accumulated over blocks in float64: a float64 copy or float64 reduction of each
+    block cost more than all the statistics together."""
     names = ["weights_row_sum_max_err", "weights_col_sum_max_err", "weights_min", "weights_max",
              "weights_entropy_mean", "weights_entropy_norm_mean", "weights_row_max_mean", "weights_first_token_mass"]
     if weights is None or weights.dim() != 4 or weights.numel() == 0:
@@ -212,11 +213,11 @@ def _weights_diagnostics(weights: torch.Tensor | None) -> tuple[dict[str, float]
         cols = torch.zeros(n_keys, dtype=f64)
         for rows in row_blocks(n_query):
             block = weights[b, h, rows].to(wide)  # (rows, key)
-            row_err = max(row_err, float((block.sum(dim=-1, dtype=f64) - 1).abs().max()))
-            cols += block.sum(dim=0, dtype=f64)
-            entropy[b, h] -= torch.special.xlogy(block, block).sum(dtype=f64)
-            row_max[b, h] += block.amax(dim=-1).sum(dtype=f64)
-            first[b, h] += block[:, 0].sum(dtype=f64)
+            row_err = max(row_err, float((block.sum(dim=-1) - 1).abs().max()))
+            cols += block.sum(dim=0)
+            entropy[b, h] -= float(torch.special.xlogy(block, block).sum())
+            row_max[b, h] += float(block.amax(dim=-1).sum())
+            first[b, h] += float(block[:, 0].sum())
             extremes.append(torch.stack(torch.aminmax(block)))
         col_err = max(col_err, float((cols - 1).abs().max()))
     per_head = {"weights_entropy_mean": (entropy / n_query).mean(dim=0),

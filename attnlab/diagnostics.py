@@ -105,11 +105,17 @@ def _gap(x: torch.Tensor, y: torch.Tensor) -> float:
     return worst if not math.isnan(worst) else float(torch.where(x == y, 0.0, gap).max())
 
 
+def finite_entries(t: torch.Tensor) -> torch.Tensor:
+    """torch.isfinite(t), in two passes that CPU kernels vectorise (isfinite's own is ~3x slower);
+    NaN compares false."""
+    return t.abs() < math.inf
+
+
 @releasing
 def _non_finite(t: torch.Tensor) -> float:
     if math.isfinite(max_abs(t)):
         return 0.0  # one pass without a temporary: a finite max |t| leaves no NaN or inf anywhere
-    return float(sum(int((~torch.isfinite(t[i])).sum()) for i in blocks(t)))
+    return float(t.numel() - sum(int(finite_entries(t[i]).sum()) for i in blocks(t)))
 
 
 def capture_eps(capture: Capture) -> float:
@@ -249,9 +255,9 @@ def scale_observed(scores: torch.Tensor | None, scaled: torch.Tensor | None) -> 
     wide = torch.promote_types(scores.dtype, torch.float32)
     for i in blocks(scores):
         s, t = scores[i].to(wide).reshape(-1), scaled[i].to(wide).reshape(-1)
-        finite = torch.isfinite(t)  # the scores are a product of finite projections; the mask is in t
+        finite = finite_entries(t)  # the scores are a product of finite projections; the mask is in t
         if not finite_scores:
-            finite &= torch.isfinite(s)
+            finite &= finite_entries(s)
         s, t = torch.where(finite, s, 0.0), torch.where(finite, t, 0.0)
         dot += float(torch.dot(s, t))  # BLAS: one pass, no product temporary
         norm += float(torch.dot(s, s))

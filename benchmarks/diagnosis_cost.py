@@ -8,7 +8,11 @@ MultiHeadAttention forward twice (the variant and the reference), eval mode, no_
 `attnlab.pipeline.compute_record` for the same pair on two distinct batch items (so the batch-item
 reruns run), split into its parts by wrapping the pipeline's functions: the two captured forwards,
 the batch-item reruns, the rest (diagnostics, findings, predictions, the record's numpy copies).
-Prints the medians and the ratio against the target (<= 1.5x).
+Prints the medians and two ratios against the target (<= 1.5x): the diagnosis on top of the two
+forwards it diagnoses (the batch-item reruns and everything else), which is how the issue reads
+("the whole diagnosis, re-running batch items included ... the two plain forwards it diagnoses"),
+and the whole of compute_record with its own captured forwards, which cannot meet 1.5x: those
+forwards (1x) and the reruns (0.5x, one more forward of the batch) are 1.5x before any arithmetic.
 """
 
 from __future__ import annotations
@@ -88,12 +92,19 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(harness(cfg, inputs, items))
     base = statistics.median(plain)
     parts = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+    def verdict(ratio: float) -> str:
+        return "PASS" if ratio <= TARGET else f"FAIL (over by {ratio / TARGET:.2f}x)"
+
     ratio = parts["total"] / base
-    verdict = "PASS" if ratio <= TARGET else f"FAIL (over by {ratio / TARGET:.2f}x)"
+    on_top = (parts["reruns"] + parts["rest"]) / base
     print(f"batch 2 x {args.heads} heads x {args.n_tokens} tokens x d {args.d}, {args.repeats} interleaved repeats, "
           f"{torch.get_num_threads()} threads")
     print(f"two plain forwards      {base:7.2f} s")
-    print(f"whole diagnosis         {parts['total']:7.2f} s  = {ratio:.2f}x  (target <= {TARGET}x: {verdict})")
+    print(f"the diagnosis on top of the two forwards it diagnoses (reruns + the rest) = {on_top:.2f}x "
+          f"(target <= {TARGET}x: {verdict(on_top)})")
+    print(f"whole compute_record, its own two captured forwards included = {ratio:.2f}x "
+          f"(<= {TARGET}x: {verdict(ratio)}; the forwards and the reruns alone are 1.5x)")
     print(f"  two captured forwards {parts['captured']:7.2f} s  = {parts['captured'] / base:.2f}x")
     print(f"  batch-item reruns     {parts['reruns']:7.2f} s  = {parts['reruns'] / base:.2f}x")
     print(f"  the rest              {parts['rest']:7.2f} s  = {parts['rest'] / base:.2f}x  (diagnostics, findings, "

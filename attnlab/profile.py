@@ -4,7 +4,7 @@ Measured on the plain module after the capture, never under it: the capture's To
 sees every call and would be timed too, and a profile must never change the diagnosed values.
 Nothing here runs unless `profile=true`.
 
-- Time: after one warm-up call, calls timed one by one (perf_counter, the device synchronised
+- Time: after one warm-up call and one that measures the peak and counts the FLOPs, calls timed one by one (perf_counter, the device synchronised
   before and after) until the budget is spent, at least one: the median and interquartile range
   over them (nan below 4 calls). torch.utils.benchmark's blocked_autorange first spends a call on
   sizing its blocks, which at the notebook's size is a whole forward outside the budget. The
@@ -56,8 +56,9 @@ def profile_module(module: nn.Module, x: torch.Tensor, *, budget_s: float, backw
     with torch.no_grad():
         forward = _call(module, x)
         forward()  # warm-up: lazy initialisation, a compiled kernel, the allocator's first pages
-        peak = peak_bytes(forward, x.device)
-        flops = count_flops(forward)
+        peaks: list[float] = []  # one call measures both: the FLOP counter allocates no tensors
+        flops = count_flops(forward, run=lambda counted: peaks.append(peak_bytes(counted, x.device)))
+        peak = peaks[0] if peaks and not math.isnan(flops) else peak_bytes(forward, x.device)
         median, iqr = time_call(forward, deadline - time.perf_counter(), x.device)
     return {"forward_ms": median, "forward_ms_iqr": iqr,
             "backward_ms": time_backward(module, x, share) if backward else NAN,
@@ -121,12 +122,17 @@ def time_backward(module: nn.Module, x: torch.Tensor, seconds: float) -> float:
         return NAN
 
 
-def count_flops(fn: Callable[[], Any]) -> float:
-    """2 x the multiply-adds of every matmul of one call (dense); nan where the counter cannot run."""
+def count_flops(fn: Callable[[], Any], run: Callable[[Callable[[], Any]], Any] = lambda counted: counted()) -> float:
+    """2 x the multiply-adds of every matmul of one call (dense); nan where the counter cannot run.
+    `run(counted)` makes that one call (peak_bytes measures it in the same forward)."""
     counter = _MatmulFlops()
-    try:
+
+    def counted() -> Any:
         with _flex_attention_eager(), counter:
-            fn()
+            return fn()
+
+    try:
+        run(counted)
     except Exception:  # noqa: BLE001 - a kernel the counter cannot follow is no count, not a failed run
         return NAN
     return float(counter.flops)

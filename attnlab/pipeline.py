@@ -284,7 +284,7 @@ def compute_record(
                    spec.profile_budget_s, spec.profile_backward, tuple(sorted(values.items())))
             record.profile = profile_pair((variant_module, variant_x), (reference_module, reference_x),
                                           budget_s=spec.profile_budget_s, backward=spec.profile_backward,
-                                          reference_key=key)
+                                          reference_key=key, warmed_up=True)  # the capture ran both
             record.diagnostics.update(record.profile)
     return record
 

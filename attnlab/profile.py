@@ -4,7 +4,9 @@ Measured on the plain module after the capture, never under it: the capture's To
 sees every call and would be timed too, and a profile must never change the diagnosed values.
 Nothing here runs unless `profile=true`.
 
-- Time: after one warm-up call and one that measures the peak and counts the FLOPs, calls timed one by one (perf_counter, the device synchronised
+- Time: after one warm-up call (none after the pipeline's capture, which has just run the module
+  on the same input: lazy initialisation and the allocator's pages are done) and one call that
+  measures the peak and counts the FLOPs, calls timed one by one (perf_counter, the device synchronised
   before and after) until the budget is spent, at least one: the median and interquartile range
   over them (nan below 4 calls). torch.utils.benchmark's blocked_autorange first spends a call on
   sizing its blocks, which at the notebook's size is a whole forward outside the budget. The
@@ -47,15 +49,18 @@ _CLEAR_REFS = Path("/proc/self/clear_refs")
 _reference_cache: dict[Hashable, dict[str, float]] = {}  # a sweep's jobs share one reference's profile
 
 
-def profile_module(module: nn.Module, x: torch.Tensor, *, budget_s: float, backward: bool) -> dict[str, float]:
+def profile_module(module: nn.Module, x: torch.Tensor, *, budget_s: float, backward: bool,
+                   warmed_up: bool = False) -> dict[str, float]:
     """forward_ms, forward_ms_iqr, backward_ms, peak_bytes and flops of `module(x)` in about
     `budget_s`: the untimed calls (warm-up, peak, FLOPs) are paid from it too, and every timer
-    still takes one call."""
+    still takes one call. `warmed_up`: the module has just run on `x` (the pipeline's capture):
+    no warm-up call."""
     share = budget_s / (2 if backward else 1)
     deadline = time.perf_counter() + share
     with torch.no_grad():
         forward = _call(module, x)
-        forward()  # warm-up: lazy initialisation, a compiled kernel, the allocator's first pages
+        if not warmed_up:
+            forward()  # warm-up: lazy initialisation, a compiled kernel, the allocator's first pages
         peaks: list[float] = []  # one call measures both: the FLOP counter allocates no tensors
         flops = count_flops(forward, run=lambda counted: peaks.append(peak_bytes(counted, x.device)))
         peak = peaks[0] if peaks and not math.isnan(flops) else peak_bytes(forward, x.device)
@@ -66,14 +71,15 @@ def profile_module(module: nn.Module, x: torch.Tensor, *, budget_s: float, backw
 
 
 def profile_pair(variant: tuple[nn.Module, torch.Tensor], reference: tuple[nn.Module, torch.Tensor], *,
-                 budget_s: float, backward: bool, reference_key: Hashable | None = None) -> dict[str, float]:
+                 budget_s: float, backward: bool, reference_key: Hashable | None = None,
+                 warmed_up: bool = False) -> dict[str, float]:
     """The variant's columns and their ratios to the reference's. Half the budget each; a
     reference already profiled under the same `reference_key` (name, shapes, dtype, device, ...)
-    in this process is not measured again."""
-    mine = profile_module(*variant, budget_s=budget_s / 2, backward=backward)
+    in this process is not measured again. `warmed_up`: both have just run on their inputs."""
+    mine = profile_module(*variant, budget_s=budget_s / 2, backward=backward, warmed_up=warmed_up)
     theirs = _reference_cache.get(reference_key) if reference_key is not None else None
     if theirs is None:
-        theirs = profile_module(*reference, budget_s=budget_s / 2, backward=backward)
+        theirs = profile_module(*reference, budget_s=budget_s / 2, backward=backward, warmed_up=warmed_up)
         if reference_key is not None:
             _reference_cache[reference_key] = theirs
     ratios = {name: _ratio(mine[column], theirs[column]) for name, column in RATIOS.items()}

@@ -166,15 +166,18 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
     """The jobs table for a terminal, fitted to its width (`width`, else COLUMNS or the terminal's).
 
     Columns: variant, the swept keys (the key columns and config values that differ between
-    jobs), status, the first divergent stage, the findings (a failed job's error) and the
-    largest difference of the output from the reference. Long cells are cut with "…" rather than
+    jobs), status, the first divergent stage, the findings (a failed job's error), the
+    largest difference of the output from the reference, and with profile=true what each costs
+    (forward ms, its ratio to the reference's, peak MB, GFLOP). Long cells are cut with "…" rather than
     wrapped; every column is in comparison.csv/.md/.html.
     """
     width = width or shutil.get_terminal_size((120, 24)).columns
     if jobs.empty:
         return "no jobs"
     swept = swept_columns(jobs)
-    headers = ["variant", *swept, "status", "first divergent", "findings", "|Δ output|"]
+    costs = {header: column for header, column in COST_COLUMNS.items()
+             if column in jobs and jobs[column].notna().any()}  # profile=true: what each one costs, beside what it computes
+    headers = ["variant", *swept, "status", "first divergent", "findings", "|Δ output|", *costs]
     rows = []
     for i, (_, job) in enumerate(jobs.iterrows()):
         failed = job.get("status") == "failed"
@@ -183,6 +186,7 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
             _text(job.get("first_divergent_stage")) if not failed else "—",
             (_text(job.get("error")) if failed else _text(job.get("findings"))) or "—",
             _number_text(_output_divergence(job)),
+            *[_number_text(_scaled(job.get(column), header)) for header, column in costs.items()],
         ])
     return _fit(headers, rows, width, shrink_order=["findings", *reversed(swept), "first divergent", "variant"])
 
@@ -213,6 +217,16 @@ def swept_columns(jobs: pd.DataFrame) -> dict[str, list]:
 def _output_divergence(job: pd.Series) -> object:
     value = job.get("divergence_output")
     return job.get("divergence_context") if value is None or pd.isna(value) else value
+
+
+COST_COLUMNS = {"forward ms": "forward_ms", "× reference": "forward_ms_vs_reference", "peak MB": "peak_bytes",
+                "GFLOP": "flops"}  # terminal header: the profile's column
+
+
+def _scaled(value: object, header: str) -> object:
+    """Bytes as MB and FLOPs as GFLOP, as the header says."""
+    divisor = {"peak MB": 1e6, "GFLOP": 1e9}.get(header)
+    return value / divisor if divisor and isinstance(value, (int, float)) and not pd.isna(value) else value
 
 
 def _text(value: object) -> str:

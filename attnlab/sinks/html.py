@@ -16,7 +16,6 @@ from typing import Sequence
 import pandas as pd
 
 from attnlab.aggregate import Report, group_labels, summary_view
-from attnlab.heatmap import render_heatmap_views, to_png_bytes
 from attnlab.record import Record, write_atomic
 from attnlab.sinks.terminal import no_findings_message
 from attnlab.sweep_plots import DEFAULT_DIAGNOSTICS, plots_html
@@ -57,6 +56,8 @@ li.error { color: #a40000; } li.warning { color: #8a5a00; }
 
 def weights_heatmap_html(record: Record) -> str:
     """An <img> of the variant's attention weights, or a sentence saying why there is none."""
+    from attnlab.heatmap import render_heatmap_views, to_png_bytes  # Pillow: only for a sweep's page
+
     weights = record.heads_view("weights", batch=int((record.config.get("show") or {}).get("batch", 0)))
     if "weights" not in record.stage_shapes:
         return '<p class="note">no weights captured</p>'

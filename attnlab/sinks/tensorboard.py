@@ -29,13 +29,14 @@ import socket
 import struct
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attnlab.heatmap import EncodedHeatmap, encoded_heatmap_views
-from attnlab.metrics import KEY_METRICS, hparams, json_default, metric_values
+from attnlab.metrics import KEY_METRICS, hparam_name, hparams, json_default, metric_values
 from attnlab.record import Finding, Record
 from attnlab.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo
@@ -164,14 +165,19 @@ def swept_hparams(sweep_dir: Path) -> list[str]:
     of its command line (`hydra.sweeper.params` first, as the sweeper reads them), from the
     multirun.yaml Hydra saves in the sweep folder before any job starts. The same list in every
     job: TensorBoard shows the columns of whichever job's experiment summary it reads first."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
-
-    from attnlab.metrics import hparam_name
-
     saved = Path(sweep_dir) / "multirun.yaml"
     if not saved.exists():
         return []
+    return list(_swept_hparams(str(saved), saved.stat().st_mtime_ns))
+
+
+@lru_cache(maxsize=8)
+def _swept_hparams(saved: str, mtime_ns: int) -> tuple[str, ...]:
+    """Read once per sweep and process: the file (Hydra's help text included) is ~20 KB of YAML,
+    parsed in pure Python, which was most of a small job's TensorBoard output."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
     hydra_cfg = OmegaConf.load(saved).hydra
     params = hydra_cfg.sweeper.get("params")
     params = OmegaConf.to_container(params, resolve=False) if params else {}
@@ -181,7 +187,7 @@ def swept_hparams(sweep_dir: Path) -> list[str]:
         key = override.key_or_group
         if override.is_sweep_override() and not key.startswith(("hydra", "log.", "sink.")):
             names.append(hparam_name(key))
-    return list(dict.fromkeys(names))
+    return tuple(dict.fromkeys(names))
 
 
 def write_tensorboard(

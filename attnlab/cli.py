@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     registry = discover()
     for warning in registry.warnings:
         print(f"attnlab: warning: {warning}", file=sys.stderr)
-    register_configs(registry)
+    register_configs(registry, full_help=bool({"--help", "-h"} & set(args)))
     # What start-up left alive (torch's objects) leaves the collector's sight: every full
     # collection in a sweep walked it all, for nothing that would ever be freed.
     gc.freeze()

@@ -180,7 +180,10 @@ def new_dir(path: str) -> str:
     raise AssertionError("unreachable")
 
 
-def register_configs(registry: Registry | None = None) -> None:
+def register_configs(registry: Registry | None = None, *, full_help: bool = False) -> None:
+    """attnlab's configs in Hydra's ConfigStore. `full_help` (the command line asks for --help):
+    the help text with every variant; otherwise a one-line pointer to it, since Hydra composes and
+    saves the help with every job's config (the full text was ~15 KB of YAML per job)."""
     registry = registry or discover()
     # Hydra's public registration: the sweeper is found even when Hydra scanned for plugins
     # earlier in this process (another Hydra app ran first), and with any install layout.
@@ -200,10 +203,11 @@ def register_configs(registry: Registry | None = None) -> None:
         name="attnlab",
         node={
             "app_name": "attnlab",
-            "header": help_header(registry),
+            "header": help_header(registry) if full_help else "attnlab: python -m attnlab --help lists everything",
             "footer": "Docs: README.md. Powered by Hydra (https://hydra.cc).",
-            "template": "${hydra.help.header}\n\n== Config groups ==\n" + groups_help().replace("$", "$$") + "\n\n"
-            "== Config ==\nOverride anything in the config (e.g. seed=7, d_out=4)\n\n$CONFIG\n${hydra.help.footer}\n",
+            "template": ("${hydra.help.header}\n\n== Config groups ==\n" + groups_help().replace("$", "$$") + "\n\n"
+                         "== Config ==\nOverride anything in the config (e.g. seed=7, d_out=4)\n\n$CONFIG\n"
+                         "${hydra.help.footer}\n") if full_help else "${hydra.help.header}",
         },
         provider="attnlab",
     )

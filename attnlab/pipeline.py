@@ -305,7 +305,7 @@ def cast(module: nn.Module, device: str, dtype: torch.dtype) -> None:
     drop its imaginary part; complex tensors keep their kind here, at the precision of `dtype`."""
     complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
     module.to(device)
-    for name, param in module.named_parameters():
+    for param in module.parameters():
         if param.is_floating_point():
             param.data = param.data.to(dtype)
     for name, buffer in module.named_buffers():

@@ -7,12 +7,13 @@ import io
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 
 from attnlab.aggregate import Report
 from attnlab.record import Finding, Record
-from attnlab.sinks.html import render_html, weights_heatmap_html
+from attnlab.sinks.html import profile_chart, render_html, weights_heatmap_html
 from tests._sweep_helpers import Page, sweep_of_lengths
 
 
@@ -89,3 +90,13 @@ def test_a_sweep_over_a_number_has_one_svg_per_curve_with_the_variants_in_its_le
         ("weights_entropy_mean", "n_tokens"), ("divergence_context_h0", "n_tokens"), ("divergence_context_h1", "n_tokens")]
     assert all(p["legend"] == ["alibi", "rope"] and p["lines"] == 2 for p in page.plots)
     assert "not in these records: missing_one" in render_html(length_sweep, plots=["missing_one", "weights_entropy_mean"])
+
+
+def test_a_long_variant_name_is_not_cut_at_the_charts_left_edge() -> None:
+    """The name column widens with the longest name (~7 px a character at 12 px), so an
+    end-anchored label never starts left of the picture."""
+    name = "impl_torch_mha_no_weights_and_more"
+    jobs = pd.DataFrame({"variant": [name, "impl_sdpa"], "forward_ms": [3.0, 1.0]})
+    svg = profile_chart(jobs)
+    anchor = float(re.search(rf'<text x="([\d.]+)" y="\d+" text-anchor="end">{name}</text>', svg).group(1))
+    assert anchor >= 7 * len(name)

@@ -127,7 +127,8 @@ def profile_chart(jobs: pd.DataFrame) -> str:
     for column, label in present:
         means = (jobs.groupby("variant")[column].mean() * _SCALE.get(column, 1.0)).dropna().sort_values()
         top = float(means.max()) or 1.0
-        bar_h, width, name_w = 18, 260, 170
+        longest = max(len(str(variant)) for variant in means.index) if len(means) else 0
+        bar_h, width, name_w = 18, 260, max(170, 8 + int(7.2 * longest))  # ~7 px a character at 12 px: no name cut
         rows = []
         for i, (variant, value) in enumerate(means.items()):
             y = i * (bar_h + 4)

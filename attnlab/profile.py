@@ -5,7 +5,8 @@ sees every call and would be timed too, and a profile must never change the diag
 Nothing here runs unless `profile=true`.
 
 - Time: after one warm-up call (none after the pipeline's capture, which has just run the module
-  on the same input: lazy initialisation and the allocator's pages are done) and one call that
+  on the same input: lazy initialisation and the allocator's pages are done; a module that
+  compiles itself on its first plain call would pay that in its first timed call) and one call that
   measures the peak and counts the FLOPs, calls timed one by one (perf_counter, the device synchronised
   before and after) until the budget is spent, at least one: the median and interquartile range
   over them (nan below 4 calls). torch.utils.benchmark's blocked_autorange first spends a call on

@@ -54,8 +54,13 @@ class Report:
 
 
 def _job_order(record: Record) -> tuple:
-    """Variant, seed, then the sizes numerically, so rows of a sweep over d_out read 2, 8, 32."""
-    return (record.variant, record.seed, record.d_in, record.d_out, record.n_tokens, str(record.path))
+    """Variant, seed, the sizes, then every other number of the config (in the order of its keys),
+    each numerically, so rows of a sweep over d_out read 2, 8, 32 and over num_kv_heads 1, 2, 4, 8."""
+    from attnlab.metrics import flat_hparams
+
+    numbers = [value for _, value in sorted(flat_hparams(record.config).items())
+               if isinstance(value, (int, float)) and not isinstance(value, bool)]
+    return (record.variant, record.seed, record.d_in, record.d_out, record.n_tokens, numbers, str(record.path))
 
 
 def find_record_files(paths: Iterable[Path]) -> list[Path]:

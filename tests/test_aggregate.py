@@ -72,6 +72,16 @@ def test_rows_of_a_size_sweep_are_ordered_numerically() -> None:
     assert list(Report(records).jobs["d_out"]) == [2, 8, 32, 512]
 
 
+def test_rows_of_a_sweep_over_any_config_number_are_ordered_numerically() -> None:
+    """num_kv_heads is no size column: the config's numbers order the rows too (launch order was 8, 1, 4)."""
+    records = []
+    for kv_heads in (8, 1, 4):
+        record = make_record("gqa", 1)
+        record.config["num_kv_heads"] = kv_heads
+        records.append(record)
+    assert [r.config["num_kv_heads"] for r in Report(records).records] == [1, 4, 8]
+
+
 def test_summary_is_mean_and_std_over_seeds_counting_failures(sweep: Path) -> None:
     jobs = Report(load_records(find_record_files([sweep]))[0]).jobs
     summary = summary_table(jobs)

@@ -169,23 +169,23 @@ def kv_head_count(module: nn.Module, spec_name: str, params: dict[str, Any], val
     found = next((v for v in declared if isinstance(v, int) and not isinstance(v, bool)), None)
     if found is not None:
         return found
-    kwargs = constructor_kwargs(get_variant(spec_name), values, params)[1]
-    return next((int(kwargs[k]) for k in SPELLINGS["num_kv_heads"] if kwargs.get(k) is not None), None)
+    return _constructor_count(constructor_kwargs(get_variant(spec_name), values, params)[1], "num_kv_heads", None)
 
 
 def head_count(spec_name: str, values: dict[str, Any]) -> int:
     """The head count the reference's constructor was given (1 for the single-head classes)."""
-    return _constructor_heads(constructor_kwargs(get_variant(spec_name), values, {})[1])
+    return _constructor_count(constructor_kwargs(get_variant(spec_name), values, {})[1], "num_heads", 1)
 
 
-def _constructor_heads(kwargs: dict[str, Any]) -> int:
-    return next((int(kwargs[k]) for k in SPELLINGS["num_heads"] if k in kwargs), 1)
+def _constructor_count(kwargs: dict[str, Any], key: str, default: int | None) -> int | None:
+    """The value a constructor was given for `key` under any of its spellings, else `default`."""
+    return next((int(kwargs[k]) for k in SPELLINGS[key] if kwargs.get(k) is not None), default)
 
 
 def planned_size(name: str, spec: JobSpec, values: dict[str, Any], inputs: Inputs) -> Size:
     """The run's size from the config alone, before any module is built (their mask buffers count)."""
     _, kwargs = constructor_kwargs(get_variant(name), values, spec.params)
-    return Size(spec.batch, _constructor_heads(kwargs), inputs.n_tokens, inputs.d_in, spec.d_out,
+    return Size(spec.batch, _constructor_count(kwargs, "num_heads", 1), inputs.n_tokens, inputs.d_in, spec.d_out,
                 context_length=int(kwargs.get("context_length") or 0))
 
 

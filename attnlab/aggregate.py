@@ -173,16 +173,16 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
     Columns: variant, the swept keys (the key columns and config values that differ between
     jobs), status, the first divergent stage, the findings (a failed job's error), the
     largest difference of the output from the reference, and with profile=true what each costs
-    (forward ms, its ratio to the reference's, peak MB, GFLOP). Long cells are cut with "…" rather than
+    (forward ms, its ratio to the reference's, peak MiB, GFLOPs). Long cells are cut with "…" rather than
     wrapped; every column is in comparison.csv/.md/.html.
     """
     width = width or shutil.get_terminal_size((120, 24)).columns
     if jobs.empty:
         return "no jobs"
     swept = swept_columns(jobs)
-    costs = {header: column for header, column in COST_COLUMNS.items()
-             if column in jobs and jobs[column].notna().any()}  # profile=true: what each one costs, beside what it computes
-    headers = ["variant", *swept, "status", "first divergent", "findings", "|Δ output|", *costs]
+    costs = [(column, label, factor) for column, label, factor in COST_COLUMNS
+             if column in jobs and jobs[column].notna().any()]  # profile=true: what each one costs, beside what it computes
+    headers = ["variant", *swept, "status", "first divergent", "findings", "|Δ output|", *(c[1] for c in costs)]
     rows = []
     for i, (_, job) in enumerate(jobs.iterrows()):
         failed = job.get("status") == "failed"
@@ -191,7 +191,7 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
             _text(job.get("first_divergent_stage")) if not failed else "—",
             (_text(job.get("error")) if failed else _text(job.get("findings"))) or "—",
             _number_text(_output_divergence(job)),
-            *[_number_text(_scaled(job.get(column), header)) for header, column in costs.items()],
+            *[_number_text(_scaled(job.get(column), factor)) for column, _, factor in costs],
         ])
     return _fit(headers, rows, width, shrink_order=["findings", *reversed(swept), "first divergent", "variant"])
 
@@ -224,14 +224,13 @@ def _output_divergence(job: pd.Series) -> object:
     return job.get("divergence_context") if value is None or pd.isna(value) else value
 
 
-COST_COLUMNS = {"forward ms": "forward_ms", "× reference": "forward_ms_vs_reference", "peak MB": "peak_bytes",
-                "GFLOP": "flops"}  # terminal header: the profile's column
+# the profile's columns as every table and chart shows them: (column, label, factor to its unit)
+COST_COLUMNS = (("forward_ms", "forward ms", 1.0), ("forward_ms_vs_reference", "× reference", 1.0),
+                ("peak_bytes", "peak MiB", 2**-20), ("flops", "GFLOPs", 1e-9))
 
 
-def _scaled(value: object, header: str) -> object:
-    """Bytes as MB and FLOPs as GFLOP, as the header says."""
-    divisor = {"peak MB": 1e6, "GFLOP": 1e9}.get(header)
-    return value / divisor if divisor and isinstance(value, (int, float)) and not pd.isna(value) else value
+def _scaled(value: object, factor: float) -> object:
+    return value * factor if isinstance(value, (int, float)) and not pd.isna(value) else value
 
 
 def _text(value: object) -> str:
@@ -288,6 +287,6 @@ def rebuild(folder: Path, write: Callable[[Report], object]) -> tuple[Report, li
 
 
 __all__ = [
-    "Report", "diagnostic_columns", "differs_table", "find_record_files", "group_labels", "load_records", "rebuild",
+    "COST_COLUMNS", "Report", "diagnostic_columns", "differs_table", "find_record_files", "group_labels", "load_records", "rebuild",
     "summary_table", "summary_view", "swept_columns", "terminal_table",
 ]

@@ -129,6 +129,6 @@ def test_the_experiment_through_the_cli(app, tmp_path):
     assert all(rows[n]["findings"] == "" for n in NINE if n != "impl_sdpa_mask")
     assert float(rows["impl_torch_mha"]["flops"]) > float(rows["impl_mha"]["flops"])  # the second projection
     header = next(line for line in run.stdout.splitlines() if line.startswith("variant"))
-    assert header.split()[-7:] == ["forward", "ms", "×", "reference", "peak", "MB", "GFLOP"]  # cost beside findings
+    assert header.split()[-7:] == ["forward", "ms", "×", "reference", "peak", "MiB", "GFLOPs"]  # cost beside findings
     table = {line.split()[0]: line.split() for line in run.stdout.splitlines() if line.startswith("impl_")}
     assert float(table["impl_torch_mha"][-1]) == pytest.approx(float(rows["impl_torch_mha"]["flops"]) / 1e9, rel=1e-3)

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from attnlab.aggregate import Report, group_labels, summary_view
+from attnlab.aggregate import COST_COLUMNS, Report, group_labels, summary_view
 from attnlab.record import Record, write_atomic
 from attnlab.sinks.terminal import no_findings_message
 from attnlab.sweep_plots import DEFAULT_DIAGNOSTICS, plots_html
@@ -113,19 +113,18 @@ def table_html(table: pd.DataFrame, index: bool = True) -> str:
     return f'<div class="scroll">{body}</div>'
 
 
-PROFILE_BARS = (("forward_ms", "forward ms"), ("peak_bytes", "peak MiB"), ("flops", "GFLOPs"))
-_SCALE = {"peak_bytes": 2**-20, "flops": 1e-9}
+PROFILE_BARS = tuple(cost for cost in COST_COLUMNS if not cost[0].endswith("_vs_reference"))  # a ratio is no bar
 
 
 def profile_chart(jobs: pd.DataFrame) -> str:
     """Inline SVG bars of the profile columns (profile=true), one bar per variant (mean over
     seeds), one chart per column; empty when nothing was profiled."""
-    present = [(c, label) for c, label in PROFILE_BARS if c in jobs and jobs[c].notna().any()]
+    present = [cost for cost in PROFILE_BARS if cost[0] in jobs and jobs[cost[0]].notna().any()]
     if not present or "variant" not in jobs:
         return ""
     charts = []
-    for column, label in present:
-        means = (jobs.groupby("variant")[column].mean() * _SCALE.get(column, 1.0)).dropna().sort_values()
+    for column, label, factor in present:
+        means = (jobs.groupby("variant")[column].mean() * factor).dropna().sort_values()
         top = float(means.max()) or 1.0
         longest = max(len(str(variant)) for variant in means.index) if len(means) else 0
         bar_h, width, name_w = 18, 260, max(170, 8 + int(7.2 * longest))  # ~7 px a character at 12 px: no name cut

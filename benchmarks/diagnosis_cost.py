@@ -5,7 +5,7 @@
 
 Baseline, measured in the same process and interleaved with the harness: the source's
 MultiHeadAttention forward twice (the variant and the reference), eval mode, no_grad. Harness:
-`attnlab.pipeline.compute_record` for the same pair on two distinct batch items (so the batch-item
+`attnlab.compute.pipeline.compute_record` for the same pair on two distinct batch items (so the batch-item
 reruns run), split into its parts by wrapping the pipeline's functions: the two captured forwards,
 the batch-item reruns, the rest (diagnostics, findings, predictions, the record's numpy copies).
 Prints the medians and two ratios against the target (<= 1.5x): the diagnosis on top of the two
@@ -28,10 +28,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnlab import pipeline  # noqa: E402
-from attnlab.api import compose_config  # noqa: E402
-from attnlab.inputs import make_inputs  # noqa: E402
-from attnlab.registry import get_variant  # noqa: E402
+from attnlab.compute import pipeline  # noqa: E402
+from attnlab.app.api import compose_config  # noqa: E402
+from attnlab.inputs.kinds import make_inputs  # noqa: E402
+from attnlab.modules.registry import get_variant  # noqa: E402
 
 TARGET = 1.5
 

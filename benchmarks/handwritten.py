@@ -132,7 +132,7 @@ def maps() -> list[Map]:
 
 
 def attnlab_png(m: Map) -> bytes:
-    from attnlab.heatmap import render_heatmap, to_png_bytes
+    from attnlab.reporting.heatmap import render_heatmap, to_png_bytes
 
     return to_png_bytes(render_heatmap(m.matrix, title="weights", row_labels=m.labels, col_labels=m.labels))
 
@@ -140,7 +140,7 @@ def attnlab_png(m: Map) -> bytes:
 def matplotlib_png(m: Map, pixels: tuple[int, int]) -> bytes:
     """The same picture with matplotlib: pooled cells, colour bar, title, token labels and (up to
     16 tokens) every cell's value, at attnlab's pixel size."""
-    from attnlab.heatmap import ANNOTATE_MAX, MAX_SIDE
+    from attnlab.reporting.heatmap import ANNOTATE_MAX, MAX_SIDE
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -170,7 +170,7 @@ def compare_heatmap(repeats: int) -> list[Comparison]:
         if not installed("matplotlib"):
             out.append(Comparison("heatmap render+encode", m.size, "matplotlib", skipped=missing("matplotlib")))
             continue
-        from attnlab.heatmap import render_heatmap
+        from attnlab.reporting.heatmap import render_heatmap
 
         pixels = render_heatmap(m.matrix, title="weights", row_labels=m.labels, col_labels=m.labels).shape[:2]
         ours, theirs = paired(lambda: attnlab_png(m), lambda: matplotlib_png(m, pixels), repeats)
@@ -183,7 +183,7 @@ def compare_heatmap(repeats: int) -> list[Comparison]:
 def compare_png(repeats: int) -> list[Comparison]:
     from PIL import Image
 
-    from attnlab.heatmap import render_heatmap, to_png_bytes
+    from attnlab.reporting.heatmap import render_heatmap, to_png_bytes
 
     out = []
     for m in maps():
@@ -207,7 +207,7 @@ def pillow_text() -> Iterator[None]:
     """attnlab's renderer with its text drawn and measured by Pillow's ImageDraw, no glyph cache."""
     from PIL import Image, ImageDraw
 
-    import attnlab.heatmap as heatmap
+    import attnlab.reporting.heatmap as heatmap
 
     def text_width(text: str, size: int = heatmap._FONT_SIZE) -> int:
         return round(heatmap._font(size).getlength(text))
@@ -235,7 +235,7 @@ def pillow_text() -> Iterator[None]:
 
 
 def compare_glyphs(repeats: int) -> list[Comparison]:
-    import attnlab.heatmap as heatmap
+    import attnlab.reporting.heatmap as heatmap
 
     def cold() -> None:
         heatmap._glyph.cache_clear()
@@ -266,7 +266,7 @@ def compare_glyphs(repeats: int) -> list[Comparison]:
 
 
 def compare_progress(repeats: int) -> list[Comparison]:
-    from attnlab.progress import Progress
+    from attnlab.app.progress import Progress
 
     def ours(n: int) -> None:
         with Progress(n, stream=io.StringIO()) as bar:
@@ -324,8 +324,8 @@ def compare_progress(repeats: int) -> list[Comparison]:
 def config_hparams(overrides: list[str]) -> dict[str, bool | int | float | str]:
     from omegaconf import OmegaConf
 
-    from attnlab.api import compose_config
-    from attnlab.metrics import flat_hparams
+    from attnlab.app.api import compose_config
+    from attnlab.reporting.metrics import flat_hparams
 
     return flat_hparams(OmegaConf.to_container(compose_config("reference", 123, overrides), resolve=True))
 
@@ -349,7 +349,7 @@ def compare_hparams(repeats: int) -> list[Comparison]:
     from tensorboard.plugins.hparams import summary_v2
     from torch.utils.tensorboard.summary import hparams as torch_hparams
 
-    from attnlab.metrics import KEY_METRICS as HPARAM_METRICS
+    from attnlab.reporting.metrics import KEY_METRICS as HPARAM_METRICS
     from attnlab.sinks.tensorboard import hparams_summaries
 
     metrics = list(HPARAM_METRICS)

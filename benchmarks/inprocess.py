@@ -29,14 +29,14 @@ def _timed(owner, name: str, into: list[float]):
 
 def jobs(sweep_dir: str, overrides: list[str]) -> dict:
     """Run a multirun through attnlab's CLI in this process and time every job's parts."""
-    import attnlab.job
+    import attnlab.app.job
     import attnlab.sinks.tensorboard
-    from attnlab import cli, sweep
+    from attnlab.app import cli, sweep
 
     times: dict[str, list[float]] = {k: [] for k in ("job", "compute", "outputs", "tensorboard", "callback")}
-    _timed(attnlab.job, "run_job", times["job"])  # cli.task imports run_job at call time
-    _timed(attnlab.job, "compute_records", times["compute"])
-    _timed(attnlab.job, "write_outputs", times["outputs"])
+    _timed(attnlab.app.job, "run_job", times["job"])  # cli.task imports run_job at call time
+    _timed(attnlab.app.job, "compute_records", times["compute"])
+    _timed(attnlab.app.job, "write_outputs", times["outputs"])
     _timed(attnlab.sinks.tensorboard, "write_tensorboard", times["tensorboard"])
     _timed(sweep.SweepTables, "on_job_end", times["callback"])
     import contextlib
@@ -50,11 +50,11 @@ def jobs(sweep_dir: str, overrides: list[str]) -> dict:
 
 
 def capture_overhead(n_tokens: int, d_in: int, d_out: int, repeats: int) -> dict:
-    """reference.forward(x) against attnlab.capture.capture(reference, x), interleaved, medians."""
+    """reference.forward(x) against attnlab.capture.recorder.capture(reference, x), interleaved, medians."""
     import torch
 
-    from attnlab.capture import capture
-    from attnlab.pipeline import build_module
+    from attnlab.capture.recorder import capture
+    from attnlab.compute.pipeline import build_module
 
     x = torch.rand(n_tokens, d_in, generator=torch.Generator().manual_seed(0))
     module = build_module("reference", {}, {"d_in": d_in, "d_out": d_out}, 123)

@@ -37,7 +37,7 @@ PUBLISHED_MS = {  # the notebook, CPU, PyTorch 2.4, batch 8 x 1024 x 768, 12 hea
 
 def book(repeats: int) -> None:
     import attnlab
-    from attnlab import profile
+    from attnlab.compute import profile
 
     def once(profiled: bool) -> float:
         profile.clear_reference_cache()
@@ -61,8 +61,8 @@ def baseline(batch: int, n_tokens: int, d: int, heads: int, budget_s: float) -> 
     """The hand-written script: build the nine, time each forward the way the profile does."""
     import torch
 
-    from attnlab.pipeline import build_module
-    from attnlab.profile import time_call
+    from attnlab.compute.pipeline import build_module
+    from attnlab.compute.profile import time_call
 
     values = dict(d_in=d, d_out=d, context_length=n_tokens, dropout=0.0, num_heads=heads, qkv_bias=False,
                   n_tokens=n_tokens, num_kv_heads=None)

@@ -1,4 +1,4 @@
-"""Shared helpers for the sweep-plot tests (attnlab.sweep_plots, and the html and tensorboard
+"""Shared helpers for the sweep-plot tests (attnlab.reporting.sweep_plots, and the html and tensorboard
 sinks' sweep outputs): records of a sweep on disk read back, the plots of a page, the sweep's
 TensorBoard runs."""
 
@@ -8,7 +8,7 @@ import math
 from html.parser import HTMLParser
 from pathlib import Path
 
-from attnlab.aggregate import Report, find_record_files, load_records
+from attnlab.reporting.aggregate import Report, find_record_files, load_records
 from attnlab.record import Record, write_record
 
 

@@ -10,15 +10,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import attnlab.registry
-from attnlab.capture import capture
-from attnlab.diagnostics import compute_diagnostics, first_divergent_stage
-from attnlab.findings import diagnose
+import attnlab.modules.registry
+from attnlab.capture.recorder import capture
+from attnlab.diagnosis.diagnostics import compute_diagnostics, first_divergent_stage
+from attnlab.diagnosis.findings import diagnose
 from attnlab.record import Finding
-from attnlab.layouts import align
-from attnlab.pipeline import build_module, head_count, takes_batches
-from attnlab.registry import DEFAULT_VALUES, auto_reference
-from attnlab.weights import manual_seed
+from attnlab.modules.layouts import align
+from attnlab.compute.pipeline import build_module, head_count, takes_batches
+from attnlab.modules.registry import DEFAULT_VALUES, auto_reference
+from attnlab.modules.roles import manual_seed
 
 BOOK_INPUTS = torch.tensor(
     [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
@@ -150,7 +150,7 @@ def run_pair(cls_or_name, x: torch.Tensor, d_out: int, seed: int = 123, shared: 
     variant = _construct(cls_or_name, d_in, d_out, seed if shared else seed + 1, n_tokens)
     # the classes here are written for (n_tokens, d_in), as SelfAttention_v1 is; a registered variant is probed
     variant_batched = isinstance(cls_or_name, str) and takes_batches(variant, d_in, n_tokens, d_out)
-    name = (auto_reference(attnlab.registry.get_variant(cls_or_name), variant, variant_batched)
+    name = (auto_reference(attnlab.modules.registry.get_variant(cls_or_name), variant, variant_batched)
             if isinstance(cls_or_name, str) else "reference")
     reference = _construct(name, d_in, d_out, seed, n_tokens)
     reference_batched = takes_batches(reference, d_in, n_tokens, d_out)
@@ -169,7 +169,7 @@ def run_pair(cls_or_name, x: torch.Tensor, d_out: int, seed: int = 123, shared: 
 def zoo_specs():
     """The bug zoo checked on the book's (n_tokens, d_in) input; the multi-head zoo (mha_*, causal_*)
     needs distinct batch items and is checked in tests/test_findings_multi_head.py."""
-    return [s for s in attnlab.registry.discover().specs.values()
+    return [s for s in attnlab.modules.registry.discover().specs.values()
             if s.expected_finding and not Path(s.source).name.startswith(("mha_", "causal_"))]
 
 

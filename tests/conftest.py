@@ -84,7 +84,7 @@ def plugin_folder(tmp_path):
 @pytest.fixture
 def use_plugins(monkeypatch):
     """Put a folder on ATTNLAB_PLUGIN_PATH for in-process runs; the registry is rediscovered."""
-    from attnlab.registry import discover
+    from attnlab.modules.registry import discover
 
     def use(folder: Path) -> None:
         monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(folder))

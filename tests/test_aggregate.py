@@ -1,4 +1,4 @@
-"""attnlab.aggregate: records on disk -> jobs table, per-configuration summary, differs view, files."""
+"""attnlab.reporting.aggregate: records on disk -> jobs table, per-configuration summary, differs view, files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnlab.aggregate import (
+from attnlab.reporting.aggregate import (
     Report, differs_table, find_record_files, load_records, rebuild, summary_table, summary_view,
     terminal_table,
 )

@@ -33,7 +33,7 @@ class RowCounter:
 
 RAMP = '''
 import torch
-from attnlab.inputs import Inputs
+from attnlab.inputs.kinds import Inputs
 
 
 def ramp_inputs(seed: int, kind: str, n_tokens: int, d_in: int) -> Inputs:
@@ -159,7 +159,7 @@ def _module_graph() -> dict[str, set[str]]:
 
 def test_the_package_has_no_import_cycle() -> None:
     graph = _module_graph()
-    assert "attnlab.cli" in graph and "attnlab.sinks.terminal" in graph
+    assert "attnlab.app.cli" in graph and "attnlab.sinks.terminal" in graph
     done: set[str] = set()
 
     def visit(node: str, path: list[str]) -> None:
@@ -177,8 +177,8 @@ def test_the_package_has_no_import_cycle() -> None:
 
 def test_the_cycle_check_sees_a_cycle_inside_a_function(tmp_path: Path) -> None:
     a = tmp_path / "a.py"
-    a.write_text("def f():\n    from attnlab.sweep import finish\n")
-    assert "attnlab.sweep" in _imports(a, "attnlab.a")
+    a.write_text("def f():\n    from attnlab.app.sweep import finish\n")
+    assert "attnlab.app.sweep" in _imports(a, "attnlab.a")
 
 
 @pytest.mark.slow
@@ -230,3 +230,41 @@ def test_the_back_channel_check_sees_one(tmp_path: Path) -> None:
     old = tmp_path / "sweep.py"
     old.write_text("from attnlab import cli\n\ndef end():\n    cli.open_sweeps.remove(1)\n    cli.failed_jobs[:] = []\n")
     assert sorted(_writes_to_other_modules(old)) == ["cli.failed_jobs[:]", "cli.open_sweeps.remove(1)"]
+
+
+# The flow, lowest layer first: a module may import its own layer and the layers before it, never a
+# later one (config -> inputs and weights -> modules -> captured stages -> record -> diagnosis ->
+# compute -> reporting -> sinks -> app).
+LAYERS = (
+    ("attnlab.errors", "attnlab.plugin_folders", "attnlab.schema"),
+    ("attnlab.inputs",),
+    ("attnlab.modules",),
+    ("attnlab.capture",),
+    ("attnlab.record",),
+    ("attnlab.diagnosis",),
+    ("attnlab.compute",),
+    ("attnlab.reporting",),
+    ("attnlab.sinks",),
+    ("attnlab.app", "attnlab.__main__"),
+)
+
+
+def _layer(module: str) -> int:
+    for index, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(f"{p}.") for p in prefixes):
+            return index
+    raise AssertionError(f"{module} is in no layer of LAYERS")
+
+
+def test_a_lower_layer_never_imports_a_higher_one() -> None:
+    graph = _module_graph()
+    upward = sorted(f"{source} -> {target}" for source, targets in graph.items()
+                    if source != "attnlab" and not source.startswith(("attnlab.plugins.", "attnlab.conf"))
+                    for target in targets if _layer(target) > _layer(source))
+    assert upward == []
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    assert _layer("attnlab.capture.stages") < _layer("attnlab.sinks.html")
+    with pytest.raises(AssertionError):
+        _layer("attnlab.elsewhere")

@@ -12,7 +12,7 @@ import pytest
 
 from hydra_plugins.attnlab_sweeper.attnlab_sweeper import covering_jobs
 
-from attnlab.aggregate import find_record_files
+from attnlab.reporting.aggregate import find_record_files
 
 
 def grid(**values: list) -> list[tuple[str, ...]]:
@@ -80,7 +80,7 @@ sys.argv = ["other_app", f"hydra.run.dir={folder}/other"]
 other_app()
 assert ran
 
-from attnlab.cli import main
+from attnlab.app.cli import main
 code = main(["-m", "variant=reference,unscaled", "log.tensorboard=false", f"hydra.sweep.dir={folder}/sweep"])
 print("exit", code)
 """
@@ -114,7 +114,7 @@ def test_a_sweep_composes_each_job_once_plus_one_per_variant(tmp_path, monkeypat
     """Seeds are values checked on a copy of the config; only the variant choices are composed."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
-    from attnlab.cli import main as cli_main
+    from attnlab.app.cli import main as cli_main
 
     composed = []
     original = ConfigLoaderImpl.load_sweep_config

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import attnlab
-from attnlab.capture import capture
-from attnlab.stages import STAGES
+from attnlab.capture.recorder import capture
+from attnlab.capture.stages import STAGES
 from tests._zoo_helpers import BOOK_INPUTS, CORRECT_STYLES, ConstantAttention, build
 
 

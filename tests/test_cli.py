@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.stages import STAGES
+from attnlab.capture.stages import STAGES
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +72,7 @@ def test_a_multirun_goes_to_numbered_job_folders(tmp_path):
 def test_help_lists_every_variant_with_its_description(app):
     run = app("--help")
     assert run.returncode == 0
-    from attnlab.registry import discover
+    from attnlab.modules.registry import discover
 
     for name, spec in discover().specs.items():
         assert re.search(rf"^\s+{name}\s+{re.escape(spec.description)}$", run.stdout, re.M), name
@@ -161,7 +161,7 @@ def test_predictions_are_written_as_the_issue_spells_them_and_reported(app):
 EXIT_FAST = """
 import atexit, sys, threading, time
 from pathlib import Path
-from attnlab.cli import exit_fast
+from attnlab.app.cli import exit_fast
 out = Path(sys.argv[1])
 atexit.register(lambda: (out / "atexit").write_text("ran"))
 if sys.argv[2] == "thread":

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnlab.compare import main
+from attnlab.app.compare import main
 from attnlab.record import Record, write_record
 
 
@@ -95,15 +95,15 @@ def test_missing_path_is_named_and_the_rest_still_compared(runs, tmp_path, capsy
 
 
 def test_attnlab_compare_is_dispatched_by_the_cli(runs, capsys) -> None:
-    from attnlab.cli import main as cli_main
+    from attnlab.app.cli import main as cli_main
 
     assert cli_main(["compare", str(runs[1]), "--filter", "variant=unscaled"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3
 
 
-@pytest.mark.filterwarnings("ignore:'attnlab.compare' found in sys.modules")  # imported above: harmless
+@pytest.mark.filterwarnings("ignore:'attnlab.app.compare' found in sys.modules")  # imported above: harmless
 def test_python_m_attnlab_compare_runs_main(runs, capsys, monkeypatch) -> None:
-    monkeypatch.setattr(sys, "argv", ["attnlab.compare", str(runs[0])])
+    monkeypatch.setattr(sys, "argv", ["attnlab.app.compare", str(runs[0])])
     with pytest.raises(SystemExit) as exit_:
-        runpy.run_module("attnlab.compare", run_name="__main__", alter_sys=True)
+        runpy.run_module("attnlab.app.compare", run_name="__main__", alter_sys=True)
     assert exit_.value.code == 0 and "reference" in capsys.readouterr().out

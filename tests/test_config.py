@@ -9,7 +9,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from attnlab.config import new_dir
+from attnlab.app.config import new_dir
 
 
 def test_new_dir_takes_the_path_then_numbered_ones(tmp_path):

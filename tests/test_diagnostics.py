@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from attnlab.capture import Capture, capture
-from attnlab.diagnostics import compute_diagnostics, first_divergent_stage, max_abs_diff
-from attnlab.stages import STAGES
+from attnlab.capture.recorder import Capture, capture
+from attnlab.diagnosis.diagnostics import compute_diagnostics, first_divergent_stage, max_abs_diff
+from attnlab.capture.stages import STAGES
 from tests._zoo_helpers import BOOK_INPUTS, CORRECT_STYLES, build, run_pair
 
 

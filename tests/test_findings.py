@@ -5,7 +5,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlab.stages import STAGES
+from attnlab.capture.stages import STAGES
 from tests._zoo_helpers import BOOK_INPUTS, CORRECT_STYLES, ConstantAttention, codes, run_pair, zoo_specs
 
 ZOO = zoo_specs()

@@ -17,16 +17,16 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlab import batch_mixing
-from attnlab.api import compose_config
-from attnlab.capture import capture
-from attnlab.diagnostics import softmax_checks, stage_tolerance
-from attnlab.findings import heads_phrase
-from attnlab.inputs import make_inputs
-from attnlab.pipeline import JobSpec, compute_record
+from attnlab.diagnosis import batch_mixing
+from attnlab.app.api import compose_config
+from attnlab.capture.recorder import capture
+from attnlab.diagnosis.diagnostics import softmax_checks, stage_tolerance
+from attnlab.diagnosis.findings import heads_phrase
+from attnlab.inputs.kinds import make_inputs
+from attnlab.compute.pipeline import JobSpec, compute_record
 from attnlab.record import Finding, Record
-from attnlab.registry import discover
-from attnlab.stages import STAGES
+from attnlab.modules.registry import discover
+from attnlab.capture.stages import STAGES
 from tests._zoo_helpers import corpus
 
 IMPLEMENTATIONS = Path(__file__).resolve().parent / "implementations"
@@ -143,7 +143,7 @@ def test_batch_mixing_check_against_torch_per_item():
 
 def test_findings_name_the_heads_where_they_hold(plugin_folder, use_plugins):
     """Only head 0's values are scaled: the finding holds for head 0 of every batch item."""
-    source = Path("plugins/multi_head_attention.py").read_text()
+    source = Path("src/attnlab/plugins/multi_head_attention.py").read_text()
     source = source.replace('"multi_head_attention"', '"head0_values"').replace(
         "        attn_scores = queries @ keys.transpose(2, 3)",
         "        values = values * torch.tensor([3.0] + [1.0] * (self.num_heads - 1)).view(1, -1, 1, 1)\n"
@@ -182,7 +182,7 @@ def test_scaling_names_the_factor_used_and_the_right_one():
 
 
 def test_scaling_recognises_1_over_sqrt_d_in(plugin_folder, use_plugins):
-    source = Path("plugins/multi_head_attention.py").read_text().replace('"multi_head_attention"', '"by_d_in"').replace(
+    source = Path("src/attnlab/plugins/multi_head_attention.py").read_text().replace('"multi_head_attention"', '"by_d_in"').replace(
         "attn_scores / keys.shape[-1] ** 0.5", "attn_scores / d_in ** 0.5")
     use_plugins(plugin_folder("by_d_in", source))
     (finding,) = record_of("by_d_in", d_out=8, num_heads=4, reference="multi_head_attention").findings
@@ -204,7 +204,7 @@ def test_mask_offset_says_which_way():
 
 def test_a_very_negative_fill_is_a_mask(plugin_folder, use_plugins):
     """masked_fill_(mask, -1e9) gives the same weights as -inf: nothing to report."""
-    source = Path("plugins/causal_mask_fill_zero.py").read_text().replace('"causal_mask_fill_zero"', '"fill_neg"')
+    source = Path("src/attnlab/plugins/causal_mask_fill_zero.py").read_text().replace('"causal_mask_fill_zero"', '"fill_neg"')
     source = source.replace("0.0)  # changed: 0, not -torch.inf", "-1e9)").replace("expected_finding=", "# ")
     use_plugins(plugin_folder("fill_neg", source))
     assert record_of("fill_neg", reference="causal_attention").findings == []

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from attnlab import heatmap
-from attnlab.heatmap import (
+from attnlab.reporting import heatmap
+from attnlab.reporting.heatmap import (
     CROP,
     DIVERGING_LUT,
     MAX_SIDE,
@@ -206,7 +206,7 @@ def test_the_cache_drops_the_least_recently_used_past_its_byte_budget():
 
 
 def test_a_large_matrix_is_drawn_without_the_cache():
-    from attnlab.heatmap import _ENCODED, CACHED_MAX_ELEMENTS
+    from attnlab.reporting.heatmap import _ENCODED, CACHED_MAX_ELEMENTS
 
     side = int(CACHED_MAX_ELEMENTS**0.5) + 1
     before = len(_ENCODED.entries)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from attnlab.aggregate import Report
+from attnlab.reporting.aggregate import Report
 from attnlab.record import Finding, Record
 from attnlab.sinks.html import profile_chart, render_html, weights_heatmap_html
 from tests._sweep_helpers import Page, sweep_of_lengths

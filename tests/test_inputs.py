@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.api import compose_config
+from attnlab.app.api import compose_config
 from attnlab.errors import UserError
-from attnlab.inputs import make_inputs
+from attnlab.inputs.kinds import make_inputs
 
 
 def inputs_for(*overrides: str, seed: int = 123):
@@ -85,7 +85,7 @@ def test_an_unsupported_suffix_lists_the_allowed_ones(tmp_path):
 
 
 def test_random_inputs_draw_distinct_batch_items_after_the_two_dimensional_draw():
-    from attnlab.inputs import random_inputs
+    from attnlab.inputs.kinds import random_inputs
 
     alone = random_inputs(7, "random", 5, 3, "normal")
     batched = random_inputs(7, "random", 5, 3, "normal", batch=3)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.api import compose_config
-from attnlab.job import compute_records, write_outputs
-from attnlab.pipeline import SINGLE_THREAD_TOKENS, compute_threads
+from attnlab.app.api import compose_config
+from attnlab.app.job import compute_records, write_outputs
+from attnlab.compute.pipeline import SINGLE_THREAD_TOKENS, compute_threads
 
 RANDOM = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=4", "d_out=3"]
 
@@ -93,7 +93,7 @@ def test_cli_n_seeds_rows_equal_single_runs(app):
 
 
 def test_seeds_stream_each_record_written_in_full_then_only_reductions_kept(tmp_path):
-    from attnlab.job import run_job
+    from attnlab.app.job import run_job
     from attnlab.record import read_record
 
     cfg = compose_config("multi_head_attention", 3, [*RANDOM, "d_out=4", "n_seeds=3", "log.terminal=false"])

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.pipeline import build_module
+from attnlab.compute.pipeline import build_module
 
 SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source" / "mha_implementations.py"
 NINE = {  # built-in -> the notebook's class

@@ -83,7 +83,7 @@ def test_a_single_run_is_a_run_of_the_attnlab_experiment(app, tmp_path) -> None:
     (point,) = mlflow_client.get_metric_history(run.info.run_id, "divergence/context")
     assert point.step == 0 and point.value == pytest.approx(record["diagnostics"]["divergence_context"])
     assert run.data.tags["attnlab.first_divergent_stage"] == "scaled_scores"
-    assert run.data.tags["attnlab.findings"] == "scaling"
+    assert run.data.tags["attnlab.diagnosis.findings"] == "scaling"
     stored = artifact_bytes(mlflow_client, run.info.run_id, "record.json", tmp_path / "dl")
     assert json.loads(stored) == record
     heatmaps = {a.path for a in mlflow_client.list_artifacts(run.info.run_id, "heatmaps/difference")}

@@ -31,11 +31,11 @@ def test_the_wheel_holds_configs_and_builtin_plugins(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in ["attnlab/conf/config.yaml", "attnlab/conf/inputs/book.yaml", "attnlab/conf/inputs/random.yaml",
                      "attnlab/plugins/reference.py", "attnlab/plugins/linear.py", "attnlab/plugins/unscaled.py",
-                     "attnlab/plugins/wrong_softmax_axis.py", "attnlab/cli.py",
+                     "attnlab/plugins/wrong_softmax_axis.py", "attnlab/app/cli.py",
                      "hydra_plugins/attnlab_sweeper/attnlab_sweeper.py", "attnlab/conf/sink/terminal.yaml"]:
         assert expected in names, expected
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "attnlab = attnlab.cli:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "attnlab = attnlab.app.cli:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_the_installed_wheel_runs_from_any_folder(wheel, tmp_path):

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.diagnostics import capture_eps, stage_tolerance
-from attnlab.capture import capture
-from attnlab.pipeline import build_module
+from attnlab.diagnosis.diagnostics import capture_eps, stage_tolerance
+from attnlab.capture.recorder import capture
+from attnlab.compute.pipeline import build_module
 
 SMALL = dict(log={"tensorboard": False})
 
@@ -40,7 +40,7 @@ def test_a_real_bug_in_bfloat16_is_still_found():
 @pytest.mark.parametrize("name", ["keys_as_queries", "shifted_keys"])
 def test_value_comparisons_still_find_their_bug_in_bfloat16(name):
     record = attnlab.run(name, dtype="bfloat16", **SMALL).record
-    assert record.findings[0].code == attnlab.registry.get_variant(name).expected_finding[0]
+    assert record.findings[0].code == attnlab.modules.registry.get_variant(name).expected_finding[0]
 
 
 def test_float64_is_no_precision_finding():

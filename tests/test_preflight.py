@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab import preflight
+from attnlab.compute import preflight
 from attnlab.errors import UserError
-from attnlab.preflight import Size, available_bytes, check_fits, estimate_peak_bytes, should_spill
+from attnlab.compute.preflight import Size, available_bytes, check_fits, estimate_peak_bytes, should_spill
 
 BIG = Size(batch=2, heads=12, n_tokens=4096, d_in=768, d_out=768)
 

@@ -1,4 +1,4 @@
-"""attnlab.profile: time, peak memory and FLOPs of the plain module, and the profile columns of a run.
+"""attnlab.compute.profile: time, peak memory and FLOPs of the plain module, and the profile columns of a run.
 
 FLOPs are checked against the arithmetic of the shapes (2 x multiply-adds of each product), the
 memory against a tensor of known size, the timer against a known sleep; none against attnlab.
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import attnlab
-from attnlab import pipeline, profile
+from attnlab.compute import pipeline, profile
 from attnlab.errors import UserError
 from attnlab.record import Record
 

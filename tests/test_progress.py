@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from attnlab.progress import Progress
+from attnlab.app.progress import Progress
 
 
 class FakeTerminal(io.StringIO):

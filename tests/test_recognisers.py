@@ -1,4 +1,4 @@
-"""attnlab.recognisers on implementations written here, independently of the built-in plugins:
+"""attnlab.diagnosis.recognisers on implementations written here, independently of the built-in plugins:
 each deliberate change is named with its parameter, and the same change applied wrongly is an
 error, never the info finding.
 
@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.capture import capture
-from attnlab.recognisers import recognise
+from attnlab.capture.recorder import capture
+from attnlab.diagnosis.recognisers import recognise
 from tests._zoo_helpers import corpus
 
 HEADER = """

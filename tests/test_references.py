@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.registry import Registry, constructor_kwargs, discover
+from attnlab.modules.registry import Registry, constructor_kwargs, discover
 
 SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source"
 IMPLEMENTATIONS = Path(__file__).resolve().parent / "implementations"

@@ -11,16 +11,16 @@ import torch
 
 import attnlab
 from attnlab.errors import UserError
-from attnlab.registry import (
+from attnlab.modules.registry import (
     ConstructorError,
     Registry,
     auto_reference,
-    builtin_plugin_dir,
     constructor_kwargs,
     constructor_signature,
     discover,
     get_variant,
 )
+from attnlab.plugin_folders import builtin_plugin_dir
 from tests.conftest import SOURCE_SELF_ATTENTION_V1
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 import attnlab
-from attnlab import preflight
-from attnlab.spill import as_numpy, mapped, release, spill
+from attnlab.compute import preflight
+from attnlab.capture.spill import as_numpy, mapped, release, spill
 
 
 def _rss() -> int:

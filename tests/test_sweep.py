@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnlab.aggregate import find_record_files
-from attnlab.cli import main as cli_main
+from attnlab.reporting.aggregate import find_record_files
+from attnlab.app.cli import main as cli_main
 from attnlab.record import read_record
-from attnlab.registry import discover
+from attnlab.modules.registry import discover
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""attnlab.sweep_plots: a sweep's diagnostics as curves against its numeric keys (the sinks' own
+"""attnlab.reporting.sweep_plots: a sweep's diagnostics as curves against its numeric keys (the sinks' own
 parts are in test_html.py and test_tensorboard.py); the presets long_context, kv_heads and
 positions run through the real CLI at a reduced size, their comparison.html and TensorBoard runs
 read back."""
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from attnlab.aggregate import Report
+from attnlab.reporting.aggregate import Report
 from attnlab.sinks.tensorboard import SWEEP_RUN, sweep_steps
-from attnlab.sweep_plots import chosen_diagnostics, curve_svg, log_axis, plots_html, sweep_curves
+from attnlab.reporting.sweep_plots import chosen_diagnostics, curve_svg, log_axis, plots_html, sweep_curves
 from tests._sweep_helpers import Page, layout_of, sweep_record, report_of, sweep_events, sweep_of_lengths
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import attnlab
-from attnlab.rows import KEY_COLUMNS, module_table, records_table
+from attnlab.reporting.rows import KEY_COLUMNS, module_table, records_table
 
 
 def test_module_table_has_the_reference_and_the_variant_with_diagnostics_columns():
@@ -28,7 +28,7 @@ def test_the_jobs_csv_reads_back_as_the_dataframe_view(tmp_path):
     import numpy as np
     import pandas as pd
 
-    from attnlab.rows import module_rows, rows_markdown, write_rows_csv
+    from attnlab.reporting.rows import module_rows, rows_markdown, write_rows_csv
 
     record = attnlab.run("unscaled").record
     written = pd.read_csv(write_rows_csv(module_rows(record), tmp_path / "comparison.csv"), index_col="module")

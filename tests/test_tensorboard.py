@@ -18,11 +18,11 @@ import pytest
 import torch
 from PIL import Image
 
-from attnlab.heatmap import MAX_SIDE
+from attnlab.reporting.heatmap import MAX_SIDE
 from attnlab.record import Finding, Record
-from attnlab.metrics import flat_hparams, metric_name
+from attnlab.reporting.metrics import flat_hparams, metric_name
 from attnlab.sinks.tensorboard import SWEEP_RUN, TensorBoardSink, sweep_tag, write_tensorboard
-from attnlab.sweep_plots import sweep_curves
+from attnlab.reporting.sweep_plots import sweep_curves
 from tests._sweep_helpers import layout_of, report_of, sweep_events, sweep_of_lengths, sweep_record
 from tests._zoo_helpers import source_qkv
 
@@ -378,7 +378,7 @@ def test_writing_leaves_tensorboards_own_writer_untouched(tmp_path):
     assert accumulate(tmp_path).Tags()["scalars"]
 
 
-# --- a sweep's curves (attnlab.sweep_plots) as the runs <sweep>/sweep/<variant> ------------------
+# --- a sweep's curves (attnlab.reporting.sweep_plots) as the runs <sweep>/sweep/<variant> ------------------
 
 def test_a_sweeps_curves_are_a_run_per_variant_at_step_the_swept_value(tmp_path: Path) -> None:
     length_sweep = sweep_of_lengths(tmp_path / "records")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.weights import manual_seed, projection_role
+from attnlab.modules.roles import manual_seed, projection_role
 
 
 @pytest.mark.parametrize(

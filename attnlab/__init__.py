@@ -1,7 +1,0 @@
-"""attnlab: see what a change to self-attention does, stage by stage."""
-
-from attnlab.api import Result, run
-from attnlab.capture import tap
-from attnlab.registry import create_variant, list_variants, variant
-
-__all__ = ["Result", "create_variant", "list_variants", "run", "tap", "variant"]

@@ -1,3 +1,0 @@
-from attnlab.cli import entry
-
-entry()

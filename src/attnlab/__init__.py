@@ -1,0 +1,7 @@
+"""attnlab: see what a change to self-attention does, stage by stage."""
+
+from attnlab.app.api import Result, run
+from attnlab.capture.recorder import tap
+from attnlab.modules.registry import create_variant, list_variants, variant
+
+__all__ = ["Result", "create_variant", "list_variants", "run", "tap", "variant"]

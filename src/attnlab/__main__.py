@@ -1,0 +1,3 @@
+from attnlab.app.cli import entry
+
+entry()

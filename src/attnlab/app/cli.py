@@ -1,0 +1,156 @@
+"""The command line: `python -m attnlab [overrides]`, `attnlab compare PATH...`, `attnlab --version`.
+
+Hydra runs the app; this wrapper turns user mistakes (a bad value, an unknown key or variant,
+an unreadable inputs file) into one line on stderr and exit code 2, with no traceback, and makes
+the exit code non-zero when a record failed. What the jobs report comes back by value: a single
+run's task is a closure over this invocation's outcome, and a sweep's outcome is raised by the
+sweep's end (`attnlab.app.sweep.finish`, called by attnlab's sweeper) as `FailedRecords`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import os
+import shutil
+import sys
+import threading
+from importlib import metadata
+from pathlib import Path
+from typing import NoReturn
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import DictConfig
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+from attnlab.app.config import closest_key, config_dir, register_configs, user_overrides
+from attnlab.errors import FailedRecords, UserError
+from attnlab.modules.registry import discover
+
+
+def one_line(exc: BaseException, args: list[str] = ()) -> str:
+    """Hydra and OmegaConf spread an error over several lines; the user gets one, built from the
+    exceptions' own fields (the key, the missing option, the reason), not from their text."""
+    if isinstance(exc, (UserError, FailedRecords)):
+        return str(exc)
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file:
+        group = exc.missing_cfg_file.rpartition("/")[0]
+        options = f"; Available options in '{group}': {', '.join(exc.options)}" if exc.options else ""
+        return f"Could not find '{exc.missing_cfg_file}'{options}"
+    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
+    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
+        reason = (cause.msg or str(cause)).splitlines()[0].strip()
+        if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):  # an unknown key: name the closest known one
+            return closest_key(cause.full_key, args)
+        context = str(exc).splitlines()[0].strip() if cause is not exc else ""
+        return f"{cause.full_key}: {reason}" + (f" ({context})" if context else "")
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    ambiguous = lines[:1] and lines[0].startswith("Ambiguous value")  # a comma: Hydra's three ways out, all kept
+    return "; ".join(lines[:4] if ambiguous else lines[:2]) or type(exc).__name__
+
+
+def _check_variant_overrides(args: list[str]) -> None:
+    """An unknown variant name fails here, with the closest match, before Hydra starts any job."""
+    registry = discover()
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+~") == "variant" and value and "(" not in value:
+            for name in value.split(","):
+                registry.get(name.strip())
+
+
+def versions() -> str:
+    import torch
+
+    return f"attnlab {metadata.version('attnlab')} (torch {torch.__version__}, hydra-core {hydra.__version__})"
+
+
+def _remove_if_only_hydras(folder: Path) -> None:
+    """A run refused before any work leaves nothing behind: the folder Hydra made for it, if it
+    holds only Hydra's own files (.hydra/, the empty log), is removed; anything else is kept."""
+    hydras = {".hydra", "attnlab.log"}
+    if folder.is_dir() and {p.name for p in folder.iterdir()} <= hydras:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] == "compare":
+        from attnlab.app.compare import main as compare_main
+
+        return compare_main(args[1:])
+    if args[:1] in (["--version"], ["-V"]):
+        print(versions())
+        return 0
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach this wrapper instead of Hydra's printer
+    registry = discover()
+    for warning in registry.warnings:
+        print(f"attnlab: warning: {warning}", file=sys.stderr)
+    register_configs(registry, full_help=bool({"--help", "-h"} & set(args)))
+    # What start-up left alive (torch's objects) leaves the collector's sight: every full
+    # collection in a sweep walked it all, for nothing that would ever be freed.
+    gc.freeze()
+    failed: list[str] = []  # this invocation's failed records (single runs; sweeps raise FailedRecords)
+    errors: list[UserError] = []
+
+    def task(cfg: DictConfig) -> list[str]:
+        """One job; returns its failed records' paths (Hydra hands them to the sweep's callback)."""
+        from attnlab.app.job import run_task
+
+        try:
+            job_failed = run_task(cfg, HydraConfig.get())
+        except UserError as exc:  # a single run's: raising would make Hydra print "Error executing job" first
+            errors.append(exc)
+            _remove_if_only_hydras(Path(HydraConfig.get().runtime.output_dir))
+            return []
+        failed.extend(job_failed)
+        return job_failed
+
+    try:
+        _check_variant_overrides(args)
+        sys.argv = [sys.argv[0], *user_overrides(args)]
+        hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)()
+        if errors:
+            raise errors[0]
+    except KeyboardInterrupt:
+        print("attnlab: interrupted; finished jobs' records are kept (rebuild tables: attnlab compare PATH)", file=sys.stderr)
+        return 130
+    except FailedRecords as exc:
+        print(f"attnlab: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - every error becomes one line; ATTNLAB_TRACEBACK=1 shows the trace
+        if os.environ.get("ATTNLAB_TRACEBACK"):
+            raise
+        print(f"attnlab: error: {one_line(exc, args)}", file=sys.stderr)
+        return 2 if isinstance(exc, (UserError, HydraException, OmegaConfBaseException)) else 1
+    if failed:
+        print(f"attnlab: {FailedRecords(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def exit_fast(code: int) -> NoReturn:
+    """Exit with `code` once everything is written, without tearing the interpreter down.
+
+    Why: once torch is imported, Python's finalization (freeing every module's objects one by
+    one) costs a large part of a single run (figures in benchmarks/README.md). Nothing is pending
+    by then (records, tables and event files are closed), and the atexit handlers still run,
+    logging's flush among them. While any other thread is alive the normal exit runs instead, so
+    no one's work is cut short.
+    """
+    if threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:  # a reader that went away (`attnlab ... | head`) is not an error of the run
+            pass
+    os._exit(code)
+
+
+def entry() -> NoReturn:
+    """The `attnlab` command and `python -m attnlab`."""
+    exit_fast(main())

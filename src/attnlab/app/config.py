@@ -1,0 +1,234 @@
+"""The config schema, its registration with Hydra, and the checks Hydra's types cannot make.
+
+Every discovered variant becomes an option of the Hydra group `variant` through the
+ConfigStore, so a plugin never needs a YAML file; `--help` lists them with their descriptions.
+Every sink config found in the group `sink` (attnlab's conf/sink/ and ./conf/sink/ in the
+working folder) joins the config under `sink.NAME`, switched by `log.NAME`: the one list of
+switches is built here from the sinks found, so a sink of your own needs no edit to attnlab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import itertools
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
+from hydra_plugins.attnlab_sweeper.attnlab_sweeper import AttnlabSweeper
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.errors import UserError
+from attnlab.schema import Config, VariantConf
+from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
+from attnlab.inputs.kinds import check_inputs, positive
+from attnlab.modules.registry import Registry, discover
+
+
+LOG_OPTIONS = {"images": True, "histograms": True, "progress": True}  # switches that are not sinks
+OPT_IN_SINKS = {"mlflow"}  # attnlab's sinks that stay off until log.NAME=true: they need an extra installed
+USER_CONFIG = "conf"  # ./conf in the working folder joins Hydra's config search path
+
+
+def config_dir() -> Path:
+    return Path(str(resources.files("attnlab.conf")))
+
+
+def help_header(registry: Registry) -> str:
+    width = max((len(n) for n in registry.names()), default=0)
+    lines = [f"  {name.ljust(width)}  {spec.description}\n  {''.ljust(width)}  {spec.cls.__name__}{spec.signature}" for name, spec in registry.specs.items()]
+    lines += [f"  {name.ljust(width)}  (defined twice: {' and '.join(srcs)})" for name, srcs in registry.duplicates.items()]
+    lines += [f"  warning: {warning}" for warning in registry.warnings]
+    return "\n".join(
+        [
+            "attnlab: see what a change to self-attention does, stage by stage.",
+            "",
+            "Usage: python -m attnlab [variant=NAME] [seed=N] [d_out=N] [inputs=book|random|file|text] [key=value ...]",
+            "       python -m attnlab -m variant=reference,unscaled seed=1,2,3     (a sweep)",
+            "       attnlab compare PATH... [--out FILE] [--filter key=value]",
+            "",
+            "Variants (variant=NAME; params as variant.params.KEY=VALUE):",
+            *lines,
+        ]
+    )
+
+
+def user_config_dir() -> Path | None:
+    """./conf in the working folder, unless it is attnlab's own (running from a clone)."""
+    folder = Path.cwd() / USER_CONFIG
+    return folder if folder.is_dir() and folder.resolve() != config_dir().resolve() else None
+
+
+def user_config_searchpath() -> list[str]:
+    """`hydra.searchpath` (a resolver: an entry for a folder that does not exist makes Hydra warn)."""
+    folder = user_config_dir()
+    return [f"file://{folder}"] if folder is not None else []
+
+
+def group_options(group: str) -> tuple[list[str], list[str]]:
+    """(attnlab's options, the working folder's) of a config group: its YAML files."""
+    builtin = sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+    folder = user_config_dir()
+    own = sorted({p.stem for p in (folder / group).glob("*.yaml")} - set(builtin)) if folder is not None else []
+    return builtin, own
+
+
+def groups_help() -> str:
+    """The config groups a user picks from (the input schemas attnlab registers are left out)."""
+    lines = []
+    for group, what in (("inputs", "inputs=NAME"), ("sink", "switched by log.NAME"), ("experiment", "+experiment=NAME")):
+        builtin, own = group_options(group)
+        yours = f"; yours: {', '.join(own)}" if own else ""
+        lines.append(f"{group} ({what}): {', '.join(builtin)}{yours}")
+    return "\n".join(lines)
+
+
+def outputs_node() -> dict[str, Any]:
+    """The sinks in the config (`sink.NAME` from the group, in order), their switches (attnlab's
+    on, yours off until log.NAME=true) and Hydra's folder names without the switches."""
+    builtin, own = group_options("sink")
+    log = {**{name: name not in OPT_IN_SINKS for name in builtin}, **{name: False for name in own}, **LOG_OPTIONS}
+    return {
+        "defaults": [{f"sink@sink.{name}": name} for name in [*builtin, *own]],
+        "log": log,
+        "hydra": {"job": {"config": {"override_dirname": {"exclude_keys": [f"log.{name}" for name in log]}}}},
+    }
+
+
+def new_dir(path: str) -> str:
+    """`path` if nothing is there yet, else `path-2`, `path-3`, ...; the folder is created here.
+
+    Why: a run's folder (and a sweep's) is named by the second it started, and two runs of one
+    variant started in the same second (a shell loop with `&`) took the same folder, the second
+    overwriting the first. Creating it with an exclusive mkdir makes the claim atomic between
+    processes; the resolver is cached, and Hydra copies a sweep's resolver cache into every
+    job's config (joblib and submitit workers included), so a run resolves its folder once.
+    """
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    for suffix in itertools.chain([""], (f"-{n}" for n in itertools.count(2))):
+        try:
+            os.mkdir(path + suffix)
+        except FileExistsError:
+            continue
+        return path + suffix
+    raise AssertionError("unreachable")
+
+
+def register_configs(registry: Registry | None = None, *, full_help: bool = False) -> None:
+    """attnlab's configs in Hydra's ConfigStore. `full_help` (the command line asks for --help):
+    the help text with every variant; otherwise a one-line pointer to it, since Hydra composes and
+    saves the help with every job's config (the full text was ~15 KB of YAML per job)."""
+    registry = registry or discover()
+    # Hydra's public registration: the sweeper is found even when Hydra scanned for plugins
+    # earlier in this process (another Hydra app ran first), and with any install layout.
+    Plugins.instance().register(AttnlabSweeper)
+    if not OmegaConf.has_resolver("attnlab.new_dir"):
+        OmegaConf.register_new_resolver("attnlab.new_dir", new_dir, use_cache=True)
+        OmegaConf.register_new_resolver("attnlab.user_config", user_config_searchpath)
+    store = ConfigStore.instance()
+    store.store(name="attnlab_schema", node=Config)
+    store.store(name="attnlab_outputs", node=outputs_node())
+    for name, schema in INPUT_SCHEMAS.items():
+        store.store(group="attnlab/inputs", name=name, node=schema)
+    for name, spec in registry.specs.items():
+        store.store(group="variant", name=name, node=VariantConf(name=name, params=dict(spec.params)))
+    store.store(
+        group="hydra/help",
+        name="attnlab",
+        node={
+            "app_name": "attnlab",
+            "header": help_header(registry) if full_help else "attnlab: python -m attnlab --help lists everything",
+            "footer": "Docs: README.md. Powered by Hydra (https://hydra.cc).",
+            "template": ("${hydra.help.header}\n\n== Config groups ==\n" + groups_help().replace("$", "$$") + "\n\n"
+                         "== Config ==\nOverride anything in the config (e.g. seed=7, d_out=4)\n\n$CONFIG\n"
+                         "${hydra.help.footer}\n") if full_help else "${hydra.help.header}",
+        },
+        provider="attnlab",
+    )
+
+
+def user_overrides(args: list[str]) -> list[str]:
+    """`expect.context_shape=[6,2]` as users write it: predictions are open-ended keys, which
+    Hydra's struct mode would make them spell `++expect...`; attnlab adds the `++` for them."""
+    return [f"++{arg}" if arg.startswith("expect.") else arg for arg in args]
+
+
+def validate(cfg: DictConfig) -> None:
+    """Checks beyond the schema's types, so that a bad value fails before any work."""
+    unknown_keys(cfg)
+    positive(cfg.d_out, "d_out")
+    positive(cfg.n_seeds, "n_seeds")
+    if cfg.seed < 0:
+        raise UserError(f"seed={cfg.seed}: must be a non-negative integer")
+    check_inputs(cfg.inputs)
+    if not isinstance(cfg.variant.params, (dict, DictConfig)):
+        raise UserError("variant.params: must be a mapping of constructor arguments")
+
+
+def _dotted(cfg: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, node) for every node under `cfg`, the hydra node left out."""
+    if not OmegaConf.is_dict(cfg):
+        return
+    for key, node in cfg.items_ex(resolve=False):
+        if not prefix and key == "hydra":
+            continue
+        full = f"{prefix}{key}"
+        yield full, node
+        yield from _dotted(node, f"{full}.")
+
+
+def unknown_keys(cfg: DictConfig) -> None:
+    """A key that a `+`/`++` override added and no schema declares is an error, not ignored.
+
+    A structured node declares its fields; `expect.*` and `variant.params.*` are open (checked by
+    attnlab.diagnosis.predictions and against the variant's constructor), and so is a sink's config (its
+    constructor checks its options)."""
+    for key, node in [("", cfg), *_dotted(cfg)]:
+        schema = OmegaConf.get_type(node) if OmegaConf.is_dict(node) else None
+        if schema is None or not dataclasses.is_dataclass(schema):
+            continue
+        fields = {f.name for f in dataclasses.fields(schema)} | ({"hydra"} if not key else set())
+        for extra in [k for k in node if k not in fields]:
+            raise UserError(_unknown(f"{key}.{extra}" if key else str(extra), cfg))
+    for extra in [k for k in cfg.log if k not in cfg.get("sink", {}) and k not in LOG_OPTIONS]:
+        raise UserError(_unknown(f"log.{extra}", cfg))
+
+
+def _unknown(key: str, cfg: DictConfig) -> str:
+    return unknown_key_message(key, [k for k, _ in _dotted(cfg) if k != key])
+
+
+def unknown_key_message(key: str, known: Iterable[str]) -> str:
+    """`KEY: unknown key; did you mean 'CLOSEST'?`: a sibling of similar name first, else any
+    key of similar spelling (never one of its own parents)."""
+    known = [k for k in known if not key.startswith(f"{k}.")]
+    parent, _, leaf = key.rpartition(".")
+    siblings = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == parent}
+    close = [siblings[c] for c in difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)]
+    close = close or difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    if close:
+        return f"{key}: unknown key; did you mean '{close[0]}'?"
+    if key.startswith("variant.params."):
+        return f"{key}: not a default param of the variant; add it with +{key}=VALUE"
+    return f"{key}: unknown key"
+
+
+def closest_key(key: str, args: Iterable[str] = ()) -> str:
+    """One line for an override of a key the config does not have, naming the closest known key
+    of the config these `args` compose (their config-group choices; on the error path only)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    groups = [a for a in args if "=" in a and a.split("=", 1)[0].lstrip("+") in ("variant", "inputs", "experiment")]
+    try:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[g for g in groups if "," not in g])
+        known = [k for k, _ in _dotted(cfg)]
+    except Exception:  # noqa: BLE001 - the suggestion is a courtesy; the error stands without it
+        known = []
+    return unknown_key_message(key, known)

@@ -1,0 +1,137 @@
+"""One Hydra job: check, build the sinks, run every seed, write each record first, then the sinks.
+
+The record is written atomically before any sink runs, so a sink that fails (or a Ctrl-C) never
+loses a finished result; sweep tables are rebuilt from these files.
+
+One seed (the default) writes into the job folder: record.json, then what each sink switched on
+by `log.NAME` writes (comparison.csv, the TensorBoard run, the terminal summary, yours).
+
+`n_seeds=N` runs seeds seed .. seed+N-1 in the same process, the config read once, and writes
+`seed-<s>/record.json` per seed (each equal to that seed's single run; `attnlab compare` and
+the sweep tables find them under the job folder); the sinks get every seed's record at once
+(one table with a row per seed, one TensorBoard run with each seed at step=seed, a compact
+terminal table).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.app.config import validate
+from attnlab.errors import UserError
+from attnlab.inputs.kinds import make_inputs
+from attnlab.compute.pipeline import JobSpec, compute_record
+from attnlab.diagnosis.predictions import validate_expectations
+from attnlab.app.progress import Progress
+from attnlab.record import Record, write_record
+from attnlab.modules.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
+from attnlab.sinks.base import JobInfo, build_sinks
+
+SEED_DIR = "seed-{seed}"
+
+
+def check(cfg: DictConfig) -> None:
+    """Everything that can be wrong with the request, before any work: the values, unknown keys,
+    the predictions, the variant and its params, the reference, the sinks. attnlab's sweeper runs
+    it on every value of a sweep before the first job."""
+    validate(cfg)
+    validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True))
+    values = {key: cfg[key] for key in CONSTRUCTOR_KEYS if key in cfg}
+    params = OmegaConf.to_container(cfg.variant.params, resolve=True)
+    constructor_kwargs(get_variant(cfg.variant.name), {**values, "d_in": 1, "n_tokens": 1}, params)  # names only
+    if cfg.reference != "auto":
+        get_variant(cfg.reference)
+    build_sinks(cfg)
+
+
+def seeds(cfg: DictConfig) -> range:
+    return range(cfg.seed, cfg.seed + cfg.n_seeds)
+
+
+def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to: Path | None = None) -> list[Record]:
+    """Every seed's record. With `stream_to` (a job folder) and several seeds, each record is
+    written as soon as it is computed and then keeps only its reductions (diagnostics, findings,
+    shapes): the sinks draw images from the first record that succeeded, so holding every
+    seed's stages would only cost memory."""
+    check(cfg)
+    spec = JobSpec.from_cfg(cfg)
+    progress = progress or Progress(cfg.n_seeds, enabled=False)
+    records: list[Record] = []
+    for seed in seeds(cfg):
+        progress.phase(f"seed {seed}: inputs")
+        inputs = make_inputs(cfg.inputs, seed, cfg.batch)
+        record = compute_record(cfg, seed, inputs, spec=spec,
+                                phase=lambda part, s=seed: progress.phase(f"seed {s}: {part}"))
+        if stream_to is not None and cfg.n_seeds > 1:
+            write_record(record, record_dir(stream_to, record, cfg.n_seeds))
+            if any(r.ok for r in records) or not record.ok:
+                record.drop_stages()
+            else:
+                record.spill_stages()
+        records.append(record)
+        progress.advance()
+    return records
+
+
+def record_dir(job_dir: Path, record: Record, n_seeds: int) -> Path:
+    return job_dir if n_seeds == 1 else job_dir / SEED_DIR.format(seed=record.seed)
+
+
+def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, progress: Progress | None = None) -> None:
+    """Every record (atomically, first), then every enabled sink in turn."""
+    job = job if isinstance(job, JobInfo) else JobInfo(Path(job))
+    sinks = build_sinks(cfg)
+    progress = progress or Progress(len(records), enabled=False)
+    progress.phase("records")
+    for record in records:
+        if record.path is None:  # not yet written (streamed seeds were)
+            write_record(record, record_dir(job.dir, record, len(records)))
+    for name, sink in sinks.items():
+        if hasattr(sink, "write"):
+            progress.phase(name)
+            progress.clear()  # a sink may print; the bar comes back at the next phase
+            sink.write(records, job)
+
+
+def run_job(cfg: DictConfig, job: JobInfo | Path) -> list[Record]:
+    with Progress(cfg.n_seeds, label="seeds", enabled=bool(cfg.log.get("progress"))) as progress:
+        records = compute_records(cfg, progress, stream_to=Path(job.dir if isinstance(job, JobInfo) else job))
+        write_outputs(cfg, records, job, progress)
+    return records
+
+
+def run_task(cfg: DictConfig, hydra_cfg: DictConfig) -> list[str]:
+    """The Hydra task: one job; returns the paths of the records that failed.
+
+    In a sweep, a request that fails its checks (a combination of values that each passed the
+    sweeper's checks) becomes a failed record in the job's folder, so the job has its row and the
+    other jobs run; in a single run it is raised, for the CLI to report in one line.
+    """
+    multirun = hydra_cfg.mode.name == "MULTIRUN"
+    job = JobInfo(
+        dir=Path(hydra_cfg.runtime.output_dir),
+        sweep_dir=Path(str(hydra_cfg.sweep.dir)) if multirun else None,
+        num=hydra_cfg.job.get("num") if multirun else None,
+        overrides=tuple(hydra_cfg.overrides.task),
+    )
+    try:
+        records = run_job(cfg, job)
+    except UserError as exc:
+        if not multirun:
+            raise
+        return [str(write_failure(cfg, job.dir, exc))]
+    return [str(r.path) for r in records if not r.ok]
+
+
+def write_failure(cfg: DictConfig, job_dir: Path, error: BaseException) -> Path:
+    """A failed record for a job that could not run, with the one-line error."""
+    config = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    record = Record(variant=str(OmegaConf.select(cfg, "variant.name", default="?")),
+                    seed=int(OmegaConf.select(cfg, "seed", default=0)), config=config, status="failed", error=str(error))
+    return write_record(record, job_dir)
+
+
+__all__: Sequence[str] = ["check", "compute_records", "run_job", "run_task", "write_failure", "write_outputs"]

@@ -1,0 +1,116 @@
+"""A sweep's tables: refreshed after jobs by a Hydra callback, finished by attnlab's sweeper.
+
+After a job (in whichever process ran it: the basic launcher's, a joblib worker, a SLURM node),
+`SweepTables` rebuilds the sweep's comparison.csv from the records on disk, so a sweep cut short
+(a Ctrl-C, a cluster's time limit) still has its table. A process refreshes after its first
+job, after a failed one, and otherwise at most once every REFRESH_SECONDS: rebuilding after
+every job cost a share of each job that grows with the sweep (benchmarks/README.md).
+
+`finish` ends the sweep: every sink's `write_sweep` (comparison.csv and .md, comparison.html),
+the sweep's table on the terminal (printed with log.terminal=false too: that switches off each
+job's summary, so a long sweep prints only its table), then the outcome. attnlab's sweeper calls it once every job returned, and when
+the launch was interrupted; it raises `FailedRecords` when a record failed, which the CLI turns
+into exit code 1 after the tables are written. Under another sweeper (`hydra/sweeper=basic`) the
+callback's `on_multirun_end` writes the tables instead (a callback cannot change the outcome).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.errors import FailedRecords
+
+if TYPE_CHECKING:
+    from attnlab.reporting.aggregate import Report
+
+REFRESH_SECONDS = 1.0
+
+
+def sweep_dir(config: DictConfig) -> Path:
+    return Path(str(config.hydra.sweep.dir))
+
+
+def _report_problems(problems: list) -> None:
+    for problem in problems:
+        print(f"attnlab: skipped record: {problem}", file=sys.stderr)
+
+
+def write_tables(config: DictConfig) -> list[str]:
+    """Every enabled sink's sweep output from the records under the sweep folder; returns the
+    failed records' paths. A sweep that ran no job gets no tables."""
+    from attnlab.reporting.aggregate import find_record_files, rebuild
+    from attnlab.sinks.base import build_sinks
+
+    folder = sweep_dir(config)
+    if not find_record_files([folder]):
+        return []
+    sinks = [sink for sink in build_sinks(config).values() if hasattr(sink, "write_sweep")]
+    report, problems = rebuild(folder, lambda report: [sink.write_sweep(report, folder) for sink in sinks])
+    _report_problems(problems)
+    print_summary(report, folder)
+    return [str(r.path) for r in report.records if not r.ok]
+
+
+def print_summary(report: Report, folder: Path) -> None:
+    """The sweep's table for a terminal, and where the full tables are."""
+    from attnlab.reporting.aggregate import terminal_table
+    from attnlab.sinks.terminal import display_path, reader_may_leave
+
+    tables = [f"comparison{s}" for s in (".csv", ".md", ".html") if (folder / f"comparison{s}").exists()]
+    with reader_may_leave():
+        print(f"\nsweep: {len(report.records)} job(s) in {display_path(folder)}")
+        print(terminal_table(report.jobs))
+        if tables:
+            browser = " (open the .html in a browser)" if tables[-1].endswith(".html") else ""
+            suffixes = " ".join(name[len("comparison"):] for name in tables[1:])
+            print(f"tables: {display_path(folder / tables[0])} {suffixes}{browser}".rstrip(), flush=True)
+
+
+def finish(config: DictConfig, complete: bool) -> None:
+    """The end of a sweep (attnlab's sweeper calls it): the tables, then the outcome."""
+    failed = write_tables(config)
+    if complete and failed:
+        raise FailedRecords(failed)
+
+
+def refresh_table(config: DictConfig) -> None:
+    """The sweep's comparison.csv from the records on disk (no other table: the cheap one)."""
+    from attnlab.reporting.aggregate import rebuild
+    from attnlab.reporting.rows import TABLE_FILE
+    from attnlab.sinks.table import write_csv_report
+
+    folder = sweep_dir(config)
+    _, problems = rebuild(folder, lambda report: write_csv_report(report, folder / TABLE_FILE))
+    _report_problems(problems)
+
+
+class SweepTables(Callback):
+    """Keeps `<sweep dir>/comparison.csv` current after jobs (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.refreshed_at: float | None = None  # time.monotonic() of this process's last refresh
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if config.hydra.mode.name != "MULTIRUN" or not config.log.get("table"):
+            return
+        # the task returns its failed records' paths (attnlab.app.job.run_task)
+        failed = job_return.status == JobStatus.FAILED or bool(job_return.return_value)
+        if not failed and self.refreshed_at is not None and time.monotonic() - self.refreshed_at < REFRESH_SECONDS:
+            return
+        refresh_table(config)
+        self.refreshed_at = time.monotonic()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if OmegaConf.select(config, "hydra.sweeper.finish"):
+            return  # attnlab's sweeper finished the sweep itself
+        write_tables(config)
+
+
+__all__ = ["SweepTables", "finish", "print_summary", "refresh_table", "sweep_dir", "write_tables"]

@@ -1,0 +1,338 @@
+"""One seed of one run: inputs and weights -> modules -> captured stages -> diagnosis -> a record.
+
+Data flows one way. This module computes; it never prints or writes: sinks read the record.
+A plugin that raises or returns something that is not a context matrix fails its own record
+(status "failed", the error in one line) and nothing else.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from attnlab.diagnosis import batch_mixing
+from attnlab.capture.recorder import Capture, capture
+from attnlab.schema import WeightsMode, resolved
+from attnlab.errors import UserError
+from attnlab.diagnosis.diagnostics import compute_diagnostics, expected_shapes, first_divergent_stage
+from attnlab.diagnosis.findings import diagnose
+from attnlab.inputs.kinds import Inputs
+from attnlab.modules.layouts import align, seed_projections
+from attnlab.diagnosis.predictions import check_predictions
+from attnlab.compute.preflight import Size, check_fits, should_spill
+from attnlab.capture.spill import as_numpy, spill
+from attnlab.capture.stages import SQUARE_STAGES
+from attnlab.compute.profile import profile_pair
+from attnlab.record import Record
+from attnlab.modules.registry import SPELLINGS, auto_reference, constructor_kwargs, get_variant
+from attnlab.modules.roles import manual_seed
+
+SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEVICES = ("cpu", "cuda", "mps", "auto")
+
+
+def checked_dtype(key: str, name: str) -> str:
+    if name not in DTYPES:
+        raise UserError(f"{key}={name}: allowed are {', '.join(DTYPES)}")
+    return name
+
+
+def resolved_device(name: str) -> str:
+    """cpu, cuda or mps; `auto` takes CUDA, then MPS, else the CPU. A device this machine lacks is
+    a one-line error, not a fallback: published numbers must say where they ran."""
+    if name not in DEVICES:
+        raise UserError(f"device={name}: allowed are {', '.join(DEVICES)}")
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+    if (name == "cuda" and not torch.cuda.is_available()) or (name == "mps" and not mps):
+        raise UserError(f"device={name}: not available on this machine (device=cpu or device=auto)")
+    return name
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What every seed of a job shares, read from the config once: resolving a DictConfig is
+    slow next to a book-size seed, and 100 seeds should not pay for it 100 times."""
+
+    name: str
+    params: dict[str, Any]
+    config: dict[str, Any]  # resolved; each record gets its own copy with its seed
+    shared: bool
+    weights_init: str
+    d_out: int
+    expect: Any
+    values: dict[str, Any]  # the top-level keys passed by name to every module that takes them
+    batch: int
+    train: bool
+    reference: str  # "auto" or a variant name
+    show: tuple[int, int]  # the batch item and head the sinks show
+    dtype: str = "float32"  # the variant's; the reference runs in reference_dtype
+    reference_dtype: str = "float32"
+    device: str = "cpu"  # resolved: never "auto"
+    profile: bool = False
+    profile_budget_s: float = 1.0
+    profile_backward: bool = False
+
+    @classmethod
+    def from_cfg(cls, cfg: DictConfig) -> JobSpec:
+        values = {key: cfg[key] for key in ("d_out", "context_length", "dropout", "num_heads", "num_kv_heads",
+                                            "qkv_bias")}
+        return cls(
+            name=cfg.variant.name,
+            params=OmegaConf.to_container(cfg.variant.params, resolve=True),
+            config=resolved(cfg),
+            shared=cfg.weights == WeightsMode.shared,
+            weights_init=cfg.weights_init.value,
+            d_out=cfg.d_out,
+            expect=OmegaConf.to_container(cfg.expect, resolve=True),
+            values=values,
+            batch=cfg.batch,
+            train=cfg.train,
+            reference=cfg.reference,
+            show=(cfg.show.batch, cfg.show.head),
+            dtype=checked_dtype("dtype", cfg.dtype),
+            reference_dtype=checked_dtype("reference_dtype", cfg.reference_dtype),
+            device=resolved_device(cfg.device),
+            profile=cfg.profile,
+            profile_budget_s=_positive("profile_budget_s", cfg.profile_budget_s),
+            profile_backward=cfg.profile_backward,
+        )
+
+
+@contextmanager
+def compute_threads(n_tokens: int) -> Iterator[None]:
+    """One intra-op thread for small inputs, torch's default for large ones; restored after.
+
+    At the book's size every op is microseconds of work, but an op that enters a parallel region
+    (torch.softmax does, even on a 6x6 matrix) must wake the other OpenMP threads: on a shared
+    2-core machine that costs a scheduler slice per softmax, thousands of times the work itself,
+    and dominated a 6-token job's compute. The choice depends
+    on n_tokens only, so a seed's numbers are the same in a single run and in an n_seeds job.
+    """
+    before = torch.get_num_threads()
+    small = n_tokens < SINGLE_THREAD_TOKENS
+    if small and before != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if small and before != 1:
+            torch.set_num_threads(before)
+
+
+class PluginError(RuntimeError):
+    """A variant that could not be built or run; it fails that record only."""
+
+
+def build_module(name: str, params: dict[str, Any], values: dict[str, Any], seed: int) -> nn.Module:
+    """Build right after torch.manual_seed(seed), as the source does."""
+    spec = get_variant(name)
+    args, kwargs = constructor_kwargs(spec, values, params)
+    manual_seed(seed)
+    try:
+        return spec.cls(*args, **kwargs)
+    except Exception as exc:
+        raise PluginError(f"variant '{name}' could not be built: {type(exc).__name__}: {exc}") from exc
+
+
+def takes_batches(module: nn.Module, d_in: int, n_tokens: int, d_out: int) -> bool:
+    """One probe call on a tiny batched input (2 items x up to 3 tokens), not counted and not
+    captured: a module that returns (batch, tokens, ·) gets batches; any other gets (tokens, d_in)."""
+    items = 2 if d_out != 2 else 3  # a 2-D module whose d_out equals the items would broadcast a batch
+    probe = torch.rand(items, min(3, n_tokens), d_in, generator=torch.Generator().manual_seed(0))  # (items, tokens, d_in)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = module.eval()(probe)
+    except Exception:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
+        return False
+    out = out[0] if isinstance(out, (tuple, list)) and out else out
+    return isinstance(out, torch.Tensor) and out.dim() == 3 and tuple(out.shape[:2]) == tuple(probe.shape[:2])
+
+
+def kv_head_count(module: nn.Module, spec_name: str, params: dict[str, Any], values: dict[str, Any]) -> int | None:
+    """The key/value heads the variant has: an attribute under a usual spelling, else the count its
+    constructor was given; None (the reference's own) for a module that takes none, whatever the
+    top-level num_kv_heads says (it reaches only constructors that name it)."""
+    declared = [getattr(module, spelling, None) for spelling in SPELLINGS["num_kv_heads"]]
+    found = next((v for v in declared if isinstance(v, int) and not isinstance(v, bool)), None)
+    if found is not None:
+        return found
+    return _constructor_count(constructor_kwargs(get_variant(spec_name), values, params)[1], "num_kv_heads", None)
+
+
+def head_count(spec_name: str, values: dict[str, Any]) -> int:
+    """The head count the reference's constructor was given (1 for the single-head classes)."""
+    return _constructor_count(constructor_kwargs(get_variant(spec_name), values, {})[1], "num_heads", 1)
+
+
+def _constructor_count(kwargs: dict[str, Any], key: str, default: int | None) -> int | None:
+    """The value a constructor was given for `key` under any of its spellings, else `default`."""
+    return next((int(kwargs[k]) for k in SPELLINGS[key] if kwargs.get(k) is not None), default)
+
+
+def planned_size(name: str, spec: JobSpec, values: dict[str, Any], inputs: Inputs) -> Size:
+    """The run's size from the config alone, before any module is built (their mask buffers count)."""
+    _, kwargs = constructor_kwargs(get_variant(name), values, spec.params)
+    return Size(spec.batch, _constructor_count(kwargs, "num_heads", 1), inputs.n_tokens, inputs.d_in, spec.d_out,
+                context_length=int(kwargs.get("context_length") or 0))
+
+
+def run_module(name: str, module: nn.Module, x: torch.Tensor, seed: int) -> Capture:
+    manual_seed(seed)  # dropout in training mode draws from the seed: same seed, same record
+    try:
+        captured = capture(module, x)
+    except Exception as exc:
+        raise PluginError(f"variant '{name}' raised {type(exc).__name__}: {exc}") from exc
+    if "output" not in captured.stages:
+        raise PluginError(f"variant '{name}' returned {captured.returned}, not a tensor of shape (n_tokens, ·) "
+                          f"or (batch, n_tokens, ·); return the context vectors")
+    return captured
+
+
+def compute_record(
+    cfg: DictConfig | None, seed: int, inputs: Inputs, *, spec: JobSpec | None = None,
+    phase: Callable[[str], None] | None = None, items: torch.Tensor | None = None,
+) -> Record:
+    """One seed's record. `spec` (JobSpec.from_cfg(cfg)) saves re-reading the config per seed;
+    `phase(name)` is told when each part starts, for a progress display; `items` (batch, n_tokens,
+    d_in) are distinct batch items for a batched module, in place of the inputs stacked."""
+    spec = spec or JobSpec.from_cfg(cfg)
+    say = phase or (lambda _name: None)
+    name = spec.name
+    tokens = inputs.embeddings  # (n_tokens, d_in)
+    config = copy.deepcopy(spec.config)
+    config["seed"] = seed
+    record = Record(
+        variant=name, seed=seed, config=config, labels=inputs.labels,
+        n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out, device=spec.device, dtype=spec.dtype,
+    )
+    values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
+    batch = items if items is not None else inputs.batched(spec.batch)  # (batch, n_tokens, d_in)
+    with compute_threads(inputs.n_tokens):
+        try:
+            say("forward")
+            size = planned_size(name, spec, values, inputs)
+            spilling = should_spill(size)
+            check_fits(size, spilled=spilling)
+            variant_module = build_module(name, spec.params, values, seed)
+            variant_batched = takes_batches(variant_module, inputs.d_in, inputs.n_tokens, spec.d_out)
+            record.reference = reference_name = (auto_reference(get_variant(name), variant_module, variant_batched)
+                                                  if spec.reference == "auto" else spec.reference)
+            get_variant(reference_name)
+            reference_module = build_module(reference_name, {}, values, seed)
+            reference_batched = takes_batches(reference_module, inputs.d_in, inputs.n_tokens, spec.d_out)
+            num_heads = head_count(reference_name, values)
+            if spec.shared:
+                seed_projections(reference_module, seed, spec.weights_init, num_heads=num_heads)
+                record.weights_loaded = align(reference_module, variant_module, num_heads=num_heads,
+                                              num_kv_heads=kv_head_count(variant_module, name, spec.params, values))
+            for module in (reference_module, variant_module):
+                module.train(spec.train)
+            # built and seeded on the CPU in float32, then moved: a seed means the same numbers everywhere
+            cast(reference_module, spec.device, DTYPES[spec.reference_dtype])
+            cast(variant_module, spec.device, DTYPES[spec.dtype])
+            reference_x = _moved(batch if reference_batched else tokens, spec.device, spec.reference_dtype)
+            variant_x = _moved(batch if variant_batched else tokens, spec.device, spec.dtype)
+            reference = run_module(reference_name, reference_module, reference_x, seed)
+            if spilling:  # the reference's large stages go to disk: one module's stay in memory
+                record.scratch = tempfile.TemporaryDirectory(prefix="attnlab-spill-")
+                spill(reference.stages, SQUARE_STAGES, Path(record.scratch.name))
+            try:
+                variant = run_module(name, variant_module, variant_x, seed)
+            except PluginError:
+                if variant_batched or not reference_batched:
+                    raise
+                # a batched module whose probe failed: its own error on the batch says why
+                variant = run_module(name, variant_module, _moved(batch, spec.device, spec.dtype), seed)
+            if spilling:  # the variant's too: the passes of the diagnosis read one stage at a time
+                spill(variant.stages, SQUARE_STAGES, Path(record.scratch.name), prefix="variant-")
+        except PluginError as exc:
+            record.status, record.error = "failed", str(exc)
+            return record
+        _check_shown(spec.show, variant)
+        say("diagnostics")
+        mixing = _batch_mixing(name, variant_module, variant_x, variant, seed) if variant_batched and not spec.train else None
+        record.stages, record.stage_shapes = _to_numpy(variant)
+        record.reference_stages, record.reference_stage_shapes = _to_numpy(reference)
+        record.expected_shapes = {k: list(v) for k, v in expected_shapes(reference).items()}
+        record.missing_stages, record.reconstructed_stages = list(variant.missing), list(variant.reconstructed)
+        record.output_is_context = variant.output_is_context
+        record.diagnostics, record.head_diagnostics = compute_diagnostics(variant, reference)
+        record.reference_diagnostics, _ = compute_diagnostics(reference, reference)
+        record.first_divergent_stage = first_divergent_stage(variant, reference, record.diagnostics)
+        record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=spec.shared,
+                                   train=spec.train, batch_mixing=mixing)
+        record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
+        record.predictions = check_predictions(
+            spec.expect, variant, record.diagnostics, record.first_divergent_stage, record.findings
+        )
+        if spec.profile:  # after the capture, on the plain modules: profiling never changes a diagnosed value
+            say("profile")
+            key = (reference_name, tuple(reference_x.shape), spec.reference_dtype, spec.device, spec.train,
+                   spec.profile_budget_s, spec.profile_backward, tuple(sorted(values.items())))
+            record.profile = profile_pair((variant_module, variant_x), (reference_module, reference_x),
+                                          budget_s=spec.profile_budget_s, backward=spec.profile_backward,
+                                          reference_key=key, warmed_up=True)  # the capture ran both
+            record.diagnostics.update(record.profile)
+    return record
+
+
+def _batch_mixing(name: str, module: nn.Module, x: torch.Tensor, together: Capture,
+                  seed: int) -> batch_mixing.BatchMixing | None:
+    """Each batch item alone against its slice (eval mode only: dropout would differ per run)."""
+    try:
+        return batch_mixing.check(lambda item: run_module(name, module, item, seed), x, together)
+    except PluginError:  # a module that cannot take a batch of one: nothing to compare
+        return None
+
+
+def cast(module: nn.Module, device: str, dtype: torch.dtype) -> None:
+    """Move `module` to `device` and its real floating-point parameters and buffers to `dtype`.
+
+    `Module.to(dtype)` would cast a complex buffer (Llama's RoPE `freqs_cis`) to a real dtype and
+    drop its imaginary part; complex tensors keep their kind here, at the precision of `dtype`."""
+    complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+    module.to(device)
+    for param in module.parameters():
+        if param.is_floating_point():
+            param.data = param.data.to(dtype)
+    for name, buffer in module.named_buffers():
+        kind = dtype if buffer.is_floating_point() else complex_dtype if buffer.is_complex() else None
+        if kind is not None and buffer.dtype != kind:
+            owner, _, attribute = name.rpartition(".")
+            setattr(module.get_submodule(owner), attribute, buffer.to(kind))
+
+
+def _moved(x: torch.Tensor, device: str, dtype: str) -> torch.Tensor:
+    return x.to(device=device, dtype=DTYPES[dtype])
+
+
+def _positive(key: str, value: float) -> float:
+    if not value > 0:
+        raise UserError(f"{key}={value}: must be a number of seconds above 0")
+    return float(value)
+
+
+def _check_shown(show: tuple[int, int], variant: Capture) -> None:
+    weights = variant.stages.get("weights", variant.stages["output"][:, None])
+    for key, index, count in (("show.batch", show[0], weights.shape[0]), ("show.head", show[1], weights.shape[1])):
+        if not 0 <= index < count:
+            what = "batch items" if key == "show.batch" else "heads"
+            raise UserError(f"{key}={index}: the module has {count} {what} (0 to {count - 1})")
+
+
+def _to_numpy(captured: Capture) -> tuple[dict, dict]:
+    stages = {name: as_numpy(t) for name, t in captured.stages.items()}
+    return stages, {name: list(captured.native_shapes[name]) for name in stages}

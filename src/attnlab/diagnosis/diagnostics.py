@@ -1,0 +1,353 @@
+"""Numbers that describe a captured variant, alone and against the reference.
+
+Every stage is in the canonical view of `attnlab.capture.stages.AXES`; everything that needs a
+(query x key) temporary runs per (batch item, head) in blocks of query rows, so a long run needs
+O(block * n) memory above the stage tensors themselves. float32 stays float32 and sums that lose
+precision accumulate in float64. Tolerances are relative to the dtype's precision (float32's, or
+a coarser one the module ran in: bfloat16, float16) and the values' scale, so a correct variant
+written another way (einsum, nn.Linear, fused QKV) is not "divergent".
+
+Per-head values are kept per head (`head_diagnostics`); the flat table keeps the worst head for
+error-type values (divergences, row-sum errors) and the mean over heads for entropy-type ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import weakref
+from typing import Callable, Iterator
+
+import torch
+
+from attnlab.capture.recorder import Capture, max_abs_or_nan
+from attnlab.capture.spill import releasing
+from attnlab.capture.stages import STAGES
+
+BLOCK_ROWS = 1024
+NAN = float("nan")
+_EPS = float(torch.finfo(torch.float32).eps)  # float32's; a capture in another dtype uses its own (capture_eps)
+HEAD_COLUMNS = ("weights_entropy_mean", "weights_row_max_mean", "weights_first_token_mass")  # per-head table columns
+
+
+def row_blocks(n: int, block: int = BLOCK_ROWS) -> Iterator[slice]:
+    for start in range(0, n, block):
+        yield slice(start, min(start + block, n))
+
+
+def blocks(t: torch.Tensor) -> Iterator[tuple]:
+    """Index tuples covering `t`: every leading (batch, head) position, query rows in blocks."""
+    if t.dim() < 2:
+        yield (slice(None),)
+        return
+    for lead in itertools.product(*(range(n) for n in t.shape[:-2])):
+        for rows in row_blocks(t.shape[-2]):
+            yield (*lead, rows)
+
+
+_KNOWN: dict[tuple[str, int], tuple[weakref.ref, float]] = {}  # (function, id) -> (the tensor, its value)
+
+
+def _remembered(fn: Callable[[torch.Tensor], float]) -> Callable[[torch.Tensor], float]:
+    """fn(t) remembered per tensor while it lives: stage tolerances, divergences, the non-finite
+    count and the findings all read a stage's max |t|, and a pass over a (batch, heads, query, key)
+    tensor each time was most of a long run's diagnosis. Stages are never changed after the capture."""
+
+    @functools.wraps(fn)
+    def wrapper(t: torch.Tensor) -> float:
+        key = (fn.__name__, id(t))
+        known = _KNOWN.get(key)
+        if known is not None and known[0]() is t:
+            return known[1]
+        value = fn(t)
+        try:
+            _KNOWN[key] = (weakref.ref(t, lambda _, key=key: _KNOWN.pop(key, None)), value)
+        except TypeError:  # not weak-referenceable (a spilled array's view): computed again next time
+            pass
+        return value
+
+    return wrapper
+
+
+max_abs = _remembered(releasing(max_abs_or_nan))  # max |t| without an |t| temporary (capture's, which needs it first)
+
+
+@_remembered
+@releasing
+def finite_max_abs(t: torch.Tensor) -> float:
+    """max |t| over the finite entries: a causal mask's -inf says nothing about the values' scale."""
+    bound = max_abs(t)
+    if not math.isfinite(bound):
+        bound = max((max_abs_or_nan(t[i].nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)) for i in blocks(t)
+                     if t[i].numel()), default=0.0)
+    return bound
+
+
+@releasing
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| in blocks; nan when the shapes differ or a value is not finite. A tensor
+    against itself (the reference's own diagnostics) is 0 without a pass over its values."""
+    if a is b:
+        return 0.0
+    if a.shape != b.shape:
+        return NAN
+    return max((_gap(a[i], b[i]) for i in blocks(a) if a[i].numel()), default=0.0)
+
+
+def _gap(x: torch.Tensor, y: torch.Tensor) -> float:
+    """max |x - y|, 0 where both hold the same value (a mask's -inf against the same -inf).
+
+    One temporary where the block is finite; only a NaN in it (equal infinities, or a NaN value)
+    pays for the comparison that tells the two apart."""
+    gap = (x - y).abs_()
+    worst = float(gap.max())
+    return worst if not math.isnan(worst) else float(torch.where(x == y, 0.0, gap).max())
+
+
+def finite_entries(t: torch.Tensor) -> torch.Tensor:
+    """torch.isfinite(t), in two passes that CPU kernels vectorise (isfinite's own is ~3x slower);
+    NaN compares false."""
+    return t.abs() < math.inf
+
+
+@releasing
+def _non_finite(t: torch.Tensor) -> float:
+    if math.isfinite(max_abs(t)):
+        return 0.0  # one pass without a temporary: a finite max |t| leaves no NaN or inf anywhere
+    return float(t.numel() - sum(int(finite_entries(t[i]).sum()) for i in blocks(t)))
+
+
+def capture_eps(capture: Capture) -> float:
+    """Machine epsilon of the dtype the module computed in (its output's); float32's for an
+    integer or float64 output, since the stages are compared at float32 precision at best."""
+    dtype = capture.stages["output"].dtype
+    return max(_EPS, float(torch.finfo(dtype).eps)) if dtype.is_floating_point else _EPS
+
+
+def _stage_rtol(stage: str, capture: Capture, eps: float | None = None) -> float:
+    """Relative error a correct computation of `stage` may carry in a dtype of epsilon `eps`
+    (default: the capture's own; worst case, linear in K).
+
+    Projections sum over d_in, scores over head_dim; each later stage inherits the error before it.
+    """
+    eps = capture_eps(capture) if eps is None else eps
+    d_in = capture.stages["inputs"].shape[-1]
+    keys = capture.stages.get("keys")
+    d_k = keys.shape[-1] if keys is not None else d_in
+    projection = 4 * eps * (d_in + 1)
+    scores = 2 * projection + 4 * eps * (d_k + 1)
+    return {"inputs": eps, "queries": projection, "keys": projection, "values": projection,
+            "scores": scores, "scaled_scores": scores + 4 * eps}.get(stage, scores)
+
+
+def stage_tolerance(stage: str, capture: Capture, eps: float | None = None) -> float:
+    """Absolute tolerance for comparing `stage` of `capture` with another computation of it, in a
+    dtype of epsilon `eps` (default: the capture's own).
+
+    A softmax turns an absolute error e in its input into a relative error of about 2e in its
+    output, so the weights, context and output tolerances grow with the scaled scores' magnitude:
+    when float32 cannot resolve the weights, the comparison says so instead of guessing.
+    """
+    stages = capture.stages
+    atol = 1e-6
+    eps = capture_eps(capture) if eps is None else eps
+    if stage not in ("weights", "weights_applied", "context", "output"):
+        return _stage_rtol(stage, capture, eps) * finite_max_abs(stages[stage]) + atol
+    logits = stages.get("scaled_scores", stages.get("scores"))
+    logit_err = _stage_rtol("scaled_scores", capture, eps) * finite_max_abs(logits) if logits is not None else 0.0
+    weight_err = min(1.0, 2 * logit_err + 8 * eps * math.sqrt(stages["inputs"].shape[-2]))
+    if stage in ("weights", "weights_applied"):
+        return weight_err + atol
+    values = stages.get("values")
+    context_rtol = 2 * weight_err + _stage_rtol("values", capture, eps)
+    if stage == "context" or capture.output_is_context:
+        scale = max_abs(values) if values is not None else max_abs(stages[stage])
+        return context_rtol * scale + atol
+    width = stages["output"].shape[-1]  # an output projection sums over the merged heads
+    merged = math.prod(stages["context"].shape[1::2]) if "context" in stages else width
+    return (context_rtol + 4 * eps * (merged + 1)) * max_abs(stages["output"]) * math.sqrt(merged) + atol
+
+
+def stage_differs(stage: str, variant: Capture, reference: Capture, other: torch.Tensor | None = None,
+                  diff: float | None = None) -> bool:
+    """Whether `other` (default: the variant's stage) differs from the reference's stage; `diff`:
+    max_abs_diff of the variant's stage, when already known (nan is computed again)."""
+    mine = variant.stages[stage] if other is None else other
+    ref = reference.stages[stage]
+    if mine.shape != ref.shape:
+        return True
+    known = other is None and diff is not None and not math.isnan(diff)
+    diff = diff if known else max_abs_diff(mine, ref)
+    return not diff <= stage_tolerance(stage, reference, max(capture_eps(variant), capture_eps(reference)))
+
+
+def first_divergent_stage(variant: Capture, reference: Capture,
+                          diagnostics: dict[str, float] | None = None) -> str | None:
+    """The first stage, in pipeline order, whose values differ from the reference's.
+
+    A shape mismatch counts as divergent; a stage missing from either capture is skipped.
+    `diagnostics` (compute_diagnostics' flat values) saves a pass over each stage: its divergence
+    is already there.
+    """
+    for stage in STAGES:
+        if stage in variant.stages and stage in reference.stages and stage_differs(
+                stage, variant, reference, diff=(diagnostics or {}).get(f"divergence_{stage}")):
+            return stage
+    return None
+
+
+@releasing
+def _weights_diagnostics(weights: torch.Tensor | None) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Row and column sums, entropy, row max and first-token mass of (batch, heads, query, key) weights.
+
+    Per (batch, head) block in float32 (torch's cascaded sums keep a block's sum to a few
+    epsilon), accumulated over blocks in float64: a float64 copy or float64 reduction of each
+    block cost more than all the statistics together."""
+    names = ["weights_row_sum_max_err", "weights_col_sum_max_err", "weights_min", "weights_max",
+             "weights_entropy_mean", "weights_entropy_norm_mean", "weights_row_max_mean", "weights_first_token_mass"]
+    if weights is None or weights.dim() != 4 or weights.numel() == 0:
+        return dict.fromkeys(names, NAN), {}
+    batch, heads, n_query, n_keys = weights.shape
+    f64, wide = torch.float64, torch.promote_types(weights.dtype, torch.float32)  # bfloat16's log is too coarse
+    row_err = col_err = 0.0
+    entropy = torch.zeros(batch, heads, dtype=f64)
+    row_max = torch.zeros(batch, heads, dtype=f64)
+    first = torch.zeros(batch, heads, dtype=f64)
+    extremes: list[torch.Tensor] = []  # (min, max) of each block; torch's min and max keep a NaN
+    for b, h in itertools.product(range(batch), range(heads)):
+        cols = torch.zeros(n_keys, dtype=f64)
+        for rows in row_blocks(n_query):
+            block = weights[b, h, rows].to(wide)  # (rows, key)
+            row_err = max(row_err, float((block.sum(dim=-1) - 1).abs().max()))
+            cols += block.sum(dim=0)
+            entropy[b, h] -= float(torch.special.xlogy(block, block).sum())
+            row_max[b, h] += float(block.amax(dim=-1).sum())
+            first[b, h] += float(block[:, 0].sum())
+            extremes.append(torch.stack(torch.aminmax(block)))
+        col_err = max(col_err, float((cols - 1).abs().max()))
+    per_head = {"weights_entropy_mean": (entropy / n_query).mean(dim=0),
+                "weights_row_max_mean": (row_max / n_query).mean(dim=0),
+                "weights_first_token_mass": (first / n_query).mean(dim=0)}
+    mean_entropy = float(per_head["weights_entropy_mean"].mean())
+    extreme = torch.stack(extremes)
+    flat = {
+        "weights_row_sum_max_err": row_err,
+        "weights_col_sum_max_err": col_err,
+        "weights_min": float(extreme[:, 0].min()),
+        "weights_max": float(extreme[:, 1].max()),
+        "weights_entropy_mean": mean_entropy,
+        "weights_entropy_norm_mean": mean_entropy / math.log(n_keys) if n_keys > 1 else NAN,
+        "weights_row_max_mean": float(per_head["weights_row_max_mean"].mean()),
+        "weights_first_token_mass": float(per_head["weights_first_token_mass"].mean()),
+    }
+    return flat, {name: [float(v) for v in values] for name, values in per_head.items()}
+
+
+@releasing
+def scale_observed(scores: torch.Tensor | None, scaled: torch.Tensor | None) -> float:
+    """Least-squares factor c in scaled_scores ~ c * scores (in blocks; float64 across blocks),
+    over the entries finite in both: a mask's -inf says nothing about the scaling."""
+    if scores is None or scaled is None or scores.shape != scaled.shape:
+        return NAN
+    dot = norm = 0.0
+    finite_scores = math.isfinite(max_abs(scores))
+    wide = torch.promote_types(scores.dtype, torch.float32)
+    for i in blocks(scores):
+        s, t = scores[i].to(wide).reshape(-1), scaled[i].to(wide).reshape(-1)
+        finite = finite_entries(t)  # the scores are a product of finite projections; the mask is in t
+        if not finite_scores:
+            finite &= finite_entries(s)
+        s, t = torch.where(finite, s, 0.0), torch.where(finite, t, 0.0)
+        dot += float(torch.dot(s, t))  # BLAS: one pass, no product temporary
+        norm += float(torch.dot(s, s))
+    return dot / norm if norm > 0 else NAN
+
+
+def _kv_head(h: int, heads: int, kv_heads: int) -> int:
+    """The key/value head query head h reads (grouped-query attention shares one per group)."""
+    return h // max(1, heads // kv_heads)
+
+
+def _softmax_input(capture: Capture) -> tuple[torch.Tensor | None, float]:
+    """The softmax input and the factor it still needs: without scaled scores, the scores scaled
+    by 1/sqrt(d_k) stand in for it (a hand-written softmax must match that)."""
+    s = capture.stages
+    if "scaled_scores" in s:
+        return s["scaled_scores"], 1.0
+    if "scores" in s and "keys" in s:
+        return s["scores"], s["keys"].shape[-1] ** -0.5
+    return None, 1.0
+
+
+@releasing
+def softmax_checks(capture: Capture) -> tuple[float, float]:
+    """max |weights - softmax(softmax input, over the keys)|, and the source's check for every
+    token: each row of the context against that token's own computation (the softmax of the
+    variant's own softmax input row, mask included, times its values). One softmax per block
+    serves both."""
+    s = capture.stages
+    weights = s.get("weights")
+    logits, scale = _softmax_input(capture)
+    if weights is None or logits is None or logits.shape != weights.shape:
+        return NAN, NAN
+    values, context = s.get("values"), s.get("context")
+    per_token = (values is not None and context is not None and context.shape[:3] == logits.shape[:3]
+                 and values.shape[-2] == logits.shape[-1] and values.shape[-1] == context.shape[-1])
+    heads, kv_heads = weights.shape[1], values.shape[1] if values is not None else weights.shape[1]
+    softmax_gaps, token_gaps = [], []
+    for i in blocks(weights):
+        p = torch.softmax(logits[i] * scale if scale != 1.0 else logits[i], dim=-1)
+        softmax_gaps.append(max_abs_diff(p, weights[i]))
+        if per_token:
+            token_gaps.append(max_abs_diff(p @ values[i[0], _kv_head(i[1], heads, kv_heads)], context[i]))
+    return max(softmax_gaps, default=NAN), max(token_gaps, default=NAN)
+
+
+def expected_shapes(reference: Capture) -> dict[str, tuple[int, ...]]:
+    """Shapes predicted for every stage: the reference's, in its own rank."""
+    return dict(reference.native_shapes)
+
+
+@releasing
+def _per_head_divergence(mine: torch.Tensor | None, ref: torch.Tensor | None) -> list[float]:
+    if mine is None or ref is None or mine.shape != ref.shape or mine.dim() != 4:
+        return []
+    if mine is ref:  # the reference's own diagnostics
+        return [0.0] * mine.shape[1]
+    return [max((max_abs_diff(mine[b, h], ref[b, h]) for b in range(mine.shape[0])), default=NAN)
+            for h in range(mine.shape[1])]
+
+
+def compute_diagnostics(variant: Capture, reference: Capture) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Flat {name: float} for the record and sweep tables (nan where not computable), and the
+    per-head values {name: [one per head]}."""
+    out: dict[str, float] = {}
+    per_head: dict[str, list[float]] = {}
+    shapes = expected_shapes(reference)
+    for stage in ("weights", "context"):  # per head first: the stage's divergence is their max, no second pass
+        values = _per_head_divergence(variant.stages.get(stage), reference.stages.get(stage))
+        if values:
+            per_head[f"divergence_{stage}"] = values
+    for stage in STAGES:
+        mine, ref = variant.stages.get(stage), reference.stages.get(stage)
+        by_head = per_head.get(f"divergence_{stage}")
+        diff = max(by_head) if by_head else max_abs_diff(mine, ref) if mine is not None and ref is not None else NAN
+        scale = max_abs(ref) if ref is not None else NAN
+        out[f"divergence_{stage}"] = diff
+        out[f"relative_divergence_{stage}"] = diff / scale if scale > 0 else NAN
+        out[f"non_finite_{stage}"] = _non_finite(mine) if mine is not None else NAN
+        native = variant.native_shapes.get(stage)
+        out[f"shape_ok_{stage}"] = float(native == shapes[stage]) if native is not None and stage in shapes else NAN
+    flat, heads = _weights_diagnostics(variant.stages.get("weights"))
+    out.update(flat)
+    per_head.update(heads)
+    out["weights_softmax_max_err"], out["batched_single_max_abs_diff"] = softmax_checks(variant)
+    out["scale_observed"] = scale_observed(variant.stages.get("scores"), variant.stages.get("scaled_scores"))
+    keys = variant.stages.get("keys")
+    out["scale_expected"] = keys.shape[-1] ** -0.5 if keys is not None else NAN
+    out["softmax_dim"] = float(variant.softmax_dim) if variant.softmax_dim is not None else NAN
+    if len(heads.get("weights_entropy_mean", [])) > 1:  # per-head table columns, where users compare heads
+        for name in HEAD_COLUMNS:
+            out.update({f"{name}_h{h}": value for h, value in enumerate(heads[name])})
+    return out, per_head

@@ -1,0 +1,424 @@
+"""Deliberate changes to attention, named from the captured stages (issue 15).
+
+Rotary positions, a bias on the query-key distance (ALiBi), a sliding window, soft-capped
+scores, normalised queries and keys: none of them is a bug, but each makes the stages differ
+from the reference's, and the plain checks would call that a wrong query source or a wrong
+scaling. Each recogniser here compares the variant's stages with the reference's and names
+the change when the numbers fit it — never by the variant's name — so a user's own
+implementation gets the same words as the built-in plugin.
+
+A change applied wrongly is not recognised as the change: RoPE on the values too, or on the
+queries but not the keys, is an error finding (`rotary_misapplied`); a window or a bias that
+does not fit is left to the mask and scaling checks. Linear attention never makes its weights;
+when its context equals a kernel attention of the queries and keys, `not_softmax` (an error:
+it is the `plain_normalisation` bug) says what the weights are instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.capture.recorder import Capture
+from attnlab.diagnosis.diagnostics import max_abs, stage_differs, stage_tolerance
+from attnlab.record import Finding
+
+_EPS = float(torch.finfo(torch.float32).eps)
+_UNIT_RMS = 1e-3  # |RMS - 1| a normalised vector may show (the norm's eps, float32 rounding)
+
+
+MIN_TOKENS = 3  # the fewest tokens on which a deliberate change can be told from a bug
+
+
+def recognise(variant: Capture, reference: Capture, diagnostics: dict[str, float] | None = None) -> list[Finding]:
+    """The deliberate changes the variant's stages show against the reference's, as findings
+    (info; an error where the change is applied wrongly). `diagnostics` (compute_diagnostics'
+    flat values) saves a pass over each stage: its divergences say which stages changed."""
+    pair = _Pair(variant, reference, diagnostics or {})
+    findings: list[Finding] = []
+    fits = variant.stages["inputs"].shape[-2] >= MIN_TOKENS  # below, any difference fits a bias, a cap, an angle
+    for check in (_rotary, _qk_norm, _window, _position_bias, _softcap) if fits else ():
+        findings += check(pair)
+    return findings + _linear_attention(pair)
+
+
+@dataclass
+class _Pair:
+    """The variant and the reference, and which of their stages differ (each judged once)."""
+
+    v: Capture
+    ref: Capture
+    diagnostics: dict[str, float]
+    _changed: dict[str, bool] = field(default_factory=dict)
+
+    def both(self, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        mine, ref = self.v.stages.get(stage), self.ref.stages.get(stage)
+        if mine is None or ref is None or mine.shape != ref.shape or mine.numel() == 0:
+            return None
+        return mine, ref
+
+    def changed(self, stage: str) -> bool:
+        if stage not in self._changed:
+            diff = self.diagnostics.get(f"divergence_{stage}")
+            self._changed[stage] = (stage_differs(stage, self.v, self.ref) if diff is None
+                                    else not diff <= stage_tolerance(stage, self.ref))  # nan (shapes differ): changed
+        return self._changed[stage]
+
+    def tolerance(self, stage: str) -> float:
+        return stage_tolerance(stage, self.ref)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}" if abs(x) < 1e3 else f"{float(f'{x:.4g}'):.0f}"  # a base of 500000 reads 500000, not 5e+05
+
+
+def _heads(t: torch.Tensor) -> Iterator[tuple[int, int]]:
+    """Every (batch item, head) of a (batch, heads, ...) stage: (query x key) work one head at a time."""
+    return itertools.product(range(t.shape[0]), range(t.shape[1]))
+
+
+# -- rotary -----------------------------------------------------------------------------------------
+
+_PAIRINGS: dict[str, Callable[[int], tuple[torch.Tensor, torch.Tensor]]] = {
+    # (x_i, x_{i + head_dim/2}), as Llama and GPT-NeoX rotate
+    "half-split pairs (Llama)": lambda d: (torch.arange(d // 2), torch.arange(d // 2, d)),
+    # (x_{2i}, x_{2i+1}), as RoFormer and GPT-J rotate
+    "interleaved pairs (RoFormer)": lambda d: (torch.arange(0, d, 2), torch.arange(1, d, 2)),
+}
+
+
+@dataclass(frozen=True)
+class _Rotation:
+    pairing: str
+    frequencies: torch.Tensor  # (head_dim // 2,) radians per token, one per pair
+
+
+def _rotation(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | None:
+    """Whether `mine` is `ref` (batch, heads, tokens, head_dim) with every pair of coordinates of
+    token t turned by t * frequency (one frequency per pair): the per-token norms are kept and the
+    angle grows linearly with the position."""
+    d, n = ref.shape[-1], ref.shape[-2]
+    if d % 2 or n < 2:
+        return None
+    x, y = ref.double(), mine.double()
+    if (x.norm(dim=-1) - y.norm(dim=-1)).abs().max() > tol * math.sqrt(d):
+        return None
+    positions = torch.arange(n, dtype=torch.float64)[:, None]  # (tokens, 1)
+    rtol = 1e-5 + 4 * _EPS * n  # a float32 angle t * frequency carries t * eps of rounding
+    for pairing, indices in _PAIRINGS.items():
+        a, b = indices(d)
+        z_ref, z = torch.complex(x[..., a], x[..., b]), torch.complex(y[..., a], y[..., b])  # (b, h, tokens, d/2)
+        turn = z * z_ref.conj()  # |z_ref|^2 * e^(i angle)
+        step = turn[..., 1:, :] * turn[..., :-1, :].conj()  # the angle gained from one token to the next
+        weight = step.abs().flatten(0, 2)  # (samples, d/2): small vectors carry little angle information
+        frequency = (weight * step.angle().flatten(0, 2)).sum(0) / weight.sum(0).clamp_min(1e-300)  # (d/2,)
+        # one refinement over all positions: the residual angle, wrapped, fitted through the origin
+        residual = torch.angle(turn * torch.exp(-1j * positions * frequency))  # (b, h, tokens, d/2)
+        w = turn.abs()
+        frequency = frequency + (w * positions * residual).sum((0, 1, 2)) / (w * positions**2).sum((0, 1, 2)).clamp_min(1e-300)
+        rotated = z_ref * torch.exp(1j * positions * frequency)
+        turning = float(frequency.abs().max()) > rtol  # no angle at all is no rotation (QK-norm alone)
+        if turning and (rotated - z).abs().max() <= tol + rtol * float(x.abs().max()):
+            return _Rotation(pairing, frequency)
+    return None
+
+
+def _rms_normed(x: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """x divided per vector by its root-mean-square over the last axis, and the smallest RMS."""
+    rms = x.double().pow(2).mean(dim=-1, keepdim=True).sqrt().clamp_min(1e-12)
+    return x.double() / rms, float(rms.min())
+
+
+def _rotation_maybe_normed(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | None:
+    """`_rotation` of `ref` itself, or of `ref` RMS-normalised first (QK-norm, then RoPE, as in
+    OLMo 2 and Qwen3: a rotation keeps the RMS, so the order does not matter)."""
+    turn = _rotation(mine, ref, tol)
+    if turn is not None:
+        return turn
+    normed, smallest = _rms_normed(ref)
+    return _rotation(mine, normed, _UNIT_RMS + tol / smallest)
+
+
+def _base(rotation: _Rotation, head_dim: int) -> str:
+    """The base b of frequency_i = b ** (-2i / head_dim), fitted in log space, in words."""
+    freq = rotation.frequencies
+    if freq.numel() < 2:
+        return "one pair per head (head_dim 2), so no base can be fitted"
+    i = torch.arange(freq.numel(), dtype=torch.float64)
+    exponent = 2 * i[1:] / head_dim
+    log_freq = torch.log(freq[1:].abs().clamp_min(1e-300))
+    log_base = -float((exponent * log_freq).sum() / (exponent**2).sum())
+    fitted = torch.exp(-log_base * 2 * i / head_dim)
+    if (fitted - freq).abs().max() > 1e-3 * float(freq.abs().max()) or abs(float(freq[0]) - 1) > 1e-3:
+        shown = ", ".join(_fmt(float(f)) for f in freq[:4])
+        return f"frequencies {shown}{', ...' if freq.numel() > 4 else ''} radians per token, not base ** (-2i / head_dim)"
+    return f"theta (base) {_fmt(math.exp(log_base))}: pair i turns by theta ** (-2i / head_dim) radians per token"
+
+
+def _rotary(p: _Pair) -> list[Finding]:
+    queries, keys = p.both("queries"), p.both("keys")
+    if queries is None or keys is None:
+        return []
+    changed = {stage: p.changed(stage) for stage in ("queries", "keys", "values") if p.both(stage) is not None}
+    if not (changed["queries"] or changed["keys"]):
+        return []
+    turns = {stage: _rotation_maybe_normed(*pair, 4 * p.tolerance(stage)) if changed[stage] else None
+             for stage, pair in (("queries", queries), ("keys", keys))}
+    rotated = [stage for stage, turn in turns.items() if turn is not None]
+    if not rotated:
+        return []
+    turn = turns[rotated[0]]
+    head_dim = queries[1].shape[-1]
+    what = f"rotated by position over {turn.pairing}, {_base(turn, head_dim)}"
+    if len(rotated) == 1:
+        other = "keys" if rotated == ["queries"] else "queries"
+        if changed[other]:
+            return []  # the other one changed some other way: not a rotation this can name
+        return [Finding("rotary_misapplied", other, "error", f"the {rotated[0]} are {what}, but the {other} are not: "
+                        f"rotate queries and keys with the same angles, so that each score depends only on the "
+                        f"distance between its query and key tokens.")]
+    if (turns["keys"].frequencies - turn.frequencies).abs().max() > 1e-4 * float(turn.frequencies.abs().max()):
+        return [Finding("rotary_misapplied", "keys", "error", f"the queries are {what}, but the keys are turned by "
+                        f"other angles ({_base(turns['keys'], head_dim)}); rotate both with the same angles.")]
+    values = p.both("values")
+    if changed.get("values") and values is not None:
+        if _rotation(*values, 4 * p.tolerance("values")) is None:
+            return []  # values wrong some other way: left to the value-path check
+        return [Finding("rotary_misapplied", "values", "error", f"the values are rotated by position like the "
+                        f"queries and keys ({turn.pairing}); RoPE rotates only queries and keys: compute the "
+                        f"values as x @ W_value, unrotated.")]
+    return [Finding("rotary", "queries", "info", f"rotary position embedding (RoPE): queries and keys are {what}; "
+                    f"each token's query and key keep their length, so attn_scores depend on the query-key "
+                    f"distance, and the scores, weights and context differ from the reference's from here on.")]
+
+
+# -- normalised queries and keys -------------------------------------------------------------------
+
+
+def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
+    """`mine` is `ref` divided, per (batch, head, token), by its root-mean-square over head_dim (then
+    perhaps rotated by position: RoPE after QK-norm)."""
+    rms = mine.double().pow(2).mean(dim=-1).sqrt()
+    if (rms - 1).abs().max() > _UNIT_RMS:
+        return False
+    normed, smallest = _rms_normed(ref)
+    tol = _UNIT_RMS + tol / smallest
+    return bool((normed - mine.double()).abs().max() <= tol) or _rotation(mine, normed, tol) is not None  # or then RoPE
+
+
+def _qk_norm(p: _Pair) -> list[Finding]:
+    pairs = {stage: p.both(stage) for stage in ("queries", "keys")}
+    if any(pair is None for pair in pairs.values()) or not p.changed("queries"):
+        return []
+    if not all(_unit_rms_of(*pair, p.tolerance(stage)) for stage, pair in pairs.items()):
+        return []
+    head_dim = pairs["queries"][0].shape[-1]
+    return [Finding("qk_norm", "queries", "info", f"queries and keys are normalised (QK-norm): each head's query "
+                    f"and key vectors have root-mean-square 1 over their head_dim={head_dim} before queries @ keys.T, "
+                    f"so every attn_score lies within +-{head_dim} whatever the inputs' scale; the scores, weights "
+                    f"and context differ from the reference's from here on.")]
+
+
+# -- masks and biases on the softmax input ----------------------------------------------------------
+
+
+def _window(p: _Pair) -> list[Finding]:
+    pair = p.both("scaled_scores")
+    if pair is None or pair[0].dim() != 4 or not p.changed("scaled_scores"):
+        return []
+    mine, ref = pair
+    n_query, n_key = mine.shape[-2:]
+    future = torch.ones(n_query, n_key, dtype=torch.bool, device=mine.device).triu(1)
+    if n_query != n_key or not all(torch.equal(torch.isneginf(ref[i]), future) for i in _heads(ref)):
+        return []  # a window is read against the reference's causal mask
+    window = max(int((~torch.isneginf(mine[i])).sum(dim=-1).max()) for i in _heads(mine))
+    if window >= n_key:
+        return []
+    hidden = future | torch.ones_like(future).tril(-window)
+    weights = p.v.stages.get("weights")
+    for i in _heads(mine):
+        if not torch.equal(torch.isneginf(mine[i]), hidden) or (weights is not None and bool(weights[i][hidden].any())):
+            return []
+    last = n_query - 1
+    seen = ", ".join(str(t) for t in range(last - window + 1, last + 1))
+    return [Finding("window", "scaled_scores", "info", f"a sliding window of {window}: each query sees the last "
+                    f"{window} keys, itself included (token {last} sees {seen}); the keys further back are -inf "
+                    f"like the future ones, so their weights are 0 and each row of the weights still sums to 1.")]
+
+
+def _changed_softmax_input(p: _Pair) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The variant's and the reference's softmax inputs when they differ by more than rounding with
+    the same -inf entries (the mask kept as it was)."""
+    pair = p.both("scaled_scores")
+    if pair is None or pair[0].dim() != 4 or not p.changed("scaled_scores"):
+        return None
+    if not all(torch.equal(torch.isneginf(pair[0][i]), torch.isneginf(pair[1][i])) for i in _heads(pair[0])):
+        return None
+    return pair
+
+
+def _finite(mine: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One head's softmax inputs in float64 and where both are finite."""
+    mine, ref = mine.double(), ref.double()
+    return mine, ref, torch.isfinite(mine) & torch.isfinite(ref)
+
+
+def _scores_tolerance(p: _Pair) -> float:
+    """What two computations of the softmax input may differ by, the variant's own terms included."""
+    scaled = p.v.stages["scaled_scores"]
+    largest = max(float(torch.where(torch.isfinite(scaled[i]), scaled[i].abs(), 0).max()) for i in _heads(scaled))
+    return 8 * p.tolerance("scaled_scores") + 8 * _EPS * largest
+
+
+def _published_alibi_slopes(num_heads: int) -> list[float]:
+    """ALiBi's slopes (Press et al., 2022): 2 ** (-8 (h + 1) / n) for n heads a power of two;
+    otherwise those of the power of two below n, then every other slope of twice that power."""
+    below = 2 ** int(math.floor(math.log2(num_heads)))
+    slopes = [2 ** (-8 * (h + 1) / below) for h in range(below)]
+    return slopes + [2 ** (-8 * (h + 1) / (2 * below)) for h in range(0, 2 * below, 2)][: num_heads - below]
+
+
+def _distance_bias(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> dict[int, float] | None:
+    """{query - key: the bias} when mine - ref on one head depends only on the query-key distance."""
+    mine, ref, finite = _finite(mine, ref)
+    n_query, n_key = mine.shape
+    distance = (torch.arange(n_query)[:, None] - torch.arange(n_key)[None, :] + (n_key - 1)).expand_as(finite)
+    diff, where = (mine - ref)[finite], distance[finite]  # distance shifted to >= 0 for bincount
+    counts = torch.bincount(where, minlength=n_query + n_key - 1)
+    bias = torch.bincount(where, weights=diff, minlength=n_query + n_key - 1) / counts.clamp_min(1)
+    if diff.numel() and (diff - bias[where]).abs().max() > tol:
+        return None
+    return {d - (n_key - 1): float(bias[d]) for d in counts.nonzero().flatten().tolist()}
+
+
+def _slope(bias: dict[int, float], tol: float) -> float | None:
+    """The least-squares slope of the bias against the distance, when the bias is a line within tol."""
+    if len(bias) < 2:
+        return None
+    d = torch.tensor(list(bias), dtype=torch.float64)
+    b = torch.tensor(list(bias.values()), dtype=torch.float64)
+    slope = float(((d - d.mean()) * (b - b.mean())).sum() / ((d - d.mean()) ** 2).sum())
+    return slope if (b - b.mean() - slope * (d - d.mean())).abs().max() <= tol else None
+
+
+def _position_bias(p: _Pair) -> list[Finding]:
+    pair = _changed_softmax_input(p)
+    if pair is None:
+        return []
+    mine, ref = pair
+    tol = _scores_tolerance(p)
+    biases: list[dict[int, float]] = []
+    for b, h in _heads(mine):
+        bias = _distance_bias(mine[b, h], ref[b, h], tol)
+        if bias is None:
+            return []  # not a function of the distance alone
+        if b == 0:
+            biases.append(bias)
+        elif any(abs(v - biases[h].get(d, v)) > tol for d, v in bias.items()):
+            return []  # another bias for another batch item: not a position bias
+    sizes = [abs(v) for bias in biases for v in bias.values()]
+    if not sizes or max(sizes) <= tol:  # no bias, or none seen (NaN everywhere)
+        return []
+    slopes = [_slope(bias, tol) for bias in biases]
+    heads = len(biases)
+    if all(s is not None for s in slopes):
+        published = _published_alibi_slopes(heads)
+        alibi = all(abs(-s - want) <= 1e-3 * want for s, want in zip(slopes, published))
+        per_head = ", ".join(f"head {h}: {_fmt(-s)}" for h, s in enumerate(slopes))
+        what = (f"linear in the distance, as ALiBi: bias = -slope * (query - key) with slope {per_head}"
+                + (f" (the published ALiBi slopes for {heads} heads)" if alibi else ""))
+    else:
+        shown = "; ".join(f"head {h}: " + ", ".join(f"{d}: {_fmt(v)}" for d, v in sorted(bias.items()) if 0 <= d < 4)
+                          for h, bias in enumerate(biases[:2]))
+        what = f"not linear in the distance (bias by distance {shown}{' ...' if heads > 2 else ''})"
+    return [Finding("position_bias", "scaled_scores", "info", f"a position bias: the softmax input is the "
+                    f"reference's scaled scores plus a bias that depends only on the query-key distance, per head, "
+                    f"{what}; the weights and context differ from the reference's from here on.")]
+
+
+def _cap_through(score: float, capped: float) -> float | None:
+    """The c with c * tanh(score / c) == capped (c * tanh(s / c) grows with c from 0 towards s)."""
+    if score == 0 or capped == 0 or (score > 0) != (capped > 0) or abs(capped) >= abs(score):
+        return None
+    s, t = abs(score), abs(capped)
+    lo, hi = t, 2 * t
+    while hi * math.tanh(s / hi) < t and hi < 1e12:
+        hi *= 2
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if mid * math.tanh(s / mid) < t else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def _softcap(p: _Pair) -> list[Finding]:
+    pair = _changed_softmax_input(p)
+    if pair is None:
+        return []
+    mine, ref = pair
+    largest, at = 0.0, None  # the reference's largest finite score: where the cap shows most
+    for i in _heads(ref):
+        scores = torch.where(torch.isfinite(ref[i]), ref[i].abs(), 0)
+        if float(scores.max()) > largest:
+            largest, at = float(scores.max()), (*i, *divmod(int(scores.argmax()), scores.shape[-1]))
+    cap = _cap_through(float(ref[at]), float(mine[at])) if at is not None else None
+    if cap is None:
+        return []
+    tol = _scores_tolerance(p)
+    for i in _heads(mine):
+        head, reference, finite = _finite(mine[i], ref[i])
+        if finite.any() and (cap * torch.tanh(reference[finite] / cap) - head[finite]).abs().max() > tol:
+            return []
+    return [Finding("softcap", "scaled_scores", "info", f"soft-capped scores: the softmax input is "
+                    f"{_fmt(cap)} * tanh(s / {_fmt(cap)}) of the reference's scaled scores s, applied before the "
+                    f"mask (the masked entries stay -inf), so no score reaches +-{_fmt(cap)} and large scores are "
+                    f"squashed the most; the weights and context differ from the reference's from here on.")]
+
+
+# -- attention without a softmax ----------------------------------------------------------------------
+
+_FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "elu + 1, a non-negative kernel": lambda x: F.elu(x) + 1,
+    "the identity, so the weights can be negative (the scores normalised by their row sums)": lambda x: x,
+}
+
+
+def _linear_attention(p: _Pair) -> list[Finding]:
+    """A context that is phi(q) phi(k)^T, causal, normalised per row or not, times the values."""
+    s = p.v.stages
+    if "weights" in s or not all(stage in s for stage in ("queries", "keys", "values", "context")):
+        return []
+    queries, keys, values, context = (s[stage] for stage in ("queries", "keys", "values", "context"))
+    if queries.dim() != 4 or keys.shape[1] == 0 or queries.shape[1] % keys.shape[1]:
+        return []
+    group = queries.shape[1] // keys.shape[1]  # query heads per key/value head
+    if keys.shape[:3] != values.shape[:3] or context.shape[:3] != queries.shape[:3] or queries.shape[-1] != keys.shape[-1]:
+        return []
+    n = queries.shape[-2]
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    tol = 1e-4 * max(max_abs(context), 1e-12) + 1e-6
+    for name, phi in _FEATURE_MAPS.items():
+        for normalised in (True, False):
+            if all(_kernel_attention(phi, normalised, causal, queries[b, h].double(), keys[b, h // group].double(),
+                                     values[b, h // group].double(), context[b, h].double(), tol)
+                   for b, h in _heads(queries)):
+                rows = "normalised to sum 1 per row" if normalised else "not normalised (rows do not sum to 1)"
+                return [Finding("not_softmax", "weights", "error", f"the weights are not a softmax of the scaled "
+                                f"scores: the context is linear attention's, weights phi(q_i) . phi(k_j) over the "
+                                f"keys j <= i with phi = {name}, {rows}; the module never makes the weights "
+                                f"(running sums over the tokens), so they cannot be shown. Deliberate in linear "
+                                f"attention; use torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1) for "
+                                f"the reference's attention.")]
+    return []
+
+
+def _kernel_attention(phi: Callable[[torch.Tensor], torch.Tensor], normalised: bool, causal: torch.Tensor,
+                      q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: torch.Tensor, tol: float) -> bool:
+    """Whether one head's context is (phi(q) phi(k)^T, causal, per-row normalised or not) @ v."""
+    kernel = (phi(q) @ phi(k).T).masked_fill(~causal, 0.0)  # (tokens, tokens)
+    weights = kernel / kernel.sum(dim=-1, keepdim=True) if normalised else kernel
+    return bool((weights @ v - context).abs().max() <= tol)

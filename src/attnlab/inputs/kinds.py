@@ -1,0 +1,252 @@
+"""Token embeddings for a run: the source's six tokens, seeded random ones, or a file.
+
+Each input kind is a factory and a config: `conf/inputs/NAME.yaml` names its structured config
+(a dataclass below, registered by attnlab.app.config as `attnlab/inputs/NAME`) and a `_target_`
+factory, which `make_inputs` calls with the seed and the config's fields (`kind` included) and
+which returns `Inputs`. A config checks its own values when it is built (`__post_init__`), so a
+bad value fails in one line before any work, in a single run and for every value of a sweep.
+A new kind is one factory and one YAML file (a dataclass of its own is optional: without one,
+the factory's signature is the schema). Files are read without pickle: CSV and JSON as text,
+.npy with allow_pickle=False.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, List, Optional
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.errors import UserError
+
+
+@dataclass(frozen=True)
+class Inputs:
+    embeddings: torch.Tensor  # (n_tokens, d_in): what a 2-D module gets, and the first batch item
+    labels: list[str]  # one per token, for display
+    items: torch.Tensor | None = None  # (batch, n_tokens, d_in) distinct batch items, where the kind has them
+
+    def batched(self, batch: int) -> torch.Tensor:
+        """(batch, n_tokens, d_in): the distinct items where there are, else the inputs stacked as
+        the source's torch.stack((inputs, inputs))."""
+        if self.items is not None:
+            return self.items[:batch] if self.items.shape[0] >= batch else self.items
+        return torch.stack([self.embeddings] * batch)
+
+    @property
+    def n_tokens(self) -> int:
+        return self.embeddings.shape[0]
+
+    @property
+    def d_in(self) -> int:
+        return self.embeddings.shape[1]
+
+
+class Distribution(Enum):
+    uniform = "uniform"
+    normal = "normal"
+
+
+def positive(value: Any, key: str) -> None:
+    if value is None or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise UserError(f"{key}={value}: must be a positive integer (1, 2, 3, ...)")
+
+
+@dataclass
+class BookInputsConf:
+    """The source's six tokens, or any rows written into the config (conf/inputs/book.yaml)."""
+
+    _target_: str = "attnlab.inputs.kinds.rows_inputs"
+    _convert_: str = "all"
+    kind: str = "book"
+    labels: Optional[List[str]] = None
+    embeddings: Optional[List[Any]] = None  # rows are checked by the factory, not by type
+
+
+@dataclass
+class RandomInputsConf:
+    """Seeded random token embeddings (conf/inputs/random.yaml)."""
+
+    _target_: str = "attnlab.inputs.kinds.random_inputs"
+    _convert_: str = "all"
+    kind: str = "random"
+    n_tokens: int = 6
+    d_in: int = 3
+    distribution: Distribution = Distribution.uniform
+
+    def __post_init__(self) -> None:
+        positive(self.n_tokens, "inputs.n_tokens")
+        positive(self.d_in, "inputs.d_in")
+
+
+@dataclass
+class FileInputsConf:
+    """Token embeddings from a file (conf/inputs/file.yaml)."""
+
+    _target_: str = "attnlab.inputs.kinds.file_inputs"
+    _convert_: str = "all"
+    kind: str = "file"
+    path: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise UserError("inputs.path is missing: inputs=file needs inputs.path=FILE (.csv, .json or .npy)")
+
+
+EMPTY_TEXT = 'inputs.text is empty: inputs=text needs inputs.text="some words"'
+
+
+@dataclass
+class TextInputsConf:
+    """Text as GPT-2 BPE tokens embedded by seeded nn.Embedding layers (conf/inputs/text.yaml;
+    the factory and the tokenizer's packaging are in attnlab.inputs.text)."""
+
+    _target_: str = "attnlab.inputs.text.text_inputs"
+    _convert_: str = "all"
+    kind: str = "text"
+    text: Optional[str] = None
+    d_in: int = 3
+    positions: bool = False  # add a seeded nn.Embedding(max_tokens, d_in) of positions 0..n-1
+    max_tokens: int = 1024  # GPT-2's context length; also the size of the positions' table
+
+    def __post_init__(self) -> None:
+        if not self.text:
+            raise UserError(EMPTY_TEXT)
+        positive(self.d_in, "inputs.d_in")
+        positive(self.max_tokens, "inputs.max_tokens")
+
+
+SCHEMAS = {"book": BookInputsConf, "random": RandomInputsConf, "file": FileInputsConf, "text": TextInputsConf}
+
+
+def check_inputs(cfg: DictConfig) -> None:
+    """Build the inputs' structured config, which checks its values; a plain one passes as is."""
+    if OmegaConf.is_dict(cfg) and OmegaConf.get_type(cfg) in SCHEMAS.values():
+        OmegaConf.to_object(cfg)
+
+
+def make_inputs(cfg: DictConfig, seed: int, batch: int = 1) -> Inputs:
+    """The inputs of one seed: the config's factory called with the seed (and the batch size, where
+    the factory takes one: random inputs draw distinct items)."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    from attnlab.plugin_folders import importable_plugins
+
+    importable_plugins()
+    try:
+        inputs = instantiate(cfg, seed=seed, **({"batch": batch} if _takes_batch(cfg) else {}))
+    except InstantiationException as exc:
+        if isinstance(exc.__cause__, UserError):
+            raise exc.__cause__ from None
+        raise UserError(f"inputs: {OmegaConf.select(cfg, '_target_')}: {str(exc.__cause__ or exc).splitlines()[0]}") from None
+    if not isinstance(inputs, Inputs):
+        raise UserError(f"inputs: {OmegaConf.select(cfg, '_target_')} returned {type(inputs).__name__}, not attnlab.inputs.kinds.Inputs")
+    return inputs
+
+
+def _takes_batch(cfg: DictConfig) -> bool:
+    import inspect
+
+    from hydra.utils import get_method
+
+    try:
+        return "batch" in inspect.signature(get_method(str(cfg._target_))).parameters
+    except (ValueError, TypeError, ImportError, AttributeError):
+        return False
+
+
+def rows_inputs(seed: int, kind: str, embeddings: list | None, labels: list[str] | None = None) -> Inputs:
+    """Rows written into the config (the book's six tokens); the seed is not used."""
+    return _from_rows(embeddings, labels, source="inputs.embeddings")
+
+
+def random_inputs(seed: int, kind: str, n_tokens: int, d_in: int, distribution: Distribution | str,
+                  batch: int = 1) -> Inputs:
+    return _random(n_tokens, d_in, Distribution(distribution).value, seed, batch)
+
+
+def file_inputs(seed: int, kind: str, path: str) -> Inputs:
+    """A file of (n_tokens, d_in) rows, or (batch, n_tokens, d_in) items (.npy, .json)."""
+    rows, labels = _read_file(Path(path))
+    if isinstance(rows, list) and rows and all(isinstance(r, list) and r and isinstance(r[0], list) for r in rows):
+        first = _from_rows(rows[0], labels, source=f"inputs.path={path}")
+        items = [_from_rows(item, labels, source=f"inputs.path={path}").embeddings for item in rows]
+        if len({tuple(item.shape) for item in items}) != 1:
+            raise UserError(f"inputs.path={path}: batch items differ in shape; every item needs (n_tokens, d_in)")
+        return Inputs(first.embeddings, first.labels, torch.stack(items))
+    return _from_rows(rows, labels, source=f"inputs.path={path}")
+
+
+def _random(n_tokens: int, d_in: int, distribution: str, seed: int, batch: int = 1) -> Inputs:
+    """A generator of its own, so drawing the inputs never moves the global seed the weights use.
+    The first item is drawn alone, as a 2-D run draws it; the other batch items follow it."""
+    generator = torch.Generator().manual_seed(seed)
+    draw = torch.rand if distribution == "uniform" else torch.randn
+    embeddings = draw(n_tokens, d_in, generator=generator)  # (n_tokens, d_in)
+    items = None
+    if batch > 1:
+        rest = draw(batch - 1, n_tokens, d_in, generator=generator)  # (batch - 1, n_tokens, d_in)
+        items = torch.cat([embeddings[None], rest])  # (batch, n_tokens, d_in)
+    return Inputs(embeddings, [f"t{i}" for i in range(n_tokens)], items)
+
+
+def _from_rows(rows: Any, labels: list[str] | None, source: str) -> Inputs:
+    if not isinstance(rows, list) or not rows:
+        raise UserError(f"{source}: no token rows; expected a list of equal-length rows of numbers")
+    lengths = sorted({len(row) if isinstance(row, list) else -1 for row in rows})
+    if len(lengths) != 1 or lengths[0] <= 0:
+        shown = ", ".join("not a row" if n < 0 else str(n) for n in lengths)
+        raise UserError(f"{source}: rows differ in length ({shown}); every token row needs the same d_in")
+    try:
+        embeddings = torch.tensor(rows, dtype=torch.float32)  # (n_tokens, d_in)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"{source}: rows must hold numbers only ({exc})") from None
+    if labels is not None and len(labels) != len(rows):
+        raise UserError(f"{source}: {len(labels)} labels for {len(rows)} token rows; give one label per row")
+    return Inputs(embeddings, [str(l) for l in labels] if labels else [f"t{i}" for i in range(len(rows))])
+
+
+def _read_file(path: Path) -> tuple[list, list[str] | None]:
+    if not path.is_file():
+        raise UserError(f"inputs.path={path}: no such file")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            array = np.load(path, allow_pickle=False)
+            if array.ndim not in (2, 3):
+                raise UserError(f"inputs.path={path}: expected (n_tokens, d_in) or (batch, n_tokens, d_in), "
+                                f"got shape {array.shape}")
+            return array.tolist(), None
+        if suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, dict):
+                return data.get("embeddings"), data.get("labels")
+            return data, None
+        if suffix == ".csv":
+            return _read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"inputs.path={path}: cannot read ({exc})") from None
+    raise UserError(f"inputs.path={path}: unsupported file type '{suffix}'; allowed: .csv, .json, .npy")
+
+
+def _read_csv(path: Path) -> tuple[list, list[str] | None]:
+    """One row per token; a first column that is not a number is the token's label."""
+    rows, labels = [], []
+    with path.open(newline="", encoding="utf-8") as handle:
+        for cells in csv.reader(handle):
+            if not cells or all(not c.strip() for c in cells):
+                continue
+            try:
+                float(cells[0])
+            except ValueError:
+                labels.append(cells[0].strip())
+                cells = cells[1:]
+            rows.append([float(c) for c in cells])
+    return rows, (labels if len(labels) == len(rows) else None)

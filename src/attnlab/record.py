@@ -1,0 +1,295 @@
+"""The record: everything one run found, the only thing sinks read.
+
+A record is written as JSON (never pickle), atomically, before any sink runs, so that a sweep
+table can always be rebuilt from the records on disk. Stage values above `INLINE_LIMIT`
+elements are stored as `null`: record.json stays small at 4096 tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnlab.capture.stages import AXES
+
+INLINE_LIMIT = 65_536
+RECORD_FILE = "record.json"
+FORMAT_VERSION = 2  # 2: stages in the canonical view of attnlab.capture.stages.AXES, shapes in the module's own rank
+
+
+@dataclass
+class Finding:
+    code: str  # e.g. "scaling"
+    stage: str  # e.g. "scaled_scores"
+    severity: str  # "error" | "warning" | "info"
+    message: str  # one sentence a learner understands
+    heads: list[int] | None = None  # the heads it holds for; None: the module has no heads axis, or it is about the split/merge
+    batch: list[int] | None = None  # the batch items it holds for; None: the module takes no batch
+
+
+@dataclass
+class Prediction:
+    name: str  # e.g. "context_shape"
+    expected: Any
+    observed: Any
+    passed: bool
+
+
+@dataclass
+class Record:
+    variant: str
+    seed: int
+    config: dict[str, Any]
+    n_tokens: int = 0
+    d_in: int = 0
+    d_out: int = 0
+    status: str = "ok"  # "ok" | "failed"
+    error: str | None = None
+    labels: list[str] = field(default_factory=list)
+    reference: str = "reference"  # the variant the run compared against
+    stages: dict[str, np.ndarray | None] = field(default_factory=dict)  # canonical view (stages.AXES)
+    reference_stages: dict[str, np.ndarray | None] = field(default_factory=dict)
+    stage_shapes: dict[str, list[int]] = field(default_factory=dict)  # in the module's own rank
+    reference_stage_shapes: dict[str, list[int]] = field(default_factory=dict)
+    expected_shapes: dict[str, list[int]] = field(default_factory=dict)  # predicted: the reference's
+    missing_stages: list[str] = field(default_factory=list)  # not found in the variant: not checked
+    reconstructed_stages: list[str] = field(default_factory=list)  # computed by attnlab from a kernel's inputs
+    output_is_context: bool = False  # the module returned its context: output is an alias of context
+    diagnostics: dict[str, float] = field(default_factory=dict)
+    head_diagnostics: dict[str, list[float]] = field(default_factory=dict)  # {name: one value per head}
+    reference_diagnostics: dict[str, float] = field(default_factory=dict)
+    first_divergent_stage: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)  # checks that could not run, each in one sentence
+    predictions: list[Prediction] = field(default_factory=list)
+    weights_loaded: dict[str, str] = field(default_factory=dict)
+    device: str = "cpu"  # where both modules ran
+    dtype: str = "float32"  # the variant's (the reference's is config["reference_dtype"])
+    profile: dict[str, float] = field(default_factory=dict)  # with profile=true: attnlab.compute.profile.COLUMNS and ratios
+    path: Path | None = None  # where it was read from or written to; not serialised
+    scratch: Any = None  # a temporary folder of spilled stages, removed with the record; not serialised
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def num_heads(self) -> int:
+        weights = self.stages.get("weights")
+        shape = weights.shape if weights is not None else self.stage_shapes.get("weights", [])
+        return int(shape[1]) if weights is not None and len(shape) == 4 else 1
+
+    def drop_stages(self) -> None:
+        """Keep the reductions, let the stage values go (their shapes stay): a streamed seed."""
+        self.stages = dict.fromkeys(self.stages)
+        self.reference_stages = dict.fromkeys(self.reference_stages)
+        self.scratch = None
+
+    def spill_stages(self) -> None:
+        """Keep the stage values on disk, memory-mapped, instead of in memory (a streamed seed
+        whose images the sinks still draw)."""
+        from attnlab.capture.spill import spill_arrays
+
+        if self.scratch is None:
+            self.scratch = tempfile.TemporaryDirectory(prefix="attnlab-spill-")
+        spill_arrays(self.stages, Path(self.scratch.name), prefix="variant-")
+        spill_arrays(self.reference_stages, Path(self.scratch.name), prefix="reference-")
+
+    def heads_view(self, stage: str, *, batch: int = 0, reference: bool = False) -> np.ndarray | None:
+        """Batch item `batch` of a stage: (heads, tokens, ·) where it has several heads, else (tokens, ·)."""
+        values = (self.reference_stages if reference else self.stages).get(stage)
+        if values is None or values.ndim < 3:
+            return values
+        item = values[min(batch, values.shape[0] - 1)]
+        return item[0] if item.ndim == 3 and item.shape[0] == 1 else item
+
+    def matrix(self, stage: str, *, batch: int = 0, head: int = 0, reference: bool = False) -> np.ndarray | None:
+        """One (tokens x ·) matrix of a stage: batch item `batch`, head `head` where it has heads."""
+        values = (self.reference_stages if reference else self.stages).get(stage)
+        if values is None:
+            return None
+        if values.ndim == 4:
+            return values[batch, min(head, values.shape[1] - 1)]
+        return values[batch] if values.ndim == 3 else values
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "variant": self.variant,
+            "seed": self.seed,
+            "config": self.config,
+            "n_tokens": self.n_tokens,
+            "d_in": self.d_in,
+            "d_out": self.d_out,
+            "status": self.status,
+            "error": self.error,
+            "labels": self.labels,
+            "reference": self.reference,
+            "stages": _stages_to_json(self.stages, self.stage_shapes),
+            "reference_stages": _stages_to_json(self.reference_stages, self.reference_stage_shapes),
+            "expected_shapes": self.expected_shapes,
+            "missing_stages": self.missing_stages,
+            "reconstructed_stages": self.reconstructed_stages,
+            "output_is_context": self.output_is_context,
+            "diagnostics": {k: _json_number(v) for k, v in self.diagnostics.items()},
+            "head_diagnostics": {k: [_json_number(x) for x in v] for k, v in self.head_diagnostics.items()},
+            "reference_diagnostics": {k: _json_number(v) for k, v in self.reference_diagnostics.items()},
+            "first_divergent_stage": self.first_divergent_stage,
+            "findings": [asdict(f) for f in self.findings],
+            "not_checked": self.not_checked,
+            "predictions": [asdict(p) for p in self.predictions],
+            "weights_loaded": self.weights_loaded,
+            "device": self.device,
+            "dtype": self.dtype,
+            "profile": {k: _json_number(v) for k, v in self.profile.items()},
+        }
+
+    @classmethod
+    def from_json_dict(cls, data: dict[str, Any], path: Path | None = None) -> Record:
+        stages, shapes = _stages_from_json(data.get("stages") or {})
+        ref_stages, ref_shapes = _stages_from_json(data.get("reference_stages") or {})
+        old = int(data.get("format_version", 1)) < 2
+        if old:  # 2-D single-head stages; the output was the context
+            stages, ref_stages = _canonical_v1(stages), _canonical_v1(ref_stages)
+            for found, found_shapes in ((stages, shapes), (ref_stages, ref_shapes)):
+                if "context" in found_shapes:
+                    found["output"], found_shapes["output"] = found.get("context"), found_shapes["context"]
+                    found["output"] = None if found["output"] is None else found["output"][:, 0]
+        return cls(
+            variant=str(data["variant"]),
+            seed=int(data["seed"]),
+            config=data.get("config") or {},
+            n_tokens=int(data.get("n_tokens", 0)),
+            d_in=int(data.get("d_in", 0)),
+            d_out=int(data.get("d_out", 0)),
+            status=data.get("status", "ok"),
+            error=data.get("error"),
+            labels=list(data.get("labels") or []),
+            reference=str(data.get("reference") or "reference"),
+            stages=stages,
+            reference_stages=ref_stages,
+            stage_shapes=shapes,
+            reference_stage_shapes=ref_shapes,
+            expected_shapes=data.get("expected_shapes") or {},
+            missing_stages=list(data.get("missing_stages") or []),
+            reconstructed_stages=list(data.get("reconstructed_stages") or []),
+            output_is_context=bool(data.get("output_is_context", old)),
+            diagnostics=_v1_diagnostics(data.get("diagnostics") or {}, old),
+            head_diagnostics={k: [_from_json_number(x) for x in v]
+                              for k, v in (data.get("head_diagnostics") or {}).items()},
+            reference_diagnostics={
+                k: _from_json_number(v) for k, v in (data.get("reference_diagnostics") or {}).items()
+            },
+            first_divergent_stage=data.get("first_divergent_stage"),
+            findings=[Finding(**f) for f in data.get("findings") or []],
+            not_checked=list(data.get("not_checked") or []),
+            predictions=[Prediction(**p) for p in data.get("predictions") or []],
+            weights_loaded=data.get("weights_loaded") or {},
+            device=str(data.get("device") or "cpu"),
+            dtype=str(data.get("dtype") or "float32"),
+            profile={k: _from_json_number(v) for k, v in (data.get("profile") or {}).items()},
+            path=path,
+        )
+
+
+def _stages_to_json(stages: dict[str, np.ndarray | None], shapes: dict[str, list[int]]) -> dict:
+    out = {}
+    for name, shape in shapes.items():
+        values = stages.get(name)
+        inline = values is not None and values.size <= INLINE_LIMIT
+        out[name] = {"shape": list(shape), "axes": list(AXES.get(name, ())),
+                     "view_shape": list(values.shape) if values is not None else None,
+                     "values": _nested(values) if inline else None}
+    return out
+
+
+def _stages_from_json(data: dict) -> tuple[dict[str, np.ndarray | None], dict[str, list[int]]]:
+    stages, shapes = {}, {}
+    for name, entry in data.items():
+        shapes[name] = list(entry["shape"])
+        values = entry.get("values")
+        stages[name] = None if values is None else np.asarray(_from_nested(values), dtype=np.float32)
+    return stages, shapes
+
+
+def _canonical_v1(stages: dict[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
+    """A format-1 record's 2-D stages in the canonical view: one batch item, one head."""
+    lead = {name: (1,) if len(AXES[name]) == 3 else (1, 1) for name in AXES}
+    return {name: None if v is None else v.reshape(lead.get(name, ()) + v.shape) for name, v in stages.items()}
+
+
+def _v1_diagnostics(data: dict, old: bool) -> dict[str, float | None]:
+    diagnostics = {k: _from_json_number(v) for k, v in data.items()}
+    if old and "divergence_context" in diagnostics:  # format 1 had no output stage: it was the context
+        for prefix in ("divergence", "relative_divergence", "non_finite", "shape_ok"):
+            diagnostics.setdefault(f"{prefix}_output", diagnostics.get(f"{prefix}_context"))
+    return diagnostics
+
+
+def _json_number(value: float | None) -> float | str | None:
+    """JSON has no NaN or infinity; they are spelled as strings so the file stays standard JSON."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else str(value)
+
+
+def _from_json_number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _nested(values: np.ndarray) -> list:
+    as_list = values.astype(np.float64).tolist()
+    if np.isfinite(values).all():
+        return as_list
+    return _map_nested(as_list, _json_number)
+
+
+def _from_nested(values: list) -> list:
+    return _map_nested(values, float)
+
+
+def _map_nested(values: Any, fn) -> Any:
+    if isinstance(values, list):
+        return [_map_nested(v, fn) for v in values]
+    return fn(values)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file and rename, so a reader (or a Ctrl-C) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_record(record: Record, job_dir: Path) -> Path:
+    path = job_dir / RECORD_FILE
+    write_atomic(path, json.dumps(record.to_json_dict(), allow_nan=False))  # no indent: json uses its C encoder only then
+    record.path = path
+    return path
+
+
+class RecordError(ValueError):
+    """A record file that cannot be read: reported by path and skipped by readers."""
+
+
+def read_record(path: Path) -> Record:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return Record.from_json_dict(data, path=Path(path))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RecordError(f"{path}: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,73 @@
+"""The sink interface: what turns records into outputs. The terminal, the tables, TensorBoard and
+the HTML report are sinks; so is any class a user names in a `conf/sink/NAME.yaml`.
+
+Each sink is a config in the Hydra group `sink` with a `_target_`, built by
+`hydra.utils.instantiate` when `log.NAME` is true, and has up to two methods (a missing one is
+simply not called):
+
+- `write(records, job)`: after a job wrote its records. `records` are the job's seeds (one for
+  a single run or a sweep job), in seed order; `job` is a `JobInfo`.
+- `write_sweep(report, folder)`: at the end of a sweep (also an interrupted one), with every
+  record under the sweep folder (`attnlab.reporting.aggregate.Report`: `.records`, `.jobs`, ...).
+
+A sink reads records and never recomputes attention; record.json itself is written before any
+sink runs, so a sink that fails loses nothing. Sinks run in the order of the `sink` group, the
+terminal last, so what it points to is already on disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.errors import UserError
+
+if TYPE_CHECKING:
+    from attnlab.reporting.aggregate import Report
+    from attnlab.record import Record
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """Where a job writes and what it is, for sinks (and trackers that group runs by sweep)."""
+
+    dir: Path  # the job's folder (record.json, comparison.csv, the TensorBoard run, ...); the config is in the records
+    sweep_dir: Path | None = None  # the sweep's folder, when the job is one of a sweep
+    num: int | None = None  # the job's number in its sweep
+    overrides: Sequence[str] = ()  # the job's own command-line overrides (what a sweep varies)
+
+
+class Sink(Protocol):
+    def write(self, records: Sequence[Record], job: JobInfo) -> None: ...
+
+    def write_sweep(self, report: Report, folder: Path) -> None: ...
+
+
+def enabled_sinks(cfg: DictConfig) -> list[str]:
+    """The names of the sinks `log.NAME` switches on, in the order they run (the terminal last)."""
+    names = [name for name in (cfg.get("sink") or {}) if cfg.log.get(name)]
+    return sorted(names, key=lambda name: name == "terminal")
+
+
+def build_sinks(cfg: DictConfig) -> dict[str, Sink]:
+    """Every enabled sink, built from its config; a sink that cannot be built is a one-line error."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    from attnlab.plugin_folders import importable_plugins
+
+    importable_plugins()
+    sinks = {}
+    for name in enabled_sinks(cfg):
+        try:
+            sinks[name] = instantiate(cfg.sink[name])
+        except InstantiationException as exc:
+            reason = str(exc.__cause__ or exc).splitlines()[0]
+            raise UserError(f"sink.{name}: cannot build {OmegaConf.select(cfg, f'sink.{name}._target_')}: {reason}") from None
+    return sinks
+
+
+__all__ = ["JobInfo", "Sink", "build_sinks", "enabled_sinks"]

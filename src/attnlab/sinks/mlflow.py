@@ -1,0 +1,158 @@
+"""MLflow sink (`log.mlflow=true`, the extra `pip install 'attnlab[mlflow]'`): a run per job.
+
+A single run is a run of the experiment `attnlab`; a sweep is one experiment named by its folder
+(`runs/multirun/2026-11-30/11-30-23`) with a run per job, named by the job's folder. Each run
+gets the flattened config as params (attnlab.reporting.metrics, as TensorBoard's HParams), every numeric
+diagnostic as a metric (step 0; an n_seeds job puts each seed at step=seed), the heatmaps as PNG
+artifacts (`heatmaps/<variant|reference|difference>/<stage>.png`, TensorBoard's images) and
+record.json; tags `attnlab.status`, `attnlab.first_divergent_stage`, `attnlab.diagnosis.findings`.
+
+The store is `./mlruns` in the working folder (beside `runs/`) unless `sink.mlflow.tracking_uri`
+or MLFLOW_TRACKING_URI names another (`sqlite:///mlflow.db`, `http://host:5000`). `./mlruns` is
+MLflow's file store: mlflow-skinny writes and reads it without a database library, and parallel
+jobs each write their own run folder. MLflow 3 keeps that store in maintenance mode and refuses
+it unless MLFLOW_ALLOW_FILE_STORE=true, which this sink sets for a `file:` store (read it back
+with the same variable: `MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri ./mlruns`).
+
+mlflow is imported when the sink is built, i.e. only with log.mlflow=true.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attnlab.errors import UserError
+from attnlab.reporting.metrics import hparams, metric_values
+from attnlab.record import Record
+from attnlab.sinks.base import JobInfo
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+INSTALL_HINT = "log.mlflow=true needs mlflow: pip install 'attnlab[mlflow]'"
+DEFAULT_STORE = "mlruns"  # in the working folder, beside runs/
+SINGLE_RUN_EXPERIMENT = "attnlab"
+LOCK_FILE = ".mlflow.lock"  # in the sweep folder: parallel jobs create the sweep's experiment once
+BATCH = 100  # MLflow's limit of params (and tags) per log_batch call
+PARAM_LENGTH = 6000  # MLflow's limit of a param value's length
+
+
+class MlflowSink:
+    """`log.mlflow`: the job as an MLflow run (see the module's docstring)."""
+
+    def __init__(self, tracking_uri: str | None = None, images: bool = True) -> None:
+        try:
+            import mlflow  # noqa: F401 - the one-line error belongs before any work, not after it
+        except ImportError:
+            raise UserError(INSTALL_HINT) from None
+        self.tracking_uri = store_uri(tracking_uri)
+        self.images = images
+
+    def write(self, records: Sequence[Record], job: JobInfo) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        client = self.client()
+        experiment_id = self.experiment_id(client, job)
+        first = next((r for r in records if r.ok), records[0])
+        run_name = _display(job.dir) if job.sweep_dir is None else Path(job.dir).name  # the sweep is the experiment
+        run = client.create_run(experiment_id, run_name=run_name)
+        run_id = run.info.run_id
+        params = [Param(key, str(value)[:PARAM_LENGTH]) for key, value in hparams(first).items()]
+        tags = [RunTag("attnlab.status", "ok" if all(r.ok for r in records) else "failed"),
+                RunTag("attnlab.first_divergent_stage", str(first.first_divergent_stage or "none")),
+                RunTag("attnlab.diagnosis.findings", " ".join(sorted({f.code for r in records for f in r.findings})) or "none"),
+                RunTag("attnlab.job_dir", str(Path(job.dir).resolve()))]
+        now = int(time.time() * 1000)
+        metrics = [Metric(tag, value, now, 0 if len(records) == 1 else record.seed)
+                   for record in records if record.ok for tag, value in metric_values(record).items()]
+        for start in range(0, max(len(params), len(tags)), BATCH):
+            client.log_batch(run_id, params=params[start:start + BATCH], tags=tags[start:start + BATCH])
+        for start in range(0, len(metrics), 1000):  # MLflow's limit of metrics per log_batch call
+            client.log_batch(run_id, metrics=metrics[start:start + 1000])
+        for record in records:
+            if record.path is not None and Path(record.path).exists():
+                folder = None if len(records) == 1 else f"seed-{record.seed}"
+                client.log_artifact(run_id, str(record.path), artifact_path=folder)
+        if self.images and first.ok:
+            self._log_heatmaps(client, run_id, first)
+        client.set_terminated(run_id, "FINISHED" if all(r.ok for r in records) else "FAILED")
+
+    def client(self) -> MlflowClient:
+        from mlflow import MlflowClient
+
+        if self.tracking_uri.startswith("file:"):
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # see the module's docstring
+        return MlflowClient(tracking_uri=self.tracking_uri)
+
+    def experiment_id(self, client: MlflowClient, job: JobInfo) -> str:
+        """The sweep's experiment (created by the first of its jobs), or `attnlab` for a single run."""
+        if job.sweep_dir is None:
+            return _get_or_create(client, SINGLE_RUN_EXPERIMENT)
+        with _locked(Path(job.sweep_dir) / LOCK_FILE):
+            return _get_or_create(client, _display(job.sweep_dir))
+
+    def _log_heatmaps(self, client: MlflowClient, run_id: str, record: Record) -> None:
+        from attnlab.sinks.tensorboard import heatmap_images
+
+        with tempfile.TemporaryDirectory() as folder:
+            for tag, image in heatmap_images(record):
+                path = Path(folder) / f"{tag}.png"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(image.png)
+            client.log_artifacts(run_id, folder)
+
+
+def store_uri(tracking_uri: str | None) -> str:
+    """The store: `tracking_uri`, else MLFLOW_TRACKING_URI, else ./mlruns as an absolute file URI
+    (a joblib or SLURM worker may not start in the working folder)."""
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return (Path.cwd() / DEFAULT_STORE).resolve().as_uri()
+
+
+def _get_or_create(client: MlflowClient, name: str) -> str:
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(name)
+    except MlflowException:  # another process created it between the two calls (a store without our lock)
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` between processes (where fcntl exists): the file store checks
+    an experiment's name and creates it in two steps, so two jobs could each create one."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock; _get_or_create's retry covers stores that refuse duplicates
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _display(path: Path | str) -> str:
+    from attnlab.sinks.terminal import display_path
+
+    return display_path(path)
+
+
+__all__ = ["INSTALL_HINT", "MlflowSink", "store_uri"]

@@ -1,0 +1,66 @@
+"""Table sink: `comparison.csv` in every job folder, `comparison.csv` and `comparison.md` in a sweep's.
+
+A job's table is the reference and the variant side by side (one row per seed for an n_seeds
+job); a sweep's is one row per job, and its markdown adds the summary (mean ± std over seeds)
+and the "what differs" view. The csv is written by `attnlab.reporting.rows.write_rows_csv`, the one writer
+of every comparison.csv.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from attnlab.record import Record, write_atomic
+from attnlab.reporting.rows import TABLE_FILE, job_rows, sweep_rows, write_rows_csv
+from attnlab.sinks.base import JobInfo
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from attnlab.reporting.aggregate import Report
+
+MARKDOWN_FILE = "comparison.md"
+
+
+class TableSink:
+    """`log.table`: the comparison tables of a job and of a sweep."""
+
+    def write(self, records: Sequence[Record], job: JobInfo) -> None:
+        write_rows_csv(job_rows(records), job.dir / TABLE_FILE)
+
+    def write_sweep(self, report: Report, folder: Path) -> None:
+        write_csv_report(report, Path(folder) / TABLE_FILE)
+        write_markdown_report(report, Path(folder) / MARKDOWN_FILE)
+
+
+def write_csv_report(report: Report, path: Path) -> Path:
+    return write_rows_csv(sweep_rows(report.records), path)
+
+
+def to_markdown(table: pd.DataFrame, floatfmt: str = ".4g") -> str:
+    return table.to_markdown(floatfmt=floatfmt)
+
+
+def markdown_report(report: Report) -> str:
+    from attnlab.reporting.aggregate import summary_view
+
+    sections = [
+        "# attnlab comparison",
+        f"{len(report.records)} record(s).",
+        "## Summary (mean ± std over seeds)",
+        summary_view(report.summary).to_markdown() if not report.summary.empty else "no records",
+        "## What differs between jobs",
+        to_markdown(report.differs),
+        "## Every job",
+        to_markdown(report.jobs),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def write_markdown_report(report: Report, path: Path) -> Path:
+    write_atomic(Path(path), markdown_report(report))
+    return Path(path)
+
+
+__all__ = ["MARKDOWN_FILE", "TableSink", "markdown_report", "write_csv_report", "write_markdown_report"]

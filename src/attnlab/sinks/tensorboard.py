@@ -1,0 +1,419 @@
+"""TensorBoard sink: one run per job, its event file directly in the job folder.
+
+Nothing here creates a sub-run (no timestamped HParams folder, no writer per key), so
+`tensorboard --logdir runs` lists every job by its folder name and a sweep folder alone is a
+valid logdir. A job is one point at step 0 (an n_seeds job: one point per seed, at step=seed),
+and the HParams dashboard compares jobs.
+
+Tags:
+- scalars: every numeric diagnostic under its grouped name (attnlab.reporting.metrics: `divergence/context`,
+  `scaling/observed`, the reference's own under `reference/...`).
+- images: `heatmaps/{variant,reference,difference}/<stage>`, plus `.../crop64` above 512 tokens.
+- histograms: `histograms/{variant,reference}/<stage>`.
+- text: `text/table`, `text/findings`, `text/config`.
+- hparams: one session per job; the metrics are scalar tags logged above.
+
+The event file is written here (`EventFile`), in TensorBoard's format, with the `crc32c`
+package's checksum: the record writer of tensorboard computes the same checksum in pure Python,
+which cost most of a book-size job's TensorBoard time (benchmarks/README.md), and it cannot be
+given another one without patching it for every user in the process. TensorBoard is imported
+inside the functions: a run that does not log to it should not pay for the import.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import struct
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnlab.reporting.heatmap import EncodedHeatmap, encoded_heatmap_views
+from attnlab.reporting.metrics import KEY_METRICS, hparam_name, hparams, json_default, metric_values
+from attnlab.record import Finding, Record
+from attnlab.reporting.rows import job_rows, rows_markdown
+from attnlab.sinks.base import JobInfo
+from attnlab.capture.spill import release
+
+if TYPE_CHECKING:
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    from attnlab.reporting.aggregate import Report
+    from attnlab.reporting.sweep_plots import Curve
+
+HEATMAP_STAGES = ("scores", "scaled_scores", "weights", "context")
+HISTOGRAM_STAGES = ("weights", "context")
+TOKEN_BY_TOKEN = {"scores", "scaled_scores", "weights"}  # columns are key tokens; context's are dims
+HISTOGRAM_BINS = 64  # uniform bins: TensorBoard's default ~1500 exponential buckets are slow at 4096^2
+HISTOGRAM_SAMPLE = 2**22
+
+_REF = r"^(reference/)?"
+CUSTOM_SCALARS_LAYOUT = {
+    "Divergence": {
+        "divergence": ["Multiline", [r"^divergence/"]],
+        "relative divergence": ["Multiline", [r"^relative_divergence/"]],
+        "non-finite values": ["Multiline", [_REF + r"non_finite/"]],
+    },
+    "Weights": {
+        "row / column sum error": ["Multiline", [_REF + r"weights/(row|col)_sum_max_err$"]],
+        "entropy": ["Multiline", [_REF + r"weights/entropy"]],
+        "range and peaks": ["Multiline", [_REF + r"weights/(min|max|row_max_mean|first_token_mass)$"]],
+    },
+    "Scaling": {
+        "scale": ["Multiline", [_REF + r"scaling/"]],
+        "softmax dim": ["Multiline", [_REF + r"softmax/"]],
+        "batched vs single": ["Multiline", [_REF + r"batched_single/"]],
+    },
+}
+
+
+class TensorBoardSink:
+    """`log.tensorboard`: the job's TensorBoard run (`images` and `histograms` follow `log.images`
+    and `log.histograms` through conf/sink/tensorboard.yaml)."""
+
+    def __init__(self, images: bool = True, histograms: bool = True, plots: Sequence[str] | None = None) -> None:
+        self.images, self.histograms = images, histograms
+        self.plots = plots  # the sweep's curves (plots.diagnostics); None: attnlab.reporting.sweep_plots' default set
+
+    def write(self, records: Sequence[Record], job: JobInfo) -> None:
+        markdown = rows_markdown(job_rows(records), transpose=len(records) == 1)
+        write_tensorboard(list(records), job.dir, table_markdown=markdown, images=self.images,
+                          histograms=self.histograms,
+                          swept=swept_hparams(job.sweep_dir) if job.sweep_dir is not None else None)
+
+    def write_sweep(self, report: Report, folder: Path) -> None:
+        from attnlab.reporting.sweep_plots import DEFAULT_DIAGNOSTICS, sweep_curves
+
+        curves, _ = sweep_curves(report, DEFAULT_DIAGNOSTICS if self.plots is None else list(self.plots))
+        write_sweep_curves(curves, Path(folder) / SWEEP_RUN)
+
+
+SWEEP_RUN = "sweep"  # <sweep>/sweep/<line>: one TensorBoard run per line (variant), so each is its own line
+
+
+def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
+    """The sweep's curves as scalars: a run per line label under `folder`, tags
+    `sweep/<key>/<diagnostic tag>/{mean,lower,upper}` (lower, upper: mean ∓ std over seeds) at
+    step = the swept value when every value is an integer, else its index (named in the chart's
+    title), and a custom-scalars layout: a category per swept key, a margin chart per diagnostic.
+    Runs written by an earlier call are replaced: the sweep's end can rebuild its outputs."""
+    from torch.utils.tensorboard.summary import custom_scalars
+
+    _remove_sweep_runs(folder)
+    if not curves:
+        return
+    layout: dict[str, dict[str, list]] = {}
+    for curve in curves:
+        tag = sweep_tag(curve)
+        layout.setdefault(f"sweep: against {curve.key}", {})[_chart_title(curve)] = [
+            "Margin", [f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"]]
+    for label in dict.fromkeys(label for curve in curves for label in curve.lines):
+        with EventFile(folder / sweep_run_name(label)) as events:
+            for curve in curves:
+                step = sweep_steps(curve)
+                tag = sweep_tag(curve)
+                for point in curve.lines.get(label, []):
+                    values = {f"{tag}/mean": point.mean, f"{tag}/lower": point.mean - point.std,
+                              f"{tag}/upper": point.mean + point.std}
+                    events.add(scalars_summary(values), step=step[point.x])
+            events.add(custom_scalars(layout))  # in every run: TensorBoard merges equal charts
+
+
+def sweep_tag(curve: Curve) -> str:
+    from attnlab.reporting.metrics import metric_name
+
+    return f"sweep/{curve.key}/{metric_name(curve.diagnostic)}"
+
+
+def sweep_steps(curve: Curve) -> dict[float, int]:
+    """{swept value: step}: the value itself when every value is an integer, else its index."""
+    return {x: int(x) if curve.integer_steps else i for i, x in enumerate(curve.xs)}
+
+
+def _chart_title(curve: Curve) -> str:
+    from attnlab.reporting.metrics import metric_name
+
+    title = f"{metric_name(curve.diagnostic)} (mean ± std over seeds)"
+    if curve.integer_steps:
+        return f"{title}, step = {curve.key}"
+    mapping = ", ".join(f"{i} = {x:g}" for i, x in enumerate(curve.xs))
+    return f"{title}, step = index of {curve.key}: {mapping}"
+
+
+def sweep_run_name(label: str) -> str:
+    """A folder name for a line label (`gqa · d_out=8` -> `gqa,d_out=8`)."""
+    return "".join(c if c.isalnum() or c in "._=-," else "_" for c in label.replace(" · ", ","))
+
+
+def _remove_sweep_runs(folder: Path) -> None:
+    for events in Path(folder).glob("*/events.out.tfevents.*"):
+        events.unlink()
+    for run in Path(folder).glob("*"):
+        if run.is_dir() and not any(run.iterdir()):
+            run.rmdir()
+
+
+def swept_hparams(sweep_dir: Path) -> list[str]:
+    """The hyperparameters a sweep varies (`variant`, `seed`, `variant.params.window`), in the order
+    of its command line (`hydra.sweeper.params` first, as the sweeper reads them), from the
+    multirun.yaml Hydra saves in the sweep folder before any job starts. The same list in every
+    job: TensorBoard shows the columns of whichever job's experiment summary it reads first."""
+    saved = Path(sweep_dir) / "multirun.yaml"
+    if not saved.exists():
+        return []
+    return list(_swept_hparams(str(saved), saved.stat().st_mtime_ns))
+
+
+@lru_cache(maxsize=8)
+def _swept_hparams(saved: str, mtime_ns: int) -> tuple[str, ...]:
+    """Read once per sweep and process: the file (Hydra's help text included) is ~20 KB of YAML,
+    parsed in pure Python, which was most of a small job's TensorBoard output."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    hydra_cfg = OmegaConf.load(saved).hydra
+    params = hydra_cfg.sweeper.get("params")
+    params = OmegaConf.to_container(params, resolve=False) if params else {}
+    lines = [f"{key}={value}" for key, value in params.items()] + list(hydra_cfg.overrides.task)
+    names = []
+    for override in OverridesParser.create().parse_overrides(lines):
+        key = override.key_or_group
+        if override.is_sweep_override() and not key.startswith(("hydra", "log.", "sink.")):
+            names.append(hparam_name(key))
+    return tuple(dict.fromkeys(names))
+
+
+def write_tensorboard(
+    records: list[Record],
+    job_dir: Path,
+    *,
+    table_markdown: str,
+    images: bool = True,
+    histograms: bool = True,
+    swept: list[str] | None = None,
+) -> None:
+    """Write one job as one TensorBoard run whose event file sits in `job_dir`.
+
+    One record is logged at step 0. Several (an `n_seeds` job) put each seed's scalars at
+    step=seed, so the charts show the spread over seeds; the images, histograms, texts and the
+    HParams session (with the first seed's metrics) come from the first record that ran.
+    """
+    from torch.utils.tensorboard.summary import custom_scalars
+
+    ok = [record for record in records if record.ok]
+    first = ok[0] if ok else records[0]  # a failed job still gets its error and a failed HParams session
+    with EventFile(job_dir) as events:
+        for record in ok:
+            events.add(scalars_summary(metric_values(record)), step=0 if len(records) == 1 else record.seed)
+        events.add(custom_scalars(CUSTOM_SCALARS_LAYOUT))
+        if images:
+            _write_heatmaps(events, first)
+        if histograms:
+            _write_histograms(events, first)
+        _write_texts(events, {"table": table_markdown, "findings": findings_markdown(first),
+                              "config": config_markdown(first.config)})
+        scalars = metric_values(first)
+        metrics = list(KEY_METRICS) if swept is not None else [tag for tag in KEY_METRICS if tag in scalars]
+        for summary in hparams_summaries(hparams(first), metrics, ok=first.ok, swept=swept):
+            events.add(summary)
+
+
+class EventFile:
+    """A TensorBoard event file: TFRecord framing (length, masked CRC-32C of it, the `Event`
+    bytes, their masked CRC-32C), named as TensorBoard's writer names them."""
+
+    _numbers = itertools.count()
+
+    def __init__(self, folder: Path) -> None:
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(self._numbers)}"
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        self.path = Path(folder) / name
+        self._file = open(self.path, "wb")
+        self._event(file_version="brain.Event:2")
+
+    def add(self, summary: Summary, step: int = 0) -> None:
+        self._event(summary=summary, step=step)
+
+    def _event(self, **fields: Any) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+
+        data = Event(wall_time=time.time(), **fields).SerializeToString()
+        header = struct.pack("<Q", len(data))
+        self._file.write(header + struct.pack("<I", masked_crc32c(header)) + data
+                         + struct.pack("<I", masked_crc32c(data)))
+
+    def __enter__(self) -> EventFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC-32C, as tensorboard.compat.tensorflow_stub.pywrap_tensorflow defines it."""
+    import crc32c
+
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def scalars_summary(values: Mapping[str, float]) -> Summary:
+    """Every scalar of a step in one summary, as add_scalar writes each (a simple_value): one
+    event instead of ~70, a tenth of a book-size job's TensorBoard time."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    return Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in values.items()])
+
+
+def _write_heatmaps(events: EventFile, record: Record) -> None:
+    for tag, image in heatmap_images(record):
+        events.add(image_summary(tag, image))
+
+
+def heatmap_images(record: Record) -> Iterator[tuple[str, EncodedHeatmap]]:
+    """(tag, PNG) of every heatmap a tracker shows: `heatmaps/<variant|reference|difference>/<stage>`
+    (plus `/crop64` above 512 tokens), of the batch item `show.batch`, every head."""
+    for stage in HEATMAP_STAGES:
+        batch = int((record.config.get("show") or {}).get("batch", 0))
+        variant = record.heads_view(stage, batch=batch)
+        reference = record.heads_view(stage, batch=batch, reference=True)
+        sources = {"variant": variant, "reference": reference}
+        if variant is not None and reference is not None and np.shape(variant) == np.shape(reference):
+            with np.errstate(invalid="ignore"):  # a mask's -inf against the same -inf
+                difference = np.subtract(variant, reference, dtype=np.float32)
+            np.putmask(difference, np.equal(variant, reference), 0.0)  # in place: one stage-sized array
+            sources["difference"] = difference
+        for source, values in sources.items():
+            if values is None:
+                continue
+            rows, cols = _labels(record, stage, np.shape(values))
+            views = encoded_heatmap_views(values, title=f"{stage} ({source})", row_labels=rows, col_labels=cols,
+                                          diverging=source == "difference")
+            for view, image in views.items():
+                yield f"heatmaps/{source}/{stage}" + ("" if view == "main" else f"/{view}"), image
+        release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps
+
+
+def _labels(record: Record, stage: str, shape: tuple[int, ...]) -> tuple[list[str] | None, list[str] | None]:
+    """Token labels for the axes that are tokens (when they match), `d<i>` for context's columns."""
+    n_rows, n_cols = (1, shape[0]) if len(shape) == 1 else shape[-2:]
+
+    def tokens(n: int) -> list[str] | None:
+        return list(record.labels) if len(record.labels) == n else None
+
+    rows = tokens(n_rows) if len(shape) > 1 else None
+    cols = tokens(n_cols) if stage in TOKEN_BY_TOKEN else [f"d{i}" for i in range(n_cols)]
+    return rows, cols
+
+
+def image_summary(tag: str, image: EncodedHeatmap) -> Summary:
+    """An image summary from our own PNG bytes: torch's add_image re-encodes with Pillow, ~4x
+    slower on these images (see attnlab.reporting.heatmap.to_png_bytes)."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    encoded = Summary.Image(height=image.height, width=image.width, colorspace=3, encoded_image_string=image.png)
+    return Summary(value=[Summary.Value(tag=tag, image=encoded)])
+
+
+def _write_histograms(events: EventFile, record: Record) -> None:
+    """Histograms of the finite values only: np.histogram cannot bin NaN or infinity, and the
+    non_finite/<stage> scalars already count them. Above HISTOGRAM_SAMPLE values, of an evenly
+    strided sample (a 4096-token stage would otherwise be copied whole)."""
+    from torch.utils.tensorboard.summary import histogram
+
+    for stage in HISTOGRAM_STAGES:
+        for source, stages in (("variant", record.stages), ("reference", record.reference_stages)):
+            values = stages.get(stage)
+            if values is None:
+                continue
+            values = np.asarray(values).reshape(-1)
+            if values.size > HISTOGRAM_SAMPLE:  # an evenly strided sample: a view, not a copy of the stage
+                values = values[:: -(-values.size // HISTOGRAM_SAMPLE)]
+            finite = values[np.isfinite(values)]
+            if finite.size:
+                events.add(histogram(f"histograms/{source}/{stage}", finite, bins=HISTOGRAM_BINS))
+
+
+def _write_texts(events: EventFile, texts: dict[str, str]) -> None:
+    """Markdown under `text/<name>`, via tensorboard's own text summary: torch's add_text would
+    append `/text_summary` to every tag."""
+    from tensorboard.plugins.text.summary_v2 import text_pb
+
+    for name, markdown in texts.items():
+        events.add(text_pb(f"text/{name}", markdown))
+
+
+def findings_markdown(record: Record) -> str:
+    """A markdown list of the findings ("no findings" when empty), the failure first if any."""
+    lines = [] if record.ok else [f"**run failed**: {record.error or 'no error message'}", ""]
+    lines += [_finding_line(finding) for finding in record.findings] or ["no findings"]
+    return "\n".join(lines)
+
+
+def _finding_line(finding: Finding) -> str:
+    return f"- **{finding.severity}** `{finding.code}` at `{finding.stage}`: {finding.message}"
+
+
+def config_markdown(config: Mapping[str, Any]) -> str:
+    """The resolved config as a fenced JSON block (TensorBoard's markdown renders fenced code)."""
+    return "```json\n" + json.dumps(config, indent=2, default=json_default) + "\n```"
+
+
+def hparams_summaries(hparams: Mapping[str, bool | int | float | str], metrics: list[str], *,
+                      ok: bool, swept: list[str] | None = None) -> list[Summary]:
+    """Experiment, session start and session end summaries for the HParams plugin.
+
+    Built here rather than by torch's `summary.hparams`, which records bools as numbers
+    (`isinstance(True, int)`), and rather than tensorboard's own `hparams.summary`, which needs
+    TensorFlow. No hparam domains: one job cannot know the values its sweep siblings take.
+
+    In a sweep (`swept` given) the experiment's columns are the swept hyperparameters only, marked
+    `differs` (the dashboard shows its first five columns and puts differing ones first), and its
+    metrics are every KEY_METRICS tag: every job writes the same experiment summary, whatever its
+    variant's params, and the constants stay in each session (and in `text/config`).
+    """
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+
+    start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time())
+    infos = []
+    for name, value in hparams.items():
+        if isinstance(value, bool):
+            start.hparams[name].bool_value = value
+            data_type = api_pb2.DATA_TYPE_BOOL
+        elif isinstance(value, (int, float)):
+            start.hparams[name].number_value = value
+            data_type = api_pb2.DATA_TYPE_FLOAT64
+        else:
+            start.hparams[name].string_value = value
+            data_type = api_pb2.DATA_TYPE_STRING
+        if swept is None or name in swept:
+            infos.append(api_pb2.HParamInfo(name=name, type=data_type, differs=swept is not None))
+    if swept is not None:
+        missing = [api_pb2.HParamInfo(name=name, type=api_pb2.DATA_TYPE_STRING, differs=True)
+                   for name in swept if name not in hparams]
+        infos = sorted(infos + missing, key=lambda info: swept.index(info.name))
+    experiment = api_pb2.Experiment(
+        hparam_infos=infos, metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag)) for tag in metrics]
+    )
+    status = api_pb2.STATUS_SUCCESS if ok else api_pb2.STATUS_FAILURE
+    end = plugin_data_pb2.SessionEndInfo(status=status, end_time_secs=time.time())
+    return [
+        _hparams_summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)),
+        _hparams_summary(metadata.SESSION_START_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_start_info=start)),
+        _hparams_summary(metadata.SESSION_END_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end)),
+    ]
+
+
+def _hparams_summary(tag: str, data: Any) -> Summary:
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.plugins.hparams import metadata
+
+    value = Summary.Value(tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR)
+    return Summary(value=[value])

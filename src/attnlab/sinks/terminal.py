@@ -1,0 +1,242 @@
+"""The terminal summary of a run: what a learner reads first.
+
+Config in one line, the shape trace against the predicted shapes, the variant's attention
+weights and context vectors with token labels, each stage's largest difference from the
+reference, then the diagnosis and the predictions; for an n_seeds job a line per seed. Paths are
+shown relative to the working folder when they are inside it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence, TextIO
+
+import numpy as np
+
+from attnlab.diagnosis.head_findings import heads_phrase
+from attnlab.record import Record
+from attnlab.reporting.rows import TABLE_FILE
+from attnlab.sinks.base import JobInfo
+from attnlab.capture.stages import STAGES
+
+
+MAX_SHOWN = 8  # rows and columns of a matrix printed in full; larger ones are cut with "…"
+TERMINAL_ROWS = 20  # per-seed lines printed before the rest are elided (all are in comparison.csv)
+
+
+class TerminalSink:
+    """`log.terminal`: each job's summary on stdout (a line per seed for n_seeds). A sweep's table
+    at its end is the sweep's own report (attnlab.app.sweep.print_summary), printed either way."""
+
+    def write(self, records: Sequence[Record], job: JobInfo) -> None:
+        with reader_may_leave():
+            if len(records) == 1:
+                print_record(records[0])
+                print(f"record: {display_path(records[0].path)}", flush=True)
+            else:
+                table = job.dir / TABLE_FILE
+                print_seeds(list(records), table if table.exists() else None)
+                sys.stdout.flush()
+
+
+def display_path(path: Path | str | None) -> str:
+    """`path` relative to the working folder when it is inside it (as a user typed it), else absolute."""
+    if path is None:
+        return ""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
+
+
+def no_findings_message(record: Record) -> str:
+    """What a record without findings means, in one sentence: a match, or a difference that no
+    check of the variant's own stages calls a bug (as with weights=native)."""
+    unchecked = [s for s in record.missing_stages if s != "weights_applied"]
+    if unchecked:
+        return (f"no findings in the stages checked; not checked: {', '.join(unchecked)} (not captured: "
+                f"the module computes them where attnlab cannot see; attnlab.tap(stage, tensor) hands them over)")
+    if record.first_divergent_stage is None:
+        return "no findings: the variant matches the reference at every stage checked"
+    why = " (weights=native: each module built its own parameters)" if record.config.get("weights") == "native" else ""
+    return (f"no findings: values differ from the reference from {record.first_divergent_stage} on{why}, "
+            "but every check of the variant's own stages passed")
+
+
+@contextmanager
+def reader_may_leave() -> Iterator[None]:
+    """`attnlab ... | head`: the reader closing the pipe is not a failure of the run. Printing
+    stops (stdout goes to /dev/null) and the outputs after it, TensorBoard's, are still written."""
+    try:
+        yield
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def predicted_shape(stage: str, record: Record) -> tuple[int, ...] | None:
+    """The shape the reference has (the prediction the record carries), in its own rank."""
+    shape = record.expected_shapes.get(stage)
+    return tuple(shape) if shape is not None else None
+
+
+def shown(record: Record) -> tuple[int, int]:
+    """The batch item and head the terminal shows (top-level show.batch, show.head)."""
+    show = record.config.get("show") or {}
+    return int(show.get("batch", 0)), int(show.get("head", 0))
+
+
+def config_line(record: Record) -> str:
+    params = record.config.get("variant", {}).get("params") or {}
+    extra = "".join(f" {k}={v}" for k, v in params.items())
+    weights = record.stages.get("weights")
+    precision = ((f" device={record.device}" if record.device != "cpu" else "")
+                 + (f" dtype={record.dtype}" if record.dtype != "float32" else ""))
+    heads = "" if weights is None or weights.ndim != 4 or weights.shape[:2] == (1, 1) else (
+        f" batch={weights.shape[0]} heads={weights.shape[1]}")
+    return (
+        f"attnlab · variant={record.variant}{extra} seed={record.seed} inputs={record.config['inputs']['kind']} "
+        f"n_tokens={record.n_tokens} d_in={record.d_in} d_out={record.d_out} weights={record.config['weights']} "
+        f"reference={record.reference}{heads}{precision}"
+    )
+
+
+def shape_trace(record: Record) -> str:
+    parts = []
+    for stage in STAGES:
+        shape = record.stage_shapes.get(stage)
+        if stage == "output" and record.output_is_context:
+            parts.append("output = context")
+            continue
+        if shape is None:
+            if stage != "weights_applied" or stage in record.missing_stages:
+                parts.append(f"{stage} (missing)")
+            continue
+        predicted = predicted_shape(stage, record)
+        mark = "" if predicted is None or tuple(shape) == predicted else f" ✗ predicted {predicted}"
+        rebuilt = " (reconstructed)" if stage in record.reconstructed_stages else ""
+        parts.append(f"{stage} {tuple(shape)}{rebuilt}{mark}")
+    return "shapes: " + " · ".join(parts)
+
+
+def format_matrix(values: np.ndarray, row_labels: list[str], col_labels: list[str] | None) -> str:
+    rows, cols = values.shape
+    shown_rows, shown_cols = min(rows, MAX_SHOWN), min(cols, MAX_SHOWN)
+    col_names = (col_labels or [f"[{j}]" for j in range(cols)])[:shown_cols] + (["…"] if cols > shown_cols else [])
+    width = max(8, *(len(c) + 1 for c in col_names))
+    label_width = max(len(label) for label in row_labels[:shown_rows])
+    lines = [" " * (label_width + 2) + "".join(c.rjust(width) for c in col_names)]
+    for i in range(shown_rows):
+        cells = "".join(f"{v:.4f}".rjust(width) for v in values[i, :shown_cols])
+        lines.append(f"  {row_labels[i].ljust(label_width)}{cells}{'…'.rjust(width) if cols > shown_cols else ''}")
+    if rows > shown_rows:
+        hidden = rows - shown_rows
+        lines.append(f"  … {hidden} more row{'s' if hidden > 1 else ''}")
+    return "\n".join(lines)
+
+
+def divergence_line(record: Record) -> str:
+    parts = []
+    for stage in STAGES[1:]:
+        if (stage == "weights_applied" and stage not in record.stage_shapes) or (
+                stage == "output" and record.output_is_context):
+            continue
+        value = record.diagnostics.get(f"divergence_{stage}")
+        parts.append(f"{stage} {'—' if value is None or np.isnan(value) else f'{value:.4g}'}")
+    first = record.first_divergent_stage or "none"
+    return "max |variant − reference|: " + " · ".join(parts) + f"\nfirst divergent stage: {first}"
+
+
+def print_record(record: Record, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    say = lambda text="": print(text, file=out)  # noqa: E731
+    say(config_line(record))
+    if not record.ok:
+        say(f"FAILED: {record.error}")
+        return
+    say(shape_trace(record))
+    batch, head = shown(record)
+    where = f", head {head}, batch item {batch}" if record.num_heads > 1 or batch else ""
+    for stage, title in (("weights", "attention weights"), ("context", "context vectors")):
+        values = record.matrix(stage, batch=batch, head=head)
+        if values is None:
+            say(f"{title}: not captured")
+            continue
+        col_labels = record.labels if stage == "weights" else None
+        say(f"{title} ({record.variant}{where}):\n{format_matrix(values, record.labels, col_labels)}")
+    if record.num_heads > 1:
+        say(head_lines(record))
+    say(divergence_line(record))
+    if record.findings:
+        say("findings:")
+        for finding in record.findings:
+            heads = f", {heads_phrase(finding, record.num_heads)}" if record.num_heads > 1 else ""
+            say(f"  [{finding.code} @ {finding.stage}{heads}] {finding.message}")
+    else:
+        say(no_findings_message(record))
+    for sentence in record.not_checked:
+        say(f"  {sentence}")
+    if record.predictions:
+        say("predictions:")
+    for prediction in record.predictions:
+        verdict = "pass" if prediction.passed else "FAIL"
+        observed = f"{prediction.observed:.4g}" if isinstance(prediction.observed, float) else prediction.observed
+        say(f"  predict {prediction.name} = {prediction.expected}: {verdict} (observed {observed})")
+
+
+def head_lines(record: Record) -> str:
+    """One line per head: its entropy, row max and divergence from the reference's head."""
+    per_head = record.head_diagnostics
+    lines = ["per head:    entropy  row max  max |Δ weights|  max |Δ context|"]
+    for h in range(record.num_heads):
+        cells = [per_head.get(name, [])[h] if h < len(per_head.get(name, [])) else float("nan") for name in
+                 ("weights_entropy_mean", "weights_row_max_mean", "divergence_weights", "divergence_context")]
+        lines.append(f"  head {h:<4}" + "".join(_number(v).rjust(w) for v, w in zip(cells, (9, 9, 17, 17))))
+    return "\n".join(lines)
+
+
+def _number(value: object) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "—" if math.isnan(value) else f"{value:.4g}"
+    return "—"
+
+
+def seed_lines(records: list[Record]) -> list[str]:
+    """A compact table: a line per seed, the first and last ones when there are many."""
+    header = ("seed", "status", "first divergent", "max |Δ context|", "entropy", "findings")
+    rows = [
+        (str(r.seed), r.status, r.first_divergent_stage or "none", _number(r.diagnostics.get("divergence_context")),
+         _number(r.diagnostics.get("weights_entropy_mean")),
+         (" ".join(f.code for f in r.findings) or "—") if r.ok else (r.error or "")[:60])
+        for r in records
+    ]
+    if len(rows) > TERMINAL_ROWS:
+        head, tail = TERMINAL_ROWS - 5, 5
+        rows = [*rows[:head], ("…", f"{len(rows) - head - tail} more", "", "", "", ""), *rows[-tail:]]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    fmt = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+    return [fmt(header), *map(fmt, rows)]
+
+
+def print_seeds(records: list[Record], table_path: Path | None, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    first = records[0]
+    n_failed = sum(not r.ok for r in records)
+    codes = sorted({f.code for r in records for f in r.findings})
+    print(f"attnlab · variant={first.variant} seeds={first.seed}..{records[-1].seed} ({len(records)}) "
+          f"inputs={first.config.get('inputs', {}).get('kind')} n_tokens={first.n_tokens} d_in={first.d_in} "
+          f"d_out={first.d_out} weights={first.config.get('weights')}", file=out)
+    for line in seed_lines(records):
+        print("  " + line, file=out)
+    with_findings = sum(bool(r.findings) for r in records)
+    print(f"findings: {', '.join(codes) or 'none'} ({with_findings}/{len(records)} seeds)"
+          + (f"; {n_failed} failed" if n_failed else ""), file=out)
+    if table_path is not None:
+        print(f"table: {display_path(table_path)}", file=out)
+    print(f"records: {display_path(first.path.parent.parent)}/seed-*/record.json", file=out)

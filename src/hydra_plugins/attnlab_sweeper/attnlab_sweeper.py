@@ -1,0 +1,176 @@
+"""attnlab's sweeper: Hydra's basic sweep, with every value checked before the first job.
+
+A sweep is the cartesian product of the overrides (`a=1,2 b=x,y`, `range(...)`, `glob(...)`),
+plus `params` and `max_batch_size`, as Hydra's basic sweeper does. Two things differ:
+
+- **Every value is checked before any job runs, and before the sweep folder exists.** The
+  basic sweeper composes every job (Hydra's largest cost per job) and checks only what
+  composition checks, so a range error (`d_out=2,0`) ran job 0 and failed at job 1. Here each
+  config-group choice (`variant=unscaled`, `inputs=random`) composes one job that contains it,
+  and each distinct value (`seed=7`, `d_out=0`) is applied to a copy of those composed configs
+  (about a millisecond each); every result goes through the app's `check` function. A value
+  that cannot be applied to a copy is checked by composing a job that contains it, so Hydra's
+  own error is the one reported. A bad sweep leaves no folder behind.
+- **The end of the sweep is the app's `finish` function**, called once every job returned (or
+  when the launch was interrupted): Hydra skips its callbacks' `on_multirun_end` when a job
+  raised or on Ctrl-C, and a callback cannot change the run's outcome, a sweeper can.
+
+Public Hydra API only (the `Sweeper` interface, the override parser, the `ConfigLoader`
+interface, `Plugins`). The app registers this class with `Plugins.instance().register(...)`,
+so it works in a process where another Hydra app already ran (Hydra scans for plugins once per
+process); as a `hydra_plugins` namespace package, Hydra's own scan finds it too. Hydra imports
+every plugin module it finds, in every app, so this module imports only Hydra and OmegaConf:
+`check` and `finish` are named in the config and imported when a sweep runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import HydraException
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from hydra.utils import get_method
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+
+def cartesian(overrides: Sequence[Override]) -> list[list[str]]:
+    """Every job's override lines, in Hydra's order (the last key varies fastest)."""
+    choices: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            raise HydraException(f"AttnlabSweeper does not support sweep type : {override.value_type.name}")
+    return [list(job) for job in itertools.product(*choices.values())]
+
+
+def covering_jobs(jobs: Sequence[Sequence[str]], is_group: Callable[[str], bool]) -> list[Sequence[str]]:
+    """The jobs, in order, that bring a config-group choice not seen before: composing them
+    composes every group choice of the sweep once."""
+    seen: set[str] = set()
+    chosen = []
+    for job in jobs:
+        new = [line for line in job if is_group(line) and line not in seen]
+        seen.update(new)
+        if new:
+            chosen.append(job)
+    return chosen
+
+
+def apply_value(config: DictConfig, override: Override) -> DictConfig:
+    """A copy of `config` with one value override applied as composition applies it: a plain
+    override must name an existing key, `+` adds a new one, `++` either. Raises when Hydra's
+    composition would (or when unsure, e.g. a deletion): the caller then composes a job."""
+    if override.is_delete():
+        raise ValueError("deletions are checked by composing")
+    key, value = override.key_or_group, override.value()
+    adds = override.is_add() or override.is_force_add()
+    config = copy.deepcopy(config)
+    with read_write(config):
+        if override.is_add() and OmegaConf.select(config, key, default=None) is not None:
+            raise ValueError(f"{key} exists; `+` cannot add it")
+        if adds:
+            with open_dict(config):
+                OmegaConf.update(config, key, value, merge=True, force_add=True)
+        else:
+            OmegaConf.update(config, key, value, merge=True)
+    return config
+
+
+class AttnlabSweeper(Sweeper):
+    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
+                 check: Optional[str] = None, finish: Optional[str] = None) -> None:
+        super().__init__()
+        self.max_batch_size = max_batch_size
+        self.params = dict(params or {})
+        self.check, self.finish = check, finish
+        self.hydra_context: Optional[HydraContext] = None
+        self.config: Optional[DictConfig] = None
+        self.launcher = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        lines = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
+        jobs = cartesian(parser.parse_overrides(lines))
+        self.validate(jobs, parser)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))  # resolving it claims the folder: only now
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        finish = get_method(self.finish) if self.finish else None
+        size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(jobs), 1)
+        returns: list[Sequence[JobReturn]] = []
+        try:
+            for start in range(0, len(jobs), size):
+                returns.append(self.launcher.launch(jobs[start:start + size], initial_job_idx=start))
+        except BaseException:
+            if finish is not None:
+                finish(self.config, complete=False)
+            raise
+        raised = [job for batch in returns for job in batch if job.status == JobStatus.FAILED]
+        if finish is not None:
+            finish(self.config, complete=not raised)
+        for job in raised:
+            _ = job.return_value  # re-raises the job's exception, as the basic sweeper does
+        return returns
+
+    def validate(self, jobs: Sequence[Sequence[str]], parser: OverridesParser) -> None:
+        """Check every value of the sweep (see the module's docstring); raise on the first bad one."""
+        loader = self.hydra_context.config_loader
+        check = get_method(self.check) if self.check else (lambda config: None)
+        groups: dict[str, bool] = {}
+
+        def is_group(line: str) -> bool:
+            if line not in groups:
+                key = parser.parse_override(line).key_or_group
+                groups[line] = bool(loader.get_group_options(key)) if key else False
+            return groups[line]
+
+        def compose(job: Sequence[str]) -> DictConfig:
+            return loader.load_sweep_config(master_config=self.config, sweep_overrides=list(job))
+
+        contexts = [compose(job) for job in covering_jobs(jobs, is_group)] or [self.config]
+        for context in contexts:
+            check(context)
+        values = list(dict.fromkeys(line for job in jobs for line in job if not is_group(line)))
+        for line in values:
+            override = parser.parse_override(line)
+            for context in contexts:
+                try:
+                    config = apply_value(context, override)
+                except Exception:  # noqa: BLE001 - composing a job with it raises the error to report
+                    config = compose(next(job for job in jobs if line in job))
+                check(config)
+
+
+# A plain mapping, not a dataclass: a structured config would carry this module's class into every
+# pickled job config, and a submitit or SLURM worker unpickles those before it imports the app.
+ConfigStore.instance().store(
+    group="hydra/sweeper",
+    name="attnlab",
+    node={
+        "_target_": f"{__name__}.AttnlabSweeper",
+        "max_batch_size": None,
+        "params": None,
+        "check": "attnlab.app.job.check",  # check(config): raises on a bad value
+        "finish": "attnlab.app.sweep.finish",  # finish(config, complete): tables, summary, outcome
+    },
+    provider="attnlab",
+)

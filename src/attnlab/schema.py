@@ -70,6 +70,11 @@ class Config:
     weights_init: WeightsInit = WeightsInit.rand
     expect: Dict[str, Any] = field(default_factory=dict)
     plots: PlotsConf = field(default_factory=PlotsConf)
+    # a run inside a model (attnlab.model): model=hf:TYPE | NAME (./models/) | model.path=DIR | model.hub=ID,
+    # with size keys (model.n_layer=2); open blocks, their keys checked by attnlab.model.spec
+    model: Dict[str, Any] = field(default_factory=dict)
+    layer: Any = None  # with model=: N, all, or a list [0,2]; None: layer 0
+    reference_model: Dict[str, Any] = field(default_factory=dict)  # the model each layer is checked against
     log: Dict[str, bool] = field(default_factory=dict)  # log.NAME for every sink found, and LOG_OPTIONS
     sink: Dict[str, Any] = field(default_factory=dict)  # sink.NAME: each sink's config (_target_ and options)
 

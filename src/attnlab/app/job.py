@@ -28,9 +28,11 @@ from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.progress import Progress
 from attnlab.record import Record, write_record
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
+from attnlab.model.job import check_model_request, compute_model_records, wants_model
 from attnlab.sinks.base import JobInfo, build_sinks
 
 SEED_DIR = "seed-{seed}"
+LAYER_DIR = "layer-{layer}"
 
 
 def check(cfg: DictConfig) -> None:
@@ -44,6 +46,8 @@ def check(cfg: DictConfig) -> None:
     constructor_kwargs(get_variant(cfg.variant.name), {**values, "d_in": 1, "n_tokens": 1}, params)  # names only
     if cfg.reference != "auto":
         get_variant(cfg.reference)
+    if wants_model(cfg):
+        check_model_request(cfg)
     build_sinks(cfg)
 
 
@@ -57,8 +61,10 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
     shapes): the sinks draw images from the first record that succeeded, so holding every
     seed's stages would only cost memory."""
     check(cfg)
-    spec = JobSpec.from_cfg(cfg)
     progress = progress or Progress(cfg.n_seeds, enabled=False)
+    if wants_model(cfg):
+        return compute_model_records(cfg, phase=progress.phase)
+    spec = JobSpec.from_cfg(cfg)
     records: list[Record] = []
     for seed in seeds(cfg):
         progress.phase(f"seed {seed}: inputs")
@@ -76,8 +82,13 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
     return records
 
 
-def record_dir(job_dir: Path, record: Record, n_seeds: int) -> Path:
-    return job_dir if n_seeds == 1 else job_dir / SEED_DIR.format(seed=record.seed)
+def record_dir(job_dir: Path, record: Record, n_records: int) -> Path:
+    """The job folder for one record; each seed's, or each layer's in a model, a folder of its own."""
+    if n_records == 1:
+        return job_dir
+    if "layer" in record.model:
+        return job_dir / LAYER_DIR.format(layer=record.model["layer"])
+    return job_dir / SEED_DIR.format(seed=record.seed)
 
 
 def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, progress: Progress | None = None) -> None:

@@ -264,20 +264,7 @@ def compute_record(
         _check_shown(spec.show, variant)
         say("diagnostics")
         mixing = _batch_mixing(name, variant_module, variant_x, variant, seed) if variant_batched and not spec.train else None
-        record.stages, record.stage_shapes = _to_numpy(variant)
-        record.reference_stages, record.reference_stage_shapes = _to_numpy(reference)
-        record.expected_shapes = {k: list(v) for k, v in expected_shapes(reference).items()}
-        record.missing_stages, record.reconstructed_stages = list(variant.missing), list(variant.reconstructed)
-        record.output_is_context = variant.output_is_context
-        record.diagnostics, record.head_diagnostics = compute_diagnostics(variant, reference)
-        record.reference_diagnostics, _ = compute_diagnostics(reference, reference)
-        record.first_divergent_stage = first_divergent_stage(variant, reference, record.diagnostics)
-        record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=spec.shared,
-                                   train=spec.train, batch_mixing=mixing)
-        record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
-        record.predictions = check_predictions(
-            spec.expect, variant, record.diagnostics, record.first_divergent_stage, record.findings
-        )
+        diagnosed(record, variant, reference, shared=spec.shared, train=spec.train, expect=spec.expect, mixing=mixing)
         if spec.profile:  # after the capture, on the plain modules: profiling never changes a diagnosed value
             say("profile")
             key = (reference_name, tuple(reference_x.shape), spec.reference_dtype, spec.device, spec.train,
@@ -287,6 +274,24 @@ def compute_record(
                                           reference_key=key, warmed_up=True)  # the capture ran both
             record.diagnostics.update(record.profile)
     return record
+
+
+def diagnosed(record: Record, variant: Capture, reference: Capture, *, shared: bool, train: bool, expect: Any,
+              mixing: batch_mixing.BatchMixing | None = None) -> None:
+    """Fill `record` with both captures' stages, the diagnostics, the findings and the predictions."""
+    record.stages, record.stage_shapes = _to_numpy(variant)
+    record.reference_stages, record.reference_stage_shapes = _to_numpy(reference)
+    record.expected_shapes = {k: list(v) for k, v in expected_shapes(reference).items()}
+    record.missing_stages, record.reconstructed_stages = list(variant.missing), list(variant.reconstructed)
+    record.output_is_context = variant.output_is_context
+    record.diagnostics, record.head_diagnostics = compute_diagnostics(variant, reference)
+    record.reference_diagnostics, _ = compute_diagnostics(reference, reference)
+    record.first_divergent_stage = first_divergent_stage(variant, reference, record.diagnostics)
+    record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=shared,
+                               train=train, batch_mixing=mixing)
+    record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
+    record.predictions = check_predictions(expect, variant, record.diagnostics, record.first_divergent_stage,
+                                           record.findings)
 
 
 def _batch_mixing(name: str, module: nn.Module, x: torch.Tensor, together: Capture,

@@ -1,0 +1,71 @@
+"""A job inside a model: load it once, run it unmodified once, then one record per compared layer."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.errors import UserError
+from attnlab.model.layer import ModelRun, compare_layer
+from attnlab.model.loading import LoadedModel, load_model
+from attnlab.model.locate import attention_modules, chosen_layers
+from attnlab.model.preflight import check_model_fits
+from attnlab.model.sizes import model_sizes
+from attnlab.model.spec import is_requested, model_spec
+from attnlab.model.tokens import token_ids
+from attnlab.record import Record
+from attnlab.schema import resolved
+
+
+def wants_model(cfg: DictConfig) -> bool:
+    return is_requested(_block(cfg, "model"))
+
+
+def _block(cfg: DictConfig, key: str) -> dict[str, Any]:
+    node = OmegaConf.select(cfg, key, default=None)
+    return OmegaConf.to_container(node, resolve=True) if node is not None else {}
+
+
+def check_model_request(cfg: DictConfig) -> None:
+    """What can be checked without loading anything."""
+    model_spec(_block(cfg, "model"))
+    if is_requested(_block(cfg, "reference_model")):
+        model_spec(_block(cfg, "reference_model"), "reference_model")
+    if cfg.inputs.get("kind") != "text":
+        raise UserError(f"model=: runs on text: inputs=text inputs.text=\"some words\" (got inputs={cfg.inputs.get('kind')})")
+    if cfg.n_seeds != 1:
+        raise UserError(f"n_seeds={cfg.n_seeds}: a model's weights are its own; a run inside a model takes one seed")
+
+
+def model_run(cfg: DictConfig, loaded: LoadedModel, layers_key: Any) -> tuple[ModelRun, list[int]]:
+    """The model run once, unmodified, on the text, keeping what the chosen layers receive."""
+    spec = model_spec(_block(cfg, "model"))
+    attention = attention_modules(loaded.module, spec.attention_path)
+    sizes = model_sizes(loaded.config, loaded.label)
+    layers = chosen_layers(layers_key, len(attention))
+    ids = token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
+    check_model_fits(loaded.n_parameters, sizes, len(ids), len(layers))
+    return ModelRun.start(loaded, attention, sizes, ids, loaded.tokenizer.labels(ids), layers), layers
+
+
+def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None = None) -> list[Record]:
+    """One record per compared layer (`layer=N`, a list, or `all`)."""
+    say = phase or (lambda _name: None)
+    check_model_request(cfg)
+    say("model")
+    loaded = load_model(model_spec(_block(cfg, "model")))
+    run, layers = model_run(cfg, loaded, OmegaConf.to_container(cfg.layer) if OmegaConf.is_list(cfg.layer) else cfg.layer)
+    config = resolved(cfg)
+    params = OmegaConf.to_container(cfg.variant.params, resolve=True)
+    expect = OmegaConf.to_container(cfg.expect, resolve=True)
+    about = {"model": loaded.label, "n_layers": len(run.attention), "parameters": loaded.n_parameters,
+             "tokenizer": loaded.tokenizer.name, "heads": run.sizes.heads, "kv_heads": run.sizes.kv_heads}
+    records = []
+    for layer in layers:
+        say(f"layer {layer}")
+        record = Record(variant=cfg.variant.name, seed=cfg.seed, config=copy.deepcopy(config), labels=run.labels,
+                        n_tokens=run.n_tokens, d_in=run.sizes.width, d_out=run.sizes.width, model=dict(about))
+        records.append(compare_layer(run, layer, record, cfg.variant.name, params, cfg.seed, expect, cfg.reference))
+    return records

@@ -1,0 +1,132 @@
+"""One layer of a model: its attention captured on what it really receives, a variant with the
+layer's own parameters in its place, and what that does to the model's output."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.capture.recorder import Capture
+from attnlab.compute.pipeline import PluginError, build_module, diagnosed, kv_head_count, run_module, takes_batches
+from attnlab.model.effect import output_effect
+from attnlab.model.loading import LoadedModel
+from attnlab.model.runner import AsCalled, InModel, LayerCall, final_hidden, output_head, replaced
+from attnlab.model.sizes import ModelSizes, constructor_values
+from attnlab.modules.layouts import LayoutError, Projections, load_projections, read_projections
+from attnlab.record import Record
+
+
+STAND_IN = "multi_head_attention"  # the source's MultiHeadAttention
+STAND_IN_TOLERANCE = 1e-5
+
+
+@dataclass
+class ModelRun:
+    """One model on one text, its unmodified forward done once: what every layer's comparison shares."""
+
+    loaded: LoadedModel
+    attention: list[tuple[str, nn.Module]]  # (qualified name, module) per layer
+    sizes: ModelSizes
+    ids: Tensor  # (1, T)
+    labels: list[str]
+    base: Tensor  # (1, T, d) final hidden states of the unmodified model
+    calls: dict[int, LayerCall] = field(default_factory=dict)  # what each compared layer received
+
+    @property
+    def n_tokens(self) -> int:
+        return self.ids.shape[1]
+
+    @classmethod
+    def start(cls, loaded: LoadedModel, attention: list[tuple[str, nn.Module]], sizes: ModelSizes, ids: list[int],
+              labels: list[str], layers: list[int]) -> ModelRun:
+        token_ids = torch.tensor([ids], dtype=torch.long)  # (1, T)
+        base, calls = final_hidden(loaded.module, token_ids, loaded.hf, [m for _, m in attention], set(layers))
+        return cls(loaded, attention, sizes, token_ids, labels, base, calls)
+
+    def projections(self, layer: int) -> Projections:
+        return read_projections(self.attention[layer][1], num_heads=self.sizes.heads, num_kv_heads=self.sizes.kv_heads)
+
+    def capture_own(self, layer: int, seed: int) -> Capture:
+        """The layer's own attention, captured on the hidden states, mask and position embeddings it received."""
+        call = self.calls[layer]
+        return run_module(type(self.attention[layer][1]).__name__, AsCalled(self.attention[layer][1], call), call.hidden, seed)
+
+    def effect_of(self, layer: int, module: nn.Module, batched: bool) -> dict[str, float]:
+        """The model run again with `module` in place of the layer's attention, against the unmodified run."""
+        name = self.attention[layer][0]
+        with replaced(self.loaded.module, name, InModel(module, self.calls[layer].returned, batched)):
+            try:
+                changed, _ = final_hidden(self.loaded.module, self.ids, self.loaded.hf)
+            except Exception as exc:  # noqa: BLE001 - the variant inside the model: fails its record only
+                raise PluginError(f"the model with this variant at layer {layer} raised {type(exc).__name__}: {exc}") from exc
+        return output_effect(output_head(self.loaded.module), self.base, changed, self.ids, softcap=self.sizes.softcap)
+
+
+def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], seed: int) -> tuple[nn.Module, dict[str, str]]:
+    """The variant built for the layer's sizes, holding the layer's own parameters."""
+    projections = run.projections(layer)
+    values = constructor_values(run.sizes, projections.b_query is not None, run.n_tokens)
+    module = build_module(name, params, values, seed)
+    if hasattr(module, "load_qkv"):  # a plugin with a layout of its own loads the matrices itself
+        with torch.no_grad():
+            module.load_qkv(projections.W_query, projections.W_key, projections.W_value)
+        return module.eval(), {"load_qkv": "plugin loader"}
+    kv_heads = kv_head_count(module, name, params, values)
+    try:
+        loaded = load_projections(module, projections, num_heads=run.sizes.heads, num_kv_heads=kv_heads)
+    except LayoutError as exc:
+        raise PluginError(f"variant '{name}': the layer's parameters do not load: {exc}") from exc
+    return module.eval(), loaded
+
+
+def _as_taken(hidden: Tensor, batched: bool) -> Tensor:
+    return hidden if batched else hidden[0]  # (1, T, d) or (T, d)
+
+
+def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -> tuple[str, Capture]:
+    """(its name, its capture): the layer's own attention (`reference=auto`), or a named variant
+    holding the layer's parameters. When capture cannot see inside the layer's own module (GPT-2's
+    Conv1D products), attnlab's multi_head_attention with the layer's parameters stands in for it,
+    only if its output equals the layer's own on these hidden states."""
+    own_name = f"{type(run.attention[layer][1]).__name__} (layer {layer})"
+    if reference_name != "auto":
+        module, _ = model_variant(run, layer, reference_name, {}, seed)
+        batched = takes_batches(module, run.sizes.width, run.n_tokens, run.sizes.width)
+        return f"{reference_name} with the parameters of {own_name}", run_module(
+            reference_name, module, _as_taken(run.calls[layer].hidden, batched), seed)
+    own = run.capture_own(layer, seed)
+    if not own.missing:
+        return own_name, own
+    try:
+        module, _ = model_variant(run, layer, STAND_IN, {}, seed)
+        stand_in = run_module(STAND_IN, module, run.calls[layer].hidden, seed)
+    except PluginError:
+        return own_name, own
+    gap = float((stand_in.stages["output"] - own.stages["output"]).abs().max())
+    scale = float(own.stages["output"].abs().max())
+    if gap > STAND_IN_TOLERANCE * max(scale, 1.0):
+        return own_name, own
+    return f"{STAND_IN} standing in for {own_name} (same output within {gap:.1e})", stand_in
+
+
+def compare_layer(run: ModelRun, layer: int, record: Record, name: str, params: dict[str, Any], seed: int,
+                  expect: Any, reference_name: str = "auto") -> Record:
+    """`record` filled for one layer: the variant's and the layer's own stages, the findings and the effect."""
+    record.model["layer"] = layer
+    record.model["attention"] = run.attention[layer][0]
+    try:
+        record.reference, reference = layer_reference(run, layer, reference_name, seed)
+        module, record.weights_loaded = model_variant(run, layer, name, params, seed)
+        batched = takes_batches(module, run.sizes.width, run.n_tokens, run.sizes.width)
+        variant = run_module(name, module, _as_taken(run.calls[layer].hidden, batched), seed)
+        effect = run.effect_of(layer, module, batched)
+    except PluginError as exc:
+        record.status, record.error = "failed", str(exc)
+        return record
+    diagnosed(record, variant, reference, shared=True, train=False, expect=expect)
+    record.model["effect"] = effect
+    record.diagnostics.update({f"effect_{key}": value for key, value in effect.items()})
+    return record

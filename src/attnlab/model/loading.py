@@ -1,0 +1,114 @@
+"""Loading a model to run in, offline only: nothing is downloaded and nothing is unpickled.
+
+Hugging Face models come from their config class (`hf:TYPE`, random weights), a saved folder
+(`path`, `local_files_only`, safetensors only) or the local cache (`hub`). A model of your own is
+a class in ./models/NAME.py (attnlab.model.user_models) with a safetensors state_dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from attnlab.errors import UserError
+from attnlab.model.spec import ModelSpec
+from attnlab.model.tokens import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, hf_tokenizer
+from attnlab.model.user_models import build_user_model
+
+INSTALL_HF = "pip install -e '.[hf]'"
+CACHE_HINT = "huggingface-cli download {repo} (or: hf download {repo}), once, with a network"
+
+
+@dataclass
+class LoadedModel:
+    module: nn.Module
+    label: str  # hf:gpt2, the folder, the repo id or the class of your own
+    tokenizer: Tokenizer
+    hf: bool  # a Hugging Face PreTrainedModel: called with input_ids=, use_cache=False
+    config: Any  # its config object (a PretrainedConfig, your dataclass or dict), for the layer sizes
+
+    @property
+    def n_parameters(self) -> int:
+        return sum(p.numel() for p in self.module.parameters())
+
+
+def load_model(spec: ModelSpec) -> LoadedModel:
+    """The model in eval mode, float32, on the CPU."""
+    if spec.kind == "user":
+        module, config = build_user_model(spec)
+        loaded = LoadedModel(module, spec.label, gpt2_tokenizer(), hf=False, config=config)
+    else:
+        loaded = _load_hf(spec)
+    loaded.module.eval()
+    return loaded
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise UserError(f"model=: Hugging Face models need transformers: {INSTALL_HF}") from None
+    transformers.logging.set_verbosity_error()  # its notices (e.g. on loss_type) are not the user's concern
+    transformers.utils.logging.disable_progress_bar()  # attnlab's own progress display says what runs
+    return transformers
+
+
+def _load_hf(spec: ModelSpec) -> LoadedModel:
+    transformers = _transformers()
+    if spec.kind == "hf":
+        config = _hf_config(transformers, spec)
+        module = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=spec.attn_implementation)
+        return LoadedModel(module, spec.label, gpt2_tokenizer(), hf=True, config=module.config)
+    if spec.sizes:
+        raise UserError(f"{spec.key}.{next(iter(spec.sizes))}: sizes are for {spec.key}=hf:TYPE; "
+                        f"a saved model keeps its own config")
+    source = _saved_source(spec)
+    try:
+        module = transformers.AutoModelForCausalLM.from_pretrained(
+            source, local_files_only=True, use_safetensors=True, attn_implementation=spec.attn_implementation)
+    except OSError as exc:
+        raise UserError(_missing(spec, exc)) from None
+    except ValueError as exc:
+        raise UserError(f"{spec.key}: {spec.label}: {str(exc).splitlines()[0]}") from None
+    return LoadedModel(module, spec.label, hf_tokenizer(transformers, source) or gpt2_tokenizer(), hf=True,
+                       config=module.config)
+
+
+def _hf_config(transformers: Any, spec: ModelSpec) -> Any:
+    try:
+        config = transformers.AutoConfig.for_model(spec.name)
+    except ValueError:
+        raise UserError(f"{spec.key}=hf:{spec.name}: not a Hugging Face model type (e.g. hf:gpt2, hf:llama, "
+                        f"hf:mistral, hf:qwen3)") from None
+    # attributes a config does not have are accepted silently by Hugging Face: a typo would be lost
+    for key, value in spec.sizes.items():
+        if not hasattr(config, key):
+            raise UserError(f"{spec.key}.{key}: not an attribute of {type(config).__name__}")
+        setattr(config, key, value)
+    if "vocab_size" not in spec.sizes and hasattr(config, "vocab_size"):
+        config.vocab_size = GPT2_VOCAB  # the text is GPT-2 BPE: every id must have a row
+    return config
+
+
+def _saved_source(spec: ModelSpec) -> str:
+    if spec.kind == "hub":
+        return spec.hub
+    folder = spec.path
+    if not (folder / "config.json").is_file():
+        raise UserError(f"{spec.key}.path={folder}: no config.json there (a folder written by save_pretrained)")
+    if not list(folder.glob("*.safetensors")):
+        pickled = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt*")]
+        what = f"only pickled weights ({', '.join(pickled)}), which attnlab never loads" if pickled else "no weights"
+        raise UserError(f"{spec.key}.path={folder}: {what}; save them with model.save_pretrained(DIR) "
+                        f"(safetensors is its default)")
+    return str(folder)
+
+
+def _missing(spec: ModelSpec, exc: OSError) -> str:
+    if spec.kind == "hub":
+        return (f"{spec.key}.hub={spec.hub}: not in the local Hugging Face cache (attnlab never downloads); "
+                f"get it with: {CACHE_HINT.format(repo=spec.hub)}")
+    return f"{spec.key}.path={spec.path}: {str(exc).splitlines()[0]}"
+

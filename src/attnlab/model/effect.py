@@ -26,18 +26,19 @@ def log_probs(head: nn.Module, hidden: Tensor, softcap: float | None = None) -> 
 
 @torch.no_grad()
 def output_effect(head: nn.Module, base: Tensor, changed: Tensor, ids: Tensor, *, softcap: float | None = None,
-                  chunk: int = CHUNK) -> dict[str, float]:
+                  changed_head: nn.Module | None = None, chunk: int = CHUNK) -> dict[str, float]:
     """KL(model || changed) of the next-token distributions (mean and max over positions), the
     share of positions whose top-1 token agrees, the loss on the text (mean next-token cross
     entropy) without and with the change, and how far the final hidden states moved.
-    `base`, `changed`: (1, T, d); `ids`: (1, T)."""
+    `base`, `changed`: (1, T, d); `ids`: (1, T). `changed_head`: another model's own output head
+    (the learner's check compares two models), else `head` makes both."""
     base, changed, targets = base[0], changed[0], ids[0]  # (T, d), (T, d), (T,)
     n = base.shape[0]
     kl_sum, kl_max, agree, nll, nll_changed = 0.0, 0.0, 0, 0.0, 0.0
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
         p = log_probs(head, base[start:stop], softcap)  # (c, vocab)
-        q = log_probs(head, changed[start:stop], softcap)  # (c, vocab)
+        q = log_probs(changed_head or head, changed[start:stop], softcap)  # (c, vocab)
         kl = (p.exp() * (p - q)).sum(dim=-1)  # (c,)
         kl_sum += float(kl.sum())
         kl_max = max(kl_max, float(kl.max()))

@@ -8,6 +8,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
+from attnlab.model.check import compute_check_records
 from attnlab.model.layer import ModelRun, compare_layer
 from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.locate import attention_modules, chosen_layers
@@ -54,6 +55,8 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
     """One record per compared layer (`layer=N`, a list, or `all`)."""
     say = phase or (lambda _name: None)
     check_model_request(cfg)
+    if is_requested(_block(cfg, "reference_model")):
+        return compute_check_records(cfg, {k: _block(cfg, k) for k in ("model", "reference_model")}, say)
     say("model")
     loaded = load_model(model_spec(_block(cfg, "model")))
     run, layers = model_run(cfg, loaded, OmegaConf.to_container(cfg.layer) if OmegaConf.is_list(cfg.layer) else cfg.layer)

@@ -29,7 +29,7 @@ def attention_modules(model: nn.Module, attention_path: str | None = None, key: 
             continue
         blocks, leaf = found["blocks"], found["name"]
         wanted = pattern.match(name) if pattern else leaf in ATTENTION_NAMES
-        if wanted and isinstance(model.get_submodule(blocks), nn.ModuleList):
+        if wanted and isinstance(model.get_submodule(blocks), (nn.ModuleList, nn.Sequential)):
             groups.setdefault((blocks, leaf), []).append((int(found["index"]), name, module))
     if len(groups) != 1:
         raise UserError(_not_found(model, attention_path, key, groups))

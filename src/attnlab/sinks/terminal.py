@@ -21,6 +21,7 @@ from attnlab.diagnosis.head_findings import heads_phrase
 from attnlab.record import Record
 from attnlab.reporting.rows import TABLE_FILE
 from attnlab.sinks.base import JobInfo
+from attnlab.sinks.model_lines import layer_lines, print_layers
 from attnlab.capture.stages import STAGES
 
 
@@ -34,11 +35,15 @@ class TerminalSink:
 
     def write(self, records: Sequence[Record], job: JobInfo) -> None:
         with reader_may_leave():
+            table = job.dir / TABLE_FILE
             if len(records) == 1:
                 print_record(records[0])
                 print(f"record: {display_path(records[0].path)}", flush=True)
+            elif records[0].model:
+                glob = f"{display_path(records[0].path.parent.parent)}/layer-*/record.json"
+                print_layers(records, Path(display_path(table)) if table.exists() else None, glob, sys.stdout)
+                sys.stdout.flush()
             else:
-                table = job.dir / TABLE_FILE
                 print_seeds(list(records), table if table.exists() else None)
                 sys.stdout.flush()
 
@@ -157,6 +162,8 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     say = lambda text="": print(text, file=out)  # noqa: E731
     say(config_line(record))
+    for line in layer_lines(record) if record.model else ():
+        say(line)
     if not record.ok:
         say(f"FAILED: {record.error}")
         return

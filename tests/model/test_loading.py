@@ -1,0 +1,122 @@
+"""Loading a model offline: a saved folder, a config class with size keys, a class of your own in
+./models/ with safetensors weights; and the one-line refusals (a pickle, a model not in the local
+cache, an attention layout attnlab cannot find, a layer the model lacks)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import attnlab
+from attnlab.errors import UserError
+from tests.model.conftest import TEXT
+from tests.model.nanogpt_style import NANOGPT_STYLE
+
+
+def run(*overrides: str, variant: str = "multi_head_attention"):
+    return attnlab.run(variant, overrides=["inputs=text", f"inputs.text='{TEXT}'", "log.tensorboard=false", *overrides])
+
+
+def refused(*overrides: str) -> str:
+    with pytest.raises(UserError) as error:
+        run(*overrides)
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_config_class_with_size_keys_builds_a_random_model() -> None:
+    result = run("model=hf:gpt2", "model.n_layer=3", "model.n_head=2", "model.n_embd=32", "layer=2")
+    assert result.record.ok and result.record.model["n_layers"] == 3 and result.record.model["heads"] == 2
+    assert result.record.model["attention"] == "transformer.h.2.attn"
+    assert result.record.model["effect"]["kl_max"] < 1e-5  # the source's MultiHeadAttention is GPT-2's computation
+
+
+def test_a_size_key_the_config_class_lacks_is_refused() -> None:
+    assert refused("model=hf:gpt2", "model.n_layerz=2") == "model.n_layerz: not an attribute of GPT2Config"
+
+
+def test_a_layer_the_model_lacks_is_refused(tiny_gpt2) -> None:
+    assert refused(f"model.path={tiny_gpt2}", "layer=7") == "layer=7: the model has 2 layers (0 to 1)"
+
+
+def test_a_pickle_is_refused_with_the_conversion(tmp_path, monkeypatch) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "nano.py").write_text(NANOGPT_STYLE)
+    (tmp_path / "ckpt.pth").write_bytes(b"not opened")
+    monkeypatch.chdir(tmp_path)
+    message = refused("model=nano", "model.weights=ckpt.pth")
+    assert "never a pickle" in message and "safetensors.torch.save_file(model.state_dict(), " in message
+
+
+def test_a_model_not_in_the_local_cache_says_how_to_get_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    message = refused("model.hub=openai-community/gpt2")
+    assert message.startswith("model.hub=openai-community/gpt2: not in the local Hugging Face cache")
+    assert "huggingface-cli download openai-community/gpt2" in message
+
+
+def test_a_folder_with_only_pickled_weights_is_refused(tmp_path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not opened")
+    assert "only pickled weights (pytorch_model.bin), which attnlab never loads" in refused(f"model.path={tmp_path}")
+
+
+def _nano_module(tmp_path):
+    spec = importlib.util.spec_from_file_location("nano_for_test", tmp_path / "models" / "nano.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["nano_for_test"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_nanogpt_style_model_of_your_own_runs_with_its_safetensors(tmp_path, monkeypatch) -> None:
+    from safetensors.torch import save_model
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "nano.py").write_text(NANOGPT_STYLE)
+    nano = _nano_module(tmp_path)
+    torch.manual_seed(1)
+    model = nano.GPT(nano.GPTConfig(n_layer=2)).eval()
+    save_model(model, str(tmp_path / "nano.safetensors"))  # the tie wte/lm_head stored once
+    monkeypatch.chdir(tmp_path)
+    result = run("model=nano", "model.n_layer=2", "model.weights=nano.safetensors", "layer=1",
+                 variant="mha_scaled_by_d_out")
+    assert result.record.model["attention"] == "transformer.h.1.attn"
+    assert result.record.reference == "CausalSelfAttention (layer 1)"  # its own module, captured through SDPA
+    # by hand: the same model with layer 1's attention scaled by 1/sqrt(d_out)
+    from attnlab.inputs.text import gpt2_encoding
+
+    ids = torch.tensor([gpt2_encoding().encode(TEXT)])
+    attn = model.transformer.h[1].attn
+
+    def scaled(x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, 4, C // 4).transpose(1, 2) for t in attn.c_attn(x).split(C, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=C ** -0.5)  # (B, nh, T, hs)
+        return attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+    with torch.no_grad():
+        base = model(ids, targets=ids)[0][0]  # (T, vocab)
+        attn.forward = scaled
+        changed = model(ids, targets=ids)[0][0]
+    p, q = F.log_softmax(base, -1), F.log_softmax(changed, -1)
+    kl = (p.exp() * (p - q)).sum(-1)
+    assert result.record.model["effect"]["kl_mean"] == pytest.approx(float(kl.mean()), rel=1e-3)
+    assert ("scaling", "scaled_scores") in {(f.code, f.stage) for f in result.findings}
+
+
+def test_an_unknown_layout_names_what_it_saw_and_the_key(tmp_path, monkeypatch) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "nano.py").write_text(NANOGPT_STYLE.replace("self.attn", "self.mixer"))
+    monkeypatch.chdir(tmp_path)
+    message = refused("model=nano", "model.n_layer=2")
+    assert message.startswith("GPT: no attention modules found; its submodules: transformer, transformer.wte")
+    assert "transformer.h.0.mixer" in message and "model.attention_path=BLOCKS.*.NAME" in message
+    result = run("model=nano", "model.n_layer=2", "model.attention_path=transformer.h.*.mixer", "layer=0")
+    assert result.record.model["attention"] == "transformer.h.0.mixer"

@@ -77,19 +77,20 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
 
 
 def _hf_config(transformers: Any, spec: ModelSpec) -> Any:
+    """The config class built with the size keys (derived sizes such as Llama's head_dim follow them)."""
     try:
-        config = transformers.AutoConfig.for_model(spec.name)
+        default = transformers.AutoConfig.for_model(spec.name)
     except ValueError:
         raise UserError(f"{spec.key}=hf:{spec.name}: not a Hugging Face model type (e.g. hf:gpt2, hf:llama, "
                         f"hf:mistral, hf:qwen3)") from None
     # attributes a config does not have are accepted silently by Hugging Face: a typo would be lost
-    for key, value in spec.sizes.items():
-        if not hasattr(config, key):
-            raise UserError(f"{spec.key}.{key}: not an attribute of {type(config).__name__}")
-        setattr(config, key, value)
-    if "vocab_size" not in spec.sizes and hasattr(config, "vocab_size"):
-        config.vocab_size = GPT2_VOCAB  # the text is GPT-2 BPE: every id must have a row
-    return config
+    for key in spec.sizes:
+        if not hasattr(default, key):
+            raise UserError(f"{spec.key}.{key}: not an attribute of {type(default).__name__}")
+    sizes = dict(spec.sizes)
+    if hasattr(default, "vocab_size"):
+        sizes.setdefault("vocab_size", GPT2_VOCAB)  # the text is GPT-2 BPE: every id must have a row
+    return transformers.AutoConfig.for_model(spec.name, **sizes)
 
 
 def _saved_source(spec: ModelSpec) -> str:

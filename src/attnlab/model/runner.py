@@ -29,6 +29,23 @@ class LayerCall:
     args: tuple  # the positional arguments after them
     kwargs: dict[str, Any]  # the keyword arguments (mask, position embeddings, ...)
     returned: int | None = None  # None: it returned a tensor; n: a tuple of n items, the output first
+    hidden_key: str | None = None  # the keyword the hidden states came under (Llama: hidden_states=), else first positional
+
+    def with_hidden(self, hidden: Tensor) -> tuple[tuple, dict[str, Any]]:
+        """The call's arguments with `hidden` in place of the hidden states it received."""
+        if self.hidden_key is None:
+            return (hidden, *self.args), self.kwargs
+        return self.args, {**self.kwargs, self.hidden_key: hidden}
+
+
+def hidden_of(args: tuple, kwargs: dict[str, Any]) -> tuple[Tensor, str | None]:
+    """The hidden states of an attention call: the first positional argument, else the first tensor keyword."""
+    if args:
+        return args[0], None
+    key = next((k for k, v in kwargs.items() if isinstance(v, Tensor) and v.dim() == 3), None)
+    if key is None:
+        raise UserError("an attention layer was called with no hidden states attnlab can find")
+    return kwargs[key], key
 
 
 class _Stop(Exception):
@@ -63,7 +80,9 @@ def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Mod
 
     def keep_input(index: int):
         def pre(_module, args, kwargs):
-            calls[index] = LayerCall(args[0].detach(), tuple(args[1:]), dict(kwargs))
+            hidden, key = hidden_of(args, kwargs)
+            rest = {k: v for k, v in kwargs.items() if k != key}
+            calls[index] = LayerCall(hidden.detach(), tuple(args[1:]), rest, hidden_key=key)
         return pre
 
     def keep_return(index: int):
@@ -98,7 +117,8 @@ class AsCalled(nn.Module):
         self.call = call
 
     def forward(self, hidden_states: Tensor) -> Tensor:
-        out = self.attention(hidden_states, *self.call.args, **self.call.kwargs)
+        args, kwargs = self.call.with_hidden(hidden_states)
+        out = self.attention(*args, **kwargs)
         return out[0] if isinstance(out, tuple) else out  # (1, T, d)
 
 
@@ -112,7 +132,8 @@ class InModel(nn.Module):
         self.returned = returned
         self.batched = batched
 
-    def forward(self, hidden_states: Tensor, *_args: Any, **_kwargs: Any) -> Any:
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        hidden_states, _ = hidden_of(args, kwargs)  # (1, T, d)
         if self.batched:
             out = self.variant(hidden_states)  # (1, T, d)
         else:

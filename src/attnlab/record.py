@@ -93,6 +93,13 @@ class Record:
         self.reference_stages = dict.fromkeys(self.reference_stages)
         self.scratch = None
 
+    def keep_stages(self, names: tuple[str, ...]) -> None:
+        """Keep only these stages' values (both modules'), on disk: a layer of a model after the
+        first, whose head grid the sinks still draw."""
+        self.stages = {k: v if k in names else None for k, v in self.stages.items()}
+        self.reference_stages = {k: v if k in names else None for k, v in self.reference_stages.items()}
+        self.spill_stages()
+
     def spill_stages(self) -> None:
         """Keep the stage values on disk, memory-mapped, instead of in memory (a streamed seed
         whose images the sinks still draw)."""

@@ -63,7 +63,8 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
     check(cfg)
     progress = progress or Progress(cfg.n_seeds, enabled=False)
     if wants_model(cfg):
-        return compute_model_records(cfg, phase=progress.phase)
+        return compute_model_records(cfg, phase=progress.phase,
+                                     done=lambda record, index, n: _streamed_layer(record, index, n, stream_to))
     spec = JobSpec.from_cfg(cfg)
     records: list[Record] = []
     for seed in seeds(cfg):
@@ -80,6 +81,16 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
         records.append(record)
         progress.advance()
     return records
+
+
+def _streamed_layer(record: Record, index: int, n_layers: int, stream_to: Path | None) -> None:
+    """Several layers of a model: each record written as soon as it is made; the first keeps its
+    stages, the others only the attention weights (on disk) for the sinks' head grids."""
+    if stream_to is None or n_layers == 1:
+        return
+    write_record(record, record_dir(stream_to, record, n_layers))
+    if index > 0:
+        record.keep_stages(("weights",))
 
 
 def record_dir(job_dir: Path, record: Record, n_records: int) -> Path:

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.compute.pipeline import PluginError, diagnosed, run_module
 from attnlab.errors import UserError
 from attnlab.model.effect import output_effect
+from attnlab.model.head_patterns import head_patterns
 from attnlab.model.layer import ModelRun, layer_reference
 from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.loading_checks import loading_findings
@@ -39,7 +40,8 @@ def _started(loaded: LoadedModel, spec: ModelSpec, ids: list[int], labels: list[
                           list(range(len(attention))) if layers is None else layers)
 
 
-def compute_check_records(cfg: DictConfig, blocks: dict[str, dict], phase: Callable[[str], None]) -> list[Record]:
+def compute_check_records(cfg: DictConfig, blocks: dict[str, dict], phase: Callable[[str], None],
+                          done: Callable[[Record, int, int], None]) -> list[Record]:
     """One record per layer: the learner's layer L against the reference model's, on its input."""
     learner_spec, reference_spec = model_spec(blocks["model"]), model_spec(blocks["reference_model"], "reference_model")
     phase("models")
@@ -65,6 +67,7 @@ def compute_check_records(cfg: DictConfig, blocks: dict[str, dict], phase: Calla
         record = Record(variant=learner.label, seed=cfg.seed, config=copy.deepcopy(config), labels=labels,
                         n_tokens=len(ids), d_in=sizes.width, d_out=sizes.width, model=copy.deepcopy(about))
         records.append(check_layer(learner_run, reference_run, layer, record, cfg))
+        done(records[-1], len(records) - 1, len(layers))
     return records
 
 
@@ -84,6 +87,6 @@ def check_layer(learner: ModelRun, reference: ModelRun, layer: int, record: Reco
         return record
     diagnosed(record, variant, reference_capture, shared=True, train=False,
               expect=OmegaConf.to_container(cfg.expect, resolve=True))
-    record.findings = mistakes + record.findings
+    record.findings = mistakes + record.findings + head_patterns(record.reference_stages.get("weights"), layer)
     record.diagnostics.update({f"end_to_end_{k}": v for k, v in record.model["end_to_end"].items()})
     return record

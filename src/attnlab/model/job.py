@@ -51,12 +51,18 @@ def model_run(cfg: DictConfig, loaded: LoadedModel, layers_key: Any) -> tuple[Mo
     return ModelRun.start(loaded, attention, sizes, ids, loaded.tokenizer.labels(ids), layers), layers
 
 
-def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None = None) -> list[Record]:
-    """One record per compared layer (`layer=N`, a list, or `all`)."""
+Done = Callable[[Record, int, int], None]  # told of each layer's record as it is made: (record, its index, how many)
+
+
+def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None = None,
+                          done: Done | None = None) -> list[Record]:
+    """One record per compared layer (`layer=N`, a list, or `all`); `done(record, index, n)` is called
+    with each as soon as it is made (the job writes it and lets most of its stages go)."""
     say = phase or (lambda _name: None)
+    done = done or (lambda _record, _index, _n: None)
     check_model_request(cfg)
     if is_requested(_block(cfg, "reference_model")):
-        return compute_check_records(cfg, {k: _block(cfg, k) for k in ("model", "reference_model")}, say)
+        return compute_check_records(cfg, {k: _block(cfg, k) for k in ("model", "reference_model")}, say, done)
     say("model")
     loaded = load_model(model_spec(_block(cfg, "model")))
     run, layers = model_run(cfg, loaded, OmegaConf.to_container(cfg.layer) if OmegaConf.is_list(cfg.layer) else cfg.layer)
@@ -71,4 +77,5 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
         record = Record(variant=cfg.variant.name, seed=cfg.seed, config=copy.deepcopy(config), labels=run.labels,
                         n_tokens=run.n_tokens, d_in=run.sizes.width, d_out=run.sizes.width, model=dict(about))
         records.append(compare_layer(run, layer, record, cfg.variant.name, params, cfg.seed, expect, cfg.reference))
+        done(records[-1], len(records) - 1, len(layers))
     return records

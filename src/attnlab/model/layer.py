@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from attnlab.capture.recorder import Capture
 from attnlab.compute.pipeline import PluginError, build_module, diagnosed, kv_head_count, run_module, takes_batches
 from attnlab.model.effect import output_effect
+from attnlab.model.head_patterns import head_patterns
 from attnlab.model.loading import LoadedModel
 from attnlab.model.runner import AsCalled, InModel, LayerCall, final_hidden, output_head, replaced
 from attnlab.model.sizes import ModelSizes, constructor_values
@@ -127,6 +128,7 @@ def compare_layer(run: ModelRun, layer: int, record: Record, name: str, params: 
         record.status, record.error = "failed", str(exc)
         return record
     diagnosed(record, variant, reference, shared=True, train=False, expect=expect)
+    record.findings += head_patterns(record.reference_stages.get("weights"), layer)
     record.model["effect"] = effect
     record.diagnostics.update({f"effect_{key}": value for key, value in effect.items()})
     return record

@@ -18,6 +18,7 @@ from attnlab.errors import UserError
 # keys of the block that are not the model config's own attributes
 OWN_KEYS = ("name", "path", "hub", "weights", "attention_path", "attn_implementation")
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
+SAVE_HINT = "safetensors.torch.save_file(model.state_dict(), 'model.safetensors')"
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ def model_spec(block: Mapping[str, Any], key: str = "model") -> ModelSpec:
     sizes = {k: v for k, v in block.items() if k not in OWN_KEYS}
     common = dict(key=key, attention_path=block.get("attention_path"), attn_implementation=implementation, sizes=sizes)
     weights = Path(str(block["weights"])).expanduser() if block.get("weights") else None
+    if weights is not None and weights.suffix != ".safetensors":
+        raise UserError(f"{key}.weights={weights}: attnlab loads safetensors only, never a pickle; convert once "
+                        f"with {SAVE_HINT}")
     if block.get("path"):
         return ModelSpec(kind="path", path=Path(str(block["path"])).expanduser(), weights=weights, **common)
     if block.get("hub"):

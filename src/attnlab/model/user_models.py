@@ -20,7 +20,6 @@ from attnlab.model.spec import ModelSpec
 from attnlab.modules.registry import _load_file, _outermost
 
 MODELS_DIR = "models"
-SAVE_HINT = "safetensors.torch.save_file(model.state_dict(), 'model.safetensors')"
 
 
 def build_user_model(spec: ModelSpec) -> tuple[nn.Module, Any]:
@@ -79,10 +78,7 @@ def _known(spec: ModelSpec, fields: set[str], where: str) -> None:
 
 
 def load_weights(module: nn.Module, path: Path, key: str = "model") -> None:
-    """A safetensors state_dict, every key matched; a pickle is refused, never opened."""
-    if path.suffix != ".safetensors":
-        raise UserError(f"{key}.weights={path}: attnlab loads safetensors only, never a pickle; convert once "
-                        f"with {SAVE_HINT}")
+    """A safetensors state_dict (attnlab.model.spec refuses any other file), every key matched."""
     if not path.is_file():
         raise UserError(f"{key}.weights={path}: no such file")
     from safetensors.torch import load_file

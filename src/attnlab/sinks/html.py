@@ -17,6 +17,8 @@ import pandas as pd
 
 from attnlab.reporting.aggregate import COST_COLUMNS, Report, group_labels, summary_view
 from attnlab.record import Record, write_atomic
+from attnlab.sinks.base import JobInfo
+from attnlab.sinks.model_html import write_model_html
 from attnlab.sinks.terminal import no_findings_message
 from attnlab.reporting.sweep_plots import DEFAULT_DIAGNOSTICS, plots_html
 
@@ -24,7 +26,8 @@ HTML_FILE = "comparison.html"
 
 
 class HtmlSink:
-    """`log.html`: a sweep's comparison.html (a single job has no page of its own); `plots`: the
+    """`log.html`: a sweep's comparison.html (a single job has no page of its own, but a run inside a
+    model has model.html); `plots`: the
     diagnostics drawn against each swept numeric key (`plots.diagnostics`)."""
 
     def __init__(self, plots: Sequence[str] | None = None) -> None:
@@ -32,6 +35,11 @@ class HtmlSink:
 
     def write_sweep(self, report: Report, folder: Path) -> None:
         write_html_report(report, Path(folder) / HTML_FILE, plots=self.plots)
+
+    def write(self, records: Sequence[Record], job: JobInfo) -> None:
+        """A run inside a model has a page of its own: model.html (attnlab.sinks.model_html)."""
+        if records and records[0].model:
+            write_model_html(records, job.dir)
 
 
 def write_html_report(report: Report, path: Path, plots: Sequence[str] = DEFAULT_DIAGNOSTICS) -> Path:

@@ -2,13 +2,15 @@
 
 Nothing here creates a sub-run (no timestamped HParams folder, no writer per key), so
 `tensorboard --logdir runs` lists every job by its folder name and a sweep folder alone is a
-valid logdir. A job is one point at step 0 (an n_seeds job: one point per seed, at step=seed),
+valid logdir. A job is one point at step 0 (an n_seeds job: one point per seed, at step=seed; a
+run inside a model: one point per layer, at step=layer),
 and the HParams dashboard compares jobs.
 
 Tags:
 - scalars: every numeric diagnostic under its grouped name (attnlab.reporting.metrics: `divergence/context`,
   `scaling/observed`, the reference's own under `reference/...`).
-- images: `heatmaps/{variant,reference,difference}/<stage>`, plus `.../crop64` above 512 tokens.
+- images: `heatmaps/{variant,reference,difference}/<stage>`, plus `.../crop64` above 512 tokens;
+  a run inside a model: `heatmaps/model/weights`, the model's own head grid at step=layer.
 - histograms: `histograms/{variant,reference}/<stage>`.
 - text: `text/table`, `text/findings`, `text/config`.
 - hparams: one session per job; the metrics are scalar tags logged above.
@@ -40,6 +42,7 @@ from attnlab.reporting.metrics import KEY_METRICS, hparam_name, hparams, json_de
 from attnlab.record import Finding, Record
 from attnlab.reporting.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo
+from attnlab.sinks.model_html import model_head_grid
 from attnlab.capture.spill import release
 
 if TYPE_CHECKING:
@@ -211,10 +214,12 @@ def write_tensorboard(
     first = ok[0] if ok else records[0]  # a failed job still gets its error and a failed HParams session
     with EventFile(job_dir) as events:
         for record in ok:
-            events.add(scalars_summary(metric_values(record)), step=0 if len(records) == 1 else record.seed)
+            events.add(scalars_summary(metric_values(record)), step=_step(record, len(records)))
         events.add(custom_scalars(CUSTOM_SCALARS_LAYOUT))
         if images:
             _write_heatmaps(events, first)
+            for record in (r for r in ok if r.model and r.reference_stages.get("weights") is not None):
+                events.add(image_summary("heatmaps/model/weights", model_head_grid(record)), step=record.model["layer"])
         if histograms:
             _write_histograms(events, first)
         _write_texts(events, {"table": table_markdown, "findings": findings_markdown(first),
@@ -223,6 +228,13 @@ def write_tensorboard(
         metrics = list(KEY_METRICS) if swept is not None else [tag for tag in KEY_METRICS if tag in scalars]
         for summary in hparams_summaries(hparams(first), metrics, ok=first.ok, swept=swept):
             events.add(summary)
+
+
+def _step(record: Record, n_records: int) -> int:
+    """A run inside a model: the layer (each measure against the layer); an n_seeds job: the seed."""
+    if "layer" in record.model:
+        return int(record.model["layer"])
+    return 0 if n_records == 1 else record.seed
 
 
 class EventFile:

@@ -22,10 +22,10 @@ def test_each_pattern_is_named_for_its_head_only() -> None:
     peaked = np.tril(rng.random((n, n)) ** 8)  # mass on a few random keys
     peaked /= peaked.sum(axis=-1, keepdims=True)
     weights = np.stack([previous, first, causal_uniform(n), peaked])[None]  # (1, 4, n, n)
-    found = {f.code: f.heads for f in head_patterns(weights, layer=3)}
+    found = {f.code: f.heads for f in head_patterns(weights)}
     assert found == {"previous_token_head": [0], "first_token_head": [1], "uniform_head": [2]}
-    assert all(f.severity == "info" and "layer 3" in f.message for f in head_patterns(weights, layer=3))
+    assert all(f.severity == "info" and f.stage == "weights" for f in head_patterns(weights))
 
 
 def test_two_tokens_are_too_few_to_say() -> None:
-    assert head_patterns(causal_uniform(2)[None, None], layer=0) == []
+    assert head_patterns(causal_uniform(2)[None, None]) == []

@@ -81,12 +81,12 @@ def check_layer(learner: ModelRun, reference: ModelRun, layer: int, record: Reco
         variant = run_module(type(module).__name__, AsCalled(module, learner.calls[layer]), hidden, cfg.seed)
         mistakes = loading_findings(read_projections(module, num_heads=learner.sizes.heads,
                                                      num_kv_heads=learner.sizes.kv_heads),
-                                    reference.projections(layer), layer)
+                                    reference.projections(layer))
     except (PluginError, LayoutError) as exc:
         record.status, record.error = "failed", str(exc)
         return record
     diagnosed(record, variant, reference_capture, shared=True, train=False,
               expect=OmegaConf.to_container(cfg.expect, resolve=True))
-    record.findings = mistakes + record.findings + head_patterns(record.reference_stages.get("weights"), layer)
+    record.findings = mistakes + record.findings + head_patterns(record.reference_stages.get("weights"))
     record.diagnostics.update({f"end_to_end_{k}": v for k, v in record.model["end_to_end"].items()})
     return record

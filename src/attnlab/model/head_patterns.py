@@ -35,7 +35,7 @@ def head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
     return {"previous_token_head": previous, "first_token_head": first, "uniform_head": normalised}
 
 
-def head_patterns(weights: np.ndarray | None, layer: int) -> list[Finding]:
+def head_patterns(weights: np.ndarray | None) -> list[Finding]:
     """Info findings for the heads of one layer (`weights`: (batch, H, T, T)); none below 3 tokens."""
     if weights is None or weights.ndim != 4 or weights.shape[-1] < 3:
         return []
@@ -47,7 +47,7 @@ def head_patterns(weights: np.ndarray | None, layer: int) -> list[Finding]:
         if heads:
             shown = ", ".join(f"head {h} ({values[h]:.2f})" for h in heads)
             what = "normalised entropy" if code == "uniform_head" else "mean weight"
-            findings.append(Finding(code, "weights", "info", f"layer {layer} of the model on this text: "
+            findings.append(Finding(code, "weights", "info", f"the model's own heads on this text: "
                                     f"{HEAD_PATTERN_CODES[code]}: {shown}, {what} over the rows after the first",
                                     heads=heads))
     return findings

@@ -30,37 +30,37 @@ def _same(a: Tensor | None, b: Tensor | None) -> bool:
     return a is not None and b is not None and a.shape == b.shape and torch.allclose(a, b, atol=TOLERANCE, rtol=0)
 
 
-def loading_findings(learner: Projections, reference: Projections, layer: int) -> list[Finding]:
+def loading_findings(learner: Projections, reference: Projections) -> list[Finding]:
     """The loading mistakes of one layer, each at the stage of the projection it is in."""
     findings = []
     for role in (*QKV_ROLES, "out"):
         weight, expected = learner.weight(role), reference.weight(role)
         if expected is None or _same(weight, expected):
-            findings += _bias_finding(learner, reference, role, layer)
+            findings += _bias_finding(learner, reference, role)
             continue
         swapped = next((other for other in QKV_ROLES if other != role and _same(weight, reference.weight(other))), None)
         if swapped is not None:
             findings.append(Finding("qkv_order", STAGE[role], "error",
-                                    f"layer {layer}: the {role} projection holds the reference's {swapped} weights: "
+                                    f"the {role} projection holds the reference's {swapped} weights: "
                                     f"GPT-2's c_attn is [query | key | value] along its last axis; split it in that order "
                                     f"(np.split(c_attn_w, 3, axis=-1) gives q, k, v)"))
         elif weight is not None and weight.shape == expected.T.shape and _same(weight, expected.T):
             what = "c_proj" if role == "out" else "c_attn"
             findings.append(Finding("not_transposed", STAGE[role], "error",
-                                    f"layer {layer}: the {role} weight is the reference's transposed: GPT-2's {what} is a "
+                                    f"the {role} weight is the reference's transposed: GPT-2's {what} is a "
                                     f"Conv1D stored (in, out), an nn.Linear stores (out, in); copy it with .T"))
     return findings
 
 
-def _bias_finding(learner: Projections, reference: Projections, role: str, layer: int) -> list[Finding]:
+def _bias_finding(learner: Projections, reference: Projections, role: str) -> list[Finding]:
     bias, expected = learner.bias(role), reference.bias(role)
     if expected is None or not bool(expected.abs().max() > TOLERANCE) or _same(bias, expected):
         return []
     swapped = next((other for other in QKV_ROLES if other != role and _same(bias, reference.bias(other))), None)
     if swapped is not None:
         return [Finding("qkv_order", STAGE[role], "error",
-                        f"layer {layer}: the {role} bias is the reference's {swapped} bias: split c_attn's bias in the "
+                        f"the {role} bias is the reference's {swapped} bias: split c_attn's bias in the "
                         f"order query, key, value")]
     how = "has no bias (build it with qkv_bias=True)" if bias is None else "has a bias that is not the reference's (load it)"
     return [Finding("bias_missing", STAGE[role], "error",
-                    f"layer {layer}: the {role} projection {how}: GPT-2's projections all have biases")]
+                    f"the {role} projection {how}: GPT-2's projections all have biases")]

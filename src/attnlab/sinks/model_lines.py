@@ -9,6 +9,7 @@ from typing import Sequence, TextIO
 from attnlab.record import Record
 
 TABLE_COLUMNS = ("layer", "status", "first divergent", "KL mean", "KL max", "top-1", "loss", "findings")
+MAX_FINDINGS = 10  # error findings printed in words under a table of layers
 EFFECT_COLUMNS = ("KL mean", "KL max", "top-1", "loss")  # a variant in the model only; the learner's check has end_to_end
 
 
@@ -64,6 +65,11 @@ def print_layers(records: Sequence[Record], table_path: Path | None, records_glo
     widths = [max(len(row[i]) for row in rows) for i in range(len(keep))]
     for row in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
+    errors = [(r.model.get("layer"), f) for r in records for f in r.findings if f.severity == "error"]
+    for layer, finding in errors[:MAX_FINDINGS]:
+        print(f"  layer {layer}: [{finding.code} @ {finding.stage}] {finding.message}", file=out)
+    if len(errors) > MAX_FINDINGS:
+        print(f"  … {len(errors) - MAX_FINDINGS} more findings in the records", file=out)
     if "end_to_end" in first.model:
         print(effect_line(first.model["end_to_end"], first.n_tokens,
                           "end to end, your model against the reference model (loss: reference → yours)"), file=out)

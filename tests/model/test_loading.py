@@ -120,3 +120,9 @@ def test_an_unknown_layout_names_what_it_saw_and_the_key(tmp_path, monkeypatch) 
     assert "transformer.h.0.mixer" in message and "model.attention_path=BLOCKS.*.NAME" in message
     result = run("model=nano", "model.n_layer=2", "model.attention_path=transformer.h.*.mixer", "layer=0")
     assert result.record.model["attention"] == "transformer.h.0.mixer"
+
+
+def test_layer_without_a_model_and_a_misspelt_key_are_refused() -> None:
+    assert refused("layer=0").startswith("layer: only with a model to run in")
+    assert refused("model=hf:gpt2", "model.weigths=x.safetensors") == \
+        "model.weigths: unknown key; did you mean 'model.weights'?"

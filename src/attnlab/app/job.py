@@ -28,7 +28,7 @@ from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.progress import Progress
 from attnlab.record import Record, write_record
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
-from attnlab.model.job import check_model_request, compute_model_records, wants_model
+from attnlab.model.job import check_model_request, check_unused, compute_model_records, wants_model
 from attnlab.sinks.base import JobInfo, build_sinks
 
 SEED_DIR = "seed-{seed}"
@@ -46,6 +46,7 @@ def check(cfg: DictConfig) -> None:
     constructor_kwargs(get_variant(cfg.variant.name), {**values, "d_in": 1, "n_tokens": 1}, params)  # names only
     if cfg.reference != "auto":
         get_variant(cfg.reference)
+    check_unused(cfg)
     if wants_model(cfg):
         check_model_request(cfg)
     build_sinks(cfg)

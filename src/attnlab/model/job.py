@@ -29,6 +29,14 @@ def _block(cfg: DictConfig, key: str) -> dict[str, Any]:
     return OmegaConf.to_container(node, resolve=True) if node is not None else {}
 
 
+def check_unused(cfg: DictConfig) -> None:
+    """`layer` and `reference_model` mean something only inside a model."""
+    for key, used in (("layer", cfg.get("layer") is not None), ("reference_model", bool(_block(cfg, "reference_model")))):
+        if used and not wants_model(cfg):
+            raise UserError(f"{key}: only with a model to run in (model=hf:TYPE, model.path=DIR, model.hub=REPO_ID "
+                            f"or model=NAME)")
+
+
 def check_model_request(cfg: DictConfig) -> None:
     """What can be checked without loading anything."""
     model_spec(_block(cfg, "model"))
@@ -40,10 +48,10 @@ def check_model_request(cfg: DictConfig) -> None:
         raise UserError(f"n_seeds={cfg.n_seeds}: a model's weights are its own; a run inside a model takes one seed")
 
 
-def model_run(cfg: DictConfig, loaded: LoadedModel, layers_key: Any) -> tuple[ModelRun, list[int]]:
+def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
+              layers_key: Any) -> tuple[ModelRun, list[int]]:
     """The model run once, unmodified, on the text, keeping what the chosen layers receive."""
-    spec = model_spec(_block(cfg, "model"))
-    attention = attention_modules(loaded.module, spec.attention_path)
+    attention = attention_modules(loaded.module, attention_path)
     sizes = model_sizes(loaded.config, loaded.label)
     layers = chosen_layers(layers_key, len(attention))
     ids = token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
@@ -64,8 +72,10 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
     if is_requested(_block(cfg, "reference_model")):
         return compute_check_records(cfg, {k: _block(cfg, k) for k in ("model", "reference_model")}, say, done)
     say("model")
-    loaded = load_model(model_spec(_block(cfg, "model")))
-    run, layers = model_run(cfg, loaded, OmegaConf.to_container(cfg.layer) if OmegaConf.is_list(cfg.layer) else cfg.layer)
+    spec = model_spec(_block(cfg, "model"))
+    loaded = load_model(spec)
+    layer_key = OmegaConf.to_container(cfg.layer) if OmegaConf.is_list(cfg.layer) else cfg.layer
+    run, layers = model_run(cfg, loaded, spec.attention_path, layer_key)
     config = resolved(cfg)
     params = OmegaConf.to_container(cfg.variant.params, resolve=True)
     expect = OmegaConf.to_container(cfg.expect, resolve=True)

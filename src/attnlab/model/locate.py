@@ -58,7 +58,7 @@ def chosen_layers(layer: Any, n_layers: int) -> list[int]:
         return [0]
     if layer == "all":
         return list(range(n_layers))
-    values = list(layer) if isinstance(layer, (list, tuple)) or hasattr(layer, "__iter__") and not isinstance(layer, str) else [layer]
+    values = list(layer) if isinstance(layer, (list, tuple)) else [layer]
     chosen = []
     for value in values:
         try:

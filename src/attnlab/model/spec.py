@@ -9,6 +9,7 @@ config (`model.n_layer=2`, `model.num_key_value_heads=2`).
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -55,6 +56,10 @@ def model_spec(block: Mapping[str, Any], key: str = "model") -> ModelSpec:
     if implementation not in ATTN_IMPLEMENTATIONS:
         raise UserError(f"{key}.attn_implementation={implementation}: allowed are {', '.join(ATTN_IMPLEMENTATIONS)}")
     sizes = {k: v for k, v in block.items() if k not in OWN_KEYS}
+    for size in sizes:
+        close = difflib.get_close_matches(size, OWN_KEYS, n=1, cutoff=0.75)
+        if close:
+            raise UserError(f"{key}.{size}: unknown key; did you mean '{key}.{close[0]}'?")
     common = dict(key=key, attention_path=block.get("attention_path"), attn_implementation=implementation, sizes=sizes)
     weights = Path(str(block["weights"])).expanduser() if block.get("weights") else None
     if weights is not None and weights.suffix != ".safetensors":

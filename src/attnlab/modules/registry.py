@@ -27,6 +27,7 @@ from torch import nn
 from attnlab.errors import UserError
 from attnlab.modules.describe import same_file
 from attnlab.modules.discovery import find_plugins, variant  # noqa: F401  (variant: attnlab.variant)
+from attnlab.plugin_folders import USER_GROUP, builtin_groups
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ class Registry:
         return sorted([*self.specs, *self.duplicates])
 
     def tags(self) -> list[str]:
-        return sorted({tag for spec in self.specs.values() for tag in spec.tags})
+        """Every group (empty or not) and every tag a plugin declares."""
+        return sorted({*builtin_groups(), USER_GROUP, *(tag for spec in self.specs.values() for tag in spec.tags)})
 
     def select(self, filter: str = "", tag: str | None = None) -> list[str]:
         """Names matching `filter` (a shell pattern, e.g. "impl_*"; empty: all) that carry `tag`."""

@@ -289,6 +289,20 @@ def test_import_time_output_is_held_back_and_shown_when_the_plugin_runs(plugins,
     assert capsys.readouterr().out.count("chatty says hello") == 1
 
 
+def test_a_stream_a_plugin_keeps_from_its_import_still_reaches_the_terminal(plugins, capsys):
+    """A logging handler made at import holds the stream discovery held back: later writes pass."""
+    write(plugins, "logs", "import logging, sys\n"
+          "LOG = logging.getLogger('attnlab_test_logs')\nLOG.addHandler(logging.StreamHandler(sys.stdout))\n"
+          "LOG.propagate = False\nLOG.warning('logs: imported')\n"
+          + SOURCE_SELF_ATTENTION_V1.replace("context_vec = attn_weights @ values",
+                                             "context_vec = attn_weights @ values\n        LOG.warning('logs: forward')"))
+    discover()
+    assert capsys.readouterr().out == ""
+    attnlab.run("logs")
+    out = capsys.readouterr().out
+    assert out.startswith("logs: imported\n") and "logs: forward" in out
+
+
 @pytest.mark.slow
 def test_import_time_output_is_never_on_help_and_shown_for_its_run(app, tmp_path):
     write(tmp_path / "plugins", "chatty", CHATTY)

@@ -158,11 +158,45 @@ def load_file(path: Path) -> Any:
     return module
 
 
+class _Held(io.TextIOBase):
+    """A stream that keeps what is written while `held`, then writes through to the real one: a
+    plugin that keeps `sys.stdout` (a logging handler made at import) still reaches the terminal."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__()
+        self.stream, self.held, self.parts = stream, True, []
+
+    def write(self, text: str) -> int:
+        if self.held:
+            self.parts.append(text)
+        else:
+            self.stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.held:
+            self.stream.flush()
+
+    def fileno(self) -> int:  # faulthandler and subprocesses write to the descriptor itself
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", "utf-8")
+
+
 @contextlib.contextmanager
 def _held_output() -> Iterator[Callable[[], tuple[str, str]]]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        yield lambda: (out.getvalue(), err.getvalue())
+    """What a plugin prints while it is imported: (stdout, stderr), kept and not shown."""
+    out, err = _Held(sys.stdout), _Held(sys.stderr)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            yield lambda: ("".join(out.parts), "".join(err.parts))
+    finally:
+        out.held = err.held = False
 
 
 class _SharedLoader(importlib.abc.Loader):

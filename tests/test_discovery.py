@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 import attnlab
 from attnlab.app.config import help_header
@@ -81,6 +82,11 @@ def test_the_groups_separate_what_a_user_runs_from_the_zoo():
     assert [name for name in mistakes if not get_variant(name).expected_finding] == ["impl_einsum_transposed"]
     assert set(attnlab.list_variants(tag="multi_head")) <= set(mistakes)
     assert not any(get_variant(name).expected_finding for name in NOTEBOOK_NINE)
+
+
+def test_the_implementations_experiment_sweeps_the_implementations_group():
+    experiment = OmegaConf.load(builtin_plugin_dir().parent / "conf" / "experiment" / "mha_implementations.yaml")
+    assert sorted(experiment.hydra.sweeper.params.variant.split(",")) == attnlab.list_variants(tag="implementations")
 
 
 def test_list_variants_filters_by_pattern_and_tag_and_refuses_an_unknown_tag():

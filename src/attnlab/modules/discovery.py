@@ -205,12 +205,15 @@ class _SharedLoader(importlib.abc.Loader):
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.own_spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
-        return load_file(self.path)
+        module = load_file(self.path)
+        self.own_spec = module.__spec__
+        return module
 
     def exec_module(self, module: Any) -> None:
-        pass
+        module.__spec__ = self.own_spec  # the import machinery set the sibling's; the module keeps its own
 
 
 class _SiblingFinder(importlib.abc.MetaPathFinder):

@@ -156,6 +156,15 @@ def test_a_file_that_only_imports_a_module_class_is_that_variant(plugins):
     assert result.record.status == "ok" and result.findings == [] and result.first_divergent_stage is None
 
 
+@pytest.mark.slow
+def test_an_import_only_plugin_runs_through_the_cli(app, tmp_path):
+    library = write(tmp_path / "lib", "attnlib", LIBRARY)
+    write(tmp_path / "plugins", "from_library", "from attnlib import LibraryAttention\n")
+    run = app("variant=from_library", "log.tensorboard=false", env={"PYTHONPATH": str(library)})
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    assert run.record["status"] == "ok" and run.record["findings"] == [] and run.record["first_divergent_stage"] is None
+
+
 def test_a_file_importing_several_takes_the_one_named_like_the_file(plugins):
     write(plugins, "library_attention", "from attnlib import LibraryAttention, Unused\n")
     write(plugins, "several", "import torch.nn as nn\nfrom attnlib import LibraryAttention, Unused\n")

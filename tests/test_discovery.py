@@ -69,6 +69,12 @@ def test_every_built_in_is_in_one_group_and_the_names_are_the_ones_before_the_mo
         assert sum(tag in GROUPS for tag in spec.tags) == 1, (name, spec.tags)
 
 
+def test_every_built_in_file_is_in_a_group_folder():
+    """A file at the top of plugins/ belongs to no group, and discovery reads only the groups."""
+    assert sorted(p.name for p in builtin_plugin_dir().glob("*.py")) == ["__init__.py"]
+    assert sorted(p.name for p in builtin_plugin_dir().iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(GROUPS)
+
+
 def test_the_groups_separate_what_a_user_runs_from_the_zoo():
     assert set(attnlab.list_variants(tag="implementations")) == NOTEBOOK_NINE
     assert {"reference", "linear", "unscaled", "wrong_softmax_axis", "causal_attention",

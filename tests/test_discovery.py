@@ -181,6 +181,18 @@ def test_a_file_importing_several_takes_the_one_named_like_the_file(plugins):
     assert "several" not in attnlab.list_variants()
 
 
+def test_an_inputs_factory_importing_a_module_class_is_no_variant(plugins):
+    write(plugins, "embedded", """
+        import torch
+        from torch.nn import Embedding
+
+        def embedded(seed, n_tokens=6, d_in=3):
+            torch.manual_seed(seed)
+            return Embedding(n_tokens, d_in).weight.detach()
+    """)
+    assert "embedded" not in attnlab.list_variants() and warnings_about("embedded") == []
+
+
 def test_a_file_defining_a_class_is_not_taken_over_by_what_it_imports(plugins):
     write(plugins, "subclass", "from attnlib import LibraryAttention\n\nclass Mine(LibraryAttention):\n    pass\n")
     assert get_variant("subclass").cls.__name__ == "Mine"

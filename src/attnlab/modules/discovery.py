@@ -304,10 +304,10 @@ def declarations_of(module: Any, default_name: str, source: str, group: str,
 def _imported(module: Any, default_name: str, source: str,
               declare: Callable[[type, str], Declaration]) -> tuple[list[Declaration], str | None]:
     """A file that defines no module: the one it imports, or the one named like the file."""
+    if _helps_a_run(module):
+        return [], None  # a sink or an inputs factory (one may import nn.Embedding): named by a conf/ YAML file
     imported = _imported_classes(module)
     if not imported:
-        if _helps_a_run(module):
-            return [], None  # a sink or an inputs factory: named by a conf/ YAML file, not a variant
         return [], f"plugin {source} defines no nn.Module subclass; skipped"
     like_file = [cls for cls in imported if cls.__name__.lower() == default_name.replace("_", "").lower()]
     if len(imported) == 1 or len(like_file) == 1:

@@ -26,7 +26,7 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules.describe import same_file
-from attnlab.modules.discovery import find_plugins, variant  # noqa: F401  (variant: attnlab.variant)
+from attnlab.modules.discovery import find_plugins
 from attnlab.plugin_folders import USER_GROUP, builtin_groups
 
 

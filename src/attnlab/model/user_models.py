@@ -17,7 +17,8 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.model.spec import ModelSpec
-from attnlab.modules.registry import _load_file, _outermost
+from attnlab.modules.discovery import load_file
+from attnlab.modules.outermost import outermost
 
 MODELS_DIR = "models"
 
@@ -30,7 +31,7 @@ def build_user_model(spec: ModelSpec) -> tuple[nn.Module, Any]:
         raise UserError(f"{spec.key}={spec.name}: no ./{MODELS_DIR}/{spec.name}.py "
                         f"(found: {', '.join(found) or 'none'}); a Hugging Face model is {spec.key}=hf:TYPE")
     try:
-        source = _load_file(path)
+        source = load_file(path)
     except Exception as exc:  # noqa: BLE001 - the user's file: its own error, in one line
         raise UserError(f"./{MODELS_DIR}/{path.name}: {type(exc).__name__}: {exc}") from None
     cls = _model_class(source, path)
@@ -47,11 +48,11 @@ def build_user_model(spec: ModelSpec) -> tuple[nn.Module, Any]:
 def _model_class(source: Any, path: Path) -> type[nn.Module]:
     classes = [obj for obj in vars(source).values()
                if inspect.isclass(obj) and issubclass(obj, nn.Module) and obj.__module__ == source.__name__]
-    outermost = _outermost(classes)
-    if len(outermost) != 1:
-        names = ", ".join(c.__name__ for c in outermost or classes) or "none"
+    models = outermost(classes)
+    if len(models) != 1:
+        names = ", ".join(c.__name__ for c in models or classes) or "none"
         raise UserError(f"./{MODELS_DIR}/{path.name}: one model class expected, the outermost nn.Module; found {names}")
-    return outermost[0]
+    return models[0]
 
 
 def _config(source: Any, spec: ModelSpec, path: Path) -> Any:
@@ -81,9 +82,9 @@ def load_weights(module: nn.Module, path: Path, key: str = "model") -> None:
     """A safetensors state_dict (attnlab.model.spec refuses any other file), every key matched."""
     if not path.is_file():
         raise UserError(f"{key}.weights={path}: no such file")
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file as read_safetensors
 
-    state = load_file(str(path))
+    state = read_safetensors(str(path))
     missing, unexpected = _mismatch(module, state)
     if missing or unexpected:
         raise UserError(f"{key}.weights={path}: does not fit the model: missing {missing[:3] or 'none'}, "

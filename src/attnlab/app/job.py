@@ -29,6 +29,7 @@ from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.progress import Progress
 from attnlab.record import Record, write_record
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
+from attnlab.model.config_variants import takes_config
 from attnlab.model.job import check_model_request, check_unused, compute_model_records, wants_model
 from attnlab.sinks.base import JobInfo, build_sinks
 
@@ -44,7 +45,8 @@ def check(cfg: DictConfig) -> None:
     validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True))
     values = {key: cfg[key] for key in CONSTRUCTOR_KEYS if key in cfg}
     params = OmegaConf.to_container(cfg.variant.params, resolve=True)
-    constructor_kwargs(get_variant(cfg.variant.name), {**values, "d_in": 1, "n_tokens": 1}, params)  # names only
+    if not (wants_model(cfg) and takes_config(get_variant(cfg.variant.name).cls)):  # in a model: the model's config
+        constructor_kwargs(get_variant(cfg.variant.name), {**values, "d_in": 1, "n_tokens": 1}, params)  # names only
     if cfg.reference != "auto":
         get_variant(cfg.reference)
     check_unused(cfg)

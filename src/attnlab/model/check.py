@@ -45,7 +45,7 @@ def compute_check_records(cfg: DictConfig, blocks: dict[str, dict], phase: Calla
     """One record per layer: the learner's layer L against the reference model's, on its input."""
     learner_spec, reference_spec = model_spec(blocks["model"]), model_spec(blocks["reference_model"], "reference_model")
     phase("models")
-    learner, reference = load_model(learner_spec), load_model(reference_spec)
+    learner, reference = load_model(learner_spec, cfg.seed), load_model(reference_spec, cfg.seed)
     sizes = model_sizes(reference.config, reference.label)
     ids = token_ids(reference.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
     labels = reference.tokenizer.labels(ids)

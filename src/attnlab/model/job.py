@@ -73,7 +73,7 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
         return compute_check_records(cfg, {k: _block(cfg, k) for k in ("model", "reference_model")}, say, done)
     say("model")
     spec = model_spec(_block(cfg, "model"))
-    loaded = load_model(spec)
+    loaded = load_model(spec, cfg.seed)
     layer_key = OmegaConf.to_container(cfg.layer) if OmegaConf.is_list(cfg.layer) else cfg.layer
     run, layers = model_run(cfg, loaded, spec.attention_path, layer_key)
     config = resolved(cfg)

@@ -11,12 +11,14 @@ from torch import Tensor, nn
 
 from attnlab.capture.recorder import Capture
 from attnlab.compute.pipeline import PluginError, build_module, diagnosed, kv_head_count, run_module, takes_batches
+from attnlab.model.config_variants import config_variant, takes_config
 from attnlab.model.effect import output_effect
 from attnlab.model.head_patterns import head_patterns
 from attnlab.model.loading import LoadedModel
 from attnlab.model.runner import AsCalled, InModel, LayerCall, final_hidden, output_head, replaced
 from attnlab.model.sizes import ModelSizes, constructor_values
 from attnlab.modules.layouts import LayoutError, Projections, load_projections, read_projections
+from attnlab.modules.registry import get_variant
 from attnlab.record import Record
 
 
@@ -55,10 +57,10 @@ class ModelRun:
         call = self.calls[layer]
         return run_module(type(self.attention[layer][1]).__name__, AsCalled(self.attention[layer][1], call), call.hidden, seed)
 
-    def effect_of(self, layer: int, module: nn.Module, batched: bool) -> dict[str, float]:
-        """The model run again with `module` in place of the layer's attention, against the unmodified run."""
+    def effect_of(self, layer: int, in_model: nn.Module) -> dict[str, float]:
+        """The model run again with `in_model` in place of the layer's attention, against the unmodified run."""
         name = self.attention[layer][0]
-        with replaced(self.loaded.module, name, InModel(module, self.calls[layer].returned, batched)):
+        with replaced(self.loaded.module, name, in_model):
             try:
                 changed, _ = final_hidden(self.loaded.module, self.ids, self.loaded.hf)
             except Exception as exc:  # noqa: BLE001 - the variant inside the model: fails its record only
@@ -66,21 +68,38 @@ class ModelRun:
         return output_effect(output_head(self.loaded.module), self.base, changed, self.ids, softcap=self.sizes.softcap)
 
 
-def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], seed: int) -> tuple[nn.Module, dict[str, str]]:
-    """The variant built for the layer's sizes, holding the layer's own parameters."""
+def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], seed: int
+                  ) -> tuple[nn.Module, dict[str, str], bool]:
+    """(the variant built for the layer's sizes holding the layer's own parameters, how each was
+    loaded, whether it is called as the layer was: a class built from the model's config)."""
     projections = run.projections(layer)
+    spec = get_variant(name)
+    if takes_config(spec.cls):
+        module, loaded = config_variant(spec.cls, run.loaded.config, params, run.attention[layer][1], layer,
+                                        projections, run.sizes.heads, seed)
+        return module, loaded, True
     values = constructor_values(run.sizes, projections.b_query is not None, run.n_tokens)
     module = build_module(name, params, values, seed)
     if hasattr(module, "load_qkv"):  # a plugin with a layout of its own loads the matrices itself
         with torch.no_grad():
             module.load_qkv(projections.W_query, projections.W_key, projections.W_value)
-        return module.eval(), {"load_qkv": "plugin loader"}
+        return module.eval(), {"load_qkv": "plugin loader"}, False
     kv_heads = kv_head_count(module, name, params, values)
     try:
         loaded = load_projections(module, projections, num_heads=run.sizes.heads, num_kv_heads=kv_heads)
     except LayoutError as exc:
         raise PluginError(f"variant '{name}': the layer's parameters do not load: {exc}") from exc
-    return module.eval(), loaded
+    return module.eval(), loaded, False
+
+
+def run_variant(run: ModelRun, layer: int, name: str, module: nn.Module, as_called: bool, seed: int
+                ) -> tuple[Capture, InModel]:
+    """The variant captured on the layer's real input, and the module that puts it in the layer's place."""
+    call = run.calls[layer]
+    if as_called:
+        return run_module(name, AsCalled(module, call), call.hidden, seed), InModel(module, call.returned, True, True)
+    batched = takes_batches(module, run.sizes.width, run.n_tokens, run.sizes.width)
+    return run_module(name, module, _as_taken(call.hidden, batched), seed), InModel(module, call.returned, batched)
 
 
 def _as_taken(hidden: Tensor, batched: bool) -> Tensor:
@@ -94,15 +113,14 @@ def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -
     only if its output equals the layer's own on these hidden states."""
     own_name = f"{type(run.attention[layer][1]).__name__} (layer {layer})"
     if reference_name != "auto":
-        module, _ = model_variant(run, layer, reference_name, {}, seed)
-        batched = takes_batches(module, run.sizes.width, run.n_tokens, run.sizes.width)
-        return f"{reference_name} with the parameters of {own_name}", run_module(
-            reference_name, module, _as_taken(run.calls[layer].hidden, batched), seed)
+        module, _, as_called = model_variant(run, layer, reference_name, {}, seed)
+        return f"{reference_name} with the parameters of {own_name}", run_variant(
+            run, layer, reference_name, module, as_called, seed)[0]
     own = run.capture_own(layer, seed)
     if not own.missing:
         return own_name, own
     try:
-        module, _ = model_variant(run, layer, STAND_IN, {}, seed)
+        module, _, _ = model_variant(run, layer, STAND_IN, {}, seed)
         stand_in = run_module(STAND_IN, module, run.calls[layer].hidden, seed)
     except PluginError:
         return own_name, own
@@ -120,10 +138,9 @@ def compare_layer(run: ModelRun, layer: int, record: Record, name: str, params: 
     record.model["attention"] = run.attention[layer][0]
     try:
         record.reference, reference = layer_reference(run, layer, reference_name, seed)
-        module, record.weights_loaded = model_variant(run, layer, name, params, seed)
-        batched = takes_batches(module, run.sizes.width, run.n_tokens, run.sizes.width)
-        variant = run_module(name, module, _as_taken(run.calls[layer].hidden, batched), seed)
-        effect = run.effect_of(layer, module, batched)
+        module, record.weights_loaded, as_called = model_variant(run, layer, name, params, seed)
+        variant, in_model = run_variant(run, layer, name, module, as_called, seed)
+        effect = run.effect_of(layer, in_model)
     except PluginError as exc:
         record.status, record.error = "failed", str(exc)
         return record

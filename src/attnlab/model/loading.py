@@ -16,6 +16,7 @@ from attnlab.errors import UserError
 from attnlab.model.spec import ModelSpec
 from attnlab.model.tokens import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, hf_tokenizer
 from attnlab.model.user_models import build_user_model
+from attnlab.modules.roles import manual_seed
 
 INSTALL_HF = "pip install -e '.[hf]'"
 CACHE_HINT = "huggingface-cli download {repo} (or: hf download {repo}), once, with a network"
@@ -34,8 +35,10 @@ class LoadedModel:
         return sum(p.numel() for p in self.module.parameters())
 
 
-def load_model(spec: ModelSpec) -> LoadedModel:
-    """The model in eval mode, float32, on the CPU."""
+def load_model(spec: ModelSpec, seed: int = 0) -> LoadedModel:
+    """The model in eval mode, float32, on the CPU; random weights (hf:TYPE, a class of your own
+    without weights) drawn right after the seed, so a run is repeatable."""
+    manual_seed(seed)
     if spec.kind == "user":
         module, config = build_user_model(spec)
         loaded = LoadedModel(module, spec.label, gpt2_tokenizer(), hf=False, config=config)

@@ -124,15 +124,19 @@ class AsCalled(nn.Module):
 
 class InModel(nn.Module):
     """A variant where the layer's attention was: takes what the layer took, returns as it returned
-    (a tuple's other items, its attention weights and cache, as None)."""
+    (a tuple's other items, its attention weights and cache, as None). `as_called`: a variant built
+    from the model's config, given the layer's arguments and returning its own result."""
 
-    def __init__(self, variant: nn.Module, returned: int | None, batched: bool) -> None:
+    def __init__(self, variant: nn.Module, returned: int | None, batched: bool, as_called: bool = False) -> None:
         super().__init__()
         self.variant = variant
         self.returned = returned
         self.batched = batched
+        self.as_called = as_called
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.as_called:
+            return self.variant(*args, **kwargs)
         hidden_states, _ = hidden_of(args, kwargs)  # (1, T, d)
         if self.batched:
             out = self.variant(hidden_states)  # (1, T, d)

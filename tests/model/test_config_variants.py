@@ -16,11 +16,11 @@ LLAMA = ["model=hf:llama", "model.num_hidden_layers=2", "model.hidden_size=64", 
 
 
 @pytest.fixture
-def llama_plugin(tmp_path, monkeypatch):
+def llama_plugin(tmp_path, use_plugins):
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / "llama_attention.py").write_text(
         "from transformers.models.llama.modeling_llama import LlamaAttention\n")
-    monkeypatch.chdir(tmp_path)
+    use_plugins(tmp_path / "plugins")
 
 
 def run_sdpa_in_eager_llama(text: str = TEXT):

@@ -126,3 +126,14 @@ def test_layer_without_a_model_and_a_misspelt_key_are_refused() -> None:
     assert refused("layer=0").startswith("layer: only with a model to run in")
     assert refused("model=hf:gpt2", "model.weigths=x.safetensors") == \
         "model.weigths: unknown key; did you mean 'model.weights'?"
+
+
+def test_the_preflight_counts_the_model(tiny_gpt2, monkeypatch) -> None:
+    from attnlab.model.preflight import model_peak_bytes
+    from attnlab.model.sizes import ModelSizes
+
+    sizes = ModelSizes(width=64, heads=4, kv_heads=4, context=64, vocab=50257)
+    assert model_peak_bytes(3_000_000, sizes, 14, 1) - model_peak_bytes(1_000_000, sizes, 14, 1) == 8_000_000
+    monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT", str(200 * 2**20))
+    message = refused(f"model.path={tiny_gpt2}", "layer=0")
+    assert message.startswith("this run needs about ") and "a model of 3.3M parameters" in message

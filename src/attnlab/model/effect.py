@@ -13,8 +13,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 CHUNK = 128  # positions per logits chunk
-EFFECT_KEYS = ("kl_mean", "kl_max", "top1_agreement", "loss", "loss_changed", "hidden_divergence",
-               "hidden_relative_divergence")
 
 
 def log_probs(head: nn.Module, hidden: Tensor, softcap: float | None = None) -> Tensor:
@@ -29,19 +27,21 @@ def output_effect(head: nn.Module, base: Tensor, changed: Tensor, ids: Tensor, *
                   changed_head: nn.Module | None = None, chunk: int = CHUNK) -> dict[str, float]:
     """KL(model || changed) of the next-token distributions (mean and max over positions), the
     share of positions whose top-1 token agrees, the loss on the text (mean next-token cross
-    entropy) without and with the change, and how far the final hidden states moved.
+    entropy) without and with the change, how far the final hidden states moved, and how many
+    positions' changed predictions are not finite (their KL is NaN).
     `base`, `changed`: (1, T, d); `ids`: (1, T). `changed_head`: another model's own output head
     (the learner's check compares two models), else `head` makes both."""
     base, changed, targets = base[0], changed[0], ids[0]  # (T, d), (T, d), (T,)
     n = base.shape[0]
-    kl_sum, kl_max, agree, nll, nll_changed = 0.0, 0.0, 0, 0.0, 0.0
+    kl_sum, kl_max, agree, nll, nll_changed, non_finite = 0.0, 0.0, 0, 0.0, 0.0, 0
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
         p = log_probs(head, base[start:stop], softcap)  # (c, vocab)
         q = log_probs(changed_head or head, changed[start:stop], softcap)  # (c, vocab)
         kl = (p.exp() * (p - q)).sum(dim=-1)  # (c,)
+        non_finite += int((~torch.isfinite(q).all(dim=-1)).sum())
         kl_sum += float(kl.sum())
-        kl_max = max(kl_max, float(kl.max()))
+        kl_max = max(kl_max, float(kl.max()), key=lambda v: (math.isnan(v), v))  # a NaN stays
         agree += int((p.argmax(dim=-1) == q.argmax(dim=-1)).sum())
         scored = min(stop, n - 1) - start  # the last position has no next token in the text
         if scored > 0:
@@ -58,4 +58,5 @@ def output_effect(head: nn.Module, base: Tensor, changed: Tensor, ids: Tensor, *
         "loss_changed": nll_changed / (n - 1) if n > 1 else math.nan,
         "hidden_divergence": float(difference.abs().max()),
         "hidden_relative_divergence": float(difference.norm() / base.float().norm().clamp_min(1e-30)),
+        "non_finite_positions": non_finite,  # positions whose changed prediction holds NaN or infinity
     }

@@ -29,7 +29,8 @@ def effect_line(effect: dict[str, float], n_tokens: int, title: str) -> str:
     agree = effect["top1_agreement"]
     return (f"{title} ({n_tokens} tokens): KL mean {_g(effect['kl_mean'])} · max {_g(effect['kl_max'])} · "
             f"top-1 agreement {round(agree * n_tokens)}/{n_tokens} · loss {_g(effect['loss'])} → "
-            f"{_g(effect['loss_changed'])} · final hidden max |Δ| {_g(effect['hidden_divergence'])}")
+            f"{_g(effect['loss_changed'])} · final hidden max |Δ| {_g(effect['hidden_divergence'])}"
+            + (f" · {effect['non_finite_positions']} positions not finite" if effect.get("non_finite_positions") else ""))
 
 
 def layer_lines(record: Record) -> list[str]:

@@ -52,6 +52,7 @@ from torch import nn
 from torch._ops import HigherOrderOperator
 from torch.overrides import TorchFunctionMode
 
+from attnlab.modules.built import BuiltModule, Returned, as_built
 from attnlab.modules.layouts import parameter_role
 from attnlab.capture.stages import STAGES
 from attnlab.modules.roles import projection_role
@@ -153,19 +154,19 @@ def tap(stage: str, tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def capture(module: nn.Module, x: torch.Tensor) -> Capture:
-    """Run `module(x)` once under no_grad and return every stage found in its data flow."""
-    recorder = _Recorder(module, x)
+def capture(module: nn.Module | BuiltModule, x: torch.Tensor) -> Capture:
+    """Call the module on `x` once under no_grad (`module(x)` for a plain module) and return every
+    stage found in its data flow."""
+    built = as_built(module)
+    recorder = _Recorder(built.module, x)
     token = _ACTIVE.set(recorder)
     try:
         with torch.no_grad(), _flex_attention_eager(), recorder:
-            out = module(x)
+            returned = built.call(x)
     finally:
         _ACTIVE.reset(token)
-    if isinstance(out, (tuple, list)) and out:
-        out = out[0]
     try:
-        return recorder.result(x, out)
+        return recorder.result(x, returned)
     finally:  # the recorder may sit in a reference cycle: what it held must not wait for the collector
         recorder.release()
 
@@ -647,7 +648,8 @@ class _Recorder(TorchFunctionMode):
 
     # -- the result -------------------------------------------------------------------------------
 
-    def result(self, x: torch.Tensor, out: Any) -> Capture:
+    def result(self, x: torch.Tensor, returned: Returned) -> Capture:
+        out = returned.output
         batch = x.shape[0] if x.dim() == 3 else 1
         found: dict[str, torch.Tensor] = {}
         native: dict[str, tuple[int, ...]] = {}
@@ -683,8 +685,7 @@ class _Recorder(TorchFunctionMode):
         if any(h.found.get("weights_applied", 0) is None for h in self.heads):
             missing.append("weights_applied")
         return Capture(found, native, sources, first.softmax_dim, missing, prescale, reconstructed,
-                       first.roles, output_is_context, first.softmax_axis, self.out_inputs,
-                       str(tuple(out.shape)) if isinstance(out, torch.Tensor) else type(out).__name__)
+                       first.roles, output_is_context, first.softmax_axis, self.out_inputs, returned.description)
 
 
 _SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")

@@ -371,16 +371,6 @@ def get_variant(name: str) -> VariantSpec:
     return discover().get(name)
 
 
-def create_variant(name: str, d_in: int, d_out: int, **params: Any) -> nn.Module:
-    """Build a variant as `Cls(d_in, d_out, **params)` did, with the top-level keys at their
-    defaults (context_length = 6, the book's tokens) for constructors that take them."""
-    spec = get_variant(name)
-    top = {key: params.pop(key) for key in list(params) if key in CONSTRUCTOR_KEYS}
-    values = {**DEFAULT_VALUES, "d_in": d_in, "d_out": d_out, **top}
-    args, kwargs = constructor_kwargs(spec, values, params)
-    return spec.cls(*args, **kwargs)
-
-
 # Top-level config keys a constructor may take by name, and the other spellings constructors
 # use for them (Hugging Face, nanoGPT, the source's later chapters).
 CONSTRUCTOR_KEYS = ("d_in", "d_out", "context_length", "dropout", "num_heads", "num_kv_heads", "qkv_bias")

@@ -53,9 +53,8 @@ from torch._ops import HigherOrderOperator
 from torch.overrides import TorchFunctionMode
 
 from attnlab.modules.built import BuiltModule, Returned, as_built
-from attnlab.modules.layouts import parameter_role
 from attnlab.capture.stages import STAGES
-from attnlab.modules.roles import projection_role
+from attnlab.modules.roles import QKV_ROLES, parameter_role, projection_role
 
 
 @dataclass
@@ -135,7 +134,6 @@ _NEG = {"neg", "negative", "neg_", "negative_", "__neg__"}
 _MAX = {"max", "amax"}
 _SUB = {"sub", "subtract", "__sub__"}
 _LOGITS = ("scores", "derived")
-_FUSED_ROLES = ("queries", "keys", "values")  # a fused projection's column blocks, in order
 
 _ACTIVE: ContextVar[_Recorder | None] = ContextVar("attnlab_capture", default=None)
 
@@ -509,7 +507,7 @@ class _Recorder(TorchFunctionMode):
             return tag.role
         lo, hi = int(tag.columns.min()), int(tag.columns.max())
         block = lo // tag.width
-        return _FUSED_ROLES[block] if block == hi // tag.width and block < 3 else None
+        return QKV_ROLES[block] if block == hi // tag.width and block < 3 else None
 
     def _scores(self, name, args, operands, letters, out_letters, tags, out) -> None:
         row, col = out_letters[-2], out_letters[-1]
@@ -788,8 +786,7 @@ def max_abs_or_nan(t: torch.Tensor) -> float:
 
 def _is_fused(name: str, param: torch.Tensor) -> bool:
     """A fused query-key-value projection weight: (3 * d, d_in) as nn.Linear stores it, or its bias."""
-    leaf = name.lower().replace(".weight", "").replace(".bias", "")
-    return any(key in leaf for key in ("qkv", "c_attn", "in_proj", "query_key_value")) and param.shape[0] % 3 == 0
+    return parameter_role(name) == "qkv" and param.shape[0] % 3 == 0
 
 
 def _is_inplace(name: str) -> bool:

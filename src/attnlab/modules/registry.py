@@ -35,6 +35,7 @@ from typing import Any, Callable, TypeVar
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.modules.roles import parameter_role
 from attnlab.plugin_folders import plugin_dirs
 
 ENTRY_POINT_GROUP = "attnlab.variants"
@@ -468,11 +469,6 @@ def _show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-# Names of an output projection (the source's out_proj, Hugging Face's o_proj, nanoGPT's c_proj,
-# the bonus class's proj); the last component of a parameter's dotted name is compared.
-OUTPUT_PROJECTIONS = {"out_proj", "o_proj", "c_proj", "proj", "W_o", "w_o", "wo", "W_out", "output_proj", "dense"}
-
-
 def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
     """The built-in reference `reference=auto` compares a variant against, chosen from how it is
     declared: its plugin's declaration, its constructor's parameters and the submodules and
@@ -496,7 +492,7 @@ def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
         name for name, _ in module.named_parameters()
         if not any(name.startswith(f"{head}.") for head in heads if head)
     ]
-    has_projection = any(_projection_name(name) for name in outside)
+    has_projection = any(parameter_role(name) == "out" for name in outside)
     if heads and not has_projection:
         return "mha_wrapper"
     return "multi_head_attention"
@@ -505,8 +501,3 @@ def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
 def _per_head(modules: nn.ModuleList) -> bool:
     """A ModuleList whose items are one module class holding parameters: attention heads."""
     return len(modules) > 0 and len({type(m) for m in modules}) == 1 and any(True for _ in modules[0].parameters())
-
-
-def _projection_name(parameter: str) -> bool:
-    parts = parameter.split(".")
-    return any(part in OUTPUT_PROJECTIONS for part in parts[:-1]) or parts[-1] in OUTPUT_PROJECTIONS

@@ -150,6 +150,16 @@ def run_module(built: BuiltModule, x: torch.Tensor, seed: int) -> Capture:
     return captured
 
 
+@dataclass
+class _Side:
+    """One module of the pair as a seed runs it: built, whether it takes batches, its input, its capture."""
+
+    built: BuiltModule
+    batched: bool
+    x: torch.Tensor | None = None
+    captured: Capture | None = None
+
+
 def compute_record(
     cfg: DictConfig | None, seed: int, inputs: Inputs, *, spec: JobSpec | None = None,
     phase: Callable[[str], None] | None = None, items: torch.Tensor | None = None,
@@ -159,82 +169,98 @@ def compute_record(
     d_in) are distinct batch items for a batched module, in place of the inputs stacked."""
     spec = spec or JobSpec.from_cfg(cfg)
     say = phase or (lambda _name: None)
-    name = spec.name
-    tokens = inputs.embeddings  # (n_tokens, d_in)
     config = copy.deepcopy(spec.config)
     config["seed"] = seed
     record = Record(
-        variant=name, seed=seed, config=config, labels=inputs.labels,
+        variant=spec.name, seed=seed, config=config, labels=inputs.labels,
         n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out, device=spec.device, dtype=spec.dtype,
     )
-    values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
     batch = items if items is not None else inputs.batched(spec.batch)  # (batch, n_tokens, d_in)
     with compute_threads(inputs.n_tokens):
         try:
             say("forward")
-            planned = plan(name, values, spec.params)
-            size = planned_size(spec, planned, inputs)
-            spilling = should_spill(size)
-            check_fits(size, spilled=spilling)
-            variant_built = planned.build(seed)
-            variant_batched = variant_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out)
-            record.reference = reference_name = (auto_reference(planned.spec, variant_built.module, variant_batched)
-                                                  if spec.reference == "auto" else spec.reference)
-            reference_planned = plan(reference_name, values)
-            reference_built = reference_planned.build(seed)
-            reference_batched = reference_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out)
-            num_heads = reference_planned.num_heads
-            if spec.shared:
-                seed_projections(reference_built.module, seed, spec.weights_init, num_heads=num_heads)
-                record.weights_loaded = align(reference_built.module, variant_built.module, num_heads=num_heads,
-                                              num_kv_heads=variant_built.num_kv_heads)
-            for built in (reference_built, variant_built):
-                built.module.train(spec.train)
-            # built and seeded on the CPU in float32, then moved: a seed means the same numbers everywhere
-            cast(reference_built.module, spec.device, DTYPES[spec.reference_dtype])
-            cast(variant_built.module, spec.device, DTYPES[spec.dtype])
-            reference_x = _moved(batch if reference_batched else tokens, spec.device, spec.reference_dtype)
-            variant_x = _moved(batch if variant_batched else tokens, spec.device, spec.dtype)
-            reference = run_module(reference_built, reference_x, seed)
-            if spilling:  # the reference's large stages go to disk: one module's stay in memory
-                record.scratch = tempfile.TemporaryDirectory(prefix="attnlab-spill-")
-                spill(reference.stages, SQUARE_STAGES, Path(record.scratch.name))
-            try:
-                variant = run_module(variant_built, variant_x, seed)
-            except PluginError:
-                if variant_batched or not reference_batched:
-                    raise
-                # a batched module whose probe failed: its own error on the batch says why
-                variant = run_module(variant_built, _moved(batch, spec.device, spec.dtype), seed)
-            if spilling:  # the variant's too: the passes of the diagnosis read one stage at a time
-                spill(variant.stages, SQUARE_STAGES, Path(record.scratch.name), prefix="variant-")
+            variant, reference, spilling = _build_pair(spec, inputs, seed, record)
+            _capture_pair(spec, variant, reference, inputs.embeddings, batch, seed, record, spilling)
         except PluginError as exc:
             record.status, record.error = "failed", str(exc)
             return record
-        _check_shown(spec.show, variant)
+        _check_shown(spec.show, variant.captured)
         say("diagnostics")
-        mixing = _batch_mixing(variant_built, variant_x, variant, seed) if variant_batched and not spec.train else None
-        record.stages, record.stage_shapes = _to_numpy(variant)
-        record.reference_stages, record.reference_stage_shapes = _to_numpy(reference)
-        record.expected_shapes = {k: list(v) for k, v in expected_shapes(reference).items()}
-        record.missing_stages, record.reconstructed_stages = list(variant.missing), list(variant.reconstructed)
-        record.output_is_context = variant.output_is_context
-        record.diagnostics, record.head_diagnostics = compute_diagnostics(variant, reference)
-        record.reference_diagnostics, _ = compute_diagnostics(reference, reference)
-        record.first_divergent_stage = first_divergent_stage(variant, reference, record.diagnostics)
-        record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=spec.shared,
-                                   train=spec.train, batch_mixing=mixing)
-        record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
-        record.predictions = check_predictions(
-            spec.expect, variant, record.diagnostics, record.first_divergent_stage, record.findings
-        )
+        _diagnose(spec, variant, reference, seed, record)
         if spec.profile:  # after the capture, on the plain modules: profiling never changes a diagnosed value
             say("profile")
-            record.profile = profile_pair((variant_built, variant_x), (reference_built, reference_x),
+            record.profile = profile_pair((variant.built, variant.x), (reference.built, reference.x),
                                           budget_s=spec.profile_budget_s, backward=spec.profile_backward,
                                           warmed_up=True)  # the capture ran both
             record.diagnostics.update(record.profile)
     return record
+
+
+def _build_pair(spec: JobSpec, inputs: Inputs, seed: int, record: Record) -> tuple[_Side, _Side, bool]:
+    """The variant and its reference built under the seed, the weights shared, cast; whether the
+    run spills its large stages to disk. Each constructor is filled once."""
+    values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
+    planned = plan(spec.name, values, spec.params)
+    size = planned_size(spec, planned, inputs)
+    spilling = should_spill(size)
+    check_fits(size, spilled=spilling)
+    variant_built = planned.build(seed)
+    variant = _Side(variant_built, variant_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out))
+    record.reference = reference_name = (auto_reference(planned.spec, variant_built.module, variant.batched)
+                                          if spec.reference == "auto" else spec.reference)
+    reference_planned = plan(reference_name, values)
+    reference_built = reference_planned.build(seed)
+    reference = _Side(reference_built, reference_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out))
+    num_heads = reference_planned.num_heads
+    if spec.shared:
+        seed_projections(reference_built.module, seed, spec.weights_init, num_heads=num_heads)
+        record.weights_loaded = align(reference_built.module, variant_built.module, num_heads=num_heads,
+                                      num_kv_heads=variant_built.num_kv_heads)
+    for side in (reference, variant):
+        side.built.module.train(spec.train)
+    # built and seeded on the CPU in float32, then moved: a seed means the same numbers everywhere
+    cast(reference_built.module, spec.device, DTYPES[spec.reference_dtype])
+    cast(variant_built.module, spec.device, DTYPES[spec.dtype])
+    return variant, reference, spilling
+
+
+def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch.Tensor, batch: torch.Tensor,
+                  seed: int, record: Record, spilling: bool) -> None:
+    """Both modules captured on their inputs: `tokens` (n_tokens, d_in) or `batch` (batch, n_tokens, d_in)."""
+    reference.x = _moved(batch if reference.batched else tokens, spec.device, spec.reference_dtype)
+    variant.x = _moved(batch if variant.batched else tokens, spec.device, spec.dtype)
+    reference.captured = run_module(reference.built, reference.x, seed)
+    if spilling:  # the reference's large stages go to disk: one module's stay in memory
+        record.scratch = tempfile.TemporaryDirectory(prefix="attnlab-spill-")
+        spill(reference.captured.stages, SQUARE_STAGES, Path(record.scratch.name))
+    try:
+        variant.captured = run_module(variant.built, variant.x, seed)
+    except PluginError:
+        if variant.batched or not reference.batched:
+            raise
+        # a batched module whose probe failed: its own error on the batch says why
+        variant.captured = run_module(variant.built, _moved(batch, spec.device, spec.dtype), seed)
+    if spilling:  # the variant's too: the passes of the diagnosis read one stage at a time
+        spill(variant.captured.stages, SQUARE_STAGES, Path(record.scratch.name), prefix="variant-")
+
+
+def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int, record: Record) -> None:
+    """The stages, diagnostics, findings and predictions of the two captures, into the record."""
+    mine, theirs = variant.captured, reference.captured
+    mixing = _batch_mixing(variant.built, variant.x, mine, seed) if variant.batched and not spec.train else None
+    record.stages, record.stage_shapes = _to_numpy(mine)
+    record.reference_stages, record.reference_stage_shapes = _to_numpy(theirs)
+    record.expected_shapes = {k: list(v) for k, v in expected_shapes(theirs).items()}
+    record.missing_stages, record.reconstructed_stages = list(mine.missing), list(mine.reconstructed)
+    record.output_is_context = mine.output_is_context
+    record.diagnostics, record.head_diagnostics = compute_diagnostics(mine, theirs)
+    record.reference_diagnostics, _ = compute_diagnostics(theirs, theirs)
+    record.first_divergent_stage = first_divergent_stage(mine, theirs, record.diagnostics)
+    record.findings = diagnose(mine, theirs, record.diagnostics, weights_shared=spec.shared,
+                               train=spec.train, batch_mixing=mixing)
+    record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
+    record.predictions = check_predictions(spec.expect, mine, record.diagnostics, record.first_divergent_stage,
+                                           record.findings)
 
 
 def _batch_mixing(built: BuiltModule, x: torch.Tensor, together: Capture, seed: int) -> batch_mixing.BatchMixing | None:

@@ -39,7 +39,8 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from attnlab.capture.recorder import _flex_attention_eager, _name
+from attnlab.capture.kernels import flex_attention_eager
+from attnlab.capture.torch_calls import op_name
 from attnlab.modules.built import BuiltModule, as_built
 
 NAN = float("nan")
@@ -129,7 +130,7 @@ def count_flops(fn: Callable[[], Any], run: Callable[[Callable[[], Any]], Any] =
     counter = _MatmulFlops()
 
     def counted() -> Any:
-        with _flex_attention_eager(), counter:
+        with flex_attention_eager(), counter:
             return fn()
 
     try:
@@ -155,7 +156,7 @@ class _MatmulFlops(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        self.flops += _product_flops(_name(func), args, out)
+        self.flops += _product_flops(op_name(func), args, out)
         return out
 
 

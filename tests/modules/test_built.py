@@ -109,3 +109,30 @@ def test_each_module_is_planned_once_per_seed(monkeypatch):
 def test_create_variant_builds_through_the_plan():
     module = attnlab.create_variant("gqa", 5, 16, num_heads=4)
     assert module.num_kv_heads == 2 and module.W_query.in_features == 5
+
+
+def test_every_forward_of_a_run_goes_through_the_call_convention(monkeypatch):
+    """The probe, the capture, the batch items rerun alone and the profile: no part calls a module
+    itself, so a convention (a mask, position embeddings, a tuple return) reaches every call."""
+    inside, outside = [], []
+    real_call, cls = CallConvention.call, plan("gqa", VALUES).spec.cls
+    real_forward = cls.forward
+
+    def call(self, module, x):
+        inside.append(True)
+        try:
+            return real_call(self, module, x)
+        finally:
+            inside.pop()
+
+    def forward(self, x):
+        outside.append(not inside)
+        return real_forward(self, x)
+
+    monkeypatch.setattr(CallConvention, "call", call)
+    monkeypatch.setattr(cls, "forward", forward)
+    record = attnlab.run("gqa", inputs="random", d_out=8, num_heads=4, profile=True, profile_budget_s=0.05,
+                         log={"tensorboard": False}).record
+    assert record.status == "ok" and record.profile["forward_ms"] > 0
+    assert not record.not_checked  # the batch items differ: each was also run alone
+    assert len(outside) > 4 and not any(outside)  # probe, capture, items alone, profile: all through call

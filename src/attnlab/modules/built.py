@@ -20,7 +20,7 @@ and construction branches of `plan`, chosen from the variant's class.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -86,7 +86,6 @@ class Construction:
     num_heads: int  # the head count the constructor was given; 1 for the single-head classes
     num_kv_heads: int | None  # the key/value head count it was given; None: the module's own
     context_length: int  # 0 when the constructor takes none
-    values: dict[str, Any] = field(repr=False)  # the top-level keys with d_in and n_tokens
     convention: CallConvention = SOURCE_CALL
 
     @property
@@ -109,12 +108,21 @@ class Construction:
 
 def plan(name: str, values: dict[str, Any], params: dict[str, Any] | None = None) -> Construction:
     """Variant `name`'s constructor filled from the top-level keys `values` (with d_in and n_tokens)
-    and `params` (variant.params); a wrong name or argument is a UserError."""
+    and `params` (variant.params); a wrong name or argument is a UserError.
+
+    The one construction convention today is the source's (`_sizes_by_name`); another (a constructor
+    taking one config object) is a branch here, chosen from `spec.cls`, returning its own counts and
+    `CallConvention`."""
     spec = get_variant(name)
-    args, kwargs = constructor_kwargs(spec, values, params or {})
+    return _sizes_by_name(spec, values, params or {})
+
+
+def _sizes_by_name(spec: VariantSpec, values: dict[str, Any], params: dict[str, Any]) -> Construction:
+    """`Cls(d_in, d_out, ...)`, the other top-level keys by the constructor's own spelling."""
+    args, kwargs = constructor_kwargs(spec, values, params)
     return Construction(spec, tuple(args), kwargs, num_heads=_count(kwargs, "num_heads", 1),
                         num_kv_heads=_count(kwargs, "num_kv_heads", None),
-                        context_length=int(kwargs.get("context_length") or 0), values=dict(values))
+                        context_length=int(kwargs.get("context_length") or 0))
 
 
 def create_variant(name: str, d_in: int, d_out: int, **params: Any) -> nn.Module:

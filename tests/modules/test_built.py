@@ -12,7 +12,7 @@ from torch import nn
 import attnlab
 from attnlab.capture.recorder import capture
 from attnlab.modules import built
-from attnlab.modules.built import BuiltModule, CallConvention, PluginError, Returned, as_built, plan
+from attnlab.modules.built import BuiltModule, CallConvention, PluginError, as_built, plan
 
 VALUES = dict(d_in=3, d_out=4, context_length=None, dropout=0.0, num_heads=4, num_kv_heads=2, qkv_bias=False,
               n_tokens=5)
@@ -62,10 +62,11 @@ def test_a_returned_tuple_gives_its_first_element_and_says_which():
     x = torch.rand(5, 3)
     returned = as_built(module).call(x)
     context, weights = module(x)
-    assert torch.equal(returned.output, context) and returned.element == 0
-    assert isinstance(returned.value, tuple) and torch.equal(returned.value[1], weights)
-    assert returned.description == "(5, 2)"
-    assert Returned(None, None).description == "NoneType" and Returned(x, x).element is None
+    assert torch.equal(returned.output, context) and returned.element == "[0]"
+    assert returned.what == "tuple(Tensor (5, 2), Tensor (5, 5))" and returned.description == "(5, 2)"
+    alone = CallConvention().unpack(context, x)
+    assert alone.output is context and alone.element is None and alone.what == "Tensor (5, 2)"
+    assert CallConvention().unpack(None, x).description == "NoneType"
 
 
 def test_capture_calls_through_the_convention():

@@ -39,9 +39,9 @@ class PluginError(RuntimeError):
 class Returned:
     """What a forward returned, and the tensor attnlab takes as the module's output."""
 
-    value: Any  # as forward returned it
-    output: Any  # the output: `value` itself, or the element `element` of it
-    element: int | None = None  # the index of the output in a returned tuple or list; None: value itself
+    output: Any  # the output tensor, or what came back when no element is one
+    what: str  # what forward returned as a whole, e.g. "tuple(Tensor (2, 6, 4), Tensor (2, 2, 6, 6))"
+    element: str | None = None  # how the output is reached in it ("[0]"); None: the value itself
 
     @property
     def description(self) -> str:
@@ -62,14 +62,19 @@ class CallConvention:
     def arguments(self, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
         return (x,), {}
 
-    def unpack(self, value: Any) -> Returned:
+    def unpack(self, value: Any, x: torch.Tensor) -> Returned:
+        """The output among what forward returned on `x`."""
         if isinstance(value, (tuple, list)) and value:
-            return Returned(value, value[0], element=0)
-        return Returned(value, value)
+            return Returned(value[0], f"{type(value).__name__}({', '.join(map(_shown, value))})", "[0]")
+        return Returned(value, _shown(value))
 
     def call(self, module: nn.Module, x: torch.Tensor) -> Returned:
         args, kwargs = self.arguments(x)
-        return self.unpack(module(*args, **kwargs))
+        return self.unpack(module(*args, **kwargs), x)
+
+
+def _shown(value: Any) -> str:
+    return f"Tensor {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
 
 
 SOURCE_CALL = CallConvention()

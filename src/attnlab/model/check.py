@@ -13,7 +13,7 @@ from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.compute.pipeline import PluginError, diagnosed, run_module
+from attnlab.compute.pipeline import diagnosed, run_module
 from attnlab.errors import UserError
 from attnlab.model.effect import output_effect
 from attnlab.model.head_patterns import head_patterns
@@ -22,10 +22,11 @@ from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.loading_checks import loading_findings
 from attnlab.model.locate import attention_modules, chosen_layers
 from attnlab.model.preflight import check_model_fits
-from attnlab.model.runner import AsCalled, output_head
+from attnlab.model.runner import AsLayerCalled, output_head
 from attnlab.model.sizes import model_sizes
 from attnlab.model.spec import ModelSpec, model_spec
 from attnlab.model.tokens import token_ids
+from attnlab.modules.built import BuiltModule, PluginError
 from attnlab.modules.layouts import LayoutError, read_projections
 from attnlab.record import Record
 from attnlab.schema import resolved
@@ -78,7 +79,7 @@ def check_layer(learner: ModelRun, reference: ModelRun, layer: int, record: Reco
     hidden = reference.calls[layer].hidden  # (1, T, d)
     try:
         record.reference, reference_capture = layer_reference(reference, layer, "auto", cfg.seed)
-        variant = run_module(type(module).__name__, AsCalled(module, learner.calls[layer]), hidden, cfg.seed)
+        variant = run_module(BuiltModule(module, AsLayerCalled(learner.calls[layer])), hidden, cfg.seed)
         mistakes = loading_findings(read_projections(module, num_heads=learner.sizes.heads,
                                                      num_kv_heads=learner.sizes.kv_heads),
                                     reference.projections(layer))

@@ -10,14 +10,15 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.capture.recorder import Capture
-from attnlab.compute.pipeline import PluginError, build_module, diagnosed, kv_head_count, run_module, takes_batches
+from attnlab.compute.pipeline import diagnosed, run_module
 from attnlab.model.config_variants import config_variant, takes_config
 from attnlab.model.effect import output_effect
 from attnlab.model.head_patterns import head_patterns
 from attnlab.model.loading import LoadedModel
-from attnlab.model.runner import AsCalled, InModel, LayerCall, final_hidden, output_head, replaced
+from attnlab.model.runner import AsLayerCalled, InModel, LayerCall, final_hidden, output_head, replaced
 from attnlab.model.sizes import ModelSizes, constructor_values
 from attnlab.modules.layouts import LayoutError, Projections, load_projections, read_projections
+from attnlab.modules.built import BuiltModule, PluginError, plan
 from attnlab.modules.registry import get_variant
 from attnlab.record import Record
 
@@ -55,7 +56,7 @@ class ModelRun:
     def capture_own(self, layer: int, seed: int) -> Capture:
         """The layer's own attention, captured on the hidden states, mask and position embeddings it received."""
         call = self.calls[layer]
-        return run_module(type(self.attention[layer][1]).__name__, AsCalled(self.attention[layer][1], call), call.hidden, seed)
+        return run_module(BuiltModule(self.attention[layer][1], AsLayerCalled(call)), call.hidden, seed)
 
     def effect_of(self, layer: int, in_model: nn.Module) -> dict[str, float]:
         """The model run again with `in_model` in place of the layer's attention, against the unmodified run."""
@@ -69,37 +70,36 @@ class ModelRun:
 
 
 def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], seed: int
-                  ) -> tuple[nn.Module, dict[str, str], bool]:
+                  ) -> tuple[BuiltModule, dict[str, str]]:
     """(the variant built for the layer's sizes holding the layer's own parameters, how each was
-    loaded, whether it is called as the layer was: a class built from the model's config)."""
+    loaded). A class built from the model's config is called as the layer was."""
     projections = run.projections(layer)
     spec = get_variant(name)
     if takes_config(spec.cls):
         module, loaded = config_variant(spec.cls, run.loaded.config, params, run.attention[layer][1], layer,
                                         projections, run.sizes.heads, seed)
-        return module, loaded, True
+        return BuiltModule(module, AsLayerCalled(run.calls[layer])), loaded
     values = constructor_values(run.sizes, projections.b_query is not None, run.n_tokens)
-    module = build_module(name, params, values, seed)
-    if hasattr(module, "load_qkv"):  # a plugin with a layout of its own loads the matrices itself
+    built = plan(name, values, params).build(seed)
+    if hasattr(built.module, "load_qkv"):  # a plugin with a layout of its own loads the matrices itself
         with torch.no_grad():
-            module.load_qkv(projections.W_query, projections.W_key, projections.W_value)
-        return module.eval(), {"load_qkv": "plugin loader"}, False
-    kv_heads = kv_head_count(module, name, params, values)
+            built.module.load_qkv(projections.W_query, projections.W_key, projections.W_value)
+        return built, {"load_qkv": "plugin loader"}
     try:
-        loaded = load_projections(module, projections, num_heads=run.sizes.heads, num_kv_heads=kv_heads)
+        loaded = load_projections(built.module, projections, num_heads=run.sizes.heads, num_kv_heads=built.num_kv_heads)
     except LayoutError as exc:
         raise PluginError(f"variant '{name}': the layer's parameters do not load: {exc}") from exc
-    return module.eval(), loaded, False
+    built.module.eval()
+    return built, loaded
 
 
-def run_variant(run: ModelRun, layer: int, name: str, module: nn.Module, as_called: bool, seed: int
-                ) -> tuple[Capture, InModel]:
+def run_variant(run: ModelRun, layer: int, built: BuiltModule, seed: int) -> tuple[Capture, InModel]:
     """The variant captured on the layer's real input, and the module that puts it in the layer's place."""
     call = run.calls[layer]
-    if as_called:
-        return run_module(name, AsCalled(module, call), call.hidden, seed), InModel(module, call.returned, True, True)
-    batched = takes_batches(module, run.sizes.width, run.n_tokens, run.sizes.width)
-    return run_module(name, module, _as_taken(call.hidden, batched), seed), InModel(module, call.returned, batched)
+    if isinstance(built.convention, AsLayerCalled):
+        return run_module(built, call.hidden, seed), InModel(built.module, call.returned, True, True)
+    batched = built.takes_batches(run.sizes.width, run.n_tokens, run.sizes.width)
+    return run_module(built, _as_taken(call.hidden, batched), seed), InModel(built.module, call.returned, batched)
 
 
 def _as_taken(hidden: Tensor, batched: bool) -> Tensor:
@@ -113,15 +113,14 @@ def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -
     only if its output equals the layer's own on these hidden states."""
     own_name = f"{type(run.attention[layer][1]).__name__} (layer {layer})"
     if reference_name != "auto":
-        module, _, as_called = model_variant(run, layer, reference_name, {}, seed)
-        return f"{reference_name} with the parameters of {own_name}", run_variant(
-            run, layer, reference_name, module, as_called, seed)[0]
+        built, _ = model_variant(run, layer, reference_name, {}, seed)
+        return f"{reference_name} with the parameters of {own_name}", run_variant(run, layer, built, seed)[0]
     own = run.capture_own(layer, seed)
     if not own.missing:
         return own_name, own
     try:
-        module, _, _ = model_variant(run, layer, STAND_IN, {}, seed)
-        stand_in = run_module(STAND_IN, module, run.calls[layer].hidden, seed)
+        built, _ = model_variant(run, layer, STAND_IN, {}, seed)
+        stand_in = run_module(built, run.calls[layer].hidden, seed)
     except PluginError:
         return own_name, own
     gap = float((stand_in.stages["output"] - own.stages["output"]).abs().max())
@@ -138,8 +137,8 @@ def compare_layer(run: ModelRun, layer: int, record: Record, name: str, params: 
     record.model["attention"] = run.attention[layer][0]
     try:
         record.reference, reference = layer_reference(run, layer, reference_name, seed)
-        module, record.weights_loaded, as_called = model_variant(run, layer, name, params, seed)
-        variant, in_model = run_variant(run, layer, name, module, as_called, seed)
+        built, record.weights_loaded = model_variant(run, layer, name, params, seed)
+        variant, in_model = run_variant(run, layer, built, seed)
         effect = run.effect_of(layer, in_model)
     except PluginError as exc:
         record.status, record.error = "failed", str(exc)

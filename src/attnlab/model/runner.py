@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
+from attnlab.modules.built import CallConvention
 
 FINAL_NORMS = ("ln_f", "final_norm", "norm", "final_layernorm", "norm_f")
 HEADS = ("lm_head", "out_head", "head", "embed_out")
@@ -108,18 +109,17 @@ def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Mod
     raise UserError(f"{type(model).__name__}: its forward never ran its final norm")
 
 
-class AsCalled(nn.Module):
-    """A layer's own attention called as the model called it; returns its output tensor."""
+class AsLayerCalled(CallConvention):
+    """A module called as the model called the layer's attention (its mask, position embeddings,
+    cache), with the hidden states given in place of the ones it received; the output is the
+    first element of a returned tuple (Hugging Face's (output, weights))."""
 
-    def __init__(self, attention: nn.Module, call: LayerCall) -> None:
-        super().__init__()
-        self.attention = attention
-        self.call = call
+    def __init__(self, call: LayerCall) -> None:
+        self.layer_call = call
+        self.name = "as the model called the layer"
 
-    def forward(self, hidden_states: Tensor) -> Tensor:
-        args, kwargs = self.call.with_hidden(hidden_states)
-        out = self.attention(*args, **kwargs)
-        return out[0] if isinstance(out, tuple) else out  # (1, T, d)
+    def arguments(self, x: Tensor) -> tuple[tuple, dict[str, Any]]:
+        return self.layer_call.with_hidden(x)
 
 
 class InModel(nn.Module):

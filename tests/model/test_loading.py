@@ -137,3 +137,26 @@ def test_the_preflight_counts_the_model(tiny_gpt2, monkeypatch) -> None:
     monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT", str(200 * 2**20))
     message = refused(f"model.path={tiny_gpt2}", "layer=0")
     assert message.startswith("this run needs about ") and "a model of 3.3M parameters" in message
+
+
+def test_a_saved_model_runs_on_its_own_tokenizer(tmp_path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    words = ["[UNK]", "Every", "every", "effort", "moves", "you", "forward", ",", "and", "step", "take", "is", "a"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]").save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, n_positions=32, vocab_size=len(words),
+                                       bos_token_id=None, eos_token_id=None))
+    model.save_pretrained(tmp_path)
+    result = run(f"model.path={tmp_path}", "layer=0")
+    assert result.record.model["tokenizer"] != "GPT-2 BPE (tiktoken)"  # transformers names its class (TokenizersBackend)
+    ids = [words.index(w) for w in ("Every", "effort", "moves", "you", "forward", ",", "and", "every", "step", "you",
+                                    "take", "is", "a", "step")]
+    assert result.record.labels == [words[i] for i in ids]
+    with torch.no_grad():
+        logits = model.eval()(torch.tensor([ids])).logits[0]
+    assert result.record.model["effect"]["loss"] == pytest.approx(float(F.cross_entropy(logits[:-1], torch.tensor(ids[1:]))),
+                                                                  rel=1e-5)

@@ -41,7 +41,8 @@ def test_layer_all_writes_a_record_per_layer_the_plots_and_the_head_grids(tiny_g
 
 
 def test_the_record_keeps_the_models_own_weights_for_the_head_grid(tiny_gpt2) -> None:
-    """The reference's weights are GPT-2's own on this text: checked against Hugging Face's output_attentions."""
+    """The layer's input is the hidden states block 1 really hands its attention, and the weights are
+    GPT-2's own on this text: checked against Hugging Face's output_hidden_states and output_attentions."""
     import torch
     from transformers import GPT2LMHeadModel
 
@@ -51,9 +52,11 @@ def test_the_record_keeps_the_models_own_weights_for_the_head_grid(tiny_gpt2) ->
                                                            f"inputs.text='{TEXT}'", "layer=1", "log.tensorboard=false"])
     model = GPT2LMHeadModel.from_pretrained(tiny_gpt2, attn_implementation="eager").eval()
     with torch.no_grad():
-        attentions = model(torch.tensor([gpt2_encoding().encode(TEXT)]), output_attentions=True).attentions
-    np.testing.assert_allclose(result.reference_stages["weights"], attentions[1].numpy(), atol=1e-6)
-    np.testing.assert_allclose(result.stages["weights"], attentions[1].numpy(), atol=1e-6)
+        out = model(torch.tensor([gpt2_encoding().encode(TEXT)]), output_attentions=True, output_hidden_states=True)
+        layer_input = model.transformer.h[1].ln_1(out.hidden_states[1])  # what block 1 hands its attention
+    np.testing.assert_allclose(result.stages["inputs"], layer_input.numpy(), atol=1e-6)
+    np.testing.assert_allclose(result.reference_stages["weights"], out.attentions[1].numpy(), atol=1e-6)
+    np.testing.assert_allclose(result.stages["weights"], out.attentions[1].numpy(), atol=1e-6)
 
 
 @pytest.mark.slow

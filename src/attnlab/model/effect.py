@@ -39,7 +39,7 @@ def output_effect(head: nn.Module, base: Tensor, changed: Tensor, ids: Tensor, *
         p = log_probs(head, base[start:stop], softcap)  # (c, vocab)
         q = log_probs(changed_head or head, changed[start:stop], softcap)  # (c, vocab)
         kl = (p.exp() * (p - q)).sum(dim=-1)  # (c,)
-        non_finite += int((~torch.isfinite(q).all(dim=-1)).sum())
+        non_finite += int((~torch.isfinite(kl)).sum())  # a NaN or infinity in q makes its position's KL one
         kl_sum += float(kl.sum())
         kl_max = max(kl_max, float(kl.max()), key=lambda v: (math.isnan(v), v))  # a NaN stays
         agree += int((p.argmax(dim=-1) == q.argmax(dim=-1)).sum())

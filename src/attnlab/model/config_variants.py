@@ -15,6 +15,7 @@ from typing import Any
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.modules.built import PluginError
 from attnlab.modules.layouts import Projections, load_projections
 from attnlab.modules.roles import manual_seed
 
@@ -44,7 +45,10 @@ def config_variant(cls: type[nn.Module], config: Any, params: dict[str, Any], ow
             raise UserError(f"variant.params.{key}: not an attribute of {type(config).__name__}")
     kwargs = {"layer_idx": layer} if "layer_idx" in inspect.signature(cls).parameters else {}
     manual_seed(seed)
-    module = cls(config, **kwargs)
+    try:
+        module = cls(config, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the plugin's constructor: fails its record only
+        raise PluginError(f"{cls.__name__}(config) could not be built: {type(exc).__name__}: {exc}") from exc
     if type(module) is type(own) or set(module.state_dict()) == set(own.state_dict()):
         module.load_state_dict(own.state_dict())
         return module.eval(), {name: "the layer's own" for name in own.state_dict()}

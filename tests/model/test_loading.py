@@ -160,3 +160,10 @@ def test_a_saved_model_runs_on_its_own_tokenizer(tmp_path) -> None:
         logits = model.eval()(torch.tensor([ids])).logits[0]
     assert result.record.model["effect"]["loss"] == pytest.approx(float(F.cross_entropy(logits[:-1], torch.tensor(ids[1:]))),
                                                                   rel=1e-5)
+
+
+def test_a_misspelt_layer_is_refused_before_the_model_loads(monkeypatch) -> None:
+    import attnlab.model.job as model_job
+
+    monkeypatch.setattr(model_job, "load_model", lambda *a: pytest.fail("the model was loaded"))
+    assert refused("model=hf:gpt2", "layer=x") == "layer=x: a layer index, all, or a list such as [0,2]"

@@ -51,8 +51,7 @@ def compute_check_records(cfg: DictConfig, blocks: dict[str, dict], phase: Calla
     ids = token_ids(reference.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
     labels = reference.tokenizer.labels(ids)
     n_layers = len(attention_modules(reference.module, reference_spec.attention_path, "reference_model"))
-    layer_key = OmegaConf.to_container(cfg.layer) if OmegaConf.is_list(cfg.layer) else cfg.layer
-    layers = chosen_layers("all" if layer_key is None else layer_key, n_layers)
+    layers = chosen_layers("all" if cfg.layer is None else cfg.layer, n_layers)
     check_model_fits(learner.n_parameters + reference.n_parameters, sizes, len(ids), 2 * len(layers))
     reference_run = _started(reference, reference_spec, ids, labels, layers)
     learner_run = _started(learner, learner_spec, ids, labels, layers, n_layers)

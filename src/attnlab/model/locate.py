@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from omegaconf import ListConfig
 from torch import nn
 
 from attnlab.errors import UserError
@@ -52,15 +53,27 @@ def _not_found(model: nn.Module, attention_path: str | None, key: str, groups: d
             f"point at them with {key}.attention_path=BLOCKS.*.NAME")
 
 
+def _as_list(layer: Any) -> list[Any]:
+    return list(layer) if isinstance(layer, (list, tuple, ListConfig)) else [layer]
+
+
+def check_layer_key(layer: Any) -> None:
+    """`layer=` spelled as an index, `all` or a list of indices (their range needs the model)."""
+    if layer is None or layer == "all":
+        return
+    for value in _as_list(layer):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UserError(f"layer={layer}: a layer index, all, or a list such as [0,2]")
+
+
 def chosen_layers(layer: Any, n_layers: int) -> list[int]:
     """`layer=N`, `layer=all` or `layer=[a,b]` as layer indices; none given: layer 0."""
     if layer is None:
         return [0]
     if layer == "all":
         return list(range(n_layers))
-    values = list(layer) if isinstance(layer, (list, tuple)) else [layer]
     chosen = []
-    for value in values:
+    for value in _as_list(layer):
         try:
             index = int(value)
         except (TypeError, ValueError):

@@ -68,17 +68,12 @@ def check_layer_key(layer: Any) -> None:
 
 def chosen_layers(layer: Any, n_layers: int) -> list[int]:
     """`layer=N`, `layer=all` or `layer=[a,b]` as layer indices; none given: layer 0."""
+    check_layer_key(layer)
     if layer is None:
         return [0]
     if layer == "all":
         return list(range(n_layers))
-    chosen = []
     for value in _as_list(layer):
-        try:
-            index = int(value)
-        except (TypeError, ValueError):
-            raise UserError(f"layer={layer}: a layer index, all, or a list such as [0,2]") from None
-        if not 0 <= index < n_layers or isinstance(value, bool):
+        if value >= n_layers:
             raise UserError(f"layer={value}: the model has {n_layers} layers (0 to {n_layers - 1})")
-        chosen.append(index)
-    return sorted(set(chosen))
+    return sorted(set(_as_list(layer)))

@@ -91,3 +91,16 @@ def test_a_pickle_is_refused_in_one_line(app, tmp_path) -> None:
     run = app("model=gpt_model", "model.weights=ckpt.pth", "inputs=text", cwd=tmp_path)
     assert run.returncode == 2 and len(run.stderr.splitlines()) == 1
     assert "safetensors.torch.save_file(model.state_dict(), 'model.safetensors')" in run.stderr
+
+
+def test_a_sweeps_table_shows_the_effect_on_the_predictions(tiny_gpt2, tmp_path) -> None:
+    from attnlab.reporting.aggregate import find_record_files, load_records, terminal_table
+    from attnlab.reporting.rows import records_table
+
+    for name in ("multi_head_attention", "mha_scaled_by_d_out"):
+        attnlab.run(name, out_dir=tmp_path / name, overrides=[f"model.path={tiny_gpt2}", "inputs=text",
+                                                              f"inputs.text='{TEXT}'", "layer=1"])
+    records, _ = load_records(find_record_files([tmp_path]))
+    table = terminal_table(records_table(sorted(records, key=lambda r: r.variant)), width=200).splitlines()
+    assert "KL mean" in table[0] and "top-1" in table[0]
+    assert table[1].split()[0] == "mha_scaled_by_d_out" and table[2].split()[-2:] == ["0", "1"]

@@ -167,3 +167,19 @@ def test_a_misspelt_layer_is_refused_before_the_model_loads(monkeypatch) -> None
 
     monkeypatch.setattr(model_job, "load_model", lambda *a: pytest.fail("the model was loaded"))
     assert refused("model=hf:gpt2", "layer=x") == "layer=x: a layer index, all, or a list such as [0,2]"
+
+
+@pytest.mark.slow
+def test_a_model_in_the_local_cache_loads_offline(app, tiny_gpt2, tmp_path) -> None:
+    """The cache laid out as huggingface_hub lays it out (refs/main -> snapshots/<commit>/), no network."""
+    import shutil
+
+    repo = tmp_path / "hub" / "models--someone--tiny-gpt2"
+    commit = "0" * 40
+    shutil.copytree(tiny_gpt2, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    done = app("model.hub=someone/tiny-gpt2", "variant=multi_head_attention", "inputs=text", "layer=1", "log.tensorboard=false",
+               env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.record["model"]["model"] == "someone/tiny-gpt2" and done.record["model"]["effect"]["kl_max"] < 1e-5

@@ -8,6 +8,7 @@ a class in ./models/NAME.py (attnlab.model.user_models) with a safetensors state
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -97,9 +98,8 @@ def _hf_config(transformers: Any, spec: ModelSpec) -> Any:
 
 
 def _saved_source(spec: ModelSpec) -> str:
-    if spec.kind == "hub":
-        return spec.hub
-    folder = spec.path
+    """The folder the weights are in: `model.path`, or the cached snapshot of `model.hub` (never fetched)."""
+    folder = spec.path if spec.kind == "path" else _cached_snapshot(spec)
     if not (folder / "config.json").is_file():
         raise UserError(f"{spec.key}.path={folder}: no config.json there (a folder written by save_pretrained)")
     if not list(folder.glob("*.safetensors")):
@@ -110,7 +110,17 @@ def _saved_source(spec: ModelSpec) -> str:
     return str(folder)
 
 
-def _missing(spec: ModelSpec, exc: OSError) -> str:
+def _cached_snapshot(spec: ModelSpec) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(spec.hub, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        raise UserError(_missing(spec, None)) from None
+
+
+def _missing(spec: ModelSpec, exc: OSError | None) -> str:
     if spec.kind == "hub":
         return (f"{spec.key}.hub={spec.hub}: not in the local Hugging Face cache (attnlab never downloads); "
                 f"get it with: {CACHE_HINT.format(repo=spec.hub)}")

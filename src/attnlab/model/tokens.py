@@ -46,6 +46,8 @@ def token_ids(tokenizer: Tokenizer, text: str | None, vocab_size: int | None, ma
     if not text:
         raise UserError('inputs.text is empty: model= runs on inputs=text inputs.text="some words"')
     ids = tokenizer.encode(text)
+    if not ids:
+        raise UserError(f"inputs.text: the model's tokenizer ({tokenizer.name}) gives no tokens for it")
     if len(ids) > max_tokens:
         raise UserError(f"inputs.text is {len(ids)} tokens, more than the model's context of {max_tokens}; "
                         f"shorten the text")

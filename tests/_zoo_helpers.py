@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import attnlab.modules.registry
 from attnlab.capture.recorder import capture
 from attnlab.diagnosis.diagnostics import compute_diagnostics, first_divergent_stage
-from attnlab.diagnosis.findings import diagnose
+from attnlab.diagnosis.runner import diagnose
 from attnlab.record import Finding
 from attnlab.modules.layouts import align
 from attnlab.compute.pipeline import build_module, head_count, takes_batches

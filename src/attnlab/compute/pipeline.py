@@ -24,7 +24,7 @@ from attnlab.capture.recorder import Capture, capture
 from attnlab.schema import WeightsMode, resolved
 from attnlab.errors import UserError
 from attnlab.diagnosis.diagnostics import compute_diagnostics, expected_shapes, first_divergent_stage
-from attnlab.diagnosis.findings import diagnose
+from attnlab.diagnosis.runner import diagnose
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.layouts import align, seed_projections
 from attnlab.diagnosis.predictions import check_predictions

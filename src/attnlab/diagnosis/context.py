@@ -18,7 +18,7 @@ from attnlab.capture.recorder import Capture
 from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.batch_mixing import BatchMixing
 from attnlab.diagnosis.diagnostics import stage_differs, stage_tolerance
-from attnlab.diagnosis.masking import hides_nothing, mask_counts, reference_mask
+from attnlab.diagnosis.masking import hides_nothing, mask_count, reference_mask, with_masks_as_neg_inf
 from attnlab.record import Finding
 
 MIN_TOKENS = 3  # the fewest tokens on which a deliberate change can be told from a bug
@@ -64,7 +64,8 @@ class Pair:
 
 @dataclass(frozen=True)
 class Context:
-    """The captures, their diagnostics and the run's flags; derived facts computed once."""
+    """The captures, their diagnostics and the run's flags; derived facts computed once. The
+    captures' softmax inputs hold every masked entry as -inf (attnlab.diagnosis.masking)."""
 
     v: Capture
     ref: Capture
@@ -73,7 +74,7 @@ class Context:
     train: bool  # the modules ran in training mode (dropout draws differ by chance)
     mixing: BatchMixing | None  # each batch item run alone against its slice
     unjudged_from: int  # stages from this index on differ for a known reason (dropout, batch mixing)
-    masked: Mapping[str, int]  # the variant's masked entries by stage (attnlab.diagnosis.masking)
+    mask_count: int  # the variant's masked entries of its softmax input (attnlab.diagnosis.masking)
     ref_mask: torch.Tensor | None  # the reference's (query, key) mask, where it has one
     finite_fill: bool  # the variant holds finite values where the reference masks
     pair: Pair
@@ -131,7 +132,8 @@ def _unjudged_from(v: Capture, ref: Capture, train: bool, mixing: BatchMixing | 
 def build_context(variant: Capture, reference: Capture, diagnostics: dict[str, float], *, weights_shared: bool,
                   train: bool = False, mixing: BatchMixing | None = None) -> Context:
     d = MappingProxyType(dict(diagnostics))
+    variant, reference = with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference)
     ref_mask = reference_mask(variant, reference)
     return Context(variant, reference, d, weights_shared, train, mixing, _unjudged_from(variant, reference, train, mixing),
-                   MappingProxyType(mask_counts(variant, d)), ref_mask,
+                   mask_count(variant), ref_mask,
                    ref_mask is not None and hides_nothing(variant), Pair(variant, reference, d))

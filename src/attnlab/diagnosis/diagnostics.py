@@ -13,75 +13,20 @@ error-type values (divergences, row-sum errors) and the mean over heads for entr
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-import weakref
-from typing import Callable, Iterator
 
 import torch
 
-from attnlab.capture.recorder import Capture, max_abs_or_nan
+from attnlab.capture.recorder import Capture
 from attnlab.capture.spill import releasing
 from attnlab.capture.stages import STAGES
+from attnlab.diagnosis.masking import placed_by_mask, with_masks_as_neg_inf
+from attnlab.diagnosis.passes import BLOCK_ROWS, blocks, finite_max_abs, max_abs, row_blocks
 
-BLOCK_ROWS = 1024
 NAN = float("nan")
 _EPS = float(torch.finfo(torch.float32).eps)  # float32's; a capture in another dtype uses its own (capture_eps)
 HEAD_COLUMNS = ("weights_entropy_mean", "weights_row_max_mean", "weights_first_token_mass")  # per-head table columns
-
-
-def row_blocks(n: int, block: int = BLOCK_ROWS) -> Iterator[slice]:
-    for start in range(0, n, block):
-        yield slice(start, min(start + block, n))
-
-
-def blocks(t: torch.Tensor) -> Iterator[tuple]:
-    """Index tuples covering `t`: every leading (batch, head) position, query rows in blocks."""
-    if t.dim() < 2:
-        yield (slice(None),)
-        return
-    for lead in itertools.product(*(range(n) for n in t.shape[:-2])):
-        for rows in row_blocks(t.shape[-2]):
-            yield (*lead, rows)
-
-
-_KNOWN: dict[tuple[str, int], tuple[weakref.ref, float]] = {}  # (function, id) -> (the tensor, its value)
-
-
-def _remembered(fn: Callable[[torch.Tensor], float]) -> Callable[[torch.Tensor], float]:
-    """fn(t) remembered per tensor while it lives: stage tolerances, divergences, the non-finite
-    count and the findings all read a stage's max |t|, and a pass over a (batch, heads, query, key)
-    tensor each time was most of a long run's diagnosis. Stages are never changed after the capture."""
-
-    @functools.wraps(fn)
-    def wrapper(t: torch.Tensor) -> float:
-        key = (fn.__name__, id(t))
-        known = _KNOWN.get(key)
-        if known is not None and known[0]() is t:
-            return known[1]
-        value = fn(t)
-        try:
-            _KNOWN[key] = (weakref.ref(t, lambda _, key=key: _KNOWN.pop(key, None)), value)
-        except TypeError:  # not weak-referenceable (a spilled array's view): computed again next time
-            pass
-        return value
-
-    return wrapper
-
-
-max_abs = _remembered(releasing(max_abs_or_nan))  # max |t| without an |t| temporary (capture's, which needs it first)
-
-
-@_remembered
-@releasing
-def finite_max_abs(t: torch.Tensor) -> float:
-    """max |t| over the finite entries: a causal mask's -inf says nothing about the values' scale."""
-    bound = max_abs(t)
-    if not math.isfinite(bound):
-        bound = max((max_abs_or_nan(t[i].nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)) for i in blocks(t)
-                     if t[i].numel()), default=0.0)
-    return bound
 
 
 @releasing
@@ -186,10 +131,11 @@ def first_divergent_stage(variant: Capture, reference: Capture,
                           diagnostics: dict[str, float] | None = None) -> str | None:
     """The first stage, in pipeline order, whose values differ from the reference's.
 
-    A shape mismatch counts as divergent; a stage missing from either capture is skipped.
-    `diagnostics` (compute_diagnostics' flat values) saves a pass over each stage: its divergence
-    is already there.
+    A shape mismatch counts as divergent; a stage missing from either capture is skipped; a masked
+    entry counts as -inf whatever its fill (attnlab.diagnosis.masking). `diagnostics`
+    (compute_diagnostics' flat values) saves a pass over each stage: its divergence is already there.
     """
+    variant, reference = with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference)
     for stage in STAGES:
         if stage in variant.stages and stage in reference.stages and stage_differs(
                 stage, variant, reference, diff=(diagnostics or {}).get(f"divergence_{stage}")):
@@ -321,7 +267,9 @@ def _per_head_divergence(mine: torch.Tensor | None, ref: torch.Tensor | None) ->
 
 def compute_diagnostics(variant: Capture, reference: Capture) -> tuple[dict[str, float], dict[str, list[float]]]:
     """Flat {name: float} for the record and sweep tables (nan where not computable), and the
-    per-head values {name: [one per head]}."""
+    per-head values {name: [one per head]}. A masked entry counts as -inf whatever its fill, and
+    `non_finite_<stage>` counts only what no mask placed (attnlab.diagnosis.masking)."""
+    variant, reference = with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference)
     out: dict[str, float] = {}
     per_head: dict[str, list[float]] = {}
     shapes = expected_shapes(reference)
@@ -336,7 +284,7 @@ def compute_diagnostics(variant: Capture, reference: Capture) -> tuple[dict[str,
         scale = max_abs(ref) if ref is not None else NAN
         out[f"divergence_{stage}"] = diff
         out[f"relative_divergence_{stage}"] = diff / scale if scale > 0 else NAN
-        out[f"non_finite_{stage}"] = _non_finite(mine) if mine is not None else NAN
+        out[f"non_finite_{stage}"] = _non_finite(mine) - placed_by_mask(variant, stage) if mine is not None else NAN
         native = variant.native_shapes.get(stage)
         out[f"shape_ok_{stage}"] = float(native == shapes[stage]) if native is not None and stage in shapes else NAN
     flat, heads = _weights_diagnostics(variant.stages.get("weights"))

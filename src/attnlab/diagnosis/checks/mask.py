@@ -92,14 +92,14 @@ def _mask_offset(ctx: Context, hidden: torch.Tensor, pattern: torch.Tensor) -> l
 
 def masked(ctx: Context, found: Found) -> list[Finding]:
     """A mask the reference does not have: deliberate (e.g. a causal variant), an info note."""
-    if not ctx.masked or _ref_masked(ctx):
+    if not ctx.mask_count or _ref_masked(ctx):
         return []  # the reference masks too: a mask difference shows as a divergence, not as a note
     scaled = ctx.v.stages["scaled_scores"]
     n_rows, n_keys = scaled.shape[-2:]
     causal = torch.ones(n_rows, n_keys, dtype=torch.bool, device=scaled.device).triu(1)
     kind = ("a causal mask (every key after its query)" if
             torch.equal(torch.isneginf(scaled), causal.expand_as(scaled)) else "a mask")
-    return [finding("masked", "scaled_scores", f"{ctx.masked['scaled_scores']} of the {scaled.numel()} "
+    return [finding("masked", "scaled_scores", f"{ctx.mask_count} of the {scaled.numel()} "
                     f"scaled_scores are -inf: {kind}, so those attention weights are 0 and each row still sums to "
                     f"1; the reference has no mask, so the weights and the context differ from the reference from "
                     f"here on.")]
@@ -116,7 +116,7 @@ def non_finite(ctx: Context, found: Found) -> list[Finding]:
     if ctx.v.softmax_axis in (0, 1, 2):
         return []  # a softmax over another axis explains the NaN
     for stage in STAGES:
-        count = ctx.d.get(f"non_finite_{stage}", math.nan) - ctx.masked.get(stage, 0)
+        count = ctx.d.get(f"non_finite_{stage}", math.nan)  # what no mask placed
         values = ctx.v.stages.get(stage)
         if count > 0 and stage in ("scores", "scaled_scores") and values is not None:
             blind = torch.isneginf(values).all(dim=-1).nonzero().tolist()  # [[batch, head, row], ...]

@@ -12,8 +12,7 @@ import torch.nn.functional as F
 
 import attnlab.modules.registry
 from attnlab.capture.recorder import capture
-from attnlab.diagnosis.diagnostics import compute_diagnostics, first_divergent_stage
-from attnlab.diagnosis.runner import diagnose
+from attnlab.diagnosis.analysis import analyse
 from attnlab.record import Finding
 from attnlab.modules.layouts import align
 from attnlab.compute.pipeline import build_module, head_count, takes_batches
@@ -161,9 +160,8 @@ def run_pair(cls_or_name, x: torch.Tensor, d_out: int, seed: int = 123, shared: 
     variant.eval(), reference.eval()
     v = capture(variant, batch if variant_batched else x)
     r = capture(reference, batch if reference_batched else x)
-    diagnostics, _per_head = compute_diagnostics(v, r)
-    findings = diagnose(v, r, diagnostics, weights_shared=shared)
-    return v, r, diagnostics, first_divergent_stage(v, r), findings
+    found = analyse(v, r, weights_shared=shared)
+    return v, r, found.diagnostics, found.first_divergent_stage, found.findings
 
 
 def zoo_specs():

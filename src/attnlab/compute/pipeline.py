@@ -23,8 +23,8 @@ from attnlab.diagnosis import batch_mixing
 from attnlab.capture.recorder import Capture, capture
 from attnlab.schema import WeightsMode, resolved
 from attnlab.errors import UserError
-from attnlab.diagnosis.diagnostics import compute_diagnostics, expected_shapes, first_divergent_stage
-from attnlab.diagnosis.runner import diagnose
+from attnlab.diagnosis.analysis import analyse
+from attnlab.diagnosis.diagnostics import expected_shapes
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.layouts import align, seed_projections
 from attnlab.diagnosis.predictions import check_predictions
@@ -269,11 +269,10 @@ def compute_record(
         record.expected_shapes = {k: list(v) for k, v in expected_shapes(reference).items()}
         record.missing_stages, record.reconstructed_stages = list(variant.missing), list(variant.reconstructed)
         record.output_is_context = variant.output_is_context
-        record.diagnostics, record.head_diagnostics = compute_diagnostics(variant, reference)
-        record.reference_diagnostics, _ = compute_diagnostics(reference, reference)
-        record.first_divergent_stage = first_divergent_stage(variant, reference, record.diagnostics)
-        record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=spec.shared,
-                                   train=spec.train, batch_mixing=mixing)
+        found = analyse(variant, reference, weights_shared=spec.shared, train=spec.train, batch_mixing=mixing)
+        record.diagnostics, record.head_diagnostics = found.diagnostics, found.head_diagnostics
+        record.reference_diagnostics = found.reference_diagnostics
+        record.first_divergent_stage, record.findings = found.first_divergent_stage, found.findings
         record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
         record.predictions = check_predictions(
             spec.expect, variant, record.diagnostics, record.first_divergent_stage, record.findings

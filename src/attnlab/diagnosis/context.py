@@ -17,8 +17,9 @@ import torch
 from attnlab.capture.recorder import Capture
 from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.batch_mixing import BatchMixing
-from attnlab.diagnosis.diagnostics import stage_differs, stage_tolerance
-from attnlab.diagnosis.masking import hides_nothing, mask_count, reference_mask, with_masks_as_neg_inf
+from attnlab.diagnosis.diagnostics import Grid, divergence_grids, stage_differs, stage_tolerance
+from attnlab.diagnosis.masking import hides_nothing, mask_count, reference_mask
+from attnlab.diagnosis.passes import Peaks, peaks
 from attnlab.record import Finding
 
 MIN_TOKENS = 3  # the fewest tokens on which a deliberate change can be told from a bug
@@ -38,6 +39,7 @@ class Pair:
     v: Capture
     ref: Capture
     diagnostics: Mapping[str, float]
+    ref_peaks: Peaks
     _changed: dict[str, bool] = field(default_factory=dict)  # a memo of `changed`, filled on first ask
 
     def both(self, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -49,12 +51,12 @@ class Pair:
     def changed(self, stage: str) -> bool:
         if stage not in self._changed:
             diff = self.diagnostics.get(f"divergence_{stage}")
-            self._changed[stage] = (stage_differs(stage, self.v, self.ref) if diff is None
-                                    else not diff <= stage_tolerance(stage, self.ref))  # nan (shapes differ): changed
+            self._changed[stage] = (stage_differs(stage, self.v, self.ref, peaks=self.ref_peaks) if diff is None
+                                    else not diff <= self.tolerance(stage))  # nan (shapes differ): changed
         return self._changed[stage]
 
     def tolerance(self, stage: str) -> float:
-        return stage_tolerance(stage, self.ref)
+        return stage_tolerance(stage, self.ref, peaks=self.ref_peaks)
 
     @property
     def fits(self) -> bool:
@@ -77,6 +79,9 @@ class Context:
     mask_count: int  # the variant's masked entries of its softmax input (attnlab.diagnosis.masking)
     ref_mask: torch.Tensor | None  # the reference's (query, key) mask, where it has one
     finite_fill: bool  # the variant holds finite values where the reference masks
+    grids: Mapping[str, Grid]  # max |variant - reference| per (batch item, head) of each stage
+    v_peaks: Peaks  # max |t| of each of the variant's stages
+    ref_peaks: Peaks
     pair: Pair
 
     def present(self, *stages: str) -> bool:
@@ -88,7 +93,14 @@ class Context:
         return STAGES.index(stage) < self.unjudged_from
 
     def differs(self, stage: str, other: torch.Tensor | None = None) -> bool:
-        return stage_differs(stage, self.v, self.ref, other, diff=self.d.get(f"divergence_{stage}"))
+        return stage_differs(stage, self.v, self.ref, other, diff=self.d.get(f"divergence_{stage}"),
+                             peaks=self.ref_peaks)
+
+    def tolerance(self, stage: str, capture: Capture | None = None, eps: float | None = None) -> float:
+        """stage_tolerance of the reference's stage (or the variant's: `capture` is ctx.v)."""
+        of_variant = capture is self.v
+        return stage_tolerance(stage, self.v if of_variant else self.ref, eps,
+                               self.v_peaks if of_variant else self.ref_peaks)
 
     def compare(self, stage: str, found: Found) -> bool:
         """Whether a comparison with the reference may judge this stage: only with shared weights and
@@ -130,10 +142,15 @@ def _unjudged_from(v: Capture, ref: Capture, train: bool, mixing: BatchMixing | 
 
 
 def build_context(variant: Capture, reference: Capture, diagnostics: dict[str, float], *, weights_shared: bool,
-                  train: bool = False, mixing: BatchMixing | None = None) -> Context:
+                  train: bool = False, mixing: BatchMixing | None = None,
+                  grids: Mapping[str, Grid] | None = None, measured: tuple[Peaks, Peaks] | None = None) -> Context:
+    """The context of captures whose masks are all -inf (attnlab.diagnosis.masking.with_masks_as_neg_inf);
+    `grids`: their divergence_grids, `measured`: the variant's and the reference's peaks, when
+    already computed."""
     d = MappingProxyType(dict(diagnostics))
-    variant, reference = with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference)
-    ref_mask = reference_mask(variant, reference)
+    grids = MappingProxyType(dict(divergence_grids(variant, reference) if grids is None else grids))
+    v_peaks, ref_peaks = measured or (peaks(variant), peaks(reference))
+    ref_mask = reference_mask(variant, reference, ref_peaks)
     return Context(variant, reference, d, weights_shared, train, mixing, _unjudged_from(variant, reference, train, mixing),
-                   mask_count(variant), ref_mask,
-                   ref_mask is not None and hides_nothing(variant), Pair(variant, reference, d))
+                   mask_count(variant, v_peaks), ref_mask, ref_mask is not None and hides_nothing(variant, v_peaks),
+                   grids, v_peaks, ref_peaks, Pair(variant, reference, d, ref_peaks))

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Iterator
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Iterator, Mapping
 
 import torch
 
-from attnlab.capture.recorder import max_abs_or_nan
+from attnlab.capture.recorder import Capture, max_abs_or_nan
 from attnlab.capture.spill import releasing
 
 BLOCK_ROWS = 1024
@@ -42,3 +44,18 @@ def finite_max_abs(t: torch.Tensor) -> float:
         bound = max((max_abs_or_nan(t[i].nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)) for i in blocks(t)
                      if t[i].numel()), default=0.0)
     return bound
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """max |t| of every stage of one capture, over all entries and over the finite ones: measured
+    once per capture by whoever holds it and passed on (tolerances, divergences and checks read them)."""
+
+    peak: Mapping[str, float]
+    finite: Mapping[str, float]
+
+
+def peaks(capture: Capture) -> Peaks:
+    peak = {stage: max_abs(t) for stage, t in capture.stages.items()}
+    finite = {stage: p if math.isfinite(p) else finite_max_abs(capture.stages[stage]) for stage, p in peak.items()}
+    return Peaks(MappingProxyType(peak), MappingProxyType(finite))

@@ -12,6 +12,9 @@ queries but not the keys, is an error finding (`rotary_misapplied`); a window or
 does not fit is left to the mask and scaling checks. Linear attention never makes its weights;
 when its context equals a kernel attention of the queries and keys, `not_softmax` (an error:
 it is the `plain_normalisation` bug) says what the weights are instead.
+
+Each recogniser is a check declared in `attnlab.diagnosis.codes` (adding one is a function here
+and a row there); they run first, since each would otherwise read as a wrong source or scale.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from attnlab.diagnosis import recognisers
 from attnlab.diagnosis.batch_mixing import BatchMixing
 from attnlab.diagnosis.codes import BY_CODE, CODES
 from attnlab.diagnosis.context import Check, Context, Found, build_context
-from attnlab.diagnosis.diagnostics import max_abs_diff, stage_tolerance
+from attnlab.diagnosis.masking import with_masks_as_neg_inf
 from attnlab.record import Finding
 
 
@@ -54,18 +54,24 @@ def diagnose(variant: Capture, reference: Capture, diagnostics: dict[str, float]
     """Findings, root cause first, each with the heads and batch items it holds for; a variant that
     matches the reference gets none. `train`: the modules ran in training mode (dropout is then an
     info finding); `batch_mixing`: each batch item run alone against its slice (attnlab.diagnosis.batch_mixing)."""
-    ctx = build_context(variant, reference, diagnostics, weights_shared=weights_shared, train=train,
-                        mixing=batch_mixing)
-    release(variant, reference)
+    variant, reference = with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference)
+    return diagnose_context(build_context(variant, reference, diagnostics, weights_shared=weights_shared,
+                                          train=train, mixing=batch_mixing))
+
+
+def diagnose_context(ctx: Context) -> list[Finding]:
+    """diagnose's findings for a context already built."""
+    release(ctx.v, ctx.ref)
     order = {s: i for i, s in enumerate(STAGES)}
     located = [_locate(ctx, f) for f in run_checks(ctx, _checks())]
-    release(variant, reference)
+    release(ctx.v, ctx.ref)
     return sorted(located, key=lambda f: (order[f.stage], f.severity != "error"))  # a bug before a note
 
 
 def recognise(variant: Capture, reference: Capture, diagnostics: dict[str, float] | None = None) -> list[Finding]:
     """The deliberate changes the variant's stages show against the reference's (info; an error
     where the change is applied wrongly), without the other checks."""
+    variant, reference = with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference)
     ctx = build_context(variant, reference, diagnostics or {}, weights_shared=True)
     return run_checks(ctx, [c for c in _checks() if getattr(recognisers, c.__name__, None) is c])
 
@@ -87,7 +93,8 @@ def _locate(ctx: Context, finding: Finding) -> Finding:
     ref = ctx.ref.stages.get(finding.stage)
     explicit = finding.heads is not None or finding.batch is not None
     if not explicit and not splitting and ctx.shared and ref is not None and ref.shape == mine.shape:
-        grid = _differs_grid(ctx, finding.stage, per_head)
+        tol = ctx.tolerance(finding.stage)
+        grid = [[not diff <= tol for diff in row] for row in ctx.grids[finding.stage]]
         rows = [b for b, row in enumerate(grid) if any(row)]
         if rows:
             batch = rows if has_batch else None
@@ -96,12 +103,3 @@ def _locate(ctx: Context, finding: Finding) -> Finding:
     return replace(finding, heads=heads if has_heads or finding.heads is not None else None,
                    batch=batch if has_batch else None)
 
-
-def _differs_grid(ctx: Context, stage: str, per_head: bool) -> list[list[bool]]:
-    """Whether each (batch item, head) of the stage differs from the reference's."""
-    mine, ref = ctx.v.stages[stage], ctx.ref.stages[stage]
-    tol = stage_tolerance(stage, ctx.ref)
-    if per_head:
-        return [[not max_abs_diff(mine[b, h], ref[b, h]) <= tol for h in range(mine.shape[1])]
-                for b in range(mine.shape[0])]
-    return [[not max_abs_diff(mine[b], ref[b]) <= tol] for b in range(mine.shape[0])]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 from attnlab.diagnosis.context import Context, Found, finding
-from attnlab.diagnosis.diagnostics import stage_tolerance
 from attnlab.diagnosis.words import fmt, items
 from attnlab.record import Finding
 
@@ -15,7 +14,7 @@ def batched_single(ctx: Context, found: Found) -> list[Finding]:
     diff = ctx.d.get("batched_single_max_abs_diff", math.nan)
     if found.findings or not ctx.judged("context") or math.isnan(diff):  # nan: no context
         return []
-    if not diff > stage_tolerance("context", ctx.v):
+    if not diff > ctx.tolerance("context", ctx.v):
         return []
     return [finding("batched_single_mismatch", "context", f"row i of the batched context differs from token i's "
                     f"single-token computation softmax(q_i K^T / sqrt(d_k)) V by up to {fmt(diff)}; predict the "

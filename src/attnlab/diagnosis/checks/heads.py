@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.diagnosis.context import Context, Found, finding
-from attnlab.diagnosis.diagnostics import max_abs_diff, stage_tolerance
+from attnlab.diagnosis.diagnostics import max_abs_diff
 from attnlab.record import Finding
 
 _SPLIT_STAGES = ("queries", "keys", "values")
@@ -31,7 +31,7 @@ def head_split(ctx: Context, found: Found) -> list[Finding]:
             continue
         b, h, n, hd = ref.shape
         viewed = ref.transpose(1, 2).reshape(b, h, n, hd)  # (b, num_tokens, d_out) viewed as (b, num_heads, ...)
-        if _close(mine, viewed, stage_tolerance(stage, ctx.ref)):
+        if _close(mine, viewed, ctx.tolerance(stage)):
             split.append(stage)
     if not split:
         return []
@@ -120,7 +120,7 @@ def _merge_and_projection(ctx: Context, found: Found) -> list[Finding]:
     b, h, n, hd = ctx_vec.shape
     merged = ctx_vec.transpose(1, 2).reshape(b, n, h * hd)  # (b, num_tokens, d_out), as the source merges
     unmerged = ctx_vec.reshape(b, n, h * hd)  # the same without the transpose
-    tol = stage_tolerance("context", ctx.v)
+    tol = ctx.tolerance("context", ctx.v)
     scrambled = lambda t: h > 1 and n > 1 and _close(t, unmerged, tol) and not _close(t, merged, tol)  # noqa: E731
     ours, theirs = ctx.v.out_inputs, ctx.ref.out_inputs
     if theirs and not ours and (scrambled(out) or _close(out, merged, tol)):

@@ -8,7 +8,6 @@ import math
 import torch
 
 from attnlab.diagnosis.context import Context, Found, finding
-from attnlab.diagnosis.diagnostics import max_abs, stage_tolerance
 from attnlab.diagnosis.masking import same_everywhere
 from attnlab.diagnosis.words import fmt
 from attnlab.capture.stages import STAGES
@@ -21,7 +20,7 @@ def mask_shape(ctx: Context, found: Found) -> list[Finding]:
     if ctx.ref_mask is None:
         return []
     mine, pattern = ctx.v.stages["scaled_scores"], ctx.ref_mask
-    if not math.isfinite(max_abs(mine)):
+    if not math.isfinite(ctx.v_peaks.peak["scaled_scores"]):
         if same_everywhere(mine, pattern):
             return []  # the reference's mask
         hidden = torch.isneginf(mine)
@@ -31,7 +30,7 @@ def mask_shape(ctx: Context, found: Found) -> list[Finding]:
     where = pattern.expand_as(mine)
     if weights is not None and weights.shape == mine.shape:
         kept = weights[where]
-        tol = stage_tolerance("weights", ctx.ref)
+        tol = ctx.tolerance("weights")
         if kept.numel() and bool((kept == 0).all()):
             sums = weights.sum(dim=-1)
             if bool(((sums - 1).abs() <= tol).all()):
@@ -108,7 +107,7 @@ def masked(ctx: Context, found: Found) -> list[Finding]:
 def _ref_masked(ctx: Context) -> bool:
     scaled = ctx.ref.stages.get("scaled_scores")
     return ctx.ref_mask is not None or (
-        scaled is not None and not math.isfinite(max_abs(scaled)) and bool(torch.isneginf(scaled).any()))
+        scaled is not None and not math.isfinite(ctx.ref_peaks.peak["scaled_scores"]) and bool(torch.isneginf(scaled).any()))
 
 
 def non_finite(ctx: Context, found: Found) -> list[Finding]:

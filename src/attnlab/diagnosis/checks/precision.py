@@ -8,7 +8,7 @@ import torch
 
 from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.context import Context, Found, finding
-from attnlab.diagnosis.diagnostics import capture_eps, stage_tolerance
+from attnlab.diagnosis.diagnostics import capture_eps
 from attnlab.record import Finding
 
 
@@ -23,12 +23,12 @@ def precision(ctx: Context, found: Found) -> list[Finding]:
         return []
     compared = [s for s in STAGES if ctx.present(s) and s in ctx.ref.stages
                 and ctx.v.stages[s].shape == ctx.ref.stages[s].shape]
-    beyond = [s for s in compared if ctx.d.get(f"divergence_{s}", math.nan) > stage_tolerance(s, ctx.ref, float32_eps)]
+    beyond = [s for s in compared if ctx.d.get(f"divergence_{s}", math.nan) > ctx.tolerance(s, eps=float32_eps)]
     if not beyond or any(ctx.differs(s) for s in compared):
         return []
     dtype = str(coarse.stages["output"].dtype).removeprefix("torch.")
     last = compared[-1]
     return [finding("precision", beyond[0], f"{dtype} rounding: the values differ from the reference from the "
                     f"{beyond[0]} on ({last} by up to {ctx.d[f'divergence_{last}']:.3g}), more than float32 rounding "
-                    f"allows but within {dtype}'s bound ({stage_tolerance(last, ctx.ref, eps):.3g} for the {last}: "
+                    f"allows but within {dtype}'s bound ({ctx.tolerance(last, eps=eps):.3g} for the {last}: "
                     f"eps {eps:.3g} x the values' scale x the length of each sum); a precision effect, not a bug.")]

@@ -7,7 +7,6 @@ import math
 import torch
 
 from attnlab.diagnosis.context import Context, Found, finding
-from attnlab.diagnosis.diagnostics import stage_tolerance
 from attnlab.diagnosis.recognisers import linear_attention
 from attnlab.diagnosis.words import fmt
 from attnlab.record import Finding
@@ -19,7 +18,7 @@ def softmax(ctx: Context, found: Found) -> list[Finding]:
     """The softmax's axis, and weights that are not a softmax (a plain normalisation, linear attention)."""
     if not ctx.present("weights"):
         return linear_attention(ctx.pair)
-    tol = stage_tolerance("weights", ctx.v)
+    tol = ctx.tolerance("weights", ctx.v)
     row_err = ctx.d.get("weights_row_sum_max_err", math.nan)
     col_err = ctx.d.get("weights_col_sum_max_err", math.nan)
     weights = ctx.v.stages["weights"]

@@ -23,7 +23,8 @@ SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=8", "d_out=8", "num_
 def _copy(plugin_folder, use_plugins, built_in: str, fill: str) -> str:
     """The built-in's file under a new variant name, its mask filled with `fill` instead of -inf."""
     name = f"{built_in}_{fill}"
-    source = (PLUGINS / f"{built_in}.py").read_text()
+    [path] = PLUGINS.rglob(f"{built_in}.py")  # plugins/<group>/<name>.py
+    source = path.read_text()
     assert source.count("-torch.inf") == 1 and source.count(f'"{built_in}"') == 1
     source = source.replace("-torch.inf", FILLS[fill]).replace(f'"{built_in}"', f'"{name}"')
     use_plugins(plugin_folder(name, source))

@@ -173,13 +173,11 @@ def test_scalars_are_every_numeric_diagnostic_under_grouped_tags(book_events):
     assert events.Scalars("shape_ok/context")[0].value == 1.0
 
 
-def test_custom_scalars_layout_is_written(book_events):
-    from tensorboard.plugins.custom_scalar import layout_pb2
-
+def test_a_job_writes_no_custom_scalars_layout(book_events):
+    """A job's scalars are one point each: a layout of them was clouds of dots shown before a
+    sweep's curves (issue 24); the sweep's curves are the only layout."""
     _, _, events = book_events
-    content = events.PluginTagToContent("custom_scalars")
-    layout = layout_pb2.Layout.FromString(events.Tensors(next(iter(content)))[0].tensor_proto.string_val[0])
-    assert [category.title for category in layout.category] == ["Divergence", "Weights", "Scaling"]
+    assert "custom_scalars" not in events.PluginTagToContent.__self__._plugin_to_tag_to_content
 
 
 def test_heatmaps_for_variant_reference_difference_and_context(book_events):
@@ -217,8 +215,11 @@ def test_text_table_findings_and_config(book_events):
     findings = text(events, "text/findings")
     assert findings.startswith("- **error** `scaling` at `scaled_scores`")
     config = text(events, "text/config")
-    assert config.startswith("```json\n") and config.endswith("\n```")
-    assert json.loads(config[len("```json\n") : -len("\n```")])["inputs"]["n_tokens"] == 6
+    assert config.startswith("```yaml\n") and config.endswith("\n```")
+    import yaml
+
+    assert yaml.safe_load(config[len("```yaml\n") : -len("\n```")])["inputs"]["n_tokens"] == 6
+    assert "_target_" not in config and "_convert_" not in config
 
 
 def test_hparams_session_holds_the_flattened_config(book_events):
@@ -232,7 +233,9 @@ def test_hparams_session_holds_the_flattened_config(book_events):
         "variant": "unscaled", "seed": 123, "d_out": 2, "weights": "shared", "inputs.kind": "book",
         "n_tokens": 6, "d_in": 3, "inputs.path": "None", "expect.context_shape": "[6, 2]",
         "expect.tolerance": 0.5, "expect.strict": True,
+        "first_divergent_stage": "scaled_scores", "findings": "scaling",  # the verdict, to sort and filter by
     }  # fmt: skip
+    assert start.group_name == "unscaled s123"  # the trial's name (no job folder given)
     experiment = metadata.parse_experiment_plugin_data(content[metadata.EXPERIMENT_TAG])
     metric_tags = {metric.name.tag for metric in experiment.metric_infos}
     assert "divergence/context" in metric_tags and metric_tags <= set(events.Tags()["scalars"])

@@ -20,7 +20,6 @@ mlflow is imported when the sink is built, i.e. only with log.mlflow=true.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -80,7 +79,7 @@ class MlflowSink:
                 folder = None if len(records) == 1 else f"seed-{record.seed}"
                 client.log_artifact(run_id, str(record.path), artifact_path=folder)
         if self.images and first.ok:
-            self._log_heatmaps(client, run_id, first)
+            self._log_heatmaps(client, run_id, first, job.dir)
         client.set_terminated(run_id, "FINISHED" if all(r.ok for r in records) else "FAILED")
 
     def client(self) -> MlflowClient:
@@ -97,15 +96,11 @@ class MlflowSink:
         with _locked(Path(job.sweep_dir) / LOCK_FILE):
             return _get_or_create(client, _display(job.sweep_dir))
 
-    def _log_heatmaps(self, client: MlflowClient, run_id: str, record: Record) -> None:
-        from attnlab.sinks.tensorboard import heatmap_images
+    def _log_heatmaps(self, client: MlflowClient, run_id: str, record: Record, job_dir: Path) -> None:
+        from attnlab.reporting.job_heatmaps import FOLDER, job_heatmaps
 
-        with tempfile.TemporaryDirectory() as folder:
-            for tag, image in heatmap_images(record):
-                path = Path(folder) / f"{tag}.png"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(image.png)
-            client.log_artifacts(run_id, folder)
+        job_heatmaps(record, job_dir)  # drawn once per job: read back when another sink drew them
+        client.log_artifacts(run_id, str(Path(job_dir) / FOLDER), artifact_path=FOLDER)
 
 
 def store_uri(tracking_uri: str | None) -> str:

@@ -10,7 +10,8 @@ columns. A sweep's curves are its Custom Scalars, the only layout written (jobs 
 Tags:
 - scalars: every numeric diagnostic under its grouped name (attnlab.reporting.metrics: `divergence/context`,
   `scaling/observed`, the reference's own under `reference/...`).
-- images: `heatmaps/{variant,reference,difference}/<stage>`, plus `.../crop64` above 512 tokens.
+- images: `heatmaps/{variant,reference,difference}/<stage>` (a grid of all heads), `.../head<h>`,
+  `.../crop64` above 256 tokens: attnlab.reporting.job_heatmaps, the PNGs in the job's heatmaps/.
 - histograms: `histograms/{variant,reference}/<stage>`.
 - text: `text/table` (a header row, then a row per column of comparison.csv), `text/findings`,
   `text/config` (YAML, without Hydra's `_target_`/`_convert_`).
@@ -38,12 +39,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnlab.reporting.heatmap import EncodedHeatmap, encoded_heatmap_views
+from attnlab.reporting.job_heatmaps import EncodedHeatmap, job_heatmaps
 from attnlab.reporting.metrics import KEY_METRICS, hparam_name, hparams, json_default, metric_values
 from attnlab.record import Finding, Record
 from attnlab.reporting.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo
-from attnlab.capture.spill import release
 
 if TYPE_CHECKING:
     from tensorboard.compat.proto.summary_pb2 import Summary
@@ -51,9 +51,7 @@ if TYPE_CHECKING:
     from attnlab.reporting.aggregate import Report
     from attnlab.reporting.sweep_plots import Curve
 
-HEATMAP_STAGES = ("scores", "scaled_scores", "weights", "context")
 HISTOGRAM_STAGES = ("weights", "context")
-TOKEN_BY_TOKEN = {"scores", "scaled_scores", "weights"}  # columns are key tokens; context's are dims
 HISTOGRAM_BINS = 64  # uniform bins: TensorBoard's default ~1500 exponential buckets are slow at 4096^2
 HISTOGRAM_SAMPLE = 2**22
 
@@ -197,7 +195,7 @@ def write_tensorboard(
         for record in ok:
             events.add(scalars_summary(metric_values(record)), step=step if len(records) == 1 else record.seed)
         if images:
-            _write_heatmaps(events, first)
+            _write_heatmaps(events, first, job_dir)
         if histograms:
             _write_histograms(events, first)
         _write_texts(events, {"table": table_markdown, "findings": findings_markdown(first),
@@ -281,45 +279,9 @@ def scalars_summary(values: Mapping[str, float]) -> Summary:
     return Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in values.items()])
 
 
-def _write_heatmaps(events: EventFile, record: Record) -> None:
-    for tag, image in heatmap_images(record):
+def _write_heatmaps(events: EventFile, record: Record, job_dir: Path) -> None:
+    for tag, image in job_heatmaps(record, job_dir):
         events.add(image_summary(tag, image))
-
-
-def heatmap_images(record: Record) -> Iterator[tuple[str, EncodedHeatmap]]:
-    """(tag, PNG) of every heatmap a tracker shows: `heatmaps/<variant|reference|difference>/<stage>`
-    (plus `/crop64` above 512 tokens), of the batch item `show.batch`, every head."""
-    for stage in HEATMAP_STAGES:
-        batch = int((record.config.get("show") or {}).get("batch", 0))
-        variant = record.heads_view(stage, batch=batch)
-        reference = record.heads_view(stage, batch=batch, reference=True)
-        sources = {"variant": variant, "reference": reference}
-        if variant is not None and reference is not None and np.shape(variant) == np.shape(reference):
-            with np.errstate(invalid="ignore"):  # a mask's -inf against the same -inf
-                difference = np.subtract(variant, reference, dtype=np.float32)
-            np.putmask(difference, np.equal(variant, reference), 0.0)  # in place: one stage-sized array
-            sources["difference"] = difference
-        for source, values in sources.items():
-            if values is None:
-                continue
-            rows, cols = _labels(record, stage, np.shape(values))
-            views = encoded_heatmap_views(values, title=f"{stage} ({source})", row_labels=rows, col_labels=cols,
-                                          diverging=source == "difference")
-            for view, image in views.items():
-                yield f"heatmaps/{source}/{stage}" + ("" if view == "main" else f"/{view}"), image
-        release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps
-
-
-def _labels(record: Record, stage: str, shape: tuple[int, ...]) -> tuple[list[str] | None, list[str] | None]:
-    """Token labels for the axes that are tokens (when they match), `d<i>` for context's columns."""
-    n_rows, n_cols = (1, shape[0]) if len(shape) == 1 else shape[-2:]
-
-    def tokens(n: int) -> list[str] | None:
-        return list(record.labels) if len(record.labels) == n else None
-
-    rows = tokens(n_rows) if len(shape) > 1 else None
-    cols = tokens(n_cols) if stage in TOKEN_BY_TOKEN else [f"d{i}" for i in range(n_cols)]
-    return rows, cols
 
 
 def image_summary(tag: str, image: EncodedHeatmap) -> Summary:

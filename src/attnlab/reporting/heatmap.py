@@ -178,11 +178,16 @@ def finite_range(*arrays: np.ndarray | None, diverging: bool = False) -> tuple[f
         if array is None:
             continue
         values = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).reshape(-1)
-        finite = values if bool(torch.isfinite(values).all()) else values[torch.isfinite(values)]
-        if finite.numel():
-            low, high = torch.aminmax(finite)
-            lows.append(float(low))
-            highs.append(float(high))
+        if not values.numel():
+            continue
+        low, high = (float(v) for v in torch.aminmax(values))
+        if not (math.isfinite(low) and math.isfinite(high)):  # a NaN or an infinity: the finite ones only
+            finite = values[torch.isfinite(values)]
+            if not finite.numel():
+                continue
+            low, high = (float(v) for v in torch.aminmax(finite))
+        lows.append(low)
+        highs.append(high)
     if not lows:
         return 0.0, 0.0
     low, high = min(lows), max(highs)

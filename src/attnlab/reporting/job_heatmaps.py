@@ -5,7 +5,8 @@ the variant differs from the reference there; for each, the variant and the refe
 shared colour scale, and their difference (symmetric around 0) where it is not all zero. A
 stage with several heads is a grid of all heads (tag `heatmaps/<source>/<stage>`) and an image
 per head (`.../head<h>`); above MAX_SIDE tokens the shown head's first CROP tokens follow at
-full resolution (`.../crop64`). Titles name the stage, the source, the head and the batch item.
+full resolution (`.../crop64`). Where the variant equals the reference, the reference gets its
+grid only (its heads would be the variant's images again). Titles name the stage, the source, the head and the batch item.
 
 `job_heatmaps` writes them to `<job>/heatmaps/<tag after heatmaps/>.png` with `index.json`
 (each image's tag, file and size, and the record.json they were drawn from): TensorBoard,
@@ -92,19 +93,22 @@ def heatmap_images(record: Record) -> list[tuple[str, EncodedHeatmap]]:
     batch, head = int(show.get("batch", 0)), int(show.get("head", 0))
     images: list[tuple[str, EncodedHeatmap]] = []
     for stage in HEATMAP_STAGES:
-        if stage not in ALWAYS_DRAWN and not _differs(record, stage):
+        differs = _differs(record, stage)
+        if stage not in ALWAYS_DRAWN and not differs:
             continue
         variant = record.heads_view(stage, batch=batch)
         reference = record.heads_view(stage, batch=batch, reference=True)
         shared = finite_range(variant, reference)  # one scale: a colour is one value in both maps
         sources = {"variant": (variant, shared, False), "reference": (reference, shared, False)}
-        difference = _difference(variant, reference)
+        difference = _difference(variant, reference) if differs else None
         if difference is not None and np.any(difference):
             sources["difference"] = (difference, finite_range(difference, diverging=True), True)
         where = f" · batch item {batch}" if _batched(record, stage) else ""
         for source, (values, value_range, diverging) in sources.items():
             if values is not None:
-                images += _stage_images(record, stage, source, values, value_range, diverging, head, where)
+                # a reference equal to the variant: its grid to compare by eye, not every head again
+                per_head = differs or source != "reference"
+                images += _stage_images(record, stage, source, values, value_range, diverging, head, where, per_head)
         release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps
     return images
 
@@ -129,8 +133,8 @@ def _difference(variant: np.ndarray | None, reference: np.ndarray | None) -> np.
 
 
 def _stage_images(record: Record, stage: str, source: str, values: np.ndarray, value_range: tuple[float, float],
-                  diverging: bool, head: int, where: str) -> list[tuple[str, EncodedHeatmap]]:
-    """The grid of all heads and an image per head (one image for one head), then the crop."""
+                  diverging: bool, head: int, where: str, per_head: bool) -> list[tuple[str, EncodedHeatmap]]:
+    """The grid of all heads and (`per_head`) an image per head (one image for one head), then the crop."""
     heads = _as_heads(values)  # (heads, rows, cols)
     rows, cols = _labels(record, stage, heads.shape[1:], one_row=np.ndim(values) == 1)
     tag = f"heatmaps/{source}/{stage}"
@@ -153,8 +157,8 @@ def _stage_images(record: Record, stage: str, source: str, values: np.ndarray, v
         tasks.append((tag, lambda: encoded(lambda: render_head_grid(heads, title=title, diverging=diverging,
                                                                     value_range=value_range),
                                            heads, "grid", title, diverging, value_range)))
-        tasks += [(f"{tag}/head{h}", single(h, heads[h])) for h in range(n)]
-    if max(heads.shape[1:]) > MAX_SIDE:
+        tasks += [(f"{tag}/head{h}", single(h, heads[h])) for h in range(n) if per_head]
+    if max(heads.shape[1:]) > MAX_SIDE and per_head:
         crop = np.ascontiguousarray(heads[head, :CROP, :CROP])
         tasks.append((f"{tag}/crop64", single(head, crop, f" · first {CROP} at full resolution")))
     return list(zip([t for t, _ in tasks], _in_threads(lambda task: task[1](), tasks)))

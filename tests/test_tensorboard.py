@@ -417,3 +417,16 @@ def test_a_sweeps_layout_names_what_an_index_step_means(tmp_path: Path) -> None:
     (curve,), _ = sweep_curves(report, ["weights_entropy_mean"])
     assert [e.step for e in events.Scalars(f"{sweep_tag(curve)}/mean")] == [0, 1]
     assert "step = index of variant.params.cap: 0 = 0.5, 1 = 2.5" in layout_of(events).category[0].chart[0].title
+
+
+def test_a_sweeps_charts_are_written_last_first_for_the_dashboard_to_show_them_in_order(tmp_path: Path) -> None:
+    """TensorBoard 2.21's Custom Scalars lays a category's charts out last first (seen in Chromium:
+    h3 … h0 where h0 … h3 was written, issue 24), so the layout holds them reversed."""
+    report = sweep_of_lengths(tmp_path)
+    asked = ["weights_entropy_mean", "divergence_context_h*"]
+    TensorBoardSink(plots=asked).write_sweep(report, tmp_path / "out")
+    curves, _ = sweep_curves(report, asked)
+    (category,) = layout_of(sweep_events(tmp_path / "out" / SWEEP_RUN)["alibi"]).category
+    written = [chart.title.split(" ")[0] for chart in category.chart]
+    assert written == [metric_name(curve.diagnostic) for curve in reversed(curves)]
+    assert written[-1] == "weights/entropy_mean"  # shown first

@@ -74,13 +74,13 @@ def test_variant_and_reference_share_one_scale_and_the_difference_is_symmetric(g
     reference = gqa_record.reference_stages["context"][0]
     assert variant.min() != reference.min() and variant.max() != reference.max()  # own ranges would differ
     both = np.concatenate([variant.ravel(), reference.ravel()])
-    expected = [f"{float(both.max()):.4g}", f"{float(both.min()) + 0.0:.4g}"]
+    expected = [f"{float(both.max()):.3g}", f"{float(both.min()) + 0.0:.3g}"]
     assert ticks_after(drawn, "context · variant · head 1 · batch item 0") == expected
     assert ticks_after(drawn, "context · reference · head 1 · batch item 0") == expected
     assert ticks_after(drawn, "context · reference · all heads · batch item 0") == expected
     variant, reference = gqa_record.stages["weights"][0], gqa_record.reference_stages["weights"][0]
     extent = float(np.abs(variant - reference).max())
-    assert ticks_after(drawn, "weights · difference · head 1 · batch item 0", n=3) == [f"{extent:.4g}", f"{-extent:.4g}", "0"]
+    assert ticks_after(drawn, "weights · difference · head 1 · batch item 0", n=3) == [f"{extent:.3g}", f"{-extent:.3g}", "0"]
 
 
 def test_only_stages_that_differ_are_drawn_beyond_weights_and_context() -> None:

@@ -13,7 +13,7 @@ Rules a reader can rely on:
   for differences, centred so that 0 is exactly white; the caller passes the scale shared by the
   maps shown side by side (variant and reference, every head);
 - token labels on both axes when an axis has at most 16 entries (columns reading upwards, in
-  every map), every cell's value when both have at most 8;
+  every map), every cell's value when both have at most 6;
 - non-finite cells are grey and never stretch the colour range;
 - above MAX_SIDE entries an axis is pooled by block max (signed extreme for differences): a
   pooled map is for seeing *where* something happens. A NaN anywhere in a block makes it grey.
@@ -34,19 +34,19 @@ from PIL import Image, ImageDraw, ImageFont
 import torch
 import torch.nn.functional as F
 
-MAP_SIDE = 256  # px of a map's grid, whatever the matrix's size: one size per kind of card
+MAP_SIDE = 192  # px of a map's grid, whatever the matrix's size: a whole map fits a ~350 px card
 MAX_SIDE = MAP_SIDE  # cells per axis after pooling (a cell is at least a pixel)
-GRID_WIDTH = 512  # px across the tiles of a grid of all heads, however many heads
+GRID_WIDTH = 256  # px across the tiles of a grid of all heads, however many heads: as wide as a map
 CROP = 64  # tokens in the full-resolution crop of a pooled map
 ANNOTATE_MAX = 16  # axes up to this length get their labels
-VALUES_MAX = 8  # axes up to this length get every cell's value (cells of 32 px and more)
+VALUES_MAX = 6  # axes up to this length get every cell's value (cells of 32 px and more)
 
 _FONT_SIZE = 11
 _TITLE_SIZE = 13
 _MARGIN = 6
-_LABEL_BAND = 80  # px beside and above the grid for labels (12 characters), drawn or not: one size
+_LABEL_BAND = 64  # px beside and above the grid for labels (10 characters), drawn or not: one size
 _BAR_W = 14
-_TICK_W = 70  # px right of the colour bar for its ticks
+_TICK_W = 56  # px right of the colour bar for its ticks
 _TILE_GAP = 8
 _LUT_SIZE = 257  # odd, so the middle entry is exactly the centre of the range
 _BACKGROUND = 255  # white
@@ -348,7 +348,7 @@ def _axis_labels(labels: list[str] | None, n: int, axis: str) -> list[str] | Non
     return [_shorten(str(label)) for label in labels] if labels is not None else [str(i) for i in range(n)]
 
 
-def _shorten(label: str, limit: int = 12) -> str:
+def _shorten(label: str, limit: int = 10) -> str:
     return label if len(label) <= limit else label[: limit - 2] + ".."
 
 
@@ -405,4 +405,4 @@ def _with_bar(image: Image.Image, grid_right: int, top: int, height: int, low: f
 
 
 def _tick(value: float) -> str:
-    return f"{value + 0.0:.4g}"  # + 0.0: no "-0"
+    return f"{value + 0.0:.3g}"  # + 0.0: no "-0"

@@ -91,10 +91,11 @@ def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
     if not curves:
         return
     layout: dict[str, dict[str, list]] = {}
-    for curve in curves:
+    for curve in reversed(curves):  # the dashboard lays a category's charts out last first (TensorBoard 2.21)
         tag = sweep_tag(curve)
         layout.setdefault(f"sweep: against {curve.key}", {})[_chart_title(curve)] = [
             "Margin", [f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"]]
+    layout = dict(reversed(layout.items()))  # categories in the order of the keys, charts reversed within each
     for label in dict.fromkeys(label for curve in curves for label in curve.lines):
         with EventFile(folder / sweep_run_name(label)) as events:
             for curve in curves:

@@ -430,3 +430,13 @@ def test_a_sweeps_charts_are_written_last_first_for_the_dashboard_to_show_them_i
     written = [chart.title.split(" ")[0] for chart in category.chart]
     assert written == [metric_name(curve.diagnostic) for curve in reversed(curves)]
     assert written[-1] == "weights/entropy_mean"  # shown first
+
+
+def test_a_sweep_jobs_scalars_sit_at_its_job_number(tmp_path: Path) -> None:
+    """Every job at step 0 stacked a sweep's runs into one vertical cloud of dots (issue 24)."""
+    from attnlab.sinks.base import JobInfo
+
+    job = JobInfo(dir=tmp_path / "3-seed=7", sweep_dir=tmp_path, num=3)
+    write_tensorboard([book_record()], job.dir, table_markdown=TABLE, images=False, histograms=False, swept=[], job=job)
+    (point,) = accumulate(job.dir).Scalars("divergence/context")
+    assert point.step == 3

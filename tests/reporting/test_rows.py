@@ -36,6 +36,10 @@ def test_num_kv_heads_is_a_column_and_splits_the_summary(tmp_path: Path) -> None
     assert ("num_kv_heads", "mean") not in summary  # configuration, not a measurement
     markdown = (tmp_path / "sweep" / "comparison.md").read_text()
     assert "num_kv_heads=2" in markdown
+    from attnlab.sinks.html import render_html
+
+    page = render_html(report)  # a card per configuration, each with its own jobs' notes only
+    assert [page.count(f"<h3>gqa · num_kv_heads={kv}</h3>") for kv in (1, 2, 4)] == [1, 1, 1]
 
 
 def test_a_swept_weights_init_is_not_pooled(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
@@ -170,6 +171,14 @@ def _draw_string(image: Image.Image, xy: tuple[int, int], text: str, *, size: in
     image.paste(colour, (x, y, x + mask.width, y + mask.height), mask)
 
 
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """A float32 tensor on the array's own memory, read only here: a spilled stage is a read-only
+    memory map, and torch's warning about writing to it does not apply."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+
+
 def finite_range(*arrays: np.ndarray | None, diverging: bool = False) -> tuple[float, float]:
     """Finite min and max over every array (one colour scale for the variant and the reference,
     for every head); symmetric around 0 for a diverging map; (0, 0) when nothing is finite."""
@@ -177,7 +186,7 @@ def finite_range(*arrays: np.ndarray | None, diverging: bool = False) -> tuple[f
     for array in arrays:
         if array is None:
             continue
-        values = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).reshape(-1)
+        values = _tensor(array).reshape(-1)
         if not values.numel():
             continue
         low, high = (float(v) for v in torch.aminmax(values))
@@ -204,7 +213,7 @@ def pool_heads(values: np.ndarray, cells: int, diverging: bool) -> tuple[np.ndar
     blocks = (-(-values.shape[1] // cells), -(-values.shape[2] // cells))
     if blocks == (1, 1):
         return values, blocks
-    tensor = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))[None]  # (1, heads, rows, cols)
+    tensor = _tensor(values)[None]  # (1, heads, rows, cols)
 
     def pool(t: torch.Tensor) -> np.ndarray:
         return F.max_pool2d(t, kernel_size=blocks, stride=blocks, ceil_mode=True)[0].numpy()

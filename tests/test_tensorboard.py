@@ -238,7 +238,7 @@ def test_hparams_session_holds_the_flattened_config(book_events):
         "expect.tolerance": 0.5, "expect.strict": True,
         "first_divergent_stage": "scaled_scores", "findings": "scaling",  # the verdict, to sort and filter by
     }  # fmt: skip
-    assert start.group_name == "unscaled s123"  # the trial's name (no job folder given)
+    assert start.group_name == "0-variant=unscaled s123"  # the trial: the run's folder and seed
     experiment = metadata.parse_experiment_plugin_data(content[metadata.EXPERIMENT_TAG])
     metric_tags = {metric.name.tag for metric in experiment.metric_infos}
     assert "divergence/context" in metric_tags and metric_tags <= set(events.Tags()["scalars"])

@@ -204,7 +204,7 @@ def write_tensorboard(
         scalars = metric_values(first)
         metrics = list(KEY_METRICS) if swept is not None else [tag for tag in KEY_METRICS if tag in scalars]
         for summary in hparams_summaries(session_hparams(first), metrics, ok=first.ok, swept=swept,
-                                         trial=trial_name(first, job, swept)):
+                                         trial=trial_name(first, job or JobInfo(Path(job_dir)), swept)):
             events.add(summary)
 
 
@@ -216,12 +216,11 @@ def session_hparams(record: Record) -> dict[str, bool | int | float | str]:
     return {**hparams(record), **verdict}
 
 
-def trial_name(record: Record, job: JobInfo | None, swept: Sequence[str] | None) -> str:
+def trial_name(record: Record, job: JobInfo, swept: Sequence[str] | None) -> str:
     """HParams' trial: `11-30-23 #03 unscaled d_out=8 s1` in a sweep (the sweep's folder, the
     job's number, the variant, its other swept values, the seed), which sorts in job order and
-    tells sweeps apart; a single run's folder name and seed otherwise."""
-    if job is None:
-        return f"{record.variant} s{record.seed}"
+    tells sweeps apart; a single run's folder name and seed otherwise (trials of one name are
+    pooled into one row)."""
     if job.sweep_dir is None or job.num is None:
         return f"{Path(job.dir).name} s{record.seed}"
     values = hparams(record)

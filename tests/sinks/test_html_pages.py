@@ -115,3 +115,12 @@ def test_profile_charts_share_one_order_lead_with_the_reference_and_use_a_log_ax
     assert widths[2] / widths[1] < 35 / 1.0 / 4  # 35x on a log axis: not a squashed field of slivers
     assert re.search(r">2</text>", chart)  # the reference's forward ms: 1.0 / 0.5
     assert np.isclose(float(re.findall(r'<text x="[\d.]+" y="13">([\d.]+)</text>', chart)[0]), 2.0)
+
+
+def test_an_n_seeds_jobs_card_shows_the_pngs_its_job_kept(tmp_path: Path) -> None:
+    attnlab.run("unscaled", 1, n_seeds=2, out_dir=tmp_path / "job", inputs="random", d_out=4,
+                overrides=["inputs.n_tokens=300", "inputs.d_in=4"], **ONLY_HTML)
+    records, _ = load_records(find_record_files([tmp_path / "job"]))
+    assert len(records) == 2 and all(r.stages["weights"] is None for r in records)
+    (card,) = cards_of(render_html(Report(records)))
+    assert images_of(card)

@@ -27,10 +27,13 @@ def job_images(record: Record) -> dict[str, EncodedHeatmap]:
     """{tag: PNG} the record's job wrote (empty when it wrote none, or they are of another record)."""
     if record.path is None:
         return {}
-    job_dir = Path(record.path).parent
-    index = read_index(job_dir)
-    if index is None or (index.get("record") or {}).get("path") != str(Path(record.path).resolve()):
+    source = str(Path(record.path).resolve())
+    # the job folder: the record's own, or for a seed of an n_seeds job (seed-<s>/) the one above it
+    candidates = [(folder, read_index(folder)) for folder in Path(record.path).parents[:2]]
+    found = [(folder, index) for folder, index in candidates if index and (index.get("record") or {}).get("path") == source]
+    if not found:
         return {}
+    job_dir, index = found[0]
     images = {}
     for item in index["images"]:
         try:

@@ -10,13 +10,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import attnlab
 import attnlab.modules.registry
 from attnlab.capture.recorder import capture
 from attnlab.diagnosis.diagnostics import compute_diagnostics, first_divergent_stage
 from attnlab.diagnosis.findings import diagnose
 from attnlab.record import Finding
+from attnlab.modules.built import as_built, plan
 from attnlab.modules.layouts import align
-from attnlab.compute.pipeline import build_module, head_count, takes_batches
 from attnlab.modules.registry import DEFAULT_VALUES, auto_reference
 from attnlab.modules.roles import manual_seed
 
@@ -127,7 +128,7 @@ def _construct(cls_or_name, d_in: int, d_out: int, seed: int, n_tokens: int = 6)
     a registered variant gets the top-level keys at their defaults (context_length = n_tokens)."""
     if isinstance(cls_or_name, str):
         values = {**DEFAULT_VALUES, "context_length": None, "d_in": d_in, "d_out": d_out, "n_tokens": n_tokens}
-        return build_module(cls_or_name, {}, values, seed)
+        return plan(cls_or_name, values).build(seed).module
     manual_seed(seed)
     return cls_or_name(d_in, d_out)
 
@@ -149,14 +150,14 @@ def run_pair(cls_or_name, x: torch.Tensor, d_out: int, seed: int = 123, shared: 
     d_in, n_tokens = x.shape[-1], x.shape[-2]
     variant = _construct(cls_or_name, d_in, d_out, seed if shared else seed + 1, n_tokens)
     # the classes here are written for (n_tokens, d_in), as SelfAttention_v1 is; a registered variant is probed
-    variant_batched = isinstance(cls_or_name, str) and takes_batches(variant, d_in, n_tokens, d_out)
+    variant_batched = isinstance(cls_or_name, str) and as_built(variant).takes_batches(d_in, n_tokens, d_out)
     name = (auto_reference(attnlab.modules.registry.get_variant(cls_or_name), variant, variant_batched)
             if isinstance(cls_or_name, str) else "reference")
     reference = _construct(name, d_in, d_out, seed, n_tokens)
-    reference_batched = takes_batches(reference, d_in, n_tokens, d_out)
+    reference_batched = as_built(reference).takes_batches(d_in, n_tokens, d_out)
     if shared:
         values = {**DEFAULT_VALUES, "d_in": d_in, "d_out": d_out, "n_tokens": n_tokens}
-        align(reference, variant, num_heads=head_count(name, values))
+        align(reference, variant, num_heads=plan(name, values).num_heads)
     batch = torch.stack((x, x))  # (2, n_tokens, d_in)
     variant.eval(), reference.eval()
     v = capture(variant, batch if variant_batched else x)
@@ -167,17 +168,27 @@ def run_pair(cls_or_name, x: torch.Tensor, d_out: int, seed: int = 123, shared: 
 
 
 def zoo_specs():
-    """The bug zoo checked on the book's (n_tokens, d_in) input; the multi-head zoo (mha_*, causal_*)
-    needs distinct batch items and is checked in tests/test_findings_multi_head.py."""
-    return [s for s in attnlab.modules.registry.discover().specs.values()
-            if s.expected_finding and not Path(s.source).name.startswith(("mha_", "causal_"))]
+    """The bug zoo checked on the book's (n_tokens, d_in) input: every variant that declares the
+    finding it must trigger, but the multi-head zoo (tag multi_head), which needs distinct batch
+    items and is checked in tests/test_findings_multi_head.py."""
+    registry = attnlab.modules.registry.discover()
+    multi_head = set(attnlab.list_variants(tag="multi_head"))
+    return [s for s in registry.specs.values() if s.expected_finding and s.name not in multi_head]
+
+
+def multi_head_zoo_specs():
+    """The multi-head bug zoo: the plugins tagged multi_head (copies of CausalAttention,
+    MultiHeadAttention and the notebook's wrapper, each with one mistake)."""
+    registry = attnlab.modules.registry.discover()
+    return [registry.specs[name] for name in attnlab.list_variants(tag="multi_head")]
 
 
 def codes(findings: list[Finding]) -> list[tuple[str, str]]:
     return [(f.code, f.stage) for f in findings]
 
 
-__all__ = ["BOOK_INPUTS", "CORRECT_STYLES", "ConstantAttention", "build", "codes", "run_pair", "zoo_specs"]
+__all__ = ["BOOK_INPUTS", "CORRECT_STYLES", "ConstantAttention", "build", "codes", "multi_head_zoo_specs", "run_pair",
+           "zoo_specs"]
 
 
 def source_qkv(seed: int, d_in: int, d_out: int, init: str = "rand") -> tuple[torch.Tensor, ...]:

@@ -87,8 +87,12 @@ def encoded(draw: Callable[[], np.ndarray], values: np.ndarray, *key_parts: obje
     return result
 
 
-def heatmap_images(record: Record) -> list[tuple[str, EncodedHeatmap]]:
-    """(tag, PNG) of every heatmap of the record (see the module's docstring), stage by stage."""
+def heatmap_images(record: Record, *, card_only: bool = False) -> list[tuple[str, EncodedHeatmap]]:
+    """(tag, PNG) of every heatmap of the record (see the module's docstring), stage by stage;
+    `card_only`: the variant's weights alone (`heatmaps/variant/weights`), the picture an HTML
+    card shows, for a job that draws no other heatmap (log.images=false)."""
+    if card_only:
+        return _card_image(record)
     show = record.config.get("show") or {}
     batch, head = int(show.get("batch", 0)), int(show.get("head", 0))
     images: list[tuple[str, EncodedHeatmap]] = []
@@ -110,6 +114,17 @@ def heatmap_images(record: Record) -> list[tuple[str, EncodedHeatmap]]:
                 per_head = differs or source != "reference"
                 images += _stage_images(record, stage, source, values, value_range, diverging, head, where, per_head)
         release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps
+    return images
+
+
+def _card_image(record: Record) -> list[tuple[str, EncodedHeatmap]]:
+    batch = int((record.config.get("show") or {}).get("batch", 0))
+    weights = record.heads_view("weights", batch=batch)
+    if weights is None:
+        return []
+    where = f" · batch item {batch}" if _batched(record, "weights") else ""
+    images = _stage_images(record, "weights", "variant", weights, finite_range(weights), False, 0, where, False)
+    release(weights)
     return images
 
 
@@ -176,19 +191,21 @@ def _labels(record: Record, stage: str, shape: tuple[int, int], *, one_row: bool
     return rows, cols
 
 
-def job_heatmaps(record: Record, job_dir: Path) -> list[tuple[str, EncodedHeatmap]]:
+def job_heatmaps(record: Record, job_dir: Path, *, card_only: bool = False) -> list[tuple[str, EncodedHeatmap]]:
     """The record's heatmaps, as files in `<job_dir>/heatmaps/`: read back when already drawn from
-    this very record.json (another sink of the job asked first), else drawn and written."""
+    this very record.json (another sink of the job asked first), else drawn and written.
+    `card_only`: the one picture an HTML card needs (heatmap_images); every image holds it."""
     folder = Path(job_dir) / FOLDER
     source = _source(record)
     index = read_index(job_dir)
-    if source is not None and index is not None and index.get("record") == source:
+    enough = index is not None and (card_only or not index.get("card_only", False))
+    if source is not None and enough and index.get("record") == source:
         try:
             return [(item["tag"], EncodedHeatmap((folder / item["file"]).read_bytes(), item["height"], item["width"]))
                     for item in index["images"]]
         except OSError:
             pass  # a file went missing: draw again
-    images = heatmap_images(record)
+    images = heatmap_images(record, card_only=card_only)
     if folder.exists():
         shutil.rmtree(folder)
     items = []
@@ -198,7 +215,7 @@ def job_heatmaps(record: Record, job_dir: Path) -> list[tuple[str, EncodedHeatma
         (folder / file).write_bytes(image.png)
         items.append({"tag": tag, "file": file, "width": image.width, "height": image.height})
     folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / INDEX_FILE, json.dumps({"record": source, "images": items}, indent=1))
+    write_atomic(folder / INDEX_FILE, json.dumps({"record": source, "card_only": card_only, "images": items}, indent=1))
     return images
 
 

@@ -32,8 +32,8 @@ HTML_FILE = "comparison.html"
 
 class HtmlSink:
     """`log.html`: a sweep's comparison.html, a single run's report.html, and each job's heatmap
-    PNGs (`images`: log.images) that both pages show; `plots`: the diagnostics drawn against each
-    swept numeric key (`plots.diagnostics`)."""
+    PNGs that both pages show (`images`: log.images; off, only the variant's weights, the picture
+    of a card); `plots`: the diagnostics drawn against each swept numeric key (`plots.diagnostics`)."""
 
     def __init__(self, plots: Sequence[str] | None = None, images: bool = True) -> None:
         self.plots = list(plots) if plots is not None else list(DEFAULT_DIAGNOSTICS)
@@ -43,8 +43,8 @@ class HtmlSink:
         from attnlab.reporting.job_heatmaps import job_heatmaps
 
         first = next((r for r in records if r.ok), records[0])
-        if self.images and first.ok:
-            job_heatmaps(first, job.dir)  # drawn once per job, beside record.json: the pages show these
+        if first.ok:  # drawn once per job, beside record.json: the pages show these (log.images=false: the card's)
+            job_heatmaps(first, job.dir, card_only=not self.images)
         if job.sweep_dir is None:
             write_html_report(Report(records), Path(job.dir) / REPORT_FILE, plots=self.plots)
 

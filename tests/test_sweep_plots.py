@@ -101,7 +101,7 @@ def test_long_context_plots_entropy_row_max_and_first_token_mass_against_length(
     runs = sweep_events(folder / SWEEP_RUN)
     assert sorted(runs) == variants
     for diagnostic in diagnostics:
-        tag = f"sweep/n_tokens/weights/{diagnostic.removeprefix('weights_')}/mean"
+        tag = f"Sweep/n_tokens/weights/{diagnostic.removeprefix('weights_')}/mean"
         assert [e.step for e in runs["rope"].Scalars(tag)] == [8, 16]
     charts = {chart.title.split(" ")[0] for chart in layout_of(runs["rope"]).category[0].chart}
     assert charts == {f"weights/{d.removeprefix('weights_')}" for d in diagnostics}
@@ -116,12 +116,12 @@ def test_kv_heads_plots_each_heads_divergence_against_num_kv_heads(app, tmp_path
     assert [(p["diagnostic"], p["key"]) for p in page.plots] == [(d, "num_kv_heads") for d in expected]
     assert all(p["legend"] == ["gqa"] for p in page.plots)
     events = sweep_events(folder / SWEEP_RUN)["gqa"]
-    assert [e.step for e in events.Scalars("sweep/num_kv_heads/weights/entropy_mean_h1/mean")] == [1, 2, 4]
+    assert [e.step for e in events.Scalars("Sweep/num_kv_heads/weights/entropy_mean_h1/mean")] == [1, 2, 4]
     # head 0 reads its own keys whatever the grouping: its entropy does not move with num_kv_heads
-    head0 = [e.value for e in events.Scalars("sweep/num_kv_heads/weights/entropy_mean_h0/mean")]
+    head0 = [e.value for e in events.Scalars("Sweep/num_kv_heads/weights/entropy_mean_h0/mean")]
     assert max(head0) - min(head0) < 1e-6
     # against multi-head attention: head 1 shares head 0's keys from 2 kv heads down, head 2 only in MQA
-    tag = "sweep/num_kv_heads/{}/context_h{}/mean"
+    tag = "Sweep/num_kv_heads/{}/context_h{}/mean"
     divergence = {h: [e.value for e in events.Scalars(tag.format("divergence", h))] for h in range(4)}
     assert divergence[0] == [0.0, 0.0, 0.0] and divergence[1][2] == 0.0 and divergence[2][2] == 0.0
     assert min(divergence[1][:2]) > 0.1 and divergence[2][0] > 0.1 and divergence[2][1] == 0.0

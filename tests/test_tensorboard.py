@@ -395,7 +395,7 @@ def test_a_sweeps_curves_are_a_run_per_variant_at_step_the_swept_value(tmp_path:
     runs = sweep_events(tmp_path / SWEEP_RUN)
     assert list(runs) == ["alibi", "rope"]
     assert len(list((tmp_path / SWEEP_RUN / "rope").glob("events.out.tfevents.*"))) == 1
-    tag = "sweep/n_tokens/weights/entropy_mean"
+    tag = "Sweep/n_tokens/weights/entropy_mean"
     assert set(runs["rope"].Tags()["scalars"]) == {f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"}
     means = runs["rope"].Scalars(f"{tag}/mean")
     assert [e.step for e in means] == [4, 16, 64]
@@ -440,3 +440,11 @@ def test_a_sweep_jobs_scalars_sit_at_its_job_number(tmp_path: Path) -> None:
     write_tensorboard([book_record()], job.dir, table_markdown=TABLE, images=False, histograms=False, swept=[], job=job)
     (point,) = accumulate(job.dir).Scalars("divergence/context")
     assert point.step == 3
+
+
+def test_a_sweeps_curves_sort_before_every_jobs_scalars(book_events, tmp_path: Path) -> None:
+    """The Time Series tab lists tag groups in code-point order: the sweep's group comes first."""
+    _, _, events = book_events
+    report = sweep_of_lengths(tmp_path)
+    curves, _ = sweep_curves(report, ["weights_entropy_mean"])
+    assert all(sweep_tag(curve) < min(events.Tags()["scalars"]) for curve in curves)

@@ -81,7 +81,8 @@ SWEEP_RUN = "sweep"  # <sweep>/sweep/<line>: one TensorBoard run per line (varia
 
 def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
     """The sweep's curves as scalars: a run per line label under `folder`, tags
-    `sweep/<key>/<diagnostic tag>/{mean,lower,upper}` (lower, upper: mean ∓ std over seeds) at
+    `Sweep/<key>/<diagnostic tag>/{mean,lower,upper}` (lower, upper: mean ∓ std over seeds; a capital
+    S: the Time Series tab lists this group before the jobs' own, which are lower case) at
     step = the swept value when every value is an integer, else its index (named in the chart's
     title), and a custom-scalars layout: a category per swept key, a margin chart per diagnostic.
     Runs written by an earlier call are replaced: the sweep's end can rebuild its outputs."""
@@ -111,7 +112,7 @@ def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
 def sweep_tag(curve: Curve) -> str:
     from attnlab.reporting.metrics import metric_name
 
-    return f"sweep/{curve.key}/{metric_name(curve.diagnostic)}"
+    return f"Sweep/{curve.key}/{metric_name(curve.diagnostic)}"
 
 
 def sweep_steps(curve: Curve) -> dict[float, int]:

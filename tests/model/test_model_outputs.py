@@ -1,4 +1,4 @@
-"""What a run inside a model shows: model.html (the effect against the layer, each layer's head
+"""What a run inside a model shows: report.html (the effect against the layer, each layer's head
 grid of the model's own weights), TensorBoard (each measure at step=layer, the head grid per
 layer), the layer folders; and the terminal through the real CLI."""
 
@@ -24,7 +24,7 @@ def test_layer_all_writes_a_record_per_layer_the_plots_and_the_head_grids(tiny_g
     assert [r["model"]["layer"] for r in records] == list(range(N_LAYER))
     assert [r["model"]["effect"]["kl_mean"] for r in records] == pytest.approx(
         [r.record.model["effect"]["kl_mean"] for r in results])
-    page = (tmp_path / "model.html").read_text()
+    page = (tmp_path / "report.html").read_text()
     assert page.count('class="sweep-plot"') == 5 and 'data-key="layer"' in page  # each measure against the layer
     grids = re.findall(r'alt="head grid of layer (\d)" src="data:image/png;base64,([^"]+)"', page)
     assert [int(layer) for layer, _ in grids] == list(range(N_LAYER))  # the later layer's weights kept on disk

@@ -1,4 +1,4 @@
-"""`model.html` for a run inside a model: the effect of the change against the layer, and each
+"""`report.html` for a run inside a model: the effect of the change against the layer, and each
 layer's head grid of the model's own attention weights on the text's tokens, with its findings.
 
 Offline like comparison.html (inline SVG and base64 PNG). It reads the records only.
@@ -16,7 +16,6 @@ from attnlab.reporting.heatmap import EncodedHeatmap, encoded_heatmap_views
 from attnlab.reporting.sweep_plots import Curve, Point, curve_svg
 from attnlab.sinks.model_lines import effect_line, model_line
 
-MODEL_HTML = "model.html"
 # what the plots draw against the layer: (the record.model["effect"] key, its title)
 EFFECT_PLOTS = (("kl_mean", "KL mean"), ("kl_max", "KL max"), ("top1_agreement", "top-1 agreement"),
                 ("loss_changed", "loss with the change"), ("hidden_relative_divergence", "final hidden states, relative change"))
@@ -76,7 +75,6 @@ def render_model_html(records: Sequence[Record]) -> str:
             + "".join(_layer_section(r) for r in records) + "</body></html>")
 
 
-def write_model_html(records: Sequence[Record], folder: Path) -> Path:
-    path = Path(folder) / MODEL_HTML
-    write_atomic(path, render_model_html(records))
-    return path
+def write_model_html(records: Sequence[Record], path: Path) -> Path:
+    write_atomic(Path(path), render_model_html(records))
+    return Path(path)

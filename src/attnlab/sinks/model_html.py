@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Sequence
 
 from attnlab.record import Record, write_atomic
-from attnlab.reporting.heatmap import EncodedHeatmap, encoded_heatmap_views
+from attnlab.reporting.heatmap import render_head_grid, render_heatmap
+from attnlab.reporting.job_heatmaps import EncodedHeatmap, encoded
 from attnlab.reporting.sweep_plots import Curve, Point, curve_svg
 from attnlab.sinks.model_lines import effect_line, model_line
 
@@ -34,21 +35,31 @@ def effect_curves(records: Sequence[Record]) -> list[Curve]:
 
 
 def head_grid_html(record: Record) -> str:
-    """The model's own attention weights at this layer, every head, the tokens as labels."""
-    weights = record.heads_view("weights", reference=True)
+    """The model's own attention weights at this layer: every head in one grid, then the shown head
+    (`show.head`) with the text's tokens as labels."""
+    weights = record.heads_view("weights", reference=True)  # (H, T, T)
     if weights is None:
         return '<p class="note">no weights kept for this layer</p>'
-    image = model_head_grid(record, weights)
-    data = base64.b64encode(image.png).decode("ascii")
-    return f'<img alt="head grid of layer {record.model["layer"]}" src="data:image/png;base64,{data}">'
-
-
-def model_head_grid(record: Record, weights=None) -> EncodedHeatmap:
-    """The PNG of the model's own weights at the record's layer, every head side by side."""
-    weights = record.heads_view("weights", reference=True) if weights is None else weights  # (H, T, T)
+    head = min(int((record.config.get("show") or {}).get("head", 0)), weights.shape[0] - 1)
     labels = record.labels if weights.shape[-1] == len(record.labels) else None
-    return encoded_heatmap_views(weights, title=f"layer {record.model['layer']}", row_labels=labels,
-                                 col_labels=labels)["main"]
+    layer = record.model["layer"]
+    title = f"layer {layer} · head {head}"
+    labelled = encoded(lambda: render_heatmap(weights[head], title=title, row_labels=labels, col_labels=labels),
+                       weights[head], "model head", title, labels)
+    return "".join(_img(image, f"{what} of layer {layer}")
+                   for image, what in ((model_head_grid(record), "head grid"), (labelled, f"head {head}")))
+
+
+def _img(image: EncodedHeatmap, alt: str) -> str:
+    data = base64.b64encode(image.png).decode("ascii")
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def model_head_grid(record: Record) -> EncodedHeatmap:
+    """The PNG of the model's own weights at the record's layer, every head on one colour scale."""
+    weights = record.heads_view("weights", reference=True)  # (H, T, T)
+    title = f"layer {record.model['layer']} · the model's own weights"
+    return encoded(lambda: render_head_grid(weights, title=title), weights, "model grid", title)
 
 
 def _layer_section(record: Record) -> str:

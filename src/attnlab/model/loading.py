@@ -63,7 +63,10 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
     transformers = _transformers()
     if spec.kind == "hf":
         config = _hf_config(transformers, spec)
-        module = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=spec.attn_implementation)
+        try:
+            module = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=spec.attn_implementation)
+        except ValueError as exc:  # not a causal LM, or an attention implementation it lacks
+            raise UserError(f"{spec.key}=hf:{spec.name}: {str(exc).splitlines()[0]}") from None
         return LoadedModel(module, spec.label, gpt2_tokenizer(), hf=True, config=module.config)
     if spec.sizes:
         raise UserError(f"{spec.key}.{next(iter(spec.sizes))}: sizes are for {spec.key}=hf:TYPE; "

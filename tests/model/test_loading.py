@@ -134,7 +134,7 @@ def test_the_preflight_counts_the_model(tiny_gpt2, monkeypatch) -> None:
 
     sizes = ModelSizes(width=64, heads=4, kv_heads=4, context=64, vocab=50257)
     assert model_peak_bytes(3_000_000, sizes, 14, 1) - model_peak_bytes(1_000_000, sizes, 14, 1) == 8_000_000
-    monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT", str(200 * 2**20))
+    monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT", str(515 * 2**20))  # its weights fit (~0.45 GiB), the run not (~0.55)
     message = refused(f"model.path={tiny_gpt2}", "layer=0")
     assert message.startswith("this run needs about ") and "a model of 3.3M parameters" in message
 
@@ -183,3 +183,9 @@ def test_a_model_in_the_local_cache_loads_offline(app, tiny_gpt2, tmp_path) -> N
                env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr
     assert done.record["model"]["model"] == "someone/tiny-gpt2" and done.record["model"]["effect"]["kl_max"] < 1e-5
+
+
+def test_a_model_too_large_is_refused_before_it_is_built(monkeypatch) -> None:
+    monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT", str(600 * 2**20))  # hf:gpt2's 124M float32 parameters need ~0.5 GiB
+    message = refused("model=hf:gpt2")
+    assert message.startswith("hf:gpt2: its weights alone need about 0.9 GiB but 0.6 GiB is available")

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.model.preflight import check_weights_fit
 from attnlab.model.spec import ModelSpec
 from attnlab.model.tokens import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, hf_tokenizer
 from attnlab.model.user_models import build_user_model
@@ -63,6 +65,9 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
     transformers = _transformers()
     if spec.kind == "hf":
         config = _hf_config(transformers, spec)
+        with torch.device("meta"):  # counted without memory: a model too large is refused before it is built
+            counted = transformers.AutoModelForCausalLM.from_config(config)
+        check_weights_fit(4 * sum(p.numel() for p in counted.parameters()), spec.label)
         try:
             module = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=spec.attn_implementation)
         except ValueError as exc:  # not a causal LM, or an attention implementation it lacks
@@ -72,6 +77,7 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
         raise UserError(f"{spec.key}.{next(iter(spec.sizes))}: sizes are for {spec.key}=hf:TYPE; "
                         f"a saved model keeps its own config")
     source = _saved_source(spec)
+    check_weights_fit(sum(f.stat().st_size for f in Path(source).glob("*.safetensors")), spec.label)
     try:
         module = transformers.AutoModelForCausalLM.from_pretrained(
             source, local_files_only=True, use_safetensors=True, attn_implementation=spec.attn_implementation)

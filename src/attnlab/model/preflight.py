@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnlab.compute.preflight import Size, _gib, available_bytes, estimate_peak_bytes
+from attnlab.compute.preflight import BASE_BYTES, Size, _gib, available_bytes, estimate_peak_bytes
 from attnlab.errors import UserError
 from attnlab.model.effect import CHUNK
 from attnlab.model.sizes import ModelSizes
@@ -26,3 +26,11 @@ def check_model_fits(n_parameters: int, sizes: ModelSizes, n_tokens: int, kept_l
         raise UserError(f"this run needs about {_gib(need)} (a model of {n_parameters / 1e6:.1f}M parameters, "
                         f"{sizes.heads} heads x {n_tokens}² tokens) but {_gib(limit)} is available ({source}); "
                         f"shorten inputs.text or compare fewer layers")
+
+
+def check_weights_fit(n_bytes: int, what: str) -> None:
+    """Before a model is loaded: its weights alone (float32) must fit beside the interpreter."""
+    need = n_bytes + BASE_BYTES
+    limit, source = available_bytes()
+    if need > limit:
+        raise UserError(f"{what}: its weights alone need about {_gib(need)} but {_gib(limit)} is available ({source})")

@@ -54,3 +54,14 @@ def test_each_loading_mistake_is_found_at_its_layer_and_stage(tiny_gpt2, tmp_pat
         if other != layer:
             assert mismatches(result) == [] and result.first_divergent_stage is None  # the reference's input per layer
     assert results[0].record.model["end_to_end"]["kl_mean"] > 1e-6  # the whole model feels it
+
+
+def test_a_loading_mistake_can_be_predicted(tiny_gpt2, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(write_learner(tmp_path, tiny_gpt2, transpose=False, at=0))
+    results = attnlab.run("reference", overrides=["model=gpt_model", "model.weights=learner.safetensors",
+                                                   f"reference_model.path={tiny_gpt2}", "inputs=text",
+                                                   f"inputs.text='{TEXT}'", "layer=0",
+                                                   "expect.findings=[not_transposed,query_source]",
+                                                   "log.tensorboard=false"])
+    [prediction] = results.record.predictions
+    assert prediction.name == "findings" and prediction.passed, prediction

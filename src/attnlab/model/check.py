@@ -17,7 +17,7 @@ from attnlab.compute.pipeline import diagnosed, run_module
 from attnlab.errors import UserError
 from attnlab.model.effect import output_effect
 from attnlab.model.head_patterns import head_patterns
-from attnlab.model.layer import ModelRun, layer_reference
+from attnlab.model.layer import ModelRun, layer_reference, with_model_findings
 from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.loading_checks import loading_findings
 from attnlab.model.locate import attention_modules, chosen_layers
@@ -85,8 +85,8 @@ def check_layer(learner: ModelRun, reference: ModelRun, layer: int, record: Reco
     except (PluginError, LayoutError) as exc:
         record.status, record.error = "failed", str(exc)
         return record
-    diagnosed(record, variant, reference_capture, shared=True, train=False,
-              expect=OmegaConf.to_container(cfg.expect, resolve=True))
-    record.findings = mistakes + record.findings + head_patterns(record.reference_stages.get("weights"))
+    expect = OmegaConf.to_container(cfg.expect, resolve=True)
+    diagnosed(record, variant, reference_capture, shared=True, train=False, expect=expect)
+    with_model_findings(record, variant, head_patterns(record.reference_stages.get("weights")), expect, mistakes)
     record.diagnostics.update({f"end_to_end_{k}": v for k, v in record.model["end_to_end"].items()})
     return record

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnlab.diagnosis.codes import MODEL_CODES
 from attnlab.record import Finding
 
 THRESHOLD = 0.5
 UNIFORM = 0.95
-HEAD_PATTERN_CODES = {
-    "previous_token_head": "a head that puts most of its weight on the token just before the query",
-    "first_token_head": "a head that puts most of its weight on the first token (an attention sink)",
-    "uniform_head": "a head that spreads its weight evenly over the tokens it may see",
-}
+HEAD_PATTERN_CODES = ("previous_token_head", "first_token_head", "uniform_head")  # declared in diagnosis.codes.MODEL_CODES
 
 
 def head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
@@ -48,6 +45,6 @@ def head_patterns(weights: np.ndarray | None) -> list[Finding]:
             shown = ", ".join(f"head {h} ({values[h]:.2f})" for h in heads)
             what = "normalised entropy" if code == "uniform_head" else "mean weight"
             findings.append(Finding(code, "weights", "info", f"the model's own heads on this text: "
-                                    f"{HEAD_PATTERN_CODES[code]}: {shown}, {what} over the rows after the first",
+                                    f"{MODEL_CODES[code]}: {shown}, {what} over the rows after the first",
                                     heads=heads))
     return findings

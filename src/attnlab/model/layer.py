@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from attnlab.capture.recorder import Capture
 from attnlab.compute.pipeline import diagnosed, run_module
+from attnlab.diagnosis.predictions import check_predictions
 from attnlab.model.config_variants import config_variant, takes_config
 from attnlab.model.effect import output_effect
 from attnlab.model.head_patterns import head_patterns
@@ -130,6 +131,14 @@ def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -
     return f"{STAND_IN} standing in for {own_name} (same output within {gap:.1e})", stand_in
 
 
+def with_model_findings(record: Record, variant: Capture, findings: list, expect: Any, first: list = ()) -> None:
+    """The findings only a model shows added to the record's (`first` before them, the rest after),
+    and the predictions checked again against them all."""
+    record.findings = [*first, *record.findings, *findings]
+    record.predictions = check_predictions(expect, variant, record.diagnostics, record.first_divergent_stage,
+                                           record.findings)
+
+
 def compare_layer(run: ModelRun, layer: int, record: Record, name: str, params: dict[str, Any], seed: int,
                   expect: Any, reference_name: str = "auto") -> Record:
     """`record` filled for one layer: the variant's and the layer's own stages, the findings and the effect."""
@@ -144,7 +153,7 @@ def compare_layer(run: ModelRun, layer: int, record: Record, name: str, params: 
         record.status, record.error = "failed", str(exc)
         return record
     diagnosed(record, variant, reference, shared=True, train=False, expect=expect)
-    record.findings += head_patterns(record.reference_stages.get("weights"))
+    with_model_findings(record, variant, head_patterns(record.reference_stages.get("weights")), expect)
     record.model["effect"] = effect
     record.diagnostics.update({f"effect_{key}": value for key, value in effect.items()})
     return record

@@ -5,7 +5,8 @@ fused Conv1D `c_attn` split into queries, keys and values by position), so a lea
 compared with the reference layer role by role: a projection that holds another role's columns
 (query, key and value taken from `c_attn` in the wrong order), one that holds its own transposed
 (a Conv1D weight, stored (in, out), copied into an nn.Linear without `.T`), and a bias that is
-absent or not the reference's (left out). Each is reported at the stage it first changes.
+absent or not the reference's (left out). Each is reported at the stage it first changes; the codes
+are declared in attnlab.diagnosis.codes.MODEL_CODES.
 """
 
 from __future__ import annotations
@@ -17,12 +18,6 @@ from attnlab.modules.layouts import QKV_ROLES, Projections
 from attnlab.record import Finding
 
 STAGE = {"queries": "queries", "keys": "keys", "values": "values", "out": "output"}
-# the loading mistakes: code -> what it means (the stage is the role's: queries, keys, values or output)
-LOADING_CODES = {
-    "qkv_order": "a projection holds another role's columns of the fused c_attn: q, k, v split in the wrong order",
-    "not_transposed": "a Conv1D weight (stored (in, out)) copied into an nn.Linear (stored (out, in)) without .T",
-    "bias_missing": "a projection without the reference's bias: left out (qkv_bias=False) or not loaded",
-}
 TOLERANCE = 1e-6
 
 

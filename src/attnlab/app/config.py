@@ -23,9 +23,9 @@ from hydra_plugins.attnlab_sweeper.attnlab_sweeper import AttnlabSweeper
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
-from attnlab.schema import Config, VariantConf
+from attnlab.schema import Config, VariantConf, check_values
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
-from attnlab.inputs.kinds import check_inputs, positive
+from attnlab.inputs.kinds import check_inputs
 from attnlab.modules.registry import Registry, discover
 
 
@@ -108,6 +108,8 @@ def new_dir(path: str) -> str:
     processes; the resolver is cached, and Hydra copies a sweep's resolver cache into every
     job's config (joblib and submitit workers included), so a run resolves its folder once.
     """
+    if ".." in Path(path).parts:  # from a name in the template (variant.name): never outside runs/
+        raise UserError(f"{path}: a folder attnlab names may not contain '..'")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     for suffix in itertools.chain([""], (f"-{n}" for n in itertools.count(2))):
         try:
@@ -160,11 +162,8 @@ def user_overrides(args: list[str]) -> list[str]:
 def validate(cfg: DictConfig) -> None:
     """Checks beyond the schema's types, so that a bad value fails before any work."""
     unknown_keys(cfg)
-    positive(cfg.d_out, "d_out")
-    positive(cfg.n_seeds, "n_seeds")
-    if cfg.seed < 0:
-        raise UserError(f"seed={cfg.seed}: must be a non-negative integer")
     check_inputs(cfg.inputs)
+    check_values(cfg)
     if not isinstance(cfg.variant.params, (dict, DictConfig)):
         raise UserError("variant.params: must be a mapping of constructor arguments")
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
@@ -73,11 +73,14 @@ def print_summary(report: Report, folder: Path) -> None:
             print(f"tables: {display_path(folder / tables[0])} {suffixes}{browser}".rstrip(), flush=True)
 
 
-def finish(config: DictConfig, complete: bool) -> None:
-    """The end of a sweep (attnlab's sweeper calls it): the tables, then the outcome."""
+def finish(config: DictConfig, complete: bool, missing: Sequence[str] = ()) -> None:
+    """The end of a sweep (attnlab's sweeper calls it): the tables, then the outcome: failed
+    records and `missing` jobs (launched, no record: a worker that died) make it exit 1."""
     failed = write_tables(config)
-    if complete and failed:
-        raise FailedRecords(failed)
+    for job in missing:
+        print(f"attnlab: no record: job {job}", file=sys.stderr)
+    if complete and (failed or missing):
+        raise FailedRecords(failed, missing)
 
 
 def refresh_table(config: DictConfig) -> None:

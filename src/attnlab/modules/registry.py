@@ -36,6 +36,7 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.plugin_folders import plugin_dirs
+from attnlab.schema import BOOK_TOKENS, DEFAULTS
 
 ENTRY_POINT_GROUP = "attnlab.variants"
 _MARK = "__attnlab_variants__"
@@ -388,7 +389,10 @@ SPELLINGS = {
     "num_heads": ("num_heads", "n_heads", "n_head", "num_attention_heads"),
     "num_kv_heads": ("num_kv_heads", "n_kv_heads", "num_key_value_heads", "num_kv_groups"),
 }
-DEFAULT_VALUES = {"context_length": 6, "dropout": 0.0, "num_heads": 2, "num_kv_heads": None, "qkv_bias": False}
+# The schema's defaults; context_length, null there (n_tokens), is the book's six tokens here:
+# create_variant builds a module without inputs.
+DEFAULT_VALUES = {**{key: DEFAULTS[key] for key in ("dropout", "num_heads", "num_kv_heads", "qkv_bias")},
+                  "context_length": BOOK_TOKENS}
 _TOP_LEVEL = {spelling: key for key in CONSTRUCTOR_KEYS for spelling in SPELLINGS.get(key, (key,))}
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 

@@ -262,18 +262,38 @@ def _map_nested(values: Any, fn) -> Any:
     return fn(values)
 
 
+class WriteError(OSError):
+    """A file attnlab could not write: the folder and the cause first, in one line."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file and rename, so a reader (or a Ctrl-C) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write via a temp file and rename, so a reader (or a Ctrl-C) never sees half a file. A write
+    that fails raises WriteError naming the folder and the cause (not the temp file's name)."""
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        raise WriteError(exc.errno, f"{path.parent}: cannot write {path.name}: {exc.strerror or exc}") from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _remove(tmp)
         raise
+
+
+def _remove(tmp: str | None) -> None:
+    if tmp is not None:
+        try:
+            Path(tmp).unlink(missing_ok=True)
+        except OSError:  # the folder went read-only: the temp file's dot-name keeps it out of every reader
+            pass
 
 
 def write_record(record: Record, job_dir: Path) -> Path:

@@ -25,11 +25,12 @@ from attnlab.app.config import validate
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import make_inputs
 from attnlab.compute.pipeline import JobSpec, compute_record
+from attnlab.compute.preflight import cap_process, check_declared_inputs
 from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.isolation import run_job_guarded
 from attnlab.app.progress import Progress
 from attnlab.record import Record, write_record
-from attnlab.schema import check_n_tokens
+from attnlab.schema import check_n_tokens, declared_n_tokens
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
 from attnlab.sinks.base import JobInfo, build_sinks
 
@@ -62,6 +63,8 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
     first record that succeeded, so holding every seed's stages would only cost memory."""
     if not checked:
         check(cfg)
+    cap_process()
+    check_declared_inputs(cfg.batch, declared_n_tokens(cfg.inputs), OmegaConf.select(cfg.inputs, "d_in"), cfg.d_out)
     spec = JobSpec.from_cfg(cfg)
     progress = progress or Progress(cfg.n_seeds, enabled=False)
     records: list[Record] = []
@@ -100,7 +103,16 @@ def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, p
         if hasattr(sink, "write"):
             progress.phase(name)
             progress.clear()  # a sink may print; the bar comes back at the next phase
-            sink.write(records, job)
+            try:
+                sink.write(records, job)
+            except UserError:
+                raise
+            except Exception as exc:  # the job fails naming the sink; in a sweep its record says so
+                raise SinkError(f"sink {name}: {type(exc).__name__}: {exc}") from exc
+
+
+class SinkError(RuntimeError):
+    """A sink that failed after the records were written."""
 
 
 def run_job(cfg: DictConfig, job: JobInfo | Path, *, checked: bool = False) -> list[Record]:

@@ -141,10 +141,10 @@ def check_values(cfg: DictConfig) -> None:
     for key in KEYS:
         value = OmegaConf.select(cfg, key.name, default=None)
         if not key.accepts(value):
-            raise UserError(f"{key.name}={_show(value)}: {key.allowed}")
+            raise UserError(f"{key.name}={show_value(value)}: {key.allowed}")
     for name, allowed, holds in _relations(cfg):
         if not holds:
-            raise UserError(f"{name}={_show(cfg[name])}: {allowed}")
+            raise UserError(f"{name}={show_value(cfg[name])}: {allowed}")
 
 
 def check_n_tokens(cfg: DictConfig, n_tokens: int) -> None:
@@ -153,7 +153,8 @@ def check_n_tokens(cfg: DictConfig, n_tokens: int) -> None:
         raise UserError(f"context_length={cfg.context_length}: must be at least the inputs' {n_tokens} tokens")
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """A value as the command line spells it (null, true, false)."""
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 

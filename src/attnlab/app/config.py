@@ -23,7 +23,7 @@ from hydra_plugins.attnlab_sweeper.attnlab_sweeper import AttnlabSweeper
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
-from attnlab.schema import Config, VariantConf, check_values
+from attnlab.schema import KEYS, Config, VariantConf, check_values, show_value
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.inputs.kinds import check_inputs
 from attnlab.modules.registry import Registry, discover
@@ -99,6 +99,12 @@ def groups_help() -> str:
     return "\n".join(lines)
 
 
+def keys_help() -> str:
+    """Every key of the schema: its default, what is allowed, what it does."""
+    width = max(len(key.name) for key in KEYS)
+    return "\n".join(f"{key.name.ljust(width)}  default {show_value(key.default)}; {key.allowed}; {key.help}" for key in KEYS)
+
+
 def outputs_node() -> dict[str, Any]:
     """The sinks in the config (`sink.NAME` from the group, in order), their switches (attnlab's
     on, yours off until log.NAME=true) and Hydra's folder names without the switches."""
@@ -158,6 +164,7 @@ def register_configs(registry: Registry | None = None, *, full_help: bool = Fals
             "header": help_header(registry) if full_help else "attnlab: python -m attnlab --help lists everything",
             "footer": "Docs: README.md. Powered by Hydra (https://hydra.cc).",
             "template": ("${hydra.help.header}\n\n== Config groups ==\n" + groups_help().replace("$", "$$") + "\n\n"
+                         "== Keys ==\n" + keys_help().replace("$", "$$") + "\n\n"
                          "== Config ==\nOverride anything in the config (e.g. seed=7, d_out=4)\n\n$CONFIG\n"
                          "${hydra.help.footer}\n") if full_help else "${hydra.help.header}",
         },

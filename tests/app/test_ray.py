@@ -1,4 +1,4 @@
-"""The Ray preset (conf/hydra/launcher/ray.yaml) on a local Ray cluster gives the basic launcher's
+"""The Ray preset (conf/hydra/launcher/ray_cluster.yaml) on a local Ray cluster gives the basic launcher's
 table. Runs where the optional extra is installed (pip install -e '.[ray]'); skipped elsewhere."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ pytestmark = [
 
 def test_a_sweep_on_a_local_ray_cluster_gives_the_basic_launchers_table(tmp_path: Path) -> None:
     tables = {}
-    for launcher in ("basic", "ray"):
+    for launcher in ("basic", "ray_cluster"):
         env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
         done = subprocess.run([sys.executable, "-m", "attnlab", "-m", f"hydra/launcher={launcher}",
                                "variant=reference,unscaled", "seed=1,2", "log.tensorboard=false", "log.terminal=false",
@@ -29,4 +29,4 @@ def test_a_sweep_on_a_local_ray_cluster_gives_the_basic_launchers_table(tmp_path
                               text=True, timeout=900)
         assert done.returncode == 0, done.stderr
         tables[launcher] = pd.read_csv(tmp_path / launcher / "comparison.csv").drop(columns=["path"])
-    pd.testing.assert_frame_equal(tables["basic"], tables["ray"])
+    pd.testing.assert_frame_equal(tables["basic"], tables["ray_cluster"])

@@ -70,3 +70,24 @@ def test_a_table_that_cannot_be_written_is_named_and_the_sweep_goes_on(tmp_path)
     assert done.stderr.rstrip().endswith(f"attnlab: error: {sweep}: cannot write comparison.csv: Is a directory")
     statuses = [json.loads(p.read_text())["status"] for p in sweep.rglob("record.json")]
     assert statuses == ["ok"] * 4 and "Traceback" not in done.stderr
+
+
+def test_a_sink_that_fails_after_the_record_marks_the_record_failed(tmp_path) -> None:
+    """A sink's file left half-written (a full disk) is never behind an ok record."""
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "disk_full.py").write_text(textwrap.dedent("""
+        import errno, os
+
+        class DiskFull:
+            def write(self, records, job):
+                (job.dir / "events.half").write_text("the first half")
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    """))
+    (tmp_path / "conf" / "sink").mkdir(parents=True)
+    (tmp_path / "conf" / "sink" / "disk_full.yaml").write_text("_target_: disk_full.DiskFull\n")
+    done = attnlab(tmp_path, "variant=unscaled", "log.disk_full=true", f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == "attnlab: error: sink disk_full: OSError: [Errno 28] No space left on device"
+    record = json.loads((tmp_path / "run" / "record.json").read_text())
+    assert record["status"] == "failed" and record["error"] == "sink disk_full: OSError: [Errno 28] No space left on device"
+    assert record["diagnostics"]  # what the run found is kept

@@ -121,12 +121,32 @@ def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, p
                 sink.write(records, job)
             except UserError:
                 raise
-            except Exception as exc:  # the job fails naming the sink; in a sweep its record says so
-                raise SinkError(f"sink {name}: {type(exc).__name__}: {exc}") from exc
+            except Exception as exc:  # its files may be partial (a full disk): the records say so
+                error = f"sink {name}: {type(exc).__name__}: {exc}".splitlines()[0]
+                raise SinkError(error, mark_failed(records, error)) from exc
 
 
 class SinkError(RuntimeError):
-    """A sink that failed after the records were written."""
+    """A sink that failed after the records were written; `paths`: the records, now marked failed."""
+
+    def __init__(self, message: str, paths: list[str]) -> None:
+        super().__init__(message)
+        self.paths = paths
+
+
+def mark_failed(records: list[Record], error: str) -> list[str]:
+    """Rewrite each written record as failed with `error`. One that cannot be rewritten (the disk
+    that failed the sink is full) is removed: its job then has no record, never an ok one beside a
+    truncated file, and a resumed sweep runs it again."""
+    paths = []
+    for record in (r for r in records if r.path is not None):
+        record.status, record.error = "failed", error
+        try:
+            write_record(record, record.path.parent)
+        except OSError:
+            record.path.unlink(missing_ok=True)
+        paths.append(str(record.path))
+    return paths
 
 
 def run_job(cfg: DictConfig, job: JobInfo | Path, *, checked: bool = False) -> list[Record]:
@@ -160,11 +180,15 @@ def run_task(cfg: DictConfig, hydra_cfg: DictConfig) -> list[str]:
 
 def job_work(cfg: DictConfig, job: JobInfo, *, multirun: bool, checked: bool) -> list[str]:
     """One job's work; returns its failed records' paths. In a sweep, a job that fails before its
-    modules run (inputs that do not fit context_length, a sink or an inputs factory that raises)
-    becomes a failed record in the job's folder, so the job has its row and the other jobs run; in
-    a single run it is raised, for the CLI to report in one line."""
+    modules run (inputs that do not fit context_length, an inputs factory that raises) becomes a
+    failed record in the job's folder, so the job has its row and the other jobs run; in a single
+    run it is raised, for the CLI to report in one line. A sink that fails marks the records."""
     try:
         records = run_job(cfg, job, checked=checked)
+    except SinkError as exc:  # after the records: they are marked failed already
+        if not multirun:
+            raise
+        return exc.paths
     except Exception as exc:  # noqa: BLE001 - in a sweep, any error before the records is this job's row
         if not multirun:
             raise

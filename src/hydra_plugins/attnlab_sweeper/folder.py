@@ -45,6 +45,10 @@ def locked(folder: Path, command: str) -> Iterator[None]:
         handle.close()
         raise SweepFolderError(f"hydra.sweep.dir={folder}: another sweep is writing it ({holder}); "
                                "wait for it to end or choose another folder") from None
+    except OSError:  # a file system without locks: the sweep runs unguarded, as before there was one
+        handle.close()
+        yield
+        return
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}: {command}\n")

@@ -11,7 +11,7 @@ from attnlab.errors import UserError
 from attnlab.model.check import compute_check_records
 from attnlab.model.layer import ModelRun, compare_layer
 from attnlab.model.loading import LoadedModel, load_model
-from attnlab.model.locate import attention_modules, check_layer_key, chosen_layers
+from attnlab.model.locate import attention_modules, chosen_layers
 from attnlab.model.preflight import check_model_fits
 from attnlab.model.sizes import model_sizes
 from attnlab.model.spec import is_requested, model_spec
@@ -44,7 +44,6 @@ def check_model_request(cfg: DictConfig) -> None:
         model_spec(_block(cfg, "reference_model"), "reference_model")
     if cfg.inputs.get("kind") != "text":
         raise UserError(f"model=: runs on text: inputs=text inputs.text=\"some words\" (got inputs={cfg.inputs.get('kind')})")
-    check_layer_key(cfg.layer)
     if cfg.n_seeds != 1:
         raise UserError(f"n_seeds={cfg.n_seeds}: a model's weights are its own; a run inside a model takes one seed")
 

@@ -57,18 +57,9 @@ def _as_list(layer: Any) -> list[Any]:
     return list(layer) if isinstance(layer, (list, tuple, ListConfig)) else [layer]
 
 
-def check_layer_key(layer: Any) -> None:
-    """`layer=` spelled as an index, `all` or a list of indices (their range needs the model)."""
-    if layer is None or layer == "all":
-        return
-    for value in _as_list(layer):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise UserError(f"layer={layer}: a layer index, all, or a list such as [0,2]")
-
-
 def chosen_layers(layer: Any, n_layers: int) -> list[int]:
-    """`layer=N`, `layer=all` or `layer=[a,b]` as layer indices; none given: layer 0."""
-    check_layer_key(layer)
+    """`layer=N`, `layer=all` or `layer=[a,b]` (spelled as attnlab.schema checks) as layer indices;
+    none given: layer 0."""
     if layer is None:
         return [0]
     if layer == "all":

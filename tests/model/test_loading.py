@@ -128,15 +128,21 @@ def test_layer_without_a_model_and_a_misspelt_key_are_refused() -> None:
         "model.weigths: unknown key; did you mean 'model.weights'?"
 
 
-def test_the_preflight_counts_the_model(tiny_gpt2, monkeypatch) -> None:
+def test_the_preflight_counts_the_model() -> None:
     from attnlab.model.preflight import model_peak_bytes
     from attnlab.model.sizes import ModelSizes
 
     sizes = ModelSizes(width=64, heads=4, kv_heads=4, context=64, vocab=50257)
     assert model_peak_bytes(3_000_000, sizes, 14, 1) - model_peak_bytes(1_000_000, sizes, 14, 1) == 8_000_000
-    monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT", str(515 * 2**20))  # its weights fit (~0.45 GiB), the run not (~0.55)
-    message = refused(f"model.path={tiny_gpt2}", "layer=0")
-    assert message.startswith("this run needs about ") and "a model of 3.3M parameters" in message
+
+
+# ATTNLAB_MEMORY_LIMIT also caps the process that runs the job (RLIMIT_DATA): through the CLI only
+@pytest.mark.slow
+def test_a_run_too_large_is_refused_after_its_weights_fit(app, tiny_gpt2) -> None:
+    done = app(f"model.path={tiny_gpt2}", "inputs=text", "layer=0",
+               env={"ATTNLAB_MEMORY_LIMIT": str(515 * 2**20)})  # its weights fit (~0.45 GiB), the run not (~0.55)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("attnlab: error: this run needs about ") and "a model of 3.3M parameters" in done.stderr
 
 
 def test_a_saved_model_runs_on_its_own_tokenizer(tmp_path) -> None:
@@ -185,7 +191,9 @@ def test_a_model_in_the_local_cache_loads_offline(app, tiny_gpt2, tmp_path) -> N
     assert done.record["model"]["model"] == "someone/tiny-gpt2" and done.record["model"]["effect"]["kl_max"] < 1e-5
 
 
-def test_a_model_too_large_is_refused_before_it_is_built(monkeypatch) -> None:
-    monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT", str(600 * 2**20))  # hf:gpt2's 124M float32 parameters need ~0.5 GiB
-    message = refused("model=hf:gpt2")
-    assert message.startswith("hf:gpt2: its weights alone need about 0.9 GiB but 0.6 GiB is available")
+@pytest.mark.slow
+def test_a_model_too_large_is_refused_before_it_is_built(app) -> None:
+    done = app("model=hf:gpt2", "inputs=text", env={"ATTNLAB_MEMORY_LIMIT": str(600 * 2**20)})  # 124M parameters
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == ("attnlab: error: hf:gpt2: its weights alone need about 0.9 GiB but 0.6 GiB is "
+                                   "available (ATTNLAB_MEMORY_LIMIT)")

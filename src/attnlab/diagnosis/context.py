@@ -18,7 +18,7 @@ from attnlab.capture.recorder import Capture
 from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.batch_mixing import BatchMixing
 from attnlab.diagnosis.diagnostics import Grid, divergence_grids, stage_differs, stage_tolerance
-from attnlab.diagnosis.masking import hides_nothing, mask_count, reference_mask
+from attnlab.diagnosis.masking import NegInf, mask_count, neg_infs, reference_mask
 from attnlab.diagnosis.passes import Peaks, peaks
 from attnlab.record import Finding
 
@@ -78,6 +78,7 @@ class Context:
     unjudged_from: int  # stages from this index on differ for a known reason (dropout, batch mixing)
     mask_count: int  # the variant's masked entries of its softmax input (attnlab.diagnosis.masking)
     ref_mask: torch.Tensor | None  # the reference's (query, key) mask, where it has one
+    mask_pattern: torch.Tensor | None  # where the variant's softmax input is -inf, when the same in every (batch, head)
     finite_fill: bool  # the variant holds finite values where the reference masks
     grids: Mapping[str, Grid]  # max |variant - reference| per (batch item, head) of each stage
     v_peaks: Peaks  # max |t| of each of the variant's stages
@@ -143,14 +144,18 @@ def _unjudged_from(v: Capture, ref: Capture, train: bool, mixing: BatchMixing | 
 
 def build_context(variant: Capture, reference: Capture, diagnostics: dict[str, float], *, weights_shared: bool,
                   train: bool = False, mixing: BatchMixing | None = None,
-                  grids: Mapping[str, Grid] | None = None, measured: tuple[Peaks, Peaks] | None = None) -> Context:
+                  grids: Mapping[str, Grid] | None = None, measured: tuple[Peaks, Peaks] | None = None,
+                  found: tuple[dict[str, NegInf], dict[str, NegInf]] | None = None) -> Context:
     """The context of captures whose masks are all -inf (attnlab.diagnosis.masking.with_masks_as_neg_inf);
-    `grids`: their divergence_grids, `measured`: the variant's and the reference's peaks, when
-    already computed."""
+    `grids`: their divergence_grids, `measured`: the variant's and the reference's peaks, `found`:
+    their neg_infs, when already computed."""
     d = MappingProxyType(dict(diagnostics))
     grids = MappingProxyType(dict(divergence_grids(variant, reference) if grids is None else grids))
     v_peaks, ref_peaks = measured or (peaks(variant), peaks(reference))
-    ref_mask = reference_mask(variant, reference, ref_peaks)
+    v_found, ref_found = found or (neg_infs(variant, v_peaks), neg_infs(reference, ref_peaks))
+    ref_mask = reference_mask(variant, reference, ref_found)
+    hidden = v_found.get("scaled_scores", NegInf())
     return Context(variant, reference, d, weights_shared, train, mixing, _unjudged_from(variant, reference, train, mixing),
-                   mask_count(variant, v_peaks), ref_mask, ref_mask is not None and hides_nothing(variant, v_peaks),
-                   grids, v_peaks, ref_peaks, Pair(variant, reference, d, ref_peaks))
+                   mask_count(variant, v_peaks, v_found), ref_mask, hidden.pattern,
+                   ref_mask is not None and hidden.count == 0, grids, v_peaks, ref_peaks,
+                   Pair(variant, reference, d, ref_peaks))

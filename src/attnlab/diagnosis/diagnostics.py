@@ -21,7 +21,7 @@ import torch
 from attnlab.capture.recorder import Capture
 from attnlab.capture.spill import releasing
 from attnlab.capture.stages import STAGES
-from attnlab.diagnosis.masking import placed_by_mask
+from attnlab.diagnosis.masking import NegInf, neg_infs
 from attnlab.diagnosis.passes import BLOCK_ROWS, Peaks, blocks, finite_max_abs, max_abs, peaks, row_blocks
 
 NAN = float("nan")
@@ -279,10 +279,13 @@ def divergence_grids(variant: Capture, reference: Capture) -> dict[str, Grid]:
     return {stage: grid for stage, grid in grids.items() if grid is not None}
 
 
-def _not_masked(capture: Capture, stage: str, measured: Peaks) -> float:
-    """NaN/inf entries of a stage that no mask placed."""
-    count = _non_finite(capture.stages[stage], measured.peak[stage])
-    return count - placed_by_mask(capture, stage) if count and stage in ("scores", "scaled_scores") else count
+def _not_masked(capture: Capture, stage: str, measured: Peaks, found: dict[str, NegInf]) -> float:
+    """NaN/inf entries of a stage that no mask placed (`found`: the capture's neg_infs)."""
+    neg_inf = found.get(stage)
+    if neg_inf is None:
+        return _non_finite(capture.stages[stage], measured.peak[stage])
+    count = neg_inf.count if neg_inf.clean else _non_finite(capture.stages[stage], measured.peak[stage])
+    return count - neg_inf.placed
 
 
 def _worst(values: list[float]) -> float:
@@ -290,13 +293,16 @@ def _worst(values: list[float]) -> float:
 
 
 def compute_diagnostics(variant: Capture, reference: Capture, grids: dict[str, Grid] | None = None,
-                        measured: tuple[Peaks, Peaks] | None = None) -> tuple[dict[str, float], dict[str, list[float]]]:
+                        measured: tuple[Peaks, Peaks] | None = None,
+                        found: dict[str, NegInf] | None = None) -> tuple[dict[str, float], dict[str, list[float]]]:
     """Flat {name: float} for the record and sweep tables (nan where not computable), and the
     per-head values {name: [one per head]}. Captures as `attnlab.diagnosis.analysis` passes them
     (every mask at -inf, so `non_finite_<stage>` counts only what no mask placed); `grids`:
-    their divergence_grids, `measured`: the variant's and the reference's peaks, when already computed."""
+    their divergence_grids, `measured`: the variant's and the reference's peaks, `found`: the
+    variant's neg_infs, when already computed."""
     grids = divergence_grids(variant, reference) if grids is None else grids
     v_peaks, ref_peaks = measured or (peaks(variant), peaks(reference))
+    found = neg_infs(variant, v_peaks) if found is None else found
     out: dict[str, float] = {}
     per_head: dict[str, list[float]] = {}
     shapes = expected_shapes(reference)
@@ -311,7 +317,7 @@ def compute_diagnostics(variant: Capture, reference: Capture, grids: dict[str, G
         scale = ref_peaks.peak[stage] if ref is not None else NAN
         out[f"divergence_{stage}"] = diff
         out[f"relative_divergence_{stage}"] = diff / scale if scale > 0 else NAN
-        out[f"non_finite_{stage}"] = _not_masked(variant, stage, v_peaks) if mine is not None else NAN
+        out[f"non_finite_{stage}"] = _not_masked(variant, stage, v_peaks, found) if mine is not None else NAN
         native = variant.native_shapes.get(stage)
         out[f"shape_ok_{stage}"] = float(native == shapes[stage]) if native is not None and stage in shapes else NAN
     flat, heads = _weights_diagnostics(variant.stages.get("weights"))

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
 from attnlab.capture.recorder import Capture
-from attnlab.diagnosis.passes import Peaks, blocks
+from attnlab.diagnosis.passes import Peaks, blocks, row_blocks
 
 
 def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) -> float:
@@ -57,8 +57,8 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
     if found is None:
         return capture
     scaled, weights, scores = found
-    if not any(bool(((weights[i] == 0) & (scaled[i].abs() < math.inf)).any()) for i in blocks(scaled)):
-        return capture  # no finite entry with weight 0: any mask is -inf already
+    if all(float(torch.where(weights[i] == 0, scaled[i], -math.inf).amax()) == -math.inf for i in blocks(scaled)):
+        return capture  # no finite entry with weight 0 (a NaN or +inf one takes the long way): any mask is -inf
     scale = _scale(scores, scaled, weights)
     if not math.isfinite(scale):
         return capture
@@ -75,49 +75,59 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
     return replace(capture, stages={**capture.stages, "scaled_scores": masked})
 
 
-def placed_by_mask(capture: Capture, stage: str) -> int:
-    """How many -inf entries of `stage` (scores or scaled_scores) a mask placed: those whose weight is 0."""
-    values, weights = capture.stages.get(stage), capture.stages.get("weights")
-    if values is None or weights is None or values.shape != weights.shape:
-        return 0
-    return sum(int((torch.isneginf(values[i]) & (weights[i] == 0)).sum()) for i in blocks(values))
+@dataclass(frozen=True)
+class NegInf:
+    """The -inf of one stage of the softmax side (scores or scaled_scores), from one pass with the weights."""
+
+    count: int = 0  # -inf entries
+    placed: int = 0  # those a mask placed: their weight is 0
+    clean: bool = True  # no NaN or +inf beside them
+    pattern: torch.Tensor | None = None  # (query, key) where it is -inf, when the same in every batch item and head
 
 
-def same_everywhere(values: torch.Tensor, pattern: torch.Tensor) -> bool:
-    """Whether every (batch, head) matrix of `values` is -inf exactly where `pattern` is True, one
-    matrix at a time (no stage-sized boolean temporaries)."""
-    lead = itertools.product(*(range(n) for n in values.shape[:-2]))
-    return all(torch.equal(torch.isneginf(values[index]), pattern) for index in lead)
+def neg_infs(capture: Capture, measured: Peaks) -> dict[str, NegInf]:
+    """NegInf of the capture's scores and scaled_scores; a stage whose peak is finite holds none."""
+    weights = capture.stages.get("weights")
+    return {stage: _neg_inf(capture.stages[stage], weights) if not math.isfinite(measured.peak[stage]) else NegInf()
+            for stage in ("scores", "scaled_scores") if stage in capture.stages}
 
 
-def mask_count(capture: Capture, measured: Peaks) -> int:
+def _neg_inf(values: torch.Tensor, weights: torch.Tensor | None) -> NegInf:
+    paired, matrix = weights is not None and weights.shape == values.shape, values.dim() >= 2
+    if not matrix:  # one row
+        values, weights = values.reshape(1, -1), weights.reshape(1, -1) if paired else None
+    count = placed = 0
+    clean, first, same = True, [], True  # first: the first (batch, head)'s -inf, a block of rows at a time
+    for n, lead in enumerate(itertools.product(*(range(k) for k in values.shape[:-2]))):
+        for k, rows in enumerate(row_blocks(values.shape[-2])):
+            block = values[(*lead, rows)]  # (rows, key)
+            hidden = torch.isneginf(block)
+            count += int(hidden.sum())
+            placed += int((hidden & (weights[(*lead, rows)] == 0)).sum()) if paired else 0
+            clean = clean and float(block.amax()) < math.inf  # a NaN compares False
+            if n == 0:
+                first.append(hidden)
+            elif same:
+                same = torch.equal(hidden, first[k])
+    return NegInf(count, placed, clean, torch.cat(first) if same and first and matrix else None)
+
+
+def mask_count(capture: Capture, measured: Peaks, found: dict[str, NegInf]) -> int:
     """The masked entries of a softmax input that is a clean mask: no NaN or +inf in it, finite
     weights, every -inf's weight 0; else 0 (what is left is a non_finite finding's)."""
     scaled, weights = capture.stages.get("scaled_scores"), capture.stages.get("weights")
     if scaled is None or weights is None or scaled.shape != weights.shape or scaled.numel() == 0:
         return 0
-    lo, hi = (float(v) for v in torch.aminmax(scaled))  # one pass: NaN shows in both, +inf in hi
-    if lo != -math.inf or math.isnan(hi) or hi == math.inf or not math.isfinite(measured.peak["weights"]):
-        return 0
-    count = 0
-    for i in blocks(scaled):  # a (rows, key) block at a time: no stage-sized temporaries
-        hidden = torch.isneginf(scaled[i])
-        if bool(torch.where(hidden, weights[i], 0.0).any()):
-            return 0
-        count += int(hidden.sum())
-    return count
+    hidden = found["scaled_scores"]
+    clean = hidden.clean and hidden.placed == hidden.count and math.isfinite(measured.peak["weights"])
+    return hidden.count if clean else 0
 
 
-def reference_mask(variant: Capture, reference: Capture, measured: Peaks) -> torch.Tensor | None:
-    """The reference's (query, key) mask, when it hides the same keys in every batch item and head
-    and the variant's softmax input has the same (query, key) size."""
+def reference_mask(variant: Capture, reference: Capture, found: dict[str, NegInf]) -> torch.Tensor | None:
+    """The reference's (query, key) mask (`found`: its neg_infs), when it hides the same keys in
+    every batch item and head and the variant's softmax input has the same (query, key) size."""
     mine, ref = variant.stages.get("scaled_scores"), reference.stages.get("scaled_scores")
-    if mine is None or ref is None or mine.shape[-2:] != ref.shape[-2:] or math.isfinite(measured.peak["scaled_scores"]):
-        return None  # no -inf at all in the reference: no mask
-    pattern = torch.isneginf(ref[(0,) * (ref.dim() - 2)])  # (query, key) of the first batch item and head
-    return pattern if pattern.any() and same_everywhere(ref, pattern) else None
-
-
-def hides_nothing(capture: Capture, measured: Peaks) -> bool:
-    """Whether the capture's softmax input holds no -inf (a finite fill, or no mask at all)."""
-    return math.isfinite(measured.peak["scaled_scores"]) or not bool(torch.isneginf(capture.stages["scaled_scores"]).any())
+    if mine is None or ref is None or mine.shape[-2:] != ref.shape[-2:]:
+        return None
+    pattern = found["scaled_scores"].pattern
+    return pattern if pattern is not None and bool(pattern.any()) else None  # no -inf at all: no mask

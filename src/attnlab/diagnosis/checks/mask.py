@@ -8,7 +8,6 @@ import math
 import torch
 
 from attnlab.diagnosis.context import Context, Found, finding
-from attnlab.diagnosis.masking import same_everywhere
 from attnlab.diagnosis.words import fmt
 from attnlab.capture.stages import STAGES
 from attnlab.record import Finding
@@ -21,7 +20,7 @@ def mask_shape(ctx: Context, found: Found) -> list[Finding]:
         return []
     mine, pattern = ctx.v.stages["scaled_scores"], ctx.ref_mask
     if not math.isfinite(ctx.v_peaks.peak["scaled_scores"]):
-        if same_everywhere(mine, pattern):
+        if ctx.mask_pattern is not None and torch.equal(ctx.mask_pattern, pattern):
             return []  # the reference's mask
         hidden = torch.isneginf(mine)
         if hidden.any():

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from attnlab.capture.recorder import Capture
+from attnlab.capture.recorder import Capture, max_abs_or_nan
 from attnlab.capture.spill import releasing
 from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.masking import NegInf, neg_infs
@@ -45,9 +45,9 @@ def _gap(x: torch.Tensor, y: torch.Tensor) -> float:
 
     One temporary where the block is finite; only a NaN in it (equal infinities, or a NaN value)
     pays for the comparison that tells the two apart."""
-    gap = (x - y).abs_()
-    worst = float(gap.max())
-    return worst if not math.isnan(worst) else float(torch.where(x == y, 0.0, gap).max())
+    gap = x - y
+    worst = max_abs_or_nan(gap)
+    return worst if not math.isnan(worst) else float(torch.where(x == y, 0.0, gap.abs_()).max())
 
 
 def finite_entries(t: torch.Tensor) -> torch.Tensor:
@@ -61,7 +61,7 @@ def _non_finite(t: torch.Tensor, peak: float) -> float:
     """How many entries of t are NaN or inf; `peak`: its max |t|."""
     if math.isfinite(peak):
         return 0.0  # one pass without a temporary: a finite max |t| leaves no NaN or inf anywhere
-    return float(t.numel() - sum(int(finite_entries(t[i]).sum()) for i in blocks(t)))
+    return float(t.numel() - sum(int(finite_entries(t[i]).count_nonzero()) for i in blocks(t)))
 
 
 def capture_eps(capture: Capture) -> float:
@@ -203,11 +203,12 @@ def scale_observed(scores: torch.Tensor | None, scaled: torch.Tensor | None) -> 
     wide = torch.promote_types(scores.dtype, torch.float32)
     for i in blocks(scores):
         s, t = scores[i].to(wide).reshape(-1), scaled[i].to(wide).reshape(-1)
-        finite = finite_entries(t)  # the scores are a product of finite projections; the mask is in t
+        finite_t = t.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+        finite = finite_t == t  # the scores are a product of finite projections; the mask is in t
         if not finite_scores:
             finite &= finite_entries(s)
-        s, t = torch.where(finite, s, 0.0), torch.where(finite, t, 0.0)
-        dot += float(torch.dot(s, t))  # BLAS: one pass, no product temporary
+        s = torch.where(finite, s, 0.0)  # 0 where either is not finite: finite_t's other entries add nothing
+        dot += float(torch.dot(s, finite_t))  # BLAS: one pass, no product temporary
         norm += float(torch.dot(s, s))
     return dot / norm if norm > 0 else NAN
 

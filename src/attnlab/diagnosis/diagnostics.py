@@ -30,22 +30,31 @@ HEAD_COLUMNS = ("weights_entropy_mean", "weights_row_max_mean", "weights_first_t
 
 
 @releasing
-def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor, scratch: torch.Tensor | None = None) -> float:
     """max |a - b| in blocks; nan when the shapes differ or a value is not finite. A tensor
-    against itself (the reference's own diagnostics) is 0 without a pass over its values."""
+    against itself (the reference's own diagnostics) is 0 without a pass over its values.
+    `scratch`: difference_scratch(a, b), when a caller compares many pairs of one shape (a fresh
+    temporary for each costs more than the subtraction)."""
     if a is b:
         return 0.0
     if a.shape != b.shape:
         return NAN
-    return max((_gap(a[i], b[i]) for i in blocks(a) if a[i].numel()), default=0.0)
+    scratch = difference_scratch(a, b) if scratch is None else scratch
+    return max((_gap(a[i], b[i], scratch) for i in blocks(a) if a[i].numel()), default=0.0)
 
 
-def _gap(x: torch.Tensor, y: torch.Tensor) -> float:
+def difference_scratch(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Room for a - b of one of a's blocks (attnlab.diagnosis.passes.blocks), in their common dtype."""
+    size = a.shape[-1] * min(a.shape[-2], BLOCK_ROWS) if a.dim() >= 2 else a.numel()
+    return torch.empty(size, dtype=torch.promote_types(a.dtype, b.dtype))
+
+
+def _gap(x: torch.Tensor, y: torch.Tensor, scratch: torch.Tensor) -> float:
     """max |x - y|, 0 where both hold the same value (a mask's -inf against the same -inf).
 
-    One temporary where the block is finite; only a NaN in it (equal infinities, or a NaN value)
-    pays for the comparison that tells the two apart."""
-    gap = x - y
+    Written into `scratch` where the block is finite; only a NaN in it (equal infinities, or a NaN
+    value) pays for the comparison that tells the two apart."""
+    gap = torch.sub(x, y, out=scratch[:x.numel()].view(x.shape))
     worst = max_abs_or_nan(gap)
     return worst if not math.isnan(worst) else float(torch.where(x == y, 0.0, gap.abs_()).max())
 
@@ -245,9 +254,10 @@ def softmax_checks(capture: Capture) -> tuple[float, float]:
                  and values.shape[-2] == logits.shape[-1] and values.shape[-1] == context.shape[-1])
     heads, kv_heads = weights.shape[1], values.shape[1] if values is not None else weights.shape[1]
     softmax_gaps, token_gaps = [], []
+    scratch = difference_scratch(weights, logits)  # softmax keeps the logits' dtype
     for i in blocks(weights):
         p = torch.softmax(logits[i] * scale if scale != 1.0 else logits[i], dim=-1)
-        softmax_gaps.append(max_abs_diff(p, weights[i]))
+        softmax_gaps.append(max_abs_diff(p, weights[i], scratch))
         if per_token:
             token_gaps.append(max_abs_diff(p @ values[i[0], _kv_head(i[1], heads, kv_heads)], context[i]))
     return max(softmax_gaps, default=NAN), max(token_gaps, default=NAN)
@@ -268,9 +278,10 @@ def _grid(mine: torch.Tensor | None, ref: torch.Tensor | None) -> Grid | None:
     heads = mine.shape[1] if mine.dim() == 4 else 0
     if mine is ref:  # the reference's own diagnostics
         return [[0.0] * max(heads, 1) for _ in range(mine.shape[0])]
+    scratch = difference_scratch(mine, ref)  # one for every (batch item, head)
     if not heads:
-        return [[max_abs_diff(mine[b], ref[b])] for b in range(mine.shape[0])]
-    return [[max_abs_diff(mine[b, h], ref[b, h]) for h in range(heads)] for b in range(mine.shape[0])]
+        return [[max_abs_diff(mine[b], ref[b], scratch)] for b in range(mine.shape[0])]
+    return [[max_abs_diff(mine[b, h], ref[b, h], scratch) for h in range(heads)] for b in range(mine.shape[0])]
 
 
 def divergence_grids(variant: Capture, reference: Capture) -> dict[str, Grid]:

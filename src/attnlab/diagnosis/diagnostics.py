@@ -22,7 +22,8 @@ from attnlab.capture.recorder import Capture, max_abs_or_nan
 from attnlab.capture.spill import releasing
 from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.masking import NegInf, neg_infs
-from attnlab.diagnosis.passes import BLOCK_ROWS, Peaks, blocks, finite_max_abs, max_abs, peaks, row_blocks
+from attnlab.diagnosis.passes import (Peaks, block_scratch, blocks, finite_max_abs, fitted, max_abs, peaks,
+                                      row_blocks)
 
 NAN = float("nan")
 _EPS = float(torch.finfo(torch.float32).eps)  # float32's; a capture in another dtype uses its own (capture_eps)
@@ -44,9 +45,8 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor, scratch: torch.Tensor | None 
 
 
 def difference_scratch(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Room for a - b of one of a's blocks (attnlab.diagnosis.passes.blocks), in their common dtype."""
-    size = a.shape[-1] * min(a.shape[-2], BLOCK_ROWS) if a.dim() >= 2 else a.numel()
-    return torch.empty(size, dtype=torch.promote_types(a.dtype, b.dtype))
+    """Room for a - b of one of a's blocks, in their common dtype."""
+    return block_scratch(a, torch.promote_types(a.dtype, b.dtype))
 
 
 def _gap(x: torch.Tensor, y: torch.Tensor, scratch: torch.Tensor) -> float:
@@ -54,7 +54,7 @@ def _gap(x: torch.Tensor, y: torch.Tensor, scratch: torch.Tensor) -> float:
 
     Written into `scratch` where the block is finite; only a NaN in it (equal infinities, or a NaN
     value) pays for the comparison that tells the two apart."""
-    gap = torch.sub(x, y, out=scratch[:x.numel()].view(x.shape))
+    gap = torch.sub(x, y, out=fitted(scratch, x))
     worst = max_abs_or_nan(gap)
     return worst if not math.isnan(worst) else float(torch.where(x == y, 0.0, gap.abs_()).max())
 
@@ -210,13 +210,15 @@ def scale_observed(scores: torch.Tensor | None, scaled: torch.Tensor | None) -> 
     dot = norm = 0.0
     finite_scores = math.isfinite(max_abs(scores))
     wide = torch.promote_types(scores.dtype, torch.float32)
+    rooms, zero = [block_scratch(scores, d) for d in (wide, torch.bool, wide)], torch.zeros((), dtype=wide)
     for i in blocks(scores):
         s, t = scores[i].to(wide).reshape(-1), scaled[i].to(wide).reshape(-1)
-        finite_t = t.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
-        finite = finite_t == t  # the scores are a product of finite projections; the mask is in t
+        finite_t, finite, kept = (fitted(room, t) for room in rooms)
+        torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0, out=finite_t)
+        torch.eq(finite_t, t, out=finite)  # the scores are a product of finite projections; the mask is in t
         if not finite_scores:
             finite &= finite_entries(s)
-        s = torch.where(finite, s, 0.0)  # 0 where either is not finite: finite_t's other entries add nothing
+        s = torch.where(finite, s, zero, out=kept)  # 0 where either is not finite: finite_t's others add nothing
         dot += float(torch.dot(s, finite_t))  # BLAS: one pass, no product temporary
         norm += float(torch.dot(s, s))
     return dot / norm if norm > 0 else NAN

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from attnlab.capture.recorder import Capture
-from attnlab.diagnosis.passes import Peaks, blocks, row_blocks
+from attnlab.diagnosis.passes import Peaks, block_scratch, blocks, fitted, row_blocks
 
 
 def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) -> float:
@@ -57,8 +57,9 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
     if found is None:
         return capture
     scaled, weights, scores = found
-    if all(float(torch.where(weights[i].bool(), -math.inf, scaled[i]).amax()) == -math.inf  # bool(): weight != 0
-           for i in blocks(scaled)):
+    room, neg_inf = block_scratch(scaled, scaled.dtype), torch.full((), -math.inf, dtype=scaled.dtype)
+    if all(float(torch.where(weights[i].bool(), neg_inf, scaled[i], out=fitted(room, scaled[i])).amax()) == -math.inf
+           for i in blocks(scaled)):  # bool(): weight != 0
         return capture  # no finite entry with weight 0 (a NaN or +inf one takes the long way): any mask is -inf
     scale = _scale(scores, scaled, weights)
     if not math.isfinite(scale):

@@ -33,6 +33,17 @@ def blocks(t: torch.Tensor) -> Iterator[tuple]:
             yield (*lead, rows)
 
 
+def block_scratch(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Room for one of t's blocks in `dtype`: a pass that writes a temporary per block reuses it
+    (a fresh temporary for each costs more than the arithmetic)."""
+    return torch.empty(t.shape[-1] * min(t.shape[-2], BLOCK_ROWS) if t.dim() >= 2 else t.numel(), dtype=dtype)
+
+
+def fitted(scratch: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+    """block_scratch's room shaped as `block`."""
+    return scratch[:block.numel()].view(block.shape)
+
+
 max_abs = releasing(max_abs_or_nan)  # max |t| without an |t| temporary (capture's, which needs it first)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from attnlab.capture.recorder import Capture
+from attnlab.capture.spill import releasing
 from attnlab.diagnosis.passes import Peaks, block_scratch, blocks, fitted, row_blocks
 
 
@@ -57,7 +58,8 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
     if found is None:
         return capture
     scaled, weights, scores = found
-    room, neg_inf = block_scratch(scaled, scaled.dtype), torch.full((), -math.inf, dtype=scaled.dtype)
+    wide = torch.promote_types(scaled.dtype, torch.float32)  # -inf fits
+    room, neg_inf = block_scratch(scaled, wide), torch.full((), -math.inf, dtype=wide)
     if all(float(torch.where(weights[i].bool(), neg_inf, scaled[i], out=fitted(room, scaled[i])).amax()) == -math.inf
            for i in blocks(scaled)):  # bool(): weight != 0
         return capture  # no finite entry with weight 0 (a NaN or +inf one takes the long way): any mask is -inf
@@ -94,6 +96,7 @@ def neg_infs(capture: Capture, measured: Peaks) -> dict[str, NegInf]:
             for stage in ("scores", "scaled_scores") if stage in capture.stages}
 
 
+@releasing
 def _neg_inf(values: torch.Tensor, weights: torch.Tensor | None) -> NegInf:
     paired, matrix = weights is not None and weights.shape == values.shape, values.dim() >= 2
     if not matrix:  # one row

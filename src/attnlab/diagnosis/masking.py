@@ -58,8 +58,8 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
     if found is None:
         return capture
     scaled, weights, scores = found
-    wide = torch.promote_types(scaled.dtype, torch.float32)  # -inf fits
-    room, neg_inf = block_scratch(scaled, wide), torch.full((), -math.inf, dtype=wide)
+    dtype = scaled.dtype if scaled.is_floating_point() else torch.float32  # where()'s: -inf fits
+    room, neg_inf = block_scratch(scaled, dtype), torch.full((), -math.inf, dtype=dtype)
     if all(float(torch.where(weights[i].bool(), neg_inf, scaled[i], out=fitted(room, scaled[i])).amax()) == -math.inf
            for i in blocks(scaled)):  # bool(): weight != 0
         return capture  # no finite entry with weight 0 (a NaN or +inf one takes the long way): any mask is -inf

@@ -1,6 +1,6 @@
 """Passes over a captured stage: index blocks over a (batch, heads, query, key) stage (every pass
 that needs a (query x key) temporary runs one (batch item, head) and BLOCK_ROWS query rows at a
-time), and the stage's largest magnitude."""
+time; one scratch tensor serves the blocks of a pass), and the stage's largest magnitude."""
 
 from __future__ import annotations
 
@@ -51,9 +51,10 @@ max_abs = releasing(max_abs_or_nan)  # max |t| without an |t| temporary (capture
 def finite_max_abs(t: torch.Tensor) -> float:
     """max |t| over the finite entries: a causal mask's -inf says nothing about the values' scale."""
     bound = max_abs(t)
-    if not math.isfinite(bound):
-        bound = max((max_abs_or_nan(t[i].nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)) for i in blocks(t)
-                     if t[i].numel()), default=0.0)
+    if not math.isfinite(bound):  # only a float holds NaN or inf
+        room = block_scratch(t, t.dtype)
+        bound = max((max_abs_or_nan(torch.nan_to_num(t[i], nan=0.0, posinf=0.0, neginf=0.0, out=fitted(room, t[i])))
+                     for i in blocks(t) if t[i].numel()), default=0.0)
     return bound
 
 

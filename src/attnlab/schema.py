@@ -55,6 +55,7 @@ class Config:
     num_heads: int = 2
     num_kv_heads: Optional[int] = None  # None: num_heads
     qkv_bias: bool = False
+    attn_implementation: str = "eager"  # a Hugging Face attention class's kernel: eager | sdpa | flex_attention
     batch: int = 2  # batched modules get this many items; the book inputs are stacked
     train: bool = False  # training mode (dropout active, seeded)
     reference: str = "auto"  # auto | the name of any variant

@@ -154,7 +154,16 @@ def register_configs(registry: Registry | None = None, *, full_help: bool = Fals
 def user_overrides(args: list[str]) -> list[str]:
     """`expect.context_shape=[6,2]` as users write it: predictions are open-ended keys, which
     Hydra's struct mode would make them spell `++expect...`; attnlab adds the `++` for them."""
-    return [f"++{arg}" if arg.startswith("expect.") else arg for arg in args]
+    return [_hf_variant(f"++{arg}" if arg.startswith("expect.") else arg) for arg in args]
+
+
+def _hf_variant(arg: str) -> str:
+    """`variant=hf:llama` names no option of the variant group (hf: names are not members, so
+    `+experiment=all_variants` does not sweep every model type): it sets the variant's name."""
+    key, _, value = arg.partition("=")
+    if key.lstrip("+") == "variant" and value.startswith("hf:"):
+        return f"variant.name={value}"
+    return arg
 
 
 def validate(cfg: DictConfig) -> None:

@@ -52,6 +52,7 @@ from torch import nn
 from torch._ops import HigherOrderOperator
 from torch.overrides import TorchFunctionMode
 
+from attnlab.modules.calling import Returned, call
 from attnlab.modules.layouts import parameter_role
 from attnlab.capture.stages import STAGES
 from attnlab.modules.roles import projection_role
@@ -71,6 +72,7 @@ class Capture:
     softmax_axis: int | None = None  # the softmax's dim in the canonical (batch, heads, query, key) view
     out_inputs: list[torch.Tensor] = field(default_factory=list)  # what each output-projection product was given
     returned: str = ""  # what forward returned, for an error: its shape, or its type
+    call: Returned | None = None  # what forward returned as a whole, and which element is the output
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so
     # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.
@@ -159,13 +161,11 @@ def capture(module: nn.Module, x: torch.Tensor) -> Capture:
     token = _ACTIVE.set(recorder)
     try:
         with torch.no_grad(), _flex_attention_eager(), recorder:
-            out = module(x)
+            returned = call(module, x)
     finally:
         _ACTIVE.reset(token)
-    if isinstance(out, (tuple, list)) and out:
-        out = out[0]
     try:
-        return recorder.result(x, out)
+        return recorder.result(x, returned)
     finally:  # the recorder may sit in a reference cycle: what it held must not wait for the collector
         recorder.release()
 
@@ -647,7 +647,8 @@ class _Recorder(TorchFunctionMode):
 
     # -- the result -------------------------------------------------------------------------------
 
-    def result(self, x: torch.Tensor, out: Any) -> Capture:
+    def result(self, x: torch.Tensor, returned: Returned) -> Capture:
+        out = returned.output
         batch = x.shape[0] if x.dim() == 3 else 1
         found: dict[str, torch.Tensor] = {}
         native: dict[str, tuple[int, ...]] = {}
@@ -683,8 +684,8 @@ class _Recorder(TorchFunctionMode):
         if any(h.found.get("weights_applied", 0) is None for h in self.heads):
             missing.append("weights_applied")
         return Capture(found, native, sources, first.softmax_dim, missing, prescale, reconstructed,
-                       first.roles, output_is_context, first.softmax_axis, self.out_inputs,
-                       str(tuple(out.shape)) if isinstance(out, torch.Tensor) else type(out).__name__)
+                       first.roles, output_is_context, first.softmax_axis, self.out_inputs, returned.description,
+                       returned)
 
 
 _SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")

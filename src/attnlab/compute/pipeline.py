@@ -26,6 +26,7 @@ from attnlab.errors import UserError
 from attnlab.diagnosis.diagnostics import compute_diagnostics, expected_shapes, first_divergent_stage
 from attnlab.diagnosis.findings import diagnose
 from attnlab.inputs.kinds import Inputs
+from attnlab.modules.calling import call
 from attnlab.modules.layouts import align, seed_projections
 from attnlab.diagnosis.predictions import check_predictions
 from attnlab.compute.preflight import Size, check_fits, should_spill
@@ -87,7 +88,7 @@ class JobSpec:
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> JobSpec:
         values = {key: cfg[key] for key in ("d_out", "context_length", "dropout", "num_heads", "num_kv_heads",
-                                            "qkv_bias")}
+                                            "qkv_bias", "attn_implementation")}
         return cls(
             name=cfg.variant.name,
             params=OmegaConf.to_container(cfg.variant.params, resolve=True),
@@ -142,23 +143,39 @@ def build_module(name: str, params: dict[str, Any], values: dict[str, Any], seed
     manual_seed(seed)
     try:
         return spec.cls(*args, **kwargs)
+    except UserError:  # a config attribute attnlab cannot fill: refused like any bad key
+        raise
     except Exception as exc:
         raise PluginError(f"variant '{name}' could not be built: {type(exc).__name__}: {exc}") from exc
 
 
 def takes_batches(module: nn.Module, d_in: int, n_tokens: int, d_out: int) -> bool:
     """One probe call on a tiny batched input (2 items x up to 3 tokens), not counted and not
-    captured: a module that returns (batch, tokens, ·) gets batches; any other gets (tokens, d_in)."""
+    captured: a module that returns (batch, tokens, ·) gets batches; any other gets (tokens, d_in).
+    A module that fails on the batch and on (tokens, d_in) alike fails with its own error on the
+    batch: its message says why, where a fallback to the 2-D path would fail later for another reason."""
     items = 2 if d_out != 2 else 3  # a 2-D module whose d_out equals the items would broadcast a batch
     probe = torch.rand(items, min(3, n_tokens), d_in, generator=torch.Generator().manual_seed(0))  # (items, tokens, d_in)
+    module.eval()
     try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = module.eval()(probe)
-    except Exception:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
+        out = _probe(module, probe)
+    except Exception as exc:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
+        try:
+            _probe(module, probe[0])
+        except Exception:  # noqa: BLE001 - neither: the module's own error on the batch says why
+            raise PluginError(f"{type(module).__name__} raised {type(exc).__name__}: {_one_line(exc)}") from exc
         return False
-    out = out[0] if isinstance(out, (tuple, list)) and out else out
     return isinstance(out, torch.Tensor) and out.dim() == 3 and tuple(out.shape[:2]) == tuple(probe.shape[:2])
+
+
+def _probe(module: nn.Module, x: torch.Tensor) -> Any:
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return call(module, x).output
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def kv_head_count(module: nn.Module, spec_name: str, params: dict[str, Any], values: dict[str, Any]) -> int | None:

@@ -37,6 +37,8 @@ from typing import Any, Callable, Hashable
 import numpy as np
 import torch
 from torch import nn
+
+from attnlab.modules.calling import call
 from torch.overrides import TorchFunctionMode
 
 from attnlab.capture.recorder import _flex_attention_eager, _name
@@ -219,8 +221,7 @@ def clear_reference_cache() -> None:
 
 def _call(module: nn.Module, x: torch.Tensor) -> Callable[[], Any]:
     def forward() -> Any:
-        out = module(x)
-        return out[0] if isinstance(out, (tuple, list)) else out
+        return call(module, x).output
 
     return forward
 

@@ -35,6 +35,8 @@ from typing import Any, Callable, TypeVar
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.modules import hf
+from attnlab.modules.configs import config_constructor
 from attnlab.plugin_folders import plugin_dirs
 
 ENTRY_POINT_GROUP = "attnlab.variants"
@@ -108,6 +110,8 @@ class Registry:
         return sorted([*self.specs, *self.duplicates])
 
     def get(self, name: str) -> VariantSpec:
+        if name.startswith(hf.PREFIX):
+            return _hf_spec(name)
         if name in self.duplicates:
             sources = " and ".join(self.duplicates[name])
             raise VariantError(f"variant '{name}' is defined twice, in {sources}; rename one of them")
@@ -116,6 +120,14 @@ class Registry:
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise VariantError(f"unknown variant '{name}'; {hint}available: {', '.join(self.names())}")
         return self.specs[name]
+
+
+@lru_cache(maxsize=None)
+def _hf_spec(name: str) -> VariantSpec:
+    """`hf:MODEL_TYPE`: a spelling with no file, so not a member of the variant group."""
+    constructor = hf.hf_constructor(name)
+    description = f"Hugging Face {constructor.__name__} built from {constructor.config_cls.__name__}"
+    return VariantSpec(name, constructor, description, {}, f"transformers ({constructor.module_cls.__module__})")
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -239,7 +251,8 @@ def _spec(cls: type[nn.Module], name: str, source: str, description: str | None 
           params: dict[str, Any] | None = None, expected_finding: tuple[str, str] | None = None,
           reference: str | None = None, copied: frozenset[str] = frozenset()) -> VariantSpec:
     finding = tuple(expected_finding) if expected_finding else None
-    return VariantSpec(name, cls, description or _describe(cls, copied), dict(params or {}), source, finding, reference)
+    built = config_constructor(cls, name) or cls  # a constructor taking one config object (nanoGPT's)
+    return VariantSpec(name, built, description or _describe(cls, copied), dict(params or {}), source, finding, reference)
 
 
 def _describe(cls: type, copied: frozenset[str]) -> str:
@@ -383,12 +396,14 @@ def create_variant(name: str, d_in: int, d_out: int, **params: Any) -> nn.Module
 
 # Top-level config keys a constructor may take by name, and the other spellings constructors
 # use for them (Hugging Face, nanoGPT, the source's later chapters).
-CONSTRUCTOR_KEYS = ("d_in", "d_out", "context_length", "dropout", "num_heads", "num_kv_heads", "qkv_bias")
+CONSTRUCTOR_KEYS = ("d_in", "d_out", "context_length", "dropout", "num_heads", "num_kv_heads", "qkv_bias",
+                    "attn_implementation")
 SPELLINGS = {
     "num_heads": ("num_heads", "n_heads", "n_head", "num_attention_heads"),
     "num_kv_heads": ("num_kv_heads", "n_kv_heads", "num_key_value_heads", "num_kv_groups"),
 }
-DEFAULT_VALUES = {"context_length": 6, "dropout": 0.0, "num_heads": 2, "num_kv_heads": None, "qkv_bias": False}
+DEFAULT_VALUES = {"context_length": 6, "dropout": 0.0, "num_heads": 2, "num_kv_heads": None, "qkv_bias": False,
+                  "attn_implementation": "eager"}
 _TOP_LEVEL = {spelling: key for key in CONSTRUCTOR_KEYS for spelling in SPELLINGS.get(key, (key,))}
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 

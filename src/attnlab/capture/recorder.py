@@ -55,7 +55,7 @@ from torch.overrides import TorchFunctionMode
 from attnlab.modules.calling import Returned, call
 from attnlab.modules.layouts import parameter_role
 from attnlab.capture.stages import STAGES
-from attnlab.modules.roles import projection_role
+from attnlab.modules.roles import is_norm, parameter_owners, projection_role
 
 
 @dataclass
@@ -121,7 +121,7 @@ _ATTENTION = ("scores", "derived", "weights")  # what the weights are made of
 _PRIORITY = ("weights", "derived", "scores", "proj", "param", "input", "context")
 _TAP_KINDS = {"inputs": "input", "scores": "scores", "scaled_scores": "derived", "weights": "weights",
               "weights_applied": "weights", "context": "context"}  # queries, keys, values: "proj"
-_PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "baddbmm", "einsum", "linear"}
+_PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "linear"}
 _SHAPE_OPS = {
     "T", "mT", "t", "transpose", "permute", "view", "reshape", "contiguous", "clone", "detach",
     "squeeze", "unsqueeze", "flatten", "unflatten", "expand", "to", "float", "__getitem__", "split",
@@ -205,8 +205,8 @@ def _as_einsum(name: str, args: tuple) -> tuple[list[torch.Tensor], list[str], s
         if not (set(letters[0]) & set(letters[1])) - set(out):  # no contraction: not a product
             return None
         return operands, letters, out
-    if name == "baddbmm":
-        args = args[1:]  # baddbmm(added, a, b) = added + a @ b
+    if name in ("addmm", "baddbmm"):
+        args = args[1:]  # addmm(added, a, b) = added + a @ b (GPT-2's Conv1D projects with it)
     a, b = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or min(a.dim(), b.dim()) < 2:
         return None
@@ -231,7 +231,9 @@ class _Recorder(TorchFunctionMode):
 
     def __init__(self, module: nn.Module, x: torch.Tensor) -> None:
         super().__init__()
-        self._params = {id(p): _Tag("param", projection_role(name)) for name, p in module.named_parameters()}
+        owners = parameter_owners(module)
+        self._params = {id(p): _Tag("param", None if is_norm(owners.get(name, module)) else projection_role(name))
+                        for name, p in module.named_parameters()}
         self._fused = {id(p) for name, p in module.named_parameters() if _is_fused(name, p)}
         self._out = {id(p) for name, p in module.named_parameters() if parameter_role(name) == "out"}
         self.out_inputs: list[torch.Tensor] = []
@@ -787,9 +789,11 @@ def max_abs_or_nan(t: torch.Tensor) -> float:
 
 
 def _is_fused(name: str, param: torch.Tensor) -> bool:
-    """A fused query-key-value projection weight: (3 * d, d_in) as nn.Linear stores it, or its bias."""
+    """A fused query-key-value projection weight: (3 * d, d_in) as nn.Linear stores it, (d_in, 3 * d) as
+    GPT-2's Conv1D does, or its bias."""
     leaf = name.lower().replace(".weight", "").replace(".bias", "")
-    return any(key in leaf for key in ("qkv", "c_attn", "in_proj", "query_key_value")) and param.shape[0] % 3 == 0
+    fused_axis = param.shape[0] if param.dim() == 1 or param.shape[0] > param.shape[-1] else param.shape[-1]
+    return any(key in leaf for key in ("qkv", "c_attn", "in_proj", "query_key_value")) and fused_axis % 3 == 0
 
 
 def _is_inplace(name: str) -> bool:

@@ -25,6 +25,7 @@ from attnlab.schema import WeightsMode, resolved
 from attnlab.errors import UserError
 from attnlab.diagnosis.diagnostics import compute_diagnostics, expected_shapes, first_divergent_stage
 from attnlab.diagnosis.findings import diagnose
+from attnlab.diagnosis.kv_granularity import align_kv_heads
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.calling import call
 from attnlab.modules.layouts import align, seed_projections
@@ -248,7 +249,9 @@ def compute_record(
             record.reference = reference_name = (auto_reference(get_variant(name), variant_module, variant_batched)
                                                   if spec.reference == "auto" else spec.reference)
             get_variant(reference_name)
-            reference_module = build_module(reference_name, {}, values, seed)
+            reference_values = values if spec.reference != "auto" else {  # auto: the variant's own grouping
+                **values, "num_kv_heads": kv_head_count(variant_module, name, spec.params, values)}
+            reference_module = build_module(reference_name, {}, reference_values, seed)
             reference_batched = takes_batches(reference_module, inputs.d_in, inputs.n_tokens, spec.d_out)
             num_heads = head_count(reference_name, values)
             if spec.shared:
@@ -281,6 +284,7 @@ def compute_record(
         _check_shown(spec.show, variant)
         say("diagnostics")
         mixing = _batch_mixing(name, variant_module, variant_x, variant, seed) if variant_batched and not spec.train else None
+        align_kv_heads(variant, reference)
         record.stages, record.stage_shapes = _to_numpy(variant)
         record.reference_stages, record.reference_stage_shapes = _to_numpy(reference)
         record.expected_shapes = {k: list(v) for k, v in expected_shapes(reference).items()}

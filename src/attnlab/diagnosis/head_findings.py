@@ -118,16 +118,23 @@ class HeadChecks:
         keys, queries, values = (self.v.stages.get(s) for s in ("keys", "queries", "values"))
         if keys is None or queries is None or values is None or queries.shape[1] < 2:
             return
-        heads, kv = queries.shape[1], keys.shape[1]
-        group = heads // kv if kv < heads and heads % kv == 0 else self._repeated_group(keys, values)
-        if group < 2:
-            return
+        group = self._group(queries, keys, values)
+        if group < 2 or group == self._group(*(self.ref.stages.get(s) for s in ("queries", "keys", "values"))):
+            return  # said only where the two sides group differently
+        heads = queries.shape[1]
         shared = heads // group
         kind = "multi-query attention: one key/value head for all" if shared == 1 else "grouped-query attention"
         self.add("kv_heads", "keys", f"keys and values have {shared} head{'s' if shared > 1 else ''} for {heads} "
                  f"query heads: each is shared by a group of {group} query heads ({kind}); deliberate, so the "
                  f"differences it causes after the keys are its consequences, not findings.", severity="info",
                  heads=list(range(heads)))
+
+    def _group(self, queries: torch.Tensor | None, keys: torch.Tensor | None, values: torch.Tensor | None) -> int:
+        """How many query heads share one key/value head (1: none share)."""
+        if queries is None or keys is None or values is None:
+            return 1
+        heads, kv = queries.shape[1], keys.shape[1]
+        return heads // kv if kv < heads and heads % kv == 0 else self._repeated_group(keys, values)
 
     @staticmethod
     def _repeated_group(keys: torch.Tensor, values: torch.Tensor) -> int:

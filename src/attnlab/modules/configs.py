@@ -134,6 +134,8 @@ class ConfigConstructor:
         for key, spelling in self.spelled.items():
             if spelling and values.get(key) is not None:
                 filled[spelling] = values[key]
+        if self.spelled["num_kv_heads"] and values.get("num_kv_heads") is None:
+            filled[self.spelled["num_kv_heads"]] = values["num_heads"]  # attnlab's null: one per head
         if self.head_dim:
             filled["head_dim"] = values["d_out"] // values["num_heads"]
         for name, value in params.items():

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
-from attnlab.modules.roles import manual_seed, projection_role
+from attnlab.modules.roles import is_norm, manual_seed, projection_role
 
 QKV_ROLES = ("queries", "keys", "values")
 _FUSED = re.compile(r"qkv|c_attn|in_proj|query_key_value")
@@ -119,7 +119,7 @@ def _slots(module: nn.Module) -> list[_Slot]:
     for name, param in module.named_parameters():
         role = parameter_role(name)
         owner, attr = _owner(module, name)
-        if role is None or (isinstance(owner, nn.MultiheadAttention) and attr in _MHA_EXTRA_TOKEN):
+        if role is None or is_norm(owner) or (isinstance(owner, nn.MultiheadAttention) and attr in _MHA_EXTRA_TOKEN):
             continue
         kind = "bias" if param.dim() == 1 else "weight"
         linear_style = kind == "weight" and (

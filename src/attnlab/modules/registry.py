@@ -36,7 +36,7 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules import hf
-from attnlab.modules.configs import config_constructor
+from attnlab.modules.configs import ConfigConstructor, config_constructor
 from attnlab.plugin_folders import plugin_dirs
 
 ENTRY_POINT_GROUP = "attnlab.variants"
@@ -524,7 +524,23 @@ def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
     has_projection = any(_projection_name(name) for name in outside)
     if heads and not has_projection:
         return "mha_wrapper"
+    if getattr(module, "is_causal", True) is False:  # declared an encoder's: every query sees every key
+        return "bidirectional_attention" if has_projection else "bidirectional_heads"
+    if isinstance(spec.cls, ConfigConstructor):
+        return _declared_kind(module, has_projection)
     return "multi_head_attention"
+
+
+def _declared_kind(module: nn.Module, has_projection: bool) -> str:
+    """A config-built class (Hugging Face's, nanoGPT's): causal multi-head attention with its
+    config's key/value heads, so what its config declares beyond that (RoPE, a window, a scale) is
+    named by the recognisers and a mistake in its code is still found."""
+    if not has_projection:
+        return "causal_heads"
+    config = getattr(module, "config", None)
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    return "gqa" if heads and kv_heads < heads else "multi_head_attention"
 
 
 def _per_head(modules: nn.ModuleList) -> bool:

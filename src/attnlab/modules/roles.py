@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import torch
+from torch import nn
 
 _ROLE_PATTERNS: dict[str, re.Pattern[str]] = {
     "queries": re.compile(r"query|queries|(^|_)w?q($|_)|^wq$|q_?proj"),
@@ -28,6 +29,18 @@ def projection_role(param_name: str) -> str | None:
     leaf = parts[-1]
     matches = [role for role, pattern in _ROLE_PATTERNS.items() if pattern.search(leaf)]
     return matches[0] if len(matches) == 1 else None
+
+
+def is_norm(owner: nn.Module) -> bool:
+    """A normalisation module (LayerNorm, RMSNorm, Qwen3's and Gemma's q_norm/k_norm classes): its
+    parameters are a per-channel gain and shift, never a projection, whatever the module is named."""
+    return isinstance(owner, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or type(owner).__name__.endswith("Norm")
+
+
+def parameter_owners(module: nn.Module) -> dict[str, nn.Module]:
+    """Each parameter's dotted name -> the module that holds it."""
+    return {f"{prefix}.{name}" if prefix else name: owner
+            for prefix, owner in module.named_modules() for name, _ in owner.named_parameters(recurse=False)}
 
 
 def manual_seed(seed: int) -> None:

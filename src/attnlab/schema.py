@@ -59,6 +59,7 @@ class Config:
     batch: int = 2  # batched modules get this many items; the book inputs are stacked
     train: bool = False  # training mode (dropout active, seeded)
     reference: str = "auto"  # auto | the name of any variant
+    reference_params: Dict[str, Any] = field(default_factory=dict)  # an explicit reference's, as variant.params
     show: ShowConf = field(default_factory=ShowConf)
     dtype: str = "float32"  # the variant's dtype: float32 | float64 | bfloat16 | float16
     reference_dtype: str = "float32"

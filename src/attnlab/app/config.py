@@ -153,8 +153,19 @@ def register_configs(registry: Registry | None = None, *, full_help: bool = Fals
 
 def user_overrides(args: list[str]) -> list[str]:
     """`expect.context_shape=[6,2]` as users write it: predictions are open-ended keys, which
-    Hydra's struct mode would make them spell `++expect...`; attnlab adds the `++` for them."""
-    return [_hf_variant(f"++{arg}" if arg.startswith("expect.") else arg) for arg in args]
+    Hydra's struct mode would make them spell `++expect...`; attnlab adds the `++` for them, and
+    for `variant.params.NAME` and `reference.params.NAME` (a config attribute of a config-built
+    class is set with or without `+`; `reference.params` is stored as `reference_params`)."""
+    return [_hf_variant(_open_key(arg)) for arg in args]
+
+
+def _open_key(arg: str) -> str:
+    key = arg.lstrip("+")
+    if key.startswith("reference.params."):
+        return f"++reference_params.{key.removeprefix('reference.params.')}"
+    if key.startswith(("expect.", "variant.params.")) and "=" in key:
+        return f"++{key}"
+    return arg
 
 
 def _hf_variant(arg: str) -> str:

@@ -35,7 +35,7 @@ from attnlab.capture.spill import as_numpy, spill
 from attnlab.capture.stages import SQUARE_STAGES
 from attnlab.compute.profile import profile_pair
 from attnlab.record import Record
-from attnlab.modules.registry import SPELLINGS, auto_reference, constructor_kwargs, get_variant
+from attnlab.modules.registry import CONSTRUCTOR_KEYS, SPELLINGS, auto_reference, constructor_kwargs, get_variant
 from attnlab.modules.roles import manual_seed
 
 SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
@@ -78,6 +78,7 @@ class JobSpec:
     batch: int
     train: bool
     reference: str  # "auto" or a variant name
+    reference_params: dict[str, Any]  # an explicit reference's params (top-level keys among them override its values)
     show: tuple[int, int]  # the batch item and head the sinks show
     dtype: str = "float32"  # the variant's; the reference runs in reference_dtype
     reference_dtype: str = "float32"
@@ -102,6 +103,7 @@ class JobSpec:
             batch=cfg.batch,
             train=cfg.train,
             reference=cfg.reference,
+            reference_params=OmegaConf.to_container(cfg.reference_params, resolve=True),
             show=(cfg.show.batch, cfg.show.head),
             dtype=checked_dtype("dtype", cfg.dtype),
             reference_dtype=checked_dtype("reference_dtype", cfg.reference_dtype),
@@ -190,6 +192,16 @@ def kv_head_count(module: nn.Module, spec_name: str, params: dict[str, Any], val
     return _constructor_count(constructor_kwargs(get_variant(spec_name), values, params)[1], "num_kv_heads", None)
 
 
+def _reference_arguments(spec: JobSpec, values: dict[str, Any], variant: nn.Module) -> tuple[dict, dict]:
+    """The reference's top-level keys and params: `auto`'s gets the variant's own key/value heads;
+    an explicit one its reference.params, the top-level keys among them overriding the run's
+    (reference.params.attn_implementation=sdpa against an eager variant)."""
+    if spec.reference == "auto":
+        return {**values, "num_kv_heads": kv_head_count(variant, spec.name, spec.params, values)}, {}
+    top = {k: v for k, v in spec.reference_params.items() if k in CONSTRUCTOR_KEYS}
+    return {**values, **top}, {k: v for k, v in spec.reference_params.items() if k not in top}
+
+
 def head_count(spec_name: str, values: dict[str, Any]) -> int:
     """The head count the reference's constructor was given (1 for the single-head classes)."""
     return _constructor_count(constructor_kwargs(get_variant(spec_name), values, {})[1], "num_heads", 1)
@@ -249,11 +261,10 @@ def compute_record(
             record.reference = reference_name = (auto_reference(get_variant(name), variant_module, variant_batched)
                                                   if spec.reference == "auto" else spec.reference)
             get_variant(reference_name)
-            reference_values = values if spec.reference != "auto" else {  # auto: the variant's own grouping
-                **values, "num_kv_heads": kv_head_count(variant_module, name, spec.params, values)}
-            reference_module = build_module(reference_name, {}, reference_values, seed)
+            reference_values, reference_params = _reference_arguments(spec, values, variant_module)
+            reference_module = build_module(reference_name, reference_params, reference_values, seed)
             reference_batched = takes_batches(reference_module, inputs.d_in, inputs.n_tokens, spec.d_out)
-            num_heads = head_count(reference_name, values)
+            num_heads = head_count(reference_name, reference_values)
             if spec.shared:
                 seed_projections(reference_module, seed, spec.weights_init, num_heads=num_heads)
                 record.weights_loaded = align(reference_module, variant_module, num_heads=num_heads,

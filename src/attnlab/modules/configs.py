@@ -40,26 +40,31 @@ class ConfigError(UserError):
 
 
 def config_class(cls: type) -> type | None:
-    """The config class `cls` is built from: its constructor's only required parameter is named
+    """The config class `cls` is built from: its constructor's only required parameter (beside a
+    layer_idx) is named
     like a config (or annotated with a class), and its type is that annotation, else the one
     class named `...Config` beside `cls` in its own file. None for any other constructor."""
     try:
         parameters = list(inspect.signature(cls).parameters.values())
     except (TypeError, ValueError):
         return None
-    required = [p for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    required = [p for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                and p.name != "layer_idx"]  # Hugging Face's (config, layer_idx): layer_idx is 0 unless set
     if len(required) != 1:
         return None
     (first,) = required
     annotation = _annotation(cls, first)
-    if inspect.isclass(annotation) and not issubclass(annotation, nn.Module):
+    if inspect.isclass(annotation) and annotation is not first.empty and not issubclass(annotation, nn.Module):
         return annotation
     if first.name not in _CONFIG_NAMES:
         return None
     module = sys.modules.get(cls.__module__)
     found = [obj for obj in vars(module).values() if inspect.isclass(obj) and obj.__module__ == cls.__module__
              and obj.__name__.endswith("Config")] if module else []
-    return found[0] if len(found) == 1 else None
+    if len(found) == 1:
+        return found[0]
+    base = next((b for b in cls.__mro__[1:] if issubclass(b, nn.Module) and b is not nn.Module), None)
+    return config_class(base) if base is not None else None  # a subclass of LlamaAttention: its base's config
 
 
 def _annotation(cls: type, parameter: inspect.Parameter) -> Any:
@@ -190,9 +195,3 @@ class ConfigConstructor:
         if "layer_idx" in self.extra:
             extra.setdefault("layer_idx", 0)
         return self.module_cls(config, **extra)
-
-
-def config_constructor(cls: type[nn.Module], name: str) -> ConfigConstructor | None:
-    """A ConfigConstructor for a class built from one config object, else None."""
-    found = config_class(cls)
-    return ConfigConstructor(cls, found, name) if found is not None else None

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules.configs import ConfigConstructor
+from attnlab.modules.configs import ConfigConstructor, config_class
 
 PREFIX = "hf:"
 IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
@@ -104,6 +104,18 @@ def hf_constructor(name: str) -> HFConstructor:
     model_type = name.removeprefix(PREFIX)
     module_cls, config_cls = attention_class(model_type)
     return HFConstructor(module_cls, config_cls, name)
+
+
+def config_constructor(cls: type[nn.Module], name: str) -> ConfigConstructor | None:
+    """How a plugin class built from one config object is built (a Hugging Face class, a subclass or
+    copy of one, with its attn_implementation), else None: the class takes `(d_in, d_out, ...)`."""
+    found = config_class(cls)
+    if found is None:
+        return None
+    transformers = sys.modules.get("transformers")
+    if transformers is not None and issubclass(found, transformers.PretrainedConfig):
+        return HFConstructor(cls, found, name)
+    return ConfigConstructor(cls, found, name)
 
 
 def is_hf_module(module: nn.Module) -> bool:

@@ -36,7 +36,7 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules import hf
-from attnlab.modules.configs import ConfigConstructor, config_constructor
+from attnlab.modules.configs import ConfigConstructor
 from attnlab.plugin_folders import plugin_dirs
 
 ENTRY_POINT_GROUP = "attnlab.variants"
@@ -251,7 +251,7 @@ def _spec(cls: type[nn.Module], name: str, source: str, description: str | None 
           params: dict[str, Any] | None = None, expected_finding: tuple[str, str] | None = None,
           reference: str | None = None, copied: frozenset[str] = frozenset()) -> VariantSpec:
     finding = tuple(expected_finding) if expected_finding else None
-    built = config_constructor(cls, name) or cls  # a constructor taking one config object (nanoGPT's)
+    built = hf.config_constructor(cls, name) or cls  # a constructor taking one config object (nanoGPT's)
     return VariantSpec(name, built, description or _describe(cls, copied), dict(params or {}), source, finding, reference)
 
 

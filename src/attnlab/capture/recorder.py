@@ -52,6 +52,7 @@ from torch import nn
 from torch._ops import HigherOrderOperator
 from torch.overrides import TorchFunctionMode
 
+from attnlab.modules import hf
 from attnlab.modules.calling import Returned, call
 from attnlab.modules.layouts import parameter_role
 from attnlab.capture.stages import STAGES
@@ -73,6 +74,7 @@ class Capture:
     out_inputs: list[torch.Tensor] = field(default_factory=list)  # what each output-projection product was given
     returned: str = ""  # what forward returned, for an error: its shape, or its type
     call: Returned | None = None  # what forward returned as a whole, and which element is the output
+    declared_scale: tuple[float, str] | None = None  # a factor on the scores its config declares, and where
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so
     # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.
@@ -165,7 +167,9 @@ def capture(module: nn.Module, x: torch.Tensor) -> Capture:
     finally:
         _ACTIVE.reset(token)
     try:
-        return recorder.result(x, returned)
+        captured = recorder.result(x, returned)
+        captured.declared_scale = hf.declared_scale(module) if hf.is_hf_module(module) else None
+        return captured
     finally:  # the recorder may sit in a reference cycle: what it held must not wait for the collector
         recorder.release()
 

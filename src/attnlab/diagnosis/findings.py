@@ -255,7 +255,7 @@ class _Diagnosis(HeadChecks):
                  "the wrong key rows; check the key index and the keys line.")
 
     def scaling(self) -> None:
-        if any(f.code in ("position_bias", "softcap") for f in self.findings):
+        if any(f.code in ("position_bias", "softcap", "declared_scale") for f in self.findings):
             return  # a recognised deliberate change to the softmax input explains its scale
         observed, expected = self.d.get("scale_observed", math.nan), self.d.get("scale_expected", math.nan)
         masked = self.masked_scale()

@@ -42,7 +42,7 @@ def recognise(variant: Capture, reference: Capture, diagnostics: dict[str, float
     pair = _Pair(variant, reference, diagnostics or {})
     findings: list[Finding] = []
     fits = variant.stages["inputs"].shape[-2] >= MIN_TOKENS  # below, any difference fits a bias, a cap, an angle
-    for check in (_rotary, _qk_norm, _window, _position_bias, _softcap) if fits else ():
+    for check in (_rotary, _qk_norm, _window, _position_bias, _softcap, _declared_scale) if fits else ():
         findings += check(pair)
     return findings + _linear_attention(pair)
 
@@ -355,28 +355,70 @@ def _cap_through(score: float, capped: float) -> float | None:
     return math.sqrt(lo * hi)
 
 
+def _own_logits(p: _Pair) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The variant's own scores and softmax input (float64) over the entries it does not mask
+    (weight above 0: a finite fill such as torch.finfo(dtype).min masks as -inf does). Read from
+    the variant alone, so a scale or a cap is seen whatever changed the scores before (RoPE, QK-norm)."""
+    scores, scaled, weights = (p.v.stages.get(s) for s in ("scores", "scaled_scores", "weights"))
+    if scores is None or scaled is None or scores.shape != scaled.shape or scaled.dim() != 4:
+        return None
+    kept = [(scores[i].double(), scaled[i].double(), weights[i] > 0 if weights is not None and
+             weights.shape == scaled.shape else torch.isfinite(scaled[i])) for i in _heads(scaled)]
+    return torch.cat([s[k] for s, _, k in kept]), torch.cat([t[k] for _, t, k in kept])
+
+
+def _cap(p: _Pair, scale: float) -> float | None:
+    """The cap c with the variant's softmax input = c * tanh(scale * scores / c), when one fits."""
+    logits = _own_logits(p)
+    if logits is None or logits[0].numel() == 0:
+        return None
+    pre, post = scale * logits[0], logits[1]
+    tol = 64 * _EPS * max(float(pre.abs().max()), 1.0)
+    if float((post - pre).abs().max()) <= tol:
+        return None  # nothing capped
+    at = int(pre.abs().argmax())
+    cap = _cap_through(float(pre[at]), float(post[at]))
+    if cap is None or float((cap * torch.tanh(pre / cap) - post).abs().max()) > tol:
+        return None
+    return cap
+
+
+def _scale(p: _Pair) -> tuple[float, float] | None:
+    """(the declared or else the usual 1/sqrt(head_dim) factor, the usual one)."""
+    keys = p.v.stages.get("keys")
+    if keys is None:
+        return None
+    usual = keys.shape[-1] ** -0.5
+    return (p.v.declared_scale[0] if p.v.declared_scale else usual), usual
+
+
 def _softcap(p: _Pair) -> list[Finding]:
-    pair = _changed_softmax_input(p)
-    if pair is None:
+    scales = _scale(p)
+    cap = _cap(p, scales[0]) if scales else None
+    if cap is None or not p.changed("scaled_scores"):
         return []
-    mine, ref = pair
-    largest, at = 0.0, None  # the reference's largest finite score: where the cap shows most
-    for i in _heads(ref):
-        scores = torch.where(torch.isfinite(ref[i]), ref[i].abs(), 0)
-        if float(scores.max()) > largest:
-            largest, at = float(scores.max()), (*i, *divmod(int(scores.argmax()), scores.shape[-1]))
-    cap = _cap_through(float(ref[at]), float(mine[at])) if at is not None else None
-    if cap is None:
-        return []
-    tol = _scores_tolerance(p)
-    for i in _heads(mine):
-        head, reference, finite = _finite(mine[i], ref[i])
-        if finite.any() and (cap * torch.tanh(reference[finite] / cap) - head[finite]).abs().max() > tol:
-            return []
     return [Finding("softcap", "scaled_scores", "info", f"soft-capped scores: the softmax input is "
-                    f"{_fmt(cap)} * tanh(s / {_fmt(cap)}) of the reference's scaled scores s, applied before the "
+                    f"{_fmt(cap)} * tanh(s / {_fmt(cap)}) of the scaled scores s, applied before the "
                     f"mask (the masked entries stay -inf), so no score reaches +-{_fmt(cap)} and large scores are "
                     f"squashed the most; the weights and context differ from the reference's from here on.")]
+
+
+def _declared_scale(p: _Pair) -> list[Finding]:
+    """A scale the module's config declares (Gemma's query_pre_attn_scalar), seen in the softmax
+    input, alone or under a soft cap: deliberate, an info finding, never a `scaling` error."""
+    scales, logits = _scale(p), _own_logits(p)
+    if p.v.declared_scale is None or scales is None or logits is None or logits[0].numel() == 0:
+        return []
+    (factor, where), usual = p.v.declared_scale, scales[1]
+    if abs(factor - usual) <= 1e-6 * usual:
+        return []
+    pre, post = factor * logits[0], logits[1]
+    plain = float((post - pre).abs().max()) <= 64 * _EPS * max(float(pre.abs().max()), 1.0)
+    if not plain and _cap(p, factor) is None:
+        return []
+    return [Finding("declared_scale", "scaled_scores", "info", f"the scores are scaled by {_fmt(factor)} as the "
+                    f"module's config declares ({where}), not by 1/sqrt(head_dim) = {_fmt(usual)}; deliberate, so "
+                    f"the weights and context differ from the reference's from here on.")]
 
 
 # -- attention without a softmax ----------------------------------------------------------------------

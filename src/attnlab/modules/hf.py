@@ -152,6 +152,28 @@ def declared_window(module: nn.Module) -> int | None:
     return getattr(config, "sliding_window", None)
 
 
+def declared_scale(module: nn.Module) -> tuple[float, str] | None:
+    """The factor on the scores the module's config declares instead of 1/sqrt(head_dim), and
+    where it says so: Gemma's query_pre_attn_scalar, Granite's attention_multiplier, GPT-2's
+    scale_attn_weights=False and scale_attn_by_inverse_layer_idx. None: the usual 1/sqrt(head_dim).
+    Read from the config, never from the module's own `scaling` (code could set that wrongly)."""
+    config = getattr(module, "config", None)
+    if config is None:
+        return None
+    if getattr(config, "query_pre_attn_scalar", None):
+        scalar = config.query_pre_attn_scalar
+        return scalar ** -0.5, f"query_pre_attn_scalar = {scalar:g}: 1/sqrt({scalar:g})"
+    if getattr(config, "attention_multiplier", None):
+        return float(config.attention_multiplier), f"attention_multiplier = {config.attention_multiplier:g}"
+    if getattr(config, "scale_attn_weights", True) is False:
+        return 1.0, "scale_attn_weights = False: no scaling"
+    if getattr(config, "scale_attn_by_inverse_layer_idx", False):
+        layer = getattr(module, "layer_idx", 0) or 0
+        head_dim = config.hidden_size // config.num_attention_heads
+        return head_dim ** -0.5 / (layer + 1), f"scale_attn_by_inverse_layer_idx: 1/sqrt(head_dim) / {layer + 1}"
+    return None
+
+
 def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor | None:
     from transformers import masking_utils
 

@@ -62,6 +62,9 @@ class Record:
     missing_stages: list[str] = field(default_factory=list)  # not found in the variant: not checked
     reconstructed_stages: list[str] = field(default_factory=list)  # computed by attnlab from a kernel's inputs
     output_is_context: bool = False  # the module returned its context: output is an alias of context
+    returned: str = ""  # what forward returned, e.g. "tuple(Tensor (2, 8, 64), Tensor (2, 4, 8, 8))"
+    output_element: str | None = None  # which element of it is the output, e.g. "[0]"; None: the value itself
+    returned_weights: str | None = None  # attention weights returned beside the output, against the captured ones
     diagnostics: dict[str, float] = field(default_factory=dict)
     head_diagnostics: dict[str, list[float]] = field(default_factory=dict)  # {name: one value per head}
     reference_diagnostics: dict[str, float] = field(default_factory=dict)
@@ -138,6 +141,9 @@ class Record:
             "missing_stages": self.missing_stages,
             "reconstructed_stages": self.reconstructed_stages,
             "output_is_context": self.output_is_context,
+            "returned": self.returned,
+            "output_element": self.output_element,
+            "returned_weights": self.returned_weights,
             "diagnostics": {k: _json_number(v) for k, v in self.diagnostics.items()},
             "head_diagnostics": {k: [_json_number(x) for x in v] for k, v in self.head_diagnostics.items()},
             "reference_diagnostics": {k: _json_number(v) for k, v in self.reference_diagnostics.items()},
@@ -181,6 +187,9 @@ class Record:
             missing_stages=list(data.get("missing_stages") or []),
             reconstructed_stages=list(data.get("reconstructed_stages") or []),
             output_is_context=bool(data.get("output_is_context", old)),
+            returned=str(data.get("returned") or ""),
+            output_element=data.get("output_element"),
+            returned_weights=data.get("returned_weights"),
             diagnostics=_v1_diagnostics(data.get("diagnostics") or {}, old),
             head_diagnostics={k: [_from_json_number(x) for x in v]
                               for k, v in (data.get("head_diagnostics") or {}).items()},

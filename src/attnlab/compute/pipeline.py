@@ -26,6 +26,7 @@ from attnlab.errors import UserError
 from attnlab.diagnosis.diagnostics import compute_diagnostics, expected_shapes, first_divergent_stage
 from attnlab.diagnosis.findings import diagnose
 from attnlab.diagnosis.kv_granularity import align_kv_heads
+from attnlab.diagnosis.returned import returned_weights
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.calling import call
 from attnlab.modules.layouts import align, seed_projections
@@ -301,6 +302,9 @@ def compute_record(
         record.expected_shapes = {k: list(v) for k, v in expected_shapes(reference).items()}
         record.missing_stages, record.reconstructed_stages = list(variant.missing), list(variant.reconstructed)
         record.output_is_context = variant.output_is_context
+        if variant.call is not None:
+            record.returned, record.output_element = variant.call.what, variant.call.element
+        record.returned_weights = returned_weights(variant)
         record.diagnostics, record.head_diagnostics = compute_diagnostics(variant, reference)
         record.reference_diagnostics, _ = compute_diagnostics(reference, reference)
         record.first_divergent_stage = first_divergent_stage(variant, reference, record.diagnostics)

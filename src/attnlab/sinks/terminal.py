@@ -107,6 +107,14 @@ def config_line(record: Record) -> str:
     )
 
 
+def returned_line(record: Record) -> str | None:
+    """What forward returned when the output is one element of it, and the weights it returned."""
+    if record.output_element is None:
+        return None
+    weights = f"; its attention weights: {record.returned_weights}" if record.returned_weights else ""
+    return f"returned: {record.returned}; output = {record.output_element}{weights}"
+
+
 def shape_trace(record: Record) -> str:
     parts = []
     for stage in STAGES:
@@ -161,6 +169,8 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
         say(f"FAILED: {record.error}")
         return
     say(shape_trace(record))
+    if returned_line(record):
+        say(returned_line(record))
     batch, head = shown(record)
     where = f", head {head}, batch item {batch}" if record.num_heads > 1 or batch else ""
     for stage, title in (("weights", "attention weights"), ("context", "context vectors")):

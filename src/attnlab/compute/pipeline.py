@@ -153,7 +153,7 @@ def build_module(name: str, params: dict[str, Any], values: dict[str, Any], seed
         raise PluginError(f"variant '{name}' could not be built: {type(exc).__name__}: {exc}") from exc
 
 
-def takes_batches(module: nn.Module, d_in: int, n_tokens: int, d_out: int) -> bool:
+def takes_batches(module: nn.Module, d_in: int, n_tokens: int, d_out: int, name: str | None = None) -> bool:
     """One probe call on a tiny batched input (2 items x up to 3 tokens), not counted and not
     captured: a module that returns (batch, tokens, ·) gets batches; any other gets (tokens, d_in).
     A module that fails on the batch and on (tokens, d_in) alike fails with its own error on the
@@ -167,7 +167,8 @@ def takes_batches(module: nn.Module, d_in: int, n_tokens: int, d_out: int) -> bo
         try:
             _probe(module, probe[0])
         except Exception:  # noqa: BLE001 - neither: the module's own error on the batch says why
-            raise PluginError(f"{type(module).__name__} raised {type(exc).__name__}: {_one_line(exc)}") from exc
+            who = f"variant '{name}'" if name else type(module).__name__
+            raise PluginError(f"{who} raised {type(exc).__name__}: {_one_line(exc)}") from exc
         return False
     return isinstance(out, torch.Tensor) and out.dim() == 3 and tuple(out.shape[:2]) == tuple(probe.shape[:2])
 
@@ -258,13 +259,14 @@ def compute_record(
             spilling = should_spill(size)
             check_fits(size, spilled=spilling)
             variant_module = build_module(name, spec.params, values, seed)
-            variant_batched = takes_batches(variant_module, inputs.d_in, inputs.n_tokens, spec.d_out)
+            variant_batched = takes_batches(variant_module, inputs.d_in, inputs.n_tokens, spec.d_out, name)
             record.reference = reference_name = (auto_reference(get_variant(name), variant_module, variant_batched)
                                                   if spec.reference == "auto" else spec.reference)
             get_variant(reference_name)
             reference_values, reference_params = _reference_arguments(spec, values, variant_module)
             reference_module = build_module(reference_name, reference_params, reference_values, seed)
-            reference_batched = takes_batches(reference_module, inputs.d_in, inputs.n_tokens, spec.d_out)
+            reference_batched = takes_batches(reference_module, inputs.d_in, inputs.n_tokens, spec.d_out,
+                                              reference_name)
             num_heads = head_count(reference_name, reference_values)
             if spec.shared:
                 seed_projections(reference_module, seed, spec.weights_init, num_heads=num_heads)

@@ -53,6 +53,8 @@ def help_header(registry: Registry) -> str:
             "",
             "Variants (variant=NAME; params as variant.params.KEY=VALUE):",
             *lines,
+            f"  {'hf:MODEL_TYPE'.ljust(width)}  a Hugging Face attention class built from its config class, e.g. "
+            f"variant=hf:llama attn_implementation=eager|sdpa (pip install 'attnlab[hf]')",
         ]
     )
 

@@ -249,6 +249,7 @@ def compute_record(
     record = Record(
         variant=name, seed=seed, config=config, labels=inputs.labels,
         n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out, device=spec.device, dtype=spec.dtype,
+        reference=spec.reference,  # "auto" until auto has chosen: a run failing before says so, not a name
     )
     values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
     batch = items if items is not None else inputs.batched(spec.batch)  # (batch, n_tokens, d_in)

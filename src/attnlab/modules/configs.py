@@ -126,11 +126,13 @@ class ConfigConstructor:
         return inspect.Signature([*params, inspect.Parameter("params", inspect.Parameter.VAR_KEYWORD)])
 
     def describe(self) -> str:
-        """`--help`'s line: which attribute each key fills, and what else variant.params can set."""
-        filled = [f"{s}=<{k}>" for k, s in self.spelled.items() if s] + ([f"head_dim=<d_out/num_heads>"]
-                                                                          if self.head_dim else [])
-        return (f"{self.config_cls.__name__}({', '.join(filled)}); variant.params.NAME sets any other "
-                f"{self.config_cls.__name__} attribute" + (f" or {', '.join(self.extra)}" if self.extra else ""))
+        """`--help`'s signature: which config attribute each top-level key fills, and what else
+        variant.params can set, e.g. "(config: GPTConfig(n_embd=d_in, n_head=num_heads, ...))"."""
+        filled = [f"{s}={k}" for k, s in self.spelled.items() if s] + (["head_dim=d_out/num_heads"]
+                                                                       if self.head_dim else [])
+        extra = f" or {', '.join(self.extra)}" if self.extra else ""
+        return (f"(config: {self.config_cls.__name__}({', '.join(filled)})); variant.params.NAME sets any other "
+                f"{self.config_cls.__name__} attribute{extra}")
 
     def config(self, values: dict[str, Any], params: dict[str, Any]) -> Any:
         """The config object filled from the top-level keys and `params` (its own spellings)."""

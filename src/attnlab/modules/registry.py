@@ -423,6 +423,8 @@ def _parameters(spec: VariantSpec) -> list[inspect.Parameter]:
 def constructor_signature(spec: VariantSpec) -> str:
     """The constructor's parameters without annotations, e.g. "(d_in, d_out, context_length,
     dropout, num_heads, qkv_bias=False)"."""
+    if isinstance(spec.cls, ConfigConstructor):
+        return spec.cls.describe()
     plain = [p.replace(annotation=inspect.Parameter.empty) for p in _parameters(spec)]
     return str(inspect.Signature(plain))
 

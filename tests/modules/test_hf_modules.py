@@ -282,3 +282,20 @@ def test_an_unknown_model_type_names_the_closest():
 
     with pytest.raises(UserError, match=r"no model type 'lama'; did you mean 'hf:llama'"):
         attnlab.run("hf:lama", overrides=SIZES)
+
+
+# -- import-only plugin files ------------------------------------------------------------------------
+
+IMPORTS = Path(__file__).parent / "hf_imports"
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_an_import_only_plugin_file_runs_as_the_hf_name_does(use_plugins, model):
+    """`from transformers.models.llama.modeling_llama import LlamaAttention` alone in llama_attention.py."""
+    use_plugins(IMPORTS)
+    words = ["num_kv_heads=2"] if MODELS[model][1] else []
+    by_file, by_name = run(f"{model}_attention", *words), run(f"hf:{model}", *words)
+    assert [(f.code, f.stage) for f in by_file.findings] == [(f.code, f.stage) for f in by_name.findings]
+    assert by_file.record.reference == by_name.record.reference
+    torch.testing.assert_close(torch.tensor(by_file.stages["output"]), torch.tensor(by_name.stages["output"]),
+                               rtol=0, atol=0)

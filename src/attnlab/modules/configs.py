@@ -59,10 +59,11 @@ def config_class(cls: type) -> type | None:
     if first.name not in _CONFIG_NAMES:
         return None
     module = sys.modules.get(cls.__module__)
-    found = [obj for obj in vars(module).values() if inspect.isclass(obj) and obj.__module__ == cls.__module__
-             and obj.__name__.endswith("Config")] if module else []
-    if len(found) == 1:
-        return found[0]
+    found = [obj for name, obj in vars(module).items() if inspect.isclass(obj) and name.endswith("Config")
+             and not name.lower().startswith("pretrained")] if module else []
+    own = [obj for obj in found if obj.__module__ == cls.__module__]  # defined beside it (nanoGPT's GPTConfig)
+    if len(own or found) == 1:
+        return (own or found)[0]  # else imported beside it (GPT2Attention's GPT2Config)
     base = next((b for b in cls.__mro__[1:] if issubclass(b, nn.Module) and b is not nn.Module), None)
     return config_class(base) if base is not None else None  # a subclass of LlamaAttention: its base's config
 

@@ -63,10 +63,10 @@ def help_header(registry: Registry) -> str:
             "       attnlab compare PATH... [--out FILE] [--filter key=value]",
             "",
             "Variants (variant=NAME; params as variant.params.KEY=VALUE), by group; in Python",
-            "attnlab.list_variants(tag=GROUP) lists a group, or a [tag] shown after a constructor:",
+            "attnlab.list_variants(tag=GROUP) lists a group, or a [tag] shown after a constructor.",
+            "Any Hugging Face attention class, built from its config class: variant=hf:MODEL_TYPE (e.g. hf:llama),",
+            "attn_implementation=eager|sdpa, config attributes as variant.params.NAME (pip install 'attnlab[hf]').",
             *lines,
-            f"  {'hf:MODEL_TYPE'.ljust(width)}  a Hugging Face attention class built from its config class, e.g. "
-            f"variant=hf:llama attn_implementation=eager|sdpa (pip install 'attnlab[hf]')",
         ]
     )
 

@@ -204,6 +204,19 @@ def _reference_arguments(spec: JobSpec, values: dict[str, Any], variant: nn.Modu
     return {**values, **top}, {k: v for k, v in spec.reference_params.items() if k not in top}
 
 
+def _aligned(name: str, reference: nn.Module, variant: nn.Module, num_heads: int,
+             num_kv_heads: int | None) -> dict[str, str]:
+    """The reference's weights in the variant; a plugin's own `load_qkv` that raises fails this
+    record (its error in one line), as its forward would."""
+    try:
+        return align(reference, variant, num_heads=num_heads, num_kv_heads=num_kv_heads)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the plugin's loader: any error is its own
+        raise PluginError(f"variant '{name}' could not take the shared weights: {type(exc).__name__}: "
+                          f"{_one_line(exc)}") from exc
+
+
 def head_count(spec_name: str, values: dict[str, Any]) -> int:
     """The head count the reference's constructor was given (1 for the single-head classes)."""
     return _constructor_count(constructor_kwargs(get_variant(spec_name), values, {})[1], "num_heads", 1)
@@ -271,8 +284,8 @@ def compute_record(
             num_heads = head_count(reference_name, reference_values)
             if spec.shared:
                 seed_projections(reference_module, seed, spec.weights_init, num_heads=num_heads)
-                record.weights_loaded = align(reference_module, variant_module, num_heads=num_heads,
-                                              num_kv_heads=kv_head_count(variant_module, name, spec.params, values))
+                record.weights_loaded = _aligned(name, reference_module, variant_module, num_heads,
+                                                 kv_head_count(variant_module, name, spec.params, values))
             for module in (reference_module, variant_module):
                 module.train(spec.train)
             # built and seeded on the CPU in float32, then moved: a seed means the same numbers everywhere

@@ -299,3 +299,13 @@ def test_an_import_only_plugin_file_runs_as_the_hf_name_does(use_plugins, model)
     assert by_file.record.reference == by_name.record.reference
     torch.testing.assert_close(torch.tensor(by_file.stages["output"]), torch.tensor(by_name.stages["output"]),
                                rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_under_gqa_against_a_reference_that_groups_otherwise_rope_and_the_grouping_are_both_named(implementation):
+    """Eager keys come after repeat_kv (4 heads), sdpa's before (2): either way compared per kv head."""
+    result = run("hf:llama", f"attn_implementation={implementation}", "num_kv_heads=2",
+                 "reference=multi_head_attention")
+    assert codes(result, "error") == set(), [f.message for f in result.findings]
+    assert codes(result, "info") == {"rotary", "kv_heads"}
+    assert result.record.diagnostics["divergence_values"] == 0.0  # kv head g holds the reference's head 2g

@@ -75,6 +75,7 @@ class Capture:
     returned: str = ""  # what forward returned, for an error: its shape, or its type
     call: Returned | None = None  # what forward returned as a whole, and which element is the output
     declared_scale: tuple[float, str] | None = None  # a factor on the scores its config declares, and where
+    kv_heads: int | None = None  # its own key/value heads, once the diagnosis views keys at that granularity
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so
     # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.

@@ -312,7 +312,7 @@ def compute_record(
         _check_shown(spec.show, variant)
         say("diagnostics")
         mixing = _batch_mixing(name, variant_module, variant_x, variant, seed) if variant_batched and not spec.train else None
-        align_kv_heads(variant, reference)
+        align_kv_heads(variant, reference, shared=spec.shared)
         record.stages, record.stage_shapes = _to_numpy(variant)
         record.reference_stages, record.reference_stage_shapes = _to_numpy(reference)
         record.expected_shapes = {k: list(v) for k, v in expected_shapes(reference).items()}

@@ -118,8 +118,8 @@ class HeadChecks:
         keys, queries, values = (self.v.stages.get(s) for s in ("keys", "queries", "values"))
         if keys is None or queries is None or values is None or queries.shape[1] < 2:
             return
-        group = self._group(queries, keys, values)
-        if group < 2 or group == self._group(*(self.ref.stages.get(s) for s in ("queries", "keys", "values"))):
+        group = self._group(self.v)
+        if group < 2 or group == self._group(self.ref):
             return  # said only where the two sides group differently
         heads = queries.shape[1]
         shared = heads // group
@@ -129,11 +129,12 @@ class HeadChecks:
                  f"differences it causes after the keys are its consequences, not findings.", severity="info",
                  heads=list(range(heads)))
 
-    def _group(self, queries: torch.Tensor | None, keys: torch.Tensor | None, values: torch.Tensor | None) -> int:
+    def _group(self, captured: Capture) -> int:
         """How many query heads share one key/value head (1: none share)."""
+        queries, keys, values = (captured.stages.get(s) for s in ("queries", "keys", "values"))
         if queries is None or keys is None or values is None:
             return 1
-        heads, kv = queries.shape[1], keys.shape[1]
+        heads, kv = queries.shape[1], captured.kv_heads or keys.shape[1]
         return heads // kv if kv < heads and heads % kv == 0 else self._repeated_group(keys, values)
 
     @staticmethod

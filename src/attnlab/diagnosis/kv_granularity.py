@@ -30,14 +30,26 @@ def unrepeated(t: torch.Tensor, kv_heads: int) -> torch.Tensor:
     return t[:, :: t.shape[1] // kv_heads]
 
 
-def align_kv_heads(variant: Capture, reference: Capture) -> None:
-    """Bring the side with repeated key/value heads to the other side's head count, in place."""
-    if any(s not in c.stages for c in (variant, reference) for s in KV_STAGES):
+def kv_head_count(captured: Capture) -> int:
+    """The key/value heads a capture has: its keys' heads, each run of repeated heads counted once."""
+    keys, values = captured.stages["keys"], captured.stages["values"]
+    heads = keys.shape[1]
+    return next((g for g in range(1, heads) if repeated_group(keys, values, g)), heads)
+
+
+def align_kv_heads(variant: Capture, reference: Capture, shared: bool = False) -> None:
+    """Both sides' keys and values at their own key/value heads, in place; with `shared` weights,
+    a variant with fewer key/value heads than the reference is compared with the reference heads
+    its kv heads were loaded from (kv head g from head g * group, see modules.layouts), so that
+    RoPE or QK-norm on the keys is still seen under GQA."""
+    if any(s not in c.stages or c.stages[s].dim() != 4 for c in (variant, reference) for s in KV_STAGES):
         return
+    for captured in (variant, reference):
+        count = captured.kv_heads = kv_head_count(captured)
+        if count < captured.stages["keys"].shape[1]:
+            for stage in KV_STAGES:
+                captured.stages[stage] = unrepeated(captured.stages[stage], count)
     mine, theirs = variant.stages["keys"].shape[1], reference.stages["keys"].shape[1]
-    if mine == theirs:
-        return
-    more, fewer = (variant, theirs) if mine > theirs else (reference, mine)
-    if repeated_group(more.stages["keys"], more.stages["values"], fewer):
+    if shared and mine < theirs and theirs % mine == 0:
         for stage in KV_STAGES:
-            more.stages[stage] = unrepeated(more.stages[stage], fewer)
+            reference.stages[stage] = unrepeated(reference.stages[stage], mine)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.modules.calling import unpack
+from attnlab.modules.built import SOURCE_CALL
 
 SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
 
@@ -18,7 +18,7 @@ SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "nu
 def test_a_returned_tuple_gives_its_token_shaped_element_and_the_weights_beside_it():
     x = torch.zeros(2, 8, 64)
     out, weights = torch.ones(2, 8, 64), torch.full((2, 4, 8, 8), 0.125)
-    returned = unpack((out, weights), x)
+    returned = SOURCE_CALL.unpack((out, weights), x)
     assert returned.output is out and returned.weights is weights and returned.element == "[0]"
     assert returned.what == "tuple(Tensor (2, 8, 64), Tensor (2, 4, 8, 8))"
 
@@ -28,13 +28,13 @@ def test_a_model_output_object_gives_the_element_named_by_its_field():
         pass
 
     x, hidden = torch.zeros(2, 8, 64), torch.ones(2, 8, 64)
-    returned = unpack(ModelOutput(attentions=None, last_hidden_state=hidden), x)
+    returned = SOURCE_CALL.unpack(ModelOutput(attentions=None, last_hidden_state=hidden), x)
     assert returned.output is hidden and returned.element == ".last_hidden_state"
 
 
 def test_a_plain_tensor_is_the_output_itself():
     x = torch.zeros(6, 3)
-    returned = unpack(x @ torch.ones(3, 2), x)
+    returned = SOURCE_CALL.unpack(x @ torch.ones(3, 2), x)
     assert returned.element is None and returned.what == "Tensor (6, 2)"
 
 

@@ -29,6 +29,7 @@ from attnlab.modules import hf
 from attnlab.modules.configs import ConfigConstructor
 from attnlab.modules.describe import same_file
 from attnlab.modules.discovery import find_plugins
+from attnlab.modules.roles import parameter_role
 from attnlab.plugin_folders import USER_GROUP, builtin_groups
 
 
@@ -133,16 +134,6 @@ def get_variant(name: str) -> VariantSpec:
     return discover().get(name)
 
 
-def create_variant(name: str, d_in: int, d_out: int, **params: Any) -> nn.Module:
-    """Build a variant as `Cls(d_in, d_out, **params)` did, with the top-level keys at their
-    defaults (context_length = 6, the book's tokens) for constructors that take them."""
-    spec = get_variant(name)
-    top = {key: params.pop(key) for key in list(params) if key in CONSTRUCTOR_KEYS}
-    values = {**DEFAULT_VALUES, "d_in": d_in, "d_out": d_out, **top}
-    args, kwargs = constructor_kwargs(spec, values, params)
-    return spec.cls(*args, **kwargs)
-
-
 # Top-level config keys a constructor may take by name, and the other spellings constructors
 # use for them (Hugging Face, nanoGPT, the source's later chapters).
 CONSTRUCTOR_KEYS = ("d_in", "d_out", "context_length", "dropout", "num_heads", "num_kv_heads", "qkv_bias",
@@ -244,11 +235,6 @@ def _show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-# Names of an output projection (the source's out_proj, Hugging Face's o_proj, nanoGPT's c_proj,
-# the bonus class's proj); the last component of a parameter's dotted name is compared.
-OUTPUT_PROJECTIONS = {"out_proj", "o_proj", "c_proj", "proj", "W_o", "w_o", "wo", "W_out", "output_proj", "dense"}
-
-
 def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
     """The built-in reference `reference=auto` compares a variant against, chosen from how it is
     declared: its plugin's declaration, its constructor's parameters and the submodules and
@@ -272,7 +258,7 @@ def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
         name for name, _ in module.named_parameters()
         if not any(name.startswith(f"{head}.") for head in heads if head)
     ]
-    has_projection = any(_projection_name(name) for name in outside)
+    has_projection = any(parameter_role(name) == "out" for name in outside)
     if heads and not has_projection:
         return "mha_wrapper"
     if getattr(module, "is_causal", True) is False:  # declared an encoder's: every query sees every key
@@ -297,8 +283,3 @@ def _declared_kind(module: nn.Module, has_projection: bool) -> str:
 def _per_head(modules: nn.ModuleList) -> bool:
     """A ModuleList whose items are one module class holding parameters: attention heads."""
     return len(modules) > 0 and len({type(m) for m in modules}) == 1 and any(True for _ in modules[0].parameters())
-
-
-def _projection_name(parameter: str) -> bool:
-    parts = parameter.split(".")
-    return any(part in OUTPUT_PROJECTIONS for part in parts[:-1]) or parts[-1] in OUTPUT_PROJECTIONS

@@ -72,6 +72,7 @@ def test_a_hugging_face_class_against_auto_has_no_error_and_the_info_its_config_
     assert codes(result, "error") == set(), [f.message for f in result.findings]
     assert codes(result, "warning") == set(), [f.message for f in result.findings]
     assert codes(result, "info") == expected  # no kv_heads: auto groups its keys as the config does
+    assert result.record.missing_stages == []  # GPT-2's Conv1D projects with torch.addmm
 
 
 @pytest.mark.parametrize("model,implementation,kv_heads", [c for c in matrix() if c[1] == "eager"])
@@ -82,6 +83,16 @@ def test_a_hugging_face_class_eager_against_its_own_sdpa_diverges_nowhere(model,
     assert result.record.reference == f"hf:{model}"
     assert result.findings == [], [f.message for f in result.findings]
     assert result.first_divergent_stage is None
+
+
+@pytest.mark.parametrize("reference_window,diverges", [(3, False), (None, True)])
+def test_reference_params_reach_the_reference(reference_window, diverges):
+    """Mistral's eager with a window of 3 against its sdpa: the same window only when it is passed on."""
+    words = [f"reference.params.sliding_window={reference_window}"] if reference_window else []
+    result = run("hf:mistral", "variant.params.sliding_window=3", "reference=hf:mistral",
+                 "reference.params.attn_implementation=sdpa", *words)
+    assert (result.first_divergent_stage is not None) == diverges
+    assert ("window" in codes(result)) == diverges
 
 
 def _hf_module(model: str, seed: int, kv_heads: int | None):

@@ -12,6 +12,8 @@ transformers is the optional extra `attnlab[hf]`; without it an `hf:` name is a 
 
 from __future__ import annotations
 
+import copy
+import difflib
 import importlib
 import inspect
 import sys
@@ -48,12 +50,11 @@ def attention_class(model_type: str) -> tuple[type[nn.Module], type]:
     Gemma3's); the attention class is `<Model>SelfAttention` else `<Model>Attention` of the
     type's modeling module, `<Model>` the type's base model class without `Model`."""
     _transformers()
+    # transformers is optional and takes seconds to import: only when an hf: name is used
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING, model_type_to_module_name
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     if model_type not in CONFIG_MAPPING:
-        import difflib
-
         close = difflib.get_close_matches(model_type, list(CONFIG_MAPPING.keys()), n=1)
         hint = f"; did you mean 'hf:{close[0]}'?" if close else ""
         raise HFError(f"variant=hf:{model_type}: transformers knows no model type '{model_type}'{hint}")
@@ -193,8 +194,6 @@ def _with_window(config: Any, window: int) -> Any:
     window the mask of a sliding layer only, and the function reads `config.sliding_window`."""
     if getattr(config, "sliding_window", None) == window:
         return config
-    import copy
-
     config = copy.copy(config)
     config.sliding_window = window
     return config

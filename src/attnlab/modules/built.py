@@ -10,11 +10,12 @@ plugin's class.
   into a `Returned`: the output tensor, and which element of what was returned it is.
 
 Capture, profile, the batch-mixing check and the probe for batches all call modules through here.
-Today's only conventions are the source's: `Cls(d_in, d_out, ...)` (filled by
-`registry.constructor_kwargs`) and `module(x)`, the output being the return value or the first
-element of a returned tuple. Other conventions (a constructor taking a config object, a forward
-that takes a mask or position embeddings, a model-output return) are further `CallConvention`s
-and construction branches of `plan`, chosen from the variant's class.
+Construction: `Cls(d_in, d_out, ...)` (filled by `registry.constructor_kwargs`); a class built from
+one config object (nanoGPT's GPTConfig, a Hugging Face PretrainedConfig) is registered wrapped in a
+`configs.ConfigConstructor` whose signature is in attnlab's names, so the same filling and counts
+apply. Calls: `module(x)`, or `HuggingFaceCall` for a module holding a Hugging Face config (its
+model's mask and rotary embeddings); the output is the return value, or of a tuple, list or
+model-output object its (batch, tokens, ·) element.
 """
 
 from __future__ import annotations
@@ -153,9 +154,9 @@ def plan(name: str, values: dict[str, Any], params: dict[str, Any] | None = None
     """Variant `name`'s constructor filled from the top-level keys `values` (with d_in and n_tokens)
     and `params` (variant.params); a wrong name or argument is a UserError.
 
-    The one construction convention today is the source's (`_sizes_by_name`); another (a constructor
-    taking one config object) is a branch here, chosen from `spec.cls`, returning its own counts and
-    `CallConvention`."""
+    One filling for every class (`_sizes_by_name`): a config-object constructor arrives as a
+    `configs.ConfigConstructor` taking attnlab's names; the call convention is the built module's
+    (`convention_for`)."""
     spec = get_variant(name)
     return _sizes_by_name(spec, values, params or {})
 

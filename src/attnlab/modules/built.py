@@ -128,7 +128,6 @@ class Construction:
     num_heads: int  # the head count the constructor was given; 1 for the single-head classes
     num_kv_heads: int | None  # the key/value head count it was given; None: the module's own
     context_length: int  # 0 when the constructor takes none
-    convention: CallConvention = SOURCE_CALL
 
     @property
     def name(self) -> str:

@@ -102,13 +102,11 @@ def _field_default(f: dataclasses.Field) -> Any:
 class ConfigConstructor:
     """`module_cls` built from a `config_cls` filled from attnlab's keys; called as a constructor."""
 
-    def __init__(self, module_cls: type[nn.Module], config_cls: type, name: str,
-                 fixed: dict[str, Any] | None = None) -> None:
+    def __init__(self, module_cls: type[nn.Module], config_cls: type, name: str) -> None:
         self.module_cls, self.config_cls, self.name = module_cls, config_cls, name
         self.__name__ = module_cls.__name__
         self.__doc__ = module_cls.__doc__
         self.__module__ = module_cls.__module__
-        self.fixed = dict(fixed or {})  # attributes set whatever the keys say (a Hugging Face model_type's)
         self.attributes = config_attributes(config_cls)
         self.spelled = {key: next((s for s in spellings if s in self.attributes), None)
                         for key, spellings in CONFIG_SPELLINGS.items()}
@@ -135,8 +133,9 @@ class ConfigConstructor:
         return (f"(config: {self.config_cls.__name__}({', '.join(filled)})); variant.params.NAME sets any other "
                 f"{self.config_cls.__name__} attribute{extra}")
 
-    def config(self, values: dict[str, Any], params: dict[str, Any]) -> Any:
-        """The config object filled from the top-level keys and `params` (its own spellings)."""
+    def config(self, values: dict[str, Any], params: dict[str, Any], private: dict[str, Any] | None = None) -> Any:
+        """The config object filled from the top-level keys and `params` (its own spellings), and
+        `private` attributes set after (Hugging Face's `_attn_implementation`)."""
         self._check_sizes(values)
         filled: dict[str, Any] = {}
         for key, spelling in self.spelled.items():
@@ -150,7 +149,7 @@ class ConfigConstructor:
             self._check_param(name)
             if name not in self.extra:
                 filled[name] = value
-        filled.update(self.fixed)
+        filled.update(private or {})
         return self._built(filled)
 
     def _built(self, filled: dict[str, Any]) -> Any:
@@ -192,8 +191,13 @@ class ConfigConstructor:
                               f"see python -m attnlab --help")
 
     def __call__(self, d_in: int, d_out: int, num_heads: int | None = None, **keys: Any) -> nn.Module:
-        params = {k: keys.pop(k) for k in list(keys) if k not in CONFIG_SPELLINGS}
-        config = self.config({"d_in": d_in, "d_out": d_out, "num_heads": num_heads, **keys}, params)
+        return self.build({"d_in": d_in, "d_out": d_out, "num_heads": num_heads}, keys)
+
+    def build(self, sizes: dict[str, Any], keys: dict[str, Any], private: dict[str, Any] | None = None) -> nn.Module:
+        """The module from its config: `sizes` and the top-level `keys`, the rest of `keys` its params."""
+        params = {k: v for k, v in keys.items() if k not in CONFIG_SPELLINGS}
+        top = {k: v for k, v in keys.items() if k in CONFIG_SPELLINGS}
+        config = self.config({**sizes, **top}, params, private)
         extra = {k: v for k, v in params.items() if k in self.extra}
         if "layer_idx" in self.extra:
             extra.setdefault("layer_idx", 0)

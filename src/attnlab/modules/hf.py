@@ -89,8 +89,8 @@ class HFConstructor(ConfigConstructor):
         implementation = keys.pop("attn_implementation", None) or "eager"
         if implementation not in IMPLEMENTATIONS:
             raise HFError(f"attn_implementation={implementation}: allowed are {', '.join(IMPLEMENTATIONS)}")
-        self.fixed["_attn_implementation"] = implementation
-        return super().__call__(d_in, d_out, num_heads, **keys)
+        sizes = {"d_in": d_in, "d_out": d_out, "num_heads": num_heads}
+        return self.build(sizes, keys, {"_attn_implementation": implementation})
 
     @property
     def __signature__(self) -> inspect.Signature:

@@ -152,7 +152,7 @@ def test_gemma2s_soft_cap_window_scale_rope_and_grouping_are_each_named():
     assert codes(result, "error") == set(), [f.message for f in result.findings]
     assert codes(result, "info") == {"rotary", "declared_scale", "softcap", "window"}
     softcap = next(f for f in result.findings if f.code == "softcap")
-    assert "2 * tanh(s / 2)" in softcap.message
+    assert "2.0 * tanh(s / 2.0)" in softcap.message
     scale = next(f for f in result.findings if f.code == "declared_scale")
     assert "0.0625" in scale.message and "query_pre_attn_scalar" in scale.message  # 256 ** -0.5
 

@@ -93,6 +93,7 @@ BAD_INPUTS = [
     (["seed=abc"], "seed: Value 'abc' of type 'str' could not be converted to Integer"),
     (["inputs=random", "inputs.n_tokens=0"], "inputs.n_tokens=0: must be a positive integer"),
     (["weights=both"], "weights: Invalid value 'both', expected one of [shared, native]"),
+    (["attn_implementation=flash"], "attn_implementation=flash: allowed are eager, sdpa, flex_attention"),
     (["variant=unscald"], "unknown variant 'unscald'; did you mean 'unscaled'? available:"),
     (["inputs=nope"], "Could not find 'inputs/nope'; Available options in 'inputs': book, file, random"),
     (["inputs=file"], "inputs.path is missing: inputs=file needs inputs.path=FILE"),

@@ -26,6 +26,7 @@ from attnlab.errors import UserError
 from attnlab.schema import Config, VariantConf
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.inputs.kinds import check_inputs, positive
+from attnlab.modules.hf import IMPLEMENTATIONS
 from attnlab.modules.registry import Registry, discover
 from attnlab.plugin_folders import USER_GROUP, builtin_groups, group_heading
 
@@ -201,6 +202,8 @@ def validate(cfg: DictConfig) -> None:
     check_inputs(cfg.inputs)
     if not isinstance(cfg.variant.params, (dict, DictConfig)):
         raise UserError("variant.params: must be a mapping of constructor arguments")
+    if cfg.attn_implementation not in IMPLEMENTATIONS:
+        raise UserError(f"attn_implementation={cfg.attn_implementation}: allowed are {', '.join(IMPLEMENTATIONS)}")
 
 
 def _dotted(cfg: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:

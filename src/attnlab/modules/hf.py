@@ -24,10 +24,11 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.schema import ATTN_IMPLEMENTATIONS
 from attnlab.modules.configs import ConfigConstructor, config_class
 
 PREFIX = "hf:"
-IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
+IMPLEMENTATIONS = ATTN_IMPLEMENTATIONS
 
 
 class HFError(UserError):

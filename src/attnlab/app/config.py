@@ -174,21 +174,26 @@ def register_configs(registry: Registry | None = None, *, full_help: bool = Fals
     )
 
 
+OPEN_BLOCKS = ("expect", "model", "reference_model")  # open-ended keys: attnlab adds Hydra's `++` for them
+
+
 def user_overrides(args: list[str]) -> list[str]:
-    """`expect.context_shape=[6,2]` as users write it: predictions are open-ended keys, which
-    Hydra's struct mode would make them spell `++expect...`; attnlab adds the `++` for them, and
-    for `variant.params.NAME` and `reference.params.NAME` (a config attribute of a config-built
-    class is set with or without `+`; `reference.params` is stored as `reference_params`)."""
+    """`expect.context_shape=[6,2]` and `model.n_layer=2` as users write them: open-ended keys,
+    which Hydra's struct mode would make them spell `++expect...`; attnlab adds the `++` for them,
+    and for `variant.params.NAME` and `reference.params.NAME` (a config attribute of a config-built
+    class is set with or without `+`; `reference.params` is stored as `reference_params`).
+    `model=hf:gpt2` names the model: `model.name`; `variant=hf:llama` the variant: `variant.name`."""
     return [_hf_variant(_open_key(arg)) for arg in args]
 
 
 def _open_key(arg: str) -> str:
-    key = arg.lstrip("+")
+    key, eq, value = arg.lstrip("+").partition("=")
+    if eq and key in OPEN_BLOCKS[1:]:
+        return f"++{key}.name={value}"
     if key.startswith("reference.params."):
-        return f"++reference_params.{key.removeprefix('reference.params.')}"
-    if key.startswith(("expect.", "variant.params.")) and "=" in key:
-        return f"++{key}"
-    return arg
+        return f"++reference_params.{arg.lstrip('+').removeprefix('reference.params.')}"
+    opened = key.split(".")[0] in OPEN_BLOCKS or key.startswith("variant.params.")
+    return f"++{arg.lstrip('+')}" if opened and "." in key and eq else arg
 
 
 def _hf_variant(arg: str) -> str:

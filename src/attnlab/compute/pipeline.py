@@ -274,9 +274,17 @@ def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch
 
 def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int, record: Record) -> None:
     """The stages, diagnostics, findings and predictions of the two captures, into the record."""
-    mine, theirs = variant.captured, reference.captured
-    mixing = _batch_mixing(variant.built, variant.x, mine, seed) if variant.batched and not spec.train else None
-    align_kv_heads(mine, theirs, shared=spec.shared)
+    mixing = (_batch_mixing(variant.built, variant.x, variant.captured, seed)
+              if variant.batched and not spec.train else None)
+    diagnosed(record, variant.captured, reference.captured, shared=spec.shared, train=spec.train, expect=spec.expect,
+              mixing=mixing)
+
+
+def diagnosed(record: Record, mine: Capture, theirs: Capture, *, shared: bool, train: bool, expect: Any,
+              mixing: batch_mixing.BatchMixing | None = None) -> None:
+    """Fill `record` with both captures' stages, the diagnostics, the findings and the predictions
+    (also for a layer inside a model, attnlab.model); keys and values at each side's kv heads first."""
+    align_kv_heads(mine, theirs, shared=shared)
     record.stages, record.stage_shapes = _to_numpy(mine)
     record.reference_stages, record.reference_stage_shapes = _to_numpy(theirs)
     record.expected_shapes = {k: list(v) for k, v in expected_shapes(theirs).items()}
@@ -285,12 +293,12 @@ def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int, record
     if mine.call is not None:
         record.returned, record.output_element = mine.call.what, mine.call.element
     record.returned_weights = returned_weights(mine)
-    found = analyse(mine, theirs, weights_shared=spec.shared, train=spec.train, batch_mixing=mixing)
+    found = analyse(mine, theirs, weights_shared=shared, train=train, batch_mixing=mixing)
     record.diagnostics, record.head_diagnostics = found.diagnostics, found.head_diagnostics
     record.reference_diagnostics = found.reference_diagnostics
     record.first_divergent_stage, record.findings = found.first_divergent_stage, found.findings
     record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
-    record.predictions = check_predictions(spec.expect, mine, record.diagnostics, record.first_divergent_stage,
+    record.predictions = check_predictions(expect, mine, record.diagnostics, record.first_divergent_stage,
                                            record.findings)
 
 

@@ -202,3 +202,8 @@ class ConfigConstructor:
         if "layer_idx" in self.extra:
             extra.setdefault("layer_idx", 0)
         return self.module_cls(config, **extra)
+
+
+def module_class(cls: Any) -> Any:
+    """The nn.Module class a variant's constructor builds: a ConfigConstructor's wrapped class."""
+    return cls.module_cls if isinstance(cls, ConfigConstructor) else cls

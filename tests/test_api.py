@@ -13,7 +13,7 @@ from attnlab.record import read_record
 
 def test_run_returns_stages_diagnostics_and_a_table():
     result = attnlab.run("unscaled", seed=123)
-    assert result.stages["weights"].shape == (1, 1, 6, 6) and result.reference_stages["context"].shape == (1, 1, 6, 2)
+    assert result.stages["weights"].shape == (6, 6) and result.reference_stages["context"].shape == (6, 2)
     assert result.record.stage_shapes["weights"] == [6, 6] and result.record.reference_stage_shapes["context"] == [6, 2]
     assert result.record.reference == "reference"
     assert result.diagnostics["divergence_queries"] == 0.0
@@ -24,8 +24,8 @@ def test_run_returns_stages_diagnostics_and_a_table():
 
 def test_keyword_overrides_reach_the_config():
     result = attnlab.run("reference", seed=5, d_out=4, inputs="random", overrides=["inputs.n_tokens=9"])
-    assert result.stages["context"].shape == (1, 1, 9, 4) and result.record.stage_shapes["context"] == [9, 4]
-    assert result.stages["output"].shape == (1, 9, 4) and result.record.config["seed"] == 5
+    assert result.stages["context"].shape == (9, 4) and result.record.stage_shapes["context"] == [9, 4]
+    assert result.stages["output"].shape == (9, 4) and result.record.config["seed"] == 5
 
 
 def test_validation_equals_the_clis():

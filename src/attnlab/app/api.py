@@ -35,6 +35,8 @@ class Result:
 
     @property
     def stages(self) -> dict[str, np.ndarray]:
+        """Each stage in the module's own rank (SelfAttention_v1's weights (6, 6)); the canonical
+        (batch, heads, ...) view is `result.record.canonical(stage)`."""
         return self.record.stages
 
     @property

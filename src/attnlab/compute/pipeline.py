@@ -264,8 +264,8 @@ def compute_record(
         _check_shown(spec.show, variant)
         say("diagnostics")
         mixing = _batch_mixing(name, variant_module, variant_x, variant, seed) if variant_batched and not spec.train else None
-        record.stages, record.stage_shapes = _to_numpy(variant)
-        record.reference_stages, record.reference_stage_shapes = _to_numpy(reference)
+        record.stages, record.stage_shapes, record.canonical_shapes = _to_numpy(variant)
+        record.reference_stages, record.reference_stage_shapes, record.reference_canonical_shapes = _to_numpy(reference)
         record.expected_shapes = {k: list(v) for k, v in expected_shapes(reference).items()}
         record.missing_stages, record.reconstructed_stages = list(variant.missing), list(variant.reconstructed)
         record.output_is_context = variant.output_is_context
@@ -333,6 +333,10 @@ def _check_shown(show: tuple[int, int], variant: Capture) -> None:
             raise UserError(f"{key}={index}: the module has {count} {what} (0 to {count - 1})")
 
 
-def _to_numpy(captured: Capture) -> tuple[dict, dict]:
-    stages = {name: as_numpy(t) for name, t in captured.stages.items()}
-    return stages, {name: list(captured.native_shapes[name]) for name in stages}
+def _to_numpy(captured: Capture) -> tuple[dict, dict, dict]:
+    """The stages in the module's own rank (a view of the canonical values), their shapes, and the
+    canonical view's shapes (`Record.canonical`)."""
+    canonical = {name: as_numpy(t) for name, t in captured.stages.items()}
+    shapes = {name: list(captured.native_shapes[name]) for name in canonical}
+    stages = {name: values.reshape(shapes[name]) for name, values in canonical.items()}
+    return stages, shapes, {name: list(values.shape) for name, values in canonical.items()}

@@ -32,7 +32,9 @@ def test_reference_shape_trace_and_weight_statistics_on_the_book_input():
     assert all(d[f"shape_ok_{s}"] == 1.0 for s in seen)
     assert all(d[f"non_finite_{s}"] == 0.0 for s in seen)
     assert math.isnan(d["shape_ok_weights_applied"]) and math.isnan(d["non_finite_weights_applied"])
-    assert d["divergence_output"] == d["divergence_context"] == 0.0
+    # nn.Linear's x @ W.T and the source's x @ W may round differently by one float32 ulp (the BLAS kernel
+    # depends on the CPU): equal up to rounding, and the output is the context
+    assert d["divergence_output"] == d["divergence_context"] < 1e-6
 
 
 @pytest.mark.parametrize("name, first, scale", [

@@ -57,3 +57,13 @@ def test_out_dir_writes_the_same_files_as_a_job_and_neither_prints(tmp_path, cap
     assert "variant=unscaled" in OmegaConf.load(tmp_path / ".hydra" / "overrides.yaml")
     attnlab.run("unscaled", out_dir=tmp_path / "printed", log={"terminal": True})
     assert "first divergent stage: scaled_scores" in capsys.readouterr().out
+
+
+def test_log_terminal_prints_the_summary_without_an_out_dir(capsys):
+    """Issue 25: log={"terminal": True} printed nothing unless out_dir was given."""
+    attnlab.run("unscaled", seed=123, log={"terminal": True, "tensorboard": False, "table": False, "html": False})
+    out = capsys.readouterr().out
+    assert out.startswith("attnlab · variant=unscaled seed=123")
+    assert "[scaling @ scaled_scores]" in out and "record:" not in out
+    attnlab.run("unscaled", seed=123)
+    assert capsys.readouterr().out == ""

@@ -28,6 +28,7 @@ from attnlab.diagnosis.findings import diagnose
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.layouts import align, seed_projections
 from attnlab.diagnosis.predictions import check_predictions
+from attnlab.compute.observable import unobservable
 from attnlab.compute.preflight import Size, check_fits, should_spill
 from attnlab.capture.spill import as_numpy, spill
 from attnlab.capture.stages import SQUARE_STAGES
@@ -224,6 +225,7 @@ def compute_record(
         try:
             say("forward")
             size = planned_size(name, spec, values, inputs)
+            hidden = unobservable(get_variant(name), size)  # too small to show the change: not diagnosed
             spilling = should_spill(size)
             check_fits(size, spilled=spilling)
             variant_module = build_module(name, spec.params, values, seed)
@@ -275,6 +277,8 @@ def compute_record(
         record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=spec.shared,
                                    train=spec.train, batch_mixing=mixing)
         record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
+        if hidden:
+            record.findings, record.not_checked = [], [hidden, *record.not_checked]
         record.predictions = check_predictions(
             spec.expect, variant, record.diagnostics, record.first_divergent_stage, record.findings
         )

@@ -52,6 +52,7 @@ class VariantSpec:
     source: str
     expected_finding: tuple[str, str] | None = None  # (code, stage) a bug-zoo variant must trigger
     reference: str | None = None  # the variant it is compared against, declared by the plugin; None: auto
+    observable: dict[str, int] = field(default_factory=dict)  # the smallest size its change shows at: {"head_dim": 2}
 
     @property
     def signature(self) -> str:
@@ -70,15 +71,18 @@ def variant(
     params: dict[str, Any] | None = None,
     expected_finding: tuple[str, str] | None = None,
     reference: str | None = None,
+    observable: dict[str, int] | None = None,
 ) -> Callable[[ModuleClass], ModuleClass]:
     """Name a variant explicitly; allows several variants in one file, default params and the
-    reference it is compared against (`reference=auto` then chooses this one)."""
+    reference it is compared against (`reference=auto` then chooses this one). `observable`: the
+    smallest size at which its change can be seen (`n_tokens`, `head_dim`, `d_in`, `d_out`);
+    below it a run says so in `not_checked` instead of diagnosing."""
 
     def mark(cls: ModuleClass) -> ModuleClass:
         marks = list(cls.__dict__.get(_MARK, ()))
         marks.append(
             dict(name=name, description=description, params=dict(params or {}),
-                 expected_finding=expected_finding, reference=reference)
+                 expected_finding=expected_finding, reference=reference, observable=dict(observable or {}))
         )
         setattr(cls, _MARK, marks)
         return cls
@@ -237,9 +241,11 @@ def _body_start(tokens: list[tokenize.TokenInfo]) -> int:
 
 def _spec(cls: type[nn.Module], name: str, source: str, description: str | None = None,
           params: dict[str, Any] | None = None, expected_finding: tuple[str, str] | None = None,
-          reference: str | None = None, copied: frozenset[str] = frozenset()) -> VariantSpec:
+          reference: str | None = None, copied: frozenset[str] = frozenset(),
+          observable: dict[str, int] | None = None) -> VariantSpec:
     finding = tuple(expected_finding) if expected_finding else None
-    return VariantSpec(name, cls, description or _describe(cls, copied), dict(params or {}), source, finding, reference)
+    return VariantSpec(name, cls, description or _describe(cls, copied), dict(params or {}), source, finding, reference,
+                       dict(observable or {}))
 
 
 def _describe(cls: type, copied: frozenset[str]) -> str:

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import attnlab
 import attnlab.modules.registry
 from attnlab.capture.recorder import capture
 from attnlab.diagnosis.diagnostics import compute_diagnostics, first_divergent_stage
@@ -170,19 +171,29 @@ DELIBERATE = {"kv_heads", "rotary", "position_bias", "window", "softcap", "qk_no
 
 
 def zoo_specs():
-    """The bug zoo checked on the book's (n_tokens, d_in) input; the multi-head zoo (mha_*, causal_*)
-    needs distinct batch items and is checked in tests/test_findings_multi_head.py, the deliberate
-    changes (gqa, rope, ...) in tests/test_modern_variants.py and tests/test_verdicts.py."""
-    return [s for s in attnlab.modules.registry.discover().specs.values()
-            if s.expected_finding and s.expected_finding[0] not in DELIBERATE
-            and not Path(s.source).name.startswith(("mha_", "causal_"))]
+    """The bug zoo checked on the book's (n_tokens, d_in) input: every variant that declares the
+    finding it must trigger, but the multi-head zoo (tag multi_head), which needs distinct batch
+    items and is checked in tests/test_findings_multi_head.py, and the deliberate changes (gqa,
+    rope, ...: info notes), checked in tests/test_modern_variants.py and tests/test_verdicts.py."""
+    registry = attnlab.modules.registry.discover()
+    multi_head = set(attnlab.list_variants(tag="multi_head"))
+    return [s for s in registry.specs.values() if s.expected_finding and s.name not in multi_head
+            and s.expected_finding[0] not in DELIBERATE]
+
+
+def multi_head_zoo_specs():
+    """The multi-head bug zoo: the plugins tagged multi_head (copies of CausalAttention,
+    MultiHeadAttention and the notebook's wrapper, each with one mistake)."""
+    registry = attnlab.modules.registry.discover()
+    return [registry.specs[name] for name in attnlab.list_variants(tag="multi_head")]
 
 
 def codes(findings: list[Finding]) -> list[tuple[str, str]]:
     return [(f.code, f.stage) for f in findings]
 
 
-__all__ = ["BOOK_INPUTS", "CORRECT_STYLES", "ConstantAttention", "build", "codes", "run_pair", "zoo_specs"]
+__all__ = ["BOOK_INPUTS", "CORRECT_STYLES", "ConstantAttention", "build", "codes", "multi_head_zoo_specs", "run_pair",
+           "zoo_specs"]
 
 
 def source_qkv(seed: int, d_in: int, d_out: int, init: str = "rand") -> tuple[torch.Tensor, ...]:

@@ -27,20 +27,13 @@ from attnlab.compute.pipeline import JobSpec, compute_record
 from attnlab.record import Finding, Record
 from attnlab.modules.registry import discover
 from attnlab.capture.stages import STAGES
-from tests._zoo_helpers import corpus
+from tests._zoo_helpers import corpus, multi_head_zoo_specs
 
 IMPLEMENTATIONS = Path(__file__).resolve().parent / "implementations"
 INFO_CODES = {"kv_heads", "dropout", "masked"}
 
 
-def _zoo() -> list:
-    """The multi-head zoo: mha_*/causal_* plugins, and the bonus notebook's undivided wrapper."""
-    return sorted((s for s in discover().specs.values() if s.expected_finding and (
-        Path(s.source).name.startswith(("mha_", "causal_")) or s.name == "impl_wrapper_undivided")),
-        key=lambda s: s.name)
-
-
-ZOO = _zoo()
+ZOO = multi_head_zoo_specs()
 
 
 def distinct_items(x: torch.Tensor, batch: int = 2) -> torch.Tensor:
@@ -143,7 +136,7 @@ def test_batch_mixing_check_against_torch_per_item():
 
 def test_findings_name_the_heads_where_they_hold(plugin_folder, use_plugins):
     """Only head 0's values are scaled: the finding holds for head 0 of every batch item."""
-    source = Path("src/attnlab/plugins/multi_head_attention.py").read_text()
+    source = Path(discover().specs["multi_head_attention"].source).read_text()
     source = source.replace('"multi_head_attention"', '"head0_values"').replace(
         "        attn_scores = queries @ keys.transpose(2, 3)",
         "        values = values * torch.tensor([3.0] + [1.0] * (self.num_heads - 1)).view(1, -1, 1, 1)\n"
@@ -182,7 +175,7 @@ def test_scaling_names_the_factor_used_and_the_right_one():
 
 
 def test_scaling_recognises_1_over_sqrt_d_in(plugin_folder, use_plugins):
-    source = Path("src/attnlab/plugins/multi_head_attention.py").read_text().replace('"multi_head_attention"', '"by_d_in"').replace(
+    source = Path(discover().specs["multi_head_attention"].source).read_text().replace('"multi_head_attention"', '"by_d_in"').replace(
         "attn_scores / keys.shape[-1] ** 0.5", "attn_scores / d_in ** 0.5")
     use_plugins(plugin_folder("by_d_in", source))
     (finding,) = record_of("by_d_in", d_out=8, num_heads=4, reference="multi_head_attention").findings
@@ -204,7 +197,7 @@ def test_mask_offset_says_which_way():
 
 def test_a_very_negative_fill_is_a_mask(plugin_folder, use_plugins):
     """masked_fill_(mask, -1e9) gives the same weights as -inf: nothing to report."""
-    source = Path("src/attnlab/plugins/causal_mask_fill_zero.py").read_text().replace('"causal_mask_fill_zero"', '"fill_neg"')
+    source = Path(discover().specs["causal_mask_fill_zero"].source).read_text().replace('"causal_mask_fill_zero"', '"fill_neg"')
     source = source.replace("0.0)  # changed: 0, not -torch.inf", "-1e9)").replace("expected_finding=", "# ")
     use_plugins(plugin_folder("fill_neg", source))
     assert record_of("fill_neg", reference="causal_attention").findings == []

@@ -1,4 +1,4 @@
-"""The nine implementations of the source's bonus notebook (plugins/impl_*.py), its two historical
+"""The nine implementations of the source's bonus notebook (plugins/implementations/impl_*.py), its two historical
 bugs, and `+experiment=mha_implementations`.
 
 Each built-in is checked against the notebook's own class (../shared/source/mha_implementations.py)

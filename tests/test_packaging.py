@@ -30,8 +30,10 @@ def wheel(tmp_path_factory) -> Path:
 def test_the_wheel_holds_configs_and_builtin_plugins(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in ["attnlab/conf/config.yaml", "attnlab/conf/inputs/book.yaml", "attnlab/conf/inputs/random.yaml",
-                     "attnlab/plugins/reference.py", "attnlab/plugins/linear.py", "attnlab/plugins/unscaled.py",
-                     "attnlab/plugins/wrong_softmax_axis.py", "attnlab/app/cli.py",
+                     "attnlab/plugins/variants/reference.py", "attnlab/plugins/variants/linear.py",
+                     "attnlab/plugins/variants/unscaled.py", "attnlab/plugins/variants/wrong_softmax_axis.py",
+                     "attnlab/plugins/mistakes/mha_head_merge.py", "attnlab/plugins/modern/gqa.py",
+                     "attnlab/plugins/implementations/impl_sdpa.py", "attnlab/plugins/mistakes/__init__.py", "attnlab/app/cli.py",
                      "hydra_plugins/attnlab_sweeper/attnlab_sweeper.py", "attnlab/conf/sink/terminal.yaml"]:
         assert expected in names, expected
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

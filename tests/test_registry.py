@@ -95,17 +95,17 @@ def test_two_variants_with_one_name_fail_with_both_sources_named(plugin_folder, 
         get_variant("unscaled")
     message = str(caught.value)
     assert "variant 'unscaled' is defined twice" in message
-    assert str(folder / "unscaled.py") in message and "plugins/unscaled.py" in message
+    assert str(folder / "unscaled.py") in message and "plugins/variants/unscaled.py" in message
 
 
 def test_a_byte_identical_copy_of_a_plugin_is_not_a_duplicate(tmp_path, monkeypatch):
     """A wheel's built-ins and ./plugins of the clone it was built from hold the same files."""
     copy = tmp_path / "copies"
     copy.mkdir()
-    (copy / "unscaled.py").write_bytes((builtin_plugin_dir() / "unscaled.py").read_bytes())
+    (copy / "unscaled.py").write_bytes((builtin_plugin_dir() / "variants" / "unscaled.py").read_bytes())
     monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(copy))
     assert "unscaled" not in discover().duplicates
-    assert get_variant("unscaled").source == str(builtin_plugin_dir() / "unscaled.py")
+    assert get_variant("unscaled").source == str(builtin_plugin_dir() / "variants" / "unscaled.py")
 
 
 def test_an_unknown_name_lists_the_available_names_with_the_closest_match():
@@ -412,7 +412,7 @@ def test_auto_reference_without_a_head_count_is_causal_attention(plugin_folder, 
 
 def test_an_edited_copy_of_the_reference_is_not_described_as_the_reference(tmp_path, monkeypatch):
     (tmp_path / "plugins").mkdir()
-    text = (builtin_plugin_dir() / "reference.py").read_text().replace("** 0.5", "")
+    text = (builtin_plugin_dir() / "variants" / "reference.py").read_text().replace("** 0.5", "")
     (tmp_path / "plugins" / "mine.py").write_text(text)
     monkeypatch.chdir(tmp_path)
     assert get_variant("mine").description == "SelfAttention_v1 from mine.py"
@@ -436,7 +436,7 @@ def test_help_lists_constructor_parameters_helper_files_and_own_descriptions(app
     copy of the reference, from ./plugins."""
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    (plugins / "mine.py").write_text((builtin_plugin_dir() / "reference.py").read_text().replace("** 0.5", ""))
+    (plugins / "mine.py").write_text((builtin_plugin_dir() / "variants" / "reference.py").read_text().replace("** 0.5", ""))
     if (SOURCE / "ch03.py").is_file():
         (plugins / "my_wrapper.py").write_text(source_text("CausalAttention", "MultiHeadAttentionWrapper"))
     run = app("--help", cwd=tmp_path)

@@ -2,6 +2,7 @@
 
 from attnlab.app.api import Result, run
 from attnlab.capture.recorder import tap
-from attnlab.modules.registry import create_variant, list_variants, variant
+from attnlab.modules.discovery import variant
+from attnlab.modules.registry import create_variant, list_variants
 
 __all__ = ["Result", "create_variant", "list_variants", "run", "tap", "variant"]

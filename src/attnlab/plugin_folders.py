@@ -1,14 +1,21 @@
 """Where plugins live: attnlab's built-ins, ./plugins in the working folder, and every folder on
-`ATTNLAB_PLUGIN_PATH`. Variants, sinks and inputs factories are all found here."""
+`ATTNLAB_PLUGIN_PATH`. Variants, sinks and inputs factories are all found here.
+
+The built-ins sit in one folder per group (variants, modern, implementations, mistakes), whose
+`__init__.py` docstring is the group's heading in `--help`; a user's folder is read flat and its
+plugins are the group `yours`.
+"""
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 from importlib import resources
 from pathlib import Path
 
 PLUGIN_PATH_ENV = "ATTNLAB_PLUGIN_PATH"
+USER_GROUP = "yours"
 
 
 def builtin_plugin_dir() -> Path:
@@ -23,6 +30,33 @@ def plugin_dirs() -> list[Path]:
         if folder.is_dir() and folder.resolve() not in [u.resolve() for u in unique]:
             unique.append(folder)
     return unique
+
+
+def builtin_groups() -> list[str]:
+    """The built-ins' groups, in the order `--help` shows them (what a user runs first, the zoo last)."""
+    order = ("variants", "modern", "implementations", "mistakes")
+    found = [p.name for p in builtin_plugin_dir().iterdir() if p.is_dir() and (p / "__init__.py").is_file()]
+    return sorted(found, key=lambda name: (order.index(name) if name in order else len(order), name))
+
+
+def group_heading(group: str) -> str:
+    """The first line of a built-in group folder's `__init__.py` docstring (read, not imported)."""
+    init = builtin_plugin_dir() / group / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text())) if init.is_file() else None
+    return doc.splitlines()[0].strip() if doc else "./plugins, ATTNLAB_PLUGIN_PATH and installed entry points"
+
+
+def plugin_files() -> list[tuple[Path, str]]:
+    """Every plugin file with its group, folder by folder: the built-ins' group folders, then each
+    user folder (flat). Files whose name starts with `_` are not plugins (a sibling may import them)."""
+    builtin = builtin_plugin_dir()
+    files: list[tuple[Path, str]] = []
+    for folder in plugin_dirs():
+        if folder.resolve() == builtin.resolve():
+            files += [(path, group) for group in builtin_groups() for path in sorted((folder / group).glob("*.py"))]
+        else:
+            files += [(path, USER_GROUP) for path in sorted(folder.glob("*.py"))]
+    return [(path, group) for path, group in files if not path.name.startswith("_")]
 
 
 def importable_plugins() -> None:

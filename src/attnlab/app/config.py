@@ -27,6 +27,7 @@ from attnlab.schema import Config, VariantConf
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.inputs.kinds import check_inputs, positive
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, SPELLINGS, Registry, discover
+from attnlab.plugin_folders import USER_GROUP, builtin_groups, group_heading
 
 
 LOG_OPTIONS = {"images": True, "histograms": True, "progress": True}  # switches that are not sinks
@@ -39,8 +40,18 @@ def config_dir() -> Path:
 
 
 def help_header(registry: Registry) -> str:
+    """The variants by group (the built-ins' folders, then yours), each with its description,
+    constructor and declared tags; then the names defined twice and the plugins that failed."""
     width = max((len(n) for n in registry.names()), default=0)
-    lines = [f"  {name.ljust(width)}  {spec.description}\n  {''.ljust(width)}  {spec.cls.__name__}{spec.signature}" for name, spec in registry.specs.items()]
+    lines = []
+    for group in [*builtin_groups(), USER_GROUP]:
+        specs = [spec for spec in registry.specs.values() if spec.group == group]
+        if specs:
+            lines += ["", f"{group} (tag={group}): {group_heading(group)}"]
+        for spec in sorted(specs, key=lambda s: s.name):
+            tags = f"  [{', '.join(spec.tags[1:])}]" if spec.tags[1:] else ""
+            lines += [f"  {spec.name.ljust(width)}  {spec.description}",
+                      f"  {''.ljust(width)}  {spec.cls.__name__}{spec.signature}{tags}"]
     lines += [f"  {name.ljust(width)}  (defined twice: {' and '.join(srcs)})" for name, srcs in registry.duplicates.items()]
     lines += [f"  warning: {warning}" for warning in registry.warnings]
     return "\n".join(
@@ -51,7 +62,8 @@ def help_header(registry: Registry) -> str:
             "       python -m attnlab -m variant=reference,unscaled seed=1,2,3     (a sweep)",
             "       attnlab compare PATH... [--out FILE] [--filter key=value]",
             "",
-            "Variants (variant=NAME; params as variant.params.KEY=VALUE):",
+            "Variants (variant=NAME; params as variant.params.KEY=VALUE), by group; in Python",
+            "attnlab.list_variants(tag=GROUP) lists a group, or a [tag] shown after a constructor:",
             *lines,
         ]
     )

@@ -15,6 +15,7 @@ terminal table).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -47,6 +48,18 @@ def check(cfg: DictConfig) -> None:
     build_sinks(cfg)
 
 
+def show_import_output(cfg: DictConfig) -> None:
+    """What the run's variant and its plugin reference printed when their files were imported:
+    discovery holds it back, so `--help` and runs of other variants stay quiet."""
+    variant = get_variant(cfg.variant.name)
+    reference = cfg.reference if cfg.reference != "auto" else variant.reference
+    specs = [variant, *([get_variant(reference)] if reference else [])]
+    for source in dict.fromkeys(spec.source for spec in specs):  # two variants of one file: its output once
+        out, err = next(spec.output for spec in specs if spec.source == source)
+        sys.stdout.write(out)
+        sys.stderr.write(err)
+
+
 def seeds(cfg: DictConfig) -> range:
     return range(cfg.seed, cfg.seed + cfg.n_seeds)
 
@@ -57,6 +70,7 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
     shapes): the sinks draw images from the first record that succeeded, so holding every
     seed's stages would only cost memory."""
     check(cfg)
+    show_import_output(cfg)
     spec = JobSpec.from_cfg(cfg)
     progress = progress or Progress(cfg.n_seeds, enabled=False)
     records: list[Record] = []

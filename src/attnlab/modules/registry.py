@@ -1,12 +1,11 @@
-"""Variant registry: discover attention variants as plugins, name them, build them.
+"""Variant registry: the variants discovery found, by name, and how to build them.
 
 Modelled on timm's `register_model` / `create_model` / `list_models`. Four sources, in order:
-the built-ins shipped in `attnlab.plugins`, `./plugins` in the working folder, every folder on
-`ATTNLAB_PLUGIN_PATH`, and installed distributions' entry points in the group
-`attnlab.variants`. A file `NAME.py` defining one `nn.Module` subclass is the variant `NAME`
-with no import of attnlab at all, so the source's class pasted verbatim just works; a file whose
-classes build one another (the source's wrapper builds `CausalAttention` heads) is the variant
-of its outermost class.
+the built-ins shipped in `attnlab.plugins` (one folder per group: variants, modern,
+implementations, mistakes), `./plugins` in the working folder, every folder on
+`ATTNLAB_PLUGIN_PATH`, and installed distributions' entry points in the group `attnlab.variants`
+(see discovery). Every variant has tags: its group first, then the ones its plugin declares;
+`list_variants(filter, tag=...)` selects by them.
 
 Building a variant: `constructor_kwargs` fills its constructor by parameter name from the
 top-level config keys (d_in, d_out, context_length, dropout, num_heads, num_kv_heads, qkv_bias)
@@ -17,30 +16,18 @@ is declared.
 from __future__ import annotations
 
 import difflib
-import hashlib
-import importlib.util
+import fnmatch
 import inspect
-import io
-import os
-import re
-import sys
-import textwrap
-import tokenize
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import metadata, resources
-from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.plugin_folders import plugin_dirs
-
-ENTRY_POINT_GROUP = "attnlab.variants"
-_MARK = "__attnlab_variants__"
-
-ModuleClass = TypeVar("ModuleClass", bound=type)
+from attnlab.modules.describe import same_file
+from attnlab.modules.discovery import find_plugins
+from attnlab.plugin_folders import USER_GROUP, builtin_groups
 
 
 @dataclass(frozen=True)
@@ -52,6 +39,8 @@ class VariantSpec:
     source: str
     expected_finding: tuple[str, str] | None = None  # (code, stage) a bug-zoo variant must trigger
     reference: str | None = None  # the variant it is compared against, declared by the plugin; None: auto
+    tags: tuple[str, ...] = ()  # its group (a built-in's folder, or `yours`) first, then the declared ones
+    output: tuple[str, str] = ("", "")  # what its plugin printed when imported: (stdout, stderr)
     observable: dict[str, int] = field(default_factory=dict)  # the smallest size its change shows at: {"head_dim": 2}
 
     @property
@@ -59,35 +48,13 @@ class VariantSpec:
         """The constructor's parameters, as `--help` lists them."""
         return constructor_signature(self)
 
+    @property
+    def group(self) -> str:
+        return self.tags[0] if self.tags else ""
+
 
 class VariantError(UserError):
     """A user-facing problem with a variant name: unknown, or defined twice."""
-
-
-def variant(
-    name: str | None = None,
-    *,
-    description: str | None = None,
-    params: dict[str, Any] | None = None,
-    expected_finding: tuple[str, str] | None = None,
-    reference: str | None = None,
-    observable: dict[str, int] | None = None,
-) -> Callable[[ModuleClass], ModuleClass]:
-    """Name a variant explicitly; allows several variants in one file, default params and the
-    reference it is compared against (`reference=auto` then chooses this one). `observable`: the
-    smallest size at which its change can be seen (`n_tokens`, `head_dim`, `d_in`, `d_out`);
-    below it a run says so in `not_checked` instead of diagnosing."""
-
-    def mark(cls: ModuleClass) -> ModuleClass:
-        marks = list(cls.__dict__.get(_MARK, ()))
-        marks.append(
-            dict(name=name, description=description, params=dict(params or {}),
-                 expected_finding=expected_finding, reference=reference, observable=dict(observable or {}))
-        )
-        setattr(cls, _MARK, marks)
-        return cls
-
-    return mark
 
 
 @dataclass
@@ -95,11 +62,10 @@ class Registry:
     specs: dict[str, VariantSpec] = field(default_factory=dict)
     duplicates: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    seen_texts: dict[str, str] = field(default_factory=dict, repr=False)  # docstring/comment -> first file
 
     def add(self, spec: VariantSpec) -> None:
         known = self.specs.get(spec.name)
-        if known is not None and _same_file(known.source, spec.source):
+        if known is not None and same_file(known.source, spec.source):
             return  # the same plugin file seen twice (an installed copy and ./plugins of a clone)
         if spec.name in self.duplicates:
             self.duplicates[spec.name].append(spec.source)
@@ -110,6 +76,19 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted([*self.specs, *self.duplicates])
+
+    def tags(self) -> list[str]:
+        """Every group (empty or not) and every tag a plugin declares."""
+        return sorted({*builtin_groups(), USER_GROUP, *(tag for spec in self.specs.values() for tag in spec.tags)})
+
+    def select(self, filter: str = "", tag: str | None = None) -> list[str]:
+        """Names matching `filter` (a shell pattern, e.g. "impl_*"; empty: all) that carry `tag`."""
+        if tag is not None and tag not in self.tags():
+            close = difflib.get_close_matches(tag, self.tags(), n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise VariantError(f"unknown tag '{tag}'; {hint}tags: {', '.join(self.tags())}")
+        names = self.names() if tag is None else sorted(n for n, s in self.specs.items() if tag in s.tags)
+        return [name for name in names if not filter or fnmatch.fnmatchcase(name, filter)]
 
     def get(self, name: str) -> VariantSpec:
         if name in self.duplicates:
@@ -122,255 +101,20 @@ class Registry:
         return self.specs[name]
 
 
-def _same_file(a: str, b: str) -> bool:
-    """Two sources that are one file, or byte-identical copies of it."""
-    first, second = Path(a), Path(b)
-    if not (first.is_file() and second.is_file()):
-        return False
-    return first.resolve() == second.resolve() or first.read_bytes() == second.read_bytes()
-
-
-def _load_file(path: Path) -> Any:
-    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
-    module_name = f"attnlab_plugin_{digest}_{path.stem}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
-    return module
-
-
-def _specs_from_module(
-    module: Any, default_name: str, source: str, copied: frozenset[str] = frozenset()
-) -> tuple[list[VariantSpec], str | None]:
-    """The variants a plugin module defines; `copied` holds texts also found in an earlier
-    plugin file (see _describe)."""
-    classes = [
-        obj
-        for obj in vars(module).values()
-        if inspect.isclass(obj) and issubclass(obj, nn.Module) and obj.__module__ == module.__name__
-    ]
-    marked = [cls for cls in classes if _MARK in cls.__dict__]
-    if marked:
-        specs = []
-        for cls in marked:
-            for mark in cls.__dict__[_MARK]:
-                extra = {k: v for k, v in mark.items() if k != "name"}
-                specs.append(_spec(cls, mark["name"] or default_name, source, copied=copied, **extra))
-        return specs, None
-    if not classes:
-        if _helps_a_run(module):
-            return [], None  # a sink or an inputs factory: named by a conf/ YAML file, not a variant
-        return [], f"plugin {source} defines no nn.Module subclass; skipped"
-    outermost = _outermost(classes)
-    if len(outermost) == 1:
-        return [_spec(outermost[0], default_name, source, copied=copied)], None
-    names = ", ".join(cls.__name__ for cls in outermost or classes)
-    count = len(outermost or classes)
-    return [], f"plugin {source} defines {count} nn.Module classes ({names}); mark the variant(s) with @attnlab.variant"
-
-
-def _helps_a_run(module: Any) -> bool:
-    """Whether a plugin file without a module defines a sink (a class with `write` or
-    `write_sweep`) or an inputs factory (a function whose first parameter is `seed`)."""
-    for obj in vars(module).values():
-        if getattr(obj, "__module__", None) != module.__name__:
-            continue
-        if inspect.isclass(obj) and (hasattr(obj, "write") or hasattr(obj, "write_sweep")):
-            return True
-        if inspect.isfunction(obj) and next(iter(inspect.signature(obj).parameters), None) == "seed":
-            return True
-    return False
-
-
-def _outermost(classes: list[type]) -> list[type]:
-    """The classes that no other class of the list builds, read from their source, never run.
-
-    A class builds another when its body calls that class's name (`CausalAttention(d_in, ...)`
-    in the source's wrapper, a ModuleList comprehension included). The whole body is read, not
-    only __init__, because helpers are also built in methods __init__ calls (`_make_head`).
-    Nothing is built or run: a plugin's constructor may need arguments attnlab does not have
-    yet at discovery. Comments, strings, decorators and base classes do not count, so a
-    subclass next to its base stays two top-level modules. A helper built through a
-    module-level function is not seen. When a class's source cannot be read
-    (defined by exec), every class is a candidate, as before this rule existed.
-    """
-    built: set[str] = set()
-    for cls in classes:
-        called = _names_called(cls)
-        if called is None:
-            return list(classes)
-        built |= called - {cls.__name__}
-    return [cls for cls in classes if cls.__name__ not in built]
-
-
-def _names_called(cls: type) -> set[str] | None:
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (OSError, TypeError, tokenize.TokenError, IndentationError, SyntaxError):
-        return None
-    body = _body_start(tokens)
-    called = set()
-    for before, token, after in zip(tokens[body:], tokens[body + 1:], tokens[body + 2:]):
-        if token.type == tokenize.NAME and after.string == "(" and before.string != ".":
-            called.add(token.string)
-    return called
-
-
-def _body_start(tokens: list[tokenize.TokenInfo]) -> int:
-    """The index after the `class Name(...):` header; decorators before it are skipped too, so
-    neither a decorator's arguments nor the base classes count as builds."""
-    start = next((i for i, t in enumerate(tokens) if t.type == tokenize.NAME and t.string == "class"), 0)
-    depth = 0
-    for i in range(start, len(tokens)):
-        if tokens[i].type != tokenize.OP:
-            continue
-        text = tokens[i].string
-        depth += (text in ("(", "[", "{")) - (text in (")", "]", "}"))
-        if text == ":" and depth == 0:
-            return i + 1
-    return len(tokens)
-
-
-def _spec(cls: type[nn.Module], name: str, source: str, description: str | None = None,
-          params: dict[str, Any] | None = None, expected_finding: tuple[str, str] | None = None,
-          reference: str | None = None, copied: frozenset[str] = frozenset(),
-          observable: dict[str, int] | None = None) -> VariantSpec:
-    finding = tuple(expected_finding) if expected_finding else None
-    return VariantSpec(name, cls, description or _describe(cls, copied), dict(params or {}), source, finding, reference,
-                       dict(observable or {}))
-
-
-def _describe(cls: type, copied: frozenset[str]) -> str:
-    """A plugin without a description: its file's own first comment (module docstring or the
-    leading `#` lines), else its class docstring, else "ClassName from NAME.py".
-
-    Why `copied`: an edited copy of a built-in keeps the built-in's docstring, and `--help`
-    then described the copy as the original ("The source's SelfAttention_v1 (the reference
-    ...)"). A text that an earlier plugin file also has is not this file's own, so it is skipped.
-    """
-    module = sys.modules.get(cls.__module__)
-    doc = inspect.getdoc(cls) if cls.__doc__ else None
-    candidates = [_first_comment(module), doc.splitlines()[0].strip() if doc else None]
-    for text in candidates:
-        if text and text not in copied:
-            return text
-    return f"{cls.__name__} from {_file_name(cls)}"
-
-
-def _file_name(obj: Any) -> str:
-    try:
-        return Path(inspect.getsourcefile(obj) or "").name or "?"
-    except TypeError:
-        return "?"
-
-
-def _first_comment(module: Any) -> str | None:
-    """The first line of a module's docstring, else of its leading `#` comment block."""
-    if module is None:
-        return None
-    if module.__doc__ and module.__doc__.strip():
-        return module.__doc__.strip().splitlines()[0].strip()
-    try:
-        lines = inspect.getsource(module).splitlines()
-    except (OSError, TypeError):
-        return None
-    for line in lines:
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#!") or re.match(r"#.*coding[:=]", stripped):
-            continue
-        if not stripped.startswith("#"):
-            return None  # code before any comment: the file has no leading comment
-        text = stripped.lstrip("#").strip()
-        if text:
-            return text
-    return None
-
-
-def _texts(module: Any) -> set[str]:
-    """Every text _describe may take from a plugin module: to spot the same text in a later copy."""
-    texts = {_first_comment(module)}
-    for obj in vars(module).values():
-        if inspect.isclass(obj) and obj.__module__ == module.__name__ and obj.__doc__:
-            texts.add(inspect.getdoc(obj).splitlines()[0].strip() if inspect.getdoc(obj) else None)
-    return {t for t in texts if t}
-
-
-def _copied_texts(registry: Registry, module: Any, source: str) -> frozenset[str]:
-    """The texts of `module` that an earlier, different plugin file already has; records its own."""
-    texts = _texts(module)
-    copied = frozenset(t for t in texts if t in registry.seen_texts and not _same_file(registry.seen_texts[t], source))
-    for text in texts:
-        registry.seen_texts.setdefault(text, source)
-    return copied
-
-
-def _discover_files(registry: Registry) -> None:
-    for folder in plugin_dirs():
-        for path in sorted(folder.glob("*.py")):
-            if path.name.startswith("_"):
-                continue
-            try:
-                module = _load_file(path)
-            except BaseException as exc:  # a broken plugin never takes the others down
-                registry.warnings.append(f"plugin {path} failed to import: {type(exc).__name__}: {exc}")
-                continue
-            copied = _copied_texts(registry, module, str(path))
-            specs, warning = _specs_from_module(module, path.stem, str(path), copied)
-            if warning:
-                registry.warnings.append(warning)
-            for spec in specs:
-                registry.add(spec)
-
-
-def _discover_entry_points(registry: Registry) -> None:
-    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        source = f"entry point {entry.name} = {entry.value}"
-        try:
-            loaded = entry.load()
-        except BaseException as exc:
-            registry.warnings.append(f"plugin {source} failed to import: {type(exc).__name__}: {exc}")
-            continue
-        if inspect.isclass(loaded) and issubclass(loaded, nn.Module):
-            module = sys.modules.get(loaded.__module__)
-            copied = _copied_texts(registry, module, _source_file(module)) if module else frozenset()
-            marks = loaded.__dict__.get(_MARK) or [{}]
-            for mark in marks:
-                extra = {k: v for k, v in mark.items() if k != "name"}
-                registry.add(_spec(loaded, mark.get("name") or entry.name, source, copied=copied, **extra))
-        else:
-            copied = _copied_texts(registry, loaded, _source_file(loaded))
-            specs, warning = _specs_from_module(loaded, entry.name, source, copied)
-            if warning:
-                registry.warnings.append(warning)
-            for spec in specs:
-                registry.add(spec)
-
-
-def _source_file(module: Any) -> str:
-    try:
-        return inspect.getsourcefile(module) or repr(module)
-    except TypeError:
-        return repr(module)
-
-
 @lru_cache(maxsize=1)
 def discover() -> Registry:
-    registry = Registry()
-    _discover_files(registry)
-    _discover_entry_points(registry)
+    found = find_plugins()
+    registry = Registry(warnings=found.warnings)
+    for declared in found.declarations:
+        registry.add(VariantSpec(**vars(declared)))
     return registry
 
 
-def list_variants() -> list[str]:
-    return discover().names()
+def list_variants(filter: str = "", tag: str | None = None) -> list[str]:
+    """The variants' names, sorted, as timm's `list_models`: `filter` a shell pattern ("mha_*"),
+    `tag` a group (variants, modern, implementations, mistakes, yours) or a tag a plugin declares
+    with `@attnlab.variant(tags=...)`. An unknown tag is an error naming the known ones."""
+    return discover().select(filter, tag)
 
 
 def get_variant(name: str) -> VariantSpec:

@@ -10,6 +10,7 @@ import attnlab
     "mha_head_merge",
     description="MultiHeadAttention: context reshaped to (b, num_tokens, d_out) without transpose(1, 2): heads and tokens mixed",
     expected_finding=("head_merge", "output"),
+    tags=("multi_head",),
 )
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):

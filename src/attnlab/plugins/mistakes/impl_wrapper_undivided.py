@@ -36,6 +36,7 @@ class CausalAttention(nn.Module):
     "impl_wrapper_undivided",
     description="the notebook's old Ch03_MHA_Wrapper bug: each head gets the full d_out, num_heads * d_out columns out",
     expected_finding=("shape_projection", "output"),
+    tags=("multi_head",),
     reference="multi_head_attention",
 )
 class Ch03_MHA_Wrapper(nn.Module):

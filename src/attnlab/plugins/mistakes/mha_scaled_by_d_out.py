@@ -1,4 +1,4 @@
-"""MultiHeadAttention with triu(..., diagonal=2): each token also sees the next one."""
+"""MultiHeadAttention scaled by 1/sqrt(d_out) instead of 1/sqrt(head_dim)."""
 
 import torch
 import torch.nn as nn
@@ -7,9 +7,10 @@ import attnlab
 
 
 @attnlab.variant(
-    "mha_mask_diagonal_2",
-    description="MultiHeadAttention: mask built with diagonal=2, so each query sees the token after it",
-    expected_finding=("mask_offset", "scaled_scores"),
+    "mha_scaled_by_d_out",
+    description="MultiHeadAttention: attn_scores / d_out ** 0.5 where the source divides by head_dim ** 0.5",
+    expected_finding=("scaling", "scaled_scores"),
+    tags=("multi_head",),
 )
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
@@ -23,7 +24,7 @@ class MultiHeadAttention(nn.Module):
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)  # combines the heads' outputs
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=2))  # changed: diagonal=2
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
     def forward(self, x):
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
@@ -42,7 +43,7 @@ class MultiHeadAttention(nn.Module):
         attn_scores = queries @ keys.transpose(2, 3)  # (b, num_heads, num_tokens, num_tokens)
         mask_bool = self.mask.bool()[:num_tokens, :num_tokens]  # (num_tokens, num_tokens)
         attn_scores.masked_fill_(mask_bool, -torch.inf)
-        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
+        attn_weights = torch.softmax(attn_scores / self.d_out ** 0.5, dim=-1)  # changed: d_out, not head_dim
         attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
 
         context_vec = (attn_weights @ values).transpose(1, 2)  # (b, num_tokens, num_heads, head_dim)

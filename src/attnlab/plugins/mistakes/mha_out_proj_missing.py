@@ -1,4 +1,4 @@
-"""MultiHeadAttention with the softmax over the heads (dim=1): the masked entries become 0/0 = NaN."""
+"""MultiHeadAttention that never applies its out_proj."""
 
 import torch
 import torch.nn as nn
@@ -7,9 +7,10 @@ import attnlab
 
 
 @attnlab.variant(
-    "mha_softmax_head_axis",
-    description="MultiHeadAttention: softmax(dim=1) normalises over the heads; under the causal mask that is 0/0 = NaN",
-    expected_finding=("softmax_axis", "weights"),
+    "mha_out_proj_missing",
+    description="MultiHeadAttention: out_proj defined but never applied to the merged context",
+    expected_finding=("out_proj", "output"),
+    tags=("multi_head",),
 )
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
@@ -42,10 +43,10 @@ class MultiHeadAttention(nn.Module):
         attn_scores = queries @ keys.transpose(2, 3)  # (b, num_heads, num_tokens, num_tokens)
         mask_bool = self.mask.bool()[:num_tokens, :num_tokens]  # (num_tokens, num_tokens)
         attn_scores.masked_fill_(mask_bool, -torch.inf)
-        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=1)  # changed: dim=1, the heads
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
 
         context_vec = (attn_weights @ values).transpose(1, 2)  # (b, num_tokens, num_heads, head_dim)
         context_vec = context_vec.reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
-        context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        # changed: the self.out_proj(context_vec) line is missing
         return context_vec

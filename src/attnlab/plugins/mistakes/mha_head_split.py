@@ -1,4 +1,4 @@
-"""MultiHeadAttention applying its out_proj to each head's context before the merge."""
+"""MultiHeadAttention with the heads split by one .view(b, num_heads, num_tokens, head_dim), no transpose."""
 
 import torch
 import torch.nn as nn
@@ -7,9 +7,10 @@ import attnlab
 
 
 @attnlab.variant(
-    "mha_out_proj_per_head",
-    description="MultiHeadAttention: out_proj applied to each head's head_dim columns before the merge",
-    expected_finding=("out_proj", "output"),
+    "mha_head_split",
+    description="MultiHeadAttention: heads split with .view(b, num_heads, num_tokens, head_dim) directly: tokens and heads scrambled",
+    expected_finding=("head_split", "queries"),
+    tags=("multi_head",),
 )
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
@@ -21,7 +22,7 @@ class MultiHeadAttention(nn.Module):
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(self.head_dim, self.head_dim)  # changed: per head, so it cannot combine the heads
+        self.out_proj = nn.Linear(d_out, d_out)  # combines the heads' outputs
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
@@ -32,12 +33,10 @@ class MultiHeadAttention(nn.Module):
         values = self.W_value(x)  # (b, num_tokens, d_out)
 
         # split the last dimension into heads, then put the heads before the tokens
-        keys = keys.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, num_tokens, num_heads, head_dim)
-        values = values.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, num_tokens, num_heads, head_dim)
-        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, num_tokens, num_heads, head_dim)
-        keys = keys.transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
-        queries = queries.transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
-        values = values.transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+        # changed: viewed straight into (b, num_heads, num_tokens, head_dim), without the transpose(1, 2)
+        keys = keys.view(b, self.num_heads, num_tokens, self.head_dim)  # (b, num_heads, num_tokens, head_dim)
+        values = values.view(b, self.num_heads, num_tokens, self.head_dim)  # (b, num_heads, num_tokens, head_dim)
+        queries = queries.view(b, self.num_heads, num_tokens, self.head_dim)  # (b, num_heads, num_tokens, head_dim)
 
         attn_scores = queries @ keys.transpose(2, 3)  # (b, num_heads, num_tokens, num_tokens)
         mask_bool = self.mask.bool()[:num_tokens, :num_tokens]  # (num_tokens, num_tokens)
@@ -46,6 +45,6 @@ class MultiHeadAttention(nn.Module):
         attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
 
         context_vec = (attn_weights @ values).transpose(1, 2)  # (b, num_tokens, num_heads, head_dim)
-        context_vec = self.out_proj(context_vec)  # changed: each head projected on its own, before the merge
         context_vec = context_vec.reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
+        context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
         return context_vec

@@ -1,4 +1,4 @@
-"""CausalAttention masking the weights with 0 after the softmax, without renormalising the rows."""
+"""CausalAttention with triu(..., diagonal=0): each token is hidden from itself."""
 
 import torch
 import torch.nn as nn
@@ -7,9 +7,10 @@ import attnlab
 
 
 @attnlab.variant(
-    "causal_mask_after_softmax",
-    description="CausalAttention: future weights zeroed after the softmax, rows not renormalised (section 3.5.1's first step only)",
-    expected_finding=("mask_after_softmax", "weights"),
+    "causal_mask_diagonal_0",
+    description="CausalAttention: mask built with diagonal=0, so each token cannot see itself (the first sees nothing)",
+    expected_finding=("mask_offset", "scaled_scores"),
+    tags=("multi_head",),
 )
 class CausalAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
@@ -20,7 +21,7 @@ class CausalAttention(nn.Module):
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.dropout = nn.Dropout(dropout)
         # a buffer, not a parameter: it moves with the module and is never trained
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=0))  # changed: diagonal=0
 
     def forward(self, x):
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
@@ -28,9 +29,9 @@ class CausalAttention(nn.Module):
         queries = self.W_query(x)  # (b, num_tokens, d_out)
         values = self.W_value(x)  # (b, num_tokens, d_out)
         attn_scores = queries @ keys.transpose(1, 2)  # (b, num_tokens, num_tokens)
+        # in place, as the source does; the mask is cut to the tokens actually given
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_tokens, num_tokens)
-        # changed: the mask is applied to the weights after the softmax, and the rows are not renormalised
-        attn_weights = attn_weights.masked_fill(self.mask.bool()[:num_tokens, :num_tokens], 0.0)  # (b, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)  # (b, num_tokens, num_tokens)
         context_vec = attn_weights @ values  # (b, num_tokens, d_out)
         return context_vec

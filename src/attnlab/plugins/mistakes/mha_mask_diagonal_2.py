@@ -1,4 +1,4 @@
-"""MultiHeadAttention that never applies its out_proj."""
+"""MultiHeadAttention with triu(..., diagonal=2): each token also sees the next one."""
 
 import torch
 import torch.nn as nn
@@ -7,9 +7,10 @@ import attnlab
 
 
 @attnlab.variant(
-    "mha_out_proj_missing",
-    description="MultiHeadAttention: out_proj defined but never applied to the merged context",
-    expected_finding=("out_proj", "output"),
+    "mha_mask_diagonal_2",
+    description="MultiHeadAttention: mask built with diagonal=2, so each query sees the token after it",
+    expected_finding=("mask_offset", "scaled_scores"),
+    tags=("multi_head",),
 )
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
@@ -23,7 +24,7 @@ class MultiHeadAttention(nn.Module):
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)  # combines the heads' outputs
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=2))  # changed: diagonal=2
 
     def forward(self, x):
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
@@ -47,5 +48,5 @@ class MultiHeadAttention(nn.Module):
 
         context_vec = (attn_weights @ values).transpose(1, 2)  # (b, num_tokens, num_heads, head_dim)
         context_vec = context_vec.reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
-        # changed: the self.out_proj(context_vec) line is missing
+        context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
         return context_vec

@@ -10,6 +10,7 @@ import attnlab
     "mha_out_proj_twice",
     description="MultiHeadAttention: out_proj applied twice to the merged context",
     expected_finding=("out_proj", "output"),
+    tags=("multi_head",),
 )
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):

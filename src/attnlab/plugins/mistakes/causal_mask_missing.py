@@ -10,6 +10,7 @@ import attnlab
     "causal_mask_missing",
     description="CausalAttention with the mask line left out: each query attends to future tokens",
     expected_finding=("mask_missing", "scaled_scores"),
+    tags=("multi_head",),
 )
 class CausalAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):

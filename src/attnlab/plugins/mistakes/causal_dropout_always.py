@@ -1,15 +1,17 @@
-"""CausalAttention masking with 0 instead of -inf: future tokens keep weight."""
+"""CausalAttention with dropout hard-coded on: F.dropout(..., training=True) also in eval mode."""
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import attnlab
 
 
 @attnlab.variant(
-    "causal_mask_fill_zero",
-    description="CausalAttention: masked_fill_(mask, 0) instead of -inf, so exp(0) gives future tokens weight",
-    expected_finding=("mask_fill_value", "scaled_scores"),
+    "causal_dropout_always",
+    description="CausalAttention: F.dropout(attn_weights, p=0.5, training=True) drops weights in eval mode too",
+    expected_finding=("dropout_active", "weights_applied"),
+    tags=("multi_head",),
 )
 class CausalAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
@@ -29,8 +31,8 @@ class CausalAttention(nn.Module):
         values = self.W_value(x)  # (b, num_tokens, d_out)
         attn_scores = queries @ keys.transpose(1, 2)  # (b, num_tokens, num_tokens)
         # in place, as the source does; the mask is cut to the tokens actually given
-        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], 0.0)  # changed: 0, not -torch.inf
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_tokens, num_tokens)
-        attn_weights = self.dropout(attn_weights)  # (b, num_tokens, num_tokens)
+        attn_weights = F.dropout(attn_weights, p=0.5, training=True)  # changed: on in eval mode too
         context_vec = attn_weights @ values  # (b, num_tokens, d_out)
         return context_vec

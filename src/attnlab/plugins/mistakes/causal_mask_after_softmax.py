@@ -1,4 +1,4 @@
-"""CausalAttention centring the keys over dim 0: the tokens in 2-D code, the batch items here."""
+"""CausalAttention masking the weights with 0 after the softmax, without renormalising the rows."""
 
 import torch
 import torch.nn as nn
@@ -7,9 +7,10 @@ import attnlab
 
 
 @attnlab.variant(
-    "causal_batch_centred_keys",
-    description="CausalAttention: keys - keys.mean(dim=0): harmless over 2-D tokens, mixes batch items in 3-D",
-    expected_finding=("batch_mixing", "keys"),
+    "causal_mask_after_softmax",
+    description="CausalAttention: future weights zeroed after the softmax, rows not renormalised (section 3.5.1's first step only)",
+    expected_finding=("mask_after_softmax", "weights"),
+    tags=("multi_head",),
 )
 class CausalAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
@@ -27,11 +28,10 @@ class CausalAttention(nn.Module):
         keys = self.W_key(x)  # (b, num_tokens, d_out)
         queries = self.W_query(x)  # (b, num_tokens, d_out)
         values = self.W_value(x)  # (b, num_tokens, d_out)
-        keys = keys - keys.mean(dim=0)  # changed: dim=0 was the tokens in 2-D code; here it is the batch
         attn_scores = queries @ keys.transpose(1, 2)  # (b, num_tokens, num_tokens)
-        # in place, as the source does; the mask is cut to the tokens actually given
-        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_tokens, num_tokens)
+        # changed: the mask is applied to the weights after the softmax, and the rows are not renormalised
+        attn_weights = attn_weights.masked_fill(self.mask.bool()[:num_tokens, :num_tokens], 0.0)  # (b, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)  # (b, num_tokens, num_tokens)
         context_vec = attn_weights @ values  # (b, num_tokens, d_out)
         return context_vec

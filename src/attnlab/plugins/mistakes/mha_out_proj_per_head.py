@@ -1,4 +1,4 @@
-"""MultiHeadAttention with grouped-query attention: each key/value head serves a pair of query heads."""
+"""MultiHeadAttention applying its out_proj to each head's context before the merge."""
 
 import torch
 import torch.nn as nn
@@ -7,9 +7,10 @@ import attnlab
 
 
 @attnlab.variant(
-    "mha_grouped_kv",
-    description="MultiHeadAttention with num_heads // 2 key/value heads, each repeated for two query heads (GQA)",
-    expected_finding=("kv_heads", "keys"),
+    "mha_out_proj_per_head",
+    description="MultiHeadAttention: out_proj applied to each head's head_dim columns before the merge",
+    expected_finding=("out_proj", "output"),
+    tags=("multi_head",),
 )
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
@@ -18,31 +19,26 @@ class MultiHeadAttention(nn.Module):
         self.d_out = d_out
         self.num_heads = num_heads
         self.head_dim = d_out // num_heads  # each head gets its share of d_out
-        self.group = 2  # changed: each key/value head serves a group of two query heads
-        assert num_heads % self.group == 0, "num_heads must be even"
-        self.num_kv_heads = num_heads // self.group
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, self.num_kv_heads * self.head_dim, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, self.num_kv_heads * self.head_dim, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)  # combines the heads' outputs
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(self.head_dim, self.head_dim)  # changed: per head, so it cannot combine the heads
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
     def forward(self, x):
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
-        keys = self.W_key(x)  # (b, num_tokens, num_kv_heads * head_dim)
+        keys = self.W_key(x)  # (b, num_tokens, d_out)
         queries = self.W_query(x)  # (b, num_tokens, d_out)
-        values = self.W_value(x)  # (b, num_tokens, num_kv_heads * head_dim)
+        values = self.W_value(x)  # (b, num_tokens, d_out)
 
         # split the last dimension into heads, then put the heads before the tokens
-        keys = keys.view(b, num_tokens, self.num_kv_heads, self.head_dim)  # (b, num_tokens, num_kv_heads, head_dim)
-        values = values.view(b, num_tokens, self.num_kv_heads, self.head_dim)  # (b, num_tokens, num_kv_heads, head_dim)
+        keys = keys.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, num_tokens, num_heads, head_dim)
+        values = values.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, num_tokens, num_heads, head_dim)
         queries = queries.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, num_tokens, num_heads, head_dim)
-        keys = keys.transpose(1, 2)  # (b, num_kv_heads, num_tokens, head_dim)
+        keys = keys.transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
         queries = queries.transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
-        values = values.transpose(1, 2)  # (b, num_kv_heads, num_tokens, head_dim)
-        keys = keys.repeat_interleave(self.group, dim=1)  # (b, num_heads, num_tokens, head_dim)
-        values = values.repeat_interleave(self.group, dim=1)  # (b, num_heads, num_tokens, head_dim)
+        values = values.transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
 
         attn_scores = queries @ keys.transpose(2, 3)  # (b, num_heads, num_tokens, num_tokens)
         mask_bool = self.mask.bool()[:num_tokens, :num_tokens]  # (num_tokens, num_tokens)
@@ -51,6 +47,6 @@ class MultiHeadAttention(nn.Module):
         attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
 
         context_vec = (attn_weights @ values).transpose(1, 2)  # (b, num_tokens, num_heads, head_dim)
+        context_vec = self.out_proj(context_vec)  # changed: each head projected on its own, before the merge
         context_vec = context_vec.reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
-        context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
         return context_vec

@@ -1,4 +1,4 @@
-"""MultiHeadAttention with the heads split by one .view(b, num_heads, num_tokens, head_dim), no transpose."""
+"""MultiHeadAttention with the softmax over the queries (dim=-2) instead of the keys."""
 
 import torch
 import torch.nn as nn
@@ -7,9 +7,10 @@ import attnlab
 
 
 @attnlab.variant(
-    "mha_head_split",
-    description="MultiHeadAttention: heads split with .view(b, num_heads, num_tokens, head_dim) directly: tokens and heads scrambled",
-    expected_finding=("head_split", "queries"),
+    "mha_softmax_query_axis",
+    description="MultiHeadAttention: softmax(dim=-2): each key's column sums to 1, the query rows do not",
+    expected_finding=("softmax_axis", "weights"),
+    tags=("multi_head",),
 )
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
@@ -32,15 +33,17 @@ class MultiHeadAttention(nn.Module):
         values = self.W_value(x)  # (b, num_tokens, d_out)
 
         # split the last dimension into heads, then put the heads before the tokens
-        # changed: viewed straight into (b, num_heads, num_tokens, head_dim), without the transpose(1, 2)
-        keys = keys.view(b, self.num_heads, num_tokens, self.head_dim)  # (b, num_heads, num_tokens, head_dim)
-        values = values.view(b, self.num_heads, num_tokens, self.head_dim)  # (b, num_heads, num_tokens, head_dim)
-        queries = queries.view(b, self.num_heads, num_tokens, self.head_dim)  # (b, num_heads, num_tokens, head_dim)
+        keys = keys.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, num_tokens, num_heads, head_dim)
+        values = values.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, num_tokens, num_heads, head_dim)
+        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, num_tokens, num_heads, head_dim)
+        keys = keys.transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+        queries = queries.transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+        values = values.transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
 
         attn_scores = queries @ keys.transpose(2, 3)  # (b, num_heads, num_tokens, num_tokens)
         mask_bool = self.mask.bool()[:num_tokens, :num_tokens]  # (num_tokens, num_tokens)
         attn_scores.masked_fill_(mask_bool, -torch.inf)
-        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-2)  # changed: dim=-2, the queries
         attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
 
         context_vec = (attn_weights @ values).transpose(1, 2)  # (b, num_tokens, num_heads, head_dim)

@@ -1,16 +1,16 @@
-"""CausalAttention with dropout hard-coded on: F.dropout(..., training=True) also in eval mode."""
+"""CausalAttention centring the keys over dim 0: the tokens in 2-D code, the batch items here."""
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import attnlab
 
 
 @attnlab.variant(
-    "causal_dropout_always",
-    description="CausalAttention: F.dropout(attn_weights, p=0.5, training=True) drops weights in eval mode too",
-    expected_finding=("dropout_active", "weights_applied"),
+    "causal_batch_centred_keys",
+    description="CausalAttention: keys - keys.mean(dim=0): harmless over 2-D tokens, mixes batch items in 3-D",
+    expected_finding=("batch_mixing", "keys"),
+    tags=("multi_head",),
 )
 class CausalAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
@@ -28,10 +28,11 @@ class CausalAttention(nn.Module):
         keys = self.W_key(x)  # (b, num_tokens, d_out)
         queries = self.W_query(x)  # (b, num_tokens, d_out)
         values = self.W_value(x)  # (b, num_tokens, d_out)
+        keys = keys - keys.mean(dim=0)  # changed: dim=0 was the tokens in 2-D code; here it is the batch
         attn_scores = queries @ keys.transpose(1, 2)  # (b, num_tokens, num_tokens)
         # in place, as the source does; the mask is cut to the tokens actually given
         attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_tokens, num_tokens)
-        attn_weights = F.dropout(attn_weights, p=0.5, training=True)  # changed: on in eval mode too
+        attn_weights = self.dropout(attn_weights)  # (b, num_tokens, num_tokens)
         context_vec = attn_weights @ values  # (b, num_tokens, d_out)
         return context_vec

@@ -26,6 +26,11 @@ SQUARE_ONLY = {  # variants that cannot take d_in != d_out, and why
 }
 
 
+# the notebook's implementations declare no finding (they are its code, not a zoo); this one's
+# verdict is the README's: SDPA reads the chapter's mask (True above the diagonal) as "may attend"
+NOTEBOOK_FINDINGS = {"impl_sdpa_mask": ("mask_offset", "scaled_scores")}
+
+
 def specs() -> list:
     return sorted((s for n, s in discover().specs.items() if n not in SKIPPED), key=lambda s: s.name)
 
@@ -73,9 +78,10 @@ def verdict(result) -> tuple:
 
 def wrong_seeds(spec, results: list) -> list[tuple[int, tuple]]:
     wrong = []
+    expected = spec.expected_finding or NOTEBOOK_FINDINGS.get(spec.name)
     for result in results:
         status, first, errors = verdict(result)
-        ok = status == "ok" and (first == spec.expected_finding if spec.expected_finding else not errors)
+        ok = status == "ok" and (first == expected if expected else not errors)
         if not ok:
             wrong.append((result.record.seed, (status, first, errors, result.record.error)))
     return wrong

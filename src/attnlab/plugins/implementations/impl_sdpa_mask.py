@@ -14,7 +14,6 @@ import attnlab
 
 @attnlab.variant(
     "impl_sdpa_mask",
-    expected_finding=("mask_offset", "scaled_scores"),
     description="notebook's MHAPyTorchSDPAWithoutFlash: scaled_dot_product_attention with an explicit bool mask",
 )
 class MHAPyTorchSDPAWithoutFlash(nn.Module):

@@ -164,7 +164,8 @@ def refreshed(shown: list[str], got: list[str]) -> list[str]:
 
 
 def rewrite(text: str, found: list[Example]) -> str:
-    """The README with every run example's shown output replaced by what it printed."""
+    """The README with every run example's shown output replaced by what it printed (left as it
+    is where the two match, so a refresh changes only what changed)."""
     pieces, at = [], 0
     for example in found:
         if example.not_run or example.kind not in ("shell", "python"):
@@ -173,7 +174,7 @@ def rewrite(text: str, found: list[Example]) -> str:
         lines = []
         for command in example.commands:
             lines.append(prompt + command.line)
-            lines += refreshed(command.shown, command.got)
+            lines += command.shown if matches(command.shown, command.got) else refreshed(command.shown, command.got)
         pieces += [text[at:example.start], "\n".join(lines) + "\n"]
         at = example.end
     return "".join(pieces) + text[at:]

@@ -54,10 +54,10 @@ def capture_overhead(n_tokens: int, d_in: int, d_out: int, repeats: int) -> dict
     import torch
 
     from attnlab.capture.recorder import capture
-    from attnlab.compute.pipeline import build_module
+    from attnlab.modules.built import plan
 
     x = torch.rand(n_tokens, d_in, generator=torch.Generator().manual_seed(0))
-    module = build_module("reference", {}, {"d_in": d_in, "d_out": d_out}, 123)
+    module = plan("reference", {"d_in": d_in, "d_out": d_out}).build(123).module
     plain, captured = [], []
     for i in range(repeats + 1):
         for kind in (("plain", "capture") if i % 2 == 0 else ("capture", "plain")):

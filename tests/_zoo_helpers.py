@@ -16,8 +16,8 @@ from attnlab.capture.recorder import capture
 from attnlab.diagnosis.diagnostics import compute_diagnostics, first_divergent_stage
 from attnlab.diagnosis.findings import diagnose
 from attnlab.record import Finding
+from attnlab.modules.built import as_built, plan
 from attnlab.modules.layouts import align
-from attnlab.compute.pipeline import build_module, head_count, takes_batches
 from attnlab.modules.registry import DEFAULT_VALUES, auto_reference
 from attnlab.modules.roles import manual_seed
 
@@ -128,7 +128,7 @@ def _construct(cls_or_name, d_in: int, d_out: int, seed: int, n_tokens: int = 6)
     a registered variant gets the top-level keys at their defaults (context_length = n_tokens)."""
     if isinstance(cls_or_name, str):
         values = {**DEFAULT_VALUES, "context_length": None, "d_in": d_in, "d_out": d_out, "n_tokens": n_tokens}
-        return build_module(cls_or_name, {}, values, seed)
+        return plan(cls_or_name, values).build(seed).module
     manual_seed(seed)
     return cls_or_name(d_in, d_out)
 
@@ -150,14 +150,14 @@ def run_pair(cls_or_name, x: torch.Tensor, d_out: int, seed: int = 123, shared: 
     d_in, n_tokens = x.shape[-1], x.shape[-2]
     variant = _construct(cls_or_name, d_in, d_out, seed if shared else seed + 1, n_tokens)
     # the classes here are written for (n_tokens, d_in), as SelfAttention_v1 is; a registered variant is probed
-    variant_batched = isinstance(cls_or_name, str) and takes_batches(variant, d_in, n_tokens, d_out)
+    variant_batched = isinstance(cls_or_name, str) and as_built(variant).takes_batches(d_in, n_tokens, d_out)
     name = (auto_reference(attnlab.modules.registry.get_variant(cls_or_name), variant, variant_batched)
             if isinstance(cls_or_name, str) else "reference")
     reference = _construct(name, d_in, d_out, seed, n_tokens)
-    reference_batched = takes_batches(reference, d_in, n_tokens, d_out)
+    reference_batched = as_built(reference).takes_batches(d_in, n_tokens, d_out)
     if shared:
         values = {**DEFAULT_VALUES, "d_in": d_in, "d_out": d_out, "n_tokens": n_tokens}
-        align(reference, variant, num_heads=head_count(name, values))
+        align(reference, variant, num_heads=plan(name, values).num_heads)
     batch = torch.stack((x, x))  # (2, n_tokens, d_in)
     variant.eval(), reference.eval()
     v = capture(variant, batch if variant_batched else x)

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules.layouts import LayoutError, align, load_projections, parameter_role, read_projections, seed_projections
+from attnlab.modules.layouts import LayoutError, align, load_projections, read_projections, seed_projections
+from attnlab.modules.roles import parameter_role
 from tests._zoo_helpers import source_qkv
 
 SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source"

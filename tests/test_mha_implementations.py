@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.compute.pipeline import build_module
+from attnlab.modules.built import plan
 
 SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source" / "mha_implementations.py"
 NINE = {  # built-in -> the notebook's class
@@ -47,7 +47,7 @@ def notebook():
 @pytest.mark.parametrize("name", NINE)
 def test_each_built_in_computes_what_the_notebook_class_computes(name, notebook):
     d, heads, n = SIZE["d_in"], SIZE["num_heads"], SIZE["n_tokens"]
-    ours = build_module(name, {}, _values(d, d, heads, n), seed=3).eval()
+    ours = plan(name, _values(d, d, heads, n)).build(seed=3).module.eval()
     if name == "impl_wrapper":  # the notebook builds it with d_out = embed_dim // num_heads
         theirs = notebook.Ch03_MHA_Wrapper(d, d // heads, n, 0.0, heads)
     elif name == "impl_torch_mha_no_weights":

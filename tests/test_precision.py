@@ -9,7 +9,7 @@ import torch
 import attnlab
 from attnlab.diagnosis.diagnostics import capture_eps, stage_tolerance
 from attnlab.capture.recorder import capture
-from attnlab.compute.pipeline import build_module
+from attnlab.modules.built import plan
 
 SMALL = dict(log={"tensorboard": False})
 
@@ -57,7 +57,7 @@ def test_tolerances_scale_with_the_dtype_epsilon():
     values = dict(d_in=3, d_out=2, context_length=6, dropout=0.0, num_heads=2, qkv_bias=False, n_tokens=6,
                   num_kv_heads=None)
     x = torch.rand(2, 6, 3)
-    module = build_module("multi_head_attention", {}, values, seed=1).eval()
+    module = plan("multi_head_attention", values).build(seed=1).module.eval()
     single = capture(module, x)
     half = capture(module.to(torch.bfloat16), x.to(torch.bfloat16))
     ratio = torch.finfo(torch.bfloat16).eps / torch.finfo(torch.float32).eps

@@ -2,7 +2,8 @@
 
 from attnlab.app.api import Result, run
 from attnlab.capture.recorder import tap
+from attnlab.modules.built import create_variant
 from attnlab.modules.discovery import variant
-from attnlab.modules.registry import create_variant, list_variants
+from attnlab.modules.registry import list_variants
 
 __all__ = ["Result", "create_variant", "list_variants", "run", "tap", "variant"]

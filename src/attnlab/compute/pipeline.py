@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import tempfile
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,8 @@ from attnlab.capture.spill import as_numpy, spill
 from attnlab.capture.stages import SQUARE_STAGES
 from attnlab.compute.profile import profile_pair
 from attnlab.record import Record
-from attnlab.modules.registry import SPELLINGS, auto_reference, constructor_kwargs, get_variant
+from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
+from attnlab.modules.registry import auto_reference
 from attnlab.modules.roles import manual_seed
 
 SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
@@ -132,74 +132,34 @@ def compute_threads(n_tokens: int) -> Iterator[None]:
             torch.set_num_threads(before)
 
 
-class PluginError(RuntimeError):
-    """A variant that could not be built or run; it fails that record only."""
-
-
-def build_module(name: str, params: dict[str, Any], values: dict[str, Any], seed: int) -> nn.Module:
-    """Build right after torch.manual_seed(seed), as the source does."""
-    spec = get_variant(name)
-    args, kwargs = constructor_kwargs(spec, values, params)
-    manual_seed(seed)
-    try:
-        return spec.cls(*args, **kwargs)
-    except Exception as exc:
-        raise PluginError(f"variant '{name}' could not be built: {type(exc).__name__}: {exc}") from exc
-
-
-def takes_batches(module: nn.Module, d_in: int, n_tokens: int, d_out: int) -> bool:
-    """One probe call on a tiny batched input (2 items x up to 3 tokens), not counted and not
-    captured: a module that returns (batch, tokens, ·) gets batches; any other gets (tokens, d_in)."""
-    items = 2 if d_out != 2 else 3  # a 2-D module whose d_out equals the items would broadcast a batch
-    probe = torch.rand(items, min(3, n_tokens), d_in, generator=torch.Generator().manual_seed(0))  # (items, tokens, d_in)
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = module.eval()(probe)
-    except Exception:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
-        return False
-    out = out[0] if isinstance(out, (tuple, list)) and out else out
-    return isinstance(out, torch.Tensor) and out.dim() == 3 and tuple(out.shape[:2]) == tuple(probe.shape[:2])
-
-
-def kv_head_count(module: nn.Module, spec_name: str, params: dict[str, Any], values: dict[str, Any]) -> int | None:
-    """The key/value heads the variant has: an attribute under a usual spelling, else the count its
-    constructor was given; None (the reference's own) for a module that takes none, whatever the
-    top-level num_kv_heads says (it reaches only constructors that name it)."""
-    declared = [getattr(module, spelling, None) for spelling in SPELLINGS["num_kv_heads"]]
-    found = next((v for v in declared if isinstance(v, int) and not isinstance(v, bool)), None)
-    if found is not None:
-        return found
-    return _constructor_count(constructor_kwargs(get_variant(spec_name), values, params)[1], "num_kv_heads", None)
-
-
-def head_count(spec_name: str, values: dict[str, Any]) -> int:
-    """The head count the reference's constructor was given (1 for the single-head classes)."""
-    return _constructor_count(constructor_kwargs(get_variant(spec_name), values, {})[1], "num_heads", 1)
-
-
-def _constructor_count(kwargs: dict[str, Any], key: str, default: int | None) -> int | None:
-    """The value a constructor was given for `key` under any of its spellings, else `default`."""
-    return next((int(kwargs[k]) for k in SPELLINGS[key] if kwargs.get(k) is not None), default)
-
-
-def planned_size(name: str, spec: JobSpec, values: dict[str, Any], inputs: Inputs) -> Size:
+def planned_size(spec: JobSpec, construction: Construction, inputs: Inputs) -> Size:
     """The run's size from the config alone, before any module is built (their mask buffers count)."""
-    _, kwargs = constructor_kwargs(get_variant(name), values, spec.params)
-    return Size(spec.batch, _constructor_count(kwargs, "num_heads", 1), inputs.n_tokens, inputs.d_in, spec.d_out,
-                context_length=int(kwargs.get("context_length") or 0))
+    return Size(spec.batch, construction.num_heads, inputs.n_tokens, inputs.d_in, spec.d_out,
+                context_length=construction.context_length)
 
 
-def run_module(name: str, module: nn.Module, x: torch.Tensor, seed: int) -> Capture:
+def run_module(built: BuiltModule, x: torch.Tensor, seed: int) -> Capture:
+    name = built.name
     manual_seed(seed)  # dropout in training mode draws from the seed: same seed, same record
     try:
-        captured = capture(module, x)
+        captured = capture(built, x)
     except Exception as exc:
         raise PluginError(f"variant '{name}' raised {type(exc).__name__}: {exc}") from exc
     if "output" not in captured.stages:
         raise PluginError(f"variant '{name}' returned {captured.returned}, not a tensor of shape (n_tokens, ·) "
                           f"or (batch, n_tokens, ·); return the context vectors")
     return captured
+
+
+@dataclass
+class _Side:
+    """One module of the pair as a seed runs it: built, whether it takes batches, its input, its capture."""
+
+    built: BuiltModule
+    batched: bool
+    x: torch.Tensor | None = None
+    captured: Capture | None = None
+    unobservable: str | None = None  # why its change cannot be seen at this size: then nothing is diagnosed
 
 
 def compute_record(
@@ -211,93 +171,107 @@ def compute_record(
     d_in) are distinct batch items for a batched module, in place of the inputs stacked."""
     spec = spec or JobSpec.from_cfg(cfg)
     say = phase or (lambda _name: None)
-    name = spec.name
-    tokens = inputs.embeddings  # (n_tokens, d_in)
     config = copy.deepcopy(spec.config)
     config["seed"] = seed
     record = Record(
-        variant=name, seed=seed, config=config, labels=inputs.labels,
+        variant=spec.name, seed=seed, config=config, labels=inputs.labels,
         n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out, device=spec.device, dtype=spec.dtype,
     )
-    values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
     batch = items if items is not None else inputs.batched(spec.batch)  # (batch, n_tokens, d_in)
     with compute_threads(inputs.n_tokens):
         try:
             say("forward")
-            size = planned_size(name, spec, values, inputs)
-            hidden = unobservable(get_variant(name), size)  # too small to show the change: not diagnosed
-            spilling = should_spill(size)
-            check_fits(size, spilled=spilling)
-            variant_module = build_module(name, spec.params, values, seed)
-            variant_batched = takes_batches(variant_module, inputs.d_in, inputs.n_tokens, spec.d_out)
-            record.reference = reference_name = (auto_reference(get_variant(name), variant_module, variant_batched)
-                                                  if spec.reference == "auto" else spec.reference)
-            get_variant(reference_name)
-            reference_module = build_module(reference_name, {}, values, seed)
-            reference_batched = takes_batches(reference_module, inputs.d_in, inputs.n_tokens, spec.d_out)
-            num_heads = head_count(reference_name, values)
-            if spec.shared:
-                seed_projections(reference_module, seed, spec.weights_init, num_heads=num_heads)
-                record.weights_loaded = align(reference_module, variant_module, num_heads=num_heads,
-                                              num_kv_heads=kv_head_count(variant_module, name, spec.params, values))
-            for module in (reference_module, variant_module):
-                module.train(spec.train)
-            # built and seeded on the CPU in float32, then moved: a seed means the same numbers everywhere
-            cast(reference_module, spec.device, DTYPES[spec.reference_dtype])
-            cast(variant_module, spec.device, DTYPES[spec.dtype])
-            reference_x = _moved(batch if reference_batched else tokens, spec.device, spec.reference_dtype)
-            variant_x = _moved(batch if variant_batched else tokens, spec.device, spec.dtype)
-            reference = run_module(reference_name, reference_module, reference_x, seed)
-            if spilling:  # the reference's large stages go to disk: one module's stay in memory
-                record.scratch = tempfile.TemporaryDirectory(prefix="attnlab-spill-")
-                spill(reference.stages, SQUARE_STAGES, Path(record.scratch.name))
-            try:
-                variant = run_module(name, variant_module, variant_x, seed)
-            except PluginError:
-                if variant_batched or not reference_batched:
-                    raise
-                # a batched module whose probe failed: its own error on the batch says why
-                variant = run_module(name, variant_module, _moved(batch, spec.device, spec.dtype), seed)
-            if spilling:  # the variant's too: the passes of the diagnosis read one stage at a time
-                spill(variant.stages, SQUARE_STAGES, Path(record.scratch.name), prefix="variant-")
+            variant, reference, spilling = _build_pair(spec, inputs, seed, record)
+            _capture_pair(spec, variant, reference, inputs.embeddings, batch, seed, record, spilling)
         except PluginError as exc:
             record.status, record.error = "failed", str(exc)
             return record
-        _check_shown(spec.show, variant)
+        _check_shown(spec.show, variant.captured)
         say("diagnostics")
-        mixing = _batch_mixing(name, variant_module, variant_x, variant, seed) if variant_batched and not spec.train else None
-        record.stages, record.stage_shapes, record.canonical_shapes = _to_numpy(variant)
-        record.reference_stages, record.reference_stage_shapes, record.reference_canonical_shapes = _to_numpy(reference)
-        record.expected_shapes = {k: list(v) for k, v in expected_shapes(reference).items()}
-        record.missing_stages, record.reconstructed_stages = list(variant.missing), list(variant.reconstructed)
-        record.output_is_context = variant.output_is_context
-        record.diagnostics, record.head_diagnostics = compute_diagnostics(variant, reference)
-        record.reference_diagnostics, _ = compute_diagnostics(reference, reference)
-        record.first_divergent_stage = first_divergent_stage(variant, reference, record.diagnostics)
-        record.findings = diagnose(variant, reference, record.diagnostics, weights_shared=spec.shared,
-                                   train=spec.train, batch_mixing=mixing)
-        record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
-        if hidden:
-            record.findings, record.not_checked = [], [hidden, *record.not_checked]
-        record.predictions = check_predictions(
-            spec.expect, variant, record.diagnostics, record.first_divergent_stage, record.findings
-        )
+        _diagnose(spec, variant, reference, seed, record)
         if spec.profile:  # after the capture, on the plain modules: profiling never changes a diagnosed value
             say("profile")
-            key = (reference_name, tuple(reference_x.shape), spec.reference_dtype, spec.device, spec.train,
-                   spec.profile_budget_s, spec.profile_backward, tuple(sorted(values.items())))
-            record.profile = profile_pair((variant_module, variant_x), (reference_module, reference_x),
+            record.profile = profile_pair((variant.built, variant.x), (reference.built, reference.x),
                                           budget_s=spec.profile_budget_s, backward=spec.profile_backward,
-                                          reference_key=key, warmed_up=True)  # the capture ran both
+                                          warmed_up=True)  # the capture ran both
             record.diagnostics.update(record.profile)
     return record
 
 
-def _batch_mixing(name: str, module: nn.Module, x: torch.Tensor, together: Capture,
-                  seed: int) -> batch_mixing.BatchMixing | None:
+def _build_pair(spec: JobSpec, inputs: Inputs, seed: int, record: Record) -> tuple[_Side, _Side, bool]:
+    """The variant and its reference built under the seed, the weights shared, cast; whether the
+    run spills its large stages to disk. Each constructor is filled once."""
+    values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
+    planned = plan(spec.name, values, spec.params)
+    size = planned_size(spec, planned, inputs)
+    spilling = should_spill(size)
+    check_fits(size, spilled=spilling)
+    variant_built = planned.build(seed)
+    variant = _Side(variant_built, variant_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out),
+                    unobservable=unobservable(planned.spec, size))
+    record.reference = reference_name = (auto_reference(planned.spec, variant_built.module, variant.batched)
+                                          if spec.reference == "auto" else spec.reference)
+    reference_planned = plan(reference_name, values)
+    reference_built = reference_planned.build(seed)
+    reference = _Side(reference_built, reference_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out))
+    num_heads = reference_planned.num_heads
+    if spec.shared:
+        seed_projections(reference_built.module, seed, spec.weights_init, num_heads=num_heads)
+        record.weights_loaded = align(reference_built.module, variant_built.module, num_heads=num_heads,
+                                      num_kv_heads=variant_built.num_kv_heads)
+    for side in (reference, variant):
+        side.built.module.train(spec.train)
+    # built and seeded on the CPU in float32, then moved: a seed means the same numbers everywhere
+    cast(reference_built.module, spec.device, DTYPES[spec.reference_dtype])
+    cast(variant_built.module, spec.device, DTYPES[spec.dtype])
+    return variant, reference, spilling
+
+
+def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch.Tensor, batch: torch.Tensor,
+                  seed: int, record: Record, spilling: bool) -> None:
+    """Both modules captured on their inputs: `tokens` (n_tokens, d_in) or `batch` (batch, n_tokens, d_in)."""
+    reference.x = _moved(batch if reference.batched else tokens, spec.device, spec.reference_dtype)
+    variant.x = _moved(batch if variant.batched else tokens, spec.device, spec.dtype)
+    reference.captured = run_module(reference.built, reference.x, seed)
+    if spilling:  # the reference's large stages go to disk: one module's stay in memory
+        record.scratch = tempfile.TemporaryDirectory(prefix="attnlab-spill-")
+        spill(reference.captured.stages, SQUARE_STAGES, Path(record.scratch.name))
+    try:
+        variant.captured = run_module(variant.built, variant.x, seed)
+    except PluginError:
+        if variant.batched or not reference.batched:
+            raise
+        # a batched module whose probe failed: its own error on the batch says why
+        variant.captured = run_module(variant.built, _moved(batch, spec.device, spec.dtype), seed)
+    if spilling:  # the variant's too: the passes of the diagnosis read one stage at a time
+        spill(variant.captured.stages, SQUARE_STAGES, Path(record.scratch.name), prefix="variant-")
+
+
+def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int, record: Record) -> None:
+    """The stages, diagnostics, findings and predictions of the two captures, into the record."""
+    mine, theirs = variant.captured, reference.captured
+    mixing = _batch_mixing(variant.built, variant.x, mine, seed) if variant.batched and not spec.train else None
+    record.stages, record.stage_shapes, record.canonical_shapes = _to_numpy(mine)
+    record.reference_stages, record.reference_stage_shapes, record.reference_canonical_shapes = _to_numpy(theirs)
+    record.expected_shapes = {k: list(v) for k, v in expected_shapes(theirs).items()}
+    record.missing_stages, record.reconstructed_stages = list(mine.missing), list(mine.reconstructed)
+    record.output_is_context = mine.output_is_context
+    record.diagnostics, record.head_diagnostics = compute_diagnostics(mine, theirs)
+    record.reference_diagnostics, _ = compute_diagnostics(theirs, theirs)
+    record.first_divergent_stage = first_divergent_stage(mine, theirs, record.diagnostics)
+    record.findings = diagnose(mine, theirs, record.diagnostics, weights_shared=spec.shared,
+                               train=spec.train, batch_mixing=mixing)
+    record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
+    if variant.unobservable:
+        record.findings, record.not_checked = [], [variant.unobservable, *record.not_checked]
+    record.predictions = check_predictions(spec.expect, mine, record.diagnostics, record.first_divergent_stage,
+                                           record.findings)
+
+
+def _batch_mixing(built: BuiltModule, x: torch.Tensor, together: Capture, seed: int) -> batch_mixing.BatchMixing | None:
     """Each batch item alone against its slice (eval mode only: dropout would differ per run)."""
     try:
-        return batch_mixing.check(lambda item: run_module(name, module, item, seed), x, together)
+        return batch_mixing.check(lambda item: run_module(built, item, seed), x, together)
     except PluginError:  # a module that cannot take a batch of one: nothing to compare
         return None
 

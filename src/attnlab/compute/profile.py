@@ -32,14 +32,16 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Hashable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from attnlab.capture.recorder import _flex_attention_eager, _name
+from attnlab.capture.kernels import flex_attention_eager
+from attnlab.capture.torch_calls import op_name
+from attnlab.modules.built import BuiltModule, as_built
 
 NAN = float("nan")
 _CPU = torch.device("cpu")
@@ -47,10 +49,9 @@ COLUMNS = ("forward_ms", "forward_ms_iqr", "backward_ms", "peak_bytes", "flops")
 RATIOS = {"forward_ms_vs_reference": "forward_ms", "peak_bytes_vs_reference": "peak_bytes"}
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
-_reference_cache: dict[Hashable, dict[str, float]] = {}  # a sweep's jobs share one reference's profile
 
 
-def profile_module(module: nn.Module, x: torch.Tensor, *, budget_s: float, backward: bool,
+def profile_module(module: nn.Module | BuiltModule, x: torch.Tensor, *, budget_s: float, backward: bool,
                    warmed_up: bool = False) -> dict[str, float]:
     """forward_ms, forward_ms_iqr, backward_ms, peak_bytes and flops of `module(x)` in about
     `budget_s`: the untimed calls (warm-up, peak, FLOPs) are paid from it too, and every timer
@@ -71,18 +72,12 @@ def profile_module(module: nn.Module, x: torch.Tensor, *, budget_s: float, backw
             "peak_bytes": peak, "flops": flops}
 
 
-def profile_pair(variant: tuple[nn.Module, torch.Tensor], reference: tuple[nn.Module, torch.Tensor], *,
-                 budget_s: float, backward: bool, reference_key: Hashable | None = None,
-                 warmed_up: bool = False) -> dict[str, float]:
-    """The variant's columns and their ratios to the reference's. Half the budget each; a
-    reference already profiled under the same `reference_key` (name, shapes, dtype, device, ...)
-    in this process is not measured again. `warmed_up`: both have just run on their inputs."""
+def profile_pair(variant: tuple[BuiltModule, torch.Tensor], reference: tuple[BuiltModule, torch.Tensor], *,
+                 budget_s: float, backward: bool, warmed_up: bool = False) -> dict[str, float]:
+    """The variant's columns and their ratios to the reference's, both measured in this job: half
+    the budget each. `warmed_up`: both have just run on their inputs."""
     mine = profile_module(*variant, budget_s=budget_s / 2, backward=backward, warmed_up=warmed_up)
-    theirs = _reference_cache.get(reference_key) if reference_key is not None else None
-    if theirs is None:
-        theirs = profile_module(*reference, budget_s=budget_s / 2, backward=backward, warmed_up=warmed_up)
-        if reference_key is not None:
-            _reference_cache[reference_key] = theirs
+    theirs = profile_module(*reference, budget_s=budget_s / 2, backward=backward, warmed_up=warmed_up)
     ratios = {name: _ratio(mine[column], theirs[column]) for name, column in RATIOS.items()}
     return {**mine, **ratios}
 
@@ -109,11 +104,11 @@ def _synchronize(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def time_backward(module: nn.Module, x: torch.Tensor, seconds: float) -> float:
+def time_backward(module: nn.Module | BuiltModule, x: torch.Tensor, seconds: float) -> float:
     """Median ms of one forward and backward (gradients of the output's sum, not accumulated);
     nan where the module has no backward on this device."""
     inputs = [x.detach().requires_grad_(x.is_floating_point())] if x.is_floating_point() else []
-    leaves = [*inputs, *(p for p in module.parameters() if p.requires_grad)]
+    leaves = [*inputs, *(p for p in as_built(module).module.parameters() if p.requires_grad)]
     if not leaves:
         return NAN
     forward = _call(module, inputs[0] if inputs else x)
@@ -135,7 +130,7 @@ def count_flops(fn: Callable[[], Any], run: Callable[[Callable[[], Any]], Any] =
     counter = _MatmulFlops()
 
     def counted() -> Any:
-        with _flex_attention_eager(), counter:
+        with flex_attention_eager(), counter:
             return fn()
 
     try:
@@ -161,7 +156,7 @@ class _MatmulFlops(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        self.flops += _product_flops(_name(func), args, out)
+        self.flops += _product_flops(op_name(func), args, out)
         return out
 
 
@@ -213,14 +208,11 @@ def peak_bytes(fn: Callable[[], Any], device: torch.device) -> float:
     return float(max(0, _status_bytes("VmHWM") - before))
 
 
-def clear_reference_cache() -> None:
-    _reference_cache.clear()
+def _call(module: nn.Module | BuiltModule, x: torch.Tensor) -> Callable[[], Any]:
+    built = as_built(module)
 
-
-def _call(module: nn.Module, x: torch.Tensor) -> Callable[[], Any]:
     def forward() -> Any:
-        out = module(x)
-        return out[0] if isinstance(out, (tuple, list)) else out
+        return built.call(x).output
 
     return forward
 

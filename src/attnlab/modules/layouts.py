@@ -12,18 +12,14 @@ mask is part of what is being compared, and a wholesale `state_dict` load would 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
-from attnlab.modules.roles import manual_seed, projection_role
+from attnlab.modules.roles import QKV_ROLES, manual_seed, parameter_role
 
-QKV_ROLES = ("queries", "keys", "values")
-_FUSED = re.compile(r"qkv|c_attn|in_proj|query_key_value")
-_OUT = re.compile(r"^(out_proj|o_proj|c_proj|proj|out|w_?o|to_out|dense)$")
 # nn.MultiheadAttention's add_bias_kv parameters are an extra key/value token, not projection biases.
 _MHA_EXTRA_TOKEN = ("bias_k", "bias_v")
 _MHA_LINEAR_STYLE = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight")
@@ -61,23 +57,6 @@ class Projections:
 
 _WEIGHT_FIELD = {"queries": "W_query", "keys": "W_key", "values": "W_value", "out": "W_out"}
 _BIAS_FIELD = {"queries": "b_query", "keys": "b_key", "values": "b_value", "out": "b_out"}
-
-
-def parameter_role(name: str) -> str | None:
-    """"queries" | "keys" | "values" | "qkv" (fused) | "out" | None, judged by the parameter's name.
-
-    `heads.1.W_query.weight` -> "queries", `attn.c_attn.weight` -> "qkv",
-    `self_attn.in_proj_bias` -> "qkv", `o_proj.weight` -> "out".
-    """
-    parts = [p for p in name.lower().split(".") if not p.isdigit()]
-    if len(parts) > 1 and parts[-1] in ("weight", "bias"):
-        parts = parts[:-1]
-    leaf = parts[-1] if parts else ""
-    if _FUSED.search(leaf):
-        return "qkv"
-    if _OUT.match(leaf):
-        return "out"
-    return projection_role(leaf)
 
 
 @dataclass(frozen=True)

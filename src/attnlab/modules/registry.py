@@ -27,6 +27,7 @@ from torch import nn
 from attnlab.errors import UserError
 from attnlab.modules.describe import same_file
 from attnlab.modules.discovery import find_plugins
+from attnlab.modules.roles import parameter_role
 from attnlab.plugin_folders import USER_GROUP, builtin_groups
 
 
@@ -119,16 +120,6 @@ def list_variants(filter: str = "", tag: str | None = None) -> list[str]:
 
 def get_variant(name: str) -> VariantSpec:
     return discover().get(name)
-
-
-def create_variant(name: str, d_in: int, d_out: int, **params: Any) -> nn.Module:
-    """Build a variant as `Cls(d_in, d_out, **params)` did, with the top-level keys at their
-    defaults (context_length = 6, the book's tokens) for constructors that take them."""
-    spec = get_variant(name)
-    top = {key: params.pop(key) for key in list(params) if key in CONSTRUCTOR_KEYS}
-    values = {**DEFAULT_VALUES, "d_in": d_in, "d_out": d_out, **top}
-    args, kwargs = constructor_kwargs(spec, values, params)
-    return spec.cls(*args, **kwargs)
 
 
 # Top-level config keys a constructor may take by name, and the other spellings constructors
@@ -228,11 +219,6 @@ def _show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-# Names of an output projection (the source's out_proj, Hugging Face's o_proj, nanoGPT's c_proj,
-# the bonus class's proj); the last component of a parameter's dotted name is compared.
-OUTPUT_PROJECTIONS = {"out_proj", "o_proj", "c_proj", "proj", "W_o", "w_o", "wo", "W_out", "output_proj", "dense"}
-
-
 def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
     """The built-in reference `reference=auto` compares a variant against, chosen from how it is
     declared: its plugin's declaration, its constructor's parameters and the submodules and
@@ -256,7 +242,7 @@ def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
         name for name, _ in module.named_parameters()
         if not any(name.startswith(f"{head}.") for head in heads if head)
     ]
-    has_projection = any(_projection_name(name) for name in outside)
+    has_projection = any(parameter_role(name) == "out" for name in outside)
     if heads and not has_projection:
         return "mha_wrapper"
     return "multi_head_attention"
@@ -265,8 +251,3 @@ def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
 def _per_head(modules: nn.ModuleList) -> bool:
     """A ModuleList whose items are one module class holding parameters: attention heads."""
     return len(modules) > 0 and len({type(m) for m in modules}) == 1 and any(True for _ in modules[0].parameters())
-
-
-def _projection_name(parameter: str) -> bool:
-    parts = parameter.split(".")
-    return any(part in OUTPUT_PROJECTIONS for part in parts[:-1]) or parts[-1] in OUTPUT_PROJECTIONS

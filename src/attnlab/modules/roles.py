@@ -1,5 +1,8 @@
-"""Which projection a parameter is, by its name, and the seed every module is built after.
+"""What a parameter is, judged by its name, and the seed every module is built after.
 
+The one list of the names attnlab reads a module's parameters by: the query, key and value
+projections, a fused query-key-value projection and an output projection. The registry (choosing
+the reference), the layouts (moving weights) and the capture (following products) all ask here.
 Moving the reference's parameters into a variant of any layout is attnlab.modules.layouts' job.
 """
 
@@ -9,11 +12,19 @@ import re
 
 import torch
 
+QKV_ROLES = ("queries", "keys", "values")  # also a fused projection's column blocks, in this order
 _ROLE_PATTERNS: dict[str, re.Pattern[str]] = {
     "queries": re.compile(r"query|queries|(^|_)w?q($|_)|^wq$|q_?proj"),
     "keys": re.compile(r"key|(^|_)w?k($|_)|^wk$|k_?proj"),
     "values": re.compile(r"value|(^|_)w?v($|_)|^wv$|v_?proj"),
 }
+# a fused query-key-value projection: the source's later chapters' qkv, GPT-2's c_attn,
+# nn.MultiheadAttention's in_proj, GPT-NeoX's query_key_value
+FUSED_QKV = re.compile(r"qkv|c_attn|in_proj|query_key_value")
+# an output projection, lower case: the source's out_proj, Hugging Face's o_proj and dense, nanoGPT's
+# c_proj, the bonus class's proj, diffusers' to_out, and the spellings of hand-written classes
+OUTPUT_PROJECTIONS = frozenset({"out_proj", "o_proj", "c_proj", "proj", "out", "wo", "w_o", "w_out", "output_proj",
+                                "to_out", "dense"})
 
 
 def projection_role(param_name: str) -> str | None:
@@ -28,6 +39,23 @@ def projection_role(param_name: str) -> str | None:
     leaf = parts[-1]
     matches = [role for role, pattern in _ROLE_PATTERNS.items() if pattern.search(leaf)]
     return matches[0] if len(matches) == 1 else None
+
+
+def parameter_role(name: str) -> str | None:
+    """"queries" | "keys" | "values" | "qkv" (fused) | "out" | None, judged by the parameter's name.
+
+    `heads.1.W_query.weight` -> "queries", `attn.c_attn.weight` -> "qkv",
+    `self_attn.in_proj_bias` -> "qkv", `o_proj.weight` -> "out", `to_out.0.weight` -> "out".
+    """
+    parts = [p for p in name.lower().split(".") if not p.isdigit()]
+    if len(parts) > 1 and parts[-1] in ("weight", "bias"):
+        parts = parts[:-1]
+    leaf = parts[-1] if parts else ""
+    if FUSED_QKV.search(leaf):
+        return "qkv"
+    if leaf in OUTPUT_PROJECTIONS:
+        return "out"
+    return projection_role(leaf)
 
 
 def manual_seed(seed: int) -> None:

@@ -1,0 +1,202 @@
+"""Where each tensor of a forward comes from: a side table of tags (weak references, no copies),
+the score products found so far, and how tags pass through ops that keep a tensor's meaning
+(views, splits, a scalar factor on a projection)."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from attnlab.capture.torch_calls import DIV, KEEP_FACTOR, MUL, NEG, SHAPE_OPS, replayed, tensors_in
+from attnlab.modules.roles import QKV_ROLES, parameter_role, projection_role
+
+ACTIVATIONS = ("input", "proj")  # what queries, keys and values are made of
+ATTENTION = ("scores", "derived", "weights")  # what the weights are made of
+LOGITS = ("scores", "derived")
+_PRIORITY = ("weights", "derived", "scores", "proj", "param", "input", "context")
+_TAP_KINDS = {"inputs": "input", "scores": "scores", "scaled_scores": "derived", "weights": "weights",
+              "weights_applied": "weights", "context": "context"}  # queries, keys, values: "proj"
+
+
+class SoftmaxStep(NamedTuple):
+    """A step of a hand-written softmax: exp(logits * factor - max) / sum(..., dim)."""
+
+    step: str  # "max" | "shifted" | "exp" | "expsum" | "logsoftmax"
+    logits: torch.Tensor
+    factor: float = 1.0
+    dim: int | None = None
+
+
+class Tag(NamedTuple):
+    kind: str  # "input" | "param" | "proj" | "scores" | "derived" (from scores) | "weights" | "context"
+    role: str | None = None  # "param"/"proj": the projection role of the parameter
+    factor: float = 1.0  # "param"/"proj": the scalar the tensor was multiplied by since the projection
+    base: torch.Tensor | None = None  # the same tensor without that factor (same shape); None: divide on use
+    softmax: SoftmaxStep | None = None  # "derived" on the way to a hand-written softmax
+    head: int | None = None  # "scores"/"derived"/"weights"/"context": which score product it comes from
+    columns: torch.Tensor | None = None  # a fused projection's output column of each element (same shape)
+    width: int = 0  # a fused projection's width per role (its columns // 3)
+
+
+@dataclass
+class Head:
+    """What one score product led to: a head of its own, or every head of a batched product."""
+
+    found: dict[str, torch.Tensor] = field(default_factory=dict)
+    sources: dict[str, str | None] = field(default_factory=dict)
+    prescale: dict[str, float] = field(default_factory=dict)
+    reconstructed: set[str] = field(default_factory=set)
+    softmax_dim: int | None = None  # in the rank of the module's own tensor
+    softmax_axis: int | None = None  # in the canonical (batch, heads, query, key) view
+    operands: tuple | None = None  # the score product's operands and einsum letters
+    roles: tuple[str | None, str | None] = (None, None)
+    output: torch.Tensor | None = None  # the context tensor as the module made it
+
+
+class Recording:
+    """What one capture has seen: every tensor's tag, the heads found and the stages tapped."""
+
+    def __init__(self, module: nn.Module, x: torch.Tensor) -> None:
+        named = list(module.named_parameters())
+        self.params = {id(p): Tag("param", projection_role(name)) for name, p in named}
+        self.fused = {id(p) for name, p in named if parameter_role(name) == "qkv" and p.shape[0] % 3 == 0}
+        self.out = {id(p) for name, p in named if parameter_role(name) == "out"}
+        self.out_inputs: list[torch.Tensor] = []  # what each output-projection product was given
+        self.tags: dict[int, tuple[weakref.ref, Tag]] = {}
+        self.heads: list[Head] = []
+        self.explicit: dict[str, torch.Tensor] = {}
+        self.batch = x.shape[0] if x.dim() == 3 else 1
+        self.set_tag(x, Tag("input"))
+
+    def set_tag(self, tensor: torch.Tensor, tag: Tag) -> None:
+        self.tags[id(tensor)] = (weakref.ref(tensor), tag)
+
+    def tag_all(self, out: Any, tag: Tag) -> None:
+        for tensor in tensors_in([out]):
+            self.set_tag(tensor, tag)
+
+    def tag(self, tensor: Any) -> Tag | None:
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        entry = self.tags.get(id(tensor))
+        if entry is not None and entry[0]() is tensor:
+            return entry[1]
+        return self.params.get(id(tensor))
+
+    def head_of(self, tag: Tag) -> Head:
+        return self.heads[tag.head] if tag.head is not None and tag.head < len(self.heads) else Head()
+
+    def role(self, tag: Tag) -> str | None:
+        """The projection role of an activation: its parameter's, or its fused column block's."""
+        if tag.kind != "proj":
+            return None
+        if tag.role is not None or tag.columns is None or tag.width == 0 or tag.columns.numel() == 0:
+            return tag.role
+        lo, hi = int(tag.columns.min()), int(tag.columns.max())
+        block = lo // tag.width
+        return QKV_ROLES[block] if block == hi // tag.width and block < 3 else None
+
+    def tapped(self, stage: str, tensor: torch.Tensor) -> None:
+        """Record the stage, and tag the tensor as that stage so the data flow after it is read too."""
+        self.explicit[stage] = tensor
+        kind = _TAP_KINDS.get(stage, "proj")
+        old = self.tag(tensor)
+        if kind not in ("proj", "input") and not self.heads:
+            self.heads.append(Head())  # head 0, which the tag names: what follows the tapped stage is read into it
+        self.set_tag(tensor, Tag(kind, old.role if old is not None and kind == "proj" else None, head=0))
+
+    def release(self) -> None:
+        """Drop every tensor the recording held; the Capture keeps what it needs."""
+        self.heads, self.explicit, self.tags, self.out_inputs = [], {}, {}, []
+
+
+def propagate(rec: Recording, func, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+    """The output of an op carries its most telling input's tag: a view of a projection is that
+    projection, anything computed from the scores is derived from them."""
+    outputs = tensors_in([out])
+    if not outputs:
+        return
+    tagged = [(t, tag) for t in tensors_in([*args, *kwargs.values()]) if (tag := rec.tag(t)) is not None]
+    if not tagged:
+        return
+    source, tag = min(tagged, key=lambda pair: _PRIORITY.index(pair[1].kind))
+    if tag.kind in LOGITS and name not in SHAPE_OPS:
+        rec.tag_all(out, Tag("derived", head=tag.head))
+        return
+    shape_op = name in KEEP_FACTOR
+    bases = replayed(func, args, kwargs, source, tag.base, outputs) if shape_op and tag.base is not None else None
+    columns = (replayed(func, args, kwargs, source, tag.columns, outputs)
+               if name in SHAPE_OPS and tag.columns is not None else None)
+    for i, tensor in enumerate(outputs):
+        new = tag
+        if tag.factor != 1.0 and not shape_op:  # the factor survives only ops that commute with it
+            new = Tag(tag.kind, tag.role, head=tag.head)
+        elif tag.factor != 1.0:
+            new = new._replace(base=bases[i] if bases else None)
+        if tag.columns is not None:
+            new = new._replace(columns=columns[i] if columns else None)
+        rec.set_tag(tensor, new)
+
+
+def keep_scores_before_inplace(rec: Recording, target: Any) -> None:
+    """An in-place op is about to overwrite a recorded scores tensor: keep its values first."""
+    tag = rec.tag(target)
+    if tag is None or tag.kind != "scores" or tag.head is None:
+        return
+    head = rec.heads[tag.head]
+    if head.found.get("scores") is target:
+        head.found["scores"] = target.clone()  # the one copy: the module overwrites its own scores
+    rec.set_tag(target, Tag("derived", head=tag.head))
+
+
+def scaling(rec: Recording, name: str, args: tuple, kwargs: dict, out: Any) -> bool:
+    """A projection (or projection parameter) times a scalar: keep its provenance, record the factor."""
+    if not isinstance(out, torch.Tensor) or len(args) not in (1, 2) or kwargs.get("rounding_mode") is not None:
+        return False
+    for tensor, factor in _factors(rec, name, args):
+        tag = rec.tag(tensor)
+        if tag is None or factor is None or out.shape != tensor.shape:
+            continue
+        if tag.kind in ("proj", "param"):
+            in_place = out is tensor
+            if tag.base is not None and tag.base is not out:
+                base = tag.base  # (x @ W * a) / b: still the same unscaled tensor
+            elif tag.factor == 1.0 and not in_place:
+                base = tensor  # the projection itself, kept as it was
+            else:
+                base = None  # overwritten in place: divided back on use
+            rec.set_tag(out, tag._replace(factor=tag.factor * factor, base=base, softmax=None))
+            return True
+        step = tag.softmax
+        if tag.kind == "derived" and step and step.step == "shifted" and out is not tensor:
+            # (s - s.max(dim)) / sqrt(d_k): the softmax input is s / sqrt(d_k), shifted per row
+            rec.set_tag(out, Tag("derived", softmax=step._replace(factor=step.factor * factor), head=tag.head))
+            return True
+    return False
+
+
+def _factors(rec: Recording, name: str, args: tuple) -> list[tuple[Any, float | None]]:
+    """(operand, the scalar it is multiplied by) for each operand a product or quotient may scale."""
+    if name in MUL and len(args) == 2:
+        return [(args[0], _scalar(rec, args[1])), (args[1], _scalar(rec, args[0]))]
+    if name in DIV and len(args) == 2:
+        divisor = _scalar(rec, args[1])
+        return [(args[0], 1.0 / divisor if divisor else None)]
+    if name in NEG:
+        return [(args[0], -1.0)]
+    return []
+
+
+def _scalar(rec: Recording, value: Any) -> float | None:
+    """A Python number, or an untagged one-element tensor, as a float; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and rec.tag(value) is None:
+        return float(value)
+    return None

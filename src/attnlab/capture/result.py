@@ -1,0 +1,104 @@
+"""The capture's result: every head's stages put together in the canonical view of
+`attnlab.capture.stages.AXES`, each with its shape in the module's own rank.
+
+Several independent score products (the source's MultiHeadAttentionWrapper runs one
+CausalAttention per head) are stacked along the heads axis."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from attnlab.capture.provenance import Head, Recording
+from attnlab.capture.stages import STAGES, canonical, canonical_tokens
+from attnlab.modules.built import Returned
+
+
+@dataclass
+class Capture:
+    stages: dict[str, torch.Tensor]  # canonical view (stages.AXES); "inputs" and "output" always present
+    native_shapes: dict[str, tuple[int, ...]]  # each stage's shape in the module's own rank
+    sources: dict[str, str | None]  # "queries"/"keys"/"values" -> projection role of the parameter that made it
+    softmax_dim: int | None  # the softmax's dim in the module's own rank of the weights, non-negative
+    missing: list[str] = field(default_factory=list)  # stages that could not be found (never guessed)
+    prescale: dict[str, float] = field(default_factory=dict)  # factors on queries / keys before the product
+    reconstructed: list[str] = field(default_factory=list)  # stages attnlab computed from a kernel's inputs
+    score_roles: tuple[str | None, str | None] = (None, None)  # roles of the score product's row, column operand
+    output_is_context: bool = False  # the module returned its context itself: output is an alias
+    softmax_axis: int | None = None  # the softmax's dim in the canonical (batch, heads, query, key) view
+    out_inputs: list[torch.Tensor] = field(default_factory=list)  # what each output-projection product was given
+    returned: str = ""  # what forward returned, for an error: its shape, or its type
+
+    # What "scores" holds: always the product of the UNscaled queries and keys, so
+    # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.
+    # With a pre-factor the module never computed that product: capture divides the one it did
+    # compute by the recorded factors (one elementwise pass), the only extra score-sized tensor
+    # besides the copy made before an in-place op on the scores.
+
+
+def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
+    """The Capture of one recorded forward on `x` that returned `returned`."""
+    found, native = _head_stages(rec.heads, x.shape[0] if x.dim() == 3 else 1)
+    for stage, tensor in rec.explicit.items():
+        view = canonical(tensor, rec.batch) if stage not in ("inputs", "output") else canonical_tokens(tensor)
+        if view is not None:
+            found[stage], native[stage] = view, tuple(tensor.shape)
+    found["inputs"], native["inputs"] = canonical_tokens(x), tuple(x.shape)
+    out = returned.output
+    output_is_context = False
+    if isinstance(out, torch.Tensor):
+        output = canonical_tokens(out)
+        if output is not None and output.shape[-2] == found["inputs"].shape[-2]:  # one row per token
+            found["output"], native["output"] = output, tuple(out.shape)
+        output_is_context = len(rec.heads) == 1 and rec.heads[0].output is out
+    first = rec.heads[0] if rec.heads else Head()
+    prescale = {}
+    for head in rec.heads:
+        prescale.update(head.prescale)
+    sources = {s: (first.sources.get(s) if s in found else None) for s in ("queries", "keys", "values")}
+    reconstructed = sorted(set().union(*(h.reconstructed for h in rec.heads)) & set(found)) if rec.heads else []
+    missing = [s for s in STAGES if s not in found and s != "weights_applied"]
+    if any(h.found.get("weights_applied", 0) is None for h in rec.heads):
+        missing.append("weights_applied")
+    return Capture(found, native, sources, first.softmax_dim, missing, prescale, reconstructed,
+                   first.roles, output_is_context, first.softmax_axis, rec.out_inputs, returned.description)
+
+
+def _head_stages(heads: list[Head], batch: int) -> tuple[dict[str, torch.Tensor], dict[str, tuple[int, ...]]]:
+    """Each stage every head found, in the canonical view, heads stacked; and its native shape."""
+    found: dict[str, torch.Tensor] = {}
+    native: dict[str, tuple[int, ...]] = {}
+    for head in heads:
+        _raw_scores(head)
+    for stage in STAGES[1:-1]:
+        tensors = [h.found.get(stage) for h in heads]
+        if not tensors or any(t is None for t in tensors):
+            continue
+        views = [canonical(t, batch) for t in tensors]
+        if any(c is None for c in views) or len({c.shape[:1] + c.shape[2:] for c in views}) != 1:
+            continue
+        found[stage] = views[0] if len(views) == 1 else torch.cat(views, dim=1)
+        native[stage] = tuple(tensors[0].shape) if len(tensors) == 1 else tuple(found[stage].shape)
+    return found, native
+
+
+def _raw_scores(head: Head) -> None:
+    """Make "scores" the product of the unscaled queries and keys (see `Capture`)."""
+    seen = head.found.get("scores")
+    if seen is None or not head.prescale or "scores" in head.reconstructed:
+        return
+    total = math.prod(head.prescale.values())
+    if total != 0.0 and math.isfinite(total) and math.isfinite(max_abs_or_nan(seen)):
+        head.found["scores"] = seen / total
+        return
+    del head.found["scores"]  # a zero factor: gone, never guessed
+
+
+def max_abs_or_nan(t: torch.Tensor) -> float:
+    """max |t| in one pass without a temporary (inf/nan when the tensor holds one)."""
+    if t.numel() == 0:
+        return 0.0
+    lo, hi = torch.aminmax(t)
+    return max(-float(lo), float(hi))

@@ -1,0 +1,189 @@
+"""How attnlab builds a module from the config and calls it: the one seam between attnlab and a
+plugin's class.
+
+- `plan(name, values, params)` looks the variant up and fills its constructor once, as a
+  `Construction`: the arguments, and the counts the rest of the run reads from them (heads,
+  key/value heads, context length), so nothing downstream parses constructor arguments again.
+- `Construction.build(seed)` builds the module right after the seed, as the source does, into a
+  `BuiltModule`.
+- `BuiltModule.call(x)` calls its forward under its `CallConvention` and unpacks what it returns
+  into a `Returned`: the output tensor, and which element of what was returned it is.
+
+Capture, profile, the batch-mixing check and the probe for batches all call modules through here.
+Today's only conventions are the source's: `Cls(d_in, d_out, ...)` (filled by
+`registry.constructor_kwargs`) and `module(x)`, the output being the return value or the first
+element of a returned tuple. Other conventions (a constructor taking a config object, a forward
+that takes a mask or position embeddings, a model-output return) are further `CallConvention`s
+and construction branches of `plan`, chosen from the variant's class.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnlab.modules.registry import (CONSTRUCTOR_KEYS, DEFAULT_VALUES, SPELLINGS, VariantSpec, constructor_kwargs,
+                                      get_variant)
+from attnlab.modules.roles import manual_seed
+
+
+class PluginError(RuntimeError):
+    """A variant that could not be built or run; it fails that record only."""
+
+
+@dataclass(frozen=True)
+class Returned:
+    """What a forward returned, and the tensor attnlab takes as the module's output."""
+
+    output: Any  # the output tensor, or what came back when no element is one
+    what: str  # what forward returned as a whole, e.g. "tuple(Tensor (2, 6, 4), Tensor (2, 2, 6, 6))"
+    element: str | None = None  # how the output is reached in it ("[0]"); None: the value itself
+
+    @property
+    def description(self) -> str:
+        """The output's shape, or its type when it is not a tensor (for an error that says what came back)."""
+        return str(tuple(self.output.shape)) if isinstance(self.output, torch.Tensor) else type(self.output).__name__
+
+
+class CallConvention:
+    """How a module's forward is called and what of its return is the output: `module(x)`, and the
+    return value itself or the first element of a returned tuple or list.
+
+    A convention for forwards that need more than `x` (an attention mask, position embeddings)
+    overrides `arguments`; one for other returns (a model-output object, the output at another
+    position) overrides `unpack`."""
+
+    name = "module(x)"
+
+    def arguments(self, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
+        return (x,), {}
+
+    def unpack(self, value: Any, x: torch.Tensor) -> Returned:
+        """The output among what forward returned on `x`."""
+        if isinstance(value, (tuple, list)) and value:
+            return Returned(value[0], f"{type(value).__name__}({', '.join(map(_shown, value))})", "[0]")
+        return Returned(value, _shown(value))
+
+    def call(self, module: nn.Module, x: torch.Tensor) -> Returned:
+        args, kwargs = self.arguments(x)
+        return self.unpack(module(*args, **kwargs), x)
+
+
+def _shown(value: Any) -> str:
+    return f"Tensor {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+SOURCE_CALL = CallConvention()
+
+
+@dataclass(frozen=True)
+class Construction:
+    """A variant's constructor filled from the config, before the module exists (the pre-flight
+    sizes a run from it), and the counts the run reads from it."""
+
+    spec: VariantSpec
+    args: tuple
+    kwargs: dict[str, Any]
+    num_heads: int  # the head count the constructor was given; 1 for the single-head classes
+    num_kv_heads: int | None  # the key/value head count it was given; None: the module's own
+    context_length: int  # 0 when the constructor takes none
+    convention: CallConvention = SOURCE_CALL
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def instantiate(self) -> nn.Module:
+        """The module, under whatever random state torch is in (its constructor's own errors raised)."""
+        return self.spec.cls(*self.args, **self.kwargs)
+
+    def build(self, seed: int) -> BuiltModule:
+        """The module, built right after torch.manual_seed(seed), as the source does."""
+        manual_seed(seed)
+        try:
+            module = self.instantiate()
+        except Exception as exc:
+            raise PluginError(f"variant '{self.name}' could not be built: {type(exc).__name__}: {exc}") from exc
+        return BuiltModule(module, self.convention, self)
+
+
+def plan(name: str, values: dict[str, Any], params: dict[str, Any] | None = None) -> Construction:
+    """Variant `name`'s constructor filled from the top-level keys `values` (with d_in and n_tokens)
+    and `params` (variant.params); a wrong name or argument is a UserError.
+
+    The one construction convention today is the source's (`_sizes_by_name`); another (a constructor
+    taking one config object) is a branch here, chosen from `spec.cls`, returning its own counts and
+    `CallConvention`."""
+    spec = get_variant(name)
+    return _sizes_by_name(spec, values, params or {})
+
+
+def _sizes_by_name(spec: VariantSpec, values: dict[str, Any], params: dict[str, Any]) -> Construction:
+    """`Cls(d_in, d_out, ...)`, the other top-level keys by the constructor's own spelling."""
+    args, kwargs = constructor_kwargs(spec, values, params)
+    return Construction(spec, tuple(args), kwargs, num_heads=_count(kwargs, "num_heads", 1),
+                        num_kv_heads=_count(kwargs, "num_kv_heads", None),
+                        context_length=int(kwargs.get("context_length") or 0))
+
+
+def create_variant(name: str, d_in: int, d_out: int, **params: Any) -> nn.Module:
+    """Build a variant as `Cls(d_in, d_out, **params)` did, with the top-level keys at their
+    defaults (context_length = 6, the book's tokens) for constructors that take them."""
+    top = {key: params.pop(key) for key in list(params) if key in CONSTRUCTOR_KEYS}
+    return plan(name, {**DEFAULT_VALUES, "d_in": d_in, "d_out": d_out, **top}, params).instantiate()
+
+
+def _count(kwargs: dict[str, Any], key: str, default: int | None) -> int | None:
+    """The value a constructor was given for `key` under any of its spellings, else `default`."""
+    return next((int(kwargs[k]) for k in SPELLINGS[key] if kwargs.get(k) is not None), default)
+
+
+@dataclass
+class BuiltModule:
+    """A module attnlab calls: the module, how its forward is called, and how it was built (None for
+    a module built elsewhere, such as a plain nn.Module handed to `capture`)."""
+
+    module: nn.Module
+    convention: CallConvention = SOURCE_CALL
+    construction: Construction | None = None
+
+    @property
+    def name(self) -> str:
+        return self.construction.name if self.construction is not None else type(self.module).__name__
+
+    def call(self, x: torch.Tensor) -> Returned:
+        return self.convention.call(self.module, x)
+
+    def takes_batches(self, d_in: int, n_tokens: int, d_out: int) -> bool:
+        """One probe call on a tiny batched input (2 items x up to 3 tokens), not counted and not
+        captured: a module that returns (batch, tokens, ·) gets batches; any other gets (tokens, d_in)."""
+        items = 2 if d_out != 2 else 3  # a 2-D module whose d_out equals the items would broadcast a batch
+        probe = torch.rand(items, min(3, n_tokens), d_in, generator=torch.Generator().manual_seed(0))  # (items, tokens, d_in)
+        self.module.eval()
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out = self.call(probe).output
+        except Exception:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
+            return False
+        return isinstance(out, torch.Tensor) and out.dim() == 3 and tuple(out.shape[:2]) == tuple(probe.shape[:2])
+
+    @property
+    def num_kv_heads(self) -> int | None:
+        """The key/value heads the module has: an attribute under a usual spelling, else the count its
+        constructor was given; None (the reference's own) for a module that takes none, whatever the
+        top-level num_kv_heads says (it reaches only constructors that name it)."""
+        declared = [getattr(self.module, spelling, None) for spelling in SPELLINGS["num_kv_heads"]]
+        found = next((v for v in declared if isinstance(v, int) and not isinstance(v, bool)), None)
+        if found is not None or self.construction is None:
+            return found
+        return self.construction.num_kv_heads
+
+
+def as_built(module: nn.Module | BuiltModule) -> BuiltModule:
+    """A plain module as one called the source's way."""
+    return module if isinstance(module, BuiltModule) else BuiltModule(module)

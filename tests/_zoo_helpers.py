@@ -13,8 +13,7 @@ import torch.nn.functional as F
 import attnlab
 import attnlab.modules.registry
 from attnlab.capture.recorder import capture
-from attnlab.diagnosis.diagnostics import compute_diagnostics, first_divergent_stage
-from attnlab.diagnosis.findings import diagnose
+from attnlab.diagnosis.analysis import analyse
 from attnlab.record import Finding
 from attnlab.modules.built import as_built, plan
 from attnlab.modules.layouts import align
@@ -162,9 +161,8 @@ def run_pair(cls_or_name, x: torch.Tensor, d_out: int, seed: int = 123, shared: 
     variant.eval(), reference.eval()
     v = capture(variant, batch if variant_batched else x)
     r = capture(reference, batch if reference_batched else x)
-    diagnostics, _per_head = compute_diagnostics(v, r)
-    findings = diagnose(v, r, diagnostics, weights_shared=shared)
-    return v, r, diagnostics, first_divergent_stage(v, r), findings
+    found = analyse(v, r, weights_shared=shared)
+    return v, r, found.diagnostics, found.first_divergent_stage, found.findings
 
 
 DELIBERATE = {"kv_heads", "rotary", "position_bias", "window", "softcap", "qk_norm"}  # info notes, not bugs

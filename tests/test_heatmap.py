@@ -11,15 +11,13 @@ from PIL import Image
 
 from attnlab.reporting import heatmap
 from attnlab.reporting.heatmap import (
-    CROP,
     DIVERGING_LUT,
+    GRID_WIDTH,
+    MAP_SIDE,
     MAX_SIDE,
     SEQUENTIAL_LUT,
-    EncodedHeatmap,
-    _EncodedCache,
-    encoded_heatmap_views,
+    render_head_grid,
     render_heatmap,
-    render_heatmap_views,
     to_png_bytes,
 )
 
@@ -41,8 +39,9 @@ def grid_box(first: np.ndarray, second: np.ndarray) -> tuple[int, int, int, int]
 
 def cell(image: np.ndarray, box: tuple[int, int, int, int], n: int, i: int, j: int) -> np.ndarray:
     top, left, bottom, right = box
-    h, w = (bottom - top) // n, (right - left) // n
-    return image[top + i * h : top + (i + 1) * h, left + j * w : left + (j + 1) * w].reshape(-1, 3)
+    h, w = (bottom - top) / n, (right - left) / n  # cells are stretched to the grid: 1 px apart in size
+    return image[top + int(i * h) + 2 : top + int((i + 1) * h) - 2,
+                 left + int(j * w) + 2 : left + int((j + 1) * w) - 2].reshape(-1, 3)
 
 
 def most_common(pixels: np.ndarray) -> tuple[int, ...]:
@@ -60,7 +59,7 @@ def test_returns_rgb_uint8_image_larger_than_the_grid():
     assert image.shape[0] > 6 * 10 and image.shape[1] > 6 * 10
 
 
-def test_cells_show_their_value_up_to_16_tokens():
+def test_cells_show_their_value_up_to_6_tokens():
     board = checkerboard(6)
     first, second = render(board, row_labels=TOKENS, col_labels=TOKENS), render(1 - board, row_labels=TOKENS,
                                                                                    col_labels=TOKENS)
@@ -121,27 +120,16 @@ def test_non_finite_cells_are_grey_and_do_not_stretch_the_range():
     assert most_common(cell(image, box, 2, 1, 0)) == tuple(int(c) for c in SEQUENTIAL_LUT[0])
 
 
-def test_pooling_keeps_at_most_512_cells_and_a_single_peak():
+def test_pooling_keeps_the_grid_at_its_side_and_a_single_peak():
     rng = np.random.default_rng(2)
     values = rng.random((600, 600)).astype(np.float32)
     values[0, 0], values[0, 1] = 0.0, 1.0
     box = grid_box(render(values), render(1 - values))
-    assert box[2] - box[0] <= MAX_SIDE and box[3] - box[1] <= MAX_SIDE
+    assert box[2] - box[0] <= MAP_SIDE and box[3] - box[1] <= MAP_SIDE
     peak = np.zeros((1200, 1200), dtype=np.float32)
     peak[777, 333] = 1.0  # one cell among 1.44 million: a mean would make it invisible
     yellow = SEQUENTIAL_LUT[-1]
     assert (render(peak) == yellow).all(axis=2).sum() >= 1 + 1  # the peak's block and the bar's top
-
-
-def test_views_add_a_full_resolution_crop_above_512_tokens():
-    small = render_heatmap_views(np.zeros((6, 6)), title="w", row_labels=TOKENS, col_labels=TOKENS)
-    assert list(small) == ["main"]
-    labels = [f"t{i}" for i in range(600)]
-    big = render_heatmap_views(np.random.default_rng(3).random((600, 600)), title="w", row_labels=labels,
-                               col_labels=labels, diverging=True)
-    assert list(big) == ["main", "crop64"]
-    crop = big["crop64"]
-    assert crop.shape[0] >= CROP and crop.shape[1] >= CROP
 
 
 def test_context_and_batched_inputs_are_drawn_as_matrices():
@@ -166,7 +154,7 @@ def test_a_large_png_deflated_in_bands_decodes_to_the_same_image(monkeypatch):
     zlib stream (header, concatenated deflate, adler32 of the whole) that Pillow and zlib read."""
     monkeypatch.setattr(heatmap.os, "cpu_count", lambda: 4)  # four bands whatever this machine has
     image = render(np.random.default_rng(5).random((900, 900)))
-    image = np.tile(image, (3, 3, 1))  # several MB of raw rows, so more than one band
+    image = np.tile(image, (6, 6, 1))  # several MB of raw rows, so more than one band
     assert image.nbytes > 2 * heatmap.PARALLEL_DEFLATE_BYTES
     decoded = np.asarray(Image.open(io.BytesIO(to_png_bytes(image))))
     assert np.array_equal(decoded, image)
@@ -174,43 +162,63 @@ def test_a_large_png_deflated_in_bands_decodes_to_the_same_image(monkeypatch):
     assert zlib.decompress(heatmap._deflate(data)) == data
 
 
-def test_encoded_views_are_the_png_of_the_rendered_views_hit_or_miss():
-    weights = np.random.default_rng(11).random((6, 6)).astype(np.float32)
-    expected = to_png_bytes(render_heatmap_views(weights, title="weights (reference)", row_labels=TOKENS,
-                                                 col_labels=TOKENS)["main"])
-    for _ in range(2):  # the first call draws, the second is served from the cache
-        encoded = encoded_heatmap_views(weights.copy(), title="weights (reference)", row_labels=TOKENS, col_labels=TOKENS)
-        assert encoded["main"].png == expected
-        assert Image.open(io.BytesIO(encoded["main"].png)).size == (encoded["main"].width, encoded["main"].height)
+def drawn_strings(monkeypatch) -> list[tuple[str, bool]]:
+    """Every string a render draws, with whether it reads upwards."""
+    drawn: list[tuple[str, bool]] = []
+    original = heatmap._draw_string
+
+    def record(image, xy, text, **kwargs):
+        drawn.append((text, kwargs.get("vertical", False)))
+        return original(image, xy, text, **kwargs)
+
+    monkeypatch.setattr(heatmap, "_draw_string", record)
+    return drawn
 
 
-def test_a_changed_value_title_or_label_is_a_new_image():
-    weights = np.random.default_rng(12).random((6, 6)).astype(np.float32)
-    first = encoded_heatmap_views(weights, title="weights (variant)")["main"].png
-    changed = weights.copy()
-    changed[5, 5] += 0.5
-    assert encoded_heatmap_views(changed, title="weights (variant)")["main"].png != first
-    assert encoded_heatmap_views(weights, title="weights (reference)")["main"].png != first
-    assert encoded_heatmap_views(weights, title="weights (variant)", row_labels=TOKENS)["main"].png != first
+def test_every_map_is_one_size_whatever_its_matrix():
+    """A card shows each image at one size: a 6-token map must not be a fifth of a pooled one
+    (issue 24: native widths ran from 215 to 3,940 px)."""
+    rng = np.random.default_rng(6)
+    shapes = {render(rng.random((6, 6)), row_labels=TOKENS, col_labels=TOKENS).shape,
+              render(rng.random((6, 2)), row_labels=TOKENS, col_labels=["d0", "d1"]).shape,
+              render(rng.random((17, 17))).shape, render(rng.random((600, 600))).shape,
+              render(rng.random((300, 64))).shape}
+    assert len(shapes) == 1
+    height, width, _ = shapes.pop()
+    assert MAP_SIDE < width < 2 * MAP_SIDE and MAP_SIDE < height < 2 * MAP_SIDE
 
 
-def test_the_cache_drops_the_least_recently_used_past_its_byte_budget():
-    cache = _EncodedCache(budget=250)
-    entry = {"main": EncodedHeatmap(b"x" * 100, 1, 1)}
-    for key in (b"a", b"b"):
-        cache.put(key, entry)
-    assert cache.get(b"a") is entry  # now b is the least recently used
-    cache.put(b"c", entry)
-    assert cache.get(b"b") is None and cache.get(b"a") is entry and cache.get(b"c") is entry
-    assert cache.size == 200
+def test_a_grid_of_heads_is_one_width_for_any_number_of_heads():
+    rng = np.random.default_rng(7)
+    widths = {render_head_grid(rng.random((n, 32, 32)), title="weights").shape[1] for n in (2, 4, 12, 16)}
+    assert len(widths) == 1 and GRID_WIDTH < widths.pop() < GRID_WIDTH + 150
+    twelve = render_head_grid(rng.random((12, 32, 32)), title="weights")
+    assert twelve.shape[0] < twelve.shape[1]  # 4 x 3 tiles, not a 12-tile strip
 
 
-def test_a_large_matrix_is_drawn_without_the_cache():
-    from attnlab.reporting.heatmap import _ENCODED, CACHED_MAX_ELEMENTS
+def test_a_shared_range_gives_one_value_one_colour():
+    """Variant and reference drawn side by side: 0.2 must be the same colour in both."""
+    board = checkerboard(4, 0.1, 0.2)
+    wide = checkerboard(4, 0.0, 0.2)
+    box = grid_box(render(board, value_range=(0.0, 1.0)), render(1 - board, value_range=(0.0, 1.0)))
+    first, second = render(board, value_range=(0.0, 0.2)), render(wide, value_range=(0.0, 0.2))
+    assert most_common(cell(first, box, 4, 0, 1)) == most_common(cell(second, box, 4, 0, 1))  # both 0.2
+    own = render(board)  # its own range, 0.1 to 0.2: 0.1 would be the bottom colour, not the shared scale's
+    assert most_common(cell(own, box, 4, 0, 0)) != most_common(cell(first, box, 4, 0, 0))
 
-    side = int(CACHED_MAX_ELEMENTS**0.5) + 1
-    before = len(_ENCODED.entries)
-    big = np.random.default_rng(13).random((side, side)).astype(np.float32)
-    encoded = encoded_heatmap_views(big, title="weights")
-    assert encoded["main"].png == to_png_bytes(render_heatmap_views(big, title="weights")["main"])
-    assert len(_ENCODED.entries) == before
+
+def test_an_all_zero_difference_has_one_tick_and_no_negative_zero(monkeypatch):
+    drawn = drawn_strings(monkeypatch)
+    render(np.zeros((4, 4)), diverging=True, value_range=(-0.0, 0.0))
+    texts = [text for text, _ in drawn]
+    assert "all 0" in texts and not any(text.startswith("-0") for text in texts)
+
+
+def test_column_labels_read_one_way_in_every_map(monkeypatch):
+    """Head 0 rotated and head 1 horizontal was the text run's grid (issue 24)."""
+    drawn = drawn_strings(monkeypatch)
+    labels = ["a", "journey", "startsandstarts", "b"]
+    render(np.random.default_rng(8).random((4, 4)), row_labels=labels, col_labels=labels)
+    render(np.random.default_rng(9).random((4, 4)) * 1e-6, row_labels=labels, col_labels=labels)
+    columns = [(text, vertical) for text, vertical in drawn if text in ("a", "journey", "startsan..", "b")]
+    assert len(columns) == 16 and [vertical for _, vertical in columns].count(True) == 8

@@ -13,7 +13,8 @@ from PIL import Image
 
 from attnlab.reporting.aggregate import Report
 from attnlab.record import Finding, Record
-from attnlab.sinks.html import profile_chart, render_html, weights_heatmap_html
+from attnlab.sinks.html import profile_chart, render_html
+from attnlab.sinks.html_images import card_pictures
 from tests._sweep_helpers import Page, sweep_of_lengths
 
 
@@ -51,9 +52,9 @@ def test_reference_without_findings_says_so() -> None:
     assert "No findings" in render_html(Report([record("reference", findings=[])]))
 
 
-def test_weights_above_the_inline_limit_are_named_not_drawn() -> None:
+def test_weights_without_values_or_pngs_say_how_to_get_a_picture() -> None:
     big = record(stages={"weights": None}, stage_shapes={"weights": [4096, 4096]})
-    assert "too large to inline" in weights_heatmap_html(big) and "4096x4096" in weights_heatmap_html(big)
+    assert "log.images=true" in card_pictures(big) and "4096x4096" in card_pictures(big)
 
 
 def test_failed_record_shows_its_error_and_no_image() -> None:
@@ -66,7 +67,7 @@ def test_failed_record_shows_its_error_and_no_image() -> None:
 
 def test_odd_shaped_weights_are_drawn_without_labels() -> None:
     odd = record(stages={"weights": np.ones((2, 3, 3), dtype=np.float32)}, stage_shapes={"weights": [2, 3, 3]})
-    assert "data:image/png;base64," in weights_heatmap_html(odd)
+    assert "data:image/png;base64," in card_pictures(odd)
 
 
 @pytest.mark.slow

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +15,19 @@ from attnlab.sinks.mlflow import INSTALL_HINT, MlflowSink, store_uri
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def client(store: Path):
-    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow 3 refuses its file store without it
-    from mlflow import MlflowClient
+@pytest.fixture
+def client(monkeypatch):
+    """MLflow's own client as a user gets it in a folder: no tracking URI, no variable set."""
 
-    return MlflowClient(tracking_uri=store.resolve().as_uri())
+    def in_folder(folder: Path):
+        from mlflow import MlflowClient
+
+        monkeypatch.chdir(folder)
+        for name in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE"):
+            monkeypatch.delenv(name, raising=False)
+        return MlflowClient()
+
+    return in_folder
 
 
 def artifact_bytes(mlflow_client, run_id: str, path: str, tmp_path: Path) -> bytes:
@@ -36,10 +43,10 @@ def test_without_mlflow_the_sink_is_a_one_line_error_naming_the_extra(monkeypatc
     assert "pip install 'attnlab[mlflow]'" in INSTALL_HINT
 
 
-def test_the_store_is_mlruns_in_the_working_folder_unless_named(monkeypatch, tmp_path) -> None:
+def test_the_store_is_mlflows_default_in_the_working_folder_unless_named(monkeypatch, tmp_path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert store_uri(None) == (tmp_path / "mlruns").resolve().as_uri()
+    assert store_uri(None) == f"sqlite:///{(tmp_path / 'mlflow.db').resolve()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
     assert store_uri(None) == "sqlite:///elsewhere.db"
     assert store_uri("http://tracker:5000") == "http://tracker:5000"
@@ -53,7 +60,7 @@ def test_a_run_without_log_mlflow_imports_nothing_of_mlflow(tmp_path) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert proc.stdout.strip().splitlines()[-1] == "[]"
-    assert (tmp_path / "out" / "record.json").exists() and not (tmp_path / "mlruns").exists()
+    assert (tmp_path / "out" / "record.json").exists() and not (tmp_path / "mlflow.db").exists()
 
 
 @pytest.mark.slow
@@ -69,11 +76,12 @@ def test_log_mlflow_without_the_extra_is_one_line_through_the_cli(app, tmp_path)
 
 
 @pytest.mark.slow
-def test_a_single_run_is_a_run_of_the_attnlab_experiment(app, tmp_path) -> None:
+def test_a_single_run_is_a_run_of_the_attnlab_experiment(app, tmp_path, client) -> None:
     result = app("variant=unscaled", "log.mlflow=true", "log.terminal=false")
     assert result.returncode == 0, result.stderr
     record = result.record
-    mlflow_client = client(tmp_path / "mlruns")
+    assert (tmp_path / "mlflow.db").exists()  # MLflow's default store; its artifacts go to ./mlruns, as MLflow puts them
+    mlflow_client = client(tmp_path)
     experiment = mlflow_client.get_experiment_by_name("attnlab")
     (run,) = mlflow_client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
@@ -93,12 +101,14 @@ def test_a_single_run_is_a_run_of_the_attnlab_experiment(app, tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_n_seeds_puts_each_seed_at_its_step_and_every_record_in_the_run(app, tmp_path) -> None:
+def test_n_seeds_puts_each_seed_at_its_step_and_every_record_in_the_run(app, tmp_path, client) -> None:
+    store = tmp_path / "elsewhere"
+    store.mkdir()
     result = app("variant=unscaled", "n_seeds=3", "seed=5", "log.mlflow=true", "log.terminal=false",
-                 "log.images=false", "sink.mlflow.tracking_uri=" + (tmp_path / "store").as_uri())
+                 "log.images=false", f"sink.mlflow.tracking_uri=sqlite:///{store / 'mlflow.db'}")
     assert result.returncode == 0, result.stderr
-    assert not (tmp_path / "mlruns").exists()  # the store named instead
-    mlflow_client = client(tmp_path / "store")
+    assert not (tmp_path / "mlflow.db").exists()  # the store named instead
+    mlflow_client = client(store)
     (run,) = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("attnlab").experiment_id])
     history = mlflow_client.get_metric_history(run.info.run_id, "weights/entropy_mean")
     expected = {seed: json.loads((result.out_dir / f"seed-{seed}" / "record.json").read_text())
@@ -109,13 +119,13 @@ def test_n_seeds_puts_each_seed_at_its_step_and_every_record_in_the_run(app, tmp
 
 
 @pytest.mark.slow
-def test_a_joblib_sweep_is_one_experiment_with_a_run_per_job_and_loses_none(app, tmp_path) -> None:
+def test_a_joblib_sweep_is_one_experiment_with_a_run_per_job_and_loses_none(app, tmp_path, client) -> None:
     sweep = tmp_path / "sweep"
     result = app("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}",
                  "variant=reference,unscaled,wrong_softmax_axis", "seed=1,2", "log.mlflow=true",
                  "log.terminal=false", "log.tensorboard=false", "log.images=false")
     assert result.returncode == 0, result.stderr
-    mlflow_client = client(tmp_path / "mlruns")
+    mlflow_client = client(tmp_path)
     named = [e for e in mlflow_client.search_experiments() if e.name == "sweep"]
     assert len(named) == 1  # created once, whichever worker came first
     runs = mlflow_client.search_runs([named[0].experiment_id])
@@ -127,3 +137,8 @@ def test_a_joblib_sweep_is_one_experiment_with_a_run_per_job_and_loses_none(app,
         assert run.data.params["variant"] == job_record["variant"]
         assert run.data.params["seed"] == str(job_record["seed"])
         assert run.data.metrics["divergence/context"] == pytest.approx(job_record["diagnostics"]["divergence_context"])
+        assert {a.path for a in mlflow_client.list_artifacts(run.info.run_id)} >= {"record.json"}
+    import mlflow
+
+    found = mlflow.search_runs(search_all_experiments=True)  # the user's one-liner in that folder, no variable set
+    assert len(found) == 6 and set(found["params.variant"]) == {"reference", "unscaled", "wrong_softmax_axis"}

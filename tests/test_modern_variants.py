@@ -76,7 +76,7 @@ def test_linear_attention_is_not_softmax_with_its_kernel_named():
 @pytest.mark.parametrize("name, param, words", [
     ("rope", "theta=500000", "theta (base) 500000"),
     ("sliding_window", "window=2", "a sliding window of 2: each query sees the last 2 keys, itself included (token 8 sees 7, 8)"),
-    ("softcap", "cap=2", "2 * tanh(s / 2)"),
+    ("softcap", "cap=2", "2.0 * tanh(s / 2.0)"),
 ])
 def test_the_finding_reports_the_variants_parameter(name, param, words):
     assert words in message(run(name, f"variant.params.{param}"), NAMED[name][0])

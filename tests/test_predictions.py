@@ -130,3 +130,25 @@ def test_a_finding_that_is_not_a_code_is_a_one_line_error(app, tmp_path):
         "attnlab: error: expect.findings: expected a finding code or a list of them, like scaling or "
         "[scaling,softmax_axis], got 7; allowed: " + ", ".join(ALLOWED)]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("given, fragment", [
+    ("scalling", "expect.findings: scalling is not a finding code; did you mean scaling? declared: "),
+    (["scaling", "sofmax_axis"], "expect.findings: sofmax_axis is not a finding code; did you mean softmax_axis? "),
+    ("xyz", "expect.findings: xyz is not a finding code; declared: "),
+])
+def test_a_finding_code_no_check_declares_is_refused_with_the_closest(given, fragment):
+    with pytest.raises(UserError) as info:
+        validate_expectations({"findings": given})
+    message = str(info.value)
+    assert message.startswith(fragment) and "\n" not in message
+    assert "scores_transposed" in message and "precision" in message  # the declared codes, listed
+
+
+@pytest.mark.slow
+def test_a_mistyped_finding_code_is_a_one_line_error_before_any_work(app, tmp_path):
+    run = app("variant=unscaled", "expect.findings=scalling")
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith("attnlab: error: expect.findings: scalling is not a finding code; did you mean scaling?")
+    assert not (tmp_path / "out").exists()

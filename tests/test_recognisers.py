@@ -19,7 +19,7 @@ import torch
 
 import attnlab
 from attnlab.capture.recorder import capture
-from attnlab.diagnosis.recognisers import recognise
+from attnlab.diagnosis.runner import recognise
 from tests._zoo_helpers import corpus
 
 HEADER = """

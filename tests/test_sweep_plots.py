@@ -101,7 +101,7 @@ def test_long_context_plots_entropy_row_max_and_first_token_mass_against_length(
     runs = sweep_events(folder / SWEEP_RUN)
     assert sorted(runs) == variants
     for diagnostic in diagnostics:
-        tag = f"sweep/n_tokens/weights/{diagnostic.removeprefix('weights_')}/mean"
+        tag = f"Sweep/n_tokens/weights/{diagnostic.removeprefix('weights_')}/mean"
         assert [e.step for e in runs["rope"].Scalars(tag)] == [8, 16]
     charts = {chart.title.split(" ")[0] for chart in layout_of(runs["rope"]).category[0].chart}
     assert charts == {f"weights/{d.removeprefix('weights_')}" for d in diagnostics}
@@ -116,24 +116,25 @@ def test_kv_heads_plots_each_heads_divergence_against_num_kv_heads(app, tmp_path
     assert [(p["diagnostic"], p["key"]) for p in page.plots] == [(d, "num_kv_heads") for d in expected]
     assert all(p["legend"] == ["gqa"] for p in page.plots)
     events = sweep_events(folder / SWEEP_RUN)["gqa"]
-    assert [e.step for e in events.Scalars("sweep/num_kv_heads/weights/entropy_mean_h1/mean")] == [1, 2, 4]
+    assert [e.step for e in events.Scalars("Sweep/num_kv_heads/weights/entropy_mean_h1/mean")] == [1, 2, 4]
     # head 0 reads its own keys whatever the grouping: its entropy does not move with num_kv_heads
-    head0 = [e.value for e in events.Scalars("sweep/num_kv_heads/weights/entropy_mean_h0/mean")]
+    head0 = [e.value for e in events.Scalars("Sweep/num_kv_heads/weights/entropy_mean_h0/mean")]
     assert max(head0) - min(head0) < 1e-6
     # against multi-head attention: head 1 shares head 0's keys from 2 kv heads down, head 2 only in MQA
-    tag = "sweep/num_kv_heads/{}/context_h{}/mean"
+    tag = "Sweep/num_kv_heads/{}/context_h{}/mean"
     divergence = {h: [e.value for e in events.Scalars(tag.format("divergence", h))] for h in range(4)}
     assert divergence[0] == [0.0, 0.0, 0.0] and divergence[1][2] == 0.0 and divergence[2][2] == 0.0
     assert min(divergence[1][:2]) > 0.1 and divergence[2][0] > 0.1 and divergence[2][1] == 0.0
 
 
 @pytest.mark.slow
-def test_positions_shows_each_variants_head_grid_side_by_side(app, tmp_path: Path) -> None:
+def test_positions_shows_each_variants_grid_of_heads(app, tmp_path: Path) -> None:
     folder = run_preset(app, tmp_path, "positions", "inputs.n_tokens=8")
     page = Page((folder / "comparison.html").read_text())
     assert page.plots == []  # nothing numeric was swept
-    alts = [image["alt"] for image in page.images]
-    assert alts == [f"attention weights of {v}" for v in ("alibi", "multi_head_attention", "rope")]
-    for image in page.images:
+    variants = [image for image in page.images if image["alt"].startswith("variant ")]
+    assert [image["alt"] for image in variants] == [f"variant attention weights of {v}"
+                                                     for v in ("alibi", "multi_head_attention", "rope")]
+    for image in variants:
         grid = Image.open(io.BytesIO(base64.b64decode(image["src"].split(",", 1)[1])))
-        assert grid.width > 3 * grid.height  # the 4 heads side by side
+        assert grid.height < 1.2 * grid.width < 2 * grid.height  # the 4 heads in 2 x 2 tiles, not a strip

@@ -153,7 +153,7 @@ def test_scalar_tags_group_by_prefix(name, tag):
 def test_one_run_per_job_with_the_event_file_in_the_job_folder(book_events):
     _, job_dir, _ = book_events
     assert len(list(job_dir.glob("events.out.tfevents.*"))) == 1
-    assert [p for p in job_dir.rglob("*") if p.is_dir()] == []
+    assert {p.relative_to(job_dir).parts[0] for p in job_dir.rglob("*") if p.is_dir()} == {"heatmaps"}  # the PNGs
 
 
 def test_scalars_are_every_numeric_diagnostic_under_grouped_tags(book_events):
@@ -173,30 +173,31 @@ def test_scalars_are_every_numeric_diagnostic_under_grouped_tags(book_events):
     assert events.Scalars("shape_ok/context")[0].value == 1.0
 
 
-def test_custom_scalars_layout_is_written(book_events):
-    from tensorboard.plugins.custom_scalar import layout_pb2
-
+def test_a_job_writes_no_custom_scalars_layout(book_events):
+    """A job's scalars are one point each: a layout of them was clouds of dots shown before a
+    sweep's curves (issue 24); the sweep's curves are the only layout."""
     _, _, events = book_events
-    content = events.PluginTagToContent("custom_scalars")
-    layout = layout_pb2.Layout.FromString(events.Tensors(next(iter(content)))[0].tensor_proto.string_val[0])
-    assert [category.title for category in layout.category] == ["Divergence", "Weights", "Scaling"]
+    assert "custom_scalars" not in events.PluginTagToContent.__self__._plugin_to_tag_to_content
 
 
-def test_heatmaps_for_variant_reference_difference_and_context(book_events):
+def test_heatmaps_of_the_stages_that_differ_and_weights_and_context(book_events):
+    """The unscaled variant's scores equal the reference's: no map of them (nothing there is read)."""
     _, _, events = book_events
     tags = set(events.Tags()["images"])
-    stages = ("scores", "scaled_scores", "weights", "context")
+    stages = ("scaled_scores", "weights", "context")
     assert tags == {f"heatmaps/{source}/{stage}" for source in ("variant", "reference", "difference")
                     for stage in stages}
-    width, height = decoded_size(events, "heatmaps/variant/weights")
-    assert 6 * 20 < width < 600 and 6 * 15 < height < 400
+    sizes = {decoded_size(events, tag) for tag in tags}
+    assert len(sizes) == 1  # one size per kind of card
+    width, height = sizes.pop()
+    assert 6 * 20 < width < 600 and 6 * 15 < height < 500
 
 
-def test_heatmaps_above_512_tokens_are_pooled_with_a_crop(pooled_events):
+def test_heatmaps_above_256_tokens_are_pooled_with_a_crop(pooled_events):
     tags = set(pooled_events.Tags()["images"])
-    assert {"heatmaps/variant/weights/crop64", "heatmaps/difference/scores/crop64"} <= tags
+    assert {"heatmaps/variant/weights/crop64", "heatmaps/difference/scaled_scores/crop64"} <= tags
     width, height = decoded_size(pooled_events, "heatmaps/variant/weights")
-    assert height < MAX_SIDE + 100 and width < MAX_SIDE + 200  # grid <= 512 plus title and colour bar
+    assert height < MAX_SIDE + 150 and width < MAX_SIDE + 200  # grid <= 256 plus title, labels and colour bar
     crop_w, crop_h = decoded_size(pooled_events, "heatmaps/variant/weights/crop64")
     assert crop_h >= 64 and crop_w >= 64
 
@@ -217,8 +218,11 @@ def test_text_table_findings_and_config(book_events):
     findings = text(events, "text/findings")
     assert findings.startswith("- **error** `scaling` at `scaled_scores`")
     config = text(events, "text/config")
-    assert config.startswith("```json\n") and config.endswith("\n```")
-    assert json.loads(config[len("```json\n") : -len("\n```")])["inputs"]["n_tokens"] == 6
+    assert config.startswith("```yaml\n") and config.endswith("\n```")
+    import yaml
+
+    assert yaml.safe_load(config[len("```yaml\n") : -len("\n```")])["inputs"]["n_tokens"] == 6
+    assert "_target_" not in config and "_convert_" not in config
 
 
 def test_hparams_session_holds_the_flattened_config(book_events):
@@ -232,7 +236,9 @@ def test_hparams_session_holds_the_flattened_config(book_events):
         "variant": "unscaled", "seed": 123, "d_out": 2, "weights": "shared", "inputs.kind": "book",
         "n_tokens": 6, "d_in": 3, "inputs.path": "None", "expect.context_shape": "[6, 2]",
         "expect.tolerance": 0.5, "expect.strict": True,
+        "first_divergent_stage": "scaled_scores", "findings": "scaling",  # the verdict, to sort and filter by
     }  # fmt: skip
+    assert start.group_name == "0-variant=unscaled s123"  # the trial: the run's folder and seed
     experiment = metadata.parse_experiment_plugin_data(content[metadata.EXPERIMENT_TAG])
     metric_tags = {metric.name.tag for metric in experiment.metric_infos}
     assert "divergence/context" in metric_tags and metric_tags <= set(events.Tags()["scalars"])
@@ -245,6 +251,7 @@ def test_switches_and_missing_stages(tmp_path):
     record.status, record.error, record.findings = "failed", "RuntimeError: boom", []
     record.reference_stages["weights"] = None
     del record.stages["scores"]
+    record.diagnostics["divergence_scores"] = float("nan")  # not comparable: drawn
     write_tensorboard([record], tmp_path, table_markdown=TABLE, histograms=False)
     events = accumulate(tmp_path)
     tags = set(events.Tags()["images"])
@@ -388,7 +395,7 @@ def test_a_sweeps_curves_are_a_run_per_variant_at_step_the_swept_value(tmp_path:
     runs = sweep_events(tmp_path / SWEEP_RUN)
     assert list(runs) == ["alibi", "rope"]
     assert len(list((tmp_path / SWEEP_RUN / "rope").glob("events.out.tfevents.*"))) == 1
-    tag = "sweep/n_tokens/weights/entropy_mean"
+    tag = "Sweep/n_tokens/weights/entropy_mean"
     assert set(runs["rope"].Tags()["scalars"]) == {f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"}
     means = runs["rope"].Scalars(f"{tag}/mean")
     assert [e.step for e in means] == [4, 16, 64]
@@ -410,3 +417,34 @@ def test_a_sweeps_layout_names_what_an_index_step_means(tmp_path: Path) -> None:
     (curve,), _ = sweep_curves(report, ["weights_entropy_mean"])
     assert [e.step for e in events.Scalars(f"{sweep_tag(curve)}/mean")] == [0, 1]
     assert "step = index of variant.params.cap: 0 = 0.5, 1 = 2.5" in layout_of(events).category[0].chart[0].title
+
+
+def test_a_sweeps_charts_are_written_last_first_for_the_dashboard_to_show_them_in_order(tmp_path: Path) -> None:
+    """TensorBoard 2.21's Custom Scalars lays a category's charts out last first (seen in Chromium:
+    h3 … h0 where h0 … h3 was written, issue 24), so the layout holds them reversed."""
+    report = sweep_of_lengths(tmp_path)
+    asked = ["weights_entropy_mean", "divergence_context_h*"]
+    TensorBoardSink(plots=asked).write_sweep(report, tmp_path / "out")
+    curves, _ = sweep_curves(report, asked)
+    (category,) = layout_of(sweep_events(tmp_path / "out" / SWEEP_RUN)["alibi"]).category
+    written = [chart.title.split(" ")[0] for chart in category.chart]
+    assert written == [metric_name(curve.diagnostic) for curve in reversed(curves)]
+    assert written[-1] == "weights/entropy_mean"  # shown first
+
+
+def test_a_sweep_jobs_scalars_sit_at_its_job_number(tmp_path: Path) -> None:
+    """Every job at step 0 stacked a sweep's runs into one vertical cloud of dots (issue 24)."""
+    from attnlab.sinks.base import JobInfo
+
+    job = JobInfo(dir=tmp_path / "3-seed=7", sweep_dir=tmp_path, num=3)
+    write_tensorboard([book_record()], job.dir, table_markdown=TABLE, images=False, histograms=False, swept=[], job=job)
+    (point,) = accumulate(job.dir).Scalars("divergence/context")
+    assert point.step == 3
+
+
+def test_a_sweeps_curves_sort_before_every_jobs_scalars(book_events, tmp_path: Path) -> None:
+    """The Time Series tab lists tag groups in code-point order: the sweep's group comes first."""
+    _, _, events = book_events
+    report = sweep_of_lengths(tmp_path)
+    curves, _ = sweep_curves(report, ["weights_entropy_mean"])
+    assert all(sweep_tag(curve) < min(events.Tags()["scalars"]) for curve in curves)

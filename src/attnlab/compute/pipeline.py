@@ -22,8 +22,8 @@ from attnlab.diagnosis import batch_mixing
 from attnlab.capture.recorder import Capture, capture
 from attnlab.schema import WeightsMode, resolved
 from attnlab.errors import UserError
-from attnlab.diagnosis.diagnostics import compute_diagnostics, expected_shapes, first_divergent_stage
-from attnlab.diagnosis.findings import diagnose
+from attnlab.diagnosis.analysis import analyse
+from attnlab.diagnosis.diagnostics import expected_shapes
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.layouts import align, seed_projections
 from attnlab.diagnosis.predictions import check_predictions
@@ -256,11 +256,10 @@ def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int, record
     record.expected_shapes = {k: list(v) for k, v in expected_shapes(theirs).items()}
     record.missing_stages, record.reconstructed_stages = list(mine.missing), list(mine.reconstructed)
     record.output_is_context = mine.output_is_context
-    record.diagnostics, record.head_diagnostics = compute_diagnostics(mine, theirs)
-    record.reference_diagnostics, _ = compute_diagnostics(theirs, theirs)
-    record.first_divergent_stage = first_divergent_stage(mine, theirs, record.diagnostics)
-    record.findings = diagnose(mine, theirs, record.diagnostics, weights_shared=spec.shared,
-                               train=spec.train, batch_mixing=mixing)
+    found = analyse(mine, theirs, weights_shared=spec.shared, train=spec.train, batch_mixing=mixing)
+    record.diagnostics, record.head_diagnostics = found.diagnostics, found.head_diagnostics
+    record.reference_diagnostics = found.reference_diagnostics
+    record.first_divergent_stage, record.findings = found.first_divergent_stage, found.findings
     record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
     if variant.unobservable:
         record.findings, record.not_checked = [], [variant.unobservable, *record.not_checked]

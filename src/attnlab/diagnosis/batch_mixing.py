@@ -19,6 +19,7 @@ import torch
 
 from attnlab.capture.recorder import Capture
 from attnlab.diagnosis.diagnostics import blocks, stage_tolerance
+from attnlab.diagnosis.masking import with_masks_as_neg_inf
 from attnlab.capture.stages import STAGES
 
 NOT_CHECKED_EQUAL = "batch mixing not checked: the batch items are equal; use inputs=random"
@@ -60,11 +61,17 @@ def check(run_alone: Callable[[torch.Tensor], Capture], items: torch.Tensor, tog
     if items_equal(items):
         return BatchMixing(None, not_checked=NOT_CHECKED_EQUAL)
     n_items = items.shape[0]
+    together = with_masks_as_neg_inf(together)  # a mask's fill is no difference (attnlab.diagnosis.masking)
+    run_alone = _masks_as_neg_inf(run_alone)
     if all(_first_mixed(["output"], [run_alone(items[i:i + 1])], _item(together, i), 1).stage is None
            for i in range(n_items)):  # one item's run held at a time
         return BatchMixing(None)  # every item's output is its own: the stages before it are not walked
     alone = [run_alone(items[i:i + 1]) for i in range(n_items)]  # only now is every stage of each kept
     return _first_mixed(STAGES, alone, together, n_items)
+
+
+def _masks_as_neg_inf(run_alone: Callable[[torch.Tensor], Capture]) -> Callable[[torch.Tensor], Capture]:
+    return lambda item: with_masks_as_neg_inf(run_alone(item))
 
 
 def _item(together: Capture, i: int) -> Capture:

@@ -13,75 +13,20 @@ error-type values (divergences, row-sum errors) and the mean over heads for entr
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-import weakref
-from typing import Callable, Iterator
 
 import torch
 
-from attnlab.capture.recorder import Capture, max_abs_or_nan
+from attnlab.capture.recorder import Capture
 from attnlab.capture.spill import releasing
 from attnlab.capture.stages import STAGES
+from attnlab.diagnosis.masking import placed_by_mask
+from attnlab.diagnosis.passes import BLOCK_ROWS, Peaks, blocks, finite_max_abs, max_abs, peaks, row_blocks
 
-BLOCK_ROWS = 1024
 NAN = float("nan")
 _EPS = float(torch.finfo(torch.float32).eps)  # float32's; a capture in another dtype uses its own (capture_eps)
 HEAD_COLUMNS = ("weights_entropy_mean", "weights_row_max_mean", "weights_first_token_mass")  # per-head table columns
-
-
-def row_blocks(n: int, block: int = BLOCK_ROWS) -> Iterator[slice]:
-    for start in range(0, n, block):
-        yield slice(start, min(start + block, n))
-
-
-def blocks(t: torch.Tensor) -> Iterator[tuple]:
-    """Index tuples covering `t`: every leading (batch, head) position, query rows in blocks."""
-    if t.dim() < 2:
-        yield (slice(None),)
-        return
-    for lead in itertools.product(*(range(n) for n in t.shape[:-2])):
-        for rows in row_blocks(t.shape[-2]):
-            yield (*lead, rows)
-
-
-_KNOWN: dict[tuple[str, int], tuple[weakref.ref, float]] = {}  # (function, id) -> (the tensor, its value)
-
-
-def _remembered(fn: Callable[[torch.Tensor], float]) -> Callable[[torch.Tensor], float]:
-    """fn(t) remembered per tensor while it lives: stage tolerances, divergences, the non-finite
-    count and the findings all read a stage's max |t|, and a pass over a (batch, heads, query, key)
-    tensor each time was most of a long run's diagnosis. Stages are never changed after the capture."""
-
-    @functools.wraps(fn)
-    def wrapper(t: torch.Tensor) -> float:
-        key = (fn.__name__, id(t))
-        known = _KNOWN.get(key)
-        if known is not None and known[0]() is t:
-            return known[1]
-        value = fn(t)
-        try:
-            _KNOWN[key] = (weakref.ref(t, lambda _, key=key: _KNOWN.pop(key, None)), value)
-        except TypeError:  # not weak-referenceable (a spilled array's view): computed again next time
-            pass
-        return value
-
-    return wrapper
-
-
-max_abs = _remembered(releasing(max_abs_or_nan))  # max |t| without an |t| temporary (capture's, which needs it first)
-
-
-@_remembered
-@releasing
-def finite_max_abs(t: torch.Tensor) -> float:
-    """max |t| over the finite entries: a causal mask's -inf says nothing about the values' scale."""
-    bound = max_abs(t)
-    if not math.isfinite(bound):
-        bound = max((max_abs_or_nan(t[i].nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)) for i in blocks(t)
-                     if t[i].numel()), default=0.0)
-    return bound
 
 
 @releasing
@@ -112,8 +57,9 @@ def finite_entries(t: torch.Tensor) -> torch.Tensor:
 
 
 @releasing
-def _non_finite(t: torch.Tensor) -> float:
-    if math.isfinite(max_abs(t)):
+def _non_finite(t: torch.Tensor, peak: float) -> float:
+    """How many entries of t are NaN or inf; `peak`: its max |t|."""
+    if math.isfinite(peak):
         return 0.0  # one pass without a temporary: a finite max |t| leaves no NaN or inf anywhere
     return float(t.numel() - sum(int(finite_entries(t[i]).sum()) for i in blocks(t)))
 
@@ -141,58 +87,60 @@ def _stage_rtol(stage: str, capture: Capture, eps: float | None = None) -> float
             "scores": scores, "scaled_scores": scores + 4 * eps}.get(stage, scores)
 
 
-def stage_tolerance(stage: str, capture: Capture, eps: float | None = None) -> float:
+def stage_tolerance(stage: str, capture: Capture, eps: float | None = None, peaks: Peaks | None = None) -> float:
     """Absolute tolerance for comparing `stage` of `capture` with another computation of it, in a
-    dtype of epsilon `eps` (default: the capture's own).
+    dtype of epsilon `eps` (default: the capture's own); `peaks`: the capture's, when measured.
 
     A softmax turns an absolute error e in its input into a relative error of about 2e in its
     output, so the weights, context and output tolerances grow with the scaled scores' magnitude:
     when float32 cannot resolve the weights, the comparison says so instead of guessing.
     """
     stages = capture.stages
+    peak = (lambda s: peaks.peak[s]) if peaks else (lambda s: max_abs(stages[s]))  # noqa: E731
+    finite = (lambda s: peaks.finite[s]) if peaks else (lambda s: finite_max_abs(stages[s]))  # noqa: E731
     atol = 1e-6
     eps = capture_eps(capture) if eps is None else eps
     if stage not in ("weights", "weights_applied", "context", "output"):
-        return _stage_rtol(stage, capture, eps) * finite_max_abs(stages[stage]) + atol
-    logits = stages.get("scaled_scores", stages.get("scores"))
-    logit_err = _stage_rtol("scaled_scores", capture, eps) * finite_max_abs(logits) if logits is not None else 0.0
+        return _stage_rtol(stage, capture, eps) * finite(stage) + atol
+    logits = next((s for s in ("scaled_scores", "scores") if s in stages), None)
+    logit_err = _stage_rtol("scaled_scores", capture, eps) * finite(logits) if logits is not None else 0.0
     weight_err = min(1.0, 2 * logit_err + 8 * eps * math.sqrt(stages["inputs"].shape[-2]))
     if stage in ("weights", "weights_applied"):
         return weight_err + atol
     values = stages.get("values")
     context_rtol = 2 * weight_err + _stage_rtol("values", capture, eps)
     if stage == "context" or capture.output_is_context:
-        scale = max_abs(values) if values is not None else max_abs(stages[stage])
-        return context_rtol * scale + atol
+        return context_rtol * peak("values" if values is not None else stage) + atol
     width = stages["output"].shape[-1]  # an output projection sums over the merged heads
     merged = math.prod(stages["context"].shape[1::2]) if "context" in stages else width
-    return (context_rtol + 4 * eps * (merged + 1)) * max_abs(stages["output"]) * math.sqrt(merged) + atol
+    return (context_rtol + 4 * eps * (merged + 1)) * peak("output") * math.sqrt(merged) + atol
 
 
 def stage_differs(stage: str, variant: Capture, reference: Capture, other: torch.Tensor | None = None,
-                  diff: float | None = None) -> bool:
+                  diff: float | None = None, peaks: Peaks | None = None) -> bool:
     """Whether `other` (default: the variant's stage) differs from the reference's stage; `diff`:
-    max_abs_diff of the variant's stage, when already known (nan is computed again)."""
+    max_abs_diff of the variant's stage, when already known (nan is computed again); `peaks`: the
+    reference's, when measured."""
     mine = variant.stages[stage] if other is None else other
     ref = reference.stages[stage]
     if mine.shape != ref.shape:
         return True
     known = other is None and diff is not None and not math.isnan(diff)
     diff = diff if known else max_abs_diff(mine, ref)
-    return not diff <= stage_tolerance(stage, reference, max(capture_eps(variant), capture_eps(reference)))
+    return not diff <= stage_tolerance(stage, reference, max(capture_eps(variant), capture_eps(reference)), peaks)
 
 
-def first_divergent_stage(variant: Capture, reference: Capture,
-                          diagnostics: dict[str, float] | None = None) -> str | None:
+def first_divergent_stage(variant: Capture, reference: Capture, diagnostics: dict[str, float] | None = None,
+                          peaks: Peaks | None = None) -> str | None:
     """The first stage, in pipeline order, whose values differ from the reference's.
 
-    A shape mismatch counts as divergent; a stage missing from either capture is skipped.
-    `diagnostics` (compute_diagnostics' flat values) saves a pass over each stage: its divergence
-    is already there.
+    A shape mismatch counts as divergent; a stage missing from either capture is skipped. Captures
+    as `attnlab.diagnosis.analysis` passes them (every mask at -inf). `diagnostics`
+    (compute_diagnostics' flat values) saves a pass over each stage: its divergence is already there.
     """
     for stage in STAGES:
         if stage in variant.stages and stage in reference.stages and stage_differs(
-                stage, variant, reference, diff=(diagnostics or {}).get(f"divergence_{stage}")):
+                stage, variant, reference, diff=(diagnostics or {}).get(f"divergence_{stage}"), peaks=peaks):
             return stage
     return None
 
@@ -309,34 +257,61 @@ def expected_shapes(reference: Capture) -> dict[str, tuple[int, ...]]:
     return dict(reference.native_shapes)
 
 
+Grid = list[list[float]]  # max |variant - reference| per (batch item, head); one column where a stage has no heads
+
+
 @releasing
-def _per_head_divergence(mine: torch.Tensor | None, ref: torch.Tensor | None) -> list[float]:
-    if mine is None or ref is None or mine.shape != ref.shape or mine.dim() != 4:
-        return []
+def _grid(mine: torch.Tensor | None, ref: torch.Tensor | None) -> Grid | None:
+    if mine is None or ref is None or mine.shape != ref.shape or mine.dim() < 3:
+        return None
+    heads = mine.shape[1] if mine.dim() == 4 else 0
     if mine is ref:  # the reference's own diagnostics
-        return [0.0] * mine.shape[1]
-    return [max((max_abs_diff(mine[b, h], ref[b, h]) for b in range(mine.shape[0])), default=NAN)
-            for h in range(mine.shape[1])]
+        return [[0.0] * max(heads, 1) for _ in range(mine.shape[0])]
+    if not heads:
+        return [[max_abs_diff(mine[b], ref[b])] for b in range(mine.shape[0])]
+    return [[max_abs_diff(mine[b, h], ref[b, h]) for h in range(heads)] for b in range(mine.shape[0])]
 
 
-def compute_diagnostics(variant: Capture, reference: Capture) -> tuple[dict[str, float], dict[str, list[float]]]:
+def divergence_grids(variant: Capture, reference: Capture) -> dict[str, Grid]:
+    """Every stage's max |variant - reference| per (batch item, head), for the stages both captured
+    in one shape: the divergences, the per-head table and where each finding holds all read these."""
+    grids = {stage: _grid(variant.stages.get(stage), reference.stages.get(stage)) for stage in STAGES}
+    return {stage: grid for stage, grid in grids.items() if grid is not None}
+
+
+def _not_masked(capture: Capture, stage: str, measured: Peaks) -> float:
+    """NaN/inf entries of a stage that no mask placed."""
+    count = _non_finite(capture.stages[stage], measured.peak[stage])
+    return count - placed_by_mask(capture, stage) if count and stage in ("scores", "scaled_scores") else count
+
+
+def _worst(values: list[float]) -> float:
+    return max(values, default=0.0)
+
+
+def compute_diagnostics(variant: Capture, reference: Capture, grids: dict[str, Grid] | None = None,
+                        measured: tuple[Peaks, Peaks] | None = None) -> tuple[dict[str, float], dict[str, list[float]]]:
     """Flat {name: float} for the record and sweep tables (nan where not computable), and the
-    per-head values {name: [one per head]}."""
+    per-head values {name: [one per head]}. Captures as `attnlab.diagnosis.analysis` passes them
+    (every mask at -inf, so `non_finite_<stage>` counts only what no mask placed); `grids`:
+    their divergence_grids, `measured`: the variant's and the reference's peaks, when already computed."""
+    grids = divergence_grids(variant, reference) if grids is None else grids
+    v_peaks, ref_peaks = measured or (peaks(variant), peaks(reference))
     out: dict[str, float] = {}
     per_head: dict[str, list[float]] = {}
     shapes = expected_shapes(reference)
-    for stage in ("weights", "context"):  # per head first: the stage's divergence is their max, no second pass
-        values = _per_head_divergence(variant.stages.get(stage), reference.stages.get(stage))
-        if values:
-            per_head[f"divergence_{stage}"] = values
+    for stage in ("weights", "context"):
+        grid = grids.get(stage)
+        if grid is not None and variant.stages[stage].dim() == 4 and grid[0]:
+            per_head[f"divergence_{stage}"] = [_worst([row[h] for row in grid]) for h in range(len(grid[0]))]
     for stage in STAGES:
         mine, ref = variant.stages.get(stage), reference.stages.get(stage)
-        by_head = per_head.get(f"divergence_{stage}")
-        diff = max(by_head) if by_head else max_abs_diff(mine, ref) if mine is not None and ref is not None else NAN
-        scale = max_abs(ref) if ref is not None else NAN
+        grid = grids.get(stage)
+        diff = _worst([_worst(row) for row in grid]) if grid is not None else NAN
+        scale = ref_peaks.peak[stage] if ref is not None else NAN
         out[f"divergence_{stage}"] = diff
         out[f"relative_divergence_{stage}"] = diff / scale if scale > 0 else NAN
-        out[f"non_finite_{stage}"] = _non_finite(mine) if mine is not None else NAN
+        out[f"non_finite_{stage}"] = _not_masked(variant, stage, v_peaks) if mine is not None else NAN
         native = variant.native_shapes.get(stage)
         out[f"shape_ok_{stage}"] = float(native == shapes[stage]) if native is not None and stage in shapes else NAN
     flat, heads = _weights_diagnostics(variant.stages.get("weights"))

@@ -15,6 +15,7 @@ from attnlab.capture.recorder import Capture
 from attnlab.errors import UserError
 from attnlab.record import Finding, Prediction
 from attnlab.capture.stages import STAGES
+from attnlab.diagnosis.codes import BY_CODE, closest
 
 ROW_SUM_TOL = 1e-4
 
@@ -76,6 +77,16 @@ def _codes(value: Any) -> str | None:
     return None if ok else "expected a finding code or a list of them, like scaling or [scaling,softmax_axis]"
 
 
+def _undeclared(codes: list[str]) -> str | None:
+    """A one-line error for the first code no check declares (a typo), naming the closest one."""
+    unknown = next((code for code in codes if code not in BY_CODE), None)
+    if unknown is None:
+        return None
+    near = closest(unknown)
+    hint = f"did you mean {near}? " if near else ""
+    return f"expect.findings: {unknown} is not a finding code; {hint}declared: {', '.join(sorted(BY_CODE))}"
+
+
 _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "context_shape": _shape, "output_shape": _shape, "weights_shape": _shape, "num_heads": _count,
     "row_sums": _number, "matches_reference": _bool,
@@ -91,6 +102,9 @@ def validate_expectations(expect: Mapping[str, Any]) -> None:
         problem = _VALIDATORS[key](_as_given(key, value))
         if problem:
             raise UserError(f"expect.{key}: {problem}, got {value!r}; allowed: {', '.join(ALLOWED)}")
+        undeclared = _undeclared(_as_given(key, value)) if key == "findings" else None
+        if undeclared:
+            raise UserError(undeclared)
 
 
 def _row_sums(expected: float, variant: Capture) -> tuple[float | None, bool]:

@@ -12,69 +12,40 @@ queries but not the keys, is an error finding (`rotary_misapplied`); a window or
 does not fit is left to the mask and scaling checks. Linear attention never makes its weights;
 when its context equals a kernel attention of the queries and keys, `not_softmax` (an error:
 it is the `plain_normalisation` bug) says what the weights are instead.
+
+Each recogniser is a check declared in `attnlab.diagnosis.codes` (adding one is a function here
+and a row there); they run first, since each would otherwise read as a wrong source or scale.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
-from attnlab.capture.recorder import Capture
-from attnlab.diagnosis.diagnostics import max_abs, stage_differs, stage_tolerance
+from attnlab.diagnosis.context import Check, Context, Found, Pair, finding
+from attnlab.diagnosis.diagnostics import max_abs
+from attnlab.diagnosis.words import fmt
 from attnlab.record import Finding
 
 _EPS = float(torch.finfo(torch.float32).eps)
 _UNIT_RMS = 1e-3  # |RMS - 1| a normalised vector may show (the norm's eps, float32 rounding)
 
 
-MIN_TOKENS = 3  # the fewest tokens on which a deliberate change can be told from a bug
+def _recogniser(recognise: Callable[[Pair], list[Finding]]) -> Check:
+    """A check that names a change read from the variant and the reference, on enough tokens to
+    tell it from a bug."""
 
+    @functools.wraps(recognise)
+    def check(ctx: Context, found: Found) -> list[Finding]:
+        return recognise(ctx.pair) if ctx.pair.fits else []
 
-def recognise(variant: Capture, reference: Capture, diagnostics: dict[str, float] | None = None) -> list[Finding]:
-    """The deliberate changes the variant's stages show against the reference's, as findings
-    (info; an error where the change is applied wrongly). `diagnostics` (compute_diagnostics'
-    flat values) saves a pass over each stage: its divergences say which stages changed."""
-    pair = _Pair(variant, reference, diagnostics or {})
-    findings: list[Finding] = []
-    fits = variant.stages["inputs"].shape[-2] >= MIN_TOKENS  # below, any difference fits a bias, a cap, an angle
-    for check in (_rotary, _qk_norm, _window, _position_bias, _softcap) if fits else ():
-        findings += check(pair)
-    return findings + _linear_attention(pair)
-
-
-@dataclass
-class _Pair:
-    """The variant and the reference, and which of their stages differ (each judged once)."""
-
-    v: Capture
-    ref: Capture
-    diagnostics: dict[str, float]
-    _changed: dict[str, bool] = field(default_factory=dict)
-
-    def both(self, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-        mine, ref = self.v.stages.get(stage), self.ref.stages.get(stage)
-        if mine is None or ref is None or mine.shape != ref.shape or mine.numel() == 0:
-            return None
-        return mine, ref
-
-    def changed(self, stage: str) -> bool:
-        if stage not in self._changed:
-            diff = self.diagnostics.get(f"divergence_{stage}")
-            self._changed[stage] = (stage_differs(stage, self.v, self.ref) if diff is None
-                                    else not diff <= stage_tolerance(stage, self.ref))  # nan (shapes differ): changed
-        return self._changed[stage]
-
-    def tolerance(self, stage: str) -> float:
-        return stage_tolerance(stage, self.ref)
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.4g}" if abs(x) < 1e3 else f"{float(f'{x:.4g}'):.0f}"  # a base of 500000 reads 500000, not 5e+05
+    return check
 
 
 def _heads(t: torch.Tensor) -> Iterator[tuple[int, int]]:
@@ -168,12 +139,13 @@ def _base(rotation: _Rotation, head_dim: int) -> str:
     log_base = -float((exponent * log_freq).sum() / (exponent**2).sum())
     fitted = torch.exp(-log_base * 2 * i / head_dim)
     if (fitted - freq).abs().max() > 1e-3 * float(freq.abs().max()) or abs(float(freq[0]) - 1) > 1e-3:
-        shown = ", ".join(_fmt(float(f)) for f in freq[:4])
+        shown = ", ".join(fmt(float(f)) for f in freq[:4])
         return f"frequencies {shown}{', ...' if freq.numel() > 4 else ''} radians per token, not base ** (-2i / head_dim)"
-    return f"theta (base) {_fmt(math.exp(log_base))}: pair i turns by theta ** (-2i / head_dim) radians per token"
+    return f"theta (base) {fmt(math.exp(log_base))}: pair i turns by theta ** (-2i / head_dim) radians per token"
 
 
-def _rotary(p: _Pair) -> list[Finding]:
+@_recogniser
+def rotary(p: Pair) -> list[Finding]:
     queries, keys = p.both("queries"), p.both("keys")
     if queries is None or keys is None:
         return []
@@ -192,20 +164,20 @@ def _rotary(p: _Pair) -> list[Finding]:
         other = "keys" if rotated == ["queries"] else "queries"
         if changed[other]:
             return []  # the other one changed some other way: not a rotation this can name
-        return [Finding("rotary_misapplied", other, "error", f"the {rotated[0]} are {what}, but the {other} are not: "
+        return [finding("rotary_misapplied", other, f"the {rotated[0]} are {what}, but the {other} are not: "
                         f"rotate queries and keys with the same angles, so that each score depends only on the "
                         f"distance between its query and key tokens.")]
     if (turns["keys"].frequencies - turn.frequencies).abs().max() > 1e-4 * float(turn.frequencies.abs().max()):
-        return [Finding("rotary_misapplied", "keys", "error", f"the queries are {what}, but the keys are turned by "
+        return [finding("rotary_misapplied", "keys", f"the queries are {what}, but the keys are turned by "
                         f"other angles ({_base(turns['keys'], head_dim)}); rotate both with the same angles.")]
     values = p.both("values")
     if changed.get("values") and values is not None:
         if _rotation(*values, 4 * p.tolerance("values")) is None:
             return []  # values wrong some other way: left to the value-path check
-        return [Finding("rotary_misapplied", "values", "error", f"the values are rotated by position like the "
+        return [finding("rotary_misapplied", "values", f"the values are rotated by position like the "
                         f"queries and keys ({turn.pairing}); RoPE rotates only queries and keys: compute the "
                         f"values as x @ W_value, unrotated.")]
-    return [Finding("rotary", "queries", "info", f"rotary position embedding (RoPE): queries and keys are {what}; "
+    return [finding("rotary", "queries", f"rotary position embedding (RoPE): queries and keys are {what}; "
                     f"each token's query and key keep their length, so attn_scores depend on the query-key "
                     f"distance, and the scores, weights and context differ from the reference's from here on.")]
 
@@ -224,14 +196,15 @@ def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
     return bool((normed - mine.double()).abs().max() <= tol) or _rotation(mine, normed, tol) is not None  # or then RoPE
 
 
-def _qk_norm(p: _Pair) -> list[Finding]:
+@_recogniser
+def qk_norm(p: Pair) -> list[Finding]:
     pairs = {stage: p.both(stage) for stage in ("queries", "keys")}
     if any(pair is None for pair in pairs.values()) or not p.changed("queries"):
         return []
     if not all(_unit_rms_of(*pair, p.tolerance(stage)) for stage, pair in pairs.items()):
         return []
     head_dim = pairs["queries"][0].shape[-1]
-    return [Finding("qk_norm", "queries", "info", f"queries and keys are normalised (QK-norm): each head's query "
+    return [finding("qk_norm", "queries", f"queries and keys are normalised (QK-norm): each head's query "
                     f"and key vectors have root-mean-square 1 over their head_dim={head_dim} before queries @ keys.T, "
                     f"so every attn_score lies within +-{head_dim} whatever the inputs' scale; the scores, weights "
                     f"and context differ from the reference's from here on.")]
@@ -240,7 +213,8 @@ def _qk_norm(p: _Pair) -> list[Finding]:
 # -- masks and biases on the softmax input ----------------------------------------------------------
 
 
-def _window(p: _Pair) -> list[Finding]:
+@_recogniser
+def window(p: Pair) -> list[Finding]:
     pair = p.both("scaled_scores")
     if pair is None or pair[0].dim() != 4 or not p.changed("scaled_scores"):
         return []
@@ -259,12 +233,12 @@ def _window(p: _Pair) -> list[Finding]:
             return []
     last = n_query - 1
     seen = ", ".join(str(t) for t in range(last - window + 1, last + 1))
-    return [Finding("window", "scaled_scores", "info", f"a sliding window of {window}: each query sees the last "
+    return [finding("window", "scaled_scores", f"a sliding window of {window}: each query sees the last "
                     f"{window} keys, itself included (token {last} sees {seen}); the keys further back are -inf "
                     f"like the future ones, so their weights are 0 and each row of the weights still sums to 1.")]
 
 
-def _changed_softmax_input(p: _Pair) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _changed_softmax_input(p: Pair) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The variant's and the reference's softmax inputs when they differ by more than rounding with
     the same -inf entries (the mask kept as it was)."""
     pair = p.both("scaled_scores")
@@ -281,7 +255,7 @@ def _finite(mine: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.
     return mine, ref, torch.isfinite(mine) & torch.isfinite(ref)
 
 
-def _scores_tolerance(p: _Pair) -> float:
+def _scores_tolerance(p: Pair) -> float:
     """What two computations of the softmax input may differ by, the variant's own terms included."""
     scaled = p.v.stages["scaled_scores"]
     largest = max(float(torch.where(torch.isfinite(scaled[i]), scaled[i].abs(), 0).max()) for i in _heads(scaled))
@@ -319,7 +293,8 @@ def _slope(bias: dict[int, float], tol: float) -> float | None:
     return slope if (b - b.mean() - slope * (d - d.mean())).abs().max() <= tol else None
 
 
-def _position_bias(p: _Pair) -> list[Finding]:
+@_recogniser
+def position_bias(p: Pair) -> list[Finding]:
     pair = _changed_softmax_input(p)
     if pair is None:
         return []
@@ -342,14 +317,14 @@ def _position_bias(p: _Pair) -> list[Finding]:
     if all(s is not None for s in slopes):
         published = _published_alibi_slopes(heads)
         alibi = all(abs(-s - want) <= 1e-3 * want for s, want in zip(slopes, published))
-        per_head = ", ".join(f"head {h}: {_fmt(-s)}" for h, s in enumerate(slopes))
+        per_head = ", ".join(f"head {h}: {fmt(-s)}" for h, s in enumerate(slopes))
         what = (f"linear in the distance, as ALiBi: bias = -slope * (query - key) with slope {per_head}"
                 + (f" (the published ALiBi slopes for {heads} heads)" if alibi else ""))
     else:
-        shown = "; ".join(f"head {h}: " + ", ".join(f"{d}: {_fmt(v)}" for d, v in sorted(bias.items()) if 0 <= d < 4)
+        shown = "; ".join(f"head {h}: " + ", ".join(f"{d}: {fmt(v)}" for d, v in sorted(bias.items()) if 0 <= d < 4)
                           for h, bias in enumerate(biases[:2]))
         what = f"not linear in the distance (bias by distance {shown}{' ...' if heads > 2 else ''})"
-    return [Finding("position_bias", "scaled_scores", "info", f"a position bias: the softmax input is the "
+    return [finding("position_bias", "scaled_scores", f"a position bias: the softmax input is the "
                     f"reference's scaled scores plus a bias that depends only on the query-key distance, per head, "
                     f"{what}; the weights and context differ from the reference's from here on.")]
 
@@ -368,7 +343,8 @@ def _cap_through(score: float, capped: float) -> float | None:
     return math.sqrt(lo * hi)
 
 
-def _softcap(p: _Pair) -> list[Finding]:
+@_recogniser
+def softcap(p: Pair) -> list[Finding]:
     pair = _changed_softmax_input(p)
     if pair is None:
         return []
@@ -386,9 +362,9 @@ def _softcap(p: _Pair) -> list[Finding]:
         head, reference, finite = _finite(mine[i], ref[i])
         if finite.any() and (cap * torch.tanh(reference[finite] / cap) - head[finite]).abs().max() > tol:
             return []
-    return [Finding("softcap", "scaled_scores", "info", f"soft-capped scores: the softmax input is "
-                    f"{_fmt(cap)} * tanh(s / {_fmt(cap)}) of the reference's scaled scores s, applied before the "
-                    f"mask (the masked entries stay -inf), so no score reaches +-{_fmt(cap)} and large scores are "
+    return [finding("softcap", "scaled_scores", f"soft-capped scores: the softmax input is "
+                    f"{fmt(cap)} * tanh(s / {fmt(cap)}) of the reference's scaled scores s, applied before the "
+                    f"mask (the masked entries stay -inf), so no score reaches +-{fmt(cap)} and large scores are "
                     f"squashed the most; the weights and context differ from the reference's from here on.")]
 
 
@@ -400,7 +376,7 @@ _FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def _linear_attention(p: _Pair) -> list[Finding]:
+def linear_attention(p: Pair) -> list[Finding]:
     """A context that is phi(q) phi(k)^T, causal, normalised per row or not, times the values."""
     s = p.v.stages
     if "weights" in s or not all(stage in s for stage in ("queries", "keys", "values", "context")):
@@ -420,7 +396,7 @@ def _linear_attention(p: _Pair) -> list[Finding]:
                                      values[b, h // group].double(), context[b, h].double(), tol)
                    for b, h in _heads(queries)):
                 rows = "normalised to sum 1 per row" if normalised else "not normalised (rows do not sum to 1)"
-                return [Finding("not_softmax", "weights", "error", f"the weights are not a softmax of the scaled "
+                return [finding("not_softmax", "weights", f"the weights are not a softmax of the scaled "
                                 f"scores: the context is linear attention's, weights phi(q_i) . phi(k_j) over the "
                                 f"keys j <= i with phi = {name}, {rows}; the module never makes the weights "
                                 f"(running sums over the tokens), so they cannot be shown. Deliberate in linear "

@@ -22,10 +22,9 @@ from typing import Callable, Iterable
 import pandas as pd
 
 from attnlab.record import RECORD_FILE, Record, RecordError, read_record
-from attnlab.reporting.rows import KEY_COLUMNS, records_table
+from attnlab.reporting.rows import KEY_COLUMNS, SWEPT_ATTR, job_order, records_table
 
 IDENTITY_COLUMNS = ("variant", "seed")  # kept in every view: they say which job a row is
-GROUP_COLUMNS = tuple(c for c in KEY_COLUMNS if c != "seed")  # a configuration, seeds pooled
 PATH_COLUMNS = ("path",)  # unique per row by construction: never a "difference"
 MAIN_DIAGNOSTICS = ("divergence_context", "weights_entropy_mean", "weights_row_max_mean")
 
@@ -38,7 +37,7 @@ class Report:
     """
 
     def __init__(self, records: Iterable[Record]):
-        self.records: list[Record] = sorted(records, key=_job_order)
+        self.records: list[Record] = job_order(list(records))
 
     @cached_property
     def jobs(self) -> pd.DataFrame:
@@ -51,16 +50,6 @@ class Report:
     @cached_property
     def differs(self) -> pd.DataFrame:
         return differs_table(self.jobs)
-
-
-def _job_order(record: Record) -> tuple:
-    """Variant, seed, the sizes, then every other number of the config (in the order of its keys),
-    each numerically, so rows of a sweep over d_out read 2, 8, 32 and over num_kv_heads 1, 2, 4, 8."""
-    from attnlab.reporting.metrics import flat_hparams
-
-    numbers = [value for _, value in sorted(flat_hparams(record.config).items())
-               if isinstance(value, (int, float)) and not isinstance(value, bool)]
-    return (record.variant, record.seed, record.d_in, record.d_out, record.n_tokens, numbers, str(record.path))
 
 
 def find_record_files(paths: Iterable[Path]) -> list[Path]:
@@ -107,16 +96,29 @@ def load_records(files: Iterable[Path]) -> tuple[list[Record], list[RecordError]
     return records, problems
 
 
+def config_columns(jobs: pd.DataFrame) -> list[str]:
+    """The columns that are configuration: the key columns, then the config values the jobs
+    differ in (`attnlab.reporting.rows.swept_keys`, carried in the table's attrs)."""
+    return [*KEY_COLUMNS, *jobs.attrs.get(SWEPT_ATTR, [])]
+
+
 def diagnostic_columns(jobs: pd.DataFrame) -> list[str]:
     """The numeric columns that are measurements, not configuration."""
-    return [c for c in jobs.columns if c not in KEY_COLUMNS and pd.api.types.is_numeric_dtype(jobs[c])]
+    config = set(config_columns(jobs))
+    return [c for c in jobs.columns if c not in config and pd.api.types.is_numeric_dtype(jobs[c])]
 
 
 def group_labels(jobs: pd.DataFrame) -> pd.Series:
-    """'unscaled' when only the variant tells configurations apart, 'unscaled · d_out=8' otherwise."""
-    varying = [c for c in GROUP_COLUMNS[1:] if c in jobs and jobs[c].nunique(dropna=False) > 1]
-    parts = [jobs["variant"].astype(str)] + [f"{c}=" + jobs[c].astype(str) for c in varying]
+    """'unscaled' when only the variant tells configurations apart, 'gqa · num_kv_heads=2' otherwise:
+    every config column but the seed that differs between jobs."""
+    grouping = [c for c in config_columns(jobs) if c not in IDENTITY_COLUMNS]
+    varying = [c for c in grouping if c in jobs and jobs[c].astype(str).nunique() > 1]
+    parts = [jobs["variant"].astype(str)] + [f"{c}=" + jobs[c].map(_label_value) for c in varying]
     return pd.concat(parts, axis=1).agg(" · ".join, axis=1)
+
+
+def _label_value(value: object) -> str:
+    return "None" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
 
 
 def summary_table(jobs: pd.DataFrame) -> pd.DataFrame:
@@ -198,25 +200,9 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
 
 def swept_columns(jobs: pd.DataFrame) -> dict[str, list]:
     """{column: values} of what differs between jobs besides the variant: the key columns, then
-    the config values of the records (`dropout`, `variant.params.alpha`) when their paths are known."""
-    from attnlab.reporting.metrics import hparams
-
-    columns = {c: list(jobs[c]) for c in KEY_COLUMNS[1:] if c in jobs and jobs[c].astype(str).nunique() > 1}
-    if "path" not in jobs:
-        return columns
-    try:
-        configs = [hparams(_read_cached(Path(folder) / RECORD_FILE)) for folder in jobs["path"]]
-    except (OSError, RecordError):
-        return columns
-    covered = {*KEY_COLUMNS, "inputs.kind", "variant"}
-    several_variants = jobs["variant"].nunique() > 1  # then each variant's own params follow from its name
-    for key in dict.fromkeys(k for config in configs for k in config):
-        values = [config.get(key, "—") for config in configs]
-        if several_variants and key.startswith("variant.params."):
-            continue
-        if key not in covered and len({str(v) for v in values}) > 1:
-            columns[key] = values
-    return columns
+    the config values the jobs differ in (`dropout`, `variant.params.alpha`)."""
+    return {c: list(jobs[c]) for c in config_columns(jobs)
+            if c != "variant" and c in jobs and jobs[c].astype(str).nunique() > 1}
 
 
 def _output_divergence(job: pd.Series) -> object:

@@ -1,32 +1,32 @@
 """Heatmaps of attention matrices as uint8 RGB arrays, drawn with numpy and Pillow only.
 
 Why not matplotlib: one figure per job tripled a sweep's run time. Here the cells are a colour
-lookup (`lut[index]`) scaled up with `np.repeat`, and Pillow draws only the text, with fonts
-loaded once per process. The same images feed TensorBoard and the HTML report.
+lookup (`lut[index]`) stretched to a fixed size, and Pillow draws only the text, with glyphs
+rendered once per process. The same images feed TensorBoard, MLflow and the HTML report
+(attnlab.reporting.job_heatmaps decides which a job draws).
 
 Rules a reader can rely on:
+- one size per kind of image: a map's grid is MAP_SIDE pixels a side whatever its matrix, a
+  grid of all heads GRID_WIDTH across however many heads, so a card never blows one up or
+  shrinks another past reading;
 - sequential map (viridis-like) for scores, weights, context; diverging map (blue-white-red)
-  for differences, centred so that 0 is exactly white;
-- token labels on both axes when an axis has at most 16 entries, and every cell's value printed
-  when both axes do;
-- non-finite cells are grey and never stretch the colour range; the colour bar's ticks are the
-  finite range of the whole matrix;
-- above 512 entries an axis is pooled to at most 512 cells by block max (signed extreme for
-  differences): a pooled map is for seeing *where* something happens, and a mean would dilute
-  a single peaked row, an attention sink or one wrong cell into the background. A NaN anywhere
-  in a block makes the block grey. `render_heatmap_views` adds a full-resolution crop of the
-  first 64 tokens so the real values stay inspectable.
+  for differences, centred so that 0 is exactly white; the caller passes the scale shared by the
+  maps shown side by side (variant and reference, every head);
+- token labels on both axes when an axis has at most 16 entries (columns reading upwards, in
+  every map), every cell's value when both have at most 6;
+- non-finite cells are grey and never stretch the colour range;
+- above MAX_SIDE entries an axis is pooled by block max (signed extreme for differences): a
+  pooled map is for seeing *where* something happens. A NaN anywhere in a block makes it grey.
 """
 
 from __future__ import annotations
 
-import hashlib
+import math
 import os
 import struct
+import warnings
 import zlib
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Iterable
 
@@ -35,18 +35,20 @@ from PIL import Image, ImageDraw, ImageFont
 import torch
 import torch.nn.functional as F
 
-MAX_SIDE = 512  # cells per axis after pooling
+MAP_SIDE = 192  # px of a map's grid, whatever the matrix's size: a whole map fits a ~350 px card
+MAX_SIDE = MAP_SIDE  # cells per axis after pooling (a cell is at least a pixel)
+GRID_WIDTH = 256  # px across the tiles of a grid of all heads, however many heads: as wide as a map
 CROP = 64  # tokens in the full-resolution crop of a pooled map
-ANNOTATE_MAX = 16  # axes up to this length get labels (and cells their value)
+ANNOTATE_MAX = 16  # axes up to this length get their labels
+VALUES_MAX = 6  # axes up to this length get every cell's value (cells of 32 px and more)
 
 _FONT_SIZE = 11
 _TITLE_SIZE = 13
 _MARGIN = 6
-_ANNOTATED_CELL_H = 20
-_MAX_CELL_PX = 24
-_LABEL_MIN_PX = 14  # a labelled row needs room for one line of text
+_LABEL_BAND = 64  # px beside and above the grid for labels (10 characters), drawn or not: one size
 _BAR_W = 14
-_BAR_MIN_H = 80
+_TICK_W = 56  # px right of the colour bar for its ticks
+_TILE_GAP = 8
 _LUT_SIZE = 257  # odd, so the middle entry is exactly the centre of the range
 _BACKGROUND = 255  # white
 _TEXT = (0, 0, 0)
@@ -122,106 +124,6 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
-def render_heatmap_views(
-    values: np.ndarray,
-    *,
-    title: str,
-    row_labels: list[str] | None = None,
-    col_labels: list[str] | None = None,
-    diverging: bool = False,
-) -> dict[str, np.ndarray]:
-    """`{"main": image}`, plus `"crop64"` (first 64 rows and columns, unpooled) when pooled.
-
-    A (heads, rows, cols) array is a head grid: each head's map, labelled, side by side.
-    """
-    if np.ndim(values) == 3 and np.shape(values)[0] > 1:
-        per_head = _in_threads(lambda h: render_heatmap_views(values[h], title=f"{title} · head {h}",
-                                                              row_labels=row_labels, col_labels=col_labels,
-                                                              diverging=diverging), range(np.shape(values)[0]))
-        return {view: side_by_side([views[view] for views in per_head]) for view in per_head[0]}
-    matrix, title = _as_matrix(values, title)
-    views = {"main": render_heatmap(matrix, title=title, row_labels=row_labels, col_labels=col_labels,
-                                    diverging=diverging)}
-    if max(matrix.shape) > MAX_SIDE:
-        crop = matrix[:CROP, :CROP]
-        views["crop64"] = render_heatmap(
-            crop,
-            title=f"{title} (first {CROP})",
-            row_labels=None if row_labels is None else row_labels[:CROP],
-            col_labels=None if col_labels is None else col_labels[:CROP],
-            diverging=diverging,
-        )
-    return views
-
-
-@dataclass(frozen=True)
-class EncodedHeatmap:
-    png: bytes
-    height: int
-    width: int
-
-
-class _EncodedCache:
-    """Encoded views by key, least recently used first, within a budget of PNG bytes."""
-
-    def __init__(self, budget: int):
-        self.budget, self.size = budget, 0
-        self.entries: OrderedDict[bytes, dict[str, EncodedHeatmap]] = OrderedDict()
-
-    def get(self, key: bytes) -> dict[str, EncodedHeatmap] | None:
-        if key in self.entries:
-            self.entries.move_to_end(key)
-        return self.entries.get(key)
-
-    def put(self, key: bytes, views: dict[str, EncodedHeatmap]) -> None:
-        self.entries[key] = views
-        self.size += _png_bytes(views)
-        while self.size > self.budget:
-            self.size -= _png_bytes(self.entries.popitem(last=False)[1])
-
-
-def _png_bytes(views: dict[str, EncodedHeatmap]) -> int:
-    return sum(len(view.png) for view in views.values())
-
-
-_ENCODED = _EncodedCache(budget=64 * 2**20)
-CACHED_MAX_ELEMENTS = 65_536  # 256 x 256
-
-
-def encoded_heatmap_views(
-    values: np.ndarray,
-    *,
-    title: str,
-    row_labels: list[str] | None = None,
-    col_labels: list[str] | None = None,
-    diverging: bool = False,
-) -> dict[str, EncodedHeatmap]:
-    """`render_heatmap_views`, PNG-encoded, and remembered by content for the life of the process
-    up to CACHED_MAX_ELEMENTS values.
-
-    Why: the jobs of a sweep that share a seed draw the same reference maps (and the reference
-    variant's all-zero differences), and the basic launcher runs them all in one process; an
-    image is a few milliseconds, a job's budget is fifty. The key hashes everything drawn, so a
-    hit is the image the call would have drawn. Larger matrices are drawn each time: hashing a
-    16384-token map costs seconds, and a sweep at that size is rare.
-    """
-    array = np.ascontiguousarray(values, dtype=np.float32)
-    key = None
-    if array.size <= CACHED_MAX_ELEMENTS:
-        digest = hashlib.blake2b(repr((array.shape, title, row_labels, col_labels, diverging)).encode(), digest_size=20)
-        digest.update(array)  # the buffer itself, not a copy
-        key = digest.digest()
-        cached = _ENCODED.get(key)
-        if cached is not None:
-            return cached
-    views = render_heatmap_views(array, title=title, row_labels=row_labels, col_labels=col_labels, diverging=diverging)
-    pngs = _in_threads(to_png_bytes, views.values())
-    encoded = {view: EncodedHeatmap(png, image.shape[0], image.shape[1]) for (view, image), png in zip(views.items(), pngs)}
-    if key is not None:
-        _ENCODED.put(key, encoded)
-    return encoded
-
-
 def _in_threads(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
     """[fn(item) for item in items], on every core: numpy, zlib and torch's pooling let go of the
     GIL, and a long run's images were most of its wall time (benchmarks/README.md)."""
@@ -230,223 +132,6 @@ def _in_threads(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
         return [fn(item) for item in items]
     with ThreadPoolExecutor(max_workers=min(len(items), os.cpu_count() or 1)) as pool:
         return list(pool.map(fn, items))
-
-
-def side_by_side(images: list[np.ndarray], gap: int = 8) -> np.ndarray:
-    """Images of any heights in one row on a white background, top-aligned."""
-    height = max(image.shape[0] for image in images)
-    width = sum(image.shape[1] for image in images) + gap * (len(images) - 1)
-    grid = np.full((height, width, 3), _BACKGROUND, dtype=np.uint8)
-    x = 0
-    for image in images:
-        grid[: image.shape[0], x : x + image.shape[1]] = image
-        x += image.shape[1] + gap
-    return grid
-
-
-def render_heatmap(
-    values: np.ndarray,
-    *,
-    title: str,
-    row_labels: list[str] | None = None,
-    col_labels: list[str] | None = None,
-    diverging: bool = False,
-) -> np.ndarray:
-    """Render a matrix as an (H, W, 3) uint8 heatmap with labels, colour bar and title.
-
-    A 1-d array is drawn as one row; for more than 2 dimensions the first matrix of the leading
-    (batch, head) axes is drawn, and the title says so. Labels default to indices.
-    """
-    matrix, title = _as_matrix(values, title)
-    low, high = _colour_range(matrix, diverging)
-    pooled, blocks = _pool(matrix, diverging)
-    if blocks != (1, 1):
-        how = "signed extreme" if diverging else "max"
-        title = f"{title} ({matrix.shape[0]}x{matrix.shape[1]}, block {how} {blocks[0]}x{blocks[1]})"
-    rows = _axis_labels(row_labels, matrix.shape[0], "row")
-    cols = _axis_labels(col_labels, matrix.shape[1], "column")
-    lut = DIVERGING_LUT if diverging else SEQUENTIAL_LUT
-    cells = _colour(pooled, low, high, lut)
-    layout = _Layout.plan(pooled.shape, title, rows, cols, cell_text=_cell_texts(pooled))
-    canvas = np.full((layout.height, layout.width, 3), _BACKGROUND, dtype=np.uint8)
-    grid = cells if layout.cell_h == layout.cell_w == 1 else np.repeat(np.repeat(cells, layout.cell_h, axis=0),
-                                                                        layout.cell_w, axis=1)
-    canvas[layout.grid_y : layout.grid_y + grid.shape[0], layout.grid_x : layout.grid_x + grid.shape[1]] = grid
-    bar = np.repeat(lut[::-1][np.linspace(0, _LUT_SIZE - 1, layout.bar_h).astype(int)][:, None], _BAR_W, axis=1)
-    canvas[layout.grid_y : layout.grid_y + layout.bar_h, layout.bar_x : layout.bar_x + _BAR_W] = bar
-    image = Image.fromarray(canvas, mode="RGB")
-    _draw_text(image, layout, title, rows, cols, cells)
-    _draw_ticks(image, layout, low, high, diverging)
-    return np.array(image)
-
-
-def _as_matrix(values: np.ndarray, title: str) -> tuple[np.ndarray, str]:
-    """The 2-d matrix to draw and its title ("weights [0, 0]" for the first of batch x heads)."""
-    array = np.asarray(values, dtype=np.float32)
-    if array.ndim == 0:
-        raise ValueError("a heatmap needs at least one dimension")
-    if array.ndim == 1:
-        return array[None, :], title
-    if array.ndim == 2:
-        return array, title
-    leading = (0,) * (array.ndim - 2)
-    return array[leading], f"{title} [{', '.join(map(str, leading))}]"
-
-
-def _colour_range(matrix: np.ndarray, diverging: bool) -> tuple[float, float]:
-    """Finite min/max of the whole matrix (symmetric around 0 for a diverging map)."""
-    finite_mask = np.isfinite(matrix)
-    finite = matrix if finite_mask.all() else matrix[finite_mask]  # no 64 MB copy when all finite
-    if finite.size == 0:
-        return 0.0, 0.0
-    low, high = float(finite.min()), float(finite.max())
-    if diverging:
-        extent = max(abs(low), abs(high))
-        return -extent, extent
-    return low, high
-
-
-def _pool(matrix: np.ndarray, diverging: bool) -> tuple[np.ndarray, tuple[int, int]]:
-    """Block-pool each axis longer than MAX_SIDE; returns the pooled matrix and block sizes."""
-    blocks = tuple(-(-n // MAX_SIDE) for n in matrix.shape)
-    if blocks == (1, 1):
-        return matrix, (1, 1)
-    high, low = _block_extremes(matrix, blocks, diverging)
-    pooled = high if low is None else np.where(np.abs(low) > np.abs(high), low, high)
-    return pooled, (blocks[0], blocks[1])
-
-
-def _block_extremes(matrix: np.ndarray, blocks: tuple[int, ...], diverging: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """Max (and, diverging, min) of each block, the last blocks of a side partial; NaN propagates:
-    a grey block. torch's max pooling, on the array's own memory: numpy's strided reductions
-    were most of a long run's TensorBoard images (benchmarks/README.md)."""
-    values = torch.from_numpy(np.ascontiguousarray(matrix, dtype=np.float32))[None, None]  # (1, 1, rows, cols)
-
-    def pool(t: torch.Tensor) -> np.ndarray:
-        return F.max_pool2d(t, kernel_size=blocks, stride=blocks, ceil_mode=True)[0, 0].numpy()
-
-    return pool(values), -pool(-values) if diverging else None
-
-
-def _colour(matrix: np.ndarray, low: float, high: float, lut: np.ndarray) -> np.ndarray:
-    """Map values to LUT colours; a constant matrix takes the middle colour.
-
-    Infinities are grey like NaN, not the ends of the scale: a learner must see them.
-    """
-    span = high - low
-    finite = np.isfinite(matrix)
-    if span > 0:
-        with np.errstate(invalid="ignore", over="ignore"):
-            t = (matrix - low) * np.float32((_LUT_SIZE - 1) / span)  # one temporary, scaled in place below
-        np.clip(t, 0.0, _LUT_SIZE - 1, out=t)
-        t[~finite] = 0.0  # coloured below
-        index = (t + 0.5).astype(np.uint16)  # rounds half up: t >= 0
-    else:
-        index = np.full(matrix.shape, round(0.5 * (_LUT_SIZE - 1)), dtype=np.uint16)
-    cells = lut[index]
-    cells[~finite] = _NON_FINITE
-    return cells
-
-
-def _axis_labels(labels: list[str] | None, n: int, axis: str) -> list[str] | None:
-    """Labels to draw on one axis, or None when the axis is too long to label."""
-    if labels is not None and len(labels) != n:
-        raise ValueError(f"{len(labels)} {axis} labels for {n} {axis}s")
-    if n > ANNOTATE_MAX:
-        return None
-    return [_shorten(str(label)) for label in labels] if labels is not None else [str(i) for i in range(n)]
-
-
-def _shorten(label: str, limit: int = 12) -> str:
-    return label if len(label) <= limit else label[: limit - 2] + ".."
-
-
-def _format(value: float) -> str:
-    return f"{value:.3g}" if np.isfinite(value) else str(value)
-
-
-def _cell_texts(matrix: np.ndarray) -> list[list[str]] | None:
-    if max(matrix.shape) > ANNOTATE_MAX:
-        return None
-    return [[_format(float(v)) for v in row] for row in matrix]
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Pixel positions of every part: title on top, column labels, row labels | grid | bar."""
-
-    width: int
-    height: int
-    grid_x: int
-    grid_y: int
-    cell_w: int
-    cell_h: int
-    bar_x: int
-    bar_h: int
-    rotate_cols: bool
-    cell_text: list[list[str]] | None
-
-    @classmethod
-    def plan(cls, shape: tuple[int, int], title: str, rows: list[str] | None, cols: list[str] | None, *,
-             cell_text: list[list[str]] | None) -> _Layout:
-        n_rows, n_cols = shape
-        if cell_text is not None:
-            widest = max(_text_width(text) for row in cell_text for text in row)
-            cell_w, cell_h = max(widest + 8, 28), _ANNOTATED_CELL_H
-        else:
-            cell_w = _cell_px(n_cols, labelled=False)
-            cell_h = _cell_px(n_rows, labelled=rows is not None)
-        col_w = max((_text_width(c) for c in cols or []), default=0)
-        rotate_cols = cols is not None and col_w > cell_w - 2
-        line = _font(_FONT_SIZE).getmetrics()[0] + 3
-        col_band = 0 if cols is None else (col_w + 4 if rotate_cols else line)
-        row_band = 0 if rows is None else max(_text_width(r) for r in rows) + 6
-        title_band = _font(_TITLE_SIZE).getmetrics()[0] + 2 * _MARGIN
-        grid_x, grid_y = _MARGIN + row_band, title_band + col_band
-        grid_w, grid_h = n_cols * cell_w, n_rows * cell_h
-        bar_x = grid_x + grid_w + 2 * _MARGIN
-        bar_h = max(grid_h, _BAR_MIN_H)
-        tick_w = _text_width("-0.000e+00")
-        width = max(bar_x + _BAR_W + 4 + tick_w + _MARGIN, _text_width(title, _TITLE_SIZE) + 2 * _MARGIN)
-        height = grid_y + bar_h + _MARGIN + line // 2
-        return cls(width, height, grid_x, grid_y, cell_w, cell_h, bar_x, bar_h, rotate_cols, cell_text)
-
-    def row_centre(self, i: int) -> int:
-        return self.grid_y + i * self.cell_h + self.cell_h // 2
-
-    def col_centre(self, j: int) -> int:
-        return self.grid_x + j * self.cell_w + self.cell_w // 2
-
-
-def _cell_px(n: int, *, labelled: bool) -> int:
-    return max(_LABEL_MIN_PX if labelled else 1, min(_MAX_CELL_PX, MAX_SIDE // n))
-
-
-def _draw_text(image: Image.Image, layout: _Layout, title: str, rows: list[str] | None,
-               cols: list[str] | None, cells: np.ndarray) -> None:
-    _draw_string(image, (_MARGIN, _MARGIN), title, size=_TITLE_SIZE)
-    for i, label in enumerate(rows or []):
-        _draw_string(image, (layout.grid_x - 4, layout.row_centre(i)), label, anchor="rm")
-    for j, label in enumerate(cols or []):
-        _draw_string(image, (layout.col_centre(j), layout.grid_y - 2), label, anchor="mb",
-                     vertical=layout.rotate_cols)
-    light = cells @ np.array([0.299, 0.587, 0.114]) > 140  # dark text on light cells, white on dark
-    for i, row in enumerate(layout.cell_text or []):
-        for j, text in enumerate(row):
-            colour = _TEXT if light[i, j] else (255, 255, 255)
-            _draw_string(image, (layout.col_centre(j), layout.row_centre(i)), text, anchor="mm", colour=colour)
-
-
-def _draw_ticks(image: Image.Image, layout: _Layout, low: float, high: float, diverging: bool) -> None:
-    """Max at the top of the bar, min at the bottom, and 0 in the middle of a diverging bar."""
-    x = layout.bar_x + _BAR_W
-    top, bottom = layout.grid_y, layout.grid_y + layout.bar_h - 1
-    ticks = [(top, high, "lt"), (bottom, low, "lb")]
-    if diverging:
-        ticks.append(((top + bottom) // 2, 0.0, "lm"))
-    for y, value, anchor in ticks:
-        image.paste(_TEXT, (x, y, x + 4, y + 1))
-        _draw_string(image, (x + 6, y), f"{value:.4g}", anchor=anchor)
 
 
 @lru_cache(maxsize=None)
@@ -484,3 +169,249 @@ def _draw_string(image: Image.Image, xy: tuple[int, int], text: str, *, size: in
     x = xy[0] - {"l": 0, "m": mask.width // 2, "r": mask.width}[anchor[0]]
     y = xy[1] - {"t": 0, "m": mask.height // 2, "b": mask.height}[anchor[1]]
     image.paste(colour, (x, y, x + mask.width, y + mask.height), mask)
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """A float32 tensor on the array's own memory, read only here: a spilled stage is a read-only
+    memory map, and torch's warning about writing to it does not apply."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+
+
+def finite_range(*arrays: np.ndarray | None, diverging: bool = False) -> tuple[float, float]:
+    """Finite min and max over every array (one colour scale for the variant and the reference,
+    for every head); symmetric around 0 for a diverging map; (0, 0) when nothing is finite."""
+    lows, highs = [], []
+    for array in arrays:
+        if array is None:
+            continue
+        values = _tensor(array).reshape(-1)
+        if not values.numel():
+            continue
+        low, high = (float(v) for v in torch.aminmax(values))
+        if not (math.isfinite(low) and math.isfinite(high)):  # a NaN or an infinity: the finite ones only
+            finite = values[torch.isfinite(values)]
+            if not finite.numel():
+                continue
+            low, high = (float(v) for v in torch.aminmax(finite))
+        lows.append(low)
+        highs.append(high)
+    if not lows:
+        return 0.0, 0.0
+    low, high = min(lows), max(highs)
+    if diverging:
+        extent = max(abs(low), abs(high))
+        return -extent, extent
+    return low, high
+
+
+def pool_heads(values: np.ndarray, cells: int, diverging: bool) -> tuple[np.ndarray, tuple[int, int]]:
+    """(heads, rows, cols) pooled to at most `cells` per axis by block max (the signed extreme for
+    a difference): a pooled map shows *where* something happens, and a mean would dilute one peaked
+    row, a sink or one wrong cell into the background. NaN propagates: a grey block."""
+    blocks = (-(-values.shape[1] // cells), -(-values.shape[2] // cells))
+    if blocks == (1, 1):
+        return values, blocks
+    tensor = _tensor(values)[None]  # (1, heads, rows, cols)
+
+    def pool(t: torch.Tensor) -> np.ndarray:
+        return F.max_pool2d(t, kernel_size=blocks, stride=blocks, ceil_mode=True)[0].numpy()
+
+    high = pool(tensor)
+    if not diverging:
+        return high, blocks
+    low = -pool(-tensor)
+    return np.where(np.abs(low) > np.abs(high), low, high), blocks
+
+
+def _stretch(cells: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Nearest-neighbour (rows, cols, 3) to (height, width, 3): every map the same size on screen."""
+    rows = np.arange(height) * cells.shape[0] // height
+    cols = np.arange(width) * cells.shape[1] // width
+    return cells[rows][:, cols]
+
+
+def _colour(matrix: np.ndarray, low: float, high: float, lut: np.ndarray) -> np.ndarray:
+    """Map values to LUT colours; a constant scale takes the middle colour. Infinities are grey
+    like NaN, not the ends of the scale: a learner must see them."""
+    span = high - low
+    finite = np.isfinite(matrix)
+    if span > 0:
+        with np.errstate(invalid="ignore", over="ignore"):
+            t = (matrix - low) * np.float32((_LUT_SIZE - 1) / span)
+        np.clip(t, 0.0, _LUT_SIZE - 1, out=t)
+        t[~finite] = 0.0  # coloured below
+        index = (t + 0.5).astype(np.uint16)  # rounds half up: t >= 0
+    else:
+        index = np.full(matrix.shape, (_LUT_SIZE - 1) // 2, dtype=np.uint16)
+    cells = lut[index]
+    cells[~finite] = _NON_FINITE
+    return cells
+
+
+def _as_heads(values: np.ndarray) -> np.ndarray:
+    """(heads, rows, cols): a 1-d array is one row, a matrix one head; leading axes beyond three
+    take their first item (callers pass one batch item)."""
+    array = np.asarray(values, dtype=np.float32)
+    if array.ndim == 0:
+        raise ValueError("a heatmap needs at least one dimension")
+    while array.ndim > 3:
+        array = array[0]
+    return array.reshape((1,) * (3 - array.ndim) + array.shape)
+
+
+def render_heatmap(
+    values: np.ndarray,
+    *,
+    title: str,
+    row_labels: list[str] | None = None,
+    col_labels: list[str] | None = None,
+    diverging: bool = False,
+    value_range: tuple[float, float] | None = None,
+) -> np.ndarray:
+    """One matrix as an (H, W, 3) uint8 heatmap of one fixed size: its grid is MAP_SIDE pixels a
+    side whatever the matrix (pooled above MAX_SIDE cells), beside fixed bands for labels, a
+    colour bar and a two-line title (the second: the matrix's shape and any pooling).
+
+    `value_range`: the colour scale's (min, max), shared with the maps it is shown beside (the
+    reference, other heads); by default the matrix's own finite range. Labels: token labels up
+    to ANNOTATE_MAX entries, rows left, columns reading upwards, the same way in every map;
+    longer axes get their first and last index. Cell values up to VALUES_MAX entries.
+    """
+    matrix = _as_heads(values)[0]
+    rows = _axis_labels(row_labels, matrix.shape[0], "row")
+    cols = _axis_labels(col_labels, matrix.shape[1], "column")
+    low, high = value_range if value_range is not None else finite_range(matrix, diverging=diverging)
+    pooled, blocks = pool_heads(matrix[None], MAX_SIDE, diverging)
+    lut = DIVERGING_LUT if diverging else SEQUENTIAL_LUT
+    cells = _colour(pooled[0], low, high, lut)
+    shape = f"{matrix.shape[0]}x{matrix.shape[1]}"
+    note = shape if blocks == (1, 1) else f"{shape}, block {'signed extreme' if diverging else 'max'} {blocks[0]}x{blocks[1]}"
+    canvas, grid_x, grid_y = _canvas(MAP_SIDE, MAP_SIDE)
+    canvas[grid_y:grid_y + MAP_SIDE, grid_x:grid_x + MAP_SIDE] = _stretch(cells, MAP_SIDE, MAP_SIDE)
+    image = Image.fromarray(canvas, mode="RGB")
+    _draw_titles(image, title, note)
+    _draw_labels(image, grid_x, grid_y, rows, cols, matrix.shape)
+    if max(matrix.shape) <= VALUES_MAX:
+        _draw_values(image, grid_x, grid_y, pooled[0], cells)
+    return _with_bar(image, grid_x + MAP_SIDE, grid_y, MAP_SIDE, low, high, lut, diverging)
+
+
+def render_head_grid(values: np.ndarray, *, title: str, diverging: bool = False,
+                     value_range: tuple[float, float] | None = None) -> np.ndarray:
+    """Every head of a (heads, rows, cols) array in one image of GRID_WIDTH: tiles in a
+    near-square grid (a 12-head strip in a card cannot be read), each captioned with its head,
+    pooled to its tile, and one colour bar for all (the heads share one scale)."""
+    heads = _as_heads(values)
+    n = heads.shape[0]
+    columns = math.ceil(math.sqrt(n))
+    tile = (GRID_WIDTH - _TILE_GAP * (columns - 1)) // columns
+    caption = _font(_FONT_SIZE).getmetrics()[0] + 4
+    n_rows = -(-n // columns)
+    height = n_rows * (tile + caption) + (n_rows - 1) * _TILE_GAP
+    low, high = value_range if value_range is not None else finite_range(heads, diverging=diverging)
+    pooled, blocks = pool_heads(heads, tile, diverging)
+    lut = DIVERGING_LUT if diverging else SEQUENTIAL_LUT
+    canvas, grid_x, grid_y = _canvas(GRID_WIDTH, height, label_band=False)
+    for h in range(n):
+        x = grid_x + (h % columns) * (tile + _TILE_GAP)
+        y = grid_y + (h // columns) * (tile + caption + _TILE_GAP) + caption
+        canvas[y:y + tile, x:x + tile] = _stretch(_colour(pooled[h], low, high, lut), tile, tile)
+    image = Image.fromarray(canvas, mode="RGB")
+    shape = f"{n} heads of {heads.shape[1]}x{heads.shape[2]}"
+    _draw_titles(image, title, shape if blocks == (1, 1) else f"{shape}, block {'signed extreme' if diverging else 'max'} "
+                 f"{blocks[0]}x{blocks[1]}")
+    for h in range(n):
+        x = grid_x + (h % columns) * (tile + _TILE_GAP)
+        y = grid_y + (h // columns) * (tile + caption + _TILE_GAP)
+        _draw_string(image, (x, y), f"head {h}")
+    return _with_bar(image, grid_x + GRID_WIDTH, grid_y, height, low, high, lut, diverging)
+
+
+def _title_band() -> int:
+    return 2 * (_font(_TITLE_SIZE).getmetrics()[0] + 3) + _MARGIN
+
+
+def _canvas(grid_w: int, grid_h: int, label_band: bool = True) -> tuple[np.ndarray, int, int]:
+    """A white canvas: title band, label bands (left and top), the grid, colour bar and ticks."""
+    band = _LABEL_BAND if label_band else 0
+    grid_x, grid_y = _MARGIN + band, _title_band() + band
+    width = grid_x + grid_w + 2 * _MARGIN + _BAR_W + 4 + _TICK_W + _MARGIN
+    height = grid_y + grid_h + _MARGIN + _FONT_SIZE
+    return np.full((height, width, 3), _BACKGROUND, dtype=np.uint8), grid_x, grid_y
+
+
+def _draw_titles(image: Image.Image, title: str, note: str) -> None:
+    line = _font(_TITLE_SIZE).getmetrics()[0] + 3
+    _draw_string(image, (_MARGIN, _MARGIN), title, size=_TITLE_SIZE)
+    _draw_string(image, (_MARGIN, _MARGIN + line), note)
+
+
+def _axis_labels(labels: list[str] | None, n: int, axis: str) -> list[str] | None:
+    """Labels to draw on one axis, or None when the axis is too long to label."""
+    if labels is not None and len(labels) != n:
+        raise ValueError(f"{len(labels)} {axis} labels for {n} {axis}s")
+    if n > ANNOTATE_MAX:
+        return None
+    return [_shorten(str(label)) for label in labels] if labels is not None else [str(i) for i in range(n)]
+
+
+def _shorten(label: str, limit: int = 10) -> str:
+    return label if len(label) <= limit else label[: limit - 2] + ".."
+
+
+def _draw_labels(image: Image.Image, grid_x: int, grid_y: int, rows: list[str] | None, cols: list[str] | None,
+                 shape: tuple[int, int]) -> None:
+    """Row labels right-aligned left of the grid, column labels reading upwards above it, each at
+    its cell's centre; an axis too long to label gets its first and last index at its ends."""
+    cell_h, cell_w = MAP_SIDE / shape[0], MAP_SIDE / shape[1]
+    row_marks = list(enumerate(rows)) if rows is not None else [(0, "0"), (shape[0] - 1, str(shape[0] - 1))]
+    col_marks = list(enumerate(cols)) if cols is not None else [(0, "0"), (shape[1] - 1, str(shape[1] - 1))]
+    for i, label in row_marks:
+        _draw_string(image, (grid_x - 4, grid_y + int((i + 0.5) * cell_h)), label, anchor="rm")
+    for j, label in col_marks:
+        _draw_string(image, (grid_x + int((j + 0.5) * cell_w), grid_y - 4), label, anchor="mb", vertical=True)
+
+
+def _format(value: float) -> str:
+    return f"{value:.3g}" if np.isfinite(value) else str(value)
+
+
+def _draw_values(image: Image.Image, grid_x: int, grid_y: int, matrix: np.ndarray, cells: np.ndarray) -> None:
+    """Every cell's value, dark on light cells and white on dark, when every value fits its cell."""
+    texts = [[_format(float(v)) for v in row] for row in matrix]
+    cell_h, cell_w = MAP_SIDE / matrix.shape[0], MAP_SIDE / matrix.shape[1]
+    if max(_text_width(t) for row in texts for t in row) > cell_w - 2:
+        return
+    light = cells @ np.array([0.299, 0.587, 0.114]) > 140
+    for i, row in enumerate(texts):
+        for j, text in enumerate(row):
+            centre = (grid_x + int((j + 0.5) * cell_w), grid_y + int((i + 0.5) * cell_h))
+            _draw_string(image, centre, text, anchor="mm", colour=_TEXT if light[i, j] else (255, 255, 255))
+
+
+def _with_bar(image: Image.Image, grid_right: int, top: int, height: int, low: float, high: float,
+              lut: np.ndarray, diverging: bool) -> np.ndarray:
+    """The colour bar right of the grid, as tall as it: max at the top, min at the bottom, 0 in
+    the middle of a diverging bar; a scale with one value (an all-zero difference) says so once."""
+    x = grid_right + 2 * _MARGIN
+    bar = lut[::-1][np.linspace(0, _LUT_SIZE - 1, height).astype(int)][:, None]
+    canvas = np.array(image)
+    canvas[top:top + height, x:x + _BAR_W] = np.repeat(bar, _BAR_W, axis=1)
+    image = Image.fromarray(canvas, mode="RGB")
+    bottom = top + height - 1
+    if high == low:
+        ticks = [((top + bottom) // 2, f"all {_tick(low)}", "lm")]
+    else:
+        ticks = [(top, _tick(high), "lt"), (bottom, _tick(low), "lb")]
+        if diverging:
+            ticks.append(((top + bottom) // 2, "0", "lm"))
+    for y, text, anchor in ticks:
+        image.paste(_TEXT, (x + _BAR_W, y, x + _BAR_W + 4, y + 1))
+        _draw_string(image, (x + _BAR_W + 6, y), text, anchor=anchor)
+    return np.array(image)
+
+
+def _tick(value: float) -> str:
+    return f"{value + 0.0:.3g}"  # + 0.0: no "-0"

@@ -81,11 +81,17 @@ def flat_hparams(config: Mapping[str, Any]) -> dict[str, bool | int | float | st
         if isinstance(value, Mapping):
             for key, item in value.items():
                 walk(f"{prefix}.{key}" if prefix else str(key), item)
-        elif prefix not in _HPARAM_DATA:
+        elif prefix not in _HPARAM_DATA and not _hydra_internal(prefix):
             flat[_HPARAM_ALIASES.get(prefix, prefix)] = hparam_value(value)
 
     walk("", {key: value for key, value in config.items() if key not in _HPARAM_SKIP})
     return flat
+
+
+def _hydra_internal(key: str) -> bool:
+    """`inputs._target_`, `inputs._convert_`: how Hydra builds a value, not a setting of the experiment."""
+    last = key.rsplit(".", 1)[-1]
+    return last.startswith("_") and last.endswith("_")
 
 
 def hparam_name(key: str) -> str:

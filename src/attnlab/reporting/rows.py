@@ -1,7 +1,8 @@
 """Records as table rows: one row per module in a job, one row per job in a sweep.
 
-Columns are the record's own names: key config values, `status`, `error`,
-`first_divergent_stage`, `findings` (codes), then every diagnostics key as is.
+Columns are the record's own names: key config values, in a sweep every other config value in
+which its jobs differ (`num_kv_heads`, `weights_init`, `variant.params.window`: `swept_keys`),
+`status`, `error`, `first_divergent_stage`, `findings` (codes), then every diagnostics key as is.
 
 `write_rows_csv` is the one writer of every comparison.csv (a job's and a sweep's), with the
 csv module: importing pandas costs a large part of a cold single run for a two-row table. The
@@ -14,7 +15,7 @@ import csv
 import io
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from tabulate import tabulate
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 TABLE_FILE = "comparison.csv"
 KEY_COLUMNS = ("variant", "seed", "d_in", "d_out", "n_tokens", "inputs", "weights")
+SWEPT_ATTR = "swept_keys"  # a jobs table's attrs: its config columns besides KEY_COLUMNS
 
 
 def record_row(record: Record, module: str = "variant") -> dict:
@@ -63,12 +65,65 @@ def job_rows(records: Sequence[Record]) -> list[dict]:
     return module_rows(records[0]) if len(records) == 1 else [record_row(record) for record in records]
 
 
-def sweep_rows(records: Iterable[Record]) -> list[dict]:
-    """A sweep's comparison: one row per job (the variant's row), ordered by variant then seed."""
-    rows = [record_row(r) for r in records]
-    for row in rows:
+def swept_keys(records: Sequence[Record]) -> list[str]:
+    """The config values besides the key columns in which the records differ, as hyperparameter
+    names (attnlab.reporting.metrics.hparams), in the config's order. A variant's own params count
+    when they differ between jobs of that variant: across variants they follow from its name."""
+    from attnlab.reporting.metrics import hparams
+
+    configs = [hparams(record) for record in records]
+    covered = {*KEY_COLUMNS, "inputs.kind"}
+    swept = []
+    for key in dict.fromkeys(key for config in configs for key in config):
+        values = [(record.variant, str(config.get(key))) for record, config in zip(records, configs)]
+        if key.startswith("variant.params."):
+            differs = any(len({v for name, v in values if name == variant}) > 1 for variant, _ in values)
+        else:
+            differs = len({v for _, v in values}) > 1
+        if differs and key not in covered:
+            swept.append(key)
+    return swept
+
+
+def job_order(records: Sequence[Record]) -> list[Record]:
+    """The records in the order of a sweep's rows: by variant, then each swept value (the sizes,
+    then `swept_keys`; numbers numerically: d_out 2, 8, 32 and num_kv_heads 1, 2, 4), then seed,
+    so each configuration's seeds are adjacent."""
+    from attnlab.reporting.metrics import hparams
+
+    keys = ["d_in", "d_out", "n_tokens", "inputs.kind", "weights", *swept_keys(records)]
+
+    def key(record: Record) -> tuple:
+        config = hparams(record)
+        return (str(record.variant), [_order(config.get(k)) for k in keys], record.seed, str(record.path))
+
+    return sorted(records, key=key)
+
+
+def _order(value: object) -> tuple:
+    """Numbers before text, each in its own order: num_kv_heads reads 1, 2, 4, then None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, value, "")
+    return (1, 0, str(value))
+
+
+def sweep_rows(records: Sequence[Record]) -> list[dict]:
+    """A sweep's comparison: one row per job (the variant's row) in `job_order`, the swept config
+    values (`swept_keys`) right after the key columns."""
+    from attnlab.reporting.metrics import hparams
+
+    records = job_order(records)
+    swept = swept_keys(records)
+    rows = []
+    for record in records:
+        row = record_row(record)
         del row["module"]
-    return sorted(rows, key=lambda row: (str(row["variant"]), row["seed"]))
+        config = hparams(record)
+        keys = list(row)
+        at = keys.index("weights") + 1
+        values = {key: config.get(key) for key in swept}
+        rows.append({**{k: row[k] for k in keys[:at]}, **values, **{k: row[k] for k in keys[at:]}})
+    return rows
 
 
 def module_table(record: Record) -> pd.DataFrame:
@@ -77,12 +132,15 @@ def module_table(record: Record) -> pd.DataFrame:
     return pd.DataFrame(module_rows(record)).set_index("module")
 
 
-def records_table(records: Iterable[Record]) -> pd.DataFrame:
+def records_table(records: Sequence[Record]) -> pd.DataFrame:
     """A sweep's comparison as a DataFrame (the rows of `sweep_rows`)."""
     import pandas as pd
 
+    records = list(records)
     rows = sweep_rows(records)
-    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["variant", "seed", "status"])
+    table = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["variant", "seed", "status"])
+    table.attrs[SWEPT_ATTR] = swept_keys(records)  # which columns are configuration (attnlab.reporting.aggregate)
+    return table
 
 
 def _columns(rows: list[dict]) -> list[str]:
@@ -111,8 +169,9 @@ def rows_markdown(rows: list[dict], *, transpose: bool = False, floatfmt: str = 
     of ~60 columns was a visible share of a book-size job."""
     columns = _columns(rows)
     cells = [[_markdown_cell(row.get(column), floatfmt) for column in columns] for row in rows]
-    if transpose:
-        return tabulate([[c, *values] for c, *values in zip(columns, *cells)], tablefmt="pipe", disable_numparse=True)
+    if transpose:  # the first column (`module`: reference, variant) is the header row
+        transposed = [[c, *values] for c, *values in zip(columns, *cells)]
+        return tabulate(transposed[1:], headers=transposed[0], tablefmt="pipe", disable_numparse=True)
     return tabulate(cells, headers=columns, tablefmt="pipe", disable_numparse=True)
 
 

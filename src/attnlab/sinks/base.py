@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from attnlab.record import Record
 
 
+REPORT_FILE = "report.html"  # a single run's page in its job folder (the html sink writes, the terminal names it)
+
+
 @dataclass(frozen=True)
 class JobInfo:
     """Where a job writes and what it is, for sinks (and trackers that group runs by sweep)."""
@@ -70,4 +73,4 @@ def build_sinks(cfg: DictConfig) -> dict[str, Sink]:
     return sinks
 
 
-__all__ = ["JobInfo", "Sink", "build_sinks", "enabled_sinks"]
+__all__ = ["REPORT_FILE", "JobInfo", "Sink", "build_sinks", "enabled_sinks"]

@@ -7,18 +7,20 @@ diagnostic as a metric (step 0; an n_seeds job puts each seed at step=seed), the
 artifacts (`heatmaps/<variant|reference|difference>/<stage>.png`, TensorBoard's images) and
 record.json; tags `attnlab.status`, `attnlab.first_divergent_stage`, `attnlab.diagnosis.findings`.
 
-The store is `./mlruns` in the working folder (beside `runs/`) unless `sink.mlflow.tracking_uri`
-or MLFLOW_TRACKING_URI names another (`sqlite:///mlflow.db`, `http://host:5000`). `./mlruns` is
-MLflow's file store: mlflow-skinny writes and reads it without a database library, and parallel
-jobs each write their own run folder. MLflow 3 keeps that store in maintenance mode and refuses
-it unless MLFLOW_ALLOW_FILE_STORE=true, which this sink sets for a `file:` store (read it back
-with the same variable: `MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri ./mlruns`).
+The store is where MLflow itself writes by default, so `mlflow ui` and `mlflow.search_runs()` in
+the working folder read it with no flag or variable: `sink.mlflow.tracking_uri`, else
+MLFLOW_TRACKING_URI, else MLflow's default (a sqlite `mlflow.db` in the working folder; `./mlruns`
+where that folder already holds MLflow's old file store). The extra brings sqlalchemy and alembic,
+which mlflow-skinny needs for sqlite. The store is created when the sink is built, under a lock:
+attnlab's sweeper builds every sink before the first job, so a sweep's parallel jobs find it
+there (two processes creating one sqlite store at once lost one's runs).
 
 mlflow is imported when the sink is built, i.e. only with log.mlflow=true.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import time
@@ -36,7 +38,6 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 INSTALL_HINT = "log.mlflow=true needs mlflow: pip install 'attnlab[mlflow]'"
-DEFAULT_STORE = "mlruns"  # in the working folder, beside runs/
 SINGLE_RUN_EXPERIMENT = "attnlab"
 LOCK_FILE = ".mlflow.lock"  # in the sweep folder: parallel jobs create the sweep's experiment once
 BATCH = 100  # MLflow's limit of params (and tags) per log_batch call
@@ -53,6 +54,8 @@ class MlflowSink:
             raise UserError(INSTALL_HINT) from None
         self.tracking_uri = store_uri(tracking_uri)
         self.images = images
+        if not self.tracking_uri.startswith(("http:", "https:", "databricks")):
+            create_store(self.tracking_uri)  # before any job of a sweep: see the module's docstring
 
     def write(self, records: Sequence[Record], job: JobInfo) -> None:
         from mlflow.entities import Metric, Param, RunTag
@@ -80,7 +83,7 @@ class MlflowSink:
                 folder = None if len(records) == 1 else f"seed-{record.seed}"
                 client.log_artifact(run_id, str(record.path), artifact_path=folder)
         if self.images and first.ok:
-            self._log_heatmaps(client, run_id, first)
+            self._log_heatmaps(client, run_id, first, job.dir)
         client.set_terminated(run_id, "FINISHED" if all(r.ok for r in records) else "FAILED")
 
     def client(self) -> MlflowClient:
@@ -97,24 +100,37 @@ class MlflowSink:
         with _locked(Path(job.sweep_dir) / LOCK_FILE):
             return _get_or_create(client, _display(job.sweep_dir))
 
-    def _log_heatmaps(self, client: MlflowClient, run_id: str, record: Record) -> None:
-        from attnlab.sinks.tensorboard import heatmap_images
+    def _log_heatmaps(self, client: MlflowClient, run_id: str, record: Record, job_dir: Path) -> None:
+        from attnlab.reporting.job_heatmaps import FOLDER, job_heatmaps
 
-        with tempfile.TemporaryDirectory() as folder:
-            for tag, image in heatmap_images(record):
-                path = Path(folder) / f"{tag}.png"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(image.png)
-            client.log_artifacts(run_id, folder)
+        job_heatmaps(record, job_dir)  # drawn once per job: read back when another sink drew them
+        client.log_artifacts(run_id, str(Path(job_dir) / FOLDER), artifact_path=FOLDER)
 
 
 def store_uri(tracking_uri: str | None) -> str:
-    """The store: `tracking_uri`, else MLFLOW_TRACKING_URI, else ./mlruns as an absolute file URI
-    (a joblib or SLURM worker may not start in the working folder)."""
+    """The store: `tracking_uri`, else MLFLOW_TRACKING_URI, else MLflow's own default for the working
+    folder, made absolute (a joblib or SLURM worker may not start in the working folder)."""
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
         return uri
-    return (Path.cwd() / DEFAULT_STORE).resolve().as_uri()
+    import mlflow
+
+    default = mlflow.get_tracking_uri()  # sqlite:///<cwd>/mlflow.db, or ./mlruns where it already holds runs
+    if default.startswith("sqlite:///") and not default.startswith("sqlite:////"):  # relative: pin the folder
+        return "sqlite:///" + str((Path.cwd() / default[len("sqlite:///"):]).resolve())
+    return default
+
+
+def create_store(uri: str) -> None:
+    """Open the store once, creating it (a sqlite file and its tables) if needed, one process at a
+    time: the first open of a sqlite store creates and migrates its schema."""
+    from mlflow import MlflowClient
+
+    lock = Path(tempfile.gettempdir()) / f"attnlab-mlflow-{hashlib.sha1(uri.encode()).hexdigest()[:16]}.lock"
+    with _locked(lock):
+        if uri.startswith("file:"):
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
 
 
 def _get_or_create(client: MlflowClient, name: str) -> str:
@@ -155,4 +171,4 @@ def _display(path: Path | str) -> str:
     return display_path(path)
 
 
-__all__ = ["INSTALL_HINT", "MlflowSink", "store_uri"]
+__all__ = ["INSTALL_HINT", "MlflowSink", "create_store", "store_uri"]

@@ -2,15 +2,19 @@
 
 Nothing here creates a sub-run (no timestamped HParams folder, no writer per key), so
 `tensorboard --logdir runs` lists every job by its folder name and a sweep folder alone is a
-valid logdir. A job is one point at step 0 (an n_seeds job: one point per seed, at step=seed),
-and the HParams dashboard compares jobs.
+valid logdir. A job is one point at step 0, a sweep's job at its job number (an n_seeds job:
+one point per seed, at step=seed), and the HParams dashboard compares jobs, a trial per job named
+`<sweep> #<num> <variant> <swept values> s<seed>`, its findings and first divergent stage as
+columns. A sweep's curves are its Custom Scalars, the only layout written (jobs write none).
 
 Tags:
 - scalars: every numeric diagnostic under its grouped name (attnlab.reporting.metrics: `divergence/context`,
   `scaling/observed`, the reference's own under `reference/...`).
-- images: `heatmaps/{variant,reference,difference}/<stage>`, plus `.../crop64` above 512 tokens.
+- images: `heatmaps/{variant,reference,difference}/<stage>` (a grid of all heads), `.../head<h>`,
+  `.../crop64` above 256 tokens: attnlab.reporting.job_heatmaps, the PNGs in the job's heatmaps/.
 - histograms: `histograms/{variant,reference}/<stage>`.
-- text: `text/table`, `text/findings`, `text/config`.
+- text: `text/table` (a header row, then a row per column of comparison.csv), `text/findings`,
+  `text/config` (YAML, without Hydra's `_target_`/`_convert_`).
 - hparams: one session per job; the metrics are scalar tags logged above.
 
 The event file is written here (`EventFile`), in TensorBoard's format, with the `crc32c`
@@ -35,12 +39,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnlab.reporting.heatmap import EncodedHeatmap, encoded_heatmap_views
+from attnlab.reporting.job_heatmaps import EncodedHeatmap, job_heatmaps
 from attnlab.reporting.metrics import KEY_METRICS, hparam_name, hparams, json_default, metric_values
 from attnlab.record import Finding, Record
 from attnlab.reporting.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo
-from attnlab.capture.spill import release
 
 if TYPE_CHECKING:
     from tensorboard.compat.proto.summary_pb2 import Summary
@@ -48,31 +51,9 @@ if TYPE_CHECKING:
     from attnlab.reporting.aggregate import Report
     from attnlab.reporting.sweep_plots import Curve
 
-HEATMAP_STAGES = ("scores", "scaled_scores", "weights", "context")
 HISTOGRAM_STAGES = ("weights", "context")
-TOKEN_BY_TOKEN = {"scores", "scaled_scores", "weights"}  # columns are key tokens; context's are dims
 HISTOGRAM_BINS = 64  # uniform bins: TensorBoard's default ~1500 exponential buckets are slow at 4096^2
 HISTOGRAM_SAMPLE = 2**22
-
-_REF = r"^(reference/)?"
-CUSTOM_SCALARS_LAYOUT = {
-    "Divergence": {
-        "divergence": ["Multiline", [r"^divergence/"]],
-        "relative divergence": ["Multiline", [r"^relative_divergence/"]],
-        "non-finite values": ["Multiline", [_REF + r"non_finite/"]],
-    },
-    "Weights": {
-        "row / column sum error": ["Multiline", [_REF + r"weights/(row|col)_sum_max_err$"]],
-        "entropy": ["Multiline", [_REF + r"weights/entropy"]],
-        "range and peaks": ["Multiline", [_REF + r"weights/(min|max|row_max_mean|first_token_mass)$"]],
-    },
-    "Scaling": {
-        "scale": ["Multiline", [_REF + r"scaling/"]],
-        "softmax dim": ["Multiline", [_REF + r"softmax/"]],
-        "batched vs single": ["Multiline", [_REF + r"batched_single/"]],
-    },
-}
-
 
 class TensorBoardSink:
     """`log.tensorboard`: the job's TensorBoard run (`images` and `histograms` follow `log.images`
@@ -86,7 +67,7 @@ class TensorBoardSink:
         markdown = rows_markdown(job_rows(records), transpose=len(records) == 1)
         write_tensorboard(list(records), job.dir, table_markdown=markdown, images=self.images,
                           histograms=self.histograms,
-                          swept=swept_hparams(job.sweep_dir) if job.sweep_dir is not None else None)
+                          swept=swept_hparams(job.sweep_dir) if job.sweep_dir is not None else None, job=job)
 
     def write_sweep(self, report: Report, folder: Path) -> None:
         from attnlab.reporting.sweep_plots import DEFAULT_DIAGNOSTICS, sweep_curves
@@ -100,7 +81,8 @@ SWEEP_RUN = "sweep"  # <sweep>/sweep/<line>: one TensorBoard run per line (varia
 
 def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
     """The sweep's curves as scalars: a run per line label under `folder`, tags
-    `sweep/<key>/<diagnostic tag>/{mean,lower,upper}` (lower, upper: mean ∓ std over seeds) at
+    `Sweep/<key>/<diagnostic tag>/{mean,lower,upper}` (lower, upper: mean ∓ std over seeds; a capital
+    S: the Time Series tab lists this group before the jobs' own, which are lower case) at
     step = the swept value when every value is an integer, else its index (named in the chart's
     title), and a custom-scalars layout: a category per swept key, a margin chart per diagnostic.
     Runs written by an earlier call are replaced: the sweep's end can rebuild its outputs."""
@@ -110,10 +92,11 @@ def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
     if not curves:
         return
     layout: dict[str, dict[str, list]] = {}
-    for curve in curves:
+    for curve in reversed(curves):  # the dashboard lays a category's charts out last first (TensorBoard 2.21)
         tag = sweep_tag(curve)
         layout.setdefault(f"sweep: against {curve.key}", {})[_chart_title(curve)] = [
             "Margin", [f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"]]
+    layout = dict(reversed(layout.items()))  # categories in the order of the keys, charts reversed within each
     for label in dict.fromkeys(label for curve in curves for label in curve.lines):
         with EventFile(folder / sweep_run_name(label)) as events:
             for curve in curves:
@@ -129,7 +112,7 @@ def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
 def sweep_tag(curve: Curve) -> str:
     from attnlab.reporting.metrics import metric_name
 
-    return f"sweep/{curve.key}/{metric_name(curve.diagnostic)}"
+    return f"Sweep/{curve.key}/{metric_name(curve.diagnostic)}"
 
 
 def sweep_steps(curve: Curve) -> dict[float, int]:
@@ -198,31 +181,56 @@ def write_tensorboard(
     images: bool = True,
     histograms: bool = True,
     swept: list[str] | None = None,
+    job: JobInfo | None = None,
 ) -> None:
     """Write one job as one TensorBoard run whose event file sits in `job_dir`.
 
-    One record is logged at step 0. Several (an `n_seeds` job) put each seed's scalars at
-    step=seed, so the charts show the spread over seeds; the images, histograms, texts and the
+    One record is logged at step 0, or at its job's number in a sweep: a chart of a sweep's runs
+    reads along its jobs instead of stacking every dot at step 0. Several (an `n_seeds` job) put
+    each seed's scalars at step=seed, so the charts show the spread over seeds; the images, histograms, texts and the
     HParams session (with the first seed's metrics) come from the first record that ran.
     """
-    from torch.utils.tensorboard.summary import custom_scalars
-
     ok = [record for record in records if record.ok]
     first = ok[0] if ok else records[0]  # a failed job still gets its error and a failed HParams session
+    step = job.num if job is not None and job.num is not None else 0
     with EventFile(job_dir) as events:
         for record in ok:
-            events.add(scalars_summary(metric_values(record)), step=0 if len(records) == 1 else record.seed)
-        events.add(custom_scalars(CUSTOM_SCALARS_LAYOUT))
+            events.add(scalars_summary(metric_values(record)), step=step if len(records) == 1 else record.seed)
         if images:
-            _write_heatmaps(events, first)
+            _write_heatmaps(events, first, job_dir)
         if histograms:
             _write_histograms(events, first)
         _write_texts(events, {"table": table_markdown, "findings": findings_markdown(first),
                               "config": config_markdown(first.config)})
         scalars = metric_values(first)
         metrics = list(KEY_METRICS) if swept is not None else [tag for tag in KEY_METRICS if tag in scalars]
-        for summary in hparams_summaries(hparams(first), metrics, ok=first.ok, swept=swept):
+        for summary in hparams_summaries(session_hparams(first), metrics, ok=first.ok, swept=swept,
+                                         trial=trial_name(first, job or JobInfo(Path(job_dir)), swept)):
             events.add(summary)
+
+
+def session_hparams(record: Record) -> dict[str, bool | int | float | str]:
+    """What HParams shows of a job: its config (attnlab.reporting.metrics.hparams), then its verdict
+    as columns to sort and filter by: the first divergent stage and the findings' codes."""
+    verdict = {"first_divergent_stage": str(record.first_divergent_stage or "none") if record.ok else "failed",
+               "findings": " ".join(f.code for f in record.findings) or "none"}
+    return {**hparams(record), **verdict}
+
+
+def trial_name(record: Record, job: JobInfo, swept: Sequence[str] | None) -> str:
+    """HParams' trial: `11-30-23 #03 unscaled d_out=8 s1` in a sweep (the sweep's folder, the
+    job's number, the variant, its other swept values, the seed), which sorts in job order and
+    tells sweeps apart; a single run's folder name and seed otherwise (trials of one name are
+    pooled into one row)."""
+    if job.sweep_dir is None or job.num is None:
+        return f"{Path(job.dir).name} s{record.seed}"
+    values = hparams(record)
+    others = [f"{key}={_short(values[key])}" for key in swept or () if key not in ("variant", "seed") and key in values]
+    return " ".join([Path(job.sweep_dir).name, f"#{job.num:03d}", record.variant, *others, f"s{record.seed}"])
+
+
+def _short(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 class EventFile:
@@ -272,45 +280,9 @@ def scalars_summary(values: Mapping[str, float]) -> Summary:
     return Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in values.items()])
 
 
-def _write_heatmaps(events: EventFile, record: Record) -> None:
-    for tag, image in heatmap_images(record):
+def _write_heatmaps(events: EventFile, record: Record, job_dir: Path) -> None:
+    for tag, image in job_heatmaps(record, job_dir):
         events.add(image_summary(tag, image))
-
-
-def heatmap_images(record: Record) -> Iterator[tuple[str, EncodedHeatmap]]:
-    """(tag, PNG) of every heatmap a tracker shows: `heatmaps/<variant|reference|difference>/<stage>`
-    (plus `/crop64` above 512 tokens), of the batch item `show.batch`, every head."""
-    for stage in HEATMAP_STAGES:
-        batch = int((record.config.get("show") or {}).get("batch", 0))
-        variant = record.heads_view(stage, batch=batch)
-        reference = record.heads_view(stage, batch=batch, reference=True)
-        sources = {"variant": variant, "reference": reference}
-        if variant is not None and reference is not None and np.shape(variant) == np.shape(reference):
-            with np.errstate(invalid="ignore"):  # a mask's -inf against the same -inf
-                difference = np.subtract(variant, reference, dtype=np.float32)
-            np.putmask(difference, np.equal(variant, reference), 0.0)  # in place: one stage-sized array
-            sources["difference"] = difference
-        for source, values in sources.items():
-            if values is None:
-                continue
-            rows, cols = _labels(record, stage, np.shape(values))
-            views = encoded_heatmap_views(values, title=f"{stage} ({source})", row_labels=rows, col_labels=cols,
-                                          diverging=source == "difference")
-            for view, image in views.items():
-                yield f"heatmaps/{source}/{stage}" + ("" if view == "main" else f"/{view}"), image
-        release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps
-
-
-def _labels(record: Record, stage: str, shape: tuple[int, ...]) -> tuple[list[str] | None, list[str] | None]:
-    """Token labels for the axes that are tokens (when they match), `d<i>` for context's columns."""
-    n_rows, n_cols = (1, shape[0]) if len(shape) == 1 else shape[-2:]
-
-    def tokens(n: int) -> list[str] | None:
-        return list(record.labels) if len(record.labels) == n else None
-
-    rows = tokens(n_rows) if len(shape) > 1 else None
-    cols = tokens(n_cols) if stage in TOKEN_BY_TOKEN else [f"d{i}" for i in range(n_cols)]
-    return rows, cols
 
 
 def image_summary(tag: str, image: EncodedHeatmap) -> Summary:
@@ -362,26 +334,38 @@ def _finding_line(finding: Finding) -> str:
 
 
 def config_markdown(config: Mapping[str, Any]) -> str:
-    """The resolved config as a fenced JSON block (TensorBoard's markdown renders fenced code)."""
-    return "```json\n" + json.dumps(config, indent=2, default=json_default) + "\n```"
+    """The resolved config as a fenced YAML block (TensorBoard's markdown renders fenced code),
+    without Hydra's instructions for building values (`_target_`, `_convert_`)."""
+    import yaml
+
+    text = yaml.safe_dump(_without_internals(json.loads(json.dumps(config, default=json_default))),
+                          sort_keys=False, default_flow_style=None, width=100)
+    return "```yaml\n" + text.rstrip("\n") + "\n```"
+
+
+def _without_internals(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_internals(v) for k, v in value.items() if not (k.startswith("_") and k.endswith("_"))}
+    return value
 
 
 def hparams_summaries(hparams: Mapping[str, bool | int | float | str], metrics: list[str], *,
-                      ok: bool, swept: list[str] | None = None) -> list[Summary]:
+                      ok: bool, swept: Sequence[str] | None = None, trial: str = "") -> list[Summary]:
     """Experiment, session start and session end summaries for the HParams plugin.
 
     Built here rather than by torch's `summary.hparams`, which records bools as numbers
     (`isinstance(True, int)`), and rather than tensorboard's own `hparams.summary`, which needs
     TensorFlow. No hparam domains: one job cannot know the values its sweep siblings take.
 
-    In a sweep (`swept` given) the experiment's columns are the swept hyperparameters only, marked
-    `differs` (the dashboard shows its first five columns and puts differing ones first), and its
-    metrics are every KEY_METRICS tag: every job writes the same experiment summary, whatever its
-    variant's params, and the constants stay in each session (and in `text/config`).
+    The experiment declares every hyperparameter of the job, the swept ones (`swept`) marked
+    `differs`, which the dashboard sorts first: TensorBoard reads one experiment per logdir, and
+    a logdir of several sweeps needs each sweep's keys (`d_out`, `num_kv_heads`) declared by every
+    job. `trial` names the session's group, HParams' trial id.
     """
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
-    start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time())
+    start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time(), group_name=trial)
+    swept = list(swept or [])
     infos = []
     for name, value in hparams.items():
         if isinstance(value, bool):
@@ -393,12 +377,9 @@ def hparams_summaries(hparams: Mapping[str, bool | int | float | str], metrics: 
         else:
             start.hparams[name].string_value = value
             data_type = api_pb2.DATA_TYPE_STRING
-        if swept is None or name in swept:
-            infos.append(api_pb2.HParamInfo(name=name, type=data_type, differs=swept is not None))
-    if swept is not None:
-        missing = [api_pb2.HParamInfo(name=name, type=api_pb2.DATA_TYPE_STRING, differs=True)
-                   for name in swept if name not in hparams]
-        infos = sorted(infos + missing, key=lambda info: swept.index(info.name))
+        infos.append(api_pb2.HParamInfo(name=name, type=data_type, differs=name in swept))
+    infos += [api_pb2.HParamInfo(name=name, type=api_pb2.DATA_TYPE_STRING, differs=True)
+              for name in swept if name not in hparams]
     experiment = api_pb2.Experiment(
         hparam_infos=infos, metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag)) for tag in metrics]
     )

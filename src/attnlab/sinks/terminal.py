@@ -17,10 +17,10 @@ from typing import Iterator, Sequence, TextIO
 
 import numpy as np
 
-from attnlab.diagnosis.head_findings import heads_phrase
+from attnlab.diagnosis.words import heads_phrase
 from attnlab.record import Record
 from attnlab.reporting.rows import TABLE_FILE
-from attnlab.sinks.base import JobInfo
+from attnlab.sinks.base import REPORT_FILE, JobInfo
 from attnlab.capture.stages import STAGES
 
 
@@ -37,6 +37,9 @@ class TerminalSink:
             if len(records) == 1:
                 print_record(records[0])
                 print(f"record: {display_path(records[0].path)}", flush=True)
+                report = Path(job.dir) / REPORT_FILE
+                if report.exists():  # the html sink ran before (the terminal runs last)
+                    print(f"report: {display_path(report)} (open it in a browser)", flush=True)
             else:
                 table = job.dir / TABLE_FILE
                 print_seeds(list(records), table if table.exists() else None)

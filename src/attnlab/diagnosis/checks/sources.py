@@ -1,0 +1,108 @@
+"""Where queries, keys and values come from, and how they meet in the scores (sections 3.3-3.4)."""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab.diagnosis.context import Context, Found, finding
+from attnlab.record import Finding
+
+PROJECTIONS = {"queries": "W_query", "keys": "W_key", "values": "W_value"}
+
+
+def shapes(ctx: Context, found: Found) -> list[Finding]:
+    """A projection of the wrong width (d_in where d_out was meant), or every head built with d_out."""
+    d_in = ctx.v.stages["inputs"].shape[-1]
+    out, undivided = [], []
+    for stage, matrix in PROJECTIONS.items():
+        if not ctx.present(stage) or stage not in ctx.ref.stages:
+            continue
+        cols, expected = ctx.v.stages[stage].shape[-1], ctx.ref.stages[stage].shape[-1]
+        if cols == expected:
+            continue
+        cause = "d_in" if cols == d_in else f"{cols}"
+        heads = ctx.ref.stages[stage].shape[1]
+        per_head = heads > 1
+        wanted = f"head_dim={expected} per head" if per_head else f"d_out={expected}"
+        if per_head and cols == heads * expected:  # the wrapper's heads built with d_out each
+            undivided.append((stage, cols, expected))
+            continue
+        out.append(finding("shape_projection", stage, f"{stage} have {cols} columns where {wanted} was expected: "
+                           f"the {matrix} projection probably used {cause} where it should have used "
+                           f"{'d_out // num_heads' if per_head else 'd_out'}."))
+    return out + (_undivided_heads(ctx, undivided) if undivided else [])
+
+
+def _undivided_heads(ctx: Context, undivided: list[tuple[str, int, int]]) -> list[Finding]:
+    """Every head built with the whole d_out: one finding, where the learner sees it (the output's
+    width) when that differs, else at the first projection."""
+    stages = ", ".join(stage for stage, _, _ in undivided)
+    _, cols, expected = undivided[0]
+    width, ref_width = ctx.v.stages["output"].shape[-1], ctx.ref.stages["output"].shape[-1]
+    heads = f"each head's {stages} have {cols} columns where head_dim={expected} per head was expected"
+    cause = f"every head got the full d_out={cols} instead of d_out // num_heads; give each head d_out // num_heads."
+    if width == ref_width:  # an output projection took the merged heads back to d_out
+        return [finding("shape_projection", undivided[0][0], f"{heads}: {cause}")]
+    return [finding("shape_projection", "output", f"the output has {width} columns where the reference has d_out="
+                    f"{ref_width} (num_heads·d_out): {heads}, because {cause}")]
+
+
+def scores_transposed(ctx: Context, found: Found) -> list[Finding]:
+    """keys @ queries.T: the roles are swapped, or the scores equal the reference's transposed."""
+    by_sources = ctx.v.score_roles == ("keys", "queries")
+    by_values = (ctx.compare("scores", found) and ctx.differs("scores")
+                 and not ctx.differs("scores", ctx.v.stages["scores"].mT))
+    if not (by_sources or by_values):
+        return []
+    return [finding("scores_transposed", "scores", "scores are the reference's scores transposed (keys @ queries.T): "
+                    "row i holds key i against every query, where queries @ keys.T was expected; swap the operands "
+                    "so each row is one query.")]
+
+
+def query_source(ctx: Context, found: Found) -> list[Finding]:
+    if not ctx.present("queries") or found.at("queries"):
+        return []
+    source = ctx.v.sources.get("queries")
+    if source not in (None, "queries"):
+        return [finding("query_source", "queries", f"queries come from the {PROJECTIONS[source]} projection where "
+                        f"x @ W_query was expected; check which weight matrix the queries line multiplies by.")]
+    if ctx.compare("queries", found) and ctx.differs("queries"):
+        origin = "not from a projection" if source is None else "from W_query"
+        return [finding("query_source", "queries", f"queries ({origin}) do not match x @ W_query of the same "
+                        f"tokens; check the queries line: the input rows and the weight matrix it uses.")]
+    return []
+
+
+def key_index(ctx: Context, found: Found) -> list[Finding]:
+    if not ctx.present("keys") or found.at("keys"):
+        return []
+    source = ctx.v.sources.get("keys")
+    if source not in (None, "keys"):
+        return [finding("key_index", "keys", f"keys come from the {PROJECTIONS[source]} projection where x @ W_key "
+                        f"was expected, so no key row belongs to its token; check the keys line.")]
+    if not (ctx.compare("keys", found) and ctx.differs("keys")):
+        return []
+    keys = ctx.v.stages["keys"]
+    for shift in (1, -1):  # keys[i] == reference keys[i + shift]  <=>  roll(keys, shift) == reference keys
+        if not ctx.differs("keys", torch.roll(keys, shifts=shift, dims=-2)):
+            return [finding("key_index", "keys", f"keys row i matches reference row i{shift:+d} (the key rows are "
+                            f"shifted by one token), so each query is scored against its neighbour's key; check "
+                            f"the key index (Python counts from 0) and any roll or slice of keys.")]
+    return [finding("key_index", "keys", "keys do not match x @ W_key row for row, so queries are scored against "
+                    "the wrong key rows; check the key index and the keys line.")]
+
+
+def value_path(ctx: Context, found: Found) -> list[Finding]:
+    if not ctx.present("values") or found.at("values", "weights_applied"):
+        return []
+    source = ctx.v.sources.get("values")
+    wrong_source = source not in (None, "values")
+    origin = f" (they come from {PROJECTIONS[source]})" if wrong_source else ""
+    weights_match = ctx.compare("weights", found) and not ctx.differs("weights")
+    if weights_match and ctx.compare("context", found) and ctx.differs("context"):
+        return [finding("value_path", "values", f"the attention weights match the reference but the context does "
+                        f"not: only the values changed{origin}; the values line should be x @ W_value.")]
+    if wrong_source:
+        return [finding("value_path", "values", f"values come from {PROJECTIONS[source]} where x @ W_value was "
+                        f"expected, so the context combines the wrong vectors; check the values line.")]
+    return []

@@ -1,0 +1,124 @@
+"""Every finding code, declared once: where it is reported, how severe it is, when its check runs,
+which codes it switches off, what it means and what shows it.
+
+The runner (attnlab.diagnosis.runner) runs each check once, in the order of the first code it may
+return; a finding whose code an earlier finding suppresses is dropped (a check whose codes are all
+suppressed does not run). Adding a check or a recogniser is one row here.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from attnlab.diagnosis import recognisers
+from attnlab.diagnosis.checks import batch, heads, mask, precision, scaling, softmax, sources
+from attnlab.diagnosis.context import Check
+
+FIRST_WHERE_IT_SHOWS: tuple[str, ...] = ()  # `stages` of a code reported at whichever stage it first shows
+MASK_CODES = ("mask_missing", "mask_offset", "mask_fill_value", "mask_after_softmax")
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    stages: tuple[str, ...]  # where it may be reported; FIRST_WHERE_IT_SHOWS: the first stage that shows it
+    severity: str  # "error" (a bug) or "info" (deliberate, or not a bug)
+    order: int  # when its check runs: lower first
+    check: Check  # the function that may return it
+    meaning: str  # one line
+    shown_by: str  # a built-in variant that triggers it, or the test that does
+    suppresses: tuple[str, ...] = ()  # codes dropped once this one is found
+    explains: bool = True  # found, it explains why later stages differ: comparisons after it stop
+
+
+CODES: tuple[Code, ...] = (
+    # deliberate changes first: each would otherwise read as a wrong source or a wrong scale
+    Code("rotary", ("queries",), "info", 10, recognisers.rotary,
+         "queries and keys rotated per position (RoPE); names the pairing and the base", "rope"),
+    Code("rotary_misapplied", ("queries", "keys", "values"), "error", 10, recognisers.rotary,
+         "RoPE applied to the values too, or to the queries and not the keys",
+         "tests/test_recognisers.py::test_rope_on_the_values_too_is_an_error_at_the_values"),
+    Code("qk_norm", ("queries",), "info", 11, recognisers.qk_norm,
+         "queries and keys have unit RMS per head before the product", "qk_norm"),
+    Code("window", ("scaled_scores",), "info", 12, recognisers.window,
+         "each query sees its last w keys, itself included", "sliding_window", suppresses=MASK_CODES),
+    Code("position_bias", ("scaled_scores",), "info", 13, recognisers.position_bias,
+         "the softmax input plus a bias that depends only on the query-key distance (ALiBi)", "alibi",
+         suppresses=("scaling",)),
+    Code("softcap", ("scaled_scores",), "info", 14, recognisers.softcap,
+         "the softmax input is c * tanh(s / c) of the reference's", "softcap", suppresses=("scaling",)),
+    # the mask, the shapes and the heads
+    Code("mask_after_softmax", ("weights",), "error", 20, mask.mask_shape,
+         "future weights zeroed after the softmax, rows not renormalised", "causal_mask_after_softmax",
+         suppresses=("not_softmax",)),
+    Code("mask_fill_value", ("scaled_scores",), "error", 20, mask.mask_shape,
+         "masked with a finite value whose weight is not 0, instead of -inf", "causal_mask_fill_zero"),
+    Code("mask_missing", ("scaled_scores",), "error", 20, mask.mask_shape,
+         "the reference hides future tokens, the variant none", "causal_mask_missing"),
+    Code("mask_offset", ("scaled_scores",), "error", 20, mask.mask_shape,
+         "the mask hides other keys than the reference's (triu's diagonal off by one)", "causal_mask_diagonal_0",
+         suppresses=("non_finite",)),
+    Code("non_finite", FIRST_WHERE_IT_SHOWS, "error", 30, mask.non_finite,
+         "NaN or inf that no mask placed (e.g. a mask that hides every key from a query)",
+         "tests/test_findings.py::test_a_bug_behind_a_causal_mask_is_still_found"),
+    Code("shape_projection", ("queries", "keys", "values", "output"), "error", 40, sources.shapes,
+         "a projection of the wrong width (d_in for d_out), or every head built with the whole d_out",
+         "d_in_projection"),
+    Code("head_split", ("queries", "keys", "values"), "error", 50, heads.head_split,
+         "heads split with .view(b, num_heads, num_tokens, head_dim), without the transpose", "mha_head_split"),
+    Code("kv_heads", ("keys",), "info", 60, heads.kv_heads,
+         "keys and values shared by groups of query heads (GQA, MQA)", "gqa"),
+    # the source's debugging order: query source, key index, scaling, softmax axis
+    Code("scores_transposed", ("scores",), "error", 70, sources.scores_transposed,
+         "the scores are keys @ queries.T", "transposed_scores", suppresses=("query_source", "key_index")),
+    Code("query_source", ("queries",), "error", 80, sources.query_source,
+         "the queries are not x @ W_query (e.g. the keys used as queries)", "keys_as_queries"),
+    Code("key_index", ("keys",), "error", 90, sources.key_index,
+         "the keys are misaligned with their tokens (e.g. shifted by one row)", "shifted_keys"),
+    Code("masked", ("scaled_scores",), "info", 100, mask.masked,
+         "a mask the reference does not have (e.g. causal): not a bug, later stages differ", "causal"),
+    Code("scaling", ("scaled_scores",), "error", 110, scaling.scaling,
+         "the softmax input is not scores / sqrt(d_k); names both factors", "unscaled",
+         suppresses=("not_softmax",)),
+    Code("softmax_axis", ("weights",), "error", 120, softmax.softmax,
+         "the softmax ran over the queries, the heads or the batch, not the keys", "wrong_softmax_axis"),
+    Code("not_softmax", ("weights",), "error", 120, softmax.softmax,
+         "the weights are not a softmax (a plain normalisation, linear attention)", "plain_normalisation"),
+    Code("dropout", ("weights_applied",), "info", 130, softmax.dropout,
+         "train=true: dropout, with the rate it estimates",
+         "tests/test_findings_multi_head.py::test_dropout_in_training_is_a_note_with_its_rate"),
+    Code("dropout_active", ("weights_applied",), "error", 130, softmax.dropout,
+         "an eval-mode run whose applied weights show dropout", "causal_dropout_always"),
+    Code("value_path", ("values",), "error", 140, sources.value_path,
+         "the weights equal the reference's but the context does not: only the values changed",
+         "values_from_key"),
+    # after the context
+    Code("out_proj", ("output",), "error", 150, heads.output,
+         "the output is not out_proj(merged context): missing, applied twice, or per head", "mha_out_proj_missing"),
+    Code("head_merge", ("output",), "error", 150, heads.output,
+         "the context merged with .reshape(b, num_tokens, d_out) without .transpose(1, 2)", "mha_head_merge"),
+    Code("wrong_output", ("output",), "error", 150, heads.output,
+         "the module returned something other than the context (the weights, the scores, ...)",
+         "tests/test_truths.py::test_returning_the_weights_is_a_wrong_output_finding"),
+    Code("output_path", ("output",), "error", 150, heads.output,
+         "the context matches the reference but the output does not: the lines after attn_weights @ values",
+         "tests/diagnosis/test_codes.py::test_a_wrong_output_after_a_right_context_is_output_path"),
+    Code("batched_single_mismatch", ("context",), "error", 160, batch.batched_single,
+         "row i of the batched context is not token i's own computation, and nothing earlier explains it",
+         "tests/diagnosis/test_codes.py::test_a_row_that_is_not_its_own_computation_is_batched_single_mismatch"),
+    Code("batch_mixing", FIRST_WHERE_IT_SHOWS, "error", 170, batch.batch_mixing,
+         "a batch item's result depends on the other items of its batch", "causal_batch_centred_keys",
+         explains=False),
+    Code("precision", FIRST_WHERE_IT_SHOWS, "info", 180, precision.precision,
+         "bfloat16/float16 rounding beyond float32's bound but within the coarser dtype's: not a bug",
+         "tests/test_precision.py::test_a_correct_variant_in_low_precision_gets_precision_only"),
+)
+
+BY_CODE: dict[str, Code] = {c.code: c for c in CODES}
+
+
+def closest(code: str) -> str | None:
+    """The declared code nearest to a mistyped one (`scalling` -> `scaling`), if any is near."""
+    near = difflib.get_close_matches(code, list(BY_CODE), n=1, cutoff=0.6)
+    return near[0] if near else None

@@ -1,0 +1,105 @@
+"""The diagnosis: which stage went wrong first, and why, in words a learner understands.
+
+Runs the declared checks (attnlab.diagnosis.codes) in their order over one read-only context,
+drops what an earlier finding suppresses, gives each finding its code's severity, and locates it
+on the heads and batch items where its stage differs from the reference. Two kinds of check:
+
+- self-consistent ones read only the variant (its sources, scaling factor, weight sums, shapes,
+  its own batched-vs-single-token agreement) and always run;
+- comparisons with the reference run only with shared weights, and only until a finding
+  explains a divergence: a wrong early stage makes every later one wrong, and reporting those
+  consequences would bury the root cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from attnlab.capture.recorder import Capture
+from attnlab.capture.spill import release
+from attnlab.capture.stages import AXES, STAGES
+from attnlab.diagnosis import recognisers
+from attnlab.diagnosis.batch_mixing import BatchMixing
+from attnlab.diagnosis.codes import BY_CODE, CODES
+from attnlab.diagnosis.context import Check, Context, Found, build_context
+from attnlab.diagnosis.masking import with_masks_as_neg_inf
+from attnlab.record import Finding
+
+
+def _checks() -> list[Check]:
+    """Each declared check once, in the order of its first code."""
+    return list(dict.fromkeys(c.check for c in sorted(CODES, key=lambda c: c.order)))
+
+
+def run_checks(ctx: Context, checks: list[Check]) -> list[Finding]:
+    """The findings of `checks`, in order, with declared severities; suppressed codes dropped."""
+    found, suppressed = Found(), set()
+    for check in checks:
+        if {c.code for c in CODES if c.check is check} <= suppressed:
+            continue
+        try:
+            new = check(ctx, found)
+        finally:
+            release(ctx.v, ctx.ref)  # give back the pages it read of stages spilled to disk
+        for f in new:
+            declared = BY_CODE[f.code]
+            if f.code not in suppressed:
+                found = found.plus(replace(f, severity=declared.severity), declared.explains)
+                suppressed.update(declared.suppresses)
+    return list(found.findings)
+
+
+def diagnose(variant: Capture, reference: Capture, diagnostics: dict[str, float], *,
+             weights_shared: bool, train: bool = False, batch_mixing: BatchMixing | None = None) -> list[Finding]:
+    """Findings, root cause first, each with the heads and batch items it holds for; a variant that
+    matches the reference gets none. `train`: the modules ran in training mode (dropout is then an
+    info finding); `batch_mixing`: each batch item run alone against its slice (attnlab.diagnosis.batch_mixing)."""
+    variant, reference = with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference)
+    return diagnose_context(build_context(variant, reference, diagnostics, weights_shared=weights_shared,
+                                          train=train, mixing=batch_mixing))
+
+
+def diagnose_context(ctx: Context) -> list[Finding]:
+    """diagnose's findings for a context already built."""
+    release(ctx.v, ctx.ref)
+    order = {s: i for i, s in enumerate(STAGES)}
+    located = [_locate(ctx, f) for f in run_checks(ctx, _checks())]
+    release(ctx.v, ctx.ref)
+    return sorted(located, key=lambda f: (order[f.stage], f.severity != "error"))  # a bug before a note
+
+
+def recognise(variant: Capture, reference: Capture, diagnostics: dict[str, float] | None = None) -> list[Finding]:
+    """The deliberate changes the variant's stages show against the reference's (info; an error
+    where the change is applied wrongly), without the other checks."""
+    variant, reference = with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference)
+    ctx = build_context(variant, reference, diagnostics or {}, weights_shared=True)
+    return run_checks(ctx, [c for c in _checks() if getattr(recognisers, c.__name__, None) is c])
+
+
+def _locate(ctx: Context, finding: Finding) -> Finding:
+    """Fill in the heads and batch items a finding holds for: where the stage differs from the
+    reference (all of them when nothing was compared); None where the module has no such axis."""
+    mine = ctx.v.stages.get(finding.stage)
+    native = ctx.v.native_shapes.get(finding.stage)
+    if mine is None or native is None:
+        return finding
+    per_head = "heads" in AXES[finding.stage] or "kv_heads" in AXES[finding.stage]
+    has_batch = len(native) >= 3
+    has_heads = per_head and (len(native) == 4 or mine.shape[1] > 1)
+    splitting = finding.code in ("head_split", "head_merge")
+    heads = finding.heads if finding.heads is not None or splitting else (
+        list(range(mine.shape[1])) if has_heads else None)
+    batch = finding.batch if finding.batch is not None else (list(range(mine.shape[0])) if has_batch else None)
+    ref = ctx.ref.stages.get(finding.stage)
+    explicit = finding.heads is not None or finding.batch is not None
+    if not explicit and not splitting and ctx.shared and ref is not None and ref.shape == mine.shape:
+        tol = ctx.tolerance(finding.stage)
+        grid = [[not diff <= tol for diff in row] for row in ctx.grids[finding.stage]]
+        rows = [b for b, row in enumerate(grid) if any(row)]
+        if rows:
+            batch = rows if has_batch else None
+            if has_heads:
+                heads = [h for h in range(mine.shape[1]) if any(row[h] for row in grid)]
+    return replace(finding, heads=heads if has_heads or finding.heads is not None else None,
+                   batch=batch if has_batch else None)
+

@@ -1,0 +1,238 @@
+"""Which heatmaps a job draws, and where they are kept: PNG files beside record.json.
+
+Drawn is what is read: the weights and the context always, the scores and scaled scores where
+the variant differs from the reference there; for each, the variant and the reference on one
+shared colour scale, and their difference (symmetric around 0) where it is not all zero. A
+stage with several heads is a grid of all heads (tag `heatmaps/<source>/<stage>`) and an image
+per head (`.../head<h>`); above MAX_SIDE tokens the shown head's first CROP tokens follow at
+full resolution (`.../crop64`). Where the variant equals the reference, the reference gets its
+grid only (its heads would be the variant's images again). Titles name the stage, the source, the head and the batch item.
+
+`job_heatmaps` writes them to `<job>/heatmaps/<tag after heatmaps/>.png` with `index.json`
+(each image's tag, file and size, and the record.json they were drawn from): TensorBoard,
+MLflow and the HTML report show the same files, drawn once per job by whichever sink asks first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from attnlab.capture.spill import release
+from attnlab.record import Record, write_atomic
+from attnlab.reporting.heatmap import (
+    CROP, MAX_SIDE, _as_heads, _in_threads, finite_range, render_head_grid, render_heatmap, to_png_bytes,
+)
+
+HEATMAP_STAGES = ("scores", "scaled_scores", "weights", "context")
+ALWAYS_DRAWN = ("weights", "context")  # the others only where the variant differs from the reference
+TOKEN_BY_TOKEN = {"scores", "scaled_scores", "weights"}  # columns are key tokens; context's are dims
+FOLDER = "heatmaps"
+INDEX_FILE = "index.json"
+
+
+@dataclass(frozen=True)
+class EncodedHeatmap:
+    png: bytes
+    height: int
+    width: int
+
+
+class _EncodedCache:
+    """Encoded images by content, least recently used first, within a budget of PNG bytes."""
+
+    def __init__(self, budget: int):
+        self.budget, self.size = budget, 0
+        self.entries: OrderedDict[bytes, EncodedHeatmap] = OrderedDict()
+
+    def get(self, key: bytes) -> EncodedHeatmap | None:
+        if key in self.entries:
+            self.entries.move_to_end(key)
+        return self.entries.get(key)
+
+    def put(self, key: bytes, image: EncodedHeatmap) -> None:
+        self.entries[key] = image
+        self.size += len(image.png)
+        while self.size > self.budget:
+            self.size -= len(self.entries.popitem(last=False)[1].png)
+
+
+# The jobs of a sweep that share a seed draw the same reference maps, and the basic launcher runs
+# them in one process; the key hashes everything drawn, so a hit is the image a call would draw.
+_ENCODED = _EncodedCache(budget=64 * 2**20)
+CACHED_MAX_ELEMENTS = 65_536  # larger maps are drawn each time: hashing them costs more than drawing
+
+
+def encoded(draw: Callable[[], np.ndarray], values: np.ndarray, *key_parts: object) -> EncodedHeatmap:
+    """`draw()` PNG-encoded, remembered by the content of `values` and `key_parts` when small."""
+    key = None
+    if values.size <= CACHED_MAX_ELEMENTS:
+        digest = hashlib.blake2b(repr((values.shape, key_parts)).encode(), digest_size=20)
+        digest.update(np.ascontiguousarray(values, dtype=np.float32))
+        key = digest.digest()
+        hit = _ENCODED.get(key)
+        if hit is not None:
+            return hit
+    image = draw()
+    result = EncodedHeatmap(to_png_bytes(image), image.shape[0], image.shape[1])
+    if key is not None:
+        _ENCODED.put(key, result)
+    return result
+
+
+def heatmap_images(record: Record, *, card_only: bool = False) -> list[tuple[str, EncodedHeatmap]]:
+    """(tag, PNG) of every heatmap of the record (see the module's docstring), stage by stage;
+    `card_only`: the variant's weights alone (`heatmaps/variant/weights`), the picture an HTML
+    card shows, for a job that draws no other heatmap (log.images=false)."""
+    if card_only:
+        return _card_image(record)
+    show = record.config.get("show") or {}
+    batch, head = int(show.get("batch", 0)), int(show.get("head", 0))
+    images: list[tuple[str, EncodedHeatmap]] = []
+    for stage in HEATMAP_STAGES:
+        differs = _differs(record, stage)
+        if stage not in ALWAYS_DRAWN and not differs:
+            continue
+        variant = record.heads_view(stage, batch=batch)
+        reference = record.heads_view(stage, batch=batch, reference=True)
+        shared = finite_range(variant, reference)  # one scale: a colour is one value in both maps
+        sources = {"variant": (variant, shared, False), "reference": (reference, shared, False)}
+        difference = _difference(variant, reference) if differs else None
+        if difference is not None and np.any(difference):
+            sources["difference"] = (difference, finite_range(difference, diverging=True), True)
+        where = f" · batch item {batch}" if _batched(record, stage) else ""
+        for source, (values, value_range, diverging) in sources.items():
+            if values is not None:
+                # a reference equal to the variant: its grid to compare by eye, not every head again
+                per_head = differs or source != "reference"
+                images += _stage_images(record, stage, source, values, value_range, diverging, head, where, per_head)
+        release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps
+    return images
+
+
+def _card_image(record: Record) -> list[tuple[str, EncodedHeatmap]]:
+    batch = int((record.config.get("show") or {}).get("batch", 0))
+    weights = record.heads_view("weights", batch=batch)
+    if weights is None:
+        return []
+    where = f" · batch item {batch}" if _batched(record, "weights") else ""
+    images = _stage_images(record, "weights", "variant", weights, finite_range(weights), False, 0, where, False)
+    release(weights)
+    return images
+
+
+def _differs(record: Record, stage: str) -> bool:
+    value = record.diagnostics.get(f"divergence_{stage}")
+    return value is None or not value == 0  # NaN or missing: cannot tell, draw it
+
+
+def _batched(record: Record, stage: str) -> bool:
+    shape = record.stage_shapes.get(stage) or []
+    return len(shape) >= 3
+
+
+def _difference(variant: np.ndarray | None, reference: np.ndarray | None) -> np.ndarray | None:
+    if variant is None or reference is None or np.shape(variant) != np.shape(reference):
+        return None
+    with np.errstate(invalid="ignore"):  # a mask's -inf against the same -inf
+        difference = np.subtract(variant, reference, dtype=np.float32)
+    np.putmask(difference, np.equal(variant, reference), 0.0)  # in place: one stage-sized array
+    return difference
+
+
+def _stage_images(record: Record, stage: str, source: str, values: np.ndarray, value_range: tuple[float, float],
+                  diverging: bool, head: int, where: str, per_head: bool) -> list[tuple[str, EncodedHeatmap]]:
+    """The grid of all heads and (`per_head`) an image per head (one image for one head), then the crop."""
+    heads = _as_heads(values)  # (heads, rows, cols)
+    rows, cols = _labels(record, stage, heads.shape[1:], one_row=np.ndim(values) == 1)
+    tag = f"heatmaps/{source}/{stage}"
+    n = heads.shape[0]
+    head = min(head, n - 1)
+
+    def single(h: int, matrix: np.ndarray, suffix: str = "") -> Callable[[], EncodedHeatmap]:
+        who = f" · head {h}" if n > 1 else ""
+        title = f"{stage} · {source}{who}{where}{suffix}"
+        return lambda: encoded(lambda: render_heatmap(matrix, title=title, row_labels=rows and rows[:len(matrix)],
+                                                      col_labels=cols and cols[:matrix.shape[-1]], diverging=diverging,
+                                                      value_range=value_range),
+                               matrix, "map", title, rows, cols, diverging, value_range)
+
+    tasks: list[tuple[str, Callable[[], EncodedHeatmap]]] = []
+    if n == 1:
+        tasks.append((tag, single(0, heads[0])))
+    else:
+        title = f"{stage} · {source} · all heads{where}"
+        tasks.append((tag, lambda: encoded(lambda: render_head_grid(heads, title=title, diverging=diverging,
+                                                                    value_range=value_range),
+                                           heads, "grid", title, diverging, value_range)))
+        tasks += [(f"{tag}/head{h}", single(h, heads[h])) for h in range(n) if per_head]
+    if max(heads.shape[1:]) > MAX_SIDE and per_head:
+        crop = np.ascontiguousarray(heads[head, :CROP, :CROP])
+        tasks.append((f"{tag}/crop64", single(head, crop, f" · first {CROP} at full resolution")))
+    return list(zip([t for t, _ in tasks], _in_threads(lambda task: task[1](), tasks)))
+
+
+def _labels(record: Record, stage: str, shape: tuple[int, int], *, one_row: bool) -> tuple[list[str] | None, list[str] | None]:
+    """Token labels for the axes that are tokens (when they match), `d<i>` for context's columns."""
+    n_rows, n_cols = shape
+
+    def tokens(n: int) -> list[str] | None:
+        return list(record.labels) if len(record.labels) == n else None
+
+    rows = None if one_row else tokens(n_rows)
+    cols = tokens(n_cols) if stage in TOKEN_BY_TOKEN else [f"d{i}" for i in range(n_cols)]
+    return rows, cols
+
+
+def job_heatmaps(record: Record, job_dir: Path, *, card_only: bool = False) -> list[tuple[str, EncodedHeatmap]]:
+    """The record's heatmaps, as files in `<job_dir>/heatmaps/`: read back when already drawn from
+    this very record.json (another sink of the job asked first), else drawn and written.
+    `card_only`: the one picture an HTML card needs (heatmap_images); every image holds it."""
+    folder = Path(job_dir) / FOLDER
+    source = _source(record)
+    index = read_index(job_dir)
+    enough = index is not None and (card_only or not index.get("card_only", False))
+    if source is not None and enough and index.get("record") == source:
+        try:
+            return [(item["tag"], EncodedHeatmap((folder / item["file"]).read_bytes(), item["height"], item["width"]))
+                    for item in index["images"]]
+        except OSError:
+            pass  # a file went missing: draw again
+    images = heatmap_images(record, card_only=card_only)
+    if folder.exists():
+        shutil.rmtree(folder)
+    items = []
+    for tag, image in images:
+        file = tag.removeprefix(f"{FOLDER}/") + ".png"
+        (folder / file).parent.mkdir(parents=True, exist_ok=True)
+        (folder / file).write_bytes(image.png)
+        items.append({"tag": tag, "file": file, "width": image.width, "height": image.height})
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / INDEX_FILE, json.dumps({"record": source, "card_only": card_only, "images": items}, indent=1))
+    return images
+
+
+def read_index(job_dir: Path) -> dict | None:
+    """`<job_dir>/heatmaps/index.json`, or None when the job drew no heatmaps (or it is unreadable)."""
+    try:
+        return json.loads((Path(job_dir) / FOLDER / INDEX_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _source(record: Record) -> dict | None:
+    """Which record.json the images are of: its path, size and modification time."""
+    if record.path is None or not Path(record.path).exists():
+        return None
+    stat = Path(record.path).stat()
+    return {"path": str(Path(record.path).resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+__all__ = ["EncodedHeatmap", "HEATMAP_STAGES", "heatmap_images", "job_heatmaps", "read_index"]

@@ -1,0 +1,93 @@
+"""A mask is defined once (issues 22, 24): an entry of the softmax input whose weight is exactly 0
+counts as -inf, whatever finite fill put it there (torch.finfo(float32).min as Hugging Face's eager
+path uses, -1e9, -1e4); `non_finite_*` counts only what no mask placed.
+
+Each fill is a copy of a built-in plugin, written here, with its `-torch.inf` replaced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import attnlab
+from tests._zoo_helpers import run_pair
+
+PLUGINS = Path(attnlab.__file__).parent / "plugins"
+FILLS = {"finfo_min": "torch.finfo(torch.float32).min", "minus_1e9": "-1e9", "minus_1e4": "-1e4"}
+SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=8", "d_out=8", "num_heads=2"]
+
+
+def _copy(plugin_folder, use_plugins, built_in: str, fill: str) -> str:
+    """The built-in's file under a new variant name, its mask filled with `fill` instead of -inf."""
+    name = f"{built_in}_{fill}"
+    [path] = PLUGINS.rglob(f"{built_in}.py")  # plugins/<group>/<name>.py
+    source = path.read_text()
+    assert source.count("-torch.inf") == 1 and source.count(f'"{built_in}"') == 1
+    source = source.replace("-torch.inf", FILLS[fill]).replace(f'"{built_in}"', f'"{name}"')
+    use_plugins(plugin_folder(name, source))
+    return name
+
+
+def _record(variant: str, reference: str, *sizes: str):
+    return attnlab.run(variant, overrides=[f"reference={reference}", *sizes]).record
+
+
+def _codes(record) -> list[tuple[str, str, str]]:
+    return [(f.code, f.stage, f.severity) for f in record.findings]
+
+
+@pytest.mark.parametrize("fill", sorted(FILLS))
+def test_a_finite_fill_whose_weight_is_0_is_the_reference_mask(plugin_folder, use_plugins, fill):
+    name = _copy(plugin_folder, use_plugins, "multi_head_attention", fill)
+    record = _record(name, "multi_head_attention", *SIZES)
+    weights, scaled = record.matrix("weights"), record.matrix("scaled_scores")
+    future = np.triu(np.ones((8, 8), dtype=bool), 1)
+    assert (weights[..., future] == 0).all() and np.isfinite(scaled).all()  # the fill really gives weight 0
+    torch_weights = torch.softmax(torch.from_numpy(scaled).masked_fill(torch.from_numpy(future), -torch.inf), dim=-1)
+    np.testing.assert_allclose(weights, torch_weights.numpy(), rtol=1e-6, atol=1e-7)  # the same as -inf would give
+    assert record.first_divergent_stage is None
+    assert record.diagnostics["divergence_scaled_scores"] == 0.0
+    assert _codes(record) == []
+    assert record.diagnostics["non_finite_scaled_scores"] == 0 and record.diagnostics["non_finite_weights"] == 0
+
+
+@pytest.mark.parametrize("built_in, reference, sizes", [
+    ("multi_head_attention", "reference", SIZES),  # a multi-head causal module against the plain reference
+    ("causal", "reference", []),  # the book's six tokens: `masked`
+    ("sliding_window", "multi_head_attention", SIZES),  # `window`
+    ("softcap", "multi_head_attention", SIZES),  # `softcap`
+])
+@pytest.mark.parametrize("fill", sorted(FILLS))
+def test_a_finite_fill_gives_the_findings_of_minus_inf(plugin_folder, use_plugins, built_in, reference, sizes, fill):
+    with_inf = _record(built_in, reference, *sizes)
+    filled = _record(_copy(plugin_folder, use_plugins, built_in, fill), reference, *sizes)
+    assert _codes(filled) == _codes(with_inf) and _codes(with_inf)
+    assert filled.first_divergent_stage == with_inf.first_divergent_stage
+    assert filled.diagnostics["non_finite_scaled_scores"] == with_inf.diagnostics["non_finite_scaled_scores"] == 0
+    np.testing.assert_allclose(filled.matrix("output"), with_inf.matrix("output"), rtol=1e-6, atol=1e-7)
+
+
+def test_a_correct_causal_module_counts_no_non_finite_values(plugin_folder, use_plugins):
+    """Issue 24: the mask's -inf were counted as non-finite values, shown under "What differs"."""
+    record = _record("multi_head_attention", "multi_head_attention", *SIZES)
+    assert np.isneginf(record.matrix("scaled_scores")).sum() == 28  # the mask is there, as -inf (one head)
+    assert all(record.diagnostics[f"non_finite_{stage}"] == 0 for stage in ("scores", "scaled_scores", "weights"))
+
+
+def test_a_fill_that_leaves_weight_is_still_mask_fill_value():
+    """A mask filled with 0 gives the future tokens weight: not a mask, an error."""
+    record = _record("causal_mask_fill_zero", "causal_attention")
+    assert ("mask_fill_value", "scaled_scores", "error") in _codes(record)
+
+
+def test_a_score_too_small_for_exp_is_no_mask():
+    """A weight of 0 from exp() underflowing (scores hundreds apart, unscaled) is the score's own
+    value, not a fill: no `masked` note, no mask pattern to compare, the scaling found first."""
+    x = torch.randn(29, 29, generator=torch.Generator().manual_seed(0))
+    variant, reference, d, _, findings = run_pair("prescaled_by_dk", x, 2, seed=0, shared=False)
+    assert (reference.stages["weights"] == 0).any() and torch.isfinite(reference.stages["scaled_scores"]).all()
+    assert [(f.code, f.stage) for f in findings][0] == ("scaling", "scaled_scores")
+    assert "masked" not in [f.code for f in findings] and d["non_finite_scaled_scores"] == 0

@@ -1,0 +1,139 @@
+"""What a job draws (attnlab.reporting.job_heatmaps): a grid of all heads and an image per head,
+one size per kind, one colour scale for the variant and the reference, titles naming the head and
+the batch item, the stages that are read, and the PNGs kept beside record.json (issue 24)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import attnlab
+from attnlab.reporting import heatmap, job_heatmaps
+from attnlab.reporting.job_heatmaps import EncodedHeatmap, _EncodedCache, heatmap_images, read_index
+
+NO_SINKS = {"log": {"tensorboard": False, "table": False, "html": False}}
+
+
+def size(image: EncodedHeatmap) -> tuple[int, int]:
+    decoded = Image.open(io.BytesIO(image.png))
+    assert decoded.size == (image.width, image.height)
+    return decoded.size
+
+
+@pytest.fixture(scope="module")
+def gqa_record():
+    """A real 4-head run (2 kv heads) of 16 random tokens: its heads differ from the reference's."""
+    return attnlab.run("gqa", 1, num_heads=4, num_kv_heads=2, d_out=16, inputs="random",
+                       overrides=["inputs.n_tokens=16"], **NO_SINKS).record
+
+
+def test_a_grid_of_all_heads_and_an_image_per_head_each_of_one_size(gqa_record) -> None:
+    images = dict(heatmap_images(gqa_record))
+    assert {"heatmaps/variant/weights", "heatmaps/reference/weights", "heatmaps/difference/weights"} <= set(images)
+    per_head = [tag for tag in images if "/head" in tag]
+    assert {f"heatmaps/variant/weights/head{h}" for h in range(4)} <= set(per_head)
+    assert len({size(images[tag]) for tag in per_head}) == 1  # one size per kind: every head's map
+    grids = [tag for tag in images if tag.count("/") == 2]
+    assert len({size(images[tag]) for tag in grids}) == 1  # and every grid of heads
+    assert all(size(images[tag])[0] < 700 for tag in images)  # no 3,900 px strip
+
+
+def captured(monkeypatch) -> list[tuple[str, str]]:
+    """(title, tick text) per image: the ticks the colour bar of each title is drawn with."""
+    drawn: list[str] = []
+    original = heatmap._draw_string
+
+    def record(image, xy, text, **kwargs):
+        drawn.append(text)
+        return original(image, xy, text, **kwargs)
+
+    monkeypatch.setattr(heatmap, "_draw_string", record)
+    monkeypatch.setattr(job_heatmaps, "_ENCODED", _EncodedCache(budget=0))  # draw every image
+    monkeypatch.setattr(job_heatmaps, "_in_threads", lambda fn, items: [fn(item) for item in items])  # in order
+    return drawn
+
+
+def ticks_after(drawn: list[str], title: str, n: int = 2) -> list[str]:
+    """The colour bar's ticks of the image titled `title`: the strings drawn last, before the next title
+    (top, bottom, and 0 in the middle of a diverging bar)."""
+    start = drawn.index(title)
+    rest = drawn[start + 1:]
+    following = [i for i, text in enumerate(rest) if " · " in text]
+    strings = rest[: following[0] if following else len(rest)]
+    return strings[-n:]
+
+
+def test_variant_and_reference_share_one_scale_and_the_difference_is_symmetric(gqa_record, monkeypatch) -> None:
+    drawn = captured(monkeypatch)
+    heatmap_images(gqa_record)
+    variant = gqa_record.stages["context"][0]  # (heads, T, head_dim) of batch item 0
+    reference = gqa_record.reference_stages["context"][0]
+    assert variant.min() != reference.min() and variant.max() != reference.max()  # own ranges would differ
+    both = np.concatenate([variant.ravel(), reference.ravel()])
+    expected = [f"{float(both.max()):.3g}", f"{float(both.min()) + 0.0:.3g}"]
+    assert ticks_after(drawn, "context · variant · head 1 · batch item 0") == expected
+    assert ticks_after(drawn, "context · reference · head 1 · batch item 0") == expected
+    assert ticks_after(drawn, "context · reference · all heads · batch item 0") == expected
+    variant, reference = gqa_record.stages["weights"][0], gqa_record.reference_stages["weights"][0]
+    extent = float(np.abs(variant - reference).max())
+    assert ticks_after(drawn, "weights · difference · head 1 · batch item 0", n=3) == [f"{extent:.3g}", f"{-extent:.3g}", "0"]
+
+
+def test_only_stages_that_differ_are_drawn_beyond_weights_and_context() -> None:
+    record = attnlab.run("reference", 1, **NO_SINKS).record  # the reference against itself
+    tags = {tag for tag, _ in heatmap_images(record)}
+    assert tags == {f"heatmaps/{source}/{stage}" for source in ("variant", "reference")
+                    for stage in ("weights", "context")}  # no all-zero difference, no unread scores
+
+
+def test_a_pooled_stage_has_a_full_resolution_crop_of_the_shown_head() -> None:
+    record = attnlab.run("unscaled", 1, inputs="random", d_out=4, overrides=["inputs.n_tokens=300", "inputs.d_in=4"],
+                         **NO_SINKS).record
+    images = dict(heatmap_images(record))
+    assert "heatmaps/variant/weights/crop64" in images
+    assert size(images["heatmaps/variant/weights/crop64"]) == size(images["heatmaps/variant/weights"])
+
+
+def test_a_job_keeps_its_pngs_and_a_second_sink_reads_them_back(tmp_path: Path, monkeypatch) -> None:
+    result = attnlab.run("unscaled", 1, out_dir=tmp_path, **NO_SINKS)
+    first = job_heatmaps.job_heatmaps(result.record, tmp_path)
+    index = read_index(tmp_path)
+    assert [item["tag"] for item in index["images"]] == [tag for tag, _ in first]
+    for item in index["images"]:
+        assert Image.open(tmp_path / "heatmaps" / item["file"]).size == (item["width"], item["height"])
+
+    def no_drawing(record):
+        raise AssertionError("drawn again")
+
+    monkeypatch.setattr(job_heatmaps, "heatmap_images", no_drawing)
+    again = job_heatmaps.job_heatmaps(result.record, tmp_path)
+    assert [(tag, image.png) for tag, image in again] == [(tag, image.png) for tag, image in first]
+
+
+def test_the_cache_drops_the_least_recently_used_past_its_byte_budget() -> None:
+    cache = _EncodedCache(budget=250)
+    entry = EncodedHeatmap(b"x" * 100, 1, 1)
+    for key in (b"a", b"b"):
+        cache.put(key, entry)
+    assert cache.get(b"a") is entry  # now b is the least recently used
+    cache.put(b"c", entry)
+    assert cache.get(b"b") is None and cache.get(b"a") is entry and cache.get(b"c") is entry
+    assert cache.size == 200
+
+
+def test_a_changed_value_or_title_is_a_new_image() -> None:
+    weights = np.random.default_rng(12).random((6, 6)).astype(np.float32)
+
+    def draw(values: np.ndarray, title: str) -> bytes:
+        return job_heatmaps.encoded(lambda: heatmap.render_heatmap(values, title=title), values, title).png
+
+    first = draw(weights, "weights · variant")
+    changed = weights.copy()
+    changed[5, 5] += 0.5
+    assert draw(changed, "weights · variant") != first
+    assert draw(weights, "weights · reference") != first
+    assert draw(weights.copy(), "weights · variant") == first

@@ -1,0 +1,109 @@
+"""The pages in a real headless browser (issue 24): the HTML report's images are on screen pixel for
+pixel (not downscaled), and TensorBoard's pages render. Skipped where no Chromium is installed
+(`apt-get install chromium`)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import attnlab
+from attnlab.sinks.html import REPORT_FILE
+
+pytestmark = pytest.mark.slow
+
+BROWSER = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None)
+needs_browser = pytest.mark.skipif(BROWSER is None, reason="no Chromium installed (apt-get install chromium)")
+
+
+def screenshot(url: str, out: Path, profile: Path, *, height: int = 1200, wait_ms: int = 0) -> np.ndarray:
+    """A 1600-wide screenshot of `url` at one device pixel per CSS pixel."""
+    command = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--no-first-run", f"--user-data-dir={profile}", "--hide-scrollbars", "--force-device-scale-factor=1",
+               f"--window-size=1600,{height}", f"--screenshot={out}", url]
+    if wait_ms:
+        command.insert(-1, f"--virtual-time-budget={wait_ms}")  # let a script-driven page fetch and draw
+    subprocess.run(command, capture_output=True, timeout=180, check=True)
+    return np.asarray(Image.open(out).convert("RGB"))
+
+
+def found_at_native_size(image: np.ndarray, screen: np.ndarray) -> bool:
+    """Is `image` on `screen` pixel for pixel somewhere? Its most colourful row locates candidates."""
+    row = max(range(image.shape[0]), key=lambda y: len(np.unique(image[y], axis=0)))
+    needle = image[row].tobytes()
+    height, width = image.shape[:2]
+    for y in range(screen.shape[0]):
+        line = screen[y].tobytes()
+        at = line.find(needle)
+        while at != -1:
+            if at % 3 == 0:
+                top, left = y - row, at // 3
+                block = screen[top:top + height, left:left + width]
+                if top >= 0 and block.shape == image.shape and np.array_equal(block, image):
+                    return True
+            at = line.find(needle, at + 1)
+    return False
+
+
+@needs_browser
+def test_the_single_run_report_shows_its_images_pixel_for_pixel(tmp_path: Path) -> None:
+    attnlab.run("gqa", 1, num_heads=4, num_kv_heads=2, d_out=16, inputs="random", overrides=["inputs.n_tokens=16"],
+                out_dir=tmp_path / "run", log={"tensorboard": False, "table": False, "html": True})
+    page = (tmp_path / "run" / REPORT_FILE).read_text()
+    images = [np.asarray(Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB"))
+              for data in re.findall(r'src="data:image/png;base64,([^"]+)"', page)]
+    assert len(images) >= 3
+    screen = screenshot((tmp_path / "run" / REPORT_FILE).as_uri(), tmp_path / "report.png", tmp_path / "profile",
+                        height=2400)
+    assert all(found_at_native_size(image, screen) for image in images[:3])  # the first row of pictures
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@needs_browser
+def test_tensorboard_opens_on_the_sweeps_curves_and_draws_its_pages(app, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    result = app("-m", f"hydra.sweep.dir={sweep}", "variant=gqa", "num_heads=4", "num_kv_heads=4,2",
+                 "inputs=random", "inputs.n_tokens=16", "d_out=16", "seed=1,2", "log.terminal=false", "log.html=false")
+    assert result.returncode == 0, result.stderr
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(sweep), "--host", "127.0.0.1",
+                               "--port", str(port), "--load_fast", "false"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        layout = None
+        while time.monotonic() < deadline and not layout:
+            try:
+                with urllib.request.urlopen(f"{base}/data/plugin/custom_scalars/layout", timeout=5) as response:
+                    layout = json.loads(response.read())
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.5)
+        assert layout, "TensorBoard served no Custom Scalars layout"
+        assert [c["title"] for c in layout["category"]] == ["sweep: against num_kv_heads"]  # no step-0 categories
+        for page in ("custom_scalars", "images", "hparams"):
+            screen = screenshot(f"{base}/#{page}", tmp_path / f"{page}.png", tmp_path / "profile", wait_ms=15000)
+            assert screen.shape[:2] == (1200, 1600)
+            assert len(np.unique(screen.reshape(-1, 3), axis=0)) > 50, f"#{page} drew next to nothing"
+    finally:
+        server.terminate()
+        server.wait(timeout=20)

@@ -153,14 +153,20 @@ def matches(shown: list[str], got: list[str]) -> bool:
 
 
 def refreshed(shown: list[str], got: list[str]) -> list[str]:
-    """`got` shown as the README shows it: the lines kept before and after each `...` of `shown`."""
-    if ELISION not in [line.strip() for line in shown]:
+    """`got` shown as the README shows it: the lines kept before the first `...` (as many as the
+    README kept) and after the last one (from the last line that starts as the README's first kept
+    line did, so a new line at the end does not push an old one out)."""
+    marks = [i for i, line in enumerate(shown) if line.strip() == ELISION]
+    if not marks:
         return got
-    head = next(i for i, line in enumerate(shown) if line.strip() == ELISION)
-    tail = len(shown) - 1 - max(i for i, line in enumerate(shown) if line.strip() == ELISION)
-    if head + tail >= len(got):
+    head, tail = shown[:marks[0]], shown[marks[-1] + 1:]
+    start = len(got) - len(tail)
+    if tail:
+        key = normalise(tail[0]).split(":")[0]
+        start = next((i for i in range(len(got) - 1, len(head) - 1, -1) if normalise(got[i]).startswith(key)), start)
+    if start < len(head):
         return got
-    return got[:head] + [ELISION] + (got[len(got) - tail:] if tail else [])
+    return got[:len(head)] + [ELISION] + got[start:]
 
 
 def rewrite(text: str, found: list[Example]) -> str:

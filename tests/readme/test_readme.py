@@ -46,3 +46,12 @@ def test_matching_ignores_run_folders_and_elided_lines_but_nothing_else():
     assert matches(shown, ["first", "record: runs/2027-01-02/09-00-00-unscaled/record.json"])
     assert not matches(shown, ["first", "record: runs/2027-01-02/09-00-00-scaled/record.json"])
     assert not matches(["0.2609"], ["0.260"])
+
+
+def test_a_refresh_keeps_each_elision_and_the_lines_the_readme_kept_around_it():
+    from tests.readme.examples import refreshed
+
+    shown = ["head", "...", "findings:", "  [a]", "record: runs/2026-11-30/12-20-56-x/record.json"]
+    got = ["head", "x", "y", "findings:", "  [b]", "record: runs/2027-01-01/00-00-00-x/record.json", "report: r.html"]
+    assert refreshed(shown, got) == ["head", "...", *got[3:]]  # a new last line does not push "findings:" out
+    assert refreshed(["a", "b"], ["c"]) == ["c"]

@@ -16,7 +16,6 @@ SEEDS = 20
 OFF = {"tensorboard": False, "table": False, "html": False}
 # (n_tokens, d_in, d_out, num_heads): head_dim 2 at the all_variants preset's size, then d_in < d_out and d_in > d_out
 SIZES = {"head_dim_2": (6, 4, 4, 2), "d_in_6_d_out_8": (8, 6, 8, 2), "16_tokens_d_in_12": (16, 12, 8, 2)}
-SKIPPED = {"flex_attention", "impl_flex_attention"}  # torch.compile's eager path: seconds a run; tested in test_modern_variants
 SQUARE_ONLY = {  # variants that cannot take d_in != d_out, and why
     "torch_mha": "nn.MultiheadAttention's out_proj maps embed_dim to itself",
     "impl_torch_mha": "nn.MultiheadAttention's out_proj maps embed_dim to itself",
@@ -32,7 +31,7 @@ NOTEBOOK_FINDINGS = {"impl_sdpa_mask": ("mask_offset", "scaled_scores")}
 
 
 def specs() -> list:
-    return sorted((s for n, s in discover().specs.items() if n not in SKIPPED), key=lambda s: s.name)
+    return sorted(discover().specs.values(), key=lambda s: s.name)
 
 
 def run_seeds(name: str, size: tuple[int, int, int, int]) -> list:

@@ -129,6 +129,7 @@ def test_a_format_2_record_loads_in_the_module_s_own_rank(tmp_path):
     assert json.loads(again.path.read_text())["stages"]["weights"]["canonical_shape"] == [2, 1, 3, 3]
 
 
+@pytest.mark.slow  # every built-in in-process: about 20 s
 def test_every_built_in_s_record_values_have_the_shape_it_states(tmp_path):
     """record.json `values` nest as `shape` says, for every stage of every built-in (issue 25)."""
     import attnlab

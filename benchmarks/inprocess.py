@@ -28,7 +28,11 @@ def _timed(owner, name: str, into: list[float]):
 
 
 def jobs(sweep_dir: str, overrides: list[str]) -> dict:
-    """Run a multirun through attnlab's CLI in this process and time every job's parts."""
+    """Run a multirun through attnlab's CLI in this process and time every job's parts (every job in
+    this process: ATTNLAB_ISOLATION=0, or the timed functions would run in each job's own process)."""
+    import os
+
+    os.environ["ATTNLAB_ISOLATION"] = "0"
     import attnlab.app.job
     import attnlab.sinks.tensorboard
     from attnlab.app import cli, sweep

@@ -2,7 +2,7 @@
 
     python benchmarks/run.py                      every figure (< 10 minutes on 2 cores)
     python benchmarks/run.py --quick              fewer repeats (a smoke run, ~3 minutes)
-    python benchmarks/run.py --only cold,capture  a subset: cold sweep seeds scale capture startup
+    python benchmarks/run.py --only cold,capture  a subset: cold sweep seeds scale capture startup isolation
     python benchmarks/run.py --with-16k           also run 16384 tokens (several minutes, ~GBs)
     python benchmarks/run.py --only handwritten   hand-written parts vs the libraries they replace (handwritten.py)
 
@@ -35,7 +35,7 @@ BASELINES = HERE / "baselines"
 SWEEP_VARIANTS = "reference,linear,unscaled,wrong_softmax_axis"
 SWEEP_SEEDS = "1,2,3,4,5"
 SCALE = ["inputs=random", "inputs.n_tokens=4096", "inputs.d_in=64", "d_out=64"]
-FIGURES = ("cold", "sweep", "seeds", "scale", "capture", "startup", "handwritten")
+FIGURES = ("cold", "sweep", "seeds", "scale", "capture", "startup", "handwritten", "isolation")
 
 
 @dataclass
@@ -94,14 +94,15 @@ def attnlab(*args: str) -> list[str]:
     return [PY, "-m", "attnlab", *args]
 
 
-def interleaved(commands: dict, repeats: int) -> dict[str, list[float]]:
-    """Run each command once per round, the order rotated each round; walls per command."""
+def interleaved(commands: dict, repeats: int, envs: dict | None = None) -> dict[str, list[float]]:
+    """Run each command once per round, the order rotated each round; walls per command
+    (`envs`: extra environment variables of some commands, by name)."""
     walls: dict[str, list[float]] = {name: [] for name in commands}
     names = list(commands)
     for i in range(repeats):
         order = names[i % len(names):] + names[: i % len(names)]
         for name in order:
-            walls[name].append(run(commands[name]())[0])
+            walls[name].append(run(commands[name](), env=(envs or {}).get(name))[0])
     return walls
 
 
@@ -135,6 +136,29 @@ def fig_cold(s: Scratch, repeats: int) -> list[Figure]:
     return [Figure("1. cold single run vs hand-written script", ratio, "<= 1.3x", 1.3,
                    detail=f"harness {fmt_s(walls['harness'])}, script {fmt_s(walls['baseline'])}, "
                           f"median of {repeats} interleaved")]
+
+
+def fig_isolation(s: Scratch, repeats: int) -> list[Figure]:
+    """What running each job in a process of its own costs (attnlab.app.isolation), against the same
+    command with ATTNLAB_ISOLATION=0 (every job in the CLI's process, guarded only)."""
+    inprocess = {"ATTNLAB_ISOLATION": "0"}
+    single = ["variant=unscaled", "timeout_s=600"]  # timeout_s isolates a single run too
+    walls = interleaved({
+        "single": lambda: attnlab(*single, f"hydra.run.dir={s.new('iso1')}"),
+        "single_in": lambda: attnlab(*single, f"hydra.run.dir={s.new('iso1-in')}"),
+        "sweep": lambda: attnlab(*sweep_args(s.new("iso20"))),
+        "sweep_in": lambda: attnlab(*sweep_args(s.new("iso20-in"))),
+    }, repeats, envs={"single_in": inprocess, "sweep_in": inprocess})
+    one, sweep = (med(walls[k]) / med(walls[f"{k}_in"]) for k in ("single", "sweep"))
+    per_job = (med(walls["sweep"]) - med(walls["sweep_in"]) - (med(walls["single"]) - med(walls["single_in"]))) / 19
+    return [
+        Figure("7a. a single run in its own process (timeout_s) vs in-process", one, "report", None,
+               detail=f"isolated {fmt_s(walls['single'])}, in-process {fmt_s(walls['single_in'])}: the forkserver's "
+                      "start (torch and the plugins imported once) is most of it; a single run stays in-process by default"),
+        Figure("7b. 20-job sweep, every job in its own process vs in-process", sweep, "report", None,
+               detail=f"isolated {fmt_s(walls['sweep'])}, in-process {fmt_s(walls['sweep_in'])}; "
+                      f"{per_job * 1000:.0f} ms a job beyond the forkserver's start"),
+    ]
 
 
 def sweep_args(out: Path) -> list[str]:
@@ -325,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         "capture": lambda: fig_capture(scratch, 3 if args.quick else 9),
         "startup": lambda: fig_startup(scratch),
         "handwritten": lambda: fig_handwritten(repeats),
+        "isolation": lambda: fig_isolation(scratch, max(1, min(repeats, 3))),
     }
     try:
         for name in FIGURES:

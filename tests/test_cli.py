@@ -91,7 +91,7 @@ def test_console_script_runs_the_same_app(tmp_path):
 BAD_INPUTS = [
     (["d_out=0"], "d_out=0: must be a positive integer"),
     (["d_out=-2"], "d_out=-2: must be a positive integer"),
-    (["seed=abc"], "seed: Value 'abc' of type 'str' could not be converted to Integer"),
+    (["seed=abc"], "seed=abc: must be an integer in [0, 18446744073709551615] (torch's seed range)"),
     (["inputs=random", "inputs.n_tokens=0"], "inputs.n_tokens=0: must be a positive integer"),
     (["weights=both"], "weights: Invalid value 'both', expected one of [shared, native]"),
     (["variant=unscald"], "unknown variant 'unscald'; did you mean 'unscaled'? available:"),

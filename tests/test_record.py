@@ -73,7 +73,7 @@ def test_unreadable_records_raise_a_record_error_naming_the_path(tmp_path):
     with pytest.raises(RecordError, match=str(path)):
         read_record(path)
     path.write_text('{"seed": 1}')
-    with pytest.raises(RecordError, match="KeyError"):
+    with pytest.raises(RecordError, match="no 'variant' field"):
         read_record(path)
 
 
@@ -93,7 +93,7 @@ def test_a_format_1_record_loads_in_its_own_rank_with_output_as_context(tmp_path
     """Records written before format 2: 2-D single-head stages, no output stage (it was the context)."""
     weights = [[0.25, 0.75], [0.5, 0.5]]
     context = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
-    old = {"variant": "unscaled", "seed": 1, "config": {}, "n_tokens": 2, "d_in": 3, "d_out": 3,
+    old = {"variant": "unscaled", "seed": 1, "status": "ok", "config": {}, "n_tokens": 2, "d_in": 3, "d_out": 3,
            "stages": {"weights": {"shape": [2, 2], "values": weights}, "context": {"shape": [2, 3], "values": context}},
            "diagnostics": {"divergence_context": 0.25, "shape_ok_context": 1.0}}
     path = tmp_path / "record.json"

@@ -1,5 +1,9 @@
 """User-facing errors: shown as one line, with a non-zero exit and no traceback."""
 
+from __future__ import annotations
+
+from typing import Sequence
+
 
 class UserError(Exception):
     """A mistake in what the user asked for (a config value, a name, a file), not a bug in attnlab.
@@ -13,6 +17,8 @@ class FailedRecords(Exception):
     """Records that failed (a plugin that raised or returned no context): reported after every
     output is written, with exit code 1."""
 
-    def __init__(self, paths: list[str]):
-        super().__init__(f"{len(paths)} failed record(s): {', '.join(paths)}")
-        self.paths = list(paths)
+    def __init__(self, paths: list[str], missing: Sequence[str] = ()):
+        parts = [f"{len(paths)} failed record(s): {', '.join(paths)}"] if paths else []
+        parts += [f"{len(missing)} job(s) without a record (run the same command again to run them)"] if missing else []
+        super().__init__("; ".join(parts))
+        self.paths, self.missing = list(paths), list(missing)

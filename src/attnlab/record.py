@@ -182,7 +182,7 @@ class Record:
             n_tokens=int(data.get("n_tokens", 0)),
             d_in=int(data.get("d_in", 0)),
             d_out=int(data.get("d_out", 0)),
-            status=data.get("status", "ok"),
+            status=data["status"],
             error=data.get("error"),
             labels=list(data.get("labels") or []),
             reference=str(data.get("reference") or "reference"),
@@ -292,18 +292,38 @@ def _map_nested(values: Any, fn) -> Any:
     return fn(values)
 
 
+class WriteError(OSError):
+    """A file attnlab could not write: the folder and the cause first, in one line."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file and rename, so a reader (or a Ctrl-C) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write via a temp file and rename, so a reader (or a Ctrl-C) never sees half a file. A write
+    that fails raises WriteError naming the folder and the cause (not the temp file's name)."""
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        raise WriteError(exc.errno, f"{path.parent}: cannot write {path.name}: {exc.strerror or exc}") from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _remove(tmp)
         raise
+
+
+def _remove(tmp: str | None) -> None:
+    if tmp is not None:
+        try:
+            Path(tmp).unlink(missing_ok=True)
+        except OSError:  # the folder went read-only: the temp file's dot-name keeps it out of every reader
+            pass
 
 
 def write_record(record: Record, job_dir: Path) -> Path:
@@ -317,9 +337,47 @@ class RecordError(ValueError):
     """A record file that cannot be read: reported by path and skipped by readers."""
 
 
+STATUSES = ("ok", "failed")
+# The type of every field a reader relies on: a record is any JSON, and a reader is never a traceback.
+REQUIRED_TYPES: dict[str, type | tuple[type, ...]] = {"variant": str, "seed": int, "status": str}
+OPTIONAL_TYPES: dict[str, type | tuple[type, ...]] = {
+    "format_version": int, "config": dict, "n_tokens": int, "d_in": int, "d_out": int, "error": str,
+    "labels": list, "reference": str, "stages": dict, "reference_stages": dict, "expected_shapes": dict,
+    "missing_stages": list, "reconstructed_stages": list, "output_is_context": bool, "diagnostics": dict,
+    "head_diagnostics": dict, "reference_diagnostics": dict, "first_divergent_stage": str, "findings": list,
+    "not_checked": list, "predictions": list, "weights_loaded": dict, "device": str, "dtype": str, "profile": dict,
+}
+
+
+def check_record_data(data: Any) -> None:
+    """Raise RecordError naming the first field of the wrong type (None is allowed where optional)."""
+    if not isinstance(data, dict):
+        raise RecordError(f"not a record: a JSON {type(data).__name__}, expected an object")
+    for name, types in {**REQUIRED_TYPES, **OPTIONAL_TYPES}.items():
+        value = data.get(name)
+        if value is None and name not in REQUIRED_TYPES:
+            continue
+        if value is None:
+            raise RecordError(f"no '{name}' field")
+        if not isinstance(value, types) or (isinstance(value, bool) and types is not bool):
+            raise RecordError(f"'{name}' is {type(value).__name__} {str(value)[:40]!r}, expected {_type_names(types)}")
+    if data["status"] not in STATUSES:
+        raise RecordError(f"'status' is {data['status'][:40]!r}, expected one of {', '.join(STATUSES)}")
+
+
+def _type_names(types: type | tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+
+
 def read_record(path: Path) -> Record:
+    """The record at `path`; any file that is not a record (not JSON, the wrong shape, a field of
+    the wrong type, nesting too deep to parse) raises RecordError, one line naming the file."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
+        check_record_data(data)
         return Record.from_json_dict(data, path=Path(path))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RecordError(f"{path}: {type(exc).__name__}: {exc}") from exc
+    except RecordError as exc:
+        raise RecordError(f"{path}: {exc}") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        reason = (str(exc).splitlines() or [""])[0][:200]
+        raise RecordError(f"{path}: {type(exc).__name__}: {reason}") from None

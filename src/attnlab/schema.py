@@ -1,16 +1,28 @@
-"""The config's schema: every top-level key with its type and default, as Hydra's structured config.
+"""The config's one schema: every key with its type, default and allowed values, in `KEYS`.
 
-The YAML (attnlab/conf/config.yaml) sets the same defaults; records store the config as `resolved`
-gives it.
+Hydra's structured config (`Config`) is generated from `KEYS`, so the YAML (attnlab/conf/
+config.yaml sets no value of its own), the job, the constructor filling
+(attnlab.modules.registry) and the checks all read the same defaults. Scalar keys are typed
+`Any` in the structured config and checked here: OmegaConf would turn `qkv_bias=2` into true and
+`seed=1.5` into an error of its own wording. `check_values` raises one line,
+`KEY=VALUE: what is allowed`, for every job of a sweep before the first. Adding a key is one
+entry of `KEYS` (and one of `RELATIONS` when it constrains another key).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, make_dataclass
 from enum import Enum
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
+
+from attnlab.errors import UserError
+
+SEED_MAX = 2**64 - 1  # torch.manual_seed takes [-2**63, 2**64 - 1]; negative seeds are refused
+PROFILE_BUDGET_MAX_S = 3600.0  # one module's timing budget; larger would be a run that never ends
+BOOK_TOKENS = 6  # the source's six tokens: context_length for a module built without inputs
 
 
 class WeightsMode(Enum):
@@ -23,16 +35,133 @@ class WeightsInit(Enum):
     normal = "normal"  # torch.randn(d_in, d_out) / sqrt(d_in): zero mean, q.k has variance ~ d_k
 
 
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return (_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class Key:
+    """One scalar key: `ok(value)` says whether a value is allowed, `allowed` says it in words."""
+
+    name: str  # dotted for a nested key: show.head
+    default: Any
+    allowed: str
+    ok: Callable[[Any], bool]
+    nullable: bool = False  # None (null) is allowed too
+    help: str = ""
+
+    def accepts(self, value: Any) -> bool:
+        return (self.nullable and value is None) or (value is not None and self.ok(value))
+
+
+def count(name: str, default: int | None, help: str, nullable: bool = False) -> Key:
+    return Key(name, default, "must be a positive integer (1, 2, 3, ...)" + (" or null" if nullable else ""),
+               lambda v: _int(v) and v >= 1, nullable, help)
+
+
+def index(name: str, help: str) -> Key:
+    return Key(name, 0, "must be an integer >= 0", lambda v: _int(v) and v >= 0, help=help)
+
+
+def flag(name: str, default: bool, help: str) -> Key:
+    return Key(name, default, "must be true or false", lambda v: isinstance(v, bool), help=help)
+
+
+def choice(name: str, default: str, options: tuple[str, ...], help: str) -> Key:
+    return Key(name, default, f"allowed are {', '.join(options)}", lambda v: v in options, help=help)
+
+
+def seconds(name: str, default: float | None, most: float, help: str, nullable: bool = False) -> Key:
+    return Key(name, default, f"must be a number of seconds in (0, {most:g}]" + (" or null" if nullable else ""),
+               lambda v: _number(v) and 0 < v <= most, nullable, help)
+
+
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+KEYS: tuple[Key, ...] = (
+    Key("seed", 123, f"must be an integer in [0, {SEED_MAX}] (torch's seed range)",
+        lambda v: _int(v) and 0 <= v <= SEED_MAX, help="torch.manual_seed(seed), then W_query, W_key, W_value"),
+    count("n_seeds", 1, "run seeds seed .. seed+n_seeds-1 inside one job"),
+    count("d_out", 2, "the width of queries, keys, values and the context"),
+    count("context_length", None, "passed to modules that take it; null: n_tokens", nullable=True),
+    Key("dropout", 0.0, "must be a number in [0, 1)", lambda v: _number(v) and 0 <= v < 1,
+        help="passed to modules that take it; active with train=true"),
+    count("num_heads", 2, "passed to modules that take it"),
+    count("num_kv_heads", None, "passed to modules that take it; null: num_heads", nullable=True),
+    flag("qkv_bias", False, "passed to modules that take it"),
+    count("batch", 2, "batch items for batched modules (the book inputs stacked, as the source does)"),
+    flag("train", False, "training mode with seeded dropout; false: eval mode"),
+    Key("reference", "auto", "must be auto or a variant's name", lambda v: isinstance(v, str) and v != "",
+        help="auto: chosen from how the variant is declared"),
+    index("show.head", "the head the terminal and heatmaps show"),
+    index("show.batch", "the batch item the terminal and heatmaps show"),
+    choice("dtype", "float32", DTYPES, "the variant's dtype"),
+    choice("reference_dtype", "float32", DTYPES, "the reference's dtype"),
+    choice("device", "cpu", ("cpu", "cuda", "mps", "auto"), "auto: CUDA, then MPS, else the CPU"),
+    flag("profile", False, "forward time, peak memory and FLOPs of each module"),
+    seconds("profile_budget_s", 0.5, PROFILE_BUDGET_MAX_S, "time spent timing each module's forward"),
+    flag("profile_backward", False, "also time the backward pass"),
+    seconds("timeout_s", None, float("inf"), "a job still running after this long fails; null: no limit",
+            nullable=True),
+)
+DEFAULTS: dict[str, Any] = {key.name: key.default for key in KEYS}
+
+
+def _relations(cfg: DictConfig) -> list[tuple[str, str, bool]]:
+    """(the key, what is allowed, whether it holds) for constraints between keys; each is checked
+    after every key's own check passed."""
+    heads, kv, seed, n_seeds = cfg.num_heads, cfg.num_kv_heads, cfg.seed, cfg.n_seeds
+    n_tokens = declared_n_tokens(cfg.inputs)
+    return [
+        ("num_kv_heads", f"must divide num_heads={heads}", kv is None or heads % kv == 0),
+        ("n_seeds", f"seed+n_seeds-1 must stay within torch's seed range (seed={seed})", seed + n_seeds - 1 <= SEED_MAX),
+        ("context_length", f"must be at least the inputs' {n_tokens} tokens",
+         cfg.context_length is None or n_tokens is None or cfg.context_length >= n_tokens),
+    ]
+
+
+def declared_n_tokens(inputs: Any) -> int | None:
+    """The inputs' token count where the config states it (random inputs, rows written into the
+    config, the book's six); None where only reading them tells (a file, a text)."""
+    kind = OmegaConf.select(inputs, "kind") if OmegaConf.is_dict(inputs) else None
+    if kind == "random" and _int(inputs.get("n_tokens")):
+        return inputs.n_tokens
+    if kind == "book":
+        rows = inputs.get("embeddings")
+        return len(rows) if OmegaConf.is_list(rows) else BOOK_TOKENS
+    return None
+
+
+def check_values(cfg: DictConfig) -> None:
+    """Every key of `KEYS` and every relation between them; the first bad one raises `UserError`."""
+    for key in KEYS:
+        value = OmegaConf.select(cfg, key.name, default=None)
+        if not key.accepts(value):
+            raise UserError(f"{key.name}={show_value(value)}: {key.allowed}")
+    for name, allowed, holds in _relations(cfg):
+        if not holds:
+            raise UserError(f"{name}={show_value(cfg[name])}: {allowed}")
+
+
+def check_n_tokens(cfg: DictConfig, n_tokens: int) -> None:
+    """context_length against inputs whose length only reading them tells (a file, a text)."""
+    if cfg.context_length is not None and cfg.context_length < n_tokens:
+        raise UserError(f"context_length={cfg.context_length}: must be at least the inputs' {n_tokens} tokens")
+
+
+def show_value(value: Any) -> str:
+    """A value as the command line spells it (null, true, false)."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 @dataclass
 class VariantConf:
     name: str = "reference"
     params: Dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class ShowConf:
-    head: int = 0  # which head's weights and context the terminal prints
-    batch: int = 0  # which batch item the terminal and the heatmaps show
 
 
 @dataclass
@@ -42,36 +171,44 @@ class PlotsConf:
     diagnostics: Optional[List[str]] = None
 
 
-@dataclass
-class Config:
-    variant: VariantConf = field(default_factory=VariantConf)
-    inputs: Any = None  # the group `inputs`: a structured config of attnlab.inputs.kinds, or your own
-    seed: int = 123
-    n_seeds: int = 1
-    d_out: int = 2
-    # passed by name to every module whose constructor takes them (variant and reference)
-    context_length: Optional[int] = None  # None: n_tokens
-    dropout: float = 0.0
-    num_heads: int = 2
-    num_kv_heads: Optional[int] = None  # None: num_heads
-    qkv_bias: bool = False
-    batch: int = 2  # batched modules get this many items; the book inputs are stacked
-    train: bool = False  # training mode (dropout active, seeded)
-    reference: str = "auto"  # auto | the name of any variant
-    show: ShowConf = field(default_factory=ShowConf)
-    dtype: str = "float32"  # the variant's dtype: float32 | float64 | bfloat16 | float16
-    reference_dtype: str = "float32"
-    device: str = "cpu"  # cpu | cuda | mps | auto
-    profile: bool = False  # time and memory of each module's plain forward
-    profile_budget_s: float = 0.5
-    profile_backward: bool = False
-    save_stages: bool = False  # also write every stage in full next to record.json (safetensors)
-    weights: WeightsMode = WeightsMode.shared
-    weights_init: WeightsInit = WeightsInit.rand
-    expect: Dict[str, Any] = field(default_factory=dict)
-    plots: PlotsConf = field(default_factory=PlotsConf)
-    log: Dict[str, bool] = field(default_factory=dict)  # log.NAME for every sink found, and LOG_OPTIONS
-    sink: Dict[str, Any] = field(default_factory=dict)  # sink.NAME: each sink's config (_target_ and options)
+def _scalar_fields(prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """`KEYS` under `prefix` as dataclass fields; a nested group (show.*) becomes a dataclass."""
+    fields, groups = [], {}
+    for key in KEYS:
+        if not key.name.startswith(prefix):
+            continue
+        name, dot, _ = key.name[len(prefix):].partition(".")
+        if dot:
+            groups.setdefault(name, None)
+        else:
+            fields.append((name, Any, key.default))
+    for group in groups:
+        cls = _dataclass(f"{group.title()}Conf", _scalar_fields(f"{prefix}{group}."))
+        fields.append((group, cls, field(default_factory=cls)))
+    return fields
+
+
+def _dataclass(name: str, fields: list) -> type:
+    """A dataclass of this module, by name: a submitit or SLURM worker unpickles the job's
+    config, which finds its classes as `attnlab.schema.NAME`."""
+    cls = make_dataclass(name, fields)
+    cls.__module__ = __name__
+    globals()[name] = cls
+    return cls
+
+
+# The structured config Hydra composes into: the scalar keys from KEYS, then the open groups.
+Config = _dataclass("Config", [
+    ("variant", VariantConf, field(default_factory=VariantConf)),
+    ("inputs", Any, None),  # the group `inputs`: a structured config of attnlab.inputs.kinds, or your own
+    *_scalar_fields(),
+    ("weights", WeightsMode, WeightsMode.shared),  # shared: every module gets the seeded matrices | native
+    ("weights_init", WeightsInit, WeightsInit.rand),  # rand: the source's | normal: randn / sqrt(d_in)
+    ("expect", Dict[str, Any], field(default_factory=dict)),  # predictions, e.g. expect.context_shape=[6,2]
+    ("plots", PlotsConf, field(default_factory=PlotsConf)),
+    ("log", Dict[str, bool], field(default_factory=dict)),  # log.NAME for every sink found, and LOG_OPTIONS
+    ("sink", Dict[str, Any], field(default_factory=dict)),  # sink.NAME: each sink's config (_target_ and options)
+])
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:

@@ -87,19 +87,20 @@ def run(
     **kwargs: Any,
 ) -> Result | list[Result]:
     """Run one variant against the reference; a list of results when n_seeds > 1."""
-    from attnlab.app.job import compute_records, write_outputs
+    from attnlab.app.job import check, compute_records, write_outputs
 
     overrides = list(overrides)
     if not any(o.lstrip("+").startswith("log.terminal=") for o in overrides):
         kwargs["log"] = {"terminal": False, **kwargs.get("log", {})}  # a notebook shows the Result
     cfg = compose_config(variant, seed, overrides, **kwargs)
-    records = compute_records(cfg)
+    sinks = check(cfg)
+    records = compute_records(cfg, checked=True)
     if out_dir is not None:
         hydra_dir = Path(out_dir) / ".hydra"
         hydra_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(cfg, hydra_dir / "config.yaml")
         OmegaConf.save(OmegaConf.create(override_words(variant, seed, overrides, **kwargs)), hydra_dir / "overrides.yaml")
-        write_outputs(cfg, records, Path(out_dir))
+        write_outputs(cfg, records, Path(out_dir), sinks=sinks)
     elif cfg.log.get("terminal"):  # nothing written: each seed's summary, without the line naming its file
         from attnlab.sinks.terminal import print_record
 

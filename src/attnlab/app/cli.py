@@ -25,7 +25,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from attnlab.app.config import closest_key, config_dir, register_configs, user_overrides
+from attnlab.app.config import closest_key, config_dir, group_options, register_configs, user_overrides
 from attnlab.errors import FailedRecords, UserError
 from attnlab.modules.registry import discover
 
@@ -51,14 +51,39 @@ def one_line(exc: BaseException, args: list[str] = ()) -> str:
     return "; ".join(lines[:4] if ambiguous else lines[:2]) or type(exc).__name__
 
 
-def _check_variant_overrides(args: list[str]) -> None:
-    """An unknown variant name fails here, with the closest match, before Hydra starts any job."""
+def _check_group_overrides(args: list[str]) -> None:
+    """What Hydra would refuse after making the run's folder, or with a traceback, fails here in
+    one line: an unknown variant (`variant=` or `variant.name=`, which names the folder), with the
+    closest match, and a config-group choice that is a number or a bool (`inputs=5`)."""
     registry = discover()
     for arg in args:
         key, _, value = arg.partition("=")
-        if key.lstrip("+~") == "variant" and value and "(" not in value:
-            for name in value.split(","):
-                registry.get(name.strip())
+        key = key.lstrip("+~")
+        if not value or "(" in value:
+            continue
+        for name in (v.strip() for v in value.split(",")):
+            if key in ("variant", "variant.name"):
+                registry.get(name)
+            elif key in GROUPS and _scalar(name):
+                raise UserError(f"{key}={name}: {_group_allowed(key)}")
+
+
+GROUPS = ("inputs", "experiment", "sink")  # the config groups a user names on the command line
+
+
+def _group_allowed(key: str) -> str:
+    if key == "sink":
+        return "sinks are switched by log.NAME=true|false and set by sink.NAME.KEY=VALUE, not chosen by sink="
+    return "allowed are " + ", ".join(sum(group_options(key), []))
+
+
+def _scalar(value: str) -> bool:
+    """A value Hydra parses as a number, bool or null, never as a config's name."""
+    try:
+        float(value)
+        return True
+    except ValueError:
+        return value.lower() in ("true", "false", "null")
 
 
 def versions() -> str:
@@ -69,10 +94,19 @@ def versions() -> str:
 
 def _remove_if_only_hydras(folder: Path) -> None:
     """A run refused before any work leaves nothing behind: the folder Hydra made for it, if it
-    holds only Hydra's own files (.hydra/, the empty log), is removed; anything else is kept."""
+    holds only Hydra's own files (.hydra/, the empty log), is removed, and so are the folders
+    above it that are left empty, up to the working folder (runs/<date>/); anything else is kept."""
     hydras = {".hydra", "attnlab.log"}
-    if folder.is_dir() and {p.name for p in folder.iterdir()} <= hydras:
-        shutil.rmtree(folder, ignore_errors=True)
+    if not folder.is_dir() or not {p.name for p in folder.iterdir()} <= hydras:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    here, folder = Path.cwd().resolve(), folder.resolve().parent
+    while folder != here and here in folder.parents and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+REFUSALS = (UserError, HydraException, OmegaConfBaseException)  # a request refused before any work: exit 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return job_failed
 
     try:
-        _check_variant_overrides(args)
+        _check_group_overrides(args)
         sys.argv = [sys.argv[0], *user_overrides(args)]
         hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)()
         if errors:
@@ -123,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - every error becomes one line; ATTNLAB_TRACEBACK=1 shows the trace
         if os.environ.get("ATTNLAB_TRACEBACK"):
             raise
-        print(f"attnlab: error: {one_line(exc, args)}", file=sys.stderr)
-        return 2 if isinstance(exc, (UserError, HydraException, OmegaConfBaseException)) else 1
+        found = exc.exceptions if isinstance(exc, ExceptionGroup) else (exc,)  # a sweep's bad values, all of them
+        for error in found:
+            print(f"attnlab: error: {one_line(error, args)}", file=sys.stderr)
+        return 2 if all(isinstance(e, REFUSALS) for e in found) else 1
     if failed:
         print(f"attnlab: {FailedRecords(failed)}", file=sys.stderr)
         return 1

@@ -23,9 +23,9 @@ from hydra_plugins.attnlab_sweeper.attnlab_sweeper import AttnlabSweeper
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
-from attnlab.schema import Config, VariantConf
+from attnlab.schema import KEYS, Config, VariantConf, check_values, show_value
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
-from attnlab.inputs.kinds import check_inputs, positive
+from attnlab.inputs.kinds import check_inputs
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, SPELLINGS, Registry, discover
 from attnlab.plugin_folders import USER_GROUP, builtin_groups, group_heading
 
@@ -99,6 +99,12 @@ def groups_help() -> str:
     return "\n".join(lines)
 
 
+def keys_help() -> str:
+    """Every key of the schema: its default, what is allowed, what it does."""
+    width = max(len(key.name) for key in KEYS)
+    return "\n".join(f"{key.name.ljust(width)}  default {show_value(key.default)}; {key.allowed}; {key.help}" for key in KEYS)
+
+
 def outputs_node() -> dict[str, Any]:
     """The sinks in the config (`sink.NAME` from the group, in order), their switches (attnlab's
     on, yours off until log.NAME=true) and Hydra's folder names without the switches."""
@@ -120,6 +126,8 @@ def new_dir(path: str) -> str:
     processes; the resolver is cached, and Hydra copies a sweep's resolver cache into every
     job's config (joblib and submitit workers included), so a run resolves its folder once.
     """
+    if ".." in Path(path).parts:  # from a name in the template (variant.name): never outside runs/
+        raise UserError(f"{path}: a folder attnlab names may not contain '..'")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     for suffix in itertools.chain([""], (f"-{n}" for n in itertools.count(2))):
         try:
@@ -156,6 +164,7 @@ def register_configs(registry: Registry | None = None, *, full_help: bool = Fals
             "header": help_header(registry) if full_help else "attnlab: python -m attnlab --help lists everything",
             "footer": "Docs: README.md. Powered by Hydra (https://hydra.cc).",
             "template": ("${hydra.help.header}\n\n== Config groups ==\n" + groups_help().replace("$", "$$") + "\n\n"
+                         "== Keys ==\n" + keys_help().replace("$", "$$") + "\n\n"
                          "== Config ==\nOverride anything in the config (e.g. seed=7, d_out=4)\n\n$CONFIG\n"
                          "${hydra.help.footer}\n") if full_help else "${hydra.help.header}",
         },
@@ -172,11 +181,8 @@ def user_overrides(args: list[str]) -> list[str]:
 def validate(cfg: DictConfig) -> None:
     """Checks beyond the schema's types, so that a bad value fails before any work."""
     unknown_keys(cfg)
-    positive(cfg.d_out, "d_out")
-    positive(cfg.n_seeds, "n_seeds")
-    if cfg.seed < 0:
-        raise UserError(f"seed={cfg.seed}: must be a non-negative integer")
     check_inputs(cfg.inputs)
+    check_values(cfg)
     if not isinstance(cfg.variant.params, (dict, DictConfig)):
         raise UserError("variant.params: must be a mapping of constructor arguments")
 

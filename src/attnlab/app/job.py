@@ -16,8 +16,9 @@ terminal table).
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -25,19 +26,22 @@ from attnlab.app.config import validate
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import make_inputs
 from attnlab.compute.pipeline import JobSpec, compute_record
+from attnlab.compute.preflight import cap_process, check_declared_inputs
 from attnlab.diagnosis.predictions import validate_expectations
+from attnlab.app.isolation import run_job_guarded
 from attnlab.app.progress import Progress
 from attnlab.record import Record, write_record
+from attnlab.schema import check_n_tokens, declared_n_tokens
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
 from attnlab.sinks.base import JobInfo, build_sinks
 
 SEED_DIR = "seed-{seed}"
 
 
-def check(cfg: DictConfig) -> None:
+def check(cfg: DictConfig) -> dict[str, Any]:
     """Everything that can be wrong with the request, before any work: the values, unknown keys,
-    the predictions, the variant and its params, the reference, the sinks. attnlab's sweeper runs
-    it on every value of a sweep before the first job."""
+    the predictions, the variant and its params, the reference, the sinks; returns the sinks.
+    attnlab's sweeper runs it on every value of a sweep before the first job."""
     validate(cfg)
     validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True))
     values = {key: cfg[key] for key in CONSTRUCTOR_KEYS if key in cfg}
@@ -45,7 +49,7 @@ def check(cfg: DictConfig) -> None:
     constructor_kwargs(get_variant(cfg.variant.name), {**values, "d_in": 1, "n_tokens": 1}, params)  # names only
     if cfg.reference != "auto":
         get_variant(cfg.reference)
-    build_sinks(cfg)
+    return build_sinks(cfg)
 
 
 def show_import_output(cfg: DictConfig) -> None:
@@ -64,19 +68,24 @@ def seeds(cfg: DictConfig) -> range:
     return range(cfg.seed, cfg.seed + cfg.n_seeds)
 
 
-def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to: Path | None = None) -> list[Record]:
-    """Every seed's record. With `stream_to` (a job folder) and several seeds, each record is
-    written as soon as it is computed and then keeps only its reductions (diagnostics, findings,
-    shapes): the sinks draw images from the first record that succeeded, so holding every
-    seed's stages would only cost memory."""
-    check(cfg)
+def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to: Path | None = None,
+                    *, checked: bool = False) -> list[Record]:
+    """Every seed's record (`checked`: `check` already ran on this config). With `stream_to` (a
+    job folder) and several seeds, each record is written as soon as it is computed and then
+    keeps only its reductions (diagnostics, findings, shapes): the sinks draw images from the
+    first record that succeeded, so holding every seed's stages would only cost memory."""
+    if not checked:
+        check(cfg)
     show_import_output(cfg)
+    cap_process()
+    check_declared_inputs(cfg.batch, declared_n_tokens(cfg.inputs), OmegaConf.select(cfg.inputs, "d_in"), cfg.d_out)
     spec = JobSpec.from_cfg(cfg)
     progress = progress or Progress(cfg.n_seeds, enabled=False)
     records: list[Record] = []
     for seed in seeds(cfg):
         progress.phase(f"seed {seed}: inputs")
         inputs = make_inputs(cfg.inputs, seed, cfg.batch)
+        check_n_tokens(cfg, inputs.n_tokens)
         record = compute_record(cfg, seed, inputs, spec=spec,
                                 phase=lambda part, s=seed: progress.phase(f"seed {s}: {part}"))
         if stream_to is not None and cfg.n_seeds > 1:
@@ -94,10 +103,11 @@ def record_dir(job_dir: Path, record: Record, n_seeds: int) -> Path:
     return job_dir if n_seeds == 1 else job_dir / SEED_DIR.format(seed=record.seed)
 
 
-def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, progress: Progress | None = None) -> None:
-    """Every record (atomically, first), then every enabled sink in turn."""
+def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, progress: Progress | None = None,
+                  sinks: dict[str, Any] | None = None) -> None:
+    """Every record (atomically, first), then every enabled sink in turn (`sinks`: as `check` built them)."""
     job = job if isinstance(job, JobInfo) else JobInfo(Path(job))
-    sinks = build_sinks(cfg)
+    sinks = build_sinks(cfg) if sinks is None else sinks
     progress = progress or Progress(len(records), enabled=False)
     progress.phase("records")
     for record in records:
@@ -107,22 +117,53 @@ def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, p
         if hasattr(sink, "write"):
             progress.phase(name)
             progress.clear()  # a sink may print; the bar comes back at the next phase
-            sink.write(records, job)
+            try:
+                sink.write(records, job)
+            except UserError:
+                raise
+            except Exception as exc:  # its files may be partial (a full disk): the records say so
+                error = f"sink {name}: {type(exc).__name__}: {exc}".splitlines()[0]
+                raise SinkError(error, mark_failed(records, error)) from exc
 
 
-def run_job(cfg: DictConfig, job: JobInfo | Path) -> list[Record]:
+class SinkError(RuntimeError):
+    """A sink that failed after the records were written; `paths`: the records, now marked failed."""
+
+    def __init__(self, message: str, paths: list[str]) -> None:
+        super().__init__(message)
+        self.paths = paths
+
+
+def mark_failed(records: list[Record], error: str) -> list[str]:
+    """Rewrite each written record as failed with `error`. One that cannot be rewritten (the disk
+    that failed the sink is full) is removed: its job then has no record, never an ok one beside a
+    truncated file, and a resumed sweep runs it again."""
+    paths = []
+    for record in (r for r in records if r.path is not None):
+        record.status, record.error = "failed", error
+        try:
+            write_record(record, record.path.parent)
+        except OSError:
+            record.path.unlink(missing_ok=True)
+        paths.append(str(record.path))
+    return paths
+
+
+def run_job(cfg: DictConfig, job: JobInfo | Path, *, checked: bool = False) -> list[Record]:
+    """One job (`checked`: the sweeper already checked its values; the sinks are still built)."""
+    sinks = build_sinks(cfg) if checked else check(cfg)
     with Progress(cfg.n_seeds, label="seeds", enabled=bool(cfg.log.get("progress"))) as progress:
-        records = compute_records(cfg, progress, stream_to=Path(job.dir if isinstance(job, JobInfo) else job))
-        write_outputs(cfg, records, job, progress)
+        records = compute_records(cfg, progress, stream_to=Path(job.dir if isinstance(job, JobInfo) else job), checked=True)
+        write_outputs(cfg, records, job, progress, sinks)
     return records
 
 
 def run_task(cfg: DictConfig, hydra_cfg: DictConfig) -> list[str]:
     """The Hydra task: one job; returns the paths of the records that failed.
 
-    In a sweep, a request that fails its checks (a combination of values that each passed the
-    sweeper's checks) becomes a failed record in the job's folder, so the job has its row and the
-    other jobs run; in a single run it is raised, for the CLI to report in one line.
+    A sweep's job (and a run with timeout_s) runs in a process of its own, a single run in this
+    one, guarded (attnlab.app.isolation): what a module does to its process fails its own record.
+    A sweep run by attnlab's sweeper checked every job's values already: not again here.
     """
     multirun = hydra_cfg.mode.name == "MULTIRUN"
     job = JobInfo(
@@ -131,21 +172,42 @@ def run_task(cfg: DictConfig, hydra_cfg: DictConfig) -> list[str]:
         num=hydra_cfg.job.get("num") if multirun else None,
         overrides=tuple(hydra_cfg.overrides.task),
     )
+    checked = multirun and bool(OmegaConf.select(hydra_cfg, "sweeper.check_job"))
+    work = partial(job_work, cfg, job, multirun=multirun, checked=checked)
+    fail = partial(write_failure_line, cfg, job.dir)
+    return run_job_guarded(work, fail, cfg, isolate=multirun or cfg.timeout_s is not None)
+
+
+def job_work(cfg: DictConfig, job: JobInfo, *, multirun: bool, checked: bool) -> list[str]:
+    """One job's work; returns its failed records' paths. In a sweep, a job that fails before its
+    modules run (inputs that do not fit context_length, an inputs factory that raises) becomes a
+    failed record in the job's folder, so the job has its row and the other jobs run; in a single
+    run it is raised, for the CLI to report in one line. A sink that fails marks the records."""
     try:
-        records = run_job(cfg, job)
-    except UserError as exc:
+        records = run_job(cfg, job, checked=checked)
+    except SinkError as exc:  # after the records: they are marked failed already
+        if not multirun:
+            raise
+        return exc.paths
+    except Exception as exc:  # noqa: BLE001 - in a sweep, any error before the records is this job's row
         if not multirun:
             raise
         return [str(write_failure(cfg, job.dir, exc))]
     return [str(r.path) for r in records if not r.ok]
 
 
+def write_failure_line(cfg: DictConfig, job_dir: Path, cause: str) -> str:
+    return str(write_failure(cfg, job_dir, UserError(cause)))
+
+
 def write_failure(cfg: DictConfig, job_dir: Path, error: BaseException) -> Path:
     """A failed record for a job that could not run, with the one-line error."""
     config = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    cause = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}"
     record = Record(variant=str(OmegaConf.select(cfg, "variant.name", default="?")),
-                    seed=int(OmegaConf.select(cfg, "seed", default=0)), config=config, status="failed", error=str(error))
+                    seed=int(OmegaConf.select(cfg, "seed", default=0)), config=config, status="failed",
+                    error=cause.splitlines()[0] if cause else type(error).__name__)
     return write_record(record, job_dir)
 
 
-__all__: Sequence[str] = ["check", "compute_records", "run_job", "run_task", "write_failure", "write_outputs"]
+__all__: Sequence[str] = ["check", "compute_records", "job_work", "run_job", "run_task", "write_failure", "write_outputs"]

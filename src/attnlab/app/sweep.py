@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
@@ -73,22 +73,48 @@ def print_summary(report: Report, folder: Path) -> None:
             print(f"tables: {display_path(folder / tables[0])} {suffixes}{browser}".rstrip(), flush=True)
 
 
-def finish(config: DictConfig, complete: bool) -> None:
-    """The end of a sweep (attnlab's sweeper calls it): the tables, then the outcome."""
-    failed = write_tables(config)
-    if complete and failed:
-        raise FailedRecords(failed)
+def finish(config: DictConfig, complete: bool, missing: Sequence[str] = ()) -> None:
+    """The end of a sweep (attnlab's sweeper calls it): the tables, then the outcome: failed
+    records and `missing` jobs (launched, no record: a worker that died) make it exit 1. Tables
+    that cannot be written (a full disk, a read-only folder) are named stale; the records stand."""
+    try:
+        failed = write_tables(config)
+    except OSError as exc:
+        _stale(config, exc)
+        raise
+    for job in missing:
+        print(f"attnlab: no record: job {job}", file=sys.stderr)
+    if complete and (failed or missing):
+        raise FailedRecords(failed, missing)
 
 
 def refresh_table(config: DictConfig) -> None:
-    """The sweep's comparison.csv from the records on disk (no other table: the cheap one)."""
+    """The sweep's comparison.csv from the records on disk (no other table: the cheap one). A
+    refresh that cannot write is one warning: the next jobs still run, and still write records."""
     from attnlab.reporting.aggregate import rebuild
     from attnlab.reporting.rows import TABLE_FILE
     from attnlab.sinks.table import write_csv_report
 
     folder = sweep_dir(config)
-    _, problems = rebuild(folder, lambda report: write_csv_report(report, folder / TABLE_FILE))
+    try:
+        _, problems = rebuild(folder, lambda report: write_csv_report(report, folder / TABLE_FILE))
+    except OSError as exc:
+        _stale(config, exc)
+        return
     _report_problems(problems)
+
+
+def _stale(config: DictConfig, error: OSError) -> None:
+    """One line: why the tables could not be written, and which records are intact."""
+    from attnlab.reporting.aggregate import find_record_files
+
+    folder = sweep_dir(config)
+    try:
+        intact = len(find_record_files([folder]))
+    except OSError:
+        intact = 0
+    print(f"attnlab: warning: {error}; the tables in {folder} are stale, its {intact} record(s) are intact "
+          f"(rebuild: attnlab compare {folder})", file=sys.stderr)
 
 
 class SweepTables(Callback):

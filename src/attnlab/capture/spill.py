@@ -3,8 +3,7 @@
 At 4096 tokens and 12 heads one (batch, heads, query, key) stage is 1.6 GB; the reference's
 three would double what the run holds. Spilled, they are `.npy` files (never pickle) read through
 a memory map: a pass over one reads it from the page cache, and `release` drops its pages from
-the process again, so a pass costs one stage's memory at a time, not three. The same files are
-what `save_stages=true` keeps next to record.json.
+the process again, so a pass costs one stage's memory at a time, not three.
 """
 
 from __future__ import annotations

@@ -86,6 +86,31 @@ def check_fits(size: Size, *, spilled: bool) -> None:
                     f"{_gib(limit)} is available ({source}); shrink it with inputs.n_tokens, batch or num_heads")
 
 
+def check_declared_inputs(batch: int, n_tokens: int | None, d_in: int | None, d_out: int) -> None:
+    """Before the inputs are built: a run whose inputs the config sizes (random inputs) is checked
+    at one head, the least it can take (the full check, with the module's heads, follows)."""
+    if n_tokens and d_in:
+        check_fits(Size(batch, 1, n_tokens, d_in, d_out), spilled=True)
+
+
+def cap_process() -> None:
+    """With ATTNLAB_MEMORY_LIMIT set, this process's data segment is capped at it too (RLIMIT_DATA:
+    the heap and anonymous maps, where tensors live; RLIMIT_AS would also count the address space
+    torch's libraries and thread stacks reserve), so a module that allocates past the limit fails
+    its own record. Where the platform has no such limit, the figure only feeds the estimate."""
+    value = os.environ.get(LIMIT_ENV)
+    try:
+        import resource
+
+        limit = int(float(value)) if value else None
+        if limit is None:
+            return
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    except (ImportError, AttributeError, ValueError, OSError):
+        return
+
+
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 

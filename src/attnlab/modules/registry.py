@@ -29,6 +29,7 @@ from attnlab.modules.describe import same_file
 from attnlab.modules.discovery import find_plugins
 from attnlab.modules.roles import parameter_role
 from attnlab.plugin_folders import USER_GROUP, builtin_groups
+from attnlab.schema import BOOK_TOKENS, DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,10 @@ SPELLINGS = {
     "num_heads": ("num_heads", "n_heads", "n_head", "num_attention_heads"),
     "num_kv_heads": ("num_kv_heads", "n_kv_heads", "num_key_value_heads", "num_kv_groups"),
 }
-DEFAULT_VALUES = {"context_length": 6, "dropout": 0.0, "num_heads": 2, "num_kv_heads": None, "qkv_bias": False}
+# The schema's defaults; context_length, null there (n_tokens), is the book's six tokens here:
+# create_variant builds a module without inputs.
+DEFAULT_VALUES = {**{key: DEFAULTS[key] for key in ("dropout", "num_heads", "num_kv_heads", "qkv_bias")},
+                  "context_length": BOOK_TOKENS}
 _TOP_LEVEL = {spelling: key for key in CONSTRUCTOR_KEYS for spelling in SPELLINGS.get(key, (key,))}
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 

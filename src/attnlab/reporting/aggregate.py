@@ -14,6 +14,8 @@ Three views of the same records:
 
 from __future__ import annotations
 
+import math
+import re
 import shutil
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -192,7 +194,7 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
             _text(job["variant"]), *[_text(swept[c][i]) for c in swept], _text(job.get("status")),
             _text(job.get("first_divergent_stage")) if not failed else "—",
             (_text(job.get("error")) if failed else _text(job.get("findings"))) or "—",
-            _number_text(_output_divergence(job)),
+            _divergence_text(_output_divergence(job)),
             *[_number_text(_scaled(job.get(column), factor)) for column, _, factor in costs],
         ])
     return _fit(headers, rows, width, shrink_order=["findings", *reversed(swept), "first divergent", "variant"])
@@ -206,8 +208,13 @@ def swept_columns(jobs: pd.DataFrame) -> dict[str, list]:
 
 
 def _output_divergence(job: pd.Series) -> object:
+    """The output's divergence; NaN when the output has non-finite values (never the context's in
+    its place); the context's for records without an output stage (format 1)."""
     value = job.get("divergence_output")
-    return job.get("divergence_context") if value is None or pd.isna(value) else value
+    if value is None or pd.isna(value):
+        non_finite = job.get("non_finite_output")
+        return float("nan") if isinstance(non_finite, (int, float)) and non_finite > 0 else job.get("divergence_context")
+    return value
 
 
 # the profile's columns as every table and chart shows them: (column, label, factor to its unit)
@@ -220,11 +227,25 @@ def _scaled(value: object, factor: float) -> object:
 
 
 def _text(value: object) -> str:
-    return "—" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+    return "—" if value is None or (isinstance(value, float) and pd.isna(value)) else printable(str(value))
+
+
+# C0 and C1 control characters (ESC starts a terminal's escape sequences): never printed from a record
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Text from a record as a terminal may show it: control characters removed."""
+    return CONTROL.sub("", text)
 
 
 def _number_text(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) and not pd.isna(value) else "—"
+
+
+def _divergence_text(value: object) -> str:
+    """As _number_text, but a NaN divergence (non-finite output) reads `nan`, never blank."""
+    return "nan" if isinstance(value, float) and math.isnan(value) else _number_text(value)
 
 
 def _fit(headers: list[str], rows: list[list[str]], width: int, shrink_order: list[str]) -> str:

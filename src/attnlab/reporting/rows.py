@@ -148,8 +148,17 @@ def _columns(rows: list[dict]) -> list[str]:
 
 
 def _cell(value: object) -> object:
-    """As pandas writes a cell: None and NaN empty."""
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else value
+    """None empty; NaN as `nan` (a value that is not a number, not a missing one)."""
+    return "" if value is None else "nan" if isinstance(value, float) and math.isnan(value) else value
+
+
+FORMULA_STARTS = ("=", "+", "-", "@")  # a spreadsheet runs a text cell starting so as a formula
+
+
+def _csv_cell(value: object) -> object:
+    """A text cell a spreadsheet would run as a formula gets a leading `'`; numbers stay numbers."""
+    value = _cell(value)
+    return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
 
 
 def write_rows_csv(rows: list[dict], path: Path) -> Path:
@@ -157,7 +166,7 @@ def write_rows_csv(rows: list[dict], path: Path) -> Path:
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(columns)
-    writer.writerows([_cell(row.get(column)) for column in columns] for row in rows)
+    writer.writerows([_csv_cell(row.get(column)) for column in columns] for row in rows)
     write_atomic(path, text.getvalue())
     return path
 

@@ -8,6 +8,7 @@ of every comparison.csv.
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -39,7 +40,12 @@ def write_csv_report(report: Report, path: Path) -> Path:
 
 
 def to_markdown(table: pd.DataFrame, floatfmt: str = ".4g") -> str:
-    return table.to_markdown(floatfmt=floatfmt)
+    return escaped(table).to_markdown(floatfmt=floatfmt)
+
+
+def escaped(table: pd.DataFrame) -> pd.DataFrame:
+    """Text cells with HTML escaped: a markdown viewer renders raw HTML (a record's `<script>`)."""
+    return table.map(lambda value: html.escape(value) if isinstance(value, str) else value)
 
 
 def markdown_report(report: Report) -> str:
@@ -49,7 +55,7 @@ def markdown_report(report: Report) -> str:
         "# attnlab comparison",
         f"{len(report.records)} record(s).",
         "## Summary (mean ± std over seeds)",
-        summary_view(report.summary).to_markdown() if not report.summary.empty else "no records",
+        to_markdown(summary_view(report.summary), floatfmt="g") if not report.summary.empty else "no records",
         "## What differs between jobs",
         to_markdown(report.differs),
         "## Every job",

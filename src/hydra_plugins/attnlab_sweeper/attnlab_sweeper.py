@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -40,6 +41,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from hydra_plugins.attnlab_sweeper.folder import check_reuse, job_outcomes, locked, runs_of
 
 
 def cartesian(overrides: Sequence[Override]) -> list[list[str]]:
@@ -73,11 +76,16 @@ def apply_value(config: DictConfig, override: Override) -> DictConfig:
     """A copy of `config` with one value override applied as composition applies it: a plain
     override must name an existing key, `+` adds a new one, `++` either. Raises when Hydra's
     composition would (or when unsure, e.g. a deletion): the caller then composes a job."""
+    config = copy.deepcopy(config)
+    apply_in_place(config, override)
+    return config
+
+
+def apply_in_place(config: DictConfig, override: Override) -> None:
     if override.is_delete():
         raise ValueError("deletions are checked by composing")
     key, value = override.key_or_group, override.value()
     adds = override.is_add() or override.is_force_add()
-    config = copy.deepcopy(config)
     with read_write(config):
         if override.is_add() and OmegaConf.select(config, key, default=None) is not None:
             raise ValueError(f"{key} exists; `+` cannot add it")
@@ -86,16 +94,16 @@ def apply_value(config: DictConfig, override: Override) -> DictConfig:
                 OmegaConf.update(config, key, value, merge=True, force_add=True)
         else:
             OmegaConf.update(config, key, value, merge=True)
-    return config
 
 
 class AttnlabSweeper(Sweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
-                 check: Optional[str] = None, finish: Optional[str] = None) -> None:
+                 check: Optional[str] = None, check_job: Optional[str] = None,
+                 finish: Optional[str] = None) -> None:
         super().__init__()
         self.max_batch_size = max_batch_size
         self.params = dict(params or {})
-        self.check, self.finish = check, finish
+        self.check, self.check_job, self.finish = check, check_job, finish
         self.hydra_context: Optional[HydraContext] = None
         self.config: Optional[DictConfig] = None
         self.launcher = None
@@ -112,29 +120,64 @@ class AttnlabSweeper(Sweeper):
         jobs = cartesian(parser.parse_overrides(lines))
         self.validate(jobs, parser)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))  # resolving it claims the folder: only now
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        overrides = [str(line) for line in self.config.hydra.overrides.task]
+        with locked(sweep_dir, " ".join(overrides)):
+            resuming = check_reuse(sweep_dir, overrides)
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            pending = list(range(len(jobs)))
+            if resuming:
+                done = job_outcomes(sweep_dir)
+                pending = [i for i in pending if not done.get(tuple(jobs[i]))]
+                say(f"resuming the sweep in {sweep_dir}: {len(jobs) - len(pending)} of {len(jobs)} job(s) have an ok "
+                    f"record; running the other {len(pending)}")
+            return self.run(jobs, pending, sweep_dir)
+
+    def run(self, jobs: Sequence[Sequence[str]], pending: list[int], sweep_dir: Path) -> Any:
+        """Launch the `pending` jobs (by index, numbered as in the whole sweep), then finish it.
+        A launcher that fails (a joblib worker killed) costs the jobs it was running: the jobs
+        still without a record are launched once more, and those still missing are listed."""
         finish = get_method(self.finish) if self.finish else None
-        size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(jobs), 1)
         returns: list[Sequence[JobReturn]] = []
         try:
-            for start in range(0, len(jobs), size):
-                returns.append(self.launcher.launch(jobs[start:start + size], initial_job_idx=start))
+            failure = self.launch(jobs, pending, returns)
+            if failure is not None:
+                done = job_outcomes(sweep_dir)
+                again = [i for i in pending if tuple(jobs[i]) not in done]
+                say(f"the launcher failed ({one_line(failure)}); launching the {len(again)} job(s) without a record again")
+                self.launch(jobs, again, returns)
         except BaseException:
             if finish is not None:
                 finish(self.config, complete=False)
             raise
+        done = job_outcomes(sweep_dir)
+        missing = [f"#{i} {' '.join(jobs[i])}" for i in pending if tuple(jobs[i]) not in done]
         raised = [job for batch in returns for job in batch if job.status == JobStatus.FAILED]
         if finish is not None:
-            finish(self.config, complete=not raised)
+            finish(self.config, complete=not raised, missing=missing)
         for job in raised:
             _ = job.return_value  # re-raises the job's exception, as the basic sweeper does
         return returns
 
+    def launch(self, jobs: Sequence[Sequence[str]], indices: list[int], returns: list) -> Optional[Exception]:
+        """Launch the jobs at `indices` in runs of consecutive numbers (a job keeps its number and so
+        its folder); the launcher's error, if one failed (the rest of the runs are not launched)."""
+        size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(jobs), 1)
+        for first, end in runs_of(indices):
+            for start in range(first, end, size):
+                try:
+                    returns.append(self.launcher.launch(jobs[start:min(start + size, end)], initial_job_idx=start))
+                except Exception as exc:  # noqa: BLE001 - reported, and the jobs it cost launched again
+                    return exc
+        return None
+
     def validate(self, jobs: Sequence[Sequence[str]], parser: OverridesParser) -> None:
-        """Check every value of the sweep (see the module's docstring); raise on the first bad one."""
+        """Check every value of the sweep, then every job's combination of them (see the module's
+        docstring). Every distinct error is collected: one raises as itself, several as an
+        ExceptionGroup, so the user sees them all at once."""
         loader = self.hydra_context.config_loader
         check = get_method(self.check) if self.check else (lambda config: None)
+        check_job = get_method(self.check_job) if self.check_job else (lambda config: None)
+        errors: dict[str, Exception] = {}
         groups: dict[str, bool] = {}
 
         def is_group(line: str) -> bool:
@@ -146,18 +189,54 @@ class AttnlabSweeper(Sweeper):
         def compose(job: Sequence[str]) -> DictConfig:
             return loader.load_sweep_config(master_config=self.config, sweep_overrides=list(job))
 
-        contexts = [compose(job) for job in covering_jobs(jobs, is_group)] or [self.config]
-        for context in contexts:
-            check(context)
+        def attempt(fn: Callable[..., Any], *args: Any) -> Any:
+            try:
+                return fn(*args)
+            except Exception as exc:  # noqa: BLE001 - collected and raised together below
+                errors.setdefault(str(exc), exc)
+                return None
+
+        contexts = {tuple(job): attempt(compose, job) for job in covering_jobs(jobs, is_group)} or {(): self.config}
+        contexts = {lines: config for lines, config in contexts.items() if config is not None}
+        for config in contexts.values():
+            attempt(check, config)
         values = list(dict.fromkeys(line for job in jobs for line in job if not is_group(line)))
         for line in values:
             override = parser.parse_override(line)
-            for context in contexts:
+            for context in contexts.values():
                 try:
                     config = apply_value(context, override)
                 except Exception:  # noqa: BLE001 - composing a job with it raises the error to report
-                    config = compose(next(job for job in jobs if line in job))
-                check(config)
+                    config = attempt(compose, next(job for job in jobs if line in job))
+                if config is not None:
+                    attempt(check, config)
+        if not errors:  # each value passed alone: now each job's values together (num_kv_heads | num_heads)
+            # one copy per composed config: every job of a sweep sets the same keys, each in place
+            copies = {id(config): copy.deepcopy(config) for config in contexts.values()}
+            for job in jobs:
+                config = copies[id(closest(contexts, job))]
+                for line in (v for v in job if not is_group(v)):
+                    attempt(apply_in_place, config, parser.parse_override(line))
+                attempt(check_job, config)
+        if len(errors) == 1:
+            raise next(iter(errors.values()))
+        if errors:
+            raise ExceptionGroup(f"{len(errors)} bad values in the sweep", list(errors.values()))
+
+
+def say(line: str) -> None:
+    print(f"attnlab: {line}", file=sys.stderr, flush=True)
+
+
+def one_line(exc: BaseException) -> str:
+    """The error's type and first sentence."""
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0].split('. ')[0][:200]}"
+
+
+def closest(contexts: Dict[tuple, DictConfig], job: Sequence[str]) -> DictConfig:
+    """The composed config sharing most config-group choices with `job` (the values checked
+    together are the top-level keys and the inputs')."""
+    return max(contexts.items(), key=lambda item: len(set(item[0]) & set(job)))[1]
 
 
 # A plain mapping, not a dataclass: a structured config would carry this module's class into every
@@ -170,7 +249,8 @@ ConfigStore.instance().store(
         "max_batch_size": None,
         "params": None,
         "check": "attnlab.app.job.check",  # check(config): raises on a bad value
-        "finish": "attnlab.app.sweep.finish",  # finish(config, complete): tables, summary, outcome
+        "check_job": "attnlab.schema.check_values",  # the same, cheap, for every job's values together
+        "finish": "attnlab.app.sweep.finish",  # finish(config, complete, missing): tables, summary, outcome
     },
     provider="attnlab",
 )

@@ -1,0 +1,126 @@
+"""A sweep's folder: one sweep writes it at a time, and a sweep run again into it resumes.
+
+The lock is an flock on a file in the folder, so a sweep that died (kill -9, a node lost) never
+leaves it held; the file keeps the holder's description for the error a second sweep prints.
+A folder whose multirun.yaml names other overrides and that holds records belongs to another
+sweep: refused. The same overrides again: the jobs with an ok record are skipped (a sweep cut
+short is resumed this way). A job is matched to its folder by the overrides Hydra writes into
+`.hydra/overrides.yaml`, not by the folder's name.
+
+Only the standard library, Hydra and OmegaConf here: Hydra imports every plugin in every app.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Iterator, Optional, Sequence
+
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+
+LOCK_FILE = ".attnlab-sweep.lock"
+RECORD_FILE = "record.json"
+
+
+class SweepFolderError(HydraException):
+    """A sweep refused because of its folder: one line, exit code 2."""
+
+
+@contextmanager
+def locked(folder: Path, command: str) -> Iterator[None]:
+    """Hold the folder's lock for the duration; a second holder gets a one-line error naming us."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle: IO[str] = open(folder / LOCK_FILE, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise SweepFolderError(f"hydra.sweep.dir={folder}: another sweep is writing it ({holder}); "
+                               "wait for it to end or choose another folder") from None
+    except OSError:  # a file system without locks: the sweep runs unguarded, as before there was one
+        handle.close()
+        yield
+        return
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}: {command}\n")
+    handle.flush()
+    try:
+        yield
+    finally:
+        # the file stays: removing it would let a sweep waiting on its old inode lock a file no one sees
+        handle.truncate(0)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def previous_overrides(folder: Path) -> Optional[list[str]]:
+    """The overrides of the sweep that last wrote `folder` (its multirun.yaml); None if none did."""
+    path = folder / "multirun.yaml"
+    if not path.is_file():
+        return None
+    try:
+        return [str(line) for line in OmegaConf.load(path).hydra.overrides.task]
+    except Exception:  # noqa: BLE001 - an unreadable one is another sweep's, as far as we can tell
+        return ["(an unreadable multirun.yaml)"]
+
+
+def job_outcomes(folder: Path) -> dict[tuple[str, ...], bool]:
+    """{a job's overrides: whether every record of it is ok} for every job folder under `folder`
+    that has at least as many records as its seeds (n_seeds)."""
+    outcomes: dict[tuple[str, ...], bool] = {}
+    for overrides_file in folder.rglob(".hydra/overrides.yaml"):
+        job_dir = overrides_file.parent.parent
+        statuses = [_status(path) for path in job_dir.rglob(RECORD_FILE)]
+        if not statuses:
+            continue
+        try:
+            overrides = tuple(str(line) for line in OmegaConf.load(overrides_file))
+        except Exception:  # noqa: BLE001 - a job folder we cannot read is a job to run again
+            continue
+        ok = all(status == "ok" for status, _ in statuses) and len(statuses) >= max(n for _, n in statuses)
+        outcomes[overrides] = ok and outcomes.get(overrides, True)
+    return outcomes
+
+
+def _status(path: Path) -> tuple[str, int]:
+    """(status, n_seeds) of a record file; ("unreadable", 1) when it is not a record."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        n_seeds = data.get("config", {}).get("n_seeds", 1)
+        return str(data["status"]), n_seeds if isinstance(n_seeds, int) and n_seeds >= 1 else 1
+    except Exception:  # noqa: BLE001 - any file that is not a record
+        return "unreadable", 1
+
+
+def check_reuse(folder: Path, overrides: Sequence[str]) -> bool:
+    """Whether this sweep resumes the one that wrote `folder`; raises when the folder holds another
+    sweep's records."""
+    before = previous_overrides(folder)
+    if before is None:
+        return False
+    if before == list(overrides):
+        return True
+    if any(folder.rglob(RECORD_FILE)):
+        raise SweepFolderError(f"hydra.sweep.dir={folder}: holds the records of another sweep ({' '.join(before)}); "
+                               "choose a new folder, or run that sweep's command again to resume it")
+    return False
+
+
+def runs_of(indices: Sequence[int]) -> list[tuple[int, int]]:
+    """[(first, end)] of the consecutive runs in sorted `indices`: each launched with its own numbers."""
+    runs: list[tuple[int, int]] = []
+    for index in indices:
+        if runs and runs[-1][1] == index:
+            runs[-1] = (runs[-1][0], index + 1)
+        else:
+            runs.append((index, index + 1))
+    return runs

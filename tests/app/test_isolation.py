@@ -1,0 +1,85 @@
+"""What a module does to its process is its own job's failed record, through the real CLI (issue 26,
+items 1, 4 and 11): sys.exit, os._exit, a KeyboardInterrupt it raises, a segfault, a hang past
+timeout_s. One plugin per behaviour, written into a temp folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+FAULTS = {  # variant name: the forward's body, and the cause its failed record names
+    "exits": ("sys.exit(0)", "the job called sys.exit(0)"),
+    "os_exits": ("os._exit(0)", "the job's process exited with code 0 before reporting"),
+    "interrupts": ("raise KeyboardInterrupt", "the job raised KeyboardInterrupt (not a Ctrl-C)"),
+    "segfaults": ("ctypes.string_at(0)", "the job's process died of SIGSEGV"),
+    "hangs": ("time.sleep(3600)", "the job ran past timeout_s=3 and was stopped"),
+}
+
+
+def write_plugins(folder: Path, names: list[str]) -> Path:
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        (folder / f"{name}.py").write_text(textwrap.dedent(f"""
+            import ctypes, os, sys, time
+            import torch.nn as nn
+
+            class Fault(nn.Module):
+                def __init__(self, d_in, d_out):
+                    super().__init__()
+
+                def forward(self, x):
+                    {FAULTS[name][0]}
+        """))
+    return folder
+
+
+def attnlab(cwd: Path, plugins: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}, "ATTNLAB_PLUGIN_PATH": str(plugins)}
+    return subprocess.run([sys.executable, "-m", "attnlab", *args, "weights=native", "log.tensorboard=false"], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def records(folder: Path) -> dict[str, dict]:
+    found = [json.loads(p.read_text()) for p in folder.rglob("record.json")]
+    return {r["variant"]: r for r in found}
+
+
+def test_every_fault_of_a_module_is_its_own_failed_record_and_the_sweep_goes_on(tmp_path) -> None:
+    plugins = write_plugins(tmp_path / "plugins", list(FAULTS))
+    done = attnlab(tmp_path, plugins, "-m", f"variant={','.join(FAULTS)},unscaled", "timeout_s=3",
+                   f"hydra.sweep.dir={tmp_path / 'sweep'}", "log.terminal=false")
+    assert done.returncode == 1, done.stderr
+    found = records(tmp_path / "sweep")
+    assert found["unscaled"]["status"] == "ok"
+    for name, (_, cause) in FAULTS.items():
+        assert found[name]["status"] == "failed" and found[name]["error"].startswith(cause), (name, found[name]["error"])
+    assert "sweep: 6 job(s)" in done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("name", ["exits", "interrupts"])
+def test_a_single_run_whose_module_exits_or_interrupts_is_a_failed_record_exit_1(tmp_path, name) -> None:
+    plugins = write_plugins(tmp_path / "plugins", [name])
+    done = attnlab(tmp_path, plugins, f"variant={name}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 1, done.stderr
+    assert records(tmp_path / "run")[name]["error"].startswith(FAULTS[name][1])
+
+
+def test_a_job_that_fails_before_its_modules_run_has_its_row(tmp_path) -> None:
+    """Inputs whose length only reading them tells (a text) against context_length: job 0's row says
+    why, job 1 runs."""
+    done = attnlab(tmp_path, tmp_path, "-m", "variant=causal_attention", "inputs=text",
+                   "inputs.text=one two three four five", "context_length=4,8", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                   "log.terminal=false")
+    assert done.returncode == 1, done.stderr
+    found = sorted((json.loads(p.read_text()) for p in (tmp_path / "sweep").rglob("record.json")),
+                   key=lambda r: r["config"]["context_length"])
+    assert [r["status"] for r in found] == ["failed", "ok"]
+    assert found[0]["error"] == "context_length=4: must be at least the inputs' 5 tokens"

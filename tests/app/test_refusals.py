@@ -1,0 +1,67 @@
+"""Requests refused before any work, through the real CLI: one line `attnlab: error: KEY=VALUE: what
+is allowed`, exit code 2, and no folder left anywhere (issue 26, items 7, 8, 10, 14)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def attnlab(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.run([sys.executable, "-m", "attnlab", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def tree(root: Path) -> set[Path]:
+    return {p.relative_to(root) for p in root.rglob("*")}
+
+
+REFUSED = [
+    (["variant=reference", "qkv_bias=2"], "qkv_bias=2: must be true or false"),
+    (["variant=reference", "dropout=2"], "dropout=2: must be a number in [0, 1)"),
+    (["variant=gqa", "num_kv_heads=0"], "num_kv_heads=0: must be a positive integer (1, 2, 3, ...) or null"),
+    (["profile=true", "profile_budget_s=inf"], "profile_budget_s=inf: must be a number of seconds in (0, 3600]"),
+    (["batch=0"], "batch=0: must be a positive integer (1, 2, 3, ...)"),
+    (["seed=18446744073709551616"], "seed=18446744073709551616: must be an integer in [0, 18446744073709551615] (torch's seed range)"),
+    (["variant=causal_attention", "context_length=2"], "context_length=2: must be at least the inputs' 6 tokens"),
+    (["sink=5"], "sink=5: sinks are switched by log.NAME=true|false and set by sink.NAME.KEY=VALUE, not chosen by sink="),
+    (["inputs=5"], "inputs=5: allowed are book, file, random, text"),
+]
+
+
+@pytest.mark.parametrize("args,message", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_a_bad_value_is_one_line_exit_2_and_leaves_no_folder(tmp_path, args, message) -> None:
+    done = attnlab(tmp_path, *args)
+    assert (done.returncode, done.stderr) == (2, f"attnlab: error: {message}\n")
+    assert tree(tmp_path) == set()  # not even runs/<date>/
+
+
+def test_a_variant_name_that_climbs_out_of_runs_creates_nothing(tmp_path) -> None:
+    here = tmp_path / "a" / "b" / "c"
+    here.mkdir(parents=True)
+    done = attnlab(here, "variant.name=../../../../X")
+    assert done.returncode == 2 and done.stderr.startswith("attnlab: error: unknown variant '../../../../X'")
+    assert tree(tmp_path) == {Path("a"), Path("a/b"), Path("a/b/c")}
+
+
+def test_every_bad_value_of_a_sweep_is_printed_before_any_job_and_nothing_is_made(tmp_path) -> None:
+    done = attnlab(tmp_path, "-m", "variant=unscaled", "batch=0,2", "seed=1,99999999999999999999")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "attnlab: error: batch=0: must be a positive integer (1, 2, 3, ...)",
+        "attnlab: error: seed=99999999999999999999: must be an integer in [0, 18446744073709551615] (torch's seed range)",
+    ]
+    assert tree(tmp_path) == set()
+
+
+def test_values_that_each_pass_but_not_together_refuse_the_sweep(tmp_path) -> None:
+    done = attnlab(tmp_path, "-m", "variant=gqa", "num_heads=4,2", "num_kv_heads=4,2")
+    assert (done.returncode, done.stderr) == (2, "attnlab: error: num_kv_heads=4: must divide num_heads=2\n")
+    assert tree(tmp_path) == set()

@@ -112,7 +112,7 @@ def test_a_format_1_record_loads_in_its_own_rank_with_output_as_context(tmp_path
 def test_a_format_2_record_loads_in_the_module_s_own_rank(tmp_path):
     """Format 2 nested the values in the canonical view and said so in `view_shape`."""
     weights = np.arange(2 * 3 * 3, dtype=np.float32).reshape(2, 3, 3)  # CausalAttention's (batch, query, key)
-    old = {"format_version": 2, "variant": "causal_attention", "seed": 1, "config": {},
+    old = {"format_version": 2, "variant": "causal_attention", "seed": 1, "config": {}, "status": "ok",
            "stages": {"weights": {"shape": [2, 3, 3], "axes": ["batch", "heads", "query", "key"],
                                   "view_shape": [2, 1, 3, 3], "values": weights[:, None].tolist()},
                       "scores": {"shape": [2, 3, 3], "axes": ["batch", "heads", "query", "key"],
@@ -127,6 +127,15 @@ def test_a_format_2_record_loads_in_the_module_s_own_rank(tmp_path):
     again = read_record(write_record(record, tmp_path / "again"))
     np.testing.assert_array_equal(again.stages["weights"], weights)
     assert json.loads(again.path.read_text())["stages"]["weights"]["canonical_shape"] == [2, 1, 3, 3]
+
+
+def test_values_that_do_not_have_the_shape_the_record_states_are_a_record_error(tmp_path):
+    data = make_record().to_json_dict()
+    data["stages"]["weights"]["values"] = [[0.5, 0.5]]  # (1, 2), where shape says (3, 3)
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(RecordError, match=r"stage weights: values of shape \[1, 2\] where its shape is \[3, 3\]"):
+        read_record(path)
 
 
 @pytest.mark.slow  # every built-in in-process: about 20 s

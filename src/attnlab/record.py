@@ -252,6 +252,8 @@ def _stages_from_json(data: dict, version: int) -> tuple[dict[str, np.ndarray | 
         stages[name] = None if values is None else np.asarray(_from_nested(values), dtype=np.float32)
         if stages[name] is not None and version < 3:
             stages[name] = stages[name].reshape(shapes[name])
+        if stages[name] is not None and list(stages[name].shape) != shapes[name]:
+            raise ValueError(f"stage {name}: values of shape {list(stages[name].shape)} where its shape is {shapes[name]}")
     return stages, shapes, views
 
 

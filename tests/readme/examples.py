@@ -37,6 +37,7 @@ ELISION = "..."
 VOLATILE = [
     (re.compile(r"runs/(multirun/)?\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d"), r"runs/\1<date>/<time>"),
     (re.compile(r"\d+(\.\d+)? GiB is available"), "<memory> GiB is available"),
+    (re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\]"), "[<time>]"),  # Hydra's log lines
     (re.compile(r"\b\d(\.\d+)?e-(0[7-9]|[1-9]\d)\b"), "0"),  # below float32 rounding of numbers near 1
     (re.compile(r" {2,}"), " "),  # the columns' alignment, which a changed width moves
 ]

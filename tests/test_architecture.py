@@ -234,7 +234,7 @@ def test_the_back_channel_check_sees_one(tmp_path: Path) -> None:
 
 # The flow, lowest layer first: a module may import its own layer and the layers before it, never a
 # later one (config -> inputs and weights -> modules -> captured stages -> record -> diagnosis ->
-# compute -> reporting -> sinks -> app).
+# compute -> model -> reporting -> sinks -> app).
 LAYERS = (
     ("attnlab.errors", "attnlab.plugin_folders", "attnlab.schema"),
     ("attnlab.inputs",),
@@ -243,6 +243,7 @@ LAYERS = (
     ("attnlab.record",),
     ("attnlab.diagnosis",),
     ("attnlab.compute",),
+    ("attnlab.model",),  # a run inside a whole model: loading, hooks, the effect on its output
     ("attnlab.reporting",),
     ("attnlab.sinks",),
     ("attnlab.app", "attnlab.__main__"),

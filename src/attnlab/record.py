@@ -79,6 +79,7 @@ class Record:
     device: str = "cpu"  # where both modules ran
     dtype: str = "float32"  # the variant's (the reference's is config["reference_dtype"])
     profile: dict[str, float] = field(default_factory=dict)  # with profile=true: attnlab.compute.profile.COLUMNS and ratios
+    model: dict[str, Any] = field(default_factory=dict)  # with model=: the model, the layer, the effect on its output
     path: Path | None = None  # where it was read from or written to; not serialised
     scratch: Any = None  # a temporary folder of spilled stages, removed with the record; not serialised
 
@@ -105,6 +106,13 @@ class Record:
         self.stages = dict.fromkeys(self.stages)
         self.reference_stages = dict.fromkeys(self.reference_stages)
         self.scratch = None
+
+    def keep_stages(self, names: tuple[str, ...]) -> None:
+        """Keep only these stages' values (both modules'), on disk: a layer of a model after the
+        first, whose head grid the sinks still draw."""
+        self.stages = {k: v if k in names else None for k, v in self.stages.items()}
+        self.reference_stages = {k: v if k in names else None for k, v in self.reference_stages.items()}
+        self.spill_stages()
 
     def spill_stages(self) -> None:
         """Keep the stage values on disk, memory-mapped, instead of in memory (a streamed seed
@@ -163,6 +171,7 @@ class Record:
             "device": self.device,
             "dtype": self.dtype,
             "profile": {k: _json_number(v) for k, v in self.profile.items()},
+            "model": _json_numbers(self.model),
         }
 
     @classmethod
@@ -210,6 +219,7 @@ class Record:
             device=str(data.get("device") or "cpu"),
             dtype=str(data.get("dtype") or "float32"),
             profile={k: _from_json_number(v) for k, v in (data.get("profile") or {}).items()},
+            model=data.get("model") or {},
             path=path,
         )
 
@@ -271,6 +281,15 @@ def _json_number(value: float | None) -> float | str | None:
         return None
     value = float(value)
     return value if math.isfinite(value) else str(value)
+
+
+def _json_numbers(values: Any) -> Any:
+    """Floats anywhere in nested dicts and lists as _json_number spells them."""
+    if isinstance(values, dict):
+        return {k: _json_numbers(v) for k, v in values.items()}
+    if isinstance(values, list):
+        return [_json_numbers(v) for v in values]
+    return _json_number(values) if isinstance(values, float) else values
 
 
 def _from_json_number(value: Any) -> float | None:

@@ -82,6 +82,12 @@ def seconds(name: str, default: float | None, most: float, help: str, nullable: 
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 
+
+def _layers(value: Any) -> bool:
+    """`layer=`: an index, all, or a list of indices (their range needs the model: attnlab.model.locate)."""
+    values = list(value) if isinstance(value, (list, tuple)) or OmegaConf.is_list(value) else [value]
+    return value == "all" or all(_int(v) and v >= 0 for v in values)
+
 KEYS: tuple[Key, ...] = (
     Key("seed", 123, f"must be an integer in [0, {SEED_MAX}] (torch's seed range)",
         lambda v: _int(v) and 0 <= v <= SEED_MAX, help="torch.manual_seed(seed), then W_query, W_key, W_value"),
@@ -107,6 +113,8 @@ KEYS: tuple[Key, ...] = (
     flag("profile_backward", False, "also time the backward pass"),
     seconds("timeout_s", None, float("inf"), "a job still running after this long fails; null: no limit",
             nullable=True),
+    Key("layer", None, "must be a layer index, all, or a list of them such as [0,2]", _layers, nullable=True,
+        help="with model=: the layers compared; null: 0 (all with reference_model)"),
 )
 DEFAULTS: dict[str, Any] = {key.name: key.default for key in KEYS}
 
@@ -205,6 +213,10 @@ Config = _dataclass("Config", [
     ("weights", WeightsMode, WeightsMode.shared),  # shared: every module gets the seeded matrices | native
     ("weights_init", WeightsInit, WeightsInit.rand),  # rand: the source's | normal: randn / sqrt(d_in)
     ("expect", Dict[str, Any], field(default_factory=dict)),  # predictions, e.g. expect.context_shape=[6,2]
+    # a run inside a model (attnlab.model): model=hf:TYPE | NAME (./models/) | model.path=DIR | model.hub=ID,
+    # with size keys (model.n_layer=2); open blocks, their keys checked by attnlab.model.spec
+    ("model", Dict[str, Any], field(default_factory=dict)),
+    ("reference_model", Dict[str, Any], field(default_factory=dict)),  # the learner's check, as model
     ("plots", PlotsConf, field(default_factory=PlotsConf)),
     ("log", Dict[str, bool], field(default_factory=dict)),  # log.NAME for every sink found, and LOG_OPTIONS
     ("sink", Dict[str, Any], field(default_factory=dict)),  # sink.NAME: each sink's config (_target_ and options)

@@ -172,10 +172,21 @@ def register_configs(registry: Registry | None = None, *, full_help: bool = Fals
     )
 
 
+OPEN_BLOCKS = ("expect", "model", "reference_model")  # open-ended keys: attnlab adds Hydra's `++` for them
+
+
 def user_overrides(args: list[str]) -> list[str]:
-    """`expect.context_shape=[6,2]` as users write it: predictions are open-ended keys, which
-    Hydra's struct mode would make them spell `++expect...`; attnlab adds the `++` for them."""
-    return [f"++{arg}" if arg.startswith("expect.") else arg for arg in args]
+    """`expect.context_shape=[6,2]` and `model.n_layer=2` as users write them: open-ended keys,
+    which Hydra's struct mode would make them spell `++expect...`; attnlab adds the `++` for them.
+    `model=hf:gpt2` names the model: `model.name`."""
+    return [_open_key(arg) for arg in args]
+
+
+def _open_key(arg: str) -> str:
+    key, eq, value = arg.lstrip("+").partition("=")
+    if eq and key in OPEN_BLOCKS[1:]:
+        return f"++{key}.name={value}"
+    return f"++{arg.lstrip('+')}" if key.split(".")[0] in OPEN_BLOCKS and "." in key else arg
 
 
 def validate(cfg: DictConfig) -> None:

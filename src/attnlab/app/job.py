@@ -33,9 +33,12 @@ from attnlab.app.progress import Progress
 from attnlab.record import Record, write_record
 from attnlab.schema import check_n_tokens, declared_n_tokens
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
+from attnlab.model.config_variants import takes_config
+from attnlab.model.job import check_model_request, check_unused, compute_model_records, wants_model
 from attnlab.sinks.base import JobInfo, build_sinks
 
 SEED_DIR = "seed-{seed}"
+LAYER_DIR = "layer-{layer}"
 
 
 def check(cfg: DictConfig) -> dict[str, Any]:
@@ -46,9 +49,13 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True))
     values = {key: cfg[key] for key in CONSTRUCTOR_KEYS if key in cfg}
     params = OmegaConf.to_container(cfg.variant.params, resolve=True)
-    constructor_kwargs(get_variant(cfg.variant.name), {**values, "d_in": 1, "n_tokens": 1}, params)  # names only
+    if not (wants_model(cfg) and takes_config(get_variant(cfg.variant.name).cls)):  # in a model: the model's config
+        constructor_kwargs(get_variant(cfg.variant.name), {**values, "d_in": 1, "n_tokens": 1}, params)  # names only
     if cfg.reference != "auto":
         get_variant(cfg.reference)
+    check_unused(cfg)
+    if wants_model(cfg):
+        check_model_request(cfg)
     return build_sinks(cfg)
 
 
@@ -78,9 +85,12 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
         check(cfg)
     show_import_output(cfg)
     cap_process()
+    progress = progress or Progress(cfg.n_seeds, enabled=False)
+    if wants_model(cfg):
+        return compute_model_records(cfg, phase=progress.phase,
+                                     done=lambda record, index, n: _streamed_layer(record, index, n, stream_to))
     check_declared_inputs(cfg.batch, declared_n_tokens(cfg.inputs), OmegaConf.select(cfg.inputs, "d_in"), cfg.d_out)
     spec = JobSpec.from_cfg(cfg)
-    progress = progress or Progress(cfg.n_seeds, enabled=False)
     records: list[Record] = []
     for seed in seeds(cfg):
         progress.phase(f"seed {seed}: inputs")
@@ -99,8 +109,23 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
     return records
 
 
-def record_dir(job_dir: Path, record: Record, n_seeds: int) -> Path:
-    return job_dir if n_seeds == 1 else job_dir / SEED_DIR.format(seed=record.seed)
+def _streamed_layer(record: Record, index: int, n_layers: int, stream_to: Path | None) -> None:
+    """Several layers of a model: each record written as soon as it is made; the first keeps its
+    stages, the others only the attention weights (on disk) for the sinks' head grids."""
+    if stream_to is None or n_layers == 1:
+        return
+    write_record(record, record_dir(stream_to, record, n_layers))
+    if index > 0:
+        record.keep_stages(("weights",))
+
+
+def record_dir(job_dir: Path, record: Record, n_records: int) -> Path:
+    """The job folder for one record; each seed's, or each layer's in a model, a folder of its own."""
+    if n_records == 1:
+        return job_dir
+    if "layer" in record.model:
+        return job_dir / LAYER_DIR.format(layer=record.model["layer"])
+    return job_dir / SEED_DIR.format(seed=record.seed)
 
 
 def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, progress: Progress | None = None,

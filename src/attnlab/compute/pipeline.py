@@ -249,21 +249,30 @@ def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch
 
 def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int, record: Record) -> None:
     """The stages, diagnostics, findings and predictions of the two captures, into the record."""
-    mine, theirs = variant.captured, reference.captured
-    mixing = _batch_mixing(variant.built, variant.x, mine, seed) if variant.batched and not spec.train else None
+    mixing = (_batch_mixing(variant.built, variant.x, variant.captured, seed)
+              if variant.batched and not spec.train else None)
+    diagnosed(record, variant.captured, reference.captured, shared=spec.shared, train=spec.train, expect=spec.expect,
+              mixing=mixing, unobservable=variant.unobservable)
+
+
+def diagnosed(record: Record, mine: Capture, theirs: Capture, *, shared: bool, train: bool, expect: Any,
+              mixing: batch_mixing.BatchMixing | None = None, unobservable: str | None = None) -> None:
+    """Fill `record` with both captures' stages, the diagnostics, the findings and the predictions
+    (also for a layer inside a model, attnlab.model); `unobservable`: why the variant's change
+    cannot be seen at this size, said instead of any finding."""
     record.stages, record.stage_shapes, record.canonical_shapes = _to_numpy(mine)
     record.reference_stages, record.reference_stage_shapes, record.reference_canonical_shapes = _to_numpy(theirs)
     record.expected_shapes = {k: list(v) for k, v in expected_shapes(theirs).items()}
     record.missing_stages, record.reconstructed_stages = list(mine.missing), list(mine.reconstructed)
     record.output_is_context = mine.output_is_context
-    found = analyse(mine, theirs, weights_shared=spec.shared, train=spec.train, batch_mixing=mixing)
+    found = analyse(mine, theirs, weights_shared=shared, train=train, batch_mixing=mixing)
     record.diagnostics, record.head_diagnostics = found.diagnostics, found.head_diagnostics
     record.reference_diagnostics = found.reference_diagnostics
     record.first_divergent_stage, record.findings = found.first_divergent_stage, found.findings
     record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
-    if variant.unobservable:
-        record.findings, record.not_checked = [], [variant.unobservable, *record.not_checked]
-    record.predictions = check_predictions(spec.expect, mine, record.diagnostics, record.first_divergent_stage,
+    if unobservable:
+        record.findings, record.not_checked = [], [unobservable, *record.not_checked]
+    record.predictions = check_predictions(expect, mine, record.diagnostics, record.first_divergent_stage,
                                            record.findings)
 
 

@@ -117,8 +117,20 @@ CODES: tuple[Code, ...] = (
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}
 
+# Findings a run inside a model adds (attnlab.model) from what no capture holds: the two models'
+# parameters (the learner's check, errors at the stage of the projection) and the model's own
+# heads on the text (info, at weights). Code -> what it means; `expect.findings` accepts them.
+MODEL_CODES: dict[str, str] = {
+    "qkv_order": "a projection holds another role's columns of the fused c_attn: q, k, v split in the wrong order",
+    "not_transposed": "a Conv1D weight (stored (in, out)) copied into an nn.Linear (stored (out, in)) without .T",
+    "bias_missing": "a projection without the reference's bias: left out (qkv_bias=False) or not loaded",
+    "previous_token_head": "a head that puts most of its weight on the token just before the query",
+    "first_token_head": "a head that puts most of its weight on the first token (an attention sink)",
+    "uniform_head": "a head that spreads its weight evenly over the tokens it may see",
+}
+
 
 def closest(code: str) -> str | None:
     """The declared code nearest to a mistyped one (`scalling` -> `scaling`), if any is near."""
-    near = difflib.get_close_matches(code, list(BY_CODE), n=1, cutoff=0.6)
+    near = difflib.get_close_matches(code, [*BY_CODE, *MODEL_CODES], n=1, cutoff=0.6)
     return near[0] if near else None

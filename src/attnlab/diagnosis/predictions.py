@@ -15,7 +15,7 @@ from attnlab.capture.recorder import Capture
 from attnlab.errors import UserError
 from attnlab.record import Finding, Prediction
 from attnlab.capture.stages import STAGES
-from attnlab.diagnosis.codes import BY_CODE, closest
+from attnlab.diagnosis.codes import BY_CODE, MODEL_CODES, closest
 
 ROW_SUM_TOL = 1e-4
 
@@ -79,7 +79,7 @@ def _codes(value: Any) -> str | None:
 
 def _undeclared(codes: list[str]) -> str | None:
     """A one-line error for the first code no check declares (a typo), naming the closest one."""
-    unknown = next((code for code in codes if code not in BY_CODE), None)
+    unknown = next((code for code in codes if code not in BY_CODE and code not in MODEL_CODES), None)
     if unknown is None:
         return None
     near = closest(unknown)

@@ -176,7 +176,8 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
 
     Columns: variant, the swept keys (the key columns and config values that differ between
     jobs), status, the first divergent stage, the findings (a failed job's error), the
-    largest difference of the output from the reference, and with profile=true what each costs
+    largest difference of the output from the reference, inside a model the effect on its
+    predictions (KL mean, top-1 agreement), and with profile=true what each costs
     (forward ms, its ratio to the reference's, peak MiB, GFLOPs). Long cells are cut with "…" rather than
     wrapped; every column is in comparison.csv/.md/.html.
     """
@@ -184,8 +185,9 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
     if jobs.empty:
         return "no jobs"
     swept = swept_columns(jobs)
-    costs = [(column, label, factor) for column, label, factor in COST_COLUMNS
-             if column in jobs and jobs[column].notna().any()]  # profile=true: what each one costs, beside what it computes
+    # inside a model: what the change did to the predictions; profile=true: what each one costs
+    costs = [(column, label, factor) for column, label, factor in (*EFFECT_COLUMNS, *COST_COLUMNS)
+             if column in jobs and jobs[column].notna().any()]
     headers = ["variant", *swept, "status", "first divergent", "findings", "|Δ output|", *(c[1] for c in costs)]
     rows = []
     for i, (_, job) in enumerate(jobs.iterrows()):
@@ -217,6 +219,8 @@ def _output_divergence(job: pd.Series) -> object:
     return value
 
 
+# a run inside a model (attnlab.model.effect): (column, label, factor), as the terminal table shows them
+EFFECT_COLUMNS = (("effect_kl_mean", "KL mean", 1.0), ("effect_top1_agreement", "top-1", 1.0))
 # the profile's columns as every table and chart shows them: (column, label, factor to its unit)
 COST_COLUMNS = (("forward_ms", "forward ms", 1.0), ("forward_ms_vs_reference", "× reference", 1.0),
                 ("peak_bytes", "peak MiB", 2**-20), ("flops", "GFLOPs", 1e-9))

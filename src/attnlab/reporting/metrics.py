@@ -27,6 +27,8 @@ GROUPS = (
     ("scale_", "scaling"),
     ("softmax_", "softmax"),
     ("batched_single_", "batched_single"),
+    ("effect_", "effect"),  # a variant in a model: its effect on the model's output (attnlab.model.effect)
+    ("end_to_end_", "end_to_end"),  # the learner's check: the two models whole
 )
 COMPARISON_GROUPS = {"divergence", "relative_divergence"}  # the reference against itself: 0 by definition
 

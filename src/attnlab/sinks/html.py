@@ -25,13 +25,15 @@ from attnlab.reporting.rows import job_rows
 from attnlab.reporting.sweep_plots import DEFAULT_DIAGNOSTICS, plots_html
 from attnlab.sinks.base import REPORT_FILE, JobInfo
 from attnlab.sinks.html_images import card_pictures, record_pictures
+from attnlab.sinks.model_html import write_model_html
 from attnlab.sinks.terminal import no_findings_message
 
 HTML_FILE = "comparison.html"
 
 
 class HtmlSink:
-    """`log.html`: a sweep's comparison.html, a single run's report.html, and each job's heatmap
+    """`log.html`: a sweep's comparison.html, a single run's report.html (inside a model: the effect
+    against the layer and each layer's head grid), and each job's heatmap
     PNGs that both pages show (`images`: log.images; off, only the variant's weights, the picture
     of a card); `plots`: the diagnostics drawn against each swept numeric key (`plots.diagnostics`)."""
 
@@ -45,7 +47,9 @@ class HtmlSink:
         first = next((r for r in records if r.ok), records[0])
         if first.ok:  # drawn once per job, beside record.json: the pages show these (log.images=false: the card's)
             job_heatmaps(first, job.dir, card_only=not self.images)
-        if job.sweep_dir is None:
+        if job.sweep_dir is None and first.model:  # a run inside a model: its page (attnlab.sinks.model_html)
+            write_model_html(records, Path(job.dir) / REPORT_FILE)
+        elif job.sweep_dir is None:
             write_html_report(Report(records), Path(job.dir) / REPORT_FILE, plots=self.plots)
 
     def write_sweep(self, report: Report, folder: Path) -> None:

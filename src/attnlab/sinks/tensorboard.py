@@ -3,7 +3,7 @@
 Nothing here creates a sub-run (no timestamped HParams folder, no writer per key), so
 `tensorboard --logdir runs` lists every job by its folder name and a sweep folder alone is a
 valid logdir. A job is one point at step 0, a sweep's job at its job number (an n_seeds job:
-one point per seed, at step=seed), and the HParams dashboard compares jobs, a trial per job named
+one point per seed, at step=seed; a run inside a model: one point per layer, at step=layer), and the HParams dashboard compares jobs, a trial per job named
 `<sweep> #<num> <variant> <swept values> s<seed>`, its findings and first divergent stage as
 columns. A sweep's curves are its Custom Scalars, the only layout written (jobs write none).
 
@@ -11,7 +11,8 @@ Tags:
 - scalars: every numeric diagnostic under its grouped name (attnlab.reporting.metrics: `divergence/context`,
   `scaling/observed`, the reference's own under `reference/...`).
 - images: `heatmaps/{variant,reference,difference}/<stage>` (a grid of all heads), `.../head<h>`,
-  `.../crop64` above 256 tokens: attnlab.reporting.job_heatmaps, the PNGs in the job's heatmaps/.
+  `.../crop64` above 256 tokens: attnlab.reporting.job_heatmaps, the PNGs in the job's heatmaps/;
+  a run inside a model: `heatmaps/model/weights`, the model's own head grid at step=layer.
 - histograms: `histograms/{variant,reference}/<stage>`.
 - text: `text/table` (a header row, then a row per column of comparison.csv), `text/findings`,
   `text/config` (YAML, without Hydra's `_target_`/`_convert_`).
@@ -44,6 +45,7 @@ from attnlab.reporting.metrics import KEY_METRICS, hparam_name, hparams, json_de
 from attnlab.record import Finding, Record
 from attnlab.reporting.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo
+from attnlab.sinks.model_html import model_head_grid
 
 if TYPE_CHECKING:
     from tensorboard.compat.proto.summary_pb2 import Summary
@@ -195,9 +197,11 @@ def write_tensorboard(
     step = job.num if job is not None and job.num is not None else 0
     with EventFile(job_dir) as events:
         for record in ok:
-            events.add(scalars_summary(metric_values(record)), step=step if len(records) == 1 else record.seed)
+            events.add(scalars_summary(metric_values(record)), step=_step(record, len(records), step))
         if images:
             _write_heatmaps(events, first, job_dir)
+            for record in (r for r in ok if r.model and r.reference_stages.get("weights") is not None):
+                events.add(image_summary("heatmaps/model/weights", model_head_grid(record)), step=record.model["layer"])
         if histograms:
             _write_histograms(events, first)
         _write_texts(events, {"table": table_markdown, "findings": findings_markdown(first),
@@ -207,6 +211,14 @@ def write_tensorboard(
         for summary in hparams_summaries(session_hparams(first), metrics, ok=first.ok, swept=swept,
                                          trial=trial_name(first, job or JobInfo(Path(job_dir)), swept)):
             events.add(summary)
+
+
+def _step(record: Record, n_records: int, single: int) -> int:
+    """A run inside a model: the layer (each measure against the layer); an n_seeds job: the seed;
+    one record: `single` (0, or the job's number in a sweep)."""
+    if "layer" in record.model:
+        return int(record.model["layer"])
+    return single if n_records == 1 else record.seed
 
 
 def session_hparams(record: Record) -> dict[str, bool | int | float | str]:

@@ -21,6 +21,7 @@ from attnlab.diagnosis.words import heads_phrase
 from attnlab.record import Record
 from attnlab.reporting.rows import TABLE_FILE
 from attnlab.sinks.base import REPORT_FILE, JobInfo
+from attnlab.sinks.model_lines import layer_lines, print_layers
 from attnlab.capture.stages import STAGES
 
 
@@ -34,16 +35,18 @@ class TerminalSink:
 
     def write(self, records: Sequence[Record], job: JobInfo) -> None:
         with reader_may_leave():
+            table, report = job.dir / TABLE_FILE, Path(job.dir) / REPORT_FILE
             if len(records) == 1:
                 print_record(records[0])
                 print(f"record: {display_path(records[0].path)}", flush=True)
-                report = Path(job.dir) / REPORT_FILE
-                if report.exists():  # the html sink ran before (the terminal runs last)
-                    print(f"report: {display_path(report)} (open it in a browser)", flush=True)
+            elif records[0].model:  # the layers of a model
+                glob = f"{display_path(records[0].path.parent.parent)}/layer-*/record.json"
+                print_layers(records, Path(display_path(table)) if table.exists() else None, glob, sys.stdout)
             else:
-                table = job.dir / TABLE_FILE
                 print_seeds(list(records), table if table.exists() else None)
-                sys.stdout.flush()
+            if report.exists() and (len(records) == 1 or records[0].model):  # the html sink ran before (the terminal runs last)
+                print(f"report: {display_path(report)} (open it in a browser)")
+            sys.stdout.flush()
 
 
 def display_path(path: Path | str | None) -> str:
@@ -160,6 +163,8 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     say = lambda text="": print(text, file=out)  # noqa: E731
     say(config_line(record))
+    for line in layer_lines(record) if record.model else ():
+        say(line)
     if not record.ok:
         say(f"FAILED: {record.error}")
         return

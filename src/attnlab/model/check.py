@@ -1,0 +1,92 @@
+"""The learner's check: a model of one's own (the source's GPTModel with GPT-2's weights loaded)
+against `reference_model=` (Hugging Face's GPT-2 with the same weights), layer by layer.
+
+Each layer L of both models runs on the reference model's input to layer L, so that one layer's
+mistake does not make every later layer diverge; the end-to-end effect (both models whole, each
+with its own output head) is reported separately, in every layer's record.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.compute.pipeline import diagnosed, run_module
+from attnlab.errors import UserError
+from attnlab.model.effect import output_effect
+from attnlab.model.head_patterns import head_patterns
+from attnlab.model.layer import ModelRun, layer_reference, with_model_findings
+from attnlab.model.loading import LoadedModel, load_model
+from attnlab.model.loading_checks import loading_findings
+from attnlab.model.locate import attention_modules, chosen_layers
+from attnlab.model.preflight import check_model_fits
+from attnlab.model.runner import AsLayerCalled, output_head
+from attnlab.model.sizes import model_sizes
+from attnlab.model.spec import ModelSpec, model_spec
+from attnlab.model.tokens import token_ids
+from attnlab.modules.built import BuiltModule, PluginError
+from attnlab.modules.layouts import LayoutError, read_projections
+from attnlab.record import Record
+from attnlab.schema import resolved
+
+
+def _started(loaded: LoadedModel, spec: ModelSpec, ids: list[int], labels: list[str], layers: list[int] | None,
+             n_layers: int | None = None) -> ModelRun:
+    attention = attention_modules(loaded.module, spec.attention_path, spec.key)
+    if n_layers is not None and len(attention) != n_layers:
+        raise UserError(f"{spec.key}: {len(attention)} attention layers, the reference model has {n_layers}")
+    return ModelRun.start(loaded, attention, model_sizes(loaded.config, loaded.label), ids, labels,
+                          list(range(len(attention))) if layers is None else layers)
+
+
+def compute_check_records(cfg: DictConfig, blocks: dict[str, dict], phase: Callable[[str], None],
+                          done: Callable[[Record, int, int], None]) -> list[Record]:
+    """One record per layer: the learner's layer L against the reference model's, on its input."""
+    learner_spec, reference_spec = model_spec(blocks["model"]), model_spec(blocks["reference_model"], "reference_model")
+    phase("models")
+    learner, reference = load_model(learner_spec, cfg.seed), load_model(reference_spec, cfg.seed)
+    sizes = model_sizes(reference.config, reference.label)
+    ids = token_ids(reference.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
+    labels = reference.tokenizer.labels(ids)
+    n_layers = len(attention_modules(reference.module, reference_spec.attention_path, "reference_model"))
+    layers = chosen_layers("all" if cfg.layer is None else cfg.layer, n_layers)
+    check_model_fits(learner.n_parameters + reference.n_parameters, sizes, len(ids), 2 * len(layers))
+    reference_run = _started(reference, reference_spec, ids, labels, layers)
+    learner_run = _started(learner, learner_spec, ids, labels, layers, n_layers)
+    end_to_end = output_effect(output_head(reference.module), reference_run.base, learner_run.base, reference_run.ids,
+                               softcap=sizes.softcap, changed_head=output_head(learner.module))
+    about = {"model": learner.label, "reference_model": reference.label, "n_layers": n_layers,
+             "parameters": learner.n_parameters, "tokenizer": reference.tokenizer.name, "heads": sizes.heads,
+             "kv_heads": sizes.kv_heads, "end_to_end": end_to_end}
+    config = resolved(cfg)
+    records = []
+    for layer in layers:
+        phase(f"layer {layer}")
+        record = Record(variant=learner.label, seed=cfg.seed, config=copy.deepcopy(config), labels=labels,
+                        n_tokens=len(ids), d_in=sizes.width, d_out=sizes.width, model=copy.deepcopy(about))
+        records.append(check_layer(learner_run, reference_run, layer, record, cfg))
+        done(records[-1], len(records) - 1, len(layers))
+    return records
+
+
+def check_layer(learner: ModelRun, reference: ModelRun, layer: int, record: Record, cfg: DictConfig) -> Record:
+    """The learner's layer and the reference's, both on the reference's input to the layer."""
+    name, module = learner.attention[layer]
+    record.model.update(layer=layer, attention=name, reference_attention=reference.attention[layer][0])
+    hidden = reference.calls[layer].hidden  # (1, T, d)
+    try:
+        record.reference, reference_capture = layer_reference(reference, layer, "auto", cfg.seed)
+        variant = run_module(BuiltModule(module, AsLayerCalled(learner.calls[layer])), hidden, cfg.seed)
+        mistakes = loading_findings(read_projections(module, num_heads=learner.sizes.heads,
+                                                     num_kv_heads=learner.sizes.kv_heads),
+                                    reference.projections(layer))
+    except (PluginError, LayoutError) as exc:
+        record.status, record.error = "failed", str(exc)
+        return record
+    expect = OmegaConf.to_container(cfg.expect, resolve=True)
+    diagnosed(record, variant, reference_capture, shared=True, train=False, expect=expect)
+    with_model_findings(record, variant, head_patterns(record.reference_stages.get("weights")), expect, mistakes)
+    record.diagnostics.update({f"end_to_end_{k}": v for k, v in record.model["end_to_end"].items()})
+    return record

@@ -1,0 +1,50 @@
+"""What a real model's heads do on real text: previous-token heads, first-token (sink) heads, uniform heads.
+
+Read from the layer's own attention weights (batch item 0), over the query rows that have a
+choice (row 0 can only look at itself): a head whose mean weight on the previous token, or on
+the first token, is at least THRESHOLD; a head whose rows keep at least UNIFORM of the entropy
+of an even spread over the keys they may see. Info, about the model, not a mistake.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.diagnosis.codes import MODEL_CODES
+from attnlab.record import Finding
+
+THRESHOLD = 0.5
+UNIFORM = 0.95
+HEAD_PATTERN_CODES = ("previous_token_head", "first_token_head", "uniform_head")  # declared in diagnosis.codes.MODEL_CODES
+
+
+def head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Per head (H,): mean weight on the previous token, on the first token, and the mean
+    normalised entropy, over query rows 1..T-1. `weights`: (H, T, T), causal."""
+    n = weights.shape[-1]
+    rows = np.arange(1, n)  # (T-1,)
+    w = weights[:, 1:, :].astype(np.float64)  # (H, T-1, T)
+    previous = weights[:, rows, rows - 1].mean(axis=-1)  # (H,)
+    first = w[:, :, 0].mean(axis=-1)  # (H,)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        entropy = -np.where(w > 0, w * np.log(w), 0.0).sum(axis=-1)  # (H, T-1)
+    normalised = (entropy / np.log(rows + 1)).mean(axis=-1)  # (H,): each row against log(keys it may see)
+    return {"previous_token_head": previous, "first_token_head": first, "uniform_head": normalised}
+
+
+def head_patterns(weights: np.ndarray | None) -> list[Finding]:
+    """Info findings for the heads of one layer (`weights`: (batch, H, T, T)); none below 3 tokens."""
+    if weights is None or weights.ndim != 4 or weights.shape[-1] < 3:
+        return []
+    scores = head_scores(weights[0])
+    limits = {"previous_token_head": THRESHOLD, "first_token_head": THRESHOLD, "uniform_head": UNIFORM}
+    findings = []
+    for code, values in scores.items():
+        heads = [int(h) for h in np.flatnonzero(values >= limits[code])]
+        if heads:
+            shown = ", ".join(f"head {h} ({values[h]:.2f})" for h in heads)
+            what = "normalised entropy" if code == "uniform_head" else "mean weight"
+            findings.append(Finding(code, "weights", "info", f"the model's own heads on this text: "
+                                    f"{MODEL_CODES[code]}: {shown}, {what} over the rows after the first",
+                                    heads=heads))
+    return findings

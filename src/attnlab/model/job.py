@@ -1,0 +1,90 @@
+"""A job inside a model: load it once, run it unmodified once, then one record per compared layer."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.errors import UserError
+from attnlab.model.check import compute_check_records
+from attnlab.model.layer import ModelRun, compare_layer
+from attnlab.model.loading import LoadedModel, load_model
+from attnlab.model.locate import attention_modules, chosen_layers
+from attnlab.model.preflight import check_model_fits
+from attnlab.model.sizes import model_sizes
+from attnlab.model.spec import is_requested, model_spec
+from attnlab.model.tokens import token_ids
+from attnlab.record import Record
+from attnlab.schema import resolved
+
+
+def wants_model(cfg: DictConfig) -> bool:
+    return is_requested(_block(cfg, "model"))
+
+
+def _block(cfg: DictConfig, key: str) -> dict[str, Any]:
+    node = OmegaConf.select(cfg, key, default=None)
+    return OmegaConf.to_container(node, resolve=True) if node is not None else {}
+
+
+def check_unused(cfg: DictConfig) -> None:
+    """`layer` and `reference_model` mean something only inside a model."""
+    for key, used in (("layer", cfg.get("layer") is not None), ("reference_model", bool(_block(cfg, "reference_model")))):
+        if used and not wants_model(cfg):
+            raise UserError(f"{key}: only with a model to run in (model=hf:TYPE, model.path=DIR, model.hub=REPO_ID "
+                            f"or model=NAME)")
+
+
+def check_model_request(cfg: DictConfig) -> None:
+    """What can be checked without loading anything."""
+    model_spec(_block(cfg, "model"))
+    if is_requested(_block(cfg, "reference_model")):
+        model_spec(_block(cfg, "reference_model"), "reference_model")
+    if cfg.inputs.get("kind") != "text":
+        raise UserError(f"model=: runs on text: inputs=text inputs.text=\"some words\" (got inputs={cfg.inputs.get('kind')})")
+    if cfg.n_seeds != 1:
+        raise UserError(f"n_seeds={cfg.n_seeds}: a model's weights are its own; a run inside a model takes one seed")
+
+
+def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
+              layers_key: Any) -> tuple[ModelRun, list[int]]:
+    """The model run once, unmodified, on the text, keeping what the chosen layers receive."""
+    attention = attention_modules(loaded.module, attention_path)
+    sizes = model_sizes(loaded.config, loaded.label)
+    layers = chosen_layers(layers_key, len(attention))
+    ids = token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
+    check_model_fits(loaded.n_parameters, sizes, len(ids), len(layers))
+    return ModelRun.start(loaded, attention, sizes, ids, loaded.tokenizer.labels(ids), layers), layers
+
+
+Done = Callable[[Record, int, int], None]  # told of each layer's record as it is made: (record, its index, how many)
+
+
+def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None = None,
+                          done: Done | None = None) -> list[Record]:
+    """One record per compared layer (`layer=N`, a list, or `all`); `done(record, index, n)` is called
+    with each as soon as it is made (the job writes it and lets most of its stages go)."""
+    say = phase or (lambda _name: None)
+    done = done or (lambda _record, _index, _n: None)
+    check_model_request(cfg)
+    if is_requested(_block(cfg, "reference_model")):
+        return compute_check_records(cfg, {k: _block(cfg, k) for k in ("model", "reference_model")}, say, done)
+    say("model")
+    spec = model_spec(_block(cfg, "model"))
+    loaded = load_model(spec, cfg.seed)
+    run, layers = model_run(cfg, loaded, spec.attention_path, cfg.layer)
+    config = resolved(cfg)
+    params = OmegaConf.to_container(cfg.variant.params, resolve=True)
+    expect = OmegaConf.to_container(cfg.expect, resolve=True)
+    about = {"model": loaded.label, "n_layers": len(run.attention), "parameters": loaded.n_parameters,
+             "tokenizer": loaded.tokenizer.name, "heads": run.sizes.heads, "kv_heads": run.sizes.kv_heads}
+    records = []
+    for layer in layers:
+        say(f"layer {layer}")
+        record = Record(variant=cfg.variant.name, seed=cfg.seed, config=copy.deepcopy(config), labels=run.labels,
+                        n_tokens=run.n_tokens, d_in=run.sizes.width, d_out=run.sizes.width, model=dict(about))
+        records.append(compare_layer(run, layer, record, cfg.variant.name, params, cfg.seed, expect, cfg.reference))
+        done(records[-1], len(records) - 1, len(layers))
+    return records

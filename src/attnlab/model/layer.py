@@ -1,0 +1,159 @@
+"""One layer of a model: its attention captured on what it really receives, a variant with the
+layer's own parameters in its place, and what that does to the model's output."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.capture.recorder import Capture
+from attnlab.compute.pipeline import diagnosed, run_module
+from attnlab.diagnosis.predictions import check_predictions
+from attnlab.model.config_variants import config_variant, takes_config
+from attnlab.model.effect import output_effect
+from attnlab.model.head_patterns import head_patterns
+from attnlab.model.loading import LoadedModel
+from attnlab.model.runner import AsLayerCalled, InModel, LayerCall, final_hidden, output_head, replaced
+from attnlab.model.sizes import ModelSizes, constructor_values
+from attnlab.modules.layouts import LayoutError, Projections, load_projections, read_projections
+from attnlab.modules.built import BuiltModule, PluginError, plan
+from attnlab.modules.registry import get_variant
+from attnlab.record import Record
+
+
+STAND_IN = "multi_head_attention"  # the source's MultiHeadAttention
+STAND_IN_TOLERANCE = 1e-5
+
+
+@dataclass
+class ModelRun:
+    """One model on one text, its unmodified forward done once: what every layer's comparison shares."""
+
+    loaded: LoadedModel
+    attention: list[tuple[str, nn.Module]]  # (qualified name, module) per layer
+    sizes: ModelSizes
+    ids: Tensor  # (1, T)
+    labels: list[str]
+    base: Tensor  # (1, T, d) final hidden states of the unmodified model
+    calls: dict[int, LayerCall] = field(default_factory=dict)  # what each compared layer received
+
+    @property
+    def n_tokens(self) -> int:
+        return self.ids.shape[1]
+
+    @classmethod
+    def start(cls, loaded: LoadedModel, attention: list[tuple[str, nn.Module]], sizes: ModelSizes, ids: list[int],
+              labels: list[str], layers: list[int]) -> ModelRun:
+        token_ids = torch.tensor([ids], dtype=torch.long)  # (1, T)
+        base, calls = final_hidden(loaded.module, token_ids, loaded.hf, [m for _, m in attention], set(layers))
+        return cls(loaded, attention, sizes, token_ids, labels, base, calls)
+
+    def projections(self, layer: int) -> Projections:
+        return read_projections(self.attention[layer][1], num_heads=self.sizes.heads, num_kv_heads=self.sizes.kv_heads)
+
+    def capture_own(self, layer: int, seed: int) -> Capture:
+        """The layer's own attention, captured on the hidden states, mask and position embeddings it received."""
+        call = self.calls[layer]
+        return run_module(BuiltModule(self.attention[layer][1], AsLayerCalled(call)), call.hidden, seed)
+
+    def effect_of(self, layer: int, in_model: nn.Module) -> dict[str, float]:
+        """The model run again with `in_model` in place of the layer's attention, against the unmodified run."""
+        name = self.attention[layer][0]
+        with replaced(self.loaded.module, name, in_model):
+            try:
+                changed, _ = final_hidden(self.loaded.module, self.ids, self.loaded.hf)
+            except Exception as exc:  # noqa: BLE001 - the variant inside the model: fails its record only
+                raise PluginError(f"the model with this variant at layer {layer} raised {type(exc).__name__}: {exc}") from exc
+        return output_effect(output_head(self.loaded.module), self.base, changed, self.ids, softcap=self.sizes.softcap)
+
+
+def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], seed: int
+                  ) -> tuple[BuiltModule, dict[str, str]]:
+    """(the variant built for the layer's sizes holding the layer's own parameters, how each was
+    loaded). A class built from the model's config is called as the layer was."""
+    projections = run.projections(layer)
+    spec = get_variant(name)
+    if takes_config(spec.cls):
+        module, loaded = config_variant(spec.cls, run.loaded.config, params, run.attention[layer][1], layer,
+                                        projections, run.sizes.heads, seed)
+        return BuiltModule(module, AsLayerCalled(run.calls[layer])), loaded
+    values = constructor_values(run.sizes, projections.b_query is not None, run.n_tokens)
+    built = plan(name, values, params).build(seed)
+    if hasattr(built.module, "load_qkv"):  # a plugin with a layout of its own loads the matrices itself
+        with torch.no_grad():
+            built.module.load_qkv(projections.W_query, projections.W_key, projections.W_value)
+        return built, {"load_qkv": "plugin loader"}
+    try:
+        loaded = load_projections(built.module, projections, num_heads=run.sizes.heads, num_kv_heads=built.num_kv_heads)
+    except LayoutError as exc:
+        raise PluginError(f"variant '{name}': the layer's parameters do not load: {exc}") from exc
+    built.module.eval()
+    return built, loaded
+
+
+def run_variant(run: ModelRun, layer: int, built: BuiltModule, seed: int) -> tuple[Capture, InModel]:
+    """The variant captured on the layer's real input, and the module that puts it in the layer's place."""
+    call = run.calls[layer]
+    if isinstance(built.convention, AsLayerCalled):
+        return run_module(built, call.hidden, seed), InModel(built.module, call.returned, True, True)
+    batched = built.takes_batches(run.sizes.width, run.n_tokens, run.sizes.width)
+    return run_module(built, _as_taken(call.hidden, batched), seed), InModel(built.module, call.returned, batched)
+
+
+def _as_taken(hidden: Tensor, batched: bool) -> Tensor:
+    return hidden if batched else hidden[0]  # (1, T, d) or (T, d)
+
+
+def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -> tuple[str, Capture]:
+    """(its name, its capture): the layer's own attention (`reference=auto`), or a named variant
+    holding the layer's parameters. When capture cannot see inside the layer's own module (GPT-2's
+    Conv1D products), attnlab's multi_head_attention with the layer's parameters stands in for it,
+    only if its output equals the layer's own on these hidden states."""
+    own_name = f"{type(run.attention[layer][1]).__name__} (layer {layer})"
+    if reference_name != "auto":
+        built, _ = model_variant(run, layer, reference_name, {}, seed)
+        return f"{reference_name} with the parameters of {own_name}", run_variant(run, layer, built, seed)[0]
+    own = run.capture_own(layer, seed)
+    if not own.missing:
+        return own_name, own
+    try:
+        built, _ = model_variant(run, layer, STAND_IN, {}, seed)
+        stand_in = run_module(built, run.calls[layer].hidden, seed)
+    except PluginError:
+        return own_name, own
+    gap = float((stand_in.stages["output"] - own.stages["output"]).abs().max())
+    scale = float(own.stages["output"].abs().max())
+    if gap > STAND_IN_TOLERANCE * max(scale, 1.0):
+        return own_name, own
+    return f"{STAND_IN} standing in for {own_name} (same output within {gap:.1e})", stand_in
+
+
+def with_model_findings(record: Record, variant: Capture, findings: list, expect: Any, first: list = ()) -> None:
+    """The findings only a model shows added to the record's (`first` before them, the rest after),
+    and the predictions checked again against them all."""
+    record.findings = [*first, *record.findings, *findings]
+    record.predictions = check_predictions(expect, variant, record.diagnostics, record.first_divergent_stage,
+                                           record.findings)
+
+
+def compare_layer(run: ModelRun, layer: int, record: Record, name: str, params: dict[str, Any], seed: int,
+                  expect: Any, reference_name: str = "auto") -> Record:
+    """`record` filled for one layer: the variant's and the layer's own stages, the findings and the effect."""
+    record.model["layer"] = layer
+    record.model["attention"] = run.attention[layer][0]
+    try:
+        record.reference, reference = layer_reference(run, layer, reference_name, seed)
+        built, record.weights_loaded = model_variant(run, layer, name, params, seed)
+        variant, in_model = run_variant(run, layer, built, seed)
+        effect = run.effect_of(layer, in_model)
+    except PluginError as exc:
+        record.status, record.error = "failed", str(exc)
+        return record
+    diagnosed(record, variant, reference, shared=True, train=False, expect=expect)
+    with_model_findings(record, variant, head_patterns(record.reference_stages.get("weights")), expect)
+    record.model["effect"] = effect
+    record.diagnostics.update({f"effect_{key}": value for key, value in effect.items()})
+    return record

@@ -1,0 +1,137 @@
+"""Loading a model to run in, offline only: nothing is downloaded and nothing is unpickled.
+
+Hugging Face models come from their config class (`hf:TYPE`, random weights), a saved folder
+(`path`, `local_files_only`, safetensors only) or the local cache (`hub`). A model of your own is
+a class in ./models/NAME.py (attnlab.model.user_models) with a safetensors state_dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnlab.errors import UserError
+from attnlab.model.preflight import check_weights_fit
+from attnlab.model.spec import ModelSpec
+from attnlab.model.tokens import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, hf_tokenizer
+from attnlab.model.user_models import build_user_model
+from attnlab.modules.roles import manual_seed
+
+INSTALL_HF = "pip install -e '.[hf]'"
+CACHE_HINT = "huggingface-cli download {repo} (or: hf download {repo}), once, with a network"
+
+
+@dataclass
+class LoadedModel:
+    module: nn.Module
+    label: str  # hf:gpt2, the folder, the repo id or the class of your own
+    tokenizer: Tokenizer
+    hf: bool  # a Hugging Face PreTrainedModel: called with input_ids=, use_cache=False
+    config: Any  # its config object (a PretrainedConfig, your dataclass or dict), for the layer sizes
+
+    @property
+    def n_parameters(self) -> int:
+        return sum(p.numel() for p in self.module.parameters())
+
+
+def load_model(spec: ModelSpec, seed: int = 0) -> LoadedModel:
+    """The model in eval mode, float32, on the CPU; random weights (hf:TYPE, a class of your own
+    without weights) drawn right after the seed, so a run is repeatable."""
+    manual_seed(seed)
+    if spec.kind == "user":
+        module, config = build_user_model(spec)
+        loaded = LoadedModel(module, spec.label, gpt2_tokenizer(), hf=False, config=config)
+    else:
+        loaded = _load_hf(spec)
+    loaded.module.eval()
+    return loaded
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise UserError(f"model=: Hugging Face models need transformers: {INSTALL_HF}") from None
+    transformers.logging.set_verbosity_error()  # its notices (e.g. on loss_type) are not the user's concern
+    transformers.utils.logging.disable_progress_bar()  # attnlab's own progress display says what runs
+    return transformers
+
+
+def _load_hf(spec: ModelSpec) -> LoadedModel:
+    transformers = _transformers()
+    if spec.kind == "hf":
+        config = _hf_config(transformers, spec)
+        with torch.device("meta"):  # counted without memory: a model too large is refused before it is built
+            counted = transformers.AutoModelForCausalLM.from_config(config)
+        check_weights_fit(4 * sum(p.numel() for p in counted.parameters()), spec.label)
+        try:
+            module = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=spec.attn_implementation)
+        except ValueError as exc:  # not a causal LM, or an attention implementation it lacks
+            raise UserError(f"{spec.key}=hf:{spec.name}: {str(exc).splitlines()[0]}") from None
+        return LoadedModel(module, spec.label, gpt2_tokenizer(), hf=True, config=module.config)
+    if spec.sizes:
+        raise UserError(f"{spec.key}.{next(iter(spec.sizes))}: sizes are for {spec.key}=hf:TYPE; "
+                        f"a saved model keeps its own config")
+    source = _saved_source(spec)
+    check_weights_fit(sum(f.stat().st_size for f in Path(source).glob("*.safetensors")), spec.label)
+    try:
+        module = transformers.AutoModelForCausalLM.from_pretrained(
+            source, local_files_only=True, use_safetensors=True, attn_implementation=spec.attn_implementation)
+    except OSError as exc:
+        raise UserError(_missing(spec, exc)) from None
+    except ValueError as exc:
+        raise UserError(f"{spec.key}: {spec.label}: {str(exc).splitlines()[0]}") from None
+    return LoadedModel(module, spec.label, hf_tokenizer(transformers, source) or gpt2_tokenizer(), hf=True,
+                       config=module.config)
+
+
+def _hf_config(transformers: Any, spec: ModelSpec) -> Any:
+    """The config class built with the size keys (derived sizes such as Llama's head_dim follow them)."""
+    try:
+        default = transformers.AutoConfig.for_model(spec.name)
+    except ValueError:
+        raise UserError(f"{spec.key}=hf:{spec.name}: not a Hugging Face model type (e.g. hf:gpt2, hf:llama, "
+                        f"hf:mistral, hf:qwen3)") from None
+    # attributes a config does not have are accepted silently by Hugging Face: a typo would be lost
+    for key in spec.sizes:
+        if not hasattr(default, key):
+            raise UserError(f"{spec.key}.{key}: not an attribute of {type(default).__name__}")
+    sizes = dict(spec.sizes)
+    if hasattr(default, "vocab_size"):
+        sizes.setdefault("vocab_size", GPT2_VOCAB)  # the text is GPT-2 BPE: every id must have a row
+    return transformers.AutoConfig.for_model(spec.name, **sizes)
+
+
+def _saved_source(spec: ModelSpec) -> str:
+    """The folder the weights are in: `model.path`, or the cached snapshot of `model.hub` (never fetched)."""
+    folder = spec.path if spec.kind == "path" else _cached_snapshot(spec)
+    if not (folder / "config.json").is_file():
+        raise UserError(f"{spec.key}.path={folder}: no config.json there (a folder written by save_pretrained)")
+    if not list(folder.glob("*.safetensors")):
+        pickled = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt*")]
+        what = f"only pickled weights ({', '.join(pickled)}), which attnlab never loads" if pickled else "no weights"
+        raise UserError(f"{spec.key}.path={folder}: {what}; save them with model.save_pretrained(DIR) "
+                        f"(safetensors is its default)")
+    return str(folder)
+
+
+def _cached_snapshot(spec: ModelSpec) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(spec.hub, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        raise UserError(_missing(spec, None)) from None
+
+
+def _missing(spec: ModelSpec, exc: OSError | None) -> str:
+    if spec.kind == "hub":
+        return (f"{spec.key}.hub={spec.hub}: not in the local Hugging Face cache (attnlab never downloads); "
+                f"get it with: {CACHE_HINT.format(repo=spec.hub)}")
+    return f"{spec.key}.path={spec.path}: {str(exc).splitlines()[0]}"
+

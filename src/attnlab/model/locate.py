@@ -1,0 +1,70 @@
+"""Where attention lives in a model, and which layers a run compares.
+
+Attention modules are children named `attn` (nanoGPT's and Hugging Face GPT-2's `transformer.h[i].attn`),
+`self_attn` (Llama, Mistral, Qwen, Gemma), `att` (the source's `trf_blocks[i].att`) or `attention`
+(GPT-NeoX) of the items of one nn.ModuleList of blocks. Any other layout is named with
+`model.attention_path=PREFIX.*.NAME`, `*` standing for the layer index.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from omegaconf import ListConfig
+from torch import nn
+
+from attnlab.errors import UserError
+
+ATTENTION_NAMES = ("attn", "self_attn", "att", "attention")
+_LAYERED = re.compile(r"^(?P<blocks>.+)\.(?P<index>\d+)\.(?P<name>[A-Za-z_]\w*)$")
+
+
+def attention_modules(model: nn.Module, attention_path: str | None = None, key: str = "model") -> list[tuple[str, nn.Module]]:
+    """[(qualified name, module)] of every layer's attention, in layer order."""
+    pattern = _path_pattern(attention_path) if attention_path else None
+    groups: dict[tuple[str, str], list[tuple[int, str, nn.Module]]] = {}
+    for name, module in model.named_modules():
+        found = _LAYERED.match(name)
+        if not found:
+            continue
+        blocks, leaf = found["blocks"], found["name"]
+        wanted = pattern.match(name) if pattern else leaf in ATTENTION_NAMES
+        if wanted and isinstance(model.get_submodule(blocks), (nn.ModuleList, nn.Sequential)):
+            groups.setdefault((blocks, leaf), []).append((int(found["index"]), name, module))
+    if len(groups) != 1:
+        raise UserError(_not_found(model, attention_path, key, groups))
+    return [(name, module) for _, name, module in sorted(next(iter(groups.values())), key=lambda item: item[0])]
+
+
+def _path_pattern(path: str) -> re.Pattern:
+    if path.count("*") != 1:
+        raise UserError(f"model.attention_path={path}: write it with one * for the layer index, e.g. blocks.*.attn")
+    return re.compile("^" + re.escape(path).replace(r"\*", r"\d+") + "$")
+
+
+def _not_found(model: nn.Module, attention_path: str | None, key: str, groups: dict) -> str:
+    if len(groups) > 1:
+        seen = ", ".join(f"{blocks}.*.{leaf}" for blocks, leaf in groups)
+        return f"{type(model).__name__}: attention in several places ({seen}); choose one with {key}.attention_path=..."
+    children = [name for name, _ in model.named_modules() if name and name.count(".") <= 3][:12]
+    where = f"nothing matches {key}.attention_path={attention_path}" if attention_path else "no attention modules found"
+    return (f"{type(model).__name__}: {where}; its submodules: {', '.join(children)}, ...; "
+            f"point at them with {key}.attention_path=BLOCKS.*.NAME")
+
+
+def _as_list(layer: Any) -> list[Any]:
+    return list(layer) if isinstance(layer, (list, tuple, ListConfig)) else [layer]
+
+
+def chosen_layers(layer: Any, n_layers: int) -> list[int]:
+    """`layer=N`, `layer=all` or `layer=[a,b]` (spelled as attnlab.schema checks) as layer indices;
+    none given: layer 0."""
+    if layer is None:
+        return [0]
+    if layer == "all":
+        return list(range(n_layers))
+    for value in _as_list(layer):
+        if value >= n_layers:
+            raise UserError(f"layer={value}: the model has {n_layers} layers (0 to {n_layers - 1})")
+    return sorted(set(_as_list(layer)))

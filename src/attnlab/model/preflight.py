@@ -1,0 +1,36 @@
+"""Memory pre-flight for a run inside a model: the model itself, its forward, one compared layer's stages."""
+
+from __future__ import annotations
+
+from attnlab.compute.preflight import BASE_BYTES, Size, _gib, available_bytes, estimate_peak_bytes
+from attnlab.errors import UserError
+from attnlab.model.effect import CHUNK
+from attnlab.model.sizes import ModelSizes
+
+
+def model_peak_bytes(n_parameters: int, sizes: ModelSizes, n_tokens: int, kept_layers: int) -> int:
+    """The parameters; the forward's activations (an eager layer's weights and a few hidden-state
+    sized tensors); one layer's captured stages, both modules (attnlab.compute.preflight); each kept
+    layer's input; two chunks of log-probabilities."""
+    size = Size(1, sizes.heads, n_tokens, sizes.width, sizes.width, context_length=max(n_tokens, sizes.context or 0))
+    forward = 2 * sizes.heads * n_tokens**2 * 4 + 16 * n_tokens * sizes.width * 4
+    kept = (kept_layers + 2) * n_tokens * sizes.width * 4
+    logits = 4 * CHUNK * (sizes.vocab or 0) * 4
+    return n_parameters * 4 + forward + estimate_peak_bytes(size, spilled=False) + kept + logits
+
+
+def check_model_fits(n_parameters: int, sizes: ModelSizes, n_tokens: int, kept_layers: int) -> None:
+    need = model_peak_bytes(n_parameters, sizes, n_tokens, kept_layers)
+    limit, source = available_bytes()
+    if need > limit:
+        raise UserError(f"this run needs about {_gib(need)} (a model of {n_parameters / 1e6:.1f}M parameters, "
+                        f"{sizes.heads} heads x {n_tokens}² tokens) but {_gib(limit)} is available ({source}); "
+                        f"shorten inputs.text or compare fewer layers")
+
+
+def check_weights_fit(n_bytes: int, what: str) -> None:
+    """Before a model is loaded: its weights alone (float32) must fit beside the interpreter."""
+    need = n_bytes + BASE_BYTES
+    limit, source = available_bytes()
+    if need > limit:
+        raise UserError(f"{what}: its weights alone need about {_gib(need)} but {_gib(limit)} is available ({source})")

@@ -1,0 +1,159 @@
+"""Running a model on token ids up to its final hidden states, with what its attention layers receive.
+
+The forward stops at the final norm's output (a hook raises): the logits are produced afterwards,
+a chunk of positions at a time (attnlab.model.effect), never all at once. A forward pre-hook keeps
+each chosen layer's input exactly as the layer received it (hidden states, mask, position
+embeddings), so a module can be captured, or a variant run, on what the model really gives it.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.errors import UserError
+from attnlab.modules.built import CallConvention
+
+FINAL_NORMS = ("ln_f", "final_norm", "norm", "final_layernorm", "norm_f")
+HEADS = ("lm_head", "out_head", "head", "embed_out")
+
+
+@dataclass
+class LayerCall:
+    """One attention layer's call in the unmodified forward."""
+
+    hidden: Tensor  # (1, T, d): the hidden states it received
+    args: tuple  # the positional arguments after them
+    kwargs: dict[str, Any]  # the keyword arguments (mask, position embeddings, ...)
+    returned: int | None = None  # None: it returned a tensor; n: a tuple of n items, the output first
+    hidden_key: str | None = None  # the keyword the hidden states came under (Llama: hidden_states=), else first positional
+
+    def with_hidden(self, hidden: Tensor) -> tuple[tuple, dict[str, Any]]:
+        """The call's arguments with `hidden` in place of the hidden states it received."""
+        if self.hidden_key is None:
+            return (hidden, *self.args), self.kwargs
+        return self.args, {**self.kwargs, self.hidden_key: hidden}
+
+
+def hidden_of(args: tuple, kwargs: dict[str, Any]) -> tuple[Tensor, str | None]:
+    """The hidden states of an attention call: the first positional argument, else the first tensor keyword."""
+    if args:
+        return args[0], None
+    key = next((k for k, v in kwargs.items() if isinstance(v, Tensor) and v.dim() == 3), None)
+    if key is None:
+        raise UserError("an attention layer was called with no hidden states attnlab can find")
+    return kwargs[key], key
+
+
+class _Stop(Exception):
+    def __init__(self, hidden: Tensor) -> None:
+        super().__init__("final hidden states reached")
+        self.hidden = hidden
+
+
+def final_norm(model: nn.Module) -> nn.Module:
+    """The last module named like a final norm (ln_f, final_norm, norm): its output is the final hidden states."""
+    found = [module for name, module in model.named_modules() if name.rpartition(".")[2] in FINAL_NORMS]
+    if not found:
+        raise UserError(f"{type(model).__name__}: no final norm ({', '.join(FINAL_NORMS)}) to read the final hidden "
+                        f"states from")
+    return found[-1]
+
+
+def output_head(model: nn.Module) -> nn.Module:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None:
+        head = next((m for name, m in model.named_modules() if name.rpartition(".")[2] in HEADS), None)
+    if head is None:
+        raise UserError(f"{type(model).__name__}: no output head ({', '.join(HEADS)}) to make the logits with")
+    return head
+
+
+def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Module] = (),
+                 keep: set[int] = frozenset()) -> tuple[Tensor, dict[int, LayerCall]]:
+    """((1, T, d) final hidden states, {layer: LayerCall} for the layers in `keep`)."""
+    calls: dict[int, LayerCall] = {}
+    hooks = []
+
+    def keep_input(index: int):
+        def pre(_module, args, kwargs):
+            hidden, key = hidden_of(args, kwargs)
+            rest = {k: v for k, v in kwargs.items() if k != key}
+            calls[index] = LayerCall(hidden.detach(), tuple(args[1:]), rest, hidden_key=key)
+        return pre
+
+    def keep_return(index: int):
+        def post(_module, _args, _kwargs, out):
+            calls[index].returned = len(out) if isinstance(out, tuple) else None
+        return post
+
+    def stop(_module, _args, out):
+        raise _Stop(out.detach())
+
+    for index in keep:
+        hooks.append(attention[index].register_forward_pre_hook(keep_input(index), with_kwargs=True))
+        hooks.append(attention[index].register_forward_hook(keep_return(index), with_kwargs=True))
+    hooks.append(final_norm(model).register_forward_hook(stop))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False) if hf else model(ids)
+    except _Stop as reached:
+        return reached.hidden, calls
+    finally:
+        for hook in hooks:
+            hook.remove()
+    raise UserError(f"{type(model).__name__}: its forward never ran its final norm")
+
+
+class AsLayerCalled(CallConvention):
+    """A module called as the model called the layer's attention (its mask, position embeddings,
+    cache), with the hidden states given in place of the ones it received; the output is the
+    first element of a returned tuple (Hugging Face's (output, weights))."""
+
+    def __init__(self, call: LayerCall) -> None:
+        self.layer_call = call
+        self.name = "as the model called the layer"
+
+    def arguments(self, x: Tensor) -> tuple[tuple, dict[str, Any]]:
+        return self.layer_call.with_hidden(x)
+
+
+class InModel(nn.Module):
+    """A variant where the layer's attention was: takes what the layer took, returns as it returned
+    (a tuple's other items, its attention weights and cache, as None). `as_called`: a variant built
+    from the model's config, given the layer's arguments and returning its own result."""
+
+    def __init__(self, variant: nn.Module, returned: int | None, batched: bool, as_called: bool = False) -> None:
+        super().__init__()
+        self.variant = variant
+        self.returned = returned
+        self.batched = batched
+        self.as_called = as_called
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.as_called:
+            return self.variant(*args, **kwargs)
+        hidden_states, _ = hidden_of(args, kwargs)  # (1, T, d)
+        if self.batched:
+            out = self.variant(hidden_states)  # (1, T, d)
+        else:
+            out = self.variant(hidden_states[0])[None]  # (T, d) -> (1, T, d)
+        out = out[0] if isinstance(out, tuple) else out
+        return out if self.returned is None else (out, *([None] * (self.returned - 1)))
+
+
+@contextmanager
+def replaced(model: nn.Module, qualified_name: str, module: nn.Module) -> Iterator[None]:
+    """The submodule at `qualified_name` swapped for `module`, and put back after."""
+    parent_name, _, leaf = qualified_name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    original = getattr(parent, leaf)
+    setattr(parent, leaf, module)
+    try:
+        yield
+    finally:
+        setattr(parent, leaf, original)

@@ -1,0 +1,57 @@
+"""The text as the model's token ids: its own tokenizer where it has one, else the source's GPT-2 BPE."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from attnlab.errors import UserError
+from attnlab.inputs.text import ENDOFTEXT, gpt2_encoding, token_label
+
+GPT2_VOCAB = 50257
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "spiece.model")
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    name: str  # "GPT-2 BPE (tiktoken)" or the Hugging Face tokenizer's class
+    encode: Callable[[str], list[int]]
+    token_bytes: Callable[[int], bytes]
+
+    def labels(self, ids: list[int]) -> list[str]:
+        return [token_label(self.token_bytes(i)) for i in ids]
+
+
+def gpt2_tokenizer() -> Tokenizer:
+    encoding = gpt2_encoding()
+    return Tokenizer("GPT-2 BPE (tiktoken)", lambda text: encoding.encode(text, allowed_special={ENDOFTEXT}),
+                     encoding.decode_single_token_bytes)
+
+
+def hf_tokenizer(transformers: Any, source: str) -> Tokenizer | None:
+    """The saved model's own tokenizer, from local files only; None when it has none."""
+    folder = Path(source)
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return None
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True)
+    except (OSError, ValueError):
+        return None
+    return Tokenizer(type(tokenizer).__name__, lambda text: tokenizer.encode(text, add_special_tokens=False),
+                     lambda i: tokenizer.decode([i]).encode("utf-8"))
+
+
+def token_ids(tokenizer: Tokenizer, text: str | None, vocab_size: int | None, max_tokens: int) -> list[int]:
+    if not text:
+        raise UserError('inputs.text is empty: model= runs on inputs=text inputs.text="some words"')
+    ids = tokenizer.encode(text)
+    if not ids:
+        raise UserError(f"inputs.text: the model's tokenizer ({tokenizer.name}) gives no tokens for it")
+    if len(ids) > max_tokens:
+        raise UserError(f"inputs.text is {len(ids)} tokens, more than the model's context of {max_tokens}; "
+                        f"shorten the text")
+    if vocab_size is not None and ids and max(ids) >= vocab_size:
+        raise UserError(f"inputs.text has token id {max(ids)} ({tokenizer.name}); the model's vocabulary has "
+                        f"{vocab_size} rows (model.vocab_size={GPT2_VOCAB} fits GPT-2 BPE)")
+    return ids

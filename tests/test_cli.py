@@ -30,9 +30,10 @@ def test_single_run_prints_the_summary_and_writes_record_and_table(app):
     seen = set(STAGES) - {"weights_applied"}  # eval mode: the weights are what is applied to the values
     assert set(record["stages"]) == seen and set(record["reference_stages"]) == seen
     weights = record["stages"]["weights"]
-    assert record["format_version"] == 2 and record["reference"] == "reference"
-    assert weights["shape"] == [6, 6] and weights["axes"] == ["batch", "heads", "query", "key"]
-    assert weights["view_shape"] == [1, 1, 6, 6] and len(weights["values"][0][0]) == 6  # canonical view
+    assert record["format_version"] == 3 and record["reference"] == "reference"
+    assert weights["shape"] == [6, 6] and weights["canonical_axes"] == ["batch", "heads", "query", "key"]
+    assert weights["canonical_shape"] == [1, 1, 6, 6]
+    assert len(weights["values"]) == 6 and len(weights["values"][0]) == 6  # the module's own rank
     assert record["diagnostics"]["divergence_queries"] == 0.0
     assert record["diagnostics"]["divergence_context"] > 0.0
     assert record["diagnostics"]["divergence_output"] == record["diagnostics"]["divergence_context"]

@@ -107,8 +107,8 @@ def test_stages_carry_axes_module_shapes_and_reconstructed_marks(tmp_path):
     import json
 
     data = json.loads((tmp_path / "record.json").read_text())
-    assert data["format_version"] == 2
-    assert data["stages"]["weights"]["axes"] == ["batch", "heads", "query", "key"]
+    assert data["format_version"] == 3
+    assert data["stages"]["weights"]["canonical_axes"] == ["batch", "heads", "query", "key"]
     assert data["stages"]["weights"]["shape"] == [2, 3, 4, 4]
     assert "weights" in data["reconstructed_stages"]
     assert result.record.reference == "multi_head_attention"

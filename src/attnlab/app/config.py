@@ -26,7 +26,7 @@ from attnlab.errors import UserError
 from attnlab.schema import KEYS, Config, VariantConf, check_values, show_value
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.inputs.kinds import check_inputs
-from attnlab.modules.registry import Registry, discover
+from attnlab.modules.registry import CONSTRUCTOR_KEYS, SPELLINGS, Registry, discover
 from attnlab.plugin_folders import USER_GROUP, builtin_groups, group_heading
 
 
@@ -247,11 +247,16 @@ def _unknown(key: str, cfg: DictConfig) -> str:
     return unknown_key_message(key, [k for k, _ in _dotted(cfg) if k != key])
 
 
-def unknown_key_message(key: str, known: Iterable[str]) -> str:
+def unknown_key_message(key: str, known: Iterable[str], value: str = "VALUE") -> str:
     """`KEY: unknown key; did you mean 'CLOSEST'?`: a sibling of similar name first, else any
-    key of similar spelling (never one of its own parents)."""
+    key of similar spelling (never one of its own parents). A top-level key set under
+    variant.params is named as such, with or without `+`."""
     known = [k for k in known if not key.startswith(f"{k}.")]
     parent, _, leaf = key.rpartition(".")
+    top = next((k for k in CONSTRUCTOR_KEYS if leaf in SPELLINGS.get(k, (k,))), None)
+    if parent == "variant.params" and top is not None:
+        what = "a top-level key" if top == leaf else f"the top-level key {top}"
+        return f"{key}: {leaf} is {what}; use {top}={value}"
     siblings = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == parent}
     close = [siblings[c] for c in difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)]
     close = close or difflib.get_close_matches(key, known, n=1, cutoff=0.8)
@@ -276,4 +281,5 @@ def closest_key(key: str, args: Iterable[str] = ()) -> str:
         known = [k for k, _ in _dotted(cfg)]
     except Exception:  # noqa: BLE001 - the suggestion is a courtesy; the error stands without it
         known = []
-    return unknown_key_message(key, known)
+    given = next((a.split("=", 1)[1] for a in args if a.split("=", 1)[0].lstrip("+") == key), "VALUE")
+    return unknown_key_message(key, known, given)

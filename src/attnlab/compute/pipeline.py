@@ -29,6 +29,7 @@ from attnlab.diagnosis.returned import returned_weights
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.layouts import align, seed_projections
 from attnlab.diagnosis.predictions import check_predictions
+from attnlab.compute.observable import unobservable
 from attnlab.compute.preflight import Size, check_fits, should_spill
 from attnlab.capture.spill import as_numpy, spill
 from attnlab.capture.stages import SQUARE_STAGES
@@ -162,6 +163,7 @@ class _Side:
     batched: bool
     x: torch.Tensor | None = None
     captured: Capture | None = None
+    unobservable: str | None = None  # why its change cannot be seen at this size: then nothing is diagnosed
 
 
 def compute_record(
@@ -210,7 +212,8 @@ def _build_pair(spec: JobSpec, inputs: Inputs, seed: int, record: Record) -> tup
     spilling = should_spill(size)
     check_fits(size, spilled=spilling)
     variant_built = planned.build(seed)
-    variant = _Side(variant_built, variant_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out))
+    variant = _Side(variant_built, variant_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out),
+                    unobservable=unobservable(planned.spec, size))
     record.reference = reference_name = (auto_reference(planned.spec, variant_built.module, variant.batched)
                                           if spec.reference == "auto" else spec.reference)
     reference_values, reference_params = _reference_arguments(spec, values, variant_built)
@@ -277,16 +280,17 @@ def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int, record
     mixing = (_batch_mixing(variant.built, variant.x, variant.captured, seed)
               if variant.batched and not spec.train else None)
     diagnosed(record, variant.captured, reference.captured, shared=spec.shared, train=spec.train, expect=spec.expect,
-              mixing=mixing)
+              mixing=mixing, unobservable=variant.unobservable)
 
 
 def diagnosed(record: Record, mine: Capture, theirs: Capture, *, shared: bool, train: bool, expect: Any,
-              mixing: batch_mixing.BatchMixing | None = None) -> None:
+              mixing: batch_mixing.BatchMixing | None = None, unobservable: str | None = None) -> None:
     """Fill `record` with both captures' stages, the diagnostics, the findings and the predictions
-    (also for a layer inside a model, attnlab.model); keys and values at each side's kv heads first."""
+    (also for a layer inside a model, attnlab.model); keys and values at each side's kv heads first;
+    `unobservable`: why the variant's change cannot be seen at this size, said instead of any finding."""
     align_kv_heads(mine, theirs, shared=shared)
-    record.stages, record.stage_shapes = _to_numpy(mine)
-    record.reference_stages, record.reference_stage_shapes = _to_numpy(theirs)
+    record.stages, record.stage_shapes, record.canonical_shapes = _to_numpy(mine)
+    record.reference_stages, record.reference_stage_shapes, record.reference_canonical_shapes = _to_numpy(theirs)
     record.expected_shapes = {k: list(v) for k, v in expected_shapes(theirs).items()}
     record.missing_stages, record.reconstructed_stages = list(mine.missing), list(mine.reconstructed)
     record.output_is_context = mine.output_is_context
@@ -298,6 +302,8 @@ def diagnosed(record: Record, mine: Capture, theirs: Capture, *, shared: bool, t
     record.reference_diagnostics = found.reference_diagnostics
     record.first_divergent_stage, record.findings = found.first_divergent_stage, found.findings
     record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
+    if unobservable:
+        record.findings, record.not_checked = [], [unobservable, *record.not_checked]
     record.predictions = check_predictions(expect, mine, record.diagnostics, record.first_divergent_stage,
                                            record.findings)
 
@@ -345,6 +351,10 @@ def _check_shown(show: tuple[int, int], variant: Capture) -> None:
             raise UserError(f"{key}={index}: the module has {count} {what} (0 to {count - 1})")
 
 
-def _to_numpy(captured: Capture) -> tuple[dict, dict]:
-    stages = {name: as_numpy(t) for name, t in captured.stages.items()}
-    return stages, {name: list(captured.native_shapes[name]) for name in stages}
+def _to_numpy(captured: Capture) -> tuple[dict, dict, dict]:
+    """The stages in the module's own rank (a view of the canonical values), their shapes, and the
+    canonical view's shapes (`Record.canonical`)."""
+    canonical = {name: as_numpy(t) for name, t in captured.stages.items()}
+    shapes = {name: list(captured.native_shapes[name]) for name in canonical}
+    stages = {name: values.reshape(shapes[name]) for name, values in canonical.items()}
+    return stages, shapes, {name: list(values.shape) for name, values in canonical.items()}

@@ -153,7 +153,7 @@ def compare_layer(run: ModelRun, layer: int, record: Record, name: str, params: 
         record.status, record.error = "failed", str(exc)
         return record
     diagnosed(record, variant, reference, shared=True, train=False, expect=expect)
-    with_model_findings(record, variant, head_patterns(record.reference_stages.get("weights")), expect)
+    with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect)
     record.model["effect"] = effect
     record.diagnostics.update({f"effect_{key}": value for key, value in effect.items()})
     return record

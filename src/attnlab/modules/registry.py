@@ -45,6 +45,7 @@ class VariantSpec:
     reference: str | None = None  # the variant it is compared against, declared by the plugin; None: auto
     tags: tuple[str, ...] = ()  # its group (a built-in's folder, or `yours`) first, then the declared ones
     output: tuple[str, str] = ("", "")  # what its plugin printed when imported: (stdout, stderr)
+    observable: dict[str, int] = field(default_factory=dict)  # the smallest size its change shows at: {"head_dim": 2}
 
     @property
     def signature(self) -> str:

@@ -101,7 +101,7 @@ def shown(record: Record) -> tuple[int, int]:
 def config_line(record: Record) -> str:
     params = record.config.get("variant", {}).get("params") or {}
     extra = "".join(f" {k}={v}" for k, v in params.items())
-    weights = record.stages.get("weights")
+    weights = record.canonical("weights")
     precision = ((f" device={record.device}" if record.device != "cpu" else "")
                  + (f" dtype={record.dtype}" if record.dtype != "float32" else ""))
     heads = "" if weights is None or weights.ndim != 4 or weights.shape[:2] == (1, 1) else (

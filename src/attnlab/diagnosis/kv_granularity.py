@@ -47,9 +47,15 @@ def align_kv_heads(variant: Capture, reference: Capture, shared: bool = False) -
     for captured in (variant, reference):
         count = captured.kv_heads = kv_head_count(captured)
         if count < captured.stages["keys"].shape[1]:
-            for stage in KV_STAGES:
-                captured.stages[stage] = unrepeated(captured.stages[stage], count)
+            _unrepeat(captured, count)
     mine, theirs = variant.stages["keys"].shape[1], reference.stages["keys"].shape[1]
     if shared and mine < theirs and theirs % mine == 0:
-        for stage in KV_STAGES:
-            reference.stages[stage] = unrepeated(reference.stages[stage], mine)
+        _unrepeat(reference, mine)
+
+
+def _unrepeat(captured: Capture, count: int) -> None:
+    """Keys and values at `count` heads; their shapes are then the (batch, kv heads, tokens, head_dim)
+    they are compared in, which the module's own rank (the heads repeated) no longer describes."""
+    for stage in KV_STAGES:
+        captured.stages[stage] = unrepeated(captured.stages[stage], count)
+        captured.native_shapes[stage] = tuple(captured.stages[stage].shape)

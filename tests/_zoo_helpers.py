@@ -171,8 +171,8 @@ DELIBERATE = {"kv_heads", "rotary", "position_bias", "window", "softcap", "qk_no
 def zoo_specs():
     """The bug zoo checked on the book's (n_tokens, d_in) input: every variant that declares the
     finding it must trigger, but the multi-head zoo (tag multi_head), which needs distinct batch
-    items and is checked in tests/test_findings_multi_head.py, and the deliberate changes (gqa,
-    rope, ...: info notes), checked in tests/test_modern_variants.py and tests/test_verdicts.py."""
+    items and is checked in tests/diagnosis/test_findings_multi_head.py, and the deliberate changes (gqa,
+    rope, ...: info notes), checked in tests/plugins/test_modern_variants.py and tests/plugins/test_verdicts.py."""
     registry = attnlab.modules.registry.discover()
     multi_head = set(attnlab.list_variants(tag="multi_head"))
     return [s for s in registry.specs.values() if s.expected_finding and s.name not in multi_head

@@ -38,7 +38,7 @@ CODES: tuple[Code, ...] = (
          "queries and keys rotated per position (RoPE); names the pairing and the base", "rope"),
     Code("rotary_misapplied", ("queries", "keys", "values"), "error", 10, recognisers.rotary,
          "RoPE applied to the values too, or to the queries and not the keys",
-         "tests/test_recognisers.py::test_rope_on_the_values_too_is_an_error_at_the_values"),
+         "tests/diagnosis/test_recognisers.py::test_rope_on_the_values_too_is_an_error_at_the_values"),
     Code("qk_norm", ("queries",), "info", 11, recognisers.qk_norm,
          "queries and keys have unit RMS per head before the product", "qk_norm"),
     Code("window", ("scaled_scores",), "info", 12, recognisers.window,
@@ -65,7 +65,7 @@ CODES: tuple[Code, ...] = (
          suppresses=("non_finite",)),
     Code("non_finite", FIRST_WHERE_IT_SHOWS, "error", 30, mask.non_finite,
          "NaN or inf that no mask placed (e.g. a mask that hides every key from a query)",
-         "tests/test_findings.py::test_a_bug_behind_a_causal_mask_is_still_found"),
+         "tests/diagnosis/test_findings.py::test_a_bug_behind_a_causal_mask_is_still_found"),
     Code("shape_projection", ("queries", "keys", "values", "output"), "error", 40, sources.shapes,
          "a projection of the wrong width (d_in for d_out), or every head built with the whole d_out",
          "d_in_projection"),
@@ -91,7 +91,7 @@ CODES: tuple[Code, ...] = (
          "the weights are not a softmax (a plain normalisation, linear attention)", "plain_normalisation"),
     Code("dropout", ("weights_applied",), "info", 130, softmax.dropout,
          "train=true: dropout, with the rate it estimates",
-         "tests/test_findings_multi_head.py::test_dropout_in_training_is_a_note_with_its_rate"),
+         "tests/diagnosis/test_findings_multi_head.py::test_dropout_in_training_is_a_note_with_its_rate"),
     Code("dropout_active", ("weights_applied",), "error", 130, softmax.dropout,
          "an eval-mode run whose applied weights show dropout", "causal_dropout_always"),
     Code("value_path", ("values",), "error", 140, sources.value_path,
@@ -116,7 +116,7 @@ CODES: tuple[Code, ...] = (
          explains=False),
     Code("precision", FIRST_WHERE_IT_SHOWS, "info", 180, precision.precision,
          "bfloat16/float16 rounding beyond float32's bound but within the coarser dtype's: not a bug",
-         "tests/test_precision.py::test_a_correct_variant_in_low_precision_gets_precision_only"),
+         "tests/compute/test_precision.py::test_a_correct_variant_in_low_precision_gets_precision_only"),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

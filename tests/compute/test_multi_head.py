@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 import attnlab
 from tests._zoo_helpers import corpus
 
-SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source" / "ch03.py"
-IMPLEMENTATIONS = Path(__file__).resolve().parent / "implementations"
+SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source" / "ch03.py"
+IMPLEMENTATIONS = Path(__file__).resolve().parents[1] / "implementations"
 BOOK = torch.tensor([[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
                      [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]])
 

@@ -44,7 +44,6 @@ class Progress:
         self.start = time.perf_counter()
         self._last_draw = 0.0
         self.visible = False  # on screen now
-        self.shown = False  # drawn at least once: the final state then gets its own line
 
     def __enter__(self) -> Progress:
         return self
@@ -85,7 +84,7 @@ class Progress:
     def _draw(self, now: float) -> None:
         self.stream.write("\r\x1b[2K" + self.line())
         self.stream.flush()
-        self._last_draw, self.visible, self.shown = now, True, True
+        self._last_draw, self.visible = now, True
 
     def clear(self) -> None:
         """Erase the bar before other output goes to the same terminal; the next update redraws it."""
@@ -95,8 +94,8 @@ class Progress:
             self._last_draw, self.visible = 0.0, False
 
     def close(self) -> None:
-        """The final state on its own line, if the bar was drawn (a sink's output may have cleared it)."""
-        if self.active and self.shown:
+        """The final state on its own line, if the bar is on screen."""
+        if self.active and self.visible:
             self.current = ""
             self._draw(time.perf_counter())
             self.stream.write("\n")

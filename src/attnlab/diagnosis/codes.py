@@ -104,7 +104,7 @@ CODES: tuple[Code, ...] = (
          "the context merged with .reshape(b, num_tokens, d_out) without .transpose(1, 2)", "mha_head_merge"),
     Code("wrong_output", ("output",), "error", 150, heads.output,
          "the module returned something other than the context (the weights, the scores, ...)",
-         "tests/test_truths.py::test_returning_the_weights_is_a_wrong_output_finding"),
+         "tests/diagnosis/test_truths.py::test_returning_the_weights_is_a_wrong_output_finding"),
     Code("output_path", ("output",), "error", 150, heads.output,
          "the context matches the reference but the output does not: the lines after attn_weights @ values",
          "tests/diagnosis/test_codes.py::test_a_wrong_output_after_a_right_context_is_output_path"),

@@ -80,7 +80,8 @@ def installed(module: str) -> bool:
 
 
 def missing(module: str) -> str:
-    return f"{module} is not installed (pip install {module}; a benchmark-only library, not an attnlab dependency)"
+    return (f"{module} is not installed (pip install -c constraints.txt -e '.[bench]'; a benchmark-only library, "
+            f"not an attnlab dependency)")
 
 
 def per_call(fn: Callable[[], Any], calls: int) -> float:

@@ -52,3 +52,18 @@ def test_hand_written_parts_are_compared_and_a_missing_library_is_a_clear_skip(t
     for measured in ("PNG encode (4096 tokens) attnlab / Pillow: ", "hparams protos (6 tokens) attnlab / torch summary.hparams: "):
         assert any(line.startswith(measured) and line[len(measured)].isdigit() for line in lines), proc.stdout
     assert "torch summary.hparams NO" in proc.stdout  # the bug the hand-built protos work around
+
+
+def test_the_bench_extra_holds_every_library_the_hand_written_parts_are_compared_with():
+    """Issue 25: in the .[dev] venv the matplotlib, tqdm and rich comparisons were skipped and the
+    README named no extra that installs them."""
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    source = (root / "benchmarks" / "handwritten.py").read_text()
+    compared = set(re.findall(r'installed\("(\w+)"\)', source)) | set(re.findall(r'"(\w+)"\),\n', source))
+    assert {"matplotlib", "tqdm", "rich"} <= compared
+    assert compared <= {re.split(r"[<>=\[]", spec)[0] for spec in extras["bench"]}
+    assert "'.[dev,bench]'" in (root / "README.md").read_text()

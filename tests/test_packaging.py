@@ -59,3 +59,14 @@ def test_the_installed_wheel_runs_from_any_folder(wheel, tmp_path):
     assert sweep.returncode == 0, sweep.stderr
     assert "AttnlabSweeper" in (elsewhere / "sweep" / "multirun.yaml").read_text()
     assert len(list((elsewhere / "sweep").rglob("record.json"))) == 2
+
+
+@pytest.mark.slow
+def test_an_attnlab_folder_in_the_working_directory_does_not_shadow_the_package(tmp_path):
+    """Issue 21: with the editable install's finder, a folder named `attnlab` here (the parent of a
+    clone, a sweep folder of that name) was imported as a namespace package and every plugin failed."""
+    (tmp_path / "attnlab" / "x").mkdir(parents=True)
+    run = subprocess.run([sys.executable, "-m", "attnlab", "variant=unscaled", "log.tensorboard=false", "log.html=false",
+                          "hydra.run.dir=out"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "warning" not in run.stderr and "[scaling @ scaled_scores]" in run.stdout

@@ -11,8 +11,8 @@ from attnlab.record import INLINE_LIMIT, Finding, Prediction, Record, RecordErro
 
 
 def make_record(n_tokens: int = 3) -> Record:
-    """A 2-D module's record: stages in the canonical view, shapes in the module's own rank."""
-    weights = np.full((1, 1, n_tokens, n_tokens), 1 / n_tokens, dtype=np.float32)  # (batch, heads, query, key)
+    """A 2-D module's record: stages and shapes in the module's own rank."""
+    weights = np.full((n_tokens, n_tokens), 1 / n_tokens, dtype=np.float32)  # (query, key)
     return Record(
         variant="unscaled", seed=1, config={"weights": "shared", "inputs": {"kind": "book"}},
         n_tokens=n_tokens, d_in=3, d_out=2, labels=[f"t{i}" for i in range(n_tokens)],
@@ -32,7 +32,8 @@ def test_round_trip_keeps_every_field(tmp_path):
     again = read_record(path)
     assert again.variant == "unscaled" and again.findings == record.findings and again.predictions == record.predictions
     np.testing.assert_array_equal(again.stages["weights"], record.stages["weights"])
-    assert again.stages["weights"].shape == (1, 1, 3, 3) and again.stage_shapes == {"weights": [3, 3]}
+    assert again.stages["weights"].shape == (3, 3) and again.stage_shapes == {"weights": [3, 3]}
+    assert again.canonical("weights").shape == (1, 1, 3, 3)
     np.testing.assert_array_equal(again.matrix("weights"), np.full((3, 3), 1 / 3, dtype=np.float32))
     assert again.reference == "reference" and again.expected_shapes == {"weights": [3, 3]}
     assert again.missing_stages == ["weights_applied"] and again.reconstructed_stages == ["scores"]
@@ -52,11 +53,12 @@ def test_the_file_is_standard_json_without_nan_literals(tmp_path):
 def test_large_stages_are_not_inlined(tmp_path):
     n = int(INLINE_LIMIT**0.5) + 1
     data = json.loads(write_record(make_record(n), tmp_path).read_text())
-    assert data["format_version"] == 2
-    assert data["stages"]["weights"] == {"shape": [n, n], "axes": ["batch", "heads", "query", "key"],
-                                         "view_shape": [1, 1, n, n], "values": None}
+    assert data["format_version"] == 3
+    assert data["stages"]["weights"] == {"shape": [n, n], "values": None,
+                                         "canonical_axes": ["batch", "heads", "query", "key"],
+                                         "canonical_shape": [1, 1, n, n]}
     small = json.loads(write_record(make_record(3), tmp_path).read_text())
-    assert np.asarray(small["stages"]["weights"]["values"]).shape == (1, 1, 3, 3)  # inlined below the limit
+    assert np.asarray(small["stages"]["weights"]["values"]).shape == (3, 3)  # inlined below the limit
 
 
 def test_atomic_write_leaves_no_temp_files(tmp_path):
@@ -87,7 +89,7 @@ def test_matrix_picks_one_batch_item_and_head():
     assert record.matrix("context") is None and record.num_heads == 3
 
 
-def test_a_format_1_record_loads_in_the_canonical_view_with_output_as_context(tmp_path):
+def test_a_format_1_record_loads_in_its_own_rank_with_output_as_context(tmp_path):
     """Records written before format 2: 2-D single-head stages, no output stage (it was the context)."""
     weights = [[0.25, 0.75], [0.5, 0.5]]
     context = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
@@ -97,10 +99,56 @@ def test_a_format_1_record_loads_in_the_canonical_view_with_output_as_context(tm
     path = tmp_path / "record.json"
     path.write_text(json.dumps(old))
     record = read_record(path)
-    assert record.stages["weights"].shape == (1, 1, 2, 2) and record.stages["context"].shape == (1, 1, 2, 3)
-    assert record.stages["output"].shape == (1, 2, 3)
+    assert record.stages["weights"].shape == (2, 2) and record.stages["context"].shape == (2, 3)
+    assert record.canonical("weights").shape == (1, 1, 2, 2) and record.canonical("context").shape == (1, 1, 2, 3)
+    assert record.stages["output"].shape == (2, 3) and record.canonical("output").shape == (1, 2, 3)
     np.testing.assert_array_equal(record.matrix("weights"), weights)
     np.testing.assert_array_equal(record.matrix("output"), context)
     assert record.stage_shapes["output"] == [2, 3] and record.output_is_context
     assert record.diagnostics["divergence_output"] == 0.25 and record.diagnostics["shape_ok_output"] == 1.0
     assert record.reference == "reference"
+
+
+def test_a_format_2_record_loads_in_the_module_s_own_rank(tmp_path):
+    """Format 2 nested the values in the canonical view and said so in `view_shape`."""
+    weights = np.arange(2 * 3 * 3, dtype=np.float32).reshape(2, 3, 3)  # CausalAttention's (batch, query, key)
+    old = {"format_version": 2, "variant": "causal_attention", "seed": 1, "config": {}, "status": "ok",
+           "stages": {"weights": {"shape": [2, 3, 3], "axes": ["batch", "heads", "query", "key"],
+                                  "view_shape": [2, 1, 3, 3], "values": weights[:, None].tolist()},
+                      "scores": {"shape": [2, 3, 3], "axes": ["batch", "heads", "query", "key"],
+                                 "view_shape": [2, 1, 3, 3], "values": None}}}
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(old))
+    record = read_record(path)
+    np.testing.assert_array_equal(record.stages["weights"], weights)
+    assert record.canonical("weights").shape == (2, 1, 3, 3) and record.num_heads == 1
+    np.testing.assert_array_equal(record.matrix("weights", batch=1), weights[1])
+    assert record.stages["scores"] is None and record.stage_shapes["scores"] == [2, 3, 3]
+    again = read_record(write_record(record, tmp_path / "again"))
+    np.testing.assert_array_equal(again.stages["weights"], weights)
+    assert json.loads(again.path.read_text())["stages"]["weights"]["canonical_shape"] == [2, 1, 3, 3]
+
+
+def test_values_that_do_not_have_the_shape_the_record_states_are_a_record_error(tmp_path):
+    data = make_record().to_json_dict()
+    data["stages"]["weights"]["values"] = [[0.5, 0.5]]  # (1, 2), where shape says (3, 3)
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(RecordError, match=r"stage weights: values of shape \[1, 2\] where its shape is \[3, 3\]"):
+        read_record(path)
+
+
+@pytest.mark.slow  # every built-in in-process: about 20 s
+def test_every_built_in_s_record_values_have_the_shape_it_states(tmp_path):
+    """record.json `values` nest as `shape` says, for every stage of every built-in (issue 25)."""
+    import attnlab
+
+    for variant in attnlab.list_variants():
+        result = attnlab.run(variant, 123, log={"tensorboard": False, "table": False, "html": False})
+        data = json.loads(write_record(result.record, tmp_path / variant).read_text())
+        for side in ("stages", "reference_stages"):
+            for stage, entry in data[side].items():
+                assert entry["values"] is not None, (variant, side, stage)
+                assert list(np.asarray(entry["values"]).shape) == entry["shape"], (variant, side, stage)
+        for stage, values in result.stages.items():
+            assert list(values.shape) == result.record.stage_shapes[stage], (variant, stage)

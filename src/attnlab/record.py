@@ -3,6 +3,10 @@
 A record is written as JSON (never pickle), atomically, before any sink runs, so that a sweep
 table can always be rebuilt from the records on disk. Stage values above `INLINE_LIMIT`
 elements are stored as `null`: record.json stays small at 4096 tokens.
+
+Stages are kept in the module's own rank (`stages[name].shape == stage_shapes[name]`, the
+JSON `values` nest as its `shape` says); `Record.canonical(name)` is the same values in the
+canonical view of `attnlab.capture.stages.AXES` (batch, heads, ...), a reshape, never a copy.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from attnlab.capture.stages import AXES
 
 INLINE_LIMIT = 65_536
 RECORD_FILE = "record.json"
-FORMAT_VERSION = 2  # 2: stages in the canonical view of attnlab.capture.stages.AXES, shapes in the module's own rank
+FORMAT_VERSION = 3  # 3: values in the module's own rank; 2: values in the canonical view (view_shape); 1: 2-D stages
 
 
 @dataclass
@@ -54,14 +58,19 @@ class Record:
     error: str | None = None
     labels: list[str] = field(default_factory=list)
     reference: str = "reference"  # the variant the run compared against
-    stages: dict[str, np.ndarray | None] = field(default_factory=dict)  # canonical view (stages.AXES)
+    stages: dict[str, np.ndarray | None] = field(default_factory=dict)  # in the module's own rank
     reference_stages: dict[str, np.ndarray | None] = field(default_factory=dict)
     stage_shapes: dict[str, list[int]] = field(default_factory=dict)  # in the module's own rank
     reference_stage_shapes: dict[str, list[int]] = field(default_factory=dict)
+    canonical_shapes: dict[str, list[int]] = field(default_factory=dict)  # each stage in the view of stages.AXES
+    reference_canonical_shapes: dict[str, list[int]] = field(default_factory=dict)
     expected_shapes: dict[str, list[int]] = field(default_factory=dict)  # predicted: the reference's
     missing_stages: list[str] = field(default_factory=list)  # not found in the variant: not checked
     reconstructed_stages: list[str] = field(default_factory=list)  # computed by attnlab from a kernel's inputs
     output_is_context: bool = False  # the module returned its context: output is an alias of context
+    returned: str = ""  # what forward returned, e.g. "tuple(Tensor (2, 8, 64), Tensor (2, 4, 8, 8))"
+    output_element: str | None = None  # which element of it is the output, e.g. "[0]"; None: the value itself
+    returned_weights: str | None = None  # attention weights returned beside the output, against the captured ones
     diagnostics: dict[str, float] = field(default_factory=dict)
     head_diagnostics: dict[str, list[float]] = field(default_factory=dict)  # {name: one value per head}
     reference_diagnostics: dict[str, float] = field(default_factory=dict)
@@ -83,9 +92,17 @@ class Record:
 
     @property
     def num_heads(self) -> int:
-        weights = self.stages.get("weights")
-        shape = weights.shape if weights is not None else self.stage_shapes.get("weights", [])
-        return int(shape[1]) if weights is not None and len(shape) == 4 else 1
+        weights = self.canonical("weights")
+        return int(weights.shape[1]) if weights is not None else 1
+
+    def canonical(self, stage: str, *, reference: bool = False) -> np.ndarray | None:
+        """A stage in the canonical view of `attnlab.capture.stages.AXES`, (batch, heads, ...):
+        the module's own values reshaped (a 2-D module's weights (6, 6) as (1, 1, 6, 6))."""
+        values = (self.reference_stages if reference else self.stages).get(stage)
+        if values is None:
+            return None
+        shape = (self.reference_canonical_shapes if reference else self.canonical_shapes).get(stage)
+        return values.reshape(shape if shape is not None else canonical_shape(stage, values.shape))
 
     def drop_stages(self) -> None:
         """Keep the reductions, let the stage values go (their shapes stay): a streamed seed."""
@@ -112,7 +129,7 @@ class Record:
 
     def heads_view(self, stage: str, *, batch: int = 0, reference: bool = False) -> np.ndarray | None:
         """Batch item `batch` of a stage: (heads, tokens, ·) where it has several heads, else (tokens, ·)."""
-        values = (self.reference_stages if reference else self.stages).get(stage)
+        values = self.canonical(stage, reference=reference)
         if values is None or values.ndim < 3:
             return values
         item = values[min(batch, values.shape[0] - 1)]
@@ -120,7 +137,7 @@ class Record:
 
     def matrix(self, stage: str, *, batch: int = 0, head: int = 0, reference: bool = False) -> np.ndarray | None:
         """One (tokens x ·) matrix of a stage: batch item `batch`, head `head` where it has heads."""
-        values = (self.reference_stages if reference else self.stages).get(stage)
+        values = self.canonical(stage, reference=reference)
         if values is None:
             return None
         if values.ndim == 4:
@@ -140,12 +157,15 @@ class Record:
             "error": self.error,
             "labels": self.labels,
             "reference": self.reference,
-            "stages": _stages_to_json(self.stages, self.stage_shapes),
-            "reference_stages": _stages_to_json(self.reference_stages, self.reference_stage_shapes),
+            "stages": self._stages_to_json(reference=False),
+            "reference_stages": self._stages_to_json(reference=True),
             "expected_shapes": self.expected_shapes,
             "missing_stages": self.missing_stages,
             "reconstructed_stages": self.reconstructed_stages,
             "output_is_context": self.output_is_context,
+            "returned": self.returned,
+            "output_element": self.output_element,
+            "returned_weights": self.returned_weights,
             "diagnostics": {k: _json_number(v) for k, v in self.diagnostics.items()},
             "head_diagnostics": {k: [_json_number(x) for x in v] for k, v in self.head_diagnostics.items()},
             "reference_diagnostics": {k: _json_number(v) for k, v in self.reference_diagnostics.items()},
@@ -162,15 +182,14 @@ class Record:
 
     @classmethod
     def from_json_dict(cls, data: dict[str, Any], path: Path | None = None) -> Record:
-        stages, shapes = _stages_from_json(data.get("stages") or {})
-        ref_stages, ref_shapes = _stages_from_json(data.get("reference_stages") or {})
-        old = int(data.get("format_version", 1)) < 2
-        if old:  # 2-D single-head stages; the output was the context
-            stages, ref_stages = _canonical_v1(stages), _canonical_v1(ref_stages)
+        version = int(data.get("format_version", 1))
+        stages, shapes, views = _stages_from_json(data.get("stages") or {}, version)
+        ref_stages, ref_shapes, ref_views = _stages_from_json(data.get("reference_stages") or {}, version)
+        old = version < 2
+        if old:  # the output was the context
             for found, found_shapes in ((stages, shapes), (ref_stages, ref_shapes)):
                 if "context" in found_shapes:
                     found["output"], found_shapes["output"] = found.get("context"), found_shapes["context"]
-                    found["output"] = None if found["output"] is None else found["output"][:, 0]
         return cls(
             variant=str(data["variant"]),
             seed=int(data["seed"]),
@@ -186,10 +205,15 @@ class Record:
             reference_stages=ref_stages,
             stage_shapes=shapes,
             reference_stage_shapes=ref_shapes,
+            canonical_shapes=views,
+            reference_canonical_shapes=ref_views,
             expected_shapes=data.get("expected_shapes") or {},
             missing_stages=list(data.get("missing_stages") or []),
             reconstructed_stages=list(data.get("reconstructed_stages") or []),
             output_is_context=bool(data.get("output_is_context", old)),
+            returned=str(data.get("returned") or ""),
+            output_element=data.get("output_element"),
+            returned_weights=data.get("returned_weights"),
             diagnostics=_v1_diagnostics(data.get("diagnostics") or {}, old),
             head_diagnostics={k: [_from_json_number(x) for x in v]
                               for k, v in (data.get("head_diagnostics") or {}).items()},
@@ -209,30 +233,47 @@ class Record:
         )
 
 
-def _stages_to_json(stages: dict[str, np.ndarray | None], shapes: dict[str, list[int]]) -> dict:
-    out = {}
-    for name, shape in shapes.items():
-        values = stages.get(name)
-        inline = values is not None and values.size <= INLINE_LIMIT
-        out[name] = {"shape": list(shape), "axes": list(AXES.get(name, ())),
-                     "view_shape": list(values.shape) if values is not None else None,
-                     "values": _nested(values) if inline else None}
-    return out
+    def _stages_to_json(self, *, reference: bool) -> dict:
+        shapes = self.reference_stage_shapes if reference else self.stage_shapes
+        out = {}
+        for name, shape in shapes.items():
+            values = (self.reference_stages if reference else self.stages).get(name)
+            view = self.canonical(name, reference=reference)
+            inline = values is not None and values.size <= INLINE_LIMIT
+            out[name] = {"shape": list(shape),
+                         "values": _nested(values.reshape(shape)) if inline else None,
+                         "canonical_axes": list(AXES.get(name, ())),
+                         "canonical_shape": list(view.shape) if view is not None else None}
+        return out
 
 
-def _stages_from_json(data: dict) -> tuple[dict[str, np.ndarray | None], dict[str, list[int]]]:
-    stages, shapes = {}, {}
+def canonical_shape(stage: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A stage's shape in the module's own rank as the canonical view's: a 2-D module gains a
+    batch and a heads axis, a 3-D per-head stage (batch, tokens, ·) a heads axis."""
+    rank = len(AXES.get(stage, shape))
+    if len(shape) >= rank:
+        return tuple(shape)
+    if rank == 4 and len(shape) == 3:
+        return (shape[0], 1, *shape[1:])
+    return (1,) * (rank - len(shape)) + tuple(shape)
+
+
+def _stages_from_json(data: dict, version: int) -> tuple[dict[str, np.ndarray | None], dict[str, list[int]],
+                                                        dict[str, list[int]]]:
+    """Values in the module's own rank, their shapes, and the canonical view's shapes. Format 2
+    nested the values in the canonical view (`view_shape`); format 1 had 2-D stages only."""
+    stages, shapes, views = {}, {}, {}
     for name, entry in data.items():
         shapes[name] = list(entry["shape"])
+        view = entry.get("canonical_shape") if version >= 3 else entry.get("view_shape")
+        views[name] = list(view) if view is not None else list(canonical_shape(name, tuple(shapes[name])))
         values = entry.get("values")
         stages[name] = None if values is None else np.asarray(_from_nested(values), dtype=np.float32)
-    return stages, shapes
-
-
-def _canonical_v1(stages: dict[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
-    """A format-1 record's 2-D stages in the canonical view: one batch item, one head."""
-    lead = {name: (1,) if len(AXES[name]) == 3 else (1, 1) for name in AXES}
-    return {name: None if v is None else v.reshape(lead.get(name, ()) + v.shape) for name, v in stages.items()}
+        if stages[name] is not None and version < 3:
+            stages[name] = stages[name].reshape(shapes[name])
+        if stages[name] is not None and list(stages[name].shape) != shapes[name]:
+            raise ValueError(f"stage {name}: values of shape {list(stages[name].shape)} where its shape is {shapes[name]}")
+    return stages, shapes, views
 
 
 def _v1_diagnostics(data: dict, old: bool) -> dict[str, float | None]:

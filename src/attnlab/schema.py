@@ -81,6 +81,7 @@ def seconds(name: str, default: float | None, most: float, help: str, nullable: 
 
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")  # a Hugging Face attention class's kernels
 
 
 def _layers(value: Any) -> bool:
@@ -99,6 +100,7 @@ KEYS: tuple[Key, ...] = (
     count("num_heads", 2, "passed to modules that take it"),
     count("num_kv_heads", None, "passed to modules that take it; null: num_heads", nullable=True),
     flag("qkv_bias", False, "passed to modules that take it"),
+    choice("attn_implementation", "eager", ATTN_IMPLEMENTATIONS, "a Hugging Face attention class's kernel"),
     count("batch", 2, "batch items for batched modules (the book inputs stacked, as the source does)"),
     flag("train", False, "training mode with seeded dropout; false: eval mode"),
     Key("reference", "auto", "must be auto or a variant's name", lambda v: isinstance(v, str) and v != "",
@@ -212,6 +214,7 @@ Config = _dataclass("Config", [
     *_scalar_fields(),
     ("weights", WeightsMode, WeightsMode.shared),  # shared: every module gets the seeded matrices | native
     ("weights_init", WeightsInit, WeightsInit.rand),  # rand: the source's | normal: randn / sqrt(d_in)
+    ("reference_params", Dict[str, Any], field(default_factory=dict)),  # an explicit reference's, reference.params.NAME
     ("expect", Dict[str, Any], field(default_factory=dict)),  # predictions, e.g. expect.context_shape=[6,2]
     # a run inside a model (attnlab.model): model=hf:TYPE | NAME (./models/) | model.path=DIR | model.hub=ID,
     # with size keys (model.n_layer=2); open blocks, their keys checked by attnlab.model.spec

@@ -25,8 +25,9 @@ def _copy(plugin_folder, use_plugins, built_in: str, fill: str) -> str:
     name = f"{built_in}_{fill}"
     [path] = PLUGINS.rglob(f"{built_in}.py")  # plugins/<group>/<name>.py
     source = path.read_text()
-    assert source.count("-torch.inf") == 1 and source.count(f'"{built_in}"') == 1
-    source = source.replace("-torch.inf", FILLS[fill]).replace(f'"{built_in}"', f'"{name}"')
+    declared = f'\n    "{built_in}",\n'  # the decorator's name line (the finding a variant declares may share it)
+    assert source.count("-torch.inf") == 1 and source.count(declared) == 1
+    source = source.replace("-torch.inf", FILLS[fill]).replace(declared, f'\n    "{name}",\n')
     use_plugins(plugin_folder(name, source))
     return name
 

@@ -67,8 +67,7 @@ def test_the_terminal_names_the_model_the_layer_and_the_effect(app, tiny_gpt2) -
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[1].startswith(f"model: {tiny_gpt2} (3.32M parameters, 2 layers, 4 heads, 4 kv heads")
-    assert lines[2] == (f"layer 1 of 2: transformer.h.1.attn against multi_head_attention standing in for "
-                        f"GPT2Attention (layer 1) (same output within 0.0e+00)")
+    assert lines[2] == "layer 1 of 2: transformer.h.1.attn against GPT2Attention (layer 1)"  # Conv1D's addmm read
     assert lines[3].startswith("effect on the model's output (14 tokens): KL mean ")
     assert "[scaling @ scaled_scores, all heads]" in run.stdout
     assert run.record["model"]["effect"]["kl_mean"] > 0

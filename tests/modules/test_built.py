@@ -79,7 +79,7 @@ def test_capture_calls_through_the_convention():
     class WithFactor(CallConvention):
         name = "module(x, factor=2)"
 
-        def arguments(self, x):
+        def arguments(self, module, x):
             return (x,), {"factor": 2.0}
 
     x = torch.rand(5, 3)

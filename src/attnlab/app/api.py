@@ -5,7 +5,8 @@ command line, so `attnlab.run("unscaled", seed=123)` and `python -m attnlab vari
 give the same record. Nothing is printed (the Result is the report) and nothing is written unless
 `out_dir` is given: then the files of a job, record.json and every enabled sink's, and
 `.hydra/config.yaml` and `.hydra/overrides.yaml` as Hydra writes them for a job (no `hydra.yaml`:
-no Hydra run happened). The terminal sink is off unless asked for: `log={"terminal": True}`.
+no Hydra run happened). The terminal summary is off unless asked for: `log={"terminal": True}`
+prints it, with or without `out_dir`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class Result:
 
     @property
     def stages(self) -> dict[str, np.ndarray]:
+        """Each stage in the module's own rank (SelfAttention_v1's weights (6, 6)); the canonical
+        (batch, heads, ...) view is `result.record.canonical(stage)`."""
         return self.record.stages
 
     @property
@@ -98,6 +101,11 @@ def run(
         OmegaConf.save(cfg, hydra_dir / "config.yaml")
         OmegaConf.save(OmegaConf.create(override_words(variant, seed, overrides, **kwargs)), hydra_dir / "overrides.yaml")
         write_outputs(cfg, records, Path(out_dir), sinks=sinks)
+    elif cfg.log.get("terminal"):  # nothing written: each seed's summary, without the line naming its file
+        from attnlab.sinks.terminal import print_record
+
+        for record in records:
+            print_record(record)
     results = [Result(record) for record in records]
     return results[0] if len(results) == 1 else results
 

@@ -26,7 +26,7 @@ from attnlab.errors import UserError
 from attnlab.schema import KEYS, Config, VariantConf, check_values, show_value
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.inputs.kinds import check_inputs
-from attnlab.modules.registry import Registry, discover
+from attnlab.modules.registry import CONSTRUCTOR_KEYS, SPELLINGS, Registry, discover
 from attnlab.plugin_folders import USER_GROUP, builtin_groups, group_heading
 
 
@@ -63,7 +63,9 @@ def help_header(registry: Registry) -> str:
             "       attnlab compare PATH... [--out FILE] [--filter key=value]",
             "",
             "Variants (variant=NAME; params as variant.params.KEY=VALUE), by group; in Python",
-            "attnlab.list_variants(tag=GROUP) lists a group, or a [tag] shown after a constructor:",
+            "attnlab.list_variants(tag=GROUP) lists a group, or a [tag] shown after a constructor.",
+            "Any Hugging Face attention class, built from its config class: variant=hf:MODEL_TYPE (e.g. hf:llama),",
+            "attn_implementation=eager|sdpa, config attributes as variant.params.NAME (pip install 'attnlab[hf]').",
             *lines,
         ]
     )
@@ -177,16 +179,30 @@ OPEN_BLOCKS = ("expect", "model", "reference_model")  # open-ended keys: attnlab
 
 def user_overrides(args: list[str]) -> list[str]:
     """`expect.context_shape=[6,2]` and `model.n_layer=2` as users write them: open-ended keys,
-    which Hydra's struct mode would make them spell `++expect...`; attnlab adds the `++` for them.
-    `model=hf:gpt2` names the model: `model.name`."""
-    return [_open_key(arg) for arg in args]
+    which Hydra's struct mode would make them spell `++expect...`; attnlab adds the `++` for them,
+    and for `variant.params.NAME` and `reference.params.NAME` (a config attribute of a config-built
+    class is set with or without `+`; `reference.params` is stored as `reference_params`).
+    `model=hf:gpt2` names the model: `model.name`; `variant=hf:llama` the variant: `variant.name`."""
+    return [_hf_variant(_open_key(arg)) for arg in args]
 
 
 def _open_key(arg: str) -> str:
     key, eq, value = arg.lstrip("+").partition("=")
     if eq and key in OPEN_BLOCKS[1:]:
         return f"++{key}.name={value}"
-    return f"++{arg.lstrip('+')}" if key.split(".")[0] in OPEN_BLOCKS and "." in key else arg
+    if key.startswith("reference.params."):
+        return f"++reference_params.{arg.lstrip('+').removeprefix('reference.params.')}"
+    opened = key.split(".")[0] in OPEN_BLOCKS or key.startswith("variant.params.")
+    return f"++{arg.lstrip('+')}" if opened and "." in key and eq else arg
+
+
+def _hf_variant(arg: str) -> str:
+    """`variant=hf:llama` names no option of the variant group (hf: names are not members, so
+    `+experiment=all_variants` does not sweep every model type): it sets the variant's name."""
+    key, _, value = arg.partition("=")
+    if key.lstrip("+") == "variant" and value.startswith("hf:"):
+        return f"variant.name={value}"
+    return arg
 
 
 def validate(cfg: DictConfig) -> None:
@@ -231,11 +247,16 @@ def _unknown(key: str, cfg: DictConfig) -> str:
     return unknown_key_message(key, [k for k, _ in _dotted(cfg) if k != key])
 
 
-def unknown_key_message(key: str, known: Iterable[str]) -> str:
+def unknown_key_message(key: str, known: Iterable[str], value: str = "VALUE") -> str:
     """`KEY: unknown key; did you mean 'CLOSEST'?`: a sibling of similar name first, else any
-    key of similar spelling (never one of its own parents)."""
+    key of similar spelling (never one of its own parents). A top-level key set under
+    variant.params is named as such, with or without `+`."""
     known = [k for k in known if not key.startswith(f"{k}.")]
     parent, _, leaf = key.rpartition(".")
+    top = next((k for k in CONSTRUCTOR_KEYS if leaf in SPELLINGS.get(k, (k,))), None)
+    if parent == "variant.params" and top is not None:
+        what = "a top-level key" if top == leaf else f"the top-level key {top}"
+        return f"{key}: {leaf} is {what}; use {top}={value}"
     siblings = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == parent}
     close = [siblings[c] for c in difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)]
     close = close or difflib.get_close_matches(key, known, n=1, cutoff=0.8)
@@ -260,4 +281,5 @@ def closest_key(key: str, args: Iterable[str] = ()) -> str:
         known = [k for k, _ in _dotted(cfg)]
     except Exception:  # noqa: BLE001 - the suggestion is a courtesy; the error stands without it
         known = []
-    return unknown_key_message(key, known)
+    given = next((a.split("=", 1)[1] for a in args if a.split("=", 1)[0].lstrip("+") == key), "VALUE")
+    return unknown_key_message(key, known, given)

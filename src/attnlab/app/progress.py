@@ -57,7 +57,10 @@ class Progress:
 
     def advance(self, n: int = 1) -> None:
         self.done = min(self.done + n, self.total)
-        self._maybe_draw()
+        if self.done == self.total and self.active and time.perf_counter() - self.start >= self.delay:
+            self._draw(time.perf_counter())  # the last frame is never throttled away: it says all seeds ran
+        else:
+            self._maybe_draw()
 
     def line(self, width: int | None = None) -> str:
         width = width or shutil.get_terminal_size((80, 24)).columns

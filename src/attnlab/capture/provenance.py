@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from attnlab.capture.torch_calls import DIV, KEEP_FACTOR, MUL, NEG, SHAPE_OPS, replayed, tensors_in
-from attnlab.modules.roles import QKV_ROLES, parameter_role, projection_role
+from attnlab.modules.roles import QKV_ROLES, fused_width, module_roles, projection_role
 
 ACTIVATIONS = ("input", "proj")  # what queries, keys and values are made of
 ATTENTION = ("scores", "derived", "weights")  # what the weights are made of
@@ -61,10 +61,10 @@ class Recording:
     """What one capture has seen: every tensor's tag, the heads found and the stages tapped."""
 
     def __init__(self, module: nn.Module, x: torch.Tensor) -> None:
-        named = list(module.named_parameters())
-        self.params = {id(p): Tag("param", projection_role(name)) for name, p in named}
-        self.fused = {id(p) for name, p in named if parameter_role(name) == "qkv" and p.shape[0] % 3 == 0}
-        self.out = {id(p) for name, p in named if parameter_role(name) == "out"}
+        named, roles = list(module.named_parameters()), module_roles(module)
+        self.params = {id(p): Tag("param", projection_role(name) if roles.get(name) else None) for name, p in named}
+        self.fused = {id(p) for name, p in named if roles.get(name) == "qkv" and fused_width(p) % 3 == 0}
+        self.out = {id(p) for name, p in named if roles.get(name) == "out"}
         self.out_inputs: list[torch.Tensor] = []  # what each output-projection product was given
         self.tags: dict[int, tuple[weakref.ref, Tag]] = {}
         self.heads: list[Head] = []

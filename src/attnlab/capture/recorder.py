@@ -52,6 +52,7 @@ from attnlab.capture.kernels import flex_attention_eager
 from attnlab.capture.result import Capture, assemble, max_abs_or_nan
 from attnlab.capture.stages import STAGES
 from attnlab.capture.torch_calls import PRODUCTS, is_inplace, op_name
+from attnlab.modules import hf
 from attnlab.modules.built import BuiltModule, as_built
 
 __all__ = ["Capture", "capture", "max_abs_or_nan", "tap"]
@@ -85,7 +86,9 @@ def capture(module: nn.Module | BuiltModule, x: torch.Tensor) -> Capture:
     finally:
         _ACTIVE.reset(token)
     try:
-        return assemble(recording, x, returned)
+        captured = assemble(recording, x, returned)
+        captured.declared_scale = hf.declared_scale(built.module) if hf.is_hf_module(built.module) else None
+        return captured
     finally:  # the recording may sit in a reference cycle: what it held must not wait for the collector
         recording.release()
 

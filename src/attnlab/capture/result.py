@@ -30,6 +30,9 @@ class Capture:
     softmax_axis: int | None = None  # the softmax's dim in the canonical (batch, heads, query, key) view
     out_inputs: list[torch.Tensor] = field(default_factory=list)  # what each output-projection product was given
     returned: str = ""  # what forward returned, for an error: its shape, or its type
+    call: Returned | None = None  # what forward returned as a whole, the element used, weights returned beside it
+    declared_scale: tuple[float, str] | None = None  # a factor on the scores its config declares, and where
+    kv_heads: int | None = None  # its own key/value heads, once the diagnosis views keys at that granularity
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so
     # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.
@@ -63,7 +66,7 @@ def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
     if any(h.found.get("weights_applied", 0) is None for h in rec.heads):
         missing.append("weights_applied")
     return Capture(found, native, sources, first.softmax_dim, missing, prescale, reconstructed,
-                   first.roles, output_is_context, first.softmax_axis, rec.out_inputs, returned.description)
+                   first.roles, output_is_context, first.softmax_axis, rec.out_inputs, returned.description, returned)
 
 
 def _head_stages(heads: list[Head], batch: int) -> tuple[dict[str, torch.Tensor], dict[str, tuple[int, ...]]]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "baddbmm", "einsum", "linear"}
+PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "linear"}
 SHAPE_OPS = {
     "T", "mT", "t", "transpose", "permute", "view", "reshape", "contiguous", "clone", "detach",
     "squeeze", "unsqueeze", "flatten", "unflatten", "expand", "to", "float", "__getitem__", "split",
@@ -58,8 +58,8 @@ def as_einsum(name: str, args: tuple) -> tuple[list[torch.Tensor], list[str], st
         if not (set(letters[0]) & set(letters[1])) - set(out):  # no contraction: not a product
             return None
         return operands, letters, out
-    if name == "baddbmm":
-        args = args[1:]  # baddbmm(added, a, b) = added + a @ b
+    if name in ("addmm", "baddbmm"):
+        args = args[1:]  # addmm(added, a, b) = added + a @ b (GPT-2's Conv1D projects with it)
     a, b = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or min(a.dim(), b.dim()) < 2:
         return None

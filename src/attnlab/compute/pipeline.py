@@ -24,16 +24,19 @@ from attnlab.schema import WeightsMode, resolved
 from attnlab.errors import UserError
 from attnlab.diagnosis.analysis import analyse
 from attnlab.diagnosis.diagnostics import expected_shapes
+from attnlab.diagnosis.kv_granularity import align_kv_heads
+from attnlab.diagnosis.returned import returned_weights
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.layouts import align, seed_projections
 from attnlab.diagnosis.predictions import check_predictions
+from attnlab.compute.observable import unobservable
 from attnlab.compute.preflight import Size, check_fits, should_spill
 from attnlab.capture.spill import as_numpy, spill
 from attnlab.capture.stages import SQUARE_STAGES
 from attnlab.compute.profile import profile_pair
 from attnlab.record import Record
 from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
-from attnlab.modules.registry import auto_reference
+from attnlab.modules.registry import CONSTRUCTOR_KEYS, auto_reference
 from attnlab.modules.roles import manual_seed
 
 SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
@@ -76,6 +79,7 @@ class JobSpec:
     batch: int
     train: bool
     reference: str  # "auto" or a variant name
+    reference_params: dict[str, Any]  # an explicit reference's params (top-level keys among them override its values)
     show: tuple[int, int]  # the batch item and head the sinks show
     dtype: str = "float32"  # the variant's; the reference runs in reference_dtype
     reference_dtype: str = "float32"
@@ -87,7 +91,7 @@ class JobSpec:
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> JobSpec:
         values = {key: cfg[key] for key in ("d_out", "context_length", "dropout", "num_heads", "num_kv_heads",
-                                            "qkv_bias")}
+                                            "qkv_bias", "attn_implementation")}
         return cls(
             name=cfg.variant.name,
             params=OmegaConf.to_container(cfg.variant.params, resolve=True),
@@ -100,6 +104,7 @@ class JobSpec:
             batch=cfg.batch,
             train=cfg.train,
             reference=cfg.reference,
+            reference_params=OmegaConf.to_container(cfg.reference_params, resolve=True),
             show=(cfg.show.batch, cfg.show.head),
             dtype=checked_dtype("dtype", cfg.dtype),
             reference_dtype=checked_dtype("reference_dtype", cfg.reference_dtype),
@@ -158,6 +163,7 @@ class _Side:
     batched: bool
     x: torch.Tensor | None = None
     captured: Capture | None = None
+    unobservable: str | None = None  # why its change cannot be seen at this size: then nothing is diagnosed
 
 
 def compute_record(
@@ -174,6 +180,7 @@ def compute_record(
     record = Record(
         variant=spec.name, seed=seed, config=config, labels=inputs.labels,
         n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out, device=spec.device, dtype=spec.dtype,
+        reference=spec.reference,  # "auto" until auto has chosen: a run failing before says so, not a name
     )
     batch = items if items is not None else inputs.batched(spec.batch)  # (batch, n_tokens, d_in)
     with compute_threads(inputs.n_tokens):
@@ -205,23 +212,47 @@ def _build_pair(spec: JobSpec, inputs: Inputs, seed: int, record: Record) -> tup
     spilling = should_spill(size)
     check_fits(size, spilled=spilling)
     variant_built = planned.build(seed)
-    variant = _Side(variant_built, variant_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out))
+    variant = _Side(variant_built, variant_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out),
+                    unobservable=unobservable(planned.spec, size))
     record.reference = reference_name = (auto_reference(planned.spec, variant_built.module, variant.batched)
                                           if spec.reference == "auto" else spec.reference)
-    reference_planned = plan(reference_name, values)
+    reference_values, reference_params = _reference_arguments(spec, values, variant_built)
+    reference_planned = plan(reference_name, reference_values, reference_params)
     reference_built = reference_planned.build(seed)
     reference = _Side(reference_built, reference_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out))
     num_heads = reference_planned.num_heads
     if spec.shared:
         seed_projections(reference_built.module, seed, spec.weights_init, num_heads=num_heads)
-        record.weights_loaded = align(reference_built.module, variant_built.module, num_heads=num_heads,
-                                      num_kv_heads=variant_built.num_kv_heads)
+        record.weights_loaded = _aligned(reference_built, variant_built, num_heads)
     for side in (reference, variant):
         side.built.module.train(spec.train)
     # built and seeded on the CPU in float32, then moved: a seed means the same numbers everywhere
     cast(reference_built.module, spec.device, DTYPES[spec.reference_dtype])
     cast(variant_built.module, spec.device, DTYPES[spec.dtype])
     return variant, reference, spilling
+
+
+def _reference_arguments(spec: JobSpec, values: dict[str, Any], variant: BuiltModule) -> tuple[dict, dict]:
+    """The reference's top-level keys and params: `auto`'s gets the variant's own key/value heads;
+    an explicit one its reference.params, the top-level keys among them overriding the run's
+    (reference.params.attn_implementation=sdpa against an eager variant)."""
+    if spec.reference == "auto":
+        return {**values, "num_kv_heads": variant.num_kv_heads}, {}
+    top = {k: v for k, v in spec.reference_params.items() if k in CONSTRUCTOR_KEYS}
+    return {**values, **top}, {k: v for k, v in spec.reference_params.items() if k not in top}
+
+
+def _aligned(reference: BuiltModule, variant: BuiltModule, num_heads: int) -> dict[str, str]:
+    """The reference's weights in the variant; a plugin's own `load_qkv` that raises fails this
+    record (its error in one line), as its forward would."""
+    try:
+        return align(reference.module, variant.module, num_heads=num_heads, num_kv_heads=variant.num_kv_heads)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the plugin's loader: any error is its own
+        message = " ".join(str(exc).split())
+        raise PluginError(f"variant '{variant.name}' could not take the shared weights: {type(exc).__name__}: "
+                          f"{message}") from exc
 
 
 def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch.Tensor, batch: torch.Tensor,
@@ -249,23 +280,30 @@ def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int, record
     mixing = (_batch_mixing(variant.built, variant.x, variant.captured, seed)
               if variant.batched and not spec.train else None)
     diagnosed(record, variant.captured, reference.captured, shared=spec.shared, train=spec.train, expect=spec.expect,
-              mixing=mixing)
+              mixing=mixing, unobservable=variant.unobservable)
 
 
 def diagnosed(record: Record, mine: Capture, theirs: Capture, *, shared: bool, train: bool, expect: Any,
-              mixing: batch_mixing.BatchMixing | None = None) -> None:
+              mixing: batch_mixing.BatchMixing | None = None, unobservable: str | None = None) -> None:
     """Fill `record` with both captures' stages, the diagnostics, the findings and the predictions
-    (also for a layer inside a model, attnlab.model)."""
-    record.stages, record.stage_shapes = _to_numpy(mine)
-    record.reference_stages, record.reference_stage_shapes = _to_numpy(theirs)
+    (also for a layer inside a model, attnlab.model); keys and values at each side's kv heads first;
+    `unobservable`: why the variant's change cannot be seen at this size, said instead of any finding."""
+    align_kv_heads(mine, theirs, shared=shared)
+    record.stages, record.stage_shapes, record.canonical_shapes = _to_numpy(mine)
+    record.reference_stages, record.reference_stage_shapes, record.reference_canonical_shapes = _to_numpy(theirs)
     record.expected_shapes = {k: list(v) for k, v in expected_shapes(theirs).items()}
     record.missing_stages, record.reconstructed_stages = list(mine.missing), list(mine.reconstructed)
     record.output_is_context = mine.output_is_context
+    if mine.call is not None:
+        record.returned, record.output_element = mine.call.what, mine.call.element
+    record.returned_weights = returned_weights(mine)
     found = analyse(mine, theirs, weights_shared=shared, train=train, batch_mixing=mixing)
     record.diagnostics, record.head_diagnostics = found.diagnostics, found.head_diagnostics
     record.reference_diagnostics = found.reference_diagnostics
     record.first_divergent_stage, record.findings = found.first_divergent_stage, found.findings
     record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
+    if unobservable:
+        record.findings, record.not_checked = [], [unobservable, *record.not_checked]
     record.predictions = check_predictions(expect, mine, record.diagnostics, record.first_divergent_stage,
                                            record.findings)
 
@@ -313,6 +351,10 @@ def _check_shown(show: tuple[int, int], variant: Capture) -> None:
             raise UserError(f"{key}={index}: the module has {count} {what} (0 to {count - 1})")
 
 
-def _to_numpy(captured: Capture) -> tuple[dict, dict]:
-    stages = {name: as_numpy(t) for name, t in captured.stages.items()}
-    return stages, {name: list(captured.native_shapes[name]) for name in stages}
+def _to_numpy(captured: Capture) -> tuple[dict, dict, dict]:
+    """The stages in the module's own rank (a view of the canonical values), their shapes, and the
+    canonical view's shapes (`Record.canonical`)."""
+    canonical = {name: as_numpy(t) for name, t in captured.stages.items()}
+    shapes = {name: list(captured.native_shapes[name]) for name in canonical}
+    stages = {name: values.reshape(shapes[name]) for name, values in canonical.items()}
+    return stages, shapes, {name: list(values.shape) for name, values in canonical.items()}

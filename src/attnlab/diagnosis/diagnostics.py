@@ -340,7 +340,8 @@ def compute_diagnostics(variant: Capture, reference: Capture, grids: dict[str, G
     out["weights_softmax_max_err"], out["batched_single_max_abs_diff"] = softmax_checks(variant)
     out["scale_observed"] = scale_observed(variant.stages.get("scores"), variant.stages.get("scaled_scores"))
     keys = variant.stages.get("keys")
-    out["scale_expected"] = keys.shape[-1] ** -0.5 if keys is not None else NAN
+    usual = keys.shape[-1] ** -0.5 if keys is not None else NAN
+    out["scale_expected"] = reference.declared_scale[0] if reference.declared_scale else usual  # Gemma's declares one
     out["softmax_dim"] = float(variant.softmax_dim) if variant.softmax_dim is not None else NAN
     if len(heads.get("weights_entropy_mean", [])) > 1:  # per-head table columns, where users compare heads
         for name in HEAD_COLUMNS:

@@ -99,10 +99,23 @@ def _rotation(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | 
     return None
 
 
-def _rms_normed(x: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """x divided per vector by its root-mean-square over the last axis, and the smallest RMS."""
-    rms = x.double().pow(2).mean(dim=-1, keepdim=True).sqrt().clamp_min(1e-12)
+def _rms_normed(x: torch.Tensor, eps: float = 0.0) -> tuple[torch.Tensor, float]:
+    """x divided per vector by sqrt(mean(x^2) over the last axis + eps), as RMSNorm does, and the
+    smallest such divisor."""
+    rms = (x.double().pow(2).mean(dim=-1, keepdim=True) + eps).sqrt().clamp_min(1e-12)
     return x.double() / rms, float(rms.min())
+
+
+def _norm_eps(mine: torch.Tensor, ref: torch.Tensor) -> float:
+    """The eps of an RMSNorm x / sqrt(mean(x^2) + eps) that would turn `ref` into `mine`, read off
+    the vector with the smallest mean square, where eps shows most (a short query vector of a
+    2-wide head comes out visibly below RMS 1); 0 where none shows."""
+    ref_ms = ref.double().pow(2).mean(dim=-1).flatten()
+    mine_ms = mine.double().pow(2).mean(dim=-1).flatten()
+    i = int(ref_ms.argmin())
+    if not 0 < float(mine_ms[i]) < 1:
+        return 0.0
+    return max(float(ref_ms[i] / mine_ms[i] - ref_ms[i]), 0.0)  # mine_ms = ref_ms / (ref_ms + eps)
 
 
 def _rotation_maybe_normed(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | None:
@@ -111,7 +124,7 @@ def _rotation_maybe_normed(mine: torch.Tensor, ref: torch.Tensor, tol: float) ->
     turn = _rotation(mine, ref, tol)
     if turn is not None:
         return turn
-    normed, smallest = _rms_normed(ref)
+    normed, smallest = _rms_normed(ref, _norm_eps(mine, ref))
     return _rotation(mine, normed, _UNIT_RMS + tol / smallest)
 
 
@@ -176,9 +189,9 @@ def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
     """`mine` is `ref` divided, per (batch, head, token), by its root-mean-square over head_dim (then
     perhaps rotated by position: RoPE after QK-norm)."""
     rms = mine.double().pow(2).mean(dim=-1).sqrt()
-    if (rms - 1).abs().max() > _UNIT_RMS:
+    if (rms - 1).abs().median() > _UNIT_RMS or rms.max() > 1 + _UNIT_RMS:  # most at 1; a short one below (eps)
         return False
-    normed, smallest = _rms_normed(ref)
+    normed, smallest = _rms_normed(ref, _norm_eps(mine, ref))
     tol = _UNIT_RMS + tol / smallest
     return bool((normed - mine.double()).abs().max() <= tol) or _rotation(mine, normed, tol) is not None  # or then RoPE
 
@@ -330,29 +343,73 @@ def _cap_through(score: float, capped: float) -> float | None:
     return math.sqrt(lo * hi)
 
 
+def _own_logits(p: Pair) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The variant's own scores and softmax input (float64) over the entries it does not mask
+    (finite; every mask is -inf by now, attnlab.diagnosis.masking). Read from the variant alone,
+    so a scale or a cap is seen whatever changed the scores before (RoPE, QK-norm)."""
+    scores, scaled = p.v.stages.get("scores"), p.v.stages.get("scaled_scores")
+    if scores is None or scaled is None or scores.shape != scaled.shape or scaled.dim() != 4:
+        return None
+    kept = [(scores[i].double(), scaled[i].double()) for i in _heads(scaled)]
+    return torch.cat([s[torch.isfinite(t)] for s, t in kept]), torch.cat([t[torch.isfinite(t)] for _, t in kept])
+
+
+def _cap(p: Pair, scale: float) -> float | None:
+    """The cap c with the variant's softmax input = c * tanh(scale * scores / c), when one fits."""
+    logits = _own_logits(p)
+    if logits is None or logits[0].numel() == 0:
+        return None
+    pre, post = scale * logits[0], logits[1]
+    tol = 64 * _EPS * max(float(pre.abs().max()), 1.0)
+    if float((post - pre).abs().max()) <= tol:
+        return None  # nothing capped
+    at = int(pre.abs().argmax())
+    cap = _cap_through(float(pre[at]), float(post[at]))
+    if cap is None or float((cap * torch.tanh(pre / cap) - post).abs().max()) > tol:
+        return None
+    return cap
+
+
+def _scales(p: Pair) -> tuple[float, float] | None:
+    """(the variant's declared or else the usual 1/sqrt(head_dim) factor, the usual one)."""
+    keys = p.v.stages.get("keys")
+    if keys is None:
+        return None
+    usual = keys.shape[-1] ** -0.5
+    return (p.v.declared_scale[0] if p.v.declared_scale else usual), usual
+
+
 @_recogniser
 def softcap(p: Pair) -> list[Finding]:
-    pair = _changed_softmax_input(p)
-    if pair is None:
+    scales = _scales(p)
+    cap = _cap(p, scales[0]) if scales else None
+    if cap is None or not p.changed("scaled_scores"):
         return []
-    mine, ref = pair
-    largest, at = 0.0, None  # the reference's largest finite score: where the cap shows most
-    for i in _heads(ref):
-        scores = torch.where(torch.isfinite(ref[i]), ref[i].abs(), 0)
-        if float(scores.max()) > largest:
-            largest, at = float(scores.max()), (*i, *divmod(int(scores.argmax()), scores.shape[-1]))
-    cap = _cap_through(float(ref[at]), float(mine[at])) if at is not None else None
-    if cap is None:
-        return []
-    tol = _scores_tolerance(p)
-    for i in _heads(mine):
-        head, reference, finite = _finite(mine[i], ref[i])
-        if finite.any() and (cap * torch.tanh(reference[finite] / cap) - head[finite]).abs().max() > tol:
-            return []
     return [finding("softcap", "scaled_scores", f"soft-capped scores: the softmax input is "
-                    f"{fmt(cap)} * tanh(s / {fmt(cap)}) of the reference's scaled scores s, applied before the "
+                    f"{fmt(cap)} * tanh(s / {fmt(cap)}) of the scaled scores s, applied before the "
                     f"mask (the masked entries stay -inf), so no score reaches +-{fmt(cap)} and large scores are "
                     f"squashed the most; the weights and context differ from the reference's from here on.")]
+
+
+@_recogniser
+def declared_scale(p: Pair) -> list[Finding]:
+    """A scale the module's config declares (Gemma's query_pre_attn_scalar), seen in the softmax
+    input, alone or under a soft cap: deliberate, an info finding, never a `scaling` error."""
+    scales, logits = _scales(p), _own_logits(p)
+    if p.v.declared_scale is None or scales is None or logits is None or logits[0].numel() == 0:
+        return []
+    (factor, where), usual = p.v.declared_scale, scales[1]
+    theirs = p.ref.declared_scale[0] if p.ref.declared_scale else usual
+    if abs(factor - theirs) <= 1e-6 * theirs:
+        return []  # the reference scales the same way (Gemma's eager against its own sdpa)
+    pre, post = factor * logits[0], logits[1]
+    plain = float((post - pre).abs().max()) <= 64 * _EPS * max(float(pre.abs().max()), 1.0)
+    if not plain and _cap(p, factor) is None:
+        return []
+    return [finding("declared_scale", "scaled_scores", f"the scores are scaled by {fmt(factor)} as the "
+                    f"module's config declares ({where}), not by 1/sqrt(head_dim) = {fmt(usual)}; deliberate, so "
+                    f"the weights and context differ from the reference's from here on.")]
+
 
 
 # -- attention without a softmax ----------------------------------------------------------------------

@@ -237,16 +237,29 @@ def _read_file(path: Path) -> tuple[list, list[str] | None]:
 
 
 def _read_csv(path: Path) -> tuple[list, list[str] | None]:
-    """One row per token; a first column that is not a number is the token's label."""
-    rows, labels = [], []
+    """One row per token, numbers; an optional header row (a first row without a number) and an
+    optional label column, first or last (a column that is not all numbers)."""
     with path.open(newline="", encoding="utf-8") as handle:
-        for cells in csv.reader(handle):
-            if not cells or all(not c.strip() for c in cells):
-                continue
-            try:
-                float(cells[0])
-            except ValueError:
-                labels.append(cells[0].strip())
-                cells = cells[1:]
-            rows.append([float(c) for c in cells])
-    return rows, (labels if len(labels) == len(rows) else None)
+        rows = [[c.strip() for c in cells] for cells in csv.reader(handle) if any(c.strip() for c in cells)]
+    if len(rows) > 1 and not any(_is_number(c) for c in rows[0]):
+        rows = rows[1:]  # the header
+    label_at = next((at for at in (0, -1) if rows and not all(_is_number(r[at]) for r in rows if r)), None)
+    labels = [r[label_at] for r in rows] if label_at is not None else None
+    numbers = []
+    for i, cells in enumerate(rows, start=1):
+        cells = cells[1:] if label_at == 0 else cells[:-1] if label_at == -1 else cells
+        bad = next((c for c in cells if not _is_number(c)), None)
+        if bad is not None:
+            raise UserError(f"inputs.path={path}: token row {i} holds {bad!r} where a number belongs; a .csv is "
+                            f"one row of numbers per token, with an optional header row and an optional label "
+                            f"column (first or last)")
+        numbers.append([float(c) for c in cells])
+    return numbers, labels
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True

@@ -87,6 +87,6 @@ def check_layer(learner: ModelRun, reference: ModelRun, layer: int, record: Reco
         return record
     expect = OmegaConf.to_container(cfg.expect, resolve=True)
     diagnosed(record, variant, reference_capture, shared=True, train=False, expect=expect)
-    with_model_findings(record, variant, head_patterns(record.reference_stages.get("weights")), expect, mistakes)
+    with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect, mistakes)
     record.diagnostics.update({f"end_to_end_{k}": v for k, v in record.model["end_to_end"].items()})
     return record

@@ -16,6 +16,7 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules.built import PluginError
+from attnlab.modules.configs import module_class
 from attnlab.modules.layouts import Projections, load_projections
 from attnlab.modules.roles import manual_seed
 
@@ -23,9 +24,10 @@ IMPLEMENTATION = "attn_implementation"
 
 
 def takes_config(cls: type) -> bool:
-    """A constructor whose first parameter is a config object (named `config`)."""
+    """A constructor whose first parameter is a config object (named `config`), wrapped for a run
+    outside a model (attnlab.modules.configs) or not."""
     try:
-        first = next(iter(inspect.signature(cls).parameters), None)
+        first = next(iter(inspect.signature(module_class(cls)).parameters), None)
     except (TypeError, ValueError):
         return False
     return first == "config"
@@ -35,7 +37,7 @@ def config_variant(cls: type[nn.Module], config: Any, params: dict[str, Any], ow
                    projections: Projections, num_heads: int, seed: int) -> tuple[nn.Module, dict[str, str]]:
     """The variant built from a copy of the model's config, with the layer's parameters: the layer's
     own state_dict when the variant is the layer's class, else through attnlab's layouts."""
-    config = copy.deepcopy(config)
+    cls, config = module_class(cls), copy.deepcopy(config)
     for key, value in params.items():
         if key == IMPLEMENTATION:
             config._attn_implementation = value

@@ -109,8 +109,8 @@ def _as_taken(hidden: Tensor, batched: bool) -> Tensor:
 
 def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -> tuple[str, Capture]:
     """(its name, its capture): the layer's own attention (`reference=auto`), or a named variant
-    holding the layer's parameters. When capture cannot see inside the layer's own module (GPT-2's
-    Conv1D products), attnlab's multi_head_attention with the layer's parameters stands in for it,
+    holding the layer's parameters. When capture cannot see inside the layer's own module (a kernel
+    it cannot read), attnlab's multi_head_attention with the layer's parameters stands in for it,
     only if its output equals the layer's own on these hidden states."""
     own_name = f"{type(run.attention[layer][1]).__name__} (layer {layer})"
     if reference_name != "auto":
@@ -153,7 +153,7 @@ def compare_layer(run: ModelRun, layer: int, record: Record, name: str, params: 
         record.status, record.error = "failed", str(exc)
         return record
     diagnosed(record, variant, reference, shared=True, train=False, expect=expect)
-    with_model_findings(record, variant, head_patterns(record.reference_stages.get("weights")), expect)
+    with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect)
     record.model["effect"] = effect
     record.diagnostics.update({f"effect_{key}": value for key, value in effect.items()})
     return record

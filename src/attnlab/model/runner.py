@@ -118,7 +118,7 @@ class AsLayerCalled(CallConvention):
         self.layer_call = call
         self.name = "as the model called the layer"
 
-    def arguments(self, x: Tensor) -> tuple[tuple, dict[str, Any]]:
+    def arguments(self, module: nn.Module, x: Tensor) -> tuple[tuple, dict[str, Any]]:
         return self.layer_call.with_hidden(x)
 
 

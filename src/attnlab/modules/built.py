@@ -10,11 +10,12 @@ plugin's class.
   into a `Returned`: the output tensor, and which element of what was returned it is.
 
 Capture, profile, the batch-mixing check and the probe for batches all call modules through here.
-Today's only conventions are the source's: `Cls(d_in, d_out, ...)` (filled by
-`registry.constructor_kwargs`) and `module(x)`, the output being the return value or the first
-element of a returned tuple. Other conventions (a constructor taking a config object, a forward
-that takes a mask or position embeddings, a model-output return) are further `CallConvention`s
-and construction branches of `plan`, chosen from the variant's class.
+Construction: `Cls(d_in, d_out, ...)` (filled by `registry.constructor_kwargs`); a class built from
+one config object (nanoGPT's GPTConfig, a Hugging Face PretrainedConfig) is registered wrapped in a
+`configs.ConfigConstructor` whose signature is in attnlab's names, so the same filling and counts
+apply. Calls: `module(x)`, or `HuggingFaceCall` for a module holding a Hugging Face config (its
+model's mask and rotary embeddings); the output is the return value, or of a tuple, list or
+model-output object its (batch, tokens, ·) element.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnlab.errors import UserError
+from attnlab.modules import hf
 from attnlab.modules.registry import (CONSTRUCTOR_KEYS, DEFAULT_VALUES, SPELLINGS, VariantSpec, constructor_kwargs,
                                       get_variant)
 from attnlab.modules.roles import manual_seed
@@ -41,7 +44,8 @@ class Returned:
 
     output: Any  # the output tensor, or what came back when no element is one
     what: str  # what forward returned as a whole, e.g. "tuple(Tensor (2, 6, 4), Tensor (2, 2, 6, 6))"
-    element: str | None = None  # how the output is reached in it ("[0]"); None: the value itself
+    element: str | None = None  # how the output is reached in it ("[0]", ".last_hidden_state"); None: the value itself
+    weights: torch.Tensor | None = None  # attention weights returned beside the output: (b, heads, queries, keys)
 
     @property
     def description(self) -> str:
@@ -50,27 +54,53 @@ class Returned:
 
 
 class CallConvention:
-    """How a module's forward is called and what of its return is the output: `module(x)`, and the
-    return value itself or the first element of a returned tuple or list.
+    """How a module's forward is called and what of its return is the output: `module(x)`; the
+    return value itself, or of a returned tuple, list or model-output object (a mapping) the first
+    element whose leading dims are the input's (batch, tokens), else its first element.
 
     A convention for forwards that need more than `x` (an attention mask, position embeddings)
-    overrides `arguments`; one for other returns (a model-output object, the output at another
-    position) overrides `unpack`."""
+    overrides `arguments`."""
 
     name = "module(x)"
 
-    def arguments(self, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
+    def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
         return (x,), {}
 
     def unpack(self, value: Any, x: torch.Tensor) -> Returned:
-        """The output among what forward returned on `x`."""
-        if isinstance(value, (tuple, list)) and value:
-            return Returned(value[0], f"{type(value).__name__}({', '.join(map(_shown, value))})", "[0]")
-        return Returned(value, _shown(value))
+        """The output among what forward returned on `x`, and attention weights returned beside it."""
+        items = _items(value)
+        if not items:
+            return Returned(value, _shown(value))
+        what = f"{type(value).__name__}({', '.join(_shown(v) for _, v in items)})"
+        rows, tokens = tuple(x.shape[:-1]), x.shape[-2]
+        at, output = next(((k, v) for k, v in items if isinstance(v, torch.Tensor) and tuple(v.shape[:-1]) == rows),
+                          items[0])
+        weights = next((v for k, v in items if k != at and isinstance(v, torch.Tensor) and v.dim() == 4
+                        and tuple(v.shape[-2:]) == (tokens, tokens)), None)
+        return Returned(output, what, at, weights)
 
     def call(self, module: nn.Module, x: torch.Tensor) -> Returned:
-        args, kwargs = self.arguments(x)
+        args, kwargs = self.arguments(module, x)
         return self.unpack(module(*args, **kwargs), x)
+
+
+class HuggingFaceCall(CallConvention):
+    """A Hugging Face attention module called as its model calls it (`hf.forward_kwargs`: the mask
+    from the model's mask function, the rotary (cos, sin), position ids, no cache)."""
+
+    name = "module(x, attention_mask=..., position_embeddings=...)"
+
+    def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
+        return (x,), hf.forward_kwargs(module, x)
+
+
+def _items(value: Any) -> list[tuple[str, Any]]:
+    """(how to reach it, element) of a tuple, list or mapping (a model-output object is one)."""
+    if isinstance(value, (tuple, list)):
+        return [(f"[{i}]", v) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return [(f".{k}", v) for k, v in value.items()]
+    return []
 
 
 def _shown(value: Any) -> str:
@@ -78,6 +108,13 @@ def _shown(value: Any) -> str:
 
 
 SOURCE_CALL = CallConvention()
+HUGGING_FACE_CALL = HuggingFaceCall()
+
+
+def convention_for(module: nn.Module) -> CallConvention:
+    """How `module` is called: as its Hugging Face model calls it when it holds a Hugging Face
+    config, else `module(x)`."""
+    return HUGGING_FACE_CALL if hf.is_hf_module(module) else SOURCE_CALL
 
 
 @dataclass(frozen=True)
@@ -91,7 +128,6 @@ class Construction:
     num_heads: int  # the head count the constructor was given; 1 for the single-head classes
     num_kv_heads: int | None  # the key/value head count it was given; None: the module's own
     context_length: int  # 0 when the constructor takes none
-    convention: CallConvention = SOURCE_CALL
 
     @property
     def name(self) -> str:
@@ -106,18 +142,20 @@ class Construction:
         manual_seed(seed)
         try:
             module = self.instantiate()
+        except UserError:  # a config attribute attnlab cannot fill: refused like any bad key
+            raise
         except Exception as exc:
             raise PluginError(f"variant '{self.name}' could not be built: {type(exc).__name__}: {exc}") from exc
-        return BuiltModule(module, self.convention, self)
+        return BuiltModule(module, convention_for(module), self)
 
 
 def plan(name: str, values: dict[str, Any], params: dict[str, Any] | None = None) -> Construction:
     """Variant `name`'s constructor filled from the top-level keys `values` (with d_in and n_tokens)
     and `params` (variant.params); a wrong name or argument is a UserError.
 
-    The one construction convention today is the source's (`_sizes_by_name`); another (a constructor
-    taking one config object) is a branch here, chosen from `spec.cls`, returning its own counts and
-    `CallConvention`."""
+    One filling for every class (`_sizes_by_name`): a config-object constructor arrives as a
+    `configs.ConfigConstructor` taking attnlab's names; the call convention is the built module's
+    (`convention_for`)."""
     spec = get_variant(name)
     return _sizes_by_name(spec, values, params or {})
 
@@ -160,17 +198,27 @@ class BuiltModule:
 
     def takes_batches(self, d_in: int, n_tokens: int, d_out: int) -> bool:
         """One probe call on a tiny batched input (2 items x up to 3 tokens), not counted and not
-        captured: a module that returns (batch, tokens, ·) gets batches; any other gets (tokens, d_in)."""
+        captured: a module that returns (batch, tokens, ·) gets batches; any other gets (tokens, d_in).
+        A module that fails on the batch and on (tokens, d_in) alike fails with its own error on the
+        batch: its message says why, where a fallback to the 2-D path would fail later for another reason."""
         items = 2 if d_out != 2 else 3  # a 2-D module whose d_out equals the items would broadcast a batch
         probe = torch.rand(items, min(3, n_tokens), d_in, generator=torch.Generator().manual_seed(0))  # (items, tokens, d_in)
         self.module.eval()
         try:
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                out = self.call(probe).output
-        except Exception:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
+            out = self._probe(probe)
+        except Exception as exc:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
+            try:
+                self._probe(probe[0])
+            except Exception:  # noqa: BLE001 - neither: the module's own error on the batch says why
+                message = " ".join(str(exc).split())
+                raise PluginError(f"variant '{self.name}' raised {type(exc).__name__}: {message}") from exc
             return False
         return isinstance(out, torch.Tensor) and out.dim() == 3 and tuple(out.shape[:2]) == tuple(probe.shape[:2])
+
+    def _probe(self, x: torch.Tensor) -> Any:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return self.call(x).output
 
     @property
     def num_kv_heads(self) -> int | None:
@@ -185,5 +233,5 @@ class BuiltModule:
 
 
 def as_built(module: nn.Module | BuiltModule) -> BuiltModule:
-    """A plain module as one called the source's way."""
-    return module if isinstance(module, BuiltModule) else BuiltModule(module)
+    """A plain module as one called its own way (`convention_for`)."""
+    return module if isinstance(module, BuiltModule) else BuiltModule(module, convention_for(module))

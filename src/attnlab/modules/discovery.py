@@ -46,10 +46,13 @@ def variant(
     expected_finding: tuple[str, str] | None = None,
     reference: str | None = None,
     tags: tuple[str, ...] | list[str] = (),
+    observable: dict[str, int] | None = None,
 ) -> Callable[[ModuleClass], ModuleClass]:
     """Name a variant explicitly; allows several variants in one file, default params, the
     reference it is compared against (`reference=auto` then chooses this one) and tags that
-    `attnlab.list_variants(tag=...)` selects by. A default param must be a config value (a
+    `attnlab.list_variants(tag=...)` selects by. `observable`: the smallest size at which its
+    change can be seen (`n_tokens`, `head_dim`, `d_in`, `d_out`, `|d_in - d_out|`); below it a
+    run says so in one `not_checked` line instead of diagnosing. A default param must be a config value (a
     number, string, bool, None, or a list or dict of them): anything else fails this file only."""
     for key, value in (params or {}).items():
         if not _plain(value):
@@ -61,7 +64,8 @@ def variant(
     def mark(cls: ModuleClass) -> ModuleClass:
         marks = list(cls.__dict__.get(_MARK, ()))
         marks.append(dict(name=name, description=description, params=dict(params or {}),
-                          expected_finding=expected_finding, reference=reference, tags=tuple(tags)))
+                          expected_finding=expected_finding, reference=reference, tags=tuple(tags),
+                          observable=dict(observable or {})))
         setattr(cls, _MARK, marks)
         return cls
 
@@ -89,6 +93,7 @@ class Declaration:
     reference: str | None
     tags: tuple[str, ...]  # its group (a built-in's folder, or `yours`) first, then the declared ones
     output: tuple[str, str] = ("", "")  # what its plugin printed on import: (stdout, stderr)
+    observable: dict[str, int] = field(default_factory=dict)  # the smallest size its change shows at
 
 
 @dataclass
@@ -276,7 +281,8 @@ def _declaration(cls: type, name: str, mark: dict[str, Any], source: str, group:
     finding = mark.get("expected_finding")
     return Declaration(name, cls, mark.get("description") or describe(cls, copied), dict(mark.get("params") or {}),
                        source, tuple(finding) if finding else None, mark.get("reference"),
-                       tuple(dict.fromkeys((group, *mark.get("tags", ())))), output)
+                       tuple(dict.fromkeys((group, *mark.get("tags", ())))), output,
+                       dict(mark.get("observable") or {}))
 
 
 def declarations_of(module: Any, default_name: str, source: str, group: str,

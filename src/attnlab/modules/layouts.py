@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
-from attnlab.modules.roles import QKV_ROLES, manual_seed, parameter_role
+from attnlab.modules.roles import QKV_ROLES, manual_seed, module_roles
 
 # nn.MultiheadAttention's add_bias_kv parameters are an extra key/value token, not projection biases.
 _MHA_EXTRA_TOKEN = ("bias_k", "bias_v")
@@ -95,8 +95,9 @@ def _head_index(module: nn.Module, name: str) -> int | None:
 
 def _slots(module: nn.Module) -> list[_Slot]:
     slots = []
+    roles = module_roles(module)
     for name, param in module.named_parameters():
-        role = parameter_role(name)
+        role = roles.get(name)
         owner, attr = _owner(module, name)
         if role is None or (isinstance(owner, nn.MultiheadAttention) and attr in _MHA_EXTRA_TOKEN):
             continue

@@ -25,6 +25,8 @@ from typing import Any
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.modules import hf
+from attnlab.modules.configs import ConfigConstructor
 from attnlab.modules.describe import same_file
 from attnlab.modules.discovery import find_plugins
 from attnlab.modules.roles import parameter_role
@@ -43,6 +45,7 @@ class VariantSpec:
     reference: str | None = None  # the variant it is compared against, declared by the plugin; None: auto
     tags: tuple[str, ...] = ()  # its group (a built-in's folder, or `yours`) first, then the declared ones
     output: tuple[str, str] = ("", "")  # what its plugin printed when imported: (stdout, stderr)
+    observable: dict[str, int] = field(default_factory=dict)  # the smallest size its change shows at: {"head_dim": 2}
 
     @property
     def signature(self) -> str:
@@ -92,6 +95,8 @@ class Registry:
         return [name for name in names if not filter or fnmatch.fnmatchcase(name, filter)]
 
     def get(self, name: str) -> VariantSpec:
+        if name.startswith(hf.PREFIX):
+            return _hf_spec(name)
         if name in self.duplicates:
             sources = " and ".join(self.duplicates[name])
             raise VariantError(f"variant '{name}' is defined twice, in {sources}; rename one of them")
@@ -102,12 +107,21 @@ class Registry:
         return self.specs[name]
 
 
+@lru_cache(maxsize=None)
+def _hf_spec(name: str) -> VariantSpec:
+    """`hf:MODEL_TYPE`: a spelling with no file, so not a member of the variant group."""
+    constructor = hf.hf_constructor(name)
+    description = f"Hugging Face {constructor.__name__} built from {constructor.config_cls.__name__}"
+    return VariantSpec(name, constructor, description, {}, f"transformers ({constructor.module_cls.__module__})")
+
+
 @lru_cache(maxsize=1)
 def discover() -> Registry:
     found = find_plugins()
     registry = Registry(warnings=found.warnings)
     for declared in found.declarations:
-        registry.add(VariantSpec(**vars(declared)))
+        built = hf.config_constructor(declared.cls, declared.name) or declared.cls  # Cls(config), nanoGPT's
+        registry.add(VariantSpec(**{**vars(declared), "cls": built}))
     return registry
 
 
@@ -124,14 +138,16 @@ def get_variant(name: str) -> VariantSpec:
 
 # Top-level config keys a constructor may take by name, and the other spellings constructors
 # use for them (Hugging Face, nanoGPT, the source's later chapters).
-CONSTRUCTOR_KEYS = ("d_in", "d_out", "context_length", "dropout", "num_heads", "num_kv_heads", "qkv_bias")
+CONSTRUCTOR_KEYS = ("d_in", "d_out", "context_length", "dropout", "num_heads", "num_kv_heads", "qkv_bias",
+                    "attn_implementation")
 SPELLINGS = {
     "num_heads": ("num_heads", "n_heads", "n_head", "num_attention_heads"),
     "num_kv_heads": ("num_kv_heads", "n_kv_heads", "num_key_value_heads", "num_kv_groups"),
 }
 # The schema's defaults; context_length, null there (n_tokens), is the book's six tokens here:
 # create_variant builds a module without inputs.
-DEFAULT_VALUES = {**{key: DEFAULTS[key] for key in ("dropout", "num_heads", "num_kv_heads", "qkv_bias")},
+DEFAULT_VALUES = {**{key: DEFAULTS[key] for key in ("dropout", "num_heads", "num_kv_heads", "qkv_bias",
+                                                    "attn_implementation")},
                   "context_length": BOOK_TOKENS}
 _TOP_LEVEL = {spelling: key for key in CONSTRUCTOR_KEYS for spelling in SPELLINGS.get(key, (key,))}
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -152,6 +168,8 @@ def _parameters(spec: VariantSpec) -> list[inspect.Parameter]:
 def constructor_signature(spec: VariantSpec) -> str:
     """The constructor's parameters without annotations, e.g. "(d_in, d_out, context_length,
     dropout, num_heads, qkv_bias=False)"."""
+    if isinstance(spec.cls, ConfigConstructor):
+        return spec.cls.describe()
     plain = [p.replace(annotation=inspect.Parameter.empty) for p in _parameters(spec)]
     return str(inspect.Signature(plain))
 
@@ -248,7 +266,23 @@ def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
     has_projection = any(parameter_role(name) == "out" for name in outside)
     if heads and not has_projection:
         return "mha_wrapper"
+    if getattr(module, "is_causal", True) is False:  # declared an encoder's: every query sees every key
+        return "bidirectional_attention" if has_projection else "bidirectional_heads"
+    if isinstance(spec.cls, ConfigConstructor):
+        return _declared_kind(module, has_projection)
     return "multi_head_attention"
+
+
+def _declared_kind(module: nn.Module, has_projection: bool) -> str:
+    """A config-built class (Hugging Face's, nanoGPT's): causal multi-head attention with its
+    config's key/value heads, so what its config declares beyond that (RoPE, a window, a scale) is
+    named by the recognisers and a mistake in its code is still found."""
+    if not has_projection:
+        return "causal_heads"
+    config = getattr(module, "config", None)
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    return "gqa" if heads and kv_heads < heads else "multi_head_attention"
 
 
 def _per_head(modules: nn.ModuleList) -> bool:

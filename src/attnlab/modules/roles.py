@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 import torch
+from torch import nn
 
 QKV_ROLES = ("queries", "keys", "values")  # also a fused projection's column blocks, in this order
 _ROLE_PATTERNS: dict[str, re.Pattern[str]] = {
@@ -56,6 +57,29 @@ def parameter_role(name: str) -> str | None:
     if leaf in OUTPUT_PROJECTIONS:
         return "out"
     return projection_role(leaf)
+
+
+def is_norm(owner: nn.Module) -> bool:
+    """A normalisation module (LayerNorm, RMSNorm, Qwen3's and Gemma's q_norm/k_norm classes): its
+    parameters are a per-channel gain and shift, never a projection, whatever the module is named."""
+    return isinstance(owner, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or type(owner).__name__.endswith("Norm")
+
+
+def module_roles(module: nn.Module) -> dict[str, str | None]:
+    """Each parameter's `parameter_role`, decided by its owner first: a norm module's weight
+    (`q_norm.weight`, 1-D like a bias) has none."""
+    roles = {}
+    for prefix, owner in module.named_modules():
+        for attr, _ in owner.named_parameters(recurse=False):
+            name = f"{prefix}.{attr}" if prefix else attr
+            roles.setdefault(name, None if is_norm(owner) else parameter_role(name))
+    return roles
+
+
+def fused_width(param: torch.Tensor) -> int:
+    """The axis a fused projection's three blocks lie along: a bias's length; a weight's output
+    axis, (3 * d, d_in) as nn.Linear stores it or (d_in, 3 * d) as GPT-2's Conv1D does."""
+    return param.shape[0] if param.dim() == 1 or param.shape[0] > param.shape[-1] else param.shape[-1]
 
 
 def manual_seed(seed: int) -> None:

@@ -272,7 +272,7 @@ def _fit(headers: list[str], rows: list[list[str]], width: int, shrink_order: li
     numeric = {len(headers) - 1}  # the divergence, right-aligned
     lines = ["  ".join(cell(c, w, i in numeric) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in [headers, *rows]]
-    return "\n".join(line[:width] for line in lines)
+    return "\n".join(line if len(line) <= width else line[: width - 1] + "…" for line in lines)  # cut, and said so
 
 
 def _snapshot(folder: Path) -> set[tuple[Path, int]]:

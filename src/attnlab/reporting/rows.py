@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 from tabulate import tabulate
 
 from attnlab.record import Record, write_atomic
+from attnlab.reporting.metrics import hparams
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,8 +72,6 @@ def swept_keys(records: Sequence[Record]) -> list[str]:
     """The config values besides the key columns in which the records differ, as hyperparameter
     names (attnlab.reporting.metrics.hparams), in the config's order. A variant's own params count
     when they differ between jobs of that variant: across variants they follow from its name."""
-    from attnlab.reporting.metrics import hparams
-
     configs = [hparams(record) for record in records]
     covered = {*KEY_COLUMNS, "inputs.kind"}
     swept = []
@@ -91,8 +90,6 @@ def job_order(records: Sequence[Record]) -> list[Record]:
     """The records in the order of a sweep's rows: by variant, then each swept value (the sizes,
     then `swept_keys`; numbers numerically: d_out 2, 8, 32 and num_kv_heads 1, 2, 4), then seed,
     so each configuration's seeds are adjacent."""
-    from attnlab.reporting.metrics import hparams
-
     keys = ["d_in", "d_out", "n_tokens", "inputs.kind", "weights", *swept_keys(records)]
 
     def key(record: Record) -> tuple:
@@ -112,8 +109,6 @@ def _order(value: object) -> tuple:
 def sweep_rows(records: Sequence[Record]) -> list[dict]:
     """A sweep's comparison: one row per job (the variant's row) in `job_order`, the swept config
     values (`swept_keys`) right after the key columns."""
-    from attnlab.reporting.metrics import hparams
-
     records = job_order(records)
     swept = swept_keys(records)
     rows = []

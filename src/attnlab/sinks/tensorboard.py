@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnlab.reporting.job_heatmaps import EncodedHeatmap, job_heatmaps
-from attnlab.reporting.metrics import KEY_METRICS, hparam_name, hparams, json_default, metric_values
+from attnlab.reporting.metrics import KEY_METRICS, hparam_name, hparams, json_default, metric_name, metric_values
 from attnlab.record import Finding, Record
 from attnlab.reporting.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo
@@ -112,8 +112,6 @@ def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
 
 
 def sweep_tag(curve: Curve) -> str:
-    from attnlab.reporting.metrics import metric_name
-
     return f"Sweep/{curve.key}/{metric_name(curve.diagnostic)}"
 
 
@@ -123,8 +121,6 @@ def sweep_steps(curve: Curve) -> dict[float, int]:
 
 
 def _chart_title(curve: Curve) -> str:
-    from attnlab.reporting.metrics import metric_name
-
     title = f"{metric_name(curve.diagnostic)} (mean ± std over seeds)"
     if curve.integer_steps:
         return f"{title}, step = {curve.key}"

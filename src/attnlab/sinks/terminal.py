@@ -101,7 +101,7 @@ def shown(record: Record) -> tuple[int, int]:
 def config_line(record: Record) -> str:
     params = record.config.get("variant", {}).get("params") or {}
     extra = "".join(f" {k}={v}" for k, v in params.items())
-    weights = record.stages.get("weights")
+    weights = record.canonical("weights")
     precision = ((f" device={record.device}" if record.device != "cpu" else "")
                  + (f" dtype={record.dtype}" if record.dtype != "float32" else ""))
     heads = "" if weights is None or weights.ndim != 4 or weights.shape[:2] == (1, 1) else (
@@ -111,6 +111,14 @@ def config_line(record: Record) -> str:
         f"n_tokens={record.n_tokens} d_in={record.d_in} d_out={record.d_out} weights={record.config['weights']} "
         f"reference={record.reference}{heads}{precision}"
     )
+
+
+def returned_line(record: Record) -> str | None:
+    """What forward returned when the output is one element of it, and the weights it returned."""
+    if record.output_element is None:
+        return None
+    weights = f"; its attention weights: {record.returned_weights}" if record.returned_weights else ""
+    return f"returned: {record.returned}; output = {record.output_element}{weights}"
 
 
 def shape_trace(record: Record) -> str:
@@ -169,6 +177,8 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
         say(f"FAILED: {record.error}")
         return
     say(shape_trace(record))
+    if returned_line(record):
+        say(returned_line(record))
     batch, head = shown(record)
     where = f", head {head}, batch item {batch}" if record.num_heads > 1 or batch else ""
     for stage, title in (("weights", "attention weights"), ("context", "context vectors")):

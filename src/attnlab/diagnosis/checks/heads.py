@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.capture.recorder import Capture
 from attnlab.diagnosis.context import Context, Found, finding
 from attnlab.diagnosis.diagnostics import max_abs_diff
 from attnlab.record import Finding
@@ -44,19 +45,27 @@ def head_split(ctx: Context, found: Found) -> list[Finding]:
 
 def kv_heads(ctx: Context, found: Found) -> list[Finding]:
     """Keys and values shared by groups of query heads (GQA, MQA): deliberate, an info finding."""
-    keys, queries, values = (ctx.v.stages.get(s) for s in ("keys", "queries", "values"))
-    if keys is None or queries is None or values is None or queries.shape[1] < 2:
-        return []
-    heads, kv = queries.shape[1], keys.shape[1]
-    group = heads // kv if kv < heads and heads % kv == 0 else _repeated_group(keys, values)
-    if group < 2:
-        return []
+    queries = ctx.v.stages.get("queries")
+    group = _group(ctx.v)
+    if queries is None or queries.shape[1] < 2 or group < 2 or group == _group(ctx.ref):
+        return []  # said only where the two sides group differently
+    heads = queries.shape[1]
     shared = heads // group
     kind = "multi-query attention: one key/value head for all" if shared == 1 else "grouped-query attention"
     return [finding("kv_heads", "keys", f"keys and values have {shared} head{'s' if shared > 1 else ''} for {heads} "
                     f"query heads: each is shared by a group of {group} query heads ({kind}); deliberate, so the "
                     f"differences it causes after the keys are its consequences, not findings.",
                     heads=list(range(heads)))]
+
+
+def _group(captured: Capture) -> int:
+    """How many query heads share one key/value head (1: none share): from its own kv heads, before
+    the diagnosis viewed its keys at the other side's granularity (attnlab.diagnosis.kv_granularity)."""
+    queries, keys, values = (captured.stages.get(s) for s in ("queries", "keys", "values"))
+    if queries is None or keys is None or values is None:
+        return 1
+    heads, kv = queries.shape[1], captured.kv_heads or keys.shape[1]
+    return heads // kv if kv < heads and heads % kv == 0 else _repeated_group(keys, values)
 
 
 def _repeated_group(keys: torch.Tensor, values: torch.Tensor) -> int:
@@ -112,10 +121,12 @@ def _merge_and_projection(ctx: Context, found: Found) -> list[Finding]:
     projection was given, its output) and the reference's structure (whether it projects, how
     often), so it holds with weights=native too; with shared weights only where the output differs."""
     out, ref_out, ctx_vec = ctx.v.stages.get("output"), ctx.ref.stages.get("output"), ctx.v.stages.get("context")
-    if ctx_vec is None or ctx_vec.dim() != 4 or found.explained or out.shape != ref_out.shape:
+    # recognised changes only (RoPE, a window): the context moved on purpose, the merge is still judged
+    deliberate = bool(found.findings) and not found.errors()
+    if ctx_vec is None or ctx_vec.dim() != 4 or (found.explained and not deliberate) or out.shape != ref_out.shape:
         return []  # a width: shape_projection at its projection, or wrong_output
     differs = ctx.shared and ctx.judged("output") and ctx.differs("output")
-    if ctx.shared and not (differs and "context" in ctx.ref.stages and not ctx.differs("context")):
+    if ctx.shared and not (differs and "context" in ctx.ref.stages and (deliberate or not ctx.differs("context"))):
         return []  # the output matches, or the context already differs: not about the lines after it
     b, h, n, hd = ctx_vec.shape
     merged = ctx_vec.transpose(1, 2).reshape(b, n, h * hd)  # (b, num_tokens, d_out), as the source merges

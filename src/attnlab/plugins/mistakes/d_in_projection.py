@@ -10,6 +10,7 @@ import attnlab
     "d_in_projection",
     description="SelfAttention_v1 with W_value of shape (d_in, d_in): context has d_in columns",
     expected_finding=("shape_projection", "values"),
+    observable={"|d_in - d_out|": 1},  # where d_in equals d_out a (d_in, d_in) matrix is the right shape
 )
 class SelfAttentionDInProjection(nn.Module):
     def __init__(self, d_in, d_out):

@@ -23,6 +23,8 @@ def alibi_slopes(num_heads):
 
 @attnlab.variant(
     "alibi",
+    expected_finding=("position_bias", "scaled_scores"),
+    observable={"n_tokens": 3},  # a distance bias is told from a bug on 3 tokens or more
     description="MultiHeadAttention with ALiBi: softmax input minus slope_h * (query - key distance), published slopes",
 )
 class ALiBiMultiHeadAttention(nn.Module):

@@ -13,6 +13,7 @@ import attnlab
 
 @attnlab.variant(
     "gqa",
+    expected_finding=("kv_heads", "keys"),
     description="MultiHeadAttention with num_kv_heads key/value heads, each shared by num_heads // num_kv_heads query heads",
 )
 class GroupedQueryAttention(nn.Module):

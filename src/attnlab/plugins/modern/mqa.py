@@ -8,6 +8,7 @@ import attnlab
 
 @attnlab.variant(
     "mqa",
+    expected_finding=("kv_heads", "keys"),
     description="MultiHeadAttention with one key/value head shared by all num_heads query heads (run with num_kv_heads=1)",
 )
 class MultiQueryAttention(nn.Module):

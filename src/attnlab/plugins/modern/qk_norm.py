@@ -8,6 +8,8 @@ import attnlab
 
 @attnlab.variant(
     "qk_norm",
+    expected_finding=("qk_norm", "queries"),
+    observable={"n_tokens": 3},  # the recognisers read 3 tokens or more
     description="MultiHeadAttention with queries and keys RMS-normalised per head (unit RMS over head_dim) before the product",
 )
 class QKNormAttention(nn.Module):

@@ -8,22 +8,27 @@ import attnlab
 
 def rope_angles(head_dim, theta, context_length):
     """cos and sin of position * theta ** (-2i / head_dim), for the pairs (i, i + head_dim // 2)."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim)  # (head_dim // 2,)
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim - 1, 2).float() / head_dim)  # (head_dim // 2,)
     angles = torch.arange(context_length).float()[:, None] * inv_freq[None, :]  # (context_length, head_dim // 2)
-    angles = torch.cat([angles, angles], dim=-1)  # (context_length, head_dim)
+    angles = torch.cat([angles, angles], dim=-1)  # (context_length, 2 * (head_dim // 2))
     return torch.cos(angles), torch.sin(angles)
 
 
 def rotate(x, cos, sin):
-    """Rotate each pair (x_i, x_{i + head_dim // 2}) of every token by its position's angle."""
+    """Rotate each pair (x_i, x_{i + head_dim // 2}) of every token by its position's angle; an odd
+    head_dim's last coordinate has no partner and stays as it is (a head of width 1 is not turned)."""
     num_tokens, half = x.shape[-2], x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]  # (b, num_heads, num_tokens, head_dim // 2) each
-    rotated = torch.cat((-x2, x1), dim=-1)  # (b, num_heads, num_tokens, head_dim)
-    return x * cos[:num_tokens] + rotated * sin[:num_tokens]  # (b, num_heads, num_tokens, head_dim)
+    x1, x2, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]  # (b, num_heads, num_tokens, ·) each
+    paired = torch.cat((x1, x2), dim=-1)  # (b, num_heads, num_tokens, 2 * half)
+    rotated = torch.cat((-x2, x1), dim=-1)  # (b, num_heads, num_tokens, 2 * half)
+    turned = paired * cos[:num_tokens] + rotated * sin[:num_tokens]  # (b, num_heads, num_tokens, 2 * half)
+    return torch.cat((turned, rest), dim=-1)  # (b, num_heads, num_tokens, head_dim)
 
 
 @attnlab.variant(
     "rope",
+    expected_finding=("rotary", "queries"),
+    observable={"head_dim": 2, "n_tokens": 3},  # a pair to turn; the recognisers need 3 tokens
     description="MultiHeadAttention with rotary position embeddings on queries and keys (Llama's half-split pairs, theta)",
     params={"theta": 10000.0},
 )
@@ -31,7 +36,6 @@ class RotaryMultiHeadAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, theta=10000.0):
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
-        assert (d_out // num_heads) % 2 == 0, "RoPE rotates pairs: head_dim = d_out // num_heads must be even"
         self.d_out = d_out
         self.num_heads = num_heads
         self.head_dim = d_out // num_heads

@@ -8,6 +8,8 @@ import attnlab
 
 @attnlab.variant(
     "sliding_window",
+    expected_finding=("window", "scaled_scores"),
+    observable={"n_tokens": 4},  # the default window of 3 hides a key from 4 tokens on
     description="MultiHeadAttention whose causal mask also hides keys `window` or more tokens back (window 3: token 5 sees 3, 4, 5)",
     params={"window": 3},
 )

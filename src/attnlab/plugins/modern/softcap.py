@@ -8,6 +8,8 @@ import attnlab
 
 @attnlab.variant(
     "softcap",
+    expected_finding=("softcap", "scaled_scores"),
+    observable={"n_tokens": 5},  # below, the scores can all be too small for the cap to bend
     description="MultiHeadAttention with soft-capped scaled scores, cap * tanh(s / cap), before the mask (Gemma 2 uses cap 50)",
     params={"cap": 5.0},
 )

@@ -11,10 +11,12 @@ import attnlab
     description="SelfAttention_v1 with a causal mask: -inf above the diagonal before the softmax",
     expected_finding=("masked", "scaled_scores"),
     reference="reference",  # 2-D like SelfAttention_v1: compared with the unmasked original, so the mask shows
+    params={"diagonal": 1},
 )
 class CausalSelfAttention(nn.Module):
-    def __init__(self, d_in, d_out):
+    def __init__(self, d_in, d_out, diagonal=1):
         super().__init__()
+        self.diagonal = diagonal  # the first diagonal hidden: 1 hides the keys after the query, 0 the query too
         self.W_query = nn.Parameter(torch.rand(d_in, d_out))
         self.W_key = nn.Parameter(torch.rand(d_in, d_out))
         self.W_value = nn.Parameter(torch.rand(d_in, d_out))
@@ -25,7 +27,7 @@ class CausalSelfAttention(nn.Module):
         values = x @ self.W_value  # (n_tokens, d_out)
         attn_scores = queries @ keys.T  # (n_tokens, n_tokens)
         context_length = attn_scores.shape[0]
-        mask = torch.triu(torch.ones(context_length, context_length), diagonal=1)  # (n_tokens, n_tokens)
+        mask = torch.triu(torch.ones(context_length, context_length), diagonal=self.diagonal)  # (n_tokens, n_tokens)
         attn_scores = attn_scores.masked_fill(mask.bool(), -torch.inf)  # changed: keys after the query are hidden
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (n_tokens, n_tokens)
         context_vec = attn_weights @ values  # (n_tokens, d_out)

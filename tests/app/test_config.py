@@ -62,3 +62,14 @@ def test_a_sweep_in_a_taken_second_keeps_the_other_sweeps_folder(tmp_path):
     records = new_records(tmp_path)
     assert len(records) == 2 and {r.parent.parent.name[-2:] for r in records} == {"-2"}
     assert (records[0].parent.parent / "comparison.csv").exists()
+
+
+def test_a_top_level_key_under_variant_params_is_named_with_or_without_plus():
+    """Issue 25: without `+` the message was the generic "not a default param"."""
+    from attnlab.app.config import closest_key
+
+    for plus in ("", "+"):
+        assert closest_key("variant.params.qkv_bias", ["variant=linear", f"{plus}variant.params.qkv_bias=true"]) == (
+            "variant.params.qkv_bias: qkv_bias is a top-level key; use qkv_bias=true")
+    assert closest_key("variant.params.n_kv_heads", ["variant=gqa", "variant.params.n_kv_heads=1"]) == (
+        "variant.params.n_kv_heads: n_kv_heads is the top-level key num_kv_heads; use num_kv_heads=1")

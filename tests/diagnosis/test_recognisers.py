@@ -396,7 +396,7 @@ CORRECT = corpus(["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_ne
 
 @pytest.mark.parametrize("name", CORRECT)
 def test_correct_implementations_are_never_a_deliberate_change(use_plugins, name):
-    use_plugins(Path(__file__).resolve().parent / "implementations")
+    use_plugins(Path(__file__).resolve().parents[1] / "implementations")
     result = attnlab.run(name, num_heads=4, d_out=16, inputs="random", overrides=["inputs.n_tokens=9", "inputs.d_in=16"])
     assert result.record.status == "ok", result.record.error
     assert RECOGNISED.isdisjoint(codes(result)) and "not_softmax" not in codes(result)

@@ -29,7 +29,7 @@ from attnlab.modules.registry import discover
 from attnlab.capture.stages import STAGES
 from tests._zoo_helpers import corpus, multi_head_zoo_specs
 
-IMPLEMENTATIONS = Path(__file__).resolve().parent / "implementations"
+IMPLEMENTATIONS = Path(__file__).resolve().parents[1] / "implementations"
 INFO_CODES = {"kv_heads", "dropout", "masked"}
 
 
@@ -254,7 +254,7 @@ NEEDS_SQUARE = {"nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights", "to
        d_in=st.integers(1, 16), seed=st.integers(0, 10_000))
 def test_correct_implementations_have_no_finding_on_distinct_items(use_plugins, name, batch, heads, tokens, head_dim,
                                                                     d_in, seed):
-    """tests/test_multi_head.py's corpus, with batch items that differ (so batch mixing is checked)."""
+    """tests/compute/test_multi_head.py's corpus, with batch items that differ (so batch mixing is checked)."""
     use_plugins(IMPLEMENTATIONS)
     d_out = heads * head_dim
     d_in = d_out if name in NEEDS_SQUARE else d_in

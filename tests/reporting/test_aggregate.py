@@ -139,3 +139,19 @@ def test_markdown_has_the_three_views(sweep: Path, tmp_path: Path) -> None:
     text = write_markdown_report(report, tmp_path / "out.md").read_text()
     assert "## Summary (mean ± std over seeds)" in text and "## What differs" in text and "## Every job" in text
 
+
+
+def test_a_table_too_wide_for_the_terminal_is_cut_with_an_ellipsis_never_silently():
+    """Issue 25: at COLUMNS=60 0.2609 was printed as 0.260 and the header as `|Δ output`; at 50
+    the column went without a word."""
+    import pandas as pd
+
+    jobs = pd.DataFrame([{"variant": "wrong_softmax_axis", "seed": s, "status": "ok", "first_divergent_stage": "weights",
+                          "findings": "softmax_axis", "divergence_output": d} for s, d in ((1, 0.2609), (3, 0.187))])
+    wide = terminal_table(jobs, width=200).splitlines()
+    assert wide[1].endswith("0.2609") and wide[2].endswith("0.187") and wide[0].endswith("|Δ output|")
+    for width in (60, 50, 40):
+        lines = terminal_table(jobs, width=width).splitlines()
+        assert all(len(line) <= width for line in lines)
+        for shown, whole in zip(lines, ("|Δ output|", "0.2609", "0.187")):
+            assert shown.endswith(whole) or shown.endswith("…"), (width, shown)  # whole, or cut and marked

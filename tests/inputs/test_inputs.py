@@ -46,6 +46,26 @@ def test_csv_with_a_label_column(tmp_path):
     assert inputs.labels == ["Your", "journey"] and inputs.embeddings.shape == (2, 3)
 
 
+@pytest.mark.parametrize("content", [
+    "token,a,b,c\nYour,0.43,0.15,0.89\njourney,0.55,0.87,0.66\n",  # a header row (issue 25: it failed)
+    "0.43,0.15,0.89,Your\n0.55,0.87,0.66,journey\n",  # the label last (it failed)
+    "a,b,c,token\n0.43,0.15,0.89,Your\n0.55,0.87,0.66,journey\n",
+])
+def test_csv_with_a_header_row_or_the_label_last(tmp_path, content):
+    path = tmp_path / "tokens.csv"
+    path.write_text(content)
+    inputs = inputs_for("inputs=file", f"inputs.path={path}")
+    assert inputs.labels == ["Your", "journey"]
+    assert inputs.embeddings.tolist() == torch.tensor([[0.43, 0.15, 0.89], [0.55, 0.87, 0.66]]).tolist()
+
+
+def test_csv_of_numbers_only_gets_numbered_labels(tmp_path):
+    path = tmp_path / "tokens.csv"
+    path.write_text("1,2\n3,4\n5,6\n")
+    inputs = inputs_for("inputs=file", f"inputs.path={path}")
+    assert inputs.labels == ["t0", "t1", "t2"] and inputs.embeddings.tolist() == [[1, 2], [3, 4], [5, 6]]
+
+
 def test_json_with_labels_and_embeddings(tmp_path):
     path = tmp_path / "tokens.json"
     path.write_text(json.dumps({"labels": ["a", "b"], "embeddings": [[1, 2], [3, 4]]}))
@@ -66,7 +86,7 @@ def test_npy_is_read_without_pickle(tmp_path):
     "content,message",
     [
         ("1,2,3\n4,5\n", "rows differ in length (2, 3)"),
-        ("1,2\nx,y\n", "could not convert string to float: 'y'"),
+        ("1,2\nx,y\n", "token row 2 holds 'y' where a number belongs"),
         ("", "no token rows"),
     ],
 )

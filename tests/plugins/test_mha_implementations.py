@@ -18,7 +18,7 @@ import torch
 import attnlab
 from attnlab.modules.built import plan
 
-SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source" / "mha_implementations.py"
+SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source" / "mha_implementations.py"
 NINE = {  # built-in -> the notebook's class
     "impl_wrapper": "Ch03_MHA_Wrapper", "impl_mha": "Ch03_MHA", "impl_combined_qkv": "MultiHeadAttentionCombinedQKV",
     "impl_einsum": "MHAEinsum", "impl_sdpa": "MHAPyTorchScaledDotProduct", "impl_sdpa_mask": "MHAPyTorchSDPAWithoutFlash",

@@ -22,7 +22,7 @@ from attnlab.modules.layouts import LayoutError, align, load_projections, read_p
 from attnlab.modules.roles import parameter_role
 from tests._zoo_helpers import source_qkv
 
-SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source"
+SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source"
 
 
 def _load_source(name: str) -> ModuleType:

@@ -19,8 +19,8 @@ from torch import nn
 
 from attnlab.modules.registry import Registry, constructor_kwargs, discover
 
-SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source"
-IMPLEMENTATIONS = Path(__file__).resolve().parent / "implementations"
+SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source"
+IMPLEMENTATIONS = Path(__file__).resolve().parents[1] / "implementations"
 needs_source = pytest.mark.skipif(not (SOURCE / "ch03.py").is_file(), reason=f"the source's classes are not at {SOURCE}")
 
 BOOK_INPUTS = torch.tensor(

@@ -274,7 +274,7 @@ def test_constructor_signature_shows_the_parameters_without_annotations(plugin_f
 
 # --- files with helper classes (the variant is the outermost module) --------------------------------
 
-SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source"
+SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source"
 
 
 def source_text(*class_names: str) -> str:

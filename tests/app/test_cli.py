@@ -30,9 +30,10 @@ def test_single_run_prints_the_summary_and_writes_record_and_table(app):
     seen = set(STAGES) - {"weights_applied"}  # eval mode: the weights are what is applied to the values
     assert set(record["stages"]) == seen and set(record["reference_stages"]) == seen
     weights = record["stages"]["weights"]
-    assert record["format_version"] == 2 and record["reference"] == "reference"
-    assert weights["shape"] == [6, 6] and weights["axes"] == ["batch", "heads", "query", "key"]
-    assert weights["view_shape"] == [1, 1, 6, 6] and len(weights["values"][0][0]) == 6  # canonical view
+    assert record["format_version"] == 3 and record["reference"] == "reference"
+    assert weights["shape"] == [6, 6] and weights["canonical_axes"] == ["batch", "heads", "query", "key"]
+    assert weights["canonical_shape"] == [1, 1, 6, 6]
+    assert len(weights["values"]) == 6 and len(weights["values"][0]) == 6  # the module's own rank
     assert record["diagnostics"]["divergence_queries"] == 0.0
     assert record["diagnostics"]["divergence_context"] > 0.0
     assert record["diagnostics"]["divergence_output"] == record["diagnostics"]["divergence_context"]
@@ -93,6 +94,7 @@ BAD_INPUTS = [
     (["seed=abc"], "seed=abc: must be an integer in [0, 18446744073709551615] (torch's seed range)"),
     (["inputs=random", "inputs.n_tokens=0"], "inputs.n_tokens=0: must be a positive integer"),
     (["weights=both"], "weights: Invalid value 'both', expected one of [shared, native]"),
+    (["attn_implementation=flash"], "attn_implementation=flash: allowed are eager, sdpa, flex_attention"),
     (["variant=unscald"], "unknown variant 'unscald'; did you mean 'unscaled'? available:"),
     (["inputs=nope"], "Could not find 'inputs/nope'; Available options in 'inputs': book, file, random"),
     (["inputs=file"], "inputs.path is missing: inputs=file needs inputs.path=FILE"),

@@ -13,7 +13,7 @@ from attnlab.record import read_record
 
 def test_run_returns_stages_diagnostics_and_a_table():
     result = attnlab.run("unscaled", seed=123)
-    assert result.stages["weights"].shape == (1, 1, 6, 6) and result.reference_stages["context"].shape == (1, 1, 6, 2)
+    assert result.stages["weights"].shape == (6, 6) and result.reference_stages["context"].shape == (6, 2)
     assert result.record.stage_shapes["weights"] == [6, 6] and result.record.reference_stage_shapes["context"] == [6, 2]
     assert result.record.reference == "reference"
     assert result.diagnostics["divergence_queries"] == 0.0
@@ -24,8 +24,8 @@ def test_run_returns_stages_diagnostics_and_a_table():
 
 def test_keyword_overrides_reach_the_config():
     result = attnlab.run("reference", seed=5, d_out=4, inputs="random", overrides=["inputs.n_tokens=9"])
-    assert result.stages["context"].shape == (1, 1, 9, 4) and result.record.stage_shapes["context"] == [9, 4]
-    assert result.stages["output"].shape == (1, 9, 4) and result.record.config["seed"] == 5
+    assert result.stages["context"].shape == (9, 4) and result.record.stage_shapes["context"] == [9, 4]
+    assert result.stages["output"].shape == (9, 4) and result.record.config["seed"] == 5
 
 
 def test_validation_equals_the_clis():
@@ -57,3 +57,13 @@ def test_out_dir_writes_the_same_files_as_a_job_and_neither_prints(tmp_path, cap
     assert "variant=unscaled" in OmegaConf.load(tmp_path / ".hydra" / "overrides.yaml")
     attnlab.run("unscaled", out_dir=tmp_path / "printed", log={"terminal": True})
     assert "first divergent stage: scaled_scores" in capsys.readouterr().out
+
+
+def test_log_terminal_prints_the_summary_without_an_out_dir(capsys):
+    """Issue 25: log={"terminal": True} printed nothing unless out_dir was given."""
+    attnlab.run("unscaled", seed=123, log={"terminal": True, "tensorboard": False, "table": False, "html": False})
+    out = capsys.readouterr().out
+    assert out.startswith("attnlab · variant=unscaled seed=123")
+    assert "[scaling @ scaled_scores]" in out and "record:" not in out
+    attnlab.run("unscaled", seed=123)
+    assert capsys.readouterr().out == ""

@@ -25,7 +25,8 @@ def test_reference_reproduces_the_published_context_vectors():
     result = attnlab.run("reference", seed=123)
     record = result.record
     assert record.reference == "reference" and record.stage_shapes["context"] == [6, 2]
-    assert result.stages["context"].shape == (1, 1, 6, 2) and result.stages["output"].shape == (1, 6, 2)
+    assert result.stages["context"].shape == (6, 2) and result.stages["output"].shape == (6, 2)
+    assert record.canonical("context").shape == (1, 1, 6, 2) and record.canonical("output").shape == (1, 6, 2)
     np.testing.assert_allclose(record.matrix("context"), BOOK_CONTEXT_SEED_123, atol=5e-5)
     assert record.output_is_context
     np.testing.assert_allclose(record.matrix("output"), BOOK_CONTEXT_SEED_123, atol=5e-5)

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 import attnlab
 from tests._zoo_helpers import corpus
 
-SOURCE = Path(__file__).resolve().parents[2] / "shared" / "source" / "ch03.py"
-IMPLEMENTATIONS = Path(__file__).resolve().parent / "implementations"
+SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source" / "ch03.py"
+IMPLEMENTATIONS = Path(__file__).resolve().parents[1] / "implementations"
 BOOK = torch.tensor([[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
                      [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]])
 
@@ -107,8 +107,8 @@ def test_stages_carry_axes_module_shapes_and_reconstructed_marks(tmp_path):
     import json
 
     data = json.loads((tmp_path / "record.json").read_text())
-    assert data["format_version"] == 2
-    assert data["stages"]["weights"]["axes"] == ["batch", "heads", "query", "key"]
+    assert data["format_version"] == 3
+    assert data["stages"]["weights"]["canonical_axes"] == ["batch", "heads", "query", "key"]
     assert data["stages"]["weights"]["shape"] == [2, 3, 4, 4]
     assert "weights" in data["reconstructed_stages"]
     assert result.record.reference == "multi_head_attention"

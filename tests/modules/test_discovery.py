@@ -20,7 +20,7 @@ from attnlab.modules.registry import discover, get_variant
 from attnlab.plugin_folders import builtin_plugin_dir
 from tests.conftest import SOURCE_SELF_ATTENTION_V1
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "behaviour.json"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "behaviour.json"
 GROUPS = ("variants", "modern", "implementations", "mistakes")
 # The bonus notebook's nine (mha-implementations.ipynb), as attnlab names them; torch's class twice
 NOTEBOOK_NINE = {"impl_mha", "impl_wrapper", "impl_combined_qkv", "impl_einsum", "impl_sdpa", "impl_sdpa_mask",
@@ -84,7 +84,7 @@ def test_the_groups_separate_what_a_user_runs_from_the_zoo():
     # one prefix, two groups: the source's class and its copy that drops the mask
     assert "causal_attention" not in mistakes and "causal_mask_missing" in mistakes
     # each declares the finding it must trigger, but the bug the notebook's sizes hide (no finding
-    # at d_in == d_out, a failed record otherwise: tests/test_mha_implementations.py)
+    # at d_in == d_out, a failed record otherwise: tests/plugins/test_mha_implementations.py)
     assert [name for name in mistakes if not get_variant(name).expected_finding] == ["impl_einsum_transposed"]
     assert set(attnlab.list_variants(tag="multi_head")) <= set(mistakes)
     assert not any(get_variant(name).expected_finding for name in NOTEBOOK_NINE)

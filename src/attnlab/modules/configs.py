@@ -1,0 +1,209 @@
+"""Constructors that take one config object: nanoGPT's `CausalSelfAttention(config)` with its
+`GPTConfig`, a Hugging Face attention class with its `PretrainedConfig` and `layer_idx`.
+
+Such a class is built through a `ConfigConstructor`: a callable with the signature attnlab's
+constructor filling reads (the top-level keys the config has a spelling for, by their attnlab
+names), which fills the config object under its own spellings (`n_embd`/`hidden_size`,
+`n_head`/`num_attention_heads`, ...) and builds the class from it. `variant.params.NAME` sets any
+other attribute of the config (`variant.params.sliding_window=3`) or a constructor argument
+beside the config (`layer_idx`); a name that is neither is a one-line error, because Hugging Face
+configs accept unknown attributes silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import sys
+from typing import Any
+
+from torch import nn
+
+from attnlab.errors import UserError
+
+# attnlab's top-level key -> the spellings config classes use for it, most common first
+CONFIG_SPELLINGS: dict[str, tuple[str, ...]] = {
+    "d_in": ("hidden_size", "n_embd", "d_model", "embed_dim", "dim"),
+    "num_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
+    "num_kv_heads": ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "n_kv_head"),
+    "dropout": ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob", "dropout"),
+    "qkv_bias": ("attention_bias", "qkv_bias", "bias"),
+    "context_length": ("max_position_embeddings", "n_positions", "block_size", "context_length"),
+}
+_CONFIG_NAMES = ("config", "cfg", "configuration", "args", "params")
+_SIZE_KEYS = ("d_in", "d_out", "num_heads")
+
+
+class ConfigError(UserError):
+    """A config attribute attnlab cannot fill, or a name the config class does not have."""
+
+
+def config_class(cls: type) -> type | None:
+    """The config class `cls` is built from: its constructor's only required parameter (beside a
+    layer_idx) is named
+    like a config (or annotated with a class), and its type is that annotation, else the one
+    class named `...Config` beside `cls` in its own file. None for any other constructor."""
+    try:
+        parameters = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    required = [p for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                and p.name != "layer_idx"]  # Hugging Face's (config, layer_idx): layer_idx is 0 unless set
+    if len(required) != 1:
+        return None
+    (first,) = required
+    annotation = _annotation(cls, first)
+    if inspect.isclass(annotation) and annotation is not first.empty and not issubclass(annotation, nn.Module):
+        return annotation
+    if first.name not in _CONFIG_NAMES:
+        return None
+    module = sys.modules.get(cls.__module__)
+    found = [obj for name, obj in vars(module).items() if inspect.isclass(obj) and name.endswith("Config")
+             and not name.lower().startswith("pretrained")] if module else []
+    own = [obj for obj in found if obj.__module__ == cls.__module__]  # defined beside it (nanoGPT's GPTConfig)
+    if len(own or found) == 1:
+        return (own or found)[0]  # else imported beside it (GPT2Attention's GPT2Config)
+    base = next((b for b in cls.__mro__[1:] if issubclass(b, nn.Module) and b is not nn.Module), None)
+    return config_class(base) if base is not None else None  # a subclass of LlamaAttention: its base's config
+
+
+def _annotation(cls: type, parameter: inspect.Parameter) -> Any:
+    annotation = parameter.annotation
+    if isinstance(annotation, str):  # `from __future__ import annotations`: resolve in the class's module
+        try:
+            annotation = inspect.get_annotations(cls.__init__, eval_str=True).get(parameter.name)
+        except Exception:  # noqa: BLE001 - an annotation that does not resolve says nothing
+            return None
+    return annotation
+
+
+def config_attributes(config_cls: type) -> dict[str, Any]:
+    """Every attribute a config class takes, with its default (a dataclass's fields, a
+    PretrainedConfig's defaults as an instance built with none given, a plain class's
+    constructor parameters)."""
+    if dataclasses.is_dataclass(config_cls):
+        return {f.name: _field_default(f) for f in dataclasses.fields(config_cls)}
+    try:
+        instance = config_cls()
+    except Exception:  # noqa: BLE001 - a config that needs arguments: its constructor's parameters
+        parameters = inspect.signature(config_cls).parameters.values()
+        return {p.name: None if p.default is p.empty else p.default for p in parameters
+                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return {k: v for k, v in vars(instance).items() if not k.startswith("_")}
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+
+
+class ConfigConstructor:
+    """`module_cls` built from a `config_cls` filled from attnlab's keys; called as a constructor."""
+
+    def __init__(self, module_cls: type[nn.Module], config_cls: type, name: str) -> None:
+        self.module_cls, self.config_cls, self.name = module_cls, config_cls, name
+        self.__name__ = module_cls.__name__
+        self.__doc__ = module_cls.__doc__
+        self.__module__ = module_cls.__module__
+        self.attributes = config_attributes(config_cls)
+        self.spelled = {key: next((s for s in spellings if s in self.attributes), None)
+                        for key, spellings in CONFIG_SPELLINGS.items()}
+        self.head_dim = "head_dim" if "head_dim" in self.attributes else None
+        self.extra = [p for p in list(inspect.signature(module_cls).parameters)[1:]]  # e.g. layer_idx
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        """What attnlab's constructor filling reads: the keys this config has a spelling for."""
+        keys = ["d_in", "d_out", *[k for k in CONFIG_SPELLINGS if k != "d_in" and self.spelled[k]]]
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        params = [inspect.Parameter(k, kind) if k in _SIZE_KEYS else inspect.Parameter(k, kind, default=None)
+                  for k in keys]
+        if "num_heads" not in keys:
+            params.append(inspect.Parameter("num_heads", kind, default=None))
+        return inspect.Signature([*params, inspect.Parameter("params", inspect.Parameter.VAR_KEYWORD)])
+
+    def describe(self) -> str:
+        """`--help`'s signature: which config attribute each top-level key fills, and what else
+        variant.params can set, e.g. "(config: GPTConfig(n_embd=d_in, n_head=num_heads, ...))"."""
+        filled = [f"{s}={k}" for k, s in self.spelled.items() if s] + (["head_dim=d_out/num_heads"]
+                                                                       if self.head_dim else [])
+        extra = f" or {', '.join(self.extra)}" if self.extra else ""
+        return (f"(config: {self.config_cls.__name__}({', '.join(filled)})); variant.params.NAME sets any other "
+                f"{self.config_cls.__name__} attribute{extra}")
+
+    def config(self, values: dict[str, Any], params: dict[str, Any], private: dict[str, Any] | None = None) -> Any:
+        """The config object filled from the top-level keys and `params` (its own spellings), and
+        `private` attributes set after (Hugging Face's `_attn_implementation`)."""
+        self._check_sizes(values)
+        filled: dict[str, Any] = {}
+        for key, spelling in self.spelled.items():
+            if spelling and values.get(key) is not None:
+                filled[spelling] = values[key]
+        if self.spelled["num_kv_heads"] and values.get("num_kv_heads") is None:
+            filled[self.spelled["num_kv_heads"]] = values["num_heads"]  # attnlab's null: one per head
+        if self.head_dim:
+            filled["head_dim"] = values["d_out"] // values["num_heads"]
+        for name, value in params.items():
+            self._check_param(name)
+            if name not in self.extra:
+                filled[name] = value
+        filled.update(private or {})
+        return self._built(filled)
+
+    def _built(self, filled: dict[str, Any]) -> Any:
+        private = {k: filled.pop(k) for k in list(filled) if k.startswith("_")}
+        try:
+            config = self.config_cls(**filled) if dataclasses.is_dataclass(self.config_cls) else self._set(filled)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"variant '{self.name}': {self.config_cls.__name__} refused the values: {exc}") from None
+        for key, value in private.items():
+            setattr(config, key, value)
+        return config
+
+    def _set(self, filled: dict[str, Any]) -> Any:
+        try:
+            return self.config_cls(**filled)
+        except TypeError:  # a plain class whose constructor takes none of them: set as attributes
+            config = self.config_cls()
+            for key, value in filled.items():
+                setattr(config, key, value)
+            return config
+
+    def _check_sizes(self, values: dict[str, Any]) -> None:
+        d_in, d_out, heads = values["d_in"], values["d_out"], values.get("num_heads") or 1
+        if d_out != d_in or d_out % heads:
+            raise ConfigError(
+                f"variant '{self.name}': {self.module_cls.__name__}'s output is {self.spelled['d_in'] or 'd_in'} wide, "
+                f"so d_out must equal d_in and divide by num_heads (got d_in={d_in}, d_out={d_out}, num_heads={heads}); "
+                f"e.g. inputs=random inputs.d_in=64 d_out=64 num_heads=4")
+
+    def _check_param(self, name: str) -> None:
+        top = next((key for key, spelling in self.spelled.items() if spelling == name), None)
+        if top is not None or name == self.head_dim:
+            use = {"d_in": "inputs.d_in", "head_dim": "d_out (head_dim = d_out / num_heads)"}.get(top or "head_dim", top)
+            raise ConfigError(f"variant.params.{name}: {name} is filled from the top-level key; set {use} instead")
+        if name not in self.attributes and name not in self.extra:
+            close = difflib.get_close_matches(name, [*self.attributes, *self.extra], n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ConfigError(f"variant.params.{name}: {self.config_cls.__name__} has no attribute '{name}'; {hint}"
+                              f"see python -m attnlab --help")
+
+    def __call__(self, d_in: int, d_out: int, num_heads: int | None = None, **keys: Any) -> nn.Module:
+        return self.build({"d_in": d_in, "d_out": d_out, "num_heads": num_heads}, keys)
+
+    def build(self, sizes: dict[str, Any], keys: dict[str, Any], private: dict[str, Any] | None = None) -> nn.Module:
+        """The module from its config: `sizes` and the top-level `keys`, the rest of `keys` its params."""
+        params = {k: v for k, v in keys.items() if k not in CONFIG_SPELLINGS}
+        top = {k: v for k, v in keys.items() if k in CONFIG_SPELLINGS}
+        config = self.config({**sizes, **top}, params, private)
+        extra = {k: v for k, v in params.items() if k in self.extra}
+        if "layer_idx" in self.extra:
+            extra.setdefault("layer_idx", 0)
+        return self.module_cls(config, **extra)
+
+
+def module_class(cls: Any) -> Any:
+    """The nn.Module class a variant's constructor builds: a ConfigConstructor's wrapped class."""
+    return cls.module_cls if isinstance(cls, ConfigConstructor) else cls

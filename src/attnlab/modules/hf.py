@@ -1,0 +1,223 @@
+"""Hugging Face attention classes: `variant=hf:MODEL_TYPE`, and how any of them is called.
+
+`hf:llama` is the attention class of that model type (LlamaAttention), built from its own config
+class (LlamaConfig) filled from the top-level keys; nothing is downloaded, ever.
+`attn_implementation` (eager | sdpa | flex_attention) picks its kernel. A Hugging Face attention
+module is called as its model calls it: the model's own mask function (causal, sliding-window,
+or bidirectional, as the module and its config declare) makes the 4-D additive mask, the model's
+own rotary class the `position_embeddings`.
+
+transformers is the optional extra `attnlab[hf]`; without it an `hf:` name is a one-line error.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import importlib
+import inspect
+import sys
+from functools import lru_cache
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnlab.errors import UserError
+from attnlab.schema import ATTN_IMPLEMENTATIONS
+from attnlab.modules.configs import ConfigConstructor, config_class
+
+PREFIX = "hf:"
+IMPLEMENTATIONS = ATTN_IMPLEMENTATIONS
+
+
+class HFError(UserError):
+    """An `hf:` name that cannot be resolved, or transformers missing."""
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise HFError("variant=hf:...: needs transformers; pip install 'attnlab[hf]'") from None
+    return transformers
+
+
+@lru_cache(maxsize=None)
+def attention_class(model_type: str) -> tuple[type[nn.Module], type]:
+    """(attention class, config class) of a model type: `llama` -> (LlamaAttention, LlamaConfig).
+
+    The config class is transformers' own for the type (a multimodal config's text config, as
+    Gemma3's); the attention class is `<Model>SelfAttention` else `<Model>Attention` of the
+    type's modeling module, `<Model>` the type's base model class without `Model`."""
+    _transformers()
+    # transformers is optional and takes seconds to import: only when an hf: name is used
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, model_type_to_module_name
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    if model_type not in CONFIG_MAPPING:
+        close = difflib.get_close_matches(model_type, list(CONFIG_MAPPING.keys()), n=1)
+        hint = f"; did you mean 'hf:{close[0]}'?" if close else ""
+        raise HFError(f"variant=hf:{model_type}: transformers knows no model type '{model_type}'{hint}")
+    config_cls = CONFIG_MAPPING[model_type]
+    text = getattr(config_cls, "sub_configs", {}).get("text_config")
+    if text is not None and model_type + "_text" in CONFIG_MAPPING:
+        return attention_class(model_type + "_text")
+    module_name = model_type_to_module_name(model_type)
+    modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    base = str(MODEL_MAPPING_NAMES.get(model_type, "")).removesuffix("Model")
+    for prefix in _prefixes(base):
+        for suffix in ("SelfAttention", "Attention"):
+            cls = getattr(modeling, prefix + suffix, None)
+            if inspect.isclass(cls) and issubclass(cls, nn.Module):
+                return cls, config_cls
+    raise HFError(f"variant=hf:{model_type}: no attention class found in {modeling.__name__}")
+
+
+def _prefixes(base: str) -> list[str]:
+    """`Gemma3Text` -> [`Gemma3Text`, `Gemma3`]: the base name without its trailing words."""
+    found = [base]
+    while any(c.isupper() for c in base[1:]):
+        base = base[: max(i for i, c in enumerate(base) if c.isupper() and i > 0)]
+        found.append(base)
+    return [p for p in found if p]
+
+
+class HFConstructor(ConfigConstructor):
+    """A Hugging Face attention class built from its config, with `attn_implementation` set."""
+
+    def __call__(self, d_in: int, d_out: int, num_heads: int | None = None, **keys: Any) -> nn.Module:
+        implementation = keys.pop("attn_implementation", None) or "eager"
+        if implementation not in IMPLEMENTATIONS:
+            raise HFError(f"attn_implementation={implementation}: allowed are {', '.join(IMPLEMENTATIONS)}")
+        sizes = {"d_in": d_in, "d_out": d_out, "num_heads": num_heads}
+        return self.build(sizes, keys, {"_attn_implementation": implementation})
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        base = super().__signature__
+        parameters = list(base.parameters.values())
+        extra = inspect.Parameter("attn_implementation", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+        return base.replace(parameters=[*parameters[:-1], extra, parameters[-1]])
+
+
+def hf_constructor(name: str) -> HFConstructor:
+    """The constructor of `hf:MODEL_TYPE`."""
+    model_type = name.removeprefix(PREFIX)
+    module_cls, config_cls = attention_class(model_type)
+    return HFConstructor(module_cls, config_cls, name)
+
+
+def config_constructor(cls: type[nn.Module], name: str) -> ConfigConstructor | None:
+    """How a plugin class built from one config object is built (a Hugging Face class, a subclass or
+    copy of one, with its attn_implementation), else None: the class takes `(d_in, d_out, ...)`."""
+    found = config_class(cls)
+    if found is None:
+        return None
+    transformers = sys.modules.get("transformers")
+    if transformers is not None and issubclass(found, transformers.PretrainedConfig):
+        return HFConstructor(cls, found, name)
+    return ConfigConstructor(cls, found, name)
+
+
+def is_hf_module(module: nn.Module) -> bool:
+    """A module holding a Hugging Face config: it is called as its model calls it."""
+    transformers = sys.modules.get("transformers")
+    config = getattr(module, "config", None)
+    return transformers is not None and isinstance(config, transformers.PretrainedConfig)
+
+
+def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
+    """What the module's model passes its attention besides the hidden states: the mask from the
+    model's mask function, the rotary class's (cos, sin), position ids and no cache."""
+    accepted = inspect.signature(module.forward).parameters
+    batch, tokens = x.shape[0], x.shape[-2]
+    position_ids = torch.arange(tokens, device=x.device).expand(batch, tokens)  # (b, num_tokens)
+    kwargs: dict[str, Any] = {}
+    if "attention_mask" in accepted:
+        kwargs["attention_mask"] = _mask(module, x, position_ids)
+    if "position_embeddings" in accepted:
+        kwargs["position_embeddings"] = _rotary(module, x, position_ids)
+    if "position_ids" in accepted:
+        kwargs["position_ids"] = position_ids
+    return kwargs
+
+
+def declared_window(module: nn.Module) -> int | None:
+    """The sliding window the module (Gemma's per layer) or else its config (Mistral's) declares."""
+    if hasattr(module, "sliding_window"):
+        return getattr(module, "sliding_window")
+    config = module.config
+    if getattr(config, "layer_types", None) and getattr(module, "layer_idx", None) is not None:
+        if config.layer_types[module.layer_idx] != "sliding_attention":
+            return None
+    return getattr(config, "sliding_window", None)
+
+
+def declared_scale(module: nn.Module) -> tuple[float, str] | None:
+    """The factor on the scores the module's config declares instead of 1/sqrt(head_dim), and
+    where it says so: Gemma's query_pre_attn_scalar, Granite's attention_multiplier, GPT-2's
+    scale_attn_weights=False and scale_attn_by_inverse_layer_idx. None: the usual 1/sqrt(head_dim).
+    Read from the config, never from the module's own `scaling` (code could set that wrongly)."""
+    config = getattr(module, "config", None)
+    if config is None:
+        return None
+    if getattr(config, "query_pre_attn_scalar", None):
+        scalar = config.query_pre_attn_scalar
+        return scalar ** -0.5, f"query_pre_attn_scalar = {scalar:g}: 1/sqrt({scalar:g})"
+    if getattr(config, "attention_multiplier", None):
+        return float(config.attention_multiplier), f"attention_multiplier = {config.attention_multiplier:g}"
+    if getattr(config, "scale_attn_weights", True) is False:
+        return 1.0, "scale_attn_weights = False: no scaling"
+    if getattr(config, "scale_attn_by_inverse_layer_idx", False):
+        layer = getattr(module, "layer_idx", 0) or 0
+        head_dim = config.hidden_size // config.num_attention_heads
+        return head_dim ** -0.5 / (layer + 1), f"scale_attn_by_inverse_layer_idx: 1/sqrt(head_dim) / {layer + 1}"
+    return None
+
+
+def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor | None:
+    from transformers import masking_utils
+
+    config = module.config
+    if not getattr(module, "is_causal", True):
+        return masking_utils.create_bidirectional_mask(config=config, inputs_embeds=x, attention_mask=None)
+    make = masking_utils.create_causal_mask
+    window = declared_window(module)
+    if window is not None:
+        make = masking_utils.create_sliding_window_causal_mask
+        config = _with_window(config, window)
+    return make(config=config, inputs_embeds=x, attention_mask=None, past_key_values=None, position_ids=position_ids)
+
+
+def _with_window(config: Any, window: int) -> Any:
+    """The config as the mask function reads it: Gemma's layer types make a model-level sliding
+    window the mask of a sliding layer only, and the function reads `config.sliding_window`."""
+    if getattr(config, "sliding_window", None) == window:
+        return config
+    config = copy.copy(config)
+    config.sliding_window = window
+    return config
+
+
+def _rotary(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    rotary_cls = _rotary_class(type(module))
+    if rotary_cls is None:
+        raise HFError(f"{type(module).__name__} takes position_embeddings, but no RotaryEmbedding class was found "
+                      f"beside it")
+    rotary = rotary_cls(config=module.config).to(x.device)
+    if "layer_type" in inspect.signature(rotary.forward).parameters:  # Gemma3: one frequency set per layer type
+        return rotary(x, position_ids, getattr(module, "layer_type", None) or "full_attention")
+    return rotary(x, position_ids)
+
+
+def _rotary_class(cls: type) -> type | None:
+    """The `...RotaryEmbedding` class beside the module class (defined or imported in its file),
+    else beside a class it derives from."""
+    for klass in cls.__mro__:
+        modeling = sys.modules.get(klass.__module__)
+        found = [obj for name, obj in vars(modeling).items()
+                 if name.endswith("RotaryEmbedding") and inspect.isclass(obj)] if modeling else []
+        if found:
+            return found[0]
+    return None

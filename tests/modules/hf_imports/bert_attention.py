@@ -1,0 +1,1 @@
+from transformers.models.bert.modeling_bert import BertSelfAttention

@@ -1,0 +1,1 @@
+from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention

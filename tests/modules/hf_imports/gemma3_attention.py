@@ -1,0 +1,1 @@
+from transformers.models.gemma3.modeling_gemma3 import Gemma3Attention

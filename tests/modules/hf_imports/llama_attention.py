@@ -1,0 +1,1 @@
+from transformers.models.llama.modeling_llama import LlamaAttention

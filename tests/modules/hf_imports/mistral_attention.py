@@ -1,0 +1,1 @@
+from transformers.models.mistral.modeling_mistral import MistralAttention

@@ -104,4 +104,4 @@ def max_abs_or_nan(t: torch.Tensor) -> float:
     if t.numel() == 0:
         return 0.0
     lo, hi = torch.aminmax(t)
-    return max(-float(lo), float(hi))
+    return abs(max(-float(lo), float(hi)))  # abs: max(-0.0, 0.0) is -0.0, which tables print as "-0"

@@ -360,7 +360,7 @@ def _cap(p: Pair, scale: float) -> float | None:
     if logits is None or logits[0].numel() == 0:
         return None
     pre, post = scale * logits[0], logits[1]
-    tol = 64 * _EPS * max(float(pre.abs().max()), 1.0)
+    tol = 64 * _EPS * float(pre.abs().max())  # relative to the scores: small scores are bent little, but bent
     if float((post - pre).abs().max()) <= tol:
         return None  # nothing capped
     at = int(pre.abs().argmax())

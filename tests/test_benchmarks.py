@@ -47,7 +47,7 @@ def test_hand_written_parts_are_compared_and_a_missing_library_is_a_clear_skip(t
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert ("heatmap render+encode (6 tokens) attnlab / matplotlib: skipped: matplotlib is not installed "
-            "(pip install matplotlib; a benchmark-only library, not an attnlab dependency)") in lines
+            "(pip install -c constraints.txt -e '.[bench]'; a benchmark-only library, not an attnlab dependency)") in lines
     assert any(line.startswith("progress (100 updates) attnlab / tqdm: skipped: tqdm is not installed") for line in lines)
     for measured in ("PNG encode (4096 tokens) attnlab / Pillow: ", "hparams protos (6 tokens) attnlab / torch summary.hparams: "):
         assert any(line.startswith(measured) and line[len(measured)].isdigit() for line in lines), proc.stdout

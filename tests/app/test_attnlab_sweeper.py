@@ -124,3 +124,12 @@ def test_a_sweep_composes_each_job_once_plus_one_per_variant(tmp_path, monkeypat
                      f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     assert code == 0
     assert len(composed) == 6 + 2 and len(find_record_files([tmp_path / "sweep"])) == 6
+
+
+@pytest.mark.slow
+def test_with_the_basic_sweeper_a_range_error_is_its_jobs_failed_row_and_exit_code_1(tmp_path) -> None:
+    """Issue 25 item 5: the README said the basic sweeper's exit code stays 0; it is 1, as attnlab's."""
+    done = sweep(tmp_path, "variant=reference", "d_out=2,0", "hydra/sweeper=basic")
+    assert done.returncode == 1, done.stderr
+    table = pd.read_csv(tmp_path / "sweep" / "comparison.csv")
+    assert sorted(table["status"]) == ["failed", "ok"]

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SEEDS = Path("/work/shared/seeds")
+SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"  # the lesson texts, beside the clone
 
 
 def text_of(n_tokens: int) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path("/work/shared/source/ch03.py")
+SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source" / "ch03.py"  # beside the clone
 
 
 def _mha_source() -> str:

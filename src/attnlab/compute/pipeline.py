@@ -41,20 +41,12 @@ from attnlab.modules.roles import manual_seed
 
 SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DEVICES = ("cpu", "cuda", "mps", "auto")
-
-
-def checked_dtype(key: str, name: str) -> str:
-    if name not in DTYPES:
-        raise UserError(f"{key}={name}: allowed are {', '.join(DTYPES)}")
-    return name
 
 
 def resolved_device(name: str) -> str:
-    """cpu, cuda or mps; `auto` takes CUDA, then MPS, else the CPU. A device this machine lacks is
-    a one-line error, not a fallback: published numbers must say where they ran."""
-    if name not in DEVICES:
-        raise UserError(f"device={name}: allowed are {', '.join(DEVICES)}")
+    """cpu, cuda or mps (attnlab.schema allows only these and auto); `auto` takes CUDA, then MPS,
+    else the CPU. A device this machine lacks is a one-line error, not a fallback: published numbers
+    must say where they ran."""
     mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
@@ -106,11 +98,11 @@ class JobSpec:
             reference=cfg.reference,
             reference_params=OmegaConf.to_container(cfg.reference_params, resolve=True),
             show=(cfg.show.batch, cfg.show.head),
-            dtype=checked_dtype("dtype", cfg.dtype),
-            reference_dtype=checked_dtype("reference_dtype", cfg.reference_dtype),
+            dtype=cfg.dtype,  # names attnlab.schema has checked against DTYPES
+            reference_dtype=cfg.reference_dtype,
             device=resolved_device(cfg.device),
             profile=cfg.profile,
-            profile_budget_s=_positive("profile_budget_s", cfg.profile_budget_s),
+            profile_budget_s=float(cfg.profile_budget_s),  # in (0, 3600]: attnlab.schema
             profile_backward=cfg.profile_backward,
         )
 
@@ -335,12 +327,6 @@ def cast(module: nn.Module, device: str, dtype: torch.dtype) -> None:
 
 def _moved(x: torch.Tensor, device: str, dtype: str) -> torch.Tensor:
     return x.to(device=device, dtype=DTYPES[dtype])
-
-
-def _positive(key: str, value: float) -> float:
-    if not value > 0:
-        raise UserError(f"{key}={value}: must be a number of seconds above 0")
-    return float(value)
 
 
 def _check_shown(show: tuple[int, int], variant: Capture) -> None:

@@ -1,12 +1,15 @@
 """What a change does to the model's output: next-token distributions compared position by position.
 
 The logits are produced a chunk of positions at a time from the final hidden states and reduced at
-once (a GPT-2 vocabulary at 1,024 tokens would be 200 MB per forward if kept whole).
+once (a GPT-2 vocabulary at 1,024 tokens would be 200 MB per forward if kept whole). Several
+changed runs (one per compared layer) share one pass: the unmodified chunk's distribution is made
+once and every changed run is compared with it.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -22,41 +25,83 @@ def log_probs(head: nn.Module, hidden: Tensor, softcap: float | None = None) -> 
     return F.log_softmax(logits, dim=-1)  # (chunk, vocab)
 
 
+@dataclass
+class _Base:
+    """One chunk of the unmodified run: its log-probabilities and what every comparison reads of them."""
+
+    p: Tensor  # (c, vocab) log-probabilities
+    probs: Tensor  # (c, vocab) p.exp()
+    top1: Tensor  # (c,)
+    rows: Tensor  # (scored,) the chunk's positions that have a next token in the text
+    following: Tensor  # (scored,) that next token
+
+
+@dataclass
+class _Tally:
+    """One changed run's sums over the chunks."""
+
+    kl_sum: float = 0.0
+    kl_max: float = 0.0
+    agree: int = 0
+    nll: float = 0.0
+    non_finite: int = 0
+
+    def add(self, base: _Base, q: Tensor) -> None:
+        """`q`: (c, vocab) the changed run's log-probabilities at the chunk's positions."""
+        kl = (base.probs * (base.p - q)).sum(dim=-1)  # (c,)
+        self.non_finite += int((~torch.isfinite(kl)).sum())  # a NaN or infinity in q makes its position's KL one
+        self.kl_sum += float(kl.sum())
+        self.kl_max = max(self.kl_max, float(kl.max()), key=lambda v: (math.isnan(v), v))  # a NaN stays
+        self.agree += int((base.top1 == q.argmax(dim=-1)).sum())
+        if base.rows.numel():
+            self.nll -= float(q[base.rows, base.following].sum())
+
+
+def _base_chunk(head: nn.Module, hidden: Tensor, targets: Tensor, start: int, softcap: float | None) -> _Base:
+    """`hidden`: (c, d) the unmodified final hidden states at positions start..; `targets`: (T,) the text."""
+    p = log_probs(head, hidden, softcap)  # (c, vocab)
+    scored = max(min(hidden.shape[0], targets.shape[0] - 1 - start), 0)  # the last position has no next token
+    return _Base(p, p.exp(), p.argmax(dim=-1), torch.arange(scored), targets[start + 1:start + 1 + scored])
+
+
 @torch.no_grad()
-def output_effect(head: nn.Module, base: Tensor, changed: Tensor, ids: Tensor, *, softcap: float | None = None,
-                  changed_head: nn.Module | None = None, chunk: int = CHUNK) -> dict[str, float]:
-    """KL(model || changed) of the next-token distributions (mean and max over positions), the
-    share of positions whose top-1 token agrees, the loss on the text (mean next-token cross
-    entropy) without and with the change, how far the final hidden states moved, and how many
-    positions' changed predictions are not finite (their KL is NaN).
-    `base`, `changed`: (1, T, d); `ids`: (1, T). `changed_head`: another model's own output head
-    (the learner's check compares two models), else `head` makes both."""
-    base, changed, targets = base[0], changed[0], ids[0]  # (T, d), (T, d), (T,)
-    n = base.shape[0]
-    kl_sum, kl_max, agree, nll, nll_changed, non_finite = 0.0, 0.0, 0, 0.0, 0.0, 0
+def output_effects(head: nn.Module, base: Tensor, changed: list[Tensor], ids: Tensor, *,
+                   softcap: float | None = None, changed_head: nn.Module | None = None,
+                   chunk: int = CHUNK) -> list[dict[str, float]]:
+    """For each changed run: KL(model || changed) of the next-token distributions (mean and max
+    over positions), the share of positions whose top-1 token agrees, the loss on the text (mean
+    next-token cross entropy) without and with the change, how far the final hidden states moved,
+    and how many positions' changed predictions are not finite (their KL is NaN).
+    `base`, each of `changed`: (1, T, d); `ids`: (1, T). `changed_head`: another model's own
+    output head (the learner's check compares two models), else `head` makes both."""
+    targets, n = ids[0], base.shape[1]  # (T,)
+    tallies, nll = [_Tally() for _ in changed], 0.0
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
-        p = log_probs(head, base[start:stop], softcap)  # (c, vocab)
-        q = log_probs(changed_head or head, changed[start:stop], softcap)  # (c, vocab)
-        kl = (p.exp() * (p - q)).sum(dim=-1)  # (c,)
-        non_finite += int((~torch.isfinite(kl)).sum())  # a NaN or infinity in q makes its position's KL one
-        kl_sum += float(kl.sum())
-        kl_max = max(kl_max, float(kl.max()), key=lambda v: (math.isnan(v), v))  # a NaN stays
-        agree += int((p.argmax(dim=-1) == q.argmax(dim=-1)).sum())
-        scored = min(stop, n - 1) - start  # the last position has no next token in the text
-        if scored > 0:
-            following = targets[start + 1:start + 1 + scored]  # (scored,)
-            rows = torch.arange(scored)
-            nll -= float(p[rows, following].sum())
-            nll_changed -= float(q[rows, following].sum())
+        unmodified = _base_chunk(head, base[0, start:stop], targets, start, softcap)
+        if unmodified.rows.numel():
+            nll -= float(unmodified.p[unmodified.rows, unmodified.following].sum())
+        for tally, final in zip(tallies, changed):
+            tally.add(unmodified, log_probs(changed_head or head, final[0, start:stop], softcap))  # (c, vocab)
+    return [_summary(tally, nll, base[0], final[0]) for tally, final in zip(tallies, changed)]
+
+
+def output_effect(head: nn.Module, base: Tensor, changed: Tensor, ids: Tensor, **options) -> dict[str, float]:
+    """output_effects for one changed run."""
+    return output_effects(head, base, [changed], ids, **options)[0]
+
+
+def _summary(tally: _Tally, nll: float, base: Tensor, changed: Tensor) -> dict[str, float]:
+    """`base`, `changed`: (T, d) final hidden states."""
+    n = base.shape[0]
     difference = (changed - base).float()  # (T, d)
     return {
-        "kl_mean": kl_sum / n,
-        "kl_max": kl_max,
-        "top1_agreement": agree / n,
+        "kl_mean": tally.kl_sum / n,
+        "kl_max": tally.kl_max,
+        "top1_agreement": tally.agree / n,
         "loss": nll / (n - 1) if n > 1 else math.nan,
-        "loss_changed": nll_changed / (n - 1) if n > 1 else math.nan,
+        "loss_changed": tally.nll / (n - 1) if n > 1 else math.nan,
         "hidden_divergence": float(difference.abs().max()),
         "hidden_relative_divergence": float(difference.norm() / base.float().norm().clamp_min(1e-30)),
-        "non_finite_positions": non_finite,  # positions whose changed prediction holds NaN or infinity
+        "non_finite_positions": tally.non_finite,  # positions whose changed prediction holds NaN or infinity
     }

@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
 from attnlab.model.check import compute_check_records
-from attnlab.model.layer import ModelRun, compare_layer
+from attnlab.model.layer import ModelRun, changed_layer, compare_layer
 from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.locate import attention_modules, chosen_layers
 from attnlab.model.preflight import check_model_fits
@@ -56,7 +56,7 @@ def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
     layers = chosen_layers(layers_key, len(attention))
     ids = token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
     check_model_fits(loaded.n_parameters, sizes, len(ids), len(layers))
-    return ModelRun.start(loaded, attention, sizes, ids, loaded.tokenizer.labels(ids), layers), layers
+    return ModelRun.start(loaded, attention, sizes, ids, loaded.tokenizer.labels(ids), layers, replay=True), layers
 
 
 Done = Callable[[Record, int, int], None]  # told of each layer's record as it is made: (record, its index, how many)
@@ -80,11 +80,19 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
     expect = OmegaConf.to_container(cfg.expect, resolve=True)
     about = {"model": loaded.label, "n_layers": len(run.attention), "parameters": loaded.n_parameters,
              "tokenizer": loaded.tokenizer.name, "heads": run.sizes.heads, "kv_heads": run.sizes.kv_heads}
-    records = []
+    changed = []
     for layer in layers:
-        say(f"layer {layer}")
+        say(f"layer {layer}: in the model")
+        changed.append(changed_layer(run, layer, cfg.variant.name, params, cfg.seed))
+    say("effects")
+    finals = {each.layer: each.final for each in changed if each.final is not None}  # (1, T, d) each
+    effects = dict(zip(finals, run.effects(list(finals.values()))))
+    records = []
+    for each in changed:
+        say(f"layer {each.layer}")
         record = Record(variant=cfg.variant.name, seed=cfg.seed, config=copy.deepcopy(config), labels=run.labels,
                         n_tokens=run.n_tokens, d_in=run.sizes.width, d_out=run.sizes.width, model=dict(about))
-        records.append(compare_layer(run, layer, record, cfg.variant.name, params, cfg.seed, expect, cfg.reference))
+        records.append(compare_layer(run, each, effects.get(each.layer), record, cfg.variant.name, params, cfg.seed,
+                                     expect, cfg.reference))
         done(records[-1], len(records) - 1, len(layers))
     return records

@@ -3,6 +3,7 @@ layer's own parameters in its place, and what that does to the model's output.""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,14 +14,16 @@ from attnlab.capture.recorder import Capture
 from attnlab.compute.pipeline import diagnosed, run_module
 from attnlab.diagnosis.predictions import check_predictions
 from attnlab.model.config_variants import config_variant, takes_config
-from attnlab.model.effect import output_effect
+from attnlab.model.effect import output_effects
 from attnlab.model.head_patterns import head_patterns
 from attnlab.model.loading import LoadedModel
+from attnlab.model.replay import BlockRecording
 from attnlab.model.runner import AsLayerCalled, InModel, LayerCall, final_hidden, output_head, replaced
 from attnlab.model.sizes import ModelSizes, constructor_values
 from attnlab.modules.layouts import LayoutError, Projections, load_projections, read_projections
 from attnlab.modules.built import BuiltModule, PluginError, plan
 from attnlab.modules.registry import get_variant
+from attnlab.modules.roles import manual_seed
 from attnlab.record import Record
 
 
@@ -44,12 +47,17 @@ class ModelRun:
     def n_tokens(self) -> int:
         return self.ids.shape[1]
 
+    replay: BlockRecording | None = None  # the unmodified forward's blocks, replayed in a changed one
+
     @classmethod
     def start(cls, loaded: LoadedModel, attention: list[tuple[str, nn.Module]], sizes: ModelSizes, ids: list[int],
-              labels: list[str], layers: list[int]) -> ModelRun:
+              labels: list[str], layers: list[int], replay: bool = False) -> ModelRun:
+        """`replay`: keep the blocks' outputs for the changed forwards (attnlab.model.replay)."""
         token_ids = torch.tensor([ids], dtype=torch.long)  # (1, T)
-        base, calls = final_hidden(loaded.module, token_ids, loaded.hf, [m for _, m in attention], set(layers))
-        return cls(loaded, attention, sizes, token_ids, labels, base, calls)
+        recording = BlockRecording.of([name for name, _ in attention]) if replay else None
+        with recording.recording(loaded.module, max(layers)) if recording else nullcontext():
+            base, calls = final_hidden(loaded.module, token_ids, loaded.hf, [m for _, m in attention], set(layers))
+        return cls(loaded, attention, sizes, token_ids, labels, base, calls, recording)
 
     def projections(self, layer: int) -> Projections:
         return read_projections(self.attention[layer][1], num_heads=self.sizes.heads, num_kv_heads=self.sizes.kv_heads)
@@ -59,15 +67,21 @@ class ModelRun:
         call = self.calls[layer]
         return run_module(BuiltModule(self.attention[layer][1], AsLayerCalled(call)), call.hidden, seed)
 
-    def effect_of(self, layer: int, in_model: nn.Module) -> dict[str, float]:
-        """The model run again with `in_model` in place of the layer's attention, against the unmodified run."""
+    def changed_final(self, layer: int, in_model: nn.Module, seed: int) -> Tensor:
+        """(1, T, d) final hidden states of the model run again with `in_model` in place of the
+        layer's attention (the blocks before it replayed, when recorded)."""
         name = self.attention[layer][0]
-        with replaced(self.loaded.module, name, in_model):
+        replaying = self.replay.replaying(self.loaded.module, layer) if self.replay else nullcontext()
+        manual_seed(seed)
+        with replaced(self.loaded.module, name, in_model), replaying:
             try:
-                changed, _ = final_hidden(self.loaded.module, self.ids, self.loaded.hf)
+                return final_hidden(self.loaded.module, self.ids, self.loaded.hf)[0]
             except Exception as exc:  # noqa: BLE001 - the variant inside the model: fails its record only
                 raise PluginError(f"the model with this variant at layer {layer} raised {type(exc).__name__}: {exc}") from exc
-        return output_effect(output_head(self.loaded.module), self.base, changed, self.ids, softcap=self.sizes.softcap)
+
+    def effects(self, changed: list[Tensor]) -> list[dict[str, float]]:
+        """What each changed run's final hidden states do to the output, against the unmodified run's."""
+        return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, softcap=self.sizes.softcap)
 
 
 def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], seed: int
@@ -94,13 +108,17 @@ def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], 
     return built, loaded
 
 
-def run_variant(run: ModelRun, layer: int, built: BuiltModule, seed: int) -> tuple[Capture, InModel]:
-    """The variant captured on the layer's real input, and the module that puts it in the layer's place."""
+def in_model(run: ModelRun, layer: int, built: BuiltModule) -> InModel:
+    """The module that puts the variant in the layer's place, taking what the layer took."""
     call = run.calls[layer]
     if isinstance(built.convention, AsLayerCalled):
-        return run_module(built, call.hidden, seed), InModel(built.module, call.returned, True, True)
-    batched = built.takes_batches(run.sizes.width, run.n_tokens, run.sizes.width)
-    return run_module(built, _as_taken(call.hidden, batched), seed), InModel(built.module, call.returned, batched)
+        return InModel(built.module, call.returned, True, True)
+    return InModel(built.module, call.returned, built.takes_batches(run.sizes.width, run.n_tokens, run.sizes.width))
+
+
+def run_variant(run: ModelRun, layer: int, built: BuiltModule, batched: bool, seed: int) -> Capture:
+    """The variant captured on the layer's real input (`batched`: as InModel takes it)."""
+    return run_module(built, _as_taken(run.calls[layer].hidden, batched), seed)
 
 
 def _as_taken(hidden: Tensor, batched: bool) -> Tensor:
@@ -115,7 +133,8 @@ def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -
     own_name = f"{type(run.attention[layer][1]).__name__} (layer {layer})"
     if reference_name != "auto":
         built, _ = model_variant(run, layer, reference_name, {}, seed)
-        return f"{reference_name} with the parameters of {own_name}", run_variant(run, layer, built, seed)[0]
+        capture = run_variant(run, layer, built, in_model(run, layer, built).batched, seed)
+        return f"{reference_name} with the parameters of {own_name}", capture
     own = run.capture_own(layer, seed)
     if not own.missing:
         return own_name, own
@@ -139,16 +158,37 @@ def with_model_findings(record: Record, variant: Capture, findings: list, expect
                                            record.findings)
 
 
-def compare_layer(run: ModelRun, layer: int, record: Record, name: str, params: dict[str, Any], seed: int,
-                  expect: Any, reference_name: str = "auto") -> Record:
-    """`record` filled for one layer: the variant's and the layer's own stages, the findings and the effect."""
+@dataclass
+class Changed:
+    """One layer with the variant in its place and the model run again (or why that failed)."""
+
+    layer: int
+    final: Tensor | None = None  # (1, T, d) the changed run's final hidden states
+    error: str | None = None
+
+
+def changed_layer(run: ModelRun, layer: int, name: str, params: dict[str, Any], seed: int) -> Changed:
+    """The model run with the variant (built for the layer, holding its parameters) at `layer`."""
+    try:
+        built, _ = model_variant(run, layer, name, params, seed)
+        return Changed(layer, final=run.changed_final(layer, in_model(run, layer, built), seed))
+    except PluginError as exc:
+        return Changed(layer, error=str(exc))
+
+
+def compare_layer(run: ModelRun, changed: Changed, effect: dict[str, float] | None, record: Record, name: str,
+                  params: dict[str, Any], seed: int, expect: Any, reference_name: str = "auto") -> Record:
+    """`record` filled for one layer: the variant's and the layer's own stages, the findings and
+    `effect` (what `changed` does to the output; None when the changed run failed)."""
+    layer = changed.layer
     record.model["layer"] = layer
     record.model["attention"] = run.attention[layer][0]
     try:
         record.reference, reference = layer_reference(run, layer, reference_name, seed)
         built, record.weights_loaded = model_variant(run, layer, name, params, seed)
-        variant, in_model = run_variant(run, layer, built, seed)
-        effect = run.effect_of(layer, in_model)
+        variant = run_variant(run, layer, built, in_model(run, layer, built).batched, seed)
+        if changed.error is not None:
+            raise PluginError(changed.error)
     except PluginError as exc:
         record.status, record.error = "failed", str(exc)
         return record

@@ -343,29 +343,68 @@ def _cap_through(score: float, capped: float) -> float | None:
     return math.sqrt(lo * hi)
 
 
-def _own_logits(p: Pair) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The variant's own scores and softmax input (float64) over the entries it does not mask
-    (finite; every mask is -inf by now, attnlab.diagnosis.masking). Read from the variant alone,
-    so a scale or a cap is seen whatever changed the scores before (RoPE, QK-norm)."""
+def _own_logits(p: Pair) -> Iterator[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Per (batch item, head): the variant's own scores and softmax input (float64) over the
+    entries it does not mask (finite; every mask is -inf by now, attnlab.diagnosis.masking). Read
+    from the variant alone, so a scale or a cap is seen whatever changed the scores before (RoPE,
+    QK-norm). One head at a time: the whole stage in float64 would be four times its size."""
     scores, scaled = p.v.stages.get("scores"), p.v.stages.get("scaled_scores")
     if scores is None or scaled is None or scores.shape != scaled.shape or scaled.dim() != 4:
         return None
-    kept = [(scores[i].double(), scaled[i].double()) for i in _heads(scaled)]
-    return torch.cat([s[torch.isfinite(t)] for s, t in kept]), torch.cat([t[torch.isfinite(t)] for _, t in kept])
+    return (_unmasked(scores[i], scaled[i]) for i in _heads(scaled))
 
 
-def _cap(p: Pair, scale: float) -> float | None:
-    """The cap c with the variant's softmax input = c * tanh(scale * scores / c), when one fits."""
-    logits = _own_logits(p)
-    if logits is None or logits[0].numel() == 0:
+def _unmasked(scores: torch.Tensor, scaled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One head's (query, key) scores and softmax input, float64, where the softmax input is finite."""
+    kept = torch.isfinite(scaled)
+    return scores.double()[kept], scaled.double()[kept]
+
+
+def _nan_first(value: float) -> tuple[bool, float]:
+    """A max key that keeps a NaN, as torch's max does."""
+    return math.isnan(value), value
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """How the variant's softmax input sits against `scale` x its scores, over its unmasked entries."""
+
+    n: int  # unmasked entries
+    peak: float  # max |scale x score|
+    gap: float  # max |softmax input - scale x score|
+    pre_at: float = math.nan  # scale x score at the (first) peak
+    post_at: float = math.nan  # the softmax input there
+
+
+def _fit(p: Pair, scale: float) -> _Fit | None:
+    heads = _own_logits(p)
+    if heads is None:
         return None
-    pre, post = scale * logits[0], logits[1]
-    tol = 64 * _EPS * float(pre.abs().max())  # relative to the scores: small scores are bent little, but bent
-    if float((post - pre).abs().max()) <= tol:
+    n, peak, gap, at = 0, 0.0, 0.0, (math.nan, math.nan)
+    for scores, post in heads:
+        if not scores.numel():
+            continue
+        pre = scale * scores
+        largest = int(pre.abs().argmax())
+        head_peak = float(pre[largest].abs())
+        if n == 0 or _nan_first(head_peak) > _nan_first(peak):  # the first of equal peaks, as argmax
+            peak, at = head_peak, (float(pre[largest]), float(post[largest]))
+        n, gap = n + scores.numel(), max(gap, float((post - pre).abs().max()), key=_nan_first)
+    return _Fit(n, peak, gap, *at)
+
+
+def _cap(p: Pair, scale: float, fit: _Fit | None = None) -> float | None:
+    """The cap c with the variant's softmax input = c * tanh(scale * scores / c), when one fits
+    (`fit`: _fit(p, scale), when already made)."""
+    fit = fit or _fit(p, scale)
+    if fit is None or fit.n == 0:
+        return None
+    tol = 64 * _EPS * fit.peak  # relative to the scores: small scores are bent little, but bent
+    if fit.gap <= tol:
         return None  # nothing capped
-    at = int(pre.abs().argmax())
-    cap = _cap_through(float(pre[at]), float(post[at]))
-    if cap is None or float((cap * torch.tanh(pre / cap) - post).abs().max()) > tol:
+    cap = _cap_through(fit.pre_at, fit.post_at)
+    if cap is None or max((float((cap * torch.tanh(scale * s / cap) - t).abs().max()) for s, t in _own_logits(p)
+                           if s.numel()), key=_nan_first) > tol:
         return None
     return cap
 
@@ -382,8 +421,10 @@ def _scales(p: Pair) -> tuple[float, float] | None:
 @_recogniser
 def softcap(p: Pair) -> list[Finding]:
     scales = _scales(p)
-    cap = _cap(p, scales[0]) if scales else None
-    if cap is None or not p.changed("scaled_scores"):
+    if scales is None or not p.changed("scaled_scores"):
+        return []
+    cap = _cap(p, scales[0])
+    if cap is None:
         return []
     return [finding("softcap", "scaled_scores", f"soft-capped scores: the softmax input is "
                     f"{fmt(cap)} * tanh(s / {fmt(cap)}) of the scaled scores s, applied before the "
@@ -395,16 +436,18 @@ def softcap(p: Pair) -> list[Finding]:
 def declared_scale(p: Pair) -> list[Finding]:
     """A scale the module's config declares (Gemma's query_pre_attn_scalar), seen in the softmax
     input, alone or under a soft cap: deliberate, an info finding, never a `scaling` error."""
-    scales, logits = _scales(p), _own_logits(p)
-    if p.v.declared_scale is None or scales is None or logits is None or logits[0].numel() == 0:
+    scales = _scales(p)
+    if p.v.declared_scale is None or scales is None:
         return []
     (factor, where), usual = p.v.declared_scale, scales[1]
     theirs = p.ref.declared_scale[0] if p.ref.declared_scale else usual
     if abs(factor - theirs) <= 1e-6 * theirs:
         return []  # the reference scales the same way (Gemma's eager against its own sdpa)
-    pre, post = factor * logits[0], logits[1]
-    plain = float((post - pre).abs().max()) <= 64 * _EPS * max(float(pre.abs().max()), 1.0)
-    if not plain and _cap(p, factor) is None:
+    fit = _fit(p, factor)
+    if fit is None or fit.n == 0:
+        return []
+    plain = fit.gap <= 64 * _EPS * max(fit.peak, 1.0)
+    if not plain and _cap(p, factor, fit) is None:
         return []
     return [finding("declared_scale", "scaled_scores", f"the scores are scaled by {fmt(factor)} as the "
                     f"module's config declares ({where}), not by 1/sqrt(head_dim) = {fmt(usual)}; deliberate, so "

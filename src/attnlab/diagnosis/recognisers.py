@@ -343,26 +343,26 @@ def _cap_through(score: float, capped: float) -> float | None:
     return math.sqrt(lo * hi)
 
 
-def _own_logits(p: Pair) -> Iterator[tuple[torch.Tensor, torch.Tensor]] | None:
-    """Per (batch item, head): the variant's own scores and softmax input (float64) over the
-    entries it does not mask (finite; every mask is -inf by now, attnlab.diagnosis.masking). Read
-    from the variant alone, so a scale or a cap is seen whatever changed the scores before (RoPE,
-    QK-norm). One head at a time: the whole stage in float64 would be four times its size."""
+def _own_logits(p: Pair) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None:
+    """Per (batch item, head): the variant's own (query, key) scores and softmax input in float64,
+    and where the softmax input is finite: the entries it does not mask (every mask is -inf by now,
+    attnlab.diagnosis.masking). Read from the variant alone, so a scale or a cap is seen whatever
+    changed the scores before (RoPE, QK-norm). One head at a time: the whole stage in float64
+    would be twice its size."""
     scores, scaled = p.v.stages.get("scores"), p.v.stages.get("scaled_scores")
     if scores is None or scaled is None or scores.shape != scaled.shape or scaled.dim() != 4:
         return None
-    return (_unmasked(scores[i], scaled[i]) for i in _heads(scaled))
-
-
-def _unmasked(scores: torch.Tensor, scaled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One head's (query, key) scores and softmax input, float64, where the softmax input is finite."""
-    kept = torch.isfinite(scaled)
-    return scores.double()[kept], scaled.double()[kept]
+    return ((scores[i].double(), scaled[i].double(), torch.isfinite(scaled[i])) for i in _heads(scaled))
 
 
 def _nan_first(value: float) -> tuple[bool, float]:
     """A max key that keeps a NaN, as torch's max does."""
     return math.isnan(value), value
+
+
+def _kept_max(values: torch.Tensor, kept: torch.Tensor) -> float:
+    """max |values| over the kept entries (0 where none is)."""
+    return float(torch.where(kept, values.abs(), 0.0).max())
 
 
 @dataclass(frozen=True)
@@ -381,15 +381,16 @@ def _fit(p: Pair, scale: float) -> _Fit | None:
     if heads is None:
         return None
     n, peak, gap, at = 0, 0.0, 0.0, (math.nan, math.nan)
-    for scores, post in heads:
-        if not scores.numel():
+    for scores, post, kept in heads:
+        count = int(kept.count_nonzero())
+        if not count:
             continue
-        pre = scale * scores
-        largest = int(pre.abs().argmax())
-        head_peak = float(pre[largest].abs())
+        pre = scale * scores  # (query, key)
+        largest = int(torch.where(kept, pre.abs(), 0.0).argmax())  # the first, as argmax over the kept alone
+        head_peak = abs(float(pre.view(-1)[largest]))
         if n == 0 or _nan_first(head_peak) > _nan_first(peak):  # the first of equal peaks, as argmax
-            peak, at = head_peak, (float(pre[largest]), float(post[largest]))
-        n, gap = n + scores.numel(), max(gap, float((post - pre).abs().max()), key=_nan_first)
+            peak, at = head_peak, (float(pre.view(-1)[largest]), float(post.view(-1)[largest]))
+        n, gap = n + count, max(gap, _kept_max(post - pre, kept), key=_nan_first)
     return _Fit(n, peak, gap, *at)
 
 
@@ -403,8 +404,8 @@ def _cap(p: Pair, scale: float, fit: _Fit | None = None) -> float | None:
     if fit.gap <= tol:
         return None  # nothing capped
     cap = _cap_through(fit.pre_at, fit.post_at)
-    if cap is None or max((float((cap * torch.tanh(scale * s / cap) - t).abs().max()) for s, t in _own_logits(p)
-                           if s.numel()), key=_nan_first) > tol:
+    if cap is None or max((_kept_max(cap * torch.tanh(scale * s / cap) - t, kept) for s, t, kept in _own_logits(p)),
+                          key=_nan_first) > tol:
         return None
     return cap
 

@@ -223,9 +223,11 @@ def window(p: Pair) -> list[Finding]:
     future = torch.ones(n_query, n_key, dtype=torch.bool, device=mine.device).triu(1)
     if n_query != n_key or not all(torch.equal(torch.isneginf(ref[i]), future) for i in _heads(ref)):
         return []  # a window is read against the reference's causal mask
-    window = max(int((~torch.isneginf(mine[i])).sum(dim=-1).max()) for i in _heads(mine))
-    if window >= n_key:
-        return []
+    window = 0
+    for i in _heads(mine):  # the widest row of any head; one that sees every key ends it
+        window = max(window, int((~torch.isneginf(mine[i])).sum(dim=-1).max()))
+        if window >= n_key:
+            return []
     hidden = future | torch.ones_like(future).tril(-window)
     weights = p.v.stages.get("weights")
     for i in _heads(mine):
@@ -344,15 +346,15 @@ def _cap_through(score: float, capped: float) -> float | None:
 
 
 def _own_logits(p: Pair) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None:
-    """Per (batch item, head): the variant's own (query, key) scores and softmax input in float64,
-    and where the softmax input is finite: the entries it does not mask (every mask is -inf by now,
+    """Per (batch item, head): the variant's own (query, key) scores and softmax input, and where
+    the softmax input is finite: the entries it does not mask (every mask is -inf by now,
     attnlab.diagnosis.masking). Read from the variant alone, so a scale or a cap is seen whatever
-    changed the scores before (RoPE, QK-norm). One head at a time: the whole stage in float64
-    would be twice its size."""
+    changed the scores before (RoPE, QK-norm). One head at a time, each read in float64 where it
+    is compared: the whole stage in float64 would be twice its size."""
     scores, scaled = p.v.stages.get("scores"), p.v.stages.get("scaled_scores")
     if scores is None or scaled is None or scores.shape != scaled.shape or scaled.dim() != 4:
         return None
-    return ((scores[i].double(), scaled[i].double(), torch.isfinite(scaled[i])) for i in _heads(scaled))
+    return ((scores[i], scaled[i], torch.isfinite(scaled[i])) for i in _heads(scaled))
 
 
 def _nan_first(value: float) -> tuple[bool, float]:
@@ -385,18 +387,18 @@ def _fit(p: Pair, scale: float) -> _Fit | None:
         count = int(kept.count_nonzero())
         if not count:
             continue
-        pre = scale * scores  # (query, key)
-        largest = int(torch.where(kept, pre.abs(), 0.0).argmax())  # the first, as argmax over the kept alone
-        head_peak = abs(float(pre.view(-1)[largest]))
-        if n == 0 or _nan_first(head_peak) > _nan_first(peak):  # the first of equal peaks, as argmax
-            peak, at = head_peak, (float(pre.view(-1)[largest]), float(post.view(-1)[largest]))
-        n, gap = n + count, max(gap, _kept_max(post - pre, kept), key=_nan_first)
+        # |scale x score| orders as |score| (float32 values a float64 product cannot bring level)
+        largest = int(torch.where(kept, scores.abs(), -1.0).argmax())  # the first kept one, as argmax over them
+        pre_at = scale * float(scores.view(-1)[largest])
+        if n == 0 or _nan_first(abs(pre_at)) > _nan_first(peak):  # the first of equal peaks, as argmax
+            peak, at = abs(pre_at), (pre_at, float(post.view(-1)[largest]))
+        n, gap = n + count, max(gap, _kept_max(post.double() - scale * scores.double(), kept), key=_nan_first)
     return _Fit(n, peak, gap, *at)
 
 
 def _cap(p: Pair, scale: float, fit: _Fit | None = None) -> float | None:
     """The cap c with the variant's softmax input = c * tanh(scale * scores / c), when one fits
-    (`fit`: _fit(p, scale), when already made)."""
+    (`fit`: _fit(p, scale), when already made); the first head it misses ends the search."""
     fit = fit or _fit(p, scale)
     if fit is None or fit.n == 0:
         return None
@@ -404,9 +406,11 @@ def _cap(p: Pair, scale: float, fit: _Fit | None = None) -> float | None:
     if fit.gap <= tol:
         return None  # nothing capped
     cap = _cap_through(fit.pre_at, fit.post_at)
-    if cap is None or max((_kept_max(cap * torch.tanh(scale * s / cap) - t, kept) for s, t, kept in _own_logits(p)),
-                          key=_nan_first) > tol:
+    if cap is None:
         return None
+    for s, t, kept in _own_logits(p):
+        if _kept_max(cap * torch.tanh(scale * s.double() / cap) - t.double(), kept) > tol:
+            return None
     return cap
 
 

@@ -23,13 +23,18 @@ def head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
     normalised entropy, over query rows 1..T-1. `weights`: (H, T, T), causal."""
     n = weights.shape[-1]
     rows = np.arange(1, n)  # (T-1,)
-    w = weights[:, 1:, :].astype(np.float64)  # (H, T-1, T)
     previous = weights[:, rows, rows - 1].mean(axis=-1)  # (H,)
-    first = w[:, :, 0].mean(axis=-1)  # (H,)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        entropy = -np.where(w > 0, w * np.log(w), 0.0).sum(axis=-1)  # (H, T-1)
+    first = weights[:, 1:, 0].astype(np.float64).mean(axis=-1)  # (H,)
+    entropy = np.stack([_row_entropy(head[1:].astype(np.float64)) for head in weights])  # (H, T-1)
     normalised = (entropy / np.log(rows + 1)).mean(axis=-1)  # (H,): each row against log(keys it may see)
     return {"previous_token_head": previous, "first_token_head": first, "uniform_head": normalised}
+
+
+def _row_entropy(w: np.ndarray) -> np.ndarray:
+    """(rows,) entropy of each row of one head's (rows, T) float64 weights: one head at a time, the
+    float64 copy and its temporaries stay a head's size."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.where(w > 0, w * np.log(w), 0.0).sum(axis=-1)
 
 
 def head_patterns(weights: np.ndarray | None) -> list[Finding]:

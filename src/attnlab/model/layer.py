@@ -42,12 +42,11 @@ class ModelRun:
     labels: list[str]
     base: Tensor  # (1, T, d) final hidden states of the unmodified model
     calls: dict[int, LayerCall] = field(default_factory=dict)  # what each compared layer received
+    replay: BlockRecording | None = None  # the unmodified forward's blocks, replayed in a changed one
 
     @property
     def n_tokens(self) -> int:
         return self.ids.shape[1]
-
-    replay: BlockRecording | None = None  # the unmodified forward's blocks, replayed in a changed one
 
     @classmethod
     def start(cls, loaded: LoadedModel, attention: list[tuple[str, nn.Module]], sizes: ModelSizes, ids: list[int],

@@ -33,12 +33,12 @@ def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) ->
     return dot / norm if norm > 0 else math.nan
 
 
-def masked_entries(scaled: torch.Tensor, weights: torch.Tensor, scores: torch.Tensor, scale: float) -> torch.Tensor:
-    """Where a block of the softmax input is masked: its weight exactly 0 and its value put there,
-    -inf or a fill that is not `scale` x its unmasked score (a score too small for exp() to reach is)."""
-    zero = (weights == 0) & (scaled < math.inf)  # NaN compares False
+def masked_fills(scaled: torch.Tensor, weights: torch.Tensor, scores: torch.Tensor, scale: float) -> torch.Tensor:
+    """Where a block of the softmax input holds a finite mask fill: its weight exactly 0 and its
+    value not `scale` x its unmasked score (a score too small for exp() to reach is)."""
     own = scores * scale  # what each entry would be without a mask
-    return zero & (torch.isneginf(scaled) | ((scaled - own).abs() > 1e-3 * own.abs() + 1e-6))
+    far = (scaled - own).abs_() > own.abs_().mul_(1e-3).add_(1e-6)  # own's magnitude, in place once read
+    return far.logical_and_(weights == 0).logical_and_(scaled.abs() < math.inf)  # NaN compares False
 
 
 def _softmax_input(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
@@ -68,7 +68,7 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
         return capture
     fills = []  # (block, its finite masked entries)
     for i in blocks(scaled):
-        hidden = masked_entries(scaled[i], weights[i], scores[i], scale) & ~torch.isneginf(scaled[i])
+        hidden = masked_fills(scaled[i], weights[i], scores[i], scale)
         if bool(hidden.any()):
             fills.append((i, hidden))
     if not fills:

@@ -95,29 +95,9 @@ def to_png_bytes(image: np.ndarray) -> bytes:
     rows = np.concatenate([np.zeros((height, 1), np.uint8), image.reshape(height, width * 3)], axis=1)
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
     return b"".join(
-        [_PNG_SIGNATURE, _png_chunk(b"IHDR", header), _png_chunk(b"IDAT", _deflate(rows.tobytes())),
+        [_PNG_SIGNATURE, _png_chunk(b"IHDR", header), _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), 1)),
          _png_chunk(b"IEND", b"")]
     )
-
-
-PARALLEL_DEFLATE_BYTES = 2**21  # below, one zlib call; above, bands compressed on every core
-
-
-def _deflate(data: bytes) -> bytes:
-    """zlib.compress(data, 1), the same stream format: above PARALLEL_DEFLATE_BYTES as pigz does it,
-    raw deflate bands (each but the last ended by a full flush, so they concatenate) compressed in
-    threads (zlib lets go of the GIL), behind zlib's header and the adler32 of the whole."""
-    n_bands = min(os.cpu_count() or 1, len(data) // PARALLEL_DEFLATE_BYTES)
-    if n_bands < 2:
-        return zlib.compress(data, 1)
-    edges = [len(data) * i // n_bands for i in range(n_bands + 1)]
-
-    def band(i: int) -> bytes:
-        deflate = zlib.compressobj(1, zlib.DEFLATED, -15)  # raw deflate: no header, no checksum
-        last = i == n_bands - 1
-        return deflate.compress(data[edges[i]:edges[i + 1]]) + deflate.flush(zlib.Z_FINISH if last else zlib.Z_FULL_FLUSH)
-
-    return b"\x78\x01" + b"".join(_in_threads(band, range(n_bands))) + struct.pack(">I", zlib.adler32(data))
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:

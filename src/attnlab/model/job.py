@@ -55,7 +55,9 @@ def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
     sizes = model_sizes(loaded.config, loaded.label)
     layers = chosen_layers(layers_key, len(attention))
     ids = token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
-    check_model_fits(loaded.n_parameters, sizes, len(ids), len(layers))
+    # (1, T, d) tensors kept: each compared layer's input and its changed final hidden states, and the
+    # output of every block before the last compared layer (replayed)
+    check_model_fits(loaded.n_parameters, sizes, len(ids), 2 * len(layers) + max(layers))
     return ModelRun.start(loaded, attention, sizes, ids, loaded.tokenizer.labels(ids), layers, replay=True), layers
 
 

@@ -167,7 +167,9 @@ class Changed:
 
 
 def changed_layer(run: ModelRun, layer: int, name: str, params: dict[str, Any], seed: int) -> Changed:
-    """The model run with the variant (built for the layer, holding its parameters) at `layer`."""
+    """The model run with the variant (built for the layer, holding its parameters) at `layer`.
+    The built variant is let go (kept for every layer it would hold every layer's attention weights
+    at once): compare_layer builds it again, from the same seed, to capture it."""
     try:
         built, _ = model_variant(run, layer, name, params, seed)
         return Changed(layer, final=run.changed_final(layer, in_model(run, layer, built), seed))

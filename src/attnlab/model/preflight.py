@@ -10,8 +10,9 @@ from attnlab.model.sizes import ModelSizes
 
 def model_peak_bytes(n_parameters: int, sizes: ModelSizes, n_tokens: int, kept_layers: int) -> int:
     """The parameters; the forward's activations (an eager layer's weights and a few hidden-state
-    sized tensors); one layer's captured stages, both modules (attnlab.compute.preflight); each kept
-    layer's input; two chunks of log-probabilities."""
+    sized tensors); one layer's captured stages, both modules (attnlab.compute.preflight); the kept
+    (1, T, d) hidden states (`kept_layers` of them: layer inputs, changed runs, replayed blocks); two
+    chunks of log-probabilities."""
     size = Size(1, sizes.heads, n_tokens, sizes.width, sizes.width, context_length=max(n_tokens, sizes.context or 0))
     forward = 2 * sizes.heads * n_tokens**2 * 4 + 16 * n_tokens * sizes.width * 4
     kept = (kept_layers + 2) * n_tokens * sizes.width * 4

@@ -330,6 +330,7 @@ MORE_MODELS = {
     "olmo2": {"rotary", "qk_norm"},  # QK-norm over the whole projection, before the heads are split
     "phi3": {"rotary"},  # a fused qkv_proj, whose name reads as v_proj
     "distilbert": set(),  # out_lin, its output projection
+    "gptj": {"rotary"},  # its config's default rotary_dim is wider than a head of this size
 }
 
 

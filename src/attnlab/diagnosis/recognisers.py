@@ -174,12 +174,25 @@ def _turned(rotation: _Rotation, head_dim: int) -> str:
             f"{head_dim - rotation.dims} pass through unturned)")
 
 
+def _heads_matched(p: Pair, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Both sides' stage, the side with fewer key/value heads repeated to the other's count as
+    repeat_kv does: how the two sides group their keys is the kv_heads note's, not this stage's."""
+    pair = p.both(stage)
+    mine, ref = p.v.stages.get(stage), p.ref.stages.get(stage)
+    if pair is not None or mine is None or ref is None or mine.dim() != 4 or ref.dim() != 4:
+        return pair
+    few, many = sorted((mine.shape[1], ref.shape[1]))
+    if mine.shape[::2] != ref.shape[::2] or mine.shape[3] != ref.shape[3] or few == 0 or many % few:
+        return None
+    return mine.repeat_interleave(many // mine.shape[1], dim=1), ref.repeat_interleave(many // ref.shape[1], dim=1)
+
+
 @_recogniser
 def rotary(p: Pair) -> list[Finding]:
-    queries, keys = p.both("queries"), p.both("keys")
+    queries, keys = p.both("queries"), _heads_matched(p, "keys")
     if queries is None or keys is None:
         return []
-    changed = {stage: p.changed(stage) for stage in ("queries", "keys", "values") if p.both(stage) is not None}
+    changed = {stage: p.changed(stage) for stage in ("queries", "keys", "values") if _heads_matched(p, stage) is not None}
     if not (changed["queries"] or changed["keys"]):
         return []
     turns = {stage: _rotation_maybe_normed(*pair, 4 * p.tolerance(stage)) if changed[stage] else None
@@ -209,6 +222,12 @@ def rotary(p: Pair) -> list[Finding]:
         return [finding("rotary_misapplied", "values", f"the values are rotated by position like the "
                         f"queries and keys ({turn.pairing}); RoPE rotates only queries and keys: compute the "
                         f"values as x @ W_value, unrotated.")]
+    if float(turn.frequencies.max()) < 0:  # the reference's are the turned ones
+        theirs = _turned(_Rotation(turn.pairing, -turn.frequencies, turn.dims), head_dim)
+        return [finding("rotary", "queries", f"the reference applies a rotary position embedding (RoPE) that the "
+                        f"variant does not: the reference's queries and keys are {theirs}, the variant's are not "
+                        f"rotated, so its attn_scores do not depend on the query-key distance as the reference's do; "
+                        f"the scores, weights and context differ from the reference's from here on.")]
     return [finding("rotary", "queries", f"rotary position embedding (RoPE): queries and keys are {what}; "
                     f"each token's query and key keep their length, so attn_scores depend on the query-key "
                     f"distance, and the scores, weights and context differ from the reference's from here on.")]

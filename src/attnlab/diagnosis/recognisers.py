@@ -329,7 +329,7 @@ _ROWS = 256  # rows of one head's matrix taken at a time, so the temporaries sta
 def _distance_bias(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> dict[int, float] | None:
     """{query - key: the bias} when mine - ref on one head depends only on the query-key distance."""
     n_query, n_key = mine.shape
-    if not _shift_invariant(mine[:_ROWS + 1], ref[:_ROWS + 1], 2 * tol):
+    if not _shift_invariant(mine[:_ROWS + 1], ref[:_ROWS + 1], 2 * tol, n_key - n_query):
         return None  # two entries of one diagonal further apart than two tolerances: no common bias
     size = n_query + n_key - 1
     sums, counts = torch.zeros(size, dtype=torch.float64), torch.zeros(size, dtype=torch.int64)
@@ -343,18 +343,31 @@ def _distance_bias(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> dict[in
 
 
 def _by_distance(mine: torch.Tensor, ref: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(mine - ref in float64, query - key + n_key - 1) where both are finite, a few rows at a time."""
+    """(mine - ref in float64 from each row's diagonal, query - key + n_key - 1) where both are
+    finite, a few rows at a time."""
     n_key = mine.shape[1]
     for start in range(0, mine.shape[0], _ROWS):
-        diff = mine[start:start + _ROWS].double() - ref[start:start + _ROWS]  # (rows, n_key)
+        diff = _anchored(mine[start:start + _ROWS].double() - ref[start:start + _ROWS], start, n_key - mine.shape[0])
         finite = torch.isfinite(diff)  # mine - ref is finite exactly where both are
         distance = torch.arange(start, start + diff.shape[0])[:, None] - torch.arange(n_key)[None, :] + (n_key - 1)
         yield diff[finite], distance.expand_as(finite)[finite]
 
 
-def _shift_invariant(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
-    """Whether mine - ref agrees within tol with its neighbour one step down each diagonal."""
-    diff = mine.double() - ref  # (rows, n_key)
+def _anchored(diff: torch.Tensor, first: int, offset: int) -> torch.Tensor:
+    """`diff` (rows first.., n_key) less each row's value at its own query's key (column row + offset):
+    a constant per row is one the softmax ignores (Bloom's and Falcon's ALiBi add slope * key position)."""
+    rows = torch.arange(diff.shape[0])
+    at = rows + first + offset  # (rows,)
+    inside = (at >= 0) & (at < diff.shape[1])
+    anchor = torch.zeros(diff.shape[0], dtype=diff.dtype)
+    anchor[inside] = diff[rows[inside], at[inside]]
+    return diff - torch.where(torch.isfinite(anchor), anchor, 0)[:, None]
+
+
+def _shift_invariant(mine: torch.Tensor, ref: torch.Tensor, tol: float, offset: int) -> bool:
+    """Whether mine - ref, from each row's diagonal, agrees within tol with its neighbour one step
+    down each diagonal."""
+    diff = _anchored(mine.double() - ref, 0, offset)  # (rows, n_key)
     gap = (diff[1:, 1:] - diff[:-1, :-1]).abs()  # NaN or inf where either entry is masked
     return not bool(((gap > tol) & (gap < math.inf)).any())
 
@@ -390,6 +403,8 @@ def position_bias(p: Pair) -> list[Finding]:
         return []
     slopes = [_slope(bias, tol) for bias in biases]
     heads = len(biases)
+    if any(s is not None and s > tol for s in slopes):
+        return []  # a linear bias that grows with the distance favours far keys: ALiBi's sign turned, a bug
     if all(s is not None for s in slopes):
         published = _published_alibi_slopes(heads)
         alibi = all(abs(-s - want) <= 1e-3 * want for s, want in zip(slopes, published))
@@ -401,7 +416,8 @@ def position_bias(p: Pair) -> list[Finding]:
                           for h, bias in enumerate(biases[:2]))
         what = f"not linear in the distance (bias by distance {shown}{' ...' if heads > 2 else ''})"
     return [finding("position_bias", "scaled_scores", f"a position bias: the softmax input is the "
-                    f"reference's scaled scores plus a bias that depends only on the query-key distance, per head, "
+                    f"reference's scaled scores plus a bias that depends only on the query-key distance (measured "
+                    f"from each query's own key: a constant added to a whole row changes no weight), per head, "
                     f"{what}; the weights and context differ from the reference's from here on.")]
 
 

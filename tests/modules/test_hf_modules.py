@@ -331,6 +331,7 @@ MORE_MODELS = {
     "phi3": {"rotary"},  # a fused qkv_proj, whose name reads as v_proj
     "distilbert": set(),  # out_lin, its output projection
     "gptj": {"rotary"},  # its config's default rotary_dim is wider than a head of this size
+    "persimmon": {"rotary", "qk_norm"},  # QK-norm as a LayerNorm of each head, then a partial RoPE
     "falcon": {"rotary", "kv_heads"},  # forward takes an alibi argument (None: its config chose RoPE); one kv head
 }
 

@@ -23,7 +23,7 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -109,27 +109,42 @@ def _rotation(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | 
     return None
 
 
-_PER_HEAD, _WHOLE_WIDTH = (-1,), (1, -1)  # the axes an RMSNorm of queries or keys spans: (b, h, t, hs)
+class _Norm(NamedTuple):
+    """A normalisation of queries or keys: the axes it spans, (b, h, t, hs), and whether it
+    subtracts the mean first (LayerNorm) or not (RMSNorm)."""
+
+    span: tuple[int, ...]
+    centred: bool
 
 
-def _norm_spans(x: torch.Tensor) -> tuple[tuple[int, ...], ...]:
-    """Each head's vector (Qwen3, Gemma 3), or every head's together (OLMo 2: the whole projection)."""
-    return (_PER_HEAD, _WHOLE_WIDTH) if x.dim() == 4 else (_PER_HEAD,)
+_PER_HEAD = _Norm((-1,), False)  # RMSNorm of each head's vector: Qwen3, Gemma 3
+_WHOLE_WIDTH = _Norm((1, -1), False)  # RMSNorm of every head's together, before the split: OLMo 2
+_PER_HEAD_LAYER = _Norm((-1,), True)  # LayerNorm of each head's vector: Persimmon
 
 
-def _rms_normed(x: torch.Tensor, eps: float = 0.0, span: tuple[int, ...] = _PER_HEAD) -> tuple[torch.Tensor, float]:
-    """x divided per vector by sqrt(mean(x^2) over `span` + eps), as RMSNorm does, and the
-    smallest such divisor."""
-    rms = (x.double().pow(2).mean(dim=span, keepdim=True) + eps).sqrt().clamp_min(1e-12)
-    return x.double() / rms, float(rms.min())
+def _norms(x: torch.Tensor) -> tuple[_Norm, ...]:
+    return (_PER_HEAD, _WHOLE_WIDTH, _PER_HEAD_LAYER) if x.dim() == 4 else (_PER_HEAD, _PER_HEAD_LAYER)
 
 
-def _norm_eps(mine: torch.Tensor, ref: torch.Tensor, span: tuple[int, ...] = _PER_HEAD) -> float:
+def _centred(x: torch.Tensor, norm: _Norm) -> torch.Tensor:
+    x = x.double()
+    return x - x.mean(dim=norm.span, keepdim=True) if norm.centred else x
+
+
+def _rms_normed(x: torch.Tensor, eps: float = 0.0, norm: _Norm = _PER_HEAD) -> tuple[torch.Tensor, float]:
+    """x divided per vector by sqrt(mean(x^2) over the norm's span + eps), as RMSNorm does (its
+    mean subtracted first for a LayerNorm), and the smallest such divisor."""
+    x = _centred(x, norm)
+    rms = (x.pow(2).mean(dim=norm.span, keepdim=True) + eps).sqrt().clamp_min(1e-12)
+    return x / rms, float(rms.min())
+
+
+def _norm_eps(mine: torch.Tensor, ref: torch.Tensor, norm: _Norm = _PER_HEAD) -> float:
     """The eps of an RMSNorm x / sqrt(mean(x^2) + eps) that would turn `ref` into `mine`, read off
     the vector with the smallest mean square, where eps shows most (a short query vector of a
     2-wide head comes out visibly below RMS 1); 0 where none shows."""
-    ref_ms = ref.double().pow(2).mean(dim=span).flatten()
-    mine_ms = mine.double().pow(2).mean(dim=span).flatten()
+    ref_ms = _centred(ref, norm).pow(2).mean(dim=norm.span).flatten()
+    mine_ms = mine.double().pow(2).mean(dim=norm.span).flatten()
     i = int(ref_ms.argmin())
     if not 0 < float(mine_ms[i]) < 1:
         return 0.0
@@ -140,8 +155,8 @@ def _rotation_maybe_normed(mine: torch.Tensor, ref: torch.Tensor, tol: float) ->
     """`_rotation` of `ref` itself, or of `ref` RMS-normalised first (QK-norm, then RoPE, as in
     OLMo 2 and Qwen3: a rotation keeps the RMS, so the order does not matter)."""
     turn = _rotation(mine, ref, tol)
-    for span in _norm_spans(ref) if turn is None else ():
-        normed, smallest = _rms_normed(ref, _norm_eps(mine, ref, span), span)
+    for norm in _norms(ref) if turn is None else ():
+        normed, smallest = _rms_normed(ref, _norm_eps(mine, ref, norm), norm)
         turn = _rotation(mine, normed, _UNIT_RMS + tol / smallest)
         if turn is not None:
             break
@@ -236,13 +251,13 @@ def rotary(p: Pair) -> list[Finding]:
 # -- normalised queries and keys -------------------------------------------------------------------
 
 
-def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float, span: tuple[int, ...] = _PER_HEAD) -> bool:
-    """`mine` is `ref` divided, per vector over `span`, by its root-mean-square (then perhaps rotated
-    by position: RoPE after QK-norm)."""
-    rms = mine.double().pow(2).mean(dim=span).sqrt()
+def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float, norm: _Norm = _PER_HEAD) -> bool:
+    """`mine` is `ref` normalised per vector over the norm's span to root-mean-square 1 (then
+    perhaps rotated by position: RoPE after QK-norm)."""
+    rms = mine.double().pow(2).mean(dim=norm.span).sqrt()
     if (rms - 1).abs().median() > _UNIT_RMS or rms.max() > 1 + _UNIT_RMS:  # most at 1; a short one below (eps)
         return False
-    normed, smallest = _rms_normed(ref, _norm_eps(mine, ref, span), span)
+    normed, smallest = _rms_normed(ref, _norm_eps(mine, ref, norm), norm)
     tol = _UNIT_RMS + tol / smallest
     return bool((normed - mine.double()).abs().max() <= tol) or _rotation(mine, normed, tol) is not None  # or then RoPE
 
@@ -253,12 +268,17 @@ def qk_norm(p: Pair) -> list[Finding]:
     if any(pair is None for pair in pairs.values()) or not p.changed("queries"):
         return []
     queries = pairs["queries"][0]
-    span = next((span for span in _norm_spans(queries)
-                 if all(_unit_rms_of(*pair, p.tolerance(stage), span) for stage, pair in pairs.items())), None)
-    if span is None:
+    norm = next((norm for norm in _norms(queries)
+                 if all(_unit_rms_of(*pair, p.tolerance(stage), norm) for stage, pair in pairs.items())), None)
+    if norm is None:
         return []
     head_dim = queries.shape[-1]
-    if span == _WHOLE_WIDTH:
+    if norm == _PER_HEAD_LAYER:
+        return [finding("qk_norm", "queries", f"queries and keys are normalised as LayerNorm does (QK-norm, as "
+                        f"Persimmon does): each head's query and key vectors have their mean over head_dim={head_dim} "
+                        f"subtracted and are divided by their standard deviation before queries @ keys.T; the scores, "
+                        f"weights and context differ from the reference's from here on.")]
+    if norm == _WHOLE_WIDTH:
         return [finding("qk_norm", "queries", f"queries and keys are normalised (QK-norm) over the whole projection, "
                         f"as OLMo 2 does: each token's query, all {queries.shape[1]} heads together, and its key have "
                         f"root-mean-square 1 before they are split into heads of {head_dim}; the scores, weights and "

@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Iterator
 
@@ -40,19 +40,40 @@ class UserInterrupt(KeyboardInterrupt):
     """The user's Ctrl-C (a SIGINT), as opposed to a KeyboardInterrupt a module raised."""
 
 
+class Interrupts:
+    """The SIGINT handler of `user_interrupts`: raises UserInterrupt, or, inside `held()`, when the
+    block ends."""
+
+    def __init__(self) -> None:
+        self.holding = self.pending = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if not self.holding:
+            raise UserInterrupt()
+        self.pending = True
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+            if self.pending:
+                self.pending = False
+                raise UserInterrupt()
+
+
 @contextmanager
-def user_interrupts() -> Iterator[None]:
+def user_interrupts() -> Iterator[Interrupts]:
     """SIGINT raises UserInterrupt for the duration (main thread only: elsewhere nothing changes)."""
+    interrupts = Interrupts()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield interrupts
         return
-
-    def interrupted(signum: int, frame: Any) -> None:
-        raise UserInterrupt()
-
-    previous = signal.signal(signal.SIGINT, interrupted)
+    previous = signal.signal(signal.SIGINT, interrupts)
     try:
-        yield
+        yield interrupts
     finally:
         signal.signal(signal.SIGINT, previous)
 
@@ -81,12 +102,14 @@ def _child(work: Work, fail: Failure, conn: Connection) -> None:
         outcome = ("error", "user", str(exc))
     except Exception as exc:  # noqa: BLE001 - reported by the parent as this job's one-line error
         outcome = ("error", type(exc).__name__, str(exc))
+    with suppress(OSError):  # an output closed under it (`| head`) is not the job's failure
+        for stream in (sys.stdout, sys.stderr):  # what the job printed, before the parent moves on
+            stream.flush()
     try:
         conn.send(outcome)
     except OSError:  # the parent is gone (a killed joblib worker): no one to tell
         pass
-    finally:
-        conn.close()
+    os._exit(0)  # the outcome is sent: no interpreter teardown (a module's thread could hold the process)
 
 
 def _die_with_parent() -> None:
@@ -111,11 +134,12 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list:
     context.set_forkserver_preload(PRELOAD)
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(work, fail, child), daemon=True)
-    with user_interrupts():
+    with user_interrupts() as interrupts:
         try:
             for stream in (sys.stdout, sys.stderr):  # what this process printed comes before the job's output
                 stream.flush()
-            process.start()
+            with interrupts.held():  # one inside the start left a process that could be neither joined nor killed
+                process.start()
             child.close()
             outcome = _wait(parent, timeout_s)
         except UserInterrupt:

@@ -149,6 +149,14 @@ def _glyph(char: str, size: int) -> np.ndarray:
     return np.asarray(image)
 
 
+def load_glyphs() -> None:
+    """Every printable ASCII glyph at both sizes, into the cache: a process that forks jobs
+    (attnlab.app.preload) renders them once for all of its jobs."""
+    for size in (_FONT_SIZE, _TITLE_SIZE):
+        for code in range(ord(" "), ord("~") + 1):
+            _glyph(chr(code), size)
+
+
 def _text_width(text: str, size: int = _FONT_SIZE) -> int:
     return sum(_glyph(char, size).shape[1] for char in text)
 

@@ -50,6 +50,7 @@ def _softmax_input(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.
     return (scaled, weights, scores) if scaled.shape == weights.shape == scores.shape else None
 
 
+@releasing
 def with_masks_as_neg_inf(capture: Capture) -> Capture:
     """The capture with every masked entry of its softmax input at -inf (itself, no copy, when every
     mask already is -inf). Without the unmasked scores a finite fill cannot be told from a score

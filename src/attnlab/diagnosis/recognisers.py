@@ -249,12 +249,6 @@ def _changed_softmax_input(p: Pair) -> tuple[torch.Tensor, torch.Tensor] | None:
     return pair
 
 
-def _finite(mine: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One head's softmax inputs in float64 and where both are finite."""
-    mine, ref = mine.double(), ref.double()
-    return mine, ref, torch.isfinite(mine) & torch.isfinite(ref)
-
-
 def _scores_tolerance(p: Pair) -> float:
     """What two computations of the softmax input may differ by, the variant's own terms included."""
     scaled = p.v.stages["scaled_scores"]
@@ -270,17 +264,40 @@ def _published_alibi_slopes(num_heads: int) -> list[float]:
     return slopes + [2 ** (-8 * (h + 1) / (2 * below)) for h in range(0, 2 * below, 2)][: num_heads - below]
 
 
+_ROWS = 256  # rows of one head's matrix taken at a time, so the temporaries stay small at any length
+
+
 def _distance_bias(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> dict[int, float] | None:
     """{query - key: the bias} when mine - ref on one head depends only on the query-key distance."""
-    mine, ref, finite = _finite(mine, ref)
     n_query, n_key = mine.shape
-    distance = (torch.arange(n_query)[:, None] - torch.arange(n_key)[None, :] + (n_key - 1)).expand_as(finite)
-    diff, where = (mine - ref)[finite], distance[finite]  # distance shifted to >= 0 for bincount
-    counts = torch.bincount(where, minlength=n_query + n_key - 1)
-    bias = torch.bincount(where, weights=diff, minlength=n_query + n_key - 1) / counts.clamp_min(1)
-    if diff.numel() and (diff - bias[where]).abs().max() > tol:
+    if not _shift_invariant(mine[:_ROWS + 1], ref[:_ROWS + 1], 2 * tol):
+        return None  # two entries of one diagonal further apart than two tolerances: no common bias
+    size = n_query + n_key - 1
+    sums, counts = torch.zeros(size, dtype=torch.float64), torch.zeros(size, dtype=torch.int64)
+    for diff, where in _by_distance(mine, ref):
+        sums += torch.bincount(where, weights=diff, minlength=size)
+        counts += torch.bincount(where, minlength=size)
+    bias = sums / counts.clamp_min(1)
+    if any(diff.numel() and float((diff - bias[where]).abs().max()) > tol for diff, where in _by_distance(mine, ref)):
         return None
     return {d - (n_key - 1): float(bias[d]) for d in counts.nonzero().flatten().tolist()}
+
+
+def _by_distance(mine: torch.Tensor, ref: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(mine - ref in float64, query - key + n_key - 1) where both are finite, a few rows at a time."""
+    n_key = mine.shape[1]
+    for start in range(0, mine.shape[0], _ROWS):
+        diff = mine[start:start + _ROWS].double() - ref[start:start + _ROWS]  # (rows, n_key)
+        finite = torch.isfinite(diff)  # mine - ref is finite exactly where both are
+        distance = torch.arange(start, start + diff.shape[0])[:, None] - torch.arange(n_key)[None, :] + (n_key - 1)
+        yield diff[finite], distance.expand_as(finite)[finite]
+
+
+def _shift_invariant(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
+    """Whether mine - ref agrees within tol with its neighbour one step down each diagonal."""
+    diff = mine.double() - ref  # (rows, n_key)
+    gap = (diff[1:, 1:] - diff[:-1, :-1]).abs()  # NaN or inf where either entry is masked
+    return not bool(((gap > tol) & (gap < math.inf)).any())
 
 
 def _slope(bias: dict[int, float], tol: float) -> float | None:
@@ -343,29 +360,54 @@ def _cap_through(score: float, capped: float) -> float | None:
     return math.sqrt(lo * hi)
 
 
-def _own_logits(p: Pair) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _own_logits(p: Pair) -> Iterator[tuple[torch.Tensor, torch.Tensor]] | None:
     """The variant's own scores and softmax input (float64) over the entries it does not mask
-    (finite; every mask is -inf by now, attnlab.diagnosis.masking). Read from the variant alone,
-    so a scale or a cap is seen whatever changed the scores before (RoPE, QK-norm)."""
+    (finite; every mask is -inf by now, attnlab.diagnosis.masking), a few rows of one head at a
+    time so that no copy of a stage is made. Read from the variant alone, so a scale or a cap is
+    seen whatever changed the scores before (RoPE, QK-norm)."""
     scores, scaled = p.v.stages.get("scores"), p.v.stages.get("scaled_scores")
     if scores is None or scaled is None or scores.shape != scaled.shape or scaled.dim() != 4:
         return None
-    kept = [(scores[i].double(), scaled[i].double()) for i in _heads(scaled)]
-    return torch.cat([s[torch.isfinite(t)] for s, t in kept]), torch.cat([t[torch.isfinite(t)] for _, t in kept])
+    rows = [(*i, slice(start, start + _ROWS)) for i in _heads(scaled) for start in range(0, scaled.shape[2], _ROWS)]
+    return ((scores[i][kept].double(), scaled[i][kept].double())
+            for i in rows if (kept := torch.isfinite(scaled[i])).any())
+
+
+@dataclass(frozen=True)
+class _Bend:
+    """How the softmax input departs from scale * scores: the largest |scale * score|, the largest
+    departure, and the (scale * score, softmax input) pair at that largest score."""
+    largest: float
+    departure: float
+    score: float
+    logit: float
+
+
+def _bend(p: Pair, scale: float) -> _Bend | None:
+    heads = _own_logits(p)
+    if heads is None:
+        return None
+    largest, departure, at = -1.0, 0.0, (0.0, 0.0)
+    for scores, logits in heads:
+        pre = scale * scores  # (n,) the entries of a few rows of one head that the variant does not mask
+        departure = max(departure, float((logits - pre).abs().max()))
+        j = int(pre.abs().argmax())
+        if abs(float(pre[j])) > largest:
+            largest, at = abs(float(pre[j])), (float(pre[j]), float(logits[j]))
+    return _Bend(largest, departure, *at) if largest >= 0 else None
 
 
 def _cap(p: Pair, scale: float) -> float | None:
     """The cap c with the variant's softmax input = c * tanh(scale * scores / c), when one fits."""
-    logits = _own_logits(p)
-    if logits is None or logits[0].numel() == 0:
+    bend = _bend(p, scale)
+    if bend is None:
         return None
-    pre, post = scale * logits[0], logits[1]
-    tol = 64 * _EPS * float(pre.abs().max())  # relative to the scores: small scores are bent little, but bent
-    if float((post - pre).abs().max()) <= tol:
+    tol = 64 * _EPS * bend.largest  # relative to the scores: small scores are bent little, but bent
+    if bend.departure <= tol:
         return None  # nothing capped
-    at = int(pre.abs().argmax())
-    cap = _cap_through(float(pre[at]), float(post[at]))
-    if cap is None or float((cap * torch.tanh(pre / cap) - post).abs().max()) > tol:
+    cap = _cap_through(bend.score, bend.logit)
+    if cap is None or any(float((cap * torch.tanh(scale * scores / cap) - logits).abs().max()) > tol
+                          for scores, logits in _own_logits(p)):
         return None
     return cap
 
@@ -381,9 +423,9 @@ def _scales(p: Pair) -> tuple[float, float] | None:
 
 @_recogniser
 def softcap(p: Pair) -> list[Finding]:
-    scales = _scales(p)
+    scales = _scales(p) if p.changed("scaled_scores") else None
     cap = _cap(p, scales[0]) if scales else None
-    if cap is None or not p.changed("scaled_scores"):
+    if cap is None:
         return []
     return [finding("softcap", "scaled_scores", f"soft-capped scores: the softmax input is "
                     f"{fmt(cap)} * tanh(s / {fmt(cap)}) of the scaled scores s, applied before the "
@@ -395,15 +437,17 @@ def softcap(p: Pair) -> list[Finding]:
 def declared_scale(p: Pair) -> list[Finding]:
     """A scale the module's config declares (Gemma's query_pre_attn_scalar), seen in the softmax
     input, alone or under a soft cap: deliberate, an info finding, never a `scaling` error."""
-    scales, logits = _scales(p), _own_logits(p)
-    if p.v.declared_scale is None or scales is None or logits is None or logits[0].numel() == 0:
+    scales = _scales(p) if p.v.declared_scale is not None else None
+    if scales is None:
         return []
     (factor, where), usual = p.v.declared_scale, scales[1]
     theirs = p.ref.declared_scale[0] if p.ref.declared_scale else usual
     if abs(factor - theirs) <= 1e-6 * theirs:
         return []  # the reference scales the same way (Gemma's eager against its own sdpa)
-    pre, post = factor * logits[0], logits[1]
-    plain = float((post - pre).abs().max()) <= 64 * _EPS * max(float(pre.abs().max()), 1.0)
+    bend = _bend(p, factor)
+    if bend is None:
+        return []
+    plain = bend.departure <= 64 * _EPS * max(bend.largest, 1.0)
     if not plain and _cap(p, factor) is None:
         return []
     return [finding("declared_scale", "scaled_scores", f"the scores are scaled by {fmt(factor)} as the "

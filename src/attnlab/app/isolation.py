@@ -7,11 +7,13 @@ forkserver that has torch and attnlab's plugins imported: `os._exit`, a segfault
 `timeout_s` become a failed record too, and the sweep goes on.
 
 Why a forkserver: a plain fork of a process whose torch has used its thread pool can hang the
-child; spawn pays a fresh interpreter and torch's import for every job (~1.6 s); a forkserver
-pays that once per process (~1.2 s) and a fork for each job (~25 ms). A sweep (and a run with
-`timeout_s`) is isolated; a single run is guarded in-process, where a fresh process would cost
-more than the run. `attnlab.run` in a notebook runs in-process, unguarded, as before. Costs:
-benchmarks/isolation.py.
+child; spawn pays a fresh interpreter and torch's import for every job; a forkserver pays that
+once per process, and for each job a fork and what a fresh process pays that a warm one does not
+(its copy-on-write page faults, its caches filled again): everything a job imports is imported
+by the forkserver first (attnlab.app.preload). A sweep (and a run with `timeout_s`) is isolated;
+a single run is guarded in-process, where a fresh process would cost more than the run.
+`attnlab.run` in a notebook runs in-process, unguarded, as before. Costs: `python
+benchmarks/run.py --only isolation`, benchmarks/README.md.
 """
 
 from __future__ import annotations

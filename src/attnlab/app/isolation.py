@@ -133,7 +133,7 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list:
         # a joblib worker names loky's own method, which the job's process is told to use and cannot find
         multiprocessing.set_start_method("forkserver", force=True)
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
+    context.set_forkserver_preload([*PRELOAD, *main_package()])
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(work, fail, child), daemon=True)
     with user_interrupts() as interrupts:
@@ -164,6 +164,17 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list:
 
 
 TIMED_OUT = ("timed out",)
+
+
+def main_package() -> list[str]:
+    """The package of the module this process runs as `__main__` (a joblib worker runs loky's
+    `...backend.popen_loky_posix`), which multiprocessing runs again as `__mp_main__` in every
+    job's process: imported once by the forkserver, a job then runs only that module's own lines.
+    Not the module itself: runpy warns when it finds it imported. A package's `__main__` (`python
+    -m attnlab`) is never run again."""
+    name = getattr(sys.modules["__main__"].__spec__, "name", None) or ""
+    package, _, module = name.rpartition(".")
+    return [package] if package and module != "__main__" else []
 
 
 def _wait(parent: Connection, timeout_s: float | None) -> tuple | None:

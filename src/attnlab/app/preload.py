@@ -18,6 +18,7 @@ import torch.utils.tensorboard.summary  # noqa: F401 - its histogram and custom-
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+import attnlab.app.cli  # noqa: F401 - the `attnlab` command's script, run again in every job's process, imports it
 import attnlab.compute.preflight  # noqa: F401
 import attnlab.reporting.aggregate  # noqa: F401
 import attnlab.reporting.job_heatmaps  # noqa: F401

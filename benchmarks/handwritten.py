@@ -13,8 +13,6 @@ image is now one size, so the two differ in content, not in pixels).
   Agg Figure, imshow, colour bar, labels, savefig to BytesIO), on the same block-max-pooled data;
 - png: encode the same rendered image, attnlab's `to_png_bytes` vs Pillow's `Image.save(format="PNG",
   compress_level=1)` (the zlib level attnlab uses; keep the encoder only at >= 2x at every size);
-- glyphs: attnlab's renderer with its glyph cache vs the same renderer drawing its text with
-  Pillow's `ImageDraw.text` (warm: the steady state of a sweep; cold, first image of a process, in the detail);
 - progress: N updates to a non-tty stream, attnlab's Progress vs tqdm (default, and
   `disable=None`, its own "off when not a terminal") and rich;
 - hparams: the experiment/session summaries, built by hand vs torch's `summary.hparams` and
@@ -28,7 +26,6 @@ reported as skipped, with the pip command that adds it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import io
 import json
@@ -38,14 +35,14 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
 BOOK_TOKENS = ["Your", "journey", "starts", "with", "one", "step"]
 LARGE = 4096
 PROGRESS_UPDATES = (100, 10_000)
-PROGRESS_PY = Path(__file__).resolve().parents[1] / "attnlab" / "progress.py"
+PROGRESS_PY = Path(__file__).resolve().parents[1] / "src" / "attnlab" / "app" / "progress.py"
 
 
 @dataclass
@@ -117,7 +114,11 @@ def block_max(matrix: np.ndarray, side: int) -> np.ndarray:
     n = matrix.shape[0]
     if n <= side:
         return matrix
-    return matrix.reshape(side, n // side, side, n // side).max(axis=(1, 3))
+    block = -(-n // side)  # ceil: the last block may be short, as torch's ceil_mode pooling
+    cells = -(-n // block)
+    padded = np.full((cells * block, cells * block), -np.inf, dtype=matrix.dtype)
+    padded[:n, :n] = matrix
+    return padded.reshape(cells, block, cells, block).max(axis=(1, 3))
 
 
 @dataclass
@@ -131,7 +132,7 @@ def maps() -> list[Map]:
     return [Map("6 tokens", softmax_rows(6), BOOK_TOKENS), Map(f"{LARGE} tokens", softmax_rows(LARGE), None)]
 
 
-# ---------------------------------------------------------------- heatmap, PNG, glyphs
+# ---------------------------------------------------------------- heatmap, PNG
 
 
 def attnlab_png(m: Map) -> bytes:
@@ -211,69 +212,6 @@ def compare_png(repeats: int) -> list[Comparison]:
                               f"{len(to_png_bytes(image)) / 1024:.1f} KiB vs {len(pillow()) / 1024:.1f} KiB "
                               f"(Pillow's default level 6: {len(pillow(6)) / 1024:.1f} KiB)"))
     return out
-
-
-@contextlib.contextmanager
-def pillow_text() -> Iterator[None]:
-    """attnlab's renderer with its text drawn and measured by Pillow's ImageDraw, no glyph cache."""
-    from PIL import Image, ImageDraw
-
-    import attnlab.reporting.heatmap as heatmap
-
-    def text_width(text: str, size: int = heatmap._FONT_SIZE) -> int:
-        return round(heatmap._font(size).getlength(text))
-
-    def draw_string(image: Image.Image, xy: tuple[int, int], text: str, *, size: int = heatmap._FONT_SIZE,
-                    anchor: str = "lt", colour: tuple[int, int, int] = heatmap._TEXT, vertical: bool = False) -> None:
-        font = heatmap._font(size)
-        if not vertical:
-            ImageDraw.Draw(image).text(xy, text, fill=colour, font=font, anchor=anchor)
-            return
-        ascent, descent = font.getmetrics()
-        mask = Image.new("L", (max(text_width(text, size), 1), ascent + descent), 0)
-        ImageDraw.Draw(mask).text((0, ascent), text, fill=255, font=font, anchor="ls")
-        mask = mask.transpose(Image.Transpose.ROTATE_90)
-        x = xy[0] - {"l": 0, "m": mask.width // 2, "r": mask.width}[anchor[0]]
-        y = xy[1] - {"t": 0, "m": mask.height // 2, "b": mask.height}[anchor[1]]
-        image.paste(colour, (x, y, x + mask.width, y + mask.height), mask)
-
-    saved = heatmap._draw_string, heatmap._text_width
-    heatmap._draw_string, heatmap._text_width = draw_string, text_width
-    try:
-        yield
-    finally:
-        heatmap._draw_string, heatmap._text_width = saved
-
-
-def compare_glyphs(repeats: int) -> list[Comparison]:
-    import attnlab.reporting.heatmap as heatmap
-
-    def cold() -> None:
-        heatmap._glyph.cache_clear()
-        heatmap._text_mask.cache_clear()
-
-    out = []
-    for m in maps():
-        def render() -> np.ndarray:
-            return heatmap.render_heatmap(m.matrix, title="weights", row_labels=m.labels, col_labels=m.labels)
-
-        def render_pillow() -> np.ndarray:
-            with pillow_text():
-                return render()
-
-        def render_cold() -> np.ndarray:
-            cold()
-            return render()
-
-        ours, theirs = paired(render, render_pillow, repeats)
-        first, _ = paired(render_cold, render_pillow, repeats)
-        out.append(Comparison("glyph cache (whole render)", m.size, "Pillow ImageDraw.text", ours, theirs,
-                              f"warm cache; cold cache (a process's first image) {first:.3g} ms = "
-                              f"{first / theirs:.3g}x"))
-    return out
-
-
-# ---------------------------------------------------------------- progress
 
 
 def compare_progress(repeats: int) -> list[Comparison]:
@@ -424,7 +362,7 @@ def compare_imports(repeats: int) -> list[Comparison]:
 
 
 COMPARISONS: dict[str, Callable[[int], list[Comparison]]] = {
-    "heatmap": compare_heatmap, "png": compare_png, "glyphs": compare_glyphs, "progress": compare_progress,
+    "heatmap": compare_heatmap, "png": compare_png, "progress": compare_progress,
     "hparams": compare_hparams, "import": compare_imports,
 }
 

@@ -3,6 +3,7 @@ against a baseline measured in the same run.
 
     python benchmarks/multi_head_scale.py                 1024 and 4096 tokens, seeds (~10 minutes)
     python benchmarks/multi_head_scale.py --with-8k       also batch 1 x 8192 tokens (several more)
+    python benchmarks/multi_head_scale.py --wall-only --repeats 5   13a alone, median of 5 interleaved pairs
 
 The baseline is benchmarks/baselines/multi_head.py: the source's MultiHeadAttention twice with
 shared weights, one forward each, per-head entropy scalars and one pooled per-head weights image
@@ -12,6 +13,7 @@ per module in TensorBoard, both outputs saved. Peak RSS comes from wait4 of each
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -48,17 +50,25 @@ def estimate_error(n_tokens: int, batch: int, measured_kib: int) -> tuple[float,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--with-8k", action="store_true")
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved harness/script pairs for 13a (median)")
+    parser.add_argument("--wall-only", action="store_true", help="13a alone")
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="attnlab-scale-"))
     figures: list[Figure] = []
     estimates: list[tuple[str, float, str]] = []
 
-    h_wall, h_rss, _ = run(harness_args(1024, 2, root / "h1024"))
-    b_wall, b_rss, _ = run(baseline_args(1024, 2, root / "b1024"))
+    pairs = [(run(harness_args(1024, 2, root / f"h1024-{i}")), run(baseline_args(1024, 2, root / f"b1024-{i}")))
+             for i in range(args.repeats)]
+    h_wall, b_wall = (statistics.median(pair[side][0] for pair in pairs) for side in (0, 1))
+    h_rss = pairs[0][0][1]
     figures.append(Figure("13a. wall at batch 2 x 12 heads x 1024 tokens vs hand-written script", h_wall / b_wall,
-                          "<= 2x", 2.0, detail=f"harness {h_wall:.1f}s, script {b_wall:.1f}s"))
+                          "<= 2x", 2.0, detail=f"harness {h_wall:.1f}s, script {b_wall:.1f}s, "
+                                               f"median of {args.repeats} interleaved"))
     estimates.append(("1024", *estimate_error(1024, 2, h_rss)))
 
+    if args.wall_only:
+        print(figures[0].row())
+        return 0
     h_wall, h_rss, _ = run(harness_args(4096, 2, root / "h4096"))
     b_wall, b_rss, _ = run(baseline_args(4096, 2, root / "b4096"))
     figures.append(Figure("13b. peak RSS at batch 2 x 12 heads x 4096 tokens vs hand-written script", h_rss / b_rss,

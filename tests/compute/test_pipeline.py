@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnlab
+from attnlab.errors import UserError
 
 BOOK_CONTEXT_SEED_123 = [
     [0.2996, 0.8053], [0.3061, 0.8210], [0.3058, 0.8203],
@@ -187,3 +188,10 @@ def test_num_kv_heads_regroups_only_a_module_that_takes_or_declares_it(variant, 
     assert record.weights_loaded.get("key/value heads") == (
         None if kept is None else f"the reference's heads {kept} of 4 (the first of each group of {group})")
     assert [f.code for f in record.findings] == ([] if kept is None else ["kv_heads"])
+
+
+def test_reference_params_reach_the_reference_auto_chooses():
+    """reference.params with reference=auto: given to the chosen reference, not dropped. An
+    argument its constructor does not take is refused naming it, where it used to be ignored."""
+    with pytest.raises(UserError, match="'reference' takes no parameter 'no_such_argument'"):
+        attnlab.run("unscaled", overrides=["+reference.params.no_such_argument=1"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import zlib
 
 import numpy as np
 import pytest
@@ -147,19 +146,6 @@ def test_png_bytes_decode_to_the_same_image():
     image = render(np.random.default_rng(4).random((6, 6)), row_labels=TOKENS, col_labels=TOKENS)
     decoded = np.asarray(Image.open(io.BytesIO(to_png_bytes(image))))
     assert np.array_equal(decoded, image)
-
-
-def test_a_large_png_deflated_in_bands_decodes_to_the_same_image(monkeypatch):
-    """Above PARALLEL_DEFLATE_BYTES the IDAT stream is compressed in bands on every core: still one
-    zlib stream (header, concatenated deflate, adler32 of the whole) that Pillow and zlib read."""
-    monkeypatch.setattr(heatmap.os, "cpu_count", lambda: 4)  # four bands whatever this machine has
-    image = render(np.random.default_rng(5).random((900, 900)))
-    image = np.tile(image, (6, 6, 1))  # several MB of raw rows, so more than one band
-    assert image.nbytes > 2 * heatmap.PARALLEL_DEFLATE_BYTES
-    decoded = np.asarray(Image.open(io.BytesIO(to_png_bytes(image))))
-    assert np.array_equal(decoded, image)
-    data = image.tobytes()
-    assert zlib.decompress(heatmap._deflate(data)) == data
 
 
 def drawn_strings(monkeypatch) -> list[tuple[str, bool]]:

@@ -29,7 +29,6 @@ import attnlab.sinks.tensorboard  # noqa: F401
 import attnlab.sinks.terminal  # noqa: F401
 from attnlab.app.job import run_job  # noqa: F401 - the job's code: inputs, modules, capture, diagnosis, sinks
 from attnlab.modules.registry import discover
-from attnlab.reporting.heatmap import load_glyphs
 
 
 def warm_parsers() -> None:
@@ -44,5 +43,4 @@ def warm_parsers() -> None:
 
 discover()  # the plugins, found and imported once for every job of the process
 warm_parsers()
-load_glyphs()
 gc.freeze()  # the server's objects: never traversed by a job's gc, so their pages are never copied

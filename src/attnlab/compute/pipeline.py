@@ -226,10 +226,10 @@ def _build_pair(spec: JobSpec, inputs: Inputs, seed: int, record: Record) -> tup
 
 def _reference_arguments(spec: JobSpec, values: dict[str, Any], variant: BuiltModule) -> tuple[dict, dict]:
     """The reference's top-level keys and params: `auto`'s gets the variant's own key/value heads;
-    an explicit one its reference.params, the top-level keys among them overriding the run's
+    either gets reference.params, the top-level keys among them overriding the run's
     (reference.params.attn_implementation=sdpa against an eager variant)."""
     if spec.reference == "auto":
-        return {**values, "num_kv_heads": variant.num_kv_heads}, {}
+        values = {**values, "num_kv_heads": variant.num_kv_heads}
     top = {k: v for k, v in spec.reference_params.items() if k in CONSTRUCTOR_KEYS}
     return {**values, **top}, {k: v for k, v in spec.reference_params.items() if k not in top}
 

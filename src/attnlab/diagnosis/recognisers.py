@@ -66,15 +66,25 @@ _PAIRINGS: dict[str, Callable[[int], tuple[torch.Tensor, torch.Tensor]]] = {
 @dataclass(frozen=True)
 class _Rotation:
     pairing: str
-    frequencies: torch.Tensor  # (head_dim // 2,) radians per token, one per pair
+    frequencies: torch.Tensor  # (dims // 2,) radians per token, one per pair
+    dims: int  # the leading coordinates turned: head_dim, or fewer for a partial RoPE
+
+
+def _turned_dims(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> int:
+    """How many leading coordinates are not passed through: a partial RoPE (GPT-NeoX, Phi,
+    StableLM) turns the first ones and leaves the trailing ones as they were."""
+    same = ((mine.double() - ref.double()).abs() <= tol).flatten(0, -2).all(dim=0)  # (head_dim,)
+    return ref.shape[-1] - int(same.flip(0).int().cumprod(0).sum())
 
 
 def _rotation(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | None:
     """Whether `mine` is `ref` (batch, heads, tokens, head_dim) with every pair of coordinates of
     token t turned by t * frequency (one frequency per pair): the per-token norms are kept and the
-    angle grows linearly with the position."""
-    d, n = ref.shape[-1], ref.shape[-2]
-    if d % 2 or n < 2:
+    angle grows linearly with the position. Trailing coordinates passed through are a partial RoPE."""
+    d = _turned_dims(mine, ref, tol)
+    mine, ref = mine[..., :d], ref[..., :d]
+    n = ref.shape[-2]
+    if d == 0 or d % 2 or n < 2:
         return None
     x, y = ref.double(), mine.double()
     if (x.norm(dim=-1) - y.norm(dim=-1)).abs().max() > tol * math.sqrt(d):
@@ -95,23 +105,31 @@ def _rotation(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | 
         rotated = z_ref * torch.exp(1j * positions * frequency)
         turning = float(frequency.abs().max()) > rtol  # no angle at all is no rotation (QK-norm alone)
         if turning and (rotated - z).abs().max() <= tol + rtol * float(x.abs().max()):
-            return _Rotation(pairing, frequency)
+            return _Rotation(pairing, frequency, d)
     return None
 
 
-def _rms_normed(x: torch.Tensor, eps: float = 0.0) -> tuple[torch.Tensor, float]:
-    """x divided per vector by sqrt(mean(x^2) over the last axis + eps), as RMSNorm does, and the
+_PER_HEAD, _WHOLE_WIDTH = (-1,), (1, -1)  # the axes an RMSNorm of queries or keys spans: (b, h, t, hs)
+
+
+def _norm_spans(x: torch.Tensor) -> tuple[tuple[int, ...], ...]:
+    """Each head's vector (Qwen3, Gemma 3), or every head's together (OLMo 2: the whole projection)."""
+    return (_PER_HEAD, _WHOLE_WIDTH) if x.dim() == 4 else (_PER_HEAD,)
+
+
+def _rms_normed(x: torch.Tensor, eps: float = 0.0, span: tuple[int, ...] = _PER_HEAD) -> tuple[torch.Tensor, float]:
+    """x divided per vector by sqrt(mean(x^2) over `span` + eps), as RMSNorm does, and the
     smallest such divisor."""
-    rms = (x.double().pow(2).mean(dim=-1, keepdim=True) + eps).sqrt().clamp_min(1e-12)
+    rms = (x.double().pow(2).mean(dim=span, keepdim=True) + eps).sqrt().clamp_min(1e-12)
     return x.double() / rms, float(rms.min())
 
 
-def _norm_eps(mine: torch.Tensor, ref: torch.Tensor) -> float:
+def _norm_eps(mine: torch.Tensor, ref: torch.Tensor, span: tuple[int, ...] = _PER_HEAD) -> float:
     """The eps of an RMSNorm x / sqrt(mean(x^2) + eps) that would turn `ref` into `mine`, read off
     the vector with the smallest mean square, where eps shows most (a short query vector of a
     2-wide head comes out visibly below RMS 1); 0 where none shows."""
-    ref_ms = ref.double().pow(2).mean(dim=-1).flatten()
-    mine_ms = mine.double().pow(2).mean(dim=-1).flatten()
+    ref_ms = ref.double().pow(2).mean(dim=span).flatten()
+    mine_ms = mine.double().pow(2).mean(dim=span).flatten()
     i = int(ref_ms.argmin())
     if not 0 < float(mine_ms[i]) < 1:
         return 0.0
@@ -122,26 +140,38 @@ def _rotation_maybe_normed(mine: torch.Tensor, ref: torch.Tensor, tol: float) ->
     """`_rotation` of `ref` itself, or of `ref` RMS-normalised first (QK-norm, then RoPE, as in
     OLMo 2 and Qwen3: a rotation keeps the RMS, so the order does not matter)."""
     turn = _rotation(mine, ref, tol)
-    if turn is not None:
-        return turn
-    normed, smallest = _rms_normed(ref, _norm_eps(mine, ref))
-    return _rotation(mine, normed, _UNIT_RMS + tol / smallest)
+    for span in _norm_spans(ref) if turn is None else ():
+        normed, smallest = _rms_normed(ref, _norm_eps(mine, ref, span), span)
+        turn = _rotation(mine, normed, _UNIT_RMS + tol / smallest)
+        if turn is not None:
+            break
+    return turn
 
 
 def _base(rotation: _Rotation, head_dim: int) -> str:
-    """The base b of frequency_i = b ** (-2i / head_dim), fitted in log space, in words."""
-    freq = rotation.frequencies
+    """The base b of frequency_i = b ** (-2i / d), d the coordinates turned, fitted in log space, in words."""
+    freq, d = rotation.frequencies, rotation.dims
     if freq.numel() < 2:
         return "one pair per head (head_dim 2), so no base can be fitted"
+    over = "head_dim" if d == head_dim else str(d)
     i = torch.arange(freq.numel(), dtype=torch.float64)
-    exponent = 2 * i[1:] / head_dim
+    exponent = 2 * i[1:] / d
     log_freq = torch.log(freq[1:].abs().clamp_min(1e-300))
     log_base = -float((exponent * log_freq).sum() / (exponent**2).sum())
-    fitted = torch.exp(-log_base * 2 * i / head_dim)
+    fitted = torch.exp(-log_base * 2 * i / d)
     if (fitted - freq).abs().max() > 1e-3 * float(freq.abs().max()) or abs(float(freq[0]) - 1) > 1e-3:
         shown = ", ".join(fmt(float(f)) for f in freq[:4])
-        return f"frequencies {shown}{', ...' if freq.numel() > 4 else ''} radians per token, not base ** (-2i / head_dim)"
-    return f"theta (base) {fmt(math.exp(log_base))}: pair i turns by theta ** (-2i / head_dim) radians per token"
+        return f"frequencies {shown}{', ...' if freq.numel() > 4 else ''} radians per token, not base ** (-2i / {over})"
+    return f"theta (base) {fmt(math.exp(log_base))}: pair i turns by theta ** (-2i / {over}) radians per token"
+
+
+def _turned(rotation: _Rotation, head_dim: int) -> str:
+    """How the rotation turns, in words, a partial RoPE named as one."""
+    what = f"rotated by position over {rotation.pairing}, {_base(rotation, head_dim)}"
+    if rotation.dims == head_dim:
+        return what
+    return (f"{what}, over the first {rotation.dims} of their {head_dim} coordinates (a partial RoPE: the other "
+            f"{head_dim - rotation.dims} pass through unturned)")
 
 
 @_recogniser
@@ -159,7 +189,7 @@ def rotary(p: Pair) -> list[Finding]:
         return []
     turn = turns[rotated[0]]
     head_dim = queries[1].shape[-1]
-    what = f"rotated by position over {turn.pairing}, {_base(turn, head_dim)}"
+    what = _turned(turn, head_dim)
     if len(rotated) == 1:
         other = "keys" if rotated == ["queries"] else "queries"
         if changed[other]:
@@ -167,9 +197,11 @@ def rotary(p: Pair) -> list[Finding]:
         return [finding("rotary_misapplied", other, f"the {rotated[0]} are {what}, but the {other} are not: "
                         f"rotate queries and keys with the same angles, so that each score depends only on the "
                         f"distance between its query and key tokens.")]
-    if (turns["keys"].frequencies - turn.frequencies).abs().max() > 1e-4 * float(turn.frequencies.abs().max()):
+    keys_turn = turns["keys"]
+    if keys_turn.dims != turn.dims or (keys_turn.frequencies - turn.frequencies).abs().max() > 1e-4 * float(
+            turn.frequencies.abs().max()):
         return [finding("rotary_misapplied", "keys", f"the queries are {what}, but the keys are turned by "
-                        f"other angles ({_base(turns['keys'], head_dim)}); rotate both with the same angles.")]
+                        f"other angles ({_turned(keys_turn, head_dim)}); rotate both with the same angles.")]
     values = p.both("values")
     if changed.get("values") and values is not None:
         if _rotation(*values, 4 * p.tolerance("values")) is None:
@@ -185,13 +217,13 @@ def rotary(p: Pair) -> list[Finding]:
 # -- normalised queries and keys -------------------------------------------------------------------
 
 
-def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
-    """`mine` is `ref` divided, per (batch, head, token), by its root-mean-square over head_dim (then
-    perhaps rotated by position: RoPE after QK-norm)."""
-    rms = mine.double().pow(2).mean(dim=-1).sqrt()
+def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float, span: tuple[int, ...] = _PER_HEAD) -> bool:
+    """`mine` is `ref` divided, per vector over `span`, by its root-mean-square (then perhaps rotated
+    by position: RoPE after QK-norm)."""
+    rms = mine.double().pow(2).mean(dim=span).sqrt()
     if (rms - 1).abs().median() > _UNIT_RMS or rms.max() > 1 + _UNIT_RMS:  # most at 1; a short one below (eps)
         return False
-    normed, smallest = _rms_normed(ref, _norm_eps(mine, ref))
+    normed, smallest = _rms_normed(ref, _norm_eps(mine, ref, span), span)
     tol = _UNIT_RMS + tol / smallest
     return bool((normed - mine.double()).abs().max() <= tol) or _rotation(mine, normed, tol) is not None  # or then RoPE
 
@@ -201,9 +233,17 @@ def qk_norm(p: Pair) -> list[Finding]:
     pairs = {stage: p.both(stage) for stage in ("queries", "keys")}
     if any(pair is None for pair in pairs.values()) or not p.changed("queries"):
         return []
-    if not all(_unit_rms_of(*pair, p.tolerance(stage)) for stage, pair in pairs.items()):
+    queries = pairs["queries"][0]
+    span = next((span for span in _norm_spans(queries)
+                 if all(_unit_rms_of(*pair, p.tolerance(stage), span) for stage, pair in pairs.items())), None)
+    if span is None:
         return []
-    head_dim = pairs["queries"][0].shape[-1]
+    head_dim = queries.shape[-1]
+    if span == _WHOLE_WIDTH:
+        return [finding("qk_norm", "queries", f"queries and keys are normalised (QK-norm) over the whole projection, "
+                        f"as OLMo 2 does: each token's query, all {queries.shape[1]} heads together, and its key have "
+                        f"root-mean-square 1 before they are split into heads of {head_dim}; the scores, weights and "
+                        f"context differ from the reference's from here on.")]
     return [finding("qk_norm", "queries", f"queries and keys are normalised (QK-norm): each head's query "
                     f"and key vectors have root-mean-square 1 over their head_dim={head_dim} before queries @ keys.T, "
                     f"so every attn_score lies within +-{head_dim} whatever the inputs' scale; the scores, weights "

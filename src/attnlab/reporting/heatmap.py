@@ -1,8 +1,7 @@
 """Heatmaps of attention matrices as uint8 RGB arrays, drawn with numpy and Pillow only.
 
 Why not matplotlib: one figure per job tripled a sweep's run time. Here the cells are a colour
-lookup (`lut[index]`) stretched to a fixed size, and Pillow draws only the text, with glyphs
-rendered once per process. The same images feed TensorBoard, MLflow and the HTML report
+lookup (`lut[index]`) stretched to a fixed size, and Pillow draws only the text. The same images feed TensorBoard, MLflow and the HTML report
 (attnlab.reporting.job_heatmaps decides which a job draws).
 
 Rules a reader can rely on:
@@ -95,29 +94,9 @@ def to_png_bytes(image: np.ndarray) -> bytes:
     rows = np.concatenate([np.zeros((height, 1), np.uint8), image.reshape(height, width * 3)], axis=1)
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
     return b"".join(
-        [_PNG_SIGNATURE, _png_chunk(b"IHDR", header), _png_chunk(b"IDAT", _deflate(rows.tobytes())),
+        [_PNG_SIGNATURE, _png_chunk(b"IHDR", header), _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), 1)),
          _png_chunk(b"IEND", b"")]
     )
-
-
-PARALLEL_DEFLATE_BYTES = 2**21  # below, one zlib call; above, bands compressed on every core
-
-
-def _deflate(data: bytes) -> bytes:
-    """zlib.compress(data, 1), the same stream format: above PARALLEL_DEFLATE_BYTES as pigz does it,
-    raw deflate bands (each but the last ended by a full flush, so they concatenate) compressed in
-    threads (zlib lets go of the GIL), behind zlib's header and the adler32 of the whole."""
-    n_bands = min(os.cpu_count() or 1, len(data) // PARALLEL_DEFLATE_BYTES)
-    if n_bands < 2:
-        return zlib.compress(data, 1)
-    edges = [len(data) * i // n_bands for i in range(n_bands + 1)]
-
-    def band(i: int) -> bytes:
-        deflate = zlib.compressobj(1, zlib.DEFLATED, -15)  # raw deflate: no header, no checksum
-        last = i == n_bands - 1
-        return deflate.compress(data[edges[i]:edges[i + 1]]) + deflate.flush(zlib.Z_FINISH if last else zlib.Z_FULL_FLUSH)
-
-    return b"\x78\x01" + b"".join(_in_threads(band, range(n_bands))) + struct.pack(">I", zlib.adler32(data))
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -134,46 +113,22 @@ def _in_threads(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
         return list(pool.map(fn, items))
 
 
-@lru_cache(maxsize=None)
-def _glyph(char: str, size: int) -> np.ndarray:
-    """One character's alpha mask, one line high and one advance wide, rendered by FreeType once.
-
-    ImageDraw.text runs a full FreeType layout per call and a map draws dozens of strings; pasting
-    cached glyphs side by side is far cheaper (the ratio: benchmarks/README.md). Kerning is lost,
-    which numbers and short labels do not need.
-    """
-    font = _font(size)
-    ascent, descent = font.getmetrics()
-    image = Image.new("L", (max(round(font.getlength(char)), 1), ascent + descent), 0)
-    ImageDraw.Draw(image).text((0, ascent), char, fill=255, font=font, anchor="ls")
-    return np.asarray(image)
-
-
-def load_glyphs() -> None:
-    """Every printable ASCII glyph at both sizes, into the cache: a process that forks jobs
-    (attnlab.app.preload) renders them once for all of its jobs."""
-    for size in (_FONT_SIZE, _TITLE_SIZE):
-        for code in range(ord(" "), ord("~") + 1):
-            _glyph(chr(code), size)
-
-
 def _text_width(text: str, size: int = _FONT_SIZE) -> int:
-    return sum(_glyph(char, size).shape[1] for char in text)
-
-
-@lru_cache(maxsize=4096)
-def _text_mask(text: str, size: int, vertical: bool) -> Image.Image:
-    """A string's alpha mask; labels and ticks repeat across a job's images, hence the cache.
-
-    Vertical text reads upwards."""
-    mask = Image.fromarray(np.concatenate([_glyph(char, size) for char in text or " "], axis=1), mode="L")
-    return mask.transpose(Image.Transpose.ROTATE_90) if vertical else mask
+    return round(_font(size).getlength(text))
 
 
 def _draw_string(image: Image.Image, xy: tuple[int, int], text: str, *, size: int = _FONT_SIZE,
                  anchor: str = "lt", colour: tuple[int, int, int] = _TEXT, vertical: bool = False) -> None:
-    """Paste `colour` through the string's mask; anchors as in Pillow (l/m/r, then t/m/b)."""
-    mask = _text_mask(text, size, vertical)
+    """Pillow's ImageDraw.text, anchors as in Pillow (l/m/r, then t/m/b). Vertical text reads
+    upwards: drawn on a mask of its own and turned, since Pillow turns text only with libraqm."""
+    font = _font(size)
+    if not vertical:
+        ImageDraw.Draw(image).text(xy, text, fill=colour, font=font, anchor=anchor)
+        return
+    ascent, descent = font.getmetrics()
+    mask = Image.new("L", (max(_text_width(text, size), 1), ascent + descent), 0)
+    ImageDraw.Draw(mask).text((0, ascent), text, fill=255, font=font, anchor="ls")
+    mask = mask.transpose(Image.Transpose.ROTATE_90)
     x = xy[0] - {"l": 0, "m": mask.width // 2, "r": mask.width}[anchor[0]]
     y = xy[1] - {"t": 0, "m": mask.height // 2, "b": mask.height}[anchor[1]]
     image.paste(colour, (x, y, x + mask.width, y + mask.height), mask)

@@ -172,7 +172,7 @@ def main_package() -> list[str]:
     job's process: imported once by the forkserver, a job then runs only that module's own lines.
     Not the module itself: runpy warns when it finds it imported. A package's `__main__` (`python
     -m attnlab`) is never run again."""
-    name = getattr(sys.modules["__main__"].__spec__, "name", None) or ""
+    name = getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", None) or ""
     package, _, module = name.rpartition(".")
     return [package] if package and module != "__main__" else []
 

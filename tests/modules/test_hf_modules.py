@@ -331,6 +331,8 @@ MORE_MODELS = {
     "phi3": {"rotary"},  # a fused qkv_proj, whose name reads as v_proj
     "distilbert": set(),  # out_lin, its output projection
     "gptj": {"rotary"},  # its config's default rotary_dim is wider than a head of this size
+    "persimmon": {"rotary", "qk_norm"},  # QK-norm as a LayerNorm of each head, then a partial RoPE
+    "falcon": {"rotary", "kv_heads"},  # forward takes an alibi argument (None: its config chose RoPE); one kv head
 }
 
 
@@ -368,3 +370,17 @@ def test_gpt_neox_fused_projection_is_read_per_head_as_the_class_splits_it():
                                ("values", read.W_value, read.b_value)):
         mine = x @ weight + bias  # (1, 5, 64): head h in columns h*16:(h+1)*16
         assert torch.allclose(mine, theirs[("queries", "keys", "values").index(role)].flatten(-2), atol=1e-6), role
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_a_variant_without_the_references_rope_is_told_as_such_whatever_the_grouping(kv_heads):
+    """The source's MultiHeadAttention against Llama's class: the reference rotates, the variant
+    does not; its keys take the reference's grouped ones, so nothing else is reported."""
+    result = run("multi_head_attention", "reference=hf:llama", f"num_kv_heads={kv_heads}")
+    assert codes(result) == {"rotary"}, [f.message for f in result.findings]
+    (rotary,) = result.findings
+    assert rotary.message.startswith("the reference applies a rotary position embedding (RoPE) that the variant "
+                                     "does not"), rotary.message
+    assert "theta (base) 10000" in rotary.message  # LlamaConfig's default rope_theta
+    loaded = result.record.weights_loaded
+    assert all(loaded[f"W_{role}.weight"].startswith("shared") for role in ("query", "key", "value")), loaded

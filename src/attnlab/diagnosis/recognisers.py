@@ -23,7 +23,7 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -109,27 +109,42 @@ def _rotation(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | 
     return None
 
 
-_PER_HEAD, _WHOLE_WIDTH = (-1,), (1, -1)  # the axes an RMSNorm of queries or keys spans: (b, h, t, hs)
+class _Norm(NamedTuple):
+    """A normalisation of queries or keys: the axes it spans, (b, h, t, hs), and whether it
+    subtracts the mean first (LayerNorm) or not (RMSNorm)."""
+
+    span: tuple[int, ...]
+    centred: bool
 
 
-def _norm_spans(x: torch.Tensor) -> tuple[tuple[int, ...], ...]:
-    """Each head's vector (Qwen3, Gemma 3), or every head's together (OLMo 2: the whole projection)."""
-    return (_PER_HEAD, _WHOLE_WIDTH) if x.dim() == 4 else (_PER_HEAD,)
+_PER_HEAD = _Norm((-1,), False)  # RMSNorm of each head's vector: Qwen3, Gemma 3
+_WHOLE_WIDTH = _Norm((1, -1), False)  # RMSNorm of every head's together, before the split: OLMo 2
+_PER_HEAD_LAYER = _Norm((-1,), True)  # LayerNorm of each head's vector: Persimmon
 
 
-def _rms_normed(x: torch.Tensor, eps: float = 0.0, span: tuple[int, ...] = _PER_HEAD) -> tuple[torch.Tensor, float]:
-    """x divided per vector by sqrt(mean(x^2) over `span` + eps), as RMSNorm does, and the
-    smallest such divisor."""
-    rms = (x.double().pow(2).mean(dim=span, keepdim=True) + eps).sqrt().clamp_min(1e-12)
-    return x.double() / rms, float(rms.min())
+def _norms(x: torch.Tensor) -> tuple[_Norm, ...]:
+    return (_PER_HEAD, _WHOLE_WIDTH, _PER_HEAD_LAYER) if x.dim() == 4 else (_PER_HEAD, _PER_HEAD_LAYER)
 
 
-def _norm_eps(mine: torch.Tensor, ref: torch.Tensor, span: tuple[int, ...] = _PER_HEAD) -> float:
+def _centred(x: torch.Tensor, norm: _Norm) -> torch.Tensor:
+    x = x.double()
+    return x - x.mean(dim=norm.span, keepdim=True) if norm.centred else x
+
+
+def _rms_normed(x: torch.Tensor, eps: float = 0.0, norm: _Norm = _PER_HEAD) -> tuple[torch.Tensor, float]:
+    """x divided per vector by sqrt(mean(x^2) over the norm's span + eps), as RMSNorm does (its
+    mean subtracted first for a LayerNorm), and the smallest such divisor."""
+    x = _centred(x, norm)
+    rms = (x.pow(2).mean(dim=norm.span, keepdim=True) + eps).sqrt().clamp_min(1e-12)
+    return x / rms, float(rms.min())
+
+
+def _norm_eps(mine: torch.Tensor, ref: torch.Tensor, norm: _Norm = _PER_HEAD) -> float:
     """The eps of an RMSNorm x / sqrt(mean(x^2) + eps) that would turn `ref` into `mine`, read off
     the vector with the smallest mean square, where eps shows most (a short query vector of a
     2-wide head comes out visibly below RMS 1); 0 where none shows."""
-    ref_ms = ref.double().pow(2).mean(dim=span).flatten()
-    mine_ms = mine.double().pow(2).mean(dim=span).flatten()
+    ref_ms = _centred(ref, norm).pow(2).mean(dim=norm.span).flatten()
+    mine_ms = mine.double().pow(2).mean(dim=norm.span).flatten()
     i = int(ref_ms.argmin())
     if not 0 < float(mine_ms[i]) < 1:
         return 0.0
@@ -140,8 +155,8 @@ def _rotation_maybe_normed(mine: torch.Tensor, ref: torch.Tensor, tol: float) ->
     """`_rotation` of `ref` itself, or of `ref` RMS-normalised first (QK-norm, then RoPE, as in
     OLMo 2 and Qwen3: a rotation keeps the RMS, so the order does not matter)."""
     turn = _rotation(mine, ref, tol)
-    for span in _norm_spans(ref) if turn is None else ():
-        normed, smallest = _rms_normed(ref, _norm_eps(mine, ref, span), span)
+    for norm in _norms(ref) if turn is None else ():
+        normed, smallest = _rms_normed(ref, _norm_eps(mine, ref, norm), norm)
         turn = _rotation(mine, normed, _UNIT_RMS + tol / smallest)
         if turn is not None:
             break
@@ -174,12 +189,25 @@ def _turned(rotation: _Rotation, head_dim: int) -> str:
             f"{head_dim - rotation.dims} pass through unturned)")
 
 
+def _heads_matched(p: Pair, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Both sides' stage, the side with fewer key/value heads repeated to the other's count as
+    repeat_kv does: how the two sides group their keys is the kv_heads note's, not this stage's."""
+    pair = p.both(stage)
+    mine, ref = p.v.stages.get(stage), p.ref.stages.get(stage)
+    if pair is not None or mine is None or ref is None or mine.dim() != 4 or ref.dim() != 4:
+        return pair
+    few, many = sorted((mine.shape[1], ref.shape[1]))
+    if mine.shape[::2] != ref.shape[::2] or mine.shape[3] != ref.shape[3] or few == 0 or many % few:
+        return None
+    return mine.repeat_interleave(many // mine.shape[1], dim=1), ref.repeat_interleave(many // ref.shape[1], dim=1)
+
+
 @_recogniser
 def rotary(p: Pair) -> list[Finding]:
-    queries, keys = p.both("queries"), p.both("keys")
+    queries, keys = p.both("queries"), _heads_matched(p, "keys")
     if queries is None or keys is None:
         return []
-    changed = {stage: p.changed(stage) for stage in ("queries", "keys", "values") if p.both(stage) is not None}
+    changed = {stage: p.changed(stage) for stage in ("queries", "keys", "values") if _heads_matched(p, stage) is not None}
     if not (changed["queries"] or changed["keys"]):
         return []
     turns = {stage: _rotation_maybe_normed(*pair, 4 * p.tolerance(stage)) if changed[stage] else None
@@ -209,6 +237,12 @@ def rotary(p: Pair) -> list[Finding]:
         return [finding("rotary_misapplied", "values", f"the values are rotated by position like the "
                         f"queries and keys ({turn.pairing}); RoPE rotates only queries and keys: compute the "
                         f"values as x @ W_value, unrotated.")]
+    if float(turn.frequencies.max()) < 0:  # the reference's are the turned ones
+        theirs = _turned(_Rotation(turn.pairing, -turn.frequencies, turn.dims), head_dim)
+        return [finding("rotary", "queries", f"the reference applies a rotary position embedding (RoPE) that the "
+                        f"variant does not: the reference's queries and keys are {theirs}, the variant's are not "
+                        f"rotated, so its attn_scores do not depend on the query-key distance as the reference's do; "
+                        f"the scores, weights and context differ from the reference's from here on.")]
     return [finding("rotary", "queries", f"rotary position embedding (RoPE): queries and keys are {what}; "
                     f"each token's query and key keep their length, so attn_scores depend on the query-key "
                     f"distance, and the scores, weights and context differ from the reference's from here on.")]
@@ -217,13 +251,13 @@ def rotary(p: Pair) -> list[Finding]:
 # -- normalised queries and keys -------------------------------------------------------------------
 
 
-def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float, span: tuple[int, ...] = _PER_HEAD) -> bool:
-    """`mine` is `ref` divided, per vector over `span`, by its root-mean-square (then perhaps rotated
-    by position: RoPE after QK-norm)."""
-    rms = mine.double().pow(2).mean(dim=span).sqrt()
+def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float, norm: _Norm = _PER_HEAD) -> bool:
+    """`mine` is `ref` normalised per vector over the norm's span to root-mean-square 1 (then
+    perhaps rotated by position: RoPE after QK-norm)."""
+    rms = mine.double().pow(2).mean(dim=norm.span).sqrt()
     if (rms - 1).abs().median() > _UNIT_RMS or rms.max() > 1 + _UNIT_RMS:  # most at 1; a short one below (eps)
         return False
-    normed, smallest = _rms_normed(ref, _norm_eps(mine, ref, span), span)
+    normed, smallest = _rms_normed(ref, _norm_eps(mine, ref, norm), norm)
     tol = _UNIT_RMS + tol / smallest
     return bool((normed - mine.double()).abs().max() <= tol) or _rotation(mine, normed, tol) is not None  # or then RoPE
 
@@ -234,12 +268,17 @@ def qk_norm(p: Pair) -> list[Finding]:
     if any(pair is None for pair in pairs.values()) or not p.changed("queries"):
         return []
     queries = pairs["queries"][0]
-    span = next((span for span in _norm_spans(queries)
-                 if all(_unit_rms_of(*pair, p.tolerance(stage), span) for stage, pair in pairs.items())), None)
-    if span is None:
+    norm = next((norm for norm in _norms(queries)
+                 if all(_unit_rms_of(*pair, p.tolerance(stage), norm) for stage, pair in pairs.items())), None)
+    if norm is None:
         return []
     head_dim = queries.shape[-1]
-    if span == _WHOLE_WIDTH:
+    if norm == _PER_HEAD_LAYER:
+        return [finding("qk_norm", "queries", f"queries and keys are normalised as LayerNorm does (QK-norm, as "
+                        f"Persimmon does): each head's query and key vectors have their mean over head_dim={head_dim} "
+                        f"subtracted and are divided by their standard deviation before queries @ keys.T; the scores, "
+                        f"weights and context differ from the reference's from here on.")]
+    if norm == _WHOLE_WIDTH:
         return [finding("qk_norm", "queries", f"queries and keys are normalised (QK-norm) over the whole projection, "
                         f"as OLMo 2 does: each token's query, all {queries.shape[1]} heads together, and its key have "
                         f"root-mean-square 1 before they are split into heads of {head_dim}; the scores, weights and "
@@ -310,7 +349,7 @@ _ROWS = 256  # rows of one head's matrix taken at a time, so the temporaries sta
 def _distance_bias(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> dict[int, float] | None:
     """{query - key: the bias} when mine - ref on one head depends only on the query-key distance."""
     n_query, n_key = mine.shape
-    if not _shift_invariant(mine[:_ROWS + 1], ref[:_ROWS + 1], 2 * tol):
+    if not _shift_invariant(mine[:_ROWS + 1], ref[:_ROWS + 1], 2 * tol, n_key - n_query):
         return None  # two entries of one diagonal further apart than two tolerances: no common bias
     size = n_query + n_key - 1
     sums, counts = torch.zeros(size, dtype=torch.float64), torch.zeros(size, dtype=torch.int64)
@@ -324,18 +363,31 @@ def _distance_bias(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> dict[in
 
 
 def _by_distance(mine: torch.Tensor, ref: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(mine - ref in float64, query - key + n_key - 1) where both are finite, a few rows at a time."""
+    """(mine - ref in float64 from each row's diagonal, query - key + n_key - 1) where both are
+    finite, a few rows at a time."""
     n_key = mine.shape[1]
     for start in range(0, mine.shape[0], _ROWS):
-        diff = mine[start:start + _ROWS].double() - ref[start:start + _ROWS]  # (rows, n_key)
+        diff = _anchored(mine[start:start + _ROWS].double() - ref[start:start + _ROWS], start, n_key - mine.shape[0])
         finite = torch.isfinite(diff)  # mine - ref is finite exactly where both are
         distance = torch.arange(start, start + diff.shape[0])[:, None] - torch.arange(n_key)[None, :] + (n_key - 1)
         yield diff[finite], distance.expand_as(finite)[finite]
 
 
-def _shift_invariant(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
-    """Whether mine - ref agrees within tol with its neighbour one step down each diagonal."""
-    diff = mine.double() - ref  # (rows, n_key)
+def _anchored(diff: torch.Tensor, first: int, offset: int) -> torch.Tensor:
+    """`diff` (rows first.., n_key) less each row's value at its own query's key (column row + offset):
+    a constant per row is one the softmax ignores (Bloom's and Falcon's ALiBi add slope * key position)."""
+    rows = torch.arange(diff.shape[0])
+    at = rows + first + offset  # (rows,)
+    inside = (at >= 0) & (at < diff.shape[1])
+    anchor = torch.zeros(diff.shape[0], dtype=diff.dtype)
+    anchor[inside] = diff[rows[inside], at[inside]]
+    return diff - torch.where(torch.isfinite(anchor), anchor, 0)[:, None]
+
+
+def _shift_invariant(mine: torch.Tensor, ref: torch.Tensor, tol: float, offset: int) -> bool:
+    """Whether mine - ref, from each row's diagonal, agrees within tol with its neighbour one step
+    down each diagonal."""
+    diff = _anchored(mine.double() - ref, 0, offset)  # (rows, n_key)
     gap = (diff[1:, 1:] - diff[:-1, :-1]).abs()  # NaN or inf where either entry is masked
     return not bool(((gap > tol) & (gap < math.inf)).any())
 
@@ -371,6 +423,8 @@ def position_bias(p: Pair) -> list[Finding]:
         return []
     slopes = [_slope(bias, tol) for bias in biases]
     heads = len(biases)
+    if any(s is not None and s > tol for s in slopes):
+        return []  # a linear bias that grows with the distance favours far keys: ALiBi's sign turned, a bug
     if all(s is not None for s in slopes):
         published = _published_alibi_slopes(heads)
         alibi = all(abs(-s - want) <= 1e-3 * want for s, want in zip(slopes, published))
@@ -382,7 +436,8 @@ def position_bias(p: Pair) -> list[Finding]:
                           for h, bias in enumerate(biases[:2]))
         what = f"not linear in the distance (bias by distance {shown}{' ...' if heads > 2 else ''})"
     return [finding("position_bias", "scaled_scores", f"a position bias: the softmax input is the "
-                    f"reference's scaled scores plus a bias that depends only on the query-key distance, per head, "
+                    f"reference's scaled scores plus a bias that depends only on the query-key distance (measured "
+                    f"from each query's own key: a constant added to a whole row changes no weight), per head, "
                     f"{what}; the weights and context differ from the reference's from here on.")]
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
+import types
 
 import pytest
 from hydra_plugins.attnlab_sweeper.folder import job_outcomes, runs_of
 
-from attnlab.app.isolation import UserInterrupt, death_cause, guarded
+from attnlab.app.isolation import UserInterrupt, death_cause, guarded, main_package
 
 
 def raises(exc: BaseException):
@@ -29,6 +31,18 @@ def test_a_module_exiting_or_interrupting_is_a_failure_the_users_ctrl_c_is_not()
 def test_a_dead_process_is_named_by_its_signal_or_exit_code() -> None:
     assert death_cause(-signal.SIGSEGV).startswith("the job's process died of SIGSEGV")
     assert death_cause(0).startswith("the job's process exited with code 0 before reporting")
+
+
+@pytest.mark.parametrize(("main", "preloaded"), [
+    ("joblib.externals.loky.backend.popen_loky_posix", ["joblib.externals.loky.backend"]),  # a joblib worker
+    ("attnlab.__main__", []),  # python -m attnlab: never run again in a job's process, and importing it runs the app
+    ("script", []),  # python -m script: no package
+    (None, []),  # python script.py, the `attnlab` command
+])
+def test_the_forkserver_imports_the_package_of_a_main_module_each_job_runs_again(monkeypatch, main, preloaded) -> None:
+    spec = types.SimpleNamespace(name=main) if main else None
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=spec))
+    assert main_package() == preloaded
 
 
 def test_jobs_to_launch_keep_their_numbers_in_consecutive_runs() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -83,3 +84,23 @@ def test_a_job_that_fails_before_its_modules_run_has_its_row(tmp_path) -> None:
                    key=lambda r: r["config"]["context_length"])
     assert [r["status"] for r in found] == ["failed", "ok"]
     assert found[0]["error"] == "context_length=4: must be at least the inputs' 5 tokens"
+
+
+def test_a_ctrl_c_while_a_jobs_process_starts_is_the_users_interrupt(monkeypatch) -> None:
+    """A Ctrl-C that lands inside multiprocessing's start of a job's process (the sweep creates the
+    job's folder just before, which is when a user looking at it presses Ctrl-C) stops the sweep:
+    it left a process that could be neither joined nor killed, and an AssertionError that the sweep
+    took for the job's failure and went on."""
+    from multiprocessing import forkserver
+
+    from attnlab.app.isolation import UserInterrupt, isolated
+
+    connect = forkserver.connect_to_new_process
+
+    def connect_interrupted(fds: list[int]) -> tuple[int, int]:
+        os.kill(os.getpid(), signal.SIGINT)
+        return connect(fds)
+
+    monkeypatch.setattr(forkserver, "connect_to_new_process", connect_interrupted)
+    with pytest.raises(UserInterrupt):
+        isolated(list, str, None)

@@ -123,21 +123,23 @@ class QKNormRoPE(nn.Module):
 ''',
     "sdpa_alibi": '''
 class SDPAALiBi(nn.Module):
-    """ALiBi as SDPA's float mask on a fused qkv; `by_key`: the bias from the key's position alone (a bug)."""
+    """ALiBi as SDPA's float mask on a fused qkv; `by_key`: the bias from the key's position alone
+    (a bug: far keys gain); `as_bloom`: slope * key position, as Bloom and Falcon write it (the same
+    weights as ALiBi: it differs by a constant per row)."""
 
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, by_key=False):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, by_key=False, as_bloom=False):
         super().__init__()
         self.h, self.dh = num_heads, d_out // num_heads
         self.qkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias)
         self.proj = nn.Linear(d_out, d_out)
         self.slopes = [2 ** (-8 * (h + 1) / num_heads) for h in range(num_heads)]
-        self.by_key = by_key
+        self.by_key, self.as_bloom = by_key, as_bloom
 
     def forward(self, x):
         b, n, _ = x.shape
         q, k, v = self.qkv(x).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
         i = torch.arange(n)
-        gap = (i[None, :] if self.by_key else i[:, None] - i[None, :]).float().expand(n, n)
+        gap = (i[None, :] if self.by_key else -i[None, :] if self.as_bloom else i[:, None] - i[None, :]).float().expand(n, n)
         bias = -torch.tensor(self.slopes)[:, None, None] * gap
         bias = bias.masked_fill(i[None, :] > i[:, None], float("-inf"))
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
@@ -344,6 +346,12 @@ def test_rope_on_the_queries_only_is_an_error_at_the_keys(independent):
     assert "rotary" not in codes(result)
     assert ("rotary_misapplied", "keys") in [(f.code, f.stage) for f in result.findings if f.severity == "error"]
     assert "but the keys are not" in message(result, "rotary_misapplied")
+
+
+def test_alibi_written_from_the_key_position_as_bloom_does_is_alibi(independent):
+    result = independent("sdpa_alibi", "as_bloom=true")
+    assert codes(result) == ["position_bias"], [f.message for f in result.findings]
+    assert "the published ALiBi slopes for 4 heads" in message(result, "position_bias")
 
 
 def test_a_bias_from_the_key_position_alone_is_no_position_bias(independent):

@@ -137,3 +137,10 @@ def test_every_forward_of_a_run_goes_through_the_call_convention(monkeypatch):
     assert record.status == "ok" and record.profile["forward_ms"] > 0
     assert not record.not_checked  # the batch items differ: each was also run alone
     assert len(outside) > 4 and not any(outside)  # probe, capture, items alone, profile: all through call
+
+
+def test_a_module_taking_no_kv_head_count_takes_one_per_query_head_from_a_grouped_reference():
+    mha = plan("multi_head_attention", VALUES).build(seed=1)
+    assert mha.kv_heads_for(VALUES["num_heads"]) == VALUES["num_heads"]
+    assert mha.kv_heads_for(1) is None  # another head count: the reference's own, as before
+    assert plan("gqa", VALUES).build(seed=1).kv_heads_for(VALUES["num_heads"]) == 2

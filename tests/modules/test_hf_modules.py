@@ -320,3 +320,67 @@ def test_under_gqa_against_a_reference_that_groups_otherwise_rope_and_the_groupi
     assert codes(result, "error") == set(), [f.message for f in result.findings]
     assert codes(result, "info") == {"rotary", "kv_heads"}
     assert result.record.diagnostics["divergence_values"] == 0.0  # kv head g holds the reference's head 2g
+
+
+# classes whose layouts or position encodings correct code used to be reported wrong on
+MORE_MODELS = {
+    "phi": {"rotary"},  # a partial RoPE
+    "stablelm": {"rotary"},  # a partial RoPE
+    "gpt_neox": {"rotary"},  # each head's query, key and value side by side in query_key_value; a partial RoPE
+    "olmo2": {"rotary", "qk_norm"},  # QK-norm over the whole projection, before the heads are split
+    "phi3": {"rotary"},  # a fused qkv_proj, whose name reads as v_proj
+    "distilbert": set(),  # out_lin, its output projection
+    "gptj": {"rotary"},  # its config's default rotary_dim is wider than a head of this size
+    "persimmon": {"rotary", "qk_norm"},  # QK-norm as a LayerNorm of each head, then a partial RoPE
+    "falcon": {"rotary", "kv_heads"},  # forward takes an alibi argument (None: its config chose RoPE); one kv head
+}
+
+
+@pytest.mark.parametrize("model", MORE_MODELS)
+def test_more_layouts_and_position_encodings_are_named_not_reported_wrong(model):
+    result = run(f"hf:{model}")
+    assert codes(result, "error") == set(), [f.message for f in result.findings]
+    assert codes(result, "warning") == set(), [f.message for f in result.findings]
+    assert codes(result, "info") == MORE_MODELS[model]
+
+
+def test_a_partial_rope_names_the_coordinates_its_config_turns():
+    config = transformers.GPTNeoXConfig()
+    head_dim = 64 // 4
+    turned = int(head_dim * config.rope_parameters["partial_rotary_factor"])
+    (rotary,) = [f for f in run("hf:gpt_neox").findings if f.code == "rotary"]
+    assert f"over the first {turned} of their {head_dim} coordinates" in rotary.message
+    assert f"the other {head_dim - turned} pass through unturned" in rotary.message
+
+
+def test_gpt_neox_fused_projection_is_read_per_head_as_the_class_splits_it():
+    """read_projections against the split GPTNeoXAttention.forward makes: the fused output viewed as
+    (heads, 3 * head_dim) and chunked into query, key and value."""
+    from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXAttention
+
+    from attnlab.modules.layouts import read_projections
+
+    config = transformers.GPTNeoXConfig(hidden_size=64, num_attention_heads=4, attention_bias=True)
+    module = GPTNeoXAttention(config, layer_idx=0)
+    x = torch.randn(1, 5, 64)
+    with torch.no_grad():
+        theirs = module.query_key_value(x).view(1, 5, 4, 3 * 16).chunk(3, dim=-1)  # each (1, 5, 4, 16)
+    read = read_projections(module, num_heads=4)
+    for role, weight, bias in (("queries", read.W_query, read.b_query), ("keys", read.W_key, read.b_key),
+                               ("values", read.W_value, read.b_value)):
+        mine = x @ weight + bias  # (1, 5, 64): head h in columns h*16:(h+1)*16
+        assert torch.allclose(mine, theirs[("queries", "keys", "values").index(role)].flatten(-2), atol=1e-6), role
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_a_variant_without_the_references_rope_is_told_as_such_whatever_the_grouping(kv_heads):
+    """The source's MultiHeadAttention against Llama's class: the reference rotates, the variant
+    does not; its keys take the reference's grouped ones, so nothing else is reported."""
+    result = run("multi_head_attention", "reference=hf:llama", f"num_kv_heads={kv_heads}")
+    assert codes(result) == {"rotary"}, [f.message for f in result.findings]
+    (rotary,) = result.findings
+    assert rotary.message.startswith("the reference applies a rotary position embedding (RoPE) that the variant "
+                                     "does not"), rotary.message
+    assert "theta (base) 10000" in rotary.message  # LlamaConfig's default rope_theta
+    loaded = result.record.weights_loaded
+    assert all(loaded[f"W_{role}.weight"].startswith("shared") for role in ("query", "key", "value")), loaded

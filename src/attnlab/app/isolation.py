@@ -7,11 +7,13 @@ forkserver that has torch and attnlab's plugins imported: `os._exit`, a segfault
 `timeout_s` become a failed record too, and the sweep goes on.
 
 Why a forkserver: a plain fork of a process whose torch has used its thread pool can hang the
-child; spawn pays a fresh interpreter and torch's import for every job (~1.6 s); a forkserver
-pays that once per process (~1.2 s) and a fork for each job (~25 ms). A sweep (and a run with
-`timeout_s`) is isolated; a single run is guarded in-process, where a fresh process would cost
-more than the run. `attnlab.run` in a notebook runs in-process, unguarded, as before. Costs:
-benchmarks/isolation.py.
+child; spawn pays a fresh interpreter and torch's import for every job; a forkserver pays that
+once per process, and for each job a fork and what a fresh process pays that a warm one does not
+(its copy-on-write page faults, its caches filled again): everything a job imports is imported
+by the forkserver first (attnlab.app.preload). A sweep (and a run with `timeout_s`) is isolated;
+a single run is guarded in-process, where a fresh process would cost more than the run.
+`attnlab.run` in a notebook runs in-process, unguarded, as before. Costs: `python
+benchmarks/run.py --only isolation`, benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import signal
 import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Iterator
 
@@ -40,19 +42,40 @@ class UserInterrupt(KeyboardInterrupt):
     """The user's Ctrl-C (a SIGINT), as opposed to a KeyboardInterrupt a module raised."""
 
 
+class Interrupts:
+    """The SIGINT handler of `user_interrupts`: raises UserInterrupt, or, inside `held()`, when the
+    block ends."""
+
+    def __init__(self) -> None:
+        self.holding = self.pending = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if not self.holding:
+            raise UserInterrupt()
+        self.pending = True
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+            if self.pending:
+                self.pending = False
+                raise UserInterrupt()
+
+
 @contextmanager
-def user_interrupts() -> Iterator[None]:
+def user_interrupts() -> Iterator[Interrupts]:
     """SIGINT raises UserInterrupt for the duration (main thread only: elsewhere nothing changes)."""
+    interrupts = Interrupts()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield interrupts
         return
-
-    def interrupted(signum: int, frame: Any) -> None:
-        raise UserInterrupt()
-
-    previous = signal.signal(signal.SIGINT, interrupted)
+    previous = signal.signal(signal.SIGINT, interrupts)
     try:
-        yield
+        yield interrupts
     finally:
         signal.signal(signal.SIGINT, previous)
 
@@ -81,12 +104,14 @@ def _child(work: Work, fail: Failure, conn: Connection) -> None:
         outcome = ("error", "user", str(exc))
     except Exception as exc:  # noqa: BLE001 - reported by the parent as this job's one-line error
         outcome = ("error", type(exc).__name__, str(exc))
+    with suppress(OSError):  # an output closed under it (`| head`) is not the job's failure
+        for stream in (sys.stdout, sys.stderr):  # what the job printed, before the parent moves on
+            stream.flush()
     try:
         conn.send(outcome)
     except OSError:  # the parent is gone (a killed joblib worker): no one to tell
         pass
-    finally:
-        conn.close()
+    os._exit(0)  # the outcome is sent: no interpreter teardown (a module's thread could hold the process)
 
 
 def _die_with_parent() -> None:
@@ -108,14 +133,15 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list:
         # a joblib worker names loky's own method, which the job's process is told to use and cannot find
         multiprocessing.set_start_method("forkserver", force=True)
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
+    context.set_forkserver_preload([*PRELOAD, *main_package()])
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(work, fail, child), daemon=True)
-    with user_interrupts():
+    with user_interrupts() as interrupts:
         try:
             for stream in (sys.stdout, sys.stderr):  # what this process printed comes before the job's output
                 stream.flush()
-            process.start()
+            with interrupts.held():  # one inside the start left a process that could be neither joined nor killed
+                process.start()
             child.close()
             outcome = _wait(parent, timeout_s)
         except UserInterrupt:
@@ -138,6 +164,17 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list:
 
 
 TIMED_OUT = ("timed out",)
+
+
+def main_package() -> list[str]:
+    """The package of the module this process runs as `__main__` (a joblib worker runs loky's
+    `...backend.popen_loky_posix`), which multiprocessing runs again as `__mp_main__` in every
+    job's process: imported once by the forkserver, a job then runs only that module's own lines.
+    Not the module itself: runpy warns when it finds it imported. A package's `__main__` (`python
+    -m attnlab`) is never run again."""
+    name = getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", None) or ""
+    package, _, module = name.rpartition(".")
+    return [package] if package and module != "__main__" else []
 
 
 def _wait(parent: Connection, timeout_s: float | None) -> tuple | None:

@@ -62,7 +62,9 @@ class Recording:
 
     def __init__(self, module: nn.Module, x: torch.Tensor) -> None:
         named, roles = list(module.named_parameters()), module_roles(module)
-        self.params = {id(p): Tag("param", projection_role(name) if roles.get(name) else None) for name, p in named}
+        # a fused projection has no single role (Phi-3's qkv_proj reads as v_proj): its columns say
+        self.params = {id(p): Tag("param", projection_role(name) if roles.get(name) in QKV_ROLES else None)
+                       for name, p in named}
         self.fused = {id(p) for name, p in named if roles.get(name) == "qkv" and fused_width(p) % 3 == 0}
         self.out = {id(p) for name, p in named if roles.get(name) == "out"}
         self.out_inputs: list[torch.Tensor] = []  # what each output-projection product was given

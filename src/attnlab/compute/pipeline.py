@@ -238,7 +238,7 @@ def _aligned(reference: BuiltModule, variant: BuiltModule, num_heads: int) -> di
     """The reference's weights in the variant; a plugin's own `load_qkv` that raises fails this
     record (its error in one line), as its forward would."""
     try:
-        return align(reference.module, variant.module, num_heads=num_heads, num_kv_heads=variant.num_kv_heads)
+        return align(reference.module, variant.module, num_heads=num_heads, num_kv_heads=variant.kv_heads_for(num_heads))
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - the plugin's loader: any error is its own

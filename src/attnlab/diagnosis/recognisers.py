@@ -23,7 +23,7 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -66,15 +66,25 @@ _PAIRINGS: dict[str, Callable[[int], tuple[torch.Tensor, torch.Tensor]]] = {
 @dataclass(frozen=True)
 class _Rotation:
     pairing: str
-    frequencies: torch.Tensor  # (head_dim // 2,) radians per token, one per pair
+    frequencies: torch.Tensor  # (dims // 2,) radians per token, one per pair
+    dims: int  # the leading coordinates turned: head_dim, or fewer for a partial RoPE
+
+
+def _turned_dims(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> int:
+    """How many leading coordinates are not passed through: a partial RoPE (GPT-NeoX, Phi,
+    StableLM) turns the first ones and leaves the trailing ones as they were."""
+    same = ((mine.double() - ref.double()).abs() <= tol).flatten(0, -2).all(dim=0)  # (head_dim,)
+    return ref.shape[-1] - int(same.flip(0).int().cumprod(0).sum())
 
 
 def _rotation(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | None:
     """Whether `mine` is `ref` (batch, heads, tokens, head_dim) with every pair of coordinates of
     token t turned by t * frequency (one frequency per pair): the per-token norms are kept and the
-    angle grows linearly with the position."""
-    d, n = ref.shape[-1], ref.shape[-2]
-    if d % 2 or n < 2:
+    angle grows linearly with the position. Trailing coordinates passed through are a partial RoPE."""
+    d = _turned_dims(mine, ref, tol)
+    mine, ref = mine[..., :d], ref[..., :d]
+    n = ref.shape[-2]
+    if d == 0 or d % 2 or n < 2:
         return None
     x, y = ref.double(), mine.double()
     if (x.norm(dim=-1) - y.norm(dim=-1)).abs().max() > tol * math.sqrt(d):
@@ -95,23 +105,46 @@ def _rotation(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> _Rotation | 
         rotated = z_ref * torch.exp(1j * positions * frequency)
         turning = float(frequency.abs().max()) > rtol  # no angle at all is no rotation (QK-norm alone)
         if turning and (rotated - z).abs().max() <= tol + rtol * float(x.abs().max()):
-            return _Rotation(pairing, frequency)
+            return _Rotation(pairing, frequency, d)
     return None
 
 
-def _rms_normed(x: torch.Tensor, eps: float = 0.0) -> tuple[torch.Tensor, float]:
-    """x divided per vector by sqrt(mean(x^2) over the last axis + eps), as RMSNorm does, and the
-    smallest such divisor."""
-    rms = (x.double().pow(2).mean(dim=-1, keepdim=True) + eps).sqrt().clamp_min(1e-12)
-    return x.double() / rms, float(rms.min())
+class _Norm(NamedTuple):
+    """A normalisation of queries or keys: the axes it spans, (b, h, t, hs), and whether it
+    subtracts the mean first (LayerNorm) or not (RMSNorm)."""
+
+    span: tuple[int, ...]
+    centred: bool
 
 
-def _norm_eps(mine: torch.Tensor, ref: torch.Tensor) -> float:
+_PER_HEAD = _Norm((-1,), False)  # RMSNorm of each head's vector: Qwen3, Gemma 3
+_WHOLE_WIDTH = _Norm((1, -1), False)  # RMSNorm of every head's together, before the split: OLMo 2
+_PER_HEAD_LAYER = _Norm((-1,), True)  # LayerNorm of each head's vector: Persimmon
+
+
+def _norms(x: torch.Tensor) -> tuple[_Norm, ...]:
+    return (_PER_HEAD, _WHOLE_WIDTH, _PER_HEAD_LAYER) if x.dim() == 4 else (_PER_HEAD, _PER_HEAD_LAYER)
+
+
+def _centred(x: torch.Tensor, norm: _Norm) -> torch.Tensor:
+    x = x.double()
+    return x - x.mean(dim=norm.span, keepdim=True) if norm.centred else x
+
+
+def _rms_normed(x: torch.Tensor, eps: float = 0.0, norm: _Norm = _PER_HEAD) -> tuple[torch.Tensor, float]:
+    """x divided per vector by sqrt(mean(x^2) over the norm's span + eps), as RMSNorm does (its
+    mean subtracted first for a LayerNorm), and the smallest such divisor."""
+    x = _centred(x, norm)
+    rms = (x.pow(2).mean(dim=norm.span, keepdim=True) + eps).sqrt().clamp_min(1e-12)
+    return x / rms, float(rms.min())
+
+
+def _norm_eps(mine: torch.Tensor, ref: torch.Tensor, norm: _Norm = _PER_HEAD) -> float:
     """The eps of an RMSNorm x / sqrt(mean(x^2) + eps) that would turn `ref` into `mine`, read off
     the vector with the smallest mean square, where eps shows most (a short query vector of a
     2-wide head comes out visibly below RMS 1); 0 where none shows."""
-    ref_ms = ref.double().pow(2).mean(dim=-1).flatten()
-    mine_ms = mine.double().pow(2).mean(dim=-1).flatten()
+    ref_ms = _centred(ref, norm).pow(2).mean(dim=norm.span).flatten()
+    mine_ms = mine.double().pow(2).mean(dim=norm.span).flatten()
     i = int(ref_ms.argmin())
     if not 0 < float(mine_ms[i]) < 1:
         return 0.0
@@ -122,34 +155,59 @@ def _rotation_maybe_normed(mine: torch.Tensor, ref: torch.Tensor, tol: float) ->
     """`_rotation` of `ref` itself, or of `ref` RMS-normalised first (QK-norm, then RoPE, as in
     OLMo 2 and Qwen3: a rotation keeps the RMS, so the order does not matter)."""
     turn = _rotation(mine, ref, tol)
-    if turn is not None:
-        return turn
-    normed, smallest = _rms_normed(ref, _norm_eps(mine, ref))
-    return _rotation(mine, normed, _UNIT_RMS + tol / smallest)
+    for norm in _norms(ref) if turn is None else ():
+        normed, smallest = _rms_normed(ref, _norm_eps(mine, ref, norm), norm)
+        turn = _rotation(mine, normed, _UNIT_RMS + tol / smallest)
+        if turn is not None:
+            break
+    return turn
 
 
 def _base(rotation: _Rotation, head_dim: int) -> str:
-    """The base b of frequency_i = b ** (-2i / head_dim), fitted in log space, in words."""
-    freq = rotation.frequencies
+    """The base b of frequency_i = b ** (-2i / d), d the coordinates turned, fitted in log space, in words."""
+    freq, d = rotation.frequencies, rotation.dims
     if freq.numel() < 2:
         return "one pair per head (head_dim 2), so no base can be fitted"
+    over = "head_dim" if d == head_dim else str(d)
     i = torch.arange(freq.numel(), dtype=torch.float64)
-    exponent = 2 * i[1:] / head_dim
+    exponent = 2 * i[1:] / d
     log_freq = torch.log(freq[1:].abs().clamp_min(1e-300))
     log_base = -float((exponent * log_freq).sum() / (exponent**2).sum())
-    fitted = torch.exp(-log_base * 2 * i / head_dim)
+    fitted = torch.exp(-log_base * 2 * i / d)
     if (fitted - freq).abs().max() > 1e-3 * float(freq.abs().max()) or abs(float(freq[0]) - 1) > 1e-3:
         shown = ", ".join(fmt(float(f)) for f in freq[:4])
-        return f"frequencies {shown}{', ...' if freq.numel() > 4 else ''} radians per token, not base ** (-2i / head_dim)"
-    return f"theta (base) {fmt(math.exp(log_base))}: pair i turns by theta ** (-2i / head_dim) radians per token"
+        return f"frequencies {shown}{', ...' if freq.numel() > 4 else ''} radians per token, not base ** (-2i / {over})"
+    return f"theta (base) {fmt(math.exp(log_base))}: pair i turns by theta ** (-2i / {over}) radians per token"
+
+
+def _turned(rotation: _Rotation, head_dim: int) -> str:
+    """How the rotation turns, in words, a partial RoPE named as one."""
+    what = f"rotated by position over {rotation.pairing}, {_base(rotation, head_dim)}"
+    if rotation.dims == head_dim:
+        return what
+    return (f"{what}, over the first {rotation.dims} of their {head_dim} coordinates (a partial RoPE: the other "
+            f"{head_dim - rotation.dims} pass through unturned)")
+
+
+def _heads_matched(p: Pair, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Both sides' stage, the side with fewer key/value heads repeated to the other's count as
+    repeat_kv does: how the two sides group their keys is the kv_heads note's, not this stage's."""
+    pair = p.both(stage)
+    mine, ref = p.v.stages.get(stage), p.ref.stages.get(stage)
+    if pair is not None or mine is None or ref is None or mine.dim() != 4 or ref.dim() != 4:
+        return pair
+    few, many = sorted((mine.shape[1], ref.shape[1]))
+    if mine.shape[::2] != ref.shape[::2] or mine.shape[3] != ref.shape[3] or few == 0 or many % few:
+        return None
+    return mine.repeat_interleave(many // mine.shape[1], dim=1), ref.repeat_interleave(many // ref.shape[1], dim=1)
 
 
 @_recogniser
 def rotary(p: Pair) -> list[Finding]:
-    queries, keys = p.both("queries"), p.both("keys")
+    queries, keys = p.both("queries"), _heads_matched(p, "keys")
     if queries is None or keys is None:
         return []
-    changed = {stage: p.changed(stage) for stage in ("queries", "keys", "values") if p.both(stage) is not None}
+    changed = {stage: p.changed(stage) for stage in ("queries", "keys", "values") if _heads_matched(p, stage) is not None}
     if not (changed["queries"] or changed["keys"]):
         return []
     turns = {stage: _rotation_maybe_normed(*pair, 4 * p.tolerance(stage)) if changed[stage] else None
@@ -159,7 +217,7 @@ def rotary(p: Pair) -> list[Finding]:
         return []
     turn = turns[rotated[0]]
     head_dim = queries[1].shape[-1]
-    what = f"rotated by position over {turn.pairing}, {_base(turn, head_dim)}"
+    what = _turned(turn, head_dim)
     if len(rotated) == 1:
         other = "keys" if rotated == ["queries"] else "queries"
         if changed[other]:
@@ -167,9 +225,11 @@ def rotary(p: Pair) -> list[Finding]:
         return [finding("rotary_misapplied", other, f"the {rotated[0]} are {what}, but the {other} are not: "
                         f"rotate queries and keys with the same angles, so that each score depends only on the "
                         f"distance between its query and key tokens.")]
-    if (turns["keys"].frequencies - turn.frequencies).abs().max() > 1e-4 * float(turn.frequencies.abs().max()):
+    keys_turn = turns["keys"]
+    if keys_turn.dims != turn.dims or (keys_turn.frequencies - turn.frequencies).abs().max() > 1e-4 * float(
+            turn.frequencies.abs().max()):
         return [finding("rotary_misapplied", "keys", f"the queries are {what}, but the keys are turned by "
-                        f"other angles ({_base(turns['keys'], head_dim)}); rotate both with the same angles.")]
+                        f"other angles ({_turned(keys_turn, head_dim)}); rotate both with the same angles.")]
     values = p.both("values")
     if changed.get("values") and values is not None:
         if _rotation(*values, 4 * p.tolerance("values")) is None:
@@ -177,6 +237,12 @@ def rotary(p: Pair) -> list[Finding]:
         return [finding("rotary_misapplied", "values", f"the values are rotated by position like the "
                         f"queries and keys ({turn.pairing}); RoPE rotates only queries and keys: compute the "
                         f"values as x @ W_value, unrotated.")]
+    if float(turn.frequencies.max()) < 0:  # the reference's are the turned ones
+        theirs = _turned(_Rotation(turn.pairing, -turn.frequencies, turn.dims), head_dim)
+        return [finding("rotary", "queries", f"the reference applies a rotary position embedding (RoPE) that the "
+                        f"variant does not: the reference's queries and keys are {theirs}, the variant's are not "
+                        f"rotated, so its attn_scores do not depend on the query-key distance as the reference's do; "
+                        f"the scores, weights and context differ from the reference's from here on.")]
     return [finding("rotary", "queries", f"rotary position embedding (RoPE): queries and keys are {what}; "
                     f"each token's query and key keep their length, so attn_scores depend on the query-key "
                     f"distance, and the scores, weights and context differ from the reference's from here on.")]
@@ -185,13 +251,13 @@ def rotary(p: Pair) -> list[Finding]:
 # -- normalised queries and keys -------------------------------------------------------------------
 
 
-def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
-    """`mine` is `ref` divided, per (batch, head, token), by its root-mean-square over head_dim (then
+def _unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float, norm: _Norm = _PER_HEAD) -> bool:
+    """`mine` is `ref` normalised per vector over the norm's span to root-mean-square 1 (then
     perhaps rotated by position: RoPE after QK-norm)."""
-    rms = mine.double().pow(2).mean(dim=-1).sqrt()
+    rms = mine.double().pow(2).mean(dim=norm.span).sqrt()
     if (rms - 1).abs().median() > _UNIT_RMS or rms.max() > 1 + _UNIT_RMS:  # most at 1; a short one below (eps)
         return False
-    normed, smallest = _rms_normed(ref, _norm_eps(mine, ref))
+    normed, smallest = _rms_normed(ref, _norm_eps(mine, ref, norm), norm)
     tol = _UNIT_RMS + tol / smallest
     return bool((normed - mine.double()).abs().max() <= tol) or _rotation(mine, normed, tol) is not None  # or then RoPE
 
@@ -201,9 +267,22 @@ def qk_norm(p: Pair) -> list[Finding]:
     pairs = {stage: p.both(stage) for stage in ("queries", "keys")}
     if any(pair is None for pair in pairs.values()) or not p.changed("queries"):
         return []
-    if not all(_unit_rms_of(*pair, p.tolerance(stage)) for stage, pair in pairs.items()):
+    queries = pairs["queries"][0]
+    norm = next((norm for norm in _norms(queries)
+                 if all(_unit_rms_of(*pair, p.tolerance(stage), norm) for stage, pair in pairs.items())), None)
+    if norm is None:
         return []
-    head_dim = pairs["queries"][0].shape[-1]
+    head_dim = queries.shape[-1]
+    if norm == _PER_HEAD_LAYER:
+        return [finding("qk_norm", "queries", f"queries and keys are normalised as LayerNorm does (QK-norm, as "
+                        f"Persimmon does): each head's query and key vectors have their mean over head_dim={head_dim} "
+                        f"subtracted and are divided by their standard deviation before queries @ keys.T; the scores, "
+                        f"weights and context differ from the reference's from here on.")]
+    if norm == _WHOLE_WIDTH:
+        return [finding("qk_norm", "queries", f"queries and keys are normalised (QK-norm) over the whole projection, "
+                        f"as OLMo 2 does: each token's query, all {queries.shape[1]} heads together, and its key have "
+                        f"root-mean-square 1 before they are split into heads of {head_dim}; the scores, weights and "
+                        f"context differ from the reference's from here on.")]
     return [finding("qk_norm", "queries", f"queries and keys are normalised (QK-norm): each head's query "
                     f"and key vectors have root-mean-square 1 over their head_dim={head_dim} before queries @ keys.T, "
                     f"so every attn_score lies within +-{head_dim} whatever the inputs' scale; the scores, weights "
@@ -272,7 +351,7 @@ _ROWS = 256  # rows of one head's matrix taken at a time, so the temporaries sta
 def _distance_bias(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> dict[int, float] | None:
     """{query - key: the bias} when mine - ref on one head depends only on the query-key distance."""
     n_query, n_key = mine.shape
-    if not _shift_invariant(mine[:_ROWS + 1], ref[:_ROWS + 1], 2 * tol):
+    if not _shift_invariant(mine[:_ROWS + 1], ref[:_ROWS + 1], 2 * tol, n_key - n_query):
         return None  # two entries of one diagonal further apart than two tolerances: no common bias
     size = n_query + n_key - 1
     sums, counts = torch.zeros(size, dtype=torch.float64), torch.zeros(size, dtype=torch.int64)
@@ -286,18 +365,31 @@ def _distance_bias(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> dict[in
 
 
 def _by_distance(mine: torch.Tensor, ref: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(mine - ref in float64, query - key + n_key - 1) where both are finite, a few rows at a time."""
+    """(mine - ref in float64 from each row's diagonal, query - key + n_key - 1) where both are
+    finite, a few rows at a time."""
     n_key = mine.shape[1]
     for start in range(0, mine.shape[0], _ROWS):
-        diff = mine[start:start + _ROWS].double() - ref[start:start + _ROWS]  # (rows, n_key)
+        diff = _anchored(mine[start:start + _ROWS].double() - ref[start:start + _ROWS], start, n_key - mine.shape[0])
         finite = torch.isfinite(diff)  # mine - ref is finite exactly where both are
         distance = torch.arange(start, start + diff.shape[0])[:, None] - torch.arange(n_key)[None, :] + (n_key - 1)
         yield diff[finite], distance.expand_as(finite)[finite]
 
 
-def _shift_invariant(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:
-    """Whether mine - ref agrees within tol with its neighbour one step down each diagonal."""
-    diff = mine.double() - ref  # (rows, n_key)
+def _anchored(diff: torch.Tensor, first: int, offset: int) -> torch.Tensor:
+    """`diff` (rows first.., n_key) less each row's value at its own query's key (column row + offset):
+    a constant per row is one the softmax ignores (Bloom's and Falcon's ALiBi add slope * key position)."""
+    rows = torch.arange(diff.shape[0])
+    at = rows + first + offset  # (rows,)
+    inside = (at >= 0) & (at < diff.shape[1])
+    anchor = torch.zeros(diff.shape[0], dtype=diff.dtype)
+    anchor[inside] = diff[rows[inside], at[inside]]
+    return diff - torch.where(torch.isfinite(anchor), anchor, 0)[:, None]
+
+
+def _shift_invariant(mine: torch.Tensor, ref: torch.Tensor, tol: float, offset: int) -> bool:
+    """Whether mine - ref, from each row's diagonal, agrees within tol with its neighbour one step
+    down each diagonal."""
+    diff = _anchored(mine.double() - ref, 0, offset)  # (rows, n_key)
     gap = (diff[1:, 1:] - diff[:-1, :-1]).abs()  # NaN or inf where either entry is masked
     return not bool(((gap > tol) & (gap < math.inf)).any())
 
@@ -333,6 +425,8 @@ def position_bias(p: Pair) -> list[Finding]:
         return []
     slopes = [_slope(bias, tol) for bias in biases]
     heads = len(biases)
+    if any(s is not None and s > tol for s in slopes):
+        return []  # a linear bias that grows with the distance favours far keys: ALiBi's sign turned, a bug
     if all(s is not None for s in slopes):
         published = _published_alibi_slopes(heads)
         alibi = all(abs(-s - want) <= 1e-3 * want for s, want in zip(slopes, published))
@@ -344,7 +438,8 @@ def position_bias(p: Pair) -> list[Finding]:
                           for h, bias in enumerate(biases[:2]))
         what = f"not linear in the distance (bias by distance {shown}{' ...' if heads > 2 else ''})"
     return [finding("position_bias", "scaled_scores", f"a position bias: the softmax input is the "
-                    f"reference's scaled scores plus a bias that depends only on the query-key distance, per head, "
+                    f"reference's scaled scores plus a bias that depends only on the query-key distance (measured "
+                    f"from each query's own key: a constant added to a whole row changes no weight), per head, "
                     f"{what}; the weights and context differ from the reference's from here on.")]
 
 

@@ -100,7 +100,8 @@ def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], 
             built.module.load_qkv(projections.W_query, projections.W_key, projections.W_value)
         return built, {"load_qkv": "plugin loader"}
     try:
-        loaded = load_projections(built.module, projections, num_heads=run.sizes.heads, num_kv_heads=built.num_kv_heads)
+        loaded = load_projections(built.module, projections, num_heads=run.sizes.heads,
+                                  num_kv_heads=built.kv_heads_for(run.sizes.heads))
     except LayoutError as exc:
         raise PluginError(f"variant '{name}': the layer's parameters do not load: {exc}") from exc
     built.module.eval()

@@ -1,6 +1,7 @@
 """Running a model on token ids up to its final hidden states, with what its attention layers receive.
 
-The forward stops at the final norm's output (a hook raises): the logits are produced afterwards,
+The forward stops at the final norm's output, or at its output head's input where no module is
+named like a final norm (a hook raises): the logits are produced afterwards,
 a chunk of positions at a time (attnlab.model.effect), never all at once. A forward pre-hook keeps
 each chosen layer's input exactly as the layer received it (hidden states, mask, position
 embeddings), so a module can be captured, or a variant run, on what the model really gives it.
@@ -18,7 +19,7 @@ from torch import Tensor, nn
 from attnlab.errors import UserError
 from attnlab.modules.built import CallConvention
 
-FINAL_NORMS = ("ln_f", "final_norm", "norm", "final_layernorm", "norm_f")
+FINAL_NORMS = ("ln_f", "final_norm", "norm", "final_layernorm", "final_layer_norm", "norm_f")
 HEADS = ("lm_head", "out_head", "head", "embed_out")
 
 
@@ -55,13 +56,12 @@ class _Stop(Exception):
         self.hidden = hidden
 
 
-def final_norm(model: nn.Module) -> nn.Module:
-    """The last module named like a final norm (ln_f, final_norm, norm): its output is the final hidden states."""
-    found = [module for name, module in model.named_modules() if name.rpartition(".")[2] in FINAL_NORMS]
-    if not found:
-        raise UserError(f"{type(model).__name__}: no final norm ({', '.join(FINAL_NORMS)}) to read the final hidden "
-                        f"states from")
-    return found[-1]
+def final_norm(model: nn.Module) -> nn.Module | None:
+    """The last module named like a final norm (ln_f, final_norm, norm) outside the blocks (OPT's
+    blocks hold a final_layer_norm of their own): its output is the final hidden states."""
+    found = [module for name, module in model.named_modules()
+             if name.rpartition(".")[2] in FINAL_NORMS and not any(part.isdigit() for part in name.split("."))]
+    return found[-1] if found else None
 
 
 def output_head(model: nn.Module) -> nn.Module:
@@ -94,10 +94,15 @@ def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Mod
     def stop(_module, _args, out):
         raise _Stop(out.detach())
 
+    def stop_before(_module, args):  # a model without a final norm: what its output head is given
+        raise _Stop(args[0].detach())
+
     for index in keep:
         hooks.append(attention[index].register_forward_pre_hook(keep_input(index), with_kwargs=True))
         hooks.append(attention[index].register_forward_hook(keep_return(index), with_kwargs=True))
-    hooks.append(final_norm(model).register_forward_hook(stop))
+    norm = final_norm(model)
+    hooks.append(norm.register_forward_hook(stop) if norm is not None
+                 else output_head(model).register_forward_pre_hook(stop_before))
     try:
         with torch.no_grad():
             model(input_ids=ids, use_cache=False) if hf else model(ids)
@@ -106,7 +111,7 @@ def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Mod
     finally:
         for hook in hooks:
             hook.remove()
-    raise UserError(f"{type(model).__name__}: its forward never ran its final norm")
+    raise UserError(f"{type(model).__name__}: its forward never ran its final norm or output head")
 
 
 class AsLayerCalled(CallConvention):

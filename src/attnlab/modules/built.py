@@ -231,6 +231,16 @@ class BuiltModule:
             return found
         return self.construction.num_kv_heads
 
+    def kv_heads_for(self, num_heads: int) -> int | None:
+        """How many key/value heads of a reference with `num_heads` query heads to load into the
+        module: its own count, else one per query head when its constructor was given those
+        `num_heads` and no key/value count (multi-head attention against a grouped reference takes
+        each group's keys repeated); None: the reference's own."""
+        own = self.num_kv_heads
+        if own is None and self.construction is not None and self.construction.num_heads == num_heads:
+            return num_heads
+        return own
+
 
 def as_built(module: nn.Module | BuiltModule) -> BuiltModule:
     """A plain module as one called its own way (`convention_for`)."""

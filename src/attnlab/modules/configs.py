@@ -145,6 +145,9 @@ class ConfigConstructor:
             filled[self.spelled["num_kv_heads"]] = values["num_heads"]  # attnlab's null: one per head
         if self.head_dim:
             filled["head_dim"] = values["d_out"] // values["num_heads"]
+        if isinstance(self.attributes.get("rotary_dim"), int) and "rotary_dim" not in params:
+            # GPT-J's and CodeGen's default is for their own heads: no more than a head can turn
+            filled["rotary_dim"] = min(self.attributes["rotary_dim"], values["d_out"] // values["num_heads"])
         for name, value in params.items():
             self._check_param(name)
             if name not in self.extra:

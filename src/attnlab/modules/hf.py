@@ -140,7 +140,20 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
         kwargs["position_embeddings"] = _rotary(module, x, position_ids)
     if "position_ids" in accepted:
         kwargs["position_ids"] = position_ids
+    if "alibi" in accepted:
+        kwargs["alibi"] = _alibi(module, x)
     return kwargs
+
+
+def _alibi(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+    """The ALiBi bias its model builds ((batch * heads, 1, tokens), the model file's own
+    build_alibi_tensor), None where the config chose rotary positions (Falcon's alibi=False)."""
+    if not getattr(module.config, "alibi", True):
+        return None
+    build = getattr(sys.modules[type(module).__module__], "build_alibi_tensor", None)
+    if build is None:
+        raise HFError(f"{type(module).__name__} takes an ALiBi bias its modeling file has no build_alibi_tensor for")
+    return build(torch.ones(x.shape[0], x.shape[-2], dtype=torch.long, device=x.device), module.num_heads, x.dtype)
 
 
 def declared_window(module: nn.Module) -> int | None:

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
-from attnlab.modules.roles import QKV_ROLES, manual_seed, module_roles
+from attnlab.modules.roles import PER_HEAD_FUSED_QKV, QKV_ROLES, manual_seed, module_roles
 
 # nn.MultiheadAttention's add_bias_kv parameters are an extra key/value token, not projection biases.
 _MHA_EXTRA_TOKEN = ("bias_k", "bias_v")
@@ -123,15 +123,24 @@ def _no_layout(module: nn.Module, why: str) -> LayoutError:
     )
 
 
-def _split_fused(module: nn.Module, fused: Tensor, num_heads: int, num_kv_heads: int | None) -> list[Tensor]:
-    """Queries, keys, values by position along the last axis: H, G, G heads of head_dim each."""
+def _split_fused(module: nn.Module, slot: _Slot, fused: Tensor, num_heads: int, num_kv_heads: int | None) -> list[Tensor]:
+    """Queries, keys, values by position along the last axis: H, G, G heads of head_dim each, or
+    per head side by side (`_per_head_fused`)."""
     kv = num_heads if num_kv_heads is None else num_kv_heads
     width = fused.shape[-1]
     if width % (num_heads + 2 * kv):
         heads = f"{num_heads} query and {kv} key/value heads"
         raise _no_layout(module, f"a fused qkv of width {width} does not split into {heads}")
     head_dim = width // (num_heads + 2 * kv)
+    if _per_head_fused(slot, num_heads, kv):
+        by_head = fused.unflatten(-1, (num_heads, 3, head_dim))  # (..., nh, 3, hd)
+        return [by_head[..., i, :].flatten(-2) for i in range(3)]  # each (..., nh * hd)
     return list(fused.split([num_heads * head_dim, kv * head_dim, kv * head_dim], dim=-1))
+
+
+def _per_head_fused(slot: _Slot, num_heads: int, num_kv_heads: int) -> bool:
+    """A fused projection named as GPT-NeoX's, holding (heads, 3, head_dim) along its output."""
+    return num_kv_heads == num_heads and bool(PER_HEAD_FUSED_QKV.search(slot.name.lower()))
 
 
 def _combine(module: nn.Module, role: str, pieces: list[tuple[int | None, Tensor]]) -> Tensor:
@@ -184,7 +193,7 @@ def read_projections(module: nn.Module, *, num_heads: int, num_kv_heads: int | N
         if slot.param.dim() > 2:
             raise _no_layout(module, f"{slot.name} is a {slot.param.dim()}-D projection, not a layout attnlab reads")
         if slot.role == "qkv":
-            for role, part in zip(QKV_ROLES, _split_fused(module, values, num_heads, num_kv_heads)):
+            for role, part in zip(QKV_ROLES, _split_fused(module, slot, values, num_heads, num_kv_heads)):
                 pieces.setdefault((role, slot.kind), []).append((slot.head, part))
         else:
             pieces.setdefault((slot.role, slot.kind), []).append((slot.head, values))
@@ -242,8 +251,11 @@ def _target(projections: Projections, slot: _Slot, heads_per_role: dict[str, int
             return None, ""
         widths = [projections.weight(role).shape[-1] for role in QKV_ROLES]
         parts = [torch.zeros(w) if part is None else part for part, w in zip(parts, widths)]
-        bounds = [0, widths[0], widths[0] + widths[1], sum(widths)]
         axis = "entries" if slot.kind == "bias" else "rows" if slot.linear_style else "columns"
+        if _per_head_fused(slot, projections.num_heads, projections.num_kv_heads):
+            heads = [part.unflatten(-1, (projections.num_heads, -1)) for part in parts]  # each (..., nh, hd)
+            return torch.stack(heads, dim=-2).flatten(-3), f"fused qkv, {axis} per head: queries, keys, values"
+        bounds = [0, widths[0], widths[0] + widths[1], sum(widths)]
         spans = ", ".join(f"{a}:{b} = {role}" for a, b, role in zip(bounds, bounds[1:], QKV_ROLES))
         return torch.cat(parts, dim=-1), f"fused qkv, {axis} {spans}"
     full = _role_target(projections, slot)

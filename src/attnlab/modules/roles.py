@@ -22,10 +22,14 @@ _ROLE_PATTERNS: dict[str, re.Pattern[str]] = {
 # a fused query-key-value projection: the source's later chapters' qkv, GPT-2's c_attn,
 # nn.MultiheadAttention's in_proj, GPT-NeoX's query_key_value
 FUSED_QKV = re.compile(r"qkv|c_attn|in_proj|query_key_value")
-# an output projection, lower case: the source's out_proj, Hugging Face's o_proj and dense, nanoGPT's
-# c_proj, the bonus class's proj, diffusers' to_out, and the spellings of hand-written classes
-OUTPUT_PROJECTIONS = frozenset({"out_proj", "o_proj", "c_proj", "proj", "out", "wo", "w_o", "w_out", "output_proj",
-                                "to_out", "dense"})
+# ...of which those that hold each head's query, key and value side by side, (heads, 3, head_dim)
+# along the output, when every head has its own key and value: GPT-NeoX, Persimmon, Bloom, Falcon
+PER_HEAD_FUSED_QKV = re.compile(r"query_key_value")
+# an output projection, lower case: the source's out_proj, Hugging Face's o_proj, dense and
+# DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, and the
+# spellings of hand-written classes
+OUTPUT_PROJECTIONS = frozenset({"out_proj", "o_proj", "c_proj", "proj", "out", "out_lin", "wo", "w_o", "w_out",
+                                "output_proj", "to_out", "dense"})
 
 
 def projection_role(param_name: str) -> str | None:

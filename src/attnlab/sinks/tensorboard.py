@@ -154,15 +154,16 @@ def swept_hparams(sweep_dir: Path) -> list[str]:
 
 @lru_cache(maxsize=8)
 def _swept_hparams(saved: str, mtime_ns: int) -> tuple[str, ...]:
-    """Read once per sweep and process: the file (Hydra's help text included) is ~20 KB of YAML,
-    parsed in pure Python, which was most of a small job's TensorBoard output."""
+    """Read once per sweep and process (a sweep's job has a process of its own: once per job): the
+    file (Hydra's help text included) is ~20 KB of YAML, which OmegaConf's pure-Python parser made
+    most of a small job's TensorBoard output."""
+    import yaml
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
 
-    hydra_cfg = OmegaConf.load(saved).hydra
-    params = hydra_cfg.sweeper.get("params")
-    params = OmegaConf.to_container(params, resolve=False) if params else {}
-    lines = [f"{key}={value}" for key, value in params.items()] + list(hydra_cfg.overrides.task)
+    with open(saved, encoding="utf-8") as file:  # libyaml's parser where installed: keys and strings are all we read
+        hydra_cfg = yaml.load(file, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["hydra"]
+    params = hydra_cfg["sweeper"].get("params") or {}
+    lines = [f"{key}={value}" for key, value in params.items()] + list(hydra_cfg["overrides"]["task"])
     names = []
     for override in OverridesParser.create().parse_overrides(lines):
         key = override.key_or_group

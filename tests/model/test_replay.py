@@ -1,7 +1,7 @@
 """Replaying the unmodified forward's blocks: a forward with layer L's attention changed and the
 blocks before L replayed gives bit for bit what the whole changed forward gives, in each layout
-attnlab finds (Hugging Face GPT-2 and Llama, nanoGPT's `transformer.h`, the source's `trf_blocks`
-nn.Sequential), and the replayed blocks do not run."""
+attnlab finds (Hugging Face GPT-2, Llama, OPT, GPT-NeoX, Qwen2 and Phi, nanoGPT's `transformer.h`,
+the source's `trf_blocks` nn.Sequential), and the replayed blocks do not run."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from attnlab.model.runner import final_hidden, replaced
 from tests.model.conftest import TEXT
 from tests.model.learner import GPT_MODEL
 from tests.model.nanogpt_style import NANOGPT_STYLE
+from tests.model.test_more_models import SIZES
 
 
 class Halved(nn.Module):
@@ -51,6 +52,17 @@ def hf_llama(_folder) -> nn.Module:
     return LlamaForCausalLM(config)
 
 
+def hf_more(model_type: str):
+    """A tiny causal LM of another layout (OPT, GPT-NeoX, Qwen2, Phi), as tests/model/test_more_models.py makes it."""
+    def build(_folder) -> nn.Module:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        torch.manual_seed(0)
+        config = AutoConfig.for_model(model_type, vocab_size=50257, **SIZES[model_type])
+        return AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    return build
+
+
 def nanogpt(_folder) -> nn.Module:
     torch.manual_seed(0)
     space = _namespace(NANOGPT_STYLE)
@@ -82,8 +94,9 @@ def _block_calls(model: nn.Module, blocks: list[str]) -> tuple[list[int], list]:
     return calls, [model.get_submodule(name).register_forward_pre_hook(counter(i)) for i, name in enumerate(blocks)]
 
 
-@pytest.mark.parametrize("build,hf", [(hf_gpt2, True), (hf_llama, True), (nanogpt, False), (learner, False)],
-                         ids=["hf-gpt2", "hf-llama", "nanogpt", "source-trf_blocks"])
+@pytest.mark.parametrize("build,hf", [(hf_gpt2, True), (hf_llama, True), *[(hf_more(t), True) for t in SIZES],
+                                      (nanogpt, False), (learner, False)],
+                         ids=["hf-gpt2", "hf-llama", *[f"hf-{t}" for t in SIZES], "nanogpt", "source-trf_blocks"])
 def test_a_replayed_forward_is_the_whole_changed_forward_bit_for_bit(tiny_gpt2, build, hf) -> None:
     model = build(tiny_gpt2).eval()
     ids = torch.tensor([gpt2_encoding().encode(TEXT)])  # (1, T)

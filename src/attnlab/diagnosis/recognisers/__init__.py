@@ -1,0 +1,28 @@
+"""Deliberate changes to attention, named from the captured stages (issue 15).
+
+Rotary positions, a bias on the query-key distance (ALiBi), a sliding window, soft-capped
+scores, normalised queries and keys: none of them is a bug, but each makes the stages differ
+from the reference's, and the plain checks would call that a wrong query source or a wrong
+scaling. Each recogniser here compares the variant's stages with the reference's and names
+the change when the numbers fit it — never by the variant's name — so a user's own
+implementation gets the same words as the built-in plugin.
+
+A change applied wrongly is not recognised as the change: RoPE on the values too, or on the
+queries but not the keys, is an error finding (`rotary_misapplied`); a window or a bias that
+does not fit is left to the mask and scaling checks. Linear attention never makes its weights;
+when its context equals a kernel attention of the queries and keys, `not_softmax` (an error:
+it is the `plain_normalisation` bug) says what the weights are instead.
+
+Each recogniser is a check declared in `attnlab.diagnosis.codes` (adding one is a function in
+this package and a row there); they run first, since each would otherwise read as a wrong source or scale.
+
+By what they read: `positions` (rotary, QK-norm; `rotation` and `norms` fit them), `biases`
+(a window, a distance bias), `logits` (a soft cap, a declared scale), `kernels` (no softmax).
+"""
+
+from attnlab.diagnosis.recognisers.biases import position_bias, window
+from attnlab.diagnosis.recognisers.kernels import linear_attention
+from attnlab.diagnosis.recognisers.logits import declared_scale, softcap
+from attnlab.diagnosis.recognisers.positions import qk_norm, rotary
+
+__all__ = ["declared_scale", "linear_attention", "position_bias", "qk_norm", "rotary", "softcap", "window"]

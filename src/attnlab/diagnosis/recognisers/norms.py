@@ -1,0 +1,82 @@
+"""Normalised queries and keys (QK-norm): RMSNorm of each head or of the whole projection,
+LayerNorm of each head, and a rotation after one."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation
+from attnlab.diagnosis.recognisers.shared import UNIT_RMS
+
+
+class Norm(NamedTuple):
+    """A normalisation of queries or keys: the axes it spans, (b, h, t, hs), and whether it
+    subtracts the mean first (LayerNorm) or not (RMSNorm)."""
+
+    span: tuple[int, ...]
+    centred: bool
+
+
+PER_HEAD = Norm((-1,), False)  # RMSNorm of each head's vector: Qwen3, Gemma 3
+
+
+WHOLE_WIDTH = Norm((1, -1), False)  # RMSNorm of every head's together, before the split: OLMo 2
+
+
+PER_HEAD_LAYER = Norm((-1,), True)  # LayerNorm of each head's vector: Persimmon
+
+
+def norms(x: torch.Tensor) -> tuple[Norm, ...]:
+    return (PER_HEAD, WHOLE_WIDTH, PER_HEAD_LAYER) if x.dim() == 4 else (PER_HEAD, PER_HEAD_LAYER)
+
+
+def _centred(x: torch.Tensor, norm: Norm) -> torch.Tensor:
+    x = x.double()
+    return x - x.mean(dim=norm.span, keepdim=True) if norm.centred else x
+
+
+def rms_normed(x: torch.Tensor, eps: float = 0.0, norm: Norm = PER_HEAD) -> tuple[torch.Tensor, float]:
+    """x divided per vector by sqrt(mean(x^2) over the norm's span + eps), as RMSNorm does (its
+    mean subtracted first for a LayerNorm), and the smallest such divisor."""
+    x = _centred(x, norm)
+    rms = (x.pow(2).mean(dim=norm.span, keepdim=True) + eps).sqrt().clamp_min(1e-12)
+    return x / rms, float(rms.min())
+
+
+def norm_eps(mine: torch.Tensor, ref: torch.Tensor, norm: Norm = PER_HEAD) -> float:
+    """The eps of an RMSNorm x / sqrt(mean(x^2) + eps) that would turn `ref` into `mine`, read off
+    the vector with the smallest mean square, where eps shows most (a short query vector of a
+    2-wide head comes out visibly below RMS 1); 0 where none shows."""
+    ref_ms = _centred(ref, norm).pow(2).mean(dim=norm.span).flatten()
+    mine_ms = mine.double().pow(2).mean(dim=norm.span).flatten()
+    i = int(ref_ms.argmin())
+    if not 0 < float(mine_ms[i]) < 1:
+        return 0.0
+    return max(float(ref_ms[i] / mine_ms[i] - ref_ms[i]), 0.0)  # mine_ms = ref_ms / (ref_ms + eps)
+
+
+def rotation_maybe_normed(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> Rotation | None:
+    """`fit_rotation` of `ref` itself, or of `ref` RMS-normalised first (QK-norm, then RoPE, as in
+    OLMo 2 and Qwen3: a rotation keeps the RMS, so the order does not matter)."""
+    turn = fit_rotation(mine, ref, tol)
+    for norm in norms(ref) if turn is None else ():
+        normed, smallest = rms_normed(ref, norm_eps(mine, ref, norm), norm)
+        turn = fit_rotation(mine, normed, UNIT_RMS + tol / smallest)
+        if turn is not None:
+            break
+    return turn
+
+
+def unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float, norm: Norm = PER_HEAD) -> bool:
+    """`mine` is `ref` normalised per vector over the norm's span to root-mean-square 1 (then
+    perhaps rotated by position: RoPE after QK-norm)."""
+    rms = mine.double().pow(2).mean(dim=norm.span).sqrt()
+    if (rms - 1).abs().median() > UNIT_RMS or rms.max() > 1 + UNIT_RMS:  # most at 1; a short one below (eps)
+        return False
+    normed, smallest = rms_normed(ref, norm_eps(mine, ref, norm), norm)
+    tol = UNIT_RMS + tol / smallest
+    if bool((normed - mine.double()).abs().max() <= tol):
+        return True
+    return fit_rotation(mine, normed, tol) is not None  # or then RoPE

@@ -1,0 +1,98 @@
+"""Rotary positions and normalised queries and keys, named from the query and key stages."""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab.diagnosis.context import Pair, finding
+from attnlab.diagnosis.recognisers.norms import PER_HEAD_LAYER, WHOLE_WIDTH, norms, rotation_maybe_normed, unit_rms_of
+from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation, turned
+from attnlab.diagnosis.recognisers.shared import recogniser
+from attnlab.record import Finding
+
+
+def _heads_matched(p: Pair, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Both sides' stage, the side with fewer key/value heads repeated to the other's count as
+    repeat_kv does: how the two sides group their keys is the kv_heads note's, not this stage's."""
+    pair = p.both(stage)
+    mine, ref = p.v.stages.get(stage), p.ref.stages.get(stage)
+    if pair is not None or mine is None or ref is None or mine.dim() != 4 or ref.dim() != 4:
+        return pair
+    few, many = sorted((mine.shape[1], ref.shape[1]))
+    if mine.shape[::2] != ref.shape[::2] or mine.shape[3] != ref.shape[3] or few == 0 or many % few:
+        return None
+    return mine.repeat_interleave(many // mine.shape[1], dim=1), ref.repeat_interleave(many // ref.shape[1], dim=1)
+
+
+@recogniser
+def rotary(p: Pair) -> list[Finding]:
+    queries, keys = p.both("queries"), _heads_matched(p, "keys")
+    if queries is None or keys is None:
+        return []
+    changed = {stage: p.changed(stage) for stage in ("queries", "keys", "values")
+               if _heads_matched(p, stage) is not None}
+    if not (changed["queries"] or changed["keys"]):
+        return []
+    turns = {stage: rotation_maybe_normed(*pair, 4 * p.tolerance(stage)) if changed[stage] else None
+             for stage, pair in (("queries", queries), ("keys", keys))}
+    rotated = [stage for stage, turn in turns.items() if turn is not None]
+    if not rotated:
+        return []
+    turn = turns[rotated[0]]
+    head_dim = queries[1].shape[-1]
+    what = turned(turn, head_dim)
+    if len(rotated) == 1:
+        other = "keys" if rotated == ["queries"] else "queries"
+        if changed[other]:
+            return []  # the other one changed some other way: not a rotation this can name
+        return [finding("rotary_misapplied", other, f"the {rotated[0]} are {what}, but the {other} are not: "
+                        f"rotate queries and keys with the same angles, so that each score depends only on the "
+                        f"distance between its query and key tokens.")]
+    keys_turn = turns["keys"]
+    if keys_turn.dims != turn.dims or (keys_turn.frequencies - turn.frequencies).abs().max() > 1e-4 * float(
+            turn.frequencies.abs().max()):
+        return [finding("rotary_misapplied", "keys", f"the queries are {what}, but the keys are turned by "
+                        f"other angles ({turned(keys_turn, head_dim)}); rotate both with the same angles.")]
+    values = p.both("values")
+    if changed.get("values") and values is not None:
+        if fit_rotation(*values, 4 * p.tolerance("values")) is None:
+            return []  # values wrong some other way: left to the value-path check
+        return [finding("rotary_misapplied", "values", f"the values are rotated by position like the "
+                        f"queries and keys ({turn.pairing}); RoPE rotates only queries and keys: compute the "
+                        f"values as x @ W_value, unrotated.")]
+    if float(turn.frequencies.max()) < 0:  # the reference's are the turned ones
+        theirs = turned(Rotation(turn.pairing, -turn.frequencies, turn.dims), head_dim)
+        return [finding("rotary", "queries", f"the reference applies a rotary position embedding (RoPE) that the "
+                        f"variant does not: the reference's queries and keys are {theirs}, the variant's are not "
+                        f"rotated, so its attn_scores do not depend on the query-key distance as the reference's do; "
+                        f"the scores, weights and context differ from the reference's from here on.")]
+    return [finding("rotary", "queries", f"rotary position embedding (RoPE): queries and keys are {what}; "
+                    f"each token's query and key keep their length, so attn_scores depend on the query-key "
+                    f"distance, and the scores, weights and context differ from the reference's from here on.")]
+
+
+@recogniser
+def qk_norm(p: Pair) -> list[Finding]:
+    pairs = {stage: p.both(stage) for stage in ("queries", "keys")}
+    if any(pair is None for pair in pairs.values()) or not p.changed("queries"):
+        return []
+    queries = pairs["queries"][0]
+    norm = next((norm for norm in norms(queries)
+                 if all(unit_rms_of(*pair, p.tolerance(stage), norm) for stage, pair in pairs.items())), None)
+    if norm is None:
+        return []
+    head_dim = queries.shape[-1]
+    if norm == PER_HEAD_LAYER:
+        return [finding("qk_norm", "queries", f"queries and keys are normalised as LayerNorm does (QK-norm, as "
+                        f"Persimmon does): each head's query and key vectors have their mean over head_dim={head_dim} "
+                        f"subtracted and are divided by their standard deviation before queries @ keys.T; the scores, "
+                        f"weights and context differ from the reference's from here on.")]
+    if norm == WHOLE_WIDTH:
+        return [finding("qk_norm", "queries", f"queries and keys are normalised (QK-norm) over the whole projection, "
+                        f"as OLMo 2 does: each token's query, all {queries.shape[1]} heads together, and its key have "
+                        f"root-mean-square 1 before they are split into heads of {head_dim}; the scores, weights and "
+                        f"context differ from the reference's from here on.")]
+    return [finding("qk_norm", "queries", f"queries and keys are normalised (QK-norm): each head's query "
+                    f"and key vectors have root-mean-square 1 over their head_dim={head_dim} before queries @ keys.T, "
+                    f"so every attn_score lies within +-{head_dim} whatever the inputs' scale; the scores, weights "
+                    f"and context differ from the reference's from here on.")]

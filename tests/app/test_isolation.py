@@ -104,3 +104,16 @@ def test_a_ctrl_c_while_a_jobs_process_starts_is_the_users_interrupt(monkeypatch
     monkeypatch.setattr(forkserver, "connect_to_new_process", connect_interrupted)
     with pytest.raises(UserInterrupt):
         isolated(list, str, None)
+
+
+def test_a_ctrl_c_just_before_a_jobs_process_starts_is_the_users_interrupt(monkeypatch) -> None:
+    """A Ctrl-C while the parent flushes its output, before the start: joining the process that
+    never started raised an AssertionError, which the sweep took for the job's failure and went on."""
+    from attnlab.app.isolation import UserInterrupt, isolated
+
+    def flush_interrupted() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(sys.stdout, "flush", flush_interrupted)
+    with pytest.raises(UserInterrupt):
+        isolated(list, str, None)

@@ -137,9 +137,9 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list:
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(work, fail, child), daemon=True)
     with user_interrupts() as interrupts:
+        for stream in (sys.stdout, sys.stderr):  # what this process printed comes before the job's output
+            stream.flush()  # a Ctrl-C here stops before the start, with no process to join
         try:
-            for stream in (sys.stdout, sys.stderr):  # what this process printed comes before the job's output
-                stream.flush()
             with interrupts.held():  # one inside the start left a process that could be neither joined nor killed
                 process.start()
             child.close()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from attnlab.diagnosis.context import Pair, finding
 from attnlab.diagnosis.recognisers.norms import PER_HEAD_LAYER, WHOLE_WIDTH, norms, rotation_maybe_normed, unit_rms_of
 from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation, turned
@@ -11,26 +9,12 @@ from attnlab.diagnosis.recognisers.shared import recogniser
 from attnlab.record import Finding
 
 
-def _heads_matched(p: Pair, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Both sides' stage, the side with fewer key/value heads repeated to the other's count as
-    repeat_kv does: how the two sides group their keys is the kv_heads note's, not this stage's."""
-    pair = p.both(stage)
-    mine, ref = p.v.stages.get(stage), p.ref.stages.get(stage)
-    if pair is not None or mine is None or ref is None or mine.dim() != 4 or ref.dim() != 4:
-        return pair
-    few, many = sorted((mine.shape[1], ref.shape[1]))
-    if mine.shape[::2] != ref.shape[::2] or mine.shape[3] != ref.shape[3] or few == 0 or many % few:
-        return None
-    return mine.repeat_interleave(many // mine.shape[1], dim=1), ref.repeat_interleave(many // ref.shape[1], dim=1)
-
-
 @recogniser
 def rotary(p: Pair) -> list[Finding]:
-    queries, keys = p.both("queries"), _heads_matched(p, "keys")
+    queries, keys = p.both("queries"), p.both("keys")
     if queries is None or keys is None:
         return []
-    changed = {stage: p.changed(stage) for stage in ("queries", "keys", "values")
-               if _heads_matched(p, stage) is not None}
+    changed = {stage: p.changed(stage) for stage in ("queries", "keys", "values") if p.both(stage) is not None}
     if not (changed["queries"] or changed["keys"]):
         return []
     turns = {stage: rotation_maybe_normed(*pair, 4 * p.tolerance(stage)) if changed[stage] else None

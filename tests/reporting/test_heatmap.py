@@ -208,3 +208,49 @@ def test_column_labels_read_one_way_in_every_map(monkeypatch):
     render(np.random.default_rng(9).random((4, 4)) * 1e-6, row_labels=labels, col_labels=labels)
     columns = [(text, vertical) for text, vertical in drawn if text in ("a", "journey", "startsan..", "b")]
     assert len(columns) == 16 and [vertical for _, vertical in columns].count(True) == 8
+
+
+TRICKY_TEXTS = ["Your", "journey", "0.123", "-4.56e-07", "all 0", "head 11", "weights · reference · head 1",
+                "Ünïcødé ☃", "two\nlines", "", " ", "..", "g|jQ"]
+
+
+def _pillow_text(image: Image.Image, xy, text: str, size: int, anchor: str, colour, vertical: bool) -> None:
+    """Text as Pillow draws it, each call afresh: ImageDraw.text; vertical, on a mask of its own,
+    turned and pasted (Pillow turns text only with libraqm)."""
+    from PIL import ImageDraw, ImageFont
+
+    font = ImageFont.load_default(size=size)
+    if not vertical:
+        ImageDraw.Draw(image).text(xy, text, fill=colour, font=font, anchor=anchor)
+        return
+    ascent, descent = font.getmetrics()
+    mask = Image.new("L", (max(round(font.getlength(text)), 1), ascent + descent), 0)
+    ImageDraw.Draw(mask).text((0, ascent), text, fill=255, font=font, anchor="ls")
+    mask = mask.transpose(Image.Transpose.ROTATE_90)
+    x = xy[0] - {"l": 0, "m": mask.width // 2, "r": mask.width}[anchor[0]]
+    y = xy[1] - {"t": 0, "m": mask.height // 2, "b": mask.height}[anchor[1]]
+    image.paste(colour, (x, y, x + mask.width, y + mask.height), mask)
+
+
+@pytest.mark.parametrize("vertical", [False, True])
+def test_text_drawn_through_remembered_masks_is_pillows_own_every_time(vertical):
+    """The same pixels as Pillow's drawing, on a busy background, at every anchor, near and over
+    the image's edges, over text already there, and again once the masks are remembered."""
+    rng = np.random.default_rng(5)
+    background = rng.integers(0, 256, (60, 90, 3), dtype=np.uint8)
+    ours, pillows = Image.fromarray(background), Image.fromarray(background)
+    for round_ in range(2):
+        for i, text in enumerate(TRICKY_TEXTS):
+            for anchor in ("lt", "rm", "mb", "mm", "lb", "rt") + (() if vertical else ("la", "ms")):
+                xy = (int(rng.integers(-10, 100)), int(rng.integers(-10, 70)))
+                colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+                size = (11, 13)[(i + round_) % 2]
+                try:
+                    _pillow_text(pillows, xy, text, size, anchor, colour, vertical)
+                except ValueError:  # e.g. a vertical anchor for text of several lines: ours refuses it too
+                    with pytest.raises(ValueError):
+                        heatmap._draw_string(ours, xy, text, size=size, anchor=anchor, colour=colour, vertical=vertical)
+                    continue
+                heatmap._draw_string(ours, xy, text, size=size, anchor=anchor, colour=colour, vertical=vertical)
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(pillows))
+    assert not np.array_equal(np.asarray(ours), background)

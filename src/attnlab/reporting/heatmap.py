@@ -119,19 +119,39 @@ def _text_width(text: str, size: int = _FONT_SIZE) -> int:
 
 def _draw_string(image: Image.Image, xy: tuple[int, int], text: str, *, size: int = _FONT_SIZE,
                  anchor: str = "lt", colour: tuple[int, int, int] = _TEXT, vertical: bool = False) -> None:
-    """Pillow's ImageDraw.text, anchors as in Pillow (l/m/r, then t/m/b). Vertical text reads
-    upwards: drawn on a mask of its own and turned, since Pillow turns text only with libraqm."""
+    """Pillow's ImageDraw.text, anchors as in Pillow (l/m/r, then t/m/b), through the string's
+    mask: the same pixels, since Pillow draws text as `colour` through that mask. Lines of text
+    (which sit at fractions of a pixel) are Pillow's to draw."""
+    if "\n" in text and not vertical:
+        ImageDraw.Draw(image).text(xy, text, fill=colour, font=_font(size), anchor=anchor)
+        return
+    mask, dx, dy = _text_mask(text, size, anchor, vertical)
+    if mask is not None:
+        x, y = xy[0] + dx, xy[1] + dy
+        image.paste(colour, (x, y, x + mask.width, y + mask.height), mask)
+
+
+@lru_cache(maxsize=4096)
+def _text_mask(text: str, size: int, anchor: str, vertical: bool) -> tuple[Image.Image | None, int, int]:
+    """A string's alpha mask drawn by ImageDraw.text, and where its corner sits from the anchor
+    point; a job's images repeat their labels, titles and ticks, and so do a sweep's jobs.
+    Vertical text reads upwards: drawn on a mask of its own and turned, since Pillow turns text
+    only with libraqm."""
     font = _font(size)
     if not vertical:
-        ImageDraw.Draw(image).text(xy, text, fill=colour, font=font, anchor=anchor)
-        return
+        left, top, right, bottom = ImageDraw.Draw(Image.new("L", (1, 1))).textbbox((0, 0), text, font=font, anchor=anchor)
+        if right <= left or bottom <= top:
+            return None, 0, 0
+        mask = Image.new("L", (right - left, bottom - top), 0)
+        ImageDraw.Draw(mask).text((-left, -top), text, fill=255, font=font, anchor=anchor)
+        return mask, left, top
     ascent, descent = font.getmetrics()
     mask = Image.new("L", (max(_text_width(text, size), 1), ascent + descent), 0)
     ImageDraw.Draw(mask).text((0, ascent), text, fill=255, font=font, anchor="ls")
     mask = mask.transpose(Image.Transpose.ROTATE_90)
-    x = xy[0] - {"l": 0, "m": mask.width // 2, "r": mask.width}[anchor[0]]
-    y = xy[1] - {"t": 0, "m": mask.height // 2, "b": mask.height}[anchor[1]]
-    image.paste(colour, (x, y, x + mask.width, y + mask.height), mask)
+    dx = -{"l": 0, "m": mask.width // 2, "r": mask.width}[anchor[0]]
+    dy = -{"t": 0, "m": mask.height // 2, "b": mask.height}[anchor[1]]
+    return mask, dx, dy
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:

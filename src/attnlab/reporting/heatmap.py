@@ -113,6 +113,7 @@ def _in_threads(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
         return list(pool.map(fn, items))
 
 
+@lru_cache(maxsize=4096)
 def _text_width(text: str, size: int = _FONT_SIZE) -> int:
     return round(_font(size).getlength(text))
 
@@ -380,9 +381,7 @@ def _with_bar(image: Image.Image, grid_right: int, top: int, height: int, low: f
     the middle of a diverging bar; a scale with one value (an all-zero difference) says so once."""
     x = grid_right + 2 * _MARGIN
     bar = lut[::-1][np.linspace(0, _LUT_SIZE - 1, height).astype(int)][:, None]
-    canvas = np.array(image)
-    canvas[top:top + height, x:x + _BAR_W] = np.repeat(bar, _BAR_W, axis=1)
-    image = Image.fromarray(canvas, mode="RGB")
+    image.paste(Image.fromarray(np.repeat(bar, _BAR_W, axis=1), mode="RGB"), (x, top))  # the bar alone, not the image, through numpy
     bottom = top + height - 1
     if high == low:
         ticks = [((top + bottom) // 2, f"all {_tick(low)}", "lm")]

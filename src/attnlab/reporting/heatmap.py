@@ -213,7 +213,7 @@ def _stretch(cells: np.ndarray, height: int, width: int) -> np.ndarray:
     """Nearest-neighbour (rows, cols, 3) to (height, width, 3): every map the same size on screen."""
     rows = np.arange(height) * cells.shape[0] // height
     cols = np.arange(width) * cells.shape[1] // width
-    return cells[rows][:, cols]
+    return cells.take(rows, axis=0).take(cols, axis=1)  # cells[rows][:, cols] without fancy indexing's overhead
 
 
 def _colour(matrix: np.ndarray, low: float, high: float, lut: np.ndarray) -> np.ndarray:

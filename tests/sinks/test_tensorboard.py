@@ -448,3 +448,22 @@ def test_a_sweeps_curves_sort_before_every_jobs_scalars(book_events, tmp_path: P
     report = sweep_of_lengths(tmp_path)
     curves, _ = sweep_curves(report, ["weights_entropy_mean"])
     assert all(sweep_tag(curve) < min(events.Tags()["scalars"]) for curve in curves)
+
+
+def test_the_config_text_is_what_pyyamls_own_emitter_writes():
+    """The config block as PyYAML's pure-Python SafeDumper writes it (the sink may use libyaml's
+    emitter), for values a config can hold: token labels of any script, long texts, numbers."""
+    import yaml
+
+    from attnlab.sinks.tensorboard import config_markdown
+
+    config = {
+        "inputs": {"_target_": "x.y", "labels": ["·journey", "Ünïcødé ☃", "😀", "a: b", "- x", "'q'", '"dq"', " lead",
+                                               "", "null", "yes", "1e3", "#c", "tab\tx", "\x07", "x\ny", "\u2028"],
+                   "text": "Your journey starts with one step. " * 10, "word": "x" * 250},
+        "nums": [0.1, 1e-7, -0.0, float("inf"), float("nan"), 10**20, True, None],
+        "nested": {"a": {}, "b": [], "c": [[1, 2], [3, [4, {}]]], "with space": {"ü": None}},
+    }
+    expected = yaml.safe_dump({**config, "inputs": {k: v for k, v in config["inputs"].items() if k != "_target_"}},
+                              sort_keys=False, default_flow_style=None, width=100)
+    assert config_markdown(config) == "```yaml\n" + expected.rstrip("\n") + "\n```"

@@ -344,11 +344,13 @@ def _finding_line(finding: Finding) -> str:
 
 def config_markdown(config: Mapping[str, Any]) -> str:
     """The resolved config as a fenced YAML block (TensorBoard's markdown renders fenced code),
-    without Hydra's instructions for building values (`_target_`, `_convert_`)."""
+    without Hydra's instructions for building values (`_target_`, `_convert_`). libyaml's emitter
+    where installed: the same text as PyYAML's own, which was a visible share of a job's output."""
     import yaml
 
-    text = yaml.safe_dump(_without_internals(json.loads(json.dumps(config, default=json_default))),
-                          sort_keys=False, default_flow_style=None, width=100)
+    text = yaml.dump(_without_internals(json.loads(json.dumps(config, default=json_default))),
+                     Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False, default_flow_style=None,
+                     width=100)
     return "```yaml\n" + text.rstrip("\n") + "\n```"
 
 

@@ -132,3 +132,27 @@ def marked(mark: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def change_default_dtype(into: Path) -> list[str]:
+    import torch
+
+    note_pid(into, [])
+    torch.set_default_dtype(torch.float64)
+    return []
+
+
+def default_dtype(into: Path) -> list[str]:
+    import torch
+
+    note_pid(into, [])
+    return [] if torch.get_default_dtype() == torch.float32 else [f"default dtype {torch.get_default_dtype()}"]
+
+
+def test_a_job_that_changes_torchs_defaults_ends_its_worker(tmp_path) -> None:
+    """A module that sets torch's default dtype would change every later job of the worker."""
+    noted = tmp_path / "pids"
+    assert isolated(partial(change_default_dtype, noted), str, None) == []
+    assert isolated(partial(default_dtype, noted), str, None) == []
+    changed, after = pids(noted)
+    assert changed != after

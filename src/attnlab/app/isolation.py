@@ -111,8 +111,8 @@ def _outcome(work: Work, fail: Failure) -> tuple:
 
 def _serve(jobs: Connection, sender_alive: Connection) -> None:
     """A job worker: runs the jobs sent over `jobs`, one after another, each answered with its
-    outcome. It ends after a job that did not end with every record ok, so the next job starts
-    in a fresh process, and when the process sending the jobs ends (`sender_alive` closes), even
+    outcome. It ends after a job that did not end with every record ok, or that changed torch's
+    defaults, so the next job starts in a fresh process; and when the process sending the jobs ends (`sender_alive` closes), even
     mid-job: a killed joblib worker's job is then missing and launched again, never a second
     writer of the same folder."""
     threading.Thread(target=_exit_on_eof, args=(sender_alive,), daemon=True).start()
@@ -121,16 +121,26 @@ def _serve(jobs: Connection, sender_alive: Connection) -> None:
             work, fail = jobs.recv()
         except (EOFError, OSError, KeyboardInterrupt):  # the sender is done, or the user's Ctrl-C between jobs
             os._exit(0)
+        defaults = torch_defaults()
         outcome = _outcome(work, fail)
+        clean = outcome == ("ok", []) and torch_defaults() == defaults
         with suppress(OSError):  # an output closed under it (`| head`) is not the job's failure
             for stream in (sys.stdout, sys.stderr):  # what the job printed, before the parent moves on
                 stream.flush()
         try:
-            jobs.send(outcome)
+            jobs.send((outcome, not clean))  # the sender then stops this worker, not sending it another job
         except OSError:  # the sender is gone: no one to tell
             os._exit(0)
-        if outcome != ("ok", []):
+        if not clean:
             os._exit(0)  # no interpreter teardown: a module's thread could hold the process
+
+
+def torch_defaults() -> tuple:
+    """What a module may change for every job after it in the same process."""
+    import torch  # the worker's forkserver imported it: no cost, and this module stays light
+
+    return (torch.get_default_dtype(), torch.is_grad_enabled(), torch.get_num_threads(),
+            torch.are_deterministic_algorithms_enabled(), torch.get_float32_matmul_precision())
 
 
 def _exit_on_eof(connection: Connection) -> None:
@@ -146,17 +156,23 @@ class JobWorker:
         self.jobs, jobs = context.Pipe()
         sender_alive, self.alive = context.Pipe(duplex=False)  # never written: closed when this process ends
         self.process = context.Process(target=_serve, args=(jobs, sender_alive), daemon=True)
+        self.retiring = False
         self.process.start()
         jobs.close()
         sender_alive.close()
 
     def run(self, work: Work, fail: Failure, timeout_s: float | None) -> tuple | None:
-        """The job's outcome; TIMED_OUT, or None when the worker died without one."""
+        """The job's outcome; TIMED_OUT, or None when the worker died without one. Sets `retiring`
+        when the worker ends after this job."""
         try:
             self.jobs.send((work, fail))
         except OSError:  # it ended before reading the job
             return None
-        return _wait(self.jobs, timeout_s)
+        answer = _wait(self.jobs, timeout_s)
+        if answer is None or answer == TIMED_OUT:
+            return answer
+        outcome, self.retiring = answer
+        return outcome
 
     def stop(self, grace_s: float = 0.0) -> None:
         if grace_s:
@@ -213,11 +229,16 @@ def isolates_here(args: list[str]) -> bool:
     return ((sweep and not elsewhere) or timeout) and not asks and os.environ.get(ISOLATION_ENV, "1") != "0"
 
 
-def stop_early() -> None:
-    """Stop this process's job worker and the forkserver `start_early` started."""
+def stop_worker() -> None:
+    """Stop this process's job worker, if it has one: the next isolated job starts another."""
     worker = _workers.pop(os.getpid(), None)
     if worker is not None:
         worker.stop()
+
+
+def stop_early() -> None:
+    """Stop this process's job worker and the forkserver `start_early` started."""
+    stop_worker()
     pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # multiprocessing keeps no public handle
     if pid is not None:
         with suppress(OSError):
@@ -239,7 +260,7 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list:
             if worker is not None:
                 worker.stop(KILL_GRACE_S)  # it got the same SIGINT: let it stop on its own first
             raise
-        if outcome != ("ok", []):  # the worker ends itself after such a job; one past its timeout is stopped
+        if outcome is None or outcome == TIMED_OUT or worker.retiring:  # a retiring worker ends itself
             worker.stop(0.0 if outcome == TIMED_OUT else KILL_GRACE_S)
     if outcome == TIMED_OUT:
         return [fail(f"the job ran past timeout_s={timeout_s:g} and was stopped")]

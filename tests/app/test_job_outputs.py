@@ -26,8 +26,10 @@ def test_a_single_run_writes_the_files_it_wrote_before(case: str, tmp_path: Path
 
 
 @pytest.mark.slow
-def test_a_sweep_in_one_process_writes_the_files_it_wrote_before(tmp_path: Path) -> None:
-    assert _differences(EXPECTED["sweep"], sweep(tmp_path / "sweep")) == {"missing": [], "new": [], "changed": []}
+@pytest.mark.parametrize("isolation", [False, True], ids=["in-process", "job-worker"])
+def test_a_sweep_writes_the_files_it_wrote_before(isolation: bool, tmp_path: Path) -> None:
+    after = sweep(tmp_path / "sweep", isolation=isolation)
+    assert _differences(EXPECTED["sweep"], after) == {"missing": [], "new": [], "changed": []}
 
 
 def test_the_comparison_sees_a_changed_pixel(tmp_path: Path) -> None:

@@ -48,11 +48,12 @@ def single_run(case: str, out: Path) -> dict[str, str]:
     return digests(out)
 
 
-def sweep(out: Path) -> dict[str, str]:
-    """The sweep of figure 2c through the real app, every job in one process (ATTNLAB_ISOLATION=0):
-    what a process remembers between jobs (the reference's maps, drawn text) is exercised."""
+def sweep(out: Path, *, isolation: bool = False) -> dict[str, str]:
+    """The sweep of figure 2c through the real app, every job in one process (ATTNLAB_ISOLATION=0)
+    or in the job worker: what a process remembers between jobs (maps, drawn text) is exercised."""
     proc = subprocess.run([sys.executable, "-m", "attnlab", "-m", *SWEEP, f"hydra.sweep.dir={out}", "log.terminal=false"],
-                          env={**os.environ, "ATTNLAB_ISOLATION": "0"}, capture_output=True, text=True, timeout=600)
+                          env={**os.environ, "ATTNLAB_ISOLATION": "1" if isolation else "0"}, capture_output=True, text=True,
+                          timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"the sweep failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return digests(out)

@@ -140,7 +140,8 @@ class SweepConfigLoader(ConfigLoader):
     def _context(master: DictConfig) -> Tuple[Any, ...]:
         """What a composition depends on besides the job's lines: the primary config, Hydra's own
         overrides and the working folder (the primary config's search path may name ./conf)."""
-        return master.hydra.job.config_name, tuple(master.hydra.overrides.hydra), os.getcwd()
+        hydra_lines = OmegaConf.to_container(master.hydra.overrides.hydra)  # unresolved, as Hydra reads them
+        return master.hydra.job.config_name, tuple(hydra_lines), os.getcwd()  # type: ignore[arg-type]
 
     def _child_groups(self, master: DictConfig, parent: str) -> FrozenSet[str]:
         key = (*self._context(master), parent)

@@ -37,7 +37,7 @@ def test_the_wheel_holds_configs_and_builtin_plugins(wheel):
                      "hydra_plugins/attnlab_sweeper/attnlab_sweeper.py", "attnlab/conf/sink/terminal.yaml"]:
         assert expected in names, expected
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "attnlab = attnlab.app.cli:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "attnlab = attnlab.__main__:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_the_installed_wheel_runs_from_any_folder(wheel, tmp_path):

@@ -1,9 +1,32 @@
 """attnlab: see what a change to self-attention does, stage by stage."""
 
-from attnlab.app.api import Result, run
-from attnlab.capture.recorder import tap
-from attnlab.modules.built import create_variant
-from attnlab.modules.discovery import variant
-from attnlab.modules.registry import list_variants
+from __future__ import annotations
 
-__all__ = ["Result", "create_variant", "list_variants", "run", "tap", "variant"]
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnlab.app.api import Result, run
+    from attnlab.capture.recorder import tap
+    from attnlab.modules.built import create_variant
+    from attnlab.modules.discovery import variant
+    from attnlab.modules.registry import list_variants
+
+# Imported on first use: the `attnlab` command starts its job forkserver before torch is imported
+# (attnlab.__main__), and every import of a submodule runs this file first.
+_EXPORTS = {
+    "Result": "attnlab.app.api", "run": "attnlab.app.api", "tap": "attnlab.capture.recorder",
+    "create_variant": "attnlab.modules.built", "variant": "attnlab.modules.discovery",
+    "list_variants": "attnlab.modules.registry",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

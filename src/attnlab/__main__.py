@@ -1,3 +1,18 @@
-from attnlab.app.cli import entry
+"""`python -m attnlab` and the `attnlab` command."""
 
-entry()
+import sys
+
+from attnlab.app.isolation import start_early, stop_early
+
+
+def main() -> None:
+    """The job forkserver, when the command needs one, imports torch beside this process (which
+    imports it too, with the app): the sweep's first job then waits for neither."""
+    started = start_early(sys.argv[1:])
+    from attnlab.app.cli import entry
+
+    entry(on_exit=stop_early if started else None)
+
+
+if __name__ == "__main__":
+    main()

@@ -35,7 +35,7 @@ def test_a_dead_process_is_named_by_its_signal_or_exit_code() -> None:
 
 @pytest.mark.parametrize(("main", "preloaded"), [
     ("joblib.externals.loky.backend.popen_loky_posix", ["joblib.externals.loky.backend"]),  # a joblib worker
-    ("attnlab.__main__", []),  # python -m attnlab: never run again in a job's process, and importing it runs the app
+    ("attnlab.__main__", []),  # python -m attnlab: a package's __main__, never run again in a job's process
     ("script", []),  # python -m script: no package
     (None, []),  # python script.py, the `attnlab` command
 ])

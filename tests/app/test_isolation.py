@@ -93,8 +93,9 @@ def test_a_ctrl_c_while_a_jobs_process_starts_is_the_users_interrupt(monkeypatch
     took for the job's failure and went on."""
     from multiprocessing import forkserver
 
-    from attnlab.app.isolation import UserInterrupt, isolated
+    from attnlab.app.isolation import UserInterrupt, isolated, stop_worker
 
+    stop_worker()  # a worker left by an earlier test would take the job without a start
     connect = forkserver.connect_to_new_process
 
     def connect_interrupted(fds: list[int]) -> tuple[int, int]:

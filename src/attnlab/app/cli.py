@@ -17,7 +17,7 @@ import sys
 import threading
 from importlib import metadata
 from pathlib import Path
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -187,6 +187,10 @@ def exit_fast(code: int) -> NoReturn:
     os._exit(code)
 
 
-def entry() -> NoReturn:
-    """The `attnlab` command and `python -m attnlab`."""
-    exit_fast(main())
+def entry(on_exit: Callable[[], None] | None = None) -> NoReturn:
+    """The `attnlab` command and `python -m attnlab` (attnlab.__main__); `on_exit` runs once the
+    command's work is done, before the exit."""
+    code = main()
+    if on_exit is not None:
+        on_exit()
+    exit_fast(code)

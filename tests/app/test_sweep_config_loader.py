@@ -73,11 +73,11 @@ def compositions(loader, monkeypatch) -> list[list[str]]:
     return asked
 
 
-def assert_same(ours: DictConfig, hydras: DictConfig) -> None:
-    assert OmegaConf.to_yaml(ours) == OmegaConf.to_yaml(hydras)
-    assert OmegaConf.get_cache(ours) == OmegaConf.get_cache(hydras)
+def assert_same(ours: DictConfig, theirs: DictConfig) -> None:
+    assert OmegaConf.to_yaml(ours) == OmegaConf.to_yaml(theirs)
+    assert OmegaConf.get_cache(ours) == OmegaConf.get_cache(theirs)
     for node in ("", "hydra", "inputs", "variant", "hydra.job"):
-        a, b = OmegaConf.select(ours, node), OmegaConf.select(hydras, node)
+        a, b = OmegaConf.select(ours, node), OmegaConf.select(theirs, node)
         assert (OmegaConf.is_struct(a), OmegaConf.is_readonly(a), OmegaConf.get_type(a)) == \
                (OmegaConf.is_struct(b), OmegaConf.is_readonly(b), OmegaConf.get_type(b)), node
 
@@ -110,7 +110,8 @@ def test_a_job_changing_its_config_changes_no_other_job(loader) -> None:
     with open_dict(first):
         first.variant.params.foo = 1
     first.hydra.overrides.task.append("changed=1")
-    assert_same(ours.load_sweep_config(sweep, ["variant=linear", "seed=2"]), hydras(loader, sweep, ["variant=linear", "seed=2"]))
+    second = ["variant=linear", "seed=2"]
+    assert_same(ours.load_sweep_config(sweep, second), hydras(loader, sweep, second))
 
 
 @pytest.mark.parametrize("job", [["variant=linear", "sed=1"], ["variant=linear", "+seed=3"], ["seed@foo=1"],
@@ -141,7 +142,8 @@ def test_the_loader_pickles_without_its_cache(loader) -> None:
     context = pickle.loads(pickle.dumps(HydraContext(config_loader=ours, callbacks=None)))
     worker = context.config_loader
     assert isinstance(worker, SweepConfigLoader) and type(worker.loader) is type(loader)
-    assert_same(worker.load_sweep_config(sweep, ["variant=causal", "seed=2"]), hydras(loader, sweep, ["variant=causal", "seed=2"]))
+    job = ["variant=causal", "seed=2"]
+    assert_same(worker.load_sweep_config(sweep, job), hydras(loader, sweep, job))
 
 
 def test_the_environment_the_folder_and_the_resolver_cache_are_read_for_each_job(loader, tmp_path, monkeypatch) -> None:
@@ -149,7 +151,8 @@ def test_the_environment_the_folder_and_the_resolver_cache_are_read_for_each_job
     resolver cache into every job: as they are when the job is composed."""
     monkeypatch.setenv("ATTNLAB_TEST_COPIED", "first")
     sweep = loader.load_configuration(config_name="config", run_mode=RunMode.MULTIRUN, overrides=[
-        "hydra.job.env_copy=[ATTNLAB_TEST_COPIED]", "+hydra.job.env_set.LATER=${now:%f}", "variant=linear", "seed=1,2,3"])
+        "hydra.job.env_copy=[ATTNLAB_TEST_COPIED]", "+hydra.job.env_set.LATER=${now:%f}", "variant=linear",
+        "seed=1,2,3"])
     ours = SweepConfigLoader(loader)
     ours.load_sweep_config(sweep, ["variant=linear", "seed=1"])
     assert ("%f",) not in OmegaConf.get_cache(sweep)["now"]  # the loader resolves nothing (its lines neither)

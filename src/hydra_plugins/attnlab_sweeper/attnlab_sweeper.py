@@ -19,8 +19,8 @@ plus `params` and `max_batch_size`, as Hydra's basic sweeper does. Three things 
   when the launch was interrupted): Hydra skips its callbacks' `on_multirun_end` when a job
   raised or on Ctrl-C, and a callback cannot change the run's outcome, a sweeper can.
 
-Public Hydra API only (the `Sweeper` interface, the override parser, the `ConfigLoader`
-interface, `Plugins`). The app registers this class with `Plugins.instance().register(...)`,
+Public Hydra API only (the `Sweeper` and `ConfigLoader` interfaces, `HydraContext`, the
+override parser, `Plugins`). The app registers this class with `Plugins.instance().register(...)`,
 so it works in a process where another Hydra app already ran (Hydra scans for plugins once per
 process); as a `hydra_plugins` namespace package, Hydra's own scan finds it too. Hydra imports
 every plugin module it finds, in every app, so this module imports only Hydra and OmegaConf:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from hydra_plugins.attnlab_sweeper.attnlab_sweeper import covering_jobs
 
@@ -95,22 +96,43 @@ def test_a_sweep_runs_in_a_process_where_another_hydra_app_ran_first(tmp_path) -
 
 
 @pytest.mark.slow
-def test_the_basic_sweeper_gives_the_same_table(tmp_path) -> None:
-    tables = {}
+def test_the_basic_sweeper_gives_the_same_table_and_job_configs(tmp_path) -> None:
+    """Hydra's basic sweeper composes every job itself: attnlab's, composing each variant once,
+    writes the same job configs (a group, a value swept, a value set, a key in no folder name)."""
+    tables, files = {}, {}
     for sweeper in ("attnlab", "basic"):
         out = tmp_path / sweeper
         out.mkdir()
-        done = sweep(out, "variant=reference,unscaled", "seed=1,2", f"hydra/sweeper={sweeper}")
+        done = sweep(out, "variant=reference,unscaled", "seed=1,2", "inputs=random", "inputs.n_tokens=4",
+                     "log.html=false", f"hydra/sweeper={sweeper}")
         assert done.returncode == 0, done.stderr
         tables[sweeper] = pd.read_csv(out / "sweep" / "comparison.csv").drop(columns=["path"])
+        files[sweeper] = {path.relative_to(out).as_posix(): job_file(path, out, sweeper)
+                          for path in sorted((out / "sweep").glob("*/.hydra/*.yaml"))}
     assert "AttnlabSweeper" in (tmp_path / "attnlab" / "sweep" / "multirun.yaml").read_text()
     assert "BasicSweeper" in (tmp_path / "basic" / "sweep" / "multirun.yaml").read_text()
     pd.testing.assert_frame_equal(tables["attnlab"], tables["basic"])
+    assert len(files["attnlab"]) == 4 * 3 and "sweep/0-inputs.n_tokens=4,inputs=random,seed=1,variant=reference/" \
+        ".hydra/overrides.yaml" in files["attnlab"]
+    assert files["attnlab"] == files["basic"]
+
+
+def job_file(path: Path, out: Path, sweeper: str) -> bytes:
+    """A job's config.yaml or overrides.yaml as written; its hydra.yaml without what names the
+    sweeper and the sweep's folder."""
+    if path.name != "hydra.yaml":
+        return path.read_bytes()
+    config = OmegaConf.create(path.read_text().replace(str(out), "OUT"))
+    assert config.hydra.runtime.choices["hydra/sweeper"] == sweeper
+    for key in ("sweeper", "overrides.hydra", "runtime.choices.hydra/sweeper"):
+        OmegaConf.update(config.hydra, key, None)
+    return OmegaConf.to_yaml(config).encode()
 
 
 @pytest.mark.slow
-def test_a_sweep_composes_each_job_once_plus_one_per_variant(tmp_path, monkeypatch) -> None:
-    """Seeds are values checked on a copy of the config; only the variant choices are composed."""
+def test_a_sweep_composes_once_per_variant(tmp_path, monkeypatch) -> None:
+    """Seeds are values applied to a copy of the config (for the checks and for the jobs alike);
+    only the variant choices are composed, once each."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
     from attnlab.app.cli import main as cli_main
@@ -123,7 +145,8 @@ def test_a_sweep_composes_each_job_once_plus_one_per_variant(tmp_path, monkeypat
     code = cli_main(["-m", "variant=reference,unscaled", "seed=1,2,3", "log.tensorboard=false", "log.terminal=false",
                      f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     assert code == 0
-    assert len(composed) == 6 + 2 and len(find_record_files([tmp_path / "sweep"])) == 6
+    assert composed == [("variant=reference",), ("variant=unscaled",)]
+    assert len(find_record_files([tmp_path / "sweep"])) == 6
 
 
 @pytest.mark.slow

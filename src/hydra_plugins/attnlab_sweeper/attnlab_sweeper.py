@@ -1,7 +1,7 @@
 """attnlab's sweeper: Hydra's basic sweep, with every value checked before the first job.
 
 A sweep is the cartesian product of the overrides (`a=1,2 b=x,y`, `range(...)`, `glob(...)`),
-plus `params` and `max_batch_size`, as Hydra's basic sweeper does. Two things differ:
+plus `params` and `max_batch_size`, as Hydra's basic sweeper does. Three things differ:
 
 - **Every value is checked before any job runs, and before the sweep folder exists.** The
   basic sweeper composes every job (Hydra's largest cost per job) and checks only what
@@ -11,12 +11,16 @@ plus `params` and `max_batch_size`, as Hydra's basic sweeper does. Two things di
   (about a millisecond each); every result goes through the app's `check` function. A value
   that cannot be applied to a copy is checked by composing a job that contains it, so Hydra's
   own error is the one reported. A bad sweep leaves no folder behind.
+- **A config-group choice is composed once per sweep, not once per job.** The launcher gets a
+  `HydraContext` whose loader (`_loader.SweepConfigLoader`) keeps each combination of group
+  lines composed (the checks above fill it) and applies a job's value lines (`seed=3`) to a
+  copy, giving the config Hydra would compose; any other line composes the job in full.
 - **The end of the sweep is the app's `finish` function**, called once every job returned (or
   when the launch was interrupted): Hydra skips its callbacks' `on_multirun_end` when a job
   raised or on Ctrl-C, and a callback cannot change the run's outcome, a sweeper can.
 
-Public Hydra API only (the `Sweeper` interface, the override parser, the `ConfigLoader`
-interface, `Plugins`). The app registers this class with `Plugins.instance().register(...)`,
+Public Hydra API only (the `Sweeper` and `ConfigLoader` interfaces, `HydraContext`, the
+override parser, `Plugins`). The app registers this class with `Plugins.instance().register(...)`,
 so it works in a process where another Hydra app already ran (Hydra scans for plugins once per
 process); as a `hydra_plugins` namespace package, Hydra's own scan finds it too. Hydra imports
 every plugin module it finds, in every app, so this module imports only Hydra and OmegaConf:
@@ -40,9 +44,10 @@ from hydra.errors import HydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from hydra.utils import get_method
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.attnlab_sweeper.folder import check_reuse, job_outcomes, locked, runs_of
+from hydra_plugins.attnlab_sweeper._loader import SweepConfigLoader, apply_override
 
 
 def cartesian(overrides: Sequence[Override]) -> list[list[str]]:
@@ -77,23 +82,8 @@ def apply_value(config: DictConfig, override: Override) -> DictConfig:
     override must name an existing key, `+` adds a new one, `++` either. Raises when Hydra's
     composition would (or when unsure, e.g. a deletion): the caller then composes a job."""
     config = copy.deepcopy(config)
-    apply_in_place(config, override)
+    apply_override(config, override)
     return config
-
-
-def apply_in_place(config: DictConfig, override: Override) -> None:
-    if override.is_delete():
-        raise ValueError("deletions are checked by composing")
-    key, value = override.key_or_group, override.value()
-    adds = override.is_add() or override.is_force_add()
-    with read_write(config):
-        if override.is_add() and OmegaConf.select(config, key, default=None) is not None:
-            raise ValueError(f"{key} exists; `+` cannot add it")
-        if adds:
-            with open_dict(config):
-                OmegaConf.update(config, key, value, merge=True, force_add=True)
-        else:
-            OmegaConf.update(config, key, value, merge=True)
 
 
 class AttnlabSweeper(Sweeper):
@@ -109,9 +99,12 @@ class AttnlabSweeper(Sweeper):
         self.launcher = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.hydra_context, self.config = hydra_context, config
+        # the launcher composes every job through the caching loader, which validation fills first
+        loader = SweepConfigLoader(hydra_context.config_loader)
+        self.hydra_context = HydraContext(config_loader=loader, callbacks=hydra_context.callbacks)
+        self.config = config
         self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config)
+            hydra_context=self.hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
@@ -182,8 +175,7 @@ class AttnlabSweeper(Sweeper):
 
         def is_group(line: str) -> bool:
             if line not in groups:
-                key = parser.parse_override(line).key_or_group
-                groups[line] = bool(loader.get_group_options(key)) if key else False
+                groups[line] = loader.is_group(self.config, parser.parse_override(line)) is not False
             return groups[line]
 
         def compose(job: Sequence[str]) -> DictConfig:
@@ -216,7 +208,7 @@ class AttnlabSweeper(Sweeper):
             for job in jobs:
                 config = copies[id(closest(contexts, job))]
                 for line in (v for v in job if not is_group(v)):
-                    attempt(apply_in_place, config, parser.parse_override(line))
+                    attempt(apply_override, config, parser.parse_override(line))
                 attempt(check_job, config)
         if len(errors) == 1:
             raise next(iter(errors.values()))

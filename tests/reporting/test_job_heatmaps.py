@@ -137,3 +137,22 @@ def test_a_changed_value_or_title_is_a_new_image() -> None:
     assert draw(changed, "weights · variant") != first
     assert draw(weights, "weights · reference") != first
     assert draw(weights.copy(), "weights · variant") == first
+
+
+def test_encoding_beside_the_drawing_gives_the_drawn_pixels_and_leaves_no_thread(gqa_record) -> None:
+    """Each PNG (encoded on a thread of the call's own while the next map is drawn) decodes to
+    the map drawn for its tag, in the order drawn; no thread is left once the call returns."""
+    import threading
+
+    job_heatmaps._ENCODED.entries.clear()  # nothing remembered: every map drawn and encoded here
+    job_heatmaps._ENCODED.size = 0
+    before = threading.active_count()
+    images = heatmap_images(gqa_record)
+    assert threading.active_count() == before
+    grid = heatmap.render_head_grid(gqa_record.heads_view("weights", batch=0), title="weights · variant · all heads · batch item 0",
+                                    value_range=heatmap.finite_range(gqa_record.heads_view("weights", batch=0),
+                                                                     gqa_record.heads_view("weights", batch=0,
+                                                                                           reference=True)))
+    drawn = dict(images)["heatmaps/variant/weights"]
+    np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(drawn.png)).convert("RGB")), grid)
+    assert [tag for tag, _ in images][:2] == ["heatmaps/variant/scores", "heatmaps/variant/scores/head0"]

@@ -19,6 +19,7 @@ import hashlib
 import json
 import shutil
 from collections import OrderedDict
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -72,6 +73,13 @@ CACHED_MAX_ELEMENTS = 65_536  # larger maps are drawn each time: hashing them co
 
 def encoded(draw: Callable[[], np.ndarray], values: np.ndarray, *key_parts: object) -> EncodedHeatmap:
     """`draw()` PNG-encoded, remembered by the content of `values` and `key_parts` when small."""
+    return encoding(draw, values, *key_parts).result()
+
+
+def encoding(draw: Callable[[], np.ndarray], values: np.ndarray, *key_parts: object,
+             encoder: Executor | None = None) -> Future[EncodedHeatmap]:
+    """As `encoded`, the PNG encoding on `encoder` when given: zlib lets go of the GIL, so a map
+    is compressed while the next one is drawn."""
     key = None
     if values.size <= CACHED_MAX_ELEMENTS:
         digest = hashlib.blake2b(repr((values.shape, key_parts)).encode(), digest_size=20)
@@ -79,23 +87,37 @@ def encoded(draw: Callable[[], np.ndarray], values: np.ndarray, *key_parts: obje
         key = digest.digest()
         hit = _ENCODED.get(key)
         if hit is not None:
-            return hit
+            return _done(hit)
     image = draw()
+    return encoder.submit(_encode, image, key) if encoder is not None else _done(_encode(image, key))
+
+
+def _encode(image: np.ndarray, key: bytes | None) -> EncodedHeatmap:
     result = EncodedHeatmap(to_png_bytes(image), image.shape[0], image.shape[1])
     if key is not None:
         _ENCODED.put(key, result)
     return result
 
 
+def _done(image: EncodedHeatmap) -> Future[EncodedHeatmap]:
+    future: Future[EncodedHeatmap] = Future()
+    future.set_result(image)
+    return future
+
+
 def heatmap_images(record: Record, *, card_only: bool = False) -> list[tuple[str, EncodedHeatmap]]:
     """(tag, PNG) of every heatmap of the record (see the module's docstring), stage by stage;
     `card_only`: the variant's weights alone (`heatmaps/variant/weights`), the picture an HTML
     card shows, for a job that draws no other heatmap (log.images=false)."""
-    if card_only:
-        return _card_image(record)
+    with ThreadPoolExecutor(max_workers=1) as encoder:  # one thread beside the drawing; none outlives the call
+        pending = _card_image(record, encoder) if card_only else _stage_maps(record, encoder)
+        return [(tag, image.result()) for tag, image in pending]
+
+
+def _stage_maps(record: Record, encoder: Executor) -> list[tuple[str, Future[EncodedHeatmap]]]:
     show = record.config.get("show") or {}
     batch, head = int(show.get("batch", 0)), int(show.get("head", 0))
-    images: list[tuple[str, EncodedHeatmap]] = []
+    images: list[tuple[str, Future[EncodedHeatmap]]] = []
     for stage in HEATMAP_STAGES:
         differs = _differs(record, stage)
         if stage not in ALWAYS_DRAWN and not differs:
@@ -112,18 +134,19 @@ def heatmap_images(record: Record, *, card_only: bool = False) -> list[tuple[str
             if values is not None:
                 # a reference equal to the variant: its grid to compare by eye, not every head again
                 per_head = differs or source != "reference"
-                images += _stage_images(record, stage, source, values, value_range, diverging, head, where, per_head)
-        release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps
+                images += _stage_images(record, stage, source, values, value_range, diverging, head, where, per_head,
+                                        encoder)
+        release(variant, reference)  # drawn maps are copies: their encoding may finish later  # pages of stages spilled to disk, read for this stage's maps
     return images
 
 
-def _card_image(record: Record) -> list[tuple[str, EncodedHeatmap]]:
+def _card_image(record: Record, encoder: Executor) -> list[tuple[str, Future[EncodedHeatmap]]]:
     batch = int((record.config.get("show") or {}).get("batch", 0))
     weights = record.heads_view("weights", batch=batch)
     if weights is None:
         return []
     where = f" · batch item {batch}" if _batched(record, "weights") else ""
-    images = _stage_images(record, "weights", "variant", weights, finite_range(weights), False, 0, where, False)
+    images = _stage_images(record, "weights", "variant", weights, finite_range(weights), False, 0, where, False, encoder)
     release(weights)
     return images
 
@@ -148,7 +171,8 @@ def _difference(variant: np.ndarray | None, reference: np.ndarray | None) -> np.
 
 
 def _stage_images(record: Record, stage: str, source: str, values: np.ndarray, value_range: tuple[float, float],
-                  diverging: bool, head: int, where: str, per_head: bool) -> list[tuple[str, EncodedHeatmap]]:
+                  diverging: bool, head: int, where: str, per_head: bool,
+                  encoder: Executor) -> list[tuple[str, Future[EncodedHeatmap]]]:
     """The grid of all heads and (`per_head`) an image per head (one image for one head), then the crop."""
     heads = _as_heads(values)  # (heads, rows, cols)
     rows, cols = _labels(record, stage, heads.shape[1:], one_row=np.ndim(values) == 1)
@@ -156,22 +180,22 @@ def _stage_images(record: Record, stage: str, source: str, values: np.ndarray, v
     n = heads.shape[0]
     head = min(head, n - 1)
 
-    def single(h: int, matrix: np.ndarray, suffix: str = "") -> Callable[[], EncodedHeatmap]:
+    def single(h: int, matrix: np.ndarray, suffix: str = "") -> Callable[[], Future[EncodedHeatmap]]:
         who = f" · head {h}" if n > 1 else ""
         title = f"{stage} · {source}{who}{where}{suffix}"
-        return lambda: encoded(lambda: render_heatmap(matrix, title=title, row_labels=rows and rows[:len(matrix)],
-                                                      col_labels=cols and cols[:matrix.shape[-1]], diverging=diverging,
-                                                      value_range=value_range),
-                               matrix, "map", title, rows, cols, diverging, value_range)
+        return lambda: encoding(lambda: render_heatmap(matrix, title=title, row_labels=rows and rows[:len(matrix)],
+                                                       col_labels=cols and cols[:matrix.shape[-1]], diverging=diverging,
+                                                       value_range=value_range),
+                                matrix, "map", title, rows, cols, diverging, value_range, encoder=encoder)
 
-    tasks: list[tuple[str, Callable[[], EncodedHeatmap]]] = []
+    tasks: list[tuple[str, Callable[[], Future[EncodedHeatmap]]]] = []
     if n == 1:
         tasks.append((tag, single(0, heads[0])))
     else:
         title = f"{stage} · {source} · all heads{where}"
-        tasks.append((tag, lambda: encoded(lambda: render_head_grid(heads, title=title, diverging=diverging,
-                                                                    value_range=value_range),
-                                           heads, "grid", title, diverging, value_range)))
+        tasks.append((tag, lambda: encoding(lambda: render_head_grid(heads, title=title, diverging=diverging,
+                                                                     value_range=value_range),
+                                            heads, "grid", title, diverging, value_range, encoder=encoder)))
         tasks += [(f"{tag}/head{h}", single(h, heads[h])) for h in range(n) if per_head]
     if max(heads.shape[1:]) > MAX_SIDE and per_head:
         crop = np.ascontiguousarray(heads[head, :CROP, :CROP])

@@ -10,7 +10,7 @@ from attnlab.diagnosis.batch_mixing import BatchMixing
 from attnlab.diagnosis.context import build_context
 from attnlab.diagnosis.diagnostics import compute_diagnostics, divergence_grids, first_divergent_stage
 from attnlab.diagnosis.masking import neg_infs, with_masks_as_neg_inf
-from attnlab.diagnosis.passes import peaks
+from attnlab.diagnosis.passes import one_thread, peaks
 from attnlab.diagnosis.runner import diagnose_context
 from attnlab.record import Finding
 
@@ -24,6 +24,7 @@ class Analysis:
     findings: list[Finding]
 
 
+@one_thread()
 def analyse(variant: Capture, reference: Capture, *, weights_shared: bool, train: bool = False,
             batch_mixing: BatchMixing | None = None) -> Analysis:
     """Diagnostics, the first divergent stage and the findings of a variant against its reference."""

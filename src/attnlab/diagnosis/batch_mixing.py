@@ -20,6 +20,7 @@ import torch
 from attnlab.capture.recorder import Capture
 from attnlab.diagnosis.diagnostics import blocks, stage_tolerance
 from attnlab.diagnosis.masking import with_masks_as_neg_inf
+from attnlab.diagnosis.passes import one_thread
 from attnlab.capture.stages import STAGES
 
 NOT_CHECKED_EQUAL = "batch mixing not checked: the batch items are equal; use inputs=random"
@@ -74,6 +75,7 @@ def _item(together: Capture, i: int) -> Capture:
     return replace(together, stages={name: t[i:i + 1] for name, t in together.stages.items()})
 
 
+@one_thread()
 def _first_mixed(stages: Iterable[str], alone: list[Capture], together: Capture, n_items: int) -> BatchMixing:
     for stage in stages:
         mine = together.stages.get(stage)

@@ -20,7 +20,7 @@ import torch
 
 from attnlab.capture.recorder import Capture
 from attnlab.capture.spill import releasing
-from attnlab.diagnosis.passes import Peaks, block_scratch, blocks, fitted, row_blocks
+from attnlab.diagnosis.passes import Peaks, block_scratch, blocks, fitted, one_thread, row_blocks
 
 
 def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) -> float:
@@ -50,6 +50,7 @@ def _softmax_input(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.
     return (scaled, weights, scores) if scaled.shape == weights.shape == scores.shape else None
 
 
+@one_thread()
 @releasing
 def with_masks_as_neg_inf(capture: Capture) -> Capture:
     """The capture with every masked entry of its softmax input at -inf (itself, no copy, when every

@@ -4,6 +4,7 @@ time; one scratch tensor serves the blocks of a pass), and the stage's largest m
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass
@@ -16,6 +17,22 @@ from attnlab.capture.recorder import Capture, max_abs_or_nan
 from attnlab.capture.spill import releasing
 
 BLOCK_ROWS = 1024
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Every torch op on one intra-op thread, restored after: the passes run op after op on one
+    (batch item, head) block each, and an op that enters a parallel region waits for the other
+    OpenMP threads to wake; on a shared machine that is a scheduler slice per op, many times the
+    block's own work (the diagnosis went 3.5x -> 18x the forwards under load). Also a decorator."""
+    before = torch.get_num_threads()
+    if before != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if before != 1:
+            torch.set_num_threads(before)
 
 
 def row_blocks(n: int, block: int = BLOCK_ROWS) -> Iterator[slice]:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from attnlab.capture.recorder import Capture
 from attnlab.diagnosis.batch_mixing import BatchMixing
 from attnlab.diagnosis.context import build_context
-from attnlab.diagnosis.diagnostics import compute_diagnostics, divergence_grids, first_divergent_stage
+from attnlab.diagnosis.diagnostics import (OWN_STAGES, Grid, compute_diagnostics, divergence_grids,
+                                          first_divergent_stage, own_statistics)
 from attnlab.diagnosis.masking import neg_infs, with_masks_as_neg_inf
 from attnlab.diagnosis.passes import one_thread, peaks
 from attnlab.diagnosis.runner import diagnose_context
@@ -27,14 +28,38 @@ class Analysis:
 @one_thread()
 def analyse(variant: Capture, reference: Capture, *, weights_shared: bool, train: bool = False,
             batch_mixing: BatchMixing | None = None) -> Analysis:
-    """Diagnostics, the first divergent stage and the findings of a variant against its reference."""
+    """Diagnostics, the first divergent stage and the findings of a variant against its reference.
+
+    Where the variant's stages hold the reference's values entry for entry (the grids say so), the
+    reference's own peaks, -inf entries and statistics are the variant's: not measured again."""
     variant, reference = with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference)
-    grids, measured = divergence_grids(variant, reference), (peaks(variant), peaks(reference))
-    found = neg_infs(variant, measured[0]), neg_infs(reference, measured[1])
-    diagnostics, head_diagnostics = compute_diagnostics(variant, reference, grids, measured, found[0])
-    reference_diagnostics, _ = compute_diagnostics(reference, reference, measured=(measured[1], measured[1]),
-                                                   found=found[1])
-    first = first_divergent_stage(variant, reference, diagnostics, measured[1])
+    grids, v_peaks = divergence_grids(variant, reference), peaks(variant)
+    same = _same_values(variant, reference, grids)
+    ref_peaks = peaks(reference, known=v_peaks, same=same)
+    v_found = neg_infs(variant, v_peaks)
+    ref_found = v_found if _same_on(("scores", "scaled_scores", "weights"), variant, reference, same) \
+        else neg_infs(reference, ref_peaks)
+    measured, found = (v_peaks, ref_peaks), (v_found, ref_found)
+    own = own_statistics(variant)
+    diagnostics, head_diagnostics = compute_diagnostics(variant, reference, grids, measured, v_found, own)
+    reference_diagnostics, _ = compute_diagnostics(reference, reference, measured=(ref_peaks, ref_peaks),
+                                                   found=ref_found,
+                                                   own=own if _same_on(OWN_STAGES, variant, reference, same) else None)
+    first = first_divergent_stage(variant, reference, diagnostics, ref_peaks)
     ctx = build_context(variant, reference, diagnostics, weights_shared=weights_shared, train=train,
                         mixing=batch_mixing, grids=grids, measured=measured, found=found)
     return Analysis(diagnostics, head_diagnostics, reference_diagnostics, first, diagnose_context(ctx))
+
+
+def _same_values(variant: Capture, reference: Capture, grids: dict[str, Grid]) -> frozenset[str]:
+    """The stages whose every entry equals the reference's (a divergence of 0 everywhere: a NaN
+    or an inf against another value is none), in one dtype."""
+    return frozenset(stage for stage, grid in grids.items()
+                     if all(gap == 0.0 for row in grid for gap in row)
+                     and variant.stages[stage].dtype == reference.stages[stage].dtype)
+
+
+def _same_on(stages: tuple[str, ...], variant: Capture, reference: Capture, same: frozenset[str]) -> bool:
+    """Whether both captures hold the same of `stages`, each with the same values."""
+    return all((s in variant.stages) == (s in reference.stages) and (s in same or s not in variant.stages)
+               for s in stages)

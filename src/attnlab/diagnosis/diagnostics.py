@@ -28,6 +28,7 @@ from attnlab.diagnosis.passes import (Peaks, block_scratch, blocks, finite_max_a
 NAN = float("nan")
 _EPS = float(torch.finfo(torch.float32).eps)  # float32's; a capture in another dtype uses its own (capture_eps)
 HEAD_COLUMNS = ("weights_entropy_mean", "weights_row_max_mean", "weights_first_token_mass")  # per-head table columns
+OWN_STAGES = ("scores", "scaled_scores", "weights", "keys", "values", "context")  # what own_statistics reads
 
 
 @releasing
@@ -306,14 +307,24 @@ def _worst(values: list[float]) -> float:
     return max(values, default=0.0)
 
 
+def own_statistics(capture: Capture) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """What a capture's own OWN_STAGES say, the reference left out: the weights' statistics (flat,
+    per head), the softmax checks and the scale it applied."""
+    flat, heads = _weights_diagnostics(capture.stages.get("weights"))
+    flat["weights_softmax_max_err"], flat["batched_single_max_abs_diff"] = softmax_checks(capture)
+    flat["scale_observed"] = scale_observed(capture.stages.get("scores"), capture.stages.get("scaled_scores"))
+    return flat, heads
+
+
 def compute_diagnostics(variant: Capture, reference: Capture, grids: dict[str, Grid] | None = None,
-                        measured: tuple[Peaks, Peaks] | None = None,
-                        found: dict[str, NegInf] | None = None) -> tuple[dict[str, float], dict[str, list[float]]]:
+                        measured: tuple[Peaks, Peaks] | None = None, found: dict[str, NegInf] | None = None,
+                        own: tuple[dict[str, float], dict[str, list[float]]] | None = None,
+                        ) -> tuple[dict[str, float], dict[str, list[float]]]:
     """Flat {name: float} for the record and sweep tables (nan where not computable), and the
     per-head values {name: [one per head]}. Captures as `attnlab.diagnosis.analysis` passes them
     (every mask at -inf, so `non_finite_<stage>` counts only what no mask placed); `grids`:
     their divergence_grids, `measured`: the variant's and the reference's peaks, `found`: the
-    variant's neg_infs, when already computed."""
+    variant's neg_infs, `own`: its own_statistics, when already computed."""
     grids = divergence_grids(variant, reference) if grids is None else grids
     v_peaks, ref_peaks = measured or (peaks(variant), peaks(reference))
     found = neg_infs(variant, v_peaks) if found is None else found
@@ -334,11 +345,9 @@ def compute_diagnostics(variant: Capture, reference: Capture, grids: dict[str, G
         out[f"non_finite_{stage}"] = _not_masked(variant, stage, v_peaks, found) if mine is not None else NAN
         native = variant.native_shapes.get(stage)
         out[f"shape_ok_{stage}"] = float(native == shapes[stage]) if native is not None and stage in shapes else NAN
-    flat, heads = _weights_diagnostics(variant.stages.get("weights"))
+    flat, heads = own_statistics(variant) if own is None else own
     out.update(flat)
     per_head.update(heads)
-    out["weights_softmax_max_err"], out["batched_single_max_abs_diff"] = softmax_checks(variant)
-    out["scale_observed"] = scale_observed(variant.stages.get("scores"), variant.stages.get("scaled_scores"))
     keys = variant.stages.get("keys")
     usual = keys.shape[-1] ** -0.5 if keys is not None else NAN
     out["scale_expected"] = reference.declared_scale[0] if reference.declared_scale else usual  # Gemma's declares one

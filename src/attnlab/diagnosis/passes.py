@@ -9,7 +9,7 @@ import itertools
 import math
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Iterator, Mapping
+from typing import Collection, Iterator, Mapping
 
 import torch
 
@@ -84,7 +84,10 @@ class Peaks:
     finite: Mapping[str, float]
 
 
-def peaks(capture: Capture) -> Peaks:
-    peak = {stage: max_abs(t) for stage, t in capture.stages.items()}
-    finite = {stage: p if math.isfinite(p) else finite_max_abs(capture.stages[stage]) for stage, p in peak.items()}
+def peaks(capture: Capture, known: Peaks | None = None, same: Collection[str] = ()) -> Peaks:
+    """The capture's Peaks; those of the stages in `same`, which hold the values of the capture
+    `known` was measured on, taken from it."""
+    peak = {stage: known.peak[stage] if known and stage in same else max_abs(t) for stage, t in capture.stages.items()}
+    finite = {stage: known.finite[stage] if known and stage in same else
+              p if math.isfinite(p) else finite_max_abs(capture.stages[stage]) for stage, p in peak.items()}
     return Peaks(MappingProxyType(peak), MappingProxyType(finite))

@@ -25,6 +25,7 @@ from attnlab.errors import UserError
 from attnlab.diagnosis.analysis import analyse
 from attnlab.diagnosis.diagnostics import expected_shapes
 from attnlab.diagnosis.kv_granularity import align_kv_heads
+from attnlab.diagnosis.passes import one_thread
 from attnlab.diagnosis.returned import returned_weights
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.layouts import align, seed_projections
@@ -195,6 +196,7 @@ def compute_record(
     return record
 
 
+@one_thread()  # small ops only (initialising weights, a probe on 2 x 3 tokens): no thread to wake for each
 def _build_pair(spec: JobSpec, inputs: Inputs, seed: int, record: Record) -> tuple[_Side, _Side, bool]:
     """The variant and its reference built under the seed, the weights shared, cast; whether the
     run spills its large stages to disk. Each constructor is filled once."""
@@ -275,6 +277,7 @@ def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int, record
               mixing=mixing, unobservable=variant.unobservable)
 
 
+@one_thread()  # op after op on one (batch item, head) block: no thread to wake for each
 def diagnosed(record: Record, mine: Capture, theirs: Capture, *, shared: bool, train: bool, expect: Any,
               mixing: batch_mixing.BatchMixing | None = None, unobservable: str | None = None) -> None:
     """Fill `record` with both captures' stages, the diagnostics, the findings and the predictions

@@ -3,7 +3,7 @@ once, each stage's divergence per (batch item, head) once, and everything else r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from attnlab.capture.recorder import Capture
 from attnlab.diagnosis.batch_mixing import BatchMixing
@@ -14,6 +14,9 @@ from attnlab.diagnosis.masking import neg_infs, with_masks_as_neg_inf
 from attnlab.diagnosis.passes import one_thread, peaks
 from attnlab.diagnosis.runner import diagnose_context
 from attnlab.record import Finding
+
+
+SOFTMAX_SIDE = ("scores", "scaled_scores", "weights")  # what the masks and the -inf counts read
 
 
 @dataclass(frozen=True)
@@ -32,13 +35,11 @@ def analyse(variant: Capture, reference: Capture, *, weights_shared: bool, train
 
     Where the variant's stages hold the reference's values entry for entry (the grids say so), the
     reference's own peaks, -inf entries and statistics are the variant's: not measured again."""
-    variant, reference = with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference)
-    grids, v_peaks = divergence_grids(variant, reference), peaks(variant)
-    same = _same_values(variant, reference, grids)
+    variant, reference, grids = _masked(variant, reference)
+    v_peaks, same = peaks(variant), _same_values(variant, reference, grids)
     ref_peaks = peaks(reference, known=v_peaks, same=same)
     v_found = neg_infs(variant, v_peaks)
-    ref_found = v_found if _same_on(("scores", "scaled_scores", "weights"), variant, reference, same) \
-        else neg_infs(reference, ref_peaks)
+    ref_found = v_found if _same_on(SOFTMAX_SIDE, variant, reference, same) else neg_infs(reference, ref_peaks)
     measured, found = (v_peaks, ref_peaks), (v_found, ref_found)
     own = own_statistics(variant)
     diagnostics, head_diagnostics = compute_diagnostics(variant, reference, grids, measured, v_found, own)
@@ -49,6 +50,22 @@ def analyse(variant: Capture, reference: Capture, *, weights_shared: bool, train
     ctx = build_context(variant, reference, diagnostics, weights_shared=weights_shared, train=train,
                         mixing=batch_mixing, grids=grids, measured=measured, found=found)
     return Analysis(diagnostics, head_diagnostics, reference_diagnostics, first, diagnose_context(ctx))
+
+
+def _masked(variant: Capture, reference: Capture) -> tuple[Capture, Capture, dict[str, Grid]]:
+    """Both captures with their masks at -inf, and their divergence grids. The grids come first:
+    masking rewrites only the scaled scores, and a reference whose SOFTMAX_SIDE holds the
+    variant's values entry for entry is masked as the variant is (with the variant's tensor)."""
+    grids = divergence_grids(variant, reference)
+    mine = with_masks_as_neg_inf(variant)
+    if _same_on(SOFTMAX_SIDE, variant, reference, _same_values(variant, reference, grids)):
+        theirs = reference if mine is variant else replace(
+            reference, stages={**reference.stages, "scaled_scores": mine.stages["scaled_scores"]})
+        return mine, theirs, grids
+    theirs = with_masks_as_neg_inf(reference)
+    if mine is not variant or theirs is not reference:  # a finite fill against -inf is no divergence
+        grids = {**grids, **divergence_grids(mine, theirs, ("scaled_scores",))}
+    return mine, theirs, grids
 
 
 def _same_values(variant: Capture, reference: Capture, grids: dict[str, Grid]) -> frozenset[str]:

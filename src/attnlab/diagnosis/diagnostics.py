@@ -54,10 +54,15 @@ def _gap(x: torch.Tensor, y: torch.Tensor, scratch: torch.Tensor) -> float:
     """max |x - y|, 0 where both hold the same value (a mask's -inf against the same -inf).
 
     Written into `scratch` where the block is finite; only a NaN in it (equal infinities, or a NaN
-    value) pays for the comparison that tells the two apart."""
+    value) pays for the comparison that tells the two apart, and blocks equal entry for entry (a
+    mask's -inf on both sides) for one that stops at the first difference."""
     gap = torch.sub(x, y, out=fitted(scratch, x))
     worst = max_abs_or_nan(gap)
-    return worst if not math.isnan(worst) else float(torch.where(x == y, 0.0, gap.abs_()).max())
+    if not math.isnan(worst):
+        return worst
+    if x.dtype == y.dtype and torch.equal(x, y):  # NaN is never equal: those take the long way
+        return 0.0
+    return float(torch.where(x == y, 0.0, gap.abs_()).max())
 
 
 def finite_entries(t: torch.Tensor) -> torch.Tensor:
@@ -287,10 +292,10 @@ def _grid(mine: torch.Tensor | None, ref: torch.Tensor | None) -> Grid | None:
     return [[max_abs_diff(mine[b, h], ref[b, h], scratch) for h in range(heads)] for b in range(mine.shape[0])]
 
 
-def divergence_grids(variant: Capture, reference: Capture) -> dict[str, Grid]:
+def divergence_grids(variant: Capture, reference: Capture, stages: tuple[str, ...] = STAGES) -> dict[str, Grid]:
     """Every stage's max |variant - reference| per (batch item, head), for the stages both captured
     in one shape: the divergences, the per-head table and where each finding holds all read these."""
-    grids = {stage: _grid(variant.stages.get(stage), reference.stages.get(stage)) for stage in STAGES}
+    grids = {stage: _grid(variant.stages.get(stage), reference.stages.get(stage)) for stage in stages}
     return {stage: grid for stage, grid in grids.items() if grid is not None}
 
 

@@ -214,19 +214,16 @@ def scale_observed(scores: torch.Tensor | None, scaled: torch.Tensor | None) -> 
     if scores is None or scaled is None or scores.shape != scaled.shape:
         return NAN
     dot = norm = 0.0
-    finite_scores = math.isfinite(max_abs(scores))
     wide = torch.promote_types(scores.dtype, torch.float32)
-    rooms, zero = [block_scratch(scores, d) for d in (wide, torch.bool, wide)], torch.zeros((), dtype=wide)
+    rooms, zero = [block_scratch(scores, wide) for _ in range(2)], torch.zeros((), dtype=wide)
     for i in blocks(scores):
         s, t = scores[i].to(wide).reshape(-1), scaled[i].to(wide).reshape(-1)
-        finite_t, finite, kept = (fitted(room, t) for room in rooms)
-        torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0, out=finite_t)
-        torch.eq(finite_t, t, out=finite)  # the scores are a product of finite projections; the mask is in t
-        if not finite_scores:
-            finite &= finite_entries(s)
-        s = torch.where(finite, s, zero, out=kept)  # 0 where either is not finite: finite_t's others add nothing
-        dot += float(torch.dot(s, finite_t))  # BLAS: one pass, no product temporary
-        norm += float(torch.dot(s, s))
+        finite_t, kept = (fitted(room, t) for room in rooms)
+        torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0, out=finite_t)  # the mask is in t
+        # s + t * 0 is s where both are finite and NaN or inf elsewhere: then 0, so finite_t's others add nothing
+        torch.addcmul(s, t, zero, out=kept).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+        dot += float(torch.dot(kept, finite_t))  # BLAS: one pass, no product temporary
+        norm += float(torch.dot(kept, kept))
     return dot / norm if norm > 0 else NAN
 
 

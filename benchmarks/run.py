@@ -276,14 +276,15 @@ def import_costs(args: list[str], s: Scratch) -> dict[str, int]:
 
 
 def fig_startup(s: Scratch) -> list[Figure]:
-    # The HTML report draws its maps with Pillow too (issue 24): PIL is lazy when no image is drawn.
+    # The HTML report draws its maps with Pillow too (issue 24; from the record's values when the job
+    # kept no PNGs): PIL is lazy when neither sink that draws is on.
     off = import_costs(["log.tensorboard=false", "log.terminal=false"], s)
-    no_images = import_costs(["log.tensorboard=false", "log.terminal=false", "log.images=false"], s)
+    no_images = import_costs(["log.tensorboard=false", "log.terminal=false", "log.html=false"], s)
     on = import_costs(["log.terminal=false"], s)
     lazy = [name for name, imported in (("tensorboard", off), ("PIL", no_images)) if name in imported]
     top = sorted(((k, v) for k, v in on.items() if k != "attnlab"), key=lambda kv: -kv[1])[:6]
     return [
-        Figure("6a. tensorboard imported with its sink off, PIL with no image drawn", float(len(lazy)), "0 modules", 0.0,
+        Figure("6a. tensorboard imported with its sink off, PIL with no sink that draws", float(len(lazy)), "0 modules", 0.0,
                unit="", detail="imported: " + (", ".join(lazy) or "none")),
         Figure("6b. start-up imports, top costs (all sinks on)", None, "report", None, unit="",
                detail=", ".join(f"{name} {us / 1e6:.2f}s" for name, us in top)),

@@ -2,7 +2,7 @@
 
 import sys
 
-from attnlab.app.isolation import start_early, stop_early
+from attnlab.app.job_worker import start_early, stop_early
 
 
 def main() -> None:

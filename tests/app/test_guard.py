@@ -10,7 +10,9 @@ import types
 import pytest
 from hydra_plugins.attnlab_sweeper.folder import job_outcomes, runs_of
 
-from attnlab.app.isolation import UserInterrupt, death_cause, guarded, main_package
+from attnlab.app.guard import UserInterrupt, guarded
+from attnlab.app.isolation import death_cause
+from attnlab.app.job_worker import main_package
 
 
 def raises(exc: BaseException):

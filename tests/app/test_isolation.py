@@ -93,7 +93,9 @@ def test_a_ctrl_c_while_a_jobs_process_starts_is_the_users_interrupt(monkeypatch
     took for the job's failure and went on."""
     from multiprocessing import forkserver
 
-    from attnlab.app.isolation import UserInterrupt, isolated, stop_worker
+    from attnlab.app.guard import UserInterrupt
+    from attnlab.app.isolation import isolated
+    from attnlab.app.job_worker import stop_worker
 
     stop_worker()  # a worker left by an earlier test would take the job without a start
     connect = forkserver.connect_to_new_process
@@ -110,7 +112,8 @@ def test_a_ctrl_c_while_a_jobs_process_starts_is_the_users_interrupt(monkeypatch
 def test_a_ctrl_c_just_before_a_jobs_process_starts_is_the_users_interrupt(monkeypatch) -> None:
     """A Ctrl-C while the parent flushes its output, before the start: joining the process that
     never started raised an AssertionError, which the sweep took for the job's failure and went on."""
-    from attnlab.app.isolation import UserInterrupt, isolated
+    from attnlab.app.guard import UserInterrupt
+    from attnlab.app.isolation import isolated
 
     def flush_interrupted() -> None:
         os.kill(os.getpid(), signal.SIGINT)

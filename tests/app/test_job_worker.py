@@ -1,4 +1,4 @@
-"""The job worker (attnlab.app.isolation): one process runs a sweep's jobs one after another, a job
+"""The job worker (attnlab.app.job_worker): one process runs a sweep's jobs one after another, a job
 that did not end ok ends it, and it never outlives the process that sends it jobs (issue 26)."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.app.isolation import isolated, isolates_here
+from attnlab.app.isolation import isolated
+from attnlab.app.job_worker import isolates_here
 
 pytestmark = pytest.mark.slow  # starts the forkserver: torch and the plugins imported once
 

@@ -1,248 +1,26 @@
 """A job's work where what a module does to its process becomes that job's failed record.
 
-Two guards. `guarded` runs the work in this process: `sys.exit` and a `KeyboardInterrupt` that is
-not the user's Ctrl-C (a plugin raised it) become a failed record; the user's own Ctrl-C (told
-apart by a SIGINT handler) still stops everything. `isolated` runs it in a job worker, a process
-forked from a forkserver that has torch and attnlab's plugins imported: `os._exit`, a segfault
-and a hang past `timeout_s` become a failed record too, and the sweep goes on.
-
-Why a forkserver: a plain fork of a process whose torch has used its thread pool can hang the
-child; spawn pays a fresh interpreter and torch's import for every process; a forkserver pays
-that once (everything a job imports is imported by it first: attnlab.app.preload). Why one
-worker for many jobs: a fresh process for every job paid its fork and what a fresh process pays
-that a warm one does not (copy-on-write page faults, caches filled again), more than a small
-job's own work. A worker runs the jobs of a sweep one after another, as jobs in one process
-always ran, and ends after any job that did not end with every record ok: the next job starts
-in a fresh worker. The `attnlab` command starts the forkserver's imports with its own, when it
-will need it (`start_early`). A single run is guarded in-process, where a fresh process would
-cost more than the run; `attnlab.run` in a notebook runs in-process, unguarded. Costs: `python
-benchmarks/run.py --only isolation`, benchmarks/README.md.
+`guarded` (attnlab.app.guard) runs it in this process: `sys.exit` and a module's
+`KeyboardInterrupt` become a failed record. `isolated` runs it in a job worker
+(attnlab.app.job_worker): `os._exit`, a segfault and a hang past `timeout_s` become a failed
+record too, and the sweep goes on. A sweep (and a run with `timeout_s`) is isolated; a single run
+is guarded in-process, where a fresh process would cost more than the run; `attnlab.run` in a
+notebook runs in-process, unguarded.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import sys
-import threading
-from contextlib import contextmanager, suppress
-from multiprocessing import forkserver
-from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig
 
+from attnlab.app.guard import Failure, UserInterrupt, Work, guarded, user_interrupts
+from attnlab.app.job_worker import ISOLATION_ENV, TIMED_OUT, worker_of_this_process
 from attnlab.errors import UserError
 
-Work = Callable[[], list]  # a job's work: returns its failed records' paths
-Failure = Callable[[str], str]  # writes a failed record with this one-line cause; returns its path
-PRELOAD = ["torch", "attnlab.app.preload"]  # imported once by the forkserver, inherited by every job
-ISOLATION_ENV = "ATTNLAB_ISOLATION"  # 0: jobs in this process (see run_job_guarded)
 KILL_GRACE_S = 1.0  # after the user's Ctrl-C, how long a job's process may take to stop on its own
-
-
-class UserInterrupt(KeyboardInterrupt):
-    """The user's Ctrl-C (a SIGINT), as opposed to a KeyboardInterrupt a module raised."""
-
-
-class Interrupts:
-    """The SIGINT handler of `user_interrupts`: raises UserInterrupt, or, inside `held()`, when the
-    block ends."""
-
-    def __init__(self) -> None:
-        self.holding = self.pending = False
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        if not self.holding:
-            raise UserInterrupt()
-        self.pending = True
-
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        self.holding = True
-        try:
-            yield
-        finally:
-            self.holding = False
-            if self.pending:
-                self.pending = False
-                raise UserInterrupt()
-
-
-@contextmanager
-def user_interrupts() -> Iterator[Interrupts]:
-    """SIGINT raises UserInterrupt for the duration (main thread only: elsewhere nothing changes)."""
-    interrupts = Interrupts()
-    if threading.current_thread() is not threading.main_thread():
-        yield interrupts
-        return
-    previous = signal.signal(signal.SIGINT, interrupts)
-    try:
-        yield interrupts
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def guarded(work: Work, fail: Failure) -> list:
-    """`work()` in this process; `sys.exit` and a module's KeyboardInterrupt become a failed record."""
-    with user_interrupts():
-        try:
-            return work()
-        except UserInterrupt:
-            raise
-        except SystemExit as exc:
-            return [fail(f"the job called sys.exit({exc.code!r}); a module must return its context, not exit")]
-        except KeyboardInterrupt:
-            return [fail("the job raised KeyboardInterrupt (not a Ctrl-C); a module must not raise it")]
-
-
-def _outcome(work: Work, fail: Failure) -> tuple:
-    """One job, in a job worker: ("ok", failed paths), ("interrupted",) or ("error", kind, text)."""
-    try:
-        return ("ok", guarded(work, fail))
-    except UserInterrupt:
-        return ("interrupted",)
-    except UserError as exc:
-        return ("error", "user", str(exc))
-    except Exception as exc:  # noqa: BLE001 - reported by the parent as this job's one-line error
-        return ("error", type(exc).__name__, str(exc))
-
-
-def _serve(jobs: Connection, sender_alive: Connection) -> None:
-    """A job worker: runs the jobs sent over `jobs`, one after another, each answered with its
-    outcome. It ends after a job that did not end with every record ok, or that changed torch's
-    defaults, so the next job starts in a fresh process; and when the process sending the jobs ends (`sender_alive` closes), even
-    mid-job: a killed joblib worker's job is then missing and launched again, never a second
-    writer of the same folder."""
-    threading.Thread(target=_exit_on_eof, args=(sender_alive,), daemon=True).start()
-    while True:
-        try:
-            work, fail = jobs.recv()
-        except (EOFError, OSError, KeyboardInterrupt):  # the sender is done, or the user's Ctrl-C between jobs
-            os._exit(0)
-        defaults = torch_defaults()
-        outcome = _outcome(work, fail)
-        clean = outcome == ("ok", []) and torch_defaults() == defaults
-        with suppress(OSError):  # an output closed under it (`| head`) is not the job's failure
-            for stream in (sys.stdout, sys.stderr):  # what the job printed, before the parent moves on
-                stream.flush()
-        try:
-            jobs.send((outcome, not clean))  # the sender then stops this worker, not sending it another job
-        except OSError:  # the sender is gone: no one to tell
-            os._exit(0)
-        if not clean:
-            os._exit(0)  # no interpreter teardown: a module's thread could hold the process
-
-
-def torch_defaults() -> tuple:
-    """What a module may change for every job after it in the same process."""
-    import torch  # the worker's forkserver imported it: no cost, and this module stays light
-
-    return (torch.get_default_dtype(), torch.is_grad_enabled(), torch.get_num_threads(),
-            torch.are_deterministic_algorithms_enabled(), torch.get_float32_matmul_precision())
-
-
-def _exit_on_eof(connection: Connection) -> None:
-    with suppress(EOFError, OSError):
-        connection.recv()
-    os._exit(0)
-
-
-class JobWorker:
-    """A job worker's process (see `_serve`), forked from the forkserver."""
-
-    def __init__(self, context: multiprocessing.context.BaseContext) -> None:
-        self.jobs, jobs = context.Pipe()
-        sender_alive, self.alive = context.Pipe(duplex=False)  # never written: closed when this process ends
-        self.process = context.Process(target=_serve, args=(jobs, sender_alive), daemon=True)
-        self.retiring = False
-        self.process.start()
-        jobs.close()
-        sender_alive.close()
-
-    def run(self, work: Work, fail: Failure, timeout_s: float | None) -> tuple | None:
-        """The job's outcome; TIMED_OUT, or None when the worker died without one. Sets `retiring`
-        when the worker ends after this job."""
-        try:
-            self.jobs.send((work, fail))
-        except OSError:  # it ended before reading the job
-            return None
-        answer = _wait(self.jobs, timeout_s)
-        if answer is None or answer == TIMED_OUT:
-            return answer
-        outcome, self.retiring = answer
-        return outcome
-
-    def stop(self, grace_s: float = 0.0) -> None:
-        if grace_s:
-            self.process.join(grace_s)
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join()
-        self.jobs.close()
-        self.alive.close()
-
-
-_workers: dict[int, JobWorker] = {}  # this process's job worker, by pid (a forked child has its own)
-
-
-def _worker() -> JobWorker:
-    """This process's job worker, started (or started again, after a job ended the last) on demand."""
-    worker = _workers.get(os.getpid())
-    if worker is None or not worker.process.is_alive():
-        if worker is not None:
-            worker.stop()
-        worker = _workers[os.getpid()] = JobWorker(_forkserver_context())
-    return worker
-
-
-def _forkserver_context() -> multiprocessing.context.BaseContext:
-    if multiprocessing.get_start_method(allow_none=True) not in (None, "fork", "spawn", "forkserver"):
-        # a joblib worker names loky's own method, which the job's process is told to use and cannot find
-        multiprocessing.set_start_method("forkserver", force=True)
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([*PRELOAD, *main_package()])
-    return context
-
-
-def start_early(args: list[str]) -> bool:
-    """Start the forkserver's imports now, beside this process's own start (about as long: both
-    import torch), when the command `args` will isolate jobs in this process. Returns whether it
-    did; the caller then calls `stop_early` once the command ends, so that a refused command
-    leaves no server importing, holding the caller's output."""
-    if not isolates_here(args):
-        return False
-    _forkserver_context()
-    forkserver.ensure_running()
-    return True
-
-
-def isolates_here(args: list[str]) -> bool:
-    """Whether the command `args` runs isolated jobs in this process: a sweep run by Hydra's basic
-    launcher (another launcher runs them in its workers), or a run with `timeout_s`; not a
-    request for help or for the config, and not with ATTNLAB_ISOLATION=0."""
-    sweep = bool({"-m", "--multirun"} & set(args))
-    elsewhere = any(a.startswith("hydra/launcher=") and a != "hydra/launcher=basic" for a in args)
-    timeout = any(a.startswith("timeout_s=") and a != "timeout_s=null" for a in args)
-    asks = {"-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion"} & set(args)
-    return ((sweep and not elsewhere) or timeout) and not asks and os.environ.get(ISOLATION_ENV, "1") != "0"
-
-
-def stop_worker() -> None:
-    """Stop this process's job worker, if it has one: the next isolated job starts another."""
-    worker = _workers.pop(os.getpid(), None)
-    if worker is not None:
-        worker.stop()
-
-
-def stop_early() -> None:
-    """Stop this process's job worker and the forkserver `start_early` started."""
-    stop_worker()
-    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # multiprocessing keeps no public handle
-    if pid is not None:
-        with suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list:
@@ -254,7 +32,7 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list:
             for stream in (sys.stdout, sys.stderr):  # what this process printed comes before the job's output
                 stream.flush()  # a Ctrl-C here stops before the start, with no process to stop
             with interrupts.held():  # one inside the start left a process that could be neither joined nor killed
-                worker = _worker()
+                worker = worker_of_this_process()
             outcome = worker.run(work, fail, timeout_s)
         except UserInterrupt:
             if worker is not None:
@@ -272,30 +50,6 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list:
         raise UserInterrupt()
     _, kind, text = outcome
     raise UserError(text) if kind == "user" else RuntimeError(f"{kind}: {text}")
-
-
-TIMED_OUT = ("timed out",)
-
-
-def main_package() -> list[str]:
-    """The package of the module this process runs as `__main__` (a joblib worker runs loky's
-    `...backend.popen_loky_posix`), which multiprocessing runs again as `__mp_main__` in every
-    job's process: imported once by the forkserver, a job then runs only that module's own lines.
-    Not the module itself: runpy warns when it finds it imported. A package's `__main__` (`python
-    -m attnlab`) is never run again."""
-    name = getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", None) or ""
-    package, _, module = name.rpartition(".")
-    return [package] if package and module != "__main__" else []
-
-
-def _wait(parent: Connection, timeout_s: float | None) -> tuple | None:
-    """The child's outcome; TIMED_OUT, or None when it died without one."""
-    if not parent.poll(timeout_s):
-        return TIMED_OUT
-    try:
-        return parent.recv()
-    except EOFError:  # the pipe closed without a word: the process died
-        return None
 
 
 def death_cause(exitcode: int | None) -> str:

@@ -1,4 +1,4 @@
-"""Imported once by the job forkserver (attnlab.app.isolation): what every job needs, so that each
+"""Imported once by the job forkserver (attnlab.app.job_worker): what every job needs, so that each
 job's process starts with it in memory instead of importing, compiling and warming it again.
 tests/app/test_preload.py checks that a job imports nothing beyond it."""
 

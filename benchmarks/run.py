@@ -139,7 +139,7 @@ def fig_cold(s: Scratch, repeats: int) -> list[Figure]:
 
 
 def fig_isolation(s: Scratch, repeats: int) -> list[Figure]:
-    """What running each job in a process of its own costs (attnlab.app.isolation), against the same
+    """What running each job in a job worker costs (attnlab.app.job_worker), against the same
     command with ATTNLAB_ISOLATION=0 (every job in the CLI's process, guarded only)."""
     inprocess = {"ATTNLAB_ISOLATION": "0"}
     single = ["variant=unscaled", "timeout_s=600"]  # timeout_s isolates a single run too
@@ -152,10 +152,10 @@ def fig_isolation(s: Scratch, repeats: int) -> list[Figure]:
     one, sweep = (med(walls[k]) / med(walls[f"{k}_in"]) for k in ("single", "sweep"))
     per_job = (med(walls["sweep"]) - med(walls["sweep_in"]) - (med(walls["single"]) - med(walls["single_in"]))) / 19
     return [
-        Figure("7a. a single run in its own process (timeout_s) vs in-process", one, "report", None,
-               detail=f"isolated {fmt_s(walls['single'])}, in-process {fmt_s(walls['single_in'])}: the forkserver's "
-                      "start (torch and the plugins imported once) is most of it; a single run stays in-process by default"),
-        Figure("7b. 20-job sweep, every job in its own process vs in-process", sweep, "report", None,
+        Figure("7a. a single run in a job worker (timeout_s) vs in-process", one, "report", None,
+               detail=f"isolated {fmt_s(walls['single'])}, in-process {fmt_s(walls['single_in'])}: the forkserver "
+                      "imports torch and the plugins beside the command's own start; a single run stays in-process by default"),
+        Figure("7b. 20-job sweep, every job in a job worker vs in-process", sweep, "report", None,
                detail=f"isolated {fmt_s(walls['sweep'])}, in-process {fmt_s(walls['sweep_in'])}; "
                       f"{per_job * 1000:.0f} ms a job beyond the forkserver's start"),
     ]

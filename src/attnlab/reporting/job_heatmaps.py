@@ -136,7 +136,7 @@ def _stage_maps(record: Record, encoder: Executor) -> list[tuple[str, Future[Enc
                 per_head = differs or source != "reference"
                 images += _stage_images(record, stage, source, values, value_range, diverging, head, where, per_head,
                                         encoder)
-        release(variant, reference)  # drawn maps are copies: their encoding may finish later  # pages of stages spilled to disk, read for this stage's maps
+        release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps (drawn maps are copies)
     return images
 
 

@@ -39,7 +39,27 @@ SINGLE_RUNS = {
 }
 SWEEP = ["variant=reference,linear,unscaled,wrong_softmax_axis", "seed=1,2,3,4,5"]  # benchmarks' figure 2c
 LEFT_OUT = {"hydra.yaml", "multirun.yaml", ".attnlab-sweep.lock"}
+MACHINE = "machine"  # the entry that says on which float kernels the digests were written
 PNG_URI = re.compile(rb"data:image/png;base64,([A-Za-z0-9+/=]+)")
+
+
+def float_kernels() -> str:
+    """A digest of the float kernels' rounding on this machine: a job's files hold float32 values
+    (and pixels drawn from them) to the last bit, and two CPUs (AVX2 and AVX-512 builds of the same
+    torch, MKL or not) round the same products, softmaxes and reductions differently. The digests are
+    comparable only on a machine whose kernels round as the one that wrote them."""
+    import torch
+    from torch.nn import functional as F
+
+    generator = torch.Generator().manual_seed(123)
+    parts = []
+    for n, d in ((6, 3), (6, 2), (200, 8), (200, 4), (64, 32)):
+        x = torch.rand(2, 2, n, d, generator=generator)  # (B, nh, T, hs)
+        scores = x @ x.transpose(-2, -1)  # (B, nh, T, T)
+        weights = torch.softmax(scores / d ** 0.5, dim=-1)
+        parts += [scores, weights, weights @ x, torch.exp(scores), scores.sum(-1), torch.tanh(scores),
+                  F.scaled_dot_product_attention(x, x, x, is_causal=True), F.linear(x, x[0, 0, :d, :d])]
+    return hashlib.sha256(b"".join(part.contiguous().numpy().tobytes() for part in parts)).hexdigest()
 
 
 def single_run(case: str, out: Path) -> dict[str, str]:
@@ -137,6 +157,7 @@ def main() -> None:
         table["sweep"] = sweep(Path(folder) / "sweep")
     for case, files in table.items():
         print(case, len(files), "files", file=sys.stderr)
+    table[MACHINE] = {"float_kernels": float_kernels()}
     Path(__file__).with_name("job_outputs.json").write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
 
 

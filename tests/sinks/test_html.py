@@ -33,11 +33,11 @@ def embedded_images(page: str) -> list[Image.Image]:
     return [Image.open(io.BytesIO(base64.b64decode(b))) for b in re.findall(r'src="data:image/png;base64,([^"]+)"', page)]
 
 
-def test_page_is_self_contained_with_one_heatmap_per_configuration() -> None:
+def test_page_is_self_contained_with_the_weights_and_their_log_view_per_configuration() -> None:
     page = render_html(Report([record(seed=1), record(seed=2), record("reference", findings=[])]))
     assert not re.search(r"(src|href)=\"(https?:)?//", page) and "<script" not in page
     images = embedded_images(page)
-    assert len(images) == 2 and all(im.format == "PNG" and im.size[0] > 10 for im in images)
+    assert len(images) == 4 and all(im.format == "PNG" and im.size[0] > 10 for im in images)
     assert "<style>" in page
 
 

@@ -214,6 +214,8 @@ def render_html(report: Report, title: str = "attnlab comparison", plots: Sequen
         f"<h1>{html.escape(title)}</h1><p>{status}</p>",
         plots_html(report, plots),  # a sweep over a numeric key reads first as curves
         "<h2>Per configuration: attention weights and findings</h2>",
+        '<p class="note">Every card\'s weights share one scale: linear 0 to 1, and log 1e-4 to 1 beside it '
+        "(grey: 0, a masked key); a difference is on its own scale, symmetric about 0.</p>",
         configuration_cards(report),
         profile_chart(report.jobs),
         "<h2>Summary (mean ± std over seeds)</h2>",

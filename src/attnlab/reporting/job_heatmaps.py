@@ -6,8 +6,8 @@ or a finding names (`head_merge @ output`, `projection @ queries`); for each, th
 reference on one shared colour scale, and their difference (symmetric around 0) where it is not
 all zero. The scale is chosen for the stage and said in each map's legend: weights on 0 to 1 in
 every map (so a sweep's cards share it) beside a log view (`heatmaps/<source>/weights_log`, 1e-4
-to 1: the structure of a 1,024-token map, where row 0 of a causal map is 1 and the rest is
-near 0), zeros (masked keys) grey; scores on the percentiles of variant and reference
+to 1, the reference's where it differs: the structure of a 1,024-token map, where row 0 of a
+causal map is 1 and the rest is near 0), zeros (masked keys) grey; scores on the percentiles of variant and reference
 (ROBUST_PERCENTILES: a masked or extreme score does not flatten the rest); others min to max.
 A stage with several heads is a grid of all heads (tag `heatmaps/<source>/<stage>`) and an image
 per head (`.../head<h>`); above MAX_SIDE tokens the shown head's CROP x CROP block where the
@@ -128,20 +128,27 @@ class Scale:
     zero_grey: bool = False
 
 
-def stage_scale(stage: str, *arrays: np.ndarray | None, log: bool = False) -> Scale:
+def stage_scale(stage: str, *arrays: np.ndarray | None) -> Scale:
     """The scale of a stage's variant and reference maps (both passed: one scale for both)."""
     low, high = finite_range(*arrays)
     if stage == "weights" and low >= 0:
         top = max(high, 1.0)  # a variant whose weights exceed 1 gets its own top, and says so
-        shared = "every weights map" if top == 1.0 else "variant and reference"
-        if log:
-            return Scale((LOG_FLOOR, float(np.log10(top))), f"log 1e{LOG_FLOOR:.0f} to {top:.3g} ({shared})"
-                         "; grey: 0 (masked)", log=True, zero_grey=True)
-        return Scale((0.0, top), f"linear 0 to {top:.3g} ({shared}); grey: 0 (masked)", zero_grey=True)
+        return Scale((0.0, top), f"linear 0 to {top:.3g} ({_shared(top)}); grey: 0 (masked)", zero_grey=True)
     if stage in SCORE_SIZED:
         p_low, p_high = ROBUST_PERCENTILES
         return Scale(robust_range(*arrays), f"linear p{p_low:g} to p{p_high:g} of variant and reference")
     return Scale((low, high), "linear min to max of variant and reference")
+
+
+def log_scale(weights: Scale) -> Scale:
+    """The log view of the weights' scale (stage_scale's, with its top): LOG_FLOOR to the top."""
+    top = weights.value_range[1]
+    return Scale((LOG_FLOOR, float(np.log10(top))), f"log 1e{LOG_FLOOR:.0f} to {top:.3g} ({_shared(top)}); "
+                 "grey: 0 (masked)", log=True, zero_grey=True)
+
+
+def _shared(top: float) -> str:
+    return "every weights map" if top == 1.0 else "variant and reference"
 
 
 def difference_scale(difference: np.ndarray) -> Scale:
@@ -194,9 +201,9 @@ def _stage_maps(record: Record, encoder: Executor, stages: list[str] | None,
             crop = differs or source != "reference"
             images += _stage_images(record, stage, source, values, source_scale, diverging, head, where, heads,
                                     crop, origin, encoder)
-            if stage == "weights" and source_scale.zero_grey and not diverging:
-                images += _stage_images(record, stage, source, values, stage_scale(stage, variant, reference, log=True),
-                                        False, head, where, False, False, origin, encoder)
+            if stage == "weights" and source_scale.zero_grey and not diverging and crop:  # crop: not a copy
+                images += _stage_images(record, stage, source, values, log_scale(source_scale), False, head, where,
+                                        False, False, origin, encoder)
         release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps (drawn maps are copies)
     return images
 
@@ -207,12 +214,11 @@ def _card_image(record: Record, encoder: Executor) -> list[tuple[str, Future[Enc
     if weights is None:
         return []
     where = f" · batch item {batch}" if _batched(record, "weights") else ""
+    scale = stage_scale("weights", weights)
+    scales = [scale, log_scale(scale)] if scale.zero_grey else [scale]
     images = []
-    for log in (False, True):
-        scale = stage_scale("weights", weights, log=log)
-        if log and not scale.log:
-            break
-        images += _stage_images(record, "weights", "variant", weights, scale, False, 0, where, False, False,
+    for shown in scales:
+        images += _stage_images(record, "weights", "variant", weights, shown, False, 0, where, False, False,
                                 (0, 0), encoder)
     release(weights)
     return images
@@ -354,4 +360,4 @@ def _source(record: Record) -> dict | None:
 
 
 __all__ = ["EncodedHeatmap", "HEATMAP_STAGES", "Scale", "drawn_stages", "heatmap_images", "job_heatmaps",
-           "read_index", "stage_scale"]
+           "log_scale", "read_index", "stage_scale"]

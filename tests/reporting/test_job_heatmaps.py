@@ -157,3 +157,22 @@ def test_encoding_beside_the_drawing_gives_the_drawn_pixels_and_leaves_no_thread
     np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(drawn.png)).convert("RGB")), grid)
     assert "keys" in {f.stage for f in gqa_record.findings}  # drawn first: a stage a finding names
     assert [tag for tag, _ in images][:2] == ["heatmaps/variant/keys", "heatmaps/variant/keys/head0"]
+
+
+def test_the_stage_a_finding_names_is_drawn_variant_reference_and_difference() -> None:
+    """`head_merge @ output`: the output was not drawn, only the weights and context that match (issue 33)."""
+    record = attnlab.run("mha_head_merge", 1, **NO_SINKS).record
+    assert "head_merge" in {f.code for f in record.findings if f.stage == "output"}
+    tags = {tag for tag, _ in heatmap_images(record)}
+    assert {f"heatmaps/{source}/output" for source in ("variant", "reference", "difference")} <= tags
+
+
+def test_a_pooled_maps_crop_is_the_block_where_the_variant_first_differs() -> None:
+    """The crop of a pooled map is the 64x64 block (on 64's grid) holding the shown head's first
+    differing cell, row by row; the top-left block where nothing differs."""
+    from attnlab.reporting.job_heatmaps import _crop_origin
+
+    difference = np.zeros((2, 300, 300), np.float32)
+    difference[1, 130, 70] = 0.5  # head 1 differs first at query 130, key 70
+    assert _crop_origin(difference, head=1) == (128, 64)
+    assert _crop_origin(difference, head=0) == (0, 0)  # nothing differs in head 0

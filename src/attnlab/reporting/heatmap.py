@@ -333,22 +333,24 @@ def render_heatmap(
 def render_head_grid(values: np.ndarray, *, title: str, diverging: bool = False,
                      value_range: tuple[float, float] | None = None, scale: str = "linear",
                      legend: str | None = None, zero_grey: bool = False,
-                     axes: tuple[str, str] | None = None) -> np.ndarray:
+                     axes: tuple[str, str] | None = None,
+                     pooled: tuple[np.ndarray, tuple[int, int]] | None = None) -> np.ndarray:
     """Every head of a (heads, rows, cols) array in one image of GRID_WIDTH: tiles in a
     near-square grid (a 12-head strip in a card cannot be read), each captioned with its head,
     pooled to its tile, and one colour bar for all (the heads share one scale). `scale`,
-    `legend`, `zero_grey` as in render_heatmap; `axes` are named in the second title line."""
+    `legend`, `zero_grey` as in render_heatmap; `axes` are named in the second title line;
+    `pooled`: grid_pooling(values, diverging) when the caller draws the same heads twice."""
     heads = _as_heads(values)
     n = heads.shape[0]
     columns = math.ceil(math.sqrt(n))
-    tile = (GRID_WIDTH - _TILE_GAP * (columns - 1)) // columns
+    tile = _grid_tile(n)
     caption = _font(_FONT_SIZE).getmetrics()[0] + 4
     n_rows = -(-n // columns)
     height = n_rows * (tile + caption) + (n_rows - 1) * _TILE_GAP
     if value_range is None:
         value_range = finite_range(log_values(heads) if scale == "log" else heads, diverging=diverging)
     low, high = value_range
-    pooled, blocks = pool_heads(heads, tile, diverging)
+    pooled, blocks = pooled if pooled is not None else grid_pooling(heads, diverging)
     if scale == "log":
         pooled = log_values(pooled)
     lut = DIVERGING_LUT if diverging else SEQUENTIAL_LUT
@@ -365,6 +367,17 @@ def render_head_grid(values: np.ndarray, *, title: str, diverging: bool = False,
         y = grid_y + (h // columns) * (tile + caption + _TILE_GAP)
         _draw_string(image, (x, y), f"head {h}")
     return _with_bar(image, grid_x + GRID_WIDTH, grid_y, height, low, high, lut, diverging, scale)
+
+
+def _grid_tile(n: int) -> int:
+    columns = math.ceil(math.sqrt(n))
+    return (GRID_WIDTH - _TILE_GAP * (columns - 1)) // columns
+
+
+def grid_pooling(values: np.ndarray, diverging: bool = False) -> tuple[np.ndarray, tuple[int, int]]:
+    """The heads pooled to the tiles of their grid (pool_heads), for render_head_grid's `pooled`."""
+    heads = _as_heads(values)
+    return pool_heads(heads, _grid_tile(heads.shape[0]), diverging)
 
 
 def _pooling_note(shape: str, blocks: tuple[int, int], diverging: bool) -> str:

@@ -10,7 +10,7 @@ to 1, the reference's where it differs: the structure of a 1,024-token map, wher
 causal map is 1 and the rest is near 0), zeros (masked keys) grey; scores on the percentiles of variant and reference
 (ROBUST_PERCENTILES: a masked or extreme score does not flatten the rest); others min to max.
 A stage with several heads is a grid of all heads (tag `heatmaps/<source>/<stage>`) and an image
-per head (`.../head<h>`); above MAX_SIDE tokens the shown head's CROP x CROP block where the
+per head (`.../head<h>`: of the weights, and of any stage where the variant differs); above MAX_SIDE tokens the shown head's CROP x CROP block where the
 variant first differs (the first block without a difference) follows at full resolution
 (`.../crop64`, its rows and columns in its second title line). Where the variant equals the
 reference, the reference gets its grid only (its heads would be the variant's images again).
@@ -37,8 +37,8 @@ import numpy as np
 from attnlab.capture.spill import release
 from attnlab.record import Record, write_atomic
 from attnlab.reporting.heatmap import (
-    CROP, LOG_FLOOR, MAX_SIDE, ROBUST_PERCENTILES, _as_heads, _in_threads, finite_range, render_head_grid,
-    render_heatmap, robust_range, to_png_bytes,
+    CROP, LOG_FLOOR, MAX_SIDE, ROBUST_PERCENTILES, _as_heads, _in_threads, finite_range, grid_pooling,
+    render_head_grid, render_heatmap, robust_range, to_png_bytes,
 )
 
 HEATMAP_STAGES = ("queries", "keys", "values", "scores", "scaled_scores", "weights", "context", "output")
@@ -193,17 +193,23 @@ def _stage_maps(record: Record, encoder: Executor, stages: list[str] | None,
             sources["difference"] = (difference, difference_scale(difference), True)
         where = f" · batch item {batch}" if _batched(record, stage) else ""
         origin = _crop_origin(difference, head)
+        variant_pooled = None
         for source, (values, source_scale, diverging) in sources.items():
             if values is None:
                 continue
-            # a reference equal to the variant: its grid to compare by eye, not every head again
-            heads = per_head and (differs or source != "reference")
-            crop = differs or source != "reference"
+            # a reference equal to the variant: its grid to compare by eye, not every head again;
+            # a stage other than the weights where nothing differs: its grid (and crop) alone
+            copy = not differs and source == "reference"
+            heads = per_head and not copy and (differs or stage == "weights")
+            # pooled once: for the grid and its log view; an equal reference's is the variant's
+            multi = _as_heads(values).shape[0] > 1
+            pooled = variant_pooled if copy else grid_pooling(values, diverging) if multi else None
+            variant_pooled = pooled if source == "variant" else variant_pooled
             images += _stage_images(record, stage, source, values, source_scale, diverging, head, where, heads,
-                                    crop, origin, encoder)
-            if stage == "weights" and source_scale.zero_grey and not diverging and crop:  # crop: not a copy
+                                    not copy, origin, encoder, pooled)
+            if stage == "weights" and source_scale.zero_grey and not diverging and not copy:
                 images += _stage_images(record, stage, source, values, log_scale(source_scale), False, head, where,
-                                        False, False, origin, encoder)
+                                        False, False, origin, encoder, pooled)
         release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps (drawn maps are copies)
     return images
 
@@ -261,9 +267,11 @@ def _crop_origin(difference: np.ndarray | None, head: int) -> tuple[int, int]:
 
 def _stage_images(record: Record, stage: str, source: str, values: np.ndarray, scale: Scale,
                   diverging: bool, head: int, where: str, per_head: bool, crop: bool, origin: tuple[int, int],
-                  encoder: Executor) -> list[tuple[str, Future[EncodedHeatmap]]]:
-    """The grid of all heads and (`per_head`) an image per head (one image for one head), then
-    (`crop`) the shown head's crop at `origin`; a log scale: the grid (or the map) alone."""
+                  encoder: Executor, pooled: tuple[np.ndarray, tuple[int, int]] | None = None,
+                  ) -> list[tuple[str, Future[EncodedHeatmap]]]:
+    """The grid of all heads (from `pooled`, grid_pooling's, when given) and (`per_head`) an image
+    per head (one image for one head), then (`crop`) the shown head's crop at `origin`; a log
+    scale: the grid (or the map) alone."""
     heads = _as_heads(values)  # (heads, rows, cols)
     rows, cols = _labels(record, stage, heads.shape[1:], one_row=np.ndim(values) == 1)
     axes = ("queries", "keys" if stage in TOKEN_BY_TOKEN else "features") if np.ndim(values) > 1 else None
@@ -291,7 +299,7 @@ def _stage_images(record: Record, stage: str, source: str, values: np.ndarray, s
         tasks.append((tag, single(0, heads[0])))
     else:
         title = f"{stage} · {source} · all heads{where}{view}"
-        tasks.append((tag, lambda: encoding(lambda: render_head_grid(heads, title=title, **options),
+        tasks.append((tag, lambda: encoding(lambda: render_head_grid(heads, title=title, pooled=pooled, **options),
                                             heads, "grid", title, key, encoder=encoder)))
         tasks += [(f"{tag}/head{h}", single(h, heads[h])) for h in range(n) if per_head]
     if max(heads.shape[1:]) > MAX_SIDE and crop and not scale.log:

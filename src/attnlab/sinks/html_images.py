@@ -78,7 +78,8 @@ def card_pictures(record: Record) -> str:
     shown = [tag for tag in CARD_TAGS if tag in images]
     if not shown:
         return missing_note(record)
-    return "".join(img_html(images[tag], f"{tag.split('/')[1]} attention weights of {record.variant}") for tag in shown)
+    return "".join(img_html(images[tag], f"{tag.split('/')[1]} attention weights of {record.variant}"
+                            + (" (log scale)" if tag.endswith("_log") else "")) for tag in shown)
 
 
 def stage_of(tag: str) -> str:

@@ -166,3 +166,21 @@ def test_a_causal_1024_token_12_head_report_shows_structure_below_the_diagonal(t
     assert (above == 160).all()  # the masked keys are grey: the causal triangle is visible
     linear = head_tile(images["heatmaps/variant/weights"], 12)
     assert not np.array_equal(linear[side // 2, 1], linear[side // 2, -2])  # the linear map's triangle too
+
+
+@needs_browser
+def test_a_results_inline_view_at_1024_tokens_shows_the_weights_structure(tmp_path: Path) -> None:
+    """The notebook's view (Result._repr_html_) of a causal 12-head run, in a page as Jupyter shows it."""
+    result = attnlab.run("impl_mha", 1, d_out=96, num_heads=12, inputs="random", reference="multi_head_attention",
+                         log={"tensorboard": False, "table": False, "html": False, "terminal": False},
+                         overrides=["inputs.n_tokens=1024", "inputs.d_in=32", "inputs.distribution=normal",
+                                    "weights_init=normal", "batch=1"])
+    view = result._repr_html_()
+    (tmp_path / "cell.html").write_text(f"<!DOCTYPE html><html><body>{view}</body></html>")
+    grid = page_images(view)["heatmaps/variant/weights_log"]
+    screen = screenshot((tmp_path / "cell.html").as_uri(), tmp_path / "cell.png", tmp_path / "profile")
+    assert found_at_native_size(grid, screen)
+    tile = head_tile(grid, 12).astype(int)
+    rows = range(tile.shape[0] * 100 // 1024, tile.shape[0] * 1000 // 1024)
+    below = np.concatenate([tile[r, : max(1, r - 1)] for r in rows])
+    assert len(np.unique(below, axis=0)) > 10 and below.std() > 5

@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+import attnlab
 from attnlab.reporting.aggregate import Report
 from attnlab.record import Finding, Record
-from attnlab.sinks.html import profile_chart, render_html
+from attnlab.sinks.html import profile_chart, render_html, render_record_html
 from attnlab.sinks.html_images import card_pictures
 from tests._sweep_helpers import Page, sweep_of_lengths
 
@@ -101,3 +102,16 @@ def test_a_long_variant_name_is_not_cut_at_the_charts_left_edge() -> None:
     svg = profile_chart(jobs)
     anchor = float(re.search(rf'<text x="([\d.]+)" y="\d+" text-anchor="end">{name}</text>', svg).group(1))
     assert anchor >= 7 * len(name)
+
+
+def test_a_single_runs_table_marks_the_rows_where_the_variant_differs() -> None:
+    page = render_record_html(attnlab.run("unscaled", 1, log={"tensorboard": False, "table": False, "html": False,
+                                                              "terminal": False}).record)
+    marked = re.findall(r'<tr class="differs"><td>([^<]+)</td>', page)
+    assert "variant" in marked and "scale_observed" in marked  # unscaled against reference
+    assert "d_in" not in marked and "seed" not in marked  # the same in both
+
+
+def test_a_failed_run_does_not_say_no_stage_diverged() -> None:
+    page = render_record_html(record(status="failed", error="boom", stages={}, stage_shapes={}, findings=[]))
+    assert "first divergent stage: not reached (the run failed)" in page

@@ -51,8 +51,9 @@ def _pictures(record: Record) -> str:
 def _body(record: Record) -> str:
     status = "ok" if record.ok else f'<span class="error">failed: {html.escape(record.error or "")}</span>'
     where = f" · layer {record.model.get('layer')}" if record.model else ""
+    divergent = record.first_divergent_stage or ("none" if record.ok else "not reached")
     head = (f"<b>{html.escape(record.variant)}</b> against {html.escape(record.reference)} · seed {record.seed}{where}"
-            f" · {status} · first divergent stage: {html.escape(str(record.first_divergent_stage or 'none'))}")
+            f" · {status} · first divergent stage: {html.escape(divergent)}")
     if not record.ok:
         return f"<p>{head}</p>{findings_html([record])}"
     return (f"<p>{head}</p>{findings_html([record])}<p class='note'>{html.escape(shape_trace(record))}</p>"

@@ -138,3 +138,13 @@ def test_with_log_images_off_a_card_still_has_its_picture(tmp_path: Path) -> Non
     records, _ = load_records(find_record_files([tmp_path]))
     cards = cards_of(render_html(Report(records)))
     assert len(cards) == 2 and all(images_of(card) for card in cards)
+
+
+def test_a_single_runs_page_leads_with_the_first_divergent_stage(tmp_path: Path) -> None:
+    """`head_merge @ output`: the output's maps come first, before the weights that match (issue 33)."""
+    attnlab.run("mha_head_merge", 1, out_dir=tmp_path / "run", log={"tensorboard": False, "table": False, "html": True})
+    page = (tmp_path / "run" / "report.html").read_text()
+    stages = re.findall(r"<h3>([a-z_]+)</h3>", page)
+    assert stages[0] == "output" and "weights" in stages
+    assert {f"heatmaps/{s}/output" for s in ("variant", "reference", "difference")} <= set(
+        re.findall(r'<img alt="([^"]+)"', page))

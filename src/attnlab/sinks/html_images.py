@@ -107,11 +107,14 @@ def stage_pictures(images: dict[str, EncodedHeatmap], stage: str, *, per_head: b
 
 
 def record_pictures(record: Record) -> str:
-    """A single run's page: every stage's pictures (stage_pictures), in the order they were drawn."""
+    """A single run's page: every stage's pictures (stage_pictures), the first divergent stage
+    first (what the findings are about), then the others in the order they were drawn."""
     images = record_images(record)
     if not images:
         return missing_note(record)
-    return "".join(stage_pictures(images, stage) for stage in dict.fromkeys(map(stage_of, images)))
+    stages = dict.fromkeys(map(stage_of, images))
+    first = [record.first_divergent_stage] if record.first_divergent_stage in stages else []
+    return "".join(stage_pictures(images, stage) for stage in dict.fromkeys([*first, *stages]))
 
 
 __all__ = ["card_pictures", "img_html", "job_images", "record_images", "record_pictures", "stage_pictures"]

@@ -93,7 +93,8 @@ def stage_pictures(images: dict[str, EncodedHeatmap], stage: str, *, per_head: b
     def row(tags: list[str]) -> str:
         return '<div class="cards">' + "".join(img_html(images[t], t) for t in tags if t in images) + "</div>"
 
-    grids = [f"heatmaps/{source}/{stage}{log}" for log in ("", "_log") for source in SOURCES]
+    grids = [f"heatmaps/{source}/{stage}" for source in SOURCES]
+    logs = [f"heatmaps/{source}/{stage}_log" for source in SOURCES if f"heatmaps/{source}/{stage}_log" in images]
     crops = [tag for tag in images if stage_of(tag) == stage and tag.rsplit("/", 1)[-1].startswith("crop")]
     heads = sorted({int(tag.rsplit("/head", 1)[1]) for tag in images
                     if stage_of(tag) == stage and tag.count("/") == 3 and "/head" in tag})
@@ -103,7 +104,7 @@ def stage_pictures(images: dict[str, EncodedHeatmap], stage: str, *, per_head: b
                           for h in heads)
         folded = (f"<details><summary>each head: variant, reference, difference side by side ({len(heads)} heads)"
                   f"</summary>{by_head}</details>")
-    return f"<h3>{html.escape(stage)}</h3>{row(grids)}{row(crops) if crops else ''}{folded}"
+    return f"<h3>{html.escape(stage)}</h3>{row(grids)}{row(logs) if logs else ''}{row(crops) if crops else ''}{folded}"
 
 
 def record_pictures(record: Record) -> str:

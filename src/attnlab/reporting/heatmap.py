@@ -454,8 +454,8 @@ def _draw_axes(image: Image.Image, grid_x: int, grid_y: int, axes: tuple[str, st
     """The axes' titles in the corner the label bands leave free, above-left of the grid."""
     line = _font(_SMALL_SIZE).getmetrics()[0] + 2
     for k, text in enumerate((f"rows: {axes[0]}", f"cols: {axes[1]}")):
-        fitted, size = _fit(text, _LABEL_BAND - 4, _SMALL_SIZE)
-        _draw_string(image, (grid_x - 4, grid_y - 4 - (1 - k) * line), fitted, size=size, anchor="rb",
+        fitted, size = _fit(text, _LABEL_BAND - 10, _SMALL_SIZE)  # clear of a first column label
+        _draw_string(image, (grid_x - 10, grid_y - 4 - (1 - k) * line), fitted, size=size, anchor="rb",
                      colour=(90, 90, 90))
 
 

@@ -254,3 +254,56 @@ def test_text_drawn_through_remembered_masks_is_pillows_own_every_time(vertical)
                 heatmap._draw_string(ours, xy, text, size=size, anchor=anchor, colour=colour, vertical=vertical)
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(pillows))
     assert not np.array_equal(np.asarray(ours), background)
+
+
+def test_a_value_wider_than_its_cell_is_still_drawn():
+    """6x6 weights lost every value when one was too wide for its cell (issue 33): 0.000123 at
+    three digits is; it is shortened, and every cell still carries text."""
+    values = np.full((6, 6), 0.2, np.float32)
+    values[2, 3] = 0.000123
+    base = render(values, value_range=(0.0, 1.0))
+    box = grid_box(base, render(values + 0.5, value_range=(0.0, 1.0)))
+    for i in range(6):
+        for j in range(6):
+            assert len(np.unique(cell(base, box, 6, i, j), axis=0)) > 2, f"cell ({i}, {j}) has no value"
+
+
+def test_a_long_title_is_fitted_inside_the_image():
+    """Crop titles were cut at the image's edge: the title band's last columns stay white."""
+    title = "weights · difference · head 11 · batch item 0 · crop of the first divergent block at full resolution"
+    image = render(np.random.default_rng(0).random((300, 300)), title=title,
+                   region="rows 128-191 x cols 64-127 of 1024x1024, full resolution")
+    band = image[: heatmap._title_band(), -heatmap._MARGIN:]
+    assert (band == 255).all()
+
+
+def test_zero_grey_marks_masked_cells_and_leaves_the_others_coloured():
+    causal = np.tril(np.full((8, 8), 0.25, np.float32))
+    image = render(causal, value_range=(0.0, 1.0), zero_grey=True)
+    box = grid_box(image, render(causal * 2, value_range=(0.0, 1.0), zero_grey=True))
+    assert most_common(cell(image, box, 8, 0, 7)) == (160, 160, 160)  # above the diagonal: masked
+    assert most_common(cell(image, box, 8, 7, 0)) != (160, 160, 160)
+
+
+def test_a_log_scale_tells_small_weights_apart_where_a_linear_one_does_not():
+    """At 1,024 tokens a causal row's weights are ~1/i: on 0 to 1 they are one dark colour."""
+    rows = np.arange(1, 65, dtype=np.float32)[:, None]
+    weights = np.tril(np.ones((64, 64), np.float32)) / rows  # (T, T) uniform over the visible keys
+    linear = render(weights[16:], value_range=(0.0, 1.0), zero_grey=True)
+    log = render(weights[16:], value_range=(-4.0, 0.0), scale="log", zero_grey=True)
+    top, left = heatmap._title_band() + heatmap._LABEL_BAND, heatmap._MARGIN + heatmap._LABEL_BAND
+
+    def first_column(image: np.ndarray) -> np.ndarray:  # key 0, seen by every query
+        return image[top:top + MAP_SIDE, left + 1]
+
+    assert len(np.unique(first_column(log), axis=0)) > 2 * len(np.unique(first_column(linear), axis=0))
+
+
+def test_a_score_sized_stage_is_scaled_on_percentiles_not_one_extreme():
+    from attnlab.reporting.job_heatmaps import stage_scale
+
+    scores = np.random.default_rng(0).normal(size=(64, 64)).astype(np.float32)
+    scores[0, 0] = 1e4  # one extreme score
+    low, high = stage_scale("scores", scores).value_range
+    assert high < 10 and low > -10  # the percentiles of the others
+    assert np.isclose(high, np.percentile(scores, 99.5)) and np.isclose(low, np.percentile(scores, 0.5))

@@ -37,8 +37,8 @@ def test_a_grid_of_all_heads_and_an_image_per_head_each_of_one_size(gqa_record) 
     per_head = [tag for tag in images if "/head" in tag]
     assert {f"heatmaps/variant/weights/head{h}" for h in range(4)} <= set(per_head)
     assert len({size(images[tag]) for tag in per_head}) == 1  # one size per kind: every head's map
-    grids = [tag for tag in images if tag.count("/") == 2]
-    assert len({size(images[tag]) for tag in grids}) == 1  # and every grid of heads
+    grids = [tag for tag in images if tag.count("/") == 2 and tag.split("/")[2] in ("weights", "weights_log", "context")]
+    assert len({size(images[tag]) for tag in grids}) == 1  # and every grid of 4 heads
     assert all(size(images[tag])[0] < 700 for tag in images)  # no 3,900 px strip
 
 
@@ -83,11 +83,12 @@ def test_variant_and_reference_share_one_scale_and_the_difference_is_symmetric(g
     assert ticks_after(drawn, "weights · difference · head 1 · batch item 0", n=3) == [f"{extent:.3g}", f"{-extent:.3g}", "0"]
 
 
-def test_only_stages_that_differ_are_drawn_beyond_weights_and_context() -> None:
+def test_only_stages_that_differ_are_drawn_beyond_weights_context_and_output() -> None:
     record = attnlab.run("reference", 1, **NO_SINKS).record  # the reference against itself
     tags = {tag for tag, _ in heatmap_images(record)}
     assert tags == {f"heatmaps/{source}/{stage}" for source in ("variant", "reference")
-                    for stage in ("weights", "context")}  # no all-zero difference, no unread scores
+                    for stage in ("weights", "context", "output")} | {"heatmaps/variant/weights_log"}
+    # no all-zero difference, no unread scores, no log view of a reference equal to the variant
 
 
 def test_a_pooled_stage_has_a_full_resolution_crop_of_the_shown_head() -> None:
@@ -150,9 +151,28 @@ def test_encoding_beside_the_drawing_gives_the_drawn_pixels_and_leaves_no_thread
     images = heatmap_images(gqa_record)
     assert threading.active_count() == before
     grid = heatmap.render_head_grid(gqa_record.heads_view("weights", batch=0), title="weights · variant · all heads · batch item 0",
-                                    value_range=heatmap.finite_range(gqa_record.heads_view("weights", batch=0),
-                                                                     gqa_record.heads_view("weights", batch=0,
-                                                                                           reference=True)))
+                                    value_range=(0.0, 1.0), legend="linear 0 to 1 (every weights map); grey: 0 (masked)",
+                                    zero_grey=True, axes=("queries", "keys"))
     drawn = dict(images)["heatmaps/variant/weights"]
     np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(drawn.png)).convert("RGB")), grid)
-    assert [tag for tag, _ in images][:2] == ["heatmaps/variant/scores", "heatmaps/variant/scores/head0"]
+    assert "keys" in {f.stage for f in gqa_record.findings}  # drawn first: a stage a finding names
+    assert [tag for tag, _ in images][:2] == ["heatmaps/variant/keys", "heatmaps/variant/keys/head0"]
+
+
+def test_the_stage_a_finding_names_is_drawn_variant_reference_and_difference() -> None:
+    """`head_merge @ output`: the output was not drawn, only the weights and context that match (issue 33)."""
+    record = attnlab.run("mha_head_merge", 1, **NO_SINKS).record
+    assert "head_merge" in {f.code for f in record.findings if f.stage == "output"}
+    tags = {tag for tag, _ in heatmap_images(record)}
+    assert {f"heatmaps/{source}/output" for source in ("variant", "reference", "difference")} <= tags
+
+
+def test_a_pooled_maps_crop_is_the_block_where_the_variant_first_differs() -> None:
+    """The crop of a pooled map is the 64x64 block (on 64's grid) holding the shown head's first
+    differing cell, row by row; the top-left block where nothing differs."""
+    from attnlab.reporting.job_heatmaps import _crop_origin
+
+    difference = np.zeros((2, 300, 300), np.float32)
+    difference[1, 130, 70] = 0.5  # head 1 differs first at query 130, key 70
+    assert _crop_origin(difference, head=1) == (128, 64)
+    assert _crop_origin(difference, head=0) == (0, 0)  # nothing differs in head 0

@@ -107,3 +107,80 @@ def test_tensorboard_opens_on_the_sweeps_curves_and_draws_its_pages(app, tmp_pat
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+def page_images(page: str) -> dict[str, np.ndarray]:
+    """{alt: pixels} of every embedded PNG (the report's alt is the image's tag)."""
+    return {alt: np.asarray(Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB"))
+            for alt, data in re.findall(r'<img alt="([^"]+)"[^>]*src="data:image/png;base64,([^"]+)"', page)}
+
+
+def head_tile(grid: np.ndarray, n_heads: int) -> np.ndarray:
+    """Head 0's tile of a grid of all heads, found where render_head_grid puts it."""
+    from attnlab.reporting import heatmap
+
+    columns = int(np.ceil(np.sqrt(n_heads)))
+    tile = (heatmap.GRID_WIDTH - heatmap._TILE_GAP * (columns - 1)) // columns
+    top = heatmap._title_band() + heatmap._font(heatmap._FONT_SIZE).getmetrics()[0] + 4
+    return grid[top:top + tile, heatmap._MARGIN:heatmap._MARGIN + tile]
+
+
+@needs_browser
+def test_a_book_size_report_shows_every_weight_in_its_cell(tmp_path: Path) -> None:
+    attnlab.run("unscaled", 1, out_dir=tmp_path / "run", log={"tensorboard": False, "table": False, "html": True})
+    page = (tmp_path / "run" / REPORT_FILE).read_text()
+    images = page_images(page)
+    weights = images["heatmaps/variant/weights"]
+    screen = screenshot((tmp_path / "run" / REPORT_FILE).as_uri(), tmp_path / "book.png", tmp_path / "profile",
+                        height=2400)
+    assert found_at_native_size(weights, screen)
+    # the 6x6 grid: every cell carries its value, so each cell has text pixels beside its colour
+    from attnlab.reporting import heatmap
+
+    x0, y0 = heatmap._MARGIN + heatmap._LABEL_BAND, heatmap._title_band() + heatmap._LABEL_BAND
+    side = heatmap.MAP_SIDE // 6
+    for i in range(6):
+        for j in range(6):
+            cell = weights[y0 + i * side + 2:y0 + (i + 1) * side - 2, x0 + j * side + 2:x0 + (j + 1) * side - 2]
+            assert len(np.unique(cell.reshape(-1, 3), axis=0)) > 3, f"cell ({i}, {j}) carries no value"
+
+
+@needs_browser
+def test_a_causal_1024_token_12_head_report_shows_structure_below_the_diagonal(tmp_path: Path) -> None:
+    attnlab.run("impl_mha", 1, d_out=96, num_heads=12, inputs="random", reference="multi_head_attention",
+                out_dir=tmp_path / "run", log={"tensorboard": False, "table": False, "html": True},
+                overrides=["inputs.n_tokens=1024", "inputs.d_in=32", "inputs.distribution=normal",
+                           "weights_init=normal", "batch=1"])
+    page = (tmp_path / "run" / REPORT_FILE).read_text()
+    images = page_images(page)
+    grid = images["heatmaps/variant/weights_log"]
+    screen = screenshot((tmp_path / "run" / REPORT_FILE).as_uri(), tmp_path / "long.png", tmp_path / "profile",
+                        height=1600)
+    assert found_at_native_size(grid, screen)
+    tile = head_tile(grid, 12).astype(int)
+    side = tile.shape[0]
+    rows = range(side * 100 // 1024, side * 1000 // 1024)  # rows 100-1000 of the 1024 queries
+    below = np.concatenate([tile[r, : max(1, r - 1)] for r in rows])  # left of the diagonal
+    above = np.concatenate([tile[r, r + 2:] for r in rows if r + 2 < side])
+    assert len(np.unique(below, axis=0)) > 10 and below.std() > 5  # not one colour: the weights' structure
+    assert (above == 160).all()  # the masked keys are grey: the causal triangle is visible
+    linear = head_tile(images["heatmaps/variant/weights"], 12)
+    assert not np.array_equal(linear[side // 2, 1], linear[side // 2, -2])  # the linear map's triangle too
+
+
+@needs_browser
+def test_a_results_inline_view_at_1024_tokens_shows_the_weights_structure(tmp_path: Path) -> None:
+    """The notebook's view (Result._repr_html_) of a causal 12-head run, in a page as Jupyter shows it."""
+    result = attnlab.run("impl_mha", 1, d_out=96, num_heads=12, inputs="random", reference="multi_head_attention",
+                         log={"tensorboard": False, "table": False, "html": False, "terminal": False},
+                         overrides=["inputs.n_tokens=1024", "inputs.d_in=32", "inputs.distribution=normal",
+                                    "weights_init=normal", "batch=1"])
+    view = result._repr_html_()
+    (tmp_path / "cell.html").write_text(f"<!DOCTYPE html><html><body>{view}</body></html>")
+    grid = page_images(view)["heatmaps/variant/weights_log"]
+    screen = screenshot((tmp_path / "cell.html").as_uri(), tmp_path / "cell.png", tmp_path / "profile")
+    assert found_at_native_size(grid, screen)
+    tile = head_tile(grid, 12).astype(int)
+    rows = range(tile.shape[0] * 100 // 1024, tile.shape[0] * 1000 // 1024)
+    below = np.concatenate([tile[r, : max(1, r - 1)] for r in rows])
+    assert len(np.unique(below, axis=0)) > 10 and below.std() > 5

@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+import attnlab
 from attnlab.reporting.aggregate import Report
 from attnlab.record import Finding, Record
-from attnlab.sinks.html import profile_chart, render_html
+from attnlab.sinks.html import profile_chart, render_html, render_record_html
 from attnlab.sinks.html_images import card_pictures
 from tests._sweep_helpers import Page, sweep_of_lengths
 
@@ -33,11 +34,11 @@ def embedded_images(page: str) -> list[Image.Image]:
     return [Image.open(io.BytesIO(base64.b64decode(b))) for b in re.findall(r'src="data:image/png;base64,([^"]+)"', page)]
 
 
-def test_page_is_self_contained_with_one_heatmap_per_configuration() -> None:
+def test_page_is_self_contained_with_the_weights_and_their_log_view_per_configuration() -> None:
     page = render_html(Report([record(seed=1), record(seed=2), record("reference", findings=[])]))
     assert not re.search(r"(src|href)=\"(https?:)?//", page) and "<script" not in page
     images = embedded_images(page)
-    assert len(images) == 2 and all(im.format == "PNG" and im.size[0] > 10 for im in images)
+    assert len(images) == 4 and all(im.format == "PNG" and im.size[0] > 10 for im in images)
     assert "<style>" in page
 
 
@@ -101,3 +102,16 @@ def test_a_long_variant_name_is_not_cut_at_the_charts_left_edge() -> None:
     svg = profile_chart(jobs)
     anchor = float(re.search(rf'<text x="([\d.]+)" y="\d+" text-anchor="end">{name}</text>', svg).group(1))
     assert anchor >= 7 * len(name)
+
+
+def test_a_single_runs_table_marks_the_rows_where_the_variant_differs() -> None:
+    page = render_record_html(attnlab.run("unscaled", 1, log={"tensorboard": False, "table": False, "html": False,
+                                                              "terminal": False}).record)
+    marked = re.findall(r'<tr class="differs"><td>([^<]+)</td>', page)
+    assert "variant" in marked and "scale_observed" in marked  # unscaled against reference
+    assert "d_in" not in marked and "seed" not in marked  # the same in both
+
+
+def test_a_failed_run_does_not_say_no_stage_diverged() -> None:
+    page = render_record_html(record(status="failed", error="boom", stages={}, stage_shapes={}, findings=[]))
+    assert "first divergent stage: not reached (the run failed)" in page

@@ -128,12 +128,23 @@ def test_an_n_seeds_jobs_card_shows_the_pngs_its_job_kept(tmp_path: Path) -> Non
 
 def test_with_log_images_off_a_card_still_has_its_picture(tmp_path: Path) -> None:
     """The presets that switch images off (mha_implementations, long_context) had cards saying the
-    weights were too large to inline: the job keeps the card's one picture (issue 24)."""
+    weights were too large to inline: the job keeps the card's pictures, the weights and their log
+    view (issue 24, issue 33)."""
     log = {"tensorboard": False, "table": False, "html": True, "images": False}
     for variant in ("unscaled", "reference"):
         attnlab.run(variant, 1, out_dir=tmp_path / variant, inputs="random", d_out=4,
                     overrides=["inputs.n_tokens=300", "inputs.d_in=4"], log=log)
-        assert [p.name for p in (tmp_path / variant / "heatmaps").rglob("*.png")] == ["weights.png"]
+        assert sorted(p.name for p in (tmp_path / variant / "heatmaps").rglob("*.png")) == ["weights.png", "weights_log.png"]
     records, _ = load_records(find_record_files([tmp_path]))
     cards = cards_of(render_html(Report(records)))
     assert len(cards) == 2 and all(images_of(card) for card in cards)
+
+
+def test_a_single_runs_page_leads_with_the_first_divergent_stage(tmp_path: Path) -> None:
+    """`head_merge @ output`: the output's maps come first, before the weights that match (issue 33)."""
+    attnlab.run("mha_head_merge", 1, out_dir=tmp_path / "run", log={"tensorboard": False, "table": False, "html": True})
+    page = (tmp_path / "run" / "report.html").read_text()
+    stages = re.findall(r"<h3>([a-z_]+)</h3>", page)
+    assert stages[0] == "output" and "weights" in stages
+    assert {f"heatmaps/{s}/output" for s in ("variant", "reference", "difference")} <= set(
+        re.findall(r'<img alt="([^"]+)"', page))

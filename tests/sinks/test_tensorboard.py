@@ -186,7 +186,7 @@ def test_heatmaps_of_the_stages_that_differ_and_weights_and_context(book_events)
     tags = set(events.Tags()["images"])
     stages = ("scaled_scores", "weights", "context")
     assert tags == {f"heatmaps/{source}/{stage}" for source in ("variant", "reference", "difference")
-                    for stage in stages}
+                    for stage in stages} | {f"heatmaps/{source}/weights_log" for source in ("variant", "reference")}
     sizes = {decoded_size(events, tag) for tag in tags}
     assert len(sizes) == 1  # one size per kind of card
     width, height = sizes.pop()

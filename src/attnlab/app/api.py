@@ -64,6 +64,12 @@ class Result:
         codes = [f"{f.code}@{f.stage}" for f in self.findings]
         return f"Result(variant={self.record.variant!r}, seed={self.record.seed}, status={self.record.status!r}, findings={codes})"
 
+    def _repr_html_(self) -> str:
+        """A notebook's inline view: findings, shape trace and heatmaps (attnlab.sinks.inline_html)."""
+        from attnlab.sinks.inline_html import result_html  # Pillow and the pages: only when displayed
+
+        return result_html(self.record)
+
 
 def override_words(variant: str, seed: int, overrides: Iterable[str] = (), **kwargs: Any) -> list[str]:
     """Keyword overrides become Hydra overrides: d_out=4 -> "d_out=4", inputs="random" -> "inputs=random",

@@ -10,9 +10,12 @@ Rules a reader can rely on:
   shrinks another past reading;
 - sequential map (viridis-like) for scores, weights, context; diverging map (blue-white-red)
   for differences, centred so that 0 is exactly white; the caller passes the scale shared by the
-  maps shown side by side (variant and reference, every head);
+  maps shown side by side (variant and reference, every head) and says it in the legend (the
+  third title line); `scale="log"` colours log10 of the values (a weight of 1e-3 is not black);
+  `zero_grey`: cells exactly 0 are grey like non-finite ones (weights: a masked key);
 - token labels on both axes when an axis has at most 16 entries (columns reading upwards, in
-  every map), every cell's value when both have at most 6;
+  every map), every cell's value when both have at most 6 (a value too wide for its cell at
+  full precision is shortened, then drawn smaller); the axes' titles in the corner;
 - non-finite cells are grey and never stretch the colour range;
 - above MAX_SIDE entries an axis is pooled by block max (signed extreme for differences): a
   pooled map is for seeing *where* something happens. A NaN anywhere in a block makes it grey.
@@ -44,7 +47,7 @@ VALUES_MAX = 6  # axes up to this length get every cell's value (cells of 32 px 
 _FONT_SIZE = 11
 _TITLE_SIZE = 13
 _MARGIN = 6
-_LABEL_BAND = 64  # px beside and above the grid for labels (10 characters), drawn or not: one size
+_LABEL_BAND = 74  # px beside and above the grid for labels (10 characters) and the axes' titles: one size
 _BAR_W = 14
 _TICK_W = 56  # px right of the colour bar for its ticks
 _TILE_GAP = 8
@@ -53,6 +56,8 @@ _BACKGROUND = 255  # white
 _TEXT = (0, 0, 0)
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _NON_FINITE = np.array([160, 160, 160], dtype=np.uint8)
+_SMALL_SIZE = 9  # a cell value too wide at _FONT_SIZE
+_TITLE_LINES = 3  # title, what is drawn (shape, pooling, region), the colour scale
 
 _VIRIDIS_ANCHORS = (
     (68, 1, 84), (71, 44, 122), (59, 82, 139), (44, 113, 142), (33, 145, 140),
@@ -216,16 +221,18 @@ def _stretch(cells: np.ndarray, height: int, width: int) -> np.ndarray:
     return cells.take(rows, axis=0).take(cols, axis=1)  # cells[rows][:, cols] without fancy indexing's overhead
 
 
-def _colour(matrix: np.ndarray, low: float, high: float, lut: np.ndarray) -> np.ndarray:
+def _colour(matrix: np.ndarray, low: float, high: float, lut: np.ndarray, zero_grey: bool = False) -> np.ndarray:
     """Map values to LUT colours; a constant scale takes the middle colour. Infinities are grey
-    like NaN, not the ends of the scale: a learner must see them."""
+    like NaN, not the ends of the scale: a learner must see them (and with `zero_grey`, zeros)."""
     span = high - low
     finite = np.isfinite(matrix)
+    if zero_grey:
+        finite &= matrix != 0
     if span > 0:
         with np.errstate(invalid="ignore", over="ignore"):
             t = (matrix - low) * np.float32((_LUT_SIZE - 1) / span)
         np.clip(t, 0.0, _LUT_SIZE - 1, out=t)
-        t[~finite] = 0.0  # coloured below
+        t[~finite] = 0.0  # coloured below (a NaN through clip stays NaN)
         index = (t + 0.5).astype(np.uint16)  # rounds half up: t >= 0
     else:
         index = np.full(matrix.shape, (_LUT_SIZE - 1) // 2, dtype=np.uint16)
@@ -245,6 +252,36 @@ def _as_heads(values: np.ndarray) -> np.ndarray:
     return array.reshape((1,) * (3 - array.ndim) + array.shape)
 
 
+LOG_FLOOR = -4.0  # log10 of the smallest weight a log map tells apart: 1/1024 is -3
+ROBUST_PERCENTILES = (0.5, 99.5)  # a score-sized stage's scale: one extreme score must not flatten the rest
+_ROBUST_SAMPLE = 1 << 20  # values the percentiles are taken over (a strided sample of a larger stage)
+
+
+def robust_range(*arrays: np.ndarray | None) -> tuple[float, float]:
+    """ROBUST_PERCENTILES of the finite values of every array together (one scale for the variant
+    and the reference); the finite range where that is a single value; (0, 0) when none is finite."""
+    samples = []
+    for array in arrays:
+        if array is None or not np.size(array):
+            continue
+        flat = np.asarray(array, dtype=np.float32).reshape(-1)
+        samples.append(flat[:: max(1, flat.size // _ROBUST_SAMPLE)])
+    if not samples:
+        return 0.0, 0.0
+    values = np.concatenate(samples)
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return 0.0, 0.0
+    low, high = (float(v) for v in np.percentile(values, ROBUST_PERCENTILES))
+    return (low, high) if high > low else finite_range(*arrays)
+
+
+def log_values(values: np.ndarray) -> np.ndarray:
+    """log10 of non-negative values, 0 to -inf (grey in a map), without numpy's warning."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log10(np.asarray(values, dtype=np.float32))
+
+
 def render_heatmap(
     values: np.ndarray,
     *,
@@ -253,68 +290,108 @@ def render_heatmap(
     col_labels: list[str] | None = None,
     diverging: bool = False,
     value_range: tuple[float, float] | None = None,
+    scale: str = "linear",
+    legend: str | None = None,
+    zero_grey: bool = False,
+    axes: tuple[str, str] | None = None,
+    region: str | None = None,
+    first_index: tuple[int, int] = (0, 0),
 ) -> np.ndarray:
     """One matrix as an (H, W, 3) uint8 heatmap of one fixed size: its grid is MAP_SIDE pixels a
     side whatever the matrix (pooled above MAX_SIDE cells), beside fixed bands for labels, a
-    colour bar and a two-line title (the second: the matrix's shape and any pooling).
+    colour bar and a three-line title (the second: the matrix's shape and any pooling, or
+    `region`; the third: `legend`, the colour scale in words).
 
     `value_range`: the colour scale's (min, max), shared with the maps it is shown beside (the
-    reference, other heads); by default the matrix's own finite range. Labels: token labels up
-    to ANNOTATE_MAX entries, rows left, columns reading upwards, the same way in every map;
-    longer axes get their first and last index. Cell values up to VALUES_MAX entries.
+    reference, other heads), in log10 units for `scale="log"`; by default the matrix's own finite
+    range. Labels: token labels up to ANNOTATE_MAX entries, rows left, columns reading upwards,
+    the same way in every map; longer axes get their first and last index (counted from
+    `first_index`, a crop's corner). Cell values up to VALUES_MAX entries. `axes`: the titles of
+    the rows and the columns ("queries", "keys").
     """
     matrix = _as_heads(values)[0]
     rows = _axis_labels(row_labels, matrix.shape[0], "row")
     cols = _axis_labels(col_labels, matrix.shape[1], "column")
-    low, high = value_range if value_range is not None else finite_range(matrix, diverging=diverging)
-    pooled, blocks = pool_heads(matrix[None], MAX_SIDE, diverging)
+    shown = log_values(matrix) if scale == "log" else matrix
+    low, high = value_range if value_range is not None else finite_range(shown, diverging=diverging)
+    pooled, blocks = pool_heads(matrix[None], MAX_SIDE, diverging)  # block max commutes with log10
     lut = DIVERGING_LUT if diverging else SEQUENTIAL_LUT
-    cells = _colour(pooled[0], low, high, lut)
-    shape = f"{matrix.shape[0]}x{matrix.shape[1]}"
-    note = shape if blocks == (1, 1) else f"{shape}, block {'signed extreme' if diverging else 'max'} {blocks[0]}x{blocks[1]}"
+    cells = _colour(log_values(pooled[0]) if scale == "log" else pooled[0], low, high, lut, zero_grey)
+    note = region or _pooling_note(f"{matrix.shape[0]}x{matrix.shape[1]}", blocks, diverging)
     canvas, grid_x, grid_y = _canvas(MAP_SIDE, MAP_SIDE)
     canvas[grid_y:grid_y + MAP_SIDE, grid_x:grid_x + MAP_SIDE] = _stretch(cells, MAP_SIDE, MAP_SIDE)
     image = Image.fromarray(canvas, mode="RGB")
-    _draw_titles(image, title, note)
-    _draw_labels(image, grid_x, grid_y, rows, cols, matrix.shape)
+    _draw_titles(image, title, note, legend or _default_legend(low, high, scale))
+    _draw_labels(image, grid_x, grid_y, rows, cols, matrix.shape, first_index)
+    if axes is not None:
+        _draw_axes(image, grid_x, grid_y, axes)
     if max(matrix.shape) <= VALUES_MAX:
         _draw_values(image, grid_x, grid_y, pooled[0], cells)
-    return _with_bar(image, grid_x + MAP_SIDE, grid_y, MAP_SIDE, low, high, lut, diverging)
+    return _with_bar(image, grid_x + MAP_SIDE, grid_y, MAP_SIDE, low, high, lut, diverging, scale)
 
 
 def render_head_grid(values: np.ndarray, *, title: str, diverging: bool = False,
-                     value_range: tuple[float, float] | None = None) -> np.ndarray:
+                     value_range: tuple[float, float] | None = None, scale: str = "linear",
+                     legend: str | None = None, zero_grey: bool = False,
+                     axes: tuple[str, str] | None = None,
+                     pooled: tuple[np.ndarray, tuple[int, int]] | None = None) -> np.ndarray:
     """Every head of a (heads, rows, cols) array in one image of GRID_WIDTH: tiles in a
     near-square grid (a 12-head strip in a card cannot be read), each captioned with its head,
-    pooled to its tile, and one colour bar for all (the heads share one scale)."""
+    pooled to its tile, and one colour bar for all (the heads share one scale). `scale`,
+    `legend`, `zero_grey` as in render_heatmap; `axes` are named in the second title line;
+    `pooled`: grid_pooling(values, diverging) when the caller draws the same heads twice."""
     heads = _as_heads(values)
     n = heads.shape[0]
     columns = math.ceil(math.sqrt(n))
-    tile = (GRID_WIDTH - _TILE_GAP * (columns - 1)) // columns
+    tile = _grid_tile(n)
     caption = _font(_FONT_SIZE).getmetrics()[0] + 4
     n_rows = -(-n // columns)
     height = n_rows * (tile + caption) + (n_rows - 1) * _TILE_GAP
-    low, high = value_range if value_range is not None else finite_range(heads, diverging=diverging)
-    pooled, blocks = pool_heads(heads, tile, diverging)
+    if value_range is None:
+        value_range = finite_range(log_values(heads) if scale == "log" else heads, diverging=diverging)
+    low, high = value_range
+    pooled, blocks = pooled if pooled is not None else grid_pooling(heads, diverging)
+    if scale == "log":
+        pooled = log_values(pooled)
     lut = DIVERGING_LUT if diverging else SEQUENTIAL_LUT
     canvas, grid_x, grid_y = _canvas(GRID_WIDTH, height, label_band=False)
     for h in range(n):
         x = grid_x + (h % columns) * (tile + _TILE_GAP)
         y = grid_y + (h // columns) * (tile + caption + _TILE_GAP) + caption
-        canvas[y:y + tile, x:x + tile] = _stretch(_colour(pooled[h], low, high, lut), tile, tile)
+        canvas[y:y + tile, x:x + tile] = _stretch(_colour(pooled[h], low, high, lut, zero_grey), tile, tile)
     image = Image.fromarray(canvas, mode="RGB")
-    shape = f"{n} heads of {heads.shape[1]}x{heads.shape[2]}"
-    _draw_titles(image, title, shape if blocks == (1, 1) else f"{shape}, block {'signed extreme' if diverging else 'max'} "
-                 f"{blocks[0]}x{blocks[1]}")
+    shape = f"{n} heads of {heads.shape[1]}x{heads.shape[2]}" + (f" ({axes[0]} x {axes[1]})" if axes else "")
+    _draw_titles(image, title, _pooling_note(shape, blocks, diverging), legend or _default_legend(low, high, scale))
     for h in range(n):
         x = grid_x + (h % columns) * (tile + _TILE_GAP)
         y = grid_y + (h // columns) * (tile + caption + _TILE_GAP)
         _draw_string(image, (x, y), f"head {h}")
-    return _with_bar(image, grid_x + GRID_WIDTH, grid_y, height, low, high, lut, diverging)
+    return _with_bar(image, grid_x + GRID_WIDTH, grid_y, height, low, high, lut, diverging, scale)
+
+
+def _grid_tile(n: int) -> int:
+    columns = math.ceil(math.sqrt(n))
+    return (GRID_WIDTH - _TILE_GAP * (columns - 1)) // columns
+
+
+def grid_pooling(values: np.ndarray, diverging: bool = False) -> tuple[np.ndarray, tuple[int, int]]:
+    """The heads pooled to the tiles of their grid (pool_heads), for render_head_grid's `pooled`."""
+    heads = _as_heads(values)
+    return pool_heads(heads, _grid_tile(heads.shape[0]), diverging)
+
+
+def _pooling_note(shape: str, blocks: tuple[int, int], diverging: bool) -> str:
+    if blocks == (1, 1):
+        return shape
+    return f"{shape}, block {'signed extreme' if diverging else 'max'} {blocks[0]}x{blocks[1]}"
+
+
+def _default_legend(low: float, high: float, scale: str) -> str:
+    return f"{'log' if scale == 'log' else 'linear'} {_tick(low, scale)} to {_tick(high, scale)}"
 
 
 def _title_band() -> int:
-    return 2 * (_font(_TITLE_SIZE).getmetrics()[0] + 3) + _MARGIN
+    return _font(_TITLE_SIZE).getmetrics()[0] + 3 + (_TITLE_LINES - 1) * (_font(_FONT_SIZE).getmetrics()[0] + 3) + _MARGIN
 
 
 def _canvas(grid_w: int, grid_h: int, label_band: bool = True) -> tuple[np.ndarray, int, int]:
@@ -326,10 +403,24 @@ def _canvas(grid_w: int, grid_h: int, label_band: bool = True) -> tuple[np.ndarr
     return np.full((height, width, 3), _BACKGROUND, dtype=np.uint8), grid_x, grid_y
 
 
-def _draw_titles(image: Image.Image, title: str, note: str) -> None:
-    line = _font(_TITLE_SIZE).getmetrics()[0] + 3
-    _draw_string(image, (_MARGIN, _MARGIN), title, size=_TITLE_SIZE)
-    _draw_string(image, (_MARGIN, _MARGIN + line), note)
+def _fit(text: str, width: int, size: int) -> tuple[str, int]:
+    """`text` at `size`, else at the small size, else cut with an ellipsis: never past `width` px."""
+    for candidate in (size, _SMALL_SIZE):
+        if _text_width(text, candidate) <= width:
+            return text, candidate
+    while len(text) > 1 and _text_width(text + "…", _SMALL_SIZE) > width:
+        text = text[:-1]
+    return text + "…", _SMALL_SIZE
+
+
+def _draw_titles(image: Image.Image, title: str, note: str, legend: str) -> None:
+    """Three lines, each fitted to the image's width: the title, what is drawn, the colour scale."""
+    width = image.width - 2 * _MARGIN
+    y = _MARGIN
+    for text, size in ((title, _TITLE_SIZE), (note, _FONT_SIZE), (legend, _FONT_SIZE)):
+        fitted, at = _fit(text, width, size)
+        _draw_string(image, (_MARGIN, y), fitted, size=at)
+        y += _font(size).getmetrics()[0] + 3
 
 
 def _axis_labels(labels: list[str] | None, n: int, axis: str) -> list[str] | None:
@@ -346,37 +437,59 @@ def _shorten(label: str, limit: int = 10) -> str:
 
 
 def _draw_labels(image: Image.Image, grid_x: int, grid_y: int, rows: list[str] | None, cols: list[str] | None,
-                 shape: tuple[int, int]) -> None:
+                 shape: tuple[int, int], first_index: tuple[int, int] = (0, 0)) -> None:
     """Row labels right-aligned left of the grid, column labels reading upwards above it, each at
     its cell's centre; an axis too long to label gets its first and last index at its ends."""
     cell_h, cell_w = MAP_SIDE / shape[0], MAP_SIDE / shape[1]
-    row_marks = list(enumerate(rows)) if rows is not None else [(0, "0"), (shape[0] - 1, str(shape[0] - 1))]
-    col_marks = list(enumerate(cols)) if cols is not None else [(0, "0"), (shape[1] - 1, str(shape[1] - 1))]
+    r0, c0 = first_index
+    row_marks = list(enumerate(rows)) if rows is not None else [(0, str(r0)), (shape[0] - 1, str(r0 + shape[0] - 1))]
+    col_marks = list(enumerate(cols)) if cols is not None else [(0, str(c0)), (shape[1] - 1, str(c0 + shape[1] - 1))]
     for i, label in row_marks:
         _draw_string(image, (grid_x - 4, grid_y + int((i + 0.5) * cell_h)), label, anchor="rm")
     for j, label in col_marks:
         _draw_string(image, (grid_x + int((j + 0.5) * cell_w), grid_y - 4), label, anchor="mb", vertical=True)
 
 
-def _format(value: float) -> str:
-    return f"{value:.3g}" if np.isfinite(value) else str(value)
+def _draw_axes(image: Image.Image, grid_x: int, grid_y: int, axes: tuple[str, str]) -> None:
+    """The axes' titles in the corner the label bands leave free, above-left of the grid."""
+    line = _font(_SMALL_SIZE).getmetrics()[0] + 2
+    for k, text in enumerate((f"rows: {axes[0]}", f"cols: {axes[1]}")):
+        fitted, size = _fit(text, _LABEL_BAND - 10, _SMALL_SIZE)  # clear of a first column label
+        _draw_string(image, (grid_x - 10, grid_y - 4 - (1 - k) * line), fitted, size=size, anchor="rb",
+                     colour=(90, 90, 90))
+
+
+def _format(value: float, digits: int = 3) -> str:
+    return f"{value:.{digits}g}" if np.isfinite(value) else str(value)
+
+
+def _cell_text(value: float, width: float) -> tuple[str, int] | None:
+    """The value at 3 significant digits, else 2, else in e-notation, each at the font size and
+    then smaller: the first that fits `width` px (None: nothing fits)."""
+    candidates = [_format(value), _format(value, 2), f"{value:.0e}" if np.isfinite(value) else str(value)]
+    for size in (_FONT_SIZE, _SMALL_SIZE):
+        for text in candidates:
+            if _text_width(text, size) <= width:
+                return text, size
+    return None
 
 
 def _draw_values(image: Image.Image, grid_x: int, grid_y: int, matrix: np.ndarray, cells: np.ndarray) -> None:
-    """Every cell's value, dark on light cells and white on dark, when every value fits its cell."""
-    texts = [[_format(float(v)) for v in row] for row in matrix]
+    """Every cell's value, dark on light cells and white on dark, each shortened to fit its cell."""
     cell_h, cell_w = MAP_SIDE / matrix.shape[0], MAP_SIDE / matrix.shape[1]
-    if max(_text_width(t) for row in texts for t in row) > cell_w - 2:
-        return
     light = cells @ np.array([0.299, 0.587, 0.114]) > 140
-    for i, row in enumerate(texts):
-        for j, text in enumerate(row):
+    for i, row in enumerate(matrix):
+        for j, value in enumerate(row):
+            fitted = _cell_text(float(value), cell_w - 2)
+            if fitted is None:
+                continue
             centre = (grid_x + int((j + 0.5) * cell_w), grid_y + int((i + 0.5) * cell_h))
-            _draw_string(image, centre, text, anchor="mm", colour=_TEXT if light[i, j] else (255, 255, 255))
+            _draw_string(image, centre, fitted[0], size=fitted[1], anchor="mm",
+                         colour=_TEXT if light[i, j] else (255, 255, 255))
 
 
 def _with_bar(image: Image.Image, grid_right: int, top: int, height: int, low: float, high: float,
-              lut: np.ndarray, diverging: bool) -> np.ndarray:
+              lut: np.ndarray, diverging: bool, scale: str = "linear") -> np.ndarray:
     """The colour bar right of the grid, as tall as it: max at the top, min at the bottom, 0 in
     the middle of a diverging bar; a scale with one value (an all-zero difference) says so once."""
     x = grid_right + 2 * _MARGIN
@@ -384,9 +497,9 @@ def _with_bar(image: Image.Image, grid_right: int, top: int, height: int, low: f
     image.paste(Image.fromarray(np.repeat(bar, _BAR_W, axis=1), mode="RGB"), (x, top))  # the bar alone, not the image, through numpy
     bottom = top + height - 1
     if high == low:
-        ticks = [((top + bottom) // 2, f"all {_tick(low)}", "lm")]
+        ticks = [((top + bottom) // 2, f"all {_tick(low, scale)}", "lm")]
     else:
-        ticks = [(top, _tick(high), "lt"), (bottom, _tick(low), "lb")]
+        ticks = [(top, _tick(high, scale), "lt"), (bottom, _tick(low, scale), "lb")]
         if diverging:
             ticks.append(((top + bottom) // 2, "0", "lm"))
     for y, text, anchor in ticks:
@@ -395,5 +508,8 @@ def _with_bar(image: Image.Image, grid_right: int, top: int, height: int, low: f
     return np.array(image)
 
 
-def _tick(value: float) -> str:
+def _tick(value: float, scale: str = "linear") -> str:
+    """A tick's text: the value itself on a log scale too (1e-4, not -4)."""
+    if scale == "log":
+        return "1" if value == 0 else f"1e{value:.0f}" if value == round(value) else f"{10.0 ** value:.2g}"
     return f"{value + 0.0:.3g}"  # + 0.0: no "-0"

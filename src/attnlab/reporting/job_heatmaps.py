@@ -1,12 +1,20 @@
 """Which heatmaps a job draws, and where they are kept: PNG files beside record.json.
 
-Drawn is what is read: the weights and the context always, the scores and scaled scores where
-the variant differs from the reference there; for each, the variant and the reference on one
-shared colour scale, and their difference (symmetric around 0) where it is not all zero. A
-stage with several heads is a grid of all heads (tag `heatmaps/<source>/<stage>`) and an image
-per head (`.../head<h>`); above MAX_SIDE tokens the shown head's first CROP tokens follow at
-full resolution (`.../crop64`). Where the variant equals the reference, the reference gets its
-grid only (its heads would be the variant's images again). Titles name the stage, the source, the head and the batch item.
+Drawn is what is read: the weights, the context and the output always, the scores and scaled
+scores where the variant differs from the reference there, and any stage the first divergence
+or a finding names (`head_merge @ output`, `projection @ queries`); for each, the variant and the
+reference on one shared colour scale, and their difference (symmetric around 0) where it is not
+all zero. The scale is chosen for the stage and said in each map's legend: weights on 0 to 1 in
+every map (so a sweep's cards share it) beside a log view (`heatmaps/<source>/weights_log`, 1e-4
+to 1, the reference's where it differs: the structure of a 1,024-token map, where row 0 of a
+causal map is 1 and the rest is near 0), zeros (masked keys) grey; scores on the percentiles of variant and reference
+(ROBUST_PERCENTILES: a masked or extreme score does not flatten the rest); others min to max.
+A stage with several heads is a grid of all heads (tag `heatmaps/<source>/<stage>`) and an image
+per head (`.../head<h>`: of the weights, and of any stage where the variant differs); above MAX_SIDE tokens the shown head's CROP x CROP block where the
+variant first differs (the first block without a difference) follows at full resolution
+(`.../crop64`, its rows and columns in its second title line). Where the variant equals the
+reference, the reference gets its grid only (its heads would be the variant's images again).
+Titles name the stage, the source, the head and the batch item.
 
 `job_heatmaps` writes them to `<job>/heatmaps/<tag after heatmaps/>.png` with `index.json`
 (each image's tag, file and size, and the record.json they were drawn from): TensorBoard,
@@ -29,12 +37,16 @@ import numpy as np
 from attnlab.capture.spill import release
 from attnlab.record import Record, write_atomic
 from attnlab.reporting.heatmap import (
-    CROP, MAX_SIDE, _as_heads, _in_threads, finite_range, render_head_grid, render_heatmap, to_png_bytes,
+    CROP, LOG_FLOOR, MAX_SIDE, ROBUST_PERCENTILES, _as_heads, _in_threads, finite_range, grid_pooling,
+    render_head_grid, render_heatmap, robust_range, to_png_bytes,
 )
 
-HEATMAP_STAGES = ("scores", "scaled_scores", "weights", "context")
-ALWAYS_DRAWN = ("weights", "context")  # the others only where the variant differs from the reference
+HEATMAP_STAGES = ("queries", "keys", "values", "scores", "scaled_scores", "weights", "context", "output")
+ALWAYS_DRAWN = ("weights", "context", "output")  # the others where they differ or a finding names them
+WHERE_DIFFERENT = ("scores", "scaled_scores")
 TOKEN_BY_TOKEN = {"scores", "scaled_scores", "weights"}  # columns are key tokens; context's are dims
+SCORE_SIZED = {"scores", "scaled_scores"}
+LOG_SUFFIX = "_log"  # the weights' log view: `heatmaps/<source>/weights_log`
 FOLDER = "heatmaps"
 INDEX_FILE = "index.json"
 
@@ -105,37 +117,99 @@ def _done(image: EncodedHeatmap) -> Future[EncodedHeatmap]:
     return future
 
 
-def heatmap_images(record: Record, *, card_only: bool = False) -> list[tuple[str, EncodedHeatmap]]:
+@dataclass(frozen=True)
+class Scale:
+    """A map's colour scale: its range (log10 units for `log`), how it was chosen, in words, and
+    whether zeros are grey (weights: a masked key)."""
+
+    value_range: tuple[float, float]
+    legend: str
+    log: bool = False
+    zero_grey: bool = False
+
+
+def stage_scale(stage: str, *arrays: np.ndarray | None) -> Scale:
+    """The scale of a stage's variant and reference maps (both passed: one scale for both)."""
+    low, high = finite_range(*arrays)
+    if stage == "weights" and low >= 0:
+        top = max(high, 1.0)  # a variant whose weights exceed 1 gets its own top, and says so
+        return Scale((0.0, top), f"linear 0 to {top:.3g} ({_shared(top)}); grey: 0 (masked)", zero_grey=True)
+    if stage in SCORE_SIZED:
+        p_low, p_high = ROBUST_PERCENTILES
+        return Scale(robust_range(*arrays), f"linear p{p_low:g} to p{p_high:g} of variant and reference")
+    return Scale((low, high), "linear min to max of variant and reference")
+
+
+def log_scale(weights: Scale) -> Scale:
+    """The log view of the weights' scale (stage_scale's, with its top): LOG_FLOOR to the top."""
+    top = weights.value_range[1]
+    return Scale((LOG_FLOOR, float(np.log10(top))), f"log 1e{LOG_FLOOR:.0f} to {top:.3g} ({_shared(top)}); "
+                 "grey: 0 (masked)", log=True, zero_grey=True)
+
+
+def _shared(top: float) -> str:
+    return "every weights map" if top == 1.0 else "variant and reference"
+
+
+def difference_scale(difference: np.ndarray) -> Scale:
+    return Scale(finite_range(difference, diverging=True), "variant - reference, symmetric about 0")
+
+
+def drawn_stages(record: Record) -> list[str]:
+    """The stages a record's pictures show, in the order of the forward pass."""
+    named = {f.stage for f in record.findings} | {record.first_divergent_stage}
+    return [stage for stage in HEATMAP_STAGES if stage in record.stage_shapes
+            and (stage in ALWAYS_DRAWN or stage in named or (stage in WHERE_DIFFERENT and _differs(record, stage)))]
+
+
+def heatmap_images(record: Record, *, card_only: bool = False, stages: list[str] | None = None,
+                   per_head: bool = True) -> list[tuple[str, EncodedHeatmap]]:
     """(tag, PNG) of every heatmap of the record (see the module's docstring), stage by stage;
-    `card_only`: the variant's weights alone (`heatmaps/variant/weights`), the picture an HTML
-    card shows, for a job that draws no other heatmap (log.images=false)."""
+    `card_only`: the variant's weights alone (`heatmaps/variant/weights` and its log view), the
+    pictures an HTML card shows, for a job that draws no other heatmap (log.images=false);
+    `stages`: only these (of those drawn_stages draws); `per_head=False`: no image per head
+    (grids and crops: a notebook's inline view)."""
     with ThreadPoolExecutor(max_workers=1) as encoder:  # one thread beside the drawing; none outlives the call
-        pending = _card_image(record, encoder) if card_only else _stage_maps(record, encoder)
+        pending = (_card_image(record, encoder) if card_only
+                   else _stage_maps(record, encoder, stages, per_head))
         return [(tag, image.result()) for tag, image in pending]
 
 
-def _stage_maps(record: Record, encoder: Executor) -> list[tuple[str, Future[EncodedHeatmap]]]:
+def _stage_maps(record: Record, encoder: Executor, stages: list[str] | None,
+                per_head: bool) -> list[tuple[str, Future[EncodedHeatmap]]]:
     show = record.config.get("show") or {}
     batch, head = int(show.get("batch", 0)), int(show.get("head", 0))
     images: list[tuple[str, Future[EncodedHeatmap]]] = []
-    for stage in HEATMAP_STAGES:
-        differs = _differs(record, stage)
-        if stage not in ALWAYS_DRAWN and not differs:
+    for stage in drawn_stages(record):
+        if stages is not None and stage not in stages:
             continue
+        differs = _differs(record, stage)
         variant = record.heads_view(stage, batch=batch)
         reference = record.heads_view(stage, batch=batch, reference=True)
-        shared = finite_range(variant, reference)  # one scale: a colour is one value in both maps
-        sources = {"variant": (variant, shared, False), "reference": (reference, shared, False)}
+        scale = stage_scale(stage, variant, reference)  # one scale: a colour is one value in both maps
+        sources = {"variant": (variant, scale, False), "reference": (reference, scale, False)}
         difference = _difference(variant, reference) if differs else None
         if difference is not None and np.any(difference):
-            sources["difference"] = (difference, finite_range(difference, diverging=True), True)
+            sources["difference"] = (difference, difference_scale(difference), True)
         where = f" · batch item {batch}" if _batched(record, stage) else ""
-        for source, (values, value_range, diverging) in sources.items():
-            if values is not None:
-                # a reference equal to the variant: its grid to compare by eye, not every head again
-                per_head = differs or source != "reference"
-                images += _stage_images(record, stage, source, values, value_range, diverging, head, where, per_head,
-                                        encoder)
+        origin = _crop_origin(difference, head)
+        variant_pooled = None
+        for source, (values, source_scale, diverging) in sources.items():
+            if values is None:
+                continue
+            # a reference equal to the variant: its grid to compare by eye, not every head again;
+            # a stage other than the weights where nothing differs: its grid (and crop) alone
+            copy = not differs and source == "reference"
+            heads = per_head and not copy and (differs or stage == "weights")
+            # pooled once: for the grid and its log view; an equal reference's is the variant's
+            multi = _as_heads(values).shape[0] > 1
+            pooled = variant_pooled if copy else grid_pooling(values, diverging) if multi else None
+            variant_pooled = pooled if source == "variant" else variant_pooled
+            images += _stage_images(record, stage, source, values, source_scale, diverging, head, where, heads,
+                                    not copy, origin, encoder, pooled)
+            if stage == "weights" and source_scale.zero_grey and not diverging and not copy:
+                images += _stage_images(record, stage, source, values, log_scale(source_scale), False, head, where,
+                                        False, False, origin, encoder, pooled)
         release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps (drawn maps are copies)
     return images
 
@@ -146,7 +220,12 @@ def _card_image(record: Record, encoder: Executor) -> list[tuple[str, Future[Enc
     if weights is None:
         return []
     where = f" · batch item {batch}" if _batched(record, "weights") else ""
-    images = _stage_images(record, "weights", "variant", weights, finite_range(weights), False, 0, where, False, encoder)
+    scale = stage_scale("weights", weights)
+    scales = [scale, log_scale(scale)] if scale.zero_grey else [scale]
+    images = []
+    for shown in scales:
+        images += _stage_images(record, "weights", "variant", weights, shown, False, 0, where, False, False,
+                                (0, 0), encoder)
     release(weights)
     return images
 
@@ -170,36 +249,65 @@ def _difference(variant: np.ndarray | None, reference: np.ndarray | None) -> np.
     return difference
 
 
-def _stage_images(record: Record, stage: str, source: str, values: np.ndarray, value_range: tuple[float, float],
-                  diverging: bool, head: int, where: str, per_head: bool,
-                  encoder: Executor) -> list[tuple[str, Future[EncodedHeatmap]]]:
-    """The grid of all heads and (`per_head`) an image per head (one image for one head), then the crop."""
+def _crop_origin(difference: np.ndarray | None, head: int) -> tuple[int, int]:
+    """The corner of the CROP x CROP block where the shown head first differs (row by row, then
+    its first differing column), on CROP's grid; (0, 0) when nothing differs."""
+    if difference is None:
+        return 0, 0
+    heads = _as_heads(difference)
+    matrix = heads[min(head, heads.shape[0] - 1)]
+    if max(matrix.shape) <= MAX_SIDE:
+        return 0, 0
+    differing = np.argwhere(matrix != 0)  # NaN != 0: a NaN is a difference
+    if not len(differing):
+        return 0, 0
+    row, col = differing[0]
+    return int(row) // CROP * CROP, int(col) // CROP * CROP
+
+
+def _stage_images(record: Record, stage: str, source: str, values: np.ndarray, scale: Scale,
+                  diverging: bool, head: int, where: str, per_head: bool, crop: bool, origin: tuple[int, int],
+                  encoder: Executor, pooled: tuple[np.ndarray, tuple[int, int]] | None = None,
+                  ) -> list[tuple[str, Future[EncodedHeatmap]]]:
+    """The grid of all heads (from `pooled`, grid_pooling's, when given) and (`per_head`) an image
+    per head (one image for one head), then (`crop`) the shown head's crop at `origin`; a log
+    scale: the grid (or the map) alone."""
     heads = _as_heads(values)  # (heads, rows, cols)
     rows, cols = _labels(record, stage, heads.shape[1:], one_row=np.ndim(values) == 1)
-    tag = f"heatmaps/{source}/{stage}"
+    axes = ("queries", "keys" if stage in TOKEN_BY_TOKEN else "features") if np.ndim(values) > 1 else None
+    tag = f"heatmaps/{source}/{stage}{LOG_SUFFIX if scale.log else ''}"
     n = heads.shape[0]
     head = min(head, n - 1)
+    options = dict(diverging=diverging, value_range=scale.value_range, scale="log" if scale.log else "linear",
+                   legend=scale.legend, zero_grey=scale.zero_grey, axes=axes)
+    key = tuple(sorted((k, repr(v)) for k, v in options.items()))
+    view = " · log" if scale.log else ""
 
-    def single(h: int, matrix: np.ndarray, suffix: str = "") -> Callable[[], Future[EncodedHeatmap]]:
+    def single(h: int, matrix: np.ndarray, at: tuple[int, int] = (0, 0), region: str | None = None,
+               suffix: str = "") -> Callable[[], Future[EncodedHeatmap]]:
         who = f" · head {h}" if n > 1 else ""
-        title = f"{stage} · {source}{who}{where}{suffix}"
-        return lambda: encoding(lambda: render_heatmap(matrix, title=title, row_labels=rows and rows[:len(matrix)],
-                                                       col_labels=cols and cols[:matrix.shape[-1]], diverging=diverging,
-                                                       value_range=value_range),
-                                matrix, "map", title, rows, cols, diverging, value_range, encoder=encoder)
+        title = f"{stage} · {source}{who}{where}{view}{suffix}"
+        r, c = at
+        row_labels = rows and rows[r:r + len(matrix)]
+        col_labels = cols and cols[c:c + matrix.shape[-1]]
+        return lambda: encoding(lambda: render_heatmap(matrix, title=title, row_labels=row_labels, col_labels=col_labels,
+                                                       region=region, first_index=at, **options),
+                                matrix, "map", title, row_labels, col_labels, region, at, key, encoder=encoder)
 
     tasks: list[tuple[str, Callable[[], Future[EncodedHeatmap]]]] = []
     if n == 1:
         tasks.append((tag, single(0, heads[0])))
     else:
-        title = f"{stage} · {source} · all heads{where}"
-        tasks.append((tag, lambda: encoding(lambda: render_head_grid(heads, title=title, diverging=diverging,
-                                                                     value_range=value_range),
-                                            heads, "grid", title, diverging, value_range, encoder=encoder)))
+        title = f"{stage} · {source} · all heads{where}{view}"
+        tasks.append((tag, lambda: encoding(lambda: render_head_grid(heads, title=title, pooled=pooled, **options),
+                                            heads, "grid", title, key, encoder=encoder)))
         tasks += [(f"{tag}/head{h}", single(h, heads[h])) for h in range(n) if per_head]
-    if max(heads.shape[1:]) > MAX_SIDE and per_head:
-        crop = np.ascontiguousarray(heads[head, :CROP, :CROP])
-        tasks.append((f"{tag}/crop64", single(head, crop, f" · first {CROP} at full resolution")))
+    if max(heads.shape[1:]) > MAX_SIDE and crop and not scale.log:
+        r, c = origin
+        block = np.ascontiguousarray(heads[head, r:r + CROP, c:c + CROP])
+        region = (f"rows {r}-{r + block.shape[0] - 1} x cols {c}-{c + block.shape[1] - 1} "
+                  f"of {heads.shape[1]}x{heads.shape[2]}, full resolution")
+        tasks.append((f"{tag}/crop{CROP}", single(head, block, (r, c), region, " · crop")))
     return list(zip([t for t, _ in tasks], _in_threads(lambda task: task[1](), tasks)))
 
 
@@ -259,4 +367,5 @@ def _source(record: Record) -> dict | None:
     return {"path": str(Path(record.path).resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
-__all__ = ["EncodedHeatmap", "HEATMAP_STAGES", "heatmap_images", "job_heatmaps", "read_index"]
+__all__ = ["EncodedHeatmap", "HEATMAP_STAGES", "Scale", "drawn_stages", "heatmap_images", "job_heatmaps",
+           "log_scale", "read_index", "stage_scale"]

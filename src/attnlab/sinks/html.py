@@ -71,6 +71,7 @@ th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: left; white-space
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 th { background: #f3f3f3; position: sticky; top: 0; }
 tr:nth-child(even) td { background: #fafafa; }
+tr.differs td { background: #fff3e0; }
 .cards { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
 .card { border: 1px solid #ddd; border-radius: 6px; padding: 0.6em 0.9em; }
 img { max-width: none; }
@@ -108,18 +109,21 @@ def configuration_cards(report: Report) -> str:
     cards = []
     for label, records in by_label.items():
         shown = next((r for r in records if r.ok), records[0])
+        seed = f'<p class="note">pictures of seed {shown.seed}</p>' if shown.ok else ""
         cards.append(f'<div class="card"><h3>{html.escape(label)}</h3>'
-                     f"{card_pictures(shown) if shown.ok else ''}{findings_html(records)}</div>")
+                     f"{card_pictures(shown) if shown.ok else ''}{seed}{findings_html(records)}</div>")
     return '<div class="cards">' + "".join(cards) + "</div>"
 
 
-def table_html(table: pd.DataFrame, index: bool = True) -> str:
-    """A table, text left-aligned and numbers right-aligned (class `num`), every cell escaped."""
+def table_html(table: pd.DataFrame, index: bool = True, highlight: frozenset[int] = frozenset()) -> str:
+    """A table, text left-aligned and numbers right-aligned (class `num`), every cell escaped;
+    the rows numbered in `highlight` (from 0) marked (class `differs`)."""
     frame = table.reset_index() if index else table
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
     rows = []
-    for values in frame.itertuples(index=False, name=None):
-        rows.append("<tr>" + "".join(_cell_html(v) for v in values) + "</tr>")
+    for i, values in enumerate(frame.itertuples(index=False, name=None)):
+        mark = ' class="differs"' if i in highlight else ""
+        rows.append(f"<tr{mark}>" + "".join(_cell_html(v) for v in values) + "</tr>")
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
 
@@ -214,6 +218,8 @@ def render_html(report: Report, title: str = "attnlab comparison", plots: Sequen
         f"<h1>{html.escape(title)}</h1><p>{status}</p>",
         plots_html(report, plots),  # a sweep over a numeric key reads first as curves
         "<h2>Per configuration: attention weights and findings</h2>",
+        '<p class="note">Every card\'s weights share one scale: linear 0 to 1, and log 1e-4 to 1 beside it '
+        "(grey: 0, a masked key); a difference is on its own scale, symmetric about 0.</p>",
         configuration_cards(report),
         profile_chart(report.jobs),
         "<h2>Summary (mean ± std over seeds)</h2>",
@@ -231,15 +237,23 @@ def render_record_html(record: Record) -> str:
     status = "ok" if record.ok else f'<span class="failed">failed: {html.escape(record.error or "")}</span>'
     rows = job_rows([record])
     table = pd.DataFrame(rows).set_index("module").T  # a row per column of comparison.csv, reference | variant
+    differs = frozenset(i for i, (_, row) in enumerate(table.iterrows()) if len(row) == 2 and _differ(*row))
+    divergent = record.first_divergent_stage or ("none" if record.ok else "not reached (the run failed)")
     return _page(title, [
-        f"<h1>{html.escape(title)}</h1><p>{status} · first divergent stage: "
-        f"{html.escape(str(record.first_divergent_stage or 'none'))}</p>",
+        f"<h1>{html.escape(title)}</h1><p>{status} · first divergent stage: {html.escape(divergent)}</p>",
         "<h2>Findings</h2>", findings_html([record]),
         "<h2>Heatmaps (batch item shown: show.batch)</h2>" if record.ok else "",
         record_pictures(record) if record.ok else "",
         "<h2>The reference and the variant</h2>",
-        table_html(table),
+        '<p class="note">highlighted: the rows where the variant differs from the reference</p>' if differs else "",
+        table_html(table, highlight=differs),
     ])
+
+
+def _differ(reference: object, variant: object) -> bool:
+    """Do two cells of the reference | variant table differ (two missing values do not)?"""
+    missing = [v is None or (isinstance(v, float) and math.isnan(v)) for v in (reference, variant)]
+    return not all(missing) and (any(missing) or reference != variant)
 
 
 __all__ = ["HTML_FILE", "HtmlSink", "REPORT_FILE", "findings_html", "profile_chart", "render_html",

@@ -67,32 +67,55 @@ def missing_note(record: Record, stage: str = "weights") -> str:
             f'(log.images=false) and values this large are not inlined in record.json; run it with log.images=true</p>')
 
 
+CARD_TAGS = ("heatmaps/variant/weights", "heatmaps/variant/weights_log", "heatmaps/difference/weights")
+SOURCES = ("variant", "reference", "difference")
+
+
 def card_pictures(record: Record) -> str:
-    """A configuration's card: the variant's weights (a grid of all heads) and, where they differ,
-    their difference from the reference's."""
+    """A configuration's card: the variant's weights (a grid of all heads), their log view and,
+    where they differ, their difference from the reference's."""
     images = record_images(record)
-    shown = [tag for tag in ("heatmaps/variant/weights", "heatmaps/difference/weights") if tag in images]
+    shown = [tag for tag in CARD_TAGS if tag in images]
     if not shown:
         return missing_note(record)
-    return "".join(img_html(images[tag], f"{tag.split('/')[1]} attention weights of {record.variant}") for tag in shown)
+    return "".join(img_html(images[tag], f"{tag.split('/')[1]} attention weights of {record.variant}"
+                            + (" (log scale)" if tag.endswith("_log") else "")) for tag in shown)
+
+
+def stage_of(tag: str) -> str:
+    """The stage a tag draws (`heatmaps/variant/weights_log/...` draws the weights)."""
+    return tag.split("/")[2].removesuffix("_log")
+
+
+def stage_pictures(images: dict[str, EncodedHeatmap], stage: str, *, per_head: bool = True) -> str:
+    """One stage: its grids (or maps) side by side, variant, reference and difference, then their
+    log views, then the full-resolution crops; each head's three maps side by side, folded away."""
+    def row(tags: list[str]) -> str:
+        return '<div class="cards">' + "".join(img_html(images[t], t) for t in tags if t in images) + "</div>"
+
+    grids = [f"heatmaps/{source}/{stage}" for source in SOURCES]
+    logs = [f"heatmaps/{source}/{stage}_log" for source in SOURCES if f"heatmaps/{source}/{stage}_log" in images]
+    crops = [tag for tag in images if stage_of(tag) == stage and tag.rsplit("/", 1)[-1].startswith("crop")]
+    heads = sorted({int(tag.rsplit("/head", 1)[1]) for tag in images
+                    if stage_of(tag) == stage and tag.count("/") == 3 and "/head" in tag})
+    folded = ""
+    if heads and per_head:
+        by_head = "".join(f"<h4>head {h}</h4>" + row([f"heatmaps/{source}/{stage}/head{h}" for source in SOURCES])
+                          for h in heads)
+        folded = (f"<details><summary>each head: variant, reference, difference side by side ({len(heads)} heads)"
+                  f"</summary>{by_head}</details>")
+    return f"<h3>{html.escape(stage)}</h3>{row(grids)}{row(logs) if logs else ''}{row(crops) if crops else ''}{folded}"
 
 
 def record_pictures(record: Record) -> str:
-    """A single run's page: every stage's grid (or map) side by side, variant, reference and
-    difference, then each head's maps folded away under the grid."""
+    """A single run's page: every stage's pictures (stage_pictures), the first divergent stage
+    first (what the findings are about), then the others in the order they were drawn."""
     images = record_images(record)
     if not images:
         return missing_note(record)
-    sections = []
-    for stage in dict.fromkeys(tag.split("/")[2] for tag in images):
-        main = [tag for tag in images if tag.count("/") == 2 and tag.split("/")[2] == stage]
-        extra = [tag for tag in images if tag.count("/") == 3 and tag.split("/")[2] == stage]
-        pictures = "".join(img_html(images[tag], tag) for tag in main)
-        folded = (f'<details><summary>{len(extra)} more: each head, full-resolution crops</summary>'
-                  f'<div class="cards">{"".join(img_html(images[tag], tag) for tag in extra)}</div></details>'
-                  if extra else "")
-        sections.append(f'<h3>{html.escape(stage)}</h3><div class="cards">{pictures}</div>{folded}')
-    return "".join(sections)
+    stages = dict.fromkeys(map(stage_of, images))
+    first = [record.first_divergent_stage] if record.first_divergent_stage in stages else []
+    return "".join(stage_pictures(images, stage) for stage in dict.fromkeys([*first, *stages]))
 
 
-__all__ = ["card_pictures", "img_html", "job_images", "record_images", "record_pictures"]
+__all__ = ["card_pictures", "img_html", "job_images", "record_images", "record_pictures", "stage_pictures"]

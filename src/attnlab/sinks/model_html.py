@@ -1,5 +1,7 @@
-"""`report.html` for a run inside a model: the effect of the change against the layer, and each
-layer's head grid of the model's own attention weights on the text's tokens, with its findings.
+"""`report.html` for a run inside a model: the per-layer table the terminal prints, the effect of
+the change against the layer, and for each layer the replaced layer's variant, reference and
+difference at its first divergent stage (the weights where none differs), the head grid of the
+model's own attention weights on the text's tokens, and its findings.
 
 Offline like comparison.html (inline SVG and base64 PNG). It reads the records only.
 """
@@ -13,15 +15,41 @@ from typing import Sequence
 
 from attnlab.record import Record, write_atomic
 from attnlab.reporting.heatmap import render_head_grid, render_heatmap
-from attnlab.reporting.job_heatmaps import EncodedHeatmap, encoded
+from attnlab.reporting.job_heatmaps import EncodedHeatmap, encoded, heatmap_images
 from attnlab.reporting.sweep_plots import Curve, Point, curve_svg
-from attnlab.sinks.model_lines import effect_line, model_line
+from attnlab.sinks.html_images import stage_pictures
+from attnlab.sinks.model_lines import effect_line, layer_table, model_line
 
 # what the plots draw against the layer: (the record.model["effect"] key, its title)
 EFFECT_PLOTS = (("kl_mean", "KL mean"), ("kl_max", "KL max"), ("top1_agreement", "top-1 agreement"),
                 ("loss_changed", "loss with the change"), ("hidden_relative_divergence", "final hidden states, relative change"))
 STYLE = ("body{font:14px/1.45 system-ui,sans-serif;margin:1.5em;color:#222} img{max-width:100%;height:auto}"
-         " li.error{color:#a40000} li.warning{color:#8a5a00} .cards{display:flex;flex-wrap:wrap;gap:1em}")
+         " li.error{color:#a40000} li.warning{color:#8a5a00} .cards{display:flex;flex-wrap:wrap;gap:1em}"
+         " table{border-collapse:collapse;font-size:12px} th,td{border:1px solid #ddd;padding:3px 6px;white-space:nowrap}"
+         " tr.differs td{background:#fff3e0}")
+
+
+def layer_table_html(records: Sequence[Record]) -> str:
+    """The terminal's per-layer table (attnlab.sinks.model_lines.layer_table); a layer whose
+    replacement diverges is highlighted."""
+    header, *rows = layer_table(records)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in header)
+    body = "".join(f'<tr{" class=differs" if r.first_divergent_stage or not r.ok else ""}>'
+                   + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for r, row in zip(records, rows))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def replaced_layer_html(record: Record) -> str:
+    """The replaced layer's variant, reference and difference at its first divergent stage (the
+    weights where nothing differs): the grids and crops the report draws, not each head."""
+    stage = record.first_divergent_stage or "weights"
+    try:
+        images = dict(heatmap_images(record, stages=[stage], per_head=False))
+    except ValueError:  # a stage that is no matrix (a 0-d output of a broken variant)
+        images = {}
+    if not images:
+        return f'<p class="note">no picture of {html.escape(stage)}</p>'
+    return f"<p>the replaced layer at {html.escape(stage)}: variant, reference, difference</p>" + stage_pictures(images, stage)
 
 
 def effect_curves(records: Sequence[Record]) -> list[Curve]:
@@ -71,7 +99,8 @@ def _layer_section(record: Record) -> str:
     findings = "".join(f'<li class="{f.severity}">[{html.escape(f.code)} @ {f.stage}] {html.escape(f.message)}</li>'
                        for f in record.findings)
     return (f"<h2>{html.escape(title)}</h2><p>against {html.escape(record.reference)}</p>{effect}"
-            f"{head_grid_html(record)}<ul>{findings or '<li>no findings</li>'}</ul>")
+            f"<ul>{findings or '<li>no findings</li>'}</ul>{replaced_layer_html(record)}"
+            f"<h3>the model's own weights</h3>{head_grid_html(record)}")
 
 
 def render_model_html(records: Sequence[Record]) -> str:
@@ -82,6 +111,7 @@ def render_model_html(records: Sequence[Record]) -> str:
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>attnlab · {html.escape(first.model['model'])}"
             f"</title><style>{STYLE}</style></head><body><h1>{html.escape(model_line(first))}</h1>"
             f"<p>variant {html.escape(first.variant)} · text: {html.escape(' '.join(first.labels))}</p>{end_to_end}"
+            f"{layer_table_html(records)}"
             f"{'<h2>the effect against the layer</h2><div class=cards>' + curves + '</div>' if curves else ''}"
             + "".join(_layer_section(r) for r in records) + "</body></html>")
 

@@ -55,15 +55,20 @@ def _row(record: Record) -> tuple[str, ...]:
             findings if record.ok else (record.error or "")[:60])
 
 
+def layer_table(records: Sequence[Record]) -> list[list[str]]:
+    """The per-layer table, its header first: the terminal prints it, the HTML pages show it."""
+    keep = [i for i, name in enumerate(TABLE_COLUMNS) if name not in EFFECT_COLUMNS or "effect" in records[0].model]
+    return [[row[i] for i in keep] for row in [TABLE_COLUMNS, *map(_row, records)]]
+
+
 def print_layers(records: Sequence[Record], table_path: Path | None, records_glob: str, out: TextIO) -> None:
     """A line per layer, then the end-to-end effect where the run checked a model against another."""
     first = records[0]
     print(model_line(first), file=out)
     print(f"variant={first.variant} inputs=text n_tokens={first.n_tokens} layers="
           f"{','.join(str(r.model.get('layer')) for r in records)}", file=out)
-    keep = [i for i, name in enumerate(TABLE_COLUMNS) if name not in EFFECT_COLUMNS or "effect" in first.model]
-    rows = [[row[i] for i in keep] for row in [TABLE_COLUMNS, *map(_row, records)]]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(keep))]
+    rows = layer_table(records)
+    widths = [max(map(len, column)) for column in zip(*rows)]
     for row in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
     errors = [(r.model.get("layer"), f) for r in records for f in r.findings if f.severity == "error"]

@@ -1,0 +1,33 @@
+"""A model run's report (issue 33): the per-layer table the terminal prints and the replaced
+layer's variant / reference / difference at its first divergent stage; the same in the notebook view."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import attnlab
+from attnlab.sinks.inline_html import results_html
+from attnlab.sinks.model_html import render_model_html
+
+
+@pytest.fixture(scope="module")
+def layers():
+    """The source's head-merge mistake in both layers of a tiny GPT-2 built from its config."""
+    return [r.record for r in attnlab.run("mha_head_merge", 1, overrides=[
+        "model=hf:gpt2", "model.n_layer=2", "model.n_embd=64", "model.n_head=4", "layer=all", "inputs=text"],
+        log={"tensorboard": False, "table": False, "html": False, "terminal": False})]
+
+
+@pytest.mark.parametrize("render", [render_model_html, results_html], ids=["report", "inline"])
+def test_a_model_run_shows_its_layer_table_and_the_replaced_layers_maps(layers, render) -> None:
+    page = render(layers)
+    header = re.search(r"<thead><tr>(.*?)</tr></thead>", page)[1]
+    assert re.findall(r"<th>(.*?)</th>", header)[:3] == ["layer", "status", "first divergent"]
+    body = re.search(r"<tbody>(.*?)</tbody>", page)[1]
+    assert [re.findall(r"<td>(.*?)</td>", row)[:3] for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body)] == [
+        ["0", "ok", "output"], ["1", "ok", "output"]]
+    alts = re.findall(r'<img alt="([^"]+)"', page)
+    for source in ("variant", "reference", "difference"):
+        assert alts.count(f"heatmaps/{source}/output") == 2  # each layer's replaced layer at its first divergent stage

@@ -67,7 +67,7 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
         config = _hf_config(transformers, spec)
         with torch.device("meta"):  # counted without memory: a model too large is refused before it is built
             counted = transformers.AutoModelForCausalLM.from_config(config)
-        check_weights_fit(4 * sum(p.numel() for p in counted.parameters()), spec.label)
+        check_weights_fit(4 * sum(p.numel() for p in counted.parameters()), spec.label, sized=True)
         try:
             module = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=spec.attn_implementation)
         except ValueError as exc:  # not a causal LM, or an attention implementation it lacks

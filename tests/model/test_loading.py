@@ -196,4 +196,5 @@ def test_a_model_too_large_is_refused_before_it_is_built(app) -> None:
     done = app("model=hf:gpt2", "inputs=text", env={"ATTNLAB_MEMORY_LIMIT": str(600 * 2**20)})  # 124M parameters
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == ("attnlab: error: hf:gpt2: its weights alone need about 0.9 GiB but 0.6 GiB is "
-                                   "available (ATTNLAB_MEMORY_LIMIT)")
+                                   "available (ATTNLAB_MEMORY_LIMIT); shrink it (e.g. model.hidden_size=64 "
+                                   "model.num_hidden_layers=2 model.max_position_embeddings=512)")

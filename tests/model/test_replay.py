@@ -101,14 +101,14 @@ def test_a_replayed_forward_is_the_whole_changed_forward_bit_for_bit(tiny_gpt2, 
     model = build(tiny_gpt2).eval()
     ids = torch.tensor([gpt2_encoding().encode(TEXT)])  # (1, T)
     names, recording = _recorded(model, ids, hf)
-    base, _ = final_hidden(model, ids, hf)
+    base = final_hidden(model, ids, hf)[0].hidden
     for layer, name in enumerate(names):
         halved = Halved(model.get_submodule(name))
         with replaced(model, name, halved):
-            whole, _ = final_hidden(model, ids, hf)
+            whole = final_hidden(model, ids, hf)[0].hidden
         calls, hooks = _block_calls(model, recording.blocks)
         with replaced(model, name, halved), recording.replaying(model, layer):
-            replayed, _ = final_hidden(model, ids, hf)
+            replayed = final_hidden(model, ids, hf)[0].hidden
         for hook in hooks:
             hook.remove()
         assert not torch.equal(whole, base)  # the change reaches the output

@@ -1,7 +1,10 @@
 """What a change does to the model's output: next-token distributions compared position by position.
 
-The logits are produced a chunk of positions at a time from the final hidden states and reduced at
-once (a GPT-2 vocabulary at 1,024 tokens would be 200 MB per forward if kept whole). Several
+A Hugging Face model's own logits are read (its logit scaling, softcapping and tied head as its
+forward applies them); any other model's are made from its output head a chunk of positions at a
+time and reduced at once (a GPT-2 vocabulary at 1,024 tokens would be 200 MB per forward if kept
+whole). A position's KL is clamped at 0: float32 rounding can make it slightly negative, and the
+most negative value clamped is kept (`kl_clamped`) so the rounding is said. Several
 changed runs (one per compared layer) share one pass: the unmodified chunk's distribution is made
 once and every changed run is compared with it.
 """
@@ -15,11 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.model.runner import Final
+
 CHUNK = 128  # positions per logits chunk
 
 
-def log_probs(head: nn.Module, hidden: Tensor, softcap: float | None = None) -> Tensor:
-    logits = head(hidden).float()  # (chunk, vocab)
+def log_probs(head: nn.Module, final: Final, start: int, stop: int, softcap: float | None = None) -> Tensor:
+    """(c, vocab) log-probabilities at positions start..stop: the model's own logits where it gave them."""
+    if final.logits is not None:
+        return F.log_softmax(final.logits[0, start:stop].float(), dim=-1)  # (c, vocab)
+    logits = head(final.hidden[0, start:stop]).float()  # (c, vocab)
     if softcap:  # Gemma 2 caps its final logits; the model's own forward would
         logits = torch.tanh(logits / softcap) * softcap
     return F.log_softmax(logits, dim=-1)  # (chunk, vocab)
@@ -42,6 +50,7 @@ class _Tally:
 
     kl_sum: float = 0.0
     kl_max: float = 0.0
+    kl_clamped: float = 0.0  # the most negative position KL rounding made, clamped to 0
     agree: int = 0
     nll: float = 0.0
     non_finite: int = 0
@@ -49,6 +58,8 @@ class _Tally:
     def add(self, base: _Base, q: Tensor) -> None:
         """`q`: (c, vocab) the changed run's log-probabilities at the chunk's positions."""
         kl = (base.probs * (base.p - q)).sum(dim=-1)  # (c,)
+        self.kl_clamped = min(self.kl_clamped, float(kl.nan_to_num(0.0).min()))
+        kl = kl.clamp_min(0.0)  # (c,) NaN stays NaN
         self.non_finite += int((~torch.isfinite(kl)).sum())  # a NaN or infinity in q makes its position's KL one
         self.kl_sum += float(kl.sum())
         self.kl_max = max(self.kl_max, float(kl.max()), key=lambda v: (math.isnan(v), v))  # a NaN stays
@@ -57,36 +68,37 @@ class _Tally:
             self.nll -= float(q[base.rows, base.following].sum())
 
 
-def _base_chunk(head: nn.Module, hidden: Tensor, targets: Tensor, start: int, softcap: float | None) -> _Base:
-    """`hidden`: (c, d) the unmodified final hidden states at positions start..; `targets`: (T,) the text."""
-    p = log_probs(head, hidden, softcap)  # (c, vocab)
-    scored = max(min(hidden.shape[0], targets.shape[0] - 1 - start), 0)  # the last position has no next token
+def _base_chunk(head: nn.Module, final: Final, targets: Tensor, start: int, stop: int,
+                softcap: float | None) -> _Base:
+    """`final`: the unmodified run's; `targets`: (T,) the text."""
+    p = log_probs(head, final, start, stop, softcap)  # (c, vocab)
+    scored = max(min(stop - start, targets.shape[0] - 1 - start), 0)  # the last position has no next token
     return _Base(p, p.exp(), p.argmax(dim=-1), torch.arange(scored), targets[start + 1:start + 1 + scored])
 
 
 @torch.no_grad()
-def output_effects(head: nn.Module, base: Tensor, changed: list[Tensor], ids: Tensor, *,
+def output_effects(head: nn.Module, base: Final, changed: list[Final], ids: Tensor, *,
                    softcap: float | None = None, changed_head: nn.Module | None = None,
                    chunk: int = CHUNK) -> list[dict[str, float]]:
     """For each changed run: KL(model || changed) of the next-token distributions (mean and max
     over positions), the share of positions whose top-1 token agrees, the loss on the text (mean
     next-token cross entropy) without and with the change, how far the final hidden states moved,
     and how many positions' changed predictions are not finite (their KL is NaN).
-    `base`, each of `changed`: (1, T, d); `ids`: (1, T). `changed_head`: another model's own
-    output head (the learner's check compares two models), else `head` makes both."""
-    targets, n = ids[0], base.shape[1]  # (T,)
+    `ids`: (1, T). `changed_head`: another model's own output head (the learner's check compares
+    two models), else `head` makes both where a run has no logits of its own."""
+    targets, n = ids[0], base.hidden.shape[1]  # (T,)
     tallies, nll = [_Tally() for _ in changed], 0.0
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
-        unmodified = _base_chunk(head, base[0, start:stop], targets, start, softcap)
+        unmodified = _base_chunk(head, base, targets, start, stop, softcap)
         if unmodified.rows.numel():
             nll -= float(unmodified.p[unmodified.rows, unmodified.following].sum())
         for tally, final in zip(tallies, changed):
-            tally.add(unmodified, log_probs(changed_head or head, final[0, start:stop], softcap))  # (c, vocab)
-    return [_summary(tally, nll, base[0], final[0]) for tally, final in zip(tallies, changed)]
+            tally.add(unmodified, log_probs(changed_head or head, final, start, stop, softcap))  # (c, vocab)
+    return [_summary(tally, nll, base.hidden[0], final.hidden[0]) for tally, final in zip(tallies, changed)]
 
 
-def output_effect(head: nn.Module, base: Tensor, changed: Tensor, ids: Tensor, **options) -> dict[str, float]:
+def output_effect(head: nn.Module, base: Final, changed: Final, ids: Tensor, **options) -> dict[str, float]:
     """output_effects for one changed run."""
     return output_effects(head, base, [changed], ids, **options)[0]
 
@@ -98,6 +110,7 @@ def _summary(tally: _Tally, nll: float, base: Tensor, changed: Tensor) -> dict[s
     return {
         "kl_mean": tally.kl_sum / n,
         "kl_max": tally.kl_max,
+        "kl_clamped": tally.kl_clamped,
         "top1_agreement": tally.agree / n,
         "loss": nll / (n - 1) if n > 1 else math.nan,
         "loss_changed": tally.nll / (n - 1) if n > 1 else math.nan,

@@ -82,13 +82,13 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
     expect = OmegaConf.to_container(cfg.expect, resolve=True)
     about = {"model": loaded.label, "n_layers": len(run.attention), "parameters": loaded.n_parameters,
              "tokenizer": loaded.tokenizer.name, "heads": run.sizes.heads, "kv_heads": run.sizes.kv_heads}
-    changed = []
+    changed, effects = [], {}
     for layer in layers:
         say(f"layer {layer}: in the model")
-        changed.append(changed_layer(run, layer, cfg.variant.name, params, cfg.seed))
-    say("effects")
-    finals = {each.layer: each.final for each in changed if each.final is not None}  # (1, T, d) each
-    effects = dict(zip(finals, run.effects(list(finals.values()))))
+        each = changed_layer(run, layer, cfg.variant.name, params, cfg.seed)
+        if each.final is not None:  # compared at once: a (1, T, vocab) of logits per layer is not kept
+            effects[layer], each.final = run.effects([each.final])[0], None
+        changed.append(each)
     records = []
     for each in changed:
         say(f"layer {each.layer}")

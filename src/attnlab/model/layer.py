@@ -18,7 +18,7 @@ from attnlab.model.effect import output_effects
 from attnlab.model.head_patterns import head_patterns
 from attnlab.model.loading import LoadedModel
 from attnlab.model.replay import BlockRecording
-from attnlab.model.runner import AsLayerCalled, InModel, LayerCall, final_hidden, output_head, replaced
+from attnlab.model.runner import AsLayerCalled, Final, InModel, LayerCall, final_hidden, output_head, replaced
 from attnlab.model.sizes import ModelSizes, constructor_values
 from attnlab.modules.layouts import LayoutError, Projections, load_projections, read_projections
 from attnlab.modules.built import BuiltModule, PluginError, plan
@@ -40,7 +40,7 @@ class ModelRun:
     sizes: ModelSizes
     ids: Tensor  # (1, T)
     labels: list[str]
-    base: Tensor  # (1, T, d) final hidden states of the unmodified model
+    base: Final  # the unmodified model's final hidden states (and its own logits)
     calls: dict[int, LayerCall] = field(default_factory=dict)  # what each compared layer received
     replay: BlockRecording | None = None  # the unmodified forward's blocks, replayed in a changed one
 
@@ -66,8 +66,8 @@ class ModelRun:
         call = self.calls[layer]
         return run_module(BuiltModule(self.attention[layer][1], AsLayerCalled(call)), call.hidden, seed)
 
-    def changed_final(self, layer: int, in_model: nn.Module, seed: int) -> Tensor:
-        """(1, T, d) final hidden states of the model run again with `in_model` in place of the
+    def changed_final(self, layer: int, in_model: nn.Module, seed: int) -> Final:
+        """The final hidden states (and logits) of the model run again with `in_model` in place of the
         layer's attention (the blocks before it replayed, when recorded)."""
         name = self.attention[layer][0]
         replaying = self.replay.replaying(self.loaded.module, layer) if self.replay else nullcontext()
@@ -78,8 +78,8 @@ class ModelRun:
             except Exception as exc:  # noqa: BLE001 - the variant inside the model: fails its record only
                 raise PluginError(f"the model with this variant at layer {layer} raised {type(exc).__name__}: {exc}") from exc
 
-    def effects(self, changed: list[Tensor]) -> list[dict[str, float]]:
-        """What each changed run's final hidden states do to the output, against the unmodified run's."""
+    def effects(self, changed: list[Final]) -> list[dict[str, float]]:
+        """What each changed run does to the output, against the unmodified run."""
         return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, softcap=self.sizes.softcap)
 
 
@@ -163,7 +163,7 @@ class Changed:
     """One layer with the variant in its place and the model run again (or why that failed)."""
 
     layer: int
-    final: Tensor | None = None  # (1, T, d) the changed run's final hidden states
+    final: Final | None = None  # the changed run's final hidden states and logits
     error: str | None = None
 
 

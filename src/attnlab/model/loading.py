@@ -66,12 +66,12 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
     if spec.kind == "hf":
         config = _hf_config(transformers, spec)
         with torch.device("meta"):  # counted without memory: a model too large is refused before it is built
-            counted = transformers.AutoModelForCausalLM.from_config(config)
-        check_weights_fit(4 * sum(p.numel() for p in counted.parameters()), spec.label)
+            counted = _causal_lm(transformers, config, spec)
+        check_weights_fit(4 * sum(p.numel() for p in counted.parameters()), spec.label, sized=True)
         try:
             module = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=spec.attn_implementation)
-        except ValueError as exc:  # not a causal LM, or an attention implementation it lacks
-            raise UserError(f"{spec.key}=hf:{spec.name}: {str(exc).splitlines()[0]}") from None
+        except ValueError as exc:  # an attention implementation it lacks
+            raise UserError(f"{spec.key}=hf:{spec.name}: {str(exc).splitlines()[0][:160]}") from None
         return LoadedModel(module, spec.label, gpt2_tokenizer(), hf=True, config=module.config)
     if spec.sizes:
         raise UserError(f"{spec.key}.{next(iter(spec.sizes))}: sizes are for {spec.key}=hf:TYPE; "
@@ -87,6 +87,16 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
         raise UserError(f"{spec.key}: {spec.label}: {str(exc).splitlines()[0]}") from None
     return LoadedModel(module, spec.label, hf_tokenizer(transformers, source) or gpt2_tokenizer(), hf=True,
                        config=module.config)
+
+
+def _causal_lm(transformers: Any, config: Any, spec: ModelSpec) -> Any:
+    """The causal LM of the config (on the device in force); any other kind refused in one short line
+    (transformers' own message lists every causal-LM config, thousands of characters)."""
+    try:
+        return transformers.AutoModelForCausalLM.from_config(config)
+    except ValueError:
+        raise UserError(f"{spec.key}=hf:{spec.name}: {type(config).__name__} has no causal-LM head, the kind of "
+                        f"whole model attnlab runs in; its attention alone: variant=hf:{spec.name}") from None
 
 
 def _hf_config(transformers: Any, spec: ModelSpec) -> Any:

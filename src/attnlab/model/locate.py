@@ -3,7 +3,9 @@
 Attention modules are children named `attn` (nanoGPT's and Hugging Face GPT-2's `transformer.h[i].attn`),
 `self_attn` (Llama, Mistral, Qwen, Gemma), `att` (the source's `trf_blocks[i].att`) or `attention`
 (GPT-NeoX) of the items of one nn.ModuleList of blocks. Any other layout is named with
-`model.attention_path=PREFIX.*.NAME`, `*` standing for the layer index.
+`model.attention_path=PREFIX.*.NAME`, `*` standing for the layer index. A wrapper holding the
+self-attention beside an `output` (BERT's `BertAttention`: `self`, then `output`'s projection,
+residual and LayerNorm) is not the attention: its `self` is, so a swap keeps the residual and norm.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch import nn
 from attnlab.errors import UserError
 
 ATTENTION_NAMES = ("attn", "self_attn", "att", "attention")
+SELF_IN_WRAPPER = ("self", "attention")  # the self-attention's name inside a wrapper with an `output`
 _LAYERED = re.compile(r"^(?P<blocks>.+)\.(?P<index>\d+)\.(?P<name>[A-Za-z_]\w*)$")
 
 
@@ -34,7 +37,17 @@ def attention_modules(model: nn.Module, attention_path: str | None = None, key: 
             groups.setdefault((blocks, leaf), []).append((int(found["index"]), name, module))
     if len(groups) != 1:
         raise UserError(_not_found(model, attention_path, key, groups))
-    return [(name, module) for _, name, module in sorted(next(iter(groups.values())), key=lambda item: item[0])]
+    found = [(name, module) for _, name, module in sorted(next(iter(groups.values())), key=lambda item: item[0])]
+    return found if attention_path else [_unwrapped(name, module) for name, module in found]
+
+
+def _unwrapped(name: str, module: nn.Module) -> tuple[str, nn.Module]:
+    """The self-attention inside a wrapper that adds an `output` after it, else the module itself."""
+    children = dict(module.named_children())
+    inner = next((child for child in SELF_IN_WRAPPER if child in children), None)
+    if inner is None or "output" not in children:
+        return name, module
+    return f"{name}.{inner}", children[inner]
 
 
 def _path_pattern(path: str) -> re.Pattern:

@@ -7,16 +7,20 @@ from attnlab.errors import UserError
 from attnlab.model.effect import CHUNK
 from attnlab.model.sizes import ModelSizes
 
+SHRINK = "e.g. model.hidden_size=64 model.num_hidden_layers=2 model.max_position_embeddings=512"
+
 
 def model_peak_bytes(n_parameters: int, sizes: ModelSizes, n_tokens: int, kept_layers: int) -> int:
     """The parameters; the forward's activations (an eager layer's weights and a few hidden-state
     sized tensors); one layer's captured stages, both modules (attnlab.compute.preflight); the kept
     (1, T, d) hidden states (`kept_layers` of them: layer inputs, changed runs, replayed blocks); two
-    chunks of log-probabilities."""
-    size = Size(1, sizes.heads, n_tokens, sizes.width, sizes.width, context_length=max(n_tokens, sizes.context or 0))
+    chunks of log-probabilities; a Hugging Face model's own (1, T, vocab) logits, three of them (the
+    unmodified run's, a changed run's, the forward's own). Sized at the text, never at the model's
+    context: the variant's mask is the text's (attnlab.model.sizes.constructor_values)."""
+    size = Size(1, sizes.heads, n_tokens, sizes.width, sizes.width, context_length=n_tokens)
     forward = 2 * sizes.heads * n_tokens**2 * 4 + 16 * n_tokens * sizes.width * 4
     kept = (kept_layers + 2) * n_tokens * sizes.width * 4
-    logits = 4 * CHUNK * (sizes.vocab or 0) * 4
+    logits = (4 * CHUNK + 3 * n_tokens) * (sizes.vocab or 0) * 4
     return n_parameters * 4 + forward + estimate_peak_bytes(size, spilled=False) + kept + logits
 
 
@@ -26,12 +30,14 @@ def check_model_fits(n_parameters: int, sizes: ModelSizes, n_tokens: int, kept_l
     if need > limit:
         raise UserError(f"this run needs about {_gib(need)} (a model of {n_parameters / 1e6:.1f}M parameters, "
                         f"{sizes.heads} heads x {n_tokens}² tokens) but {_gib(limit)} is available ({source}); "
-                        f"shorten inputs.text or compare fewer layers")
+                        f"shorten inputs.text, compare fewer layers or shrink the model ({SHRINK})")
 
 
-def check_weights_fit(n_bytes: int, what: str) -> None:
-    """Before a model is loaded: its weights alone (float32) must fit beside the interpreter."""
+def check_weights_fit(n_bytes: int, what: str, sized: bool = False) -> None:
+    """Before a model is loaded: its weights alone (float32) must fit beside the interpreter.
+    `sized`: built from a config class, so its size keys can shrink it."""
     need = n_bytes + BASE_BYTES
     limit, source = available_bytes()
     if need > limit:
-        raise UserError(f"{what}: its weights alone need about {_gib(need)} but {_gib(limit)} is available ({source})")
+        raise UserError(f"{what}: its weights alone need about {_gib(need)} but {_gib(limit)} is available ({source})"
+                        + (f"; shrink it ({SHRINK})" if sized else ""))

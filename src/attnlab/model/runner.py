@@ -1,8 +1,10 @@
 """Running a model on token ids up to its final hidden states, with what its attention layers receive.
 
-The forward stops at the final norm's output, or at its output head's input where no module is
-named like a final norm (a hook raises): the logits are produced afterwards,
-a chunk of positions at a time (attnlab.model.effect), never all at once. A forward pre-hook keeps
+A Hugging Face model runs to its end: its own logits are what the effects compare (its logit
+scaling, softcapping and tied head applied as its forward applies them), and the final hidden
+states are its output head's input. Any other model stops at the final norm's output, or at its
+output head's input where no module is named like a final norm (a hook raises): its logits are made
+afterwards from the head, a chunk of positions at a time (attnlab.model.effect). A forward pre-hook keeps
 each chosen layer's input exactly as the layer received it (hidden states, mask, position
 embeddings), so a module can be captured, or a variant run, on what the model really gives it.
 """
@@ -50,6 +52,14 @@ def hidden_of(args: tuple, kwargs: dict[str, Any]) -> tuple[Tensor, str | None]:
     return kwargs[key], key
 
 
+@dataclass
+class Final:
+    """What a forward ends with: the final hidden states and, from a Hugging Face model, its own logits."""
+
+    hidden: Tensor  # (1, T, d)
+    logits: Tensor | None = None  # (1, T, vocab) as the model's forward returned them
+
+
 class _Stop(Exception):
     def __init__(self, hidden: Tensor) -> None:
         super().__init__("final hidden states reached")
@@ -74,10 +84,11 @@ def output_head(model: nn.Module) -> nn.Module:
 
 
 def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Module] = (),
-                 keep: set[int] = frozenset()) -> tuple[Tensor, dict[int, LayerCall]]:
-    """((1, T, d) final hidden states, {layer: LayerCall} for the layers in `keep`)."""
+                 keep: set[int] = frozenset()) -> tuple[Final, dict[int, LayerCall]]:
+    """(the forward's Final, {layer: LayerCall} for the layers in `keep`)."""
     calls: dict[int, LayerCall] = {}
     hooks = []
+    head_input: list[Tensor] = []
 
     def keep_input(index: int):
         def pre(_module, args, kwargs):
@@ -97,20 +108,29 @@ def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Mod
     def stop_before(_module, args):  # a model without a final norm: what its output head is given
         raise _Stop(args[0].detach())
 
+    def given_head(_module, args):  # a Hugging Face model runs on: its head's input is the final hidden states
+        head_input.append(args[0].detach())
+
     for index in keep:
         hooks.append(attention[index].register_forward_pre_hook(keep_input(index), with_kwargs=True))
         hooks.append(attention[index].register_forward_hook(keep_return(index), with_kwargs=True))
-    norm = final_norm(model)
-    hooks.append(norm.register_forward_hook(stop) if norm is not None
-                 else output_head(model).register_forward_pre_hook(stop_before))
+    if hf:
+        hooks.append(output_head(model).register_forward_pre_hook(given_head))
+    else:
+        norm = final_norm(model)
+        hooks.append(norm.register_forward_hook(stop) if norm is not None
+                     else output_head(model).register_forward_pre_hook(stop_before))
     try:
         with torch.no_grad():
-            model(input_ids=ids, use_cache=False) if hf else model(ids)
+            out = model(input_ids=ids, use_cache=False) if hf else model(ids)
     except _Stop as reached:
-        return reached.hidden, calls
+        return Final(reached.hidden), calls
     finally:
         for hook in hooks:
             hook.remove()
+    logits = getattr(out, "logits", None)
+    if hf and head_input and logits is not None and logits.shape[:2] == ids.shape:
+        return Final(head_input[-1], logits.detach()), calls
     raise UserError(f"{type(model).__name__}: its forward never ran its final norm or output head")
 
 

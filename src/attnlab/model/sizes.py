@@ -46,7 +46,9 @@ def model_sizes(config: Any, label: str) -> ModelSizes:
 
 
 def constructor_values(sizes: ModelSizes, qkv_bias: bool, n_tokens: int) -> dict[str, Any]:
-    """The top-level keys a variant's constructor takes, for this model's layers."""
+    """The top-level keys a variant's constructor takes, for this model's layers. Its context is the
+    text's: a variant sees only it, and a mask buffer sized at the model's context (Mixtral's 131,072
+    positions) would be 64 GiB."""
     return {"d_in": sizes.width, "d_out": sizes.width, "num_heads": sizes.heads, "num_kv_heads": sizes.kv_heads,
-            "qkv_bias": qkv_bias, "dropout": 0.0, "context_length": max(n_tokens, sizes.context or 0),
+            "qkv_bias": qkv_bias, "dropout": 0.0, "context_length": n_tokens,
             "n_tokens": n_tokens}

@@ -27,7 +27,9 @@ def model_line(record: Record) -> str:
 
 def effect_line(effect: dict[str, float], n_tokens: int, title: str) -> str:
     agree = effect["top1_agreement"]
-    return (f"{title} ({n_tokens} tokens): KL mean {_g(effect['kl_mean'])} · max {_g(effect['kl_max'])} · "
+    clamped = effect.get("kl_clamped") or 0.0  # float32 rounding below 0, clamped by attnlab.model.effect
+    rounding = f" (≥ 0: rounding to {clamped:.1e} clamped)" if clamped < 0 else ""
+    return (f"{title} ({n_tokens} tokens): KL mean {_g(effect['kl_mean'])} · max {_g(effect['kl_max'])}{rounding} · "
             f"top-1 agreement {round(agree * n_tokens)}/{n_tokens} · loss {_g(effect['loss'])} → "
             f"{_g(effect['loss_changed'])} · final hidden max |Δ| {_g(effect['hidden_divergence'])}"
             + (f" · {effect['non_finite_positions']} positions not finite" if effect.get("non_finite_positions") else ""))

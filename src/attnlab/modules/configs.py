@@ -54,8 +54,9 @@ def config_class(cls: type) -> type | None:
         return None
     (first,) = required
     annotation = _annotation(cls, first)
-    if inspect.isclass(annotation) and annotation is not first.empty and not issubclass(annotation, nn.Module):
-        return annotation
+    if inspect.isclass(annotation) and annotation is not first.empty:
+        # a class holding attributes (a dataclass, a PretrainedConfig); never `int` (timm's `dim: int`) or a module
+        return None if issubclass(annotation, nn.Module) or annotation.__module__ == "builtins" else annotation
     if first.name not in _CONFIG_NAMES:
         return None
     module = sys.modules.get(cls.__module__)
@@ -90,7 +91,8 @@ def config_attributes(config_cls: type) -> dict[str, Any]:
         parameters = inspect.signature(config_cls).parameters.values()
         return {p.name: None if p.default is p.empty else p.default for p in parameters
                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-    return {k: v for k, v in vars(instance).items() if not k.startswith("_")}
+    held = getattr(instance, "__dict__", {})  # a value without attributes holds none to fill
+    return {k: v for k, v in held.items() if not k.startswith("_")}
 
 
 def _field_default(f: dataclasses.Field) -> Any:

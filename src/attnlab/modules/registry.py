@@ -120,7 +120,12 @@ def discover() -> Registry:
     found = find_plugins()
     registry = Registry(warnings=found.warnings)
     for declared in found.declarations:
-        built = hf.config_constructor(declared.cls, declared.name) or declared.cls  # Cls(config), nanoGPT's
+        try:
+            built = hf.config_constructor(declared.cls, declared.name) or declared.cls  # Cls(config), nanoGPT's
+        except Exception as exc:  # noqa: BLE001 - one declaration that cannot be read never takes the folder down
+            registry.warnings.append(f"plugin {declared.source}: {declared.cls.__name__} skipped, its constructor "
+                                     f"could not be read ({type(exc).__name__}: {' '.join(str(exc).split())})"[:200])
+            continue
         registry.add(VariantSpec(**{**vars(declared), "cls": built}))
     return registry
 

@@ -26,7 +26,8 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules import hf
-from attnlab.modules.configs import ConfigConstructor
+from attnlab.modules.arguments import check_forward
+from attnlab.modules.configs import ConfigConstructor, module_class
 from attnlab.modules.describe import same_file
 from attnlab.modules.discovery import find_plugins
 from attnlab.modules.roles import parameter_role
@@ -231,6 +232,7 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
             raise ConstructorError(
                 f"variant '{spec.name}' needs the constructor argument '{p.name}': set variant.params.{p.name}=VALUE"
             )
+    check_forward(module_class(spec.cls), spec.name)  # a forward nobody can call: refused before any work
     return args, kwargs
 
 

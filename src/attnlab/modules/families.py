@@ -44,6 +44,7 @@ class Family:
     arguments: dict[str, str] = field(default_factory=dict)  # forward parameter -> provider (PROVIDERS)
     spellings: dict[str, tuple[str, ...]] = field(default_factory=dict)  # attnlab key -> config spellings
     changes: tuple[str, ...] = ()  # config attributes that declare a change, named as info: clip_qkv
+    scaling: float | None = None  # the factor on the scores instead of 1/sqrt(head_dim): T5's 1.0
 
     def __post_init__(self) -> None:
         if self.mask not in MASK_KINDS or self.mask_values not in MASK_VALUES:
@@ -89,9 +90,10 @@ FAMILIES: tuple[Family, ...] = (
            mask="bidirectional"),
     Family("clip_text_model", "text_model.encoder.layers.{i}.self_attn", out_proj="out_proj",
            final_norm="text_model.final_layer_norm", arguments={"attention_mask": "mask"}),
-    Family("t5", "encoder.block.{i}.layer.0.SelfAttention", out_proj="o", final_norm="encoder.final_layer_norm",
-           mask="bidirectional", arguments={"mask": "mask", "position_bias": "position_bias"},
-           spellings={"d_in": ("d_model",), "num_heads": ("num_heads",)}, changes=("relative_attention_num_buckets",)),
+    *(Family(name, "encoder.block.{i}.layer.0.SelfAttention", out_proj="o", final_norm="encoder.final_layer_norm",
+             mask="bidirectional", arguments={"mask": "mask", "position_bias": "position_bias"},
+             spellings={"d_in": ("d_model",), "head_dim": ("d_kv",)}, scaling=1.0)
+      for name in ("t5", "mt5", "umt5", "longt5")),  # unscaled scores: the initialisation carries the scale
     Family("bart", "model.encoder.layers.{i}.self_attn", out_proj="out_proj", final_norm=None, mask="bidirectional",
            arguments=_MASK, spellings={"d_in": ("d_model", "embed_dim"), "num_heads": ("encoder_attention_heads",)}),
     Family("whisper", "model.encoder.layers.{i}.self_attn", out_proj="out_proj", final_norm="model.encoder.layer_norm",

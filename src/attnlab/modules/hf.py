@@ -25,7 +25,8 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.schema import ATTN_IMPLEMENTATIONS
-from attnlab.modules.configs import ConfigConstructor, config_class
+from attnlab.modules.families import family
+from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 
 PREFIX = "hf:"
 IMPLEMENTATIONS = ATTN_IMPLEMENTATIONS
@@ -63,6 +64,7 @@ def attention_class(model_type: str) -> tuple[type[nn.Module], type]:
     text = getattr(config_cls, "sub_configs", {}).get("text_config")
     if text is not None and model_type + "_text" in CONFIG_MAPPING:
         return attention_class(model_type + "_text")
+    _refuse_composite(model_type, config_cls, CONFIG_MAPPING)
     module_name = model_type_to_module_name(model_type)
     modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
     base = str(MODEL_MAPPING_NAMES.get(model_type, "")).removesuffix("Model")
@@ -72,6 +74,15 @@ def attention_class(model_type: str) -> tuple[type[nn.Module], type]:
             if inspect.isclass(cls) and issubclass(cls, nn.Module):
                 return cls, config_cls
     raise HFError(f"variant=hf:{model_type}: no attention class found in {modeling.__name__}")
+
+
+def _refuse_composite(model_type: str, config_cls: type, mapping: Any) -> None:
+    """A config of sub-configs (CLIP's text and vision) has no one attention: name the parts that do."""
+    parts = [getattr(sub, "model_type", "") for sub in getattr(config_cls, "sub_configs", {}).values()]
+    parts = [p for p in parts if p and p in mapping and p != model_type]
+    if parts and not any(hasattr(config_cls(), s) for s in CONFIG_SPELLINGS["d_in"]):
+        names = " or ".join(f"variant=hf:{p}" for p in parts)
+        raise HFError(f"variant=hf:{model_type}: a composite config ({', '.join(parts)}); use {names}"[:200])
 
 
 def _prefixes(base: str) -> list[str]:
@@ -175,6 +186,9 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
     config = getattr(module, "config", None)
     if config is None:
         return None
+    row = family(getattr(config, "model_type", ""))
+    if row.scaling is not None:
+        return row.scaling, f"{row.name} scales its scores by {row.scaling:g} (families.py)"
     if getattr(config, "query_pre_attn_scalar", None):
         scalar = config.query_pre_attn_scalar
         return scalar ** -0.5, f"query_pre_attn_scalar = {scalar:g}: 1/sqrt({scalar:g})"

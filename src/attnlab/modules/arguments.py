@@ -11,7 +11,7 @@ provider (families.PROVIDERS and the self-attention inputs), and a parameter wit
   query, key, value, k, v, context   the input itself (self-attention: nn.MultiheadAttention's call)
   layer_idx          0
   is_causal          True
-  alibi              a Hugging Face module's: its modeling file's build_alibi_tensor (modules.hf)
+  alibi, position_bias  a Hugging Face module's only: from its modeling file (modules.hf)
 A required parameter nothing provides is refused before any work (`check_forward`).
 """
 
@@ -52,14 +52,15 @@ def required(cls: Any) -> list[inspect.Parameter]:
     return [p for p in named[1:] if p.default is p.empty]
 
 
-def providable(name: str) -> bool:
-    return name in _MASKS or name == "alibi" or name in _SELF or name in ("cos", "sin", "position_embeddings", "position_ids",
+def providable(name: str, extra: tuple[str, ...] = ()) -> bool:
+    return name in _MASKS or name in extra or name in _SELF or name in ("cos", "sin", "position_embeddings", "position_ids",
                                                         "layer_idx", "is_causal")
 
 
-def check_forward(cls: Any, variant: str) -> None:
-    """Refuse, before any work, a forward with a required parameter nothing provides."""
-    missing = [p.name for p in required(cls) if not providable(p.name)]
+def check_forward(cls: Any, variant: str, extra: tuple[str, ...] = ()) -> None:
+    """Refuse, before any work, a forward with a required parameter nothing provides (`extra`: what
+    the module's own call convention provides besides, a Hugging Face module's alibi)."""
+    missing = [p.name for p in required(cls) if not providable(p.name, extra)]
     if missing:
         raise ForwardArgumentError(
             f"variant '{variant}': forward needs '{missing[0]}', which attnlab cannot provide; give it a default "
@@ -78,7 +79,7 @@ def _provider(parameter: inspect.Parameter) -> Callable[[nn.Module, torch.Tensor
         return _additive_mask if additive else _bool_mask
     return {"cos": lambda m, x: _rope(m, x)[0], "sin": lambda m, x: _rope(m, x)[1],
             "position_embeddings": _position_embeddings, "position_ids": _position_ids,
-            "layer_idx": lambda m, x: 0, "is_causal": lambda m, x: True}.get(name, lambda m, x: x)
+            "layer_idx": lambda m, x: 0, "is_causal": lambda m, x: True, **{s: lambda m, x: x for s in _SELF}}[name]
 
 
 def _float_annotated(parameter: inspect.Parameter) -> bool:

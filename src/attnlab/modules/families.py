@@ -78,6 +78,7 @@ FAMILIES: tuple[Family, ...] = (
            fused_order="per_head", final_norm="transformer.ln_f",
            arguments={**_ROPE, "alibi": "alibi"}),
     Family("mpt", "transformer.blocks.{i}.attn", out_proj="out_proj", fused_qkv="Wqkv", final_norm="transformer.norm_f",
+           mask_values="bool",
            arguments={"attention_mask": "mask", "position_bias": "position_bias"},
            spellings={"d_in": ("d_model",), "num_heads": ("n_heads",)}),
     Family("bert", "bert.encoder.layer.{i}.attention.self", out_proj=None, final_norm=None, mask="bidirectional",

@@ -25,10 +25,11 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.schema import ATTN_IMPLEMENTATIONS
-from attnlab.modules.families import family
+from attnlab.modules.families import GENERIC, family
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 
 PREFIX = "hf:"
+PROVIDED = ("alibi", "position_bias")  # forward arguments only a Hugging Face module's call builds
 IMPLEMENTATIONS = ATTN_IMPLEMENTATIONS
 
 
@@ -102,7 +103,12 @@ class HFConstructor(ConfigConstructor):
         if implementation not in IMPLEMENTATIONS:
             raise HFError(f"attn_implementation={implementation}: allowed are {', '.join(IMPLEMENTATIONS)}")
         sizes = {"d_in": d_in, "d_out": d_out, "num_heads": num_heads}
-        return self.build(sizes, keys, {"_attn_implementation": implementation})
+        private = {"_attn_implementation": implementation}
+        module = self.build(sizes, keys, private)
+        if not hasattr(module, "config"):  # MPT's keeps none: held so it is called as its model calls it
+            module.config = self.config({**sizes, **{k: v for k, v in keys.items() if k in CONFIG_SPELLINGS}},
+                                        {k: v for k, v in keys.items() if k not in CONFIG_SPELLINGS}, private)
+        return module
 
     @property
     def __signature__(self) -> inspect.Signature:
@@ -153,7 +159,25 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
         kwargs["position_ids"] = position_ids
     if "alibi" in accepted:
         kwargs["alibi"] = _alibi(module, x)
+    if "position_bias" in accepted and accepted["position_bias"].default is inspect.Parameter.empty:
+        kwargs["position_bias"] = _position_bias(module, x)
     return kwargs
+
+
+def _position_bias(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """MPT's: the ALiBi bias its model passes as position_bias, (heads, 1, tokens), from its modeling
+    file's build_..._alibi_tensor(num_heads, sequence_length, alibi_bias_max)."""
+    modeling = sys.modules[type(module).__module__]
+    build = next((f for name, f in vars(modeling).items() if name.startswith("build_") and name.endswith("alibi_tensor")
+                  and inspect.isfunction(f) and list(inspect.signature(f).parameters)[:2] == ["num_heads",
+                                                                                               "sequence_length"]),
+                 None)
+    if build is None:
+        raise HFError(f"{type(module).__name__} needs a position_bias its modeling file has no alibi builder for")
+    attn_config = getattr(module.config, "attn_config", None)
+    bias_max = getattr(attn_config, "alibi_bias_max", 8)
+    heads = next(getattr(module, s) for s in ("n_heads", "num_heads", "num_attention_heads") if hasattr(module, s))
+    return build(heads, x.shape[-2], bias_max, device=x.device).to(x.dtype)
 
 
 def _alibi(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
@@ -203,13 +227,31 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
     return None
 
 
+def mask_kind(module: nn.Module) -> str:
+    """The mask its model builds: its family row's (families.py), else what the module declares
+    (`is_causal`, a sliding window)."""
+    row = family(getattr(getattr(module, "config", None), "model_type", ""))
+    if row is not GENERIC:
+        return row.mask
+    return "causal" if getattr(module, "is_causal", True) else "bidirectional"
+
+
 def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor | None:
     from transformers import masking_utils
 
     config = module.config
-    if not getattr(module, "is_causal", True):
+    kind = mask_kind(module)
+    values = family(getattr(config, "model_type", "")).mask_values
+    if values != "additive":  # DeBERTa's 1 keep / 0 drop, MPT's bool True drop
+        keep = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool, device=x.device)
+        keep = keep if kind == "bidirectional" else torch.tril(keep)
+        mask = keep.long() if values == "binary" else ~keep
+        return mask.expand(x.shape[0], 1, *keep.shape)  # (b, 1, T, T)
+    if kind == "bidirectional":
         return masking_utils.create_bidirectional_mask(config=config, inputs_embeds=x, attention_mask=None)
     make = masking_utils.create_causal_mask
+    if kind == "chunked" and getattr(config, "attention_chunk_size", None):
+        make = masking_utils.create_chunked_causal_mask
     window = declared_window(module)
     if window is not None:
         make = masking_utils.create_sliding_window_causal_mask

@@ -244,7 +244,8 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
             raise ConstructorError(
                 f"variant '{spec.name}' needs the constructor argument '{p.name}': set variant.params.{p.name}=VALUE"
             )
-    check_forward(module_class(spec.cls), spec.name)  # a forward nobody can call: refused before any work
+    extra = hf.PROVIDED if isinstance(spec.cls, hf.HFConstructor) else ()
+    check_forward(module_class(spec.cls), spec.name, extra)  # a forward nobody can call: refused before any work
     return args, kwargs
 
 
@@ -285,11 +286,18 @@ def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
     has_projection = any(parameter_role(name) == "out" for name in outside)
     if heads and not has_projection:
         return "mha_wrapper"
-    if getattr(module, "is_causal", True) is False:  # declared an encoder's: every query sees every key
+    if not _causal(module):  # declared an encoder's: every query sees every key
         return "bidirectional_attention" if has_projection else "bidirectional_heads"
     if isinstance(spec.cls, ConfigConstructor):
         return _declared_kind(module, has_projection)
     return "multi_head_attention"
+
+
+def _causal(module: nn.Module) -> bool:
+    """Whether its model masks the future: a Hugging Face module's family row says, else `is_causal`."""
+    if hf.is_hf_module(module):
+        return hf.mask_kind(module) != "bidirectional"
+    return getattr(module, "is_causal", True) is not False
 
 
 def _declared_kind(module: nn.Module, has_projection: bool) -> str:

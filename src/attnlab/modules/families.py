@@ -15,6 +15,7 @@ Argument providers (`Family.arguments` values, what `attnlab.modules.arguments` 
   position_bias  the module's own relative bias (T5, MPT: built by the module or its model)
   alibi          the ALiBi bias of the model file's build_alibi_tensor
   layer_idx      the layer index (0)
+  is_causal      whether the row's mask is causal (CLIP text's model passes is_causal=True to a non-causal class)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 MASK_KINDS = ("causal", "sliding", "chunked", "local_global", "bidirectional")
 MASK_VALUES = ("additive", "binary", "bool")  # -inf/0 added; 1 keep / 0 drop; True drop (the book's)
-PROVIDERS = ("mask", "position_embeddings", "position_ids", "position_bias", "alibi", "layer_idx")
+PROVIDERS = ("mask", "position_embeddings", "position_ids", "position_bias", "alibi", "layer_idx", "is_causal")
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("vit", "vit.encoder.layer.{i}.attention.attention", out_proj=None, final_norm="vit.layernorm",
            mask="bidirectional"),
     Family("clip_text_model", "text_model.encoder.layers.{i}.self_attn", out_proj="out_proj",
-           final_norm="text_model.final_layer_norm", arguments={"attention_mask": "mask"}),
+           final_norm="text_model.final_layer_norm", arguments={"attention_mask": "mask", "is_causal": "is_causal"}),
     *(Family(name, "encoder.block.{i}.layer.0.SelfAttention", out_proj="o", final_norm="encoder.final_layer_norm",
              mask="bidirectional", arguments={"mask": "mask", "position_bias": "position_bias"},
              spellings={"d_in": ("d_model",), "head_dim": ("d_kv",)}, scaling=1.0)
@@ -141,3 +142,18 @@ def spellings(key: str) -> tuple[str, ...]:
     """Every spelling of attnlab's `key`: GENERIC's first, then the rows' own, once each."""
     rows = [s for f in FAMILIES for s in f.spellings.get(key, ())]
     return tuple(dict.fromkeys([*GENERIC.spellings.get(key, ()), *rows]))
+
+
+def markdown_table(rows: tuple[Family, ...] = FAMILIES) -> str:
+    """The README's supported table, one line per row."""
+    lines = ["| family | attention | fused QKV | output | final norm | logits | mask | arguments |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        logits = (f"× {row.logit_scale}" if row.logit_scale else f"÷ {row.logit_divide}" if row.logit_divide
+                  else f"softcap {row.logit_softcap}" if row.logit_softcap else "")
+        fused = f"{row.fused_qkv} ({row.fused_order})" if row.fused_qkv else ""
+        arguments = ", ".join(f"{name}={provider}" for name, provider in row.arguments.items())
+        cells = [row.name, row.attention, fused, row.out_proj or "", row.final_norm or "", logits,
+                 f"{row.mask}, {row.mask_values}", arguments]
+        lines.append("| " + " | ".join(f"`{c}`" if c and i in (1, 2, 3, 4) else c for i, c in enumerate(cells)) + " |")
+    return "\n".join(lines)

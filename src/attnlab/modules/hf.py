@@ -159,6 +159,8 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
         kwargs["position_ids"] = position_ids
     if "alibi" in accepted:
         kwargs["alibi"] = _alibi(module, x)
+    if family(getattr(module.config, "model_type", "")).arguments.get("is_causal") == "is_causal":
+        kwargs["is_causal"] = mask_kind(module) != "bidirectional"  # the model's word over the class's attribute
     if "position_bias" in accepted and accepted["position_bias"].default is inspect.Parameter.empty:
         kwargs["position_bias"] = _position_bias(module, x)
     return kwargs

@@ -120,3 +120,28 @@ def test_a_required_argument_nothing_provides_is_refused_before_any_work(use_plu
     message = str(raised.value)
     assert "'memory_bank'" in message and "variant.params" in message and len(message) <= 200
     assert "\n" not in message
+
+
+def test_a_module_taking_exactly_its_window_is_probed_at_the_runs_token_count(use_plugins, plugin_folder):
+    """Swin's window attention accepts exactly window_size tokens; the 3-token probe must not kill it."""
+    use_plugins(plugin_folder("window_only", '''
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class WindowAttention(nn.Module):
+            def __init__(self, dim, num_heads, window_size=8):
+                super().__init__()
+                self.num_heads, self.window_size = num_heads, window_size
+                self.qkv = nn.Linear(dim, dim * 3)
+                self.proj = nn.Linear(dim, dim)
+
+            def forward(self, x):
+                B, N, C = x.shape
+                if N != self.window_size:
+                    raise ValueError(f"expected {self.window_size} tokens, got {N}")
+                q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
+                return self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, N, C))
+    '''))
+    result = attnlab.run("window_only", overrides=[*SIZES, "reference=bidirectional_attention"])
+    assert result.record.status == "ok" and result.findings == [], result.record.error

@@ -234,10 +234,20 @@ class BuiltModule:
     def takes_batches(self, d_in: int, n_tokens: int, d_out: int) -> bool:
         """One probe call on a tiny batched input (2 items x up to 3 tokens), not counted and not
         captured: a module that returns (batch, tokens, ·) gets batches; any other gets (tokens, d_in).
-        A module that fails on the batch and on (tokens, d_in) alike fails with its own error on the
-        batch: its message says why, where a fallback to the 2-D path would fail later for another reason."""
+        A module refusing 3 tokens (Swin's window attention takes exactly its window) is probed again
+        at the run's own token count. A module that fails on the batch and on (tokens, d_in) alike
+        fails with its own error on the batch: its message says why, where a fallback to the 2-D
+        path would fail later for another reason."""
+        try:
+            return self._takes_batches(d_in, min(3, n_tokens), d_out)
+        except PluginError:
+            if n_tokens <= 3:
+                raise
+            return self._takes_batches(d_in, n_tokens, d_out)
+
+    def _takes_batches(self, d_in: int, tokens: int, d_out: int) -> bool:
         items = 2 if d_out != 2 else 3  # a 2-D module whose d_out equals the items would broadcast a batch
-        probe = torch.rand(items, min(3, n_tokens), d_in, generator=torch.Generator().manual_seed(0))  # (items, tokens, d_in)
+        probe = torch.rand(items, tokens, d_in, generator=torch.Generator().manual_seed(0))  # (items, tokens, d_in)
         self.module.eval()
         try:
             out = self._probe(probe)

@@ -17,8 +17,7 @@ LIBRARIES = {"torch", "llms_from_scratch", "x_transformers", "diffusers", "timm"
 # Rows whose single-module run still has an error finding, owned elsewhere (reported, not hidden):
 OPEN = {"mixtral": "RoPE base 1e6 read as query_source (diagnosis, branch rope)",
         "modernbert": "RoPE base 160000 read as query_source (diagnosis, branch rope)",
-        "gpt_bigcode": "multi-query c_attn split read as key_index (layouts)",
-        "deberta-v2": "hf:deberta-v2 picks DebertaV2Attention (with its output LayerNorm), not DisentangledSelfAttention"}
+        "gpt_bigcode": "multi-query c_attn split read as key_index (layouts)"}
 # The info finding each declared change is named by
 DECLARED = {"t5": "declared_scale", "mt5": "declared_scale", "umt5": "declared_scale", "longt5": "declared_scale",
             "granite": "declared_scale", "gemma2": "declared_scale", "mpt": "position_bias"}

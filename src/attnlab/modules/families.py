@@ -46,6 +46,7 @@ class Family:
     spellings: dict[str, tuple[str, ...]] = field(default_factory=dict)  # attnlab key -> config spellings
     changes: tuple[str, ...] = ()  # config attributes that declare a change, named as info: clip_qkv
     scaling: float | None = None  # the factor on the scores instead of 1/sqrt(head_dim): T5's 1.0
+    attention_class: str | None = None  # `hf:NAME`'s class when not <Model>SelfAttention/<Model>Attention
 
     def __post_init__(self) -> None:
         if self.mask not in MASK_KINDS or self.mask_values not in MASK_VALUES:
@@ -87,7 +88,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("modernbert", "model.layers.{i}.attn", out_proj="Wo", fused_qkv="Wqkv", final_norm="model.final_norm",
            mask="local_global", arguments=_ROPE),
     Family("deberta-v2", "deberta.encoder.layer.{i}.attention.self", out_proj=None, final_norm=None,
-           mask="bidirectional", mask_values="binary", arguments=_MASK),
+           mask="bidirectional", mask_values="binary", arguments=_MASK, attention_class="DisentangledSelfAttention"),
     Family("vit", "vit.encoder.layer.{i}.attention.attention", out_proj=None, final_norm="vit.layernorm",
            mask="bidirectional"),
     Family("clip_text_model", "text_model.encoder.layers.{i}.self_attn", out_proj="out_proj",

@@ -68,6 +68,9 @@ def attention_class(model_type: str) -> tuple[type[nn.Module], type]:
     _refuse_composite(model_type, config_cls, CONFIG_MAPPING)
     module_name = model_type_to_module_name(model_type)
     modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    named = family(model_type).attention_class
+    if named is not None and inspect.isclass(getattr(modeling, named, None)):
+        return getattr(modeling, named), config_cls
     base = str(MODEL_MAPPING_NAMES.get(model_type, "")).removesuffix("Model")
     for prefix in _prefixes(base):
         for suffix in ("SelfAttention", "Attention"):

@@ -357,3 +357,65 @@ def test_help_groups_the_variants_and_imports_siblings(app, tmp_path):
     assert run.returncode == 0 and run.stderr == ""
     sections = help_sections(run.stdout)
     assert list(sections) == [*GROUPS, "yours"] and sections["yours"] == ["mine"]
+
+
+# -- one declaration that cannot be read never takes the folder down (issue 32) --------------------
+TIMM_STYLE = '''
+from torch import nn
+
+
+class Attention(nn.Module):
+    """timm's ViT Attention signature: a sole required `dim: int`, the rest defaulted."""
+
+    def __init__(self, dim: int, num_heads: int = 8, qkv_bias: bool = False, attn_drop: float = 0.0) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        attn_weights = ((q @ k.transpose(-2, -1)) * self.head_dim ** -0.5).softmax(dim=-1)  # (B, nh, N, N)
+        return self.proj((attn_weights @ v).transpose(1, 2).reshape(B, N, C))
+'''
+SIZES_64 = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
+
+
+def test_an_import_only_file_of_a_dim_int_class_is_a_variant_not_a_config_constructor(plugins, tmp_path):
+    write(tmp_path / "lib", "timmlike", TIMM_STYLE)
+    write(plugins, "timm_attention", "from timmlike import Attention\n")
+    write(plugins, "mine", SOURCE_SELF_ATTENTION_V1)
+    assert get_variant("timm_attention").cls.__name__ == "Attention"  # the class itself: filled by dim=d_in
+    assert warnings_about("timm_attention") == [] and "mine" in attnlab.list_variants()
+    result = attnlab.run("timm_attention", overrides=[*SIZES_64, "reference=bidirectional_attention"])
+    assert result.record.status == "ok" and result.findings == [], result.record.error
+
+
+def test_a_constructor_that_cannot_be_read_is_a_warning_for_its_file_only(plugins, monkeypatch):
+    from attnlab.modules import hf
+
+    write(plugins, "unreadable", SOURCE_SELF_ATTENTION_V1.replace("SelfAttention_v1", "Unreadable"))
+    write(plugins, "mine", SOURCE_SELF_ATTENTION_V1)
+    real = hf.config_constructor
+
+    def config_constructor(cls, name):
+        if cls.__name__ == "Unreadable":
+            raise TypeError("vars() argument must have __dict__ attribute")
+        return real(cls, name)
+
+    monkeypatch.setattr(hf, "config_constructor", config_constructor)
+    (warning,) = warnings_about("unreadable")
+    assert "Unreadable skipped" in warning and "vars() argument" in warning and len(warning) <= 200
+    assert "mine" in attnlab.list_variants() and attnlab.run("mine").record.status == "ok"
+
+
+def test_timm_itself_imported_by_a_plugin_file_runs(plugins):
+    try:
+        import timm.models.vision_transformer  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - timm needs torchvision, not installable beside CPU torch 2.13 here
+        pytest.skip(f"timm does not import ({type(exc).__name__}: {exc}); see README 'timm'")
+    write(plugins, "timm_vit", "from timm.models.vision_transformer import Attention\n")
+    assert warnings_about("timm_vit") == []
+    result = attnlab.run("timm_vit", overrides=[*SIZES_64, "reference=bidirectional_attention"])
+    assert result.record.status == "ok" and result.findings == [], result.record.error

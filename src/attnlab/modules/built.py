@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf
+from attnlab.modules import arguments, hf
 from attnlab.modules.registry import (CONSTRUCTOR_KEYS, DEFAULT_VALUES, SPELLINGS, VariantSpec, constructor_kwargs,
                                       get_variant)
 from attnlab.modules.roles import manual_seed
@@ -91,7 +91,37 @@ class HuggingFaceCall(CallConvention):
     name = "module(x, attention_mask=..., position_embeddings=...)"
 
     def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
-        return (x,), hf.forward_kwargs(module, x)
+        kwargs = hf.forward_kwargs(module, x)
+        return (x,), {**arguments.by_name(module, x, given=tuple(kwargs)), **kwargs}
+
+
+class ByNameCall(CallConvention):
+    """A forward taking more than `x` (the book's `forward(x, mask, cos, sin)`, nn.MultiheadAttention's
+    query, key and value): each required parameter by name from `arguments.by_name`. A module
+    declaring `batch_first = False` (torch's) gets (tokens, batch, ·) and its output turned back."""
+
+    name = "module(x, **by name)"
+
+    def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
+        return (x,), arguments.by_name(module, x)
+
+    def call(self, module: nn.Module, x: torch.Tensor) -> Returned:
+        seq_first = getattr(module, "batch_first", None) is False and x.dim() == 3
+        inputs = x.transpose(0, 1) if seq_first else x  # (T, b, d_in) for a sequence-first module
+        args, kwargs = self.arguments(module, inputs)
+        value = module(*args, **kwargs)
+        if seq_first:
+            value = _batch_first(value)
+        return self.unpack(value, x)
+
+
+def _batch_first(value: Any) -> Any:
+    """A sequence-first module's output (or its first element) as (b, T, ·)."""
+    if isinstance(value, torch.Tensor):
+        return value.transpose(0, 1)
+    if isinstance(value, tuple) and value and isinstance(value[0], torch.Tensor):
+        return (value[0].transpose(0, 1), *value[1:])
+    return value
 
 
 def _items(value: Any) -> list[tuple[str, Any]]:
@@ -109,12 +139,17 @@ def _shown(value: Any) -> str:
 
 SOURCE_CALL = CallConvention()
 HUGGING_FACE_CALL = HuggingFaceCall()
+BY_NAME_CALL = ByNameCall()
 
 
 def convention_for(module: nn.Module) -> CallConvention:
     """How `module` is called: as its Hugging Face model calls it when it holds a Hugging Face
-    config, else `module(x)`."""
-    return HUGGING_FACE_CALL if hf.is_hf_module(module) else SOURCE_CALL
+    config, by name when its forward requires more than `x` or it is sequence-first, else `module(x)`."""
+    if hf.is_hf_module(module):
+        return HUGGING_FACE_CALL
+    if arguments.required(type(module)) or getattr(module, "batch_first", None) is False:
+        return BY_NAME_CALL
+    return SOURCE_CALL
 
 
 @dataclass(frozen=True)
@@ -199,10 +234,20 @@ class BuiltModule:
     def takes_batches(self, d_in: int, n_tokens: int, d_out: int) -> bool:
         """One probe call on a tiny batched input (2 items x up to 3 tokens), not counted and not
         captured: a module that returns (batch, tokens, ·) gets batches; any other gets (tokens, d_in).
-        A module that fails on the batch and on (tokens, d_in) alike fails with its own error on the
-        batch: its message says why, where a fallback to the 2-D path would fail later for another reason."""
+        A module refusing 3 tokens (Swin's window attention takes exactly its window) is probed again
+        at the run's own token count. A module that fails on the batch and on (tokens, d_in) alike
+        fails with its own error on the batch: its message says why, where a fallback to the 2-D
+        path would fail later for another reason."""
+        try:
+            return self._takes_batches(d_in, min(3, n_tokens), d_out)
+        except PluginError:
+            if n_tokens <= 3:
+                raise
+            return self._takes_batches(d_in, n_tokens, d_out)
+
+    def _takes_batches(self, d_in: int, tokens: int, d_out: int) -> bool:
         items = 2 if d_out != 2 else 3  # a 2-D module whose d_out equals the items would broadcast a batch
-        probe = torch.rand(items, min(3, n_tokens), d_in, generator=torch.Generator().manual_seed(0))  # (items, tokens, d_in)
+        probe = torch.rand(items, tokens, d_in, generator=torch.Generator().manual_seed(0))  # (items, tokens, d_in)
         self.module.eval()
         try:
             out = self._probe(probe)

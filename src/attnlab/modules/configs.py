@@ -21,16 +21,12 @@ from typing import Any
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.modules.families import spellings
 
-# attnlab's top-level key -> the spellings config classes use for it, most common first
+# attnlab's top-level key -> the spellings config classes use for it, most common first: one table,
+# the model families' (families.GENERIC first, then each row's own)
 CONFIG_SPELLINGS: dict[str, tuple[str, ...]] = {
-    "d_in": ("hidden_size", "n_embd", "d_model", "embed_dim", "dim"),
-    "num_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
-    "num_kv_heads": ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "n_kv_head"),
-    "dropout": ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob", "dropout"),
-    "qkv_bias": ("attention_bias", "qkv_bias", "bias"),
-    "context_length": ("max_position_embeddings", "n_positions", "block_size", "context_length"),
-}
+    key: spellings(key) for key in ("d_in", "num_heads", "num_kv_heads", "dropout", "qkv_bias", "context_length")}
 _CONFIG_NAMES = ("config", "cfg", "configuration", "args", "params")
 _SIZE_KEYS = ("d_in", "d_out", "num_heads")
 
@@ -54,8 +50,9 @@ def config_class(cls: type) -> type | None:
         return None
     (first,) = required
     annotation = _annotation(cls, first)
-    if inspect.isclass(annotation) and annotation is not first.empty and not issubclass(annotation, nn.Module):
-        return annotation
+    if inspect.isclass(annotation) and annotation is not first.empty:
+        # a class holding attributes (a dataclass, a PretrainedConfig); never `int` (timm's `dim: int`) or a module
+        return None if issubclass(annotation, nn.Module) or annotation.__module__ == "builtins" else annotation
     if first.name not in _CONFIG_NAMES:
         return None
     module = sys.modules.get(cls.__module__)
@@ -90,7 +87,8 @@ def config_attributes(config_cls: type) -> dict[str, Any]:
         parameters = inspect.signature(config_cls).parameters.values()
         return {p.name: None if p.default is p.empty else p.default for p in parameters
                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-    return {k: v for k, v in vars(instance).items() if not k.startswith("_")}
+    held = getattr(instance, "__dict__", {})  # a value without attributes holds none to fill
+    return {k: v for k, v in held.items() if not k.startswith("_")}
 
 
 def _field_default(f: dataclasses.Field) -> Any:
@@ -110,8 +108,12 @@ class ConfigConstructor:
         self.attributes = config_attributes(config_cls)
         self.spelled = {key: next((s for s in spellings if s in self.attributes), None)
                         for key, spellings in CONFIG_SPELLINGS.items()}
-        self.head_dim = "head_dim" if "head_dim" in self.attributes else None
-        self.extra = [p for p in list(inspect.signature(module_cls).parameters)[1:]]  # e.g. layer_idx
+        # the head size's spelling (T5's d_kv, diffusers' dim_head), filled as d_out / num_heads
+        self.head_dim = next((s for s in spellings("head_dim") if s in self.attributes), None)
+        self.parameters = list(inspect.signature(module_cls).parameters)
+        self.extra = self.parameters[1:]  # e.g. layer_idx
+        # BART's, Whisper's (embed_dim, num_heads, ..., config=None): sizes by name, not one config object
+        self.by_size = bool(self.parameters) and self.parameters[0] not in _CONFIG_NAMES
 
     @property
     def __signature__(self) -> inspect.Signature:
@@ -127,7 +129,7 @@ class ConfigConstructor:
     def describe(self) -> str:
         """`--help`'s signature: which config attribute each top-level key fills, and what else
         variant.params can set, e.g. "(config: GPTConfig(n_embd=d_in, n_head=num_heads, ...))"."""
-        filled = [f"{s}={k}" for k, s in self.spelled.items() if s] + (["head_dim=d_out/num_heads"]
+        filled = [f"{s}={k}" for k, s in self.spelled.items() if s] + ([f"{self.head_dim}=d_out/num_heads"]
                                                                        if self.head_dim else [])
         extra = f" or {', '.join(self.extra)}" if self.extra else ""
         return (f"(config: {self.config_cls.__name__}({', '.join(filled)})); variant.params.NAME sets any other "
@@ -144,7 +146,7 @@ class ConfigConstructor:
         if self.spelled["num_kv_heads"] and values.get("num_kv_heads") is None:
             filled[self.spelled["num_kv_heads"]] = values["num_heads"]  # attnlab's null: one per head
         if self.head_dim:
-            filled["head_dim"] = values["d_out"] // values["num_heads"]
+            filled[self.head_dim] = values["d_out"] // values["num_heads"]
         if isinstance(self.attributes.get("rotary_dim"), int) and "rotary_dim" not in params:
             # GPT-J's and CodeGen's default is for their own heads: no more than a head can turn
             filled["rotary_dim"] = min(self.attributes["rotary_dim"], values["d_out"] // values["num_heads"])
@@ -204,7 +206,19 @@ class ConfigConstructor:
         extra = {k: v for k, v in params.items() if k in self.extra}
         if "layer_idx" in self.extra:
             extra.setdefault("layer_idx", 0)
+        if self.by_size:
+            return self.module_cls(**self._sizes(config, {**sizes, **top}), **extra)
         return self.module_cls(config, **extra)
+
+    def _sizes(self, config: Any, values: dict[str, Any]) -> dict[str, Any]:
+        """A size-built class's width and heads by its own names, and the config where it takes one."""
+        by_name = {self.parameters[0]: values["d_in"]}
+        heads = next((p for p in self.parameters if p in spellings("num_heads")), None)
+        if heads is not None:
+            by_name[heads] = values.get("num_heads") or 1
+        if "config" in self.parameters:
+            by_name["config"] = config
+        return by_name
 
 
 def module_class(cls: Any) -> Any:

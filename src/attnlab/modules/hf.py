@@ -25,9 +25,11 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.schema import ATTN_IMPLEMENTATIONS
-from attnlab.modules.configs import ConfigConstructor, config_class
+from attnlab.modules.families import GENERIC, family
+from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 
 PREFIX = "hf:"
+PROVIDED = ("alibi", "position_bias")  # forward arguments only a Hugging Face module's call builds
 IMPLEMENTATIONS = ATTN_IMPLEMENTATIONS
 
 
@@ -63,8 +65,12 @@ def attention_class(model_type: str) -> tuple[type[nn.Module], type]:
     text = getattr(config_cls, "sub_configs", {}).get("text_config")
     if text is not None and model_type + "_text" in CONFIG_MAPPING:
         return attention_class(model_type + "_text")
+    _refuse_composite(model_type, config_cls, CONFIG_MAPPING)
     module_name = model_type_to_module_name(model_type)
     modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    named = family(model_type).attention_class
+    if named is not None and inspect.isclass(getattr(modeling, named, None)):
+        return getattr(modeling, named), config_cls
     base = str(MODEL_MAPPING_NAMES.get(model_type, "")).removesuffix("Model")
     for prefix in _prefixes(base):
         for suffix in ("SelfAttention", "Attention"):
@@ -72,6 +78,15 @@ def attention_class(model_type: str) -> tuple[type[nn.Module], type]:
             if inspect.isclass(cls) and issubclass(cls, nn.Module):
                 return cls, config_cls
     raise HFError(f"variant=hf:{model_type}: no attention class found in {modeling.__name__}")
+
+
+def _refuse_composite(model_type: str, config_cls: type, mapping: Any) -> None:
+    """A config of sub-configs (CLIP's text and vision) has no one attention: name the parts that do."""
+    parts = [getattr(sub, "model_type", "") for sub in getattr(config_cls, "sub_configs", {}).values()]
+    parts = [p for p in parts if p and p in mapping and p != model_type]
+    if parts and not any(hasattr(config_cls(), s) for s in CONFIG_SPELLINGS["d_in"]):
+        names = " or ".join(f"variant=hf:{p}" for p in parts)
+        raise HFError(f"variant=hf:{model_type}: a composite config ({', '.join(parts)}); use {names}"[:200])
 
 
 def _prefixes(base: str) -> list[str]:
@@ -91,7 +106,12 @@ class HFConstructor(ConfigConstructor):
         if implementation not in IMPLEMENTATIONS:
             raise HFError(f"attn_implementation={implementation}: allowed are {', '.join(IMPLEMENTATIONS)}")
         sizes = {"d_in": d_in, "d_out": d_out, "num_heads": num_heads}
-        return self.build(sizes, keys, {"_attn_implementation": implementation})
+        private = {"_attn_implementation": implementation}
+        module = self.build(sizes, keys, private)
+        if not hasattr(module, "config"):  # MPT's keeps none: held so it is called as its model calls it
+            module.config = self.config({**sizes, **{k: v for k, v in keys.items() if k in CONFIG_SPELLINGS}},
+                                        {k: v for k, v in keys.items() if k not in CONFIG_SPELLINGS}, private)
+        return module
 
     @property
     def __signature__(self) -> inspect.Signature:
@@ -142,7 +162,27 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
         kwargs["position_ids"] = position_ids
     if "alibi" in accepted:
         kwargs["alibi"] = _alibi(module, x)
+    if family(getattr(module.config, "model_type", "")).arguments.get("is_causal") == "is_causal":
+        kwargs["is_causal"] = mask_kind(module) != "bidirectional"  # the model's word over the class's attribute
+    if "position_bias" in accepted and accepted["position_bias"].default is inspect.Parameter.empty:
+        kwargs["position_bias"] = _position_bias(module, x)
     return kwargs
+
+
+def _position_bias(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """MPT's: the ALiBi bias its model passes as position_bias, (heads, 1, tokens), from its modeling
+    file's build_..._alibi_tensor(num_heads, sequence_length, alibi_bias_max)."""
+    modeling = sys.modules[type(module).__module__]
+    build = next((f for name, f in vars(modeling).items() if name.startswith("build_") and name.endswith("alibi_tensor")
+                  and inspect.isfunction(f) and list(inspect.signature(f).parameters)[:2] == ["num_heads",
+                                                                                               "sequence_length"]),
+                 None)
+    if build is None:
+        raise HFError(f"{type(module).__name__} needs a position_bias its modeling file has no alibi builder for")
+    attn_config = getattr(module.config, "attn_config", None)
+    bias_max = getattr(attn_config, "alibi_bias_max", 8)
+    heads = next(getattr(module, s) for s in ("n_heads", "num_heads", "num_attention_heads") if hasattr(module, s))
+    return build(heads, x.shape[-2], bias_max, device=x.device).to(x.dtype)
 
 
 def _alibi(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
@@ -175,6 +215,9 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
     config = getattr(module, "config", None)
     if config is None:
         return None
+    row = family(getattr(config, "model_type", ""))
+    if row.scaling is not None:
+        return row.scaling, f"{row.name} scales its scores by {row.scaling:g} (families.py)"
     if getattr(config, "query_pre_attn_scalar", None):
         scalar = config.query_pre_attn_scalar
         return scalar ** -0.5, f"query_pre_attn_scalar = {scalar:g}: 1/sqrt({scalar:g})"
@@ -189,13 +232,31 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
     return None
 
 
+def mask_kind(module: nn.Module) -> str:
+    """The mask its model builds: its family row's (families.py), else what the module declares
+    (`is_causal`, a sliding window)."""
+    row = family(getattr(getattr(module, "config", None), "model_type", ""))
+    if row is not GENERIC:
+        return row.mask
+    return "causal" if getattr(module, "is_causal", True) else "bidirectional"
+
+
 def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor | None:
     from transformers import masking_utils
 
     config = module.config
-    if not getattr(module, "is_causal", True):
+    kind = mask_kind(module)
+    values = family(getattr(config, "model_type", "")).mask_values
+    if values != "additive":  # DeBERTa's 1 keep / 0 drop, MPT's bool True drop
+        keep = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool, device=x.device)
+        keep = keep if kind == "bidirectional" else torch.tril(keep)
+        mask = keep.long() if values == "binary" else ~keep
+        return mask.expand(x.shape[0], 1, *keep.shape)  # (b, 1, T, T)
+    if kind == "bidirectional":
         return masking_utils.create_bidirectional_mask(config=config, inputs_embeds=x, attention_mask=None)
     make = masking_utils.create_causal_mask
+    if kind == "chunked" and getattr(config, "attention_chunk_size", None):
+        make = masking_utils.create_chunked_causal_mask
     window = declared_window(module)
     if window is not None:
         make = masking_utils.create_sliding_window_causal_mask

@@ -26,9 +26,11 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules import hf
-from attnlab.modules.configs import ConfigConstructor
+from attnlab.modules.arguments import check_forward
+from attnlab.modules.configs import ConfigConstructor, module_class
 from attnlab.modules.describe import same_file
 from attnlab.modules.discovery import find_plugins
+from attnlab.modules.families import spellings
 from attnlab.modules.roles import parameter_role
 from attnlab.plugin_folders import USER_GROUP, builtin_groups
 from attnlab.schema import BOOK_TOKENS, DEFAULTS
@@ -120,7 +122,12 @@ def discover() -> Registry:
     found = find_plugins()
     registry = Registry(warnings=found.warnings)
     for declared in found.declarations:
-        built = hf.config_constructor(declared.cls, declared.name) or declared.cls  # Cls(config), nanoGPT's
+        try:
+            built = hf.config_constructor(declared.cls, declared.name) or declared.cls  # Cls(config), nanoGPT's
+        except Exception as exc:  # noqa: BLE001 - one declaration that cannot be read never takes the folder down
+            registry.warnings.append(f"plugin {declared.source}: {declared.cls.__name__} skipped, its constructor "
+                                     f"could not be read ({type(exc).__name__}: {' '.join(str(exc).split())})"[:200])
+            continue
         registry.add(VariantSpec(**{**vars(declared), "cls": built}))
     return registry
 
@@ -140,10 +147,13 @@ def get_variant(name: str) -> VariantSpec:
 # use for them (Hugging Face, nanoGPT, the source's later chapters).
 CONSTRUCTOR_KEYS = ("d_in", "d_out", "context_length", "dropout", "num_heads", "num_kv_heads", "qkv_bias",
                     "attn_implementation")
-SPELLINGS = {
-    "num_heads": ("num_heads", "n_heads", "n_head", "num_attention_heads"),
-    "num_kv_heads": ("num_kv_heads", "n_kv_heads", "num_key_value_heads", "num_kv_groups"),
-}
+# One table, the model families' (x-transformers' and diffusers' heads/kv_heads among them).
+SPELLINGS = {key: spellings(key) for key in ("num_heads", "num_kv_heads")}
+# A constructor's head size (x-transformers' and diffusers' dim_head, T5's d_kv): d_out / num_heads, by
+# name; it and a second input's width never take d_out positionally
+HEAD_DIMS = spellings("head_dim")
+_NOT_D_OUT = frozenset({*HEAD_DIMS, "cross_attention_dim", "context_dim", "dim_context", "kdim", "vdim"})
+_OUT_DIMS = ("out_dim", "dim_out")
 # The schema's defaults; context_length, null there (n_tokens), is the book's six tokens here:
 # create_variant builds a module without inputs.
 DEFAULT_VALUES = {**{key: DEFAULTS[key] for key in ("dropout", "num_heads", "num_kv_heads", "qkv_bias",
@@ -207,7 +217,8 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
     args: list = []
     slots = [p for p in parameters if p.kind in _POSITIONAL or p.kind == p.VAR_POSITIONAL]
     for key, slot in zip(("d_in", "d_out"), slots):
-        if slot.kind != slot.VAR_POSITIONAL and (_TOP_LEVEL.get(slot.name, key) != key or slot.name in merged):
+        if slot.kind != slot.VAR_POSITIONAL and (_TOP_LEVEL.get(slot.name, key) != key or slot.name in merged
+                                                 or slot.name in _NOT_D_OUT):
             break  # named after another key, or set by variant.params: filled by name instead
         args.append(values[key])
         if slot.kind == slot.VAR_POSITIONAL:  # (*args): both go positionally
@@ -218,6 +229,13 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
     for name in named:
         if name not in filled and name in _TOP_LEVEL and _TOP_LEVEL[name] in values:
             kwargs[name] = values[_TOP_LEVEL[name]]
+    out_name = next((n for n in _OUT_DIMS if n in named), None)
+    if out_name and len(args) < 2 and "d_out" in values:
+        kwargs[out_name] = values["d_out"]  # d_out went nowhere positionally: diffusers' out_dim
+    heads = next((kwargs[n] for n in SPELLINGS["num_heads"] if isinstance(kwargs.get(n), int)), None)
+    for name in named:
+        if name in HEAD_DIMS and name not in filled and heads and "d_out" in values:
+            kwargs[name] = values["d_out"] // heads
     kwargs.update(merged)
     for p in named.values():
         if p.default is p.empty and _TOP_LEVEL.get(p.name) == "num_kv_heads" and p.name not in kwargs:
@@ -226,6 +244,8 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
             raise ConstructorError(
                 f"variant '{spec.name}' needs the constructor argument '{p.name}': set variant.params.{p.name}=VALUE"
             )
+    extra = hf.PROVIDED if isinstance(spec.cls, hf.HFConstructor) else ()
+    check_forward(module_class(spec.cls), spec.name, extra)  # a forward nobody can call: refused before any work
     return args, kwargs
 
 
@@ -266,11 +286,18 @@ def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
     has_projection = any(parameter_role(name) == "out" for name in outside)
     if heads and not has_projection:
         return "mha_wrapper"
-    if getattr(module, "is_causal", True) is False:  # declared an encoder's: every query sees every key
+    if not _causal(module):  # declared an encoder's: every query sees every key
         return "bidirectional_attention" if has_projection else "bidirectional_heads"
     if isinstance(spec.cls, ConfigConstructor):
         return _declared_kind(module, has_projection)
     return "multi_head_attention"
+
+
+def _causal(module: nn.Module) -> bool:
+    """Whether its model masks the future: a Hugging Face module's family row says, else `is_causal`."""
+    if hf.is_hf_module(module):
+        return hf.mask_kind(module) != "bidirectional"
+    return getattr(module, "is_causal", True) is not False
 
 
 def _declared_kind(module: nn.Module, has_projection: bool) -> str:

@@ -1,0 +1,135 @@
+"""Forward arguments by name: what attnlab passes a module's forward beside `x`.
+
+A forward's first parameter is the input; each other REQUIRED parameter is matched by its name to a
+provider (families.PROVIDERS and the self-attention inputs), and a parameter with a default keeps it.
+  mask, attn_mask, attention_mask, causal_mask   the causal mask, in the form the parameter suggests:
+                     bool (True drops: the book's `masked_fill(mask, -inf)`) unless annotated or
+                     defaulted as a float, or spelled `attention_mask` (Hugging Face's additive 4-D)
+  cos, sin           the book's compute_rope_params at the module's head_dim, (tokens, head_dim)
+  position_embeddings  (cos, sin), (batch, tokens, head_dim) each
+  position_ids       0..tokens-1 per batch item
+  query, key, value, k, v, context   the input itself (self-attention: nn.MultiheadAttention's call)
+  layer_idx          0
+  is_causal          True
+  alibi, position_bias  a Hugging Face module's only: from its modeling file (modules.hf)
+A required parameter nothing provides is refused before any work (`check_forward`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from attnlab.errors import UserError
+
+_MASKS = ("mask", "attn_mask", "attention_mask", "causal_mask")
+_SELF = ("query", "key", "value", "k", "v", "context")
+_ROPE_BASES = ("rope_theta", "theta", "rope_base", "base", "theta_base")
+_HEAD_DIMS = ("head_dim", "dim_head", "head_size", "d_head")
+_HEADS = ("num_heads", "n_heads", "n_head", "heads", "num_attention_heads")
+
+
+class ForwardArgumentError(UserError):
+    """A forward parameter attnlab cannot provide."""
+
+
+def forward_parameters(cls: Any) -> list[inspect.Parameter]:
+    """A module class's forward parameters after self, [] when they cannot be read."""
+    forward = getattr(cls, "forward", None)
+    try:
+        parameters = list(inspect.signature(forward).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    return parameters[1:] if parameters and parameters[0].name == "self" else parameters
+
+
+def required(cls: Any) -> list[inspect.Parameter]:
+    """The parameters after the input that have no default (never *args, **kwargs)."""
+    named = [p for p in forward_parameters(cls) if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return [p for p in named[1:] if p.default is p.empty]
+
+
+def providable(name: str, extra: tuple[str, ...] = ()) -> bool:
+    return name in _MASKS or name in extra or name in _SELF or name in ("cos", "sin", "position_embeddings", "position_ids",
+                                                        "layer_idx", "is_causal")
+
+
+def check_forward(cls: Any, variant: str, extra: tuple[str, ...] = ()) -> None:
+    """Refuse, before any work, a forward with a required parameter nothing provides (`extra`: what
+    the module's own call convention provides besides, a Hugging Face module's alibi)."""
+    missing = [p.name for p in required(cls) if not providable(p.name, extra)]
+    if missing:
+        raise ForwardArgumentError(
+            f"variant '{variant}': forward needs '{missing[0]}', which attnlab cannot provide; give it a default "
+            f"or set it in the constructor via variant.params"[:200])
+
+
+def by_name(module: nn.Module, x: torch.Tensor, given: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The required forward parameters after the input, but those `given`, each built by its provider."""
+    return {p.name: _provider(p)(module, x) for p in required(type(module)) if p.name not in given}
+
+
+def _provider(parameter: inspect.Parameter) -> Callable[[nn.Module, torch.Tensor], Any]:
+    name = parameter.name
+    if name in _MASKS:
+        additive = name == "attention_mask" or _float_annotated(parameter)
+        return _additive_mask if additive else _bool_mask
+    return {"cos": lambda m, x: _rope(m, x)[0], "sin": lambda m, x: _rope(m, x)[1],
+            "position_embeddings": _position_embeddings, "position_ids": _position_ids,
+            "layer_idx": lambda m, x: 0, "is_causal": lambda m, x: True, **{s: lambda m, x: x for s in _SELF}}[name]
+
+
+def _float_annotated(parameter: inspect.Parameter) -> bool:
+    text = str(parameter.annotation).lower()
+    return "float" in text or isinstance(parameter.default, float)
+
+
+def _bool_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    tokens = x.shape[-2]
+    return torch.triu(torch.ones(tokens, tokens, dtype=torch.bool, device=x.device), diagonal=1)  # (T, T), True drops
+
+
+def _additive_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    drop = _bool_mask(module, x)
+    mask = torch.zeros(drop.shape, dtype=x.dtype, device=x.device).masked_fill(drop, torch.finfo(x.dtype).min)
+    return mask[None, None]  # (1, 1, T, T)
+
+
+def head_dim(module: nn.Module) -> int:
+    """The module's head size: an attribute under a usual spelling, else its width over its heads."""
+    for spelling in _HEAD_DIMS:
+        value = getattr(module, spelling, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    heads = next((getattr(module, s) for s in _HEADS if isinstance(getattr(module, s, None), int)), 1)
+    width = next((p.shape[0] for n, p in module.named_parameters() if n.endswith("weight") and p.dim() == 2), None)
+    if width is None:
+        raise ForwardArgumentError(f"{type(module).__name__}: forward takes cos/sin but its head_dim is unknown; "
+                                   f"give the module a head_dim attribute")
+    return width // heads
+
+
+def _rope(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The book's compute_rope_params (ch05, Llama 3): half-split angles, (tokens, head_dim) each."""
+    dim = head_dim(module)
+    base = next((float(getattr(module, s)) for s in _ROPE_BASES if isinstance(getattr(module, s, None), (int, float))
+                 and not isinstance(getattr(module, s), bool)), 10_000.0)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32)[: dim // 2] / dim))  # (hs / 2,)
+    positions = torch.arange(x.shape[-2], dtype=torch.float32)
+    angles = positions[:, None] * inv_freq[None, :]  # (T, hs / 2)
+    angles = torch.cat([angles, angles], dim=1)  # (T, hs)
+    return torch.cos(angles).to(x), torch.sin(angles).to(x)
+
+
+def _position_embeddings(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    cos, sin = _rope(module, x)
+    batch = x.shape[0] if x.dim() == 3 else 1
+    return cos.expand(batch, *cos.shape), sin.expand(batch, *sin.shape)  # (b, T, hs) each
+
+
+def _position_ids(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    batch = x.shape[0] if x.dim() == 3 else 1
+    return torch.arange(x.shape[-2], device=x.device).expand(batch, x.shape[-2])  # (b, T)

@@ -164,13 +164,15 @@ def _check_keywords(kwargs: dict[str, Any]) -> None:
                  if key in {f.name for f in dataclasses.fields(schema)}]
         if kinds:
             raise UserError(f"{key}={value!r}: {key} is a key of the inputs (inputs.{key}); "
-                            f'write inputs={{"{key}": {value!r}}} (inputs kinds that take it: {", ".join(kinds)})')
+                            f'write inputs={{"kind": "{kinds[0]}", "{key}": {value!r}}} (kinds that take it: {", ".join(kinds)})')
 
 
 def _override_words(values: dict[str, Any], prefix: str = "") -> list[str]:
     words = []
     for key, value in values.items():
-        if isinstance(value, dict):
+        if not prefix and key == "inputs" and isinstance(value, dict) and "kind" in value:  # the kind picks its schema
+            words += [f"inputs={value['kind']}", *_override_words({k: v for k, v in value.items() if k != "kind"}, "inputs.")]
+        elif isinstance(value, dict):
             words += _override_words(value, f"{prefix}{key}.")
         else:
             words.append(f"{prefix}{key}={_hydra_value(value)}")

@@ -129,3 +129,30 @@ def test_a_mistake_is_one_line(call, line):
 
 def test_inputs_keys_in_their_block_work():
     assert attnlab.run(Unscaled, inputs={"kind": "random", "n_tokens": 9}).stages["output"].shape == (9, 2)
+
+
+def test_an_in_memory_model_runs_at_a_layer_with_its_own_attention_copied():
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))
+    from learner import GPT_MODEL  # the source's ch. 4 GPTModel around its MultiHeadAttention
+
+    ns: dict = {"__name__": "__main__"}
+    exec(GPT_MODEL, ns)
+    torch.manual_seed(0)
+    gpt = ns["GPTModel"]({**ns["GPT_CONFIG"], "n_layers": 2, "emb_dim": 16, "n_heads": 2, "vocab_size": 50257})
+    before = copy.deepcopy(gpt.state_dict())
+    text = {"kind": "text", "text": "Every effort moves you"}
+    results = attnlab.run("multi_head_attention", model=gpt, layer="all", inputs=text)
+    assert [r.record.model["layer"] for r in results] == [0, 1]
+    assert "layer=0" in repr(results[0]) and "layer=1" in repr(results[1])
+    for result in results:  # the book's own class at the model's layer: the model's output unchanged
+        assert result.record.model["effect"]["kl_max"] == pytest.approx(0.0, abs=1e-6)
+    from attnlab.model.tokens import gpt2_encoding  # tiktoken's GPT-2 BPE from the files attnlab ships
+
+    ids = torch.tensor([gpt2_encoding().encode(text["text"])])  # (1, T)
+    with torch.no_grad():  # layer 0's attention output by hand: the model's own block on its embeddings
+        x = gpt.tok_emb(ids) + gpt.pos_emb(torch.arange(ids.shape[1]))  # (1, T, emb_dim)
+        expected = gpt.trf_blocks[0].att(gpt.trf_blocks[0].norm1(x))  # (1, T, emb_dim)
+    output = torch.from_numpy(results[0].stages["output"]).reshape(expected.shape)
+    torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-6)
+    assert all(torch.equal(before[k], v) for k, v in gpt.state_dict().items())

@@ -71,7 +71,9 @@ class Result:
 
     def __repr__(self) -> str:
         codes = [f"{f.code}@{f.stage}" for f in self.findings]
-        return f"Result(variant={self.record.variant!r}, seed={self.record.seed}, status={self.record.status!r}, findings={codes})"
+        layer = f", layer={self.record.model['layer']}" if "layer" in self.record.model else ""
+        return (f"Result(variant={self.record.variant!r}, seed={self.record.seed}{layer}, "
+                f"status={self.record.status!r}, findings={codes})")
 
 
 def override_words(variant: str, seed: int, overrides: Iterable[str] = (), **kwargs: Any) -> list[str]:
@@ -120,6 +122,12 @@ def run(
     variant = session_name(variant)
     if reference is not None:
         kwargs["reference"] = session_name(reference)
+    for key in ("model", "reference_model"):  # an in-memory model: run as a copy, nothing saved
+        if isinstance(kwargs.get(key), nn.Module):
+            kwargs[key] = session.register_model(kwargs[key])
+        elif isinstance(kwargs.get(key), type):
+            raise UserError(f"{key}={kwargs[key].__name__}: a model class needs its config; pass an instance "
+                            f"({key}={kwargs[key].__name__}(cfg)) or a ./models/NAME.py file")
     overrides = list(overrides)
     for switch in ("terminal", "progress"):  # a notebook shows the Result
         if not any(o.lstrip("+").startswith(f"log.{switch}=") for o in overrides):

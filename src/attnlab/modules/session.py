@@ -97,3 +97,34 @@ def variants() -> list[SessionVariant]:
 
 def version() -> int:
     return _VERSION[0]
+
+
+_MODELS: dict[str, nn.Module] = {}  # this process's in-memory models, by the name a run gives them
+
+
+def register_model(module: nn.Module) -> str:
+    """An in-memory model for a `model=` run: `notebook-model:Class-N`, run as a deep copy."""
+    same = [name for name, known in _MODELS.items() if known is module]
+    if same:
+        return same[0]
+    name = f"notebook-model:{type(module).__name__}-{len(_MODELS) + 1}"
+    _MODELS[name] = module
+    return name
+
+
+def model(name: str) -> tuple[nn.Module, Any] | None:
+    """(a deep copy of the in-memory model `name`, its config), or None when `name` is none of them.
+
+    The config is the model's own (`.config`, `.cfg`) or, for the source's GPTModel that keeps none,
+    the sizes read off its layers: the embedding's width and vocabulary, the attention's head count."""
+    module = _MODELS.get(name)
+    if module is None:
+        return None
+    config = getattr(module, "config", None) or getattr(module, "cfg", None)
+    if config is None:
+        embeddings = [m for m in module.modules() if isinstance(m, nn.Embedding)]
+        heads = next((m.num_heads for m in module.modules() if isinstance(getattr(m, "num_heads", None), int)), None)
+        config = {"emb_dim": embeddings[0].embedding_dim if embeddings else None, "n_heads": heads,
+                  "vocab_size": embeddings[0].num_embeddings if embeddings else None,
+                  "context_length": embeddings[1].num_embeddings if len(embeddings) > 1 else None}
+    return copy.deepcopy(module), config

@@ -11,6 +11,7 @@ prints it, with or without `out_dir`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +25,11 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch import nn
 
-from attnlab.app.config import config_dir, register_configs, user_overrides
+from attnlab.app.config import config_dir, register_configs, user_config_dir, user_overrides
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.modules import session
-from attnlab.modules.registry import refresh
+from attnlab.modules.registry import discover, refresh
 from attnlab.schema import KEYS
 from attnlab.record import Finding, Record
 from attnlab.reporting.rows import module_table
@@ -88,16 +89,35 @@ def compose_config(variant: str, seed: int, overrides: Iterable[str] = (), **kwa
 
     _check_keywords(kwargs)
     words = override_words(variant, seed, overrides, **kwargs)
-    register_configs()
-    try:
-        check_group_overrides(words)
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-            return compose(config_name="config", overrides=words)
-    except UserError:
-        raise
-    except (HydraException, OmegaConfBaseException) as exc:  # Hydra's wall of text: the CLI's one line
-        raise UserError(one_line(exc, words)) from None
+    registry = discover()
+    key = (id(registry), _user_conf_fingerprint(), tuple(words))
+    if key not in _COMPOSED:
+        if _COMPOSED.get("registry") is not registry:  # the ConfigStore's variants follow the registry's
+            register_configs(registry)
+            _COMPOSED.clear()
+            _COMPOSED["registry"] = registry
+        try:
+            check_group_overrides(words)
+            GlobalHydra.instance().clear()
+            with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+                _COMPOSED[key] = compose(config_name="config", overrides=words)
+        except UserError:
+            raise
+        except (HydraException, OmegaConfBaseException) as exc:  # Hydra's wall of text: the CLI's one line
+            raise UserError(one_line(exc, words)) from None
+    return copy.deepcopy(_COMPOSED[key])
+
+
+# Composed configs by (registry, ./conf's files, overrides): Hydra's composition is most of a warm
+# call's time, and a notebook repeats the same request; a run gets its own copy.
+_COMPOSED: dict[Any, Any] = {}
+
+
+def _user_conf_fingerprint() -> tuple:
+    folder = user_config_dir()
+    if folder is None:
+        return ()
+    return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(folder.rglob("*.yaml")))
 
 
 def run(

@@ -329,7 +329,8 @@ def fig_notebook(s: Scratch, repeats: int) -> list[Figure]:
     """attnlab.run as a notebook's first cell runs it (a fresh process: import, compose, the job,
     its files) against the CLI's single run of the same variant; then warm calls in one process
     against the job's own work inside them (run_job), issue 31's figure."""
-    first = lambda: [PY, "-c", f"import attnlab; attnlab.run('unscaled', out_dir={str(s.new('nb'))!r})"]  # noqa: E731
+    # os._exit: a kernel is not torn down after its cell, and the CLI skips the teardown too (cli.exit_fast)
+    first = lambda: [PY, "-c", f"import os, attnlab; attnlab.run('unscaled', out_dir={str(s.new('nb'))!r}); os._exit(0)"]  # noqa: E731
     walls = interleaved({
         "api": first,
         "cli": lambda: attnlab("variant=unscaled", f"hydra.run.dir={s.new('nb-cli')}"),

@@ -11,7 +11,6 @@ prints it, with or without `out_dir`.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,16 +99,18 @@ def compose_config(variant: str, seed: int, overrides: Iterable[str] = (), **kwa
             check_group_overrides(words)
             GlobalHydra.instance().clear()
             with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-                _COMPOSED[key] = compose(config_name="config", overrides=words)
+                composed = compose(config_name="config", overrides=words)
         except UserError:
             raise
         except (HydraException, OmegaConfBaseException) as exc:  # Hydra's wall of text: the CLI's one line
             raise UserError(one_line(exc, words)) from None
-    return copy.deepcopy(_COMPOSED[key])
+        OmegaConf.set_readonly(composed, True)  # shared by every run of the same request: never changed
+        _COMPOSED[key] = composed
+    return _COMPOSED[key]
 
 
 # Composed configs by (registry, ./conf's files, overrides): Hydra's composition is most of a warm
-# call's time, and a notebook repeats the same request; a run gets its own copy.
+# call's time, and a notebook repeats the same request; each is read-only, so no run changes another's.
 _COMPOSED: dict[Any, Any] = {}
 
 

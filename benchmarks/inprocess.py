@@ -2,6 +2,7 @@
 
     python benchmarks/inprocess.py jobs SWEEP_DIR OVERRIDE...   per-job time of the job's own work
     python benchmarks/inprocess.py capture N_TOKENS D_IN D_OUT REPEATS   capture overhead
+    python benchmarks/inprocess.py api REPEATS   a warm attnlab.run against the run_job inside it
 """
 
 from __future__ import annotations
@@ -53,6 +54,22 @@ def jobs(sweep_dir: str, overrides: list[str]) -> dict:
     return {"code": code, "wall": wall, **{k: v for k, v in times.items()}}
 
 
+def api_calls(repeats: int) -> dict:
+    """Warm attnlab.run calls (after one that imports and discovers), each against its run_job."""
+    import attnlab
+    import attnlab.app.job
+
+    jobs: list[float] = []
+    _timed(attnlab.app.job, "run_job", jobs)  # attnlab.run imports run_job at call time
+    attnlab.run("unscaled")
+    calls = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        attnlab.run("unscaled")
+        calls.append(time.perf_counter() - start)
+    return {"call": statistics.median(calls), "job": statistics.median(jobs[1:])}
+
+
 def capture_overhead(n_tokens: int, d_in: int, d_out: int, repeats: int) -> dict:
     """reference.forward(x) against attnlab.capture.recorder.capture(reference, x), interleaved, medians."""
     import torch
@@ -82,6 +99,8 @@ if __name__ == "__main__":
         result = jobs(rest[0], rest[1:])
     elif mode == "capture":
         result = capture_overhead(*map(int, rest))
+    elif mode == "api":
+        result = api_calls(int(rest[0]))
     else:
         raise SystemExit(f"unknown mode {mode}")
     print(json.dumps(result))

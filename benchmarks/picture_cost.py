@@ -3,13 +3,13 @@
     python benchmarks/picture_cost.py                 # both figures, 3 interleaved repeats
     python benchmarks/picture_cost.py --repeats 5
 
-- 8a. the pictures' share of a run's wall: `attnlab.run` of a causal 12-head variant at 1,024
+- 9a. the pictures' share of a run's wall: `attnlab.run` of a causal 12-head variant at 1,024
   tokens and GPT-2's width (d_in = d_out = 768, batch 1) with the HTML report and its heatmaps
   (log.html=true, log.images=true) against the same run writing its record to the same kind of
   folder with no sink that draws, interleaved in one process; share = (with - without) / with.
-  Target: <= 15%. 8a-cli: the same two runs as commands (`python -m attnlab ...`), the wall a
+  Target: <= 15%. 9a-cli: the same two runs as commands (`python -m attnlab ...`), the wall a
   user waits for, start-up included.
-- 8b. `Result._repr_html_` of that run (no out_dir: drawn from the record's values): seconds
+- 9b. `Result._repr_html_` of that run (no out_dir: drawn from the record's values): seconds
   (median) and the HTML's size. Targets: <= 1 s and <= 2 MB. Baseline beside it, measured in the
   same run: the run itself, so the ratio says what the inline view adds to a notebook cell.
 """
@@ -67,14 +67,14 @@ def main() -> None:
         cli_off = [cli_wall(Path(scratch) / f"d{i}", OFF) for i in range(repeats)]
     on, off = statistics.median(with_pictures), statistics.median(without)
     share = (on - off) / on
-    print(f"8a. pictures' share of a 1,024-token x 12-head run: {share:.1%} (target <= 15%: "
+    print(f"9a. pictures' share of a 1,024-token x 12-head run: {share:.1%} (target <= 15%: "
           f"{'PASS' if share <= 0.15 else 'FAIL'}); with pictures {on:.2f}s, without {off:.2f}s, median of {repeats}")
     c_on, c_off = statistics.median(cli_on), statistics.median(cli_off)
     cli_share = (c_on - c_off) / c_on
-    print(f"8a-cli. the same as commands: {cli_share:.1%} (target <= 15%: {'PASS' if cli_share <= 0.15 else 'FAIL'}); "
+    print(f"9a-cli. the same as commands: {cli_share:.1%} (target <= 15%: {'PASS' if cli_share <= 0.15 else 'FAIL'}); "
           f"with pictures {c_on:.2f}s, without {c_off:.2f}s, median of {repeats}")
     seconds, mb = statistics.median(inline), max(sizes) / 2**20
-    print(f"8b. _repr_html_ at 1,024 tokens x 12 heads: {seconds:.2f}s (target <= 1 s: "
+    print(f"9b. _repr_html_ at 1,024 tokens x 12 heads: {seconds:.2f}s (target <= 1 s: "
           f"{'PASS' if seconds <= 1 else 'FAIL'}), {mb:.2f} MB (target <= 2 MB: {'PASS' if mb <= 2 else 'FAIL'}); "
           f"{seconds / off:.2f}x the run it shows ({off:.2f}s)")
 

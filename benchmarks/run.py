@@ -35,7 +35,7 @@ BASELINES = HERE / "baselines"
 SWEEP_VARIANTS = "reference,linear,unscaled,wrong_softmax_axis"
 SWEEP_SEEDS = "1,2,3,4,5"
 SCALE = ["inputs=random", "inputs.n_tokens=4096", "inputs.d_in=64", "d_out=64"]
-FIGURES = ("cold", "sweep", "seeds", "scale", "capture", "startup", "handwritten", "isolation")
+FIGURES = ("cold", "sweep", "seeds", "scale", "capture", "startup", "handwritten", "isolation", "notebook")
 
 
 @dataclass
@@ -325,6 +325,27 @@ def machine() -> str:
             f"{platform.system()} {platform.release()}, load average at start {load:.1f}")
 
 
+def fig_notebook(s: Scratch, repeats: int) -> list[Figure]:
+    """attnlab.run as a notebook's first cell runs it (a fresh process: import, compose, the job,
+    its files) against the CLI's single run of the same variant; then warm calls in one process
+    against the job's own work inside them (run_job), issue 31's figure."""
+    # os._exit: a kernel is not torn down after its cell, and the CLI skips the teardown too (cli.exit_fast)
+    first = lambda: [PY, "-c", f"import os, attnlab; attnlab.run('unscaled', out_dir={str(s.new('nb'))!r}); os._exit(0)"]  # noqa: E731
+    walls = interleaved({
+        "api": first,
+        "cli": lambda: attnlab("variant=unscaled", f"hydra.run.dir={s.new('nb-cli')}"),
+    }, repeats)
+    _, _, out = run([PY, str(HERE / "inprocess.py"), "api", "20"])
+    warm = json.loads(out.strip().splitlines()[-1])
+    return [
+        Figure("8a. first attnlab.run in a fresh process vs the CLI's single run", med(walls["api"]) / med(walls["cli"]),
+               "<= 1.3x", 1.3, detail=f"attnlab.run {fmt_s(walls['api'])}, CLI {fmt_s(walls['cli'])}, "
+                                      f"median of {repeats} interleaved"),
+        Figure("8b. a warm attnlab.run vs its job's own work (run_job)", warm["call"] / warm["job"], "<= 1.2x", 1.2,
+               detail=f"call {warm['call'] * 1000:.1f} ms, run_job {warm['job'] * 1000:.1f} ms, median of 20"),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
@@ -353,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         "startup": lambda: fig_startup(scratch),
         "handwritten": lambda: fig_handwritten(repeats),
         "isolation": lambda: fig_isolation(scratch, max(1, min(repeats, 3))),
+        "notebook": lambda: fig_notebook(scratch, repeats),
     }
     try:
         for name in FIGURES:

@@ -58,6 +58,7 @@ class Record:
     error: str | None = None
     labels: list[str] = field(default_factory=list)
     reference: str = "reference"  # the variant the run compared against
+    origin: str = ""  # a notebook's object: its class's qualified name and file, or <notebook>
     stages: dict[str, np.ndarray | None] = field(default_factory=dict)  # in the module's own rank
     reference_stages: dict[str, np.ndarray | None] = field(default_factory=dict)
     stage_shapes: dict[str, list[int]] = field(default_factory=dict)  # in the module's own rank
@@ -157,6 +158,7 @@ class Record:
             "error": self.error,
             "labels": self.labels,
             "reference": self.reference,
+            **({"origin": self.origin} if self.origin else {}),
             "stages": self._stages_to_json(reference=False),
             "reference_stages": self._stages_to_json(reference=True),
             "expected_shapes": self.expected_shapes,
@@ -201,6 +203,7 @@ class Record:
             error=data.get("error"),
             labels=list(data.get("labels") or []),
             reference=str(data.get("reference") or "reference"),
+            origin=str(data.get("origin") or ""),
             stages=stages,
             reference_stages=ref_stages,
             stage_shapes=shapes,

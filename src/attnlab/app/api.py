@@ -11,6 +11,7 @@ prints it, with or without `out_dir`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -18,9 +19,17 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from torch import nn
 
-from attnlab.app.config import config_dir, register_configs, user_overrides
+from attnlab.app.config import config_dir, register_configs, user_config_dir, user_overrides
+from attnlab.errors import UserError
+from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
+from attnlab.modules import session
+from attnlab.modules.registry import discover, refresh
+from attnlab.schema import KEYS
 from attnlab.record import Finding, Record
 from attnlab.reporting.rows import module_table
 
@@ -62,7 +71,9 @@ class Result:
 
     def __repr__(self) -> str:
         codes = [f"{f.code}@{f.stage}" for f in self.findings]
-        return f"Result(variant={self.record.variant!r}, seed={self.record.seed}, status={self.record.status!r}, findings={codes})"
+        layer = f", layer={self.record.model['layer']}" if "layer" in self.record.model else ""
+        return (f"Result(variant={self.record.variant!r}, seed={self.record.seed}{layer}, "
+                f"status={self.record.status!r}, findings={codes})")
 
     def _repr_html_(self) -> str:
         """A notebook's inline view: findings, shape trace and heatmaps (attnlab.sinks.inline_html)."""
@@ -78,48 +89,125 @@ def override_words(variant: str, seed: int, overrides: Iterable[str] = (), **kwa
 
 
 def compose_config(variant: str, seed: int, overrides: Iterable[str] = (), **kwargs: Any) -> DictConfig:
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return compose(config_name="config", overrides=override_words(variant, seed, overrides, **kwargs))
+    """The job's config, as the CLI composes it; a mistake is one line (`UserError`), as the CLI's."""
+    from attnlab.app.cli import check_group_overrides, one_line
+
+    _check_keywords(kwargs)
+    words = override_words(variant, seed, overrides, **kwargs)
+    registry = discover()
+    key = (id(registry), _user_conf_fingerprint(), tuple(words))
+    if key not in _COMPOSED:
+        if _COMPOSED.get("registry") is not registry:  # the ConfigStore's variants follow the registry's
+            register_configs(registry)
+            _COMPOSED.clear()
+            _COMPOSED["registry"] = registry
+        try:
+            check_group_overrides(words)
+            GlobalHydra.instance().clear()
+            with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+                composed = compose(config_name="config", overrides=words)
+        except UserError:
+            raise
+        except (HydraException, OmegaConfBaseException) as exc:  # Hydra's wall of text: the CLI's one line
+            raise UserError(one_line(exc, words)) from None
+        OmegaConf.set_readonly(composed, True)  # shared by every run of the same request: never changed
+        _COMPOSED[key] = composed
+    return _COMPOSED[key]
+
+
+# Composed configs by (registry, ./conf's files, overrides): Hydra's composition is most of a warm
+# call's time, and a notebook repeats the same request; each is read-only, so no run changes another's.
+_COMPOSED: dict[Any, Any] = {}
+
+
+def _user_conf_fingerprint() -> tuple:
+    folder = user_config_dir()
+    if folder is None:
+        return ()
+    return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(folder.rglob("*.yaml")))
 
 
 def run(
-    variant: str = "reference",
+    variant: str | type[nn.Module] | nn.Module = "reference",
     seed: int = 123,
     *,
+    reference: str | type[nn.Module] | nn.Module | None = None,
     overrides: Iterable[str] = (),
     out_dir: str | Path | None = None,
     **kwargs: Any,
 ) -> Result | list[Result]:
-    """Run one variant against the reference; a list of results when n_seeds > 1."""
-    from attnlab.app.job import check, compute_records, write_outputs
+    """Run one variant against the reference; a list of results when n_seeds > 1 (or layer="all").
 
+    `variant` and `reference` are a name, a class (built from the config under the seed, as a
+    plugin's) or an instance (a deep copy of it runs; its weights are the reference's unless
+    weights="native"). A list is a sweep: `attnlab.sweep`."""
+    from attnlab.app.job import run_job
+
+    _one_value("variant", variant)
+    _one_value("seed", seed)
+    refresh()
+    variant = session_name(variant)
+    if reference is not None:
+        kwargs["reference"] = session_name(reference)
+    for key in ("model", "reference_model"):  # an in-memory model: run as a copy, nothing saved
+        if isinstance(kwargs.get(key), nn.Module):
+            kwargs[key] = session.register_model(kwargs[key])
+        elif isinstance(kwargs.get(key), type):
+            raise UserError(f"{key}={kwargs[key].__name__}: a model class needs its config; pass an instance "
+                            f"({key}={kwargs[key].__name__}(cfg)) or a ./models/NAME.py file")
     overrides = list(overrides)
-    if not any(o.lstrip("+").startswith("log.terminal=") for o in overrides):
-        kwargs["log"] = {"terminal": False, **kwargs.get("log", {})}  # a notebook shows the Result
+    for switch in ("terminal", "progress"):  # a notebook shows the Result
+        if not any(o.lstrip("+").startswith(f"log.{switch}=") for o in overrides):
+            kwargs["log"] = {switch: False, **kwargs.get("log", {})}
     cfg = compose_config(variant, seed, overrides, **kwargs)
-    sinks = check(cfg)
-    records = compute_records(cfg, checked=True)
     if out_dir is not None:
         hydra_dir = Path(out_dir) / ".hydra"
         hydra_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(cfg, hydra_dir / "config.yaml")
         OmegaConf.save(OmegaConf.create(override_words(variant, seed, overrides, **kwargs)), hydra_dir / "overrides.yaml")
-        write_outputs(cfg, records, Path(out_dir), sinks=sinks)
-    elif cfg.log.get("terminal"):  # nothing written: each seed's summary, without the line naming its file
-        from attnlab.sinks.terminal import print_record
-
-        for record in records:
-            print_record(record)
+    records = run_job(cfg, None if out_dir is None else Path(out_dir))
     results = [Result(record) for record in records]
     return results[0] if len(results) == 1 else results
+
+
+def session_name(obj: str | type[nn.Module] | nn.Module) -> str:
+    """A variant's name: a name as it is, a class or an instance registered for this session."""
+    if isinstance(obj, str):
+        return obj
+    if isinstance(obj, nn.Module) or (isinstance(obj, type) and issubclass(obj, nn.Module)):
+        return session.register(obj)
+    raise UserError(f"variant={obj!r}: a variant is a name, an nn.Module class or an nn.Module instance")
+
+
+def _one_value(key: str, value: Any) -> None:
+    """A list (or "a,b") never runs only one of its values: a sweep is attnlab.sweep."""
+    several = isinstance(value, (list, tuple)) or (key == "variant" and isinstance(value, str) and "," in value)
+    if several:
+        shown = list(value) if isinstance(value, (list, tuple)) else value.split(",")
+        raise UserError(f"{key}={shown!r}: attnlab.run runs one {key}; several are a sweep: "
+                        f"attnlab.sweep({key}={shown!r})")
+
+
+def _check_keywords(kwargs: dict[str, Any]) -> None:
+    """A key of the inputs given at the top level (`n_tokens=9`): one line naming where it goes."""
+    top = {key.name.split(".")[0] for key in KEYS}
+    for key, value in kwargs.items():
+        if key in top or key in ("variant", "reference", "inputs", "log", "sink", "expect", "model",
+                                 "reference_model", "reference_params"):
+            continue
+        kinds = [name for name, schema in INPUT_SCHEMAS.items()
+                 if key in {f.name for f in dataclasses.fields(schema)}]
+        if kinds:
+            raise UserError(f"{key}={value!r}: {key} is a key of the inputs (inputs.{key}); "
+                            f'write inputs={{"kind": "{kinds[0]}", "{key}": {value!r}}} (kinds that take it: {", ".join(kinds)})')
 
 
 def _override_words(values: dict[str, Any], prefix: str = "") -> list[str]:
     words = []
     for key, value in values.items():
-        if isinstance(value, dict):
+        if not prefix and key == "inputs" and isinstance(value, dict) and "kind" in value:  # the kind picks its schema
+            words += [f"inputs={value['kind']}", *_override_words({k: v for k, v in value.items() if k != "kind"}, "inputs.")]
+        elif isinstance(value, dict):
             words += _override_words(value, f"{prefix}{key}.")
         else:
             words.append(f"{prefix}{key}={_hydra_value(value)}")

@@ -51,7 +51,7 @@ def one_line(exc: BaseException, args: list[str] = ()) -> str:
     return "; ".join(lines[:4] if ambiguous else lines[:2]) or type(exc).__name__
 
 
-def _check_group_overrides(args: list[str]) -> None:
+def check_group_overrides(args: list[str]) -> None:
     """What Hydra would refuse after making the run's folder, or with a traceback, fails here in
     one line: an unknown variant (`variant=` or `variant.name=`, which names the folder), with the
     closest match, and a config-group choice that is a number or a bool (`inputs=5`)."""
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return job_failed
 
     try:
-        _check_group_overrides(args)
+        check_group_overrides(args)
         sys.argv = [sys.argv[0], *user_overrides(args)]
         hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)()
         if errors:

@@ -75,14 +75,11 @@ def seeds(cfg: DictConfig) -> range:
     return range(cfg.seed, cfg.seed + cfg.n_seeds)
 
 
-def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to: Path | None = None,
-                    *, checked: bool = False) -> list[Record]:
-    """Every seed's record (`checked`: `check` already ran on this config). With `stream_to` (a
+def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to: Path | None = None) -> list[Record]:
+    """Every seed's record of a config `check` passed. With `stream_to` (a
     job folder) and several seeds, each record is written as soon as it is computed and then
     keeps only its reductions (diagnostics, findings, shapes): the sinks draw images from the
     first record that succeeded, so holding every seed's stages would only cost memory."""
-    if not checked:
-        check(cfg)
     show_import_output(cfg)
     cap_process()
     progress = progress or Progress(cfg.n_seeds, enabled=False)
@@ -174,12 +171,22 @@ def mark_failed(records: list[Record], error: str) -> list[str]:
     return paths
 
 
-def run_job(cfg: DictConfig, job: JobInfo | Path, *, checked: bool = False) -> list[Record]:
-    """One job (`checked`: the sweeper already checked its values; the sinks are still built)."""
-    sinks = build_sinks(cfg) if checked else check(cfg)
+def run_job(cfg: DictConfig, job: JobInfo | Path | None, sinks: dict[str, Any] | None = None) -> list[Record]:
+    """One job, the CLI's and `attnlab.run`'s: checked (unless `sinks` are given: the sweeper
+    checked its values already and built them), every record computed, then written with every
+    sink's files into `job`. `job` None (a notebook's run without out_dir): nothing is written,
+    and the terminal summary, if switched on, is printed without the line naming its file."""
+    sinks = check(cfg) if sinks is None else sinks
+    stream_to = None if job is None else Path(job.dir if isinstance(job, JobInfo) else job)
     with Progress(cfg.n_seeds, label="seeds", enabled=bool(cfg.log.get("progress"))) as progress:
-        records = compute_records(cfg, progress, stream_to=Path(job.dir if isinstance(job, JobInfo) else job), checked=True)
-        write_outputs(cfg, records, job, progress, sinks)
+        records = compute_records(cfg, progress, stream_to=stream_to)
+        if job is not None:
+            write_outputs(cfg, records, job, progress, sinks)
+    if job is None and cfg.log.get("terminal"):
+        from attnlab.sinks.terminal import print_record
+
+        for record in records:
+            print_record(record)
     return records
 
 
@@ -209,7 +216,7 @@ def job_work(cfg: DictConfig, job: JobInfo, *, multirun: bool, checked: bool) ->
     failed record in the job's folder, so the job has its row and the other jobs run; in a single
     run it is raised, for the CLI to report in one line. A sink that fails marks the records."""
     try:
-        records = run_job(cfg, job, checked=checked)
+        records = run_job(cfg, job, build_sinks(cfg) if checked else None)
     except SinkError as exc:  # after the records: they are marked failed already
         if not multirun:
             raise

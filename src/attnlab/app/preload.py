@@ -14,7 +14,8 @@ import tensorboard.compat.proto.summary_pb2  # noqa: F401
 import tensorboard.plugins.hparams.api_pb2  # noqa: F401 - its HParams session
 import tensorboard.plugins.hparams.metadata  # noqa: F401
 import tensorboard.plugins.hparams.plugin_data_pb2  # noqa: F401
-import torch.utils.tensorboard.summary  # noqa: F401 - its histogram and custom-scalars helpers
+import tensorboard.plugins.custom_scalar.layout_pb2  # noqa: F401 - its custom-scalars layout
+import tensorboard.plugins.text.summary_v2  # noqa: F401 - its text summaries
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
@@ -26,6 +27,7 @@ import attnlab.reporting.sweep_plots  # noqa: F401
 import attnlab.sinks.html  # noqa: F401 - the built-in sinks (conf/sink/), built by name in every job
 import attnlab.sinks.table  # noqa: F401
 import attnlab.sinks.tensorboard  # noqa: F401
+import attnlab.sinks.tensorboard_protos  # noqa: F401
 import attnlab.sinks.terminal  # noqa: F401
 from attnlab.app.job import run_job  # noqa: F401 - the job's code: inputs, modules, capture, diagnosis, sinks
 from attnlab.modules.registry import discover

@@ -38,6 +38,7 @@ from attnlab.compute.profile import profile_pair
 from attnlab.record import Record
 from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, auto_reference
+from attnlab.modules import session
 from attnlab.modules.roles import manual_seed
 
 SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
@@ -206,6 +207,7 @@ def _build_pair(spec: JobSpec, inputs: Inputs, seed: int, record: Record) -> tup
     spilling = should_spill(size)
     check_fits(size, spilled=spilling)
     variant_built = planned.build(seed)
+    record.origin = planned.spec.source if session.is_session(spec.name) else ""
     variant = _Side(variant_built, variant_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out),
                     unobservable=unobservable(planned.spec, size))
     record.reference = reference_name = (auto_reference(planned.spec, variant_built.module, variant.batched)

@@ -17,6 +17,7 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.model.spec import ModelSpec
+from attnlab.modules import session
 from attnlab.modules.discovery import load_file
 from attnlab.modules.outermost import outermost
 
@@ -24,7 +25,10 @@ MODELS_DIR = "models"
 
 
 def build_user_model(spec: ModelSpec) -> tuple[nn.Module, Any]:
-    """(the model with its weights loaded, its config)."""
+    """(the model with its weights loaded, its config); an in-memory model (a notebook's) as it is."""
+    in_memory = session.model(spec.name)
+    if in_memory is not None:
+        return in_memory
     path = Path.cwd() / MODELS_DIR / f"{spec.name}.py"
     if not path.is_file():
         found = sorted(p.stem for p in (Path.cwd() / MODELS_DIR).glob("*.py"))
@@ -46,8 +50,10 @@ def build_user_model(spec: ModelSpec) -> tuple[nn.Module, Any]:
 
 
 def _model_class(source: Any, path: Path) -> type[nn.Module]:
-    classes = [obj for obj in vars(source).values()
-               if inspect.isclass(obj) and issubclass(obj, nn.Module) and obj.__module__ == source.__name__]
+    modules = [obj for obj in vars(source).values() if inspect.isclass(obj) and issubclass(obj, nn.Module)]
+    classes = [obj for obj in modules if obj.__module__ == source.__name__]
+    # a file that only imports its model (`from llms_from_scratch.ch04 import GPTModel`): the one it imports
+    classes = classes or [obj for obj in modules if obj is not nn.Module and not obj.__module__.startswith("torch.")]
     models = outermost(classes)
     if len(models) != 1:
         names = ", ".join(c.__name__ for c in models or classes) or "none"

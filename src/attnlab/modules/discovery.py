@@ -27,13 +27,15 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from torch import nn
 
+from attnlab.modules import session
 from attnlab.modules.describe import copied_texts, describe
 from attnlab.modules.outermost import outermost
 from attnlab.plugin_folders import USER_GROUP, plugin_files
 
 ENTRY_POINT_GROUP = "attnlab.variants"
-_MARK = "__attnlab_variants__"
+_MARK = session.MARK
 _OUTPUT = "__attnlab_output__"  # (stdout, stderr) a plugin module printed while it was imported
+_CONTENT = "__attnlab_content__"  # the digest of the file's bytes it was loaded from
 
 ModuleClass = TypeVar("ModuleClass", bound=type)
 
@@ -67,6 +69,8 @@ def variant(
                           expected_finding=expected_finding, reference=reference, tags=tuple(tags),
                           observable=dict(observable or {})))
         setattr(cls, _MARK, marks)
+        if cls.__module__ == "__main__":  # defined in a notebook cell or the REPL: this session's
+            session.register(cls, name or _snake(cls.__name__), marks[-1])
         return cls
 
     return mark
@@ -101,19 +105,40 @@ class Found:
     declarations: list[Declaration] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     seen_texts: dict[str, str] = field(default_factory=dict, repr=False)  # docstring/comment -> first file
+    fingerprint: str = ""  # the plugin files' names and contents, as read
 
 
 def find_plugins() -> Found:
     """Every variant of the plugin files (built-ins, ./plugins, ATTNLAB_PLUGIN_PATH), then of the
     installed entry points; a plugin that fails is one warning, and the others load."""
-    found = Found()
+    files = plugin_files()
+    found = Found(fingerprint=_fingerprint(files))
     by_folder: dict[Path, list[tuple[Path, str]]] = {}
-    for path, group in plugin_files():
+    for path, group in files:
         by_folder.setdefault(path.parent, []).append((path, group))
     for folder, files in by_folder.items():
         _read_folder(found, folder, files)
     _read_entry_points(found)
     return found
+
+
+def plugin_fingerprint() -> str:
+    """A digest of every plugin file's path and contents: changes when one is added, removed or edited."""
+    return _fingerprint(plugin_files())
+
+
+def _fingerprint(files: list[tuple[Path, str]]) -> str:
+    digest = hashlib.sha1()
+    for path, _group in files:
+        digest.update(str(path).encode() + b"\0" + _content_hash(path).encode())
+    return digest.hexdigest()
+
+
+def _content_hash(path: Path) -> str:
+    try:
+        return hashlib.sha1(path.read_bytes()).hexdigest()
+    except OSError:  # removed meanwhile: the next look finds it gone
+        return ""
 
 
 def _read_folder(found: Found, folder: Path, files: list[tuple[Path, str]]) -> None:
@@ -148,8 +173,10 @@ def load_file(path: Path) -> Any:
     loaded once; what it prints meanwhile is kept on it (`_OUTPUT`), not shown."""
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
     module_name = f"attnlab_plugin_{digest}_{path.stem}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
+    content = _content_hash(path)
+    known = sys.modules.get(module_name)
+    if known is not None and getattr(known, _CONTENT, None) == content:
+        return known  # loaded once while it stays the same; an edited file is loaded again
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
@@ -157,9 +184,10 @@ def load_file(path: Path) -> Any:
         with _held_output() as output:
             spec.loader.exec_module(module)
     except BaseException:
-        del sys.modules[module_name]
+        sys.modules.pop(module_name, None)
         raise
     setattr(module, _OUTPUT, output())
+    setattr(module, _CONTENT, content)
     return module
 
 
@@ -274,6 +302,11 @@ def _imported_classes(module: Any) -> list[type]:
                 and obj.__module__ != module.__name__ and _MARK not in obj.__dict__ and obj not in classes):
             classes.append(obj)
     return classes
+
+
+def declaration(cls: type, name: str, mark: dict[str, Any], source: str, group: str) -> Declaration:
+    """A variant declared outside a file (a notebook's class or instance), as a plugin's would be."""
+    return _declaration(cls, name, mark, source, group, frozenset(), ("", ""))
 
 
 def _declaration(cls: type, name: str, mark: dict[str, Any], source: str, group: str,

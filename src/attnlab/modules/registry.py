@@ -25,11 +25,11 @@ from typing import Any
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf
+from attnlab.modules import hf, session
 from attnlab.modules.arguments import check_forward
 from attnlab.modules.configs import ConfigConstructor, module_class
 from attnlab.modules.describe import same_file
-from attnlab.modules.discovery import find_plugins
+from attnlab.modules.discovery import Declaration, declaration, find_plugins, plugin_fingerprint
 from attnlab.modules.families import spellings
 from attnlab.modules.roles import parameter_role
 from attnlab.plugin_folders import USER_GROUP, builtin_groups
@@ -63,11 +63,12 @@ class VariantError(UserError):
     """A user-facing problem with a variant name: unknown, or defined twice."""
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: the session's view is cached per files' registry
 class Registry:
     specs: dict[str, VariantSpec] = field(default_factory=dict)
     duplicates: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    fingerprint: str = ""  # the plugin files' contents when they were read (discovery.plugin_fingerprint)
 
     def add(self, spec: VariantSpec) -> None:
         known = self.specs.get(spec.name)
@@ -118,18 +119,58 @@ def _hf_spec(name: str) -> VariantSpec:
 
 
 @lru_cache(maxsize=1)
-def discover() -> Registry:
+def _from_files() -> Registry:
     found = find_plugins()
-    registry = Registry(warnings=found.warnings)
+    registry = Registry(warnings=found.warnings, fingerprint=found.fingerprint)
     for declared in found.declarations:
         try:
-            built = hf.config_constructor(declared.cls, declared.name) or declared.cls  # Cls(config), nanoGPT's
+            spec = _spec(declared)  # Cls(config), nanoGPT's
         except Exception as exc:  # noqa: BLE001 - one declaration that cannot be read never takes the folder down
             registry.warnings.append(f"plugin {declared.source}: {declared.cls.__name__} skipped, its constructor "
                                      f"could not be read ({type(exc).__name__}: {' '.join(str(exc).split())})"[:200])
             continue
-        registry.add(VariantSpec(**{**vars(declared), "cls": built}))
+        registry.add(spec)
     return registry
+
+
+def _spec(declared: Declaration) -> VariantSpec:
+    built = hf.config_constructor(declared.cls, declared.name) or declared.cls  # Cls(config), nanoGPT's
+    return VariantSpec(**{**vars(declared), "cls": built})
+
+
+@lru_cache(maxsize=1)
+def _with_session(files: Registry, version: int) -> Registry:
+    """The files' variants and this session's (a notebook's classes and instances), which win."""
+    if not version:
+        return files
+    registry = Registry(dict(files.specs), dict(files.duplicates), list(files.warnings), files.fingerprint)
+    for entry in session.variants():
+        mark = {**entry.mark, "description": entry.mark.get("description") or f"{entry.cls.__name__} ({entry.origin})"}
+        declared = declaration(entry.cls, entry.name, mark, entry.origin, USER_GROUP)
+        registry.duplicates.pop(entry.name, None)
+        registry.specs[entry.name] = _spec(declared)
+    return registry
+
+
+def discover() -> Registry:
+    """Every variant: the plugin files' (read once; `refresh` reads them again when one changed)
+    and this session's."""
+    return _with_session(_from_files(), session.version())
+
+
+def _clear() -> None:
+    _from_files.cache_clear()
+    _with_session.cache_clear()
+
+
+discover.cache_clear = _clear  # type: ignore[attr-defined]  # as when discover was an lru_cache
+
+
+def refresh() -> None:
+    """Read the plugin files again if any was added, removed or edited since they were read (by
+    content, not by time): a notebook's next run sees them, with no kernel restart."""
+    if _from_files().fingerprint != plugin_fingerprint():
+        _clear()
 
 
 def list_variants(filter: str = "", tag: str | None = None) -> list[str]:

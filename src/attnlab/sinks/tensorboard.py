@@ -88,7 +88,7 @@ def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
     step = the swept value when every value is an integer, else its index (named in the chart's
     title), and a custom-scalars layout: a category per swept key, a margin chart per diagnostic.
     Runs written by an earlier call are replaced: the sweep's end can rebuild its outputs."""
-    from torch.utils.tensorboard.summary import custom_scalars
+    from attnlab.sinks.tensorboard_protos import custom_scalars
 
     _remove_sweep_runs(folder)
     if not curves:
@@ -307,7 +307,7 @@ def _write_histograms(events: EventFile, record: Record) -> None:
     """Histograms of the finite values only: np.histogram cannot bin NaN or infinity, and the
     non_finite/<stage> scalars already count them. Above HISTOGRAM_SAMPLE values, of an evenly
     strided sample (a 4096-token stage would otherwise be copied whole)."""
-    from torch.utils.tensorboard.summary import histogram
+    from attnlab.sinks.tensorboard_protos import histogram
 
     for stage in HISTOGRAM_STAGES:
         for source, stages in (("variant", record.stages), ("reference", record.reference_stages)):

@@ -1,0 +1,75 @@
+"""`attnlab.sweep(variant=[...], seed=[...], **grid)`: a sweep from Python, job by job through `attnlab.run`.
+
+Every combination of the listed values is one job, in the order the CLI's `-m` runs them (the
+first key outermost); with `out_dir` each job writes its records into `out_dir/<job number>`, as
+a CLI sweep does under its sweep folder, so `attnlab compare out_dir` rebuilds the same table.
+The table returned is the one `attnlab compare` builds (attnlab.reporting.aggregate.Report).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from attnlab.app.api import Result, run, session_name
+from attnlab.errors import UserError
+from attnlab.reporting.aggregate import Report, find_record_files, load_records
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class SweepResult:
+    """Every job's results, in job order, and the comparison table of their records."""
+
+    results: list[Result]
+    table: pd.DataFrame
+
+    def __repr__(self) -> str:
+        return f"SweepResult({len(self.results)} results; .table: {len(self.table)} rows)"
+
+
+def sweep(variant: Any = "reference", seed: Any = 123, *, overrides: Iterable[str] = (),
+          out_dir: str | Path | None = None, progress: bool = True, **grid: Any) -> SweepResult:
+    """Run every combination of the listed values (`variant`, `seed` and any keyword: a list
+    sweeps, a single value is fixed); returns the results and the comparison table."""
+    axes = {"variant": variant, "seed": seed, **grid}
+    listed = {key: list(values) for key, values in axes.items() if isinstance(values, (list, tuple, range))}
+    for key, values in listed.items():
+        if not values:
+            raise UserError(f"{key}=[]: a sweep needs at least one value of {key}")
+    fixed = {key: value for key, value in axes.items() if key not in listed}
+    jobs = [dict(zip(listed, values)) for values in itertools.product(*listed.values())]
+    results: list[Result] = []
+    for number, job in enumerate(jobs):
+        if progress:
+            _show(number, len(jobs), job)
+        found = run(**{**fixed, **job}, overrides=overrides,
+                    out_dir=None if out_dir is None else Path(out_dir) / _job_dir(number, job))
+        results += found if isinstance(found, list) else [found]
+    if progress:
+        _show(len(jobs), len(jobs), {})
+    if out_dir is None:
+        return SweepResult(results, Report([r.record for r in results]).jobs)
+    records, _problems = load_records(find_record_files([Path(out_dir)]))  # as `attnlab compare out_dir` reads them
+    return SweepResult(results, Report(records).jobs)
+
+
+def _job_dir(number: int, job: dict[str, Any]) -> str:
+    """`3-seed=2,variant=unscaled`, as a CLI sweep names its jobs' folders (Hydra's override_dirname)."""
+    values = {key: session_name(value) if key in ("variant", "reference") else value for key, value in job.items()}
+    return f"{number}-" + ",".join(f"{key}={value}" for key, value in sorted(values.items()))
+
+
+def _show(done: int, total: int, job: dict[str, Any]) -> None:
+    """One line, redrawn in place (a notebook's output and a terminal both honour the carriage return)."""
+    width = 20
+    bar = "#" * (width * done // max(total, 1))
+    what = " ".join(f"{k}={getattr(v, '__name__', v)}" for k, v in job.items())
+    sys.stderr.write(f"\rattnlab.sweep [{bar.ljust(width)}] {done}/{total} {what}".ljust(79)
+                     + ("\n" if done == total else ""))
+    sys.stderr.flush()

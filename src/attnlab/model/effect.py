@@ -26,8 +26,8 @@ CHUNK = 128  # positions per logits chunk
 def log_probs(head: nn.Module, final: Final, start: int, stop: int, softcap: float | None = None) -> Tensor:
     """(c, vocab) log-probabilities at positions start..stop: the model's own logits where it gave them."""
     if final.logits is not None:
-        return F.log_softmax(final.logits[0, start:stop].float(), dim=-1)  # (c, vocab)
-    logits = head(final.hidden[0, start:stop]).float()  # (c, vocab)
+        return F.log_softmax(final.logits[0, start:stop].double(), dim=-1)  # (c, vocab) float64: a KL sums vocab terms
+    logits = head(final.hidden[0, start:stop]).double()  # (c, vocab)
     if softcap:  # Gemma 2 caps its final logits; the model's own forward would
         logits = torch.tanh(logits / softcap) * softcap
     return F.log_softmax(logits, dim=-1)  # (chunk, vocab)

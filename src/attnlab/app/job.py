@@ -31,7 +31,7 @@ from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.isolation import run_job_guarded
 from attnlab.app.progress import Progress
 from attnlab.record import Record, write_record
-from attnlab.schema import check_n_tokens, declared_n_tokens
+from attnlab.schema import check_key, check_n_tokens, declared_n_tokens
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
 from attnlab.model.config_variants import takes_config
 from attnlab.model.job import check_model_request, check_unused, compute_model_records, wants_model
@@ -198,6 +198,7 @@ def run_task(cfg: DictConfig, hydra_cfg: DictConfig) -> list[str]:
         overrides=tuple(hydra_cfg.overrides.task),
     )
     checked = multirun and bool(OmegaConf.select(hydra_cfg, "sweeper.check_job"))
+    check_key(cfg, "timeout_s")  # before it isolates the job: timeout_s=0 would fail it unrun
     work = partial(job_work, cfg, job, multirun=multirun, checked=checked)
     fail = partial(write_failure_line, cfg, job.dir)
     return run_job_guarded(work, fail, cfg, isolate=multirun or cfg.timeout_s is not None)

@@ -219,3 +219,30 @@ def test_a_thread_left_running_by_a_forward_never_holds_the_command(app, plugin_
                env={"ATTNLAB_PLUGIN_PATH": str(folder), "ATTNLAB_CACHE_DIR": str(tmp_path / "cache")})
     assert done.returncode == 0 and done.record["status"] == "ok", done.stderr  # returned at all: not held
     assert "still running after the records were written; not waited for" in done.stderr.splitlines()[-1]
+
+
+FORKS = """
+import os
+import torch
+import torch.nn as nn
+
+class Forks(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+
+    def forward(self, x):
+        if not os.environ.get("FORKED"):
+            os.environ["FORKED"] = "1"
+            os.fork()  # parent and child both return into attnlab
+        return x @ self.W_query
+"""
+
+
+@pytest.mark.slow
+def test_a_child_forked_in_a_forward_never_reaches_reporting(app, plugin_folder, tmp_path) -> None:
+    folder = plugin_folder("forks", FORKS)
+    done = app("variant=forks", "log.tensorboard=false",
+               env={"ATTNLAB_PLUGIN_PATH": str(folder), "ATTNLAB_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0 and done.record["status"] == "ok", done.stderr
+    assert done.stdout.count("attnlab · variant=forks") == 1, done.stdout  # the summary once: the parent's

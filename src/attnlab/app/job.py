@@ -15,6 +15,7 @@ terminal table).
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import partial
 from pathlib import Path
@@ -178,7 +179,10 @@ def run_job(cfg: DictConfig, job: JobInfo | Path, *, checked: bool = False) -> l
     """One job (`checked`: the sweeper already checked its values; the sinks are still built)."""
     sinks = build_sinks(cfg) if checked else check(cfg)
     with Progress(cfg.n_seeds, label="seeds", enabled=bool(cfg.log.get("progress"))) as progress:
+        owner = os.getpid()
         records = compute_records(cfg, progress, stream_to=Path(job.dir if isinstance(job, JobInfo) else job), checked=True)
+        if os.getpid() != owner:  # a module forked and its child came back here: only the parent reports
+            os._exit(0)
         write_outputs(cfg, records, job, progress, sinks)
     return records
 

@@ -92,3 +92,16 @@ def use_plugins(monkeypatch):
 
     yield use
     discover.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def fresh_session(monkeypatch):
+    """Each test starts with a session of its own: a notebook's variants and models registered by one
+    test (`attnlab.run(Cls)`, `@attnlab.variant`) are never listed by the next."""
+    from attnlab.modules import session
+
+    monkeypatch.setattr(session, "_VARIANTS", {})
+    monkeypatch.setattr(session, "_MODELS", {})
+    session._VERSION[0] += 1
+    yield
+    session._VERSION[0] += 1  # the registry's view of the session is keyed by this: rebuilt after

@@ -43,7 +43,9 @@ def forward_parameters(cls: Any) -> list[inspect.Parameter]:
         parameters = list(inspect.signature(forward).parameters.values())
     except (TypeError, ValueError):
         return []
-    return parameters[1:] if parameters and parameters[0].name == "self" else parameters
+    # read off the class, forward is a plain function whose first parameter is the module, by any name
+    bound = inspect.isclass(cls) and not isinstance(inspect.getattr_static(cls, "forward", None), staticmethod)
+    return parameters[1:] if parameters and bound else parameters
 
 
 def required(cls: Any) -> list[inspect.Parameter]:

@@ -66,4 +66,4 @@ def test_the_bench_extra_holds_every_library_the_hand_written_parts_are_compared
     compared = set(re.findall(r'installed\("(\w+)"\)', source)) | set(re.findall(r'"(\w+)"\),\n', source))
     assert {"matplotlib", "tqdm", "rich"} <= compared
     assert compared <= {re.split(r"[<>=\[]", spec)[0] for spec in extras["bench"]}
-    assert "'.[dev,bench]'" in (root / "README.md").read_text()
+    assert "'.[dev,bench]'" in (root / "docs" / "guide" / "cost.md").read_text()

@@ -20,9 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _readme_rows() -> dict[str, list[tuple[str, str]]]:
     """{code: [(stage cell, severity), ...]} from every table whose first column is `code` in the
-    README section "What attnlab checks, and in what order"."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("## What attnlab checks, and in what order", 1)[1].split("\n### ", 1)[0]
+    guide's page "What attnlab checks, and in what order"."""
+    text = (REPO / "docs" / "guide" / "checks.md").read_text()
+    section = text.split("# What attnlab checks, and in what order", 1)[1].split("\n## ", 1)[0]
     rows: dict[str, list[tuple[str, str]]] = {}
     in_table = False
     for line in section.splitlines():

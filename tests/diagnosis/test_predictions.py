@@ -70,9 +70,9 @@ def test_a_single_finding_code_validates_as_a_list_of_one():
 
 
 def _readme_prediction_rows() -> dict[str, list[str]]:
-    """{key: [examples]} from the table of the README's "Predictions" section."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("### Predictions", 1)[1].split("\n#", 1)[0]
+    """{key: [examples]} from the table of the guide's "Predictions" section."""
+    text = (REPO / "docs" / "guide" / "configuration.md").read_text()
+    section = text.split("## Predictions", 1)[1].split("\n#", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

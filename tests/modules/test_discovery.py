@@ -414,7 +414,7 @@ def test_timm_itself_imported_by_a_plugin_file_runs(plugins):
     try:
         import timm.models.vision_transformer  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - timm needs torchvision, not installable beside CPU torch 2.13 here
-        pytest.skip(f"timm does not import ({type(exc).__name__}: {exc}); see README 'timm'")
+        pytest.skip(f"timm does not import ({type(exc).__name__}: {exc}); see docs/guide/modules.md 'timm'")
     write(plugins, "timm_vit", "from timm.models.vision_transformer import Attention\n")
     assert warnings_about("timm_vit") == []
     result = attnlab.run("timm_vit", overrides=[*SIZES_64, "reference=bidirectional_attention"])

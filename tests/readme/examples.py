@@ -1,4 +1,5 @@
-"""The README's examples, read from its fenced blocks, run in a temporary folder, compared.
+"""The guide's examples (the README, then docs/guide/'s pages in the site's order), read from their
+fenced blocks, run in one temporary folder, compared.
 
 A block is an example when it holds `$ command` lines (a shell transcript: each command's output
 follows it) or `>>> ` lines (a Python session, run with doctest). A python block whose first line
@@ -28,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+MKDOCS = ROOT / "mkdocs.yml"
 FILES = Path(__file__).resolve().parent / "files"
 COLUMNS = "100"  # the terminal width the README's tables are shown at
 NOT_RUN = re.compile(r"not\s+run\s+in\s+tests:\s*(.+?)(?:\)|\.(?:\s|$))", re.IGNORECASE | re.DOTALL)
@@ -59,11 +61,35 @@ class Example:
     commands: list[Command]
     not_run: str | None = None  # the README's reason
     body: str = ""
+    path: Path = README  # the page it is on
 
     @property
     def name(self) -> str:
         first = self.commands[0].line if self.commands else self.body.splitlines()[0]
-        return f"line {self.line_no}: {first[:60]}"
+        return f"{self.path.relative_to(ROOT)} line {self.line_no}: {first[:60]}"
+
+
+def guide() -> list[Path]:
+    """The README, then the site's guide pages in its nav order: the order a user reads them in."""
+    import yaml
+
+    nav = yaml.safe_load(MKDOCS.read_text(encoding="utf-8"))["nav"]
+    pages = next(entry["Guide"] for entry in nav if isinstance(entry, dict) and "Guide" in entry)
+    return [README, *(ROOT / "docs" / next(iter(page.values())) for page in pages)]
+
+
+def guide_text() -> str:
+    """Every page of the guide, one after another: where a test looks for the table it checks."""
+    return "\n\n".join(path.read_text(encoding="utf-8") for path in guide())
+
+
+def guide_examples() -> list[Example]:
+    found = []
+    for path in guide():
+        for example in examples(path.read_text(encoding="utf-8")):
+            example.path = path
+            found.append(example)
+    return found
 
 
 def examples(text: str | None = None) -> list[Example]:

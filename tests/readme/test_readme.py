@@ -1,5 +1,5 @@
-"""The README runs as a test (issue 25): every example with a shown output is run in a temporary
-folder and its output compared with the README's (tests/readme/examples.py says how); examples
+"""The README and the guide pages run as a test: every example with a shown output is run, in the
+site's order, in one temporary folder and its output compared with the page's (tests/readme/examples.py says how); examples
 marked "not run in tests" are listed as skipped with the README's reason. After a change of
 output, `python tests/readme/refresh.py` rewrites the README's shown outputs from real runs."""
 
@@ -9,9 +9,9 @@ import difflib
 
 import pytest
 
-from tests.readme.examples import examples, fresh_folder, matches, normalise, run_all
+from tests.readme.examples import fresh_folder, guide_examples, matches, normalise, run_all
 
-EXAMPLES = examples()
+EXAMPLES = guide_examples()
 
 
 @pytest.fixture(scope="module")

@@ -164,7 +164,7 @@ def register_configs(registry: Registry | None = None, *, full_help: bool = Fals
         node={
             "app_name": "attnlab",
             "header": help_header(registry) if full_help else "attnlab: python -m attnlab --help lists everything",
-            "footer": "Docs: README.md. Powered by Hydra (https://hydra.cc).",
+            "footer": "Docs: README.md and docs/guide/. Powered by Hydra (https://hydra.cc).",
             "template": ("${hydra.help.header}\n\n== Config groups ==\n" + groups_help().replace("$", "$$") + "\n\n"
                          "== Keys ==\n" + keys_help().replace("$", "$$") + "\n\n"
                          "== Config ==\nOverride anything in the config (e.g. seed=7, d_out=4)\n\n$CONFIG\n"

@@ -3,7 +3,7 @@
 "Predict the shapes and values, then check stage by stage": an `expect:` block in the config
 names each prediction. It is validated before any work, so a typo costs no run, and every
 prediction becomes a Prediction(name, expected, observed, passed) with JSON-able values.
-The README's "Predictions" section documents every key with its value format.
+The "Predictions" section of docs/guide/configuration.md documents every key with its value format.
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def spellings(key: str) -> tuple[str, ...]:
 
 
 def markdown_table(rows: tuple[Family, ...] = FAMILIES) -> str:
-    """The README's supported table, one line per row."""
+    """The supported table of docs/guide/modules.md, one line per row."""
     lines = ["| family | attention | fused QKV | output | final norm | logits | mask | arguments |",
              "|---|---|---|---|---|---|---|---|"]
     for row in rows:

@@ -153,7 +153,11 @@ print(f"KL by hand {kl:.2e}; attnlab's {in_model.record.model['effect']['kl_max'
 assert kl < 1e-6 and in_model.record.model["effect"]["kl_max"] < 1e-6"""),
     ("md", "## 5. A Result shows itself"),
     ("code", "from_class"),
-    ("md", "## 6. A typo is one line"),
+    ("md", "## 6. At 1,024 tokens and 12 heads: the same view, a log scale beside the linear one"),
+    ("code", """long_context = attnlab.run("mha_head_merge", num_heads=12, d_out=96, inputs="random",
+                           overrides=["inputs.n_tokens=1024", "inputs.d_in=32", "inputs.distribution=normal"])
+long_context"""),
+    ("md", "## 7. A typo is one line"),
     ("code", """try:
     attnlab.run("unscald")
 except UserError as error:

@@ -149,12 +149,18 @@ def declared_n_tokens(inputs: Any) -> int | None:
 def check_values(cfg: DictConfig) -> None:
     """Every key of `KEYS` and every relation between them; the first bad one raises `UserError`."""
     for key in KEYS:
-        value = OmegaConf.select(cfg, key.name, default=None)
-        if not key.accepts(value):
-            raise UserError(f"{key.name}={show_value(value)}: {key.allowed}")
+        check_key(cfg, key)
     for name, allowed, holds in _relations(cfg):
         if not holds:
             raise UserError(f"{name}={show_value(cfg[name])}: {allowed}")
+
+
+def check_key(cfg: DictConfig, key: Key | str) -> None:
+    """One key of `KEYS` (an instance or its name) against what it allows."""
+    key = key if isinstance(key, Key) else next(k for k in KEYS if k.name == key)
+    value = OmegaConf.select(cfg, key.name, default=None)
+    if not key.accepts(value):
+        raise UserError(f"{key.name}={show_value(value)}: {key.allowed}")
 
 
 def check_n_tokens(cfg: DictConfig, n_tokens: int) -> None:

@@ -194,3 +194,55 @@ def test_a_reader_that_leaves_early_fails_nothing(tmp_path):
     assert first.startswith("attnlab · variant=unscaled")
     assert process.returncode == 0 and "Error" not in err and "Traceback" not in err, err
     assert (tmp_path / "out" / "record.json").exists() and list((tmp_path / "out").glob("events.out.tfevents.*"))
+
+
+LINGERS = """
+import threading, time
+import torch
+import torch.nn as nn
+
+class Lingers(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+
+    def forward(self, x):
+        threading.Thread(target=time.sleep, args=(3600,), name="sleeper").start()
+        return x @ self.W_query
+"""
+
+
+@pytest.mark.slow
+def test_a_thread_left_running_by_a_forward_never_holds_the_command(app, plugin_folder, tmp_path) -> None:
+    folder = plugin_folder("lingers", LINGERS)
+    done = app("variant=lingers", "log.tensorboard=false",
+               env={"ATTNLAB_PLUGIN_PATH": str(folder), "ATTNLAB_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0 and done.record["status"] == "ok", done.stderr  # returned at all: not held
+    assert "still running after the records were written; not waited for" in done.stderr.splitlines()[-1]
+
+
+FORKS = """
+import os
+import torch
+import torch.nn as nn
+
+class Forks(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+
+    def forward(self, x):
+        if not os.environ.get("FORKED"):
+            os.environ["FORKED"] = "1"
+            os.fork()  # parent and child both return into attnlab
+        return x @ self.W_query
+"""
+
+
+@pytest.mark.slow
+def test_a_child_forked_in_a_forward_never_reaches_reporting(app, plugin_folder, tmp_path) -> None:
+    folder = plugin_folder("forks", FORKS)
+    done = app("variant=forks", "log.tensorboard=false",
+               env={"ATTNLAB_PLUGIN_PATH": str(folder), "ATTNLAB_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0 and done.record["status"] == "ok", done.stderr
+    assert done.stdout.count("attnlab · variant=forks") == 1, done.stdout  # the summary once: the parent's

@@ -73,3 +73,14 @@ def test_a_top_level_key_under_variant_params_is_named_with_or_without_plus():
             "variant.params.qkv_bias: qkv_bias is a top-level key; use qkv_bias=true")
     assert closest_key("variant.params.n_kv_heads", ["variant=gqa", "variant.params.n_kv_heads=1"]) == (
         "variant.params.n_kv_heads: n_kv_heads is the top-level key num_kv_heads; use num_kv_heads=1")
+
+
+def test_a_job_folder_name_is_one_bounded_component_and_distinct_per_overrides() -> None:
+    from attnlab.app.config import JOB_DIRNAME_MAX, job_dirname
+
+    assert job_dirname("seed=1,variant=scaled") == "seed=1,variant=scaled"  # a plain name is Hydra's
+    names = [job_dirname(text) for text in ("inputs.path=x/../a.csv", "inputs.path=/etc/a.csv", "inputs.text=" + "é" * 300,
+                                            "inputs.text=" + "a" * 300, "inputs.text=" + "a" * 299 + "b")]
+    for name in names:
+        assert "/" not in name and ".." not in name and len(name.encode()) <= JOB_DIRNAME_MAX
+    assert len(set(names)) == len(names)

@@ -53,19 +53,23 @@ def test_jobs_to_launch_keep_their_numbers_in_consecutive_runs() -> None:
 
 
 def test_a_job_is_done_when_all_its_seeds_have_ok_records(tmp_path) -> None:
-    def job(name: str, overrides: list[str], statuses: list[str], n_seeds: int = 1) -> None:
+    def job(name: str, overrides: list[str], statuses: list[str], n_seeds: int = 1, **changes) -> None:
         (tmp_path / name / ".hydra").mkdir(parents=True)
         (tmp_path / name / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
         for i, status in enumerate(statuses):
             folder = tmp_path / name / f"seed-{i}"
             folder.mkdir()
-            (folder / "record.json").write_text(json.dumps({"status": status, "config": {"n_seeds": n_seeds}}))
+            record = {"variant": name, "seed": i, "status": status, "config": {"n_seeds": n_seeds}, **changes}
+            (folder / "record.json").write_text(json.dumps({k: v for k, v in record.items() if v is not None}))
 
     job("0-a", ["variant=a"], ["ok"])
     job("1-b", ["variant=b"], ["ok", "failed"], n_seeds=2)
     job("2-c", ["variant=c"], ["ok"], n_seeds=2)  # cut short after one of its two seeds
     job("3-d", ["variant=d"], [])
-    assert job_outcomes(tmp_path) == {("variant=a",): True, ("variant=b",): False, ("variant=c",): False}
+    job("4-e", ["variant=e"], ["ok"], seed=float("nan"))  # json writes NaN: read back, an "ok" that is no record
+    job("5-f", ["variant=f"], ["ok"], variant=None)  # a field missing
+    assert job_outcomes(tmp_path) == {("variant=a",): True, ("variant=b",): False, ("variant=c",): False,
+                                      ("variant=e",): False, ("variant=f",): False}
 
 
 FINISHED: list = []

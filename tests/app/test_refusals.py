@@ -33,6 +33,9 @@ REFUSED = [
     (["variant=causal_attention", "context_length=2"], "context_length=2: must be at least the inputs' 6 tokens"),
     (["sink=5"], "sink=5: sinks are switched by log.NAME=true|false and set by sink.NAME.KEY=VALUE, not chosen by sink="),
     (["inputs=5"], "inputs=5: allowed are book, file, random, text"),
+    (["timeout_s=0"], "timeout_s=0: must be a number of seconds in (0, inf] or null"),
+    (["+model.pth=x"], "model.pth: unknown key without a model (model=hf:TYPE, model.path=DIR, model.hub=REPO_ID "
+                       "or model=NAME); did you mean 'model.path'?"),
 ]
 
 

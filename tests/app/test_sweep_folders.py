@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.slow
 
@@ -118,3 +119,16 @@ def test_a_new_sweep_into_a_folder_holding_another_sweeps_records_is_refused(tmp
                             "(variant=unscaled weights=native log.tensorboard=false log.terminal=false log.html=false); "
                             "choose a new folder, or run that sweep's command again to resume it\n")
     assert list(records(tmp_path / "sweep")) == ["unscaled"]
+
+
+def test_every_job_folder_is_inside_the_sweep_folder_whatever_its_values(tmp_path) -> None:
+    long_text = " ".join(["word"] * 60)  # 299 characters: more than a folder name may hold
+    done = attnlab(tmp_path, "variant=unscaled", "inputs=text", f"inputs.text=../../escaped,/tmp/absolute,'{long_text}'")
+    assert done.returncode == 0, done.stderr
+    found = sorted(tmp_path.rglob("record.json"))
+    sweep = (tmp_path / "sweep").resolve()
+    assert len(found) == 3 and all(p.resolve().parent.parent == sweep for p in found), found
+    texts = {json.loads(p.read_text())["config"]["inputs"]["text"] for p in found}
+    assert texts == {"../../escaped", "/tmp/absolute", long_text}  # the full values kept in the record
+    kept = {line for p in found for line in yaml.safe_load(p.parent.joinpath(".hydra", "overrides.yaml").read_text())}
+    assert {"inputs.text=../../escaped", "inputs.text=/tmp/absolute", f"inputs.text='{long_text}'"} <= kept

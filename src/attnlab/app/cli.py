@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Callable, NoReturn
@@ -107,6 +108,7 @@ def _remove_if_only_hydras(folder: Path) -> None:
 
 
 REFUSALS = (UserError, HydraException, OmegaConfBaseException)  # a request refused before any work: exit 2
+THREAD_GRACE_S = 2.0  # how long a thread left running after the records may take to end by itself
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,11 +175,17 @@ def exit_fast(code: int) -> NoReturn:
     Why: once torch is imported, Python's finalization (freeing every module's objects one by
     one) costs a large part of a single run (figures in benchmarks/README.md). Nothing is pending
     by then (records, tables and event files are closed), and the atexit handlers still run,
-    logging's flush among them. While any other thread is alive the normal exit runs instead, so
-    no one's work is cut short.
+    logging's flush among them. A thread still running (one a module started and left behind) gets
+    a short grace and is then named and not waited for: it never holds the command open.
     """
-    if threading.active_count() > 1:
-        sys.exit(code)
+    deadline = time.monotonic() + THREAD_GRACE_S
+    lingering = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    for thread in lingering:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    names = [t.name for t in lingering if t.is_alive()]
+    if names:
+        print(f"attnlab: thread(s) {', '.join(names)} still running after the records were written; "
+              f"not waited for", file=sys.stderr)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import itertools
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -31,6 +33,7 @@ from attnlab.plugin_folders import USER_GROUP, builtin_groups, group_heading
 
 
 LOG_OPTIONS = {"images": True, "histograms": True, "progress": True}  # switches that are not sinks
+JOB_DIRNAME_MAX = 120  # characters of a sweep job's folder name (file systems allow 255 bytes)
 OPT_IN_SINKS = {"mlflow"}  # attnlab's sinks that stay off until log.NAME=true: they need an extra installed
 USER_CONFIG = "conf"  # ./conf in the working folder joins Hydra's config search path
 
@@ -140,6 +143,21 @@ def new_dir(path: str) -> str:
     raise AssertionError("unreachable")
 
 
+def job_dirname(overrides: str) -> str:
+    """A sweep job's folder name from its overrides, safe as one path component inside the sweep's folder.
+
+    Why: Hydra names it from the override text as typed, so `inputs.path=x/../a.csv` wrote the job
+    outside hydra.sweep.dir and a long value overflowed the file system's name limit. Separators and
+    `..` are replaced and a long name cut; either adds a hash of the full text, so two jobs never
+    share a folder. The full overrides stay in the job's .hydra/overrides.yaml (and its config in the record).
+    """
+    safe = re.sub(r"[^\w.,=+@%\[\]-]", "_", overrides, flags=re.ASCII).replace("..", "_")
+    if safe == overrides and len(safe) <= JOB_DIRNAME_MAX:
+        return safe
+    digest = hashlib.sha1(overrides.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{safe[:JOB_DIRNAME_MAX - 9]}-{digest}"
+
+
 def register_configs(registry: Registry | None = None, *, full_help: bool = False) -> None:
     """attnlab's configs in Hydra's ConfigStore. `full_help` (the command line asks for --help):
     the help text with every variant; otherwise a one-line pointer to it, since Hydra composes and
@@ -151,6 +169,7 @@ def register_configs(registry: Registry | None = None, *, full_help: bool = Fals
     if not OmegaConf.has_resolver("attnlab.new_dir"):
         OmegaConf.register_new_resolver("attnlab.new_dir", new_dir, use_cache=True)
         OmegaConf.register_new_resolver("attnlab.user_config", user_config_searchpath)
+        OmegaConf.register_new_resolver("attnlab.job_dirname", job_dirname)
     store = ConfigStore.instance()
     store.store(name="attnlab_schema", node=Config)
     store.store(name="attnlab_outputs", node=outputs_node())

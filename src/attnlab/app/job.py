@@ -15,6 +15,7 @@ terminal table).
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import partial
 from pathlib import Path
@@ -31,7 +32,7 @@ from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.isolation import run_job_guarded
 from attnlab.app.progress import Progress
 from attnlab.record import Record, write_record
-from attnlab.schema import check_n_tokens, declared_n_tokens
+from attnlab.schema import check_key, check_n_tokens, declared_n_tokens
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
 from attnlab.model.config_variants import takes_config
 from attnlab.model.job import check_model_request, check_unused, compute_model_records, wants_model
@@ -179,7 +180,10 @@ def run_job(cfg: DictConfig, job: JobInfo | Path | None, sinks: dict[str, Any] |
     sinks = check(cfg) if sinks is None else sinks
     stream_to = None if job is None else Path(job.dir if isinstance(job, JobInfo) else job)
     with Progress(cfg.n_seeds, label="seeds", enabled=bool(cfg.log.get("progress"))) as progress:
+        owner = os.getpid()
         records = compute_records(cfg, progress, stream_to=stream_to)
+        if os.getpid() != owner:  # a module forked and its child came back here: only the parent reports
+            os._exit(0)
         if job is not None:
             write_outputs(cfg, records, job, progress, sinks)
     if job is None and cfg.log.get("terminal"):
@@ -205,6 +209,7 @@ def run_task(cfg: DictConfig, hydra_cfg: DictConfig) -> list[str]:
         overrides=tuple(hydra_cfg.overrides.task),
     )
     checked = multirun and bool(OmegaConf.select(hydra_cfg, "sweeper.check_job"))
+    check_key(cfg, "timeout_s")  # before it isolates the job: timeout_s=0 would fail it unrun
     work = partial(job_work, cfg, job, multirun=multirun, checked=checked)
     fail = partial(write_failure_line, cfg, job.dir)
     return run_job_guarded(work, fail, cfg, isolate=multirun or cfg.timeout_s is not None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
@@ -14,7 +15,7 @@ from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.locate import attention_modules, chosen_layers
 from attnlab.model.preflight import check_model_fits
 from attnlab.model.sizes import model_sizes
-from attnlab.model.spec import is_requested, model_spec
+from attnlab.model.spec import OWN_KEYS, is_requested, model_spec
 from attnlab.model.tokens import token_ids
 from attnlab.record import Record
 from attnlab.schema import resolved
@@ -30,7 +31,13 @@ def _block(cfg: DictConfig, key: str) -> dict[str, Any]:
 
 
 def check_unused(cfg: DictConfig) -> None:
-    """`layer` and `reference_model` mean something only inside a model."""
+    """`layer`, `reference_model` and any `model.*` key mean something only inside a model."""
+    stray = next((k for k in _block(cfg, "model") if k not in ("name", "path", "hub")), None)
+    if stray is not None and not wants_model(cfg):
+        close = difflib.get_close_matches(stray, OWN_KEYS, n=1, cutoff=0.6)
+        hint = f"did you mean 'model.{close[0]}'?" if close else "a model key needs a model to run in"
+        raise UserError(f"model.{stray}: unknown key without a model (model=hf:TYPE, model.path=DIR, "
+                        f"model.hub=REPO_ID or model=NAME); {hint}")
     for key, used in (("layer", cfg.get("layer") is not None), ("reference_model", bool(_block(cfg, "reference_model")))):
         if used and not wants_model(cfg):
             raise UserError(f"{key}: only with a model to run in (model=hf:TYPE, model.path=DIR, model.hub=REPO_ID "

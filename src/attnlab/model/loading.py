@@ -16,6 +16,7 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.model.preflight import check_weights_fit
+from attnlab.model.saved_folder import check_saved_folder
 from attnlab.model.spec import ModelSpec
 from attnlab.model.tokens import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, hf_tokenizer
 from attnlab.model.user_models import build_user_model
@@ -77,10 +78,13 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
         raise UserError(f"{spec.key}.{next(iter(spec.sizes))}: sizes are for {spec.key}=hf:TYPE; "
                         f"a saved model keeps its own config")
     source = _saved_source(spec)
+    where = f"{spec.key}.path={source}" if spec.kind == "path" else f"{spec.key}.hub={spec.hub}"
+    check_saved_folder(Path(source), where, transformers.models.auto.configuration_auto.CONFIG_MAPPING)
     check_weights_fit(sum(f.stat().st_size for f in Path(source).glob("*.safetensors")), spec.label)
     try:
         module = transformers.AutoModelForCausalLM.from_pretrained(
-            source, local_files_only=True, use_safetensors=True, attn_implementation=spec.attn_implementation)
+            source, local_files_only=True, use_safetensors=True, trust_remote_code=False,
+            attn_implementation=spec.attn_implementation)
     except OSError as exc:
         raise UserError(_missing(spec, exc)) from None
     except ValueError as exc:

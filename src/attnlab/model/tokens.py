@@ -35,7 +35,7 @@ def hf_tokenizer(transformers: Any, source: str) -> Tokenizer | None:
     if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return None
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError):
         return None
     return Tokenizer(type(tokenizer).__name__, lambda text: tokenizer.encode(text, add_special_tokens=False),

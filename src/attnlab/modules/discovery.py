@@ -25,10 +25,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
+import torch
 from torch import nn
 
 from attnlab.modules import session
 from attnlab.modules.describe import copied_texts, describe
+from attnlab.modules.import_probe import deadly_imports
 from attnlab.modules.outermost import outermost
 from attnlab.plugin_folders import USER_GROUP, plugin_files
 
@@ -145,10 +147,15 @@ def _read_folder(found: Found, folder: Path, files: list[tuple[Path, str]]) -> N
     """Load a folder's files first, then read them: a sibling one of them imports is a helper
     wherever it sorts."""
     loaded = []
+    deadly = deadly_imports([path for path, group in files]) if files[0][1] == USER_GROUP else {}
     with _siblings(folder) as helpers:
         for path, group in files:
+            if path in deadly:
+                found.warnings.append(f"plugin {path} not loaded: {deadly[path]}")
+                continue
             try:
-                loaded.append((path, group, load_file(path)))
+                with _torch_state_kept(found, path, group == USER_GROUP):
+                    loaded.append((path, group, load_file(path)))
             except BaseException as exc:  # a broken plugin never takes the others down
                 found.warnings.append(f"plugin {path} failed to import: {type(exc).__name__}: {_one_line(exc)}")
     for path, group, module in loaded:
@@ -156,6 +163,52 @@ def _read_folder(found: Found, folder: Path, files: list[tuple[Path, str]]) -> N
         if path in helpers and not any(_MARK in cls.__dict__ for cls in _own_classes(module)):
             continue  # a helper of its siblings, not a variant
         _add(found, *declarations_of(module, path.stem, str(path), group, copied))
+
+
+@contextlib.contextmanager
+def _torch_state_kept(found: Found, path: Path, check: bool) -> Iterator[None]:
+    """torch's process-wide settings as they were before `path` was imported: a change is undone and
+    warned (it would change the reference's numbers in every run of this process)."""
+    if not check:
+        yield
+        return
+    before = _torch_state()
+    try:
+        yield
+    finally:
+        changed = [name for name, value in _torch_state().items() if not _same_state(value, before[name])]
+        if changed:
+            torch.set_default_dtype(before["default dtype"])
+            torch.set_rng_state(before["random state"])
+            torch.set_grad_enabled(before["grad mode"])
+            torch.set_num_threads(before["threads"])
+            torch.use_deterministic_algorithms(before["deterministic algorithms"][0],
+                                               warn_only=before["deterministic algorithms"][1])
+            found.warnings.append(f"plugin {path} changed torch's {', '.join(changed)} at import: undone "
+                                  f"(set it inside your module, not at import)")
+
+
+def _torch_state() -> dict[str, Any]:
+    return {"default dtype": torch.get_default_dtype(), "random state": torch.get_rng_state(),
+            "grad mode": torch.is_grad_enabled(), "threads": torch.get_num_threads(),
+            "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
+                                         torch.is_deterministic_algorithms_warn_only_enabled())}
+
+
+def _same_state(a: Any, b: Any) -> bool:
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
+def probe_imports(done_file: str, files: list[str]) -> None:
+    """In attnlab.modules.import_probe's child: import each file in order, noting each one finished
+    (a file whose import raises is finished: discovery reports it)."""
+    with open(done_file, "a", encoding="utf-8") as done:
+        for name in files:
+            path = Path(name)
+            with _siblings(path.parent), contextlib.suppress(BaseException):
+                load_file(path)
+            done.write(f"{name}\0")
+            done.flush()
 
 
 def _one_line(exc: BaseException) -> str:

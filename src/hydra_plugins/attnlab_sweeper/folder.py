@@ -7,7 +7,7 @@ sweep: refused. The same overrides again: the jobs with an ok record are skipped
 short is resumed this way). A job is matched to its folder by the overrides Hydra writes into
 `.hydra/overrides.yaml`, not by the folder's name.
 
-Only the standard library, Hydra and OmegaConf here: Hydra imports every plugin in every app.
+Only the standard library, Hydra and OmegaConf at import: Hydra imports every plugin in every app.
 """
 
 from __future__ import annotations
@@ -93,8 +93,11 @@ def job_outcomes(folder: Path) -> dict[tuple[str, ...], bool]:
 
 def _status(path: Path) -> tuple[str, int]:
     """(status, n_seeds) of a record file; ("unreadable", 1) when it is not a record."""
+    from attnlab.record import check_record_data  # here, not at the top: only a resumed sweep reads records
+
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        check_record_data(data)  # a record that does not validate (a NaN seed, a field missing) is run again
         n_seeds = data.get("config", {}).get("n_seeds", 1)
         return str(data["status"]), n_seeds if isinstance(n_seeds, int) and n_seeds >= 1 else 1
     except Exception:  # noqa: BLE001 - any file that is not a record

@@ -1,0 +1,76 @@
+"""Your plugin files imported first in a child process: one that ends its process at import
+(os._exit, a segfault) costs only itself, never the run that discovers it.
+
+Only files of your own folders are probed (the built-ins are trusted) and each once: the verdict is
+cached by a hash of the folder's .py files (a plugin may import its siblings), so a run with no
+plugins of yours starts no child, and a run with unchanged ones starts none after the first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CACHE_ENV = "ATTNLAB_CACHE_DIR"
+PROBE_TIMEOUT_S = 120
+CHILD = "import sys; from attnlab.modules.discovery import probe_imports; probe_imports(sys.argv[1], sys.argv[2:])"
+
+
+def deadly_imports(files: list[Path]) -> dict[Path, str]:
+    """{file: why} for the files whose import ends the process importing it."""
+    verdicts = {path: _cache_file(path) for path in files}
+    dead = {path: cache.read_text() for path, cache in verdicts.items() if cache.is_file() and cache.read_text()}
+    todo = [path for path, cache in verdicts.items() if not cache.is_file()]
+    while todo:
+        finished, why = _probe(todo)
+        for path in finished:
+            _remember(verdicts[path], "")
+        rest = todo[len(finished):]
+        if not rest:
+            break
+        dead[rest[0]] = why
+        _remember(verdicts[rest[0]], why)
+        todo = rest[1:]
+    return dead
+
+
+def _probe(files: list[Path]) -> tuple[list[Path], str]:
+    """The files a child imported in order before it ended, and why it ended (when it did early)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".done") as done:
+        try:
+            rc = subprocess.run([sys.executable, "-c", CHILD, done.name, *map(str, files)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S).returncode
+            why = _cause(rc)
+        except subprocess.TimeoutExpired:
+            why = f"its import did not finish in {PROBE_TIMEOUT_S} s"
+        finished = done.read().split("\0")[:-1]
+    return [Path(p) for p in finished], why
+
+
+def _cause(rc: int) -> str:
+    if rc < 0:
+        name = signal.Signals(-rc).name
+        return f"its import killed the process ({name}{', a segfault' if name == 'SIGSEGV' else ''})"
+    return f"its import ended the process (exit code {rc}: os._exit)"
+
+
+def _cache_file(path: Path) -> Path:
+    folder = path.parent
+    digest = hashlib.sha256(path.name.encode())
+    for sibling in sorted(folder.glob("*.py")):
+        digest.update(sibling.name.encode() + b"\0" + sibling.read_bytes())
+    root = Path(os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnlab")
+    return root / "plugin-imports" / digest.hexdigest()[:32]
+
+
+def _remember(cache: Path, why: str) -> None:
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(why)
+    except OSError:  # a read-only home: probed again next time
+        pass

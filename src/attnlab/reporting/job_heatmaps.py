@@ -157,9 +157,14 @@ def difference_scale(difference: np.ndarray) -> Scale:
 
 def drawn_stages(record: Record) -> list[str]:
     """The stages a record's pictures show, in the order of the forward pass."""
-    named = {f.stage for f in record.findings} | {record.first_divergent_stage}
+    named = _named_stages(record)
     return [stage for stage in HEATMAP_STAGES if stage in record.stage_shapes
             and (stage in ALWAYS_DRAWN or stage in named or (stage in WHERE_DIFFERENT and _differs(record, stage)))]
+
+
+def _named_stages(record: Record) -> set[str | None]:
+    """The stages a finding or the first divergence names: drawn, and drawn head by head."""
+    return {f.stage for f in record.findings} | {record.first_divergent_stage}
 
 
 def heatmap_images(record: Record, *, card_only: bool = False, stages: list[str] | None = None,
@@ -180,6 +185,7 @@ def _stage_maps(record: Record, encoder: Executor, stages: list[str] | None,
     show = record.config.get("show") or {}
     batch, head = int(show.get("batch", 0)), int(show.get("head", 0))
     images: list[tuple[str, Future[EncodedHeatmap]]] = []
+    named = _named_stages(record)
     for stage in drawn_stages(record):
         if stages is not None and stage not in stages:
             continue
@@ -200,7 +206,7 @@ def _stage_maps(record: Record, encoder: Executor, stages: list[str] | None,
             # a reference equal to the variant: its grid to compare by eye, not every head again;
             # a stage other than the weights where nothing differs: its grid (and crop) alone
             copy = not differs and source == "reference"
-            heads = per_head and not copy and (differs or stage == "weights")
+            heads = per_head and not copy and (differs or stage == "weights" or stage in named)
             # pooled once: for the grid and its log view; an equal reference's is the variant's
             multi = _as_heads(values).shape[0] > 1
             pooled = variant_pooled if copy else grid_pooling(values, diverging) if multi else None

@@ -178,6 +178,10 @@ def exit_fast(code: int) -> NoReturn:
     logging's flush among them. A thread still running (one a module started and left behind) gets
     a short grace and is then named and not waited for: it never holds the command open.
     """
+    # what a normal exit runs before joining threads (joblib's loky tells its workers to stop there;
+    # skipped, multiprocessing's atexit join below would wait for them forever)
+    for shutdown in reversed(getattr(threading, "_threading_atexits", [])):
+        shutdown()
     deadline = time.monotonic() + THREAD_GRACE_S
     lingering = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
     for thread in lingering:

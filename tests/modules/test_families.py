@@ -19,7 +19,8 @@ OPEN = {"mixtral": "RoPE base 1e6 read as query_source (diagnosis, branch rope)"
         "modernbert": "RoPE base 160000 read as query_source (diagnosis, branch rope)"}
 # The info finding each declared change is named by
 DECLARED = {"t5": "declared_scale", "mt5": "declared_scale", "umt5": "declared_scale", "longt5": "declared_scale",
-            "granite": "declared_scale", "gemma2": "declared_scale", "mpt": "position_bias"}
+            "granite": "declared_scale", "gemma2": "declared_scale", "mpt": "position_bias",
+            "deepseek_v3": "latent_attention"}
 
 
 def test_the_guide_s_table_is_the_rows():

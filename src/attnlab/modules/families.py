@@ -73,6 +73,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("gemma2", "model.layers.{i}.self_attn", logit_softcap="final_logit_softcapping", mask="local_global",
            arguments=_ROPE, changes=("query_pre_attn_scalar", "attn_logit_softcapping")),
     Family("llama4_text", "model.layers.{i}.self_attn", mask="chunked", arguments=_ROPE),
+    Family("deepseek_v3", "model.layers.{i}.self_attn", arguments=_ROPE),  # latent attention: recognisers.latent
     Family("phi3", "model.layers.{i}.self_attn", fused_qkv="qkv_proj", mask="sliding", arguments=_ROPE),
     Family("gpt2", "transformer.h.{i}.attn", out_proj="c_proj", fused_qkv="c_attn", final_norm="transformer.ln_f",
            arguments=_MASK),

@@ -123,7 +123,8 @@ def _no_layout(module: nn.Module, why: str) -> LayoutError:
     )
 
 
-def _split_fused(module: nn.Module, slot: _Slot, fused: Tensor, num_heads: int, num_kv_heads: int | None) -> list[Tensor]:
+def _split_fused(module: nn.Module, slot: _Slot, fused: Tensor, num_heads: int,
+                 num_kv_heads: int | None) -> list[Tensor]:
     """Queries, keys, values by position along the last axis, as `fused_layout` lays them out."""
     layout = fused_layout(module, slot.name, num_heads, num_kv_heads)
     if layout.head_dim(fused.shape[-1]) is None:

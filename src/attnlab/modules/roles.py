@@ -121,9 +121,12 @@ class FusedLayout:
         return torch.cat(parts, dim=-1)
 
     def column_roles(self, width: int) -> torch.Tensor | None:
-        """Each output column's index in QKV_ROLES, (width,); None if `width` does not split."""
+        """Each output column's index in QKV_ROLES, (width,). A width these heads do not split is read
+        as equal thirds (one head's own fused projection under a wrapper that declares the head
+        count); None if that does not split either."""
         if self.head_dim(width) is None:
-            return None
+            thirds = FusedLayout("qkv", 1, 1)
+            return None if self == thirds else thirds.column_roles(width)
         widths = [part.shape[-1] for part in self.split(torch.zeros(width))]
         return self.join([torch.full((w,), role) for role, w in enumerate(widths)])
 
@@ -138,7 +141,8 @@ def fused_layout(module: nn.Module, name: str, num_heads: int | None = None,
     kv = num_kv_heads or declared_count(module, "num_kv_heads") or heads
     row = family(getattr(getattr(module, "config", None), "model_type", ""))
     leaf = name.removesuffix(".weight").removesuffix(".bias").rpartition(".")[2]
-    named = row.fused_order if row.fused_qkv == leaf else "per_head" if PER_HEAD_FUSED_QKV.search(name.lower()) else "qkv"
+    by_name = "per_head" if PER_HEAD_FUSED_QKV.search(name.lower()) else "qkv"
+    named = row.fused_order if row.fused_qkv == leaf else by_name
     return FusedLayout(named if kv == heads else "qkv", heads, kv)
 
 

@@ -59,27 +59,29 @@ def kv_heads(ctx: Context, found: Found) -> list[Finding]:
     shared = heads // group
     kind = "multi-query attention: one key/value head for all" if shared == 1 else "grouped-query attention"
     return [finding("kv_heads", "keys", f"keys and values have {shared} head{'s' if shared > 1 else ''} for {heads} "
-                    f"query heads: each is shared by a group of {group} query heads ({kind}){_order(ctx, order, theirs)}; "
-                    f"deliberate, so the differences it causes after the keys are its consequences, not findings.",
-                    heads=list(range(heads)))]
+                    f"query heads: each is shared by a group of {group} query heads ({kind})"
+                    f"{_order(heads, (group, order), theirs)}; deliberate, so the differences it causes after the "
+                    f"keys are its consequences, not findings.", heads=list(range(heads)))]
 
 
-def _order(ctx: Context, order: str, theirs: tuple[int, str]) -> str:
-    """Which kv head each query head reads, said where there are several to read in two orders, with
-    the reference's where it groups in the other."""
-    kv = ctx.v.kv_heads or ctx.v.stages["keys"].shape[1]
-    if kv < 2:
+def _order(heads: int, mine: tuple[int, str], theirs: tuple[int, str]) -> str:
+    """Which kv head query head h reads, said where there are several kv heads to read in two orders;
+    the reference's too where it groups in the other order."""
+    (group, order), (their_group, their_order) = mine, theirs
+    if heads // group < 2:
         return ""
-    rule, how = _ORDER_WORDS[order]
-    said = f", {order}: query head h reads key/value head {rule.format(kv=kv)} ({how})"
-    if theirs[0] > 1 and theirs[1] != order:
-        said += f", where the reference's reads {_ORDER_WORDS[theirs[1]][0].format(kv=kv)}"
+    said = f", {order}: query head h reads key/value head {_rule(heads, group, order)} ({_REPEATS[order]})"
+    if their_group > 1 and their_order != order:
+        said += f", where the reference's reads {_rule(heads, their_group, their_order)}"
     return said
 
 
-# kv_granularity.ORDERS: which kv head query head h reads, and who repeats that way
-_ORDER_WORDS = {"grouped": ("h // (num_heads / {kv})", "Llama's repeat_kv, repeat_interleave"),
-                "tiled": ("h % {kv}", "x-transformers' repeat, torch's .repeat")}
+def _rule(heads: int, group: int, order: str) -> str:
+    """The kv head query head h reads (kv_granularity.kv_head_of), in words."""
+    return f"h % {heads // group}" if order == "tiled" else f"h // {group}"
+
+
+_REPEATS = {"grouped": "Llama's repeat_kv, repeat_interleave", "tiled": "x-transformers' repeat, torch's .repeat"}
 
 
 def _kv_follow_the_reference(ctx: Context, found: Found) -> bool:

@@ -434,6 +434,14 @@ def test_deepseek_latent_attention_is_named_not_a_projection_width():
     assert shared_key_columns(keys) == config.qk_rope_head_dim
 
 
+def test_latent_attention_against_its_own_class_is_nothing_to_recognise():
+    pytest.importorskip("transformers", reason="the Hugging Face class is the reference")
+    result = attnlab.run("hf:deepseek_v3", overrides=["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64",
+                                                      "d_out=64", "num_heads=4", "attn_implementation=sdpa",
+                                                      "reference=hf:deepseek_v3", "weights=native"])
+    assert result.findings == []
+
+
 def test_keys_shared_whole_or_not_at_all_are_no_latent():
     kv = torch.randn(2, 1, 5, 8)  # (b, kv_heads, t, hs)
     assert shared_key_columns(kv.repeat_interleave(4, dim=1)) == 0  # one key/value head: multi-query attention

@@ -33,13 +33,14 @@ def latent_attention(p: Pair) -> list[Finding]:
     if keys is None or queries is None or values is None or keys.dim() != 4 or queries.shape[-1] != keys.shape[-1]:
         return []
     rope = shared_key_columns(keys)
-    if rope == 0:
-        return []
+    their_keys = p.ref.stages.get("keys")
+    if rope == 0 or (their_keys is not None and their_keys.dim() == 4 and shared_key_columns(their_keys) == rope):
+        return []  # none, or the reference's own latent attention (its eager path against its sdpa)
     qk, v = keys.shape[-1], values.shape[-1]
-    theirs = p.ref.stages["keys"].shape[-1] if "keys" in p.ref.stages else qk
-    return [finding("latent_attention", "keys", f"multi-head latent attention (DeepSeek's MLA): keys and values "
-                    f"are expanded per head from a latent every head shares, and each head's key ends in the same "
-                    f"{rope} rotary columns (the decoupled RoPE key), its other {qk - rope} its own; queries and keys "
+    theirs = their_keys.shape[-1] if their_keys is not None else qk
+    return [finding("latent_attention", "keys", f"multi-head latent attention (DeepSeek's MLA): each head's key "
+                    f"ends in the same {rope} rotary columns, the decoupled RoPE key every head shares, its other "
+                    f"{qk - rope} its own, expanded with the values from one compressed latent; queries and keys "
                     f"have {qk} columns per head, the values {v}, the reference's heads {theirs}. Deliberate: its "
                     f"projections have no counterpart in the reference's, so the two are not compared number for "
                     f"number; each side's own mask, scaling, softmax and weights @ values still are.")]

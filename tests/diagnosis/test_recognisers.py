@@ -19,6 +19,7 @@ import torch
 
 import attnlab
 from attnlab.capture.recorder import capture
+from attnlab.diagnosis.recognisers.latent import shared_key_columns
 from attnlab.diagnosis.runner import recognise
 from tests._zoo_helpers import corpus
 
@@ -408,3 +409,42 @@ def test_correct_implementations_are_never_a_deliberate_change(use_plugins, name
     result = attnlab.run(name, num_heads=4, d_out=16, inputs="random", overrides=["inputs.n_tokens=9", "inputs.d_in=16"])
     assert result.record.status == "ok", result.record.error
     assert RECOGNISED.isdisjoint(codes(result)) and "not_softmax" not in codes(result)
+
+
+def test_deepseek_latent_attention_is_named_not_a_projection_width():
+    """DeepseekV3Attention (MLA) at its config's head sizes: named as latent attention with the
+    widths its config declares, no shape_projection; the shared columns are the class's own k_rot."""
+    transformers = pytest.importorskip("transformers", reason="the Hugging Face class is the independent side")
+    config = transformers.DeepseekV3Config()
+    result = attnlab.run("hf:deepseek_v3", overrides=["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64",
+                                                      "d_out=64", "num_heads=4"])
+    assert [f.code for f in result.findings] == ["latent_attention"]
+    (note,) = result.findings
+    assert note.severity == "info"
+    qk = config.qk_nope_head_dim + config.qk_rope_head_dim
+    assert f"the same {config.qk_rope_head_dim} rotary columns" in note.message
+    assert f"have {qk} columns per head, the values {config.v_head_dim}" in note.message
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention
+
+    module = DeepseekV3Attention(transformers.DeepseekV3Config(hidden_size=64, num_attention_heads=4), layer_idx=0)
+    with torch.no_grad():  # the class's own keys, built its way from the latent and the rotary key
+        latent, k_rot = module.kv_a_proj_with_mqa(torch.randn(1, 8, 64)).split(
+            [config.kv_lora_rank, config.qk_rope_head_dim], dim=-1)
+        keys, _ = module.expand_kv(module.kv_a_layernorm(latent)[:, None], k_rot[:, None])  # (1, heads, t, qk)
+    assert shared_key_columns(keys) == config.qk_rope_head_dim
+
+
+def test_latent_attention_against_its_own_class_is_nothing_to_recognise():
+    pytest.importorskip("transformers", reason="the Hugging Face class is the reference")
+    result = attnlab.run("hf:deepseek_v3", overrides=["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64",
+                                                      "d_out=64", "num_heads=4", "attn_implementation=sdpa",
+                                                      "reference=hf:deepseek_v3", "weights=native"])
+    assert result.findings == []
+
+
+def test_keys_shared_whole_or_not_at_all_are_no_latent():
+    kv = torch.randn(2, 1, 5, 8)  # (b, kv_heads, t, hs)
+    assert shared_key_columns(kv.repeat_interleave(4, dim=1)) == 0  # one key/value head: multi-query attention
+    assert shared_key_columns(torch.randn(2, 4, 5, 8)) == 0
+    rope = torch.cat([torch.randn(2, 4, 5, 6), kv[..., :2].expand(2, 4, 5, 2)], dim=-1)  # (b, h, t, 6 + 2)
+    assert shared_key_columns(rope) == 2

@@ -16,11 +16,11 @@ SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "nu
 LIBRARIES = {"torch", "llms_from_scratch", "x_transformers", "diffusers", "timm"}  # tested in test_arguments/_constructors
 # Rows whose single-module run still has an error finding, owned elsewhere (reported, not hidden):
 OPEN = {"mixtral": "RoPE base 1e6 read as query_source (diagnosis, branch rope)",
-        "modernbert": "RoPE base 160000 read as query_source (diagnosis, branch rope)",
-        "gpt_bigcode": "multi-query c_attn split read as key_index (layouts)"}
+        "modernbert": "RoPE base 160000 read as query_source (diagnosis, branch rope)"}
 # The info finding each declared change is named by
 DECLARED = {"t5": "declared_scale", "mt5": "declared_scale", "umt5": "declared_scale", "longt5": "declared_scale",
-            "granite": "declared_scale", "gemma2": "declared_scale", "mpt": "position_bias"}
+            "granite": "declared_scale", "gemma2": "declared_scale", "mpt": "position_bias",
+            "deepseek_v3": "latent_attention"}
 
 
 def test_the_guide_s_table_is_the_rows():
@@ -52,3 +52,13 @@ def test_each_family_runs_with_no_error_finding(name, implementation):
     assert errors == []
     if name in DECLARED:
         assert DECLARED[name] in {f.code for f in result.findings if f.severity == "info"}
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_gpt_bigcode_with_a_key_value_head_per_query_head_runs_with_no_finding(implementation):
+    """multi_query=False: c_attn holds each head's query, key and value side by side."""
+    result = attnlab.run("hf:gpt_bigcode", overrides=[*SIZES, f"attn_implementation={implementation}",
+                                                      "variant.params.multi_query=false"])
+    assert result.record.status == "ok", result.record.error
+    assert result.findings == []
+    assert result.record.diagnostics["divergence_output"] < 1e-5

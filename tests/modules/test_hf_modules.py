@@ -384,3 +384,39 @@ def test_a_variant_without_the_references_rope_is_told_as_such_whatever_the_grou
     assert "theta (base) 10000" in rotary.message  # LlamaConfig's default rope_theta
     loaded = result.record.weights_loaded
     assert all(loaded[f"W_{role}.weight"].startswith("shared") for role in ("query", "key", "value")), loaded
+
+
+def _by_hand(x: torch.Tensor, read, heads: int) -> torch.Tensor:
+    """Causal attention of the projections with F.scaled_dot_product_attention, then the output projection."""
+    def split(t: torch.Tensor) -> torch.Tensor:
+        return t.unflatten(-1, (-1, read.head_dim)).transpose(1, 2)  # (b, h, t, hs)
+    q, k, v = (split(x @ w + b) for w, b in ((read.W_query, read.b_query), (read.W_key, read.b_key),
+                                              (read.W_value, read.b_value)))
+    group = heads // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (b, h, t, hs)
+    context = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, t, hs)
+    return context.transpose(1, 2).flatten(-2) @ read.W_out + read.b_out  # (b, t, d_out)
+
+
+@pytest.mark.parametrize("multi_query", [True, False])
+def test_gpt_bigcode_fused_c_attn_is_read_and_loaded_as_the_class_splits_it(multi_query):
+    """GPTBigCode's c_attn holds [q | k | v] with one key/value head under multi_query, else each
+    head's query, key and value side by side: the projections read from the class, and random ones
+    loaded into it, give the class's own output by F.scaled_dot_product_attention."""
+    from transformers.models.gpt_bigcode.modeling_gpt_bigcode import GPTBigCodeAttention
+
+    from attnlab.modules.layouts import load_projections, read_projections
+
+    config = transformers.GPTBigCodeConfig(n_embd=64, n_head=4, multi_query=multi_query, attn_pdrop=0.0,
+                                           resid_pdrop=0.0)
+    config._attn_implementation = "sdpa"
+    module = GPTBigCodeAttention(config, layer_idx=0).eval()
+    x = torch.randn(2, 5, 64)
+    with torch.no_grad():
+        read = read_projections(module, num_heads=4)
+        assert read.num_kv_heads == (1 if multi_query else 4)
+        assert torch.allclose(module(x)[0], _by_hand(x, read, 4), atol=1e-5)
+        drawn = type(read)(**{**vars(read), **{f: torch.randn_like(getattr(read, f))
+                                               for f in ("W_query", "W_key", "W_value", "b_key")}})
+        load_projections(module, drawn, num_heads=4)
+        assert torch.allclose(module(x)[0], _by_hand(x, drawn, 4), atol=1e-5)

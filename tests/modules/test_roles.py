@@ -10,7 +10,7 @@ from torch import nn
 from attnlab.capture.recorder import capture
 from attnlab.modules.layouts import read_projections
 from attnlab.modules.registry import VariantSpec, auto_reference
-from attnlab.modules.roles import parameter_role
+from attnlab.modules.roles import FusedLayout, parameter_role
 
 
 class _Head(nn.Module):
@@ -70,3 +70,26 @@ def test_a_wrapper_without_an_output_projection_is_the_bare_wrapper():
                                        ("self_attn.in_proj_weight", "qkv"), ("W_out", "out")])
 def test_parameter_role_reads_the_last_named_part(name, role):
     assert parameter_role(name) == role
+
+
+@pytest.mark.parametrize("order, heads, kv_heads", [("qkv", 4, 4), ("qkv", 4, 1), ("per_head", 4, 4)])
+def test_a_fused_layout_splits_what_it_joins_and_names_each_column(order, heads, kv_heads):
+    """Against torch's own views: [q | k | v] blocks by torch.split, per head by a (heads, 3, hd) view."""
+    hd = 3
+    layout = FusedLayout(order, heads, kv_heads)
+    q, k, v = torch.randn(2, heads * hd), torch.randn(2, kv_heads * hd), torch.randn(2, kv_heads * hd)
+    fused = layout.join([q, k, v])  # (2, (heads + 2 * kv_heads) * hd)
+    if order == "per_head":
+        expected = torch.stack([t.view(2, heads, hd) for t in (q, k, v)], dim=2).flatten(1)  # (2, heads * 3 * hd)
+    else:
+        expected = torch.cat([q, k, v], dim=-1)
+    assert torch.equal(fused, expected)
+    assert all(torch.equal(a, b) for a, b in zip(layout.split(fused), (q, k, v)))
+    roles = layout.column_roles(fused.shape[-1])
+    assert [int((roles == i).sum()) for i in range(3)] == [heads * hd, kv_heads * hd, kv_heads * hd]
+    assert torch.equal(layout.join([torch.full_like(t, i) for i, t in enumerate((q, k, v))])[0].long(), roles)
+
+
+def test_a_width_the_declared_heads_do_not_split_is_read_as_equal_thirds():
+    assert FusedLayout("qkv", 4, 4).column_roles(9).tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert FusedLayout("qkv", 1, 1).column_roles(10) is None

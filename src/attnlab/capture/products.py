@@ -42,16 +42,16 @@ def _projection(rec: Recording, func, args, kwargs, operands, tags, i: int, out:
     param = tags[i]
     if id(operands[i]) in rec.out and tags[1 - i] is not None:
         rec.out_inputs.append(operands[1 - i])  # the merged context, as the output projection saw it
-    columns, width = None, 0
-    if id(operands[i]) in rec.fused and out.shape[-1] % 3 == 0:
-        width = out.shape[-1] // 3
-        columns = torch.arange(out.shape[-1]).expand(out.shape)  # which fused column each element is
+    layout = rec.fused.get(id(operands[i]))
+    column_roles = layout.column_roles(out.shape[-1]) if layout is not None else None
+    columns = None if column_roles is None else torch.arange(out.shape[-1]).expand(out.shape)  # each one's column
     if param.factor == 1.0:
-        rec.set_tag(out, Tag("proj", param.role, columns=columns, width=width))
+        rec.set_tag(out, Tag("proj", param.role, columns=columns, column_roles=column_roles))
         return
     # x @ (W_query * c): the product once more with the unscaled parameter
     base = replayed(func, args, kwargs, operands[i], param.base, [out]) if param.base is not None else None
-    rec.set_tag(out, Tag("proj", param.role, param.factor, base[0] if base else None, columns=columns, width=width))
+    rec.set_tag(out, Tag("proj", param.role, param.factor, base[0] if base else None, columns=columns,
+                         column_roles=column_roles))
 
 
 def _repeated_product(rec: Recording, operands, letters, out_letters) -> int | None:

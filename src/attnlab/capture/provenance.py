@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from attnlab.capture.torch_calls import DIV, KEEP_FACTOR, MUL, NEG, SHAPE_OPS, replayed, tensors_in
-from attnlab.modules.roles import QKV_ROLES, fused_width, module_roles, projection_role
+from attnlab.modules.roles import QKV_ROLES, FusedLayout, fused_layout, module_roles, projection_role
 
 ACTIVATIONS = ("input", "proj")  # what queries, keys and values are made of
 ATTENTION = ("scores", "derived", "weights")  # what the weights are made of
@@ -39,7 +39,7 @@ class Tag(NamedTuple):
     softmax: SoftmaxStep | None = None  # "derived" on the way to a hand-written softmax
     head: int | None = None  # "scores"/"derived"/"weights"/"context": which score product it comes from
     columns: torch.Tensor | None = None  # a fused projection's output column of each element (same shape)
-    width: int = 0  # a fused projection's width per role (its columns // 3)
+    column_roles: torch.Tensor | None = None  # (fused width,) each fused column's index in QKV_ROLES
 
 
 @dataclass
@@ -65,7 +65,8 @@ class Recording:
         # a fused projection has no single role (Phi-3's qkv_proj reads as v_proj): its columns say
         self.params = {id(p): Tag("param", projection_role(name) if roles.get(name) in QKV_ROLES else None)
                        for name, p in named}
-        self.fused = {id(p) for name, p in named if roles.get(name) == "qkv" and fused_width(p) % 3 == 0}
+        self.fused: dict[int, FusedLayout] = {id(p): fused_layout(module, name) for name, p in named
+                                              if roles.get(name) == "qkv"}
         self.out = {id(p) for name, p in named if roles.get(name) == "out"}
         self.out_inputs: list[torch.Tensor] = []  # what each output-projection product was given
         self.tags: dict[int, tuple[weakref.ref, Tag]] = {}
@@ -96,11 +97,10 @@ class Recording:
         """The projection role of an activation: its parameter's, or its fused column block's."""
         if tag.kind != "proj":
             return None
-        if tag.role is not None or tag.columns is None or tag.width == 0 or tag.columns.numel() == 0:
+        if tag.role is not None or tag.columns is None or tag.column_roles is None or tag.columns.numel() == 0:
             return tag.role
-        lo, hi = int(tag.columns.min()), int(tag.columns.max())
-        block = lo // tag.width
-        return QKV_ROLES[block] if block == hi // tag.width and block < 3 else None
+        found = tag.column_roles[tag.columns].unique()  # the roles of the columns this tensor holds
+        return QKV_ROLES[int(found[0])] if len(found) == 1 else None
 
     def tapped(self, stage: str, tensor: torch.Tensor) -> None:
         """Record the stage, and tag the tensor as that stage so the data flow after it is read too."""

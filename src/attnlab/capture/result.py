@@ -33,6 +33,7 @@ class Capture:
     call: Returned | None = None  # what forward returned as a whole, the element used, weights returned beside it
     declared_scale: tuple[float, str] | None = None  # a factor on the scores its config declares, and where
     kv_heads: int | None = None  # its own key/value heads, once the diagnosis views keys at that granularity
+    kv_order: str = "grouped"  # which kv head query head h reads: "grouped" h // group, "tiled" h % kv_heads
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so
     # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.

@@ -52,6 +52,10 @@ CODES: tuple[Code, ...] = (
          "the scores scaled as the module's config declares (query_pre_attn_scalar), not 1/sqrt(head_dim)",
          "tests/modules/test_hf_modules.py::test_gemma2s_soft_cap_window_scale_rope_and_grouping_are_each_named",
          suppresses=("scaling",)),
+    Code("latent_attention", ("keys",), "info", 16, recognisers.latent_attention,
+         "keys and values expanded per head from a shared latent, each key ending in the shared RoPE key (MLA)",
+         "tests/diagnosis/test_recognisers.py::test_deepseek_latent_attention_is_named_not_a_projection_width",
+         suppresses=("shape_projection",)),
     # the mask, the shapes and the heads
     Code("mask_after_softmax", ("weights",), "error", 20, mask.mask_shape,
          "future weights zeroed after the softmax, rows not renormalised", "causal_mask_after_softmax",

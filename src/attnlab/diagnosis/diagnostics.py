@@ -21,6 +21,7 @@ import torch
 from attnlab.capture.recorder import Capture, max_abs_or_nan
 from attnlab.capture.spill import releasing
 from attnlab.capture.stages import STAGES
+from attnlab.diagnosis.kv_granularity import kv_head_of
 from attnlab.diagnosis.masking import NegInf, neg_infs
 from attnlab.diagnosis.passes import (Peaks, block_scratch, blocks, finite_max_abs, fitted, max_abs, peaks,
                                       row_blocks)
@@ -227,11 +228,6 @@ def scale_observed(scores: torch.Tensor | None, scaled: torch.Tensor | None) -> 
     return dot / norm if norm > 0 else NAN
 
 
-def _kv_head(h: int, heads: int, kv_heads: int) -> int:
-    """The key/value head query head h reads (grouped-query attention shares one per group)."""
-    return h // max(1, heads // kv_heads)
-
-
 def _softmax_input(capture: Capture) -> tuple[torch.Tensor | None, float]:
     """The softmax input and the factor it still needs: without scaled scores, the scores scaled
     by 1/sqrt(d_k) stand in for it (a hand-written softmax must match that)."""
@@ -264,7 +260,8 @@ def softmax_checks(capture: Capture) -> tuple[float, float]:
         p = torch.softmax(logits[i] * scale if scale != 1.0 else logits[i], dim=-1)
         softmax_gaps.append(max_abs_diff(p, weights[i], scratch))
         if per_token:
-            token_gaps.append(max_abs_diff(p @ values[i[0], _kv_head(i[1], heads, kv_heads)], context[i]))
+            kv = kv_head_of(i[1], heads, kv_heads, capture.kv_order)  # the values head this query head reads
+            token_gaps.append(max_abs_diff(p @ values[i[0], kv], context[i]))
     return max(softmax_gaps, default=NAN), max(token_gaps, default=NAN)
 
 

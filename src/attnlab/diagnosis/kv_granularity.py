@@ -3,8 +3,13 @@
 Hugging Face's eager path captures keys after `repeat_kv` (one copy per query head), its sdpa
 path before (one per key/value head, `enable_gqa`); the source's GQA repeats with
 `repeat_interleave` before the score product. The same grouping must compare equal: where one
-side's keys and values have more heads than the other's and are that side's heads each repeated
-in a row, they are compared as the unrepeated heads.
+side's keys and values have more heads than the other's and are that side's heads repeated, they
+are compared as the unrepeated heads.
+
+Repeated heads come in two orders, both a valid grouping: "grouped", each kv head repeated in a
+row so query head h reads kv head h // group (Llama's repeat_kv, repeat_interleave), and "tiled",
+the kv heads repeated as a whole so query head h reads kv head h % kv_heads (x-transformers'
+`repeat`, torch's `.repeat`).
 """
 
 from __future__ import annotations
@@ -14,48 +19,68 @@ import torch
 from attnlab.capture.recorder import Capture
 
 KV_STAGES = ("keys", "values")
+ORDERS = ("grouped", "tiled")
 
 
-def repeated_group(keys: torch.Tensor, values: torch.Tensor, kv_heads: int) -> bool:
-    """Whether keys and values (b, heads, tokens, head_dim) are `kv_heads` heads, each repeated in a row."""
+def kv_head_of(h: int, heads: int, kv_heads: int, order: str) -> int:
+    """The key/value head query head h reads under `order`."""
+    return h % kv_heads if order == "tiled" else h // max(1, heads // kv_heads)
+
+
+def repetition(keys: torch.Tensor, values: torch.Tensor, kv_heads: int) -> str | None:
+    """The order in which keys and values (b, heads, tokens, head_dim) repeat `kv_heads` heads, if
+    they do: "grouped" (checked first: with one kv head both orders are the same) or "tiled"."""
     heads = keys.shape[1]
     if kv_heads >= heads or heads % kv_heads or values.shape[1] != heads:
-        return False
-    group = heads // kv_heads
-    return all(torch.equal(t[:, i], t[:, i - i % group]) for t in (keys, values) for i in range(heads))
+        return None
+    return next((order for order in ORDERS if all(
+        torch.equal(t[:, i], t[:, _first_reader(i, heads, kv_heads, order)]) for t in (keys, values)
+        for i in range(heads))), None)
 
 
-def unrepeated(t: torch.Tensor, kv_heads: int) -> torch.Tensor:
-    """The first head of each group of repeated heads: (b, kv_heads, tokens, head_dim), a view."""
-    return t[:, :: t.shape[1] // kv_heads]
+def _first_reader(h: int, heads: int, kv_heads: int, order: str) -> int:
+    """The first query head that reads the same kv head as query head h: where its copy is kept."""
+    kv = kv_head_of(h, heads, kv_heads, order)
+    return kv if order == "tiled" else kv * (heads // kv_heads)
 
 
-def kv_head_count(captured: Capture) -> int:
-    """The key/value heads a capture has: its keys' heads, each run of repeated heads counted once."""
+def unrepeated(t: torch.Tensor, kv_heads: int, order: str = "grouped") -> torch.Tensor:
+    """The first copy of each repeated head: (b, kv_heads, tokens, head_dim), a view."""
+    return t[:, :kv_heads] if order == "tiled" else t[:, :: t.shape[1] // kv_heads]
+
+
+def kv_grouping(captured: Capture) -> tuple[int, str]:
+    """The key/value heads a capture has and the order its query heads read them in: its keys'
+    heads, each run of repeated heads counted once."""
     keys, values = captured.stages["keys"], captured.stages["values"]
     heads = keys.shape[1]
-    return next((g for g in range(1, heads) if repeated_group(keys, values, g)), heads)
+    for count in range(1, heads):
+        order = repetition(keys, values, count)
+        if order is not None:
+            return count, order
+    return heads, "grouped"
 
 
 def align_kv_heads(variant: Capture, reference: Capture, shared: bool = False) -> None:
     """Both sides' keys and values at their own key/value heads, in place; with `shared` weights,
     a variant with fewer key/value heads than the reference is compared with the reference heads
-    its kv heads were loaded from (kv head g from head g * group, see modules.layouts), so that
-    RoPE or QK-norm on the keys is still seen under GQA."""
+    its kv heads were loaded from (kv head g from head g * group, see modules.layouts, whatever
+    order the variant reads them in), so that RoPE or QK-norm on the keys is still seen under GQA."""
     if any(s not in c.stages or c.stages[s].dim() != 4 for c in (variant, reference) for s in KV_STAGES):
         return
     for captured in (variant, reference):
-        count = captured.kv_heads = kv_head_count(captured)
+        count, captured.kv_order = kv_grouping(captured)
+        captured.kv_heads = count
         if count < captured.stages["keys"].shape[1]:
-            _unrepeat(captured, count)
+            _unrepeat(captured, count, captured.kv_order)
     mine, theirs = variant.stages["keys"].shape[1], reference.stages["keys"].shape[1]
     if shared and mine < theirs and theirs % mine == 0:
-        _unrepeat(reference, mine)
+        _unrepeat(reference, mine, "grouped")
 
 
-def _unrepeat(captured: Capture, count: int) -> None:
+def _unrepeat(captured: Capture, count: int, order: str) -> None:
     """Keys and values at `count` heads; their shapes are then the (batch, kv heads, tokens, head_dim)
     they are compared in, which the module's own rank (the heads repeated) no longer describes."""
     for stage in KV_STAGES:
-        captured.stages[stage] = unrepeated(captured.stages[stage], count)
+        captured.stages[stage] = unrepeated(captured.stages[stage], count, order)
         captured.native_shapes[stage] = tuple(captured.stages[stage].shape)

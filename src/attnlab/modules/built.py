@@ -31,7 +31,7 @@ from attnlab.errors import UserError
 from attnlab.modules import arguments, hf
 from attnlab.modules.registry import (CONSTRUCTOR_KEYS, DEFAULT_VALUES, SPELLINGS, VariantSpec, constructor_kwargs,
                                       get_variant)
-from attnlab.modules.roles import manual_seed
+from attnlab.modules.roles import declared_count, manual_seed
 
 
 class PluginError(RuntimeError):
@@ -270,8 +270,7 @@ class BuiltModule:
         """The key/value heads the module has: an attribute under a usual spelling, else the count its
         constructor was given; None (the reference's own) for a module that takes none, whatever the
         top-level num_kv_heads says (it reaches only constructors that name it)."""
-        declared = [getattr(self.module, spelling, None) for spelling in SPELLINGS["num_kv_heads"]]
-        found = next((v for v in declared if isinstance(v, int) and not isinstance(v, bool)), None)
+        found = declared_count(self.module, "num_kv_heads")
         if found is not None or self.construction is None:
             return found
         return self.construction.num_kv_heads

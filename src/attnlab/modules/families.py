@@ -35,7 +35,9 @@ class Family:
     attention: str  # the attention module's path in the model, `{i}` the layer: "model.layers.{i}.self_attn"
     out_proj: str | None = "o_proj"  # the output projection's name inside the attention module
     fused_qkv: str | None = None  # a fused query-key-value projection's name
-    fused_order: str = "qkv"  # its column blocks: "qkv" ([q | k | v]), "per_head" ((heads, 3, head_dim))
+    # its column blocks: "qkv" ([q | k | v]), "per_head" ((heads, 3, head_dim)) when every head has its own
+    # key and value, [q | k | v] with fewer (Falcon's and GPTBigCode's multi-query)
+    fused_order: str = "qkv"
     final_norm: str | None = "model.norm"  # the norm after the stack, None: none (post-norm encoders)
     logit_scale: str | None = None  # the config attribute the logits are multiplied by (Cohere's logit_scale)
     logit_divide: str | None = None  # ...divided by (Granite's logits_scaling)
@@ -71,10 +73,11 @@ FAMILIES: tuple[Family, ...] = (
     Family("gemma2", "model.layers.{i}.self_attn", logit_softcap="final_logit_softcapping", mask="local_global",
            arguments=_ROPE, changes=("query_pre_attn_scalar", "attn_logit_softcapping")),
     Family("llama4_text", "model.layers.{i}.self_attn", mask="chunked", arguments=_ROPE),
+    Family("deepseek_v3", "model.layers.{i}.self_attn", arguments=_ROPE),  # latent attention: recognisers.latent
     Family("phi3", "model.layers.{i}.self_attn", fused_qkv="qkv_proj", mask="sliding", arguments=_ROPE),
     Family("gpt2", "transformer.h.{i}.attn", out_proj="c_proj", fused_qkv="c_attn", final_norm="transformer.ln_f",
            arguments=_MASK),
-    Family("gpt_bigcode", "transformer.h.{i}.attn", out_proj="c_proj", fused_qkv="c_attn",
+    Family("gpt_bigcode", "transformer.h.{i}.attn", out_proj="c_proj", fused_qkv="c_attn", fused_order="per_head",
            final_norm="transformer.ln_f", arguments=_MASK),
     Family("falcon", "transformer.h.{i}.self_attention", out_proj="dense", fused_qkv="query_key_value",
            fused_order="per_head", final_norm="transformer.ln_f",

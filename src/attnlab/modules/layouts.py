@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
-from attnlab.modules.roles import PER_HEAD_FUSED_QKV, QKV_ROLES, manual_seed, module_roles
+from attnlab.modules.roles import QKV_ROLES, fused_layout, manual_seed, module_roles
 
 # nn.MultiheadAttention's add_bias_kv parameters are an extra key/value token, not projection biases.
 _MHA_EXTRA_TOKEN = ("bias_k", "bias_v")
@@ -123,24 +123,14 @@ def _no_layout(module: nn.Module, why: str) -> LayoutError:
     )
 
 
-def _split_fused(module: nn.Module, slot: _Slot, fused: Tensor, num_heads: int, num_kv_heads: int | None) -> list[Tensor]:
-    """Queries, keys, values by position along the last axis: H, G, G heads of head_dim each, or
-    per head side by side (`_per_head_fused`)."""
-    kv = num_heads if num_kv_heads is None else num_kv_heads
-    width = fused.shape[-1]
-    if width % (num_heads + 2 * kv):
-        heads = f"{num_heads} query and {kv} key/value heads"
-        raise _no_layout(module, f"a fused qkv of width {width} does not split into {heads}")
-    head_dim = width // (num_heads + 2 * kv)
-    if _per_head_fused(slot, num_heads, kv):
-        by_head = fused.unflatten(-1, (num_heads, 3, head_dim))  # (..., nh, 3, hd)
-        return [by_head[..., i, :].flatten(-2) for i in range(3)]  # each (..., nh * hd)
-    return list(fused.split([num_heads * head_dim, kv * head_dim, kv * head_dim], dim=-1))
-
-
-def _per_head_fused(slot: _Slot, num_heads: int, num_kv_heads: int) -> bool:
-    """A fused projection named as GPT-NeoX's, holding (heads, 3, head_dim) along its output."""
-    return num_kv_heads == num_heads and bool(PER_HEAD_FUSED_QKV.search(slot.name.lower()))
+def _split_fused(module: nn.Module, slot: _Slot, fused: Tensor, num_heads: int,
+                 num_kv_heads: int | None) -> list[Tensor]:
+    """Queries, keys, values by position along the last axis, as `fused_layout` lays them out."""
+    layout = fused_layout(module, slot.name, num_heads, num_kv_heads)
+    if layout.head_dim(fused.shape[-1]) is None:
+        heads = f"{layout.num_heads} query and {layout.num_kv_heads} key/value heads"
+        raise _no_layout(module, f"a fused qkv of width {fused.shape[-1]} does not split into {heads}")
+    return layout.split(fused)
 
 
 def _combine(module: nn.Module, role: str, pieces: list[tuple[int | None, Tensor]]) -> Tensor:
@@ -243,7 +233,8 @@ def _role_target(projections: Projections, slot: _Slot) -> Tensor | None:
     return projections.weight(slot.role) if slot.kind == "weight" else projections.bias(slot.role)
 
 
-def _target(projections: Projections, slot: _Slot, heads_per_role: dict[str, int]) -> tuple[Tensor | None, str]:
+def _target(module: nn.Module, projections: Projections, slot: _Slot,
+            heads_per_role: dict[str, int]) -> tuple[Tensor | None, str]:
     """What this parameter should hold, canonical orientation, and a note on where it came from."""
     if slot.role == "qkv":
         parts = [_role_target(projections, replace(slot, role=role)) for role in QKV_ROLES]
@@ -252,9 +243,9 @@ def _target(projections: Projections, slot: _Slot, heads_per_role: dict[str, int
         widths = [projections.weight(role).shape[-1] for role in QKV_ROLES]
         parts = [torch.zeros(w) if part is None else part for part, w in zip(parts, widths)]
         axis = "entries" if slot.kind == "bias" else "rows" if slot.linear_style else "columns"
-        if _per_head_fused(slot, projections.num_heads, projections.num_kv_heads):
-            heads = [part.unflatten(-1, (projections.num_heads, -1)) for part in parts]  # each (..., nh, hd)
-            return torch.stack(heads, dim=-2).flatten(-3), f"fused qkv, {axis} per head: queries, keys, values"
+        layout = fused_layout(module, slot.name, projections.num_heads, projections.num_kv_heads)
+        if layout.order == "per_head":
+            return layout.join(parts), f"fused qkv, {axis} per head: queries, keys, values"
         bounds = [0, widths[0], widths[0] + widths[1], sum(widths)]
         spans = ", ".join(f"{a}:{b} = {role}" for a, b, role in zip(bounds, bounds[1:], QKV_ROLES))
         return torch.cat(parts, dim=-1), f"fused qkv, {axis} {spans}"
@@ -327,7 +318,7 @@ def load_projections(
             if slot.name in later_outs:
                 report[slot.name] = _neutral(slot, "an output projection after the first")
                 continue
-            target, note = _target(projections, slot, heads_per_role)
+            target, note = _target(module, projections, slot, heads_per_role)
             if target is None:  # only an output projection or a bias can be absent from the projections
                 what = "bias" if slot.kind == "bias" else "output projection"
                 report[slot.name] = _neutral(slot, f"the reference has no {what}")

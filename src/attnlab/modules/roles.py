@@ -9,9 +9,12 @@ Moving the reference's parameters into a variant of any layout is attnlab.module
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from attnlab.modules.families import family, spellings
 
 QKV_ROLES = ("queries", "keys", "values")  # also a fused projection's column blocks, in this order
 _ROLE_PATTERNS: dict[str, re.Pattern[str]] = {
@@ -23,7 +26,8 @@ _ROLE_PATTERNS: dict[str, re.Pattern[str]] = {
 # nn.MultiheadAttention's in_proj, GPT-NeoX's query_key_value
 FUSED_QKV = re.compile(r"qkv|c_attn|in_proj|query_key_value")
 # ...of which those that hold each head's query, key and value side by side, (heads, 3, head_dim)
-# along the output, when every head has its own key and value: GPT-NeoX, Persimmon, Bloom, Falcon
+# along the output, when every head has its own key and value: GPT-NeoX, Persimmon, Bloom (a
+# family row's fused_order says so for the others: Falcon, GPTBigCode)
 PER_HEAD_FUSED_QKV = re.compile(r"query_key_value")
 # an output projection, lower case: the source's out_proj, Hugging Face's o_proj, dense and
 # DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, and the
@@ -80,10 +84,66 @@ def module_roles(module: nn.Module) -> dict[str, str | None]:
     return roles
 
 
-def fused_width(param: torch.Tensor) -> int:
-    """The axis a fused projection's three blocks lie along: a bias's length; a weight's output
-    axis, (3 * d, d_in) as nn.Linear stores it or (d_in, 3 * d) as GPT-2's Conv1D does."""
-    return param.shape[0] if param.dim() == 1 or param.shape[0] > param.shape[-1] else param.shape[-1]
+def declared_count(module: nn.Module, key: str) -> int | None:
+    """The count the module keeps as an attribute under any spelling of attnlab's `key`
+    ("num_heads", "num_kv_heads"): GPTBigCode's `kv_heads`, Falcon's `num_kv_heads`."""
+    found = (getattr(module, spelling, None) for spelling in spellings(key))
+    return next((v for v in found if isinstance(v, int) and not isinstance(v, bool)), None)
+
+
+@dataclass(frozen=True)
+class FusedLayout:
+    """Where a fused projection keeps queries, keys and values along its output: `"qkv"` blocks
+    [num_heads | num_kv_heads | num_kv_heads] heads, or `"per_head"` (num_heads, 3, head_dim)."""
+
+    order: str
+    num_heads: int
+    num_kv_heads: int
+
+    def head_dim(self, width: int) -> int | None:
+        """The head size a fused output of `width` columns has, None if it does not split."""
+        heads = self.num_heads + 2 * self.num_kv_heads
+        return None if width % heads else width // heads
+
+    def split(self, fused: torch.Tensor) -> list[torch.Tensor]:
+        """Queries, keys and values of a fused tensor, along its last axis."""
+        hd = self.head_dim(fused.shape[-1])
+        if self.order == "per_head":
+            by_head = fused.unflatten(-1, (self.num_heads, 3, hd))  # (..., nh, 3, hd)
+            return [by_head[..., i, :].flatten(-2) for i in range(3)]  # each (..., nh * hd)
+        return list(fused.split([self.num_heads * hd, self.num_kv_heads * hd, self.num_kv_heads * hd], dim=-1))
+
+    def join(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        """The fused tensor of queries, keys and values (the inverse of `split`)."""
+        if self.order == "per_head":
+            heads = [part.unflatten(-1, (self.num_heads, -1)) for part in parts]  # each (..., nh, hd)
+            return torch.stack(heads, dim=-2).flatten(-3)  # (..., nh * 3 * hd)
+        return torch.cat(parts, dim=-1)
+
+    def column_roles(self, width: int) -> torch.Tensor | None:
+        """Each output column's index in QKV_ROLES, (width,). A width these heads do not split is read
+        as equal thirds (one head's own fused projection under a wrapper that declares the head
+        count); None if that does not split either."""
+        if self.head_dim(width) is None:
+            thirds = FusedLayout("qkv", 1, 1)
+            return None if self == thirds else thirds.column_roles(width)
+        widths = [part.shape[-1] for part in self.split(torch.zeros(width))]
+        return self.join([torch.full((w,), role) for role, w in enumerate(widths)])
+
+
+def fused_layout(module: nn.Module, name: str, num_heads: int | None = None,
+                 num_kv_heads: int | None = None) -> FusedLayout:
+    """How the module's fused projection `name` is laid out. The head counts are those given, else
+    the module's attributes (equal thirds when it keeps none); the order is the family row's for the
+    projection it names, else read off the name. Per head only when every head has its own key and
+    value: with fewer, Falcon and GPTBigCode keep [q | k | v] blocks."""
+    heads = num_heads or declared_count(module, "num_heads") or 1
+    kv = num_kv_heads or declared_count(module, "num_kv_heads") or heads
+    row = family(getattr(getattr(module, "config", None), "model_type", ""))
+    leaf = name.removesuffix(".weight").removesuffix(".bias").rpartition(".")[2]
+    by_name = "per_head" if PER_HEAD_FUSED_QKV.search(name.lower()) else "qkv"
+    named = row.fused_order if row.fused_qkv == leaf else by_name
+    return FusedLayout(named if kv == heads else "qkv", heads, kv)
 
 
 def manual_seed(seed: int) -> None:

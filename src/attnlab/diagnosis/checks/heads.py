@@ -11,6 +11,7 @@ import torch
 from attnlab.capture.recorder import Capture
 from attnlab.diagnosis.context import Context, Found, finding
 from attnlab.diagnosis.diagnostics import max_abs_diff
+from attnlab.diagnosis.kv_granularity import KV_STAGES, kv_grouping
 from attnlab.record import Finding
 
 _SPLIT_STAGES = ("queries", "keys", "values")
@@ -44,39 +45,62 @@ def head_split(ctx: Context, found: Found) -> list[Finding]:
 
 
 def kv_heads(ctx: Context, found: Found) -> list[Finding]:
-    """Keys and values shared by groups of query heads (GQA, MQA): deliberate, an info finding."""
+    """Keys and values shared by groups of query heads (GQA, MQA), in either order: deliberate, an
+    info finding where the two sides share them differently and the shared keys and values are the
+    reference's (else the grouping explains nothing: key_index or value_path says what is wrong)."""
     queries = ctx.v.stages.get("queries")
-    group = _group(ctx.v)
-    if queries is None or queries.shape[1] < 2 or group < 2 or group == _group(ctx.ref):
+    group, order = _grouping(ctx.v)
+    theirs = _grouping(ctx.ref)
+    if queries is None or queries.shape[1] < 2 or group < 2 or (group, order) == theirs:
         return []  # said only where the two sides group differently
+    if not _kv_follow_the_reference(ctx, found):
+        return []
     heads = queries.shape[1]
     shared = heads // group
     kind = "multi-query attention: one key/value head for all" if shared == 1 else "grouped-query attention"
     return [finding("kv_heads", "keys", f"keys and values have {shared} head{'s' if shared > 1 else ''} for {heads} "
-                    f"query heads: each is shared by a group of {group} query heads ({kind}); deliberate, so the "
-                    f"differences it causes after the keys are its consequences, not findings.",
-                    heads=list(range(heads)))]
+                    f"query heads: each is shared by a group of {group} query heads ({kind})"
+                    f"{_order(heads, (group, order), theirs)}; deliberate, so the differences it causes after the "
+                    f"keys are its consequences, not findings.", heads=list(range(heads)))]
 
 
-def _group(captured: Capture) -> int:
-    """How many query heads share one key/value head (1: none share): from its own kv heads, before
-    the diagnosis viewed its keys at the other side's granularity (attnlab.diagnosis.kv_granularity)."""
-    queries, keys, values = (captured.stages.get(s) for s in ("queries", "keys", "values"))
+def _order(heads: int, mine: tuple[int, str], theirs: tuple[int, str]) -> str:
+    """Which kv head query head h reads, said where there are several kv heads to read in two orders;
+    the reference's too where it groups in the other order."""
+    (group, order), (their_group, their_order) = mine, theirs
+    if heads // group < 2:
+        return ""
+    said = f", {order}: query head h reads key/value head {_rule(heads, group, order)} ({_REPEATS[order]})"
+    if their_group > 1 and their_order != order:
+        said += f", where the reference's reads {_rule(heads, their_group, their_order)}"
+    return said
+
+
+def _rule(heads: int, group: int, order: str) -> str:
+    """The kv head query head h reads (kv_granularity.kv_head_of), in words."""
+    return f"h % {heads // group}" if order == "tiled" else f"h // {group}"
+
+
+_REPEATS = {"grouped": "Llama's repeat_kv, repeat_interleave", "tiled": "x-transformers' repeat, torch's .repeat"}
+
+
+def _kv_follow_the_reference(ctx: Context, found: Found) -> bool:
+    """Whether the keys and values, each at its key/value heads, are the reference's, or cannot be
+    compared (other weights, other shapes, an earlier finding that explains them)."""
+    judged = [s for s in KV_STAGES if ctx.compare(s, found) and ctx.pair.both(s) is not None]
+    return not any(ctx.differs(s) for s in judged)
+
+
+def _grouping(captured: Capture) -> tuple[int, str]:
+    """How many query heads share one key/value head (1: none share) and in which order: from its own
+    kv heads, before the diagnosis viewed its keys at the other side's granularity
+    (attnlab.diagnosis.kv_granularity)."""
+    queries, keys, values = (captured.stages.get(s) for s in ("queries", *KV_STAGES))
     if queries is None or keys is None or values is None:
-        return 1
-    heads, kv = queries.shape[1], captured.kv_heads or keys.shape[1]
-    return heads // kv if kv < heads and heads % kv == 0 else _repeated_group(keys, values)
-
-
-def _repeated_group(keys: torch.Tensor, values: torch.Tensor) -> int:
-    """The largest g > 1 such that keys and values repeat each head g times in a row (repeat_interleave)."""
-    heads = keys.shape[1]
-    for g in range(heads, 1, -1):
-        if heads % g:
-            continue
-        if all(torch.equal(t[:, i], t[:, i - i % g]) for t in (keys, values) for i in range(heads)):
-            return g
-    return 1
+        return 1, "grouped"
+    kv, order = (captured.kv_heads, captured.kv_order) if captured.kv_heads else kv_grouping(captured)
+    heads = queries.shape[1]
+    return (heads // kv, order) if kv < heads and heads % kv == 0 else (1, "grouped")
 
 
 def output(ctx: Context, found: Found) -> list[Finding]:

@@ -31,7 +31,7 @@ from attnlab.compute.preflight import cap_process, check_declared_inputs
 from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.isolation import run_job_guarded
 from attnlab.app.progress import Progress
-from attnlab.record import Record, write_record
+from attnlab.record import Record, keeping_stages, spilled, without_stages, write_record
 from attnlab.schema import check_key, check_n_tokens, declared_n_tokens
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
 from attnlab.model.config_variants import takes_config
@@ -98,31 +98,27 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
                                 phase=lambda part, s=seed: progress.phase(f"seed {s}: {part}"))
         if stream_to is not None and cfg.n_seeds > 1:
             write_record(record, record_dir(stream_to, record, cfg.n_seeds))
-            if any(r.ok for r in records) or not record.ok:
-                record.drop_stages()
-            else:
-                record.spill_stages()
+            record = without_stages(record) if any(r.ok for r in records) or not record.ok else spilled(record)
         records.append(record)
         progress.advance()
     return records
 
 
-def _streamed_layer(record: Record, index: int, n_layers: int, stream_to: Path | None) -> None:
+def _streamed_layer(record: Record, index: int, n_layers: int, stream_to: Path | None) -> Record:
     """Several layers of a model: each record written as soon as it is made; the first keeps its
     stages, the others only the attention weights (on disk) for the sinks' head grids."""
     if stream_to is None or n_layers == 1:
-        return
+        return record
     write_record(record, record_dir(stream_to, record, n_layers))
-    if index > 0:
-        record.keep_stages(("weights",))
+    return keeping_stages(record, ("weights",)) if index > 0 else record
 
 
 def record_dir(job_dir: Path, record: Record, n_records: int) -> Path:
     """The job folder for one record; each seed's, or each layer's in a model, a folder of its own."""
     if n_records == 1:
         return job_dir
-    if "layer" in record.model:
-        return job_dir / LAYER_DIR.format(layer=record.model["layer"])
+    if record.model is not None:
+        return job_dir / LAYER_DIR.format(layer=record.model.layer)
     return job_dir / SEED_DIR.format(seed=record.seed)
 
 

@@ -4,7 +4,7 @@ layer's own parameters in its place, and what that does to the model's output.""
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ from attnlab.modules.layouts import LayoutError, Projections, load_projections, 
 from attnlab.modules.built import BuiltModule, PluginError, plan
 from attnlab.modules.registry import get_variant
 from attnlab.modules.roles import manual_seed
-from attnlab.record import Record
+from attnlab.record import Effect, Record
 
 
 STAND_IN = "multi_head_attention"  # the source's MultiHeadAttention
@@ -78,7 +78,7 @@ class ModelRun:
             except Exception as exc:  # noqa: BLE001 - the variant inside the model: fails its record only
                 raise PluginError(f"the model with this variant at layer {layer} raised {type(exc).__name__}: {exc}") from exc
 
-    def effects(self, changed: list[Final]) -> list[dict[str, float]]:
+    def effects(self, changed: list[Final]) -> list[Effect]:
         """What each changed run does to the output, against the unmodified run."""
         return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, softcap=self.sizes.softcap)
 
@@ -178,13 +178,11 @@ def changed_layer(run: ModelRun, layer: int, name: str, params: dict[str, Any], 
         return Changed(layer, error=str(exc))
 
 
-def compare_layer(run: ModelRun, changed: Changed, effect: dict[str, float] | None, record: Record, name: str,
+def compare_layer(run: ModelRun, changed: Changed, effect: Effect | None, record: Record, name: str,
                   params: dict[str, Any], seed: int, expect: Any, reference_name: str = "auto") -> Record:
     """`record` filled for one layer: the variant's and the layer's own stages, the findings and
     `effect` (what `changed` does to the output; None when the changed run failed)."""
     layer = changed.layer
-    record.model["layer"] = layer
-    record.model["attention"] = run.attention[layer][0]
     try:
         record.reference, reference = layer_reference(run, layer, reference_name, seed)
         built, record.weights_loaded = model_variant(run, layer, name, params, seed)
@@ -196,6 +194,6 @@ def compare_layer(run: ModelRun, changed: Changed, effect: dict[str, float] | No
         return record
     diagnosed(record, variant, reference, shared=True, train=False, expect=expect)
     with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect)
-    record.model["effect"] = effect
+    record.model = replace(record.model, effect=effect)
     record.diagnostics.update({f"effect_{key}": value for key, value in effect.items()})
     return record

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from attnlab.record import INLINE_LIMIT, Finding, Prediction, Record, RecordError, read_record, write_record
+from attnlab.record import (INLINE_LIMIT, Finding, Prediction, Record, RecordError, read_record, to_json_dict,
+                            write_record)
 
 
 def make_record(n_tokens: int = 3) -> Record:
@@ -130,7 +131,7 @@ def test_a_format_2_record_loads_in_the_module_s_own_rank(tmp_path):
 
 
 def test_values_that_do_not_have_the_shape_the_record_states_are_a_record_error(tmp_path):
-    data = make_record().to_json_dict()
+    data = to_json_dict(make_record())
     data["stages"]["weights"]["values"] = [[0.5, 0.5]]  # (1, 2), where shape says (3, 3)
     path = tmp_path / "record.json"
     path.write_text(json.dumps(data))

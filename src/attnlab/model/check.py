@@ -9,6 +9,7 @@ with its own output head) is reported separately, in every layer's record.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
@@ -76,16 +77,17 @@ def check_layer(learner: ModelRun, reference: ModelRun, layer: int, record: Reco
     module = learner.attention[layer][1]
     hidden = reference.calls[layer].hidden  # (1, T, d)
     try:
-        record.reference, reference_capture = layer_reference(reference, layer, "auto", cfg.seed)
+        reference_label, reference_capture = layer_reference(reference, layer, "auto", cfg.seed)
+        record = replace(record, reference=reference_label)
         variant = run_module(BuiltModule(module, AsLayerCalled(learner.calls[layer])), hidden, cfg.seed)
         mistakes = loading_findings(read_projections(module, num_heads=learner.sizes.heads,
                                                      num_kv_heads=learner.sizes.kv_heads),
                                     reference.projections(layer))
     except (PluginError, LayoutError) as exc:
-        record.status, record.error = "failed", str(exc)
-        return record
+        return replace(record, status="failed", error=str(exc))
     expect = OmegaConf.to_container(cfg.expect, resolve=True)
-    diagnosed(record, variant, reference_capture, shared=True, train=False, expect=expect)
-    with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect, mistakes)
-    record.diagnostics.update({f"end_to_end_{k}": v for k, v in record.model.end_to_end.items()})
-    return record
+    record = diagnosed(record, variant, reference_capture, shared=True, train=False, expect=expect)
+    record = with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect,
+                                 mistakes)
+    return replace(record, diagnostics={**record.diagnostics,
+                                        **{f"end_to_end_{k}": v for k, v in record.model.end_to_end.items()}})

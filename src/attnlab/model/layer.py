@@ -150,12 +150,12 @@ def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -
     return f"{STAND_IN} standing in for {own_name} (same output within {gap:.1e})", stand_in
 
 
-def with_model_findings(record: Record, variant: Capture, findings: list, expect: Any, first: list = ()) -> None:
-    """The findings only a model shows added to the record's (`first` before them, the rest after),
-    and the predictions checked again against them all."""
-    record.findings = [*first, *record.findings, *findings]
-    record.predictions = check_predictions(expect, variant, record.diagnostics, record.first_divergent_stage,
-                                           record.findings)
+def with_model_findings(record: Record, variant: Capture, findings: list, expect: Any, first: list = ()) -> Record:
+    """`record` with the findings only a model shows added to its own (`first` before them, the rest
+    after), and the predictions checked again against them all."""
+    findings = [*first, *record.findings, *findings]
+    return replace(record, findings=findings, predictions=check_predictions(
+        expect, variant, record.diagnostics, record.first_divergent_stage, findings))
 
 
 @dataclass
@@ -180,20 +180,20 @@ def changed_layer(run: ModelRun, layer: int, name: str, params: dict[str, Any], 
 
 def compare_layer(run: ModelRun, changed: Changed, effect: Effect | None, record: Record, name: str,
                   params: dict[str, Any], seed: int, expect: Any, reference_name: str = "auto") -> Record:
-    """`record` filled for one layer: the variant's and the layer's own stages, the findings and
-    `effect` (what `changed` does to the output; None when the changed run failed)."""
+    """`record` for one layer: the variant's and the layer's own stages, the findings and `effect`
+    (what `changed` does to the output; None when the changed run failed)."""
     layer = changed.layer
-    try:
-        record.reference, reference = layer_reference(run, layer, reference_name, seed)
-        built, record.weights_loaded = model_variant(run, layer, name, params, seed)
+    try:  # each step that fails the record keeps what the steps before it found
+        reference_label, reference = layer_reference(run, layer, reference_name, seed)
+        record = replace(record, reference=reference_label)
+        built, weights_loaded = model_variant(run, layer, name, params, seed)
+        record = replace(record, weights_loaded=weights_loaded)
         variant = run_variant(run, layer, built, in_model(run, layer, built).batched, seed)
         if changed.error is not None:
             raise PluginError(changed.error)
     except PluginError as exc:
-        record.status, record.error = "failed", str(exc)
-        return record
-    diagnosed(record, variant, reference, shared=True, train=False, expect=expect)
-    with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect)
-    record.model = replace(record.model, effect=effect)
-    record.diagnostics.update({f"effect_{key}": value for key, value in effect.items()})
-    return record
+        return replace(record, status="failed", error=str(exc))
+    record = diagnosed(record, variant, reference, shared=True, train=False, expect=expect)
+    record = with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect)
+    return replace(record, model=replace(record.model, effect=effect),
+                   diagnostics={**record.diagnostics, **{f"effect_{key}": value for key, value in effect.items()}})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from attnlab.record.codec import from_json_dict, to_json_dict
@@ -52,8 +53,12 @@ def _remove(tmp: str | None) -> None:
 def write_record(record: Record, job_dir: Path) -> Path:
     path = job_dir / RECORD_FILE
     write_atomic(path, json.dumps(to_json_dict(record), allow_nan=False))  # no indent: json uses its C encoder only then
-    record.path = path
     return path
+
+
+def written(record: Record, job_dir: Path) -> Record:
+    """The record written to `job_dir`, knowing its path."""
+    return replace(record, path=write_record(record, job_dir))
 
 
 def read_record(path: Path) -> Record:

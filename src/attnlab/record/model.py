@@ -16,7 +16,7 @@ import numpy as np
 from attnlab.capture.stages import AXES
 
 
-@dataclass
+@dataclass(frozen=True)
 class Finding:
     code: str  # e.g. "scaling"
     stage: str  # e.g. "scaled_scores"
@@ -26,7 +26,7 @@ class Finding:
     batch: list[int] | None = None  # the batch items it holds for; None: the module takes no batch
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prediction:
     name: str  # e.g. "context_shape"
     expected: Any
@@ -72,8 +72,10 @@ class ModelInfo:
     end_to_end: Effect | None = None  # the learner's check: both models whole
 
 
-@dataclass
+@dataclass(frozen=True)
 class Record:
+    """Built once, never changed: a step that adds to it makes a new record (dataclasses.replace)."""
+
     variant: str
     seed: int
     config: dict[str, Any]

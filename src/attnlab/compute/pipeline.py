@@ -203,7 +203,8 @@ def compute_record(
 
 
 @one_thread()  # small ops only (initialising weights, a probe on 2 x 3 tokens): no thread to wake for each
-def _build_variant(spec: JobSpec, values: dict[str, Any], inputs: Inputs, seed: int) -> tuple[_Side, Construction, bool]:
+def _build_variant(spec: JobSpec, values: dict[str, Any], inputs: Inputs,
+                   seed: int) -> tuple[_Side, Construction, bool]:
     """The variant built under the seed, its construction, and whether the run spills its large
     stages to disk. Its constructor is filled once."""
     planned = plan(spec.name, values, spec.params)

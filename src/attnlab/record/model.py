@@ -63,7 +63,7 @@ class ModelInfo:
     parameters: int
     tokenizer: str
     heads: int
-    kv_heads: int | None
+    kv_heads: int
     layer: int
     attention: str  # the layer's attention module, by its qualified name
     reference_model: str | None = None  # the learner's check: the model its layers are compared with

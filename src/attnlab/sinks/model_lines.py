@@ -20,9 +20,8 @@ def _g(value: float | None, digits: int = 4) -> str:
 def model_line(record: Record) -> str:
     about = record.model
     against = f" against {about.reference_model}" if about.reference_model else ""
-    kv_heads = about.kv_heads if about.kv_heads is not None else about.heads
     return (f"model: {about.model}{against} ({about.parameters / 1e6:.2f}M parameters, {about.n_layers} "
-            f"layers, {about.heads} heads, {kv_heads} kv heads; tokens: {about.tokenizer})")
+            f"layers, {about.heads} heads, {about.kv_heads} kv heads; tokens: {about.tokenizer})")
 
 
 def effect_line(effect: Effect, n_tokens: int, title: str) -> str:

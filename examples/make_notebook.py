@@ -135,7 +135,7 @@ cfg = {"vocab_size": 50257, "context_length": 32, "emb_dim": 16, "n_heads": 2, "
 gpt = GPTModel(cfg)
 text = {"kind": "text", "text": "Every effort moves you"}
 in_model = attnlab.run(Correct, model=gpt, layer=1, inputs=text)
-print(in_model, in_model.record.model["effect"])
+print(in_model, in_model.record.model.effect)
 
 # by hand: the model with layer 1's attention swapped for a Correct built from its weights
 from attnlab.model.tokens import gpt2_encoding
@@ -149,8 +149,8 @@ with torch.no_grad():
     gpt.trf_blocks[1].att = kept
 kl = torch.nn.functional.kl_div(after_logits.log_softmax(-1), before_logits.log_softmax(-1), log_target=True,
                                 reduction="none").sum(-1).max().item()
-print(f"KL by hand {kl:.2e}; attnlab's {in_model.record.model['effect']['kl_max']:.2e}")
-assert kl < 1e-6 and in_model.record.model["effect"]["kl_max"] < 1e-6"""),
+print(f"KL by hand {kl:.2e}; attnlab's {in_model.record.model.effect.kl_max:.2e}")
+assert kl < 1e-6 and in_model.record.model.effect.kl_max < 1e-6"""),
     ("md", "## 5. A Result shows itself"),
     ("code", "from_class"),
     ("md", "## 6. At 1,024 tokens and 12 heads: the same view, a log scale beside the linear one"),

@@ -143,10 +143,10 @@ def test_an_in_memory_model_runs_at_a_layer_with_its_own_attention_copied():
     before = copy.deepcopy(gpt.state_dict())
     text = {"kind": "text", "text": "Every effort moves you"}
     results = attnlab.run("multi_head_attention", model=gpt, layer="all", inputs=text)
-    assert [r.record.model["layer"] for r in results] == [0, 1]
+    assert [r.record.model.layer for r in results] == [0, 1]
     assert "layer=0" in repr(results[0]) and "layer=1" in repr(results[1])
     for result in results:  # the book's own class at the model's layer: the model's output unchanged
-        assert result.record.model["effect"]["kl_max"] == pytest.approx(0.0, abs=1e-6)
+        assert result.record.model.effect.kl_max == pytest.approx(0.0, abs=1e-6)
     from attnlab.model.tokens import gpt2_encoding  # tiktoken's GPT-2 BPE from the files attnlab ships
 
     ids = torch.tensor([gpt2_encoding().encode(text["text"])])  # (1, T)

@@ -17,6 +17,7 @@ from torch import nn
 import attnlab
 from attnlab.compute import pipeline, profile
 from attnlab.errors import UserError
+from attnlab.record import from_json_dict, to_json_dict
 from attnlab.modules.built import plan
 from attnlab.record import Record
 
@@ -87,7 +88,7 @@ def test_profile_columns_in_the_record_and_its_json():
         assert record.diagnostics[key] > 0
     assert record.diagnostics["peak_bytes"] >= 0  # a few hundred bytes reuse pages the process holds: 0 here
     assert record.diagnostics["flops"] == _mha_flops(2, 6, 3, 8)
-    back = Record.from_json_dict(record.to_json_dict())
+    back = from_json_dict(to_json_dict(record))
     assert back.profile == pytest.approx(record.profile, nan_ok=True) and back.device == "cpu" and back.dtype == "float32"
 
 

@@ -33,19 +33,19 @@ def check(folder, hf_folder, monkeypatch) -> list:
 
 def test_a_correct_load_matches_gpt2_at_every_layer_with_no_finding(tiny_gpt2, tmp_path, monkeypatch) -> None:
     results = check(write_learner(tmp_path, tiny_gpt2), tiny_gpt2, monkeypatch)
-    assert [r.record.model["layer"] for r in results] == list(range(N_LAYER))
+    assert [r.record.model.layer for r in results] == list(range(N_LAYER))
     for result in results:
         assert result.record.ok and mismatches(result) == [] and result.first_divergent_stage is None
         assert result.diagnostics["divergence_output"] < 1e-5
-    end_to_end = results[0].record.model["end_to_end"]
-    assert end_to_end["kl_max"] < 1e-6 and end_to_end["top1_agreement"] == 1.0
+    end_to_end = results[0].record.model.end_to_end
+    assert end_to_end.kl_max < 1e-6 and end_to_end.top1_agreement == 1.0
 
 
 @pytest.mark.parametrize("mistake,layer,expected", MISTAKES, ids=[str(m[0]) for m in MISTAKES])
 def test_each_loading_mistake_is_found_at_its_layer_and_stage(tiny_gpt2, tmp_path, monkeypatch, mistake, layer,
                                                               expected) -> None:
     results = check(write_learner(tmp_path, tiny_gpt2, **mistake), tiny_gpt2, monkeypatch)
-    by_layer = {r.record.model["layer"]: r for r in results}
+    by_layer = {r.record.model.layer: r for r in results}
     codes = {"qkv_order", "not_transposed", "bias_missing"}
     found = {(f.code, f.stage) for f in by_layer[layer].findings if f.code in codes}
     assert found == expected
@@ -53,7 +53,7 @@ def test_each_loading_mistake_is_found_at_its_layer_and_stage(tiny_gpt2, tmp_pat
     for other, result in by_layer.items():
         if other != layer:
             assert mismatches(result) == [] and result.first_divergent_stage is None  # the reference's input per layer
-    assert results[0].record.model["end_to_end"]["kl_mean"] > 1e-6  # the whole model feels it
+    assert results[0].record.model.end_to_end.kl_mean > 1e-6  # the whole model feels it
 
 
 def test_a_loading_mistake_can_be_predicted(tiny_gpt2, tmp_path, monkeypatch) -> None:

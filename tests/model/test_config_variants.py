@@ -30,10 +30,10 @@ def run_sdpa_in_eager_llama(text: str = TEXT):
 
 def test_llamas_sdpa_attention_in_an_eager_llama_changes_nothing(llama_plugin) -> None:
     result = run_sdpa_in_eager_llama()
-    effect = result.record.model["effect"]
+    effect = result.record.model.effect
     assert result.record.weights_loaded["q_proj.weight"] == "the layer's own"
-    assert abs(effect["kl_mean"]) < 1e-6 and effect["kl_max"] < 1e-5 and effect["top1_agreement"] == 1.0
-    assert effect["hidden_relative_divergence"] < 1e-5
+    assert abs(effect.kl_mean) < 1e-6 and effect.kl_max < 1e-5 and effect.top1_agreement == 1.0
+    assert effect.hidden_relative_divergence < 1e-5
     assert result.diagnostics["divergence_weights"] < 1e-6 and result.diagnostics["divergence_output"] < 1e-5
     # independently: the same random Llama (same seed) whole, eager against sdpa, in Hugging Face alone
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -51,7 +51,7 @@ def test_llamas_sdpa_attention_in_an_eager_llama_changes_nothing(llama_plugin) -
         sdpa = eager(ids).logits[0]
     p = F.log_softmax(base, -1)
     assert float(F.kl_div(F.log_softmax(sdpa, -1), p, log_target=True, reduction="none").sum(-1).max()) < 1e-5
-    assert effect["loss"] == pytest.approx(float(F.cross_entropy(base[:-1], ids[0, 1:])), rel=1e-5)
+    assert effect.loss == pytest.approx(float(F.cross_entropy(base[:-1], ids[0, 1:])), rel=1e-5)
 
 
 @pytest.mark.parametrize("text", [TEXT, "Your journey starts with one step"])  # the second once read finfo.min as a scale

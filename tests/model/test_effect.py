@@ -61,32 +61,32 @@ def in_model(folder, variant: str, layer) -> list:
 def test_a_planted_scale_at_layer_1_matches_the_model_run_by_hand(tiny_gpt2) -> None:
     [result] = in_model(tiny_gpt2, "mha_scaled_by_d_out", 1)
     expected = by_hand(tiny_gpt2, 1, lambda d: d ** -0.5)
-    effect = result.record.model["effect"]
-    assert result.record.model["layer"] == 1
+    effect = result.record.model.effect
+    assert result.record.model.layer == 1
     for key, value in expected.items():
-        assert effect[key] == pytest.approx(value, rel=1e-3, abs=1e-6), key
-    assert effect["kl_mean"] > 1e-4  # the change shows in the predictions
+        assert getattr(effect, key) == pytest.approx(value, rel=1e-3, abs=1e-6), key
+    assert effect.kl_mean > 1e-4  # the change shows in the predictions
     assert ("scaling", "scaled_scores") in {(f.code, f.stage) for f in result.findings}
 
 
 def test_the_reference_computation_in_the_model_changes_nothing(tiny_gpt2) -> None:
     [result] = in_model(tiny_gpt2, "multi_head_attention", 1)
-    effect = result.record.model["effect"]
+    effect = result.record.model.effect
     unchanged = by_hand(tiny_gpt2, 1, lambda d: (d // N_HEAD) ** -0.5)  # the hand module at GPT-2's own scale
     assert unchanged["kl_max"] < 1e-5 and unchanged["top1_agreement"] == 1.0  # float32 rounding only: the hand module is GPT-2's layer
-    assert effect["kl_max"] < 1e-5 and effect["top1_agreement"] == 1.0
-    assert effect["loss"] == pytest.approx(unchanged["loss"], rel=1e-5)
-    assert effect["loss_changed"] == pytest.approx(effect["loss"], rel=1e-6)
+    assert effect.kl_max < 1e-5 and effect.top1_agreement == 1.0
+    assert effect.loss == pytest.approx(unchanged["loss"], rel=1e-5)
+    assert effect.loss_changed == pytest.approx(effect.loss, rel=1e-6)
     assert not [f for f in result.findings if f.severity == "error"]
 
 
 def test_layer_all_gives_one_record_per_layer_each_as_by_hand(tiny_gpt2) -> None:
     results = in_model(tiny_gpt2, "mha_scaled_by_d_out", "all")
-    assert [r.record.model["layer"] for r in results] == list(range(N_LAYER))
+    assert [r.record.model.layer for r in results] == list(range(N_LAYER))
     for result in results:
-        expected = by_hand(tiny_gpt2, result.record.model["layer"], lambda d: d ** -0.5)
-        assert result.record.model["effect"]["kl_mean"] == pytest.approx(expected["kl_mean"], rel=1e-3)
-        assert not math.isnan(result.record.model["effect"]["loss"])
+        expected = by_hand(tiny_gpt2, result.record.model.layer, lambda d: d ** -0.5)
+        assert result.record.model.effect.kl_mean == pytest.approx(expected["kl_mean"], rel=1e-3)
+        assert not math.isnan(result.record.model.effect.loss)
 
 
 def test_a_named_reference_holds_the_layers_parameters_too(tiny_gpt2) -> None:
@@ -95,4 +95,4 @@ def test_a_named_reference_holds_the_layers_parameters_too(tiny_gpt2) -> None:
         "log.tensorboard=false"])
     assert result.record.reference == "mha_scaled_by_d_out with the parameters of GPT2Attention (layer 0)"
     assert result.first_divergent_stage == "scaled_scores"  # the two differ in the scale only
-    assert result.record.model["effect"]["kl_max"] < 1e-5  # the effect is always the variant's, in the model
+    assert result.record.model.effect.kl_max < 1e-5  # the effect is always the variant's, in the model

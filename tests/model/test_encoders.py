@@ -56,10 +56,10 @@ def _bert(variant: str, layer: int):
 
 def test_a_correct_copy_of_bert_s_self_attention_gives_a_kl_of_zero() -> None:
     record = _bert("bidirectional_attention", 1)
-    assert record.model["attention"] == "bert.encoder.layer.1.attention.self"
+    assert record.model.attention == "bert.encoder.layer.1.attention.self"
     assert record.reference == "BertSelfAttention (layer 1)"
     assert not [f for f in record.findings if f.severity == "error"], [f.code for f in record.findings]
-    assert record.model["effect"]["kl_max"] < 1e-6
+    assert record.model.effect.kl_max < 1e-6
     assert _kl_by_hand(1, causal=False) < 1e-6  # the copy is right: the model's own forward agrees
     assert _kl_by_hand(1, causal=False, where="wrapper") > 1e-3  # the wrapper's residual and LayerNorm matter
 
@@ -68,5 +68,5 @@ def test_a_causal_variant_in_bert_has_the_effect_of_the_same_swap_by_hand() -> N
     record = _bert("multi_head_attention", 0)
     assert {f.code for f in record.findings if f.severity == "error"} == set()
     assert "masked" in {f.code for f in record.findings}  # the causal mask BERT does not have, named
-    assert record.model["effect"]["kl_mean"] == pytest.approx(_kl_by_hand(0, causal=True), rel=1e-3)
-    assert record.model["effect"]["kl_mean"] > 1e-3
+    assert record.model.effect.kl_mean == pytest.approx(_kl_by_hand(0, causal=True), rel=1e-3)
+    assert record.model.effect.kl_mean > 1e-3

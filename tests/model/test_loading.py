@@ -31,9 +31,9 @@ def refused(*overrides: str) -> str:
 
 def test_a_config_class_with_size_keys_builds_a_random_model() -> None:
     result = run("model=hf:gpt2", "model.n_layer=3", "model.n_head=2", "model.n_embd=32", "layer=2")
-    assert result.record.ok and result.record.model["n_layers"] == 3 and result.record.model["heads"] == 2
-    assert result.record.model["attention"] == "transformer.h.2.attn"
-    assert result.record.model["effect"]["kl_max"] < 1e-5  # the source's MultiHeadAttention is GPT-2's computation
+    assert result.record.ok and result.record.model.n_layers == 3 and result.record.model.heads == 2
+    assert result.record.model.attention == "transformer.h.2.attn"
+    assert result.record.model.effect.kl_max < 1e-5  # the source's MultiHeadAttention is GPT-2's computation
 
 
 def test_a_size_key_the_config_class_lacks_is_refused() -> None:
@@ -87,7 +87,7 @@ def test_a_nanogpt_style_model_of_your_own_runs_with_its_safetensors(tmp_path, m
     monkeypatch.chdir(tmp_path)
     result = run("model=nano", "model.n_layer=2", "model.weights=nano.safetensors", "layer=1",
                  variant="mha_scaled_by_d_out")
-    assert result.record.model["attention"] == "transformer.h.1.attn"
+    assert result.record.model.attention == "transformer.h.1.attn"
     assert result.record.reference == "CausalSelfAttention (layer 1)"  # its own module, captured through SDPA
     # by hand: the same model with layer 1's attention scaled by 1/sqrt(d_out)
     from attnlab.inputs.text import gpt2_encoding
@@ -107,7 +107,7 @@ def test_a_nanogpt_style_model_of_your_own_runs_with_its_safetensors(tmp_path, m
         changed = model(ids, targets=ids)[0][0]
     p, q = F.log_softmax(base.double(), -1), F.log_softmax(changed.double(), -1)  # a KL of ~1e-5 over 50,257
     kl = (p.exp() * (p - q)).sum(-1)  # entries: float32 sums round it by ~0.2%, so it is summed in float64
-    assert result.record.model["effect"]["kl_mean"] == pytest.approx(float(kl.mean()), rel=1e-3)
+    assert result.record.model.effect.kl_mean == pytest.approx(float(kl.mean()), rel=1e-3)
     assert ("scaling", "scaled_scores") in {(f.code, f.stage) for f in result.findings}
 
 
@@ -119,7 +119,7 @@ def test_an_unknown_layout_names_what_it_saw_and_the_key(tmp_path, monkeypatch) 
     assert message.startswith("GPT: no attention modules found; its submodules: transformer, transformer.wte")
     assert "transformer.h.0.mixer" in message and "model.attention_path=BLOCKS.*.NAME" in message
     result = run("model=nano", "model.n_layer=2", "model.attention_path=transformer.h.*.mixer", "layer=0")
-    assert result.record.model["attention"] == "transformer.h.0.mixer"
+    assert result.record.model.attention == "transformer.h.0.mixer"
 
 
 def test_layer_without_a_model_and_a_misspelt_key_are_refused() -> None:
@@ -158,13 +158,13 @@ def test_a_saved_model_runs_on_its_own_tokenizer(tmp_path) -> None:
                                        bos_token_id=None, eos_token_id=None))
     model.save_pretrained(tmp_path)
     result = run(f"model.path={tmp_path}", "layer=0")
-    assert result.record.model["tokenizer"] != "GPT-2 BPE (tiktoken)"  # transformers names its class (TokenizersBackend)
+    assert result.record.model.tokenizer != "GPT-2 BPE (tiktoken)"  # transformers names its class (TokenizersBackend)
     ids = [words.index(w) for w in ("Every", "effort", "moves", "you", "forward", ",", "and", "every", "step", "you",
                                     "take", "is", "a", "step")]
     assert result.record.labels == [words[i] for i in ids]
     with torch.no_grad():
         logits = model.eval()(torch.tensor([ids])).logits[0]
-    assert result.record.model["effect"]["loss"] == pytest.approx(float(F.cross_entropy(logits[:-1], torch.tensor(ids[1:]))),
+    assert result.record.model.effect.loss == pytest.approx(float(F.cross_entropy(logits[:-1], torch.tensor(ids[1:]))),
                                                                   rel=1e-5)
 
 

@@ -62,11 +62,11 @@ def test_effects_are_those_of_the_models_own_scaled_logits(family) -> None:
     name, module = attention[0]
     effect = run.effects([run.changed_final(0, Louder(module), seed=0)])[0]
     hand = _by_hand(loaded.module, module, run.ids)
-    assert effect["kl_mean"] == pytest.approx(hand["kl_mean"], rel=1e-4, abs=1e-7)
-    assert effect["kl_mean"] > 1e-3  # the change shows, so the scaling matters
-    assert effect["top1_agreement"] == pytest.approx(hand["top1_agreement"])
-    assert effect["loss"] == pytest.approx(hand["loss"], rel=1e-5)
-    assert effect["loss_changed"] == pytest.approx(hand["loss_changed"], rel=1e-5)
+    assert effect.kl_mean == pytest.approx(hand["kl_mean"], rel=1e-4, abs=1e-7)
+    assert effect.kl_mean > 1e-3  # the change shows, so the scaling matters
+    assert effect.top1_agreement == pytest.approx(hand["top1_agreement"])
+    assert effect.loss == pytest.approx(hand["loss"], rel=1e-5)
+    assert effect.loss_changed == pytest.approx(hand["loss_changed"], rel=1e-5)
 
 
 def test_an_unchanged_layer_gives_a_kl_of_exactly_zero_never_negative() -> None:
@@ -76,5 +76,5 @@ def test_an_unchanged_layer_gives_a_kl_of_exactly_zero_never_negative() -> None:
     run = ModelRun.start(loaded, attention, model_sizes(loaded.module.config, loaded.label), ids,
                          loaded.tokenizer.labels(ids), [1])
     effect = run.effects([run.changed_final(1, attention[1][1], seed=0)])[0]
-    assert effect["kl_mean"] == 0.0 and effect["kl_max"] == 0.0 and effect["kl_clamped"] <= 0.0
-    assert effect["top1_agreement"] == 1.0
+    assert effect.kl_mean == 0.0 and effect.kl_max == 0.0 and effect.kl_clamped <= 0.0
+    assert effect.top1_agreement == 1.0

@@ -21,11 +21,11 @@ def test_the_matrix_holds_the_multi_head_mistakes() -> None:
 def test_each_mistake_at_each_layer_gives_its_finding_and_an_effect(tiny_gpt2, name) -> None:
     results = attnlab.run(name, overrides=[f"model.path={tiny_gpt2}", "inputs=text", f"inputs.text='{TEXT}'",
                                            "layer=all", "log.tensorboard=false"])
-    assert [r.record.model["layer"] for r in results] == list(range(N_LAYER))
+    assert [r.record.model.layer for r in results] == list(range(N_LAYER))
     expected = discover().specs[name].expected_finding
     for result in results:
         assert result.record.ok, result.record.error
-        assert expected in {(f.code, f.stage) for f in result.findings}, (result.record.model["layer"], result)
-        effect = result.record.model["effect"]
+        assert expected in {(f.code, f.stage) for f in result.findings}, (result.record.model.layer, result)
+        effect = result.record.model.effect
         # softmax over the heads of -inf-masked scores is 0/0: the model's predictions become NaN, and say so
-        assert effect["kl_mean"] > 1e-7 or effect["non_finite_positions"] > 0
+        assert effect.kl_mean > 1e-7 or effect.non_finite_positions > 0

@@ -23,7 +23,7 @@ def test_layer_all_writes_a_record_per_layer_the_plots_and_the_head_grids(tiny_g
     records = [json.loads((tmp_path / f"layer-{layer}" / "record.json").read_text()) for layer in range(N_LAYER)]
     assert [r["model"]["layer"] for r in records] == list(range(N_LAYER))
     assert [r["model"]["effect"]["kl_mean"] for r in records] == pytest.approx(
-        [r.record.model["effect"]["kl_mean"] for r in results])
+        [r.record.model.effect.kl_mean for r in results])
     page = (tmp_path / "report.html").read_text()
     assert page.count('class="sweep-plot"') == 5 and 'data-key="layer"' in page  # each measure against the layer
     grids = re.findall(r'alt="head grid of layer (\d)" src="data:image/png;base64,([^"]+)"', page)

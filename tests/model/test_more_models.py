@@ -41,5 +41,5 @@ def test_a_layer_of_more_causal_lms_runs_with_its_own_loss(model_type, tmp_path)
         "log.tensorboard=false"])]
     record = result.record
     assert record.status == "ok", record.error
-    assert record.model["effect"]["loss"] == pytest.approx(own_loss, rel=1e-4)
+    assert record.model.effect.loss == pytest.approx(own_loss, rel=1e-4)
     assert [f.code for f in record.findings if f.severity == "error"] == [], [f.message for f in record.findings]

@@ -20,8 +20,8 @@ def test_mixtral_at_its_default_context_runs_on_an_eight_token_text() -> None:
     assert result.record.n_tokens == 8
     assert result.record.status != "failed", result.record.error
     assert result.record.config["model"].get("max_position_embeddings") is None  # the default context, unchanged
-    effect = result.record.model["effect"]
-    assert effect["kl_mean"] >= 0.0 and effect["kl_max"] >= 0.0
+    effect = result.record.model.effect
+    assert effect.kl_mean >= 0.0 and effect.kl_max >= 0.0
 
 
 def test_the_default_mixtral_is_refused_with_its_weights_and_the_size_keys() -> None:

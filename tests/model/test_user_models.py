@@ -18,5 +18,5 @@ def test_a_models_file_that_only_imports_its_class_runs(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     result = attnlab.run("multi_head_attention", model="imported", layer=0,
                          inputs={"kind": "text", "text": "Every effort moves you"})
-    assert result.record.model["attention"] == "trf_blocks.0.att"
-    assert result.record.model["effect"]["kl_max"] == pytest.approx(0.0, abs=1e-6)  # the same class: no change
+    assert result.record.model.attention == "trf_blocks.0.att"
+    assert result.record.model.effect.kl_max == pytest.approx(0.0, abs=1e-6)  # the same class: no change

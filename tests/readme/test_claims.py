@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import attnlab
@@ -22,7 +24,7 @@ def test_the_record_says_the_device_and_the_header_names_it_off_the_cpu():
     """Item 10: the README said the terminal header says the device; on the CPU it does not."""
     result = attnlab.run("unscaled", device="auto", log=OFF)
     assert result.record.device == "cpu" and "device=" not in config_line(result.record)
-    result.record.device = "cuda"  # the header of a record made elsewhere
+    result.record = replace(result.record, device="cuda")  # the header of a record made elsewhere
     assert " device=cuda" in config_line(result.record)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import re
+from dataclasses import replace
 
 import numpy as np
 from PIL import Image
@@ -46,7 +47,7 @@ def test_the_token_labels_of_the_text_are_on_the_maps() -> None:
     page = result._repr_html_()
     data = re.search(r'alt="heatmaps/variant/weights" [^>]*src="data:image/png;base64,([^"]+)"', page)[1]
     shown = np.asarray(Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB"))
-    result.record.labels = ["a", "b", "c", "d", "e", "f"]
+    result.record = replace(result.record, labels=["a", "b", "c", "d", "e", "f"])
     other = re.search(r'alt="heatmaps/variant/weights" [^>]*src="data:image/png;base64,([^"]+)"', result._repr_html_())[1]
     assert not np.array_equal(shown, np.asarray(Image.open(io.BytesIO(base64.b64decode(other))).convert("RGB")))
 

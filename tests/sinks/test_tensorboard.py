@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -248,10 +249,10 @@ def test_hparams_session_holds_the_flattened_config(book_events):
 
 def test_switches_and_missing_stages(tmp_path):
     record = book_record()
-    record.status, record.error, record.findings = "failed", "RuntimeError: boom", []
-    record.reference_stages["weights"] = None
-    del record.stages["scores"]
-    record.diagnostics["divergence_scores"] = float("nan")  # not comparable: drawn
+    record = replace(record, status="failed", error="RuntimeError: boom", findings=[],
+                     reference_stages={**record.reference_stages, "weights": None},
+                     stages={k: v for k, v in record.stages.items() if k != "scores"},
+                     diagnostics={**record.diagnostics, "divergence_scores": float("nan")})  # not comparable: drawn
     write_tensorboard([record], tmp_path, table_markdown=TABLE, histograms=False)
     events = accumulate(tmp_path)
     tags = set(events.Tags()["images"])
@@ -359,7 +360,7 @@ def test_a_4096_token_run_stays_under_20_mb(tmp_path):
     record = random_record(4096, d_in=8)
     rng = np.random.default_rng(0)
     random_weights = rng.random((4096, 4096), dtype=np.float32)  # incompressible: the worst case
-    record.stages["weights"] = random_weights / random_weights.sum(axis=-1, keepdims=True)
+    record = replace(record, stages={**record.stages, "weights": random_weights / random_weights.sum(axis=-1, keepdims=True)})
     write_tensorboard([record], tmp_path, table_markdown=TABLE)
     (event_file,) = tmp_path.glob("events.out.tfevents.*")
     assert event_file.stat().st_size < 20 * 1024 * 1024

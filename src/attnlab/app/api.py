@@ -71,7 +71,7 @@ class Result:
 
     def __repr__(self) -> str:
         codes = [f"{f.code}@{f.stage}" for f in self.findings]
-        layer = f", layer={self.record.model['layer']}" if "layer" in self.record.model else ""
+        layer = f", layer={self.record.model.layer}" if self.record.model is not None else ""
         return (f"Result(variant={self.record.variant!r}, seed={self.record.seed}{layer}, "
                 f"status={self.record.status!r}, findings={codes})")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,7 +32,7 @@ from attnlab.compute.preflight import cap_process, check_declared_inputs
 from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.isolation import run_job_guarded
 from attnlab.app.progress import Progress
-from attnlab.record import Record, write_record
+from attnlab.record import Record, keeping_stages, spilled, without_stages, write_record, written
 from attnlab.schema import check_key, check_n_tokens, declared_n_tokens
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
 from attnlab.model.config_variants import takes_config
@@ -97,45 +98,41 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
         record = compute_record(cfg, seed, inputs, spec=spec,
                                 phase=lambda part, s=seed: progress.phase(f"seed {s}: {part}"))
         if stream_to is not None and cfg.n_seeds > 1:
-            write_record(record, record_dir(stream_to, record, cfg.n_seeds))
-            if any(r.ok for r in records) or not record.ok:
-                record.drop_stages()
-            else:
-                record.spill_stages()
+            record = written(record, record_dir(stream_to, record, cfg.n_seeds))
+            record = without_stages(record) if any(r.ok for r in records) or not record.ok else spilled(record)
         records.append(record)
         progress.advance()
     return records
 
 
-def _streamed_layer(record: Record, index: int, n_layers: int, stream_to: Path | None) -> None:
+def _streamed_layer(record: Record, index: int, n_layers: int, stream_to: Path | None) -> Record:
     """Several layers of a model: each record written as soon as it is made; the first keeps its
     stages, the others only the attention weights (on disk) for the sinks' head grids."""
     if stream_to is None or n_layers == 1:
-        return
-    write_record(record, record_dir(stream_to, record, n_layers))
-    if index > 0:
-        record.keep_stages(("weights",))
+        return record
+    record = written(record, record_dir(stream_to, record, n_layers))
+    return keeping_stages(record, ("weights",)) if index > 0 else record
 
 
 def record_dir(job_dir: Path, record: Record, n_records: int) -> Path:
     """The job folder for one record; each seed's, or each layer's in a model, a folder of its own."""
     if n_records == 1:
         return job_dir
-    if "layer" in record.model:
-        return job_dir / LAYER_DIR.format(layer=record.model["layer"])
+    if record.model is not None:
+        return job_dir / LAYER_DIR.format(layer=record.model.layer)
     return job_dir / SEED_DIR.format(seed=record.seed)
 
 
 def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, progress: Progress | None = None,
-                  sinks: dict[str, Any] | None = None) -> None:
-    """Every record (atomically, first), then every enabled sink in turn (`sinks`: as `check` built them)."""
+                  sinks: dict[str, Any] | None = None) -> list[Record]:
+    """Every record (atomically, first), then every enabled sink in turn (`sinks`: as `check` built
+    them); returns the records, each knowing its path."""
     job = job if isinstance(job, JobInfo) else JobInfo(Path(job))
     sinks = build_sinks(cfg) if sinks is None else sinks
     progress = progress or Progress(len(records), enabled=False)
     progress.phase("records")
-    for record in records:
-        if record.path is None:  # not yet written (streamed seeds were)
-            write_record(record, record_dir(job.dir, record, len(records)))
+    records = [written(r, record_dir(job.dir, r, len(records))) if r.path is None else r  # streamed ones were
+               for r in records]
     for name, sink in sinks.items():
         if hasattr(sink, "write"):
             progress.phase(name)
@@ -147,6 +144,7 @@ def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, p
             except Exception as exc:  # its files may be partial (a full disk): the records say so
                 error = f"sink {name}: {type(exc).__name__}: {exc}".splitlines()[0]
                 raise SinkError(error, mark_failed(records, error)) from exc
+    return records
 
 
 class SinkError(RuntimeError):
@@ -163,9 +161,8 @@ def mark_failed(records: list[Record], error: str) -> list[str]:
     truncated file, and a resumed sweep runs it again."""
     paths = []
     for record in (r for r in records if r.path is not None):
-        record.status, record.error = "failed", error
         try:
-            write_record(record, record.path.parent)
+            write_record(replace(record, status="failed", error=error), record.path.parent)
         except OSError:
             record.path.unlink(missing_ok=True)
         paths.append(str(record.path))
@@ -185,7 +182,7 @@ def run_job(cfg: DictConfig, job: JobInfo | Path | None, sinks: dict[str, Any] |
         if os.getpid() != owner:  # a module forked and its child came back here: only the parent reports
             os._exit(0)
         if job is not None:
-            write_outputs(cfg, records, job, progress, sinks)
+            records = write_outputs(cfg, records, job, progress, sinks)
     if job is None and cfg.log.get("terminal"):
         from attnlab.sinks.terminal import print_record
 

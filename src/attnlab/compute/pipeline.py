@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -177,55 +177,66 @@ def compute_record(
         reference=spec.reference,  # "auto" until auto has chosen: a run failing before says so, not a name
     )
     batch = items if items is not None else inputs.batched(spec.batch)  # (batch, n_tokens, d_in)
+    values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
     with compute_threads(inputs.n_tokens):
-        try:
+        try:  # each step that fails the record keeps what the steps before it found
             say("forward")
-            variant, reference, spilling = _build_pair(spec, inputs, seed, record)
-            _capture_pair(spec, variant, reference, inputs.embeddings, batch, seed, record, spilling)
+            variant, planned, spilling = _build_variant(spec, values, inputs, seed)
+            record = replace(record, origin=planned.spec.source if session.is_session(spec.name) else "",
+                             reference=(auto_reference(planned.spec, variant.built.module, variant.batched)
+                                        if spec.reference == "auto" else spec.reference))
+            reference, weights_loaded = _build_reference(spec, values, inputs, seed, record.reference, variant)
+            record = replace(record, weights_loaded=weights_loaded)
+            scratch = _capture_pair(spec, variant, reference, inputs.embeddings, batch, seed, spilling)
         except PluginError as exc:
-            record.status, record.error = "failed", str(exc)
-            return record
+            return replace(record, status="failed", error=str(exc))
         _check_shown(spec.show, variant.captured)
         say("diagnostics")
-        _diagnose(spec, variant, reference, seed, record)
+        record = _diagnose(spec, variant, reference, seed, replace(record, scratch=scratch))
         if spec.profile:  # after the capture, on the plain modules: profiling never changes a diagnosed value
             say("profile")
-            record.profile = profile_pair((variant.built, variant.x), (reference.built, reference.x),
-                                          budget_s=spec.profile_budget_s, backward=spec.profile_backward,
-                                          warmed_up=True)  # the capture ran both
-            record.diagnostics.update(record.profile)
+            profile = profile_pair((variant.built, variant.x), (reference.built, reference.x),
+                                   budget_s=spec.profile_budget_s, backward=spec.profile_backward,
+                                   warmed_up=True)  # the capture ran both
+            record = replace(record, profile=profile, diagnostics={**record.diagnostics, **profile})
     return record
 
 
 @one_thread()  # small ops only (initialising weights, a probe on 2 x 3 tokens): no thread to wake for each
-def _build_pair(spec: JobSpec, inputs: Inputs, seed: int, record: Record) -> tuple[_Side, _Side, bool]:
-    """The variant and its reference built under the seed, the weights shared, cast; whether the
-    run spills its large stages to disk. Each constructor is filled once."""
-    values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
+def _build_variant(spec: JobSpec, values: dict[str, Any], inputs: Inputs,
+                   seed: int) -> tuple[_Side, Construction, bool]:
+    """The variant built under the seed, its construction, and whether the run spills its large
+    stages to disk. Its constructor is filled once."""
     planned = plan(spec.name, values, spec.params)
     size = planned_size(spec, planned, inputs)
     spilling = should_spill(size)
     check_fits(size, spilled=spilling)
-    variant_built = planned.build(seed)
-    record.origin = planned.spec.source if session.is_session(spec.name) else ""
-    variant = _Side(variant_built, variant_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out),
+    built = planned.build(seed)
+    variant = _Side(built, built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out),
                     unobservable=unobservable(planned.spec, size))
-    record.reference = reference_name = (auto_reference(planned.spec, variant_built.module, variant.batched)
-                                          if spec.reference == "auto" else spec.reference)
-    reference_values, reference_params = _reference_arguments(spec, values, variant_built)
-    reference_planned = plan(reference_name, reference_values, reference_params)
+    return variant, planned, spilling
+
+
+@one_thread()
+def _build_reference(spec: JobSpec, values: dict[str, Any], inputs: Inputs, seed: int, name: str,
+                     variant: _Side) -> tuple[_Side, dict[str, str]]:
+    """The reference `name` built under the seed, the weights shared (how each loaded into the
+    variant), both modules cast."""
+    reference_values, reference_params = _reference_arguments(spec, values, variant.built)
+    reference_planned = plan(name, reference_values, reference_params)
     reference_built = reference_planned.build(seed)
     reference = _Side(reference_built, reference_built.takes_batches(inputs.d_in, inputs.n_tokens, spec.d_out))
     num_heads = reference_planned.num_heads
+    weights_loaded = {}
     if spec.shared:
         seed_projections(reference_built.module, seed, spec.weights_init, num_heads=num_heads)
-        record.weights_loaded = _aligned(reference_built, variant_built, num_heads)
+        weights_loaded = _aligned(reference_built, variant.built, num_heads)
     for side in (reference, variant):
         side.built.module.train(spec.train)
     # built and seeded on the CPU in float32, then moved: a seed means the same numbers everywhere
     cast(reference_built.module, spec.device, DTYPES[spec.reference_dtype])
-    cast(variant_built.module, spec.device, DTYPES[spec.dtype])
-    return variant, reference, spilling
+    cast(variant.built.module, spec.device, DTYPES[spec.dtype])
+    return reference, weights_loaded
 
 
 def _reference_arguments(spec: JobSpec, values: dict[str, Any], variant: BuiltModule) -> tuple[dict, dict]:
@@ -252,14 +263,15 @@ def _aligned(reference: BuiltModule, variant: BuiltModule, num_heads: int) -> di
 
 
 def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch.Tensor, batch: torch.Tensor,
-                  seed: int, record: Record, spilling: bool) -> None:
-    """Both modules captured on their inputs: `tokens` (n_tokens, d_in) or `batch` (batch, n_tokens, d_in)."""
+                  seed: int, spilling: bool) -> tempfile.TemporaryDirectory | None:
+    """Both modules captured on their inputs: `tokens` (n_tokens, d_in) or `batch` (batch, n_tokens, d_in);
+    the folder their spilled stages are in, kept as long as the record."""
     reference.x = _moved(batch if reference.batched else tokens, spec.device, spec.reference_dtype)
     variant.x = _moved(batch if variant.batched else tokens, spec.device, spec.dtype)
     reference.captured = run_module(reference.built, reference.x, seed)
-    if spilling:  # the reference's large stages go to disk: one module's stay in memory
-        record.scratch = tempfile.TemporaryDirectory(prefix="attnlab-spill-")
-        spill(reference.captured.stages, SQUARE_STAGES, Path(record.scratch.name))
+    scratch = tempfile.TemporaryDirectory(prefix="attnlab-spill-") if spilling else None
+    if scratch is not None:  # the reference's large stages go to disk: one module's stay in memory
+        spill(reference.captured.stages, SQUARE_STAGES, Path(scratch.name))
     try:
         variant.captured = run_module(variant.built, variant.x, seed)
     except PluginError:
@@ -267,42 +279,46 @@ def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch
             raise
         # a batched module whose probe failed: its own error on the batch says why
         variant.captured = run_module(variant.built, _moved(batch, spec.device, spec.dtype), seed)
-    if spilling:  # the variant's too: the passes of the diagnosis read one stage at a time
-        spill(variant.captured.stages, SQUARE_STAGES, Path(record.scratch.name), prefix="variant-")
+    if scratch is not None:  # the variant's too: the passes of the diagnosis read one stage at a time
+        spill(variant.captured.stages, SQUARE_STAGES, Path(scratch.name), prefix="variant-")
+    return scratch
 
 
-def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int, record: Record) -> None:
-    """The stages, diagnostics, findings and predictions of the two captures, into the record."""
+def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int, record: Record) -> Record:
+    """The record with the stages, diagnostics, findings and predictions of the two captures."""
     mixing = (_batch_mixing(variant.built, variant.x, variant.captured, seed)
               if variant.batched and not spec.train else None)
-    diagnosed(record, variant.captured, reference.captured, shared=spec.shared, train=spec.train, expect=spec.expect,
-              mixing=mixing, unobservable=variant.unobservable)
+    return diagnosed(record, variant.captured, reference.captured, shared=spec.shared, train=spec.train,
+                     expect=spec.expect, mixing=mixing, unobservable=variant.unobservable)
 
 
 @one_thread()  # op after op on one (batch item, head) block: no thread to wake for each
 def diagnosed(record: Record, mine: Capture, theirs: Capture, *, shared: bool, train: bool, expect: Any,
-              mixing: batch_mixing.BatchMixing | None = None, unobservable: str | None = None) -> None:
-    """Fill `record` with both captures' stages, the diagnostics, the findings and the predictions
+              mixing: batch_mixing.BatchMixing | None = None, unobservable: str | None = None) -> Record:
+    """`record` with both captures' stages, the diagnostics, the findings and the predictions
     (also for a layer inside a model, attnlab.model); keys and values at each side's kv heads first;
     `unobservable`: why the variant's change cannot be seen at this size, said instead of any finding."""
     align_kv_heads(mine, theirs, shared=shared)
-    record.stages, record.stage_shapes, record.canonical_shapes = _to_numpy(mine)
-    record.reference_stages, record.reference_stage_shapes, record.reference_canonical_shapes = _to_numpy(theirs)
-    record.expected_shapes = {k: list(v) for k, v in expected_shapes(theirs).items()}
-    record.missing_stages, record.reconstructed_stages = list(mine.missing), list(mine.reconstructed)
-    record.output_is_context = mine.output_is_context
-    if mine.call is not None:
-        record.returned, record.output_element = mine.call.what, mine.call.element
-    record.returned_weights = returned_weights(mine)
+    stages, stage_shapes, canonical_shapes = _to_numpy(mine)
+    reference_stages, reference_stage_shapes, reference_canonical_shapes = _to_numpy(theirs)
+    expected, weights = {k: list(v) for k, v in expected_shapes(theirs).items()}, returned_weights(mine)
     found = analyse(mine, theirs, weights_shared=shared, train=train, batch_mixing=mixing)
-    record.diagnostics, record.head_diagnostics = found.diagnostics, found.head_diagnostics
-    record.reference_diagnostics = found.reference_diagnostics
-    record.first_divergent_stage, record.findings = found.first_divergent_stage, found.findings
-    record.not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
+    findings, not_checked = found.findings, [mixing.not_checked] if mixing is not None and mixing.not_checked else []
     if unobservable:
-        record.findings, record.not_checked = [], [unobservable, *record.not_checked]
-    record.predictions = check_predictions(expect, mine, record.diagnostics, record.first_divergent_stage,
-                                           record.findings)
+        findings, not_checked = [], [unobservable, *not_checked]
+    return replace(
+        record, stages=stages, stage_shapes=stage_shapes, canonical_shapes=canonical_shapes,
+        reference_stages=reference_stages, reference_stage_shapes=reference_stage_shapes,
+        reference_canonical_shapes=reference_canonical_shapes,
+        expected_shapes=expected,
+        missing_stages=list(mine.missing), reconstructed_stages=list(mine.reconstructed),
+        output_is_context=mine.output_is_context,
+        **({"returned": mine.call.what, "output_element": mine.call.element} if mine.call is not None else {}),
+        returned_weights=weights,
+        diagnostics=found.diagnostics, head_diagnostics=found.head_diagnostics,
+        reference_diagnostics=found.reference_diagnostics, first_divergent_stage=found.first_divergent_stage,
+        findings=findings, not_checked=not_checked,
+        predictions=check_predictions(expect, mine, found.diagnostics, found.first_divergent_stage, findings))
 
 
 def _batch_mixing(built: BuiltModule, x: torch.Tensor, together: Capture, seed: int) -> batch_mixing.BatchMixing | None:

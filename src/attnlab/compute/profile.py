@@ -45,7 +45,6 @@ from attnlab.modules.built import BuiltModule, as_built
 
 NAN = float("nan")
 _CPU = torch.device("cpu")
-COLUMNS = ("forward_ms", "forward_ms_iqr", "backward_ms", "peak_bytes", "flops")
 RATIOS = {"forward_ms_vs_reference": "forward_ms", "peak_bytes_vs_reference": "peak_bytes"}
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")

@@ -120,9 +120,6 @@ class Found:
     def plus(self, f: Finding, explains: bool) -> Found:
         return Found(self.findings + (f,), self.explained or explains)
 
-    def has(self, *codes: str) -> bool:
-        return any(f.code in codes for f in self.findings)
-
     def at(self, *stages: str) -> bool:
         return any(f.stage in stages for f in self.findings)
 

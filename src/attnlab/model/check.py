@@ -9,6 +9,7 @@ with its own output head) is reported separately, in every layer's record.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
@@ -28,7 +29,7 @@ from attnlab.model.spec import ModelSpec, model_spec
 from attnlab.model.tokens import token_ids
 from attnlab.modules.built import BuiltModule, PluginError
 from attnlab.modules.layouts import LayoutError, read_projections
-from attnlab.record import Record
+from attnlab.record import ModelInfo, Record
 from attnlab.schema import resolved
 
 
@@ -42,7 +43,7 @@ def _started(loaded: LoadedModel, spec: ModelSpec, ids: list[int], labels: list[
 
 
 def compute_check_records(cfg: DictConfig, blocks: dict[str, dict], phase: Callable[[str], None],
-                          done: Callable[[Record, int, int], None]) -> list[Record]:
+                          done: Callable[[Record, int, int], Record]) -> list[Record]:
     """One record per layer: the learner's layer L against the reference model's, on its input."""
     learner_spec, reference_spec = model_spec(blocks["model"]), model_spec(blocks["reference_model"], "reference_model")
     phase("models")
@@ -57,36 +58,36 @@ def compute_check_records(cfg: DictConfig, blocks: dict[str, dict], phase: Calla
     learner_run = _started(learner, learner_spec, ids, labels, layers, n_layers)
     end_to_end = output_effect(output_head(reference.module), reference_run.base, learner_run.base, reference_run.ids,
                                softcap=sizes.softcap, changed_head=output_head(learner.module))
-    about = {"model": learner.label, "reference_model": reference.label, "n_layers": n_layers,
-             "parameters": learner.n_parameters, "tokenizer": reference.tokenizer.name, "heads": sizes.heads,
-             "kv_heads": sizes.kv_heads, "end_to_end": end_to_end}
     config = resolved(cfg)
     records = []
     for layer in layers:
         phase(f"layer {layer}")
+        about = ModelInfo(model=learner.label, n_layers=n_layers, parameters=learner.n_parameters,
+                          tokenizer=reference.tokenizer.name, heads=sizes.heads, kv_heads=sizes.kv_heads, layer=layer,
+                          attention=learner_run.attention[layer][0], reference_model=reference.label,
+                          reference_attention=reference_run.attention[layer][0], end_to_end=end_to_end)
         record = Record(variant=learner.label, seed=cfg.seed, config=copy.deepcopy(config), labels=labels,
-                        n_tokens=len(ids), d_in=sizes.width, d_out=sizes.width, model=copy.deepcopy(about))
-        records.append(check_layer(learner_run, reference_run, layer, record, cfg))
-        done(records[-1], len(records) - 1, len(layers))
+                        n_tokens=len(ids), d_in=sizes.width, d_out=sizes.width, model=about)
+        records.append(done(check_layer(learner_run, reference_run, layer, record, cfg), len(records), len(layers)))
     return records
 
 
 def check_layer(learner: ModelRun, reference: ModelRun, layer: int, record: Record, cfg: DictConfig) -> Record:
     """The learner's layer and the reference's, both on the reference's input to the layer."""
-    name, module = learner.attention[layer]
-    record.model.update(layer=layer, attention=name, reference_attention=reference.attention[layer][0])
+    module = learner.attention[layer][1]
     hidden = reference.calls[layer].hidden  # (1, T, d)
     try:
-        record.reference, reference_capture = layer_reference(reference, layer, "auto", cfg.seed)
+        reference_label, reference_capture = layer_reference(reference, layer, "auto", cfg.seed)
+        record = replace(record, reference=reference_label)
         variant = run_module(BuiltModule(module, AsLayerCalled(learner.calls[layer])), hidden, cfg.seed)
         mistakes = loading_findings(read_projections(module, num_heads=learner.sizes.heads,
                                                      num_kv_heads=learner.sizes.kv_heads),
                                     reference.projections(layer))
     except (PluginError, LayoutError) as exc:
-        record.status, record.error = "failed", str(exc)
-        return record
+        return replace(record, status="failed", error=str(exc))
     expect = OmegaConf.to_container(cfg.expect, resolve=True)
-    diagnosed(record, variant, reference_capture, shared=True, train=False, expect=expect)
-    with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect, mistakes)
-    record.diagnostics.update({f"end_to_end_{k}": v for k, v in record.model["end_to_end"].items()})
-    return record
+    record = diagnosed(record, variant, reference_capture, shared=True, train=False, expect=expect)
+    record = with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect,
+                                 mistakes)
+    return replace(record, diagnostics={**record.diagnostics,
+                                        **{f"end_to_end_{k}": v for k, v in record.model.end_to_end.items()}})

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.model.runner import Final
+from attnlab.record import Effect
 
 CHUNK = 128  # positions per logits chunk
 
@@ -79,7 +80,7 @@ def _base_chunk(head: nn.Module, final: Final, targets: Tensor, start: int, stop
 @torch.no_grad()
 def output_effects(head: nn.Module, base: Final, changed: list[Final], ids: Tensor, *,
                    softcap: float | None = None, changed_head: nn.Module | None = None,
-                   chunk: int = CHUNK) -> list[dict[str, float]]:
+                   chunk: int = CHUNK) -> list[Effect]:
     """For each changed run: KL(model || changed) of the next-token distributions (mean and max
     over positions), the share of positions whose top-1 token agrees, the loss on the text (mean
     next-token cross entropy) without and with the change, how far the final hidden states moved,
@@ -98,23 +99,23 @@ def output_effects(head: nn.Module, base: Final, changed: list[Final], ids: Tens
     return [_summary(tally, nll, base.hidden[0], final.hidden[0]) for tally, final in zip(tallies, changed)]
 
 
-def output_effect(head: nn.Module, base: Final, changed: Final, ids: Tensor, **options) -> dict[str, float]:
+def output_effect(head: nn.Module, base: Final, changed: Final, ids: Tensor, **options) -> Effect:
     """output_effects for one changed run."""
     return output_effects(head, base, [changed], ids, **options)[0]
 
 
-def _summary(tally: _Tally, nll: float, base: Tensor, changed: Tensor) -> dict[str, float]:
+def _summary(tally: _Tally, nll: float, base: Tensor, changed: Tensor) -> Effect:
     """`base`, `changed`: (T, d) final hidden states."""
     n = base.shape[0]
     difference = (changed - base).float()  # (T, d)
-    return {
-        "kl_mean": tally.kl_sum / n,
-        "kl_max": tally.kl_max,
-        "kl_clamped": tally.kl_clamped,
-        "top1_agreement": tally.agree / n,
-        "loss": nll / (n - 1) if n > 1 else math.nan,
-        "loss_changed": tally.nll / (n - 1) if n > 1 else math.nan,
-        "hidden_divergence": float(difference.abs().max()),
-        "hidden_relative_divergence": float(difference.norm() / base.float().norm().clamp_min(1e-30)),
-        "non_finite_positions": tally.non_finite,  # positions whose changed prediction holds NaN or infinity
-    }
+    return Effect(
+        kl_mean=tally.kl_sum / n,
+        kl_max=tally.kl_max,
+        kl_clamped=tally.kl_clamped,
+        top1_agreement=tally.agree / n,
+        loss=nll / (n - 1) if n > 1 else math.nan,
+        loss_changed=tally.nll / (n - 1) if n > 1 else math.nan,
+        hidden_divergence=float(difference.abs().max()),
+        hidden_relative_divergence=float(difference.norm() / base.float().norm().clamp_min(1e-30)),
+        non_finite_positions=tally.non_finite,
+    )

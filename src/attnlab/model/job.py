@@ -17,7 +17,7 @@ from attnlab.model.preflight import check_model_fits
 from attnlab.model.sizes import model_sizes
 from attnlab.model.spec import OWN_KEYS, is_requested, model_spec
 from attnlab.model.tokens import token_ids
-from attnlab.record import Record
+from attnlab.record import ModelInfo, Record
 from attnlab.schema import resolved
 
 
@@ -68,15 +68,16 @@ def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
     return ModelRun.start(loaded, attention, sizes, ids, loaded.tokenizer.labels(ids), layers, replay=True), layers
 
 
-Done = Callable[[Record, int, int], None]  # told of each layer's record as it is made: (record, its index, how many)
+# told of each layer's record as it is made, (record, its index, how many): returns the record to keep
+Done = Callable[[Record, int, int], Record]
 
 
 def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None = None,
                           done: Done | None = None) -> list[Record]:
     """One record per compared layer (`layer=N`, a list, or `all`); `done(record, index, n)` is called
-    with each as soon as it is made (the job writes it and lets most of its stages go)."""
+    with each as soon as it is made (the job writes it and keeps it with most of its stages let go)."""
     say = phase or (lambda _name: None)
-    done = done or (lambda _record, _index, _n: None)
+    done = done or (lambda record, _index, _n: record)
     check_model_request(cfg)
     if is_requested(_block(cfg, "reference_model")):
         return compute_check_records(cfg, {k: _block(cfg, k) for k in ("model", "reference_model")}, say, done)
@@ -87,8 +88,6 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
     config = resolved(cfg)
     params = OmegaConf.to_container(cfg.variant.params, resolve=True)
     expect = OmegaConf.to_container(cfg.expect, resolve=True)
-    about = {"model": loaded.label, "n_layers": len(run.attention), "parameters": loaded.n_parameters,
-             "tokenizer": loaded.tokenizer.name, "heads": run.sizes.heads, "kv_heads": run.sizes.kv_heads}
     changed, effects = [], {}
     for layer in layers:
         say(f"layer {layer}: in the model")
@@ -99,9 +98,12 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
     records = []
     for each in changed:
         say(f"layer {each.layer}")
+        about = ModelInfo(model=loaded.label, n_layers=len(run.attention), parameters=loaded.n_parameters,
+                          tokenizer=loaded.tokenizer.name, heads=run.sizes.heads, kv_heads=run.sizes.kv_heads,
+                          layer=each.layer, attention=run.attention[each.layer][0])
         record = Record(variant=cfg.variant.name, seed=cfg.seed, config=copy.deepcopy(config), labels=run.labels,
-                        n_tokens=run.n_tokens, d_in=run.sizes.width, d_out=run.sizes.width, model=dict(about))
-        records.append(compare_layer(run, each, effects.get(each.layer), record, cfg.variant.name, params, cfg.seed,
-                                     expect, cfg.reference))
-        done(records[-1], len(records) - 1, len(layers))
+                        n_tokens=run.n_tokens, d_in=run.sizes.width, d_out=run.sizes.width, model=about)
+        record = compare_layer(run, each, effects.get(each.layer), record, cfg.variant.name, params, cfg.seed, expect,
+                               cfg.reference)
+        records.append(done(record, len(records), len(layers)))
     return records

@@ -4,7 +4,7 @@ layer's own parameters in its place, and what that does to the model's output.""
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ from attnlab.modules.layouts import LayoutError, Projections, load_projections, 
 from attnlab.modules.built import BuiltModule, PluginError, plan
 from attnlab.modules.registry import get_variant
 from attnlab.modules.roles import manual_seed
-from attnlab.record import Record
+from attnlab.record import Effect, Record
 
 
 STAND_IN = "multi_head_attention"  # the source's MultiHeadAttention
@@ -78,7 +78,7 @@ class ModelRun:
             except Exception as exc:  # noqa: BLE001 - the variant inside the model: fails its record only
                 raise PluginError(f"the model with this variant at layer {layer} raised {type(exc).__name__}: {exc}") from exc
 
-    def effects(self, changed: list[Final]) -> list[dict[str, float]]:
+    def effects(self, changed: list[Final]) -> list[Effect]:
         """What each changed run does to the output, against the unmodified run."""
         return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, softcap=self.sizes.softcap)
 
@@ -150,12 +150,12 @@ def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -
     return f"{STAND_IN} standing in for {own_name} (same output within {gap:.1e})", stand_in
 
 
-def with_model_findings(record: Record, variant: Capture, findings: list, expect: Any, first: list = ()) -> None:
-    """The findings only a model shows added to the record's (`first` before them, the rest after),
-    and the predictions checked again against them all."""
-    record.findings = [*first, *record.findings, *findings]
-    record.predictions = check_predictions(expect, variant, record.diagnostics, record.first_divergent_stage,
-                                           record.findings)
+def with_model_findings(record: Record, variant: Capture, findings: list, expect: Any, first: list = ()) -> Record:
+    """`record` with the findings only a model shows added to its own (`first` before them, the rest
+    after), and the predictions checked again against them all."""
+    findings = [*first, *record.findings, *findings]
+    return replace(record, findings=findings, predictions=check_predictions(
+        expect, variant, record.diagnostics, record.first_divergent_stage, findings))
 
 
 @dataclass
@@ -178,24 +178,22 @@ def changed_layer(run: ModelRun, layer: int, name: str, params: dict[str, Any], 
         return Changed(layer, error=str(exc))
 
 
-def compare_layer(run: ModelRun, changed: Changed, effect: dict[str, float] | None, record: Record, name: str,
+def compare_layer(run: ModelRun, changed: Changed, effect: Effect | None, record: Record, name: str,
                   params: dict[str, Any], seed: int, expect: Any, reference_name: str = "auto") -> Record:
-    """`record` filled for one layer: the variant's and the layer's own stages, the findings and
-    `effect` (what `changed` does to the output; None when the changed run failed)."""
+    """`record` for one layer: the variant's and the layer's own stages, the findings and `effect`
+    (what `changed` does to the output; None when the changed run failed)."""
     layer = changed.layer
-    record.model["layer"] = layer
-    record.model["attention"] = run.attention[layer][0]
-    try:
-        record.reference, reference = layer_reference(run, layer, reference_name, seed)
-        built, record.weights_loaded = model_variant(run, layer, name, params, seed)
+    try:  # each step that fails the record keeps what the steps before it found
+        reference_label, reference = layer_reference(run, layer, reference_name, seed)
+        record = replace(record, reference=reference_label)
+        built, weights_loaded = model_variant(run, layer, name, params, seed)
+        record = replace(record, weights_loaded=weights_loaded)
         variant = run_variant(run, layer, built, in_model(run, layer, built).batched, seed)
         if changed.error is not None:
             raise PluginError(changed.error)
     except PluginError as exc:
-        record.status, record.error = "failed", str(exc)
-        return record
-    diagnosed(record, variant, reference, shared=True, train=False, expect=expect)
-    with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect)
-    record.model["effect"] = effect
-    record.diagnostics.update({f"effect_{key}": value for key, value in effect.items()})
-    return record
+        return replace(record, status="failed", error=str(exc))
+    record = diagnosed(record, variant, reference, shared=True, train=False, expect=expect)
+    record = with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect)
+    return replace(record, model=replace(record.model, effect=effect),
+                   diagnostics={**record.diagnostics, **{f"effect_{key}": value for key, value in effect.items()}})

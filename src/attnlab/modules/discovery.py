@@ -32,6 +32,7 @@ from attnlab.modules import session
 from attnlab.modules.describe import copied_texts, describe
 from attnlab.modules.import_probe import deadly_imports
 from attnlab.modules.outermost import outermost
+from attnlab.modules.spec import VariantSpec
 from attnlab.plugin_folders import USER_GROUP, plugin_files
 
 ENTRY_POINT_GROUP = "attnlab.variants"
@@ -86,25 +87,9 @@ def _plain(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and _plain(v) for k, v in value.items())
 
 
-@dataclass(frozen=True)
-class Declaration:
-    """One variant as its plugin declares it."""
-
-    name: str
-    cls: type[nn.Module]
-    description: str
-    params: dict[str, Any]
-    source: str
-    expected_finding: tuple[str, str] | None
-    reference: str | None
-    tags: tuple[str, ...]  # its group (a built-in's folder, or `yours`) first, then the declared ones
-    output: tuple[str, str] = ("", "")  # what its plugin printed on import: (stdout, stderr)
-    observable: dict[str, int] = field(default_factory=dict)  # the smallest size its change shows at
-
-
 @dataclass
 class Found:
-    declarations: list[Declaration] = field(default_factory=list)
+    declarations: list[VariantSpec] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     seen_texts: dict[str, str] = field(default_factory=dict, repr=False)  # docstring/comment -> first file
     fingerprint: str = ""  # the plugin files' names and contents, as read
@@ -215,7 +200,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def _add(found: Found, declarations: list[Declaration], warning: str | None) -> None:
+def _add(found: Found, declarations: list[VariantSpec], warning: str | None) -> None:
     found.declarations += declarations
     if warning:
         found.warnings.append(warning)
@@ -357,27 +342,27 @@ def _imported_classes(module: Any) -> list[type]:
     return classes
 
 
-def declaration(cls: type, name: str, mark: dict[str, Any], source: str, group: str) -> Declaration:
+def declaration(cls: type, name: str, mark: dict[str, Any], source: str, group: str) -> VariantSpec:
     """A variant declared outside a file (a notebook's class or instance), as a plugin's would be."""
     return _declaration(cls, name, mark, source, group, frozenset(), ("", ""))
 
 
 def _declaration(cls: type, name: str, mark: dict[str, Any], source: str, group: str,
-                 copied: frozenset[str], output: tuple[str, str]) -> Declaration:
+                 copied: frozenset[str], output: tuple[str, str]) -> VariantSpec:
     finding = mark.get("expected_finding")
-    return Declaration(name, cls, mark.get("description") or describe(cls, copied), dict(mark.get("params") or {}),
+    return VariantSpec(name, cls, mark.get("description") or describe(cls, copied), dict(mark.get("params") or {}),
                        source, tuple(finding) if finding else None, mark.get("reference"),
                        tuple(dict.fromkeys((group, *mark.get("tags", ())))), output,
                        dict(mark.get("observable") or {}))
 
 
 def declarations_of(module: Any, default_name: str, source: str, group: str,
-                    copied: frozenset[str] = frozenset()) -> tuple[list[Declaration], str | None]:
+                    copied: frozenset[str] = frozenset()) -> tuple[list[VariantSpec], str | None]:
     """The variants a plugin module defines, and a warning where it defines none; `copied` holds
     texts also found in an earlier plugin file (see describe)."""
     output = getattr(module, _OUTPUT, ("", ""))
 
-    def declare(cls: type, name: str, mark: dict[str, Any] | None = None) -> Declaration:
+    def declare(cls: type, name: str, mark: dict[str, Any] | None = None) -> VariantSpec:
         return _declaration(cls, name, mark or {}, source, group, copied, output)
 
     classes = _own_classes(module)
@@ -394,7 +379,7 @@ def declarations_of(module: Any, default_name: str, source: str, group: str,
 
 
 def _imported(module: Any, default_name: str, source: str,
-              declare: Callable[[type, str], Declaration]) -> tuple[list[Declaration], str | None]:
+              declare: Callable[[type, str], VariantSpec]) -> tuple[list[VariantSpec], str | None]:
     """A file that defines no module: the one it imports, or the one named like the file."""
     if _helps_a_run(module):
         return [], None  # a sink or an inputs factory (one may import nn.Embedding): named by a conf/ YAML file

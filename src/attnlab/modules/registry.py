@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -29,34 +29,12 @@ from attnlab.modules import hf, session
 from attnlab.modules.arguments import check_forward
 from attnlab.modules.configs import ConfigConstructor, module_class
 from attnlab.modules.describe import same_file
-from attnlab.modules.discovery import Declaration, declaration, find_plugins, plugin_fingerprint
+from attnlab.modules.discovery import declaration, find_plugins, plugin_fingerprint
 from attnlab.modules.families import spellings
 from attnlab.modules.roles import parameter_role
+from attnlab.modules.spec import VariantSpec, constructor_parameters, constructor_signature
 from attnlab.plugin_folders import USER_GROUP, builtin_groups
 from attnlab.schema import BOOK_TOKENS, DEFAULTS
-
-
-@dataclass(frozen=True)
-class VariantSpec:
-    name: str
-    cls: type[nn.Module]
-    description: str
-    params: dict[str, Any]
-    source: str
-    expected_finding: tuple[str, str] | None = None  # (code, stage) a bug-zoo variant must trigger
-    reference: str | None = None  # the variant it is compared against, declared by the plugin; None: auto
-    tags: tuple[str, ...] = ()  # its group (a built-in's folder, or `yours`) first, then the declared ones
-    output: tuple[str, str] = ("", "")  # what its plugin printed when imported: (stdout, stderr)
-    observable: dict[str, int] = field(default_factory=dict)  # the smallest size its change shows at: {"head_dim": 2}
-
-    @property
-    def signature(self) -> str:
-        """The constructor's parameters, as `--help` lists them."""
-        return constructor_signature(self)
-
-    @property
-    def group(self) -> str:
-        return self.tags[0] if self.tags else ""
 
 
 class VariantError(UserError):
@@ -133,9 +111,9 @@ def _from_files() -> Registry:
     return registry
 
 
-def _spec(declared: Declaration) -> VariantSpec:
+def _spec(declared: VariantSpec) -> VariantSpec:
     built = hf.config_constructor(declared.cls, declared.name) or declared.cls  # Cls(config), nanoGPT's
-    return VariantSpec(**{**vars(declared), "cls": built})
+    return replace(declared, cls=built)
 
 
 @lru_cache(maxsize=1)
@@ -208,23 +186,6 @@ class ConstructorError(UserError):
     """A variant's constructor cannot be filled from the config: a wrong or missing argument."""
 
 
-def _parameters(spec: VariantSpec) -> list[inspect.Parameter]:
-    try:
-        return list(inspect.signature(spec.cls).parameters.values())
-    except (TypeError, ValueError):  # a constructor implemented in C: take anything, as before
-        return [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
-                inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
-
-
-def constructor_signature(spec: VariantSpec) -> str:
-    """The constructor's parameters without annotations, e.g. "(d_in, d_out, context_length,
-    dropout, num_heads, qkv_bias=False)"."""
-    if isinstance(spec.cls, ConfigConstructor):
-        return spec.cls.describe()
-    plain = [p.replace(annotation=inspect.Parameter.empty) for p in _parameters(spec)]
-    return str(inspect.Signature(plain))
-
-
 def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[str, Any]) -> tuple[list, dict]:
     """(args, kwargs) that build `spec.cls`: `spec.cls(*args, **kwargs)`.
 
@@ -238,7 +199,7 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
     the spec's default params and passed by name.
     """
     values = _resolved(values)
-    parameters = _parameters(spec)
+    parameters = constructor_parameters(spec)
     named = {p.name: p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
     takes_any = any(p.kind == p.VAR_KEYWORD for p in parameters)
     merged = {**spec.params, **params}
@@ -317,7 +278,7 @@ def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
         return spec.reference
     if not batched:
         return "reference"
-    if not any(p.name in SPELLINGS["num_heads"] for p in _parameters(spec)):
+    if not any(p.name in SPELLINGS["num_heads"] for p in constructor_parameters(spec)):
         return "causal_attention"
     heads = [name for name, child in module.named_modules() if isinstance(child, nn.ModuleList) and _per_head(child)]
     outside = [

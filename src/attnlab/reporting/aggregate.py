@@ -28,7 +28,6 @@ from attnlab.reporting.rows import KEY_COLUMNS, SWEPT_ATTR, job_order, records_t
 
 IDENTITY_COLUMNS = ("variant", "seed")  # kept in every view: they say which job a row is
 PATH_COLUMNS = ("path",)  # unique per row by construction: never a "difference"
-MAIN_DIAGNOSTICS = ("divergence_context", "weights_entropy_mean", "weights_row_max_mean")
 
 
 class Report:

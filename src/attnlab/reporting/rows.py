@@ -47,8 +47,8 @@ def record_row(record: Record, module: str = "variant") -> dict:
         "first_divergent_stage": None if is_reference else record.first_divergent_stage,
         "findings": "" if is_reference else " ".join(f.code for f in record.findings),
     }
-    if record.model:  # a run inside a model: which model and which layer
-        row.update(model=record.model.get("model"), layer=record.model.get("layer"))
+    if record.model is not None:  # a run inside a model: which model and which layer
+        row.update(model=record.model.model, layer=record.model.layer)
     if not is_reference and record.predictions:
         row["predictions"] = f"{sum(p.passed for p in record.predictions)}/{len(record.predictions)} passed"
     row.update(record.reference_diagnostics if is_reference else record.diagnostics)

@@ -47,7 +47,7 @@ class HtmlSink:
         first = next((r for r in records if r.ok), records[0])
         if first.ok:  # drawn once per job, beside record.json: the pages show these (log.images=false: the card's)
             job_heatmaps(first, job.dir, card_only=not self.images)
-        if job.sweep_dir is None and first.model:  # a run inside a model: its page (attnlab.sinks.model_html)
+        if job.sweep_dir is None and first.model is not None:  # a run inside a model: its page (attnlab.sinks.model_html)
             write_model_html(records, Path(job.dir) / REPORT_FILE)
         elif job.sweep_dir is None:
             write_html_report(Report(records), Path(job.dir) / REPORT_FILE, plots=self.plots)

@@ -20,7 +20,7 @@ from attnlab.reporting.sweep_plots import Curve, Point, curve_svg
 from attnlab.sinks.html_images import stage_pictures
 from attnlab.sinks.model_lines import effect_line, layer_table, model_line
 
-# what the plots draw against the layer: (the record.model["effect"] key, its title)
+# what the plots draw against the layer: (the field of record.model.effect, its title)
 EFFECT_PLOTS = (("kl_mean", "KL mean"), ("kl_max", "KL max"), ("top1_agreement", "top-1 agreement"),
                 ("loss_changed", "loss with the change"), ("hidden_relative_divergence", "final hidden states, relative change"))
 STYLE = ("body{font:14px/1.45 system-ui,sans-serif;margin:1.5em;color:#222} img{max-width:100%;height:auto}"
@@ -54,10 +54,10 @@ def replaced_layer_html(record: Record) -> str:
 
 def effect_curves(records: Sequence[Record]) -> list[Curve]:
     """One curve per measure against the layer (a line for the variant); none for a single layer."""
-    with_effect = [r for r in records if r.ok and "effect" in r.model]
+    with_effect = [r for r in records if r.ok and r.model.effect is not None]
     if len(with_effect) < 2:
         return []
-    return [Curve(title, "layer", {records[0].variant: [Point(float(r.model["layer"]), float(r.model["effect"][key]), 0.0, 1)
+    return [Curve(title, "layer", {records[0].variant: [Point(float(r.model.layer), float(getattr(r.model.effect, key)), 0.0, 1)
                                                         for r in with_effect]})
             for key, title in EFFECT_PLOTS]
 
@@ -70,7 +70,7 @@ def head_grid_html(record: Record) -> str:
         return '<p class="note">no weights kept for this layer</p>'
     head = min(int((record.config.get("show") or {}).get("head", 0)), weights.shape[0] - 1)
     labels = record.labels if weights.shape[-1] == len(record.labels) else None
-    layer = record.model["layer"]
+    layer = record.model.layer
     title = f"layer {layer} · head {head}"
     labelled = encoded(lambda: render_heatmap(weights[head], title=title, row_labels=labels, col_labels=labels),
                        weights[head], "model head", title, labels)
@@ -86,16 +86,16 @@ def _img(image: EncodedHeatmap, alt: str) -> str:
 def model_head_grid(record: Record) -> EncodedHeatmap:
     """The PNG of the model's own weights at the record's layer, every head on one colour scale."""
     weights = record.heads_view("weights", reference=True)  # (H, T, T)
-    title = f"layer {record.model['layer']} · the model's own weights"
+    title = f"layer {record.model.layer} · the model's own weights"
     return encoded(lambda: render_head_grid(weights, title=title), weights, "model grid", title)
 
 
 def _layer_section(record: Record) -> str:
-    title = f"layer {record.model.get('layer')}: {record.model.get('attention', '')}"
+    title = f"layer {record.model.layer}: {record.model.attention}"
     if not record.ok:
         return f"<h2>{html.escape(title)}</h2><p class='error'>failed: {html.escape(record.error or '')}</p>"
-    effect = (f"<p>{html.escape(effect_line(record.model['effect'], record.n_tokens, 'effect on the output'))}</p>"
-              if "effect" in record.model else "")
+    effect = (f"<p>{html.escape(effect_line(record.model.effect, record.n_tokens, 'effect on the output'))}</p>"
+              if record.model.effect is not None else "")
     findings = "".join(f'<li class="{f.severity}">[{html.escape(f.code)} @ {f.stage}] {html.escape(f.message)}</li>'
                        for f in record.findings)
     return (f"<h2>{html.escape(title)}</h2><p>against {html.escape(record.reference)}</p>{effect}"
@@ -106,9 +106,9 @@ def _layer_section(record: Record) -> str:
 def render_model_html(records: Sequence[Record]) -> str:
     first = records[0]
     curves = "".join(f"<figure>{curve_svg(c)}</figure>" for c in effect_curves(records))
-    end_to_end = (f"<p>{html.escape(effect_line(first.model['end_to_end'], first.n_tokens, 'end to end'))}</p>"
-                  if "end_to_end" in first.model else "")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>attnlab · {html.escape(first.model['model'])}"
+    end_to_end = (f"<p>{html.escape(effect_line(first.model.end_to_end, first.n_tokens, 'end to end'))}</p>"
+                  if first.model.end_to_end is not None else "")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>attnlab · {html.escape(first.model.model)}"
             f"</title><style>{STYLE}</style></head><body><h1>{html.escape(model_line(first))}</h1>"
             f"<p>variant {html.escape(first.variant)} · text: {html.escape(' '.join(first.labels))}</p>{end_to_end}"
             f"{layer_table_html(records)}"

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from attnlab.record import Record
+from attnlab.record import Effect, Record
 
 TABLE_COLUMNS = ("layer", "status", "first divergent", "KL mean", "KL max", "top-1", "loss", "findings")
 MAX_FINDINGS = 10  # error findings printed in words under a table of layers
@@ -19,47 +19,48 @@ def _g(value: float | None, digits: int = 4) -> str:
 
 def model_line(record: Record) -> str:
     about = record.model
-    against = f" against {about['reference_model']}" if about.get("reference_model") else ""
-    return (f"model: {about['model']}{against} ({about['parameters'] / 1e6:.2f}M parameters, {about['n_layers']} "
-            f"layers, {about['heads']} heads, {about.get('kv_heads', about['heads'])} kv heads; tokens: "
-            f"{about['tokenizer']})")
+    against = f" against {about.reference_model}" if about.reference_model else ""
+    return (f"model: {about.model}{against} ({about.parameters / 1e6:.2f}M parameters, {about.n_layers} "
+            f"layers, {about.heads} heads, {about.kv_heads} kv heads; tokens: {about.tokenizer})")
 
 
-def effect_line(effect: dict[str, float], n_tokens: int, title: str) -> str:
-    agree = effect["top1_agreement"]
-    clamped = effect.get("kl_clamped") or 0.0  # float32 rounding below 0, clamped by attnlab.model.effect
+def effect_line(effect: Effect, n_tokens: int, title: str) -> str:
+    clamped = effect.kl_clamped  # float32 rounding below 0, clamped by attnlab.model.effect
     rounding = f" (≥ 0: rounding to {clamped:.1e} clamped)" if clamped < 0 else ""
-    return (f"{title} ({n_tokens} tokens): KL mean {_g(effect['kl_mean'])} · max {_g(effect['kl_max'])}{rounding} · "
-            f"top-1 agreement {round(agree * n_tokens)}/{n_tokens} · loss {_g(effect['loss'])} → "
-            f"{_g(effect['loss_changed'])} · final hidden max |Δ| {_g(effect['hidden_divergence'])}"
-            + (f" · {effect['non_finite_positions']} positions not finite" if effect.get("non_finite_positions") else ""))
+    return (f"{title} ({n_tokens} tokens): KL mean {_g(effect.kl_mean)} · max {_g(effect.kl_max)}{rounding} · "
+            f"top-1 agreement {round(effect.top1_agreement * n_tokens)}/{n_tokens} · loss {_g(effect.loss)} → "
+            f"{_g(effect.loss_changed)} · final hidden max |Δ| {_g(effect.hidden_divergence)}"
+            + (f" · {effect.non_finite_positions} positions not finite" if effect.non_finite_positions else ""))
 
 
 def layer_lines(record: Record) -> list[str]:
     """The model, the layer compared and what the change did to the model's output."""
-    lines = [model_line(record), f"layer {record.model['layer']} of {record.model['n_layers']}: "
-                                 f"{record.model['attention']} against {record.reference}"]
-    if "effect" in record.model:
-        lines.append(effect_line(record.model["effect"], record.n_tokens, "effect on the model's output"))
-    if "end_to_end" in record.model:
-        lines.append(effect_line(record.model["end_to_end"], record.n_tokens,
+    lines = [model_line(record), f"layer {record.model.layer} of {record.model.n_layers}: "
+                                 f"{record.model.attention} against {record.reference}"]
+    if record.model.effect is not None:
+        lines.append(effect_line(record.model.effect, record.n_tokens, "effect on the model's output"))
+    if record.model.end_to_end is not None:
+        lines.append(effect_line(record.model.end_to_end, record.n_tokens,
                                  "end to end, your model against the reference model (loss: reference → yours)"))
     return lines
 
 
 def _row(record: Record) -> tuple[str, ...]:
-    effect = record.model.get("effect") or {}
+    effect = record.model.effect
     findings = " ".join(sorted({f"{f.code}@{f.stage}" for f in record.findings})) or "—"
-    loss = f"{_g(effect.get('loss'))} → {_g(effect.get('loss_changed'))}" if effect else "—"
-    return (str(record.model.get("layer")), record.status, record.first_divergent_stage or "none",
-            _g(effect.get("kl_mean")), _g(effect.get("kl_max")),
-            f"{effect['top1_agreement']:.0%}" if effect else "—", loss,
+    if effect is None:
+        numbers = ("—", "—", "—", "—")
+    else:
+        numbers = (_g(effect.kl_mean), _g(effect.kl_max), f"{effect.top1_agreement:.0%}",
+                   f"{_g(effect.loss)} → {_g(effect.loss_changed)}")
+    return (str(record.model.layer), record.status, record.first_divergent_stage or "none", *numbers,
             findings if record.ok else (record.error or "")[:60])
 
 
 def layer_table(records: Sequence[Record]) -> list[list[str]]:
     """The per-layer table, its header first: the terminal prints it, the HTML pages show it."""
-    keep = [i for i, name in enumerate(TABLE_COLUMNS) if name not in EFFECT_COLUMNS or "effect" in records[0].model]
+    keep = [i for i, name in enumerate(TABLE_COLUMNS)
+            if name not in EFFECT_COLUMNS or records[0].model.effect is not None]
     return [[row[i] for i in keep] for row in [TABLE_COLUMNS, *map(_row, records)]]
 
 
@@ -68,18 +69,18 @@ def print_layers(records: Sequence[Record], table_path: Path | None, records_glo
     first = records[0]
     print(model_line(first), file=out)
     print(f"variant={first.variant} inputs=text n_tokens={first.n_tokens} layers="
-          f"{','.join(str(r.model.get('layer')) for r in records)}", file=out)
+          f"{','.join(str(r.model.layer) for r in records)}", file=out)
     rows = layer_table(records)
     widths = [max(map(len, column)) for column in zip(*rows)]
     for row in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
-    errors = [(r.model.get("layer"), f) for r in records for f in r.findings if f.severity == "error"]
+    errors = [(r.model.layer, f) for r in records for f in r.findings if f.severity == "error"]
     for layer, finding in errors[:MAX_FINDINGS]:
         print(f"  layer {layer}: [{finding.code} @ {finding.stage}] {finding.message}", file=out)
     if len(errors) > MAX_FINDINGS:
         print(f"  … {len(errors) - MAX_FINDINGS} more findings in the records", file=out)
-    if "end_to_end" in first.model:
-        print(effect_line(first.model["end_to_end"], first.n_tokens,
+    if first.model.end_to_end is not None:
+        print(effect_line(first.model.end_to_end, first.n_tokens,
                           "end to end, your model against the reference model (loss: reference → yours)"), file=out)
     if table_path is not None:
         print(f"table: {table_path}", file=out)

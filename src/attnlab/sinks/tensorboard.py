@@ -197,8 +197,8 @@ def write_tensorboard(
             events.add(scalars_summary(metric_values(record)), step=_step(record, len(records), step))
         if images:
             _write_heatmaps(events, first, job_dir)
-            for record in (r for r in ok if r.model and r.reference_stages.get("weights") is not None):
-                events.add(image_summary("heatmaps/model/weights", model_head_grid(record)), step=record.model["layer"])
+            for record in (r for r in ok if r.model is not None and r.reference_stages.get("weights") is not None):
+                events.add(image_summary("heatmaps/model/weights", model_head_grid(record)), step=record.model.layer)
         if histograms:
             _write_histograms(events, first)
         _write_texts(events, {"table": table_markdown, "findings": findings_markdown(first),
@@ -213,8 +213,8 @@ def write_tensorboard(
 def _step(record: Record, n_records: int, single: int) -> int:
     """A run inside a model: the layer (each measure against the layer); an n_seeds job: the seed;
     one record: `single` (0, or the job's number in a sweep)."""
-    if "layer" in record.model:
-        return int(record.model["layer"])
+    if record.model is not None:
+        return record.model.layer
     return single if n_records == 1 else record.seed
 
 

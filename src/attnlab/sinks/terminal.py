@@ -39,12 +39,12 @@ class TerminalSink:
             if len(records) == 1:
                 print_record(records[0])
                 print(f"record: {display_path(records[0].path)}", flush=True)
-            elif records[0].model:  # the layers of a model
+            elif records[0].model is not None:  # the layers of a model
                 glob = f"{display_path(records[0].path.parent.parent)}/layer-*/record.json"
                 print_layers(records, Path(display_path(table)) if table.exists() else None, glob, sys.stdout)
             else:
                 print_seeds(list(records), table if table.exists() else None)
-            if report.exists() and (len(records) == 1 or records[0].model):  # the html sink ran before (the terminal runs last)
+            if report.exists() and (len(records) == 1 or records[0].model is not None):  # the html sink ran before (the terminal runs last)
                 print(f"report: {display_path(report)} (open it in a browser)")
             sys.stdout.flush()
 
@@ -171,7 +171,7 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     say = lambda text="": print(text, file=out)  # noqa: E731
     say(config_line(record))
-    for line in layer_lines(record) if record.model else ():
+    for line in layer_lines(record) if record.model is not None else ():
         say(line)
     if not record.ok:
         say(f"FAILED: {record.error}")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from attnlab.record import INLINE_LIMIT, Finding, Prediction, Record, RecordError, read_record, write_record
+from attnlab.record import (INLINE_LIMIT, Finding, Prediction, Record, RecordError, keeping_stages, read_record,
+                            to_json_dict, without_stages, write_record, written)
 
 
 def make_record(n_tokens: int = 3) -> Record:
@@ -130,7 +132,7 @@ def test_a_format_2_record_loads_in_the_module_s_own_rank(tmp_path):
 
 
 def test_values_that_do_not_have_the_shape_the_record_states_are_a_record_error(tmp_path):
-    data = make_record().to_json_dict()
+    data = to_json_dict(make_record())
     data["stages"]["weights"]["values"] = [[0.5, 0.5]]  # (1, 2), where shape says (3, 3)
     path = tmp_path / "record.json"
     path.write_text(json.dumps(data))
@@ -152,3 +154,29 @@ def test_every_built_in_s_record_values_have_the_shape_it_states(tmp_path):
                 assert list(np.asarray(entry["values"]).shape) == entry["shape"], (variant, side, stage)
         for stage, values in result.stages.items():
             assert list(values.shape) == result.record.stage_shapes[stage], (variant, stage)
+
+
+def test_a_record_is_not_changed_after_it_is_built():
+    record = make_record()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.status = "failed"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.findings[0].severity = "info"
+    assert record.status == "ok" and record.findings[0].severity == "error"
+
+
+def test_letting_stages_go_makes_a_new_record_and_leaves_the_old_one_whole(tmp_path):
+    record = make_record()
+    kept = keeping_stages(record, ("weights",))
+    dropped = without_stages(kept)
+    assert isinstance(kept.stages["weights"], np.memmap) and not isinstance(record.stages["weights"], np.memmap)
+    np.testing.assert_array_equal(kept.stages["weights"], record.stages["weights"])
+    assert dropped.stages == {"weights": None} and dropped.stage_shapes == record.stage_shapes
+    assert dropped.scratch is None and kept.scratch is not None and record.scratch is None
+
+
+def test_a_written_record_knows_its_path_and_the_one_it_was_made_from_does_not(tmp_path):
+    record = make_record()
+    done = written(record, tmp_path)
+    assert done.path == tmp_path / "record.json" and record.path is None
+    assert read_record(done.path).variant == record.variant

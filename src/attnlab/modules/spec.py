@@ -1,0 +1,51 @@
+"""A variant as its plugin declares it: discovery reads it from the plugin, the registry holds it."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from attnlab.modules.configs import ConfigConstructor
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    name: str
+    cls: type[nn.Module]
+    description: str
+    params: dict[str, Any]
+    source: str
+    expected_finding: tuple[str, str] | None = None  # (code, stage) a bug-zoo variant must trigger
+    reference: str | None = None  # the variant it is compared against, declared by the plugin; None: auto
+    tags: tuple[str, ...] = ()  # its group (a built-in's folder, or `yours`) first, then the declared ones
+    output: tuple[str, str] = ("", "")  # what its plugin printed when imported: (stdout, stderr)
+    observable: dict[str, int] = field(default_factory=dict)  # the smallest size its change shows at: {"head_dim": 2}
+
+    @property
+    def signature(self) -> str:
+        """The constructor's parameters, as `--help` lists them."""
+        return constructor_signature(self)
+
+    @property
+    def group(self) -> str:
+        return self.tags[0] if self.tags else ""
+
+
+def constructor_parameters(spec: VariantSpec) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(spec.cls).parameters.values())
+    except (TypeError, ValueError):  # a constructor implemented in C: take anything, as before
+        return [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+
+
+def constructor_signature(spec: VariantSpec) -> str:
+    """The constructor's parameters without annotations, e.g. "(d_in, d_out, context_length,
+    dropout, num_heads, qkv_bias=False)"."""
+    if isinstance(spec.cls, ConfigConstructor):
+        return spec.cls.describe()
+    plain = [p.replace(annotation=inspect.Parameter.empty) for p in constructor_parameters(spec)]
+    return str(inspect.Signature(plain))

@@ -1,0 +1,75 @@
+"""A record on disk: written as JSON (never pickle), atomically, before any sink runs, so that a
+sweep table can always be rebuilt from the records on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from attnlab.record.codec import from_json_dict, to_json_dict
+from attnlab.record.model import Record
+from attnlab.record.validate import RecordError, check_record_data
+
+RECORD_FILE = "record.json"
+
+
+class WriteError(OSError):
+    """A file attnlab could not write: the folder and the cause first, in one line."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file and rename, so a reader (or a Ctrl-C) never sees half a file. A write
+    that fails raises WriteError naming the folder and the cause (not the temp file's name)."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        raise WriteError(exc.errno, f"{path.parent}: cannot write {path.name}: {exc.strerror or exc}") from None
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _remove(tmp: str | None) -> None:
+    if tmp is not None:
+        try:
+            Path(tmp).unlink(missing_ok=True)
+        except OSError:  # the folder went read-only: the temp file's dot-name keeps it out of every reader
+            pass
+
+
+def write_record(record: Record, job_dir: Path) -> Path:
+    path = job_dir / RECORD_FILE
+    write_atomic(path, json.dumps(to_json_dict(record), allow_nan=False))  # no indent: json uses its C encoder only then
+    return path
+
+
+def written(record: Record, job_dir: Path) -> Record:
+    """The record written to `job_dir`, knowing its path."""
+    return replace(record, path=write_record(record, job_dir))
+
+
+def read_record(path: Path) -> Record:
+    """The record at `path`; any file that is not a record (not JSON, the wrong shape, a field of
+    the wrong type, nesting too deep to parse) raises RecordError, one line naming the file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        check_record_data(data)
+        return from_json_dict(data, path=Path(path))
+    except RecordError as exc:
+        raise RecordError(f"{path}: {exc}") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        reason = (str(exc).splitlines() or [""])[0][:200]
+        raise RecordError(f"{path}: {type(exc).__name__}: {reason}") from None

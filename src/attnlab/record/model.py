@@ -1,0 +1,162 @@
+"""The record: everything one run found, the only thing sinks read.
+
+Stages are kept in the module's own rank (`stages[name].shape == stage_shapes[name]`);
+`Record.canonical(name)` is the same values in the canonical view of
+`attnlab.capture.stages.AXES` (batch, heads, ...), a reshape, never a copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnlab.capture.stages import AXES
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str  # e.g. "scaling"
+    stage: str  # e.g. "scaled_scores"
+    severity: str  # "error" | "warning" | "info"
+    message: str  # one sentence a learner understands
+    heads: list[int] | None = None  # the heads it holds for; None: the module has no heads axis, or it is about the split/merge
+    batch: list[int] | None = None  # the batch items it holds for; None: the module takes no batch
+
+
+@dataclass(frozen=True)
+class Prediction:
+    name: str  # e.g. "context_shape"
+    expected: Any
+    observed: Any
+    passed: bool
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What a change does to a model's output: its next-token distributions against the unmodified
+    run's (attnlab.model.effect), over every position of the text."""
+
+    kl_mean: float
+    kl_max: float
+    kl_clamped: float  # the most negative position KL float32 rounding made, clamped to 0
+    top1_agreement: float  # the share of positions whose top-1 token agrees
+    loss: float  # the mean next-token cross entropy on the text, unmodified
+    loss_changed: float
+    hidden_divergence: float  # max |difference| of the final hidden states
+    hidden_relative_divergence: float
+    non_finite_positions: int  # positions whose changed prediction holds NaN or infinity
+
+    def items(self) -> list[tuple[str, float]]:
+        """(name, value) in field order: the diagnostics a record keeps of it."""
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A run inside a model: which model, which of its layers, and what the change did to its output."""
+
+    model: str  # the model's label
+    n_layers: int
+    parameters: int
+    tokenizer: str
+    heads: int
+    kv_heads: int
+    layer: int
+    attention: str  # the layer's attention module, by its qualified name
+    reference_model: str | None = None  # the learner's check: the model its layers are compared with
+    reference_attention: str | None = None  # the learner's check: the reference model's attention module
+    effect: Effect | None = None  # the variant in the layer's place; None: the learner's check, or it failed
+    end_to_end: Effect | None = None  # the learner's check: both models whole
+
+
+@dataclass(frozen=True)
+class Record:
+    """Built once, never changed: a step that adds to it makes a new record (dataclasses.replace)."""
+
+    variant: str
+    seed: int
+    config: dict[str, Any]
+    n_tokens: int = 0
+    d_in: int = 0
+    d_out: int = 0
+    status: str = "ok"  # "ok" | "failed"
+    error: str | None = None
+    labels: list[str] = field(default_factory=list)
+    reference: str = "reference"  # the variant the run compared against
+    origin: str = ""  # a notebook's object: its class's qualified name and file, or <notebook>
+    stages: dict[str, np.ndarray | None] = field(default_factory=dict)  # in the module's own rank
+    reference_stages: dict[str, np.ndarray | None] = field(default_factory=dict)
+    stage_shapes: dict[str, list[int]] = field(default_factory=dict)  # in the module's own rank
+    reference_stage_shapes: dict[str, list[int]] = field(default_factory=dict)
+    canonical_shapes: dict[str, list[int]] = field(default_factory=dict)  # each stage in the view of stages.AXES
+    reference_canonical_shapes: dict[str, list[int]] = field(default_factory=dict)
+    expected_shapes: dict[str, list[int]] = field(default_factory=dict)  # predicted: the reference's
+    missing_stages: list[str] = field(default_factory=list)  # not found in the variant: not checked
+    reconstructed_stages: list[str] = field(default_factory=list)  # computed by attnlab from a kernel's inputs
+    output_is_context: bool = False  # the module returned its context: output is an alias of context
+    returned: str = ""  # what forward returned, e.g. "tuple(Tensor (2, 8, 64), Tensor (2, 4, 8, 8))"
+    output_element: str | None = None  # which element of it is the output, e.g. "[0]"; None: the value itself
+    returned_weights: str | None = None  # attention weights returned beside the output, against the captured ones
+    diagnostics: dict[str, float] = field(default_factory=dict)
+    head_diagnostics: dict[str, list[float]] = field(default_factory=dict)  # {name: one value per head}
+    reference_diagnostics: dict[str, float] = field(default_factory=dict)
+    first_divergent_stage: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)  # checks that could not run, each in one sentence
+    predictions: list[Prediction] = field(default_factory=list)
+    weights_loaded: dict[str, str] = field(default_factory=dict)
+    device: str = "cpu"  # where both modules ran
+    dtype: str = "float32"  # the variant's (the reference's is config["reference_dtype"])
+    profile: dict[str, float] = field(default_factory=dict)  # with profile=true: attnlab.compute.profile.profile_pair's
+    model: ModelInfo | None = None  # with model=: the model, the layer, the effect on its output
+    path: Path | None = None  # where it was read from or written to; not serialised
+    scratch: Any = None  # a temporary folder of spilled stages, removed with the record; not serialised
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def num_heads(self) -> int:
+        weights = self.canonical("weights")
+        return int(weights.shape[1]) if weights is not None else 1
+
+    def canonical(self, stage: str, *, reference: bool = False) -> np.ndarray | None:
+        """A stage in the canonical view of `attnlab.capture.stages.AXES`, (batch, heads, ...):
+        the module's own values reshaped (a 2-D module's weights (6, 6) as (1, 1, 6, 6))."""
+        values = (self.reference_stages if reference else self.stages).get(stage)
+        if values is None:
+            return None
+        shape = (self.reference_canonical_shapes if reference else self.canonical_shapes).get(stage)
+        return values.reshape(shape if shape is not None else canonical_shape(stage, values.shape))
+
+    def heads_view(self, stage: str, *, batch: int = 0, reference: bool = False) -> np.ndarray | None:
+        """Batch item `batch` of a stage: (heads, tokens, ·) where it has several heads, else (tokens, ·)."""
+        values = self.canonical(stage, reference=reference)
+        if values is None or values.ndim < 3:
+            return values
+        item = values[min(batch, values.shape[0] - 1)]
+        return item[0] if item.ndim == 3 and item.shape[0] == 1 else item
+
+    def matrix(self, stage: str, *, batch: int = 0, head: int = 0, reference: bool = False) -> np.ndarray | None:
+        """One (tokens x ·) matrix of a stage: batch item `batch`, head `head` where it has heads."""
+        values = self.canonical(stage, reference=reference)
+        if values is None:
+            return None
+        if values.ndim == 4:
+            return values[batch, min(head, values.shape[1] - 1)]
+        return values[batch] if values.ndim == 3 else values
+
+
+def canonical_shape(stage: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A stage's shape in the module's own rank as the canonical view's: a 2-D module gains a
+    batch and a heads axis, a 3-D per-head stage (batch, tokens, ·) a heads axis."""
+    rank = len(AXES.get(stage, shape))
+    if len(shape) >= rank:
+        return tuple(shape)
+    if rank == 4 and len(shape) == 3:
+        return (shape[0], 1, *shape[1:])
+    return (1,) * (rank - len(shape)) + tuple(shape)

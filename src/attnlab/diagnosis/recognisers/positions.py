@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from attnlab.diagnosis.context import Pair, finding
 from attnlab.diagnosis.recognisers.norms import PER_HEAD_LAYER, WHOLE_WIDTH, norms, rotation_maybe_normed, unit_rms_of
-from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation, turned
+from attnlab.diagnosis.recognisers.rotation import fit_rotation, reversed_turn, turned
 from attnlab.diagnosis.recognisers.shared import recogniser
+from attnlab.diagnosis.words import fmt
 from attnlab.record import Finding
+
+_SAME_SCALE = 1e-3  # queries' and keys' scales apart by more: not one attention factor on cos and sin
 
 
 @recogniser
@@ -33,6 +36,8 @@ def rotary(p: Pair) -> list[Finding]:
                         f"rotate queries and keys with the same angles, so that each score depends only on the "
                         f"distance between its query and key tokens.")]
     keys_turn = turns["keys"]
+    if abs(keys_turn.scale / turn.scale - 1) > _SAME_SCALE:
+        return []  # one of them rescaled beyond the rotation: a wrong projection, left to the source checks
     if keys_turn.dims != turn.dims or (keys_turn.frequencies - turn.frequencies).abs().max() > 1e-4 * float(
             turn.frequencies.abs().max()):
         return [finding("rotary_misapplied", "keys", f"the queries are {what}, but the keys are turned by "
@@ -45,13 +50,14 @@ def rotary(p: Pair) -> list[Finding]:
                         f"queries and keys ({turn.pairing}); RoPE rotates only queries and keys: compute the "
                         f"values as x @ W_value, unrotated.")]
     if float(turn.frequencies.max()) < 0:  # the reference's are the turned ones
-        theirs = turned(Rotation(turn.pairing, -turn.frequencies, turn.dims), head_dim)
+        theirs = turned(reversed_turn(turn), head_dim)
         return [finding("rotary", "queries", f"the reference applies a rotary position embedding (RoPE) that the "
                         f"variant does not: the reference's queries and keys are {theirs}, the variant's are not "
                         f"rotated, so its attn_scores do not depend on the query-key distance as the reference's do; "
                         f"the scores, weights and context differ from the reference's from here on.")]
+    kept = "keep their length" if turn.scale == 1 else f"keep their length times {fmt(turn.scale)}"
     return [finding("rotary", "queries", f"rotary position embedding (RoPE): queries and keys are {what}; "
-                    f"each token's query and key keep their length, so attn_scores depend on the query-key "
+                    f"each token's query and key {kept}, so attn_scores depend on the query-key "
                     f"distance, and the scores, weights and context differ from the reference's from here on.")]
 
 

@@ -104,14 +104,14 @@ def _geometric(turn: _Turn, d: int) -> tuple[float | None, int, torch.Tensor]:
     base), with that count and the frequencies it gives."""
     pairs = turn.frequency.numel()
     i = torch.arange(pairs, dtype=torch.float64)
-    sign = 1.0 if float(turn.frequency[0]) >= 0 else -1.0
-    if pairs < 2 or float(turn.errors(sign * torch.ones(1))[0]) > turn.bound:
+    sign = 1.0 if float(turn.frequency[0]) >= 0 else -1.0  # pair 0 turns by +-1 radian per token
+    if pairs < 2:
         return None, 0, turn.frequency
     positions = torch.arange(turn.z.shape[-2], dtype=torch.float64)[:, None]  # (tokens, 1)
     # the precision of log|frequency|: the angle's lever (|z_ref| * position) squared, times frequency^2
     precision = (turn.z_ref.abs() ** 2 * positions**2).sum((0, 1)) * turn.frequency**2  # (d/2,)
     log_f = torch.log(turn.frequency.abs().clamp_min(1e-300))
-    best, following = None, 1
+    best, following = None, 0
     for k in range(2, pairs + 1):
         w = precision[1:k] * i[1:k]
         log_ratio = float((w * log_f[1:k]).sum() / (w * i[1:k]).sum().clamp_min(1e-300))

@@ -50,10 +50,10 @@ class _Turn:
     scale: float
     bound: float  # how far a pair turned by its frequency may land from the variant's
 
-    def errors(self, frequency: torch.Tensor) -> torch.Tensor:
-        """Each pair's largest distance from the variant's when turned by `frequency`, (d/2,)."""
+    def errors(self, frequency: torch.Tensor, pairs: slice = slice(None)) -> torch.Tensor:
+        """Each of `pairs`' largest distance from the variant's when turned by `frequency`, (pairs,)."""
         positions = torch.arange(self.z.shape[-2], dtype=torch.float64)[:, None]  # (tokens, 1)
-        return (self.z_ref * torch.exp(1j * positions * frequency) - self.z).abs().amax((0, 1))
+        return (self.z_ref[..., pairs] * torch.exp(1j * positions * frequency) - self.z[..., pairs]).abs().amax((0, 1))
 
 
 def _turned_dims(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> int:
@@ -111,16 +111,21 @@ def _geometric(turn: _Turn, d: int) -> tuple[float | None, int, torch.Tensor]:
     # the precision of log|frequency|: the angle's lever (|z_ref| * position) squared, times frequency^2
     precision = (turn.z_ref.abs() ** 2 * positions**2).sum((0, 1)) * turn.frequency**2  # (d/2,)
     log_f = torch.log(turn.frequency.abs().clamp_min(1e-300))
-    best, following = None, 0
-    for k in range(2, pairs + 1):
+
+    def log_ratio(k: int) -> float:  # fitted through the origin on pairs 1 to k - 1
         w = precision[1:k] * i[1:k]
-        log_ratio = float((w * log_f[1:k]).sum() / (w * i[1:k]).sum().clamp_min(1e-300))
-        predicted = sign * torch.exp(log_ratio * i[:k])  # (k,)
-        if float(turn.errors(torch.cat([predicted, turn.frequency[k:]])).max()) > turn.bound:
-            break
-        best, following = log_ratio, k
-    if best is None or following < min(_MIN_FOLLOWING, pairs):
+        return float((w * log_f[1:k]).sum() / (w * i[1:k]).sum().clamp_min(1e-300))
+
+    def follow(k: int, which: slice) -> bool:  # the pairs `which` on the sequence fitted on pairs 1 to k - 1
+        return float(turn.errors(sign * torch.exp(log_ratio(k) * i[which]), which).max()) <= turn.bound
+
+    # each pair checked as it joins (one pair at a time keeps long inputs cheap), then all of them once
+    following = next((k for k in range(2, pairs) if not follow(k + 1, slice(k, k + 1))), pairs)
+    while following >= 2 and not follow(following, slice(following)):
+        following -= 1
+    if following < min(_MIN_FOLLOWING, pairs):
         return None, following, turn.frequency
+    best = log_ratio(following)
     modelled = torch.cat([sign * torch.exp(best * i[:following]), turn.frequency[following:]])
     return math.exp(-best * d / 2), following, modelled
 

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import attnlab
+from attnlab.diagnosis.recognisers.positions import rotary
 from attnlab.diagnosis.recognisers.rotation import fit_rotation
 from attnlab.diagnosis.recognisers.shared import EPS
 
@@ -123,6 +124,40 @@ def test_llama3_rescaled_slow_pairs_keep_the_base_of_the_fast_ones():
     assert rotation is not None and rotation.dims == head_dim
     assert rotation.base == pytest.approx(base, rel=0.01)
     assert kept <= rotation.following < head_dim // 2
+
+
+class _Stages:
+    """The three things the rotary recogniser asks of a variant-reference pair, over given stages:
+    each stage's (variant, reference), whether it changed, its tolerance (the recogniser allows 4x)."""
+
+    def __init__(self, **stages: tuple[torch.Tensor, torch.Tensor]):
+        self.stages = stages
+
+    def both(self, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return self.stages.get(stage)
+
+    def changed(self, stage: str) -> bool:
+        return not torch.equal(*self.stages[stage])
+
+    def tolerance(self, stage: str) -> float:
+        return _tolerance(self.stages[stage][1]) / 4
+
+
+def test_queries_and_keys_that_alone_disagree_on_a_partial_rope_are_one_rope():
+    """At a base of 3e4 over 8 of 16 coordinates the first pair left unturned would have turned by
+    about the rounding: the queries alone may read it as passed through and the keys alone as slowly
+    turning. Fitted together they are one rotation, never a rope misapplied to the keys."""
+    inv_freq = _inverse_frequencies(3e4, 8)
+    disagreeing = 0
+    for seed in range(40):
+        torch.manual_seed(seed)
+        q, k = torch.randn(2, 4, N_TOKENS, 16), torch.randn(2, 4, N_TOKENS, 16)
+        pair = _Stages(queries=(_rotated(q, inv_freq, True), q), keys=(_rotated(k, inv_freq, True), k))
+        alone = [fit_rotation(*pair.both(stage), 4 * pair.tolerance(stage)).dims for stage in ("queries", "keys")]
+        disagreeing += alone[0] != alone[1]
+        (found,) = rotary.__wrapped__(pair)
+        assert found.code == "rotary" and "interleaved pairs" in found.message
+    assert disagreeing  # the case arises at these seeds
 
 
 # -- transformers' own classes, built from their configs --------------------------------------------------

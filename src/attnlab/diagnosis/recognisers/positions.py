@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import torch
+
 from attnlab.diagnosis.context import Pair, finding
 from attnlab.diagnosis.recognisers.norms import PER_HEAD_LAYER, WHOLE_WIDTH, norms, rotation_maybe_normed, unit_rms_of
-from attnlab.diagnosis.recognisers.rotation import fit_rotation, reversed_turn, turned
+from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation, reversed_turn, turned
 from attnlab.diagnosis.recognisers.shared import recogniser
 from attnlab.diagnosis.words import fmt
 from attnlab.record import Finding
@@ -36,12 +38,13 @@ def rotary(p: Pair) -> list[Finding]:
                         f"rotate queries and keys with the same angles, so that each score depends only on the "
                         f"distance between its query and key tokens.")]
     keys_turn = turns["keys"]
-    if abs(keys_turn.scale / turn.scale - 1) > _SAME_SCALE:
+    joint = turn if _same(turn, keys_turn) else _together(p, queries, keys)
+    if joint is None and abs(keys_turn.scale / turn.scale - 1) > _SAME_SCALE:
         return []  # one of them rescaled beyond the rotation: a wrong projection, left to the source checks
-    if keys_turn.dims != turn.dims or (keys_turn.frequencies - turn.frequencies).abs().max() > 1e-4 * float(
-            turn.frequencies.abs().max()):
+    if joint is None:
         return [finding("rotary_misapplied", "keys", f"the queries are {what}, but the keys are turned by "
                         f"other angles ({turned(keys_turn, head_dim)}); rotate both with the same angles.")]
+    turn, what = joint, turned(joint, head_dim)
     values = p.both("values")
     if changed.get("values") and values is not None:
         if fit_rotation(*values, 4 * p.tolerance("values")) is None:
@@ -59,6 +62,20 @@ def rotary(p: Pair) -> list[Finding]:
     return [finding("rotary", "queries", f"rotary position embedding (RoPE): queries and keys are {what}; "
                     f"each token's query and key {kept}, so attn_scores depend on the query-key "
                     f"distance, and the scores, weights and context differ from the reference's from here on.")]
+
+
+def _same(a: Rotation, b: Rotation) -> bool:
+    """One rotation: the same coordinates turned by the same angles and scaled by the same factor."""
+    return (a.dims == b.dims and abs(b.scale / a.scale - 1) <= _SAME_SCALE
+            and float((a.frequencies - b.frequencies).abs().max()) <= 1e-4 * float(a.frequencies.abs().max()))
+
+
+def _together(p: Pair, queries: tuple[torch.Tensor, torch.Tensor],
+              keys: tuple[torch.Tensor, torch.Tensor]) -> Rotation | None:
+    """One rotation fitted on the queries and keys together: where one alone cannot tell a slowly
+    turning pair from one passed through, the other's angles decide (RoPE turns both alike)."""
+    mine, ref = (torch.cat([t.reshape(-1, *t.shape[-2:]) for t in stage]) for stage in zip(queries, keys))
+    return rotation_maybe_normed(mine, ref, 4 * max(p.tolerance("queries"), p.tolerance("keys")))
 
 
 @recogniser

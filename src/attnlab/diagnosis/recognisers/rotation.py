@@ -1,7 +1,7 @@
 """Fitting a rotation by position (RoPE) between two query or key stages, and saying it in words.
 
-RoPE turns pair i by theta ** (-2i / d) radians per token: at the bases real models use (1e4 to
-1e7) the last pairs turn so little over a few tokens that float32 cannot tell them from unturned.
+RoPE turns pair i by theta ** (-2i / d) radians per token: at the large bases real models use the
+last pairs turn so little over a few tokens that float32 cannot tell them from unturned.
 So the frequencies are read as a geometric sequence fitted on the pairs that do show their angle,
 and a pair is only taken as passed through (a partial RoPE) when that sequence says it would have
 turned visibly."""

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import torch
+
 from attnlab.diagnosis.context import Pair, finding
 from attnlab.diagnosis.recognisers.norms import PER_HEAD_LAYER, WHOLE_WIDTH, norms, rotation_maybe_normed, unit_rms_of
-from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation, turned
+from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation, reversed_turn, turned
 from attnlab.diagnosis.recognisers.shared import recogniser
+from attnlab.diagnosis.words import fmt
 from attnlab.record import Finding
+
+_SAME_SCALE = 1e-3  # queries' and keys' scales apart by more: not one attention factor on cos and sin
 
 
 @recogniser
@@ -33,10 +38,13 @@ def rotary(p: Pair) -> list[Finding]:
                         f"rotate queries and keys with the same angles, so that each score depends only on the "
                         f"distance between its query and key tokens.")]
     keys_turn = turns["keys"]
-    if keys_turn.dims != turn.dims or (keys_turn.frequencies - turn.frequencies).abs().max() > 1e-4 * float(
-            turn.frequencies.abs().max()):
+    joint = turn if _same(turn, keys_turn) else _together(p, queries, keys)
+    if joint is None and abs(keys_turn.scale / turn.scale - 1) > _SAME_SCALE:
+        return []  # one of them rescaled beyond the rotation: a wrong projection, left to the source checks
+    if joint is None:
         return [finding("rotary_misapplied", "keys", f"the queries are {what}, but the keys are turned by "
                         f"other angles ({turned(keys_turn, head_dim)}); rotate both with the same angles.")]
+    turn, what = joint, turned(joint, head_dim)
     values = p.both("values")
     if changed.get("values") and values is not None:
         if fit_rotation(*values, 4 * p.tolerance("values")) is None:
@@ -45,14 +53,29 @@ def rotary(p: Pair) -> list[Finding]:
                         f"queries and keys ({turn.pairing}); RoPE rotates only queries and keys: compute the "
                         f"values as x @ W_value, unrotated.")]
     if float(turn.frequencies.max()) < 0:  # the reference's are the turned ones
-        theirs = turned(Rotation(turn.pairing, -turn.frequencies, turn.dims), head_dim)
+        theirs = turned(reversed_turn(turn), head_dim)
         return [finding("rotary", "queries", f"the reference applies a rotary position embedding (RoPE) that the "
                         f"variant does not: the reference's queries and keys are {theirs}, the variant's are not "
                         f"rotated, so its attn_scores do not depend on the query-key distance as the reference's do; "
                         f"the scores, weights and context differ from the reference's from here on.")]
+    kept = "keep their length" if turn.scale == 1 else f"keep their length times {fmt(turn.scale)}"
     return [finding("rotary", "queries", f"rotary position embedding (RoPE): queries and keys are {what}; "
-                    f"each token's query and key keep their length, so attn_scores depend on the query-key "
+                    f"each token's query and key {kept}, so attn_scores depend on the query-key "
                     f"distance, and the scores, weights and context differ from the reference's from here on.")]
+
+
+def _same(a: Rotation, b: Rotation) -> bool:
+    """One rotation: the same coordinates turned by the same angles and scaled by the same factor."""
+    return (a.dims == b.dims and abs(b.scale / a.scale - 1) <= _SAME_SCALE
+            and float((a.frequencies - b.frequencies).abs().max()) <= 1e-4 * float(a.frequencies.abs().max()))
+
+
+def _together(p: Pair, queries: tuple[torch.Tensor, torch.Tensor],
+              keys: tuple[torch.Tensor, torch.Tensor]) -> Rotation | None:
+    """One rotation fitted on the queries and keys together: where one alone cannot tell a slowly
+    turning pair from one passed through, the other's angles decide (RoPE turns both alike)."""
+    mine, ref = (torch.cat([t.reshape(-1, *t.shape[-2:]) for t in stage]) for stage in zip(queries, keys))
+    return rotation_maybe_normed(mine, ref, 4 * max(p.tolerance("queries"), p.tolerance("keys")))
 
 
 @recogniser

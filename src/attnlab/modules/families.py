@@ -89,7 +89,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("bert", "bert.encoder.layer.{i}.attention.self", out_proj=None, final_norm=None, mask="bidirectional",
            arguments=_MASK),
     Family("modernbert", "model.layers.{i}.attn", out_proj="Wo", fused_qkv="Wqkv", final_norm="model.final_norm",
-           mask="local_global", arguments=_ROPE),
+           mask="bidirectional", arguments=_ROPE),  # an encoder: its local layers' window is both ways
     Family("deberta-v2", "deberta.encoder.layer.{i}.attention.self", out_proj=None, final_norm=None,
            mask="bidirectional", mask_values="binary", arguments=_MASK, attention_class="DisentangledSelfAttention"),
     Family("vit", "vit.encoder.layer.{i}.attention.attention", out_proj=None, final_norm="vit.layernorm",

@@ -253,7 +253,9 @@ def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tor
         mask = keep.long() if values == "binary" else ~keep
         return mask.expand(x.shape[0], 1, *keep.shape)  # (b, 1, T, T)
     if kind == "bidirectional":
-        return masking_utils.create_bidirectional_mask(config=config, inputs_embeds=x, attention_mask=None)
+        make = (masking_utils.create_bidirectional_sliding_window_mask if _sliding_layer(module)
+                else masking_utils.create_bidirectional_mask)
+        return make(config=config, inputs_embeds=x, attention_mask=None)
     make = masking_utils.create_causal_mask
     if kind == "chunked" and getattr(config, "attention_chunk_size", None):
         make = masking_utils.create_chunked_causal_mask
@@ -262,6 +264,14 @@ def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tor
         make = masking_utils.create_sliding_window_causal_mask
         config = _with_window(config, window)
     return make(config=config, inputs_embeds=x, attention_mask=None, past_key_values=None, position_ids=position_ids)
+
+
+def _sliding_layer(module: nn.Module) -> bool:
+    """Whether the model gives this layer its sliding-window mask (ModernBERT's local layers): the
+    config's layer type, as the model reads it, never the module's own window attribute."""
+    types = getattr(module.config, "layer_types", None)
+    index = getattr(module, "layer_idx", None)
+    return bool(types) and index is not None and types[index] == "sliding_attention"
 
 
 def _with_window(config: Any, window: int) -> Any:

@@ -32,6 +32,7 @@ class Capture:
     returned: str = ""  # what forward returned, for an error: its shape, or its type
     call: Returned | None = None  # what forward returned as a whole, the element used, weights returned beside it
     declared_scale: tuple[float, str] | None = None  # a factor on the scores its config declares, and where
+    declared_clip: tuple[float, str] | None = None  # the bound its config clamps q, k and v to, and where
     kv_heads: int | None = None  # its own key/value heads, once the diagnosis views keys at that granularity
     kv_order: str = "grouped"  # which kv head query head h reads: "grouped" h // group, "tiled" h % kv_heads
 

@@ -46,7 +46,6 @@ class Family:
     mask_values: str = "additive"  # one of MASK_VALUES
     arguments: dict[str, str] = field(default_factory=dict)  # forward parameter -> provider (PROVIDERS)
     spellings: dict[str, tuple[str, ...]] = field(default_factory=dict)  # attnlab key -> config spellings
-    changes: tuple[str, ...] = ()  # config attributes that declare a change, named as info: clip_qkv
     scaling: float | None = None  # the factor on the scores instead of 1/sqrt(head_dim): T5's 1.0
     attention_class: str | None = None  # `hf:NAME`'s class when not <Model>SelfAttention/<Model>Attention
 
@@ -66,12 +65,11 @@ FAMILIES: tuple[Family, ...] = (
     Family("mistral", "model.layers.{i}.self_attn", mask="sliding", arguments=_ROPE),
     Family("mixtral", "model.layers.{i}.self_attn", mask="sliding", arguments=_ROPE),
     Family("qwen3", "model.layers.{i}.self_attn", arguments=_ROPE),
-    Family("olmo", "model.layers.{i}.self_attn", arguments=_ROPE, changes=("clip_qkv",)),
+    Family("olmo", "model.layers.{i}.self_attn", arguments=_ROPE),
     Family("cohere", "model.layers.{i}.self_attn", logit_scale="logit_scale", arguments=_ROPE),
-    Family("granite", "model.layers.{i}.self_attn", logit_divide="logits_scaling", arguments=_ROPE,
-           changes=("attention_multiplier",)),
+    Family("granite", "model.layers.{i}.self_attn", logit_divide="logits_scaling", arguments=_ROPE),
     Family("gemma2", "model.layers.{i}.self_attn", logit_softcap="final_logit_softcapping", mask="local_global",
-           arguments=_ROPE, changes=("query_pre_attn_scalar", "attn_logit_softcapping")),
+           arguments=_ROPE),
     Family("llama4_text", "model.layers.{i}.self_attn", mask="chunked", arguments=_ROPE),
     Family("deepseek_v3", "model.layers.{i}.self_attn", arguments=_ROPE),  # latent attention: recognisers.latent
     Family("phi3", "model.layers.{i}.self_attn", fused_qkv="qkv_proj", mask="sliding", arguments=_ROPE),

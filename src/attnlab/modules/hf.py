@@ -207,6 +207,13 @@ def declared_window(module: nn.Module) -> int | None:
     return getattr(config, "sliding_window", None)
 
 
+def declared_clip(module: nn.Module) -> tuple[float, str] | None:
+    """The bound the module's config clamps queries, keys and values to (OLMo's and OLMoE's
+    clip_qkv), and where it says so; None: no clamp."""
+    bound = getattr(getattr(module, "config", None), "clip_qkv", None)
+    return (float(bound), f"clip_qkv={bound}") if bound else None
+
+
 def declared_scale(module: nn.Module) -> tuple[float, str] | None:
     """The factor on the scores the module's config declares instead of 1/sqrt(head_dim), and
     where it says so: Gemma's query_pre_attn_scalar, Granite's attention_multiplier, GPT-2's

@@ -17,15 +17,17 @@ Each recogniser is a check declared in `attnlab.diagnosis.codes` (adding one is 
 this package and a row there); they run first, since each would otherwise read as a wrong source or scale.
 
 By what they read: `positions` (rotary, QK-norm; `rotation` and `norms` fit them), `biases`
-(a window, a distance bias), `logits` (a soft cap, a declared scale), `kernels` (no softmax), `latent` (keys and values from a
+(a window, a distance bias), `logits` (a soft cap, a declared scale), `kernels` (no softmax), `clipping` (a declared clamp of the
+projections), `latent` (keys and values from a
 shared latent, MLA).
 """
 
 from attnlab.diagnosis.recognisers.biases import position_bias, window
+from attnlab.diagnosis.recognisers.clipping import clipped_qkv
 from attnlab.diagnosis.recognisers.kernels import linear_attention
 from attnlab.diagnosis.recognisers.latent import latent_attention
 from attnlab.diagnosis.recognisers.logits import declared_scale, softcap
 from attnlab.diagnosis.recognisers.positions import qk_norm, rotary
 
-__all__ = ["declared_scale", "latent_attention", "linear_attention", "position_bias", "qk_norm", "rotary", "softcap",
+__all__ = ["clipped_qkv", "declared_scale", "latent_attention", "linear_attention", "position_bias", "qk_norm", "rotary", "softcap",
            "window"]

@@ -19,7 +19,7 @@ OPEN: dict[str, str] = {}
 # The info finding each declared change is named by
 DECLARED = {"t5": "declared_scale", "mt5": "declared_scale", "umt5": "declared_scale", "longt5": "declared_scale",
             "granite": "declared_scale", "gemma2": "declared_scale", "mpt": "position_bias",
-            "deepseek_v3": "latent_attention"}
+            "deepseek_v3": "latent_attention", "gemma3n_text": "declared_scale"}
 
 
 def test_the_guide_s_table_is_the_rows():

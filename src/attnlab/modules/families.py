@@ -70,6 +70,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("granite", "model.layers.{i}.self_attn", logit_divide="logits_scaling", arguments=_ROPE),
     Family("gemma2", "model.layers.{i}.self_attn", logit_softcap="final_logit_softcapping", mask="local_global",
            arguments=_ROPE),
+    Family("gemma3n_text", "model.layers.{i}.self_attn", logit_softcap="final_logit_softcapping",
+           mask="local_global", arguments=_ROPE, scaling=1.0),  # QK-norm carries the scale
     Family("llama4_text", "model.layers.{i}.self_attn", mask="chunked", arguments=_ROPE),
     Family("deepseek_v3", "model.layers.{i}.self_attn", arguments=_ROPE),  # latent attention: recognisers.latent
     Family("phi3", "model.layers.{i}.self_attn", fused_qkv="qkv_proj", mask="sliding", arguments=_ROPE),

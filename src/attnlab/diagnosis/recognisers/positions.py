@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.diagnosis.context import Pair, finding
-from attnlab.diagnosis.recognisers.norms import PER_HEAD_LAYER, WHOLE_WIDTH, norms, rotation_maybe_normed, unit_rms_of
+from attnlab.diagnosis.recognisers.norms import PER_HEAD, PER_HEAD_LAYER, WHOLE_WIDTH, norms, rotation_maybe_normed, unit_rms_of
 from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation, reversed_turn, turned
 from attnlab.diagnosis.recognisers.shared import recogniser
 from attnlab.diagnosis.words import fmt
@@ -90,10 +90,27 @@ def qk_norm(p: Pair) -> list[Finding]:
         return []
     head_dim = queries.shape[-1]
     if norm == PER_HEAD_LAYER:
-        return [finding("qk_norm", "queries", f"queries and keys are normalised as LayerNorm does (QK-norm, as "
-                        f"Persimmon does): each head's query and key vectors have their mean over head_dim={head_dim} "
-                        f"subtracted and are divided by their standard deviation before queries @ keys.T; the scores, "
-                        f"weights and context differ from the reference's from here on.")]
+        what = (f"queries and keys are normalised as LayerNorm does (QK-norm, as Persimmon does): each head's query "
+                f"and key vectors have their mean over head_dim={head_dim} subtracted and are divided by their "
+                f"standard deviation before queries @ keys.T")
+    elif norm == WHOLE_WIDTH:
+        what = (f"queries and keys are normalised (QK-norm) over the whole projection, as OLMo 2 does: each token's "
+                f"query, all {queries.shape[1]} heads together, and its key have root-mean-square 1 before they are "
+                f"split into heads of {head_dim}")
+    else:
+        what = (f"queries and keys are normalised (QK-norm): each head's query and key vectors have root-mean-square "
+                f"1 over their head_dim={head_dim} before queries @ keys.T, so every attn_score lies within "
+                f"+-{head_dim} whatever the inputs' scale")
+    return [finding("qk_norm", "queries", f"{what}{_values_normed(p)}; the scores, weights and context differ from "
+                    f"the reference's from here on.")]
+
+
+def _values_normed(p: Pair) -> str:
+    """The values normalised per head as well (Gemma 3n's v_norm), said beside the QK-norm."""
+    values = p.both("values")
+    if values is None or not p.changed("values") or not unit_rms_of(*values, p.tolerance("values"), PER_HEAD):
+        return ""
+    return "; the values too have root-mean-square 1 per head (a norm on the values, as Gemma 3n's v_norm)"
     if norm == WHOLE_WIDTH:
         return [finding("qk_norm", "queries", f"queries and keys are normalised (QK-norm) over the whole projection, "
                         f"as OLMo 2 does: each token's query, all {queries.shape[1]} heads together, and its key have "

@@ -59,6 +59,15 @@ def providable(name: str, extra: tuple[str, ...] = ()) -> bool:
                                                         "layer_idx", "is_causal")
 
 
+def unmasked_by_default(cls: Any) -> bool:
+    """The forward takes a mask only optionally (its default: none) or `is_causal` defaulting to
+    False: called as attnlab calls it, with the defaults, it attends both ways."""
+    for p in forward_parameters(cls):
+        if p.name in _MASKS and p.default is None or p.name == "is_causal" and p.default is False:
+            return True
+    return False
+
+
 def check_forward(cls: Any, variant: str, extra: tuple[str, ...] = ()) -> None:
     """Refuse, before any work, a forward with a required parameter nothing provides (`extra`: what
     the module's own call convention provides besides, a Hugging Face module's alibi)."""

@@ -26,7 +26,7 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules import hf, session
-from attnlab.modules.arguments import check_forward
+from attnlab.modules.arguments import check_forward, unmasked_by_default
 from attnlab.modules.configs import ConfigConstructor, module_class
 from attnlab.modules.describe import same_file
 from attnlab.modules.discovery import declaration, find_plugins, plugin_fingerprint
@@ -296,10 +296,15 @@ def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
 
 
 def _causal(module: nn.Module) -> bool:
-    """Whether its model masks the future: a Hugging Face module's family row says, else `is_causal`."""
+    """Whether its model masks the future: a Hugging Face module's family row says, else what the
+    module declares (`is_causal`, x-transformers' `causal`), else its forward: a mask it takes only
+    optionally is left out by attnlab, so it runs unmasked (nn.MultiheadAttention's attn_mask)."""
     if hf.is_hf_module(module):
         return hf.mask_kind(module) != "bidirectional"
-    return getattr(module, "is_causal", True) is not False
+    for name in ("is_causal", "causal"):
+        if isinstance(getattr(module, name, None), bool):
+            return getattr(module, name)
+    return not unmasked_by_default(type(module))
 
 
 def _declared_kind(module: nn.Module, has_projection: bool) -> str:

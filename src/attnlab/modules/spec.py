@@ -36,10 +36,32 @@ class VariantSpec:
 
 def constructor_parameters(spec: VariantSpec) -> list[inspect.Parameter]:
     try:
-        return list(inspect.signature(spec.cls).parameters.values())
+        parameters = list(inspect.signature(spec.cls).parameters.values())
     except (TypeError, ValueError):  # a constructor implemented in C: take anything, as before
         return [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
                 inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+    return _inherited(spec.cls) if _passes_everything_on(parameters) else parameters
+
+
+def _passes_everything_on(parameters: list[inspect.Parameter]) -> bool:
+    """`__init__(self, *args, **kwargs)`: a subclass that hands its arguments to its base's."""
+    return [p.kind for p in parameters] == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]
+
+
+def _inherited(cls: object) -> list[inspect.Parameter]:
+    """The parameters of the first base class whose constructor names them (a user's copy that
+    subclasses a library's class and changes one line)."""
+    for base in getattr(cls, "__mro__", ())[1:]:
+        if base.__init__ is object.__init__:
+            break
+        try:
+            parameters = list(inspect.signature(base).parameters.values())
+        except (TypeError, ValueError):
+            break
+        if not _passes_everything_on(parameters):
+            return parameters
+    return [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+            inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
 
 
 def constructor_signature(spec: VariantSpec) -> str:

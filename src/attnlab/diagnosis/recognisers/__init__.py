@@ -18,16 +18,17 @@ this package and a row there); they run first, since each would otherwise read a
 
 By what they read: `positions` (rotary, QK-norm; `rotation` and `norms` fit them), `biases`
 (a window, a distance bias), `logits` (a soft cap, a declared scale), `kernels` (no softmax), `clipping` (a declared clamp of the
-projections), `latent` (keys and values from a
+projections), `cosine` (unit-length queries and keys), `latent` (keys and values from a
 shared latent, MLA).
 """
 
 from attnlab.diagnosis.recognisers.biases import position_bias, window
 from attnlab.diagnosis.recognisers.clipping import clipped_qkv
+from attnlab.diagnosis.recognisers.cosine import cosine_attention
 from attnlab.diagnosis.recognisers.kernels import linear_attention
 from attnlab.diagnosis.recognisers.latent import latent_attention
 from attnlab.diagnosis.recognisers.logits import declared_scale, softcap
 from attnlab.diagnosis.recognisers.positions import qk_norm, rotary
 
-__all__ = ["clipped_qkv", "declared_scale", "latent_attention", "linear_attention", "position_bias", "qk_norm", "rotary", "softcap",
+__all__ = ["clipped_qkv", "cosine_attention", "declared_scale", "latent_attention", "linear_attention", "position_bias", "qk_norm", "rotary", "softcap",
            "window"]

@@ -1,21 +1,25 @@
-"""Metric names and hyperparameters for trackers: one place every tracker sink uses.
+"""Metric names, hyperparameters and the texts trackers show: one place every tracker sink uses.
 
 A record's diagnostics are flat names (`divergence_context`, `scale_observed`); trackers group
 them by prefix into tags (`divergence/context`, `scaling/observed`), the variant in the plain
 namespace and the reference's own values under `reference/...`. Hyperparameters are the config
-flattened to dot-joined keys, with the sweep table's column names where both exist.
+flattened to dot-joined keys, with the sweep table's column names where both exist. A run is
+named by its variant, the values it was given (`run_label`) and its seed; its findings are a
+markdown list (`findings_markdown`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from attnlab.record import Record
+from attnlab.record import Finding, Record
 
 # diagnostics prefix -> scalar group; a longer prefix before any prefix it contains
 GROUPS = (
@@ -119,4 +123,73 @@ def json_default(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else str(value)
 
 
-__all__ = ["GROUPS", "KEY_METRICS", "flat_hparams", "hparam_name", "hparam_value", "hparams", "metric_name", "metric_values"]
+def swept_hparams(sweep_dir: Path) -> list[str]:
+    """The hyperparameters a sweep varies (`variant`, `seed`, `variant.params.window`), in the order
+    of its command line (`hydra.sweeper.params` first, as the sweeper reads them), from the
+    multirun.yaml Hydra saves in the sweep folder before any job starts. The same list in every
+    job: TensorBoard shows the columns of whichever job's experiment summary it reads first."""
+    saved = Path(sweep_dir) / "multirun.yaml"
+    if not saved.exists():
+        return []
+    return list(_swept_hparams(str(saved), saved.stat().st_mtime_ns))
+
+
+@lru_cache(maxsize=8)
+def _swept_hparams(saved: str, mtime_ns: int) -> tuple[str, ...]:
+    """Read once per sweep and process (a sweep's job has a process of its own: once per job): the
+    file (Hydra's help text included) is ~20 KB of YAML, which OmegaConf's pure-Python parser made
+    most of a small job's TensorBoard output."""
+    import yaml
+
+    with open(saved, encoding="utf-8") as file:  # libyaml's parser where installed: keys and strings are all we read
+        hydra_cfg = yaml.load(file, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["hydra"]
+    params = hydra_cfg["sweeper"].get("params") or {}
+    lines = [f"{key}={value}" for key, value in params.items()] + list(hydra_cfg["overrides"]["task"])
+    return tuple(override_hparams(lines, swept_only=True))
+
+
+def override_hparams(overrides: Iterable[str], *, swept_only: bool = False) -> list[str]:
+    """The hyperparameters command-line overrides set (`d_out=8` -> `d_out`), each once, in their
+    order; with `swept_only`, those given several values. Hydra's and the outputs' keys are not
+    hyperparameters."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    names = []
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if (override.is_sweep_override() or not swept_only) and not key.startswith(("hydra", "log.", "sink.")):
+            names.append(hparam_name(key))
+    return list(dict.fromkeys(names))
+
+
+LABEL_VALUE_LENGTH = 24  # a value longer than this (a path, a list) is cut in a run's name
+
+
+def run_label(record: Record, keys: Iterable[str]) -> str:
+    """`unscaled d_out=8 s1`: the variant, the record's value of each of `keys` (the swept or given
+    hyperparameters, besides the variant and the seed) and the seed; long values cut with "…"."""
+    values = hparams(record)
+    given = [f"{key}={_short(values[key])}" for key in keys if key not in ("variant", "seed") and key in values]
+    return " ".join([record.variant, *given, f"s{record.seed}"])
+
+
+def _short(value: object) -> str:
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= LABEL_VALUE_LENGTH else text[:LABEL_VALUE_LENGTH - 1] + "…"
+
+
+def findings_markdown(record: Record) -> str:
+    """A markdown list of the findings ("no findings" when empty), the failure first if any."""
+    lines = [] if record.ok else [f"**run failed**: {record.error or 'no error message'}", ""]
+    lines += [_finding_line(finding) for finding in record.findings] or ["no findings"]
+    return "\n".join(lines)
+
+
+def _finding_line(finding: Finding) -> str:
+    return f"- **{finding.severity}** `{finding.code}` at `{finding.stage}`: {finding.message}"
+
+
+__all__ = [
+    "GROUPS", "KEY_METRICS", "findings_markdown", "flat_hparams", "hparam_name", "hparam_value", "hparams", "metric_name",
+    "metric_values", "override_hparams", "run_label", "swept_hparams",
+]

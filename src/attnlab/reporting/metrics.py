@@ -73,8 +73,21 @@ def _is_number(value: Any) -> bool:
 
 
 def hparams(record: Record) -> dict[str, bool | int | float | str]:
-    """A record's hyperparameters: its flattened config with the real sizes (not the config's nulls)."""
-    return {**flat_hparams(record.config), "n_tokens": record.n_tokens, "d_in": record.d_in, "d_out": record.d_out}
+    """A record's hyperparameters: its flattened config with the real sizes (not the config's nulls).
+    A size the record never reached (its job failed before its inputs were made) is absent, never 0."""
+    sizes = reached_sizes(record)
+    flat = {key: value for key, value in flat_hparams(record.config).items()
+            if not (key in SIZES and key not in sizes and value == "None")}
+    return {**flat, **sizes}
+
+
+SIZES = ("n_tokens", "d_in", "d_out")
+
+
+def reached_sizes(record: Record) -> dict[str, int]:
+    """{size: value} of the sizes the record's run reached: a record written for a job that failed
+    before its inputs were made holds 0 for each, which is no size."""
+    return {name: getattr(record, name) for name in SIZES if getattr(record, name) > 0}
 
 
 def flat_hparams(config: Mapping[str, Any]) -> dict[str, bool | int | float | str]:
@@ -190,6 +203,6 @@ def _finding_line(finding: Finding) -> str:
 
 
 __all__ = [
-    "GROUPS", "KEY_METRICS", "findings_markdown", "flat_hparams", "hparam_name", "hparam_value", "hparams", "metric_name",
-    "metric_values", "override_hparams", "run_label", "swept_hparams",
+    "GROUPS", "KEY_METRICS", "SIZES", "findings_markdown", "flat_hparams", "hparam_name", "hparam_value", "hparams", "metric_name",
+    "metric_values", "override_hparams", "reached_sizes", "run_label", "swept_hparams",
 ]

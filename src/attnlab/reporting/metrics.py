@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -136,31 +134,6 @@ def json_default(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else str(value)
 
 
-def swept_hparams(sweep_dir: Path) -> list[str]:
-    """The hyperparameters a sweep varies (`variant`, `seed`, `variant.params.window`), in the order
-    of its command line (`hydra.sweeper.params` first, as the sweeper reads them), from the
-    multirun.yaml Hydra saves in the sweep folder before any job starts. The same list in every
-    job: TensorBoard shows the columns of whichever job's experiment summary it reads first."""
-    saved = Path(sweep_dir) / "multirun.yaml"
-    if not saved.exists():
-        return []
-    return list(_swept_hparams(str(saved), saved.stat().st_mtime_ns))
-
-
-@lru_cache(maxsize=8)
-def _swept_hparams(saved: str, mtime_ns: int) -> tuple[str, ...]:
-    """Read once per sweep and process (a sweep's job has a process of its own: once per job): the
-    file (Hydra's help text included) is ~20 KB of YAML, which OmegaConf's pure-Python parser made
-    most of a small job's TensorBoard output."""
-    import yaml
-
-    with open(saved, encoding="utf-8") as file:  # libyaml's parser where installed: keys and strings are all we read
-        hydra_cfg = yaml.load(file, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["hydra"]
-    params = hydra_cfg["sweeper"].get("params") or {}
-    lines = [f"{key}={value}" for key, value in params.items()] + list(hydra_cfg["overrides"]["task"])
-    return tuple(override_hparams(lines, swept_only=True))
-
-
 def override_hparams(overrides: Iterable[str], *, swept_only: bool = False) -> list[str]:
     """The hyperparameters command-line overrides set (`d_out=8` -> `d_out`), each once, in their
     order; with `swept_only`, those given several values. Hydra's and the outputs' keys are not
@@ -204,5 +177,5 @@ def _finding_line(finding: Finding) -> str:
 
 __all__ = [
     "GROUPS", "KEY_METRICS", "SIZES", "findings_markdown", "flat_hparams", "hparam_name", "hparam_value", "hparams", "metric_name",
-    "metric_values", "override_hparams", "reached_sizes", "run_label", "swept_hparams",
+    "metric_values", "override_hparams", "reached_sizes", "run_label",
 ]

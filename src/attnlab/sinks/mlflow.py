@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnlab.errors import UserError
-from attnlab.reporting.metrics import findings_markdown, hparams, metric_values, override_hparams, run_label, swept_hparams
+from attnlab.reporting.metrics import findings_markdown, hparams, metric_values, override_hparams, run_label
+from attnlab.reporting.multirun import swept_hparams
 from attnlab.record import Record
 from attnlab.sinks.base import REPORT_FILE, JobInfo
 

@@ -41,8 +41,9 @@ import numpy as np
 
 from attnlab.reporting.job_heatmaps import EncodedHeatmap, job_heatmaps
 from attnlab.reporting.metrics import (
-    KEY_METRICS, findings_markdown, hparams, json_default, metric_name, metric_values, run_label, swept_hparams,
+    KEY_METRICS, findings_markdown, hparams, json_default, metric_name, metric_values, run_label,
 )
+from attnlab.reporting.multirun import swept_hparams
 from attnlab.record import Record
 from attnlab.reporting.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo

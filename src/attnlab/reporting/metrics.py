@@ -42,6 +42,7 @@ KEY_METRICS = (  # what a tracker shows beside the hyperparameters (TensorBoard'
     "scaling/observed",
     "batched_single/max_abs_diff",
 )
+SIZES = ("n_tokens", "d_in", "d_out")  # the record's own sizes, not the config's (null: the inputs tell)
 # the sweep table's column names (attnlab.reporting.rows.KEY_COLUMNS), so both views agree
 _HPARAM_ALIASES = {"variant.name": "variant", "inputs.n_tokens": "n_tokens", "inputs.d_in": "d_in"}
 _HPARAM_SKIP = {"log", "sink", "plots"}  # output switches and settings, not settings of the experiment
@@ -77,9 +78,6 @@ def hparams(record: Record) -> dict[str, bool | int | float | str]:
     flat = {key: value for key, value in flat_hparams(record.config).items()
             if not (key in SIZES and key not in sizes and value == "None")}
     return {**flat, **sizes}
-
-
-SIZES = ("n_tokens", "d_in", "d_out")
 
 
 def reached_sizes(record: Record) -> dict[str, int]:

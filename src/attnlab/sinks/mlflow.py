@@ -48,6 +48,7 @@ SINGLE_RUN_EXPERIMENT = "attnlab"
 LOCK_FILE = ".mlflow.lock"  # in the sweep folder: parallel jobs create the sweep's experiment once
 BATCH = 100  # MLflow's limit of params (and tags) per log_batch call
 PARAM_LENGTH = 6000  # MLflow's limit of a param value's length
+TAG_LENGTH = 8000  # MLflow's limit of a tag value's length: many heads' findings can pass it
 # MLflow 3 shows an experiment by its kind: without it, its UI may open attnlab's runs as GenAI traces
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 NOTE_TAG = "mlflow.note.content"  # a run's description in MLflow's UI (markdown)
@@ -79,7 +80,7 @@ class MlflowSink:
                 RunTag("attnlab.first_divergent_stage", str(first.first_divergent_stage or "none")),
                 RunTag("attnlab.diagnosis.findings", " ".join(sorted({f.code for r in records for f in r.findings})) or "none"),
                 RunTag("attnlab.job_dir", str(Path(job.dir).resolve())),
-                RunTag(NOTE_TAG, findings_markdown(first))]
+                RunTag(NOTE_TAG, findings_markdown(first)[:TAG_LENGTH])]
         now = int(time.time() * 1000)
         metrics = [Metric(tag, value, now, 0 if len(records) == 1 else record.seed)
                    for record in records if record.ok for tag, value in metric_values(record).items()]

@@ -30,10 +30,9 @@ def header_html(report: Report, folder: Path) -> str:
 
 def swept_text(report: Report) -> str:
     """`variant: reference, unscaled · d_out: 2, 8`: each swept column's values, in the table's order."""
-    columns = {"variant": list(report.jobs["variant"]), **swept_columns(report.jobs)}
     parts = []
-    for name, values in columns.items():
-        distinct = list(dict.fromkeys(str(v) for v in values if v is not None and v == v))  # v != v: NaN
+    for name in ["variant", *swept_columns(report.jobs)]:
+        distinct = list(dict.fromkeys(report.jobs[name].dropna().astype(str)))  # a failed job's missing size is no value
         if len(distinct) > 1:
             parts.append(f"{name}: {', '.join(distinct)}")
     return " · ".join(parts)

@@ -178,6 +178,7 @@ def exit_fast(code: int) -> NoReturn:
     logging's flush among them. A thread still running (one a module started and left behind) gets
     a short grace and is then named and not waited for: it never holds the command open.
     """
+    _stop_idle_workers()
     deadline = time.monotonic() + THREAD_GRACE_S
     lingering = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
     for thread in lingering:
@@ -193,6 +194,15 @@ def exit_fast(code: int) -> NoReturn:
         except OSError:  # a reader that went away (`attnlab ... | head`) is not an error of the run
             pass
     os._exit(code)
+
+
+def _stop_idle_workers() -> None:
+    """Stop the joblib launcher's idle workers: multiprocessing's exit handler joins every child
+    process, and loky keeps idle ones alive for minutes, which held the command open that long."""
+    loky = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(loky, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=False, kill_workers=True)
 
 
 def entry(on_exit: Callable[[], None] | None = None) -> NoReturn:

@@ -121,3 +121,31 @@ def test_a_ctrl_c_just_before_a_jobs_process_starts_is_the_users_interrupt(monke
     monkeypatch.setattr(sys.stdout, "flush", flush_interrupted)
     with pytest.raises(UserInterrupt):
         isolated(list, str, None)
+
+
+def test_a_job_that_died_before_its_inputs_makes_no_size_look_swept(tmp_path, use_plugins, capsys) -> None:
+    """Its record never reached n_tokens, d_in or d_out: they are missing in its row, not 0, so the
+    sweep's table sweeps only the variant and no curve (TensorBoard's sweep runs) is drawn."""
+    from attnlab.app.cli import main as cli_main
+    from attnlab.reporting.aggregate import Report, find_record_files, load_records, swept_columns
+    from attnlab.reporting.metrics import hparams
+    from attnlab.reporting.sweep_plots import sweep_curves
+
+    use_plugins(write_plugins(tmp_path / "plugins", ["os_exits"]))
+    sweep = tmp_path / "sweep"
+    code = cli_main(["-m", "variant=unscaled,os_exits,scaled_by_dk", "weights=native", "log.terminal=false",
+                     f"hydra.sweep.dir={sweep}"])
+    assert code == 1, capsys.readouterr().err
+    records, problems = load_records(find_record_files([sweep]))
+    report = Report(records)
+    (failed,) = [r for r in records if not r.ok]
+    assert not problems and failed.variant == "os_exits"
+    assert not {"n_tokens", "d_in"} & set(hparams(failed)) and hparams(failed)["d_out"] == 2  # the config's d_out
+    row = report.jobs.set_index("variant").loc["os_exits"]
+    assert row[["d_in", "d_out", "n_tokens"]].isna().all()
+    assert list(report.jobs["n_tokens"].dropna()) == [6, 6]
+    assert "d_in" not in swept_columns(report.jobs) and "n_tokens" not in swept_columns(report.jobs)
+    assert sweep_curves(report)[0] == []
+    assert not (sweep / "sweep").exists()  # TensorBoard's sweep runs: one per curve line
+    csv_row = next(line for line in (sweep / "comparison.csv").read_text().splitlines() if line.startswith("os_exits,"))
+    assert csv_row.startswith("os_exits,123,,,,")  # variant, seed, then the sizes: empty

@@ -34,6 +34,8 @@ REFUSED = [
     (["sink=5"], "sink=5: sinks are switched by log.NAME=true|false and set by sink.NAME.KEY=VALUE, not chosen by sink="),
     (["inputs=5"], "inputs=5: allowed are book, file, random, text"),
     (["timeout_s=0"], "timeout_s=0: must be a number of seconds in (0, inf] or null"),
+    (["variant=multi_head_attention", "d_out=3"],
+     "d_out=3: must be a multiple of num_heads=2 (variant 'multi_head_attention' splits d_out into num_heads heads)"),
     (["+model.pth=x"], "model.pth: unknown key without a model (model=hf:TYPE, model.path=DIR, model.hub=REPO_ID "
                        "or model=NAME); did you mean 'model.path'?"),
 ]
@@ -65,6 +67,29 @@ def test_every_bad_value_of_a_sweep_is_printed_before_any_job_and_nothing_is_mad
 
 
 def test_values_that_each_pass_but_not_together_refuse_the_sweep(tmp_path) -> None:
-    done = attnlab(tmp_path, "-m", "variant=gqa", "num_heads=4,2", "num_kv_heads=4,2")
+    done = attnlab(tmp_path, "-m", "variant=gqa", "d_out=8", "num_heads=4,2", "num_kv_heads=4,2")
     assert (done.returncode, done.stderr) == (2, "attnlab: error: num_kv_heads=4: must divide num_heads=2\n")
+    assert tree(tmp_path) == set()
+
+
+def test_d_out_is_split_into_heads_only_by_variants_that_take_num_heads() -> None:
+    from attnlab.app.api import compose_config
+    from attnlab.app.job import check_constructor
+    from attnlab.errors import UserError
+
+    with pytest.raises(UserError, match=r"^d_out=6: must be a multiple of num_heads=4 \(variant 'multi_head_attention'"):
+        check_constructor(compose_config("multi_head_attention", 1, ["d_out=6", "num_heads=4"]))
+    check_constructor(compose_config("multi_head_attention", 1, ["d_out=8", "num_heads=4"]))
+    check_constructor(compose_config("unscaled", 1, ["d_out=3", "num_heads=2"]))  # no heads: nothing to split
+
+
+def test_a_sweep_whose_values_split_d_out_unevenly_only_together_runs_no_job(tmp_path, capsys) -> None:
+    """Each value passes alone (d_out=6 with num_heads=2, num_heads=4 with d_out=4); the job with both is refused."""
+    from attnlab.app.cli import main as cli_main
+
+    code = cli_main(["-m", "variant=multi_head_attention,unscaled", "d_out=4,6", "num_heads=2,4",
+                     f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert code == 2
+    assert capsys.readouterr().err == ("attnlab: error: d_out=6: must be a multiple of num_heads=4 "
+                                       "(variant 'multi_head_attention' splits d_out into num_heads heads)\n")
     assert tree(tmp_path) == set()

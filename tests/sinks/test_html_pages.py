@@ -148,3 +148,28 @@ def test_a_single_runs_page_leads_with_the_first_divergent_stage(tmp_path: Path)
     assert stages[0] == "output" and "weights" in stages
     assert {f"heatmaps/{s}/output" for s in ("variant", "reference", "difference")} <= set(
         re.findall(r'<img alt="([^"]+)"', page))
+
+
+def test_a_sweeps_page_says_how_it_was_started_what_it_swept_and_links_each_jobs_page(tmp_path: Path, capsys) -> None:
+    from attnlab.app.cli import main as cli_main
+
+    sweep = tmp_path / "sweep"
+    code = cli_main(["-m", "variant=reference,unscaled", "d_out=2,4", "log.terminal=false", "log.tensorboard=false",
+                     f"hydra.sweep.dir={sweep}"])
+    assert code == 0, capsys.readouterr().err
+    page = (sweep / "comparison.html").read_text()
+    header = re.search(r'<dl class="header">(.*?)</dl>', page, flags=re.S).group(1)
+    fields = dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", header, flags=re.S))
+    assert fields["command"] == (f"<code>python -m attnlab -m variant=reference,unscaled d_out=2,4 log.terminal=false "
+                                 f"log.tensorboard=false hydra.sweep.dir={sweep}</code>")
+    assert fields["swept"] == "variant: reference, unscaled · d_out: 2, 4"
+    assert fields["reference"] == "reference" and str(sweep) in fields["folder"]
+    links = re.findall(r'<a href="([^"]+)">([^<]+)</a>', fields["jobs"])
+    assert [label for _, label in links] == ["reference d_out=2 s123", "reference d_out=4 s123",
+                                             "unscaled d_out=2 s123", "unscaled d_out=4 s123"]
+    from urllib.parse import unquote
+
+    for href, label in links:
+        target = sweep / unquote(href)
+        assert target.name == REPORT_FILE and target.exists(), href
+        assert label.split()[0] in target.read_text()  # the job's own page

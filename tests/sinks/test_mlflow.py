@@ -77,16 +77,21 @@ def test_log_mlflow_without_the_extra_is_one_line_through_the_cli(app, tmp_path)
 
 @pytest.mark.slow
 def test_a_single_run_is_a_run_of_the_attnlab_experiment(app, tmp_path, client) -> None:
-    result = app("variant=unscaled", "log.mlflow=true", "log.terminal=false")
+    result = app("variant=unscaled", "d_out=4", "log.mlflow=true", "log.terminal=false")
     assert result.returncode == 0, result.stderr
     record = result.record
     assert (tmp_path / "mlflow.db").exists()  # MLflow's default store; its artifacts go to ./mlruns, as MLflow puts them
     mlflow_client = client(tmp_path)
     experiment = mlflow_client.get_experiment_by_name("attnlab")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # not shown as GenAI
     (run,) = mlflow_client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
+    assert run.info.run_name == "unscaled d_out=4 s123"  # the variant, the values given, the seed
+    note = run.data.tags["mlflow.note.content"]  # the run's description: the findings in sentences
+    (finding,) = record["findings"]
+    assert finding["message"] in note and "`scaling`" in note
     params = run.data.params
-    assert params["variant"] == "unscaled" and params["seed"] == "123" and params["d_out"] == "2"
+    assert params["variant"] == "unscaled" and params["seed"] == "123" and params["d_out"] == "4"
     assert params["n_tokens"] == "6" and params["inputs.kind"] == "book" and "log.mlflow" not in params
     (point,) = mlflow_client.get_metric_history(run.info.run_id, "divergence/context")
     assert point.step == 0 and point.value == pytest.approx(record["diagnostics"]["divergence_context"])
@@ -98,6 +103,14 @@ def test_a_single_run_is_a_run_of_the_attnlab_experiment(app, tmp_path, client) 
     assert "heatmaps/difference/weights.png" in heatmaps
     png = artifact_bytes(mlflow_client, run.info.run_id, "heatmaps/variant/weights.png", tmp_path / "dl2")
     assert png.startswith(PNG_SIGNATURE)
+    page = artifact_bytes(mlflow_client, run.info.run_id, "report.html", tmp_path / "dl3")
+    assert page == (result.out_dir / "report.html").read_bytes()
+    import mlflow
+
+    (row,) = mlflow.search_runs([experiment.experiment_id]).to_dict("records")  # the runs table's columns
+    assert row["params.d_out"] == "4" and row["params.num_heads"] == "2"
+    assert row["metrics.divergence/context"] == pytest.approx(record["diagnostics"]["divergence_context"])
+    assert {f"metrics.{tag}" for tag in ("weights/entropy_mean", "scaling/observed")} <= set(row)
 
 
 @pytest.mark.slow
@@ -114,7 +127,7 @@ def test_n_seeds_puts_each_seed_at_its_step_and_every_record_in_the_run(app, tmp
     expected = {seed: json.loads((result.out_dir / f"seed-{seed}" / "record.json").read_text())
                 ["diagnostics"]["weights_entropy_mean"] for seed in (5, 6, 7)}
     assert {m.step: m.value for m in history} == pytest.approx(expected)
-    assert {a.path for a in mlflow_client.list_artifacts(run.info.run_id)} == {"seed-5", "seed-6", "seed-7"}
+    assert {a.path for a in mlflow_client.list_artifacts(run.info.run_id)} == {"seed-5", "seed-6", "seed-7", "report.html"}
     assert not mlflow_client.list_artifacts(run.info.run_id, "heatmaps")  # log.images=false
 
 
@@ -128,12 +141,15 @@ def test_a_joblib_sweep_is_one_experiment_with_a_run_per_job_and_loses_none(app,
     mlflow_client = client(tmp_path)
     named = [e for e in mlflow_client.search_experiments() if e.name == "sweep"]
     assert len(named) == 1  # created once, whichever worker came first
+    assert named[0].tags["mlflow.experimentKind"] == "custom_model_development"
     runs = mlflow_client.search_runs([named[0].experiment_id])
-    jobs = sorted(p.parent.name for p in sweep.glob("*/record.json"))
-    assert len(jobs) == 6 and sorted(r.info.run_name for r in runs) == jobs
+    jobs = sorted(str(p.parent.resolve()) for p in sweep.glob("*/record.json"))
+    assert len(jobs) == 6 and sorted(r.data.tags["attnlab.job_dir"] for r in runs) == jobs
     assert {r.info.status for r in runs} == {"FINISHED"}
+    assert sorted(r.info.run_name for r in runs) == sorted(
+        f"{variant} s{seed}" for variant in ("reference", "unscaled", "wrong_softmax_axis") for seed in (1, 2))
     for run in runs:
-        job_record = json.loads((sweep / run.info.run_name / "record.json").read_text())
+        job_record = json.loads((Path(run.data.tags["attnlab.job_dir"]) / "record.json").read_text())
         assert run.data.params["variant"] == job_record["variant"]
         assert run.data.params["seed"] == str(job_record["seed"])
         assert run.data.metrics["divergence/context"] == pytest.approx(job_record["diagnostics"]["divergence_context"])

@@ -33,8 +33,8 @@ from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.isolation import run_job_guarded
 from attnlab.app.progress import Progress
 from attnlab.record import Record, keeping_stages, spilled, without_stages, write_record, written
-from attnlab.schema import check_key, check_n_tokens, declared_n_tokens
-from attnlab.modules.registry import CONSTRUCTOR_KEYS, constructor_kwargs, get_variant
+from attnlab.schema import check_key, check_n_tokens, check_values, declared_n_tokens
+from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constructor_kwargs, get_variant
 from attnlab.model.config_variants import takes_config
 from attnlab.model.job import check_model_request, check_unused, compute_model_records, wants_model
 from attnlab.sinks.base import JobInfo, build_sinks
@@ -49,16 +49,32 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     attnlab's sweeper runs it on every value of a sweep before the first job."""
     validate(cfg)
     validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True))
-    values = {key: cfg[key] for key in CONSTRUCTOR_KEYS if key in cfg}
-    params = OmegaConf.to_container(cfg.variant.params, resolve=True)
-    if not (wants_model(cfg) and takes_config(get_variant(cfg.variant.name).cls)):  # in a model: the model's config
-        constructor_kwargs(get_variant(cfg.variant.name), {**values, "d_in": 1, "n_tokens": 1}, params)  # names only
+    check_constructor(cfg)
     if cfg.reference != "auto":
         get_variant(cfg.reference)
     check_unused(cfg)
     if wants_model(cfg):
         check_model_request(cfg)
     return build_sinks(cfg)
+
+
+def check_constructor(cfg: DictConfig) -> None:
+    """The variant's constructor filled from the config: its parameters' names, and d_out split
+    into num_heads where it takes both. In a model the model's config builds it: not checked."""
+    if wants_model(cfg) and takes_config(get_variant(cfg.variant.name).cls):
+        return
+    values = {key: cfg[key] for key in CONSTRUCTOR_KEYS if key in cfg}
+    params = OmegaConf.to_container(cfg.variant.params, resolve=True)
+    spec = get_variant(cfg.variant.name)
+    args, kwargs = constructor_kwargs(spec, {**values, "d_in": 1, "n_tokens": 1}, params)
+    check_head_split(spec, args, kwargs, params)
+
+
+def check_job(cfg: DictConfig) -> None:
+    """A sweep's job's values together, after each value passed `check` alone: the schema's
+    relations (num_kv_heads | num_heads) and the constructor's (num_heads | d_out)."""
+    check_values(cfg)
+    check_constructor(cfg)
 
 
 def show_import_output(cfg: DictConfig) -> None:
@@ -244,4 +260,4 @@ def write_failure(cfg: DictConfig, job_dir: Path, error: BaseException) -> Path:
     return write_record(record, job_dir)
 
 
-__all__: Sequence[str] = ["check", "compute_records", "job_work", "run_job", "run_task", "write_failure", "write_outputs"]
+__all__: Sequence[str] = ["check", "check_constructor", "check_job", "compute_records", "job_work", "run_job", "run_task", "write_failure", "write_outputs"]

@@ -251,6 +251,19 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
     return args, kwargs
 
 
+def check_head_split(spec: VariantSpec, args: list, kwargs: dict[str, Any], params: dict[str, Any]) -> None:
+    """A constructor given d_out and num_heads (`constructor_kwargs`) splits d_out into heads: an
+    uneven split is refused before any work, not by the module's own assert in the middle of the
+    job. A head width given in the params decides the split itself."""
+    heads = next((kwargs[n] for n in SPELLINGS["num_heads"] if isinstance(kwargs.get(n), int)), None)
+    d_out = args[1] if len(args) >= 2 else next((kwargs[n] for n in _OUT_DIMS if n in kwargs), None)
+    if any(name in {**spec.params, **params} for name in HEAD_DIMS) or not heads or not isinstance(d_out, int):
+        return
+    if d_out % heads:
+        raise ConstructorError(f"d_out={d_out}: must be a multiple of num_heads={heads} "
+                               f"(variant '{spec.name}' splits d_out into num_heads heads)")
+
+
 def _resolved(values: dict[str, Any]) -> dict[str, Any]:
     out = {key: values[key] for key in CONSTRUCTOR_KEYS if key in values}
     if out.get("context_length") is None and values.get("n_tokens") is not None:

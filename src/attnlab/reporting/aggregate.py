@@ -113,13 +113,19 @@ def group_labels(jobs: pd.DataFrame) -> pd.Series:
     """'unscaled' when only the variant tells configurations apart, 'gqa · num_kv_heads=2' otherwise:
     every config column but the seed that differs between jobs."""
     grouping = [c for c in config_columns(jobs) if c not in IDENTITY_COLUMNS]
-    varying = [c for c in grouping if c in jobs and jobs[c].astype(str).nunique() > 1]
+    varying = [c for c in grouping if c in jobs and varies(jobs[c])]
     parts = [jobs["variant"].astype(str)] + [f"{c}=" + jobs[c].map(_label_value) for c in varying]
     return pd.concat(parts, axis=1).agg(" · ".join, axis=1)
 
 
 def _label_value(value: object) -> str:
     return "None" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+
+
+def varies(column: pd.Series) -> bool:
+    """Two values or more among the jobs that have one: a size a failed job never reached is
+    missing, not a value the sweep swept."""
+    return column.dropna().astype(str).nunique() > 1
 
 
 def summary_table(jobs: pd.DataFrame) -> pd.DataFrame:
@@ -165,7 +171,7 @@ def differs_table(jobs: pd.DataFrame) -> pd.DataFrame:
     """The jobs table without the columns that hold one value in every row (variant and seed stay)."""
     keep = [
         c for c in jobs.columns
-        if c in IDENTITY_COLUMNS or (c not in PATH_COLUMNS and jobs[c].astype(str).nunique() > 1)
+        if c in IDENTITY_COLUMNS or (c not in PATH_COLUMNS and varies(jobs[c]))
     ]
     return jobs[keep]
 
@@ -205,7 +211,7 @@ def swept_columns(jobs: pd.DataFrame) -> dict[str, list]:
     """{column: values} of what differs between jobs besides the variant: the key columns, then
     the config values the jobs differ in (`dropout`, `variant.params.alpha`)."""
     return {c: list(jobs[c]) for c in config_columns(jobs)
-            if c != "variant" and c in jobs and jobs[c].astype(str).nunique() > 1}
+            if c != "variant" and c in jobs and varies(jobs[c])}
 
 
 def _output_divergence(job: pd.Series) -> object:
@@ -298,5 +304,5 @@ def rebuild(folder: Path, write: Callable[[Report], object]) -> tuple[Report, li
 
 __all__ = [
     "COST_COLUMNS", "Report", "diagnostic_columns", "differs_table", "find_record_files", "group_labels", "load_records", "rebuild",
-    "summary_table", "summary_view", "swept_columns", "terminal_table",
+    "summary_table", "summary_view", "swept_columns", "terminal_table", "varies",
 ]

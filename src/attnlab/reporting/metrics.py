@@ -1,21 +1,23 @@
-"""Metric names and hyperparameters for trackers: one place every tracker sink uses.
+"""Metric names, hyperparameters and the texts trackers show: one place every tracker sink uses.
 
 A record's diagnostics are flat names (`divergence_context`, `scale_observed`); trackers group
 them by prefix into tags (`divergence/context`, `scaling/observed`), the variant in the plain
 namespace and the reference's own values under `reference/...`. Hyperparameters are the config
-flattened to dot-joined keys, with the sweep table's column names where both exist.
+flattened to dot-joined keys, with the sweep table's column names where both exist. A run is
+named by its variant, the values it was given (`run_label`) and its seed; its findings are a
+markdown list (`findings_markdown`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from attnlab.record import Record
+from attnlab.record import Finding, Record
 
 # diagnostics prefix -> scalar group; a longer prefix before any prefix it contains
 GROUPS = (
@@ -40,6 +42,7 @@ KEY_METRICS = (  # what a tracker shows beside the hyperparameters (TensorBoard'
     "scaling/observed",
     "batched_single/max_abs_diff",
 )
+SIZES = ("n_tokens", "d_in", "d_out")  # the record's own sizes, not the config's (null: the inputs tell)
 # the sweep table's column names (attnlab.reporting.rows.KEY_COLUMNS), so both views agree
 _HPARAM_ALIASES = {"variant.name": "variant", "inputs.n_tokens": "n_tokens", "inputs.d_in": "d_in"}
 _HPARAM_SKIP = {"log", "sink", "plots"}  # output switches and settings, not settings of the experiment
@@ -69,8 +72,18 @@ def _is_number(value: Any) -> bool:
 
 
 def hparams(record: Record) -> dict[str, bool | int | float | str]:
-    """A record's hyperparameters: its flattened config with the real sizes (not the config's nulls)."""
-    return {**flat_hparams(record.config), "n_tokens": record.n_tokens, "d_in": record.d_in, "d_out": record.d_out}
+    """A record's hyperparameters: its flattened config with the real sizes (not the config's nulls).
+    A size the record never reached (its job failed before its inputs were made) is absent, never 0."""
+    sizes = reached_sizes(record)
+    flat = {key: value for key, value in flat_hparams(record.config).items()
+            if not (key in SIZES and key not in sizes and value == "None")}
+    return {**flat, **sizes}
+
+
+def reached_sizes(record: Record) -> dict[str, int]:
+    """{size: value} of the sizes the record's run reached: a record written for a job that failed
+    before its inputs were made holds 0 for each, which is no size."""
+    return {name: getattr(record, name) for name in SIZES if getattr(record, name) > 0}
 
 
 def flat_hparams(config: Mapping[str, Any]) -> dict[str, bool | int | float | str]:
@@ -119,4 +132,48 @@ def json_default(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else str(value)
 
 
-__all__ = ["GROUPS", "KEY_METRICS", "flat_hparams", "hparam_name", "hparam_value", "hparams", "metric_name", "metric_values"]
+def override_hparams(overrides: Iterable[str], *, swept_only: bool = False) -> list[str]:
+    """The hyperparameters command-line overrides set (`d_out=8` -> `d_out`), each once, in their
+    order; with `swept_only`, those given several values. Hydra's and the outputs' keys are not
+    hyperparameters."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    names = []
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if (override.is_sweep_override() or not swept_only) and not key.startswith(("hydra", "log.", "sink.")):
+            names.append(hparam_name(key))
+    return list(dict.fromkeys(names))
+
+
+LABEL_VALUE_LENGTH = 24  # a value longer than this (a path, a list) is cut in a run's name
+
+
+def run_label(record: Record, keys: Iterable[str]) -> str:
+    """`unscaled d_out=8 s1`: the variant, the record's value of each of `keys` (the swept or given
+    hyperparameters, besides the variant and the seed) and the seed; long values cut with "…"."""
+    values = hparams(record)
+    given = [f"{key}={_short(values[key])}" for key in keys if key not in ("variant", "seed") and key in values]
+    return " ".join([record.variant, *given, f"s{record.seed}"])
+
+
+def _short(value: object) -> str:
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= LABEL_VALUE_LENGTH else text[:LABEL_VALUE_LENGTH - 1] + "…"
+
+
+def findings_markdown(record: Record) -> str:
+    """A markdown list of the findings ("no findings" when empty), the failure first if any."""
+    lines = [] if record.ok else [f"**run failed**: {record.error or 'no error message'}", ""]
+    lines += [_finding_line(finding) for finding in record.findings] or ["no findings"]
+    return "\n".join(lines)
+
+
+def _finding_line(finding: Finding) -> str:
+    return f"- **{finding.severity}** `{finding.code}` at `{finding.stage}`: {finding.message}"
+
+
+__all__ = [
+    "GROUPS", "KEY_METRICS", "SIZES", "findings_markdown", "flat_hparams", "hparam_name", "hparam_value", "hparams", "metric_name",
+    "metric_values", "override_hparams", "reached_sizes", "run_label",
+]

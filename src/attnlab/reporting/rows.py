@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 from tabulate import tabulate
 
 from attnlab.record import Record, write_atomic
-from attnlab.reporting.metrics import hparams
+from attnlab.reporting.metrics import SIZES, hparams, reached_sizes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,13 +33,12 @@ SWEPT_ATTR = "swept_keys"  # a jobs table's attrs: its config columns besides KE
 def record_row(record: Record, module: str = "variant") -> dict:
     """One table row; `module="reference"` gives the reference's row of the same job."""
     is_reference = module == "reference"
+    sizes = reached_sizes(record)
     row = {
         "module": module,
         "variant": "reference" if is_reference else record.variant,
         "seed": record.seed,
-        "d_in": record.d_in,
-        "d_out": record.d_out,
-        "n_tokens": record.n_tokens,
+        **{name: sizes.get(name) for name in ("d_in", "d_out", "n_tokens")},  # None: never reached, not 0
         "inputs": (record.config.get("inputs") or {}).get("kind"),
         "weights": record.config.get("weights"),
         "status": record.status,
@@ -136,6 +135,8 @@ def records_table(records: Sequence[Record]) -> pd.DataFrame:
     records = list(records)
     rows = sweep_rows(records)
     table = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["variant", "seed", "status"])
+    for name in (n for n in SIZES if n in table and table[n].isna().any()):  # a size a failed job never reached
+        table[name] = pd.Series([row[name] for row in rows], index=table.index, dtype=object)  # 6 stays 6, not 6.0
     table.attrs[SWEPT_ATTR] = swept_keys(records)  # which columns are configuration (attnlab.reporting.aggregate)
     return table
 

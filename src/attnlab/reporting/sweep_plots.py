@@ -57,14 +57,20 @@ class Curve:
 
 def numeric_swept_keys(swept: dict[str, list]) -> dict[str, list[float]]:
     """{key: one value per job} of the swept keys (`swept_columns`) whose values are all numbers
-    (bools are not) and take two values or more."""
+    (bools are not) and take two values or more; a job without one (a size its failed run never
+    reached) is NaN there, and has no point on any curve anyway."""
     keys = {}
     for key, values in swept.items():
-        if key in POOLED or not all(_is_number(v) for v in values):
+        present = [v for v in values if not _missing(v)]
+        if key in POOLED or not all(_is_number(v) for v in present):
             continue
-        if len({float(v) for v in values}) > 1:
-            keys[key] = [float(v) for v in values]
+        if len({float(v) for v in present}) > 1:
+            keys[key] = [math.nan if _missing(v) else float(v) for v in values]
     return keys
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _is_number(value: object) -> bool:

@@ -4,7 +4,8 @@ offline, from a laptop or a cluster copy.
 Inline CSS, images embedded as base64 PNG at their native size, no scripts, no external assets.
 The pages read the records, the tables built from them and the heatmap PNGs each job wrote beside
 its record.json (attnlab.sinks.html_images); they never recompute attention. A sweep's page
-opens with its curves (attnlab.reporting.sweep_plots, inline SVG), then a card per configuration
+opens with how it was started and links to each job's page (attnlab.sinks.html_header), its
+curves (attnlab.reporting.sweep_plots, inline SVG), then a card per configuration
 (its weights and findings), what each variant costs (profile=true), the summary and the tables.
 A single run's page is worded for one record: its findings, every stage's maps, the reference
 and the variant side by side.
@@ -24,6 +25,7 @@ from attnlab.reporting.aggregate import COST_COLUMNS, Report, group_labels, summ
 from attnlab.reporting.rows import job_rows
 from attnlab.reporting.sweep_plots import DEFAULT_DIAGNOSTICS, plots_html
 from attnlab.sinks.base import REPORT_FILE, JobInfo
+from attnlab.sinks.html_header import header_html
 from attnlab.sinks.html_images import card_pictures, record_pictures
 from attnlab.sinks.model_html import write_model_html
 from attnlab.sinks.terminal import no_findings_message
@@ -32,7 +34,7 @@ HTML_FILE = "comparison.html"
 
 
 class HtmlSink:
-    """`log.html`: a sweep's comparison.html, a single run's report.html (inside a model: the effect
+    """`log.html`: a sweep's comparison.html, each job's report.html (inside a model: the effect
     against the layer and each layer's head grid), and each job's heatmap
     PNGs that both pages show (`images`: log.images; off, only the variant's weights, the picture
     of a card); `plots`: the diagnostics drawn against each swept numeric key (`plots.diagnostics`)."""
@@ -47,9 +49,9 @@ class HtmlSink:
         first = next((r for r in records if r.ok), records[0])
         if first.ok:  # drawn once per job, beside record.json: the pages show these (log.images=false: the card's)
             job_heatmaps(first, job.dir, card_only=not self.images)
-        if job.sweep_dir is None and first.model is not None:  # a run inside a model: its page (attnlab.sinks.model_html)
+        if first.model is not None:  # a run inside a model: its page (attnlab.sinks.model_html)
             write_model_html(records, Path(job.dir) / REPORT_FILE)
-        elif job.sweep_dir is None:
+        else:  # a sweep's job too: its comparison.html links each job's own page
             write_html_report(Report(records), Path(job.dir) / REPORT_FILE, plots=self.plots)
 
     def write_sweep(self, report: Report, folder: Path) -> None:
@@ -57,7 +59,8 @@ class HtmlSink:
 
 
 def write_html_report(report: Report, path: Path, plots: Sequence[str] = DEFAULT_DIAGNOSTICS) -> Path:
-    page = render_record_html(report.records[0]) if len(report.records) == 1 else render_html(report, plots=plots)
+    page = render_record_html(report.records[0]) if len(report.records) == 1 else \
+        render_html(report, plots=plots, folder=Path(path).parent)
     write_atomic(Path(path), page)
     return Path(path)
 
@@ -77,6 +80,8 @@ tr.differs td { background: #fff3e0; }
 img { max-width: none; }
 .failed { color: #a40000; } .note { color: #666; font-style: italic; }
 li.error { color: #a40000; } li.warning { color: #8a5a00; }
+dl.header { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
+dl.header dt { font-weight: 600; } dl.header dd { margin: 0; } ul.jobs { margin: 0; padding-left: 1.2em; }
 """
 
 
@@ -210,12 +215,15 @@ def _page(title: str, sections: list[str]) -> str:
             + "\n".join(sections) + "\n</body></html>\n")
 
 
-def render_html(report: Report, title: str = "attnlab comparison", plots: Sequence[str] = DEFAULT_DIAGNOSTICS) -> str:
-    """A sweep's page (several records)."""
+def render_html(report: Report, title: str = "attnlab comparison", plots: Sequence[str] = DEFAULT_DIAGNOSTICS,
+                folder: Path | None = None) -> str:
+    """A sweep's page (several records); with the `folder` it is written to, a header says how the
+    sweep was started, what it swept, against what, and links each job's page."""
     failed = sum(not r.ok for r in report.records)
     status = f'{len(report.records)} record(s)' + (f', <span class="failed">{failed} failed</span>' if failed else "")
     return _page(title, [
         f"<h1>{html.escape(title)}</h1><p>{status}</p>",
+        header_html(report, folder) if folder is not None else "",
         plots_html(report, plots),  # a sweep over a numeric key reads first as curves
         "<h2>Per configuration: attention weights and findings</h2>",
         '<p class="note">Every card\'s weights share one scale: linear 0 to 1, and log 1e-4 to 1 beside it '

@@ -1,11 +1,16 @@
 """MLflow sink (`log.mlflow=true`, the extra `pip install 'attnlab[mlflow]'`): a run per job.
 
 A single run is a run of the experiment `attnlab`; a sweep is one experiment named by its folder
-(`runs/multirun/2026-11-30/11-30-23`) with a run per job, named by the job's folder. Each run
-gets the flattened config as params (attnlab.reporting.metrics, as TensorBoard's HParams), every numeric
-diagnostic as a metric (step 0; an n_seeds job puts each seed at step=seed), the heatmaps as PNG
-artifacts (`heatmaps/<variant|reference|difference>/<stage>.png`, TensorBoard's images) and
-record.json; tags `attnlab.status`, `attnlab.first_divergent_stage`, `attnlab.diagnosis.findings`.
+(`runs/multirun/2026-11-30/11-30-23`) with a run per job. Experiments are of MLflow's kind
+"custom model development" (a model's measurements, not GenAI traces). A run is named by its
+variant, the values the sweep varied (a single run: the values its command line gave) and its
+seed: `unscaled d_out=8 s1`. Each run gets the flattened config as params
+(attnlab.reporting.metrics, as TensorBoard's HParams), every numeric diagnostic as a metric (step 0;
+an n_seeds job puts each seed at step=seed), the heatmaps as PNG artifacts
+(`heatmaps/<variant|reference|difference>/<stage>.png`, TensorBoard's images), record.json and the
+job's report.html; the findings in sentences as the run's description (`mlflow.note.content`);
+tags `attnlab.status`, `attnlab.first_divergent_stage`, `attnlab.diagnosis.findings` (codes),
+`attnlab.job_dir`.
 
 The store is where MLflow itself writes by default, so `mlflow ui` and `mlflow.search_runs()` in
 the working folder read it with no flag or variable: `sink.mlflow.tracking_uri`, else
@@ -30,9 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnlab.errors import UserError
-from attnlab.reporting.metrics import hparams, metric_values
+from attnlab.reporting.metrics import findings_markdown, hparams, metric_values, override_hparams, run_label
+from attnlab.reporting.multirun import swept_hparams
 from attnlab.record import Record
-from attnlab.sinks.base import JobInfo
+from attnlab.sinks.base import REPORT_FILE, JobInfo
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -42,6 +48,10 @@ SINGLE_RUN_EXPERIMENT = "attnlab"
 LOCK_FILE = ".mlflow.lock"  # in the sweep folder: parallel jobs create the sweep's experiment once
 BATCH = 100  # MLflow's limit of params (and tags) per log_batch call
 PARAM_LENGTH = 6000  # MLflow's limit of a param value's length
+TAG_LENGTH = 8000  # MLflow's limit of a tag value's length: many heads' findings can pass it
+# MLflow 3 shows an experiment by its kind: without it, its UI may open attnlab's runs as GenAI traces
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+NOTE_TAG = "mlflow.note.content"  # a run's description in MLflow's UI (markdown)
 
 
 class MlflowSink:
@@ -63,14 +73,14 @@ class MlflowSink:
         client = self.client()
         experiment_id = self.experiment_id(client, job)
         first = next((r for r in records if r.ok), records[0])
-        run_name = _display(job.dir) if job.sweep_dir is None else Path(job.dir).name  # the sweep is the experiment
-        run = client.create_run(experiment_id, run_name=run_name)
+        run = client.create_run(experiment_id, run_name=run_name(first, job))
         run_id = run.info.run_id
         params = [Param(key, str(value)[:PARAM_LENGTH]) for key, value in hparams(first).items()]
         tags = [RunTag("attnlab.status", "ok" if all(r.ok for r in records) else "failed"),
                 RunTag("attnlab.first_divergent_stage", str(first.first_divergent_stage or "none")),
                 RunTag("attnlab.diagnosis.findings", " ".join(sorted({f.code for r in records for f in r.findings})) or "none"),
-                RunTag("attnlab.job_dir", str(Path(job.dir).resolve()))]
+                RunTag("attnlab.job_dir", str(Path(job.dir).resolve())),
+                RunTag(NOTE_TAG, findings_markdown(first)[:TAG_LENGTH])]
         now = int(time.time() * 1000)
         metrics = [Metric(tag, value, now, 0 if len(records) == 1 else record.seed)
                    for record in records if record.ok for tag, value in metric_values(record).items()]
@@ -82,6 +92,9 @@ class MlflowSink:
             if record.path is not None and Path(record.path).exists():
                 folder = None if len(records) == 1 else f"seed-{record.seed}"
                 client.log_artifact(run_id, str(record.path), artifact_path=folder)
+        report = Path(job.dir) / REPORT_FILE  # the html sink runs first: its page is there when it is on
+        if report.exists():
+            client.log_artifact(run_id, str(report))
         if self.images and first.ok:
             self._log_heatmaps(client, run_id, first, job.dir)
         client.set_terminated(run_id, "FINISHED" if all(r.ok for r in records) else "FAILED")
@@ -105,6 +118,13 @@ class MlflowSink:
 
         job_heatmaps(record, job_dir)  # drawn once per job: read back when another sink drew them
         client.log_artifacts(run_id, str(Path(job_dir) / FOLDER), artifact_path=FOLDER)
+
+
+def run_name(record: Record, job: JobInfo) -> str:
+    """`unscaled d_out=8 s1`: the variant, the values the sweep varied (a single run: those its
+    command line gave) and the seed; the experiment and the attnlab.job_dir tag say where."""
+    keys = swept_hparams(job.sweep_dir) if job.sweep_dir is not None else override_hparams(job.overrides)
+    return run_label(record, keys)
 
 
 def store_uri(tracking_uri: str | None) -> str:
@@ -138,9 +158,11 @@ def _get_or_create(client: MlflowClient, name: str) -> str:
 
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
+        if EXPERIMENT_KIND[0] not in experiment.tags:  # made by an older attnlab, or by hand
+            client.set_experiment_tag(experiment.experiment_id, *EXPERIMENT_KIND)
         return experiment.experiment_id
     try:
-        return client.create_experiment(name)
+        return client.create_experiment(name, tags=dict([EXPERIMENT_KIND]))
     except MlflowException:  # another process created it between the two calls (a store without our lock)
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
@@ -171,4 +193,4 @@ def _display(path: Path | str) -> str:
     return display_path(path)
 
 
-__all__ = ["INSTALL_HINT", "MlflowSink", "create_store", "store_uri"]
+__all__ = ["EXPERIMENT_KIND", "INSTALL_HINT", "MlflowSink", "create_store", "run_name", "store_uri"]

@@ -34,15 +34,17 @@ import socket
 import struct
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attnlab.reporting.job_heatmaps import EncodedHeatmap, job_heatmaps
-from attnlab.reporting.metrics import KEY_METRICS, hparam_name, hparams, json_default, metric_name, metric_values
-from attnlab.record import Finding, Record
+from attnlab.reporting.metrics import (
+    KEY_METRICS, findings_markdown, hparams, json_default, metric_name, metric_values, run_label,
+)
+from attnlab.reporting.multirun import swept_hparams
+from attnlab.record import Record
 from attnlab.reporting.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo
 from attnlab.sinks.model_html import model_head_grid
@@ -141,37 +143,6 @@ def _remove_sweep_runs(folder: Path) -> None:
             run.rmdir()
 
 
-def swept_hparams(sweep_dir: Path) -> list[str]:
-    """The hyperparameters a sweep varies (`variant`, `seed`, `variant.params.window`), in the order
-    of its command line (`hydra.sweeper.params` first, as the sweeper reads them), from the
-    multirun.yaml Hydra saves in the sweep folder before any job starts. The same list in every
-    job: TensorBoard shows the columns of whichever job's experiment summary it reads first."""
-    saved = Path(sweep_dir) / "multirun.yaml"
-    if not saved.exists():
-        return []
-    return list(_swept_hparams(str(saved), saved.stat().st_mtime_ns))
-
-
-@lru_cache(maxsize=8)
-def _swept_hparams(saved: str, mtime_ns: int) -> tuple[str, ...]:
-    """Read once per sweep and process (a sweep's job has a process of its own: once per job): the
-    file (Hydra's help text included) is ~20 KB of YAML, which OmegaConf's pure-Python parser made
-    most of a small job's TensorBoard output."""
-    import yaml
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    with open(saved, encoding="utf-8") as file:  # libyaml's parser where installed: keys and strings are all we read
-        hydra_cfg = yaml.load(file, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["hydra"]
-    params = hydra_cfg["sweeper"].get("params") or {}
-    lines = [f"{key}={value}" for key, value in params.items()] + list(hydra_cfg["overrides"]["task"])
-    names = []
-    for override in OverridesParser.create().parse_overrides(lines):
-        key = override.key_or_group
-        if override.is_sweep_override() and not key.startswith(("hydra", "log.", "sink.")):
-            names.append(hparam_name(key))
-    return tuple(dict.fromkeys(names))
-
-
 def write_tensorboard(
     records: list[Record],
     job_dir: Path,
@@ -233,13 +204,7 @@ def trial_name(record: Record, job: JobInfo, swept: Sequence[str] | None) -> str
     pooled into one row)."""
     if job.sweep_dir is None or job.num is None:
         return f"{Path(job.dir).name} s{record.seed}"
-    values = hparams(record)
-    others = [f"{key}={_short(values[key])}" for key in swept or () if key not in ("variant", "seed") and key in values]
-    return " ".join([Path(job.sweep_dir).name, f"#{job.num:03d}", record.variant, *others, f"s{record.seed}"])
-
-
-def _short(value: object) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    return " ".join([Path(job.sweep_dir).name, f"#{job.num:03d}", run_label(record, swept or ())])
 
 
 class EventFile:
@@ -329,17 +294,6 @@ def _write_texts(events: EventFile, texts: dict[str, str]) -> None:
 
     for name, markdown in texts.items():
         events.add(text_pb(f"text/{name}", markdown))
-
-
-def findings_markdown(record: Record) -> str:
-    """A markdown list of the findings ("no findings" when empty), the failure first if any."""
-    lines = [] if record.ok else [f"**run failed**: {record.error or 'no error message'}", ""]
-    lines += [_finding_line(finding) for finding in record.findings] or ["no findings"]
-    return "\n".join(lines)
-
-
-def _finding_line(finding: Finding) -> str:
-    return f"- **{finding.severity}** `{finding.code}` at `{finding.stage}`: {finding.message}"
 
 
 def config_markdown(config: Mapping[str, Any]) -> str:

@@ -241,7 +241,7 @@ ConfigStore.instance().store(
         "max_batch_size": None,
         "params": None,
         "check": "attnlab.app.job.check",  # check(config): raises on a bad value
-        "check_job": "attnlab.schema.check_values",  # the same, cheap, for every job's values together
+        "check_job": "attnlab.app.job.check_job",  # every job's values together: their relations
         "finish": "attnlab.app.sweep.finish",  # finish(config, complete, missing): tables, summary, outcome
     },
     provider="attnlab",

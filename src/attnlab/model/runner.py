@@ -22,7 +22,7 @@ from attnlab.errors import UserError
 from attnlab.modules.built import CallConvention
 
 FINAL_NORMS = ("ln_f", "final_norm", "norm", "final_layernorm", "final_layer_norm", "norm_f")
-HEADS = ("lm_head", "out_head", "head", "embed_out")
+HEADS = ("lm_head", "out_head", "head", "embed_out", "classifier")
 
 
 @dataclass
@@ -84,8 +84,11 @@ def output_head(model: nn.Module) -> nn.Module:
 
 
 def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Module] = (),
-                 keep: set[int] = frozenset()) -> tuple[Final, dict[int, LayerCall]]:
-    """(the forward's Final, {layer: LayerCall} for the layers in `keep`)."""
+                 keep: set[int] = frozenset(), given: dict[str, Any] | None = None
+                 ) -> tuple[Final, dict[int, LayerCall]]:
+    """(the forward's Final, {layer: LayerCall} for the layers in `keep`). `ids`: (1, P) the ids at
+    the logits' positions; `given`: the forward's arguments where they are not `ids` alone
+    (attnlab.model.inputs: an encoder–decoder's, an image)."""
     calls: dict[int, LayerCall] = {}
     hooks = []
     head_input: list[Tensor] = []
@@ -122,13 +125,15 @@ def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Mod
                      else output_head(model).register_forward_pre_hook(stop_before))
     try:
         with torch.no_grad():
-            out = model(input_ids=ids, use_cache=False) if hf else model(ids)
+            out = model(**given) if given else model(input_ids=ids, use_cache=False) if hf else model(ids)
     except _Stop as reached:
         return Final(reached.hidden), calls
     finally:
         for hook in hooks:
             hook.remove()
     logits = getattr(out, "logits", None)
+    if logits is not None and logits.dim() == 2:  # a classifier's (1, labels): one position, its head's input (1, d)
+        logits, head_input = logits[:, None], [hidden[:, None] for hidden in head_input]
     if hf and head_input and logits is not None and logits.shape[:2] == ids.shape:
         return Final(head_input[-1], logits.detach()), calls
     raise UserError(f"{type(model).__name__}: its forward never ran its final norm or output head")

@@ -124,7 +124,8 @@ def in_model(run: ModelRun, layer: int, built: BuiltModule) -> InModel:
     call = run.calls[layer]
     if isinstance(built.convention, AsLayerCalled):
         return InModel(built.module, call.returned, True, True)
-    return InModel(built.module, call.returned, built.takes_batches(run.sizes.width, run.n_tokens, run.sizes.width))
+    return InModel(built.module, call.returned, built.takes_batches(run.sizes.width, run.n_tokens, run.sizes.width),
+                   passed_on=call.passed_on)
 
 
 def run_variant(run: ModelRun, layer: int, built: BuiltModule, batched: bool, seed: int) -> Capture:

@@ -23,6 +23,9 @@ from attnlab.modules.built import CallConvention
 
 FINAL_NORMS = ("ln_f", "final_norm", "norm", "final_layernorm", "final_layer_norm", "norm_f")
 HEADS = ("lm_head", "out_head", "head", "embed_out", "classifier")
+# an argument an attention returns after its output for the next layer: T5's relative position bias,
+# computed by its first layer and passed on to the rest
+PASSED_ON = "position_bias"
 
 
 @dataclass
@@ -34,6 +37,7 @@ class LayerCall:
     kwargs: dict[str, Any]  # the keyword arguments (mask, position embeddings, ...)
     returned: int | None = None  # None: it returned a tensor; n: a tuple of n items, the output first
     hidden_key: str | None = None  # the keyword the hidden states came under (Llama: hidden_states=), else first positional
+    passed_on: tuple = ()  # what it returned after its output for the next layer (PASSED_ON), as it returned it
 
     def with_hidden(self, hidden: Tensor) -> tuple[tuple, dict[str, Any]]:
         """The call's arguments with `hidden` in place of the hidden states it received."""
@@ -102,7 +106,10 @@ def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Mod
 
     def keep_return(index: int):
         def post(_module, _args, _kwargs, out):
-            calls[index].returned = len(out) if isinstance(out, tuple) else None
+            call = calls[index]
+            call.returned = len(out) if isinstance(out, tuple) else None
+            if call.returned and PASSED_ON in call.kwargs and isinstance(out[1], Tensor):
+                call.passed_on = (out[1].detach(),)
         return post
 
     def stop(_module, _args, out):
@@ -154,15 +161,18 @@ class AsLayerCalled(CallConvention):
 
 class InModel(nn.Module):
     """A variant where the layer's attention was: takes what the layer took, returns as it returned
-    (a tuple's other items, its attention weights and cache, as None). `as_called`: a variant built
-    from the model's config, given the layer's arguments and returning its own result."""
+    (a tuple's other items, its attention weights and cache, as None; a position bias the layer
+    passes on, `passed_on`, as the layer returned it, so the layers after keep theirs). `as_called`:
+    a variant built from the model's config, given the layer's arguments and returning its own result."""
 
-    def __init__(self, variant: nn.Module, returned: int | None, batched: bool, as_called: bool = False) -> None:
+    def __init__(self, variant: nn.Module, returned: int | None, batched: bool, as_called: bool = False,
+                 passed_on: tuple = ()) -> None:
         super().__init__()
         self.variant = variant
         self.returned = returned
         self.batched = batched
         self.as_called = as_called
+        self.passed_on = passed_on
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.as_called:
@@ -173,7 +183,9 @@ class InModel(nn.Module):
         else:
             out = self.variant(hidden_states[0])[None]  # (T, d) -> (1, T, d)
         out = out[0] if isinstance(out, tuple) else out
-        return out if self.returned is None else (out, *([None] * (self.returned - 1)))
+        if self.returned is None:
+            return out
+        return (out, *self.passed_on, *([None] * (self.returned - 1 - len(self.passed_on))))
 
 
 @contextmanager

@@ -123,7 +123,7 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
         about = ModelInfo(model=loaded.label, n_layers=sum(s.stack == slot.stack for s in slots),
                           parameters=loaded.n_parameters, tokenizer=_tokens(loaded), heads=run.sizes.heads,
                           kv_heads=run.sizes.kv_heads, layer=slot.index, attention=run.attention[each.layer][0],
-                          stack=slot.stack, replaced=slot.replaced if slot.stack else None,
+                          stack=slot.stack, replaced=slot.replaced,
                           positions=1 if loaded.task == "image" else None)
         record = Record(variant=cfg.variant.name, seed=cfg.seed, config=copy.deepcopy(config),
                         labels=inputs.labels[slot.stack],

@@ -27,6 +27,8 @@ CACHE_HINT = "huggingface-cli download {repo} (or: hf download {repo}), once, wi
 # the whole models attnlab runs, by the transformers auto class that builds each
 TASKS = {"causal": "AutoModelForCausalLM", "seq2seq": "AutoModelForSeq2SeqLM",
          "image": "AutoModelForImageClassification"}
+# image classifiers whose tokens are a class token then the patches, as attnlab.model.inputs labels them
+VISION_TRANSFORMERS = ("vit",)
 
 
 @dataclass
@@ -105,12 +107,13 @@ def _task(transformers: Any, config: Any, spec: ModelSpec) -> str:
     """The whole model of the config (an encoder–decoder's own before the causal LM of its decoder
     alone, BART's); any other kind refused in one short line (transformers' own message lists
     every config of the auto class, thousands of characters)."""
-    kinds = ("seq2seq", "causal", "image") if getattr(config, "is_encoder_decoder", False) else ("causal", "image")
+    kinds = ("seq2seq", "causal") if getattr(config, "is_encoder_decoder", False) else ("causal",)
+    kinds += ("image",) if config.model_type in VISION_TRANSFORMERS else ()
     for kind in kinds:
         if type(config) in getattr(transformers, TASKS[kind])._model_mapping:
             return kind
-    raise UserError(f"{spec.key}={spec.label}: {type(config).__name__} has no causal-LM, seq2seq-LM or image-classifier "
-                    f"head, the whole models attnlab runs; its attention alone: variant=hf:{config.model_type}")
+    raise UserError(f"{spec.key}={spec.label}: {type(config).__name__} is no causal LM, seq2seq LM or ViT classifier, "
+                    f"the whole models attnlab runs; its attention alone: variant=hf:{config.model_type}")
 
 
 def _hf_config(transformers: Any, spec: ModelSpec) -> Any:

@@ -39,8 +39,9 @@ class Slot:
         return f"{self.stack}.{self.index}" if self.stack else str(self.index)
 
     @property
-    def replaced(self) -> str:
-        return f"{self.stack} self-attention" if self.stack else "self-attention"
+    def replaced(self) -> str | None:
+        """Which attention a variant in its place stands for, where the model has several kinds."""
+        return f"{self.stack} self-attention" if self.stack else None
 
 
 def is_encoder_decoder(model: nn.Module) -> bool:

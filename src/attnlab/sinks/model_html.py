@@ -57,9 +57,16 @@ def effect_curves(records: Sequence[Record]) -> list[Curve]:
     with_effect = [r for r in records if r.ok and r.model.effect is not None]
     if len(with_effect) < 2:
         return []
-    return [Curve(title, "layer", {records[0].variant: [Point(float(r.model.layer), float(getattr(r.model.effect, key)), 0.0, 1)
-                                                        for r in with_effect]})
-            for key, title in EFFECT_PLOTS]
+    return [Curve(title, "layer", _lines(with_effect, key)) for key, title in EFFECT_PLOTS]
+
+
+def _lines(records: Sequence[Record], key: str) -> dict[str, list[Point]]:
+    """The variant's line of one measure against the layer; an encoder–decoder's, a line per stack."""
+    lines: dict[str, list[Point]] = {}
+    for r in records:
+        name = f"{r.variant} ({r.model.stack})" if r.model.stack else r.variant
+        lines.setdefault(name, []).append(Point(float(r.model.layer), float(getattr(r.model.effect, key)), 0.0, 1))
+    return lines
 
 
 def head_grid_html(record: Record) -> str:

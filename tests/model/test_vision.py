@@ -4,6 +4,8 @@ forward run by hand with a copy written here with F.scaled_dot_product_attention
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -71,3 +73,13 @@ def test_a_causal_variant_in_vit_has_the_effect_of_the_same_swap_by_hand() -> No
     assert record.model.effect.kl_mean == pytest.approx(kl, rel=1e-5)
     assert record.model.effect.top1_agreement == float(agrees)
     assert kl > 1e-3
+
+
+def test_every_layer_of_vit_is_compared_and_its_report_drawn_without_a_loss(tmp_path) -> None:
+    overrides = [f"model.{key}={value}" for key, value in VIT.items() if key != "name"]
+    results = attnlab.run("multi_head_attention", overrides=["model=hf:vit", *overrides, "layer=all",
+                                                             "log.tensorboard=false"], out_dir=tmp_path)
+    records = [result.record for result in results]
+    assert [r.model.layer for r in records] == [0, 1] and all(r.ok for r in records)
+    assert all(r.model.positions == 1 and math.isnan(r.model.effect.loss) for r in records)  # the image has no label
+    assert (tmp_path / "report.html").is_file()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -57,7 +58,8 @@ def effect_curves(records: Sequence[Record]) -> list[Curve]:
     with_effect = [r for r in records if r.ok and r.model.effect is not None]
     if len(with_effect) < 2:
         return []
-    return [Curve(title, "layer", _lines(with_effect, key)) for key, title in EFFECT_PLOTS]
+    return [Curve(title, "layer", _lines(with_effect, key)) for key, title in EFFECT_PLOTS
+            if not any(math.isnan(getattr(r.model.effect, key)) for r in with_effect)]  # a classifier has no loss
 
 
 def _lines(records: Sequence[Record], key: str) -> dict[str, list[Point]]:

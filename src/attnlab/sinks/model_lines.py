@@ -74,7 +74,8 @@ def print_layers(records: Sequence[Record], table_path: Path | None, records_glo
     """A line per layer, then the end-to-end effect where the run checked a model against another."""
     first = records[0]
     print(model_line(first), file=out)
-    print(f"variant={first.variant} inputs=text n_tokens={first.n_tokens} layers="
+    given = "image" if first.model.positions else "text"  # a classifier's positions: ViT's, on an image
+    print(f"variant={first.variant} inputs={given} n_tokens={first.n_tokens} layers="
           f"{','.join(r.model.layer_name for r in records)}", file=out)
     rows = layer_table(records)
     widths = [max(map(len, column)) for column in zip(*rows)]

@@ -117,3 +117,9 @@ def test_a_cross_attention_or_a_layer_the_stack_lacks_is_refused_in_one_short_li
 def test_a_stack_s_layer_in_a_model_of_one_stack_is_refused_in_one_short_line() -> None:
     message = refused("model=hf:gpt2", "model.n_layer=2", "layer=decoder.0")
     assert len(message) <= 200 and "layer=N" in message
+
+
+def test_a_decoder_with_another_head_count_than_the_encoder_s_is_refused_in_one_short_line() -> None:
+    overrides = [f"model.{key}={value}" for key, value in BART.items() if key not in ("name", "decoder_attention_heads")]
+    message = refused("model=hf:bart", *overrides, "model.decoder_attention_heads=2", "layer=decoder.0")
+    assert len(message) <= 200 and "model.decoder_attention_heads=2" in message and "make them equal" in message

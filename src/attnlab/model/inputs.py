@@ -46,15 +46,11 @@ def encoder_decoder_inputs(model: nn.Module, ids: list[int], tokenizer: Tokenize
     return ModelInputs(given, decoder_ids, {"encoder": labels, "decoder": [START, *labels[:-1]]})
 
 
-def image_inputs(config: Any, seed: int, n_tokens: int) -> ModelInputs:
-    """A random image drawn from `seed`; `n_tokens`: the patches and the class token its attention sees."""
+def image_inputs(config: Any, seed: int) -> ModelInputs:
+    """A random image drawn from `seed`, its tokens labelled as a ViT's attention sees them: the
+    class token, then the patches."""
     generator = torch.Generator().manual_seed(seed)
     size = config.image_size
     pixels = torch.randn(1, config.num_channels, size, size, generator=generator)  # (1, C, H, W)
-    labels = [CLASS, *(f"p{i}" for i in range(n_tokens - 1))]
+    labels = [CLASS, *(f"p{i}" for i in range((size // config.patch_size) ** 2))]
     return ModelInputs({"pixel_values": pixels}, torch.zeros(1, 1, dtype=torch.long), {None: labels})
-
-
-def image_tokens(config: Any) -> int:
-    """The tokens a ViT's attention sees: its patches and the class token."""
-    return (config.image_size // config.patch_size) ** 2 + 1

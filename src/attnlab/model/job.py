@@ -12,7 +12,7 @@ from attnlab.errors import UserError
 from attnlab.model.check import compute_check_records
 from attnlab.model.layer import ModelRun, changed_layer, compare_layer
 from attnlab.model.loading import LoadedModel, load_model
-from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, image_tokens, text_inputs
+from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
 from attnlab.model.preflight import check_model_fits
 from attnlab.model.sizes import ModelSizes, model_sizes
 from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
@@ -65,7 +65,7 @@ def check_text(cfg: DictConfig) -> None:
 def model_inputs(cfg: DictConfig, loaded: LoadedModel, sizes: ModelSizes) -> ModelInputs:
     """What the model is given, by its kind: the text, the text to both stacks, or an image."""
     if loaded.task == "image":
-        return image_inputs(loaded.config, cfg.seed, image_tokens(loaded.config))
+        return image_inputs(loaded.config, cfg.seed)
     check_text(cfg)
     ids = token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
     if loaded.task == "seq2seq":
@@ -79,6 +79,8 @@ def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
     attention, slots = stacked_attention(loaded.module, attention_path)
     sizes = model_sizes(loaded.config, loaded.label)
     layers = chosen_slots(layers_key, slots)
+    if any(slots[layer].stack == "decoder" for layer in layers):
+        _check_decoder_heads(loaded.config, sizes)
     inputs = model_inputs(cfg, loaded, sizes)
     n_tokens = max(len(labels) for labels in inputs.labels.values())
     # (1, T, d) tensors kept: each compared layer's input and its changed final hidden states, and the
@@ -87,6 +89,14 @@ def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
     run = ModelRun.start(loaded, attention, sizes, inputs, inputs.labels[slots[layers[0]].stack], layers, replay=True)
     run.names = [slot.name for slot in slots]
     return run, layers, slots, inputs
+
+
+def _check_decoder_heads(config: Any, sizes: ModelSizes) -> None:
+    """A variant is built for the model's one head count (the encoder's, BART's num_attention_heads)."""
+    heads = getattr(config, "decoder_attention_heads", sizes.heads)
+    if heads != sizes.heads:
+        raise UserError(f"model.decoder_attention_heads={heads}: the encoder has {sizes.heads}; attnlab builds a "
+                        f"decoder layer's variant for the encoder's count: make them equal")
 
 
 # told of each layer's record as it is made, (record, its index, how many): returns the record to keep

@@ -12,6 +12,7 @@ entry of `KEYS` (and one of `RELATIONS` when it constrains another key).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, make_dataclass
 from enum import Enum
 from typing import Any, Callable, Dict, List, Optional
@@ -80,14 +81,16 @@ def seconds(name: str, default: float | None, most: float, help: str, nullable: 
                lambda v: _number(v) and 0 < v <= most, nullable, help)
 
 
+_STACK_LAYER = re.compile(r"^(encoder|decoder|cross)\.\d+$")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")  # a Hugging Face attention class's kernels
 
 
 def _layers(value: Any) -> bool:
-    """`layer=`: an index, all, or a list of indices (their range needs the model: attnlab.model.locate)."""
+    """`layer=`: an index, all, or a list of indices (their range needs the model: attnlab.model.locate);
+    an encoder–decoder's index names its stack, encoder.1 (attnlab.model.stacks)."""
     values = list(value) if isinstance(value, (list, tuple)) or OmegaConf.is_list(value) else [value]
-    return value == "all" or all(_int(v) and v >= 0 for v in values)
+    return value == "all" or all((_int(v) and v >= 0) or bool(_STACK_LAYER.match(str(v))) for v in values)
 
 KEYS: tuple[Key, ...] = (
     Key("seed", 123, f"must be an integer in [0, {SEED_MAX}] (torch's seed range)",
@@ -115,7 +118,7 @@ KEYS: tuple[Key, ...] = (
     flag("profile_backward", False, "also time the backward pass"),
     seconds("timeout_s", None, float("inf"), "a job still running after this long fails; null: no limit",
             nullable=True),
-    Key("layer", None, "must be a layer index, all, or a list of them such as [0,2]", _layers, nullable=True,
+    Key("layer", None, "must be a layer index, all, or a list of them such as [0,2] (encoder.1, decoder.0 in an encoder–decoder)", _layers, nullable=True,
         help="with model=: the layers compared; null: 0 (all with reference_model)"),
 )
 DEFAULTS: dict[str, Any] = {key.name: key.default for key in KEYS}

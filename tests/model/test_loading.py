@@ -172,7 +172,8 @@ def test_a_misspelt_layer_is_refused_before_the_model_loads(monkeypatch) -> None
     import attnlab.model.job as model_job
 
     monkeypatch.setattr(model_job, "load_model", lambda *a: pytest.fail("the model was loaded"))
-    assert refused("model=hf:gpt2", "layer=x") == "layer=x: must be a layer index, all, or a list of them such as [0,2]"
+    assert refused("model=hf:gpt2", "layer=x") == ("layer=x: must be a layer index, all, or a list of them such as "
+                                                   "[0,2] (encoder.1, decoder.0 in an encoder–decoder)")
 
 
 @pytest.mark.slow

@@ -33,7 +33,8 @@ def test_the_default_mixtral_is_refused_with_its_weights_and_the_size_keys() -> 
     assert "model.hidden_size=" in message and "model.max_position_embeddings=" in message
 
 
-@pytest.mark.parametrize("model_type,config", [("t5", "T5Config"), ("vit", "ViTConfig")])
-def test_a_model_with_no_causal_lm_head_is_refused_in_one_short_line(model_type, config) -> None:
+@pytest.mark.parametrize("model_type,config", [("wav2vec2", "Wav2Vec2Config"), ("deit", "DeiTConfig"),
+                                               ("clip_vision_model", "CLIPVisionConfig")])
+def test_a_model_with_no_head_attnlab_runs_is_refused_in_one_short_line(model_type, config) -> None:
     message = refused(f"model=hf:{model_type}")
     assert len(message) <= 200 and config in message and f"variant=hf:{model_type}" in message

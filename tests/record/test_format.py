@@ -49,3 +49,15 @@ def test_a_model_field_that_is_not_an_object_is_a_record_error(tmp_path: Path) -
     (tmp_path / "record.json").write_text(json.dumps(data))
     with pytest.raises(RecordError, match="'model' is list"):
         read_record(tmp_path / "record.json")
+
+
+def test_an_encoder_decoder_s_stack_and_a_classifier_s_positions_load_back(tmp_path: Path) -> None:
+    """A record from before `stack`, `replaced` and `positions` loads with none (one stack, every token)."""
+    data = json.loads((FIXTURES / "format3_model_layer.json").read_text())
+    assert read_record(FIXTURES / "format3_model_layer.json").model.layer_name == str(data["model"]["layer"])
+    data["model"].update(stack="decoder", replaced="decoder self-attention", positions=1)
+    (tmp_path / "record.json").write_text(json.dumps(data))
+    model = read_record(tmp_path / "record.json").model
+    assert (model.stack, model.replaced, model.positions) == ("decoder", "decoder self-attention", 1)
+    assert model.layer_name == f"decoder.{data['model']['layer']}"
+    assert to_json_dict(read_record(tmp_path / "record.json"))["model"]["stack"] == "decoder"

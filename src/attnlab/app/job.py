@@ -135,7 +135,7 @@ def record_dir(job_dir: Path, record: Record, n_records: int) -> Path:
     if n_records == 1:
         return job_dir
     if record.model is not None:
-        return job_dir / LAYER_DIR.format(layer=record.model.layer)
+        return job_dir / LAYER_DIR.format(layer=record.model.layer_name)
     return job_dir / SEED_DIR.format(seed=record.seed)
 
 

@@ -12,9 +12,10 @@ from attnlab.errors import UserError
 from attnlab.model.check import compute_check_records
 from attnlab.model.layer import ModelRun, changed_layer, compare_layer
 from attnlab.model.loading import LoadedModel, load_model
-from attnlab.model.locate import attention_modules, chosen_layers
+from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
 from attnlab.model.preflight import check_model_fits
-from attnlab.model.sizes import model_sizes
+from attnlab.model.sizes import ModelSizes, model_sizes
+from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
 from attnlab.model.spec import OWN_KEYS, is_requested, model_spec
 from attnlab.model.tokens import token_ids
 from attnlab.record import ModelInfo, Record
@@ -49,23 +50,53 @@ def check_model_request(cfg: DictConfig) -> None:
     model_spec(_block(cfg, "model"))
     if is_requested(_block(cfg, "reference_model")):
         model_spec(_block(cfg, "reference_model"), "reference_model")
-    if cfg.inputs.get("kind") != "text":
-        raise UserError(f"model=: runs on text: inputs=text inputs.text=\"some words\" (got inputs={cfg.inputs.get('kind')})")
+    if is_requested(_block(cfg, "reference_model")):
+        check_text(cfg)
     if cfg.n_seeds != 1:
         raise UserError(f"n_seeds={cfg.n_seeds}: a model's weights are its own; a run inside a model takes one seed")
 
 
-def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
-              layers_key: Any) -> tuple[ModelRun, list[int]]:
-    """The model run once, unmodified, on the text, keeping what the chosen layers receive."""
-    attention = attention_modules(loaded.module, attention_path)
-    sizes = model_sizes(loaded.config, loaded.label)
-    layers = chosen_layers(layers_key, len(attention))
+def check_text(cfg: DictConfig) -> None:
+    """A language model runs on text (a vision transformer on an image drawn from the seed)."""
+    if cfg.inputs.get("kind") != "text":
+        raise UserError(f"model=: runs on text: inputs=text inputs.text=\"some words\" (got inputs={cfg.inputs.get('kind')})")
+
+
+def model_inputs(cfg: DictConfig, loaded: LoadedModel, sizes: ModelSizes) -> ModelInputs:
+    """What the model is given, by its kind: the text, the text to both stacks, or an image."""
+    if loaded.task == "image":
+        return image_inputs(loaded.config, cfg.seed)
+    check_text(cfg)
     ids = token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
+    if loaded.task == "seq2seq":
+        return encoder_decoder_inputs(loaded.module, ids, loaded.tokenizer)
+    return text_inputs(ids, loaded.tokenizer)
+
+
+def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
+              layers_key: Any) -> tuple[ModelRun, list[int], list[Slot], ModelInputs]:
+    """The model run once, unmodified, on its inputs, keeping what the chosen layers receive."""
+    attention, slots = stacked_attention(loaded.module, attention_path)
+    sizes = model_sizes(loaded.config, loaded.label)
+    layers = chosen_slots(layers_key, slots)
+    if any(slots[layer].stack == "decoder" for layer in layers):
+        _check_decoder_heads(loaded.config, sizes)
+    inputs = model_inputs(cfg, loaded, sizes)
+    n_tokens = max(len(labels) for labels in inputs.labels.values())
     # (1, T, d) tensors kept: each compared layer's input and its changed final hidden states, and the
     # output of every block before the last compared layer (replayed)
-    check_model_fits(loaded.n_parameters, sizes, len(ids), 2 * len(layers) + max(layers))
-    return ModelRun.start(loaded, attention, sizes, ids, loaded.tokenizer.labels(ids), layers, replay=True), layers
+    check_model_fits(loaded.n_parameters, sizes, n_tokens, 2 * len(layers) + max(layers))
+    run = ModelRun.start(loaded, attention, sizes, inputs, inputs.labels[slots[layers[0]].stack], layers, replay=True)
+    run.names = [slot.name for slot in slots]
+    return run, layers, slots, inputs
+
+
+def _check_decoder_heads(config: Any, sizes: ModelSizes) -> None:
+    """A variant is built for the model's one head count (the encoder's, BART's num_attention_heads)."""
+    heads = getattr(config, "decoder_attention_heads", sizes.heads)
+    if heads != sizes.heads:
+        raise UserError(f"model.decoder_attention_heads={heads}: the encoder has {sizes.heads}; attnlab builds a "
+                        f"decoder layer's variant for the encoder's count: make them equal")
 
 
 # told of each layer's record as it is made, (record, its index, how many): returns the record to keep
@@ -84,26 +115,35 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
     say("model")
     spec = model_spec(_block(cfg, "model"))
     loaded = load_model(spec, cfg.seed)
-    run, layers = model_run(cfg, loaded, spec.attention_path, cfg.layer)
+    run, layers, slots, inputs = model_run(cfg, loaded, spec.attention_path, cfg.layer)
     config = resolved(cfg)
     params = OmegaConf.to_container(cfg.variant.params, resolve=True)
     expect = OmegaConf.to_container(cfg.expect, resolve=True)
     changed, effects = [], {}
     for layer in layers:
-        say(f"layer {layer}: in the model")
+        say(f"layer {slots[layer].name}: in the model")
         each = changed_layer(run, layer, cfg.variant.name, params, cfg.seed)
         if each.final is not None:  # compared at once: a (1, T, vocab) of logits per layer is not kept
             effects[layer], each.final = run.effects([each.final])[0], None
         changed.append(each)
     records = []
     for each in changed:
-        say(f"layer {each.layer}")
-        about = ModelInfo(model=loaded.label, n_layers=len(run.attention), parameters=loaded.n_parameters,
-                          tokenizer=loaded.tokenizer.name, heads=run.sizes.heads, kv_heads=run.sizes.kv_heads,
-                          layer=each.layer, attention=run.attention[each.layer][0])
-        record = Record(variant=cfg.variant.name, seed=cfg.seed, config=copy.deepcopy(config), labels=run.labels,
+        slot = slots[each.layer]
+        say(f"layer {slot.name}")
+        about = ModelInfo(model=loaded.label, n_layers=sum(s.stack == slot.stack for s in slots),
+                          parameters=loaded.n_parameters, tokenizer=_tokens(loaded), heads=run.sizes.heads,
+                          kv_heads=run.sizes.kv_heads, layer=slot.index, attention=run.attention[each.layer][0],
+                          stack=slot.stack, replaced=slot.replaced,
+                          positions=1 if loaded.task == "image" else None)
+        record = Record(variant=cfg.variant.name, seed=cfg.seed, config=copy.deepcopy(config),
+                        labels=inputs.labels[slot.stack],
                         n_tokens=run.n_tokens, d_in=run.sizes.width, d_out=run.sizes.width, model=about)
         record = compare_layer(run, each, effects.get(each.layer), record, cfg.variant.name, params, cfg.seed, expect,
                                cfg.reference)
         records.append(done(record, len(records), len(layers)))
     return records
+
+
+def _tokens(loaded: LoadedModel) -> str:
+    """What the model's input is made of, for the record: its tokenizer, or the image."""
+    return "patches of a random image drawn from the seed" if loaded.task == "image" else loaded.tokenizer.name

@@ -16,6 +16,7 @@ from attnlab.diagnosis.predictions import check_predictions
 from attnlab.model.config_variants import config_variant, takes_config
 from attnlab.model.effect import output_effects
 from attnlab.model.head_patterns import head_patterns
+from attnlab.model.inputs import ModelInputs
 from attnlab.model.loading import LoadedModel
 from attnlab.model.replay import BlockRecording
 from attnlab.model.runner import AsLayerCalled, Final, InModel, LayerCall, final_hidden, output_head, replaced
@@ -38,25 +39,35 @@ class ModelRun:
     loaded: LoadedModel
     attention: list[tuple[str, nn.Module]]  # (qualified name, module) per layer
     sizes: ModelSizes
-    ids: Tensor  # (1, T)
+    ids: Tensor  # (1, P) the ids at the compared logits' positions (the text; a decoder's input; an image's one)
     labels: list[str]
     base: Final  # the unmodified model's final hidden states (and its own logits)
     calls: dict[int, LayerCall] = field(default_factory=dict)  # what each compared layer received
     replay: BlockRecording | None = None  # the unmodified forward's blocks, replayed in a changed one
+    given: dict[str, Any] | None = None  # the forward's arguments where they are not `ids` alone
+    names: list[str] | None = None  # each layer as `layer=` names it (encoder.1); None: its index
+
+    def layer_name(self, layer: int) -> str:
+        return self.names[layer] if self.names else str(layer)
 
     @property
     def n_tokens(self) -> int:
-        return self.ids.shape[1]
+        """The tokens the compared layers' attention sees."""
+        return next(iter(self.calls.values())).hidden.shape[1]
 
     @classmethod
-    def start(cls, loaded: LoadedModel, attention: list[tuple[str, nn.Module]], sizes: ModelSizes, ids: list[int],
-              labels: list[str], layers: list[int], replay: bool = False) -> ModelRun:
-        """`replay`: keep the blocks' outputs for the changed forwards (attnlab.model.replay)."""
-        token_ids = torch.tensor([ids], dtype=torch.long)  # (1, T)
+    def start(cls, loaded: LoadedModel, attention: list[tuple[str, nn.Module]], sizes: ModelSizes,
+              ids: list[int] | ModelInputs, labels: list[str], layers: list[int], replay: bool = False) -> ModelRun:
+        """`ids`: the text's, or what the model is given (attnlab.model.inputs); `replay`: keep the
+        blocks' outputs for the changed forwards (attnlab.model.replay)."""
+        inputs = ids if isinstance(ids, ModelInputs) else None
+        token_ids = inputs.scored if inputs else torch.tensor([ids], dtype=torch.long)  # (1, P)
+        given = inputs.given if inputs else None
         recording = BlockRecording.of([name for name, _ in attention]) if replay else None
         with recording.recording(loaded.module, max(layers)) if recording else nullcontext():
-            base, calls = final_hidden(loaded.module, token_ids, loaded.hf, [m for _, m in attention], set(layers))
-        return cls(loaded, attention, sizes, token_ids, labels, base, calls, recording)
+            base, calls = final_hidden(loaded.module, token_ids, loaded.hf, [m for _, m in attention], set(layers),
+                                       given)
+        return cls(loaded, attention, sizes, token_ids, labels, base, calls, recording, given)
 
     def projections(self, layer: int) -> Projections:
         return read_projections(self.attention[layer][1], num_heads=self.sizes.heads, num_kv_heads=self.sizes.kv_heads)
@@ -74,9 +85,9 @@ class ModelRun:
         manual_seed(seed)
         with replaced(self.loaded.module, name, in_model), replaying:
             try:
-                return final_hidden(self.loaded.module, self.ids, self.loaded.hf)[0]
+                return final_hidden(self.loaded.module, self.ids, self.loaded.hf, given=self.given)[0]
             except Exception as exc:  # noqa: BLE001 - the variant inside the model: fails its record only
-                raise PluginError(f"the model with this variant at layer {layer} raised {type(exc).__name__}: {exc}") from exc
+                raise PluginError(f"the model with this variant at layer {self.layer_name(layer)} raised {type(exc).__name__}: {exc}") from exc
 
     def effects(self, changed: list[Final]) -> list[Effect]:
         """What each changed run does to the output, against the unmodified run."""
@@ -113,7 +124,8 @@ def in_model(run: ModelRun, layer: int, built: BuiltModule) -> InModel:
     call = run.calls[layer]
     if isinstance(built.convention, AsLayerCalled):
         return InModel(built.module, call.returned, True, True)
-    return InModel(built.module, call.returned, built.takes_batches(run.sizes.width, run.n_tokens, run.sizes.width))
+    return InModel(built.module, call.returned, built.takes_batches(run.sizes.width, run.n_tokens, run.sizes.width),
+                   passed_on=call.passed_on)
 
 
 def run_variant(run: ModelRun, layer: int, built: BuiltModule, batched: bool, seed: int) -> Capture:
@@ -130,7 +142,7 @@ def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -
     holding the layer's parameters. When capture cannot see inside the layer's own module (a kernel
     it cannot read), attnlab's multi_head_attention with the layer's parameters stands in for it,
     only if its output equals the layer's own on these hidden states."""
-    own_name = f"{type(run.attention[layer][1]).__name__} (layer {layer})"
+    own_name = f"{type(run.attention[layer][1]).__name__} (layer {run.layer_name(layer)})"
     if reference_name != "auto":
         built, _ = model_variant(run, layer, reference_name, {}, seed)
         capture = run_variant(run, layer, built, in_model(run, layer, built).batched, seed)

@@ -24,6 +24,11 @@ from attnlab.modules.roles import manual_seed
 
 INSTALL_HF = "pip install -e '.[hf]'"
 CACHE_HINT = "huggingface-cli download {repo} (or: hf download {repo}), once, with a network"
+# the whole models attnlab runs, by the transformers auto class that builds each
+TASKS = {"causal": "AutoModelForCausalLM", "seq2seq": "AutoModelForSeq2SeqLM",
+         "image": "AutoModelForImageClassification"}
+# image classifiers whose tokens are a class token then the patches, as attnlab.model.inputs labels them
+VISION_TRANSFORMERS = ("vit",)
 
 
 @dataclass
@@ -33,6 +38,7 @@ class LoadedModel:
     tokenizer: Tokenizer
     hf: bool  # a Hugging Face PreTrainedModel: called with input_ids=, use_cache=False
     config: Any  # its config object (a PretrainedConfig, your dataclass or dict), for the layer sizes
+    task: str = "causal"  # which whole model it is, one of TASKS: what it is given (attnlab.model.inputs)
 
     @property
     def n_parameters(self) -> int:
@@ -66,14 +72,16 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
     transformers = _transformers()
     if spec.kind == "hf":
         config = _hf_config(transformers, spec)
+        task = _task(transformers, config, spec)
+        auto = getattr(transformers, TASKS[task])
         with torch.device("meta"):  # counted without memory: a model too large is refused before it is built
-            counted = _causal_lm(transformers, config, spec)
+            counted = auto.from_config(config)
         check_weights_fit(4 * sum(p.numel() for p in counted.parameters()), spec.label, sized=True)
         try:
-            module = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=spec.attn_implementation)
+            module = auto.from_config(config, attn_implementation=spec.attn_implementation)
         except ValueError as exc:  # an attention implementation it lacks
             raise UserError(f"{spec.key}=hf:{spec.name}: {str(exc).splitlines()[0][:160]}") from None
-        return LoadedModel(module, spec.label, gpt2_tokenizer(), hf=True, config=module.config)
+        return LoadedModel(module, spec.label, gpt2_tokenizer(), hf=True, config=module.config, task=task)
     if spec.sizes:
         raise UserError(f"{spec.key}.{next(iter(spec.sizes))}: sizes are for {spec.key}=hf:TYPE; "
                         f"a saved model keeps its own config")
@@ -82,7 +90,9 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
     check_saved_folder(Path(source), where, transformers.models.auto.configuration_auto.CONFIG_MAPPING)
     check_weights_fit(sum(f.stat().st_size for f in Path(source).glob("*.safetensors")), spec.label)
     try:
-        module = transformers.AutoModelForCausalLM.from_pretrained(
+        config = transformers.AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
+        task = _task(transformers, config, spec)
+        module = getattr(transformers, TASKS[task]).from_pretrained(
             source, local_files_only=True, use_safetensors=True, trust_remote_code=False,
             attn_implementation=spec.attn_implementation)
     except OSError as exc:
@@ -90,17 +100,20 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
     except ValueError as exc:
         raise UserError(f"{spec.key}: {spec.label}: {str(exc).splitlines()[0]}") from None
     return LoadedModel(module, spec.label, hf_tokenizer(transformers, source) or gpt2_tokenizer(), hf=True,
-                       config=module.config)
+                       config=module.config, task=task)
 
 
-def _causal_lm(transformers: Any, config: Any, spec: ModelSpec) -> Any:
-    """The causal LM of the config (on the device in force); any other kind refused in one short line
-    (transformers' own message lists every causal-LM config, thousands of characters)."""
-    try:
-        return transformers.AutoModelForCausalLM.from_config(config)
-    except ValueError:
-        raise UserError(f"{spec.key}=hf:{spec.name}: {type(config).__name__} has no causal-LM head, the kind of "
-                        f"whole model attnlab runs in; its attention alone: variant=hf:{spec.name}") from None
+def _task(transformers: Any, config: Any, spec: ModelSpec) -> str:
+    """The whole model of the config (an encoder–decoder's own before the causal LM of its decoder
+    alone, BART's); any other kind refused in one short line (transformers' own message lists
+    every config of the auto class, thousands of characters)."""
+    kinds = ("seq2seq", "causal") if getattr(config, "is_encoder_decoder", False) else ("causal",)
+    kinds += ("image",) if config.model_type in VISION_TRANSFORMERS else ()
+    for kind in kinds:
+        if type(config) in getattr(transformers, TASKS[kind])._model_mapping:
+            return kind
+    raise UserError(f"{spec.key}={spec.label}: {type(config).__name__} is no causal LM, seq2seq LM or ViT classifier, "
+                    f"the whole models attnlab runs; its attention alone: variant=hf:{config.model_type}")
 
 
 def _hf_config(transformers: Any, spec: ModelSpec) -> Any:
@@ -117,6 +130,8 @@ def _hf_config(transformers: Any, spec: ModelSpec) -> Any:
     sizes = dict(spec.sizes)
     if hasattr(default, "vocab_size"):
         sizes.setdefault("vocab_size", GPT2_VOCAB)  # the text is GPT-2 BPE: every id must have a row
+    if default.is_encoder_decoder and getattr(default, "decoder_start_token_id", None) is None:
+        sizes.setdefault("decoder_start_token_id", default.pad_token_id)  # T5's convention: its decoder starts at pad
     return transformers.AutoConfig.for_model(spec.name, **sizes)
 
 

@@ -28,13 +28,11 @@ def attention_modules(model: nn.Module, attention_path: str | None = None, key: 
     pattern = _path_pattern(attention_path) if attention_path else None
     groups: dict[tuple[str, str], list[tuple[int, str, nn.Module]]] = {}
     for name, module in model.named_modules():
-        found = _LAYERED.match(name)
-        if not found:
+        found = (pattern or _LAYERED).match(name)
+        if not found or not (pattern or found["name"] in ATTENTION_NAMES):
             continue
-        blocks, leaf = found["blocks"], found["name"]
-        wanted = pattern.match(name) if pattern else leaf in ATTENTION_NAMES
-        if wanted and isinstance(model.get_submodule(blocks), (nn.ModuleList, nn.Sequential)):
-            groups.setdefault((blocks, leaf), []).append((int(found["index"]), name, module))
+        if isinstance(model.get_submodule(found["blocks"]), (nn.ModuleList, nn.Sequential)):
+            groups.setdefault((found["blocks"], found["name"]), []).append((int(found["index"]), name, module))
     if len(groups) != 1:
         raise UserError(_not_found(model, attention_path, key, groups))
     found = [(name, module) for _, name, module in sorted(next(iter(groups.values())), key=lambda item: item[0])]
@@ -53,7 +51,8 @@ def _unwrapped(name: str, module: nn.Module) -> tuple[str, nn.Module]:
 def _path_pattern(path: str) -> re.Pattern:
     if path.count("*") != 1:
         raise UserError(f"model.attention_path={path}: write it with one * for the layer index, e.g. blocks.*.attn")
-    return re.compile("^" + re.escape(path).replace(r"\*", r"\d+") + "$")
+    blocks, _, rest = path.partition("*")  # the list of blocks, then the attention's path inside each
+    return re.compile(f"^(?P<blocks>{re.escape(blocks.rstrip('.'))})\\.(?P<index>\\d+)(?P<name>{re.escape(rest)})$")
 
 
 def _not_found(model: nn.Module, attention_path: str | None, key: str, groups: dict) -> str:
@@ -66,7 +65,7 @@ def _not_found(model: nn.Module, attention_path: str | None, key: str, groups: d
             f"point at them with {key}.attention_path=BLOCKS.*.NAME")
 
 
-def _as_list(layer: Any) -> list[Any]:
+def layer_values(layer: Any) -> list[Any]:
     return list(layer) if isinstance(layer, (list, tuple, ListConfig)) else [layer]
 
 
@@ -77,7 +76,9 @@ def chosen_layers(layer: Any, n_layers: int) -> list[int]:
         return [0]
     if layer == "all":
         return list(range(n_layers))
-    for value in _as_list(layer):
+    for value in layer_values(layer):
+        if isinstance(value, str):
+            raise UserError(f"layer={value}: a stack's layer is an encoder–decoder's; this model has one stack: layer=N")
         if value >= n_layers:
             raise UserError(f"layer={value}: the model has {n_layers} layers (0 to {n_layers - 1})")
-    return sorted(set(_as_list(layer)))
+    return sorted(set(layer_values(layer)))

@@ -22,7 +22,10 @@ from attnlab.errors import UserError
 from attnlab.modules.built import CallConvention
 
 FINAL_NORMS = ("ln_f", "final_norm", "norm", "final_layernorm", "final_layer_norm", "norm_f")
-HEADS = ("lm_head", "out_head", "head", "embed_out")
+HEADS = ("lm_head", "out_head", "head", "embed_out", "classifier")
+# an argument an attention returns after its output for the next layer: T5's relative position bias,
+# computed by its first layer and passed on to the rest
+PASSED_ON = "position_bias"
 
 
 @dataclass
@@ -34,6 +37,7 @@ class LayerCall:
     kwargs: dict[str, Any]  # the keyword arguments (mask, position embeddings, ...)
     returned: int | None = None  # None: it returned a tensor; n: a tuple of n items, the output first
     hidden_key: str | None = None  # the keyword the hidden states came under (Llama: hidden_states=), else first positional
+    passed_on: tuple = ()  # what it returned after its output for the next layer (PASSED_ON), as it returned it
 
     def with_hidden(self, hidden: Tensor) -> tuple[tuple, dict[str, Any]]:
         """The call's arguments with `hidden` in place of the hidden states it received."""
@@ -84,8 +88,11 @@ def output_head(model: nn.Module) -> nn.Module:
 
 
 def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Module] = (),
-                 keep: set[int] = frozenset()) -> tuple[Final, dict[int, LayerCall]]:
-    """(the forward's Final, {layer: LayerCall} for the layers in `keep`)."""
+                 keep: set[int] = frozenset(), given: dict[str, Any] | None = None
+                 ) -> tuple[Final, dict[int, LayerCall]]:
+    """(the forward's Final, {layer: LayerCall} for the layers in `keep`). `ids`: (1, P) the ids at
+    the logits' positions; `given`: the forward's arguments where they are not `ids` alone
+    (attnlab.model.inputs: an encoder–decoder's, an image)."""
     calls: dict[int, LayerCall] = {}
     hooks = []
     head_input: list[Tensor] = []
@@ -99,7 +106,10 @@ def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Mod
 
     def keep_return(index: int):
         def post(_module, _args, _kwargs, out):
-            calls[index].returned = len(out) if isinstance(out, tuple) else None
+            call = calls[index]
+            call.returned = len(out) if isinstance(out, tuple) else None
+            if call.returned and PASSED_ON in call.kwargs and isinstance(out[1], Tensor):
+                call.passed_on = (out[1].detach(),)
         return post
 
     def stop(_module, _args, out):
@@ -122,13 +132,15 @@ def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Mod
                      else output_head(model).register_forward_pre_hook(stop_before))
     try:
         with torch.no_grad():
-            out = model(input_ids=ids, use_cache=False) if hf else model(ids)
+            out = model(**given) if given else model(input_ids=ids, use_cache=False) if hf else model(ids)
     except _Stop as reached:
         return Final(reached.hidden), calls
     finally:
         for hook in hooks:
             hook.remove()
     logits = getattr(out, "logits", None)
+    if logits is not None and logits.dim() == 2:  # a classifier's (1, labels): one position, its head's input (1, d)
+        logits, head_input = logits[:, None], [hidden[:, None] for hidden in head_input]
     if hf and head_input and logits is not None and logits.shape[:2] == ids.shape:
         return Final(head_input[-1], logits.detach()), calls
     raise UserError(f"{type(model).__name__}: its forward never ran its final norm or output head")
@@ -149,15 +161,18 @@ class AsLayerCalled(CallConvention):
 
 class InModel(nn.Module):
     """A variant where the layer's attention was: takes what the layer took, returns as it returned
-    (a tuple's other items, its attention weights and cache, as None). `as_called`: a variant built
-    from the model's config, given the layer's arguments and returning its own result."""
+    (a tuple's other items, its attention weights and cache, as None; a position bias the layer
+    passes on, `passed_on`, as the layer returned it, so the layers after keep theirs). `as_called`:
+    a variant built from the model's config, given the layer's arguments and returning its own result."""
 
-    def __init__(self, variant: nn.Module, returned: int | None, batched: bool, as_called: bool = False) -> None:
+    def __init__(self, variant: nn.Module, returned: int | None, batched: bool, as_called: bool = False,
+                 passed_on: tuple = ()) -> None:
         super().__init__()
         self.variant = variant
         self.returned = returned
         self.batched = batched
         self.as_called = as_called
+        self.passed_on = passed_on
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.as_called:
@@ -168,7 +183,9 @@ class InModel(nn.Module):
         else:
             out = self.variant(hidden_states[0])[None]  # (T, d) -> (1, T, d)
         out = out[0] if isinstance(out, tuple) else out
-        return out if self.returned is None else (out, *([None] * (self.returned - 1)))
+        if self.returned is None:
+            return out
+        return (out, *self.passed_on, *([None] * (self.returned - 1 - len(self.passed_on))))
 
 
 @contextmanager

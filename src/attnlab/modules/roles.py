@@ -30,10 +30,10 @@ FUSED_QKV = re.compile(r"qkv|c_attn|in_proj|query_key_value")
 # family row's fused_order says so for the others: Falcon, GPTBigCode)
 PER_HEAD_FUSED_QKV = re.compile(r"query_key_value")
 # an output projection, lower case: the source's out_proj, Hugging Face's o_proj, dense and
-# DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, and the
+# DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, T5's o, and the
 # spellings of hand-written classes
 OUTPUT_PROJECTIONS = frozenset({"out_proj", "o_proj", "c_proj", "proj", "out", "out_lin", "wo", "w_o", "w_out",
-                                "output_proj", "to_out", "dense"})
+                                "output_proj", "to_out", "dense", "o"})
 
 
 def projection_role(param_name: str) -> str | None:

@@ -124,7 +124,7 @@ def _model_to_json(model: ModelInfo | None) -> dict[str, Any]:
 
 # the order the keys were written in when `model` was a dict: a record's bytes stay as they were
 _MODEL_ORDER = ("model", "reference_model", "n_layers", "parameters", "tokenizer", "heads", "kv_heads", "end_to_end",
-                "layer", "attention", "reference_attention", "effect")
+                "layer", "attention", "stack", "replaced", "positions", "reference_attention", "effect")
 
 
 def _model_from_json(data: dict[str, Any]) -> ModelInfo | None:

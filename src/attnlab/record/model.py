@@ -66,10 +66,18 @@ class ModelInfo:
     kv_heads: int
     layer: int
     attention: str  # the layer's attention module, by its qualified name
+    stack: str | None = None  # an encoder–decoder's stack holding the layer (encoder, decoder); None: one stack
+    replaced: str | None = None  # which attention the variant stood for: encoder or decoder self-attention
+    positions: int | None = None  # the positions `effect` is over where not every token's (a classifier's: 1)
     reference_model: str | None = None  # the learner's check: the model its layers are compared with
     reference_attention: str | None = None  # the learner's check: the reference model's attention module
     effect: Effect | None = None  # the variant in the layer's place; None: the learner's check, or it failed
     end_to_end: Effect | None = None  # the learner's check: both models whole
+
+    @property
+    def layer_name(self) -> str:
+        """The layer as `layer=` names it: 3, encoder.1, decoder.0."""
+        return f"{self.stack}.{self.layer}" if self.stack else str(self.layer)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ def _pictures(record: Record) -> str:
 
 def _body(record: Record) -> str:
     status = "ok" if record.ok else f'<span class="error">failed: {html.escape(record.error or "")}</span>'
-    where = f" · layer {record.model.layer}" if record.model is not None else ""
+    where = f" · layer {record.model.layer_name}" if record.model is not None else ""
     divergent = record.first_divergent_stage or ("none" if record.ok else "not reached")
     head = (f"<b>{html.escape(record.variant)}</b> against {html.escape(record.reference)} · seed {record.seed}{where}"
             f" · {status} · first divergent stage: {html.escape(divergent)}")
@@ -79,7 +79,7 @@ def results_html(records: Sequence[Record]) -> str:
     if records[0].model is not None:
         sections = [f"<h3>{html.escape(model_line(records[0]))}</h3>", layer_table_html(records)]
         for record in records:
-            sections.append(f"<h3>layer {html.escape(str(record.model.layer))}</h3>")
+            sections.append(f"<h3>layer {html.escape(record.model.layer_name)}</h3>")
             sections.append(f"{findings_html([record])}{replaced_layer_html(record)}" if record.ok else _body(record))
         return _wrap("".join(sections))
     return _wrap("<hr>".join(_body(record) for record in records))

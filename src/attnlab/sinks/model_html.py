@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -18,7 +19,7 @@ from attnlab.reporting.heatmap import render_head_grid, render_heatmap
 from attnlab.reporting.job_heatmaps import EncodedHeatmap, encoded, heatmap_images
 from attnlab.reporting.sweep_plots import Curve, Point, curve_svg
 from attnlab.sinks.html_images import stage_pictures
-from attnlab.sinks.model_lines import effect_line, layer_table, model_line
+from attnlab.sinks.model_lines import effect_line, effect_positions, layer_table, model_line
 
 # what the plots draw against the layer: (the field of record.model.effect, its title)
 EFFECT_PLOTS = (("kl_mean", "KL mean"), ("kl_max", "KL max"), ("top1_agreement", "top-1 agreement"),
@@ -57,9 +58,17 @@ def effect_curves(records: Sequence[Record]) -> list[Curve]:
     with_effect = [r for r in records if r.ok and r.model.effect is not None]
     if len(with_effect) < 2:
         return []
-    return [Curve(title, "layer", {records[0].variant: [Point(float(r.model.layer), float(getattr(r.model.effect, key)), 0.0, 1)
-                                                        for r in with_effect]})
-            for key, title in EFFECT_PLOTS]
+    return [Curve(title, "layer", _lines(with_effect, key)) for key, title in EFFECT_PLOTS
+            if not any(math.isnan(getattr(r.model.effect, key)) for r in with_effect)]  # a classifier has no loss
+
+
+def _lines(records: Sequence[Record], key: str) -> dict[str, list[Point]]:
+    """The variant's line of one measure against the layer; an encoder–decoder's, a line per stack."""
+    lines: dict[str, list[Point]] = {}
+    for r in records:
+        name = f"{r.variant} ({r.model.stack})" if r.model.stack else r.variant
+        lines.setdefault(name, []).append(Point(float(r.model.layer), float(getattr(r.model.effect, key)), 0.0, 1))
+    return lines
 
 
 def head_grid_html(record: Record) -> str:
@@ -70,7 +79,7 @@ def head_grid_html(record: Record) -> str:
         return '<p class="note">no weights kept for this layer</p>'
     head = min(int((record.config.get("show") or {}).get("head", 0)), weights.shape[0] - 1)
     labels = record.labels if weights.shape[-1] == len(record.labels) else None
-    layer = record.model.layer
+    layer = record.model.layer_name
     title = f"layer {layer} · head {head}"
     labelled = encoded(lambda: render_heatmap(weights[head], title=title, row_labels=labels, col_labels=labels),
                        weights[head], "model head", title, labels)
@@ -86,15 +95,15 @@ def _img(image: EncodedHeatmap, alt: str) -> str:
 def model_head_grid(record: Record) -> EncodedHeatmap:
     """The PNG of the model's own weights at the record's layer, every head on one colour scale."""
     weights = record.heads_view("weights", reference=True)  # (H, T, T)
-    title = f"layer {record.model.layer} · the model's own weights"
+    title = f"layer {record.model.layer_name} · the model's own weights"
     return encoded(lambda: render_head_grid(weights, title=title), weights, "model grid", title)
 
 
 def _layer_section(record: Record) -> str:
-    title = f"layer {record.model.layer}: {record.model.attention}"
+    title = f"layer {record.model.layer_name}: {record.model.attention}"
     if not record.ok:
         return f"<h2>{html.escape(title)}</h2><p class='error'>failed: {html.escape(record.error or '')}</p>"
-    effect = (f"<p>{html.escape(effect_line(record.model.effect, record.n_tokens, 'effect on the output'))}</p>"
+    effect = (f"<p>{html.escape(effect_line(record.model.effect, effect_positions(record), 'effect on the output'))}</p>"
               if record.model.effect is not None else "")
     findings = "".join(f'<li class="{f.severity}">[{html.escape(f.code)} @ {f.stage}] {html.escape(f.message)}</li>'
                        for f in record.findings)

@@ -24,10 +24,16 @@ def model_line(record: Record) -> str:
             f"layers, {about.heads} heads, {about.kv_heads} kv heads; tokens: {about.tokenizer})")
 
 
+def effect_positions(record: Record) -> int:
+    """The positions a variant's effect is over: every token's, or a classifier's one."""
+    return record.model.positions or record.n_tokens
+
+
 def effect_line(effect: Effect, n_tokens: int, title: str) -> str:
     clamped = effect.kl_clamped  # float32 rounding below 0, clamped by attnlab.model.effect
     rounding = f" (≥ 0: rounding to {clamped:.1e} clamped)" if clamped < 0 else ""
-    return (f"{title} ({n_tokens} tokens): KL mean {_g(effect.kl_mean)} · max {_g(effect.kl_max)}{rounding} · "
+    count = f"{n_tokens} tokens" if n_tokens != 1 else "1 position"  # a classifier: its one class position
+    return (f"{title} ({count}): KL mean {_g(effect.kl_mean)} · max {_g(effect.kl_max)}{rounding} · "
             f"top-1 agreement {round(effect.top1_agreement * n_tokens)}/{n_tokens} · loss {_g(effect.loss)} → "
             f"{_g(effect.loss_changed)} · final hidden max |Δ| {_g(effect.hidden_divergence)}"
             + (f" · {effect.non_finite_positions} positions not finite" if effect.non_finite_positions else ""))
@@ -35,10 +41,10 @@ def effect_line(effect: Effect, n_tokens: int, title: str) -> str:
 
 def layer_lines(record: Record) -> list[str]:
     """The model, the layer compared and what the change did to the model's output."""
-    lines = [model_line(record), f"layer {record.model.layer} of {record.model.n_layers}: "
+    lines = [model_line(record), f"layer {record.model.layer_name} of {record.model.n_layers}: "
                                  f"{record.model.attention} against {record.reference}"]
     if record.model.effect is not None:
-        lines.append(effect_line(record.model.effect, record.n_tokens, "effect on the model's output"))
+        lines.append(effect_line(record.model.effect, effect_positions(record), "effect on the model's output"))
     if record.model.end_to_end is not None:
         lines.append(effect_line(record.model.end_to_end, record.n_tokens,
                                  "end to end, your model against the reference model (loss: reference → yours)"))
@@ -53,7 +59,7 @@ def _row(record: Record) -> tuple[str, ...]:
     else:
         numbers = (_g(effect.kl_mean), _g(effect.kl_max), f"{effect.top1_agreement:.0%}",
                    f"{_g(effect.loss)} → {_g(effect.loss_changed)}")
-    return (str(record.model.layer), record.status, record.first_divergent_stage or "none", *numbers,
+    return (record.model.layer_name, record.status, record.first_divergent_stage or "none", *numbers,
             findings if record.ok else (record.error or "")[:60])
 
 
@@ -68,13 +74,14 @@ def print_layers(records: Sequence[Record], table_path: Path | None, records_glo
     """A line per layer, then the end-to-end effect where the run checked a model against another."""
     first = records[0]
     print(model_line(first), file=out)
-    print(f"variant={first.variant} inputs=text n_tokens={first.n_tokens} layers="
-          f"{','.join(str(r.model.layer) for r in records)}", file=out)
+    given = "image" if first.model.positions else "text"  # a classifier's positions: ViT's, on an image
+    print(f"variant={first.variant} inputs={given} n_tokens={first.n_tokens} layers="
+          f"{','.join(r.model.layer_name for r in records)}", file=out)
     rows = layer_table(records)
     widths = [max(map(len, column)) for column in zip(*rows)]
     for row in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
-    errors = [(r.model.layer, f) for r in records for f in r.findings if f.severity == "error"]
+    errors = [(r.model.layer_name, f) for r in records for f in r.findings if f.severity == "error"]
     for layer, finding in errors[:MAX_FINDINGS]:
         print(f"  layer {layer}: [{finding.code} @ {finding.stage}] {finding.message}", file=out)
     if len(errors) > MAX_FINDINGS:

@@ -92,7 +92,7 @@ FAMILIES: tuple[Family, ...] = (
            mask="bidirectional", arguments=_ROPE),  # an encoder: its local layers' window is both ways
     Family("deberta-v2", "deberta.encoder.layer.{i}.attention.self", out_proj=None, final_norm=None,
            mask="bidirectional", mask_values="binary", arguments=_MASK, attention_class="DisentangledSelfAttention"),
-    Family("vit", "vit.encoder.layer.{i}.attention.attention", out_proj=None, final_norm="vit.layernorm",
+    Family("vit", "vit.layers.{i}.attention", out_proj="o_proj", final_norm="vit.layernorm",
            mask="bidirectional"),
     Family("clip_text_model", "text_model.encoder.layers.{i}.self_attn", out_proj="out_proj",
            final_norm="text_model.final_layer_norm", arguments={"attention_mask": "mask", "is_causal": "is_causal"}),

@@ -1,4 +1,4 @@
-"""The cost of the whole diagnosis against the two plain forwards it diagnoses (issue 12).
+"""The cost of the whole diagnosis against the two plain forwards it diagnoses.
 
     python benchmarks/diagnosis_cost.py                 batch 2 x 12 heads x 1024 tokens x d 768, 3 repeats
     python benchmarks/diagnosis_cost.py --repeats 5 --n-tokens 512
@@ -9,7 +9,7 @@ MultiHeadAttention forward twice (the variant and the reference), eval mode, no_
 reruns run), split into its parts by wrapping the pipeline's functions: the two captured forwards,
 the batch-item reruns, the rest (diagnostics, findings, predictions, the record's numpy copies).
 Prints the medians and two ratios against the target (<= 1.5x): the diagnosis on top of the two
-forwards it diagnoses (the batch-item reruns and everything else), which is how the issue reads
+forwards it diagnoses (the batch-item reruns and everything else), which is how the target reads
 ("the whole diagnosis, re-running batch items included ... the two plain forwards it diagnoses"),
 and the whole of compute_record with its own captured forwards, which cannot meet 1.5x: those
 forwards (1x) and the reruns (0.5x, one more forward of the batch) are 1.5x before any arithmetic.

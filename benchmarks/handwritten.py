@@ -194,7 +194,7 @@ def compare_png(repeats: int) -> list[Comparison]:
     from attnlab.reporting.heatmap import render_head_grid, render_heatmap, to_png_bytes
 
     rng = np.random.default_rng(0)
-    heads = rng.random((12, 1024, 1024), dtype=np.float32)  # the issue's multi-head size
+    heads = rng.random((12, 1024, 1024), dtype=np.float32)  # the multi-head scale figures' size
     images = {m.size: render_heatmap(m.matrix, title="weights", row_labels=m.labels, col_labels=m.labels) for m in maps()}
     images["12 heads x 1024 tokens, grid"] = render_head_grid(heads, title="weights")
     out = []

@@ -1,4 +1,4 @@
-"""What a run inside a model costs, as ratios to the model's own forwards measured in the same run (issue 23).
+"""What a run inside a model costs, as ratios to the model's own forwards measured in the same run.
 
     python benchmarks/model_cost.py                    # GPT-2's shape (12 layers, 12 heads, 768 wide), 1,024 tokens
     python benchmarks/model_cost.py --n-tokens 256 --n-layer 4   # a smaller check

@@ -1,4 +1,4 @@
-"""Multi-head at scale (issue 13): wall time, peak RSS and the memory pre-flight's accuracy, each
+"""Multi-head at scale: wall time, peak RSS and the memory pre-flight's accuracy, each
 against a baseline measured in the same run.
 
     python benchmarks/multi_head_scale.py                 1024 and 4096 tokens, seeds (~10 minutes)

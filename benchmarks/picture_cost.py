@@ -1,4 +1,4 @@
-"""What the pictures cost at 1,024 tokens x 12 heads (issue 33, issue 31).
+"""What the pictures cost at 1,024 tokens x 12 heads.
 
     python benchmarks/picture_cost.py                 # both figures, 3 interleaved repeats
     python benchmarks/picture_cost.py --repeats 5

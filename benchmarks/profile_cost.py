@@ -1,4 +1,4 @@
-"""What `profile=true` costs, and the source's MHA benchmark measured two ways (issue 16).
+"""What `profile=true` costs, and the source's MHA benchmark measured two ways.
 
     python benchmarks/profile_cost.py                     # both figures at the notebook's size
     python benchmarks/profile_cost.py --only book         # profiling a book-size run: the added seconds

@@ -276,7 +276,7 @@ def import_costs(args: list[str], s: Scratch) -> dict[str, int]:
 
 
 def fig_startup(s: Scratch) -> list[Figure]:
-    # The HTML report draws its maps with Pillow too (issue 24; from the record's values when the job
+    # The HTML report draws its maps with Pillow too (from the record's values when the job
     # kept no PNGs): PIL is lazy when neither sink that draws is on.
     off = import_costs(["log.tensorboard=false", "log.terminal=false"], s)
     no_images = import_costs(["log.tensorboard=false", "log.terminal=false", "log.html=false"], s)
@@ -328,7 +328,7 @@ def machine() -> str:
 def fig_notebook(s: Scratch, repeats: int) -> list[Figure]:
     """attnlab.run as a notebook's first cell runs it (a fresh process: import, compose, the job,
     its files) against the CLI's single run of the same variant; then warm calls in one process
-    against the job's own work inside them (run_job), issue 31's figure."""
+    against the job's own work inside them (run_job): figures 8a and 8b."""
     # os._exit: a kernel is not torn down after its cell, and the CLI skips the teardown too (cli.exit_fast)
     first = lambda: [PY, "-c", f"import os, attnlab; attnlab.run('unscaled', out_dir={str(s.new('nb'))!r}); os._exit(0)"]  # noqa: E731
     walls = interleaved({

@@ -1,4 +1,4 @@
-"""Issue 10 through the real CLI: a sink and an input kind of your own with no edit to attnlab,
+"""Extending attnlab through the real CLI: a sink and an input kind of your own with no edit to attnlab,
 unknown keys refused in one line, and no import cycle in the package."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Behaviour unchanged (issue 21): every built-in variant, at the book's inputs and at 8 random
+"""Behaviour unchanged: every built-in variant, at the book's inputs and at 8 random
 tokens x 8 features x 2 heads, gives the status, first divergent stage, findings and output values
 recorded in tests/golden/behaviour.json from the main before the redesign."""
 

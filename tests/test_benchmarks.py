@@ -55,7 +55,7 @@ def test_hand_written_parts_are_compared_and_a_missing_library_is_a_clear_skip(t
 
 
 def test_the_bench_extra_holds_every_library_the_hand_written_parts_are_compared_with():
-    """Issue 25: in the .[dev] venv the matplotlib, tqdm and rich comparisons were skipped and the
+    """In the .[dev] venv the matplotlib, tqdm and rich comparisons were skipped and the
     README named no extra that installs them."""
     import re
     import tomllib

@@ -63,7 +63,7 @@ def test_the_installed_wheel_runs_from_any_folder(wheel, tmp_path):
 
 @pytest.mark.slow
 def test_an_attnlab_folder_in_the_working_directory_does_not_shadow_the_package(tmp_path):
-    """Issue 21: with the editable install's finder, a folder named `attnlab` here (the parent of a
+    """With the editable install's finder, a folder named `attnlab` here (the parent of a
     clone, a sweep folder of that name) was imported as a namespace package and every plugin failed."""
     (tmp_path / "attnlab" / "x").mkdir(parents=True)
     run = subprocess.run([sys.executable, "-m", "attnlab", "variant=unscaled", "log.tensorboard=false", "log.html=false",

@@ -60,7 +60,7 @@ def test_out_dir_writes_the_same_files_as_a_job_and_neither_prints(tmp_path, cap
 
 
 def test_log_terminal_prints_the_summary_without_an_out_dir(capsys):
-    """Issue 25: log={"terminal": True} printed nothing unless out_dir was given."""
+    """log={"terminal": True} printed nothing unless out_dir was given."""
     attnlab.run("unscaled", seed=123, log={"terminal": True, "tensorboard": False, "table": False, "html": False})
     out = capsys.readouterr().out
     assert out.startswith("attnlab · variant=unscaled seed=123")

@@ -1,4 +1,4 @@
-"""Issue 31: attnlab.run with the objects a notebook holds (classes, instances, a session's
+"""attnlab.run with the objects a notebook holds (classes, instances, a session's
 @attnlab.variant), plugin files followed by content, and mistakes in one line."""
 
 from __future__ import annotations

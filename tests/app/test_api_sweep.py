@@ -1,4 +1,4 @@
-"""Issue 31: attnlab.sweep from Python: the grid's jobs, and the table `attnlab compare` builds."""
+"""attnlab.sweep from Python: the grid's jobs, and the table `attnlab compare` builds."""
 
 from __future__ import annotations
 

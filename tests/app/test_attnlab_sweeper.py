@@ -151,7 +151,7 @@ def test_a_sweep_composes_once_per_variant(tmp_path, monkeypatch) -> None:
 
 @pytest.mark.slow
 def test_with_the_basic_sweeper_a_range_error_is_its_jobs_failed_row_and_exit_code_1(tmp_path) -> None:
-    """Issue 25 item 5: the README said the basic sweeper's exit code stays 0; it is 1, as attnlab's."""
+    """The README said the basic sweeper's exit code stays 0; it is 1, as attnlab's."""
     done = sweep(tmp_path, "variant=reference", "d_out=2,0", "hydra/sweeper=basic")
     assert done.returncode == 1, done.stderr
     table = pd.read_csv(tmp_path / "sweep" / "comparison.csv")

@@ -1,4 +1,4 @@
-"""Records read back defensively (issue 26, items 6 and 9): `attnlab compare` and a sweep's tables skip
+"""Records read back defensively: `attnlab compare` and a sweep's tables skip
 a record.json of the wrong shape with one warning line naming it, never a traceback."""
 
 from __future__ import annotations

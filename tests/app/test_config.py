@@ -65,7 +65,7 @@ def test_a_sweep_in_a_taken_second_keeps_the_other_sweeps_folder(tmp_path):
 
 
 def test_a_top_level_key_under_variant_params_is_named_with_or_without_plus():
-    """Issue 25: without `+` the message was the generic "not a default param"."""
+    """Without `+` the message was the generic "not a default param"."""
     from attnlab.app.config import closest_key
 
     for plus in ("", "+"):

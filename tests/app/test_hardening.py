@@ -1,4 +1,4 @@
-"""What records carry is shown safely, through the real CLI (issue 26, items 5 and 14): NaN reads
+"""What records carry is shown safely, through the real CLI: NaN reads
 `nan` in every table, the terminal strips control characters, markdown escapes HTML, CSV text cells
 that a spreadsheet would run are neutralised."""
 

@@ -1,5 +1,5 @@
-"""What a module does to its process is its own job's failed record, through the real CLI (issue 26,
-items 1, 4 and 11): sys.exit, os._exit, a KeyboardInterrupt it raises, a segfault, a hang past
+"""What a module does to its process is its own job's failed record, through the real CLI:
+sys.exit, os._exit, a KeyboardInterrupt it raises, a segfault, a hang past
 timeout_s. One plugin per behaviour, written into a temp folder."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The job worker (attnlab.app.job_worker): one process runs a sweep's jobs one after another, a job
-that did not end ok ends it, and it never outlives the process that sends it jobs (issue 26)."""
+that did not end ok ends it, and it never outlives the process that sends it jobs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The job forkserver's preload (attnlab.app.preload) holds everything a job imports: a module a job
-imports lazily is imported again, and compiled, in every job's process of a sweep (issue 26)."""
+imports lazily is imported again, and compiled, in every job's process of a sweep."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Requests refused before any work, through the real CLI: one line `attnlab: error: KEY=VALUE: what
-is allowed`, exit code 2, and no folder left anywhere (issue 26, items 7, 8, 10, 14)."""
+is allowed`, exit code 2, and no folder left anywhere."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Memory and disk through the real CLI (issue 26, items 12 and 13): inputs counted before they are
+"""Memory and disk through the real CLI: inputs counted before they are
 built, ATTNLAB_MEMORY_LIMIT capping the process, and writes that fail naming the folder and cause
 while the sweep goes on. One plugin per behaviour, written into a temp folder."""
 

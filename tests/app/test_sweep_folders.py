@@ -1,4 +1,4 @@
-"""Sweep folders and launchers through the real CLI (issue 26, items 2 and 3): a dead joblib worker
+"""Sweep folders and launchers through the real CLI: a dead joblib worker
 costs only its job, a re-run resumes, one sweep writes a folder at a time, another sweep's folder is
 refused. One plugin per behaviour, written into a temp folder."""
 

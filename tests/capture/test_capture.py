@@ -88,7 +88,7 @@ def test_other_styles_are_seen_through(cls):
 def test_sources_follow_parameters_not_call_order():
     c = capture(build("keys_as_queries", 3, 2), BOOK_INPUTS)
     assert c.sources == {"queries": "keys", "keys": "keys", "values": "values"}
-    # keys @ queries.T: the operands keep the labels of the parameters they come from (issue 17 item 5);
+    # keys @ queries.T: the operands keep the labels of the parameters they come from;
     # their positions in the product are in score_roles
     module = build("transposed_scores", 3, 2)
     c = capture(module, BOOK_INPUTS)

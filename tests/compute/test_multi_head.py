@@ -1,4 +1,4 @@
-"""Batched multi-head attention end to end (issue 11): the source's numbers, correct
+"""Batched multi-head attention end to end: the source's numbers, correct
 implementations of every layout without findings, and the multi-head run a user sees.
 
 Expected values come from the source's own classes (../shared/source/ch03.py) or from the

@@ -159,7 +159,7 @@ def _returning(plugin_folder, use_plugins, name: str, returned: str):
 
 
 def test_a_plugin_returning_the_weights_gets_wrong_output_naming_them(plugin_folder, use_plugins):
-    """Issue 17 item 1: `return attn_weights` is a finding at the output, naming the weights."""
+    """`return attn_weights` is a finding at the output, naming the weights."""
     record = _returning(plugin_folder, use_plugins, "returns_weights", "attn_weights")
     assert record.status == "ok" and record.stage_shapes["output"] == [6, 6]
     assert record.expected_shapes["output"] == [6, 2]
@@ -172,7 +172,7 @@ def test_a_plugin_returning_the_weights_gets_wrong_output_naming_them(plugin_fol
 
 
 def test_a_plugin_returning_weights_times_x_gets_no_value_path_finding(plugin_folder, use_plugins):
-    """Issue 17 item 1: a (6, 3) `attn_weights @ x` must not be blamed on the values line."""
+    """A (6, 3) `attn_weights @ x` must not be blamed on the values line."""
     record = _returning(plugin_folder, use_plugins, "returns_weights_x", "attn_weights @ x")
     assert record.status == "ok" and record.stage_shapes["output"] == [6, 3]
     assert [f for f in record.findings if f.severity == "error"], "a wrong output is always a finding"

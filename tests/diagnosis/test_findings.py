@@ -168,7 +168,7 @@ def test_a_causal_mask_is_an_info_finding_not_a_non_finite_bug():
     _, _, d, first, findings = run_pair(causal(), BOOK_INPUTS, 2)
     assert codes(findings) == [("masked", "scaled_scores")] and findings[0].severity == "info"
     assert "15 of the 36 scaled_scores are -inf: a causal mask" in findings[0].message
-    assert first == "scaled_scores" and d["non_finite_scaled_scores"] == 0  # the mask placed every -inf (issue 24)
+    assert first == "scaled_scores" and d["non_finite_scaled_scores"] == 0  # the mask placed every -inf
 
 
 @pytest.mark.parametrize("options,expected", [
@@ -184,7 +184,7 @@ def test_a_bug_behind_a_causal_mask_is_still_found(options, expected):
 
 def test_transposed_scores_keep_their_queries_and_diverge_first_at_the_scores():
     """keys @ queries.T: the queries line is unchanged, so the queries stage is the reference's
-    queries (labelled by the parameter they come from, issue 17 item 5); the scores are the first
+    queries (labelled by the parameter they come from); the scores are the first
     stage to differ, and the root cause stays scores_transposed."""
     v, r, d, first, findings = run_pair("transposed_scores", BOOK_INPUTS, 2)
     assert torch.equal(v.stages["queries"], r.stages["queries"])

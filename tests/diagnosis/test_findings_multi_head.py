@@ -1,4 +1,4 @@
-"""The multi-head diagnosis (issue 12): each mistake of sections 3.5-3.6 named first, at its
+"""The multi-head diagnosis: each mistake of sections 3.5-3.6 named first, at its
 stage, for the heads and batch items where it holds; no false finding on correct modules.
 
 Expected values come from the zoo plugins' declarations, from the source's classes and from

@@ -1,4 +1,4 @@
-"""A mask is defined once (issues 22, 24): an entry of the softmax input whose weight is exactly 0
+"""A mask is defined once: an entry of the softmax input whose weight is exactly 0
 counts as -inf, whatever finite fill put it there (torch.finfo(float32).min as Hugging Face's eager
 path uses, -1e9, -1e4); `non_finite_*` counts only what no mask placed.
 
@@ -72,7 +72,7 @@ def test_a_finite_fill_gives_the_findings_of_minus_inf(plugin_folder, use_plugin
 
 
 def test_a_correct_causal_module_counts_no_non_finite_values(plugin_folder, use_plugins):
-    """Issue 24: the mask's -inf were counted as non-finite values, shown under "What differs"."""
+    """The mask's -inf were counted as non-finite values, shown under "What differs"."""
     record = _record("multi_head_attention", "multi_head_attention", *SIZES)
     assert np.isneginf(record.matrix("scaled_scores")).sum() == 28  # the mask is there, as -inf (one head)
     assert all(record.diagnostics[f"non_finite_{stage}"] == 0 for stage in ("scores", "scaled_scores", "weights"))

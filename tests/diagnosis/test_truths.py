@@ -1,4 +1,4 @@
-"""What a newcomer found (issue 17): places where attnlab said something untrue, each checked
+"""What a newcomer found: places where attnlab said something untrue, each checked
 through the real CLI as the user sees it."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Writes behaviour.json: what every built-in variant gives today, the check that a refactor kept.
 
 Run from the repository root: `python tests/golden/make_behaviour.py`. Written once from the main
-before the redesign (issue 21); later work that changes findings or records on purpose re-runs it
+before the redesign; later work that changes findings or records on purpose re-runs it
 and says so in its commit.
 """
 

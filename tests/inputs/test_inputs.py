@@ -47,7 +47,7 @@ def test_csv_with_a_label_column(tmp_path):
 
 
 @pytest.mark.parametrize("content", [
-    "token,a,b,c\nYour,0.43,0.15,0.89\njourney,0.55,0.87,0.66\n",  # a header row (issue 25: it failed)
+    "token,a,b,c\nYour,0.43,0.15,0.89\njourney,0.55,0.87,0.66\n",  # a header row (it failed)
     "0.43,0.15,0.89,Your\n0.55,0.87,0.66,journey\n",  # the label last (it failed)
     "a,b,c,token\n0.43,0.15,0.89,Your\n0.55,0.87,0.66,journey\n",
 ])

@@ -1,4 +1,4 @@
-"""Issue 31: ./models/NAME.py that only imports its model class (the book's own package's way)."""
+"""./models/NAME.py that only imports its model class (the book's own package's way)."""
 
 from __future__ import annotations
 

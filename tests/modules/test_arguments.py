@@ -1,4 +1,4 @@
-"""Forward arguments by name (issue 32): the book package's `GroupedQueryAttention.forward(x, mask,
+"""Forward arguments by name: the book package's `GroupedQueryAttention.forward(x, mask,
 cos, sin)`, nn.MultiheadAttention imported bare, and a required argument nothing provides, refused
 before any work."""
 

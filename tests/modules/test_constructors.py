@@ -1,4 +1,4 @@
-"""Constructors of the world's attention classes (issue 32): x-transformers' and diffusers'
+"""Constructors of the world's attention classes: x-transformers' and diffusers'
 heads/dim_head/kv_heads (their signatures written here: neither library is installed), Hugging
 Face's size-built classes (BART, Whisper, M2M100), T5's d_kv and CLIP's composite config."""
 

@@ -1,4 +1,4 @@
-"""How modules written the world's way are built, called and loaded (issue 22): returns that are a
+"""How modules written the world's way are built, called and loaded: returns that are a
 tuple or a model-output object, a constructor taking one config object, a layer index, a norm's
 weight that is no projection bias, a plugin loader that raises."""
 

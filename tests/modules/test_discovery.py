@@ -1,4 +1,4 @@
-"""Where variants come from (issues 21, 22, 26): the built-ins' groups and tags, plugin files that
+"""Where variants come from: the built-ins' groups and tags, plugin files that
 only import a module class, plugins that fail in their decorator, sibling imports, and a plugin's
 import-time output held back until it runs."""
 
@@ -57,7 +57,7 @@ def warnings_about(name: str) -> list[str]:
     return [w for w in discover().warnings if f"{name}.py" in w]
 
 
-# -- groups and tags (issue 21) --------------------------------------------------------------------
+# -- groups and tags -------------------------------------------------------------------------------
 
 def test_every_built_in_is_in_one_group_and_the_names_are_the_ones_before_the_move():
     before = {key.split("@")[0] for key in json.loads(GOLDEN.read_text())} | {"flex_attention", "impl_flex_attention"}
@@ -152,7 +152,7 @@ def test_help_lists_each_group_under_its_heading_in_order(plugins):
     assert "[multi_head]" in text.split("  mha_head_merge ")[1].splitlines()[1]
 
 
-# -- plugin files that only import a module class (issue 22) ---------------------------------------
+# -- plugin files that only import a module class --------------------------------------------------
 
 def test_a_file_that_only_imports_a_module_class_is_that_variant(plugins):
     write(plugins, "from_library", "from attnlib import LibraryAttention\n")
@@ -198,7 +198,7 @@ def test_a_file_defining_a_class_is_not_taken_over_by_what_it_imports(plugins):
     assert get_variant("subclass").cls.__name__ == "Mine"
 
 
-# -- a plugin whose decorator or defaults fail (issue 22) ------------------------------------------
+# -- a plugin whose decorator or defaults fail -----------------------------------------------------
 
 BROKEN_DEFAULT = """
     import attnlab
@@ -240,7 +240,7 @@ def test_a_broken_default_is_a_warning_line_and_every_command_still_runs(app, tm
     assert run.record["first_divergent_stage"] == "scaled_scores"
 
 
-# -- sibling imports (issue 22) ---------------------------------------------------------------------
+# -- sibling imports --------------------------------------------------------------------------------
 
 HELPERS = """
     import torch
@@ -303,7 +303,7 @@ def test_a_sibling_marked_as_a_variant_is_still_one(plugins):
     assert {"projections_only", "scaled"} <= set(attnlab.list_variants(tag="yours"))
 
 
-# -- import-time output (issue 26, item 14) ----------------------------------------------------------
+# -- import-time output ------------------------------------------------------------------------------
 
 CHATTY = "import sys\nprint('chatty says hello')\nprint('chatty warns', file=sys.stderr)\n" + SOURCE_SELF_ATTENTION_V1
 
@@ -359,7 +359,7 @@ def test_help_groups_the_variants_and_imports_siblings(app, tmp_path):
     assert list(sections) == [*GROUPS, "yours"] and sections["yours"] == ["mine"]
 
 
-# -- one declaration that cannot be read never takes the folder down (issue 32) --------------------
+# -- one declaration that cannot be read never takes the folder down -------------------------------
 TIMM_STYLE = '''
 from torch import nn
 

@@ -1,4 +1,4 @@
-"""Model families as data (issue 32): one test row per family row, each class built from its own
+"""Model families as data: one test row per family row, each class built from its own
 transformers config at hidden size 64, 4 heads, 8 tokens, under eager and sdpa; and the README's
 table equal to the rows."""
 

@@ -1,5 +1,5 @@
 """Hugging Face and nanoGPT attention classes run with zero edits, and correct code is never
-reported wrong (issue 22).
+reported wrong.
 
 Every class is built from its own config class at hidden 64, 4 heads, 1-4 key/value heads and 8
 random tokens; nothing is downloaded. The matrix runs in-process through `attnlab.run`. The

@@ -140,7 +140,7 @@ def test_registry_add_keeps_every_source_of_a_duplicate():
     assert registry.duplicates["reference"] == ["a.py", "b.py", "c.py"]
 
 
-# --- constructor arguments by name (issue 11: top-level keys) ----------------------------------------
+# --- constructor arguments by name (top-level keys) --------------------------------------------------
 
 TOP_LEVEL = dict(d_in=3, d_out=4, context_length=6, dropout=0.0, num_heads=2, num_kv_heads=None, qkv_bias=False)
 
@@ -408,7 +408,7 @@ def test_auto_reference_without_a_head_count_is_causal_attention(plugin_folder, 
     assert auto_reference(spec, spec.cls(*args, **kwargs), batched=True) == "causal_attention"
 
 
-# --- descriptions: the file's own words, never a copied docstring (issue 17 item 7) -----------------
+# --- descriptions: the file's own words, never a copied docstring -----------------------------------
 
 def test_an_edited_copy_of_the_reference_is_not_described_as_the_reference(tmp_path, monkeypatch):
     (tmp_path / "plugins").mkdir()

@@ -1,4 +1,4 @@
-"""The built-in modern variants (issue 15) run against the source's MultiHeadAttention and are named
+"""The built-in modern variants run against the source's MultiHeadAttention and are named
 by their finding: rotary, position_bias, window, softcap, qk_norm, kv_heads; sdpa and
 flex_attention compute the reference's numbers; linear_attention is the one built-in with an error,
 not_softmax, saying what its weights are.
@@ -30,7 +30,7 @@ NAMED = {  # variant: (its info finding, top-level keys it needs)
     "qk_norm": ("qk_norm", {}),
 }
 SAME_NUMBERS = ["sdpa", "flex_attention"]
-# The scaling and mask checks do not yet stand down for a recognised change (see the issue 15 report).
+# The scaling and mask checks do not yet stand down for a recognised change.
 def run(name: str, *overrides: str, **keys):
     result = attnlab.run(name, overrides=[*TOKENS, *overrides], **{**SIZES, **keys})
     assert result.record.status == "ok", result.record.error

@@ -232,7 +232,7 @@ def test_a_built_in_reference_is_the_sources_class_parameter_for_parameter(ch03,
 
 
 def test_causal_attention_reproduces_the_sources_printed_context_vectors(registry):
-    """Section 3.5.3: seed 123, d_in 3, d_out 2, the book inputs stacked twice (issue 11's numbers)."""
+    """Section 3.5.3: seed 123, d_in 3, d_out 2, the book inputs stacked twice."""
     torch.manual_seed(123)
     module = build(registry, "causal_attention", d_in=3, d_out=2, context_length=6, dropout=0.0, num_heads=2, qkv_bias=False)
     expected = torch.tensor([[-0.4519, 0.2216], [-0.5874, 0.0058], [-0.6300, -0.0632],

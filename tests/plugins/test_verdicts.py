@@ -1,4 +1,4 @@
-"""Every built-in, every seed, every size (issue 25): each built-in gives exactly its declared
+"""Every built-in, every seed, every size: each built-in gives exactly its declared
 verdict — its expected finding first, or no error finding — at seeds 1-20 and at every size where
 its change is observable (`@attnlab.variant(observable=...)`); below that size the run says so in
 one `not_checked` line, with no finding and no failed record.
@@ -108,7 +108,7 @@ def test_below_its_observable_size_a_run_says_so_in_one_line(spec):
 
 
 def test_rope_at_head_dim_1_says_its_change_cannot_be_observed_instead_of_failing():
-    """Issue 25: at head_dim 1 rope failed its record at every seed."""
+    """At head_dim 1 rope failed its record at every seed."""
     result = attnlab.run("rope", 1, inputs="random", num_heads=2, d_out=2, log=OFF,
                          overrides=["inputs.n_tokens=6", "inputs.d_in=4"])
     assert result.record.status == "ok" and result.findings == []
@@ -117,7 +117,7 @@ def test_rope_at_head_dim_1_says_its_change_cannot_be_observed_instead_of_failin
 
 
 def test_qk_norm_at_head_dim_2_is_qk_norm_where_a_short_vector_shows_the_norm_s_eps():
-    """Issue 25: seed 2 at the all_variants preset's size gave a false query_source: one query of
+    """Seed 2 at the all_variants preset's size gave a false query_source: one query of
     RMS 0.004 comes out of RMSNorm(eps=1e-6) at RMS 0.96, not 1."""
     result = attnlab.run("qk_norm", 2, inputs="random", d_out=4, log=OFF, overrides=["inputs.n_tokens=6", "inputs.d_in=4"])
     assert [(f.code, f.stage, f.severity) for f in result.findings] == [("qk_norm", "queries", "info")]

@@ -1,4 +1,4 @@
-"""README sentences that a short run checks, beside the examples the README test runs (issue 25)."""
+"""README sentences that a short run checks, beside the examples the README test runs."""
 
 from __future__ import annotations
 

@@ -142,7 +142,7 @@ def test_values_that_do_not_have_the_shape_the_record_states_are_a_record_error(
 
 @pytest.mark.slow  # every built-in in-process: about 20 s
 def test_every_built_in_s_record_values_have_the_shape_it_states(tmp_path):
-    """record.json `values` nest as `shape` says, for every stage of every built-in (issue 25)."""
+    """record.json `values` nest as `shape` says, for every stage of every built-in."""
     import attnlab
 
     for variant in attnlab.list_variants():

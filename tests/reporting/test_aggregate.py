@@ -142,7 +142,7 @@ def test_markdown_has_the_three_views(sweep: Path, tmp_path: Path) -> None:
 
 
 def test_a_table_too_wide_for_the_terminal_is_cut_with_an_ellipsis_never_silently():
-    """Issue 25: at COLUMNS=60 0.2609 was printed as 0.260 and the header as `|Δ output`; at 50
+    """At COLUMNS=60 0.2609 was printed as 0.260 and the header as `|Δ output`; at 50
     the column went without a word."""
     import pandas as pd
 

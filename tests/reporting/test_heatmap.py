@@ -163,7 +163,7 @@ def drawn_strings(monkeypatch) -> list[tuple[str, bool]]:
 
 def test_every_map_is_one_size_whatever_its_matrix():
     """A card shows each image at one size: a 6-token map must not be a fifth of a pooled one
-    (issue 24: native widths ran from 215 to 3,940 px)."""
+    (native widths ran from 215 to 3,940 px)."""
     rng = np.random.default_rng(6)
     shapes = {render(rng.random((6, 6)), row_labels=TOKENS, col_labels=TOKENS).shape,
               render(rng.random((6, 2)), row_labels=TOKENS, col_labels=["d0", "d1"]).shape,
@@ -201,7 +201,7 @@ def test_an_all_zero_difference_has_one_tick_and_no_negative_zero(monkeypatch):
 
 
 def test_column_labels_read_one_way_in_every_map(monkeypatch):
-    """Head 0 rotated and head 1 horizontal was the text run's grid (issue 24)."""
+    """Head 0 rotated and head 1 horizontal was the text run's grid."""
     drawn = drawn_strings(monkeypatch)
     labels = ["a", "journey", "startsandstarts", "b"]
     render(np.random.default_rng(8).random((4, 4)), row_labels=labels, col_labels=labels)
@@ -257,7 +257,7 @@ def test_text_drawn_through_remembered_masks_is_pillows_own_every_time(vertical)
 
 
 def test_a_value_wider_than_its_cell_is_still_drawn():
-    """6x6 weights lost every value when one was too wide for its cell (issue 33): 0.000123 at
+    """6x6 weights lost every value when one was too wide for its cell: 0.000123 at
     three digits is; it is shortened, and every cell still carries text."""
     values = np.full((6, 6), 0.2, np.float32)
     values[2, 3] = 0.000123

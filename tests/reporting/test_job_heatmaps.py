@@ -1,6 +1,6 @@
 """What a job draws (attnlab.reporting.job_heatmaps): a grid of all heads and an image per head,
 one size per kind, one colour scale for the variant and the reference, titles naming the head and
-the batch item, the stages that are read, and the PNGs kept beside record.json (issue 24)."""
+the batch item, the stages that are read, and the PNGs kept beside record.json."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def test_encoding_beside_the_drawing_gives_the_drawn_pixels_and_leaves_no_thread
 
 
 def test_the_stage_a_finding_names_is_drawn_variant_reference_and_difference() -> None:
-    """`head_merge @ output`: the output was not drawn, only the weights and context that match (issue 33)."""
+    """`head_merge @ output`: the output was not drawn, only the weights and context that match."""
     record = attnlab.run("mha_head_merge", 1, **NO_SINKS).record
     assert "head_merge" in {f.code for f in record.findings if f.stage == "output"}
     tags = {tag for tag, _ in heatmap_images(record)}

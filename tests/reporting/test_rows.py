@@ -1,4 +1,4 @@
-"""Every config value a sweep's jobs differ in is a table column and a grouping key (issue 24)."""
+"""Every config value a sweep's jobs differ in is a table column and a grouping key."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_a_variant_param_differing_only_between_variants_is_no_column(tmp_path: 
 
 def test_a_jobs_transposed_markdown_has_a_header_row() -> None:
     """TensorBoard's text/table: a markdown table needs a header row before its separator, or it
-    renders as raw pipes (issue 24)."""
+    renders as raw pipes."""
     from attnlab.reporting.rows import job_rows, rows_markdown
 
     record = attnlab.run("unscaled", log={"tensorboard": False, "table": False}).record

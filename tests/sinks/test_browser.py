@@ -1,4 +1,4 @@
-"""The pages in a real headless browser (issue 24): the HTML report's images are on screen pixel for
+"""The pages in a real headless browser: the HTML report's images are on screen pixel for
 pixel (not downscaled), and TensorBoard's pages render. Skipped where no Chromium is installed
 (`apt-get install chromium`)."""
 

@@ -1,4 +1,4 @@
-"""The HTML pages as a reader meets them (issue 24): a picture on every card at every size, images
+"""The HTML pages as a reader meets them: a picture on every card at every size, images
 at their native size, a single run's own page, the summary without rows of zeros, text left-aligned,
 profile charts in one order with the reference."""
 
@@ -129,7 +129,7 @@ def test_an_n_seeds_jobs_card_shows_the_pngs_its_job_kept(tmp_path: Path) -> Non
 def test_with_log_images_off_a_card_still_has_its_picture(tmp_path: Path) -> None:
     """The presets that switch images off (mha_implementations, long_context) had cards saying the
     weights were too large to inline: the job keeps the card's pictures, the weights and their log
-    view (issue 24, issue 33)."""
+    view."""
     log = {"tensorboard": False, "table": False, "html": True, "images": False}
     for variant in ("unscaled", "reference"):
         attnlab.run(variant, 1, out_dir=tmp_path / variant, inputs="random", d_out=4,
@@ -141,7 +141,7 @@ def test_with_log_images_off_a_card_still_has_its_picture(tmp_path: Path) -> Non
 
 
 def test_a_single_runs_page_leads_with_the_first_divergent_stage(tmp_path: Path) -> None:
-    """`head_merge @ output`: the output's maps come first, before the weights that match (issue 33)."""
+    """`head_merge @ output`: the output's maps come first, before the weights that match."""
     attnlab.run("mha_head_merge", 1, out_dir=tmp_path / "run", log={"tensorboard": False, "table": False, "html": True})
     page = (tmp_path / "run" / "report.html").read_text()
     stages = re.findall(r"<h3>([a-z_]+)</h3>", page)

@@ -1,4 +1,4 @@
-"""A Result's notebook view (issue 31): findings in words, the shape trace, the maps of the first
+"""A Result's notebook view: findings in words, the shape trace, the maps of the first
 divergent stage and of the weights, self-contained."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A model run's report (issue 33): the per-layer table the terminal prints and the replaced
+"""A model run's report: the per-layer table the terminal prints and the replaced
 layer's variant / reference / difference at its first divergent stage; the same in the notebook view."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 31: no import path pulls TensorFlow in, where it is installed (`llms-from-scratch` installs
+"""No import path pulls TensorFlow in, where it is installed (`llms-from-scratch` installs
 it): a `tensorflow` that fails loudly on import sits on the path while every sink writes."""
 
 from __future__ import annotations

@@ -176,7 +176,7 @@ def test_scalars_are_every_numeric_diagnostic_under_grouped_tags(book_events):
 
 def test_a_job_writes_no_custom_scalars_layout(book_events):
     """A job's scalars are one point each: a layout of them was clouds of dots shown before a
-    sweep's curves (issue 24); the sweep's curves are the only layout."""
+    sweep's curves; the sweep's curves are the only layout."""
     _, _, events = book_events
     assert "custom_scalars" not in events.PluginTagToContent.__self__._plugin_to_tag_to_content
 
@@ -422,7 +422,7 @@ def test_a_sweeps_layout_names_what_an_index_step_means(tmp_path: Path) -> None:
 
 def test_a_sweeps_charts_are_written_last_first_for_the_dashboard_to_show_them_in_order(tmp_path: Path) -> None:
     """TensorBoard 2.21's Custom Scalars lays a category's charts out last first (seen in Chromium:
-    h3 … h0 where h0 … h3 was written, issue 24), so the layout holds them reversed."""
+    h3 … h0 where h0 … h3 was written), so the layout holds them reversed."""
     report = sweep_of_lengths(tmp_path)
     asked = ["weights_entropy_mean", "divergence_context_h*"]
     TensorBoardSink(plots=asked).write_sweep(report, tmp_path / "out")
@@ -434,7 +434,7 @@ def test_a_sweeps_charts_are_written_last_first_for_the_dashboard_to_show_them_i
 
 
 def test_a_sweep_jobs_scalars_sit_at_its_job_number(tmp_path: Path) -> None:
-    """Every job at step 0 stacked a sweep's runs into one vertical cloud of dots (issue 24)."""
+    """Every job at step 0 stacked a sweep's runs into one vertical cloud of dots."""
     from attnlab.sinks.base import JobInfo
 
     job = JobInfo(dir=tmp_path / "3-seed=7", sweep_dir=tmp_path, num=3)

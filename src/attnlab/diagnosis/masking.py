@@ -1,4 +1,4 @@
-"""What counts as a mask: the one definition every check and diagnostic reads (issues 22, 24).
+"""What counts as a mask: the one definition every check and diagnostic reads.
 
 An entry of the softmax input (scaled_scores) is masked when its softmax weight is exactly 0,
 whatever put it there: -inf, or a finite fill so negative that exp() gives 0

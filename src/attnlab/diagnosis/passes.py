@@ -24,7 +24,7 @@ def one_thread() -> Iterator[None]:
     """Every torch op on one intra-op thread, restored after: the passes run op after op on one
     (batch item, head) block each, and an op that enters a parallel region waits for the other
     OpenMP threads to wake; on a shared machine that is a scheduler slice per op, many times the
-    block's own work (benchmarks/README.md, issue 12). Also a decorator."""
+    block's own work (benchmarks/README.md, the diagnosis's cost). Also a decorator."""
     before = torch.get_num_threads()
     if before != 1:
         torch.set_num_threads(1)

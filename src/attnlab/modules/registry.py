@@ -280,7 +280,7 @@ def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
     declared: its plugin's declaration, its constructor's parameters and the submodules and
     parameters of `module` (the variant built with its constructor arguments), never from what
     its forward does, so a module that forgot its mask or never calls its out_proj is compared
-    with a reference that has them (issue 11).
+    with a reference that has them.
 
     A declared reference wins; a 2-D module (`batched` False, from the probe call) gets
     `reference` (SelfAttention_v1); a batched one without a head count among its constructor's

@@ -1,4 +1,4 @@
-"""Deliberate changes to attention, named from the captured stages (issue 15).
+"""Deliberate changes to attention, named from the captured stages.
 
 Rotary positions, a bias on the query-key distance (ALiBi), a sliding window, soft-capped
 scores, normalised queries and keys: none of them is a bug, but each makes the stages differ

@@ -52,9 +52,10 @@ def _read(saved: str, mtime_ns: int) -> Overrides:
 
     with open(saved, encoding="utf-8") as file:  # libyaml's parser where installed: keys and strings are all we read
         hydra_cfg = yaml.load(file, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["hydra"]
-    params = hydra_cfg["sweeper"].get("params") or {}
-    overrides = hydra_cfg["overrides"]
-    return tuple(f"{key}={value}" for key, value in params.items()), tuple(overrides["task"]), tuple(overrides["hydra"])
+    params = (hydra_cfg.get("sweeper") or {}).get("params") or {}
+    overrides = hydra_cfg.get("overrides") or {}  # a file written by hand or by another tool may hold less
+    return (tuple(f"{key}={value}" for key, value in params.items()), tuple(overrides.get("task") or ()),
+            tuple(overrides.get("hydra") or ()))
 
 
 __all__ = ["MULTIRUN_FILE", "sweep_command", "swept_hparams"]

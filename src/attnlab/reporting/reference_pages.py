@@ -1,7 +1,8 @@
 """The documentation site's reference pages, generated from the tables the code declares, so the
 pages cannot drift from the code: `python -m attnlab.reporting.reference_pages docs/reference`.
 
-Finding codes from `attnlab.diagnosis.codes`, configuration keys from `attnlab.schema.KEYS`, the
+Finding codes from `attnlab.diagnosis.codes`, diagnostics columns from
+`attnlab.diagnosis.columns`, configuration keys from `attnlab.schema.KEYS`, the
 built-in variants from the plugins attnlab ships (a user's own plugins are not listed).
 """
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 from attnlab.diagnosis.codes import CODES, FIRST_WHERE_IT_SHOWS, MODEL_CODES
+from attnlab.diagnosis.columns import DIAGNOSTIC_COLUMNS
 from attnlab.modules.registry import discover
 from attnlab.plugin_folders import USER_GROUP
 from attnlab.schema import KEYS, show_value
@@ -41,6 +43,17 @@ def codes_page() -> str:
     ]) + "\n"
 
 
+def diagnostics_page() -> str:
+    rows = [(f"`{column}`", meaning) for column, meaning in DIAGNOSTIC_COLUMNS]
+    return "\n\n".join([
+        GENERATED, "# Diagnostics columns",
+        "The numbers behind the findings: `record.json`'s `diagnostics`, `result.diagnostics` and the "
+        "tables' columns of the same names, one row for the variant and one for the reference. "
+        "`<stage>` is any captured stage; `<h>` a head's index.",
+        _table(("column", "what"), rows),
+    ]) + "\n"
+
+
 def configuration_page() -> str:
     rows = [(f"`{key.name}`", f"`{show_value(key.default)}`", key.help or "", key.allowed) for key in KEYS]
     return "\n\n".join([
@@ -63,7 +76,8 @@ def variants_page() -> str:
     return "\n\n".join(sections) + "\n"
 
 
-PAGES = {"codes.md": codes_page, "configuration.md": configuration_page, "variants.md": variants_page}
+PAGES = {"codes.md": codes_page, "diagnostics.md": diagnostics_page, "configuration.md": configuration_page,
+         "variants.md": variants_page}
 
 
 def write_pages(folder: Path) -> list[Path]:

@@ -1,7 +1,7 @@
 """Other libraries' attention classes with zero edits: a plugin file that only imports the class
 (x-transformers' Attention in its main settings, diffusers' Attention, torch's nn.MultiheadAttention),
-and copies of three (x-transformers', diffusers', the book's Llama 3 GroupedQueryAttention) with a
-mistake planted, each found at its stage."""
+and copies of four (x-transformers', diffusers', torch's and the book's Llama 3 GroupedQueryAttention)
+with a mistake planted, each found at its stage."""
 
 from __future__ import annotations
 
@@ -76,6 +76,14 @@ PLANTED = {
                 self.set_processor(AttnProcessor())  # the processor that reads self.scale
                 self.scale = 1.0  # changed: no 1/sqrt(head_dim)
     ''', ("scaling", "scaled_scores")),
+    "torch": ('''
+        from torch.nn import MultiheadAttention
+
+
+        class KeysReversed(MultiheadAttention):
+            def forward(self, x, attn_mask=None):  # x: (tokens, batch, d_in), torch's default layout
+                return super().forward(x, x.flip(0), x, attn_mask=attn_mask, need_weights=False)[0]  # changed
+    ''', ("key_index", "keys")),
     "book": (BOOK_GQA.replace("keys, queries = apply_rope(keys, cos, sin), apply_rope(queries, cos, sin)",
                               "queries = apply_rope(queries, cos, sin)  # changed: the keys are not rotated"),
              ("rotary_misapplied", "keys")),

@@ -101,7 +101,8 @@ def multi_head_attention(rec: Recording, func, args: tuple, kwargs: dict) -> Any
     call = bind(func, args, kwargs)
     if call is None or call.get("key_padding_mask") is not None:
         return out
-    x = call["query"].transpose(0, 1)  # (b, num_tokens, embed_dim)
+    # each projection of its own input: a module may pass keys or values other than its queries
+    inputs = [call[name].transpose(0, 1) for name in ("query", "key", "value")]  # (b, num_tokens, embed_dim) each
     num_heads, embed_dim = int(call["num_heads"]), int(call["embed_dim_to_check"])
     if call.get("use_separate_proj_weight"):
         weights = [call["q_proj_weight"], call["k_proj_weight"], call["v_proj_weight"]]
@@ -109,10 +110,9 @@ def multi_head_attention(rec: Recording, func, args: tuple, kwargs: dict) -> Any
         weights = list(call["in_proj_weight"].chunk(3))
     biases = list(call["in_proj_bias"].chunk(3)) if call.get("in_proj_bias") is not None else [None] * 3
     head = Head(reconstructed={"queries", "keys", "values", "scores", "scaled_scores", "weights", "context"})
-    b, n = x.shape[0], x.shape[1]
-    for stage, weight, bias in zip(("queries", "keys", "values"), weights, biases):
+    for stage, x, weight, bias in zip(("queries", "keys", "values"), inputs, weights, biases):
         projected = F.linear(x, weight, bias)  # (b, num_tokens, embed_dim)
-        head.found[stage] = projected.view(b, n, num_heads, embed_dim // num_heads).transpose(1, 2)
+        head.found[stage] = projected.view(*x.shape[:2], num_heads, embed_dim // num_heads).transpose(1, 2)
         head.sources[stage] = stage
     mask = call.get("attn_mask")
     head.found.update(attend(head.found["queries"], head.found["keys"], scale=(embed_dim // num_heads) ** -0.5,

@@ -80,18 +80,20 @@ def sweep(out: Path, *, isolation: bool = False) -> dict[str, str]:
 
 
 def digests(out: Path) -> dict[str, str]:
-    """{path under `out` (event files by a fixed name): sha256 of the file as compared}."""
-    table = {}
+    """{path under `out` (event files by a fixed name): sha256 of the file as compared}. The event
+    files of one run (a sweep's jobs share runs) are named in the order of their digests."""
+    table, events = {}, {}
     for path in sorted(p for p in Path(out).rglob("*") if p.is_file() and p.name not in LEFT_OUT):
         relative = path.relative_to(out).as_posix()
         if path.name.startswith("events.out.tfevents."):
-            relative, data = str(Path(relative).with_name("events.out.tfevents")), _events(path, out)
-        elif path.suffix == ".png":
-            data = _pixels(path.read_bytes())
-        else:
-            data = _text(path, out)
+            name = "events.out.tfevents" + (".sessions" if path.name.endswith(".sessions") else "")
+            events.setdefault(str(Path(relative).with_name(name)), []).append(hashlib.sha256(_events(path, out)).hexdigest())
+            continue
+        data = _pixels(path.read_bytes()) if path.suffix == ".png" else _text(path, out)
         table[relative] = hashlib.sha256(data).hexdigest()
-    return table
+    for name, found in events.items():
+        table.update({name if len(found) == 1 else f"{name}[{i}]": digest for i, digest in enumerate(sorted(found))})
+    return dict(sorted(table.items()))
 
 
 def _pixels(png: bytes) -> bytes:

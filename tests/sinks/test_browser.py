@@ -90,15 +90,7 @@ def test_tensorboard_opens_on_the_sweeps_curves_and_draws_its_pages(app, tmp_pat
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        layout = None
-        while time.monotonic() < deadline and not layout:
-            try:
-                with urllib.request.urlopen(f"{base}/data/plugin/custom_scalars/layout", timeout=5) as response:
-                    layout = json.loads(response.read())
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.5)
-        assert layout, "TensorBoard served no Custom Scalars layout"
+        layout = wait_for_json(f"{base}/data/plugin/custom_scalars/layout")
         assert [c["title"] for c in layout["category"]] == ["sweep: against num_kv_heads"]  # no step-0 categories
         for page in ("custom_scalars", "images", "hparams"):
             screen = screenshot(f"{base}/#{page}", tmp_path / f"{page}.png", tmp_path / "profile", wait_ms=15000)
@@ -107,6 +99,52 @@ def test_tensorboard_opens_on_the_sweeps_curves_and_draws_its_pages(app, tmp_pat
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+def heatmap_pixels(screen: np.ndarray) -> int:
+    """Pixels of the difference maps' blue and red right of TensorBoard's run list and below its bar
+    (its orange is neither: too much green)."""
+    r, g, b = (screen[150:, 360:, i].astype(int) for i in range(3))
+    return int(((b - r > 60) & (b - g > 30)).sum() + ((r - g > 80) & (r - b > 40) & (g < 100)).sum())
+
+
+@needs_browser
+def test_tensorboard_on_runs_with_an_81_job_sweep_opens_on_its_images(app, tmp_path: Path) -> None:
+    """TensorBoard selects no run at all when a logdir has more than 40: an 81-job sweep under
+    `runs` must still open with its heatmaps on screen."""
+    runs = tmp_path / "runs"
+    result = app("-m", f"hydra.sweep.dir={runs}/multirun/2026-12-06/10-00-00", "variant=reference,unscaled,wrong_softmax_axis",
+                 "seed=1,2,3", "d_out=2,4,8", "inputs=random", "inputs.n_tokens=4,5,6", "log.terminal=false",
+                 "log.html=false", "log.histograms=false")
+    assert result.returncode == 0, result.stderr
+    assert len(list(runs.rglob("record.json"))) == 81
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(runs), "--host", "127.0.0.1",
+                               "--port", str(port), "--load_fast", "false"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        names = wait_for_json(f"http://127.0.0.1:{port}/data/runs")
+        assert 3 <= len(names) <= 40, names
+        screen = screenshot(f"http://127.0.0.1:{port}/#images", tmp_path / "images.png", tmp_path / "profile",
+                            wait_ms=20000)
+        assert heatmap_pixels(screen) > 20000, "the Images tab opened without the sweep's heatmaps"
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+def wait_for_json(url: str, timeout_s: float = 90) -> object:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                data = json.loads(response.read())
+            if data:
+                return data
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"TensorBoard served nothing at {url}")
 
 
 def page_images(page: str) -> dict[str, np.ndarray]:

@@ -237,7 +237,7 @@ def test_hparams_session_holds_the_flattened_config(book_events):
         "variant": "unscaled", "seed": 123, "d_out": 2, "weights": "shared", "inputs.kind": "book",
         "n_tokens": 6, "d_in": 3, "inputs.path": "None", "expect.context_shape": "[6, 2]",
         "expect.tolerance": 0.5, "expect.strict": True,
-        "first_divergent_stage": "scaled_scores", "findings": "scaling",  # the verdict, to sort and filter by
+        "status": "ok", "first_divergent_stage": "scaled_scores", "findings": "scaling",  # the verdict, to sort and filter by
     }  # fmt: skip
     assert start.group_name == "0-variant=unscaled s123"  # the trial: the run's folder and seed
     experiment = metadata.parse_experiment_plugin_data(content[metadata.EXPERIMENT_TAG])
@@ -433,14 +433,20 @@ def test_a_sweeps_charts_are_written_last_first_for_the_dashboard_to_show_them_i
     assert written[-1] == "weights/entropy_mean"  # shown first
 
 
-def test_a_sweep_jobs_scalars_sit_at_its_job_number(tmp_path: Path) -> None:
-    """Every job at step 0 stacked a sweep's runs into one vertical cloud of dots."""
+def test_a_sweep_job_writes_into_its_variants_run_at_its_job_number(tmp_path: Path) -> None:
+    """Every job at step 0 stacked a sweep's runs into one vertical cloud of dots; jobs sharing a run
+    at one step would cover each other's images."""
     from attnlab.sinks.base import JobInfo
 
-    job = JobInfo(dir=tmp_path / "3-seed=7", sweep_dir=tmp_path, num=3)
-    write_tensorboard([book_record()], job.dir, table_markdown=TABLE, images=False, histograms=False, swept=[], job=job)
-    (point,) = accumulate(job.dir).Scalars("divergence/context")
-    assert point.step == 3
+    record = book_record()
+    for num in (3, 5):
+        job = JobInfo(dir=tmp_path / f"{num}-seed={num}", sweep_dir=tmp_path, num=num)
+        write_tensorboard([record], job.dir, table_markdown=TABLE, histograms=False, job=job)
+        assert not list(job.dir.glob("events.out.tfevents.*"))
+    events = accumulate(tmp_path / record.variant)  # no multirun.yaml: nothing swept but the variant
+    assert [point.step for point in events.Scalars("divergence/context")] == [3, 5]
+    assert [image.step for image in events.Images("heatmaps/variant/weights")] == [3, 5]
+    assert [text.step for text in events.Tensors("text/findings")] == [3, 5]
 
 
 def test_a_sweeps_curves_sort_before_every_jobs_scalars(book_events, tmp_path: Path) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+
+from attnlab.sinks.tensorboard import VERDICT
 
 pytestmark = pytest.mark.slow
 
@@ -26,39 +29,43 @@ def hparams_events(job_dir: Path) -> tuple:
     return experiment, start
 
 
-def test_every_job_of_a_sweep_shows_the_swept_keys_first_and_the_same_columns(app, tmp_path) -> None:
+def test_a_sweep_has_a_session_per_run_its_swept_keys_first(app, tmp_path) -> None:
+    """The jobs of a sweep share a TensorBoard run per configuration (here: per variant, the seeds
+    its jobs); its HParams session is written when the sweep ends, with the values the jobs share
+    and their verdicts."""
     sweep = tmp_path / "sweep"
     result = app("-m", f"hydra.sweep.dir={sweep}", "variant=reference,softcap,sliding_window", "seed=1,2",
                  "d_out=4", "log.terminal=false", "log.images=false", "log.histograms=false")
     assert result.returncode == 0, result.stderr
-    jobs = sorted((p.parent for p in sweep.glob("*/record.json")), key=lambda job: int(job.name.split("-")[0]))
-    assert len(jobs) == 6
-    experiments, trials = [], []
-    for job in jobs:
-        experiment, start = hparams_events(job)
-        experiments.append(experiment)
-        trials.append(start.group_name)
-        assert [info.name for info in experiment.hparam_infos if info.differs] == ["variant", "seed"]
+    runs = sorted(p.parent for p in sweep.glob("*/events.out.tfevents.*.sessions"))
+    assert [run.name for run in runs] == ["reference", "sliding_window", "softcap"]
+    for run in runs:
+        experiment, start = hparams_events(run)
+        assert [info.name for info in experiment.hparam_infos if info.differs] == ["variant", *VERDICT]
         names = {info.name for info in experiment.hparam_infos}
         assert {"d_out", "num_kv_heads", "findings", "first_divergent_stage"} <= names  # every key declared
         assert not any(name.endswith(("_target_", "_convert_")) for name in names)
+        assert start.group_name == f"sweep {run.name}"
         assert start.hparams["d_out"].number_value == 4 and "inputs.kind" in start.hparams
-    assert trials == sorted(trials)  # the trial names sort in job order
-    assert trials[0] == "sweep #000 reference s1" and trials[2] == "sweep #002 softcap s1"
-    params = {key for job in jobs for key in hparams_events(job)[1].hparams if key.startswith("variant.params.")}
-    assert params == {"variant.params.cap", "variant.params.window"}  # differ by variant, not columns
+        assert "seed" not in start.hparams  # its two jobs differ in it: not a value of the run
+        assert len(list(run.glob("events.out.tfevents.*"))) == 3  # two jobs and the sessions
+    _, softcap = hparams_events(sweep / "softcap")
+    records = [json.loads(p.read_text()) for p in sorted(sweep.glob("*variant=softcap*/record.json"))]
+    codes = [" ".join(f["code"] for f in record["findings"]) for record in records]
+    assert len(codes) == 2 and softcap.hparams["findings"].string_value == " / ".join(dict.fromkeys(codes))
+    assert softcap.hparams["variant.params.cap"].number_value > 0
 
 
-def test_a_swept_variant_param_is_a_column_and_names_the_trial(app, tmp_path) -> None:
+def test_a_swept_variant_param_names_the_run_and_its_session(app, tmp_path) -> None:
     sweep = tmp_path / "sweep"
     result = app("-m", f"hydra.sweep.dir={sweep}", "variant=sliding_window", "variant.params.window=2,3",
                  "log.terminal=false", "log.images=false", "log.histograms=false", "log.html=false")
     assert result.returncode == 0, result.stderr
-    for job in sorted(p.parent for p in sweep.glob("*/record.json")):
-        experiment, start = hparams_events(job)
-        assert [info.name for info in experiment.hparam_infos if info.differs] == ["variant.params.window"]
-        window = int(start.hparams["variant.params.window"].number_value)
-        assert start.group_name.endswith(f"sliding_window variant.params.window={window} s123")
+    for window in (2, 3):
+        experiment, start = hparams_events(sweep / f"sliding_window,variant.params.window={window}")
+        assert [info.name for info in experiment.hparam_infos if info.differs] == ["variant.params.window", *VERDICT]
+        assert int(start.hparams["variant.params.window"].number_value) == window
+        assert start.group_name == f"sweep sliding_window variant.params.window={window}"
 
 
 def test_a_single_run_keeps_every_hparam_but_hydra_internals(app) -> None:

@@ -149,12 +149,13 @@ def override_hparams(overrides: Iterable[str], *, swept_only: bool = False) -> l
 LABEL_VALUE_LENGTH = 24  # a value longer than this (a path, a list) is cut in a run's name
 
 
-def run_label(record: Record, keys: Iterable[str]) -> str:
+def run_label(record: Record, keys: Iterable[str], *, seed: bool = True) -> str:
     """`unscaled d_out=8 s1`: the variant, the record's value of each of `keys` (the swept or given
-    hyperparameters, besides the variant and the seed) and the seed; long values cut with "…"."""
+    hyperparameters, besides the variant and the seed) and the seed (unless `seed` is false); long
+    values cut with "…"."""
     values = hparams(record)
     given = [f"{key}={_short(values[key])}" for key in keys if key not in ("variant", "seed") and key in values]
-    return " ".join([record.variant, *given, f"s{record.seed}"])
+    return " ".join([record.variant, *given, *([f"s{record.seed}"] if seed else [])])
 
 
 def _short(value: object) -> str:

@@ -7,8 +7,12 @@ from __future__ import annotations
 import shlex
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnlab.reporting.metrics import override_hparams
+
+if TYPE_CHECKING:
+    from hydra.core.override_parser.types import Override
 
 MULTIRUN_FILE = "multirun.yaml"
 MULTIRUN_MODE = "hydra.mode=MULTIRUN"  # Hydra's record of the `-m` flag
@@ -20,6 +24,30 @@ def swept_hparams(sweep_dir: Path) -> list[str]:
     every job: TensorBoard shows the columns of whichever job's experiment summary it reads first."""
     params, task, _ = _overrides(sweep_dir)
     return override_hparams([*params, *task], swept_only=True)
+
+
+def swept_values(sweep_dir: Path) -> dict[str, list[str] | None]:
+    """{hyperparameter: the values the sweep gives it, as typed} for each swept one, in the order
+    of `swept_hparams`; None where listing them needs more than the command line (a glob over a
+    config group's options)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params, task, _ = _overrides(sweep_dir)
+    values: dict[str, list[str] | None] = {}
+    for override in OverridesParser.create().parse_overrides([*params, *task]):
+        name = override_hparams([override.input_line or ""], swept_only=True)
+        if name:
+            values[name[0]] = _listed(override)
+    return values
+
+
+def _listed(override: Override) -> list[str] | None:
+    from hydra.errors import HydraException
+
+    try:
+        return list(override.sweep_string_iterator())
+    except HydraException:  # a glob lists its config group's options, which the command line does not hold
+        return None
 
 
 def sweep_command(sweep_dir: Path) -> str | None:
@@ -58,4 +86,4 @@ def _read(saved: str, mtime_ns: int) -> Overrides:
             tuple(overrides.get("hydra") or ()))
 
 
-__all__ = ["MULTIRUN_FILE", "sweep_command", "swept_hparams"]
+__all__ = ["MULTIRUN_FILE", "sweep_command", "swept_hparams", "swept_values"]

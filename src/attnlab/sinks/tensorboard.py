@@ -1,11 +1,14 @@
-"""TensorBoard sink: one run per job, its event file directly in the job folder.
+"""TensorBoard sink: a single run is one TensorBoard run, its event file directly in the job
+folder; a sweep's jobs share runs in the sweep's folder, one per configuration or per variant
+(attnlab.sinks.tensorboard_runs), so TensorBoard opens on them with every run selected.
 
-Nothing here creates a sub-run (no timestamped HParams folder, no writer per key), so
-`tensorboard --logdir runs` lists every job by its folder name and a sweep folder alone is a
-valid logdir. A job is one point at step 0, a sweep's job at its job number (an n_seeds job:
-one point per seed, at step=seed; a run inside a model: one point per layer, at step=layer), and the HParams dashboard compares jobs, a trial per job named
-`<sweep> #<num> <variant> <swept values> s<seed>`, its findings and first divergent stage as
-columns. A sweep's curves are its Custom Scalars, the only layout written (jobs write none).
+Nothing here creates a sub-run (no timestamped HParams folder, no writer per key), so a sweep
+folder alone is a valid logdir. A single run is one point at step 0, a sweep's job at its job
+number (an n_seeds job: one point per seed, at step=seed; a run inside a model: one point per
+layer, at step=layer), its images, histograms and texts too. The HParams dashboard has a session
+per TensorBoard run (a single run's own; a sweep's written when it ends, named `<sweep> <run>`),
+its findings and first divergent stage as columns. A sweep's curves are its Custom Scalars, the
+only layout written (jobs write none).
 
 Tags:
 - scalars: every numeric diagnostic under its grouped name (attnlab.reporting.metrics: `divergence/context`,
@@ -16,7 +19,7 @@ Tags:
 - histograms: `histograms/{variant,reference}/<stage>`.
 - text: `text/table` (a header row, then a row per column of comparison.csv), `text/findings`,
   `text/config` (YAML, without Hydra's `_target_`/`_convert_`).
-- hparams: one session per job; the metrics are scalar tags logged above.
+- hparams: one session per TensorBoard run; the metrics are scalar tags logged above.
 
 The event file is written here (`EventFile`), in TensorBoard's format, with the `crc32c`
 package's checksum: the record writer of tensorboard computes the same checksum in pure Python,
@@ -48,6 +51,7 @@ from attnlab.record import Record
 from attnlab.reporting.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo
 from attnlab.sinks.model_html import model_head_grid
+from attnlab.sinks.tensorboard_runs import job_run_dir, run_folder_name, run_keys
 
 if TYPE_CHECKING:
     from tensorboard.compat.proto.summary_pb2 import Summary
@@ -71,13 +75,14 @@ class TensorBoardSink:
         markdown = rows_markdown(job_rows(records), transpose=len(records) == 1)
         write_tensorboard(list(records), job.dir, table_markdown=markdown, images=self.images,
                           histograms=self.histograms,
-                          swept=swept_hparams(job.sweep_dir) if job.sweep_dir is not None else None, job=job)
+                          job=job)
 
     def write_sweep(self, report: Report, folder: Path) -> None:
         from attnlab.reporting.sweep_plots import DEFAULT_DIAGNOSTICS, sweep_curves
 
         curves, _ = sweep_curves(report, DEFAULT_DIAGNOSTICS if self.plots is None else list(self.plots))
         write_sweep_curves(curves, Path(folder) / SWEEP_RUN)
+        write_sweep_sessions(report, Path(folder))
 
 
 SWEEP_RUN = "sweep"  # <sweep>/sweep/<line>: one TensorBoard run per line (variant), so each is its own line
@@ -102,7 +107,7 @@ def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
             "Margin", [f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"]]
     layout = dict(reversed(layout.items()))  # categories in the order of the keys, charts reversed within each
     for label in dict.fromkeys(label for curve in curves for label in curve.lines):
-        with EventFile(folder / sweep_run_name(label)) as events:
+        with EventFile(folder / run_folder_name(label)) as events:
             for curve in curves:
                 step = sweep_steps(curve)
                 tag = sweep_tag(curve)
@@ -130,11 +135,6 @@ def _chart_title(curve: Curve) -> str:
     return f"{title}, step = index of {curve.key}: {mapping}"
 
 
-def sweep_run_name(label: str) -> str:
-    """A folder name for a line label (`gqa · d_out=8` -> `gqa,d_out=8`)."""
-    return "".join(c if c.isalnum() or c in "._=-," else "_" for c in label.replace(" · ", ","))
-
-
 def _remove_sweep_runs(folder: Path) -> None:
     for events in Path(folder).glob("*/events.out.tfevents.*"):
         events.unlink()
@@ -150,35 +150,73 @@ def write_tensorboard(
     table_markdown: str,
     images: bool = True,
     histograms: bool = True,
-    swept: list[str] | None = None,
     job: JobInfo | None = None,
 ) -> None:
-    """Write one job as one TensorBoard run whose event file sits in `job_dir`.
+    """Write one job: a single run's as one TensorBoard run whose event file sits in `job_dir`; a
+    sweep's job into the run it shares with its configuration or its variant
+    (attnlab.sinks.tensorboard_runs), an event file of its own at its job's number.
 
     One record is logged at step 0, or at its job's number in a sweep: a chart of a sweep's runs
-    reads along its jobs instead of stacking every dot at step 0. Several (an `n_seeds` job) put
-    each seed's scalars at step=seed, so the charts show the spread over seeds; the images, histograms, texts and the
-    HParams session (with the first seed's metrics) come from the first record that ran.
+    reads along its jobs. Several (an `n_seeds` job) put each seed's scalars at step=seed, so the
+    charts show the spread over seeds; the images, histograms and texts come from the first record
+    that ran. A single run's HParams session is its own; a sweep's are written when it ends
+    (`write_sweep_sessions`), one per shared run.
     """
     ok = [record for record in records if record.ok]
     first = ok[0] if ok else records[0]  # a failed job still gets its error and a failed HParams session
+    in_sweep = job is not None and job.sweep_dir is not None
     step = job.num if job is not None and job.num is not None else 0
-    with EventFile(job_dir) as events:
+    with EventFile(job_run_dir(first, job.sweep_dir) if in_sweep else job_dir) as events:
         for record in ok:
             events.add(scalars_summary(metric_values(record)), step=_step(record, len(records), step))
         if images:
-            _write_heatmaps(events, first, job_dir)
+            _write_heatmaps(events, first, job_dir, step)
             for record in (r for r in ok if r.model is not None and r.reference_stages.get("weights") is not None):
                 events.add(image_summary("heatmaps/model/weights", model_head_grid(record)), step=record.model.layer)
         if histograms:
-            _write_histograms(events, first)
+            _write_histograms(events, first, step)
         _write_texts(events, {"table": table_markdown, "findings": findings_markdown(first),
-                              "config": config_markdown(first.config)})
-        scalars = metric_values(first)
-        metrics = list(KEY_METRICS) if swept is not None else [tag for tag in KEY_METRICS if tag in scalars]
-        for summary in hparams_summaries(session_hparams(first), metrics, ok=first.ok, swept=swept,
-                                         trial=trial_name(first, job or JobInfo(Path(job_dir)), swept)):
-            events.add(summary)
+                              "config": config_markdown(first.config)}, step)
+        if not in_sweep:
+            scalars = metric_values(first)
+            for summary in hparams_summaries(session_hparams(first), [tag for tag in KEY_METRICS if tag in scalars],
+                                             ok=first.ok, trial=trial_name(first, job or JobInfo(Path(job_dir)))):
+                events.add(summary)
+
+
+def write_sweep_sessions(report: Report, folder: Path) -> None:
+    """HParams' sessions of a sweep: one per shared run (its configuration, or its variant), named
+    `<sweep folder> <run label>`, with the values its jobs share and their verdicts together (the
+    first divergent stages and findings of all of them; failed if one failed). Written when the
+    sweep ends, in a file of its own per run that a later end replaces."""
+    keys = run_keys(folder)
+    groups: dict[str, list[Record]] = {}
+    for record in report.records:
+        groups.setdefault(run_label(record, keys, seed=False), []).append(record)
+    swept = [key for key in swept_hparams(folder) if key == "variant" or key in keys]  # what tells the runs apart
+    for old in Path(folder).glob(f"*/events.out.tfevents.*{SESSIONS_SUFFIX}"):
+        old.unlink()
+    for label, records in groups.items():
+        with EventFile(Path(folder) / run_folder_name(label), suffix=SESSIONS_SUFFIX) as events:
+            for summary in hparams_summaries(group_hparams(records, swept), list(KEY_METRICS),
+                                             ok=all(r.ok for r in records), swept=swept,
+                                             trial=f"{Path(folder).name} {label}"):
+                events.add(summary)
+
+
+SESSIONS_SUFFIX = ".sessions"  # the sweep's end writes these files; its next end replaces them
+
+
+def group_hparams(records: Sequence[Record], swept: Sequence[str]) -> dict[str, bool | int | float | str]:
+    """What HParams shows of the jobs sharing a run: the hyperparameters they share (a seed they
+    differ in is not one), then their verdicts together, each distinct one once."""
+    shared = dict(hparams(records[0]))
+    for record in records[1:]:
+        shared = {key: value for key, value in hparams(record).items() if shared.get(key) == value}
+    verdicts = [session_hparams(record) for record in records]
+    together = {name: " / ".join(dict.fromkeys(v[name] for v in verdicts)) for name in VERDICT}
+    return {**{key: shared[key] for key in swept if key in shared}, **together,
+            **{key: value for key, value in shared.items() if key not in swept}}
 
 
 def _step(record: Record, n_records: int, single: int) -> int:
@@ -189,22 +227,22 @@ def _step(record: Record, n_records: int, single: int) -> int:
     return single if n_records == 1 else record.seed
 
 
+VERDICT = ("status", "first_divergent_stage", "findings")  # marked as differing: shown beside the swept keys
+
+
 def session_hparams(record: Record) -> dict[str, bool | int | float | str]:
     """What HParams shows of a job: its config (attnlab.reporting.metrics.hparams), then its verdict
-    as columns to sort and filter by: the first divergent stage and the findings' codes."""
-    verdict = {"first_divergent_stage": str(record.first_divergent_stage or "none") if record.ok else "failed",
+    as columns to sort and filter by: its status, the first divergent stage and the findings' codes."""
+    verdict = {"status": record.status,
+               "first_divergent_stage": str(record.first_divergent_stage or "none") if record.ok else "failed",
                "findings": " ".join(f.code for f in record.findings) or "none"}
     return {**hparams(record), **verdict}
 
 
-def trial_name(record: Record, job: JobInfo, swept: Sequence[str] | None) -> str:
-    """HParams' trial: `11-30-23 #03 unscaled d_out=8 s1` in a sweep (the sweep's folder, the
-    job's number, the variant, its other swept values, the seed), which sorts in job order and
-    tells sweeps apart; a single run's folder name and seed otherwise (trials of one name are
-    pooled into one row)."""
-    if job.sweep_dir is None or job.num is None:
-        return f"{Path(job.dir).name} s{record.seed}"
-    return " ".join([Path(job.sweep_dir).name, f"#{job.num:03d}", run_label(record, swept or ())])
+def trial_name(record: Record, job: JobInfo) -> str:
+    """A single run's HParams trial: its folder name and seed (trials of one name are pooled into
+    one row)."""
+    return f"{Path(job.dir).name} s{record.seed}"
 
 
 class EventFile:
@@ -213,8 +251,9 @@ class EventFile:
 
     _numbers = itertools.count()
 
-    def __init__(self, folder: Path) -> None:
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(self._numbers)}"
+    def __init__(self, folder: Path, suffix: str = "") -> None:
+        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
+                f".{next(self._numbers)}{suffix}")
         Path(folder).mkdir(parents=True, exist_ok=True)
         self.path = Path(folder) / name
         self._file = open(self.path, "wb")
@@ -254,9 +293,9 @@ def scalars_summary(values: Mapping[str, float]) -> Summary:
     return Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in values.items()])
 
 
-def _write_heatmaps(events: EventFile, record: Record, job_dir: Path) -> None:
+def _write_heatmaps(events: EventFile, record: Record, job_dir: Path, step: int) -> None:
     for tag, image in job_heatmaps(record, job_dir):
-        events.add(image_summary(tag, image))
+        events.add(image_summary(tag, image), step=step)
 
 
 def image_summary(tag: str, image: EncodedHeatmap) -> Summary:
@@ -268,7 +307,7 @@ def image_summary(tag: str, image: EncodedHeatmap) -> Summary:
     return Summary(value=[Summary.Value(tag=tag, image=encoded)])
 
 
-def _write_histograms(events: EventFile, record: Record) -> None:
+def _write_histograms(events: EventFile, record: Record, step: int) -> None:
     """Histograms of the finite values only: np.histogram cannot bin NaN or infinity, and the
     non_finite/<stage> scalars already count them. Above HISTOGRAM_SAMPLE values, of an evenly
     strided sample (a 4096-token stage would otherwise be copied whole)."""
@@ -284,16 +323,16 @@ def _write_histograms(events: EventFile, record: Record) -> None:
                 values = values[:: -(-values.size // HISTOGRAM_SAMPLE)]
             finite = values[np.isfinite(values)]
             if finite.size:
-                events.add(histogram(f"histograms/{source}/{stage}", finite, bins=HISTOGRAM_BINS))
+                events.add(histogram(f"histograms/{source}/{stage}", finite, bins=HISTOGRAM_BINS), step=step)
 
 
-def _write_texts(events: EventFile, texts: dict[str, str]) -> None:
+def _write_texts(events: EventFile, texts: dict[str, str], step: int) -> None:
     """Markdown under `text/<name>`, via tensorboard's own text summary: torch's add_text would
     append `/text_summary` to every tag."""
     from tensorboard.plugins.text.summary_v2 import text_pb
 
     for name, markdown in texts.items():
-        events.add(text_pb(f"text/{name}", markdown))
+        events.add(text_pb(f"text/{name}", markdown), step=step)
 
 
 def config_markdown(config: Mapping[str, Any]) -> str:
@@ -322,10 +361,11 @@ def hparams_summaries(hparams: Mapping[str, bool | int | float | str], metrics: 
     (`isinstance(True, int)`), and rather than tensorboard's own `hparams.summary`, which needs
     TensorFlow. No hparam domains: one job cannot know the values its sweep siblings take.
 
-    The experiment declares every hyperparameter of the job, the swept ones (`swept`) marked
-    `differs`, which the dashboard sorts first: TensorBoard reads one experiment per logdir, and
-    a logdir of several sweeps needs each sweep's keys (`d_out`, `num_kv_heads`) declared by every
-    job. `trial` names the session's group, HParams' trial id.
+    The experiment declares every hyperparameter of the job, the swept ones (`swept`) and the
+    verdict marked `differs`, which the dashboard sorts first and shows (its first five):
+    TensorBoard reads one experiment per logdir, and a logdir of several sweeps needs each sweep's
+    keys (`d_out`, `num_kv_heads`) declared by every session. `trial` names the session's group,
+    HParams' trial id.
     """
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
@@ -342,7 +382,7 @@ def hparams_summaries(hparams: Mapping[str, bool | int | float | str], metrics: 
         else:
             start.hparams[name].string_value = value
             data_type = api_pb2.DATA_TYPE_STRING
-        infos.append(api_pb2.HParamInfo(name=name, type=data_type, differs=name in swept))
+        infos.append(api_pb2.HParamInfo(name=name, type=data_type, differs=name in swept or name in VERDICT))
     infos += [api_pb2.HParamInfo(name=name, type=api_pb2.DATA_TYPE_STRING, differs=True)
               for name in swept if name not in hparams]
     experiment = api_pb2.Experiment(

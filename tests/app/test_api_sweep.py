@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 import attnlab
+from attnlab.errors import UserError
 from attnlab.reporting.aggregate import Report, find_record_files, load_records
 
 
@@ -33,3 +34,18 @@ def test_the_table_equals_the_cli_sweeps(tmp_path):
     assert [p.removeprefix(str(tmp_path / "api")) for p in swept.table["path"]] == \
            [p.removeprefix(str(tmp_path / "cli")) for p in table["path"]]
     pd.testing.assert_frame_equal(swept.table.drop(columns="path"), table.drop(columns="path"))
+
+
+def test_a_grid_with_bad_jobs_is_refused_whole_before_the_first_job(tmp_path):
+    """The first job is good; the third and fourth are not (d_out=6 is not a multiple of num_heads=4,
+    num_kv_heads=3 does not divide num_heads=4): nothing runs, and both reasons are said."""
+    with pytest.raises(UserError) as refused:
+        attnlab.sweep(variant="gqa", num_heads=[2, 4], d_out=[8, 6], num_kv_heads=[1], progress=False,
+                      out_dir=tmp_path / "grid")
+    lines = str(refused.value).splitlines()
+    assert any("d_out=6" in line and "num_heads=4" in line for line in lines), lines
+    assert len(lines) == len(set(lines)) >= 1
+    assert not list(tmp_path.rglob("record.json"))
+    with pytest.raises(UserError, match="num_kv_heads=3"):
+        attnlab.sweep(variant="gqa", num_heads=4, d_out=8, num_kv_heads=[1, 3], progress=False, out_dir=tmp_path / "kv")
+    assert not list(tmp_path.rglob("record.json"))

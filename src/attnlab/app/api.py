@@ -143,6 +143,27 @@ def run(
     weights="native"). A list is a sweep: `attnlab.sweep`."""
     from attnlab.app.job import run_job
 
+    cfg, words = prepared(variant, seed, reference=reference, overrides=overrides, **kwargs)
+    if out_dir is not None:
+        hydra_dir = Path(out_dir) / ".hydra"
+        hydra_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, hydra_dir / "config.yaml")
+        OmegaConf.save(OmegaConf.create(words), hydra_dir / "overrides.yaml")
+    records = run_job(cfg, None if out_dir is None else Path(out_dir))
+    results = [Result(record) for record in records]
+    return results[0] if len(results) == 1 else results
+
+
+def prepared(
+    variant: str | type[nn.Module] | nn.Module = "reference",
+    seed: int = 123,
+    *,
+    reference: str | type[nn.Module] | nn.Module | None = None,
+    overrides: Iterable[str] = (),
+    **kwargs: Any,
+) -> tuple[DictConfig, list[str]]:
+    """`run`'s config for these arguments and its overrides as the CLI would read them: objects
+    registered under their session names, a notebook's terminal output and progress bar off."""
     _one_value("variant", variant)
     _one_value("seed", seed)
     refresh()
@@ -159,15 +180,7 @@ def run(
     for switch in ("terminal", "progress"):  # a notebook shows the Result
         if not any(o.lstrip("+").startswith(f"log.{switch}=") for o in overrides):
             kwargs["log"] = {switch: False, **kwargs.get("log", {})}
-    cfg = compose_config(variant, seed, overrides, **kwargs)
-    if out_dir is not None:
-        hydra_dir = Path(out_dir) / ".hydra"
-        hydra_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, hydra_dir / "config.yaml")
-        OmegaConf.save(OmegaConf.create(override_words(variant, seed, overrides, **kwargs)), hydra_dir / "overrides.yaml")
-    records = run_job(cfg, None if out_dir is None else Path(out_dir))
-    results = [Result(record) for record in records]
-    return results[0] if len(results) == 1 else results
+    return compose_config(variant, seed, overrides, **kwargs), override_words(variant, seed, overrides, **kwargs)
 
 
 def session_name(obj: str | type[nn.Module] | nn.Module) -> str:

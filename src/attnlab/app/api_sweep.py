@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from attnlab.app.api import Result, run, session_name
+from attnlab.app.api import Result, prepared, run, session_name
 from attnlab.errors import UserError
 from attnlab.reporting.aggregate import Report, find_record_files, load_records
 
@@ -44,6 +44,9 @@ def sweep(variant: Any = "reference", seed: Any = 123, *, overrides: Iterable[st
             raise UserError(f"{key}=[]: a sweep needs at least one value of {key}")
     fixed = {key: value for key, value in axes.items() if key not in listed}
     jobs = [dict(zip(listed, values)) for values in itertools.product(*listed.values())]
+    refused = list(dict.fromkeys(problem for job in jobs for problem in _refusals({**fixed, **job}, overrides)))
+    if refused:  # every bad job's line, before the first job runs: nothing half done
+        raise UserError("\n".join(refused))
     results: list[Result] = []
     for number, job in enumerate(jobs):
         if progress:
@@ -57,6 +60,20 @@ def sweep(variant: Any = "reference", seed: Any = 123, *, overrides: Iterable[st
         return SweepResult(results, Report([r.record for r in results]).jobs)
     records, _problems = load_records(find_record_files([Path(out_dir)]))  # as `attnlab compare out_dir` reads them
     return SweepResult(results, Report(records).jobs)
+
+
+def _refusals(arguments: dict[str, Any], overrides: Iterable[str]) -> list[str]:
+    """What a single run of these arguments would refuse before any work, as the CLI's sweeper
+    checks each job: each value alone, then the job's values together."""
+    from attnlab.app.job import check, check_job
+
+    try:
+        cfg, _ = prepared(**arguments, overrides=overrides)
+        check(cfg)
+        check_job(cfg)
+    except UserError as exc:
+        return str(exc).splitlines()
+    return []
 
 
 def _job_dir(number: int, job: dict[str, Any]) -> str:

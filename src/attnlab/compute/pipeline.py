@@ -295,11 +295,11 @@ def diagnosed(mine: Capture, theirs: Capture, *, shared: bool, train: bool, expe
               mixing: batch_mixing.BatchMixing | None = None, unobservable: str | None = None,
               before: Sequence[Finding] = (), after: Sequence[Finding] = ()) -> Diagnosis:
     """Both captures' stages, the diagnostics, the findings and the predictions (also for a layer
-    inside a model, attnlab.model); keys and values at each side's kv heads first. `before`,
-    `after`: findings only a model shows, around the diagnosis's own, the predictions checked
-    against them all; `unobservable`: why the variant's change cannot be seen at this size, said
-    instead of any finding."""
-    align_kv_heads(mine, theirs, shared=shared)
+    inside a model, attnlab.model); keys and values compared at each side's kv heads, the captures
+    themselves left as they are. `before`, `after`: findings only a model shows, around the
+    diagnosis's own, the predictions checked against them all; `unobservable`: why the variant's
+    change cannot be seen at this size, said instead of any finding."""
+    mine, theirs = align_kv_heads(mine, theirs, shared=shared)
     stages, stage_shapes, canonical_shapes = _to_numpy(mine)
     reference_stages, reference_stage_shapes, reference_canonical_shapes = _to_numpy(theirs)
     expected, weights = {k: list(v) for k, v in expected_shapes(theirs).items()}, returned_weights(mine)

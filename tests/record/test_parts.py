@@ -46,10 +46,11 @@ def _record_makers(modules: dict[str, ast.Module]) -> set[str]:
 
 
 def _record_names(function: ast.FunctionDef | ast.AsyncFunctionDef, makers: set[str]) -> set[str]:
-    """The names that hold a record in `function`: its parameters typed Record, the names a record
-    is assigned to."""
+    """The names that hold a record in `function`: `record` (attnlab's name for one, a loop's too),
+    its parameters typed Record, the names a record is assigned to."""
     arguments = function.args
-    names = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs] if _is_record(a.annotation)}
+    names = {"record"} | {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+                          if _is_record(a.annotation)}
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _called(node.value) in makers:
             names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
@@ -102,10 +103,12 @@ def test_the_checks_see_a_record_built_in_steps():
         "def diagnosed(record: Record, mine) -> Record:\n"
         "    return replace(record, stages=mine)\n"
         "def added(mine):\n"
-        "    return replace(compute(mine), stages=mine)\n")
+        "    return replace(compute(mine), stages=mine)\n"
+        "def each(records):\n"
+        "    return [replace(record, path=None) for record in records]\n")
     assert records_constructed({"compute/pipeline.py": stepwise}) == ["compute/pipeline.py:2"]
     assert records_replaced({"compute/pipeline.py": stepwise}) == [
-        "compute/pipeline.py:3", "compute/pipeline.py:5", "compute/pipeline.py:7"]
+        "compute/pipeline.py:3", "compute/pipeline.py:5", "compute/pipeline.py:7", "compute/pipeline.py:9"]
     assert records_replaced({"record/keeping.py": stepwise}) == []  # a copy for the sinks, not a producer
 
 

@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import attnlab
+from attnlab.capture.recorder import Capture, capture
+from attnlab.compute.pipeline import diagnosed
 from attnlab.diagnosis.kv_granularity import repetition, unrepeated
 
 HEADS, KV_HEADS = 4, 2
@@ -122,3 +124,26 @@ def test_x_transformers_attention_with_kv_heads_is_the_tiled_grouping():
     (note,) = [f for f in result.findings if f.code == "kv_heads"]
     assert "tiled: query head h reads key/value head h % 2" in note.message
     assert result.record.diagnostics["divergence_keys"] < 1e-6
+
+
+def as_captured(captured: Capture) -> tuple:
+    """What a capture holds that the kv-head alignment views otherwise: its stages, their shapes, its kv heads."""
+    return ({name: t.clone() for name, t in captured.stages.items()}, dict(captured.native_shapes),
+            captured.kv_heads, captured.kv_order)
+
+
+def test_the_diagnosis_compares_kv_heads_on_copies_leaving_the_captures_as_captured():
+    """A tiled GQA variant against a reference with a kv head per query head, weights shared: both
+    sides' keys and values are diagnosed at the variant's 2 kv heads, both captures keep their 4."""
+    torch.manual_seed(0)
+    x = torch.rand(2, 6, 5)
+    variant = capture(type("Tiled", (RepeatedKV,), {"order": "tiled"})(5, 16, 6, 0.0, HEADS, KV_HEADS), x)
+    reference = capture(RepeatedKV(5, 16, 6, 0.0, HEADS, HEADS), x)
+    before = [as_captured(c) for c in (variant, reference)]
+    diagnosis = diagnosed(variant, reference, shared=True, train=False, expect={})
+    assert diagnosis.stage_shapes["keys"] == diagnosis.reference_stage_shapes["keys"] == [2, KV_HEADS, 6, 4]
+    for captured, (stages, shapes, kv_heads, kv_order) in zip((variant, reference), before):
+        assert captured.stages.keys() == stages.keys()
+        assert all(torch.equal(captured.stages[name], stages[name]) for name in stages)
+        assert captured.native_shapes == shapes and captured.native_shapes["keys"] == (2, HEADS, 6, 4)
+        assert (captured.kv_heads, captured.kv_order) == (kv_heads, kv_order) == (None, "grouped")

@@ -32,7 +32,7 @@ from attnlab.compute.preflight import cap_process, check_declared_inputs
 from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.isolation import run_job_guarded
 from attnlab.app.progress import Progress
-from attnlab.record import Record, keeping_stages, spilled, without_stages, write_record, written
+from attnlab.record import Record, Setup, keeping_stages, record_of, spilled, without_stages, write_record, written
 from attnlab.schema import check_key, check_n_tokens, check_values, declared_n_tokens
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constructor_kwargs, get_variant
 from attnlab.model.config_variants import takes_config
@@ -178,6 +178,7 @@ def mark_failed(records: list[Record], error: str) -> list[str]:
     paths = []
     for record in (r for r in records if r.path is not None):
         try:
+            # a finished record, not one being built: the job's sink failed after it was written
             write_record(replace(record, status="failed", error=error), record.path.parent)
         except OSError:
             record.path.unlink(missing_ok=True)
@@ -254,9 +255,9 @@ def write_failure(cfg: DictConfig, job_dir: Path, error: BaseException) -> Path:
     """A failed record for a job that could not run, with the one-line error."""
     config = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
     cause = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}"
-    record = Record(variant=str(OmegaConf.select(cfg, "variant.name", default="?")),
-                    seed=int(OmegaConf.select(cfg, "seed", default=0)), config=config, status="failed",
-                    error=cause.splitlines()[0] if cause else type(error).__name__)
+    setup = Setup(variant=str(OmegaConf.select(cfg, "variant.name", default="?")),
+                  seed=int(OmegaConf.select(cfg, "seed", default=0)), config=config)
+    record = record_of(setup, error=cause.splitlines()[0] if cause else type(error).__name__)
     return write_record(record, job_dir)
 
 

@@ -12,7 +12,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -35,7 +35,7 @@ from attnlab.compute.preflight import Size, check_fits, should_spill
 from attnlab.capture.spill import as_numpy, spill
 from attnlab.capture.stages import SQUARE_STAGES
 from attnlab.compute.profile import profile_pair
-from attnlab.record import Record
+from attnlab.record import Diagnosis, Finding, Pair, Record, Setup, record_of
 from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, auto_reference
 from attnlab.modules import session
@@ -171,35 +171,33 @@ def compute_record(
     say = phase or (lambda _name: None)
     config = copy.deepcopy(spec.config)
     config["seed"] = seed
-    record = Record(
-        variant=spec.name, seed=seed, config=config, labels=inputs.labels,
-        n_tokens=inputs.n_tokens, d_in=inputs.d_in, d_out=spec.d_out, device=spec.device, dtype=spec.dtype,
-        reference=spec.reference,  # "auto" until auto has chosen: a run failing before says so, not a name
-    )
+    setup = Setup(variant=spec.name, seed=seed, config=config, labels=inputs.labels, n_tokens=inputs.n_tokens,
+                  d_in=inputs.d_in, d_out=spec.d_out, device=spec.device, dtype=spec.dtype)
+    pair = Pair(reference=spec.reference)  # "auto" until auto has chosen: a run failing before says so, not a name
     batch = items if items is not None else inputs.batched(spec.batch)  # (batch, n_tokens, d_in)
     values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
     with compute_threads(inputs.n_tokens):
         try:  # each step that fails the record keeps what the steps before it found
             say("forward")
             variant, planned, spilling = _build_variant(spec, values, inputs, seed)
-            record = replace(record, origin=planned.spec.source if session.is_session(spec.name) else "",
-                             reference=(auto_reference(planned.spec, variant.built.module, variant.batched)
-                                        if spec.reference == "auto" else spec.reference))
-            reference, weights_loaded = _build_reference(spec, values, inputs, seed, record.reference, variant)
-            record = replace(record, weights_loaded=weights_loaded)
+            pair = Pair(origin=planned.spec.source if session.is_session(spec.name) else "",
+                        reference=(auto_reference(planned.spec, variant.built.module, variant.batched)
+                                   if spec.reference == "auto" else spec.reference))
+            reference, weights_loaded = _build_reference(spec, values, inputs, seed, pair.reference, variant)
+            pair = replace(pair, weights_loaded=weights_loaded)
             scratch = _capture_pair(spec, variant, reference, inputs.embeddings, batch, seed, spilling)
         except PluginError as exc:
-            return replace(record, status="failed", error=str(exc))
+            return record_of(setup, pair, error=str(exc))
         _check_shown(spec.show, variant.captured)
         say("diagnostics")
-        record = _diagnose(spec, variant, reference, seed, replace(record, scratch=scratch))
+        diagnosis = _diagnose(spec, variant, reference, seed)
+        profile = None
         if spec.profile:  # after the capture, on the plain modules: profiling never changes a diagnosed value
             say("profile")
             profile = profile_pair((variant.built, variant.x), (reference.built, reference.x),
                                    budget_s=spec.profile_budget_s, backward=spec.profile_backward,
                                    warmed_up=True)  # the capture ran both
-            record = replace(record, profile=profile, diagnostics={**record.diagnostics, **profile})
-    return record
+    return record_of(setup, replace(pair, scratch=scratch), diagnosis, profile=profile)
 
 
 @one_thread()  # small ops only (initialising weights, a probe on 2 x 3 tokens): no thread to wake for each
@@ -284,36 +282,41 @@ def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch
     return scratch
 
 
-def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int, record: Record) -> Record:
-    """The record with the stages, diagnostics, findings and predictions of the two captures."""
+def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int) -> Diagnosis:
+    """The stages, diagnostics, findings and predictions of the two captures."""
     mixing = (_batch_mixing(variant.built, variant.x, variant.captured, seed)
               if variant.batched and not spec.train else None)
-    return diagnosed(record, variant.captured, reference.captured, shared=spec.shared, train=spec.train,
+    return diagnosed(variant.captured, reference.captured, shared=spec.shared, train=spec.train,
                      expect=spec.expect, mixing=mixing, unobservable=variant.unobservable)
 
 
 @one_thread()  # op after op on one (batch item, head) block: no thread to wake for each
-def diagnosed(record: Record, mine: Capture, theirs: Capture, *, shared: bool, train: bool, expect: Any,
-              mixing: batch_mixing.BatchMixing | None = None, unobservable: str | None = None) -> Record:
-    """`record` with both captures' stages, the diagnostics, the findings and the predictions
-    (also for a layer inside a model, attnlab.model); keys and values at each side's kv heads first;
-    `unobservable`: why the variant's change cannot be seen at this size, said instead of any finding."""
-    align_kv_heads(mine, theirs, shared=shared)
+def diagnosed(mine: Capture, theirs: Capture, *, shared: bool, train: bool, expect: Any,
+              mixing: batch_mixing.BatchMixing | None = None, unobservable: str | None = None,
+              before: Sequence[Finding] = (), after: Sequence[Finding] = ()) -> Diagnosis:
+    """Both captures' stages, the diagnostics, the findings and the predictions (also for a layer
+    inside a model, attnlab.model); keys and values compared at each side's kv heads, the captures
+    themselves left as they are. `before`, `after`: findings only a model shows, around the
+    diagnosis's own, the predictions checked against them all; `unobservable`: why the variant's
+    change cannot be seen at this size, said instead of any finding."""
+    mine, theirs = align_kv_heads(mine, theirs, shared=shared)
     stages, stage_shapes, canonical_shapes = _to_numpy(mine)
     reference_stages, reference_stage_shapes, reference_canonical_shapes = _to_numpy(theirs)
     expected, weights = {k: list(v) for k, v in expected_shapes(theirs).items()}, returned_weights(mine)
     found = analyse(mine, theirs, weights_shared=shared, train=train, batch_mixing=mixing)
-    findings, not_checked = found.findings, [mixing.not_checked] if mixing is not None and mixing.not_checked else []
+    findings = [*before, *found.findings, *after]
+    not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
     if unobservable:
         findings, not_checked = [], [unobservable, *not_checked]
-    return replace(
-        record, stages=stages, stage_shapes=stage_shapes, canonical_shapes=canonical_shapes,
+    return Diagnosis(
+        stages=stages, stage_shapes=stage_shapes, canonical_shapes=canonical_shapes,
         reference_stages=reference_stages, reference_stage_shapes=reference_stage_shapes,
         reference_canonical_shapes=reference_canonical_shapes,
         expected_shapes=expected,
         missing_stages=list(mine.missing), reconstructed_stages=list(mine.reconstructed),
         output_is_context=mine.output_is_context,
-        **({"returned": mine.call.what, "output_element": mine.call.element} if mine.call is not None else {}),
+        returned=mine.call.what if mine.call is not None else "",
+        output_element=mine.call.element if mine.call is not None else None,
         returned_weights=weights,
         diagnostics=found.diagnostics, head_diagnostics=found.head_diagnostics,
         reference_diagnostics=found.reference_diagnostics, first_divergent_stage=found.first_divergent_stage,

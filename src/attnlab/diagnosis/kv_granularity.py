@@ -14,6 +14,8 @@ the kv heads repeated as a whole so query head h reads kv head h % kv_heads (x-t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from attnlab.capture.recorder import Capture
@@ -61,26 +63,31 @@ def kv_grouping(captured: Capture) -> tuple[int, str]:
     return heads, "grouped"
 
 
-def align_kv_heads(variant: Capture, reference: Capture, shared: bool = False) -> None:
-    """Both sides' keys and values at their own key/value heads, in place; with `shared` weights,
-    a variant with fewer key/value heads than the reference is compared with the reference heads
-    its kv heads were loaded from (kv head g from head g * group, see modules.layouts, whatever
-    order the variant reads them in), so that RoPE or QK-norm on the keys is still seen under GQA."""
+def align_kv_heads(variant: Capture, reference: Capture, shared: bool = False) -> tuple[Capture, Capture]:
+    """Both sides with their keys and values at their own key/value heads, as new captures (the
+    given ones are left as captured); with `shared` weights, a variant with fewer key/value heads
+    than the reference is compared with the reference heads its kv heads were loaded from (kv head
+    g from head g * group, see modules.layouts, whatever order the variant reads them in), so that
+    RoPE or QK-norm on the keys is still seen under GQA."""
     if any(s not in c.stages or c.stages[s].dim() != 4 for c in (variant, reference) for s in KV_STAGES):
-        return
-    for captured in (variant, reference):
-        count, captured.kv_order = kv_grouping(captured)
-        captured.kv_heads = count
-        if count < captured.stages["keys"].shape[1]:
-            _unrepeat(captured, count, captured.kv_order)
+        return variant, reference
+    variant, reference = _at_own_kv_heads(variant), _at_own_kv_heads(reference)
     mine, theirs = variant.stages["keys"].shape[1], reference.stages["keys"].shape[1]
     if shared and mine < theirs and theirs % mine == 0:
-        _unrepeat(reference, mine, "grouped")
+        reference = _unrepeated_capture(reference, mine, "grouped")
+    return variant, reference
 
 
-def _unrepeat(captured: Capture, count: int, order: str) -> None:
-    """Keys and values at `count` heads; their shapes are then the (batch, kv heads, tokens, head_dim)
-    they are compared in, which the module's own rank (the heads repeated) no longer describes."""
-    for stage in KV_STAGES:
-        captured.stages[stage] = unrepeated(captured.stages[stage], count, order)
-        captured.native_shapes[stage] = tuple(captured.stages[stage].shape)
+def _at_own_kv_heads(captured: Capture) -> Capture:
+    """A copy of `captured` that knows its key/value heads and their order, its keys and values at them."""
+    count, order = kv_grouping(captured)
+    own = replace(captured, kv_heads=count, kv_order=order)
+    return _unrepeated_capture(own, count, order) if count < captured.stages["keys"].shape[1] else own
+
+
+def _unrepeated_capture(captured: Capture, count: int, order: str) -> Capture:
+    """A copy with keys and values at `count` heads; their shapes are then the (batch, kv heads, tokens,
+    head_dim) they are compared in, which the module's own rank (the heads repeated) no longer describes."""
+    kv = {stage: unrepeated(captured.stages[stage], count, order) for stage in KV_STAGES}
+    return replace(captured, stages={**captured.stages, **kv},
+                   native_shapes={**captured.native_shapes, **{stage: tuple(t.shape) for stage, t in kv.items()}})

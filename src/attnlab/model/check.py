@@ -9,7 +9,6 @@ with its own output head) is reported separately, in every layer's record.
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
@@ -17,8 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.compute.pipeline import diagnosed, run_module
 from attnlab.errors import UserError
 from attnlab.model.effect import output_effect
-from attnlab.model.head_patterns import head_patterns
-from attnlab.model.layer import ModelRun, layer_reference, with_model_findings
+from attnlab.model.layer import ModelRun, layer_reference, own_head_patterns
 from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.loading_checks import loading_findings
 from attnlab.model.locate import attention_modules, chosen_layers
@@ -29,7 +27,7 @@ from attnlab.model.spec import ModelSpec, model_spec
 from attnlab.model.tokens import token_ids
 from attnlab.modules.built import BuiltModule, PluginError
 from attnlab.modules.layouts import LayoutError, read_projections
-from attnlab.record import ModelInfo, Record
+from attnlab.record import ModelInfo, Pair, Record, Setup, record_of
 from attnlab.schema import resolved
 
 
@@ -66,28 +64,27 @@ def compute_check_records(cfg: DictConfig, blocks: dict[str, dict], phase: Calla
                           tokenizer=reference.tokenizer.name, heads=sizes.heads, kv_heads=sizes.kv_heads, layer=layer,
                           attention=learner_run.attention[layer][0], reference_model=reference.label,
                           reference_attention=reference_run.attention[layer][0], end_to_end=end_to_end)
-        record = Record(variant=learner.label, seed=cfg.seed, config=copy.deepcopy(config), labels=labels,
-                        n_tokens=len(ids), d_in=sizes.width, d_out=sizes.width, model=about)
-        records.append(done(check_layer(learner_run, reference_run, layer, record, cfg), len(records), len(layers)))
+        setup = Setup(variant=learner.label, seed=cfg.seed, config=copy.deepcopy(config), labels=labels,
+                      n_tokens=len(ids), d_in=sizes.width, d_out=sizes.width, model=about)
+        records.append(done(check_layer(learner_run, reference_run, layer, setup, cfg), len(records), len(layers)))
     return records
 
 
-def check_layer(learner: ModelRun, reference: ModelRun, layer: int, record: Record, cfg: DictConfig) -> Record:
+def check_layer(learner: ModelRun, reference: ModelRun, layer: int, setup: Setup, cfg: DictConfig) -> Record:
     """The learner's layer and the reference's, both on the reference's input to the layer."""
     module = learner.attention[layer][1]
     hidden = reference.calls[layer].hidden  # (1, T, d)
+    pair = Pair()
     try:
         reference_label, reference_capture = layer_reference(reference, layer, "auto", cfg.seed)
-        record = replace(record, reference=reference_label)
+        pair = Pair(reference=reference_label)
         variant = run_module(BuiltModule(module, AsLayerCalled(learner.calls[layer])), hidden, cfg.seed)
         mistakes = loading_findings(read_projections(module, num_heads=learner.sizes.heads,
                                                      num_kv_heads=learner.sizes.kv_heads),
                                     reference.projections(layer))
     except (PluginError, LayoutError) as exc:
-        return replace(record, status="failed", error=str(exc))
+        return record_of(setup, pair, error=str(exc))
     expect = OmegaConf.to_container(cfg.expect, resolve=True)
-    record = diagnosed(record, variant, reference_capture, shared=True, train=False, expect=expect)
-    record = with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect,
-                                 mistakes)
-    return replace(record, diagnostics={**record.diagnostics,
-                                        **{f"end_to_end_{k}": v for k, v in record.model.end_to_end.items()}})
+    diagnosis = diagnosed(variant, reference_capture, shared=True, train=False, expect=expect, before=mistakes,
+                          after=own_head_patterns(reference_capture))
+    return record_of(setup, pair, diagnosis)  # the end-to-end effect, in every layer's diagnostics

@@ -18,7 +18,7 @@ from attnlab.model.sizes import ModelSizes, model_sizes
 from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
 from attnlab.model.spec import OWN_KEYS, is_requested, model_spec
 from attnlab.model.tokens import token_ids
-from attnlab.record import ModelInfo, Record
+from attnlab.record import ModelInfo, Record, Setup
 from attnlab.schema import resolved
 
 
@@ -135,10 +135,10 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
                           kv_heads=run.sizes.kv_heads, layer=slot.index, attention=run.attention[each.layer][0],
                           stack=slot.stack, replaced=slot.replaced,
                           positions=1 if loaded.task == "image" else None)
-        record = Record(variant=cfg.variant.name, seed=cfg.seed, config=copy.deepcopy(config),
-                        labels=inputs.labels[slot.stack],
-                        n_tokens=run.n_tokens, d_in=run.sizes.width, d_out=run.sizes.width, model=about)
-        record = compare_layer(run, each, effects.get(each.layer), record, cfg.variant.name, params, cfg.seed, expect,
+        setup = Setup(variant=cfg.variant.name, seed=cfg.seed, config=copy.deepcopy(config),
+                      labels=inputs.labels[slot.stack],
+                      n_tokens=run.n_tokens, d_in=run.sizes.width, d_out=run.sizes.width, model=about)
+        record = compare_layer(run, each, effects.get(each.layer), setup, cfg.variant.name, params, cfg.seed, expect,
                                cfg.reference)
         records.append(done(record, len(records), len(layers)))
     return records

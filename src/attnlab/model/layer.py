@@ -4,15 +4,15 @@ layer's own parameters in its place, and what that does to the model's output.""
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.capture.recorder import Capture
+from attnlab.capture.spill import as_numpy
 from attnlab.compute.pipeline import diagnosed, run_module
-from attnlab.diagnosis.predictions import check_predictions
 from attnlab.model.config_variants import config_variant, takes_config
 from attnlab.model.effect import output_effects
 from attnlab.model.head_patterns import head_patterns
@@ -25,7 +25,7 @@ from attnlab.modules.layouts import LayoutError, Projections, load_projections, 
 from attnlab.modules.built import BuiltModule, PluginError, plan
 from attnlab.modules.registry import get_variant
 from attnlab.modules.roles import manual_seed
-from attnlab.record import Effect, Record
+from attnlab.record import Effect, Finding, Pair, Record, Setup, record_of
 
 
 STAND_IN = "multi_head_attention"  # the source's MultiHeadAttention
@@ -162,12 +162,10 @@ def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -
     return f"{STAND_IN} standing in for {own_name} (same output within {gap:.1e})", stand_in
 
 
-def with_model_findings(record: Record, variant: Capture, findings: list, expect: Any, first: list = ()) -> Record:
-    """`record` with the findings only a model shows added to its own (`first` before them, the rest
-    after), and the predictions checked again against them all."""
-    findings = [*first, *record.findings, *findings]
-    return replace(record, findings=findings, predictions=check_predictions(
-        expect, variant, record.diagnostics, record.first_divergent_stage, findings))
+def own_head_patterns(reference: Capture) -> list[Finding]:
+    """What the layer's own heads do (attnlab.model.head_patterns), read from its captured weights."""
+    weights = reference.stages.get("weights")
+    return head_patterns(as_numpy(weights) if weights is not None else None)
 
 
 @dataclass
@@ -190,22 +188,22 @@ def changed_layer(run: ModelRun, layer: int, name: str, params: dict[str, Any], 
         return Changed(layer, error=str(exc))
 
 
-def compare_layer(run: ModelRun, changed: Changed, effect: Effect | None, record: Record, name: str,
+def compare_layer(run: ModelRun, changed: Changed, effect: Effect | None, setup: Setup, name: str,
                   params: dict[str, Any], seed: int, expect: Any, reference_name: str = "auto") -> Record:
-    """`record` for one layer: the variant's and the layer's own stages, the findings and `effect`
+    """The record of one layer: the variant's and the layer's own stages, the findings and `effect`
     (what `changed` does to the output; None when the changed run failed)."""
     layer = changed.layer
+    pair = Pair()
     try:  # each step that fails the record keeps what the steps before it found
         reference_label, reference = layer_reference(run, layer, reference_name, seed)
-        record = replace(record, reference=reference_label)
+        pair = Pair(reference=reference_label)
         built, weights_loaded = model_variant(run, layer, name, params, seed)
-        record = replace(record, weights_loaded=weights_loaded)
+        pair = Pair(reference=reference_label, weights_loaded=weights_loaded)
         variant = run_variant(run, layer, built, in_model(run, layer, built).batched, seed)
         if changed.error is not None:
             raise PluginError(changed.error)
     except PluginError as exc:
-        return replace(record, status="failed", error=str(exc))
-    record = diagnosed(record, variant, reference, shared=True, train=False, expect=expect)
-    record = with_model_findings(record, variant, head_patterns(record.canonical("weights", reference=True)), expect)
-    return replace(record, model=replace(record.model, effect=effect),
-                   diagnostics={**record.diagnostics, **{f"effect_{key}": value for key, value in effect.items()}})
+        return record_of(setup, pair, error=str(exc))
+    diagnosis = diagnosed(variant, reference, shared=True, train=False, expect=expect,
+                          after=own_head_patterns(reference))
+    return record_of(setup, pair, diagnosis, effect=effect)

@@ -82,7 +82,8 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class Record:
-    """Built once, never changed: a step that adds to it makes a new record (dataclasses.replace)."""
+    """Built once, by attnlab.record.parts.record_of from what each step returned, and never changed:
+    writing it (its `path`) or letting its stages go makes a new record."""
 
     variant: str
     seed: int

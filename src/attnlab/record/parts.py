@@ -1,0 +1,91 @@
+"""What a record is made of, each part the value of the step that found it, and `record_of`, the
+one place a Record is built: the steps return values, the record is made once from them at the
+end, and nothing changes it after (attnlab.record.codec's reader alone rebuilds one, from JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+from attnlab.record.model import Effect, Finding, ModelInfo, Prediction, Record
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the run is, known before anything is built: the variant, the seed, the inputs' sizes,
+    where it runs; inside a model, which model and layer."""
+
+    variant: str
+    seed: int
+    config: dict[str, Any]
+    labels: list[str] = field(default_factory=list)
+    n_tokens: int = 0
+    d_in: int = 0
+    d_out: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    model: ModelInfo | None = None  # its effect is the diagnosed run's: record_of adds it
+
+
+@dataclass(frozen=True)
+class Pair:
+    """What building and capturing the pair found, as far as it got: a run failing later keeps it."""
+
+    reference: str = "reference"  # the reference's label: a variant name, or the layer's own attention
+    origin: str = ""  # a notebook's object: its class's qualified name and file, or <notebook>
+    weights_loaded: dict[str, str] = field(default_factory=dict)
+    scratch: Any = None  # the folder of spilled stages, kept as long as the record
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What the diagnosis found of two captures: their stages and shapes, the diagnostics, the
+    findings and the predictions. Each field is the record's field of the same name."""
+
+    stages: dict[str, np.ndarray | None]
+    stage_shapes: dict[str, list[int]]
+    canonical_shapes: dict[str, list[int]]
+    reference_stages: dict[str, np.ndarray | None]
+    reference_stage_shapes: dict[str, list[int]]
+    reference_canonical_shapes: dict[str, list[int]]
+    expected_shapes: dict[str, list[int]]
+    missing_stages: list[str]
+    reconstructed_stages: list[str]
+    output_is_context: bool
+    returned: str
+    output_element: str | None
+    returned_weights: str | None
+    diagnostics: dict[str, float]
+    head_diagnostics: dict[str, list[float]]
+    reference_diagnostics: dict[str, float]
+    first_divergent_stage: str | None
+    findings: list[Finding]
+    not_checked: list[str]
+    predictions: list[Prediction]
+
+
+def record_of(setup: Setup, pair: Pair = Pair(), diagnosis: Diagnosis | None = None, *, error: str | None = None,
+              profile: dict[str, float] | None = None, effect: Effect | None = None) -> Record:
+    """The run's record: diagnosed, or failed with `error` (one line) keeping what `pair` found
+    before the failure. `profile` (profile=true's timings) and a model run's `effect` are diagnostics
+    too, each a column beside the diagnosis's own."""
+    diagnosed = _diagnosed(setup, diagnosis, profile or {}, effect) if diagnosis is not None else {}
+    return Record(**{**_values(setup), **_values(pair), **diagnosed}, status="ok" if error is None else "failed",
+                  error=error)
+
+
+def _diagnosed(setup: Setup, diagnosis: Diagnosis, profile: dict[str, float], effect: Effect | None) -> dict[str, Any]:
+    """The record's fields a diagnosed run adds: the diagnosis's, its diagnostics joined by the
+    profile's timings and the model's effects (`effect_kl_mean`, the learner's check's `end_to_end_kl_mean`)."""
+    model = replace(setup.model, effect=effect) if setup.model is not None else None
+    effects = {"effect": effect, "end_to_end": model.end_to_end if model is not None else None}
+    columns = {f"{name}_{key}": value for name, each in effects.items() if each is not None for key, value in each.items()}
+    return {**_values(diagnosis), "diagnostics": {**diagnosis.diagnostics, **profile, **columns}, "profile": profile,
+            "model": model}
+
+
+def _values(part: Setup | Pair | Diagnosis) -> dict[str, Any]:
+    """A part's fields by name, its values as they are (not copied): the record's fields of the same names."""
+    return {f.name: getattr(part, f.name) for f in fields(part)}

@@ -474,3 +474,15 @@ def test_the_config_text_is_what_pyyamls_own_emitter_writes():
     expected = yaml.safe_dump({**config, "inputs": {k: v for k, v in config["inputs"].items() if k != "_target_"}},
                               sort_keys=False, default_flow_style=None, width=100)
     assert config_markdown(config) == "```yaml\n" + expected.rstrip("\n") + "\n```"
+
+
+def test_a_sweep_job_run_again_replaces_its_own_event_file(tmp_path: Path) -> None:
+    """A resumed sweep runs a failed job again: its run must not hold both attempts at one step."""
+    from attnlab.sinks.base import JobInfo
+
+    record = book_record()
+    for num in (1, 2, 2):
+        job = JobInfo(dir=tmp_path / f"{num}-seed={num}", sweep_dir=tmp_path, num=num)
+        write_tensorboard([record], job.dir, table_markdown=TABLE, images=False, histograms=False, job=job)
+    assert len(list((tmp_path / record.variant).glob("events.out.tfevents.*"))) == 2
+    assert [point.step for point in accumulate(tmp_path / record.variant).Scalars("divergence/context")] == [1, 2]

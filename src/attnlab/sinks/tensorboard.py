@@ -164,9 +164,9 @@ def write_tensorboard(
     """
     ok = [record for record in records if record.ok]
     first = ok[0] if ok else records[0]  # a failed job still gets its error and a failed HParams session
-    in_sweep = job is not None and job.sweep_dir is not None
+    in_sweep = job is not None and job.sweep_dir is not None and job.num is not None
     step = job.num if job is not None and job.num is not None else 0
-    with EventFile(job_run_dir(first, job.sweep_dir) if in_sweep else job_dir) as events:
+    with _job_events(first, job) if in_sweep else EventFile(job_dir) as events:
         for record in ok:
             events.add(scalars_summary(metric_values(record)), step=_step(record, len(records), step))
         if images:
@@ -182,6 +182,15 @@ def write_tensorboard(
             for summary in hparams_summaries(session_hparams(first), [tag for tag in KEY_METRICS if tag in scalars],
                                              ok=first.ok, trial=trial_name(first, job or JobInfo(Path(job_dir)))):
                 events.add(summary)
+
+
+def _job_events(record: Record, job: JobInfo) -> EventFile:
+    """A sweep job's event file in its shared run, named by its job number: a resumed sweep's job
+    run again replaces its own file, never adds a second image at its step."""
+    folder, suffix = job_run_dir(record, job.sweep_dir), f".job{job.num}"
+    for old in folder.glob(f"events.out.tfevents.*{suffix}"):
+        old.unlink()
+    return EventFile(folder, suffix=suffix)
 
 
 def write_sweep_sessions(report: Report, folder: Path) -> None:

@@ -269,3 +269,25 @@ def test_the_layer_check_sees_an_upward_import() -> None:
     assert _layer("attnlab.capture.stages") < _layer("attnlab.sinks.html")
     with pytest.raises(AssertionError):
         _layer("attnlab.elsewhere")
+
+
+def _shared_file_names(root: Path) -> dict[str, list[str]]:
+    """File names that two modules under `root` share (a package's __init__.py aside)."""
+    paths: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        if path.name != "__init__.py":
+            paths.setdefault(path.name, []).append(str(path.relative_to(root)))
+    return {name: found for name, found in paths.items() if len(found) > 1}
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """A file name says what the module holds, once: a traceback, an editor tab or a search
+    names one module, never one of two `job.py`."""
+    assert _shared_file_names(PACKAGE) == {}
+
+
+def test_the_file_name_check_sees_a_shared_name(tmp_path: Path) -> None:
+    for path in ("app/job.py", "model/job.py", "app/__init__.py", "model/__init__.py", "model/load.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).touch()
+    assert _shared_file_names(tmp_path) == {"job.py": ["app/job.py", "model/job.py"]}

@@ -12,7 +12,7 @@ import pytest
 
 import attnlab
 from attnlab.diagnosis.codes import BY_CODE, CODES, FIRST_WHERE_IT_SHOWS
-from attnlab.diagnosis.runner import diagnose
+from attnlab.diagnosis.check_runner import diagnose
 from tests._zoo_helpers import BOOK_INPUTS, run_pair
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ import torch
 import attnlab
 from attnlab.capture.recorder import capture
 from attnlab.diagnosis.recognisers.latent import shared_key_columns
-from attnlab.diagnosis.runner import recognise
+from attnlab.diagnosis.check_runner import recognise
 from tests._zoo_helpers import corpus
 
 HEADER = """

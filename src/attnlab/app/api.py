@@ -141,7 +141,7 @@ def run(
     `variant` and `reference` are a name, a class (built from the config under the seed, as a
     plugin's) or an instance (a deep copy of it runs; its weights are the reference's unless
     weights="native"). A list is a sweep: `attnlab.sweep`."""
-    from attnlab.app.job import run_job
+    from attnlab.app.run_job import run_job
 
     _one_value("variant", variant)
     _one_value("seed", seed)

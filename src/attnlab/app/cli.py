@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def task(cfg: DictConfig) -> list[str]:
         """One job; returns its failed records' paths (Hydra hands them to the sweep's callback)."""
-        from attnlab.app.job import run_task
+        from attnlab.app.run_job import run_task
 
         try:
             job_failed = run_task(cfg, HydraConfig.get())

@@ -31,8 +31,8 @@ from torch import nn
 from attnlab.modules import session
 from attnlab.modules.describe import copied_texts, describe
 from attnlab.modules.import_probe import deadly_imports
-from attnlab.modules.outermost import outermost
-from attnlab.modules.spec import VariantSpec
+from attnlab.modules.outermost_class import outermost
+from attnlab.modules.variant_spec import VariantSpec
 from attnlab.plugin_folders import USER_GROUP, plugin_files
 
 ENTRY_POINT_GROUP = "attnlab.variants"

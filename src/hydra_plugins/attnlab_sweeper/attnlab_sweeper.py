@@ -240,8 +240,8 @@ ConfigStore.instance().store(
         "_target_": f"{__name__}.AttnlabSweeper",
         "max_batch_size": None,
         "params": None,
-        "check": "attnlab.app.job.check",  # check(config): raises on a bad value
-        "check_job": "attnlab.app.job.check_job",  # every job's values together: their relations
+        "check": "attnlab.app.run_job.check",  # check(config): raises on a bad value
+        "check_job": "attnlab.app.run_job.check_job",  # every job's values together: their relations
         "finish": "attnlab.app.sweep.finish",  # finish(config, complete, missing): tables, summary, outcome
     },
     provider="attnlab",

@@ -84,6 +84,7 @@ def seconds(name: str, default: float | None, most: float, help: str, nullable: 
 _STACK_LAYER = re.compile(r"^(encoder|decoder|cross)\.\d+$")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")  # a Hugging Face attention class's kernels
+LOG_OPTIONS = {"images": True, "histograms": True, "progress": True}  # log.* switches that are not sinks
 
 
 def _layers(value: Any) -> bool:

@@ -24,7 +24,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch import nn
 
-from attnlab.app.config import config_dir, register_configs, user_config_dir, user_overrides
+from attnlab.app.config_paths import config_dir, user_config_dir
+from attnlab.app.config_store import register_configs
+from attnlab.app.overrides import user_overrides
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.modules import session

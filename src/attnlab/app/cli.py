@@ -26,7 +26,10 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from attnlab.app.config import closest_key, config_dir, group_options, register_configs, user_overrides
+from attnlab.app.config_checks import closest_key
+from attnlab.app.config_paths import config_dir, group_options
+from attnlab.app.config_store import register_configs
+from attnlab.app.overrides import user_overrides
 from attnlab.errors import FailedRecords, UserError
 from attnlab.modules.registry import discover
 

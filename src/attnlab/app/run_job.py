@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.app.config import validate
+from attnlab.app.config_checks import validate
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import make_inputs
 from attnlab.compute.pipeline import JobSpec, compute_record

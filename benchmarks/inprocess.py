@@ -34,14 +34,14 @@ def jobs(sweep_dir: str, overrides: list[str]) -> dict:
     import os
 
     os.environ["ATTNLAB_ISOLATION"] = "0"
-    import attnlab.app.job
+    import attnlab.app.run_job
     import attnlab.sinks.tensorboard
     from attnlab.app import cli, sweep
 
     times: dict[str, list[float]] = {k: [] for k in ("job", "compute", "outputs", "tensorboard", "callback")}
-    _timed(attnlab.app.job, "run_job", times["job"])  # cli.task imports run_job at call time
-    _timed(attnlab.app.job, "compute_records", times["compute"])
-    _timed(attnlab.app.job, "write_outputs", times["outputs"])
+    _timed(attnlab.app.run_job, "run_job", times["job"])  # cli.task imports run_job at call time
+    _timed(attnlab.app.run_job, "compute_records", times["compute"])
+    _timed(attnlab.app.run_job, "write_outputs", times["outputs"])
     _timed(attnlab.sinks.tensorboard, "write_tensorboard", times["tensorboard"])
     _timed(sweep.SweepTables, "on_job_end", times["callback"])
     import contextlib
@@ -57,10 +57,10 @@ def jobs(sweep_dir: str, overrides: list[str]) -> dict:
 def api_calls(repeats: int) -> dict:
     """Warm attnlab.run calls (after one that imports and discovers), each against its run_job."""
     import attnlab
-    import attnlab.app.job
+    import attnlab.app.run_job
 
     jobs: list[float] = []
-    _timed(attnlab.app.job, "run_job", jobs)  # attnlab.run imports run_job at call time
+    _timed(attnlab.app.run_job, "run_job", jobs)  # attnlab.run imports run_job at call time
     attnlab.run("unscaled")
     calls = []
     for _ in range(repeats):

@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from run import PY, Figure, attnlab, run  # noqa: E402
 
-from attnlab.compute.preflight import Size, estimate_peak_bytes, should_spill  # noqa: E402
+from attnlab.compute.memory import Size, estimate_peak_bytes, should_spill  # noqa: E402
 
 D, HEADS = 768, 12
 

@@ -8,12 +8,17 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 import attnlab
+import hydra_plugins.attnlab_sweeper
 
 PACKAGE = Path(attnlab.__file__).parent
+# The packages whose imports the checks below read: attnlab, and its sweeper, which lives in Hydra's
+# plugin namespace and calls the app (the app registers it): one more part of the app layer.
+PACKAGES = {"attnlab": PACKAGE, "hydra_plugins.attnlab_sweeper": Path(hydra_plugins.attnlab_sweeper.__file__).parent}
 
 ROW_COUNTER = '''
 """A sink of my own: how many records a job wrote, and a sweep."""
@@ -130,31 +135,77 @@ def test_predictions_and_experiments_are_not_unknown_keys(app) -> None:
     assert run.returncode == 0, run.stderr
 
 
-def _imports(path: Path, module: str) -> set[str]:
-    """The attnlab modules `path` imports, at module level or inside functions."""
-    found = set()
+def _ours(name: str) -> bool:
+    return any(name == package or name.startswith(f"{package}.") for package in PACKAGES)
+
+
+def _import_statements(path: Path, module: str) -> Iterator[tuple[str, list[str]]]:
+    """(the module an import statement names, the names it takes from it: none for `import X`), at
+    module level or inside functions, for every import of attnlab or its sweeper."""
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            yield from ((alias.name, []) for alias in node.names if _ours(alias.name))
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from the module's package
                 base = ".".join(module.split(".")[: -node.level] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return {name for name in found if name.startswith("attnlab.")}
+            if _ours(base):
+                yield base, [alias.name for alias in node.names]
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """The attnlab modules `path` imports, at module level or inside functions."""
+    found = set()
+    for base, names in _import_statements(path, module):
+        found.add(base)
+        found.update(f"{base}.{name}" for name in names)
+    return {name for name in found if name != "attnlab"}
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = (*package.split("."), *path.relative_to(folder).with_suffix("").parts)
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
 
 
 def _module_graph() -> dict[str, set[str]]:
-    modules = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        modules[name] = path
+    modules = _modules()
     # an import of a package's __init__ (the public `attnlab.run`) is where a user starts, not a
     # dependency between modules: edges go to modules only
     return {name: {t for t in _imports(path, name) if t in modules and t != name and modules[t].name != "__init__.py"}
             for name, path in modules.items()}
+
+
+def _top_level_names(path: Path) -> set[str] | None:
+    """The names a module binds at its top level; None when it makes names on demand (`__getattr__`)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name))
+    return None if "__getattr__" in names else names
+
+
+def _unresolved_imports(modules: dict[str, Path]) -> list[str]:
+    """`module: import` for every import of a module that does not exist or a name it does not
+    bind: a function-level import (the sweeper's of the app) otherwise fails only when it runs."""
+    missing = []
+    for name, path in modules.items():
+        for base, taken in _import_statements(path, name):
+            if base not in modules:
+                missing.append(f"{name}: {base}")
+                continue
+            bound = _top_level_names(modules[base])
+            missing += [f"{name}: {base}.{t}" for t in taken
+                        if f"{base}.{t}" not in modules and bound is not None and t not in bound]
+    return sorted(missing)
 
 
 def test_the_package_has_no_import_cycle() -> None:
@@ -173,6 +224,27 @@ def test_the_package_has_no_import_cycle() -> None:
 
     for module in sorted(graph):
         visit(module, [])
+
+
+def test_every_import_names_a_module_and_a_name_that_exist() -> None:
+    assert _unresolved_imports(_modules()) == []
+
+
+def test_the_import_check_sees_a_missing_module_and_a_missing_name(tmp_path: Path) -> None:
+    (tmp_path / "hooks.py").write_text("from attnlab.app.run_job import check\n")
+    (tmp_path / "sweeper.py").write_text("def run():\n    from attnlab.app.hooks import finish, check\n"
+                                         "    from attnlab.app.job import check\n")
+    modules = {"attnlab.app.hooks": tmp_path / "hooks.py", "attnlab.app.sweeper": tmp_path / "sweeper.py"}
+    assert _unresolved_imports(modules) == ["attnlab.app.hooks: attnlab.app.run_job", "attnlab.app.sweeper: attnlab.app.hooks.finish",
+                                            "attnlab.app.sweeper: attnlab.app.job"]
+
+
+def test_the_sweeper_calls_the_app_through_an_import_the_checks_see() -> None:
+    """Hydra imports the sweeper in every app, so it imports the app only when a sweep runs:
+    inside a function, which these checks read as they read any import."""
+    graph = _module_graph()
+    assert "attnlab.app.sweep_hooks" in graph["hydra_plugins.attnlab_sweeper.attnlab_sweeper"]
+    assert "hydra_plugins.attnlab_sweeper.attnlab_sweeper" in graph["attnlab.app.config_store"]
 
 
 def test_the_cycle_check_sees_a_cycle_inside_a_function(tmp_path: Path) -> None:
@@ -246,7 +318,7 @@ LAYERS = (
     ("attnlab.model",),  # a run inside a whole model: loading, hooks, the effect on its output
     ("attnlab.reporting",),
     ("attnlab.sinks",),
-    ("attnlab.app", "attnlab.__main__"),
+    ("attnlab.app", "attnlab.__main__", "hydra_plugins.attnlab_sweeper"),
 )
 
 
@@ -269,3 +341,25 @@ def test_the_layer_check_sees_an_upward_import() -> None:
     assert _layer("attnlab.capture.stages") < _layer("attnlab.sinks.html")
     with pytest.raises(AssertionError):
         _layer("attnlab.elsewhere")
+
+
+def _shared_file_names(root: Path) -> dict[str, list[str]]:
+    """File names that two modules under `root` share (a package's __init__.py aside)."""
+    paths: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        if path.name != "__init__.py":
+            paths.setdefault(path.name, []).append(str(path.relative_to(root)))
+    return {name: found for name, found in paths.items() if len(found) > 1}
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """A file name says what the module holds, once: a traceback, an editor tab or a search
+    names one module, never one of two `job.py`."""
+    assert _shared_file_names(PACKAGE) == {}
+
+
+def test_the_file_name_check_sees_a_shared_name(tmp_path: Path) -> None:
+    for path in ("app/job.py", "model/job.py", "app/__init__.py", "model/__init__.py", "model/load.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).touch()
+    assert _shared_file_names(tmp_path) == {"job.py": ["app/job.py", "model/job.py"]}

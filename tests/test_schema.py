@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnlab.app.api import compose_config
-from attnlab.app.config import config_dir
+from attnlab.app.config_paths import config_dir
 from attnlab.errors import UserError
 from attnlab.modules.registry import DEFAULT_VALUES
 from attnlab.schema import KEYS, check_values

@@ -84,6 +84,7 @@ def seconds(name: str, default: float | None, most: float, help: str, nullable: 
 _STACK_LAYER = re.compile(r"^(encoder|decoder|cross)\.\d+$")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")  # a Hugging Face attention class's kernels
+LOG_OPTIONS = {"images": True, "histograms": True, "progress": True}  # log.* switches that are not sinks
 
 
 def _layers(value: Any) -> bool:
@@ -226,7 +227,7 @@ Config = _dataclass("Config", [
     ("reference_params", Dict[str, Any], field(default_factory=dict)),  # an explicit reference's, reference.params.NAME
     ("expect", Dict[str, Any], field(default_factory=dict)),  # predictions, e.g. expect.context_shape=[6,2]
     # a run inside a model (attnlab.model): model=hf:TYPE | NAME (./models/) | model.path=DIR | model.hub=ID,
-    # with size keys (model.n_layer=2); open blocks, their keys checked by attnlab.model.spec
+    # with size keys (model.n_layer=2); open blocks, their keys checked by attnlab.model.model_spec
     ("model", Dict[str, Any], field(default_factory=dict)),
     ("reference_model", Dict[str, Any], field(default_factory=dict)),  # the learner's check, as model
     ("plots", PlotsConf, field(default_factory=PlotsConf)),

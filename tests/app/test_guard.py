@@ -94,11 +94,14 @@ class DyingLauncher:
         raise RuntimeError("A worker process was terminated. More text")
 
 
-def test_a_launcher_that_fails_relaunches_the_jobs_without_a_record_then_lists_the_missing(tmp_path, capsys) -> None:
+def test_a_launcher_that_fails_relaunches_the_jobs_without_a_record_then_lists_the_missing(tmp_path, capsys,
+                                                                                         monkeypatch) -> None:
     from omegaconf import OmegaConf
+    from attnlab.app import sweep_hooks
     from hydra_plugins.attnlab_sweeper.attnlab_sweeper import AttnlabSweeper
 
-    sweeper = AttnlabSweeper(finish=f"{__name__}.record_finish")
+    monkeypatch.setattr(sweep_hooks, "finish", record_finish)
+    sweeper = AttnlabSweeper(finish=True)
     sweeper.config, sweeper.launcher = OmegaConf.create({}), DyingLauncher(tmp_path)
     FINISHED.clear()
     sweeper.run([["a=1"], ["a=2"], ["a=3"]], [0, 1, 2], tmp_path)

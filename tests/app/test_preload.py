@@ -21,7 +21,7 @@ JOB_AFTER_PRELOAD = textwrap.dedent("""
     import torch
     import attnlab.app.preload
     from attnlab.app.api import compose_config
-    from attnlab.app.job import job_work
+    from attnlab.app.run_job import job_work
     from attnlab.sinks.base import JobInfo
 
     sweep = Path(sys.argv[1])

@@ -74,7 +74,7 @@ def test_values_that_each_pass_but_not_together_refuse_the_sweep(tmp_path) -> No
 
 def test_d_out_is_split_into_heads_only_by_variants_that_take_num_heads() -> None:
     from attnlab.app.api import compose_config
-    from attnlab.app.job import check_constructor
+    from attnlab.app.run_job import check_constructor
     from attnlab.errors import UserError
 
     with pytest.raises(UserError, match=r"^d_out=6: must be a multiple of num_heads=4 \(variant 'multi_head_attention'"):

@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hydra_plugins.attnlab_sweeper.attnlab_sweeper import cartesian
 from hydra_plugins.attnlab_sweeper._loader import SweepConfigLoader
 
-from attnlab.app.config import config_dir, register_configs
+from attnlab.app.config_paths import config_dir
+from attnlab.app.config_store import register_configs
 
 # (Hydra's own overrides, the sweep's lines, how many compositions the loader asks Hydra's for):
 # every job of each sweep is compared with the config Hydra's loader composes for it

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 import attnlab
-from attnlab.compute import preflight
+from attnlab.compute import memory
 from attnlab.capture.spill import as_numpy, mapped, release, spill
 
 
@@ -39,7 +39,7 @@ def test_release_gives_back_the_pages_a_pass_read(tmp_path):
 
 def test_a_spilled_run_gives_the_same_record(monkeypatch):
     plain = attnlab.run("multi_head_attention", inputs="random", overrides=["inputs.n_tokens=16", "inputs.d_in=4"])
-    monkeypatch.setattr(preflight, "SPILL_STAGE_BYTES", 1)
+    monkeypatch.setattr(memory, "SPILL_STAGE_BYTES", 1)
     spilled = attnlab.run("multi_head_attention", inputs="random", overrides=["inputs.n_tokens=16", "inputs.d_in=4"])
     assert spilled.record.scratch is not None and plain.record.scratch is None
     for ours, theirs in ((plain.record.reference_stages, spilled.record.reference_stages),

@@ -12,7 +12,9 @@ import pytest
 
 import attnlab
 from attnlab.diagnosis.codes import BY_CODE, CODES, FIRST_WHERE_IT_SHOWS
-from attnlab.diagnosis.runner import diagnose
+from attnlab.diagnosis.check_runner import diagnose_context
+from attnlab.diagnosis.context import build_context
+from attnlab.diagnosis.masking import with_masks_as_neg_inf
 from tests._zoo_helpers import BOOK_INPUTS, run_pair
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,6 +126,7 @@ def test_a_row_that_is_not_its_own_computation_is_batched_single_mismatch():
     variant, reference, d, _, findings = run_pair("reference", BOOK_INPUTS, 2, shared=False)
     assert findings == [] and d["batched_single_max_abs_diff"] < 1e-6
     measured = {**d, "batched_single_max_abs_diff": 0.25}  # row i off its own computation by 0.25
-    found = diagnose(variant, reference, measured, weights_shared=False)
+    ctx = build_context(with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference), measured, weights_shared=False)
+    found = diagnose_context(ctx)  # the diagnosis analyse makes, of these diagnostics
     assert [(f.code, f.stage, f.severity) for f in found] == [("batched_single_mismatch", "context", "error")]
     assert "by up to 0.25" in found[0].message

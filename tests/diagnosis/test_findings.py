@@ -1,4 +1,4 @@
-"""diagnose(): the root cause first, consequences suppressed, no false findings."""
+"""The diagnosis: the root cause first, consequences suppressed, no false findings."""
 
 import pytest
 import torch

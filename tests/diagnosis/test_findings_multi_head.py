@@ -21,7 +21,7 @@ from attnlab.diagnosis import batch_mixing
 from attnlab.app.api import compose_config
 from attnlab.capture.recorder import capture
 from attnlab.diagnosis.diagnostics import softmax_checks, stage_tolerance
-from attnlab.diagnosis.words import heads_phrase
+from attnlab.diagnosis.message_format import heads_phrase
 from attnlab.inputs.kinds import make_inputs
 from attnlab.compute.pipeline import JobSpec, compute_record
 from attnlab.record import Finding, Record, to_json_dict

@@ -20,7 +20,7 @@ import torch
 import attnlab
 from attnlab.capture.recorder import capture
 from attnlab.diagnosis.recognisers.latent import shared_key_columns
-from attnlab.diagnosis.runner import recognise
+from attnlab.diagnosis.analysis import analyse
 from tests._zoo_helpers import corpus
 
 HEADER = """
@@ -373,17 +373,18 @@ def test_soft_capping_after_the_mask_is_not_softcap(independent):
     assert codes(result, "error")
 
 
-# -- recognise() on captures directly ----------------------------------------------------------------------
+# -- the diagnosis of captures directly ---------------------------------------------------------------------
 
 
-def _captures(variant: torch.nn.Module, reference: torch.nn.Module, x: torch.Tensor):
-    return capture(variant.eval(), x), capture(reference.eval(), x)
+def _findings(variant: torch.nn.Module, reference: torch.nn.Module, x: torch.Tensor) -> list:
+    """The findings of `variant` against `reference` on `x`, their weights shared, as a run diagnoses them."""
+    return analyse(capture(variant.eval(), x), capture(reference.eval(), x), weights_shared=True).findings
 
 
 def test_a_module_against_itself_is_nothing_to_recognise():
     torch.manual_seed(0)
     module = attnlab.create_variant("multi_head_attention", 5, 8, num_heads=2, context_length=7)
-    assert recognise(*_captures(module, module, torch.randn(2, 7, 5))) == []
+    assert _findings(module, module, torch.randn(2, 7, 5)) == []
 
 
 def test_rotated_queries_and_keys_with_other_norms_are_not_rotary():
@@ -394,7 +395,7 @@ def test_rotated_queries_and_keys_with_other_norms_are_not_rotary():
     variant.load_state_dict(reference.state_dict(), strict=False)
     with torch.no_grad():
         variant.W_query.weight.mul_(1.5)
-    found = recognise(*_captures(variant, reference, torch.randn(2, 7, 5)))
+    found = _findings(variant, reference, torch.randn(2, 7, 5))
     assert "rotary" not in [f.code for f in found]
 
 

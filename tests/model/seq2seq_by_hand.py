@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.model.loading import load_model
-from attnlab.model.spec import model_spec
+from attnlab.model.model_spec import model_spec
 from tests.model.conftest import TEXT
 
 HEADS = 4

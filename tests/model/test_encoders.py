@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.model.loading import load_model
-from attnlab.model.spec import model_spec
+from attnlab.model.model_spec import model_spec
 from tests.model.conftest import TEXT
 from tests.model.test_loading import run
 

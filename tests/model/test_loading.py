@@ -129,7 +129,7 @@ def test_layer_without_a_model_and_a_misspelt_key_are_refused() -> None:
 
 
 def test_the_preflight_counts_the_model() -> None:
-    from attnlab.model.preflight import model_peak_bytes
+    from attnlab.model.model_memory import model_peak_bytes
     from attnlab.model.sizes import ModelSizes
 
     sizes = ModelSizes(width=64, heads=4, kv_heads=4, context=64, vocab=50257)
@@ -169,7 +169,7 @@ def test_a_saved_model_runs_on_its_own_tokenizer(tmp_path) -> None:
 
 
 def test_a_misspelt_layer_is_refused_before_the_model_loads(monkeypatch) -> None:
-    import attnlab.model.job as model_job
+    import attnlab.model.model_job as model_job
 
     monkeypatch.setattr(model_job, "load_model", lambda *a: pytest.fail("the model was loaded"))
     assert refused("model=hf:gpt2", "layer=x") == ("layer=x: must be a layer index, all, or a list of them such as "

@@ -12,7 +12,7 @@ from torch import nn
 from attnlab.inputs.text import gpt2_encoding
 from attnlab.model.locate import attention_modules
 from attnlab.model.replay import BlockRecording
-from attnlab.model.runner import final_hidden, replaced
+from attnlab.model.forward import final_hidden, replaced
 from tests.model.conftest import TEXT
 from tests.model.learner import GPT_MODEL
 from tests.model.nanogpt_style import NANOGPT_STYLE

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab.compute.preflight import available_bytes
+from attnlab.compute.memory import available_bytes
 from tests.model.test_loading import refused, run
 
 EIGHT_TOKENS = "Every effort moves you forward, and every"

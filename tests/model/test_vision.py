@@ -13,7 +13,7 @@ from torch import nn
 
 import attnlab
 from attnlab.model.loading import load_model
-from attnlab.model.spec import model_spec
+from attnlab.model.model_spec import model_spec
 
 VIT = {"name": "hf:vit", "image_size": 32, "patch_size": 8, "hidden_size": 64, "num_attention_heads": 4,
        "num_hidden_layers": 2, "intermediate_size": 128, "num_labels": 10,

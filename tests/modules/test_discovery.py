@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import attnlab
-from attnlab.app.config import help_header
+from attnlab.app.help_text import help_header
 from attnlab.errors import UserError
 from attnlab.modules.registry import discover, get_variant
 from attnlab.plugin_folders import builtin_plugin_dir

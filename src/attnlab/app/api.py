@@ -24,7 +24,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch import nn
 
-from attnlab.app.config import config_dir, register_configs, user_config_dir, user_overrides
+from attnlab.app.config_paths import config_dir, user_config_dir
+from attnlab.app.config_store import register_configs
+from attnlab.app.overrides import user_overrides
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.modules import session
@@ -141,7 +143,7 @@ def run(
     `variant` and `reference` are a name, a class (built from the config under the seed, as a
     plugin's) or an instance (a deep copy of it runs; its weights are the reference's unless
     weights="native"). A list is a sweep: `attnlab.sweep`."""
-    from attnlab.app.job import run_job
+    from attnlab.app.run_job import run_job
 
     cfg, words = prepared(variant, seed, reference=reference, overrides=overrides, **kwargs)
     if out_dir is not None:

@@ -65,7 +65,7 @@ def sweep(variant: Any = "reference", seed: Any = 123, *, overrides: Iterable[st
 def _refusals(arguments: dict[str, Any], overrides: Iterable[str]) -> list[str]:
     """What a single run of these arguments would refuse before any work, as the CLI's sweeper
     checks each job: each value alone, then the job's values together."""
-    from attnlab.app.job import check, check_job
+    from attnlab.app.run_job import check, check_job
 
     try:
         cfg, _ = prepared(**arguments, overrides=overrides)

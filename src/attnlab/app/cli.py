@@ -26,7 +26,10 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from attnlab.app.config import closest_key, config_dir, group_options, register_configs, user_overrides
+from attnlab.app.config_checks import closest_key
+from attnlab.app.config_paths import config_dir, group_options
+from attnlab.app.config_store import register_configs
+from attnlab.app.overrides import user_overrides
 from attnlab.errors import FailedRecords, UserError
 from attnlab.modules.registry import discover
 
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def task(cfg: DictConfig) -> list[str]:
         """One job; returns its failed records' paths (Hydra hands them to the sweep's callback)."""
-        from attnlab.app.job import run_task
+        from attnlab.app.run_job import run_task
 
         try:
             job_failed = run_task(cfg, HydraConfig.get())

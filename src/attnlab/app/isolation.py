@@ -17,13 +17,14 @@ import sys
 from omegaconf import DictConfig
 
 from attnlab.app.guard import Failure, UserInterrupt, Work, guarded, user_interrupts
-from attnlab.app.job_worker import ISOLATION_ENV, TIMED_OUT, worker_of_this_process
+from attnlab.app.job_outcome import Interrupted, Raised, Ran, TimedOut
+from attnlab.app.job_worker import ISOLATION_ENV, worker_of_this_process
 from attnlab.errors import UserError
 
 KILL_GRACE_S = 1.0  # after the user's Ctrl-C, how long a job's process may take to stop on its own
 
 
-def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list:
+def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list[str]:
     """`work()` in this process's job worker (see the module's docstring); the parent writes the
     failed record when the worker dies or runs past `timeout_s` without reporting."""
     worker = None
@@ -38,18 +39,20 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list:
             if worker is not None:
                 worker.stop(KILL_GRACE_S)  # it got the same SIGINT: let it stop on its own first
             raise
-        if outcome is None or outcome == TIMED_OUT or worker.retiring:  # a retiring worker ends itself
-            worker.stop(0.0 if outcome == TIMED_OUT else KILL_GRACE_S)
-    if outcome == TIMED_OUT:
-        return [fail(f"the job ran past timeout_s={timeout_s:g} and was stopped")]
-    if outcome is None:
-        return [fail(death_cause(worker.process.exitcode))]
-    if outcome[0] == "ok":
-        return outcome[1]
-    if outcome[0] == "interrupted":
-        raise UserInterrupt()
-    _, kind, text = outcome
-    raise UserError(text) if kind == "user" else RuntimeError(f"{kind}: {text}")
+        timed_out = isinstance(outcome, TimedOut)
+        if outcome is None or timed_out or worker.retiring:  # a retiring worker ends itself
+            worker.stop(0.0 if timed_out else KILL_GRACE_S)
+    match outcome:
+        case TimedOut():
+            return [fail(f"the job ran past timeout_s={timeout_s:g} and was stopped")]
+        case None:
+            return [fail(death_cause(worker.process.exitcode))]
+        case Ran(failed):
+            return failed
+        case Interrupted():
+            raise UserInterrupt()
+        case Raised(kind, text):
+            raise UserError(text) if kind == "user" else RuntimeError(f"{kind}: {text}")
 
 
 def death_cause(exitcode: int | None) -> str:

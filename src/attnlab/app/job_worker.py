@@ -21,27 +21,29 @@ import signal
 import sys
 import threading
 from contextlib import suppress
+from dataclasses import dataclass
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
+from typing import Any
 
 from attnlab.app.guard import Failure, UserInterrupt, Work, guarded
+from attnlab.app.job_outcome import Interrupted, Outcome, Raised, Ran, Reply, TimedOut
 from attnlab.errors import UserError
 
 PRELOAD = ["torch", "attnlab.app.preload"]  # imported once by the forkserver, inherited by every job
 ISOLATION_ENV = "ATTNLAB_ISOLATION"  # 0: jobs in the command's process (attnlab.app.isolation)
-TIMED_OUT = ("timed out",)
 
 
-def _outcome(work: Work, fail: Failure) -> tuple:
-    """One job, in a job worker: ("ok", failed paths), ("interrupted",) or ("error", kind, text)."""
+def _outcome(work: Work, fail: Failure) -> Outcome:
+    """One job, in a job worker."""
     try:
-        return ("ok", guarded(work, fail))
+        return Ran(guarded(work, fail))
     except UserInterrupt:
-        return ("interrupted",)
+        return Interrupted()
     except UserError as exc:
-        return ("error", "user", str(exc))
+        return Raised("user", str(exc))
     except Exception as exc:  # noqa: BLE001 - reported by the parent as this job's one-line error
-        return ("error", type(exc).__name__, str(exc))
+        return Raised(type(exc).__name__, str(exc))
 
 
 def _serve(jobs: Connection, sender_alive: Connection) -> None:
@@ -58,24 +60,34 @@ def _serve(jobs: Connection, sender_alive: Connection) -> None:
             os._exit(0)
         defaults = torch_defaults()
         outcome = _outcome(work, fail)
-        clean = outcome == ("ok", []) and torch_defaults() == defaults
+        clean = outcome == Ran([]) and torch_defaults() == defaults
         with suppress(OSError):  # an output closed under it (`| head`) is not the job's failure
             for stream in (sys.stdout, sys.stderr):  # what the job printed, before the parent moves on
                 stream.flush()
         try:
-            jobs.send((outcome, not clean))  # the sender then stops this worker, not sending it another job
+            jobs.send(Reply(outcome, retiring=not clean))  # the sender then stops this worker, not sending it another job
         except OSError:  # the sender is gone: no one to tell
             os._exit(0)
         if not clean:
             os._exit(0)  # no interpreter teardown: a module's thread could hold the process
 
 
-def torch_defaults() -> tuple:
+@dataclass(frozen=True)
+class TorchDefaults:
     """What a module may change for every job after it in the same process."""
+
+    dtype: Any  # torch.dtype: this module imports torch only in the worker
+    grad_enabled: bool
+    num_threads: int
+    deterministic: bool
+    float32_matmul_precision: str
+
+
+def torch_defaults() -> TorchDefaults:
     import torch  # the worker's forkserver imported it: no cost, and this module stays light
 
-    return (torch.get_default_dtype(), torch.is_grad_enabled(), torch.get_num_threads(),
-            torch.are_deterministic_algorithms_enabled(), torch.get_float32_matmul_precision())
+    return TorchDefaults(torch.get_default_dtype(), torch.is_grad_enabled(), torch.get_num_threads(),
+                         torch.are_deterministic_algorithms_enabled(), torch.get_float32_matmul_precision())
 
 
 def _exit_on_eof(connection: Connection) -> None:
@@ -96,18 +108,18 @@ class JobWorker:
         jobs.close()
         sender_alive.close()
 
-    def run(self, work: Work, fail: Failure, timeout_s: float | None) -> tuple | None:
-        """The job's outcome; TIMED_OUT, or None when the worker died without one. Sets `retiring`
+    def run(self, work: Work, fail: Failure, timeout_s: float | None) -> Outcome | TimedOut | None:
+        """The job's outcome; TimedOut, or None when the worker died without one. Sets `retiring`
         when the worker ends after this job."""
         try:
             self.jobs.send((work, fail))
         except OSError:  # it ended before reading the job
             return None
         answer = _wait(self.jobs, timeout_s)
-        if answer is None or answer == TIMED_OUT:
+        if not isinstance(answer, Reply):
             return answer
-        outcome, self.retiring = answer
-        return outcome
+        self.retiring = answer.retiring
+        return answer.outcome
 
     def stop(self, grace_s: float = 0.0) -> None:
         if grace_s:
@@ -191,10 +203,10 @@ def main_package() -> list[str]:
     return [package] if package and module != "__main__" else []
 
 
-def _wait(parent: Connection, timeout_s: float | None) -> tuple | None:
-    """The child's outcome; TIMED_OUT, or None when it died without one."""
+def _wait(parent: Connection, timeout_s: float | None) -> Reply | TimedOut | None:
+    """The child's reply; TimedOut, or None when it died without one."""
     if not parent.poll(timeout_s):
-        return TIMED_OUT
+        return TimedOut()
     try:
         return parent.recv()
     except EOFError:  # the pipe closed without a word: the process died

@@ -3,7 +3,7 @@ job's process starts with it in memory instead of importing, compiling and warmi
 tests/app/test_preload.py checks that a job imports nothing beyond it."""
 
 import gc
-import resource  # noqa: F401 - the memory cap's (attnlab.compute.preflight); the forkserver runs on Unix only
+import resource  # noqa: F401 - the memory cap's (attnlab.compute.memory); the forkserver runs on Unix only
 
 import crc32c  # noqa: F401 - the TensorBoard sink's checksum
 import pandas  # noqa: F401 - the table sink's and the sweep table's (imported lazily elsewhere: a heavy import)
@@ -20,7 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 import attnlab.app.cli  # noqa: F401 - the `attnlab` command's script, run again in every job's process, imports it
-import attnlab.compute.preflight  # noqa: F401
+import attnlab.compute.memory  # noqa: F401
 import attnlab.reporting.aggregate  # noqa: F401
 import attnlab.reporting.job_heatmaps  # noqa: F401
 import attnlab.reporting.sweep_plots  # noqa: F401
@@ -29,7 +29,7 @@ import attnlab.sinks.table  # noqa: F401
 import attnlab.sinks.tensorboard  # noqa: F401
 import attnlab.sinks.tensorboard_protos  # noqa: F401
 import attnlab.sinks.terminal  # noqa: F401
-from attnlab.app.job import run_job  # noqa: F401 - the job's code: inputs, modules, capture, diagnosis, sinks
+from attnlab.app.run_job import run_job  # noqa: F401 - the job's code: inputs, modules, capture, diagnosis, sinks
 from attnlab.modules.registry import discover
 
 

@@ -126,7 +126,7 @@ class SweepTables(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if config.hydra.mode.name != "MULTIRUN" or not config.log.get("table"):
             return
-        # the task returns its failed records' paths (attnlab.app.job.run_task)
+        # the task returns its failed records' paths (attnlab.app.run_job.run_task)
         failed = job_return.status == JobStatus.FAILED or bool(job_return.return_value)
         if not failed and self.refreshed_at is not None and time.monotonic() - self.refreshed_at < REFRESH_SECONDS:
             return

@@ -33,7 +33,7 @@ Stages are returned in the canonical view of `attnlab.capture.stages.AXES` (view
 each stage's shape in the module's own rank. A torch.overrides.TorchFunctionMode sees every torch
 call with its arguments (here) and hands it to the part that reads it: `provenance` (tags in a side
 table, weak references, no copies; views, splits and scalar factors), `products` (projections,
-scores, context), `softmax` (called or written out), `kernels` (SDPA, FlexAttention,
+scores, context), `softmax_calls` (called or written out), `fused_kernels` (SDPA, FlexAttention,
 nn.MultiheadAttention); `result` puts the heads' stages together. The module is called through
 `attnlab.modules.built`, which says what of its return is the output.
 """
@@ -47,8 +47,8 @@ from torch import nn
 from torch._ops import HigherOrderOperator
 from torch.overrides import TorchFunctionMode
 
-from attnlab.capture import kernels, products, provenance, softmax
-from attnlab.capture.kernels import flex_attention_eager
+from attnlab.capture import fused_kernels, products, provenance, softmax_calls
+from attnlab.capture.fused_kernels import flex_attention_eager
 from attnlab.capture.result import Capture, assemble, max_abs_or_nan
 from attnlab.capture.stages import STAGES
 from attnlab.capture.torch_calls import PRODUCTS, is_inplace, op_name
@@ -106,7 +106,7 @@ class _Recorder(TorchFunctionMode):
         kwargs = kwargs or {}
         rec, name = self.rec, op_name(func)
         if name == "multi_head_attention_forward":
-            return kernels.multi_head_attention(rec, func, args, kwargs)
+            return fused_kernels.multi_head_attention(rec, func, args, kwargs)
         if is_inplace(name) and args:
             provenance.keep_scores_before_inplace(rec, args[0])
         out = func(*args, **kwargs)
@@ -117,12 +117,12 @@ class _Recorder(TorchFunctionMode):
         if name in PRODUCTS:
             products.product(rec, func, name, args, kwargs, out)
         elif name in ("softmax", "log_softmax"):
-            softmax.softmax(rec, name, args, kwargs, out)
+            softmax_calls.softmax(rec, name, args, kwargs, out)
         elif name == "scaled_dot_product_attention":
-            kernels.sdpa(rec, args, kwargs, out)
+            fused_kernels.sdpa(rec, args, kwargs, out)
         elif name == "flex_attention" and isinstance(func, HigherOrderOperator):
-            kernels.flex_attention(rec, args, out)
+            fused_kernels.flex_attention(rec, args, out)
         elif not (provenance.scaling(rec, name, args, kwargs, out)
-                  or softmax.manual_softmax(rec, name, args, kwargs, out)):
+                  or softmax_calls.manual_softmax(rec, name, args, kwargs, out)):
             provenance.propagate(rec, func, name, args, kwargs, out)
         return out

@@ -8,7 +8,7 @@ guess, so the run says in one line that the change cannot be observed instead of
 
 from __future__ import annotations
 
-from attnlab.compute.preflight import Size
+from attnlab.compute.memory import Size
 from attnlab.errors import UserError
 from attnlab.modules.registry import VariantSpec
 

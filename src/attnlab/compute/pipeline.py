@@ -25,13 +25,13 @@ from attnlab.errors import UserError
 from attnlab.diagnosis.analysis import analyse
 from attnlab.diagnosis.diagnostics import expected_shapes
 from attnlab.diagnosis.kv_granularity import align_kv_heads
-from attnlab.diagnosis.passes import one_thread
-from attnlab.diagnosis.returned import returned_weights
+from attnlab.diagnosis.stage_blocks import one_thread
+from attnlab.diagnosis.returned_weights import returned_weights
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.layouts import align, seed_projections
 from attnlab.diagnosis.predictions import check_predictions
 from attnlab.compute.observable import unobservable
-from attnlab.compute.preflight import Size, check_fits, should_spill
+from attnlab.compute.memory import Size, check_fits, should_spill
 from attnlab.capture.spill import as_numpy, spill
 from attnlab.capture.stages import SQUARE_STAGES
 from attnlab.compute.profile import profile_pair

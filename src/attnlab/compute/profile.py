@@ -39,7 +39,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from attnlab.capture.kernels import flex_attention_eager
+from attnlab.capture.fused_kernels import flex_attention_eager
 from attnlab.capture.torch_calls import op_name
 from attnlab.modules.built import BuiltModule, as_built
 

@@ -20,7 +20,7 @@ import torch
 from attnlab.capture.recorder import Capture
 from attnlab.diagnosis.diagnostics import blocks, stage_tolerance
 from attnlab.diagnosis.masking import with_masks_as_neg_inf
-from attnlab.diagnosis.passes import one_thread
+from attnlab.diagnosis.stage_blocks import one_thread
 from attnlab.capture.stages import STAGES
 
 NOT_CHECKED_EQUAL = "batch mixing not checked: the batch items are equal; use inputs=random"

@@ -1,7 +1,7 @@
 """Every finding code, declared once: where it is reported, how severe it is, when its check runs,
 which codes it switches off, what it means and what shows it.
 
-The runner (attnlab.diagnosis.runner) runs each check once, in the order of the first code it may
+attnlab.diagnosis.check_runner runs each check once, in the order of the first code it may
 return; a finding whose code an earlier finding suppresses is dropped (a check whose codes are all
 suppressed does not run). Adding a check or a recogniser is one row here.
 """
@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass
 
 from attnlab.diagnosis import recognisers
-from attnlab.diagnosis.checks import batch, heads, mask, precision, scaling, softmax, sources
+from attnlab.diagnosis.checks import batch, heads, mask, precision, scaling, softmax_dropout, sources
 from attnlab.diagnosis.context import Check
 
 FIRST_WHERE_IT_SHOWS: tuple[str, ...] = ()  # `stages` of a code reported at whichever stage it first shows
@@ -96,14 +96,14 @@ CODES: tuple[Code, ...] = (
     Code("scaling", ("scaled_scores",), "error", 110, scaling.scaling,
          "the softmax input is not scores / sqrt(d_k); names both factors", "unscaled",
          suppresses=("not_softmax",)),
-    Code("softmax_axis", ("weights",), "error", 120, softmax.softmax,
+    Code("softmax_axis", ("weights",), "error", 120, softmax_dropout.softmax,
          "the softmax ran over the queries, the heads or the batch, not the keys", "wrong_softmax_axis"),
-    Code("not_softmax", ("weights",), "error", 120, softmax.softmax,
+    Code("not_softmax", ("weights",), "error", 120, softmax_dropout.softmax,
          "the weights are not a softmax (a plain normalisation, linear attention)", "plain_normalisation"),
-    Code("dropout", ("weights_applied",), "info", 130, softmax.dropout,
+    Code("dropout", ("weights_applied",), "info", 130, softmax_dropout.dropout,
          "train=true: dropout, with the rate it estimates",
          "tests/diagnosis/test_findings_multi_head.py::test_dropout_in_training_is_a_note_with_its_rate"),
-    Code("dropout_active", ("weights_applied",), "error", 130, softmax.dropout,
+    Code("dropout_active", ("weights_applied",), "error", 130, softmax_dropout.dropout,
          "an eval-mode run whose applied weights show dropout", "causal_dropout_always"),
     Code("value_path", ("values",), "error", 140, sources.value_path,
          "the weights equal the reference's but the context does not: only the values changed",

@@ -19,7 +19,7 @@ from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.batch_mixing import BatchMixing
 from attnlab.diagnosis.diagnostics import Grid, divergence_grids, stage_differs, stage_tolerance
 from attnlab.diagnosis.masking import NegInf, mask_count, neg_infs, reference_mask
-from attnlab.diagnosis.passes import Peaks, peaks
+from attnlab.diagnosis.stage_blocks import Peaks, peaks
 from attnlab.record import Finding
 
 MIN_TOKENS = 3  # the fewest tokens on which a deliberate change can be told from a bug

@@ -23,7 +23,7 @@ from attnlab.capture.spill import releasing
 from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.kv_granularity import kv_head_of
 from attnlab.diagnosis.masking import NegInf, neg_infs
-from attnlab.diagnosis.passes import (Peaks, block_scratch, blocks, finite_max_abs, fitted, max_abs, peaks,
+from attnlab.diagnosis.stage_blocks import (Peaks, block_scratch, blocks, finite_max_abs, fitted, max_abs, peaks,
                                       row_blocks)
 
 NAN = float("nan")

@@ -20,7 +20,7 @@ import torch
 
 from attnlab.capture.recorder import Capture
 from attnlab.capture.spill import releasing
-from attnlab.diagnosis.passes import Peaks, block_scratch, blocks, fitted, one_thread, row_blocks
+from attnlab.diagnosis.stage_blocks import Peaks, block_scratch, blocks, fitted, one_thread, row_blocks
 
 
 def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) -> float:

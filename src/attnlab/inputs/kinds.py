@@ -1,7 +1,7 @@
 """Token embeddings for a run: the source's six tokens, seeded random ones, or a file.
 
 Each input kind is a factory and a config: `conf/inputs/NAME.yaml` names its structured config
-(a dataclass below, registered by attnlab.app.config as `attnlab/inputs/NAME`) and a `_target_`
+(a dataclass below, registered by attnlab.app.config_store as `attnlab/inputs/NAME`) and a `_target_`
 factory, which `make_inputs` calls with the seed and the config's fields (`kind` included) and
 which returns `Inputs`. A config checks its own values when it is built (`__post_init__`), so a
 bad value fails in one line before any work, in a single run and for every value of a sweep.

@@ -20,10 +20,10 @@ from attnlab.model.layer import ModelRun, layer_reference, own_head_patterns
 from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.loading_checks import loading_findings
 from attnlab.model.locate import attention_modules, chosen_layers
-from attnlab.model.preflight import check_model_fits
-from attnlab.model.runner import AsLayerCalled, output_head
+from attnlab.model.model_memory import check_model_fits
+from attnlab.model.forward import AsLayerCalled, output_head
 from attnlab.model.sizes import model_sizes
-from attnlab.model.spec import ModelSpec, model_spec
+from attnlab.model.model_spec import ModelSpec, model_spec
 from attnlab.model.tokens import token_ids
 from attnlab.modules.built import BuiltModule, PluginError
 from attnlab.modules.layouts import LayoutError, read_projections

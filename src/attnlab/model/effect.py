@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.model.runner import Final
+from attnlab.model.forward import Final
 from attnlab.record import Effect
 
 CHUNK = 128  # positions per logits chunk

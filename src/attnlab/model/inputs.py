@@ -26,7 +26,7 @@ class ModelInputs:
     """The forward's keyword arguments and what the effects score."""
 
     # input_ids= (1, T), decoder_input_ids= (1, T), pixel_values= (1, C, H, W); empty: the text's ids
-    # alone, given as attnlab.model.runner gives a causal LM (or a model of your own) them
+    # alone, given as attnlab.model.forward gives a causal LM (or a model of your own) them
     given: dict[str, Any]
     scored: Tensor  # (1, P) the ids at the compared logits' positions; their next tokens are the loss's targets
     labels: dict[str | None, list[str]]  # per stack (None: the model's one stack), a label per position

@@ -19,7 +19,7 @@ from attnlab.model.head_patterns import head_patterns
 from attnlab.model.inputs import ModelInputs
 from attnlab.model.loading import LoadedModel
 from attnlab.model.replay import BlockRecording
-from attnlab.model.runner import AsLayerCalled, Final, InModel, LayerCall, final_hidden, output_head, replaced
+from attnlab.model.forward import AsLayerCalled, Final, InModel, LayerCall, final_hidden, output_head, replaced
 from attnlab.model.sizes import ModelSizes, constructor_values
 from attnlab.modules.layouts import LayoutError, Projections, load_projections, read_projections
 from attnlab.modules.built import BuiltModule, PluginError, plan

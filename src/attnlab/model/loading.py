@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.model.preflight import check_weights_fit
+from attnlab.model.model_memory import check_weights_fit
 from attnlab.model.saved_folder import check_saved_folder
-from attnlab.model.spec import ModelSpec
+from attnlab.model.model_spec import ModelSpec
 from attnlab.model.tokens import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, hf_tokenizer
 from attnlab.model.user_models import build_user_model
 from attnlab.modules.roles import manual_seed

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from torch import Tensor, nn
 
-from attnlab.model.runner import replaced
+from attnlab.model.forward import replaced
 
 
 def _copied(out: Any) -> Any:

@@ -16,10 +16,10 @@ from typing import Any
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.model.spec import ModelSpec
+from attnlab.model.model_spec import ModelSpec
 from attnlab.modules import session
 from attnlab.modules.discovery import load_file
-from attnlab.modules.outermost import outermost
+from attnlab.modules.outermost_class import outermost
 
 MODELS_DIR = "models"
 
@@ -85,7 +85,7 @@ def _known(spec: ModelSpec, fields: set[str], where: str) -> None:
 
 
 def load_weights(module: nn.Module, path: Path, key: str = "model") -> None:
-    """A safetensors state_dict (attnlab.model.spec refuses any other file), every key matched."""
+    """A safetensors state_dict (attnlab.model.model_spec refuses any other file), every key matched."""
     if not path.is_file():
         raise UserError(f"{key}.weights={path}: no such file")
     from safetensors.torch import load_file as read_safetensors

@@ -31,8 +31,8 @@ from torch import nn
 from attnlab.modules import session
 from attnlab.modules.describe import copied_texts, describe
 from attnlab.modules.import_probe import deadly_imports
-from attnlab.modules.outermost import outermost
-from attnlab.modules.spec import VariantSpec
+from attnlab.modules.outermost_class import outermost
+from attnlab.modules.variant_spec import VariantSpec
 from attnlab.plugin_folders import USER_GROUP, plugin_files
 
 ENTRY_POINT_GROUP = "attnlab.variants"
@@ -88,18 +88,20 @@ def _plain(value: Any) -> bool:
 
 
 @dataclass
-class Found:
+class PluginsRead:
+    """What the plugin files and entry points declared, as discovery reads them one by one."""
+
     declarations: list[VariantSpec] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     seen_texts: dict[str, str] = field(default_factory=dict, repr=False)  # docstring/comment -> first file
     fingerprint: str = ""  # the plugin files' names and contents, as read
 
 
-def find_plugins() -> Found:
+def find_plugins() -> PluginsRead:
     """Every variant of the plugin files (built-ins, ./plugins, ATTNLAB_PLUGIN_PATH), then of the
     installed entry points; a plugin that fails is one warning, and the others load."""
     files = plugin_files()
-    found = Found(fingerprint=_fingerprint(files))
+    found = PluginsRead(fingerprint=_fingerprint(files))
     by_folder: dict[Path, list[tuple[Path, str]]] = {}
     for path, group in files:
         by_folder.setdefault(path.parent, []).append((path, group))
@@ -128,7 +130,7 @@ def _content_hash(path: Path) -> str:
         return ""
 
 
-def _read_folder(found: Found, folder: Path, files: list[tuple[Path, str]]) -> None:
+def _read_folder(found: PluginsRead, folder: Path, files: list[tuple[Path, str]]) -> None:
     """Load a folder's files first, then read them: a sibling one of them imports is a helper
     wherever it sorts."""
     loaded = []
@@ -151,7 +153,7 @@ def _read_folder(found: Found, folder: Path, files: list[tuple[Path, str]]) -> N
 
 
 @contextlib.contextmanager
-def _torch_state_kept(found: Found, path: Path, check: bool) -> Iterator[None]:
+def _torch_state_kept(found: PluginsRead, path: Path, check: bool) -> Iterator[None]:
     """torch's process-wide settings as they were before `path` was imported: a change is undone and
     warned (it would change the reference's numbers in every run of this process)."""
     if not check:
@@ -200,7 +202,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def _add(found: Found, declarations: list[VariantSpec], warning: str | None) -> None:
+def _add(found: PluginsRead, declarations: list[VariantSpec], warning: str | None) -> None:
     found.declarations += declarations
     if warning:
         found.warnings.append(warning)
@@ -411,7 +413,7 @@ def _helps_a_run(module: Any) -> bool:
     return False
 
 
-def _read_entry_points(found: Found) -> None:
+def _read_entry_points(found: PluginsRead) -> None:
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
         source = f"entry point {entry.name} = {entry.value}"
         try:

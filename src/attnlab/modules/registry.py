@@ -32,7 +32,7 @@ from attnlab.modules.describe import same_file
 from attnlab.modules.discovery import declaration, find_plugins, plugin_fingerprint
 from attnlab.modules.families import spellings
 from attnlab.modules.roles import parameter_role
-from attnlab.modules.spec import VariantSpec, constructor_parameters, constructor_signature
+from attnlab.modules.variant_spec import VariantSpec, constructor_parameters, constructor_signature
 from attnlab.plugin_folders import USER_GROUP, builtin_groups
 from attnlab.schema import BOOK_TOKENS, DEFAULTS
 

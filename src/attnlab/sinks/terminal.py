@@ -17,7 +17,7 @@ from typing import Iterator, Sequence, TextIO
 
 import numpy as np
 
-from attnlab.diagnosis.words import heads_phrase
+from attnlab.diagnosis.message_format import heads_phrase
 from attnlab.record import Record
 from attnlab.reporting.rows import TABLE_FILE
 from attnlab.sinks.base import REPORT_FILE, JobInfo

@@ -24,7 +24,9 @@ override parser, `Plugins`). The app registers this class with `Plugins.instance
 so it works in a process where another Hydra app already ran (Hydra scans for plugins once per
 process); as a `hydra_plugins` namespace package, Hydra's own scan finds it too. Hydra imports
 every plugin module it finds, in every app, so this module imports only Hydra and OmegaConf:
-`check` and `finish` are named in the config and imported when a sweep runs.
+`check`, `check_job` and `finish` come from `attnlab.app.sweep_hooks`, imported when a sweep runs.
+The config's `check`, `check_job` and `finish` switch them (the app reads them: a job attnlab's
+sweeper checked is not checked again, a sweep it finishes is not finished by the callback).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import copy
 import itertools
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
@@ -43,7 +46,6 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.attnlab_sweeper.folder import check_reuse, job_outcomes, locked, runs_of
@@ -88,8 +90,7 @@ def apply_value(config: DictConfig, override: Override) -> DictConfig:
 
 class AttnlabSweeper(Sweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
-                 check: Optional[str] = None, check_job: Optional[str] = None,
-                 finish: Optional[str] = None) -> None:
+                 check: bool = False, check_job: bool = False, finish: bool = False) -> None:
         super().__init__()
         self.max_batch_size = max_batch_size
         self.params = dict(params or {})
@@ -129,7 +130,7 @@ class AttnlabSweeper(Sweeper):
         """Launch the `pending` jobs (by index, numbered as in the whole sweep), then finish it.
         A launcher that fails (a joblib worker killed) costs the jobs it was running: the jobs
         still without a record are launched once more, and those still missing are listed."""
-        finish = get_method(self.finish) if self.finish else None
+        finish = app_hooks().finish if self.finish else None
         returns: list[Sequence[JobReturn]] = []
         try:
             failure = self.launch(jobs, pending, returns)
@@ -168,8 +169,8 @@ class AttnlabSweeper(Sweeper):
         docstring). Every distinct error is collected: one raises as itself, several as an
         ExceptionGroup, so the user sees them all at once."""
         loader = self.hydra_context.config_loader
-        check = get_method(self.check) if self.check else (lambda config: None)
-        check_job = get_method(self.check_job) if self.check_job else (lambda config: None)
+        check = app_hooks().check if self.check else (lambda config: None)
+        check_job = app_hooks().check_job if self.check_job else (lambda config: None)
         errors: dict[str, Exception] = {}
         groups: dict[str, bool] = {}
 
@@ -216,6 +217,13 @@ class AttnlabSweeper(Sweeper):
             raise ExceptionGroup(f"{len(errors)} bad values in the sweep", list(errors.values()))
 
 
+def app_hooks() -> ModuleType:
+    """attnlab's functions the sweeper calls, imported when a sweep runs (see the module's docstring)."""
+    from attnlab.app import sweep_hooks
+
+    return sweep_hooks
+
+
 def say(line: str) -> None:
     print(f"attnlab: {line}", file=sys.stderr, flush=True)
 
@@ -240,9 +248,9 @@ ConfigStore.instance().store(
         "_target_": f"{__name__}.AttnlabSweeper",
         "max_batch_size": None,
         "params": None,
-        "check": "attnlab.app.job.check",  # check(config): raises on a bad value
-        "check_job": "attnlab.app.job.check_job",  # every job's values together: their relations
-        "finish": "attnlab.app.sweep.finish",  # finish(config, complete, missing): tables, summary, outcome
+        "check": True,  # sweep_hooks.check(config): raises on a bad value
+        "check_job": True,  # sweep_hooks.check_job(config): every job's values together, their relations
+        "finish": True,  # sweep_hooks.finish(config, complete, missing): tables, summary, outcome
     },
     provider="attnlab",
 )

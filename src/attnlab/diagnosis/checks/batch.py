@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from attnlab.diagnosis.context import Context, Found, finding
-from attnlab.diagnosis.words import fmt, items
+from attnlab.diagnosis.message_format import fmt, items
 from attnlab.record import Finding
 
 

@@ -8,7 +8,7 @@ import math
 import torch
 
 from attnlab.diagnosis.context import Context, Found, finding
-from attnlab.diagnosis.words import fmt
+from attnlab.diagnosis.message_format import fmt
 from attnlab.capture.stages import STAGES
 from attnlab.record import Finding
 

@@ -6,7 +6,7 @@ import math
 
 from attnlab.diagnosis.context import Context, Found, finding
 from attnlab.diagnosis.diagnostics import capture_eps, scale_observed
-from attnlab.diagnosis.words import fmt
+from attnlab.diagnosis.message_format import fmt
 from attnlab.record import Finding
 
 SCALE_RTOL = 1e-3

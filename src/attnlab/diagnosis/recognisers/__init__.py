@@ -17,7 +17,7 @@ Each recogniser is a check declared in `attnlab.diagnosis.codes` (adding one is 
 this package and a row there); they run first, since each would otherwise read as a wrong source or scale.
 
 By what they read: `positions` (rotary, QK-norm; `rotation` and `norms` fit them), `biases`
-(a window, a distance bias), `logits` (a soft cap, a declared scale), `kernels` (no softmax), `clipping` (a declared clamp of the
+(a window, a distance bias), `logits` (a soft cap, a declared scale), `kernel_attention` (no softmax), `clipping` (a declared clamp of the
 projections), `cosine` (unit-length queries and keys), `latent` (keys and values from a
 shared latent, MLA).
 """
@@ -25,7 +25,7 @@ shared latent, MLA).
 from attnlab.diagnosis.recognisers.biases import position_bias, window
 from attnlab.diagnosis.recognisers.clipping import clipped_qkv
 from attnlab.diagnosis.recognisers.cosine import cosine_attention
-from attnlab.diagnosis.recognisers.kernels import linear_attention
+from attnlab.diagnosis.recognisers.kernel_attention import linear_attention
 from attnlab.diagnosis.recognisers.latent import latent_attention
 from attnlab.diagnosis.recognisers.logits import declared_scale, softcap
 from attnlab.diagnosis.recognisers.positions import qk_norm, rotary

@@ -8,8 +8,8 @@ from typing import Iterator
 import torch
 
 from attnlab.diagnosis.context import Pair, finding
-from attnlab.diagnosis.recognisers.shared import EPS, ROWS, each_head, recogniser
-from attnlab.diagnosis.words import fmt
+from attnlab.diagnosis.recognisers.recogniser import EPS, ROWS, each_head, recogniser
+from attnlab.diagnosis.message_format import fmt
 from attnlab.record import Finding
 
 

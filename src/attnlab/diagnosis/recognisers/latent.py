@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.diagnosis.context import Pair, finding
-from attnlab.diagnosis.recognisers.shared import recogniser
+from attnlab.diagnosis.recognisers.recogniser import recogniser
 from attnlab.record import Finding
 
 

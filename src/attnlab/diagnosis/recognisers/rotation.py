@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch
 
-from attnlab.diagnosis.recognisers.shared import EPS
-from attnlab.diagnosis.words import fmt
+from attnlab.diagnosis.recognisers.recogniser import EPS
+from attnlab.diagnosis.message_format import fmt
 
 
 _PAIRINGS: dict[str, Callable[[int], tuple[torch.Tensor, torch.Tensor]]] = {

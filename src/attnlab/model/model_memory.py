@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnlab.compute.preflight import BASE_BYTES, Size, _gib, available_bytes, estimate_peak_bytes
+from attnlab.compute.memory import BASE_BYTES, Size, _gib, available_bytes, estimate_peak_bytes
 from attnlab.errors import UserError
 from attnlab.model.effect import CHUNK
 from attnlab.model.sizes import ModelSizes
@@ -12,7 +12,7 @@ SHRINK = "e.g. model.hidden_size=64 model.num_hidden_layers=2 model.max_position
 
 def model_peak_bytes(n_parameters: int, sizes: ModelSizes, n_tokens: int, kept_layers: int) -> int:
     """The parameters; the forward's activations (an eager layer's weights and a few hidden-state
-    sized tensors); one layer's captured stages, both modules (attnlab.compute.preflight); the kept
+    sized tensors); one layer's captured stages, both modules (attnlab.compute.memory); the kept
     (1, T, d) hidden states (`kept_layers` of them: layer inputs, changed runs, replayed blocks); two
     chunks of log-probabilities; a Hugging Face model's own (1, T, vocab) logits, three of them (the
     unmodified run's, a changed run's, the forward's own). Sized at the text, never at the model's

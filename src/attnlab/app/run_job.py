@@ -24,11 +24,11 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.app.config import validate
+from attnlab.app.config_checks import validate
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import make_inputs
 from attnlab.compute.pipeline import JobSpec, compute_record
-from attnlab.compute.preflight import cap_process, check_declared_inputs
+from attnlab.compute.memory import cap_process, check_declared_inputs
 from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.isolation import run_job_guarded
 from attnlab.app.progress import Progress
@@ -36,7 +36,7 @@ from attnlab.record import Record, Setup, keeping_stages, record_of, spilled, wi
 from attnlab.schema import check_key, check_n_tokens, check_values, declared_n_tokens
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constructor_kwargs, get_variant
 from attnlab.model.config_variants import takes_config
-from attnlab.model.job import check_model_request, check_unused, compute_model_records, wants_model
+from attnlab.model.model_job import check_model_request, check_unused, compute_model_records, wants_model
 from attnlab.sinks.base import JobInfo, build_sinks
 
 SEED_DIR = "seed-{seed}"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnlab.app.api import compose_config
-from attnlab.app.job import compute_records, write_outputs
+from attnlab.app.run_job import compute_records, write_outputs
 from attnlab.compute.pipeline import SINGLE_THREAD_TOKENS, compute_threads
 from attnlab.record import to_json_dict
 
@@ -94,7 +94,7 @@ def test_cli_n_seeds_rows_equal_single_runs(app):
 
 
 def test_seeds_stream_each_record_written_in_full_then_only_reductions_kept(tmp_path):
-    from attnlab.app.job import run_job
+    from attnlab.app.run_job import run_job
     from attnlab.record import read_record
 
     cfg = compose_config("multi_head_attention", 3, [*RANDOM, "d_out=4", "n_seeds=3", "log.terminal=false"])

@@ -1,4 +1,5 @@
-"""The config's own resolver: a run's or a sweep's folder is never one another already took."""
+"""The config's own resolvers: a run's or a sweep's folder is never one another already took, and a
+sweep job's folder name is one bounded path component."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from attnlab.app.config import new_dir
+from attnlab.app.resolvers import JOB_DIRNAME_MAX, job_dirname, new_dir
 
 
 def test_new_dir_takes_the_path_then_numbered_ones(tmp_path):
@@ -64,20 +65,7 @@ def test_a_sweep_in_a_taken_second_keeps_the_other_sweeps_folder(tmp_path):
     assert (records[0].parent.parent / "comparison.csv").exists()
 
 
-def test_a_top_level_key_under_variant_params_is_named_with_or_without_plus():
-    """Without `+` the message was the generic "not a default param"."""
-    from attnlab.app.config import closest_key
-
-    for plus in ("", "+"):
-        assert closest_key("variant.params.qkv_bias", ["variant=linear", f"{plus}variant.params.qkv_bias=true"]) == (
-            "variant.params.qkv_bias: qkv_bias is a top-level key; use qkv_bias=true")
-    assert closest_key("variant.params.n_kv_heads", ["variant=gqa", "variant.params.n_kv_heads=1"]) == (
-        "variant.params.n_kv_heads: n_kv_heads is the top-level key num_kv_heads; use num_kv_heads=1")
-
-
 def test_a_job_folder_name_is_one_bounded_component_and_distinct_per_overrides() -> None:
-    from attnlab.app.config import JOB_DIRNAME_MAX, job_dirname
-
     assert job_dirname("seed=1,variant=scaled") == "seed=1,variant=scaled"  # a plain name is Hydra's
     names = [job_dirname(text) for text in ("inputs.path=x/../a.csv", "inputs.path=/etc/a.csv", "inputs.text=" + "é" * 300,
                                             "inputs.text=" + "a" * 300, "inputs.text=" + "a" * 299 + "b")]

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from attnlab.diagnosis.context import Pair, finding
 from attnlab.diagnosis.diagnostics import max_abs
-from attnlab.diagnosis.recognisers.shared import each_head
+from attnlab.diagnosis.recognisers.recogniser import each_head
 from attnlab.record import Finding
 
 

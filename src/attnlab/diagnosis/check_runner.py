@@ -15,14 +15,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from attnlab.capture.recorder import Capture
 from attnlab.capture.spill import release
 from attnlab.capture.stages import AXES, STAGES
-from attnlab.diagnosis import recognisers
-from attnlab.diagnosis.batch_mixing import BatchMixing
 from attnlab.diagnosis.codes import BY_CODE, CODES
-from attnlab.diagnosis.context import Check, Context, Found, build_context
-from attnlab.diagnosis.masking import with_masks_as_neg_inf
+from attnlab.diagnosis.context import Check, Context, Found
 from attnlab.record import Finding
 
 
@@ -31,10 +27,10 @@ def _checks() -> list[Check]:
     return list(dict.fromkeys(c.check for c in sorted(CODES, key=lambda c: c.order)))
 
 
-def run_checks(ctx: Context, checks: list[Check]) -> list[Finding]:
-    """The findings of `checks`, in order, with declared severities; suppressed codes dropped."""
+def run_checks(ctx: Context) -> list[Finding]:
+    """The findings of every check, in order, with declared severities; suppressed codes dropped."""
     found, suppressed = Found(), set()
-    for check in checks:
+    for check in _checks():
         if {c.code for c in CODES if c.check is check} <= suppressed:
             continue
         try:
@@ -49,31 +45,14 @@ def run_checks(ctx: Context, checks: list[Check]) -> list[Finding]:
     return list(found.findings)
 
 
-def diagnose(variant: Capture, reference: Capture, diagnostics: dict[str, float], *,
-             weights_shared: bool, train: bool = False, batch_mixing: BatchMixing | None = None) -> list[Finding]:
-    """Findings, root cause first, each with the heads and batch items it holds for; a variant that
-    matches the reference gets none. `train`: the modules ran in training mode (dropout is then an
-    info finding); `batch_mixing`: each batch item run alone against its slice (attnlab.diagnosis.batch_mixing)."""
-    variant, reference = with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference)
-    return diagnose_context(build_context(variant, reference, diagnostics, weights_shared=weights_shared,
-                                          train=train, mixing=batch_mixing))
-
-
 def diagnose_context(ctx: Context) -> list[Finding]:
-    """diagnose's findings for a context already built."""
+    """Findings, root cause first, each with the heads and batch items it holds for; a variant that
+    matches the reference gets none (attnlab.diagnosis.analysis builds the context)."""
     release(ctx.v, ctx.ref)
     order = {s: i for i, s in enumerate(STAGES)}
-    located = [_locate(ctx, f) for f in run_checks(ctx, _checks())]
+    located = [_locate(ctx, f) for f in run_checks(ctx)]
     release(ctx.v, ctx.ref)
     return sorted(located, key=lambda f: (order[f.stage], f.severity != "error"))  # a bug before a note
-
-
-def recognise(variant: Capture, reference: Capture, diagnostics: dict[str, float] | None = None) -> list[Finding]:
-    """The deliberate changes the variant's stages show against the reference's (info; an error
-    where the change is applied wrongly), without the other checks."""
-    variant, reference = with_masks_as_neg_inf(variant), with_masks_as_neg_inf(reference)
-    ctx = build_context(variant, reference, diagnostics or {}, weights_shared=True)
-    return run_checks(ctx, [c for c in _checks() if getattr(recognisers, c.__name__, None) is c])
 
 
 def _locate(ctx: Context, finding: Finding) -> Finding:

@@ -13,10 +13,10 @@ from attnlab.model.check import compute_check_records
 from attnlab.model.layer import ModelRun, changed_layer, compare_layer
 from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
-from attnlab.model.preflight import check_model_fits
+from attnlab.model.model_memory import check_model_fits
 from attnlab.model.sizes import ModelSizes, model_sizes
 from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
-from attnlab.model.spec import OWN_KEYS, is_requested, model_spec
+from attnlab.model.model_spec import OWN_KEYS, is_requested, model_spec
 from attnlab.model.tokens import token_ids
 from attnlab.record import ModelInfo, Record, Setup
 from attnlab.schema import resolved

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab.compute import preflight
+from attnlab.compute import memory
 from attnlab.errors import UserError
-from attnlab.compute.preflight import Size, available_bytes, check_fits, estimate_peak_bytes, should_spill
+from attnlab.compute.memory import Size, available_bytes, check_fits, estimate_peak_bytes, should_spill
 
 BIG = Size(batch=2, heads=12, n_tokens=4096, d_in=768, d_out=768)
 
@@ -21,21 +21,21 @@ def test_the_estimate_grows_with_every_axis_and_spilling_lowers_it():
 
 
 def test_the_limit_comes_from_the_environment_then_the_cgroup(monkeypatch, tmp_path):
-    monkeypatch.setenv(preflight.LIMIT_ENV, "123456789")
-    assert available_bytes() == (123456789, preflight.LIMIT_ENV)
-    monkeypatch.delenv(preflight.LIMIT_ENV)
+    monkeypatch.setenv(memory.LIMIT_ENV, "123456789")
+    assert available_bytes() == (123456789, memory.LIMIT_ENV)
+    monkeypatch.delenv(memory.LIMIT_ENV)
     (tmp_path / "max").write_text("1000000000\n")
     (tmp_path / "current").write_text("400000000\n")
-    monkeypatch.setattr(preflight, "CGROUP_MAX", tmp_path / "max")
-    monkeypatch.setattr(preflight, "CGROUP_CURRENT", tmp_path / "current")
-    monkeypatch.setattr(preflight, "_own_rss", lambda: 0)
+    monkeypatch.setattr(memory, "CGROUP_MAX", tmp_path / "max")
+    monkeypatch.setattr(memory, "CGROUP_CURRENT", tmp_path / "current")
+    monkeypatch.setattr(memory, "_own_rss", lambda: 0)
     assert available_bytes() == (600_000_000, "the cgroup's memory.max")
 
 
 def test_large_stages_spill_and_a_run_that_cannot_fit_is_refused(monkeypatch):
-    monkeypatch.setenv(preflight.LIMIT_ENV, str(64 * 2**30))
+    monkeypatch.setenv(memory.LIMIT_ENV, str(64 * 2**30))
     assert should_spill(BIG) and not should_spill(Size(2, 12, 1024, 768, 768))
-    monkeypatch.setenv(preflight.LIMIT_ENV, str(2 * 2**30))
+    monkeypatch.setenv(memory.LIMIT_ENV, str(2 * 2**30))
     with pytest.raises(UserError, match=r"needs about .* GiB \(batch 2 x 12 heads x 4096² tokens.*shrink it"):
         check_fits(BIG, spilled=True)
 
@@ -43,7 +43,7 @@ def test_large_stages_spill_and_a_run_that_cannot_fit_is_refused(monkeypatch):
 @pytest.mark.slow
 def test_the_cli_refuses_a_run_too_large_before_any_forward(app):
     run = app("variant=multi_head_attention", "inputs=random", "inputs.n_tokens=100000", "inputs.d_in=8",
-              "d_out=8", env={preflight.LIMIT_ENV: str(4 * 2**30)})
+              "d_out=8", env={memory.LIMIT_ENV: str(4 * 2**30)})
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("attnlab: error: this run needs about")

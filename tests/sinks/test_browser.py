@@ -222,3 +222,74 @@ def test_a_results_inline_view_at_1024_tokens_shows_the_weights_structure(tmp_pa
     rows = range(tile.shape[0] * 100 // 1024, tile.shape[0] * 1000 // 1024)
     below = np.concatenate([tile[r, : max(1, r - 1)] for r in rows])
     assert len(np.unique(below, axis=0)) > 10 and below.std() > 5
+
+
+SEGFAULTING_PLUGIN = '''
+import ctypes
+import torch.nn as nn
+
+
+class Segfaults(nn.Module):
+    """Dies as FlexAttention died on one user's CPU: the job's process ends with SIGSEGV."""
+
+    def __init__(self, d_in, d_out, num_heads):
+        super().__init__()
+
+    def forward(self, x):
+        ctypes.string_at(0)
+'''
+
+
+def causal_structure(tile: np.ndarray, n_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the cells left of the diagonal, the cells right of it) of a map's queries 10% to 98% down,
+    a pixel at each cell's centre (a pooled map: each pixel)."""
+    cells = min(n_tokens, tile.shape[0])
+    centre = [int((i + 0.5) * tile.shape[0] / cells) for i in range(cells)]
+    rows = range(cells // 10, cells * 98 // 100)
+    below = np.array([tile[centre[i], centre[j]] for i in rows for j in range(max(1, i - 1))])
+    above = np.array([tile[centre[i], centre[j]] for i in rows for j in range(i + 2, cells)])
+    return below, above
+
+
+@needs_browser
+@pytest.mark.parametrize("n_tokens", [6, 256, 1024])
+def test_a_sweep_with_a_dead_job_shows_the_weights_structure_at_every_size(app, tmp_path: Path, n_tokens: int) -> None:
+    """A causal 12-head sweep beside a job that dies of SIGSEGV: the comparison page and TensorBoard
+    show the weights' causal triangle (masked keys grey, the rest not one colour) at every size, and
+    the dead job adds no swept key (no curve, no size in the header)."""
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "segfaults.py").write_text(SEGFAULTING_PLUGIN)
+    sweep = tmp_path / "runs" / "multirun" / "sweep"
+    result = app("-m", f"hydra.sweep.dir={sweep}", "variant=impl_mha,segfaults", "reference=multi_head_attention",
+                 "num_heads=12", "d_out=96", "inputs=random", f"inputs.n_tokens={n_tokens}", "inputs.d_in=32",
+                 "inputs.distribution=normal", "weights_init=normal", "batch=1", "log.terminal=false",
+                 "log.histograms=false")
+    assert result.returncode == 1, result.stderr  # the dead job's record failed; the other is ok
+    page = (sweep / "comparison.html").read_text()
+    assert re.search(r"swept\s*variant: impl_mha, segfaults\s*reference", re.sub(r"<[^>]+>", "", page))
+    assert "<svg" not in page  # no curve: nothing numeric looks swept
+    grid = page_images(page)["variant attention weights of impl_mha (log scale)"]
+    screen = screenshot((sweep / "comparison.html").as_uri(), tmp_path / "comparison.png", tmp_path / "profile",
+                        height=2400)
+    assert found_at_native_size(grid, screen)
+    below, above = causal_structure(head_tile(grid, 12).astype(int), n_tokens)
+    assert len(np.unique(below, axis=0)) > 3 and (above == 160).all()
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "runs"),
+                               "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_json(f"http://127.0.0.1:{port}/data/runs")
+        images = f"http://127.0.0.1:{port}/data/plugin/images"
+        (served,) = wait_for_json(f"{images}/images?run=multirun/sweep/impl_mha&tag=heatmaps/variant/weights_log&sample=0")
+        with urllib.request.urlopen(f"{images}/individualImage?{served['query']}", timeout=10) as r:
+            image = np.asarray(Image.open(io.BytesIO(r.read())).convert("RGB"))
+        below, above = causal_structure(head_tile(image, 12).astype(int), n_tokens)
+        assert len(np.unique(below, axis=0)) > 3 and (above == 160).all()
+        screen = screenshot(f"http://127.0.0.1:{port}/#images", tmp_path / "images.png", tmp_path / "profile",
+                            wait_ms=20000)
+        assert len(np.unique(screen[150:, 360:].reshape(-1, 3), axis=0)) > 200, "the Images tab drew no heatmap"
+    finally:
+        server.terminate()
+        server.wait(timeout=20)

@@ -486,3 +486,23 @@ def test_a_sweep_job_run_again_replaces_its_own_event_file(tmp_path: Path) -> No
         write_tensorboard([record], job.dir, table_markdown=TABLE, images=False, histograms=False, job=job)
     assert len(list((tmp_path / record.variant).glob("events.out.tfevents.*"))) == 2
     assert [point.step for point in accumulate(tmp_path / record.variant).Scalars("divergence/context")] == [1, 2]
+
+
+def test_each_heads_maps_lead_the_images_together(tmp_path: Path) -> None:
+    """TensorBoard pages a tag group a dozen images at a time in name order: the heads are a group
+    of their own before `heatmaps`, and a head's variant, reference and difference are neighbours."""
+    from attnlab.sinks.tensorboard import head_first
+
+    assert head_first("heatmaps/variant/weights/head2") == "heads/weights/head2/variant"
+    assert head_first("heatmaps/variant/weights") == "heatmaps/variant/weights"
+    assert head_first("heatmaps/variant/weights/crop64") == "heatmaps/variant/weights/crop64"
+    import attnlab
+
+    result = attnlab.run("mha_softmax_head_axis", d_out=4, num_heads=2, log={"tensorboard": False, "table": False})
+    write_tensorboard([result.record], tmp_path, table_markdown=TABLE, histograms=False)
+    tags = accumulate(tmp_path).Tags()["images"]
+    heads = [tag for tag in tags if tag.startswith("heads/")]
+    assert len(heads) >= 6 and sorted(tags)[: len(heads)] == sorted(heads)
+    for tag in heads:  # the weights differ in every head: each head's three maps
+        stage, head, _ = tag.split("/")[1:]
+        assert {f"heads/{stage}/{head}/{source}" for source in ("variant", "reference", "difference")} <= set(heads)

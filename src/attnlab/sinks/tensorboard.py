@@ -13,8 +13,8 @@ only layout written (jobs write none).
 Tags:
 - scalars: every numeric diagnostic under its grouped name (attnlab.reporting.metrics: `divergence/context`,
   `scaling/observed`, the reference's own under `reference/...`).
-- images: `heatmaps/{variant,reference,difference}/<stage>` (a grid of all heads), `.../head<h>`,
-  `.../crop64` above 256 tokens: attnlab.reporting.job_heatmaps, the PNGs in the job's heatmaps/;
+- images: `heatmaps/{variant,reference,difference}/<stage>` (a grid of all heads), each head's as
+  `heads/<stage>/head<h>/{variant,reference,difference}` (`head_first`), `.../crop64` above 256 tokens: attnlab.reporting.job_heatmaps, the PNGs in the job's heatmaps/;
   a run inside a model: `heatmaps/model/weights`, the model's own head grid at step=layer.
 - histograms: `histograms/{variant,reference}/<stage>`.
 - text: `text/table` (a header row, then a row per column of comparison.csv), `text/findings`,
@@ -304,7 +304,18 @@ def scalars_summary(values: Mapping[str, float]) -> Summary:
 
 def _write_heatmaps(events: EventFile, record: Record, job_dir: Path, step: int) -> None:
     for tag, image in job_heatmaps(record, job_dir):
-        events.add(image_summary(tag, image), step=step)
+        events.add(image_summary(head_first(tag), image), step=step)
+
+
+def head_first(tag: str) -> str:
+    """`heatmaps/variant/weights/head2` -> `heads/weights/head2/variant`: TensorBoard pages a tag
+    group's images a dozen at a time in name order, which put every head past the overview grids,
+    a head's variant, reference and difference pages apart; the group `heads` comes first, and
+    within it one head's three maps sit together."""
+    parts = tag.split("/")
+    if len(parts) == 4 and parts[0] == "heatmaps" and parts[3].startswith("head") and parts[3][4:].isdigit():
+        return f"heads/{parts[2]}/{parts[3]}/{parts[1]}"
+    return tag
 
 
 def image_summary(tag: str, image: EncodedHeatmap) -> Summary:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
-from attnlab.model.check import compute_check_records
+from attnlab.model.layer_check import compute_check_records
 from attnlab.model.layer import ModelRun, changed_layer, compare_layer
 from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs

@@ -121,3 +121,17 @@ def test_the_end_of_a_sweep_lists_the_jobs_without_a_record_and_fails(tmp_path, 
         finish(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}), complete=True, missing=["#1 a=2"])
     assert str(caught.value) == "1 job(s) without a record (run the same command again to run them)"
     assert capsys.readouterr().err == "attnlab: no record: job #1 a=2\n"
+
+
+def test_a_crash_names_where_it_died_and_the_forward_it_came_through():
+    from attnlab.app.crash_site import crash_site
+
+    log = ('Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f (most recent call first):\n'
+           '  File "/venv/lib/python3.11/site-packages/torch/nn/attention/flex_attention.py", line 1400 in flex_attention\n'
+           '  File "/home/me/plugins/flex.py", line 40 in forward\n'
+           '  File "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1775 in _call_impl\n')
+    assert crash_site(log) == ("in flex_attention (nn/attention/flex_attention.py:1400), "
+                               "called from forward (me/plugins/flex.py:40)")
+    assert crash_site('  File "/a/b/mine.py", line 3 in forward\n') == "in forward (a/b/mine.py:3)"
+    assert crash_site("") == ""  # killed, not crashed: no frame
+    assert death_cause(-signal.SIGKILL, "") == "the job's process died of SIGKILL (a crash in native code, or killed)"

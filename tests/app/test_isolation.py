@@ -20,7 +20,7 @@ FAULTS = {  # variant name: the forward's body, and the cause its failed record 
     "exits": ("sys.exit(0)", "the job called sys.exit(0)"),
     "os_exits": ("os._exit(0)", "the job's process exited with code 0 before reporting"),
     "interrupts": ("raise KeyboardInterrupt", "the job raised KeyboardInterrupt (not a Ctrl-C)"),
-    "segfaults": ("ctypes.string_at(0)", "the job's process died of SIGSEGV"),
+    "segfaults": ("ctypes.string_at(0)", "the job's process died of SIGSEGV in string_at ("),
     "hangs": ("time.sleep(3600)", "the job ran past timeout_s=3 and was stopped"),
 }
 
@@ -63,6 +63,11 @@ def test_every_fault_of_a_module_is_its_own_failed_record_and_the_sweep_goes_on(
     for name, (_, cause) in FAULTS.items():
         assert found[name]["status"] == "failed" and found[name]["error"].startswith(cause), (name, found[name]["error"])
     assert "sweep: 6 job(s)" in done.stdout and "Traceback" not in done.stderr
+    # where native code crashed, through which module: the plugin's forward, its line the faulting call
+    line = next(i for i, text in enumerate((plugins / "segfaults.py").read_text().splitlines(), 1) if "string_at" in text)
+    assert found["segfaults"]["error"].endswith(f"called from forward (tmp_path_plugins/segfaults.py:{line})"
+                                                .replace("tmp_path_plugins", f"{tmp_path.name}/plugins"))
+    assert "Fatal Python error" not in done.stderr  # the trace went to the record, not the terminal
 
 
 @pytest.mark.parametrize("name", ["exits", "interrupts"])

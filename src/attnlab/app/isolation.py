@@ -46,7 +46,7 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list[str]:
         case TimedOut():
             return [fail(f"the job ran past timeout_s={timeout_s:g} and was stopped")]
         case None:
-            return [fail(death_cause(worker.process.exitcode))]
+            return [fail(death_cause(worker.process.exitcode, worker.crash))]
         case Ran(failed):
             return failed
         case Interrupted():
@@ -55,11 +55,11 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list[str]:
             raise UserError(text) if kind == "user" else RuntimeError(f"{kind}: {text}")
 
 
-def death_cause(exitcode: int | None) -> str:
-    """One line for a job's process that ended without reporting."""
+def death_cause(exitcode: int | None, site: str = "") -> str:
+    """One line for a job's process that ended without reporting; `site`: where it crashed."""
     if exitcode is not None and exitcode < 0:
         name = signal.Signals(-exitcode).name
-        return f"the job's process died of {name} (a crash in native code, or killed)"
+        return f"the job's process died of {name} " + (site or "(a crash in native code, or killed)")
     return f"the job's process exited with code {exitcode} before reporting (os._exit in a module?)"
 
 

@@ -15,17 +15,21 @@ benchmarks/README.md.
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import threading
 from contextlib import suppress
 from dataclasses import dataclass
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
+from attnlab.app.crash_site import crash_site
 from attnlab.app.guard import Failure, UserInterrupt, Work, guarded
 from attnlab.app.job_outcome import Interrupted, Outcome, Raised, Ran, Reply, TimedOut
 from attnlab.errors import UserError
@@ -46,18 +50,22 @@ def _outcome(work: Work, fail: Failure) -> Outcome:
         return Raised(type(exc).__name__, str(exc))
 
 
-def _serve(jobs: Connection, sender_alive: Connection) -> None:
+def _serve(jobs: Connection, sender_alive: Connection, fault_log: str) -> None:
     """A job worker: runs the jobs sent over `jobs`, one after another, each answered with its
     outcome. It ends after a job that did not end with every record ok, or that changed torch's
     defaults, so the next job starts in a fresh process; and when the process sending the jobs ends (`sender_alive` closes), even
     mid-job: a killed joblib worker's job is then missing and launched again, never a second
     writer of the same folder."""
     threading.Thread(target=_exit_on_eof, args=(sender_alive,), daemon=True).start()
+    faults = open(fault_log, "w", encoding="utf-8")  # noqa: SIM115 - open as long as the process: a crash writes it
+    faulthandler.enable(file=faults, all_threads=False)  # where native code crashed: the parent says it (crash_site)
     while True:
         try:
             work, fail = jobs.recv()
         except (EOFError, OSError, KeyboardInterrupt):  # the sender is done, or the user's Ctrl-C between jobs
             os._exit(0)
+        faults.seek(0)
+        faults.truncate()  # this job's crash only
         defaults = torch_defaults()
         outcome = _outcome(work, fail)
         clean = outcome == Ran([]) and torch_defaults() == defaults
@@ -102,8 +110,11 @@ class JobWorker:
     def __init__(self, context: multiprocessing.context.BaseContext) -> None:
         self.jobs, jobs = context.Pipe()
         sender_alive, self.alive = context.Pipe(duplex=False)  # never written: closed when this process ends
-        self.process = context.Process(target=_serve, args=(jobs, sender_alive), daemon=True)
+        descriptor, self.fault_log = tempfile.mkstemp(prefix="attnlab-faults-", suffix=".log")
+        os.close(descriptor)
+        self.process = context.Process(target=_serve, args=(jobs, sender_alive, self.fault_log), daemon=True)
         self.retiring = False
+        self.crash = ""  # once stopped after a crash: where it died (attnlab.app.crash_site)
         self.process.start()
         jobs.close()
         sender_alive.close()
@@ -129,6 +140,9 @@ class JobWorker:
         self.process.join()
         self.jobs.close()
         self.alive.close()
+        with suppress(OSError):
+            self.crash = crash_site(Path(self.fault_log).read_text(encoding="utf-8", errors="replace"))
+            os.unlink(self.fault_log)
 
 
 _workers: dict[int, JobWorker] = {}  # this process's job worker, by pid (a forked child has its own)

@@ -192,7 +192,8 @@ def _stage_maps(record: Record, encoder: Executor, stages: list[str] | None,
         differs = _differs(record, stage)
         variant = record.heads_view(stage, batch=batch)
         reference = record.heads_view(stage, batch=batch, reference=True)
-        scale = stage_scale(stage, variant, reference)  # one scale: a colour is one value in both maps
+        # one scale: a colour is one value in both maps (a reference equal to the variant has its range)
+        scale = stage_scale(stage, variant, *([reference] if differs else []))
         sources = {"variant": (variant, scale, False), "reference": (reference, scale, False)}
         difference = _difference(variant, reference) if differs else None
         if difference is not None and np.any(difference):

@@ -49,3 +49,17 @@ def test_a_grid_with_bad_jobs_is_refused_whole_before_the_first_job(tmp_path):
     with pytest.raises(UserError, match="num_kv_heads=3"):
         attnlab.sweep(variant="gqa", num_heads=4, d_out=8, num_kv_heads=[1, 3], progress=False, out_dir=tmp_path / "kv")
     assert not list(tmp_path.rglob("record.json"))
+
+
+@pytest.mark.slow
+def test_a_sweep_into_a_folder_ends_as_a_cli_sweep_with_runs_shared_per_variant(tmp_path):
+    """The folder gets the comparison pages, and TensorBoard gets a run per variant holding its jobs
+    at their numbers, not a run per job (more than 40 runs open TensorBoard on nothing)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    attnlab.sweep(variant=["reference", "unscaled"], seed=[1, 2], out_dir=tmp_path, progress=False)
+    assert {"comparison.csv", "comparison.md", "comparison.html"} <= {p.name for p in tmp_path.iterdir()}
+    runs = sorted({p.parent.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("events.out.tfevents.*")})
+    assert runs == ["reference", "unscaled"]
+    steps = EventAccumulator(str(tmp_path / "unscaled")).Reload().Scalars("divergence/context")
+    assert sorted(point.step for point in steps) == [2, 3]

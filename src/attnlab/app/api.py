@@ -34,6 +34,7 @@ from attnlab.modules.registry import discover, refresh
 from attnlab.schema import KEYS
 from attnlab.record import Finding, Record
 from attnlab.reporting.rows import module_table
+from attnlab.sinks.base import JobInfo
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,16 +144,21 @@ def run(
     `variant` and `reference` are a name, a class (built from the config under the seed, as a
     plugin's) or an instance (a deep copy of it runs; its weights are the reference's unless
     weights="native"). A list is a sweep: `attnlab.sweep`."""
+    cfg, words = prepared(variant, seed, reference=reference, overrides=overrides, **kwargs)
+    return run_prepared(cfg, words, None if out_dir is None else JobInfo(Path(out_dir)))
+
+
+def run_prepared(cfg: DictConfig, words: list[str], job: JobInfo | None) -> Result | list[Result]:
+    """`run` once its config is composed (`prepared`): the job written into `job`'s folder, its
+    `.hydra/` as the CLI writes it, or nowhere."""
     from attnlab.app.run_job import run_job
 
-    cfg, words = prepared(variant, seed, reference=reference, overrides=overrides, **kwargs)
-    if out_dir is not None:
-        hydra_dir = Path(out_dir) / ".hydra"
+    if job is not None:
+        hydra_dir = Path(job.dir) / ".hydra"
         hydra_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(cfg, hydra_dir / "config.yaml")
         OmegaConf.save(OmegaConf.create(words), hydra_dir / "overrides.yaml")
-    records = run_job(cfg, None if out_dir is None else Path(out_dir))
-    results = [Result(record) for record in records]
+    results = [Result(record) for record in run_job(cfg, job)]
     return results[0] if len(results) == 1 else results
 
 

@@ -2,7 +2,9 @@
 
 Every combination of the listed values is one job, in the order the CLI's `-m` runs them (the
 first key outermost); with `out_dir` each job writes its records into `out_dir/<job number>`, as
-a CLI sweep does under its sweep folder, so `attnlab compare out_dir` rebuilds the same table.
+a CLI sweep does under its sweep folder, and the sweep's end writes what a CLI sweep's does
+(comparison.csv, .md and .html, TensorBoard's curves and sessions), so `attnlab compare out_dir`
+rebuilds the same table and `tensorboard --logdir out_dir` opens on its shared runs.
 The table returned is the one `attnlab compare` builds (attnlab.reporting.aggregate.Report).
 """
 
@@ -14,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from attnlab.app.api import Result, prepared, run, session_name
+from attnlab.app.api import Result, prepared, run_prepared, session_name
+from attnlab.app.sweep import write_sweep_outputs
 from attnlab.errors import UserError
-from attnlab.reporting.aggregate import Report, find_record_files, load_records
+from attnlab.reporting.aggregate import Report
+from attnlab.sinks.base import JobInfo
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,15 +55,16 @@ def sweep(variant: Any = "reference", seed: Any = 123, *, overrides: Iterable[st
     for number, job in enumerate(jobs):
         if progress:
             _show(number, len(jobs), job)
-        found = run(**{**fixed, **job}, overrides=overrides,
-                    out_dir=None if out_dir is None else Path(out_dir) / _job_dir(number, job))
+        cfg, words = prepared(**{**fixed, **job}, overrides=overrides)
+        folder = None if out_dir is None else JobInfo(Path(out_dir) / _job_dir(number, job), Path(out_dir), number)
+        found = run_prepared(cfg, words, folder)
         results += found if isinstance(found, list) else [found]
     if progress:
         _show(len(jobs), len(jobs), {})
     if out_dir is None:
         return SweepResult(results, Report([r.record for r in results]).jobs)
-    records, _problems = load_records(find_record_files([Path(out_dir)]))  # as `attnlab compare out_dir` reads them
-    return SweepResult(results, Report(records).jobs)
+    report, _problems = write_sweep_outputs(Path(out_dir), cfg)  # a CLI sweep's end: read back from disk
+    return SweepResult(results, report.jobs)
 
 
 def _refusals(arguments: dict[str, Any], overrides: Iterable[str]) -> list[str]:

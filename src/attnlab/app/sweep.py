@@ -45,17 +45,25 @@ def _report_problems(problems: list) -> None:
 def write_tables(config: DictConfig) -> list[str]:
     """Every enabled sink's sweep output from the records under the sweep folder; returns the
     failed records' paths. A sweep that ran no job gets no tables."""
-    from attnlab.reporting.aggregate import find_record_files, rebuild
-    from attnlab.sinks.base import build_sinks
+    from attnlab.reporting.aggregate import find_record_files
 
     folder = sweep_dir(config)
     if not find_record_files([folder]):
         return []
-    sinks = [sink for sink in build_sinks(config).values() if hasattr(sink, "write_sweep")]
-    report, problems = rebuild(folder, lambda report: [sink.write_sweep(report, folder) for sink in sinks])
+    report, problems = write_sweep_outputs(folder, config)
     _report_problems(problems)
     print_summary(report, folder)
     return [str(r.path) for r in report.records if not r.ok]
+
+
+def write_sweep_outputs(folder: Path, config: DictConfig) -> tuple[Report, list]:
+    """Every enabled sink's sweep output (`write_sweep`: comparison.csv, .md and .html, TensorBoard's
+    curves and sessions) from the records under `folder`; the report and the records skipped."""
+    from attnlab.reporting.aggregate import rebuild
+    from attnlab.sinks.base import build_sinks
+
+    sinks = [sink for sink in build_sinks(config).values() if hasattr(sink, "write_sweep")]
+    return rebuild(folder, lambda report: [sink.write_sweep(report, folder) for sink in sinks])
 
 
 def print_summary(report: Report, folder: Path) -> None:

@@ -14,8 +14,9 @@ Tags:
 - scalars: every numeric diagnostic under its grouped name (attnlab.reporting.metrics: `divergence/context`,
   `scaling/observed`, the reference's own under `reference/...`).
 - images: `heatmaps/{variant,reference,difference}/<stage>` (a grid of all heads), each head's as
-  `heads/<stage>/head<h>/{variant,reference,difference}` (`head_first`), `.../crop64` above 256 tokens: attnlab.reporting.job_heatmaps, the PNGs in the job's heatmaps/;
-  a run inside a model: `heatmaps/model/weights`, the model's own head grid at step=layer.
+  `heads/<stage>/head<h>/{variant,reference,difference}` (`head_first`), `.../crop64` above 256
+  tokens: attnlab.reporting.job_heatmaps, the PNGs in the job's heatmaps/; a run inside a model:
+  `heatmaps/model/weights`, the model's own head grid at step=layer.
 - histograms: `histograms/{variant,reference}/<stage>`.
 - text: `text/table` (a header row, then a row per column of comparison.csv), `text/findings`,
   `text/config` (YAML, without Hydra's `_target_`/`_convert_`).
@@ -163,7 +164,7 @@ def write_tensorboard(
     (`write_sweep_sessions`), one per shared run.
     """
     ok = [record for record in records if record.ok]
-    first = ok[0] if ok else records[0]  # a failed job still gets its error and a failed HParams session
+    first = ok[0] if ok else records[0]  # a failed job still gets its error (and a single run its failed session)
     in_sweep = job is not None and job.sweep_dir is not None and job.num is not None
     step = job.num if job is not None and job.num is not None else 0
     with _job_events(first, job) if in_sweep else EventFile(job_dir) as events:

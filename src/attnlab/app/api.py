@@ -148,9 +148,10 @@ def run(
     return run_prepared(cfg, words, None if out_dir is None else JobInfo(Path(out_dir)))
 
 
-def run_prepared(cfg: DictConfig, words: list[str], job: JobInfo | None) -> Result | list[Result]:
+def run_prepared(cfg: DictConfig, words: list[str], job: JobInfo | None,
+                 sinks: dict[str, Any] | None = None) -> Result | list[Result]:
     """`run` once its config is composed (`prepared`): the job written into `job`'s folder, its
-    `.hydra/` as the CLI writes it, or nowhere."""
+    `.hydra/` as the CLI writes it, or nowhere; `sinks`: `check`'s, when it already ran."""
     from attnlab.app.run_job import run_job
 
     if job is not None:
@@ -158,7 +159,7 @@ def run_prepared(cfg: DictConfig, words: list[str], job: JobInfo | None) -> Resu
         hydra_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(cfg, hydra_dir / "config.yaml")
         OmegaConf.save(OmegaConf.create(words), hydra_dir / "overrides.yaml")
-    results = [Result(record) for record in run_job(cfg, job)]
+    results = [Result(record) for record in run_job(cfg, job, sinks)]
     return results[0] if len(results) == 1 else results
 
 

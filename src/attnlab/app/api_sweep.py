@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from omegaconf import DictConfig
+
 from attnlab.app.api import Result, prepared, run_prepared, session_name
 from attnlab.app.sweep import write_sweep_outputs
 from attnlab.errors import UserError
@@ -48,16 +50,16 @@ def sweep(variant: Any = "reference", seed: Any = 123, *, overrides: Iterable[st
             raise UserError(f"{key}=[]: a sweep needs at least one value of {key}")
     fixed = {key: value for key, value in axes.items() if key not in listed}
     jobs = [dict(zip(listed, values)) for values in itertools.product(*listed.values())]
-    refused = list(dict.fromkeys(problem for job in jobs for problem in _refusals({**fixed, **job}, overrides)))
+    checked = [_checked({**fixed, **job}, overrides) for job in jobs]
+    refused = list(dict.fromkeys(line for found in checked if isinstance(found, list) for line in found))
     if refused:  # every bad job's line, before the first job runs: nothing half done
         raise UserError("\n".join(refused))
     results: list[Result] = []
-    for number, job in enumerate(jobs):
+    for number, (job, (cfg, words, sinks)) in enumerate(zip(jobs, checked)):
         if progress:
             _show(number, len(jobs), job)
-        cfg, words = prepared(**{**fixed, **job}, overrides=overrides)
         folder = None if out_dir is None else JobInfo(Path(out_dir) / _job_dir(number, job), Path(out_dir), number)
-        found = run_prepared(cfg, words, folder)
+        found = run_prepared(cfg, words, folder, sinks)
         results += found if isinstance(found, list) else [found]
     if progress:
         _show(len(jobs), len(jobs), {})
@@ -67,18 +69,19 @@ def sweep(variant: Any = "reference", seed: Any = 123, *, overrides: Iterable[st
     return SweepResult(results, report.jobs)
 
 
-def _refusals(arguments: dict[str, Any], overrides: Iterable[str]) -> list[str]:
-    """What a single run of these arguments would refuse before any work, as the CLI's sweeper
-    checks each job: each value alone, then the job's values together."""
+def _checked(arguments: dict[str, Any], overrides: Iterable[str]) -> tuple[DictConfig, list[str], dict] | list[str]:
+    """A job's config, overrides and sinks, checked as the CLI's sweeper checks each job (each value
+    alone, then the job's values together), so running it checks nothing again; or what a single
+    run of these arguments would refuse before any work, a line each."""
     from attnlab.app.run_job import check, check_job
 
     try:
-        cfg, _ = prepared(**arguments, overrides=overrides)
-        check(cfg)
+        cfg, words = prepared(**arguments, overrides=overrides)
+        sinks = check(cfg)
         check_job(cfg)
     except UserError as exc:
         return str(exc).splitlines()
-    return []
+    return cfg, words, sinks
 
 
 def _job_dir(number: int, job: dict[str, Any]) -> str:

@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attnlab.record import Finding, Record
+
+if TYPE_CHECKING:
+    from hydra.core.override_parser.types import Override
 
 # diagnostics prefix -> scalar group; a longer prefix before any prefix it contains
 GROUPS = (
@@ -138,12 +141,18 @@ def override_hparams(overrides: Iterable[str], *, swept_only: bool = False) -> l
     hyperparameters."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    names = []
-    for override in OverridesParser.create().parse_overrides(list(overrides)):
-        key = override.key_or_group
-        if (override.is_sweep_override() or not swept_only) and not key.startswith(("hydra", "log.", "sink.")):
-            names.append(hparam_name(key))
-    return list(dict.fromkeys(names))
+    names = [overridden_hparam(override, swept_only=swept_only)
+             for override in OverridesParser.create().parse_overrides(list(overrides))]
+    return list(dict.fromkeys(name for name in names if name is not None))
+
+
+def overridden_hparam(override: Override, *, swept_only: bool = False) -> str | None:
+    """The hyperparameter one parsed override sets (`override_hparams`); None for Hydra's and the
+    outputs' keys, and with `swept_only` for an override of one value."""
+    key = override.key_or_group
+    if (override.is_sweep_override() or not swept_only) and not key.startswith(("hydra", "log.", "sink.")):
+        return hparam_name(key)
+    return None
 
 
 LABEL_VALUE_LENGTH = 24  # a value longer than this (a path, a list) is cut in a run's name
@@ -176,5 +185,5 @@ def _finding_line(finding: Finding) -> str:
 
 __all__ = [
     "GROUPS", "KEY_METRICS", "SIZES", "findings_markdown", "flat_hparams", "hparam_name", "hparam_value", "hparams", "metric_name",
-    "metric_values", "override_hparams", "reached_sizes", "run_label",
+    "metric_values", "overridden_hparam", "override_hparams", "reached_sizes", "run_label",
 ]

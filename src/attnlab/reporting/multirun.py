@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnlab.reporting.metrics import override_hparams
+from attnlab.reporting.metrics import overridden_hparam
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
@@ -22,8 +22,7 @@ def swept_hparams(sweep_dir: Path) -> list[str]:
     """The hyperparameters a sweep varies (`variant`, `seed`, `variant.params.window`), in the order
     of its command line (`hydra.sweeper.params` first, as the sweeper reads them). The same list in
     every job: TensorBoard shows the columns of whichever job's experiment summary it reads first."""
-    params, task, _ = _overrides(sweep_dir)
-    return override_hparams([*params, *task], swept_only=True)
+    return list(swept_values(sweep_dir))
 
 
 def swept_values(sweep_dir: Path) -> dict[str, list[str] | None]:
@@ -35,9 +34,9 @@ def swept_values(sweep_dir: Path) -> dict[str, list[str] | None]:
     params, task, _ = _overrides(sweep_dir)
     values: dict[str, list[str] | None] = {}
     for override in OverridesParser.create().parse_overrides([*params, *task]):
-        name = override_hparams([override.input_line or ""], swept_only=True)
-        if name:
-            values[name[0]] = _listed(override)
+        name = overridden_hparam(override, swept_only=True)
+        if name is not None:
+            values[name] = _listed(override)
     return values
 
 

@@ -262,6 +262,8 @@ def test_version_names_attnlab_then_torch_and_hydra(app) -> None:
 
     run = app("--version")
     assert run.returncode == 0 and run.stderr == ""
+    imported = app("--version", env={"PYTHONPROFILEIMPORTTIME": "1"}).stderr
+    assert "| torch" not in imported and "| hydra" not in imported  # answered from metadata: no seconds of imports
     assert run.stdout.strip() == f"attnlab {metadata.version('attnlab')} (torch {torch.__version__}, hydra-core {hydra.__version__})"
 
 

@@ -11,6 +11,10 @@ class UserError(Exception):
     The message names what was wrong and what is allowed, in one line.
     """
 
+    def _render_traceback_(self) -> list[str]:
+        """IPython's hook (Jupyter, JupyterLab, the IPython shell): the one line, not a traceback
+        through attnlab's internals."""
+        return [f"{type(self).__name__}: {self}"]
 
 
 class FailedRecords(Exception):
@@ -22,3 +26,5 @@ class FailedRecords(Exception):
         parts += [f"{len(missing)} job(s) without a record (run the same command again to run them)"] if missing else []
         super().__init__("; ".join(parts))
         self.paths, self.missing = list(paths), list(missing)
+
+    _render_traceback_ = UserError._render_traceback_

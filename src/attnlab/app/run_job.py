@@ -248,7 +248,12 @@ def job_work(cfg: DictConfig, job: JobInfo, *, multirun: bool, checked: bool) ->
 
 
 def write_failure_line(cfg: DictConfig, job_dir: Path, cause: str) -> str:
-    return str(write_failure(cfg, job_dir, UserError(cause)))
+    """The failed record of a job whose process timed out or died, its cause printed as the
+    terminal sink prints a module's exception (no sink ran for it: its process is gone)."""
+    path = write_failure(cfg, job_dir, UserError(cause))
+    if cfg.log.get("terminal"):
+        print(f"FAILED: {cause}")
+    return str(path)
 
 
 def write_failure(cfg: DictConfig, job_dir: Path, error: BaseException) -> Path:

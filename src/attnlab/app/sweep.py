@@ -69,7 +69,8 @@ def write_sweep_outputs(folder: Path, config: DictConfig) -> tuple[Report, list]
 def print_summary(report: Report, folder: Path) -> None:
     """The sweep's table for a terminal, and where the full tables are."""
     from attnlab.reporting.aggregate import terminal_table
-    from attnlab.sinks.terminal import display_path, reader_may_leave
+    from attnlab.shown_paths import display_path
+    from attnlab.sinks.terminal import reader_may_leave
 
     tables = [f"comparison{s}" for s in (".csv", ".md", ".html") if (folder / f"comparison{s}").exists()]
     with reader_may_leave():

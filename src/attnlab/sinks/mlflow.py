@@ -188,7 +188,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _display(path: Path | str) -> str:
-    from attnlab.sinks.terminal import display_path
+    from attnlab.shown_paths import display_path
 
     return display_path(path)
 

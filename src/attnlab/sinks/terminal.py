@@ -21,6 +21,7 @@ from attnlab.diagnosis.message_format import heads_phrase
 from attnlab.record import Record
 from attnlab.reporting.rows import TABLE_FILE
 from attnlab.sinks.base import REPORT_FILE, JobInfo
+from attnlab.shown_paths import display_path
 from attnlab.sinks.model_lines import layer_lines, print_layers
 from attnlab.capture.stages import STAGES
 
@@ -47,17 +48,6 @@ class TerminalSink:
             if report.exists() and (len(records) == 1 or records[0].model is not None):  # the html sink ran before (the terminal runs last)
                 print(f"report: {display_path(report)} (open it in a browser)")
             sys.stdout.flush()
-
-
-def display_path(path: Path | str | None) -> str:
-    """`path` relative to the working folder when it is inside it (as a user typed it), else absolute."""
-    if path is None:
-        return ""
-    absolute = Path(os.path.abspath(path))
-    try:
-        return str(absolute.relative_to(Path.cwd()))
-    except ValueError:
-        return str(absolute)
 
 
 def no_findings_message(record: Record) -> str:

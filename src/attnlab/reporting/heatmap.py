@@ -327,7 +327,8 @@ def render_heatmap(
         _draw_axes(image, grid_x, grid_y, axes)
     if max(matrix.shape) <= VALUES_MAX:
         _draw_values(image, grid_x, grid_y, pooled[0], cells)
-    return _with_bar(image, grid_x + MAP_SIDE, grid_y, MAP_SIDE, low, high, lut, diverging, scale)
+    finite_only = not np.isfinite(shown).all()  # grey cells are outside the bar: "all 0" would hide them
+    return _with_bar(image, grid_x + MAP_SIDE, grid_y, MAP_SIDE, low, high, lut, diverging, scale, finite_only)
 
 
 def render_head_grid(values: np.ndarray, *, title: str, diverging: bool = False,
@@ -366,7 +367,8 @@ def render_head_grid(values: np.ndarray, *, title: str, diverging: bool = False,
         x = grid_x + (h % columns) * (tile + _TILE_GAP)
         y = grid_y + (h // columns) * (tile + caption + _TILE_GAP)
         _draw_string(image, (x, y), f"head {h}")
-    return _with_bar(image, grid_x + GRID_WIDTH, grid_y, height, low, high, lut, diverging, scale)
+    return _with_bar(image, grid_x + GRID_WIDTH, grid_y, height, low, high, lut, diverging, scale,
+                     finite_only=not np.isfinite(pooled).all())
 
 
 def _grid_tile(n: int) -> int:
@@ -489,15 +491,16 @@ def _draw_values(image: Image.Image, grid_x: int, grid_y: int, matrix: np.ndarra
 
 
 def _with_bar(image: Image.Image, grid_right: int, top: int, height: int, low: float, high: float,
-              lut: np.ndarray, diverging: bool, scale: str = "linear") -> np.ndarray:
+              lut: np.ndarray, diverging: bool, scale: str = "linear", finite_only: bool = False) -> np.ndarray:
     """The colour bar right of the grid, as tall as it: max at the top, min at the bottom, 0 in
-    the middle of a diverging bar; a scale with one value (an all-zero difference) says so once."""
+    the middle of a diverging bar; a scale with one value (an all-zero difference) says so once,
+    as "finite" when grey cells (infinities, NaN) lie outside it."""
     x = grid_right + 2 * _MARGIN
     bar = lut[::-1][np.linspace(0, _LUT_SIZE - 1, height).astype(int)][:, None]
     image.paste(Image.fromarray(np.repeat(bar, _BAR_W, axis=1), mode="RGB"), (x, top))  # the bar alone, not the image, through numpy
     bottom = top + height - 1
     if high == low:
-        ticks = [((top + bottom) // 2, f"all {_tick(low, scale)}", "lm")]
+        ticks = [((top + bottom) // 2, f"{'finite' if finite_only else 'all'} {_tick(low, scale)}", "lm")]
     else:
         ticks = [(top, _tick(high, scale), "lt"), (bottom, _tick(low, scale), "lb")]
         if diverging:

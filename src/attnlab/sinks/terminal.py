@@ -193,9 +193,7 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
     if record.predictions:
         say("predictions:")
     for prediction in record.predictions:
-        verdict = "pass" if prediction.passed else "FAIL"
-        observed = f"{prediction.observed:.4g}" if isinstance(prediction.observed, float) else prediction.observed
-        say(f"  predict {prediction.name} = {prediction.expected}: {verdict} (observed {observed})")
+        say(f"  {prediction.sentence}")
 
 
 def head_lines(record: Record) -> str:

@@ -23,16 +23,21 @@ class WriteError(OSError):
         return str(self.strerror)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file and rename, so a reader (or a Ctrl-C) never sees half a file. A write
-    that fails raises WriteError naming the folder and the cause (not the temp file's name)."""
+def write_atomic(path: Path, content: str | bytes, *, durable: bool = False) -> None:
+    """Write via a temp file and rename, so a reader (or a Ctrl-C, or a kill) never sees half a
+    file; the file gets the mode a plain open() would (0666 less the umask). `durable`: its bytes
+    reach the disk before the rename (a record, which says the job is done). A write that fails
+    raises WriteError naming the folder and the cause (not the temp file's name)."""
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content.encode("utf-8") if isinstance(content, str) else content)
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600 whatever the umask
         os.replace(tmp, path)
     except OSError as exc:
         _remove(tmp)
@@ -40,6 +45,20 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         _remove(tmp)
         raise
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (another thread may be
+    creating a file), else set and restored at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _remove(tmp: str | None) -> None:
@@ -52,7 +71,7 @@ def _remove(tmp: str | None) -> None:
 
 def write_record(record: Record, job_dir: Path) -> Path:
     path = job_dir / RECORD_FILE
-    write_atomic(path, json.dumps(to_json_dict(record), allow_nan=False))  # no indent: json uses its C encoder only then
+    write_atomic(path, json.dumps(to_json_dict(record), allow_nan=False), durable=True)  # no indent: json uses its C encoder only then
     return path
 
 

@@ -33,7 +33,7 @@ from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.modules import session
 from attnlab.modules.registry import discover, refresh
 from attnlab.schema import KEYS
-from attnlab.record import Finding, Record
+from attnlab.record import Finding, Record, write_atomic
 from attnlab.reporting.rows import module_table
 from attnlab.sinks.base import JobInfo
 
@@ -157,9 +157,8 @@ def run_prepared(cfg: DictConfig, words: list[str], job: JobInfo | None,
 
     if job is not None:
         hydra_dir = Path(job.dir) / ".hydra"
-        hydra_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, hydra_dir / "config.yaml")
-        OmegaConf.save(OmegaConf.create(words), hydra_dir / "overrides.yaml")
+        write_atomic(hydra_dir / "config.yaml", OmegaConf.to_yaml(cfg))
+        write_atomic(hydra_dir / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(words)))
     results = [Result(record) for record in run_job(cfg, job, sinks)]
     return results[0] if len(results) == 1 else results
 

@@ -10,7 +10,9 @@ an n_seeds job puts each seed at step=seed), the heatmaps as PNG artifacts
 (`heatmaps/<variant|reference|difference>/<stage>.png`, TensorBoard's images), record.json and the
 job's report.html; the findings in sentences as the run's description (`mlflow.note.content`);
 tags `attnlab.status`, `attnlab.first_divergent_stage`, `attnlab.diagnosis.findings` (codes),
-`attnlab.job_dir`.
+`attnlab.job_dir`, `attnlab.records` (a digest of the record files it logged). A job written
+again (a resumed sweep's job killed before its last output) ends its earlier run KILLED if that
+was left RUNNING, and logs nothing twice: a FINISHED run of the same records stands.
 
 The store is where MLflow itself writes by default, so `mlflow ui` and `mlflow.search_runs()` in
 the working folder read it with no flag or variable: `sink.mlflow.tracking_uri`, else
@@ -30,6 +32,7 @@ in the environment turns it on.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 import time
@@ -42,6 +45,7 @@ from attnlab.locks import locked, private_dir
 from attnlab.reporting.metrics import findings_markdown, hparams, metric_values, override_hparams, run_label
 from attnlab.reporting.multirun import swept_hparams
 from attnlab.record import Record
+from attnlab.record.completion import record_digests
 from attnlab.sinks.base import REPORT_FILE, JobInfo
 
 if TYPE_CHECKING:
@@ -57,6 +61,8 @@ TAG_LENGTH = 8000  # MLflow's limit of a tag value's length: many heads' finding
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 NOTE_TAG = "mlflow.note.content"  # a run's description in MLflow's UI (markdown)
 TELEMETRY_ENV = "MLFLOW_DISABLE_TELEMETRY"
+JOB_DIR_TAG = "attnlab.job_dir"
+RECORDS_TAG = "attnlab.records"  # a digest of the job's record files: which records a run logged
 
 
 class MlflowSink:
@@ -75,13 +81,17 @@ class MlflowSink:
         client = self.client()
         experiment_id = self.experiment_id(client, job)
         first = next((r for r in records if r.ok), records[0])
-        run = client.create_run(experiment_id, run_name=run_name(first, job))
+        job_dir = str(Path(job.dir).resolve())
+        digest = hashlib.sha256(json.dumps(record_digests(Path(job.dir)), sort_keys=True).encode()).hexdigest()
+        if end_earlier_runs(client, experiment_id, job_dir, digest):
+            return  # this job's records are logged already (a resumed job whose later output was missing)
+        run = client.create_run(experiment_id, run_name=run_name(first, job),
+                                tags={JOB_DIR_TAG: job_dir, RECORDS_TAG: digest})  # findable if this process dies
         run_id = run.info.run_id
         params = [Param(key, str(value)[:PARAM_LENGTH]) for key, value in hparams(first).items()]
         tags = [RunTag("attnlab.status", "ok" if all(r.ok for r in records) else "failed"),
                 RunTag("attnlab.first_divergent_stage", str(first.first_divergent_stage or "none")),
                 RunTag("attnlab.diagnosis.findings", " ".join(sorted({f.code for r in records for f in r.findings})) or "none"),
-                RunTag("attnlab.job_dir", str(Path(job.dir).resolve())),
                 RunTag(NOTE_TAG, findings_markdown(first)[:TAG_LENGTH])]
         now = int(time.time() * 1000)
         metrics = [Metric(tag, value, now, 0 if len(records) == 1 else record.seed)
@@ -120,6 +130,21 @@ class MlflowSink:
 
         job_heatmaps(record, job_dir)  # drawn once per job: read back when another sink drew them
         client.log_artifacts(run_id, str(Path(job_dir) / FOLDER), artifact_path=FOLDER)
+
+
+def end_earlier_runs(client: MlflowClient, experiment_id: str, job_dir: str, digest: str) -> bool:
+    """The runs an earlier process made for this job folder: one still RUNNING (that process died:
+    a resumed sweep holds the folder's lock) is ended KILLED; True when one finished with these
+    very records, so there is nothing to log again."""
+    if "'" in job_dir:  # MLflow's filter grammar has no escape for a quote: such a folder is not searched
+        return False
+    logged = False
+    for run in client.search_runs([experiment_id], filter_string=f"tags.`{JOB_DIR_TAG}` = '{job_dir}'"):
+        if run.info.status in ("RUNNING", "SCHEDULED"):
+            client.set_terminated(run.info.run_id, "KILLED")
+        elif run.info.status in ("FINISHED", "FAILED") and run.data.tags.get(RECORDS_TAG) == digest:
+            logged = True
+    return logged
 
 
 def import_mlflow() -> None:

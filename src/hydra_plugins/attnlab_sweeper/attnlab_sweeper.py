@@ -120,10 +120,14 @@ class AttnlabSweeper(Sweeper):
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
             pending = list(range(len(jobs)))
             if resuming:
-                done = job_outcomes(sweep_dir)
+                unfinished: Dict[tuple, str] = {}
+                done = job_outcomes(sweep_dir, unfinished)
                 pending = [i for i in pending if not done.get(tuple(jobs[i]))]
-                say(f"resuming the sweep in {sweep_dir}: {len(jobs) - len(pending)} of {len(jobs)} job(s) have an ok "
-                    f"record; running the other {len(pending)}")
+                say(f"resuming the sweep in {sweep_dir}: {len(jobs) - len(pending)} of {len(jobs)} job(s) are done; "
+                    f"running the other {len(pending)}")
+                for i in pending:
+                    if tuple(jobs[i]) in unfinished:
+                        say(f"job #{i} again: {unfinished[tuple(jobs[i])]}")
             return self.run(jobs, pending, sweep_dir)
 
     def run(self, jobs: Sequence[Sequence[str]], pending: list[int], sweep_dir: Path) -> Any:

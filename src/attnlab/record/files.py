@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from attnlab.record.codec import from_json_dict, to_json_dict
+from attnlab.record.codec import FORMAT_VERSION, from_json_dict, to_json_dict, unread_keys
 from attnlab.record.model import Record
 from attnlab.record.validate import RecordError, check_record_data
 
@@ -82,13 +83,32 @@ def written(record: Record, job_dir: Path) -> Record:
 
 def read_record(path: Path) -> Record:
     """The record at `path`; any file that is not a record (not JSON, the wrong shape, a field of
-    the wrong type, nesting too deep to parse) raises RecordError, one line naming the file."""
+    the wrong type, nesting too deep to parse) raises RecordError, one line naming the file. A
+    record of a newer attnlab is read where its fields are known, with one warning naming the rest."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         check_record_data(data)
-        return from_json_dict(data, path=Path(path))
+        record = from_json_dict(data, path=Path(path))
+        _note_newer(path, data)
+        return record
     except RecordError as exc:
         raise RecordError(f"{path}: {exc}") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
         reason = (str(exc).splitlines() or [""])[0][:200]
         raise RecordError(f"{path}: {type(exc).__name__}: {reason}") from None
+
+
+_NOTED: set[str] = set()  # the files warned about: once each, however often a process reads them
+
+
+def _note_newer(path: Path, data: dict) -> None:
+    """One line for a record written by a newer attnlab: its format version, the keys not read."""
+    version = data.get("format_version", 1)
+    unread = ["".join(c if c.isprintable() else "?" for c in key[:60]) for key in unread_keys(data)]
+    if (version <= FORMAT_VERSION and not unread) or str(path) in _NOTED:
+        return
+    _NOTED.add(str(path))
+    newer = f"format_version {version}, this attnlab reads up to {FORMAT_VERSION}; " if version > FORMAT_VERSION else ""
+    keys = f"not read: {', '.join(unread[:8])}{' ...' if len(unread) > 8 else ''}" if unread else "every key read"
+    print(f"attnlab: warning: {path}: written by a newer attnlab ({newer}{keys}); read with the fields this one knows",
+          file=sys.stderr)

@@ -48,7 +48,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.attnlab_sweeper.folder import check_reuse, job_outcomes, locked, runs_of
+from hydra_plugins.attnlab_sweeper.folder import check_reuse, job_outcomes, locked, runs_of, write_multirun_yaml
 from hydra_plugins.attnlab_sweeper._loader import SweepConfigLoader, apply_override
 
 
@@ -117,7 +117,7 @@ class AttnlabSweeper(Sweeper):
         overrides = [str(line) for line in self.config.hydra.overrides.task]
         with locked(sweep_dir, " ".join(overrides)):
             resuming = check_reuse(sweep_dir, overrides)
-            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            write_multirun_yaml(sweep_dir, self.config)
             pending = list(range(len(jobs)))
             if resuming:
                 unfinished: Dict[tuple, str] = {}

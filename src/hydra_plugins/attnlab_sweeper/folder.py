@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Iterator, Optional, Sequence
 
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 LOCK_FILE = ".attnlab-sweep.lock"
 RECORD_FILE = "record.json"
@@ -60,6 +60,13 @@ def locked(folder: Path, command: str) -> Iterator[None]:
         handle.truncate(0)
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+def write_multirun_yaml(folder: Path, config: DictConfig) -> None:
+    """The sweep's config, written atomically: a cut file made the folder another sweep's for good."""
+    from attnlab.record import write_atomic  # here, not at the top: see the module's docstring
+
+    write_atomic(folder / "multirun.yaml", OmegaConf.to_yaml(config))
 
 
 def previous_overrides(folder: Path) -> Optional[list[str]]:

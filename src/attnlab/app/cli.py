@@ -135,18 +135,28 @@ def main(argv: list[str] | None = None) -> int:
     # collection in a sweep walked it all, for nothing that would ever be freed.
     gc.freeze()
     failed: list[str] = []  # this invocation's failed records (single runs; sweeps raise FailedRecords)
-    errors: list[UserError] = []
+    errors: list[Exception] = []  # a single run's error, raised once Hydra is done
 
     def task(cfg: DictConfig) -> list[str]:
         """One job; returns its failed records' paths (Hydra hands them to the sweep's callback)."""
         from attnlab.app.run_job import run_task
 
+        hydra_cfg = HydraConfig.get()
         try:
-            job_failed = run_task(cfg, HydraConfig.get())
+            job_failed = run_task(cfg, hydra_cfg)
         except UserError as exc:  # a single run's: raising would make Hydra print "Error executing job" first
             errors.append(exc)
-            _remove_if_only_hydras(Path(HydraConfig.get().runtime.output_dir))
+            _remove_if_only_hydras(Path(hydra_cfg.runtime.output_dir))
             return []
+        except Exception as exc:  # noqa: BLE001 - a write that failed (a full disk): one line, not Hydra's two
+            if os.environ.get("ATTNLAB_TRACEBACK"):
+                raise
+            if hydra_cfg.mode.name != "MULTIRUN":
+                errors.append(exc)
+                return []
+            # a sweep's job that could not even write its failed record: named here, listed as without a record
+            print(f"attnlab: error: job {hydra_cfg.job.get('num')}: {one_line(exc)}", file=sys.stderr)
+            return [str(hydra_cfg.runtime.output_dir)]
         failed.extend(job_failed)
         return job_failed
 

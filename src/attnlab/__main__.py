@@ -2,7 +2,11 @@
 
 import sys
 
-from attnlab.app.job_worker import start_early, stop_early
+from attnlab.app.streams import ensure_std_streams
+
+ensure_std_streams()  # before any import opens a file: see attnlab.app.streams
+
+from attnlab.app.job_worker import start_early, stop_early  # noqa: E402
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ prints it, with or without `out_dir`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -32,7 +33,7 @@ from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.modules import session
 from attnlab.modules.registry import discover, refresh
 from attnlab.schema import KEYS
-from attnlab.record import Finding, Record
+from attnlab.record import Finding, Record, write_atomic
 from attnlab.reporting.rows import module_table
 from attnlab.sinks.base import JobInfo
 
@@ -156,9 +157,8 @@ def run_prepared(cfg: DictConfig, words: list[str], job: JobInfo | None,
 
     if job is not None:
         hydra_dir = Path(job.dir) / ".hydra"
-        hydra_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, hydra_dir / "config.yaml")
-        OmegaConf.save(OmegaConf.create(words), hydra_dir / "overrides.yaml")
+        write_atomic(hydra_dir / "config.yaml", OmegaConf.to_yaml(cfg))
+        write_atomic(hydra_dir / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(words)))
     results = [Result(record) for record in run_job(cfg, job, sinks)]
     return results[0] if len(results) == 1 else results
 
@@ -228,17 +228,44 @@ def _override_words(values: dict[str, Any], prefix: str = "") -> list[str]:
     words = []
     for key, value in values.items():
         if not prefix and key == "inputs" and isinstance(value, dict) and "kind" in value:  # the kind picks its schema
-            words += [f"inputs={value['kind']}", *_override_words({k: v for k, v in value.items() if k != "kind"}, "inputs.")]
+            words += [f"inputs={_group_choice('inputs', value['kind'])}",
+                      *_override_words({k: v for k, v in value.items() if k != "kind"}, "inputs.")]
         elif isinstance(value, dict):
             words += _override_words(value, f"{prefix}{key}.")
+        elif not prefix and key in ("inputs", "experiment", "sink"):  # the command line's config groups
+            words.append(f"{key}={_group_choice(key, value)}")
         else:
             words.append(f"{prefix}{key}={_hydra_value(value)}")
     return words
 
 
+def _group_choice(group: str, value: Any) -> str:
+    """A config group's option by name (`inputs="random"`): a name, never grammar."""
+    from attnlab.app.cli import _group_allowed
+
+    if isinstance(value, str) and re.fullmatch(r"[\w./-]+", value, flags=re.ASCII):
+        return value
+    raise UserError(f"{group}={value!r}: {_group_allowed(group)}")
+
+
 def _hydra_value(value: Any) -> str:
+    """A Python value as Hydra's grammar reads it back unchanged: a string quoted and escaped, so
+    a text is data (`,` `'` `=` `{}` `${oc.env:VAR}` as written, never a list, a sweep or a lookup)."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    if isinstance(value, str):
+        return quoted(value)
     return str(value)
+
+
+def quoted(text: str) -> str:
+    """`text` as a quoted Hydra value of the same text: quotes escaped as Hydra's own quoting does,
+    and each `${` escaped for OmegaConf (a backslash already before one doubled, to stay a backslash)."""
+    from hydra.core.override_parser.types import Quote, QuotedString
+
+    escaped = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
+    return QuotedString(text=escaped, quote=Quote.single).with_quotes()

@@ -363,8 +363,7 @@ def job_heatmaps(record: Record, job_dir: Path, *, card_only: bool = False) -> l
     items = []
     for tag, image in images:
         file = tag.removeprefix(f"{FOLDER}/") + ".png"
-        (folder / file).parent.mkdir(parents=True, exist_ok=True)
-        (folder / file).write_bytes(image.png)
+        write_atomic(folder / file, image.png)  # never a truncated PNG: a kill leaves the old file or none
         items.append({"tag": tag, "file": file, "width": image.width, "height": image.height})
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / INDEX_FILE, json.dumps({"record": source, "card_only": card_only, "images": items}, indent=1))

@@ -11,7 +11,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from attnlab.capture.torch_calls import DIV, KEEP_FACTOR, MUL, NEG, SHAPE_OPS, replayed, tensors_in
+from attnlab.capture.buffers import Memory
+from attnlab.capture.torch_calls import DIV, FIRST_ONLY, FRESH, KEEP_FACTOR, MUL, NEG, SHAPE_OPS, replayed, tensors_in
 from attnlab.modules.roles import QKV_ROLES, FusedLayout, fused_layout, module_roles, projection_role
 
 ACTIVATIONS = ("input", "proj")  # what queries, keys and values are made of
@@ -72,6 +73,7 @@ class Recording:
         self.tags: dict[int, tuple[weakref.ref, Tag]] = {}
         self.heads: list[Head] = []
         self.explicit: dict[str, torch.Tensor] = {}
+        self.memory = Memory()  # buffers written with tagged tensors (a KV cache), read back with their tags
         self.batch = x.shape[0] if x.dim() == 3 else 1
         self.set_tag(x, Tag("input"))
 
@@ -83,6 +85,13 @@ class Recording:
             self.set_tag(tensor, tag)
 
     def tag(self, tensor: Any) -> Tag | None:
+        """The tensor's own tag, else what it reads from a written buffer."""
+        own = self.own_tag(tensor)
+        if own is not None or not self.memory.shadows or not isinstance(tensor, torch.Tensor):
+            return own
+        return self.memory.tag(tensor)
+
+    def own_tag(self, tensor: Any) -> Tag | None:
         if not isinstance(tensor, torch.Tensor):
             return None
         entry = self.tags.get(id(tensor))
@@ -113,16 +122,17 @@ class Recording:
 
     def release(self) -> None:
         """Drop every tensor the recording held; the Capture keeps what it needs."""
-        self.heads, self.explicit, self.tags, self.out_inputs = [], {}, {}, []
+        self.heads, self.explicit, self.tags, self.out_inputs, self.memory = [], {}, {}, [], Memory()
 
 
 def propagate(rec: Recording, func, name: str, args: tuple, kwargs: dict, out: Any) -> None:
     """The output of an op carries its most telling input's tag: a view of a projection is that
     projection, anything computed from the scores is derived from them."""
     outputs = tensors_in([out])
-    if not outputs:
+    if not outputs or name in FRESH:
         return
-    tagged = [(t, tag) for t in tensors_in([*args, *kwargs.values()]) if (tag := rec.tag(t)) is not None]
+    read = args[:1] if name in FIRST_ONLY else [*args, *kwargs.values()]
+    tagged = [(t, tag) for t in tensors_in(read) if (tag := rec.tag(t)) is not None]
     if not tagged:
         return
     source, tag = min(tagged, key=lambda pair: _PRIORITY.index(pair[1].kind))

@@ -46,6 +46,7 @@ class Capture:
 def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
     """The Capture of one recorded forward on `x` that returned `returned`."""
     found, native = _head_stages(rec.heads, x.shape[0] if x.dim() == 3 else 1)
+    found = {stage: rec.memory.kept(tensor) for stage, tensor in found.items()}
     for stage, tensor in rec.explicit.items():
         view = canonical(tensor, rec.batch) if stage not in ("inputs", "output") else canonical_tokens(tensor)
         if view is not None:

@@ -16,6 +16,11 @@ SHAPE_OPS = {
     "chunk", "unbind", "select", "narrow", "movedim", "swapaxes", "swapdims", "view_as", "reshape_as",
     "tensor_split", "__iter__",
 }
+# ops whose other tensor gives only a dtype, a device or a shape: the result is the first's alone
+FIRST_ONLY = {"to", "type_as", "view_as", "reshape_as", "expand_as"}
+# ops that make a fresh tensor from another's dtype and device: nothing of its values
+FRESH = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "zeros_like", "ones_like", "empty_like",
+         "full_like", "rand_like", "randn_like"}
 # ops that commute with a scalar factor: a pre-scaled projection keeps its factor through them
 KEEP_FACTOR = SHAPE_OPS | {"roll", "flip", "index_select"}
 MUL = {"mul", "multiply", "mul_", "multiply_", "__mul__", "__rmul__", "__imul__"}

@@ -197,7 +197,7 @@ def errors(result) -> list[tuple[str, str]]:
     return [(f.code, f.stage) for f in result.findings if f.severity == "error"]
 
 
-FOLLOWED = ["kv_cache_llama", "twice"]
+FOLLOWED = list(PLUGINS)
 
 
 @pytest.mark.parametrize("name", FOLLOWED)

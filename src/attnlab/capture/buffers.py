@@ -87,16 +87,16 @@ class Memory:
 
     def kept(self, tensor: torch.Tensor) -> torch.Tensor:
         """A stage read from a buffer, copied: the module's next call writes its buffer again."""
-        return tensor.clone() if self.shadows and tensor.untyped_storage().data_ptr() in self.shadows else tensor
+        return tensor.clone() if self.shadows and _address(tensor) in self.shadows else tensor
 
     def _shadow(self, tensor: torch.Tensor, create: bool) -> _Shadow | None:
-        storage = tensor.untyped_storage()
-        key = storage.data_ptr()
+        key = _address(tensor)
         shadow = self.shadows.get(key)
         if shadow is not None and shadow.element_size == tensor.element_size():
             return shadow
         if shadow is not None or not create or not key:
             return None
+        storage = tensor.untyped_storage()
         count = storage.nbytes() // tensor.element_size()
         shadow = _Shadow(storage, tensor.element_size(), torch.zeros(count, dtype=torch.long),
                          torch.full((count,), _UNKNOWN, dtype=torch.long))
@@ -107,6 +107,14 @@ class Memory:
     def _view(shadow: _Shadow, flat: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
         """The shadow's elements at the positions `tensor` covers in its storage."""
         return flat.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+
+
+def _address(tensor: torch.Tensor) -> int:
+    """Where the tensor's storage starts; 0 for a tensor without one of its own (vmap's batched tensors)."""
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (NotImplementedError, RuntimeError):
+        return 0
 
 
 def _replay(func: Callable, args: tuple, kwargs: dict, destination: torch.Tensor, shadow: torch.Tensor,

@@ -41,6 +41,8 @@ class Tag(NamedTuple):
     head: int | None = None  # "scores"/"derived"/"weights"/"context": which score product it comes from
     columns: torch.Tensor | None = None  # a fused projection's output column of each element (same shape)
     column_roles: torch.Tensor | None = None  # (fused width,) each fused column's index in QKV_ROLES
+    items: torch.Tensor | None = None  # "input": the batch item of each element (same shape)
+    item: int | None = None  # "proj": the one batch item it was projected from, when one (a loop over the batch)
 
 
 @dataclass
@@ -56,6 +58,7 @@ class Head:
     operands: tuple | None = None  # the score product's operands and einsum letters
     roles: tuple[str | None, str | None] = (None, None)
     output: torch.Tensor | None = None  # the context tensor as the module made it
+    item: int | None = None  # the one batch item its queries and keys come from (a loop over the batch)
 
 
 class Recording:
@@ -75,7 +78,8 @@ class Recording:
         self.explicit: dict[str, torch.Tensor] = {}
         self.memory = Memory()  # buffers written with tagged tensors (a KV cache), read back with their tags
         self.batch = x.shape[0] if x.dim() == 3 else 1
-        self.set_tag(x, Tag("input"))
+        items = torch.arange(self.batch).view(-1, *(1,) * (x.dim() - 1)).expand(x.shape) if x.dim() == 3 else None
+        self.set_tag(x, Tag("input", items=items))
 
     def set_tag(self, tensor: torch.Tensor, tag: Tag) -> None:
         self.tags[id(tensor)] = (weakref.ref(tensor), tag)
@@ -141,8 +145,8 @@ def propagate(rec: Recording, func, name: str, args: tuple, kwargs: dict, out: A
         return
     shape_op = name in KEEP_FACTOR
     bases = replayed(func, args, kwargs, source, tag.base, outputs) if shape_op and tag.base is not None else None
-    columns = (replayed(func, args, kwargs, source, tag.columns, outputs)
-               if name in SHAPE_OPS and tag.columns is not None else None)
+    columns, items = ((replayed(func, args, kwargs, source, along, outputs)
+                       if name in SHAPE_OPS and along is not None else None) for along in (tag.columns, tag.items))
     for i, tensor in enumerate(outputs):
         new = tag
         if tag.factor != 1.0 and not shape_op:  # the factor survives only ops that commute with it
@@ -151,6 +155,8 @@ def propagate(rec: Recording, func, name: str, args: tuple, kwargs: dict, out: A
             new = new._replace(base=bases[i] if bases else None)
         if tag.columns is not None:
             new = new._replace(columns=columns[i] if columns else None)
+        if tag.items is not None:
+            new = new._replace(items=items[i] if items else None)
         rec.set_tag(tensor, new)
 
 

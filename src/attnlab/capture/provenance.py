@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from attnlab.capture.buffers import Memory
-from attnlab.capture.torch_calls import DIV, FIRST_ONLY, FRESH, KEEP_FACTOR, MUL, NEG, SHAPE_OPS, replayed, tensors_in
+from attnlab.capture.torch_calls import DIV, FIRST_ONLY, FRESH, JOIN, KEEP_FACTOR, MUL, NEG, SHAPE_OPS, replayed, tensors_in
 from attnlab.modules.roles import QKV_ROLES, FusedLayout, fused_layout, module_roles, projection_role
 
 ACTIVATIONS = ("input", "proj")  # what queries, keys and values are made of
@@ -59,6 +59,8 @@ class Head:
     roles: tuple[str | None, str | None] = (None, None)
     output: torch.Tensor | None = None  # the context tensor as the module made it
     item: int | None = None  # the one batch item its queries and keys come from (a loop over the batch)
+    sinks: tuple[torch.Tensor, bool] | None = None  # a learned logit column joined to the softmax input, and
+    # whether it comes after the keys
 
 
 class Recording:
@@ -76,6 +78,7 @@ class Recording:
         self.tags: dict[int, tuple[weakref.ref, Tag]] = {}
         self.heads: list[Head] = []
         self.explicit: dict[str, torch.Tensor] = {}
+        self.gate: str | None = None  # the projection whose columns gate the context before the output projection
         self.memory = Memory()  # buffers written with tagged tensors (a KV cache), read back with their tags
         self.batch = x.shape[0] if x.dim() == 3 else 1
         items = torch.arange(self.batch).view(-1, *(1,) * (x.dim() - 1)).expand(x.shape) if x.dim() == 3 else None
@@ -140,6 +143,10 @@ def propagate(rec: Recording, func, name: str, args: tuple, kwargs: dict, out: A
     if not tagged:
         return
     source, tag = min(tagged, key=lambda pair: _PRIORITY.index(pair[1].kind))
+    if name in JOIN and _sinks(rec, args, kwargs, tagged, tag, out):
+        return
+    if name in MUL and _gate(rec, tagged, out):
+        return
     if tag.kind in LOGITS and name not in SHAPE_OPS:
         rec.tag_all(out, Tag("derived", head=tag.head))
         return
@@ -158,6 +165,33 @@ def propagate(rec: Recording, func, name: str, args: tuple, kwargs: dict, out: A
         if tag.items is not None:
             new = new._replace(items=items[i] if items else None)
         rec.set_tag(tensor, new)
+
+
+def _sinks(rec: Recording, args: tuple, kwargs: dict, tagged: list, tag: Tag, out: torch.Tensor) -> bool:
+    """torch.cat([logits, sinks], dim=-1): a learned per-head logit column joins the softmax input
+    (gpt-oss's sinks); the head keeps it apart, so its scaled scores and weights stay (query, key)."""
+    pieces = args[0] if args else kwargs.get("tensors")
+    dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+    if tag.kind not in LOGITS or tag.head is None or not isinstance(pieces, (tuple, list)) or len(pieces) != 2:
+        return False
+    kinds = [rec.tag(p).kind if rec.tag(p) is not None else None for p in pieces]
+    if sorted(kinds, key=str) not in (sorted([tag.kind, "param"], key=str),) or dim % out.dim() != out.dim() - 1:
+        return False
+    after = kinds[1] == "param"
+    rec.heads[tag.head].sinks = (pieces[1] if after else pieces[0], after)
+    rec.set_tag(out, Tag("derived", head=tag.head))
+    return True
+
+
+def _gate(rec: Recording, tagged: list, out: torch.Tensor) -> bool:
+    """context * sigmoid(gate), the gate a projection's own columns (Qwen3-Next's q_proj): still the
+    context, on its way to the output projection; the projection is noted."""
+    kinds = {tag.kind: tag for _, tag in tagged}
+    if set(kinds) != {"context", "proj"}:
+        return False
+    rec.gate = rec.role(kinds["proj"]) or "a projection"
+    rec.tag_all(out, kinds["context"])
+    return True
 
 
 def keep_scores_before_inplace(rec: Recording, target: Any) -> None:

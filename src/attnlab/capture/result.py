@@ -37,6 +37,8 @@ class Capture:
     kv_heads: int | None = None  # its own key/value heads, once the diagnosis views keys at that granularity
     kv_order: str = "grouped"  # which kv head query head h reads: "grouped" h // group, "tiled" h % kv_heads
     unobservable: dict[str, str] = field(default_factory=dict)  # stages not in the canonical view, and why
+    sinks: torch.Tensor | None = None  # (heads, columns) learned logits joined to each row's softmax, kept apart
+    output_gate: str | None = None  # the projection whose own columns gate the context before the output projection
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so
     # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.
@@ -74,7 +76,16 @@ def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
     unobservable = {**placement.unplaced(found, native, found["inputs"].shape[0], tokens), **unobservable}
     return Capture(found, native, sources, first.softmax_dim, missing, prescale, reconstructed,
                    first.roles, output_is_context, first.softmax_axis, rec.out_inputs, returned.description, returned,
-                   unobservable={s: unobservable[s] for s in STAGES if s in unobservable and s in found})
+                   unobservable={s: unobservable[s] for s in STAGES if s in unobservable and s in found},
+                   sinks=_sinks(rec.heads, rec.batch), output_gate=rec.gate)
+
+
+def _sinks(heads: list[Head], batch: int) -> torch.Tensor | None:
+    """Each head's sink logits (heads, columns), when its softmax had them: a copy, the module's are parameters."""
+    views = [canonical(h.sinks[0], batch) for h in heads if h.sinks is not None]
+    if not views or any(v is None for v in views):
+        return None
+    return torch.cat([v[0, :, 0] for v in views]).detach().clone()
 
 
 def _head_stages(heads: list[Head], batch: int) -> tuple[dict[str, torch.Tensor], dict[str, tuple[int, ...]],

@@ -23,6 +23,7 @@ FRESH = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "zeros_
          "full_like", "rand_like", "randn_like"}
 # ops that commute with a scalar factor: a pre-scaled projection keeps its factor through them
 KEEP_FACTOR = SHAPE_OPS | {"roll", "flip", "index_select"}
+JOIN = {"cat", "concat", "concatenate"}
 MUL = {"mul", "multiply", "mul_", "multiply_", "__mul__", "__rmul__", "__imul__"}
 DIV = {"div", "divide", "true_divide", "div_", "divide_", "true_divide_", "__truediv__", "__itruediv__"}
 NEG = {"neg", "negative", "neg_", "negative_", "__neg__"}

@@ -20,8 +20,10 @@ HEAD_PATTERN_CODES = ("previous_token_head", "first_token_head", "uniform_head")
 
 def head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
     """Per head (H,): mean weight on the previous token, on the first token, and the mean
-    normalised entropy, over query rows 1..T-1. `weights`: (H, T, T), causal."""
-    n = weights.shape[-1]
+    normalised entropy, over query rows 1..T-1. `weights`: (H, T, T), causal; key columns beyond
+    the T queries' own (a sink column, as gpt-oss's eager code keeps it) are not read."""
+    n = weights.shape[-2]
+    weights = weights[..., :n]
     rows = np.arange(1, n)  # (T-1,)
     previous = weights[:, rows, rows - 1].mean(axis=-1)  # (H,)
     first = weights[:, 1:, 0].astype(np.float64).mean(axis=-1)  # (H,)
@@ -39,7 +41,7 @@ def _row_entropy(w: np.ndarray) -> np.ndarray:
 
 def head_patterns(weights: np.ndarray | None) -> list[Finding]:
     """Info findings for the heads of one layer (`weights`: (batch, H, T, T)); none below 3 tokens."""
-    if weights is None or weights.ndim != 4 or weights.shape[-1] < 3:
+    if weights is None or weights.ndim != 4 or min(weights.shape[-2:]) < 3:
         return []
     scores = head_scores(weights[0])
     limits = {"previous_token_head": THRESHOLD, "first_token_head": THRESHOLD, "uniform_head": UNIFORM}

@@ -86,7 +86,8 @@ def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
     # (1, T, d) tensors kept: each compared layer's input and its changed final hidden states, and the
     # output of every block before the last compared layer (replayed)
     check_model_fits(loaded.n_parameters, sizes, n_tokens, 2 * len(layers) + max(layers))
-    run = ModelRun.start(loaded, attention, sizes, inputs, inputs.labels[slots[layers[0]].stack], layers, replay=True)
+    run = ModelRun.start(loaded, attention, sizes, inputs, inputs.labels[slots[layers[0]].stack], layers,
+                         replay=True, capture=True)
     run.names = [slot.name for slot in slots]
     return run, layers, slots, inputs
 

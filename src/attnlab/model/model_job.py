@@ -12,6 +12,8 @@ from attnlab.errors import UserError
 from attnlab.model.layer_check import compute_check_records
 from attnlab.model.layer import ModelRun, changed_layer, compare_layer
 from attnlab.model.loading import LoadedModel, load_model
+from attnlab.model.intervention_records import intervention_records
+from attnlab.model.interventions import intervention
 from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
 from attnlab.model.model_memory import check_model_fits
 from attnlab.model.sizes import ModelSizes, model_sizes
@@ -39,7 +41,8 @@ def check_unused(cfg: DictConfig) -> None:
         hint = f"did you mean 'model.{close[0]}'?" if close else "a model key needs a model to run in"
         raise UserError(f"model.{stray}: unknown key without a model (model=hf:TYPE, model.path=DIR, "
                         f"model.hub=REPO_ID or model=NAME); {hint}")
-    for key, used in (("layer", cfg.get("layer") is not None), ("reference_model", bool(_block(cfg, "reference_model")))):
+    for key, used in (("layer", cfg.get("layer") is not None), ("reference_model", bool(_block(cfg, "reference_model"))),
+                      ("intervene", bool(_block(cfg, "intervene")))):
         if used and not wants_model(cfg):
             raise UserError(f"{key}: only with a model to run in (model=hf:TYPE, model.path=DIR, model.hub=REPO_ID "
                             f"or model=NAME)")
@@ -48,6 +51,8 @@ def check_unused(cfg: DictConfig) -> None:
 def check_model_request(cfg: DictConfig) -> None:
     """What can be checked without loading anything."""
     model_spec(_block(cfg, "model"))
+    if intervention(_block(cfg, "intervene")) is not None and is_requested(_block(cfg, "reference_model")):
+        raise UserError("intervene: edits one model's layers; the learner's check (reference_model=) compares two")
     if is_requested(_block(cfg, "reference_model")):
         model_spec(_block(cfg, "reference_model"), "reference_model")
     if is_requested(_block(cfg, "reference_model")):
@@ -73,9 +78,10 @@ def model_inputs(cfg: DictConfig, loaded: LoadedModel, sizes: ModelSizes) -> Mod
     return text_inputs(ids, loaded.tokenizer)
 
 
-def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
-              layers_key: Any) -> tuple[ModelRun, list[int], list[Slot], ModelInputs]:
-    """The model run once, unmodified, on its inputs, keeping what the chosen layers receive."""
+def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None, layers_key: Any,
+              replay: bool = True) -> tuple[ModelRun, list[int], list[Slot], ModelInputs]:
+    """The model run once, unmodified, on its inputs, keeping what the chosen layers receive and
+    capturing their stages; `replay`: keep the blocks' outputs for changed forwards."""
     attention, slots = stacked_attention(loaded.module, attention_path)
     sizes = model_sizes(loaded.config, loaded.label)
     layers = chosen_slots(layers_key, slots)
@@ -87,7 +93,7 @@ def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
     # output of every block before the last compared layer (replayed)
     check_model_fits(loaded.n_parameters, sizes, n_tokens, 2 * len(layers) + max(layers))
     run = ModelRun.start(loaded, attention, sizes, inputs, inputs.labels[slots[layers[0]].stack], layers,
-                         replay=True, capture=True)
+                         replay=replay, capture=True)
     run.names = [slot.name for slot in slots]
     return run, layers, slots, inputs
 
@@ -115,8 +121,12 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
         return compute_check_records(cfg, {k: _block(cfg, k) for k in ("model", "reference_model")}, say, done)
     say("model")
     spec = model_spec(_block(cfg, "model"))
+    chosen = intervention(_block(cfg, "intervene"))
     loaded = load_model(spec, cfg.seed)
-    run, layers, slots, inputs = model_run(cfg, loaded, spec.attention_path, cfg.layer)
+    run, layers, slots, inputs = model_run(cfg, loaded, spec.attention_path, cfg.layer,
+                                           replay=chosen is None or chosen.kind != "observe")
+    if chosen is not None:
+        return intervention_records(cfg, chosen, loaded, run, layers, slots, inputs.labels, _tokens(loaded), say, done)
     config = resolved(cfg)
     params = OmegaConf.to_container(cfg.variant.params, resolve=True)
     expect = OmegaConf.to_container(cfg.expect, resolve=True)

@@ -12,6 +12,7 @@ prints it, with or without `out_dir`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -231,6 +232,8 @@ def _override_words(values: dict[str, Any], prefix: str = "") -> list[str]:
             words += [f"inputs={value['kind']}", *_override_words({k: v for k, v in value.items() if k != "kind"}, "inputs.")]
         elif isinstance(value, dict):
             words += _override_words(value, f"{prefix}{key}.")
+        elif not prefix and key == "inputs":  # a group's option, by name
+            words.append(f"inputs={value}")
         else:
             words.append(f"{prefix}{key}={_hydra_value(value)}")
     return words
@@ -241,4 +244,11 @@ def _hydra_value(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_hydra_value(v) for v in value) + "]"
-    return str(value)
+    return _quoted(value) if isinstance(value, str) else str(value)
+
+
+def _quoted(text: str) -> str:
+    """`text` as a quoted override value Hydra reads back literally: commas, quotes, `=`, braces,
+    `%` and `${...}` stay text (a backslash before a quote, `${` or the end is doubled)."""
+    text = re.sub(r"\\+(?='|\$\{|$)", lambda run: run.group(0) * 2, text)
+    return "'" + text.replace("'", "\\'").replace("${", "\\${") + "'"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.model.layer import ModelRun
+from attnlab.model.layer import ModelRun, OwnCaptures
 from attnlab.model.loading import load_model
 from attnlab.model.locate import attention_modules
 from attnlab.model.model_spec import model_spec
@@ -24,7 +24,7 @@ def _runs(block: dict) -> tuple[ModelRun, ModelRun, torch.Tensor]:
     ids = loaded.tokenizer.encode(TEXT)
     layers = list(range(len(attention)))
     sizes, labels = model_sizes(loaded.module.config, loaded.label), loaded.tokenizer.labels(ids)
-    together = ModelRun.start(loaded, attention, sizes, ids, labels, layers, capture=True)
+    together = ModelRun.start(loaded, attention, sizes, ids, labels, layers, own=OwnCaptures(layers))
     alone = ModelRun.start(loaded, attention, sizes, ids, labels, layers)
     with torch.no_grad():
         weights = loaded.module(input_ids=together.ids, output_attentions=True, use_cache=False).attentions

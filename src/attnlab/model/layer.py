@@ -7,7 +7,7 @@ import tempfile
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -64,20 +64,19 @@ class ModelRun:
     @classmethod
     def start(cls, loaded: LoadedModel, attention: list[tuple[str, nn.Module]], sizes: ModelSizes,
               ids: list[int] | ModelInputs, labels: list[str], layers: list[int], replay: bool = False,
-              capture: bool = False) -> ModelRun:
+              own: OwnCaptures | None = None) -> ModelRun:
         """`ids`: the text's, or what the model is given (attnlab.model.inputs); `replay`: keep the
-        blocks' outputs for the changed forwards (attnlab.model.replay); `capture`: capture the
-        chosen layers' own stages in that same forward (attnlab.capture.every_layer)."""
+        blocks' outputs for the changed forwards (attnlab.model.replay); `own`: where the chosen
+        layers' own stages go, captured in that same forward (attnlab.capture.every_layer)."""
         inputs = ids if isinstance(ids, ModelInputs) else None
         token_ids = inputs.scored if inputs else torch.tensor([ids], dtype=torch.long)  # (1, P)
         given = inputs.given if inputs else None
         recording = BlockRecording.of([name for name, _ in attention]) if replay else None
-        own = OwnCaptures(layers) if capture else None
         with ExitStack() as watching:
             if recording:
                 watching.enter_context(recording.recording(loaded.module, max(layers)))
             if own:
-                watching.enter_context(every_layer([attention[layer][1] for layer in layers], own.keep))
+                watching.enter_context(every_layer([attention[layer][1] for layer in own.layers], own.keep))
             base, calls = final_hidden(loaded.module, token_ids, loaded.hf, [m for _, m in attention], set(layers),
                                        given)
         return cls(loaded, attention, sizes, token_ids, labels, base, calls, recording, given, own=own)
@@ -111,17 +110,22 @@ class ModelRun:
 
 
 class OwnCaptures:
-    """The compared layers' captures from one forward, kept until each record takes its own; their
-    square stages spilled to a folder (kept with the records) once the kept ones pass a stage's
-    spill size, so every layer of a long text does not sit in memory at once."""
+    """The compared layers' captures from one forward: handed to `consume(layer, capture)` as each
+    is made (a record made at once: one layer's stages in memory at a time), or kept until each
+    record takes its own, their square stages spilled to a folder (kept with the records) once the
+    kept ones pass a stage's spill size, so every layer of a long text does not sit in memory at once."""
 
-    def __init__(self, layers: list[int]) -> None:
+    def __init__(self, layers: list[int], consume: Callable[[int, Capture], None] | None = None) -> None:
         self.layers = layers
+        self.consume = consume
         self.captures: dict[int, Capture] = {}
         self.kept_bytes = 0
         self.scratch: tempfile.TemporaryDirectory | None = None
 
     def keep(self, index: int, captured: Capture) -> None:
+        if self.consume is not None:
+            self.consume(self.layers[index], captured)
+            return
         square = sum(captured.stages[name].nbytes for name in SQUARE_STAGES if name in captured.stages)
         if self.kept_bytes + square > SPILL_STAGE_BYTES:
             self.scratch = self.scratch or tempfile.TemporaryDirectory(prefix="attnlab-spill-")

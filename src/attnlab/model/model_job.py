@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
 from attnlab.model.layer_check import compute_check_records
-from attnlab.model.layer import ModelRun, changed_layer, compare_layer
+from attnlab.model.layer import ModelRun, OwnCaptures, changed_layer, compare_layer
 from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.intervention_records import intervention_records
 from attnlab.model.interventions import intervention
@@ -79,9 +79,11 @@ def model_inputs(cfg: DictConfig, loaded: LoadedModel, sizes: ModelSizes) -> Mod
 
 
 def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None, layers_key: Any,
-              replay: bool = True) -> tuple[ModelRun, list[int], list[Slot], ModelInputs]:
+              consume: Consume | None = None) -> tuple[ModelRun, list[int], list[Slot], ModelInputs]:
     """The model run once, unmodified, on its inputs, keeping what the chosen layers receive and
-    capturing their stages; `replay`: keep the blocks' outputs for changed forwards."""
+    capturing their stages; `consume`: told of each layer's stages as they are captured (made
+    from the run's layers, slots and inputs) where nothing runs after, else kept in the run, with
+    the blocks' outputs for changed forwards."""
     attention, slots = stacked_attention(loaded.module, attention_path)
     sizes = model_sizes(loaded.config, loaded.label)
     layers = chosen_slots(layers_key, slots)
@@ -92,8 +94,9 @@ def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None, 
     # (1, T, d) tensors kept: each compared layer's input and its changed final hidden states, and the
     # output of every block before the last compared layer (replayed)
     check_model_fits(loaded.n_parameters, sizes, n_tokens, 2 * len(layers) + max(layers))
+    own = OwnCaptures(layers, consume(sizes, attention, layers, slots, inputs) if consume else None)
     run = ModelRun.start(loaded, attention, sizes, inputs, inputs.labels[slots[layers[0]].stack], layers,
-                         replay=replay, capture=True)
+                         replay=consume is None, own=own)
     run.names = [slot.name for slot in slots]
     return run, layers, slots, inputs
 
@@ -106,6 +109,8 @@ def _check_decoder_heads(config: Any, sizes: ModelSizes) -> None:
                         f"decoder layer's variant for the encoder's count: make them equal")
 
 
+# made from the run's sizes, attention, layers, slots and inputs before its forward: told of each layer's capture
+Consume = Callable[[ModelSizes, list, list[int], list[Slot], ModelInputs], Callable[[int, Any], None]]
 # told of each layer's record as it is made, (record, its index, how many): returns the record to keep
 Done = Callable[[Record, int, int], Record]
 
@@ -123,10 +128,10 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
     spec = model_spec(_block(cfg, "model"))
     chosen = intervention(_block(cfg, "intervene"))
     loaded = load_model(spec, cfg.seed)
-    run, layers, slots, inputs = model_run(cfg, loaded, spec.attention_path, cfg.layer,
-                                           replay=chosen is None or chosen.kind != "observe")
     if chosen is not None:
-        return intervention_records(cfg, chosen, loaded, run, layers, slots, inputs.labels, _tokens(loaded), say, done)
+        return intervention_records(cfg, chosen, loaded, lambda consume: model_run(
+            cfg, loaded, spec.attention_path, cfg.layer, consume), _tokens(loaded), say, done)
+    run, layers, slots, inputs = model_run(cfg, loaded, spec.attention_path, cfg.layer)
     config = resolved(cfg)
     params = OmegaConf.to_container(cfg.variant.params, resolve=True)
     expect = OmegaConf.to_container(cfg.expect, resolve=True)

@@ -9,7 +9,6 @@ of an even spread over the keys they may see. Info, about the model, not a mista
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from attnlab.diagnosis.codes import MODEL_CODES
 from attnlab.record import Finding
@@ -32,10 +31,12 @@ def head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _row_entropy(w: np.ndarray) -> np.ndarray:
-    """(rows,) entropy of each row of one head's (rows, T) weights, summed in float64: one head at a
-    time, its temporaries stay a head's size; xlogy counts a zero weight as 0."""
-    values = torch.tensor(w)  # (rows, T): a copy, a spilled stage is read-only
-    return -torch.special.xlogy(values, values).sum(dim=-1, dtype=torch.float64).numpy()
+    """(rows,) entropy of each row of one head's (rows, T) weights: one head at a time, its
+    temporaries stay a head's size; the logarithm only where a weight is positive (a masked key
+    counts 0), the products summed in float64."""
+    logs = np.zeros(w.shape, dtype=np.float32)
+    np.log(w, out=logs, where=w > 0)
+    return -np.einsum("ij,ij->i", w.astype(np.float64), logs.astype(np.float64))
 
 
 def head_patterns(weights: np.ndarray | None) -> list[Finding]:

@@ -19,7 +19,8 @@ from attnlab.model.model_memory import check_model_fits
 from attnlab.model.sizes import ModelSizes, model_sizes
 from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
 from attnlab.model.model_spec import OWN_KEYS, is_requested, model_spec
-from attnlab.model.tokens import token_ids
+from attnlab.inputs.token_ids import read_ids
+from attnlab.model.tokens import fitting_ids, token_ids
 from attnlab.record import ModelInfo, Record, Setup
 from attnlab.schema import resolved
 
@@ -62,9 +63,10 @@ def check_model_request(cfg: DictConfig) -> None:
 
 
 def check_text(cfg: DictConfig) -> None:
-    """A language model runs on text (a vision transformer on an image drawn from the seed)."""
-    if cfg.inputs.get("kind") != "text":
-        raise UserError(f"model=: runs on text: inputs=text inputs.text=\"some words\" (got inputs={cfg.inputs.get('kind')})")
+    """A language model runs on text or token ids (a vision transformer on an image drawn from the seed)."""
+    if cfg.inputs.get("kind") not in ("text", "ids"):
+        raise UserError(f"model: a language model runs on text or token ids: inputs=text inputs.text=\"some words\" "
+                        f"or inputs=ids inputs.ids=[464,3290] (got inputs={cfg.inputs.get('kind')})")
 
 
 def model_inputs(cfg: DictConfig, loaded: LoadedModel, sizes: ModelSizes) -> ModelInputs:
@@ -72,7 +74,11 @@ def model_inputs(cfg: DictConfig, loaded: LoadedModel, sizes: ModelSizes) -> Mod
     if loaded.task == "image":
         return image_inputs(loaded.config, cfg.seed)
     check_text(cfg)
-    ids = token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
+    longest = sizes.context or cfg.inputs.max_tokens
+    if cfg.inputs.kind == "ids":  # given as they are: no tokenizer runs
+        ids = fitting_ids(read_ids(cfg.inputs.ids), "inputs.ids", "", sizes.vocab, longest)
+    else:
+        ids = token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, longest)
     if loaded.task == "seq2seq":
         return encoder_decoder_inputs(loaded.module, ids, loaded.tokenizer)
     return text_inputs(ids, loaded.tokenizer)

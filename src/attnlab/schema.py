@@ -249,6 +249,8 @@ Config = _dataclass("Config", [
     # with size keys (model.n_layer=2); open blocks, their keys checked by attnlab.model.model_spec
     ("model", Dict[str, Any], field(default_factory=dict)),
     ("reference_model", Dict[str, Any], field(default_factory=dict)),  # the learner's check, as model
+    # an edit to a model's layer as data: intervene=ablate_head intervene.head=0 (attnlab.model.interventions)
+    ("intervene", Dict[str, Any], field(default_factory=dict)),
     ("plots", PlotsConf, field(default_factory=PlotsConf)),
     ("log", Dict[str, bool], field(default_factory=dict)),  # log.NAME for every sink found, and LOG_OPTIONS
     ("sink", Dict[str, Any], field(default_factory=dict)),  # sink.NAME: each sink's config (_target_ and options)

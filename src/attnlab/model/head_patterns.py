@@ -27,16 +27,18 @@ def head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
     rows = np.arange(1, n)  # (T-1,)
     previous = weights[:, rows, rows - 1].mean(axis=-1)  # (H,)
     first = weights[:, 1:, 0].astype(np.float64).mean(axis=-1)  # (H,)
-    entropy = np.stack([_row_entropy(head[1:].astype(np.float64)) for head in weights])  # (H, T-1)
+    entropy = np.stack([_row_entropy(head[1:]) for head in weights])  # (H, T-1)
     normalised = (entropy / np.log(rows + 1)).mean(axis=-1)  # (H,): each row against log(keys it may see)
     return {"previous_token_head": previous, "first_token_head": first, "uniform_head": normalised}
 
 
 def _row_entropy(w: np.ndarray) -> np.ndarray:
-    """(rows,) entropy of each row of one head's (rows, T) float64 weights: one head at a time, the
-    float64 copy and its temporaries stay a head's size."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return -np.where(w > 0, w * np.log(w), 0.0).sum(axis=-1)
+    """(rows,) entropy of each row of one head's (rows, T) weights: one head at a time, its
+    temporaries stay a head's size; the logarithm only where a weight is positive (a masked key
+    counts 0), the products summed in float64."""
+    logs = np.zeros(w.shape, dtype=np.float32)
+    np.log(w, out=logs, where=w > 0)
+    return -np.einsum("ij,ij->i", w.astype(np.float64), logs.astype(np.float64))
 
 
 def head_patterns(weights: np.ndarray | None) -> list[Finding]:

@@ -221,6 +221,7 @@ def _dataclass(name: str, fields: list) -> type:
 Config = _dataclass("Config", [
     ("variant", VariantConf, field(default_factory=VariantConf)),
     ("inputs", Any, None),  # the group `inputs`: a structured config of attnlab.inputs.kinds, or your own
+    ("training", Any, None),  # the group `training`: attnlab.training.settings.TrainingConf; null: a forward run
     *_scalar_fields(),
     ("weights", WeightsMode, WeightsMode.shared),  # shared: every module gets the seeded matrices | native
     ("weights_init", WeightsInit, WeightsInit.rand),  # rand: the source's | normal: randn / sqrt(d_in)

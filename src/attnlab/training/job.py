@@ -1,0 +1,163 @@
+"""One training job: checked before any work, then per seed the reference and the variant trained
+from one start, measured at init and at the end, evaluated on a fixed set; the seeds pooled into a
+table and a verdict. `train(...)` is the same from Python."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+from omegaconf import DictConfig
+
+from attnlab.compute.pipeline import resolved_device
+from attnlab.errors import UserError
+from attnlab.training.counterparts import Counterpart, counterpart
+from attnlab.training.evaluation import evaluate
+from attnlab.training.gpt import GPTModel
+from attnlab.training.loop import train as train_loop
+from attnlab.training.measures import measure
+from attnlab.training.settings import TrainingConf, settings_of
+from attnlab.training.start import same_start
+from attnlab.training.tasks import Batch, Task, make_task
+from attnlab.training.verdict import Row, rows, verdict
+
+EVAL_SEED = 2**31 - 1  # the evaluation and probe batches: the same for every seed, never a training batch's
+SIDES = ("reference", "variant")
+
+
+@dataclass
+class Plan:
+    """What a checked job trains: its settings, task and the two counterparts."""
+
+    settings: TrainingConf
+    task: Task
+    reference: Counterpart
+    variant: Counterpart
+    device: str = "cpu"
+
+
+@dataclass
+class TrainingResult:
+    variant: str
+    classes: dict[str, str]  # which class ran on each side
+    settings: dict[str, Any]
+    seeds: list[dict[str, Any]]  # per seed: each side's losses, evaluations, measures, summary
+    table: list[Row] = field(default_factory=list)
+    verdict: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "classes": self.classes, "settings": self.settings, "seeds": self.seeds,
+                "table": [row.as_dict() for row in self.table], "verdict": self.verdict}
+
+    def _repr_html_(self) -> str:
+        from attnlab.training.page import page_html
+
+        return page_html(self.as_dict())
+
+
+def plan(variant: str, settings: TrainingConf, device: str = "cpu") -> Plan:
+    """Everything that can be wrong, before any training: the task's sizes, the counterparts, and
+    that the variant's layer runs backward."""
+    task = make_task(settings)
+    sizes = settings.model
+    made = [counterpart(name, sizes.d_model, sizes.context_length, sizes.num_heads) for name in ("reference", variant)]
+    _check_backward(made[1], sizes.d_model)
+    return Plan(settings, task, *made, device=resolved_device(device))
+
+
+def _check_backward(side: Counterpart, d_model: int) -> None:
+    try:
+        layer = side.make()
+        layer(torch.randn(1, 2, d_model)).sum().backward()
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the class raises, it cannot train
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"variant={side.name}: cannot train: {side.describe} fails forward or backward: {reason}") from None
+
+
+def _moved(batch: Batch, device: str) -> Batch:
+    return Batch(batch.inputs.to(device), batch.targets.to(device), batch.scored.to(device))
+
+
+def run_seed(job: Plan, seed: int) -> dict[str, Any]:
+    """Both sides trained from one start on the seed's batches; evaluated on the fixed set."""
+    settings = job.settings
+    evaluation = _moved(job.task.batch(settings.eval_batch, torch.Generator().manual_seed(EVAL_SEED), "eval"), job.device)
+    probe = _moved(job.task.batch(8, torch.Generator().manual_seed(EVAL_SEED + 1), "eval"), job.device)
+    pair = same_start(job.reference, job.variant, job.task.vocab, settings, seed)
+    models = {"reference": pair.reference.to(job.device), "variant": pair.variant.to(job.device)}
+    init = {side: measure(models[side], probe, models["reference"] if side == "variant" else None) for side in SIDES}
+    trained = {side: _train_side(models[side], job, evaluation, seed) for side in SIDES}
+    end = {side: measure(models[side], probe, models["reference"] if side == "variant" else None) for side in SIDES}
+    sides = {side: {**trained[side], "measures": {"0": init[side], str(settings.steps): end[side]}} for side in SIDES}
+    for side in SIDES:
+        sides[side]["summary"] = summary(sides[side], settings)
+    return {"seed": seed, "loaded": pair.loaded, **sides}
+
+
+def _train_side(model: GPTModel, job: Plan, evaluation: Batch, seed: int) -> dict[str, Any]:
+    evals = [{"step": 0, **evaluate(model, evaluation)}]
+    losses = train_loop(model, job.task, job.settings, seed, job.device,
+                        at_step=lambda step: evals.append({"step": step, **evaluate(model, evaluation)}))
+    return {"losses": losses, "evals": evals}
+
+
+def summary(side: dict[str, Any], settings: TrainingConf) -> dict[str, float]:
+    """The side's numbers the table pools: "steps to target" of a run that never got there is
+    counted as one evaluation past the end."""
+    evals, last = side["evals"], side["evals"][-1]
+    reached = next((e["step"] for e in evals if e["causal_accuracy"] >= settings.target_accuracy), None)
+    at_init, at_end = side["measures"]["0"], side["measures"][str(settings.steps)]
+    pooled = {"final_train_loss": statistics.fmean(side["losses"][-10:]), "reached": float(reached is not None),
+              "steps_to_target": float(reached if reached is not None else settings.steps + settings.eval_every),
+              **{k: last[k] for k in ("teacher_forced_accuracy", "causal_accuracy", "causal_loss")}}
+    for name, measures in (("init", at_init), ("end", at_end)):
+        for what in ("max_weight", "entropy"):
+            values = [v for k, v in measures["attention"].items() if k.endswith(what)]
+            if values:
+                pooled[f"{name}_{what}"] = statistics.fmean(values)
+    queries = [v for k, v in at_init["grad_norm"].items() if k.endswith("/queries")]
+    if queries:
+        pooled["init_query_grad_norm"] = statistics.fmean(queries)
+    return pooled
+
+
+def run(job: Plan, variant: str, seeds: Iterable[int]) -> TrainingResult:
+    torch.set_num_threads(1)  # one thread per process: two on busy shared cores cost many times the CPU
+    per_seed = [run_seed(job, seed) for seed in seeds]
+    summaries = [{side: s[side]["summary"] for side in SIDES} for s in per_seed]
+    table = rows(summaries)
+    said = verdict(variant, table, summaries, job.settings.steps, job.settings.target_accuracy)
+    return TrainingResult(variant, {"reference": job.reference.describe, "variant": job.variant.describe},
+                          asdict(job.settings), per_seed, table, said)
+
+
+def training_job(cfg: DictConfig, job_dir: Path | None) -> TrainingResult:
+    """The CLI's and the sweep's training job: checked, run, its files written into `job_dir`."""
+    from attnlab.training.outputs import write_outputs
+
+    job = plan(cfg.variant.name, settings_of(cfg), cfg.device)
+    result = run(job, cfg.variant.name, range(cfg.seed, cfg.seed + cfg.n_seeds))
+    write_outputs(result, cfg, job_dir)
+    return result
+
+
+def check_training(cfg: DictConfig) -> None:
+    """The training request checked without training (attnlab's sweeper checks every job first)."""
+    plan(cfg.variant.name, settings_of(cfg), cfg.device)
+
+
+def train(variant: str, training: str = "induction", seed: int = 123, n_seeds: int = 1,
+          overrides: Iterable[str] = (), out_dir: str | Path | None = None, **kwargs: Any) -> TrainingResult:
+    """From Python: `train("unscaled", "induction", n_seeds=3, overrides=["training.steps=100"])`,
+    the config composed as the CLI's; files written only with `out_dir`."""
+    from attnlab.app.api import compose_config
+
+    cfg = compose_config(variant, seed, [f"training={training}", f"n_seeds={n_seeds}", *overrides], **kwargs)
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return training_job(cfg, None if out_dir is None else Path(out_dir))

@@ -19,7 +19,7 @@ from attnlab.training.evaluation import evaluate
 from attnlab.training.gpt import GPTModel
 from attnlab.training.loop import train as train_loop
 from attnlab.training.measures import measure
-from attnlab.training.settings import TrainingConf, settings_of
+from attnlab.training.settings import TrainingConf, check_settings, settings_of
 from attnlab.training.start import same_start
 from attnlab.training.tasks import Batch, Task, make_task
 from attnlab.training.verdict import Row, rows, verdict
@@ -61,6 +61,7 @@ class TrainingResult:
 def plan(variant: str, settings: TrainingConf, device: str = "cpu") -> Plan:
     """Everything that can be wrong, before any training: the task's sizes, the counterparts, and
     that the variant's layer runs backward."""
+    check_settings(settings)
     task = make_task(settings)
     sizes = settings.model
     made = [counterpart(name, sizes.d_model, sizes.context_length, sizes.num_heads) for name in ("reference", variant)]

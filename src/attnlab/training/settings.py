@@ -48,12 +48,10 @@ def wants_training(cfg: DictConfig) -> bool:
 
 
 def settings_of(cfg: DictConfig) -> TrainingConf:
-    """The config's `training` block as a TrainingConf, checked."""
+    """The config's `training` block as a TrainingConf (checked by `check_settings`)."""
     node = OmegaConf.to_container(cfg.training, resolve=True)
     sizes = ModelSizes(**node.pop("model", {}))
-    settings = TrainingConf(**node, model=sizes)
-    check_settings(settings)
-    return settings
+    return TrainingConf(**node, model=sizes)
 
 
 def _positive_int(value: Any) -> bool:

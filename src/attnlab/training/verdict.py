@@ -9,18 +9,20 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-# (measure, its floor: a smaller difference says nothing, what it is in the table)
+# measure: (its floor: a smaller difference says nothing, a fraction of the reference's mean for
+# RELATIVE_FLOORS, else absolute (accuracies and entropies are fractions already); what it is).
 MEASURES: dict[str, tuple[float, str]] = {
     "steps_to_target": (0.0, "steps to the target causal accuracy"),
-    "final_train_loss": (0.02, "training loss at the end"),
+    "final_train_loss": (0.1, "training loss at the end"),
     "teacher_forced_accuracy": (0.03, "teacher-forced accuracy at the end"),
     "causal_accuracy": (0.03, "causal accuracy at the end"),
-    "causal_loss": (0.05, "causal loss at the end"),
+    "causal_loss": (0.1, "causal loss at the end"),
     "init_max_weight": (0.05, "largest attention weight at init"),
     "init_entropy": (0.05, "attention entropy at init, of uniform"),
     "end_entropy": (0.05, "attention entropy at the end, of uniform"),
-    "init_query_grad_norm": (0.0, "gradient norm reaching W_query at init"),
+    "init_query_grad_norm": (0.1, "gradient norm reaching W_query at init"),
 }
+RELATIVE_FLOORS = ("final_train_loss", "causal_loss", "init_query_grad_norm")
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,8 @@ def _short(value: float) -> str:
 
 
 def clear(reference: Stat, variant: Stat, floor: float) -> bool:
-    """Whether the difference of the means stands clear of seed noise (and of the measure's floor)."""
+    """Whether the difference of the means stands clear of seed noise (twice its standard error)
+    and of the measure's floor."""
     difference = abs(variant.mean - reference.mean)
     n = min(len(reference.values), len(variant.values))
     noise = 2 * math.sqrt((reference.std ** 2 + variant.std ** 2) / n)
@@ -58,10 +61,11 @@ class Row:
     reference: Stat
     variant: Stat
     clear: bool
+    shown: tuple[str, str] = ("", "")  # how the table shows each side, where not its Stat
 
     def as_dict(self) -> dict[str, Any]:
-        return {"measure": self.measure, "what": self.what, "reference": str(self.reference),
-                "variant": str(self.variant), "reference_mean": self.reference.mean, "reference_std": self.reference.std,
+        return {"measure": self.measure, "what": self.what, "reference": self.shown[0] or str(self.reference),
+                "variant": self.shown[1] or str(self.variant), "reference_mean": self.reference.mean, "reference_std": self.reference.std,
                 "variant_mean": self.variant.mean, "variant_std": self.variant.std, "clear_of_seed_noise": self.clear}
 
 
@@ -72,8 +76,19 @@ def rows(summaries: Sequence[dict[str, dict[str, float]]]) -> list[Row]:
         reference = Stat(tuple(s["reference"][measure] for s in summaries if measure in s["reference"]))
         variant = Stat(tuple(s["variant"][measure] for s in summaries if measure in s["variant"]))
         if reference.values and variant.values:
-            table.append(Row(measure, what, reference, variant, clear(reference, variant, floor)))
+            floor = floor * abs(reference.mean) if measure in RELATIVE_FLOORS else floor
+            shown = tuple(_reached(summaries, side, stat) for side, stat in (("reference", reference), ("variant", variant))
+                          ) if measure == "steps_to_target" else ("", "")
+            table.append(Row(measure, what, reference, variant, clear(reference, variant, floor), shown))
     return table
+
+
+def _reached(summaries: Sequence[dict[str, dict[str, float]]], side: str, stat: Stat) -> str:
+    """Steps to the target as the table shows them: `never` where no seed got there."""
+    reached = sum(s[side]["reached"] for s in summaries)
+    if reached == 0:
+        return "never"
+    return str(stat) if reached == len(summaries) else f"{stat} ({reached:.0f} of {len(summaries)} reached it)"
 
 
 def verdict(variant: str, table: Sequence[Row], summaries: Sequence[dict[str, dict[str, float]]],
@@ -110,7 +125,9 @@ def _saturation(by: dict[str, Row]) -> str | None:
     largest, entropy = by.get("init_max_weight"), by.get("init_entropy")
     if largest is None or entropy is None or not (largest.clear or entropy.clear):
         return None
-    state = "saturated" if largest.variant.mean > largest.reference.mean else "flatter than the reference's"
+    sharper = ((largest.clear and largest.variant.mean > largest.reference.mean)
+               or (entropy.clear and entropy.variant.mean < entropy.reference.mean))
+    state = "saturated" if sharper else "flatter than the reference's"
     return (f"at init its softmax was {state}: largest weight {_short(largest.variant.mean)} vs "
             f"{_short(largest.reference.mean)}, entropy {_short(entropy.variant.mean)} vs "
             f"{_short(entropy.reference.mean)} of uniform")

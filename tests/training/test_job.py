@@ -7,7 +7,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from attnlab.errors import UserError
-from attnlab.training import train
+from attnlab import train
 from attnlab.training.job import plan
 from tests.training._tiny import TINY_OVERRIDES, tiny
 

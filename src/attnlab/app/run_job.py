@@ -38,7 +38,7 @@ from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constru
 from attnlab.model.config_variants import takes_config
 from attnlab.model.model_job import check_model_request, check_unused, compute_model_records, wants_model
 from attnlab.sinks.base import JobInfo, build_sinks
-from attnlab.training.job import check_training, training_job
+from attnlab.training.config_job import check_training, training_job
 from attnlab.training.settings import wants_training
 
 SEED_DIR = "seed-{seed}"

@@ -1,16 +1,14 @@
 """One training job: checked before any work, then per seed the reference and the variant trained
 from one start, measured at init and at the end, evaluated on a fixed set; the seeds pooled into a
-table and a verdict. `train(...)` is the same from Python."""
+table and a verdict. From Python: `attnlab.train(...)` (attnlab.app.api_training)."""
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Iterable
 
 import torch
-from omegaconf import DictConfig
 
 from attnlab.compute.pipeline import resolved_device
 from attnlab.errors import UserError
@@ -19,7 +17,7 @@ from attnlab.training.evaluation import evaluate
 from attnlab.training.gpt import GPTModel
 from attnlab.training.loop import train as train_loop
 from attnlab.training.measures import measure
-from attnlab.training.settings import TrainingConf, check_settings, settings_of
+from attnlab.training.settings import TrainingConf, check_settings
 from attnlab.training.start import same_start
 from attnlab.training.tasks import Batch, Task, make_task
 from attnlab.training.verdict import Row, rows, verdict
@@ -70,9 +68,15 @@ def plan(variant: str, settings: TrainingConf, device: str = "cpu") -> Plan:
 
 
 def _check_backward(side: Counterpart, d_model: int) -> None:
+    """One forward and backward of the variant's layer on two tokens: it must keep the width the
+    residual stream adds it to, and give gradients."""
     try:
-        layer = side.make()
-        layer(torch.randn(1, 2, d_model)).sum().backward()
+        output = side.make()(torch.randn(1, 2, d_model))  # (1, 2, d_model)
+        if not isinstance(output, torch.Tensor) or output.shape != (1, 2, d_model):
+            shown = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
+            raise UserError(f"variant={side.name}: cannot train: {side.describe} returns {shown} for (1, 2, {d_model}) "
+                            f"inputs; a block's residual needs (b, num_tokens, d_model)")
+        output.sum().backward()
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever the class raises, it cannot train
@@ -136,29 +140,3 @@ def run(job: Plan, variant: str, seeds: Iterable[int]) -> TrainingResult:
     return TrainingResult(variant, {"reference": job.reference.describe, "variant": job.variant.describe},
                           asdict(job.settings), per_seed, table, said)
 
-
-def training_job(cfg: DictConfig, job_dir: Path | None) -> TrainingResult:
-    """The CLI's and the sweep's training job: checked, run, its files written into `job_dir`."""
-    from attnlab.training.outputs import write_outputs
-
-    job = plan(cfg.variant.name, settings_of(cfg), cfg.device)
-    result = run(job, cfg.variant.name, range(cfg.seed, cfg.seed + cfg.n_seeds))
-    write_outputs(result, cfg, job_dir)
-    return result
-
-
-def check_training(cfg: DictConfig) -> None:
-    """The training request checked without training (attnlab's sweeper checks every job first)."""
-    plan(cfg.variant.name, settings_of(cfg), cfg.device)
-
-
-def train(variant: str, training: str = "induction", seed: int = 123, n_seeds: int = 1,
-          overrides: Iterable[str] = (), out_dir: str | Path | None = None, **kwargs: Any) -> TrainingResult:
-    """From Python: `train("unscaled", "induction", n_seeds=3, overrides=["training.steps=100"])`,
-    the config composed as the CLI's; files written only with `out_dir`."""
-    from attnlab.app.api import compose_config
-
-    cfg = compose_config(variant, seed, [f"training={training}", f"n_seeds={n_seeds}", *overrides], **kwargs)
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return training_job(cfg, None if out_dir is None else Path(out_dir))

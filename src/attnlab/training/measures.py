@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from attnlab.capture.recorder import capture
 from attnlab.compute.pipeline import diagnosed

@@ -47,6 +47,11 @@ def test_bad_input_is_one_line(tmp_path, changes, message):
     assert "\n" not in str(caught.value)
 
 
+def test_a_layer_that_changes_the_width_is_refused():
+    with pytest.raises(UserError, match=r"variant=mha_wrapper: cannot train: .* returns \(1, 2, 32\) for \(1, 2, 16\)"):
+        plan("mha_wrapper", tiny())
+
+
 def test_a_variant_that_cannot_run_backward_is_refused(monkeypatch):
     from attnlab.training import counterparts
 

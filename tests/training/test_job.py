@@ -22,6 +22,7 @@ def test_a_job_writes_scalars_at_the_training_steps(tmp_path):
     assert [e.step for e in events.Scalars("train/loss")] == list(range(1, 41))
     assert [e.step for e in events.Scalars("eval/causal_accuracy")] == [0, 20, 40]
     assert [e.step for e in events.Scalars("attention/layer0/head1/max_weight")] == [0, 40]
+    assert [e.step for e in events.Images("heatmaps/layer0")] == [0, 40]
     losses = [e.value for e in events.Scalars("train/loss")]
     assert losses == pytest.approx(saved["seeds"][1]["variant"]["losses"])
     band = EventAccumulator(str(tmp_path / "tensorboard" / "reference"))

@@ -16,7 +16,7 @@ from attnlab.training.counterparts import Counterpart, counterpart
 from attnlab.training.evaluation import evaluate
 from attnlab.training.gpt import GPTModel
 from attnlab.training.loop import train as train_loop
-from attnlab.training.measures import measure
+from attnlab.training.measures import PROBE_WEIGHTS, measure
 from attnlab.training.settings import TrainingConf, check_settings
 from attnlab.training.start import same_start
 from attnlab.training.tasks import Batch, Task, make_task
@@ -47,7 +47,11 @@ class TrainingResult:
     verdict: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"variant": self.variant, "classes": self.classes, "settings": self.settings, "seeds": self.seeds,
+        """As training.json holds it: the heatmaps' arrays left out."""
+        seeds = [{**run, **{side: {**run[side], "measures": {step: {k: v for k, v in measured.items() if k != PROBE_WEIGHTS}
+                                                             for step, measured in run[side]["measures"].items()}}
+                            for side in SIDES}} for run in self.seeds]
+        return {"variant": self.variant, "classes": self.classes, "settings": self.settings, "seeds": seeds,
                 "table": [row.as_dict() for row in self.table], "verdict": self.verdict}
 
     def _repr_html_(self) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -16,6 +17,8 @@ from attnlab.compute.pipeline import diagnosed
 from attnlab.modules.roles import module_roles
 from attnlab.training.gpt import GPTModel
 from attnlab.training.tasks import Batch
+
+PROBE_WEIGHTS = "probe_weights"
 
 
 def gradient_norms(model: GPTModel, batch: Batch) -> dict[str, float]:
@@ -59,17 +62,20 @@ def saturation(weights: torch.Tensor) -> tuple[list[float], list[float]]:
     return largest.tolist(), entropy.mean(dim=(0, 2)).tolist()
 
 
-def attention_shape(model: GPTModel, inputs: torch.Tensor) -> dict[str, float]:
-    """{"layer<i>/head<h>/max_weight" and ".../entropy"} from each layer's captured weights."""
+def attention_shape(model: GPTModel, inputs: torch.Tensor) -> tuple[dict[str, float], dict[int, np.ndarray]]:
+    """({"layer<i>/head<h>/max_weight" and ".../entropy"}, {layer: the first probe item's weights
+    (H, T, T)}) from each layer's captured weights."""
     shape: dict[str, float] = {}
+    first_item: dict[int, np.ndarray] = {}
     for layer, (attention, x) in enumerate(zip(model.attention_layers(), attention_inputs(model, inputs))):
         weights = capture(attention, x).stages.get("weights")
         if weights is None:  # a kernel whose weights cannot be read or rebuilt: nothing to say
             continue
+        first_item[layer] = weights[0].float().cpu().numpy()  # (H, T, T)
         for head, (largest, entropy) in enumerate(zip(*saturation(weights))):
             shape[f"layer{layer}/head{head}/max_weight"] = largest
             shape[f"layer{layer}/head{head}/entropy"] = entropy
-    return shape
+    return shape, first_item
 
 
 def first_layer_diagnosis(variant: GPTModel, reference: GPTModel, inputs: torch.Tensor) -> dict[str, Any]:
@@ -83,11 +89,12 @@ def first_layer_diagnosis(variant: GPTModel, reference: GPTModel, inputs: torch.
 
 
 def measure(model: GPTModel, batch: Batch, reference: GPTModel | None = None) -> dict[str, Any]:
-    """The checkpoint's measures of `model`; with `reference`, the first layer's diagnosis too."""
+    """The checkpoint's measures of `model`; with `reference`, the first layer's diagnosis too.
+    Under PROBE_WEIGHTS the arrays the heatmaps draw, left out of training.json."""
     was_training = model.training
     model.eval()
-    measured: dict[str, Any] = {"grad_norm": gradient_norms(model, batch),
-                                "attention": attention_shape(model, batch.inputs)}
+    shape, weights = attention_shape(model, batch.inputs)
+    measured: dict[str, Any] = {"grad_norm": gradient_norms(model, batch), "attention": shape, PROBE_WEIGHTS: weights}
     if reference is not None:
         measured["diagnosis"] = first_layer_diagnosis(model, reference, batch.inputs)
     model.train(was_training)

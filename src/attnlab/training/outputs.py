@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from attnlab.sinks.tensorboard import EventFile, scalars_summary
 from attnlab.training.job import SIDES, TrainingResult
+from attnlab.training.measures import PROBE_WEIGHTS
 from attnlab.training.page import page_html
 
 RESULT_FILE = "training.json"
@@ -30,7 +31,7 @@ def write_outputs(result: TrainingResult, cfg: DictConfig, job_dir: Path | None)
         if log.get("table"):
             write_table(data, job_dir)
         if log.get("tensorboard"):
-            write_tensorboard(data, job_dir)
+            write_tensorboard(data, job_dir, result.seeds if log.get("images") else None)
         if log.get("html"):
             (job_dir / "training.html").write_text(page_html(data))
         if log.get("mlflow"):
@@ -58,16 +59,19 @@ def step_scalars(side: dict[str, Any]) -> dict[int, dict[str, float]]:
     return steps
 
 
-def write_tensorboard(data: dict[str, Any], job_dir: Path) -> None:
+def write_tensorboard(data: dict[str, Any], job_dir: Path, images: list[dict[str, Any]] | None = None) -> None:
+    """`images`: the result's seeds with their probe weights, drawn as `heatmaps/layer<i>` at each checkpoint."""
     from attnlab.sinks.tensorboard_protos import custom_scalars
 
     for side in SIDES:
         label = side_label(data, side)
         per_seed = [step_scalars(run[side]) for run in data["seeds"]]
-        for run, scalars in zip(data["seeds"], per_seed):
+        for index, (run, scalars) in enumerate(zip(data["seeds"], per_seed)):
             with EventFile(job_dir / "tensorboard" / f"{label},seed={run['seed']}") as events:
                 for step, values in sorted(scalars.items()):
                     events.add(scalars_summary(values), step=step)
+                if images is not None:
+                    _write_heatmaps(events, images[index][side]["measures"], label)
         layout = {"training: mean ± std over seeds": {tag: ["Margin", [f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"]]
                                                      for tag in BANDED}}
         with EventFile(job_dir / "tensorboard" / label) as events:
@@ -81,6 +85,20 @@ def write_tensorboard(data: dict[str, Any], job_dir: Path) -> None:
                 if values:
                     events.add(scalars_summary(values), step=step)
             events.add(custom_scalars(layout))
+
+
+def _write_heatmaps(events: EventFile, measures: dict[str, dict[str, Any]], label: str) -> None:
+    """Each layer's attention weights on the first probe item, every head, at each checkpoint."""
+    from attnlab.reporting.heatmap import render_head_grid
+    from attnlab.reporting.job_heatmaps import encoded
+    from attnlab.sinks.tensorboard import image_summary
+
+    for step, measured in measures.items():
+        for layer, weights in measured[PROBE_WEIGHTS].items():
+            title = f"{label}: layer {layer} attention weights, step {step}"
+            image = encoded(lambda: render_head_grid(weights, title=title, value_range=(0.0, 1.0), axes=("query", "key")),
+                            weights, title)
+            events.add(image_summary(f"heatmaps/layer{layer}", image), step=int(step))
 
 
 def write_table(data: dict[str, Any], job_dir: Path) -> None:

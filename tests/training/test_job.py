@@ -61,3 +61,16 @@ def test_a_variant_that_cannot_run_backward_is_refused(monkeypatch):
     monkeypatch.setattr(counterparts.OneChangeAttention, "forward", no_backward)
     with pytest.raises(UserError, match="variant=unscaled: cannot train: .* fails forward or backward"):
         plan("unscaled", tiny())
+
+
+def test_a_class_in_memory_trains_and_nothing_is_printed(capsys):
+    from attnlab.training.counterparts import OneChangeAttention
+
+    class Mine(OneChangeAttention):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads):
+            super().__init__(d_in, d_out, context_length, dropout, num_heads, change="none")
+
+    result = train(Mine, "induction", overrides=TINY_OVERRIDES)
+    assert result.classes["variant"].startswith("Mine") and capsys.readouterr().out == ""
+    first = result.seeds[0]
+    assert first["variant"]["losses"] == pytest.approx(first["reference"]["losses"], rel=1e-4)  # the same computation

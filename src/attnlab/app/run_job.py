@@ -197,7 +197,8 @@ def run_job(cfg: DictConfig, job: JobInfo | Path | None, sinks: dict[str, Any] |
     and the terminal summary, if switched on, is printed without the line naming its file."""
     sinks = check(cfg) if sinks is None else sinks
     if wants_training(cfg):  # its own outputs (attnlab.training.outputs): no attention record to write
-        training_job(cfg, None if job is None else Path(job.dir if isinstance(job, JobInfo) else job))
+        info = job if isinstance(job, JobInfo) or job is None else JobInfo(Path(job))
+        training_job(cfg, None if info is None else info.dir, None if info is None else info.sweep_dir)
         return []
     stream_to = None if job is None else Path(job.dir if isinstance(job, JobInfo) else job)
     with Progress(cfg.n_seeds, label="seeds", enabled=bool(cfg.log.get("progress"))) as progress:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Iterable
 
 import torch
 
 from attnlab.compute.pipeline import resolved_device
 from attnlab.errors import UserError
+from attnlab.training import reference_cache
 from attnlab.training.counterparts import Counterpart, counterpart
 from attnlab.training.evaluation import evaluate
 from attnlab.training.gpt import GPTModel
@@ -35,6 +37,7 @@ class Plan:
     reference: Counterpart
     variant: Counterpart
     device: str = "cpu"
+    cache: Path | None = None  # a sweep's folder for the trained references (attnlab.training.reference_cache)
 
 
 @dataclass
@@ -60,7 +63,7 @@ class TrainingResult:
         return page_html(self.as_dict())
 
 
-def plan(variant: str, settings: TrainingConf, device: str = "cpu") -> Plan:
+def plan(variant: str, settings: TrainingConf, device: str = "cpu", cache: Path | None = None) -> Plan:
     """Everything that can be wrong, before any training: the task's sizes, the counterparts, and
     that the variant's layer runs backward."""
     check_settings(settings)
@@ -68,7 +71,7 @@ def plan(variant: str, settings: TrainingConf, device: str = "cpu") -> Plan:
     sizes = settings.model
     made = [counterpart(name, sizes.d_model, sizes.context_length, sizes.num_heads) for name in ("reference", variant)]
     _check_backward(made[1], sizes.d_model)
-    return Plan(settings, task, *made, device=resolved_device(device))
+    return Plan(settings, task, *made, device=resolved_device(device), cache=cache)
 
 
 def _check_backward(side: Counterpart, d_model: int) -> None:
@@ -100,12 +103,26 @@ def run_seed(job: Plan, seed: int) -> dict[str, Any]:
     pair = same_start(job.reference, job.variant, job.task.vocab, settings, seed)
     models = {"reference": pair.reference.to(job.device), "variant": pair.variant.to(job.device)}
     init = {side: measure(models[side], probe, models["reference"] if side == "variant" else None) for side in SIDES}
-    trained = {side: _train_side(models[side], job, evaluation, seed) for side in SIDES}
+    trained = {"reference": _trained_reference(models["reference"], job, evaluation, seed),
+               "variant": _train_side(models["variant"], job, evaluation, seed)}
     end = {side: measure(models[side], probe, models["reference"] if side == "variant" else None) for side in SIDES}
     sides = {side: {**trained[side], "measures": {"0": init[side], str(settings.steps): end[side]}} for side in SIDES}
     for side in SIDES:
         sides[side]["summary"] = summary(sides[side], settings)
     return {"seed": seed, "loaded": pair.loaded, **sides}
+
+
+def _trained_reference(model: GPTModel, job: Plan, evaluation: Batch, seed: int) -> dict[str, Any]:
+    """The reference trained, or loaded from the sweep's cache when another job trained it already."""
+    if job.cache is None:
+        return _train_side(model, job, evaluation, seed)
+    key = reference_cache.cache_key(asdict(job.settings), seed, job.reference.describe, job.device)
+    cached = reference_cache.load(job.cache, key, model)
+    if cached is not None:
+        return cached
+    side = _train_side(model, job, evaluation, seed)
+    reference_cache.save(job.cache, key, side, model)
+    return side
 
 
 def _train_side(model: GPTModel, job: Plan, evaluation: Batch, seed: int) -> dict[str, Any]:

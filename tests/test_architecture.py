@@ -308,7 +308,7 @@ def test_the_back_channel_check_sees_one(tmp_path: Path) -> None:
 
 # The flow, lowest layer first: a module may import its own layer and the layers before it, never a
 # later one (config -> inputs and weights -> modules -> captured stages -> record -> diagnosis ->
-# compute -> model -> reporting -> sinks -> app).
+# compute -> model -> reporting -> sinks -> training -> app).
 LAYERS = (
     ("attnlab.errors", "attnlab.plugin_folders", "attnlab.configured", "attnlab.locks", "attnlab.schema",
      "attnlab.shown_paths"),
@@ -321,6 +321,7 @@ LAYERS = (
     ("attnlab.model",),  # a run inside a whole model: loading, hooks, the effect on its output
     ("attnlab.reporting",),
     ("attnlab.sinks",),
+    ("attnlab.training",),  # training runs per variant: a tiny GPT, its loop, evaluation, verdict, outputs
     ("attnlab.app", "attnlab.__main__", "hydra_plugins.attnlab_sweeper"),
 )
 

@@ -241,6 +241,7 @@ CHOICE_KEYS = (
 Config = _dataclass("Config", [
     ("variant", VariantConf, field(default_factory=VariantConf)),
     ("inputs", Any, None),  # the group `inputs`: a structured config of attnlab.inputs.kinds, or your own
+    ("training", Any, None),  # the group `training`: attnlab.training.settings.TrainingConf; null: a forward run
     *_scalar_fields(),
     *((key.name, type(key.default), key.default) for key in CHOICE_KEYS),
     ("reference_params", Dict[str, Any], field(default_factory=dict)),  # an explicit reference's, reference.params.NAME

@@ -43,7 +43,8 @@ def help_header(registry: Registry) -> str:
 def groups_help() -> str:
     """The config groups a user picks from (the input schemas attnlab registers are left out)."""
     lines = []
-    for group, what in (("inputs", "inputs=NAME"), ("sink", "switched by log.NAME"), ("experiment", "+experiment=NAME")):
+    for group, what in (("inputs", "inputs=NAME"), ("training", "training=NAME"), ("sink", "switched by log.NAME"),
+                        ("experiment", "+experiment=NAME")):
         builtin, own = group_options(group)
         yours = f"; yours: {', '.join(own)}" if own else ""
         lines.append(f"{group} ({what}): {', '.join(builtin)}{yours}")

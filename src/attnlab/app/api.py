@@ -165,7 +165,18 @@ def run(
     plugin's) or an instance (a deep copy of it runs; its weights are the reference's unless
     weights="native"). A list is a sweep: `attnlab.sweep`."""
     cfg, words = prepared(variant, seed, reference=reference, overrides=overrides, **kwargs)
+    if out_dir is not None:
+        _unused_folder(Path(out_dir))
     return run_prepared(cfg, words, None if out_dir is None else JobInfo(Path(out_dir)))
+
+
+def _unused_folder(folder: Path) -> None:
+    """A second run into one folder overwrote the first's record and left both runs' event files
+    side by side (TensorBoard then drew one run from two): refused, nothing of the first lost."""
+    found = next(iter(sorted(folder.glob("**/record.json"))), None) if folder.is_dir() else None
+    if found is not None:
+        raise UserError(f"out_dir={folder}: holds a run already ({found.relative_to(folder)}); "
+                        f"give a new folder, or remove this one to run again")
 
 
 def run_prepared(cfg: DictConfig, words: list[str], job: JobInfo | None,

@@ -28,7 +28,7 @@ from attnlab.sinks.base import REPORT_FILE, JobInfo
 from attnlab.sinks.html_header import header_html
 from attnlab.sinks.html_images import card_pictures, record_pictures
 from attnlab.sinks.model_html import write_model_html
-from attnlab.sinks.terminal import no_findings_message
+from attnlab.sinks.views import findings_html
 
 HTML_FILE = "comparison.html"
 
@@ -83,26 +83,6 @@ li.error { color: #a40000; } li.warning { color: #8a5a00; }
 dl.header { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
 dl.header dt { font-weight: 600; } dl.header dd { margin: 0; } ul.jobs { margin: 0; padding-left: 1.2em; }
 """
-
-
-def findings_html(records: list[Record]) -> str:
-    """Each distinct finding once, in words, with the seeds it came from (or each failure)."""
-    items: dict[tuple[str, str], list[int]] = {}
-    for record in records:
-        if not record.ok:
-            items.setdefault(("error", f"failed: {record.error}"), []).append(record.seed)
-        for finding in record.findings:
-            text = f"[{finding.code} @ {finding.stage}] {finding.message}"
-            items.setdefault((finding.severity, text), []).append(record.seed)
-    if not items:
-        return f"<p>{html.escape(no_findings_message(records[0]).capitalize())}.</p>"
-    several = len({r.seed for r in records}) > 1
-    lines = [
-        f'<li class="{html.escape(severity)}">{html.escape(text)}'
-        + (f' <span class="note">(seed {", ".join(map(str, seeds))})</span>' if several else "") + "</li>"
-        for (severity, text), seeds in items.items()
-    ]
-    return "<ul>" + "".join(lines) + "</ul>"
 
 
 def configuration_cards(report: Report) -> str:
@@ -280,5 +260,5 @@ def _differ(reference: object, variant: object) -> bool:
     return not all(missing) and (any(missing) or reference != variant)
 
 
-__all__ = ["HTML_FILE", "HtmlSink", "REPORT_FILE", "findings_html", "profile_chart", "render_html",
+__all__ = ["HTML_FILE", "HtmlSink", "REPORT_FILE", "profile_chart", "render_html",
            "render_record_html", "table_html", "write_html_report"]

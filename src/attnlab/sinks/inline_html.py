@@ -15,11 +15,10 @@ from typing import Sequence
 
 from attnlab.record import Record
 from attnlab.reporting.job_heatmaps import heatmap_images
-from attnlab.sinks.html import findings_html
 from attnlab.sinks.html_images import job_images, missing_note, stage_of, stage_pictures
 from attnlab.sinks.model_html import layer_table_html, replaced_layer_html
 from attnlab.sinks.model_lines import model_line
-from attnlab.sinks.terminal import shape_trace
+from attnlab.sinks.views import findings_html, shape_trace
 
 STYLE = (".attnlab{font:13px/1.45 system-ui,sans-serif;color:#222} .attnlab h3{font-size:1.05em;margin:.8em 0 .3em}"
          " .attnlab .cards{display:flex;flex-wrap:wrap;gap:.8em;align-items:flex-start} .attnlab img{max-width:none}"

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from attnlab.record import Record, write_atomic
 from attnlab.reporting.heatmap import render_head_grid, render_heatmap
-from attnlab.reporting.job_heatmaps import EncodedHeatmap, encoded, heatmap_images
+from attnlab.reporting.job_heatmaps import EncodedHeatmap, encoded, heatmap_images, stage_scale
 from attnlab.reporting.sweep_plots import Curve, Point, curve_svg
 from attnlab.sinks.html_images import stage_pictures
 from attnlab.sinks.model_lines import effect_line, effect_positions, layer_table, model_line
@@ -81,8 +81,10 @@ def head_grid_html(record: Record) -> str:
     labels = record.labels if weights.shape[-1] == len(record.labels) else None
     layer = record.model.layer_name
     title = f"layer {layer} · head {head}"
-    labelled = encoded(lambda: render_heatmap(weights[head], title=title, row_labels=labels, col_labels=labels),
-                       weights[head], "model head", title, labels)
+    scale = stage_scale("weights", weights)  # 0 to 1, as every weights map: not the smallest weight's 1e-26
+    labelled = encoded(lambda: render_heatmap(weights[head], title=title, row_labels=labels, col_labels=labels,
+                                              value_range=scale.value_range, legend=scale.legend,
+                                              zero_grey=scale.zero_grey), weights[head], "model head", title, labels)
     return "".join(_img(image, f"{what} of layer {layer}")
                    for image, what in ((model_head_grid(record), "head grid"), (labelled, f"head {head}")))
 
@@ -96,7 +98,9 @@ def model_head_grid(record: Record) -> EncodedHeatmap:
     """The PNG of the model's own weights at the record's layer, every head on one colour scale."""
     weights = record.heads_view("weights", reference=True)  # (H, T, T)
     title = f"layer {record.model.layer_name} · the model's own weights"
-    return encoded(lambda: render_head_grid(weights, title=title), weights, "model grid", title)
+    scale = stage_scale("weights", weights)
+    return encoded(lambda: render_head_grid(weights, title=title, value_range=scale.value_range, legend=scale.legend,
+                                            zero_grey=scale.zero_grey), weights, "model grid", title)
 
 
 def _layer_section(record: Record) -> str:

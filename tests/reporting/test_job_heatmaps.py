@@ -192,3 +192,16 @@ def test_a_mask_on_one_side_only_is_named_in_the_difference_map_not_all_0(monkey
     legend = next(text for text in drawn[start:] if text.startswith("variant - reference"))
     assert legend.endswith(f"grey: {only_variant} -inf (masked in variant only)"), legend
     assert ticks_after(drawn, "scaled_scores · difference · batch item 0", n=1) == ["finite 0"]
+
+
+def test_float_noise_below_the_first_divergent_stage_draws_no_difference_map() -> None:
+    """A record the diagnosis calls equal (no first divergent stage) whose weights differ by rounding:
+    its difference map painted 3e-8 as saturated cells on a "no findings" card."""
+    from dataclasses import replace
+
+    record = attnlab.run("linear", 1, **NO_SINKS).record
+    noisy = dict(record.stages, weights=record.stages["weights"] + np.float32(3e-8))
+    record = replace(record, stages=noisy, first_divergent_stage=None, findings=[],
+                     diagnostics={**record.diagnostics, "divergence_weights": 3e-8})
+    tags = {tag for tag, _ in heatmap_images(record)}
+    assert "heatmaps/variant/weights" in tags and not any(tag.startswith("heatmaps/difference/") for tag in tags)

@@ -35,6 +35,7 @@ from typing import Callable
 import numpy as np
 
 from attnlab.capture.spill import release
+from attnlab.capture.stages import STAGES
 from attnlab.record import Record, write_atomic
 from attnlab.reporting.heatmap import (
     CROP, LOG_FLOOR, MAX_SIDE, ROBUST_PERCENTILES, _as_heads, _in_threads, finite_range, grid_pooling,
@@ -251,6 +252,12 @@ def _card_image(record: Record, encoder: Executor) -> list[tuple[str, Future[Enc
 
 
 def _differs(record: Record, stage: str) -> bool:
+    """Whether `stage` differs from the reference's, as the record's diagnosis says: a stage before
+    its first divergent stage (every stage, when none diverges) is equal within the tolerance of
+    its dtype, and a difference map of that rounding would paint float noise as saturated cells."""
+    first = record.first_divergent_stage
+    if record.ok and (first is None or (first in STAGES and stage in STAGES and STAGES.index(stage) < STAGES.index(first))):
+        return False
     value = record.diagnostics.get(f"divergence_{stage}")
     return value is None or not value == 0  # NaN or missing: cannot tell, draw it
 

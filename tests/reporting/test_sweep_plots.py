@@ -139,3 +139,12 @@ def test_positions_shows_each_variants_grid_of_heads(app, tmp_path: Path) -> Non
     for image in variants:
         grid = Image.open(io.BytesIO(base64.b64decode(image["src"].split(",", 1)[1])))
         assert grid.height < 1.2 * grid.width < 2 * grid.height  # the 4 heads in 2 x 2 tiles, not a strip
+
+
+def test_ticks_of_a_narrow_range_are_told_apart() -> None:
+    """A loss from 10.7921 to 10.7925 had every tick read "10.8"."""
+    from attnlab.reporting.sweep_plots import _ticks, tick_texts
+
+    texts = tick_texts(_ticks(10.7921, 10.7925))
+    assert len(texts) >= 3 and len(set(texts)) == len(texts)
+    assert tick_texts([0.0, 0.5, 1.0]) == ["0", "0.5", "1"]

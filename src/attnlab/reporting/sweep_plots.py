@@ -209,9 +209,15 @@ def curve_svg(curve: Curve) -> str:
                       f'<text x="{WIDTH + 25}" y="{y + 6}">{html.escape(label)}</text></g>')
     title = f"{curve.diagnostic} against {curve.key}, one line per variant, mean ± std over seeds"
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="sweep-plot" data-diagnostic="{html.escape(curve.diagnostic)}" '
-            f'data-key="{html.escape(curve.key)}" width="{WIDTH + LEGEND_W}" height="{HEIGHT}" font-size="11" '
+            f'data-key="{html.escape(curve.key)}" width="{WIDTH + _legend_width(curve)}" height="{HEIGHT}" font-size="11" '
             f'font-family="system-ui, sans-serif" role="img" aria-label="{html.escape(title)}">'
             f'<title>{html.escape(title)}</title>{"".join(parts + legend)}</svg>')
+
+
+def _legend_width(curve: Curve) -> int:
+    """Room for the longest label at the legend's 11 px (a wide sans-serif glyph is under 7 px):
+    "multi_head_attention (encoder.1)" was cut at LEGEND_W."""
+    return max(LEGEND_W, 30 + 7 * max((len(label) for label in curve.lines), default=0))
 
 
 def tick_texts(ticks: Sequence[float]) -> list[str]:

@@ -27,6 +27,7 @@ EFFECT_PLOTS = (("kl_mean", "KL mean"), ("kl_max", "KL max"), ("top1_agreement",
 STYLE = ("body{font:14px/1.45 system-ui,sans-serif;margin:1.5em;color:#222} img{max-width:100%;height:auto}"
          " li.error{color:#a40000} li.warning{color:#8a5a00} .cards{display:flex;flex-wrap:wrap;gap:1em}"
          " table{border-collapse:collapse;font-size:12px} th,td{border:1px solid #ddd;padding:3px 6px;white-space:nowrap}"
+         " td:last-child{white-space:normal;overflow-wrap:anywhere;min-width:16em;max-width:36em}"  # findings wrap
          " tr.differs td{background:#fff3e0}")
 
 

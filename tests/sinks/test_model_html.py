@@ -31,6 +31,7 @@ def test_a_model_run_shows_its_layer_table_and_the_replaced_layers_maps(layers, 
     alts = re.findall(r'<img alt="([^"]+)"', page)
     for source in ("variant", "reference", "difference"):
         assert alts.count(f"heatmaps/{source}/output") == 2  # each layer's replaced layer at its first divergent stage
+    assert alts.count("heatmaps/variant/weights") == 2  # and its attention weights, the picture a learner looks for
 
 
 def test_the_models_own_weights_are_on_the_weights_scale_0_to_1(layers, monkeypatch) -> None:

@@ -42,15 +42,21 @@ def layer_table_html(records: Sequence[Record]) -> str:
 
 
 def replaced_layer_html(record: Record) -> str:
-    """The replaced layer's variant, reference and difference at its first divergent stage (the
-    weights where nothing differs): the grids and crops the report draws, not each head."""
-    stage = record.first_divergent_stage or "weights"
+    """The replaced layer's variant, reference and difference at its first divergent stage, then
+    its attention weights (where they are not that stage): the grids and crops the report draws,
+    not each head."""
+    first = record.first_divergent_stage or "weights"
+    return "".join(_stage_section(record, stage) for stage in dict.fromkeys((first, "weights")))
+
+
+def _stage_section(record: Record, stage: str) -> str:
     try:
         images = dict(heatmap_images(record, stages=[stage], per_head=False))
     except ValueError:  # a stage that is no matrix (a 0-d output of a broken variant)
         images = {}
     if not images:
-        return f'<p class="note">no picture of {html.escape(stage)}</p>'
+        why = "not captured" if stage in record.missing_stages or stage not in record.stage_shapes else "not a matrix"
+        return f'<p class="note">no picture of {html.escape(stage)} ({why})</p>'
     return f"<p>the replaced layer at {html.escape(stage)}: variant, reference, difference</p>" + stage_pictures(images, stage)
 
 

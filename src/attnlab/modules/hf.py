@@ -177,7 +177,7 @@ def config_constructor(cls: type[nn.Module], name: str) -> ConfigConstructor | N
 def transformers_class(cls: type) -> type | None:
     """The transformers modeling class `cls` is or derives from (LlamaAttention for a copy that
     subclasses it), None for a class of anyone else's: built as its family declares."""
-    return next((k for k in cls.__mro__ if k.__module__.startswith("transformers.models.")), None)
+    return next((k for k in getattr(cls, "__mro__", ()) if k.__module__.startswith("transformers.models.")), None)
 
 
 def _transformers_config(cls: type) -> type | None:

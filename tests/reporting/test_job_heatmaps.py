@@ -86,9 +86,11 @@ def test_variant_and_reference_share_one_scale_and_the_difference_is_symmetric(g
 def test_only_stages_that_differ_are_drawn_beyond_weights_context_and_output() -> None:
     record = attnlab.run("reference", 1, **NO_SINKS).record  # the reference against itself
     tags = {tag for tag, _ in heatmap_images(record)}
+    assert record.output_is_context
     assert tags == {f"heatmaps/{source}/{stage}" for source in ("variant", "reference")
-                    for stage in ("weights", "context", "output")} | {"heatmaps/variant/weights_log"}
-    # no all-zero difference, no unread scores, no log view of a reference equal to the variant
+                    for stage in ("weights", "context")} | {"heatmaps/variant/weights_log"}
+    # no all-zero difference, no unread scores, no log view of a reference equal to the variant,
+    # and its output, the context itself, drawn once as the context
 
 
 def test_a_pooled_stage_has_a_full_resolution_crop_of_the_shown_head() -> None:

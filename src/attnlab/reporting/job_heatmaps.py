@@ -173,6 +173,7 @@ def drawn_stages(record: Record) -> list[str]:
     """The stages a record's pictures show, in the order of the forward pass."""
     named = _named_stages(record)
     return [stage for stage in HEATMAP_STAGES if stage in record.stage_shapes
+            and not (stage == "output" and record.output_is_context)  # the same matrix: drawn once, as context
             and (stage in ALWAYS_DRAWN or stage in named or (stage in WHERE_DIFFERENT and _differs(record, stage)))]
 
 

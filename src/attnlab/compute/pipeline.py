@@ -20,6 +20,8 @@ from torch import nn
 
 from attnlab.diagnosis import batch_mixing
 from attnlab.capture.recorder import Capture, capture
+from attnlab.capture.stages import canonical_tokens
+from attnlab.process_state import own_torch
 from attnlab.schema import WeightsMode, resolved
 from attnlab.errors import UserError
 from attnlab.diagnosis.analysis import analyse
@@ -137,15 +139,20 @@ def planned_size(spec: JobSpec, construction: Construction, inputs: Inputs) -> S
 
 
 def run_module(built: BuiltModule, x: torch.Tensor, seed: int) -> Capture:
+    """The module's capture on a copy of `x`: a forward that changes its input in place changes
+    neither `x` nor the other module's input, and its recorded inputs are `x` as given. Stages
+    that require grad (a forward that enabled it) are detached for the diagnosis."""
     name = built.name
     manual_seed(seed)  # dropout in training mode draws from the seed: same seed, same record
     try:
-        captured = capture(built, x)
+        captured = capture(built, x.clone())
     except Exception as exc:
         raise PluginError(f"variant '{name}' raised {type(exc).__name__}: {exc}") from exc
     if "output" not in captured.stages:
         raise PluginError(f"variant '{name}' returned {captured.returned}, not a tensor of shape (n_tokens, ·) "
                           f"or (batch, n_tokens, ·); return the context vectors")
+    captured.stages = {stage: t.detach() if isinstance(t, torch.Tensor) else t for stage, t in captured.stages.items()}
+    captured.stages["inputs"] = canonical_tokens(x)
     return captured
 
 
@@ -183,14 +190,16 @@ def compute_record(
             pair = Pair(origin=planned.spec.source if session.is_session(spec.name) else "",
                         reference=(auto_reference(planned.spec, variant.built.module, variant.batched)
                                    if spec.reference == "auto" else spec.reference))
-            reference, weights_loaded = _build_reference(spec, values, inputs, seed, pair.reference, variant)
+            with own_torch():  # the reference with torch's own functions, whatever a plugin replaced
+                reference, weights_loaded = _build_reference(spec, values, inputs, seed, pair.reference, variant)
             pair = replace(pair, weights_loaded=weights_loaded)
             scratch = _capture_pair(spec, variant, reference, inputs.embeddings, batch, seed, spilling)
         except PluginError as exc:
             return record_of(setup, pair, error=str(exc))
         _check_shown(spec.show, variant.captured)
         say("diagnostics")
-        diagnosis = _diagnose(spec, variant, reference, seed)
+        with own_torch():
+            diagnosis = _diagnose(spec, variant, reference, seed)
         profile = None
         if spec.profile:  # after the capture, on the plain modules: profiling never changes a diagnosed value
             say("profile")
@@ -266,7 +275,8 @@ def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch
     the folder their spilled stages are in, kept as long as the record."""
     reference.x = _moved(batch if reference.batched else tokens, spec.device, spec.reference_dtype)
     variant.x = _moved(batch if variant.batched else tokens, spec.device, spec.dtype)
-    reference.captured = run_module(reference.built, reference.x, seed)
+    with own_torch():
+        reference.captured = run_module(reference.built, reference.x, seed)
     scratch = tempfile.TemporaryDirectory(prefix="attnlab-spill-") if spilling else None
     if scratch is not None:  # the reference's large stages go to disk: one module's stay in memory
         spill(reference.captured.stages, SQUARE_STAGES, Path(scratch.name))

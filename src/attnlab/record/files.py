@@ -12,6 +12,7 @@ from pathlib import Path
 
 from attnlab.errors import UserError
 from attnlab.file_limits import check_size
+from attnlab.process_state import current_umask
 from attnlab.record.codec import FORMAT_VERSION, from_json_dict, to_json_dict, unread_keys
 from attnlab.record.model import Record
 from attnlab.record.validate import RecordError, check_record_data
@@ -48,20 +49,6 @@ def write_atomic(path: Path, content: str | bytes, *, durable: bool = False) -> 
     except BaseException:
         _remove(tmp)
         raise
-
-
-def current_umask() -> int:
-    """The process's umask, read without changing it where Linux shows it (another thread may be
-    creating a file), else set and restored at once."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _remove(tmp: str | None) -> None:

@@ -1,4 +1,4 @@
-"""Issue 43 (9): a plugin cannot change other runs. The reference is computed with torch's own
+"""Issue 43 (9, 12): a plugin cannot change other runs. The reference is computed with torch's own
 functions when a plugin replaced one at import; each module gets its own copy of the inputs; an
 output that requires grad is detached before the diagnosis; a sweep's job worker retires after a
 job that changed the process (umask, working folder), so the next job runs as attnlab made it."""
@@ -84,3 +84,14 @@ def test_a_job_that_changes_the_umask_and_folder_retires_its_worker(tmp_path) ->
     assert run.returncode == 0, run.stderr
     after = next(p for p in (tmp_path / "sweep").glob("*/record.json") if json.loads(p.read_text())["variant"] == "unscaled")
     assert stat.S_IMODE(after.stat().st_mode) == 0o644  # the umask the command started with, not the job's 0
+
+
+def test_a_forward_calling_os_exit_in_a_single_run_fails_its_record(tmp_path) -> None:
+    plugin(tmp_path / "plugins", "Exits", before="os._exit(0)")
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    run = subprocess.run([sys.executable, "-m", "attnlab", "variant=exits", "log.terminal=false",
+                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 1, run.stderr
+    record = json.loads((tmp_path / "run" / "record.json").read_text())
+    assert record["status"] == "failed" and "os._exit(0) called in forward" in record["error"]

@@ -8,6 +8,7 @@ A plugin that raises or returns something that is not a context matrix fails its
 from __future__ import annotations
 
 import copy
+import os
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -156,6 +157,28 @@ def run_module(built: BuiltModule, x: torch.Tensor, seed: int) -> Capture:
     return captured
 
 
+class ExitCalled(Exception):
+    """A forward called os._exit: in a single run it ended the command with its code and no record."""
+
+
+@contextmanager
+def exits_raise() -> Iterator[None]:
+    """os._exit raises ExitCalled for the duration, in this process only (a child a forward forked
+    still exits: its pid is not ours)."""
+    owner, real_exit = os.getpid(), os._exit
+
+    def refused(code: int) -> None:
+        if os.getpid() != owner:
+            real_exit(code)
+        raise ExitCalled(f"os._exit({code}) called in forward; a module must return its context, not end the process")
+
+    os._exit = refused
+    try:
+        yield
+    finally:
+        os._exit = real_exit
+
+
 @dataclass
 class _Side:
     """One module of the pair as a seed runs it: built, whether it takes batches, its input, its capture."""
@@ -183,7 +206,7 @@ def compute_record(
     pair = Pair(reference=spec.reference)  # "auto" until auto has chosen: a run failing before says so, not a name
     batch = items if items is not None else inputs.batched(spec.batch)  # (batch, n_tokens, d_in)
     values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
-    with compute_threads(inputs.n_tokens):
+    with compute_threads(inputs.n_tokens), exits_raise():  # a module's os._exit: its failed record
         try:  # each step that fails the record keeps what the steps before it found
             say("forward")
             variant, planned, spilling = _build_variant(spec, values, inputs, seed)

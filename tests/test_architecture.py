@@ -262,6 +262,8 @@ def test_version_names_attnlab_then_torch_and_hydra(app) -> None:
 
     run = app("--version")
     assert run.returncode == 0 and run.stderr == ""
+    imported = app("--version", env={"PYTHONPROFILEIMPORTTIME": "1"}).stderr
+    assert "| torch" not in imported and "| hydra" not in imported  # answered from metadata: no seconds of imports
     assert run.stdout.strip() == f"attnlab {metadata.version('attnlab')} (torch {torch.__version__}, hydra-core {hydra.__version__})"
 
 
@@ -306,9 +308,10 @@ def test_the_back_channel_check_sees_one(tmp_path: Path) -> None:
 
 # The flow, lowest layer first: a module may import its own layer and the layers before it, never a
 # later one (config -> inputs and weights -> modules -> captured stages -> record -> diagnosis ->
-# compute -> model -> reporting -> sinks -> app).
+# compute -> model -> reporting -> sinks -> training -> app).
 LAYERS = (
-    ("attnlab.errors", "attnlab.plugin_folders", "attnlab.configured", "attnlab.file_limits", "attnlab.locks", "attnlab.printable", "attnlab.process_state", "attnlab.schema"),
+    ("attnlab.errors", "attnlab.plugin_folders", "attnlab.configured", "attnlab.file_limits", "attnlab.locks",
+     "attnlab.printable", "attnlab.process_state", "attnlab.schema", "attnlab.shown_paths"),
     ("attnlab.inputs",),
     ("attnlab.modules",),
     ("attnlab.capture",),
@@ -318,6 +321,7 @@ LAYERS = (
     ("attnlab.model",),  # a run inside a whole model: loading, hooks, the effect on its output
     ("attnlab.reporting",),
     ("attnlab.sinks",),
+    ("attnlab.training",),  # training runs per variant: a tiny GPT, its loop, evaluation, verdict, outputs
     ("attnlab.app", "attnlab.__main__", "hydra_plugins.attnlab_sweeper"),
 )
 

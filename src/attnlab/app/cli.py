@@ -17,13 +17,12 @@ import signal
 import sys
 import threading
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException, MissingConfigException
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
@@ -45,6 +44,9 @@ def one_line(exc: BaseException, args: list[str] = ()) -> str:
         group = exc.missing_cfg_file.rpartition("/")[0]
         options = f"; Available options in '{group}': {', '.join(exc.options)}" if exc.options else ""
         return f"Could not find '{exc.missing_cfg_file}'{options}"
+    if isinstance(exc, OverrideParseException):  # characters Hydra's grammar reserves: quoting is the way out
+        key, _, value = exc.override.partition("=")
+        return f"{exc.override}: Hydra's grammar cannot read this value unquoted; quote it: '{key}=\"{value}\"'"
     cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
         reason = (cause.msg or str(cause)).splitlines()[0].strip()
@@ -92,12 +94,6 @@ def _scalar(value: str) -> bool:
         return value.lower() in ("true", "false", "null")
 
 
-def versions() -> str:
-    import torch
-
-    return f"attnlab {metadata.version('attnlab')} (torch {torch.__version__}, hydra-core {hydra.__version__})"
-
-
 def _remove_if_only_hydras(folder: Path) -> None:
     """A run refused before any work leaves nothing behind: the folder Hydra made for it, if it
     holds only Hydra's own files (.hydra/, the empty log), is removed, and so are the folders
@@ -124,9 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         from attnlab.app.compare import main as compare_main
 
         return compare_main(args[1:])
-    if args[:1] in (["--version"], ["-V"]):
-        print(versions())
-        return 0
     os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach this wrapper instead of Hydra's printer
     registry = discover()
     for warning in registry.warnings:

@@ -40,6 +40,8 @@ from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constru
 from attnlab.model.config_variants import takes_config
 from attnlab.model.model_job import check_model_request, check_unused, compute_model_records, wants_model
 from attnlab.sinks.base import JobInfo, build_sinks
+from attnlab.training.config_job import check_training, training_job
+from attnlab.training.settings import wants_training
 
 SEED_DIR = "seed-{seed}"
 LAYER_DIR = "layer-{layer}"
@@ -57,6 +59,8 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     check_unused(cfg)
     if wants_model(cfg):
         check_model_request(cfg)
+    if wants_training(cfg):
+        check_training(cfg)
     return build_sinks(cfg)
 
 
@@ -196,6 +200,10 @@ def run_job(cfg: DictConfig, job: JobInfo | Path | None, sinks: dict[str, Any] |
     sink's files into `job`. `job` None (a notebook's run without out_dir): nothing is written,
     and the terminal summary, if switched on, is printed without the line naming its file."""
     sinks = check(cfg) if sinks is None else sinks
+    if wants_training(cfg):  # its own outputs (attnlab.training.outputs): no attention record to write
+        info = job if isinstance(job, JobInfo) or job is None else JobInfo(Path(job))
+        training_job(cfg, None if info is None else info.dir, None if info is None else info.sweep_dir)
+        return []
     stream_to = None if job is None else Path(job.dir if isinstance(job, JobInfo) else job)
     if stream_to is not None:
         unmark(stream_to)
@@ -257,7 +265,12 @@ def job_work(cfg: DictConfig, job: JobInfo, *, multirun: bool, checked: bool) ->
 
 
 def write_failure_line(cfg: DictConfig, job_dir: Path, cause: str) -> str:
-    return str(write_failure(cfg, job_dir, UserError(cause)))
+    """The failed record of a job whose process timed out or died, its cause printed as the
+    terminal sink prints a module's exception (no sink ran for it: its process is gone)."""
+    path = write_failure(cfg, job_dir, UserError(cause))
+    if cfg.log.get("terminal"):
+        print(f"FAILED: {cause}")
+    return str(path)
 
 
 def write_failure(cfg: DictConfig, job_dir: Path, error: BaseException) -> Path:

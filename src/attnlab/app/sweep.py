@@ -70,7 +70,8 @@ def write_sweep_outputs(folder: Path, config: DictConfig) -> tuple[Report, list]
 def print_summary(report: Report, folder: Path) -> None:
     """The sweep's table for a terminal, and where the full tables are."""
     from attnlab.reporting.aggregate import terminal_table
-    from attnlab.sinks.terminal import display_path, reader_may_leave
+    from attnlab.shown_paths import display_path
+    from attnlab.sinks.terminal import reader_may_leave
 
     tables = [f"comparison{s}" for s in (".csv", ".md", ".html") if (folder / f"comparison{s}").exists()]
     with reader_may_leave():
@@ -88,6 +89,7 @@ def finish(config: DictConfig, complete: bool, missing: Sequence[str] = ()) -> N
     that cannot be written (a full disk, a read-only folder) are named stale; the records stand."""
     try:
         failed = write_tables(config)
+        _training_tables(config)
     except OSError as exc:
         _stale(config, exc)
         raise
@@ -95,6 +97,16 @@ def finish(config: DictConfig, complete: bool, missing: Sequence[str] = ()) -> N
         print(f"attnlab: no record: job {job}", file=sys.stderr)
     if complete and (failed or missing):
         raise FailedRecords(failed, missing)
+
+
+def _training_tables(config: DictConfig) -> None:
+    """A sweep of training jobs: its pooled verdicts and tables (attnlab.training.sweep_table)."""
+    from attnlab.sinks.terminal import display_path
+    from attnlab.training.sweep_table import write_sweep_training
+
+    text = write_sweep_training(sweep_dir(config))
+    if text is not None:
+        print(f"\n{text}tables: {display_path(sweep_dir(config) / 'training_comparison.md')} .csv", flush=True)
 
 
 def refresh_table(config: DictConfig) -> None:

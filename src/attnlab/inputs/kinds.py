@@ -123,7 +123,27 @@ class TextInputsConf:
         positive(self.max_tokens, "inputs.max_tokens")
 
 
-SCHEMAS = {"book": BookInputsConf, "random": RandomInputsConf, "file": FileInputsConf, "text": TextInputsConf}
+@dataclass
+class IdsInputsConf:
+    """Token ids given as they are, a list or a file of them (conf/inputs/ids.yaml; the factory is
+    attnlab.inputs.token_ids.ids_inputs): a model takes them as its input ids."""
+
+    _target_: str = "attnlab.inputs.token_ids.ids_inputs"
+    _convert_: str = "all"
+    kind: str = "ids"
+    ids: Any = None  # [464, 3290, ...] or FILE (.json list, or integers separated by spaces, commas or lines)
+    d_in: int = 3
+    max_tokens: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.ids is None or self.ids == []:
+            raise UserError("inputs.ids is missing: inputs=ids needs inputs.ids=[464,3290] or inputs.ids=FILE")
+        positive(self.d_in, "inputs.d_in")
+        positive(self.max_tokens, "inputs.max_tokens")
+
+
+SCHEMAS = {"book": BookInputsConf, "random": RandomInputsConf, "file": FileInputsConf, "text": TextInputsConf,
+           "ids": IdsInputsConf}
 
 
 def check_inputs(cfg: DictConfig) -> None:

@@ -244,18 +244,34 @@ def render_record_html(record: Record) -> str:
     title = f"attnlab run: {record.variant} against {record.reference}, seed {record.seed}"
     status = "ok" if record.ok else f'<span class="failed">failed: {html.escape(record.error or "")}</span>'
     rows = job_rows([record])
-    table = pd.DataFrame(rows).set_index("module").T  # a row per column of comparison.csv, reference | variant
+    # a row per column of comparison.csv, reference | variant; the job's folder is where the page is
+    table = pd.DataFrame(rows).set_index("module").T.drop(index="path", errors="ignore")
     differs = frozenset(i for i, (_, row) in enumerate(table.iterrows()) if len(row) == 2 and _differ(*row))
     divergent = record.first_divergent_stage or ("none" if record.ok else "not reached (the run failed)")
     return _page(title, [
         f"<h1>{html.escape(title)}</h1><p>{status} · first divergent stage: {html.escape(divergent)}</p>",
         "<h2>Findings</h2>", findings_html([record]),
-        "<h2>Heatmaps (batch item shown: show.batch)</h2>" if record.ok else "",
+        predictions_html(record),
+        f"<h2>Heatmaps (batch item shown: {_shown_batch(record)})</h2>" if record.ok else "",
         record_pictures(record) if record.ok else "",
         "<h2>The reference and the variant</h2>",
         '<p class="note">highlighted: the rows where the variant differs from the reference</p>' if differs else "",
         table_html(table, highlight=differs),
     ])
+
+
+def predictions_html(record: Record) -> str:
+    """Each prediction the user made (`expect.KEY=VALUE`): what was expected and what was observed."""
+    if not record.predictions:
+        return ""
+    items = "".join(f'<li class="{"" if p.passed else "failed"}">{html.escape(p.sentence)}</li>'
+                    for p in record.predictions)
+    passed = sum(p.passed for p in record.predictions)
+    return f"<h2>Predictions ({passed}/{len(record.predictions)} passed)</h2><ul>{items}</ul>"
+
+
+def _shown_batch(record: Record) -> int:
+    return int((record.config.get("show") or {}).get("batch", 0))
 
 
 def _differ(reference: object, variant: object) -> bool:

@@ -60,7 +60,8 @@ def _body(record: Record) -> str:
             f"{_pictures(record)}")
 
 
-def _wrap(content: str) -> str:
+def wrapped(content: str) -> str:
+    """HTML in attnlab's inline style (a notebook cell's output)."""
     return f'<div class="attnlab"><style>{STYLE}</style>{content}</div>'
 
 
@@ -68,21 +69,21 @@ def result_html(record: Record) -> str:
     """One record as a notebook cell's HTML output."""
     if record.model is not None:
         return results_html([record])
-    return _wrap(_body(record))
+    return wrapped(_body(record))
 
 
 def results_html(records: Sequence[Record]) -> str:
     """Several records: a model run's layers (the per-layer table, then each layer's findings and
     maps), or one section per record."""
     if not records:
-        return _wrap("<p>no records</p>")
+        return wrapped("<p>no records</p>")
     if records[0].model is not None:
         sections = [f"<h3>{html.escape(model_line(records[0]))}</h3>", layer_table_html(records)]
         for record in records:
             sections.append(f"<h3>layer {html.escape(record.model.layer_name)}</h3>")
             sections.append(f"{findings_html([record])}{replaced_layer_html(record)}" if record.ok else _body(record))
-        return _wrap("".join(sections))
-    return _wrap("<hr>".join(_body(record) for record in records))
+        return wrapped("".join(sections))
+    return wrapped("<hr>".join(_body(record) for record in records))
 
 
-__all__ = ["result_html", "results_html"]
+__all__ = ["result_html", "results_html", "wrapped"]

@@ -110,6 +110,9 @@ class MlflowSink:
         if self.images and first.ok:
             self._log_heatmaps(client, run_id, first, job.dir)
         client.set_terminated(run_id, "FINISHED" if all(r.ok for r in records) else "FAILED")
+        if job.sweep_dir is None:  # a sweep's jobs would repeat it: the sweep's experiment is named by its folder
+            print(f"mlflow: run '{run.info.run_name}' in experiment '{SINGLE_RUN_EXPERIMENT}' "
+                  f"(open it: {ui_command(self.tracking_uri)})", flush=True)
 
     def client(self) -> MlflowClient:
         from mlflow import MlflowClient
@@ -182,6 +185,13 @@ def store_uri(tracking_uri: str | None) -> str:
     return default
 
 
+def ui_command(uri: str) -> str:
+    """The command that opens MLflow's UI on `uri` from the working folder: plain `mlflow ui` where
+    that is MLflow's own default there."""
+    own_default = not os.environ.get("MLFLOW_TRACKING_URI") and uri == store_uri(None)
+    return "mlflow ui" if own_default else f"mlflow ui --backend-store-uri {uri}"
+
+
 def create_store(uri: str) -> None:
     """Open the store once, creating it (a sqlite file and its tables) if needed, one process at a
     time: the first open of a sqlite store creates and migrates its schema."""
@@ -212,7 +222,7 @@ def _get_or_create(client: MlflowClient, name: str) -> str:
 
 
 def _display(path: Path | str) -> str:
-    from attnlab.sinks.terminal import display_path
+    from attnlab.shown_paths import display_path
 
     return display_path(path)
 

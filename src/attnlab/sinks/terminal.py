@@ -22,6 +22,7 @@ from attnlab.printable import escaped
 from attnlab.record import Record
 from attnlab.reporting.rows import TABLE_FILE
 from attnlab.sinks.base import REPORT_FILE, JobInfo
+from attnlab.shown_paths import display_path
 from attnlab.sinks.model_lines import layer_lines, print_layers
 from attnlab.capture.stages import STAGES
 
@@ -48,17 +49,6 @@ class TerminalSink:
             if report.exists() and (len(records) == 1 or records[0].model is not None):  # the html sink ran before (the terminal runs last)
                 print(f"report: {display_path(report)} (open it in a browser)")
             sys.stdout.flush()
-
-
-def display_path(path: Path | str | None) -> str:
-    """`path` relative to the working folder when it is inside it (as a user typed it), else absolute."""
-    if path is None:
-        return ""
-    absolute = Path(os.path.abspath(path))
-    try:
-        return str(absolute.relative_to(Path.cwd()))
-    except ValueError:
-        return str(absolute)
 
 
 def no_findings_message(record: Record) -> str:
@@ -204,9 +194,7 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
     if record.predictions:
         say("predictions:")
     for prediction in record.predictions:
-        verdict = "pass" if prediction.passed else "FAIL"
-        observed = f"{prediction.observed:.4g}" if isinstance(prediction.observed, float) else prediction.observed
-        say(f"  predict {prediction.name} = {prediction.expected}: {verdict} (observed {observed})")
+        say(f"  {prediction.sentence}")
 
 
 def head_lines(record: Record) -> str:

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 LOCK_FILE = ".attnlab-sweep.lock"
 RECORD_FILE = "record.json"
+TRAINING_FILE = "training.json"  # a training job's result, written only when it finished (attnlab.training)
 
 
 class SweepFolderError(HydraException):
@@ -91,6 +92,8 @@ def job_outcomes(folder: Path, unfinished: Optional[dict] = None) -> dict[tuple[
     for overrides_file in folder.rglob(".hydra/overrides.yaml"):
         job_dir = overrides_file.parent.parent
         statuses = [_status(path) for path in job_dir.rglob(RECORD_FILE)]
+        if not statuses and (job_dir / TRAINING_FILE).exists():  # a training job's result (attnlab.training)
+            statuses = [("ok", 1)]
         if not statuses:
             continue
         try:

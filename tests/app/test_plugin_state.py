@@ -95,3 +95,9 @@ def test_a_forward_calling_os_exit_in_a_single_run_fails_its_record(tmp_path) ->
     assert run.returncode == 1, run.stderr
     record = json.loads((tmp_path / "run" / "record.json").read_text())
     assert record["status"] == "failed" and "os._exit(0) called in forward" in record["error"]
+
+
+def test_a_clean_process_has_no_replaced_torch_function() -> None:
+    code = "import torch\nfrom attnlab.process_state import replaced\nprint(replaced())"
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert shown.stdout.strip() == "[]", shown.stderr

@@ -310,8 +310,8 @@ def test_the_back_channel_check_sees_one(tmp_path: Path) -> None:
 # later one (config -> inputs and weights -> modules -> captured stages -> record -> diagnosis ->
 # compute -> model -> reporting -> sinks -> training -> app).
 LAYERS = (
-    ("attnlab.errors", "attnlab.plugin_folders", "attnlab.configured", "attnlab.locks", "attnlab.schema",
-     "attnlab.shown_paths"),
+    ("attnlab.errors", "attnlab.plugin_folders", "attnlab.configured", "attnlab.file_limits", "attnlab.locks",
+     "attnlab.printable", "attnlab.process_state", "attnlab.schema", "attnlab.shown_paths"),
     ("attnlab.inputs",),
     ("attnlab.modules",),
     ("attnlab.capture",),

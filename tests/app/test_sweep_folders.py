@@ -79,7 +79,7 @@ def test_faults_and_a_killed_worker_cost_only_their_jobs_and_a_rerun_runs_only_t
     assert "attnlab: the launcher failed (TerminatedWorkerError" in first.stderr
     found = records(tmp_path / "sweep")
     assert {found[v]["status"] for v in ("unscaled", "reference", "linear", "scaled_by_dk")} == {"ok"}
-    assert found["os_exits"]["error"].startswith("the job's process exited with code 0 before reporting")
+    assert found["os_exits"]["error"].startswith("variant 'os_exits' raised ExitCalled: os._exit(0) called in forward")
     assert found["hangs"]["error"] == "the job ran past timeout_s=5 and was stopped"
     assert found["interrupts"]["error"].startswith("the job raised KeyboardInterrupt (not a Ctrl-C)")
     # the killed worker's job was launched again (it kills only once) or is listed as missing

@@ -32,6 +32,7 @@ from attnlab.app.config_store import register_configs
 from attnlab.app.overrides import user_overrides
 from attnlab.errors import FailedRecords, UserError
 from attnlab.modules.registry import discover
+from attnlab.printable import escaped
 
 
 def one_line(exc: BaseException, args: list[str] = ()) -> str:
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach this wrapper instead of Hydra's printer
     registry = discover()
     for warning in registry.warnings:
-        print(f"attnlab: warning: {warning}", file=sys.stderr)
+        print(f"attnlab: warning: {escaped(warning)}", file=sys.stderr)
     register_configs(registry, full_help=bool({"--help", "-h"} & set(args)))
     # What start-up left alive (torch's objects) leaves the collector's sight: every full
     # collection in a sweep walked it all, for nothing that would ever be freed.
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 errors.append(exc)
                 return []
             # a sweep's job that could not even write its failed record: named here, listed as without a record
-            print(f"attnlab: error: job {hydra_cfg.job.get('num')}: {one_line(exc)}", file=sys.stderr)
+            print(f"attnlab: error: job {hydra_cfg.job.get('num')}: {escaped(one_line(exc))}", file=sys.stderr)
             return [str(hydra_cfg.runtime.output_dir)]
         failed.extend(job_failed)
         return job_failed
@@ -166,14 +167,14 @@ def main(argv: list[str] | None = None) -> int:
               f"resumes it; rebuild tables: attnlab compare PATH)", file=sys.stderr)
         return TERMINATED_EXIT if terminated else INTERRUPTED_EXIT
     except FailedRecords as exc:
-        print(f"attnlab: {exc}", file=sys.stderr)
+        print(f"attnlab: {escaped(str(exc))}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - every error becomes one line; ATTNLAB_TRACEBACK=1 shows the trace
         if os.environ.get("ATTNLAB_TRACEBACK"):
             raise
         found = exc.exceptions if isinstance(exc, ExceptionGroup) else (exc,)  # a sweep's bad values, all of them
         for error in found:
-            print(f"attnlab: error: {one_line(error, args)}", file=sys.stderr)
+            print(f"attnlab: error: {escaped(one_line(error, args))}", file=sys.stderr)
         return 2 if all(isinstance(e, REFUSALS) for e in found) else 1
     if failed:
         print(f"attnlab: {FailedRecords(failed)}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from attnlab.app.config_paths import group_options
+from attnlab.printable import escaped
 from attnlab.modules.registry import Registry
 from attnlab.plugin_folders import USER_GROUP, builtin_groups, group_heading
 from attnlab.schema import CHOICE_KEYS, KEYS, show_value
@@ -23,6 +24,7 @@ def help_header(registry: Registry) -> str:
                       f"  {''.ljust(width)}  {spec.cls.__name__}{spec.signature}{tags}"]
     lines += [f"  {name.ljust(width)}  (defined twice: {' and '.join(srcs)})" for name, srcs in registry.duplicates.items()]
     lines += [f"  warning: {warning}" for warning in registry.warnings]
+    lines = [escaped(line) for line in lines]  # a plugin's description and name: never a terminal's control
     return "\n".join(
         [
             "attnlab: see what a change to self-attention does, stage by stage.",

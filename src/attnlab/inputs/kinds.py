@@ -24,6 +24,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
+from attnlab.file_limits import check_size
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,7 @@ def _from_rows(rows: Any, labels: list[str] | None, source: str) -> Inputs:
 def _read_file(path: Path) -> tuple[list, list[str] | None]:
     if not path.is_file():
         raise UserError(f"inputs.path={path}: no such file")
+    check_size(path, "inputs")
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":

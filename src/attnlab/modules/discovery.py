@@ -34,6 +34,7 @@ from attnlab.modules.import_probe import deadly_imports
 from attnlab.modules.outermost_class import outermost
 from attnlab.modules.variant_spec import VariantSpec
 from attnlab.plugin_folders import USER_GROUP, plugin_files
+from attnlab.process_state import ORIGINALS  # noqa: F401 - torch's own functions noted before any plugin is imported
 
 ENTRY_POINT_GROUP = "attnlab.variants"
 _MARK = session.MARK

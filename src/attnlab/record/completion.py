@@ -32,8 +32,12 @@ def mark_done(job_dir: Path, overrides: Sequence[str]) -> None:
 
 
 def unmark(job_dir: Path) -> None:
-    """A job run again is not done until its outputs are written again."""
+    """A job run again is not done until its outputs are written again; the temp files a killed
+    run of it left (write_atomic's `.NAME.*.tmp`) are removed: only this job writes its folder."""
     (Path(job_dir) / DONE_FILE).unlink(missing_ok=True)
+    if Path(job_dir).is_dir():
+        for leftover in Path(job_dir).rglob(".*.tmp"):
+            leftover.unlink(missing_ok=True)
 
 
 def done_mark(job_dir: Path, overrides: Sequence[str]) -> str | None:

@@ -10,6 +10,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from attnlab.errors import UserError
+from attnlab.file_limits import check_size
+from attnlab.process_state import current_umask
 from attnlab.record.codec import FORMAT_VERSION, from_json_dict, to_json_dict, unread_keys
 from attnlab.record.model import Record
 from attnlab.record.validate import RecordError, check_record_data
@@ -48,20 +51,6 @@ def write_atomic(path: Path, content: str | bytes, *, durable: bool = False) -> 
         raise
 
 
-def current_umask() -> int:
-    """The process's umask, read without changing it where Linux shows it (another thread may be
-    creating a file), else set and restored at once."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def _remove(tmp: str | None) -> None:
     if tmp is not None:
         try:
@@ -86,6 +75,7 @@ def read_record(path: Path) -> Record:
     the wrong type, nesting too deep to parse) raises RecordError, one line naming the file. A
     record of a newer attnlab is read where its fields are known, with one warning naming the rest."""
     try:
+        check_size(Path(path), "record")
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         check_record_data(data)
         record = from_json_dict(data, path=Path(path))
@@ -93,6 +83,8 @@ def read_record(path: Path) -> Record:
         return record
     except RecordError as exc:
         raise RecordError(f"{path}: {exc}") from None
+    except UserError as exc:  # past the size limit: the message names the file
+        raise RecordError(str(exc)) from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
         reason = (str(exc).splitlines() or [""])[0][:200]
         raise RecordError(f"{path}: {type(exc).__name__}: {reason}") from None

@@ -189,8 +189,8 @@ def _job_events(record: Record, job: JobInfo) -> EventFile:
     """A sweep job's event file in its shared run, named by its job number: a resumed sweep's job
     run again replaces its own file, never adds a second image at its step."""
     folder, suffix = job_run_dir(record, job.sweep_dir), f".job{job.num}"
-    for old in folder.glob(f"events.out.tfevents.*{suffix}"):
-        old.unlink()
+    for old in [*folder.glob(f"events.out.tfevents.*{suffix}"), *folder.glob(f".attnlab-events.*{suffix}.tmp")]:
+        old.unlink()  # an earlier run of this job, and the part a killed one left
     return EventFile(folder, suffix=suffix)
 
 
@@ -267,7 +267,7 @@ class EventFile:
         Path(folder).mkdir(parents=True, exist_ok=True)
         self.path = Path(folder) / name
         # written under a name TensorBoard does not read, renamed when complete: a kill leaves no half run
-        self._partial = Path(folder) / f".attnlab-events.{os.getpid()}.{number}.tmp"
+        self._partial = Path(folder) / f".attnlab-events.{os.getpid()}.{number}{suffix}.tmp"
         self._file = open(self._partial, "wb")
         self._event(file_version="brain.Event:2")
 

@@ -18,6 +18,7 @@ from typing import Iterator, Sequence, TextIO
 import numpy as np
 
 from attnlab.diagnosis.message_format import heads_phrase
+from attnlab.printable import escaped
 from attnlab.record import Record
 from attnlab.reporting.rows import TABLE_FILE
 from attnlab.sinks.base import REPORT_FILE, JobInfo
@@ -122,7 +123,7 @@ def divergence_line(record: Record) -> str:
 
 def print_record(record: Record, out: TextIO | None = None) -> None:
     out = out or sys.stdout
-    say = lambda text="": print(text, file=out)  # noqa: E731
+    say = lambda text="": print(escaped(text, lines=True), file=out)  # noqa: E731 - labels and errors: never raw controls
     say(config_line(record))
     for line in layer_lines(record) if record.model is not None else ():
         say(line)
@@ -202,7 +203,7 @@ def print_seeds(records: list[Record], table_path: Path | None, out: TextIO | No
           f"inputs={first.config.get('inputs', {}).get('kind')} n_tokens={first.n_tokens} d_in={first.d_in} "
           f"d_out={first.d_out} weights={first.config.get('weights')}", file=out)
     for line in seed_lines(records):
-        print("  " + line, file=out)
+        print("  " + escaped(line), file=out)
     with_findings = sum(bool(r.findings) for r in records)
     print(f"findings: {', '.join(codes) or 'none'} ({with_findings}/{len(records)} seeds)"
           + (f"; {n_failed} failed" if n_failed else ""), file=out)

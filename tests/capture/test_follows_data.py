@@ -222,6 +222,14 @@ PLANTED = {"query_source": ("query_source", "queries"), "unscaled": ("scaling", 
            "softmax_axis": ("softmax_axis", "weights")}
 
 
+def test_stages_in_windows_are_named_not_observable_with_their_shapes(library):
+    (note,) = library("local_buckets").findings
+    assert (note.code, note.severity) == ("not_observable", "info")
+    assert note.message.startswith("not observable: queries (4, 3, 2, 4), keys (4, 3, 4, 4), values (4, 3, 4, 4), "
+                                   "scores (4, 3, 2, 4), scaled_scores (4, 3, 2, 4), weights (4, 3, 2, 4), "
+                                   "context (4, 3, 2, 4): not 2 batch items of 6 rows each")
+
+
 @pytest.mark.parametrize("write", ["copy", "index_copy", "index_put", "cat"])
 def test_keys_and_values_written_into_a_cache_any_way_keep_their_source(library, write):
     assert errors(library("kv_cache_llama", f"write={write}")) == []

@@ -33,10 +33,11 @@ def test_a_stage_that_cannot_be_placed_is_named_and_never_compared():
     variant, reference = _captures()
     keys = torch.roll(variant.stages["keys"], 1, dims=-2)  # what a misplaced read would look like
     unplaced = replace(variant, stages={**variant.stages, "keys": keys},
-                       unobservable={"keys": "keys computed as (4, 3, 2, 4), not 2 batch items of 6 token rows each"})
+                       unobservable={"keys": "not 2 batch items of 6 rows each"})
     findings = analyse(unplaced, reference, weights_shared=True).findings
     assert [(f.code, f.stage, f.severity) for f in findings] == [("not_observable", "keys", "info")]
-    assert findings[0].message.startswith("not observable: keys: keys computed as (4, 3, 2, 4)")
+    assert findings[0].message.startswith("not observable: keys (2, 2, 6, 4): not 2 batch items of 6 rows each")
+    assert findings[0].heads is None and findings[0].batch is None
     # placed, the same keys are a key_index error
     placed = analyse(replace(unplaced, unobservable={}), reference, weights_shared=True).findings
     assert ("key_index", "error") in [(f.code, f.severity) for f in placed]

@@ -115,8 +115,11 @@ class Recording:
             return None
         if tag.role is not None or tag.columns is None or tag.column_roles is None or tag.columns.numel() == 0:
             return tag.role
-        found = tag.column_roles[tag.columns].unique()  # the roles of the columns this tensor holds
-        return QKV_ROLES[int(found[0])] if len(found) == 1 else None
+        # the roles of the columns this tensor holds, read once per distinct element: the columns are
+        # broadcast over tokens (stride 0), so reading every element would read the same ones T times
+        columns = tag.columns[tuple(0 if stride == 0 else slice(None) for stride in tag.columns.stride())]
+        found = tag.column_roles[columns].flatten()
+        return QKV_ROLES[int(found[0])] if bool((found == found[0]).all()) else None  # one role: no sort needed
 
     def tapped(self, stage: str, tensor: torch.Tensor) -> None:
         """Record the stage, and tag the tensor as that stage so the data flow after it is read too."""

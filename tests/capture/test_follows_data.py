@@ -36,9 +36,10 @@ PLUGINS = {
 class Attention(nn.Module):
     """Meta's reference Llama: keys and values written into a cache and read back from it."""
 
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, mistake="none"):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, mistake="none",
+                 write="slice"):
         super().__init__()
-        self.n_heads, self.head_dim, self.mistake = num_heads, d_out // num_heads, mistake
+        self.n_heads, self.head_dim, self.mistake, self.write = num_heads, d_out // num_heads, mistake, write
         self.wq = nn.Linear(d_in, d_out, bias=False)
         self.wk = nn.Linear(d_in, d_out, bias=False)
         self.wv = nn.Linear(d_in, d_out, bias=False)
@@ -53,15 +54,26 @@ class Attention(nn.Module):
         xv = self.wv(x).view(bsz, seqlen, self.n_heads, self.head_dim)
         self.cache_k = self.cache_k.to(xq)
         self.cache_v = self.cache_v.to(xq)
-        self.cache_k[:bsz, start_pos : start_pos + seqlen] = xk
-        self.cache_v[:bsz, start_pos : start_pos + seqlen] = xv
-        keys = self.cache_k[:bsz, : start_pos + seqlen]
-        values = self.cache_v[:bsz, : start_pos + seqlen]
+        keys, values = (self.written(cache, new, start_pos) for cache, new in ((self.cache_k, xk), (self.cache_v, xv)))
         xq, keys, values = xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2)  # (B, nh, T, hs)
         mask = torch.full((seqlen, seqlen), float("-inf")).triu(1)
         attn_weights = softmax_of(scores_of(xq, keys, self.mistake) + mask, self.mistake)  # (B, nh, T, T)
         context_vec = (attn_weights @ values).transpose(1, 2).contiguous().view(bsz, seqlen, -1)
         return self.wo(context_vec)
+
+    def written(self, cache, new, start):  # the cache holding `new` at tokens start.., read back up to its end
+        bsz, end = new.shape[0], start + new.shape[1]
+        if self.write == "slice":
+            cache[:bsz, start:end] = new
+        elif self.write == "copy":
+            cache[:bsz, start:end].copy_(new)
+        elif self.write == "index_copy":
+            cache[:bsz].index_copy_(1, torch.arange(start, end), new)
+        elif self.write == "index_put":
+            cache.index_put_((torch.arange(bsz)[:, None], torch.arange(start, end)[None, :]), new)
+        elif self.write == "cat":  # a cache that grows, as Hugging Face's DynamicCache does
+            return torch.cat([cache[:bsz, :start], new], dim=1)
+        return cache[:bsz, :end]
 ''',
     "local_buckets": '''
 class LocalAttention(nn.Module):
@@ -208,6 +220,20 @@ def test_a_correct_copy_gives_no_error_finding(library, name):
 
 PLANTED = {"query_source": ("query_source", "queries"), "unscaled": ("scaling", "scaled_scores"),
            "softmax_axis": ("softmax_axis", "weights")}
+
+
+def test_stages_in_windows_are_named_not_observable_with_their_shapes(library):
+    (note,) = library("local_buckets").findings
+    assert (note.code, note.severity) == ("not_observable", "info")
+    assert note.message.startswith("not observable: queries (4, 3, 2, 4), keys (4, 3, 4, 4), values (4, 3, 4, 4), "
+                                   "scores (4, 3, 2, 4), scaled_scores (4, 3, 2, 4), weights (4, 3, 2, 4), "
+                                   "context (4, 3, 2, 4): not 2 batch items of 6 rows each")
+
+
+@pytest.mark.parametrize("write", ["copy", "index_copy", "index_put", "cat"])
+def test_keys_and_values_written_into_a_cache_any_way_keep_their_source(library, write):
+    assert errors(library("kv_cache_llama", f"write={write}")) == []
+    assert errors(library("kv_cache_llama", f"write={write}", "mistake=query_source"))[:1] == [PLANTED["query_source"]]
 
 
 @pytest.mark.parametrize("mistake", list(PLANTED))

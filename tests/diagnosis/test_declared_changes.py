@@ -213,3 +213,13 @@ def test_head_patterns_read_weights_with_a_sink_column_without_crashing():
     weights = np.exp(joined - joined.max(-1, keepdims=True))
     weights /= weights.sum(-1, keepdims=True)
     assert all(f.severity == "info" for f in head_patterns(weights))
+
+
+def test_gpt_oss_s_own_sinks_are_named_not_a_plain_normalisation():
+    """GptOssAttention's eager code: its sink column kept apart from the weights, named as info."""
+    pytest.importorskip("transformers", reason="the Hugging Face class is the independent side")
+    result = attnlab.run("hf:gpt_oss", overrides=["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64",
+                                                  "num_heads=4", "attn_implementation=eager"])
+    assert result.record.status == "ok", result.record.error
+    assert ("attention_sinks", "info") in codes(result) and "not_softmax" not in dict(codes(result))
+    assert all(severity == "info" for _, severity in codes(result))

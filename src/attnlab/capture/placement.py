@@ -12,24 +12,17 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.capture.stages import AXES, SQUARE_STAGES
+from attnlab.capture.stages import AXES
 
 _PER_HEAD = tuple(stage for stage, axes in AXES.items() if axes[0] == "batch" and len(axes) == 4)
 
 
-def unplaced(found: dict[str, torch.Tensor], native: dict[str, tuple[int, ...]], batch: int,
-             tokens: int) -> dict[str, str]:
-    """Each per-head stage whose canonical view does not hold (batch, ·, tokens, ·): why, in words."""
-    reasons = {}
-    for stage in _PER_HEAD:
-        view = found.get(stage)
-        if view is None:
-            continue
-        rows = "query" if stage in SQUARE_STAGES else "token"
-        if view.shape[0] != batch or view.shape[2] != tokens:
-            reasons[stage] = (f"{stage} computed as {tuple(native.get(stage, view.shape))}, not {batch} batch "
-                              f"items of {tokens} {rows} rows each")
-    return reasons
+def unplaced(found: dict[str, torch.Tensor], batch: int, tokens: int) -> dict[str, str]:
+    """Each per-head stage whose canonical view does not hold (batch, ·, tokens, ·): why, in words
+    (the shape the module made it in is the capture's native shape)."""
+    return {stage: f"not {batch} batch items of {tokens} rows each (heads folded into the batch, tokens cut "
+                   f"into windows)" for stage in _PER_HEAD
+            if (view := found.get(stage)) is not None and (view.shape[0] != batch or view.shape[2] != tokens)}
 
 
 def sub_heads(heads_with_context: int, heads: int) -> str:

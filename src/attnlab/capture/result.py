@@ -73,7 +73,7 @@ def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
     if any(h.found.get("weights_applied", 0) is None for h in rec.heads):
         missing.append("weights_applied")
     tokens = found["inputs"].shape[-2]
-    unobservable = {**placement.unplaced(found, native, found["inputs"].shape[0], tokens), **unobservable}
+    unobservable = {**placement.unplaced(found, found["inputs"].shape[0], tokens), **unobservable}
     return Capture(found, native, sources, first.softmax_dim, missing, prescale, reconstructed,
                    first.roles, output_is_context, first.softmax_axis, rec.out_inputs, returned.description, returned,
                    unobservable={s: unobservable[s] for s in STAGES if s in unobservable and s in found},

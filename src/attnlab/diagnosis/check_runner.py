@@ -67,6 +67,8 @@ def _locate(ctx: Context, finding: Finding) -> Finding:
     native = ctx.v.native_shapes.get(finding.stage)
     if mine is None or native is None:
         return finding
+    if finding.stage in ctx.v.unobservable:
+        return replace(finding, heads=None, batch=None)  # its axes are not the heads and batch items
     per_head = "heads" in AXES[finding.stage] or "kv_heads" in AXES[finding.stage]
     has_batch = len(native) >= 3
     has_heads = per_head and (len(native) == 4 or mine.shape[1] > 1)

@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass
 
 from attnlab.diagnosis import recognisers
-from attnlab.diagnosis.checks import batch, heads, mask, observable, precision, scaling, softmax_dropout, sources
+from attnlab.diagnosis.checks import batch, heads, mask, precision, scaling, softmax_dropout, sources, unplaced
 from attnlab.diagnosis.context import Check
 
 FIRST_WHERE_IT_SHOWS: tuple[str, ...] = ()  # `stages` of a code reported at whichever stage it first shows
@@ -142,7 +142,7 @@ CODES: tuple[Code, ...] = (
          "tests/compute/test_precision.py::test_a_correct_variant_in_low_precision_gets_precision_only"),
     # what cannot be compared: every check leaves those stages alone; last, so no check skips a stage for it
     Code("not_observable", ("queries", "keys", "values", "scores", "scaled_scores", "weights", "weights_applied",
-                            "context"), "info", 190, observable.not_observable,
+                            "context"), "info", 190, unplaced.not_observable,
          "stages computed in a layout attnlab cannot place (heads folded into the batch, windows, sub-heads): "
          "named, never compared with the reference",
          "tests/capture/test_follows_data.py::test_a_correct_copy_gives_no_error_finding", explains=False),

@@ -22,7 +22,9 @@ def xpos(p: Pair) -> list[Finding]:
     if queries is None or keys is None or not (p.changed("queries") and p.changed("keys")):
         return []
     head_dim = queries[1].shape[-1]
-    for pairing, indices in _PAIRINGS.items():
+    if head_dim % 2:
+        return []  # no pairs to turn
+    for indices in _PAIRINGS.values():
         first, second = indices(head_dim)
         slopes = _log_scale(*queries, first, second)
         if slopes is None or float(slopes[0].abs().max()) <= _LINEAR:

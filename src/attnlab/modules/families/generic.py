@@ -1,0 +1,20 @@
+"""The generic adapter: today's guesses for a family without a file of its own, and the spellings
+every lookup falls back to."""
+
+from attnlab.modules.families.adapter import Family, ROPE
+
+# The fallback every lookup reads for a family not listed: the spellings config classes and
+# constructors use for attnlab's keys, most common first.
+ADAPTER = Family(
+    "generic", "", arguments=ROPE,
+    spellings={
+        "d_in": ("hidden_size", "n_embd", "d_model", "embed_dim", "dim", "query_dim", "d_in"),
+        "num_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads", "heads", "encoder_attention_heads"),
+        "num_kv_heads": ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "n_kv_head", "num_kv_groups",
+                         "kv_heads"),
+        "head_dim": ("head_dim", "dim_head", "d_kv", "head_size", "kv_channels"),
+        "dropout": ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob", "dropout"),
+        "qkv_bias": ("attention_bias", "qkv_bias", "bias"),
+        "context_length": ("max_position_embeddings", "n_positions", "block_size", "context_length"),
+    },
+)

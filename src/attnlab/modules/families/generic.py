@@ -6,9 +6,9 @@ from attnlab.modules.families.adapter import Family, ROPE
 # The fallback every lookup reads for a family not listed: the spellings config classes and
 # constructors use for attnlab's keys, most common first.
 ADAPTER = Family(
-    "generic", "", arguments=ROPE,
+    "generic", "", final_norm=None, arguments=ROPE, logit_softcap="final_logit_softcapping",
     spellings={
-        "d_in": ("hidden_size", "n_embd", "d_model", "embed_dim", "dim", "query_dim", "d_in"),
+        "d_in": ("hidden_size", "n_embd", "emb_dim", "d_model", "embed_dim", "dim", "query_dim", "d_in"),
         "num_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads", "heads", "encoder_attention_heads"),
         "num_kv_heads": ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "n_kv_head", "num_kv_groups",
                          "kv_heads"),
@@ -16,5 +16,7 @@ ADAPTER = Family(
         "dropout": ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob", "dropout"),
         "qkv_bias": ("attention_bias", "qkv_bias", "bias"),
         "context_length": ("max_position_embeddings", "n_positions", "block_size", "context_length"),
+        "vocab_size": ("vocab_size",),
+        "num_layers": ("num_hidden_layers", "n_layer", "n_layers"),
     },
 )

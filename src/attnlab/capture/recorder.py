@@ -87,8 +87,8 @@ def capture(module: nn.Module | BuiltModule, x: torch.Tensor) -> Capture:
         _ACTIVE.reset(token)
     try:
         captured = assemble(recording, x, returned)
+        captured.declared_scale = hf.declared_scale(built.module)  # any module's config or constructor may declare one
         if hf.is_hf_module(built.module):
-            captured.declared_scale = hf.declared_scale(built.module)
             captured.declared_clip = hf.declared_clip(built.module)
         return captured
     finally:  # the recording may sit in a reference cycle: what it held must not wait for the collector

@@ -50,6 +50,7 @@ REGISTRY = (
     "x_transformers",
     "diffusers",
     "timm",
+    "smollm3",
 )
 
 FAMILIES: tuple[Family, ...] = tuple(import_module(f"{__name__}.{name}").ADAPTER for name in REGISTRY)

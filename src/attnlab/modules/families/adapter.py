@@ -47,6 +47,7 @@ class Family:
     # how the model's own layer builds its attention, keyword -> what it is given: "config", "layer" (the
     # layer index) or an attnlab key read off the config under the family's spellings (BART's embed_dim)
     constructor: dict[str, str] = field(default_factory=lambda: dict(CONFIG_AND_LAYER))
+    task: str = "causal"  # the whole model attnlab runs besides its causal or seq2seq LM: "image" (ViT's classifier)
     aliases: tuple[str, ...] = ()  # other model types this adapter serves (mT5's and UMT5's are T5's)
     # an encoder–decoder's self-attention inside each stack, `{i}` the layer: {"encoder": "block.{i}.layer.0.SelfAttention"}
     stacks: dict[str, str] = field(default_factory=dict)

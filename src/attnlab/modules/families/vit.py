@@ -3,4 +3,4 @@
 from attnlab.modules.families.adapter import Family, CONFIG_ONLY
 
 ADAPTER = Family("vit", "vit.layers.{i}.attention", out_proj="o_proj", final_norm="vit.layernorm",
-                 mask="bidirectional", constructor=CONFIG_ONLY)
+                 mask="bidirectional", constructor=CONFIG_ONLY, task="image")

@@ -128,3 +128,15 @@ def test_verbatim_files_are_registered_and_built_with_no_error_finding(variant, 
     result = attnlab.run(variant, overrides=SIZES)
     assert result.record.status == "ok", result.record.error
     assert [f.code for f in result.findings if f.severity == "error"] == []
+
+
+def test_whisper_s_model_runs_its_decoder_with_the_decoder_s_heads():
+    """WhisperForCausalLM is the text decoder: its layers' heads are decoder_attention_heads, which its
+    config's attribute map would read as the encoder's."""
+    sizes = ["model.d_model=64", "model.encoder_attention_heads=4", "model.decoder_attention_heads=2",
+             "model.encoder_layers=2", "model.decoder_layers=2", "model.encoder_ffn_dim=64", "model.decoder_ffn_dim=64"]
+    result = attnlab.run("hf:whisper", overrides=["model=hf:whisper", *sizes, "inputs=text", "layer=1"])
+    assert result.record.status == "ok", result.record.error
+    assert result.record.model.attention == "model.decoder.layers.1.self_attn"
+    assert result.record.model.heads == 2
+    assert result.record.model.effect.kl_max < 1e-6

@@ -28,7 +28,9 @@ def _get(config: Any, name: str) -> Any:
 
 
 def _read(config: Any, what: str) -> Any:
-    found = (_get(config, s) for s in spellings(_KEYS[what], str(_get(config, "model_type") or "")))
+    name = str(_get(config, "model_type") or "")
+    key = _KEYS[what]
+    found = (_get(config, s) for s in (*family(name).model_spellings.get(key, ()), *spellings(key, name)))
     return next((value for value in found if value is not None), None)
 
 

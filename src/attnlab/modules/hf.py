@@ -100,14 +100,16 @@ def _prefixes(base: str) -> list[str]:
     return [p for p in found if p]
 
 
-def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, **extra: Any) -> nn.Module:
+def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, in_model: bool = False,
+                    **extra: Any) -> nn.Module:
     """`module_cls` built as its model's own layer builds it, by the keywords its family declares
     (`LlamaAttention(config=config, layer_idx=0)`), never from its signature: transformers 5.25
-    wraps the constructors, and a wrapped one names no parameters. `extra` sets a declared keyword."""
+    wraps the constructors, and a wrapped one names no parameters. `in_model`: for a layer of the
+    whole model, whose sizes are under the adapter's model spellings; `extra` sets a declared keyword."""
     row = family(getattr(config, "model_type", ""))
     constructor = _guessed_constructor(module_cls) if row is GENERIC else row.constructor
     kwargs = {keyword: config if source == "config" else extra.get(keyword, layer) if source == "layer"
-              else _config_value(config, row, source) for keyword, source in constructor.items()}
+              else _config_value(config, row, source, in_model) for keyword, source in constructor.items()}
     return module_cls(**kwargs)
 
 
@@ -124,9 +126,10 @@ def _guessed_constructor(module_cls: type) -> dict[str, str]:
     return {name: known[name] for name in named if name in known} if named else dict(GENERIC.constructor)
 
 
-def _config_value(config: Any, row: Family, key: str) -> Any:
-    """attnlab's `key` as the config holds it, under the family's spelling first."""
-    found = (getattr(config, s, None) for s in spellings(key, row.name))
+def _config_value(config: Any, row: Family, key: str, in_model: bool = False) -> Any:
+    """attnlab's `key` as the config holds it, under the family's spelling first (its model's first in a model)."""
+    own = row.model_spellings.get(key, ()) if in_model else ()
+    found = (getattr(config, s, None) for s in (*own, *spellings(key, row.name)))
     return next((value for value in found if value is not None), None)
 
 

@@ -47,6 +47,9 @@ class Family:
     # how the model's own layer builds its attention, keyword -> what it is given: "config", "layer" (the
     # layer index) or an attnlab key read off the config under the family's spellings (BART's embed_dim)
     constructor: dict[str, str] = field(default_factory=lambda: dict(CONFIG_AND_LAYER))
+    # the whole model's spellings where its layers are not the class `hf:NAME` builds (Whisper's causal LM
+    # runs its decoder, whose heads are decoder_attention_heads where its config's attribute map says the encoder's)
+    model_spellings: dict[str, tuple[str, ...]] = field(default_factory=dict)
     task: str = "causal"  # the whole model attnlab runs besides its causal or seq2seq LM: "image" (ViT's classifier)
     aliases: tuple[str, ...] = ()  # other model types this adapter serves (mT5's and UMT5's are T5's)
     # an encoder–decoder's self-attention inside each stack, `{i}` the layer: {"encoder": "block.{i}.layer.0.SelfAttention"}

@@ -16,4 +16,4 @@ fi
 cd "$root"
 PYTHONPATH="$root/src" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
   tests/modules/test_families.py tests/modules/test_hf_modules.py tests/model/test_config_variants.py \
-  tests/model/test_family_models.py
+  tests/modules/test_family_adapters.py

@@ -92,8 +92,8 @@ def finished(recording: provenance.Recording, module: nn.Module, x: torch.Tensor
     """The Capture of `module`'s recorded forward on `x`, the recording let go."""
     try:
         captured = assemble(recording, x, returned)
+        captured.declared_scale = hf.declared_scale(module)  # any module's config or constructor may declare one
         if hf.is_hf_module(module):
-            captured.declared_scale = hf.declared_scale(module)
             captured.declared_clip = hf.declared_clip(module)
         return captured
     finally:  # the recording may sit in a reference cycle: what it held must not wait for the collector

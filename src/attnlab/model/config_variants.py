@@ -39,7 +39,7 @@ def takes_config(cls: type) -> bool:
 def _built(cls: type[nn.Module], config: Any, layer: int) -> nn.Module:
     """A transformers class as its family builds it; any other `Cls(config)` as its signature says."""
     if transformers_class(cls) is not None:
-        return build_attention(cls, config, layer)
+        return build_attention(cls, config, layer, in_model=True)
     kwargs = {"layer_idx": layer} if "layer_idx" in inspect.signature(cls).parameters else {}
     return cls(config, **kwargs)
 

@@ -12,10 +12,12 @@ configs accept unknown attributes silently.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import inspect
 import sys
+import textwrap
 from typing import Any
 
 from torch import nn
@@ -88,20 +90,37 @@ def _annotation(cls: type, parameter: inspect.Parameter) -> Any:
     return annotation
 
 
-def config_attributes(config_cls: type) -> dict[str, Any]:
+def config_attributes(config_cls: type, module_cls: type | None = None) -> dict[str, Any]:
     """Every attribute a config class takes, with its default (a dataclass's fields, a
-    PretrainedConfig's defaults as an instance built with none given, a plain class's
-    constructor parameters)."""
+    PretrainedConfig's defaults as an instance built with none given). A plain class that needs
+    arguments (minGPT's `GPTConfig(vocab_size, block_size, **kwargs)`) takes its constructor's
+    parameters, its class attributes and what `module_cls` reads off the config it is given."""
     if dataclasses.is_dataclass(config_cls):
         return {f.name: _field_default(f) for f in dataclasses.fields(config_cls)}
     try:
         instance = config_cls()
     except Exception:  # noqa: BLE001 - a config that needs arguments: its constructor's parameters
         parameters = inspect.signature(config_cls).parameters.values()
-        return {p.name: None if p.default is p.empty else p.default for p in parameters
-                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        taken = {p.name: None if p.default is p.empty else p.default for p in parameters
+                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        held = {k: v for k, v in vars(config_cls).items() if not k.startswith("_") and not callable(v)}
+        return {**dict.fromkeys(_config_reads(module_cls)), **held, **taken}
     held = getattr(instance, "__dict__", {})  # a value without attributes holds none to fill
     return {k: v for k, v in held.items() if not k.startswith("_")}
+
+
+def _config_reads(module_cls: type | None) -> list[str]:
+    """The attributes `module_cls.__init__` reads off its config parameter (`config.n_embd`)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(module_cls.__init__)))
+    except (TypeError, OSError, SyntaxError):
+        return []
+    function = tree.body[0]
+    if not isinstance(function, ast.FunctionDef) or len(function.args.args) < 2:
+        return []
+    name = function.args.args[1].arg
+    return list(dict.fromkeys(node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute)
+                              and isinstance(node.value, ast.Name) and node.value.id == name))
 
 
 def _field_default(f: dataclasses.Field) -> Any:
@@ -118,7 +137,7 @@ class ConfigConstructor:
         self.__name__ = module_cls.__name__
         self.__doc__ = module_cls.__doc__
         self.__module__ = module_cls.__module__
-        self.attributes = config_attributes(config_cls)
+        self.attributes = config_attributes(config_cls, module_cls)
         own = getattr(config_cls, "model_type", "")  # a Hugging Face config's family: its spellings first
         self.spelled = {key: next((s for s in spellings(key, own) if s in self.attributes), None)
                         for key in CONFIG_SPELLINGS}
@@ -186,11 +205,18 @@ class ConfigConstructor:
     def _set(self, filled: dict[str, Any]) -> Any:
         try:
             return self.config_cls(**filled)
-        except TypeError:  # a plain class whose constructor takes none of them: set as attributes
-            config = self.config_cls()
+        except TypeError:  # a plain class whose constructor takes none of them: built with its own defaults, then set
+            config = self.config_cls(**self._required(filled))
             for key, value in filled.items():
                 setattr(config, key, value)
             return config
+
+    def _required(self, filled: dict[str, Any]) -> dict[str, Any]:
+        """The config constructor's parameters without a default, from `filled` where they are there,
+        else None (minGPT's vocab_size, which an attention layer never reads)."""
+        parameters = inspect.signature(self.config_cls).parameters.values()
+        return {p.name: filled.get(p.name) for p in parameters
+                if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
     def _check_sizes(self, values: dict[str, Any]) -> None:
         d_in, d_out, heads = values["d_in"], values["d_out"], values.get("num_heads") or 1

@@ -58,6 +58,8 @@ def check_model_request(cfg: DictConfig) -> None:
         model_spec(_block(cfg, "reference_model"), "reference_model")
     if is_requested(_block(cfg, "reference_model")):
         check_text(cfg)
+    if cfg.device not in ("cpu", "auto"):  # auto: the CPU, as every model run
+        raise UserError(f"device={cfg.device}: a run inside a model runs on the CPU for now; device=cpu")
     if cfg.n_seeds != 1:
         raise UserError(f"n_seeds={cfg.n_seeds}: a model's weights are its own; a run inside a model takes one seed")
 

@@ -130,3 +130,16 @@ def test_a_sweep_over_layers_and_heads_writes_the_layer_by_head_grid(tiny_gpt2, 
     assert rows[0] == ["layer", "head 0", "head 3"]
     assert {(row[0], head): float(value) for row in rows[1:] for head, value in zip((0, 3), row[1:])} == effects
     assert (sweep / "effect_by_layer_and_head.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_python_function_edits_the_contexts_as_the_same_ablation(tiny_gpt2) -> None:
+    def zero_head_1(context):  # (1, T, H, hs)
+        context = context.clone()
+        context[:, :, 1] = 0.0
+        return context
+
+    by_function = _run(tiny_gpt2, 1, name="function", function=zero_head_1)
+    by_kind = _run(tiny_gpt2, 1, name="ablate_head", head=1)
+    assert by_function.status == "ok", by_function.error
+    assert by_function.model.effect.kl_mean == by_kind.model.effect.kl_mean > 0
+    assert by_function.variant.startswith("function(function=session:zero_head_1_")

@@ -21,6 +21,7 @@ from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
 from attnlab.model.model_spec import OWN_KEYS, is_requested, model_spec
 from attnlab.inputs.token_ids import read_ids
 from attnlab.model.tokens import fitting_ids, token_ids
+from attnlab.model.variant_fit import check_variant_fits
 from attnlab.record import ModelInfo, Record, Setup
 from attnlab.schema import resolved
 
@@ -51,9 +52,12 @@ def check_unused(cfg: DictConfig) -> None:
 
 def check_model_request(cfg: DictConfig) -> None:
     """What can be checked without loading anything."""
-    model_spec(_block(cfg, "model"))
-    if intervention(_block(cfg, "intervene")) is not None and is_requested(_block(cfg, "reference_model")):
+    spec = model_spec(_block(cfg, "model"))
+    edit = intervention(_block(cfg, "intervene"))
+    if edit is not None and is_requested(_block(cfg, "reference_model")):
         raise UserError("intervene: edits one model's layers; the learner's check (reference_model=) compares two")
+    if edit is None and not is_requested(_block(cfg, "reference_model")):
+        check_variant_fits(cfg.variant.name, spec)
     if is_requested(_block(cfg, "reference_model")):
         model_spec(_block(cfg, "reference_model"), "reference_model")
     if is_requested(_block(cfg, "reference_model")):

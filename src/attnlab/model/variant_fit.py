@@ -4,17 +4,15 @@ A layer of several heads takes a variant that splits its width into heads (its c
 the head count, under any spelling attnlab knows) or one built from the model's config; a
 single-head class (the book's SelfAttention_v1, `variant=reference`) would be compared against a
 multi-head layer and every difference blamed on the model. The head count is read from the saved
-folder's config.json or the `hf:TYPE` sizes, without loading anything; a model whose count is only
+folder's config.json or the `hf:TYPE` sizes (attnlab.model.declared_config), without loading anything; a model whose count is only
 known once built is checked as before, when the variant is built for its layer.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from attnlab.errors import UserError
 from attnlab.model.config_variants import takes_config
+from attnlab.model.declared_config import declared_config
 from attnlab.model.model_spec import ModelSpec
 from attnlab.modules.families import spellings
 from attnlab.modules.registry import get_variant
@@ -25,14 +23,7 @@ FITTING = "multi_head_attention, gqa, mqa (the zoo's multi-head classes), or var
 
 def declared_heads(spec: ModelSpec) -> int | None:
     """The model's head count as its config states it before any weight is read; None: not stated."""
-    if spec.kind == "path":
-        config_file = spec.path / "config.json"
-        config: dict[str, Any] = json.loads(config_file.read_text()) if config_file.is_file() else {}
-    elif spec.kind == "hf":
-        config = dict(spec.sizes)
-    else:
-        return None
-    config = {**config, **spec.sizes}
+    config = declared_config(spec) or {}
     return next((config[name] for name in spellings("num_heads") if isinstance(config.get(name), int)), None)
 
 

@@ -143,3 +143,12 @@ def test_a_python_function_edits_the_contexts_as_the_same_ablation(tiny_gpt2) ->
     assert by_function.status == "ok", by_function.error
     assert by_function.model.effect.kl_mean == by_kind.model.effect.kl_mean > 0
     assert by_function.variant.startswith("function(function=session:zero_head_1_")
+
+
+def test_scaling_scores_a_fused_kernel_never_shows_fails_the_record_saying_so(tiny_gpt2) -> None:
+    record = attnlab.run(overrides=[f"model.path={tiny_gpt2}", "model.attn_implementation=sdpa", "inputs=text",
+                                    f"inputs.text='{TEXT}'", "layer=0", *QUIET],
+                         intervene={"name": "scale_scores", "factor": 0.5}).record
+    assert record.status == "failed"
+    assert record.error.endswith("intervene=scale_scores: the layer called no softmax on (batch, heads, T, T) scores "
+                                 "(a fused kernel computes them unseen); run it with model.attn_implementation=eager")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
+import torch
 from torch import Tensor, nn
 
 from attnlab.capture.every_layer import every_layer
@@ -121,8 +122,6 @@ def _other_ids(chosen: Intervention, loaded: LoadedModel, run: ModelRun) -> Tens
     """(1, T) the ids of the text a patch takes its values from: as many tokens as the run's."""
     if chosen.kind != "patch":
         return None
-    import torch
-
     ids = loaded.tokenizer.encode(chosen.text)
     if len(ids) != run.ids.shape[1]:
         raise UserError(f"intervene.text is {len(ids)} tokens ({loaded.tokenizer.name}), inputs.text "

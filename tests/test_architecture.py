@@ -104,7 +104,7 @@ def test_an_input_kind_of_your_own_is_one_function_and_one_yaml(own_folder: Path
     assert done.returncode == 0, done.stderr
     assert "inputs=ramp n_tokens=3 d_in=4" in done.stdout and "  r2 " in done.stdout
     bad = attnlab_in(own_folder, "inputs=nope")
-    assert bad.stderr.strip() == "attnlab: error: Could not find 'inputs/nope'; Available options in 'inputs': book, file, ramp, random, text"
+    assert bad.stderr.strip() == "attnlab: error: Could not find 'inputs/nope'; Available options in 'inputs': book, file, ids, ramp, random, text"
 
 
 UNKNOWN = [

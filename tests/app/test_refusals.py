@@ -32,7 +32,7 @@ REFUSED = [
     (["seed=18446744073709551616"], "seed=18446744073709551616: must be an integer in [0, 18446744073709551615] (torch's seed range)"),
     (["variant=causal_attention", "context_length=2"], "context_length=2: must be at least the inputs' 6 tokens"),
     (["sink=5"], "sink=5: sinks are switched by log.NAME=true|false and set by sink.NAME.KEY=VALUE, not chosen by sink="),
-    (["inputs=5"], "inputs=5: allowed are book, file, random, text"),
+    (["inputs=5"], "inputs=5: allowed are book, file, ids, random, text"),
     (["timeout_s=0"], "timeout_s=0: must be a number of seconds in (0, inf] or null"),
     (["variant=multi_head_attention", "d_out=3"],
      "d_out=3: must be a multiple of num_heads=2 (variant 'multi_head_attention' splits d_out into num_heads heads)"),

@@ -44,3 +44,26 @@ def test_one_forward_captures_every_layer_as_each_layer_alone(block, request) ->
             torch.testing.assert_close(one.stages[stage], values, rtol=0, atol=0, msg=f"layer {layer} {stage}")
         torch.testing.assert_close(one.stages["weights"], weights[layer], rtol=1e-6, atol=1e-7)
     assert together.own.captures == {}  # each handed over once: the records hold them, not the run
+
+
+def test_spilled_layers_keep_their_own_stages_each_in_its_own_folder(tiny_gpt2, monkeypatch) -> None:
+    import numpy as np
+
+    import attnlab
+
+    def run():
+        return attnlab.run("mha_scaled_by_d_out", overrides=[f"model.path={tiny_gpt2}", "inputs=text",
+                                                            f"inputs.text='{TEXT}'", "layer=all",
+                                                            "log.tensorboard=false", "log.html=false",
+                                                            "log.table=false"])
+
+    kept = run()
+    monkeypatch.setattr("attnlab.model.layer.SPILL_STAGE_BYTES", 1)  # every layer's square stages to disk
+    spilled = run()
+    folders = [result.record.scratch.name for result in spilled]
+    assert len(set(folders)) == len(folders) == 2
+    for one, other in zip(kept, spilled):
+        for stage in ("weights", "scores"):
+            assert isinstance(other.reference_stages[stage], np.memmap)
+            np.testing.assert_array_equal(one.reference_stages[stage], other.reference_stages[stage])
+            np.testing.assert_array_equal(one.stages[stage], other.stages[stage])

@@ -106,3 +106,49 @@ def test_a_mistaken_intervention_is_one_line(block, message) -> None:
     with pytest.raises(UserError) as raised:
         intervention(block)
     assert str(raised.value) == message
+
+
+@pytest.mark.slow
+def test_a_sweep_over_layers_and_heads_writes_the_layer_by_head_grid(tiny_gpt2, tmp_path) -> None:
+    import csv
+    import json
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "attnlab", "-m", f"model.path={tiny_gpt2}", "inputs=text",
+                           f"inputs.text='{TEXT}'", "layer=0,1", "intervene=ablate_head", "intervene.head=0,3",
+                           "log.tensorboard=false", "log.html=false", f"hydra.sweep.dir={sweep}"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    effects = {}
+    for path in sweep.glob("*/record.json"):
+        record = json.loads(path.read_text())
+        effects[str(record["model"]["layer"]), record["config"]["intervene"]["head"]] = record["model"]["effect"]["kl_mean"]
+    with (sweep / "effect_by_layer_and_head.csv").open() as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0] == ["layer", "head 0", "head 3"]
+    assert {(row[0], head): float(value) for row in rows[1:] for head, value in zip((0, 3), row[1:])} == effects
+    assert (sweep / "effect_by_layer_and_head.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_python_function_edits_the_contexts_as_the_same_ablation(tiny_gpt2) -> None:
+    def zero_head_1(context):  # (1, T, H, hs)
+        context = context.clone()
+        context[:, :, 1] = 0.0
+        return context
+
+    by_function = _run(tiny_gpt2, 1, name="function", function=zero_head_1)
+    by_kind = _run(tiny_gpt2, 1, name="ablate_head", head=1)
+    assert by_function.status == "ok", by_function.error
+    assert by_function.model.effect.kl_mean == by_kind.model.effect.kl_mean > 0
+    assert by_function.variant.startswith("function(function=session:zero_head_1_")
+
+
+def test_scaling_scores_a_fused_kernel_never_shows_fails_the_record_saying_so(tiny_gpt2) -> None:
+    record = attnlab.run(overrides=[f"model.path={tiny_gpt2}", "model.attn_implementation=sdpa", "inputs=text",
+                                    f"inputs.text='{TEXT}'", "layer=0", *QUIET],
+                         intervene={"name": "scale_scores", "factor": 0.5}).record
+    assert record.status == "failed"
+    assert record.error.endswith("intervene=scale_scores: the layer called no softmax on (batch, heads, T, T) scores "
+                                 "(a fused kernel computes them unseen); run it with model.attn_implementation=eager")

@@ -39,3 +39,41 @@ def test_a_text_of_any_characters_is_taken_literally_through_the_python_api(tiny
     encoding = gpt2_encoding()
     assert record.status == "ok" and record.config["inputs"]["text"] == LITERAL
     assert len(record.labels) == len(encoding.encode(LITERAL))
+
+
+def test_an_eager_in_memory_hugging_face_model_runs_with_its_cache_off() -> None:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=64,
+                                       attn_implementation="eager")).eval()
+    assert model.config.use_cache
+    result = attnlab.run("multi_head_attention", model=model, layer=1, inputs={"kind": "text", "text": TEXT},
+                         overrides=QUIET)
+    assert result.record.status == "ok", result.record.error
+    assert result.record.model.effect.kl_mean < 1e-8  # the layer's own computation in its place
+
+
+def test_a_model_run_on_another_device_is_refused_before_the_model_loads() -> None:
+    with pytest.raises(UserError, match=r"^device=cuda: a run inside a model runs on the CPU for now; device=cpu$"):
+        attnlab.run("multi_head_attention", device="cuda", overrides=["model=hf:no_such_type", *QUIET])
+
+
+def test_a_single_head_variant_is_refused_before_the_model_loads(tiny_gpt2, tmp_path) -> None:
+    import shutil
+
+    shutil.copy(tiny_gpt2 / "config.json", tmp_path / "config.json")  # no weights: loading would fail otherwise
+    with pytest.raises(UserError) as raised:
+        attnlab.run("reference", overrides=[f"model.path={tmp_path}", "inputs=text", f"inputs.text='{TEXT}'", *QUIET])
+    assert str(raised.value) == ("variant=reference: a single-head class (SelfAttention_v1 takes no head count) cannot "
+                                 "stand in for the model's 4-head attention; a variant that fits: multi_head_attention, "
+                                 "gqa, mqa (the zoo's multi-head classes), or variant=hf:TYPE")
+
+
+def test_a_language_model_without_text_is_refused_before_it_loads(tiny_gpt2, tmp_path) -> None:
+    import shutil
+
+    shutil.copy(tiny_gpt2 / "config.json", tmp_path / "config.json")  # no weights: loading would fail otherwise
+    with pytest.raises(UserError, match=r"^model: a language model runs on text or token ids: .* \(got inputs=book\)$"):
+        attnlab.run("multi_head_attention", overrides=[f"model.path={tmp_path}", *QUIET])

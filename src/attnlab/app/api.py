@@ -215,6 +215,11 @@ def prepared(
         elif isinstance(kwargs.get(key), type):
             raise UserError(f"{key}={kwargs[key].__name__}: a model class needs its config; pass an instance "
                             f"({key}={kwargs[key].__name__}(cfg)) or a ./models/NAME.py file")
+    edit = kwargs.get("intervene")
+    if isinstance(edit, dict) and callable(edit.get("function")):  # held for this session, named in the config
+        from attnlab.model.interventions import register_function
+
+        kwargs["intervene"] = {**edit, "function": register_function(edit["function"])}
     overrides = list(overrides)
     for switch in ("terminal", "progress"):  # a notebook shows the Result
         if not any(o.lstrip("+").startswith(f"log.{switch}=") for o in overrides):

@@ -63,8 +63,11 @@ def write_sweep_outputs(folder: Path, config: DictConfig) -> tuple[Report, list]
     from attnlab.reporting.aggregate import rebuild
     from attnlab.sinks.base import build_sinks
 
+    from attnlab.reporting.effect_grid import write_effect_grid
+
     sinks = [sink for sink in build_sinks(config).values() if hasattr(sink, "write_sweep")]
-    return rebuild(folder, lambda report: [sink.write_sweep(report, folder) for sink in sinks])
+    return rebuild(folder, lambda report: [*(sink.write_sweep(report, folder) for sink in sinks),
+                                           write_effect_grid(report.records, folder)])
 
 
 def print_summary(report: Report, folder: Path) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
+import torch
 from torch import Tensor, nn
 
 from attnlab.capture.every_layer import every_layer
@@ -20,7 +21,7 @@ from attnlab.compute.pipeline import diagnosed
 from attnlab.errors import UserError
 from attnlab.model.forward import final_hidden
 from attnlab.model.interventions import Intervention, contexts_on, edited
-from attnlab.model.layer import ModelRun, own_head_patterns
+from attnlab.model.layer import ModelRun, OwnCaptures, own_head_patterns
 from attnlab.model.loading import LoadedModel
 from attnlab.model.sizes import ModelSizes
 from attnlab.model.stacks import Slot
@@ -44,7 +45,7 @@ class _Recorded:
     done: Callable[[Record, int, int], Record]
     n_layers: int
     records: list[Record] = field(default_factory=list)
-    scratch: Any = None  # the folder the run's spilled stages are in, kept with the records
+    own: OwnCaptures | None = None  # where the run's spilled stages are, kept with the records
 
     def add(self, layer: int, own: Capture, changed: Capture | None, effect: Effect | None,
             error: str | None = None) -> None:
@@ -57,7 +58,8 @@ class _Recorded:
         setup = Setup(variant=self.chosen.label, seed=self.cfg.seed, config=resolved(self.cfg),
                       labels=self.labels[slot.stack], n_tokens=own.stages["inputs"].shape[-2],
                       d_in=self.sizes.width, d_out=self.sizes.width, model=about)
-        pair = Pair(reference=f"{type(module).__name__} (layer {slot.name})", scratch=self.scratch)
+        pair = Pair(reference=f"{type(module).__name__} (layer {slot.name})",
+                    scratch=self.own.scratch(layer) if self.own else None)
         if error is not None:
             record = record_of(setup, pair, error=error)
         else:
@@ -90,7 +92,7 @@ def intervention_records(cfg: DictConfig, chosen: Intervention, loaded: LoadedMo
         return recorded[0].records
     run, layers, slots, inputs = start(None)
     each = recording(run.sizes, run.attention, layers, slots, inputs)
-    each.scratch = run.own.scratch
+    each.own = run.own
     other = _other_ids(chosen, loaded, run)
     for layer in layers:
         say(f"layer {slots[layer].name}: {chosen.kind}")
@@ -121,8 +123,6 @@ def _other_ids(chosen: Intervention, loaded: LoadedModel, run: ModelRun) -> Tens
     """(1, T) the ids of the text a patch takes its values from: as many tokens as the run's."""
     if chosen.kind != "patch":
         return None
-    import torch
-
     ids = loaded.tokenizer.encode(chosen.text)
     if len(ids) != run.ids.shape[1]:
         raise UserError(f"intervene.text is {len(ids)} tokens ({loaded.tokenizer.name}), inputs.text "

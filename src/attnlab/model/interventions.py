@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from attnlab.errors import UserError
+from attnlab.modules.built import PluginError
 from attnlab.modules.roles import module_roles
 
 KINDS = ("observe", "ablate_head", "scale_scores", "patch", "function")
@@ -133,10 +134,18 @@ class _ScaledScores(TorchFunctionMode):
     def __init__(self, factor: float, head: int | None) -> None:
         super().__init__()
         self.factor, self.head = factor, head
+        self.scaled = False
+
+    def __exit__(self, *exc_info: Any) -> None:
+        super().__exit__(*exc_info)
+        if exc_info[0] is None and not self.scaled:  # a fused kernel: the scores were never there to scale
+            raise PluginError("intervene=scale_scores: the layer called no softmax on (batch, heads, T, T) scores "
+                              "(a fused kernel computes them unseen); run it with model.attn_implementation=eager")
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if getattr(func, "__name__", "") == "softmax" and args and args[0].dim() == 4:
+            self.scaled = True
             attn_scores = args[0]  # (B, nh, T, T)
             scale = torch.ones(attn_scores.shape[1], dtype=attn_scores.dtype)  # (nh,)
             scale[slice(None) if self.head is None else self.head] = self.factor

@@ -120,19 +120,25 @@ class OwnCaptures:
         self.consume = consume
         self.captures: dict[int, Capture] = {}
         self.kept_bytes = 0
-        self.scratch: tempfile.TemporaryDirectory | None = None
+        # one folder per spilled layer, kept with its record (which may spill its other stages there)
+        self.folders: dict[int, tempfile.TemporaryDirectory] = {}
 
     def keep(self, index: int, captured: Capture) -> None:
         if self.consume is not None:
             self.consume(self.layers[index], captured)
             return
         square = sum(captured.stages[name].nbytes for name in SQUARE_STAGES if name in captured.stages)
+        layer = self.layers[index]
         if self.kept_bytes + square > SPILL_STAGE_BYTES:
-            self.scratch = self.scratch or tempfile.TemporaryDirectory(prefix="attnlab-spill-")
-            spill(captured.stages, SQUARE_STAGES, Path(self.scratch.name), prefix=f"layer{self.layers[index]}-")
+            self.folders[layer] = tempfile.TemporaryDirectory(prefix="attnlab-spill-")
+            spill(captured.stages, SQUARE_STAGES, Path(self.folders[layer].name), prefix="reference-own-")
         else:
             self.kept_bytes += square
-        self.captures[self.layers[index]] = captured
+        self.captures[layer] = captured
+
+    def scratch(self, layer: int) -> tempfile.TemporaryDirectory | None:
+        """The folder `layer`'s spilled stages are in, if they were spilled."""
+        return self.folders.get(layer)
 
 
 def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], seed: int
@@ -240,7 +246,7 @@ def compare_layer(run: ModelRun, changed: Changed, effect: Effect | None, setup:
         pair = Pair(reference=reference_label)
         built, weights_loaded = model_variant(run, layer, name, params, seed)
         pair = Pair(reference=reference_label, weights_loaded=weights_loaded,
-                    scratch=run.own.scratch if run.own else None)  # the folder its spilled stages are in
+                    scratch=run.own.scratch(layer) if run.own else None)  # the folder its spilled stages are in
         variant = run_variant(run, layer, built, in_model(run, layer, built).batched, seed)
         if changed.error is not None:
             raise PluginError(changed.error)

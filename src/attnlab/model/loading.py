@@ -50,7 +50,9 @@ def load_model(spec: ModelSpec, seed: int = 0) -> LoadedModel:
     manual_seed(seed)
     if spec.kind == "user":
         module, config = build_user_model(spec)
-        loaded = LoadedModel(module, spec.label, gpt2_tokenizer(), hf=False, config=config)
+        # an in-memory Hugging Face model is called as one (use_cache=False whatever its config says)
+        hf = any(cls.__name__ == "PreTrainedModel" for cls in type(module).__mro__)
+        loaded = LoadedModel(module, spec.label, gpt2_tokenizer(), hf=hf, config=config)
     else:
         loaded = _load_hf(spec)
     loaded.module.eval()

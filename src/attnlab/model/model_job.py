@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.errors import UserError
 from attnlab.model.layer_check import compute_check_records
 from attnlab.model.layer import ModelRun, OwnCaptures, changed_layer, compare_layer
-from attnlab.model.loading import LoadedModel, load_model
+from attnlab.model.loading import VISION_TRANSFORMERS, LoadedModel, load_model
 from attnlab.model.intervention_records import intervention_records
 from attnlab.model.interventions import intervention
 from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
@@ -21,6 +21,8 @@ from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
 from attnlab.model.model_spec import OWN_KEYS, is_requested, model_spec
 from attnlab.inputs.token_ids import read_ids
 from attnlab.model.tokens import fitting_ids, token_ids
+from attnlab.model.declared_config import declared_config
+from attnlab.model.variant_fit import check_variant_fits
 from attnlab.record import ModelInfo, Record, Setup
 from attnlab.schema import resolved
 
@@ -51,13 +53,19 @@ def check_unused(cfg: DictConfig) -> None:
 
 def check_model_request(cfg: DictConfig) -> None:
     """What can be checked without loading anything."""
-    model_spec(_block(cfg, "model"))
-    if intervention(_block(cfg, "intervene")) is not None and is_requested(_block(cfg, "reference_model")):
+    spec = model_spec(_block(cfg, "model"))
+    if cfg.device not in ("cpu", "auto"):  # auto: the CPU, as every model run
+        raise UserError(f"device={cfg.device}: a run inside a model runs on the CPU for now; device=cpu")
+    edit = intervention(_block(cfg, "intervene"))
+    if edit is not None and is_requested(_block(cfg, "reference_model")):
         raise UserError("intervene: edits one model's layers; the learner's check (reference_model=) compares two")
+    if edit is None and not is_requested(_block(cfg, "reference_model")):
+        check_variant_fits(cfg.variant.name, spec)
     if is_requested(_block(cfg, "reference_model")):
         model_spec(_block(cfg, "reference_model"), "reference_model")
-    if is_requested(_block(cfg, "reference_model")):
-        check_text(cfg)
+    model_type = (declared_config(spec) or {}).get("model_type")  # None: known once built
+    if is_requested(_block(cfg, "reference_model")) or model_type not in (None, *VISION_TRANSFORMERS):
+        check_text(cfg)  # a language model's text, before it loads
     if cfg.n_seeds != 1:
         raise UserError(f"n_seeds={cfg.n_seeds}: a model's weights are its own; a run inside a model takes one seed")
 

@@ -1,0 +1,19 @@
+"""What a model's config declares before anything is loaded: a saved folder's config.json, or the
+`hf:TYPE` request itself (its type and size keys); None for a model only known once built."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from attnlab.model.model_spec import ModelSpec
+
+
+def declared_config(spec: ModelSpec) -> dict[str, Any] | None:
+    if spec.kind == "path":
+        config_file = spec.path / "config.json"
+        saved = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        return {**saved, **spec.sizes}
+    if spec.kind == "hf":
+        return {"model_type": spec.name, **spec.sizes}
+    return None

@@ -1,0 +1,60 @@
+"""An intervention sweep's effect as a layer × head grid (activation patching's familiar picture).
+
+From the records of a sweep over `layer=` and `intervene.head=` (attnlab.model.interventions):
+`effect_by_layer_and_head.csv`, one row per layer, one column per head, each cell the mean KL of
+the model's next-token distributions with that head edited, and the same grid as a heatmap PNG.
+Nothing is written unless the sweep's records hold an intervention on more than one layer or head.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from attnlab.record import Record
+
+NAME = "effect_by_layer_and_head"
+
+
+def effect_grid(records: Iterable[Record]) -> tuple[list[str], list[int], np.ndarray] | None:
+    """(layer names, heads, (layers, heads) mean KL, NaN where no record ran) or None."""
+    cells: dict[tuple[str, int], float] = {}
+    for record in records:
+        head = ((record.config or {}).get("intervene") or {}).get("head")
+        if record.model is None or head is None:
+            continue
+        layer = f"{record.model.stack}.{record.model.layer}" if record.model.stack else str(record.model.layer)
+        effect = record.model.effect
+        cells[layer, int(head)] = effect.kl_mean if record.status == "ok" and effect is not None else math.nan
+    layers = sorted({layer for layer, _ in cells}, key=lambda name: [int(p) if p.isdigit() else p for p in name.split(".")])
+    heads = sorted({head for _, head in cells})
+    if len(layers) * len(heads) < 2:
+        return None
+    grid = np.full((len(layers), len(heads)), math.nan)  # (layers, heads)
+    for (layer, head), value in cells.items():
+        grid[layers.index(layer), heads.index(head)] = value
+    return layers, heads, grid
+
+
+def write_effect_grid(records: Iterable[Record], folder: Path) -> list[Path]:
+    """The grid's CSV and heatmap PNG in `folder`; none without an intervention sweep."""
+    from attnlab.reporting.heatmap import render_heatmap, to_png_bytes  # Pillow: only when there is a grid
+
+    found = effect_grid(records)
+    if found is None:
+        return []
+    layers, heads, grid = found
+    table = folder / f"{NAME}.csv"
+    with table.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["layer", *(f"head {h}" for h in heads)])
+        writer.writerows([layer, *(repr(float(v)) for v in row)] for layer, row in zip(layers, grid))
+    picture = folder / f"{NAME}.png"
+    image = render_heatmap(grid, title="effect of each edited head: mean KL(model || edited)",
+                           row_labels=layers, col_labels=[str(h) for h in heads], axes=("layer", "head"))
+    picture.write_bytes(to_png_bytes(image))
+    return [table, picture]

@@ -96,7 +96,7 @@ def verdict(variant: str, table: Sequence[Row], summaries: Sequence[dict[str, di
     """The verdict's sentences; nothing about a difference within seed noise."""
     by = {row.measure: row for row in table}
     said = [s for s in (_target(variant, by, summaries, steps, target), _saturation(by), _leak(by)) if s]
-    if not any("causal evaluation fails" in s for s in said):
+    if not any("causal evaluation fails" in s or "did not reach" in s for s in said):  # said already
         said += [s for s in (_accuracy(by),) if s]
     n = len(summaries)
     if not said:

@@ -80,7 +80,7 @@ def write_tensorboard(data: dict[str, Any], job_dir: Path, images: list[dict[str
                 for tag in BANDED:
                     seen = [s[step][tag] for s in per_seed if tag in s.get(step, {})]
                     if seen:
-                        mean, std = statistics.fmean(seen), statistics.pstdev(seen)
+                        mean, std = statistics.fmean(seen), statistics.stdev(seen) if len(seen) > 1 else 0.0
                         values |= {f"{tag}/mean": mean, f"{tag}/lower": mean - std, f"{tag}/upper": mean + std}
                 if values:
                     events.add(scalars_summary(values), step=step)

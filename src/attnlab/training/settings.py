@@ -73,6 +73,9 @@ def check_settings(s: TrainingConf) -> None:
     for name in ("lr", "clip"):
         if not (isinstance(getattr(s, name), (int, float)) and getattr(s, name) > 0):
             raise UserError(f"training.{name}={getattr(s, name)}: must be a number > 0")
+    for name in ("warmup", "weight_decay"):
+        if not (isinstance(getattr(s, name), (int, float)) and getattr(s, name) >= 0):
+            raise UserError(f"training.{name}={getattr(s, name)}: must be a number >= 0")
     if not 0 < s.target_accuracy <= 1:
         raise UserError(f"training.target_accuracy={s.target_accuracy}: must be in (0, 1]")
     if s.model.d_model % s.model.num_heads:

@@ -1,7 +1,8 @@
 """A training job's files, each switched by its sink's `log.NAME`: training.json always (written
 first, so a failing output loses nothing); `table`: training_comparison.md/.csv; `tensorboard`:
-a run per side and seed with scalars at the training step, and per side a mean ± std band over
-the seeds (Custom Scalars margin charts); `html`: training.html; `mlflow`: metrics with steps;
+a run per side and seed with scalars at the training step and the probe's heatmaps, and per side a
+mean ± std band over the seeds (Custom Scalars margin charts) with an HParams session holding the
+verdict; `html`: training.html; `mlflow`: metrics with steps;
 `terminal`: the verdict and the table."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from attnlab.sinks.tensorboard import EventFile, scalars_summary
+from attnlab.sinks.tensorboard import EventFile, hparams_summaries, scalars_summary
 from attnlab.training.job import SIDES, TrainingResult
 from attnlab.training.measures import PROBE_WEIGHTS
 from attnlab.training.page import page_html
@@ -85,6 +86,11 @@ def write_tensorboard(data: dict[str, Any], job_dir: Path, images: list[dict[str
                 if values:
                     events.add(scalars_summary(values), step=step)
             events.add(custom_scalars(layout))
+            session = {"side": side, "variant": data["variant"], "task": data["settings"]["task"],
+                       "seeds": len(data["seeds"]), "verdict": " ".join(data["verdict"])}
+            for summary in hparams_summaries(session, [f"{tag}/mean" for tag in BANDED], ok=True, swept=["variant"],
+                                             trial=label):
+                events.add(summary)
 
 
 def _write_heatmaps(events: EventFile, measures: dict[str, dict[str, Any]], label: str) -> None:

@@ -47,7 +47,7 @@ def side_label(data: dict[str, Any], side: str) -> str:
 
 def step_scalars(side: dict[str, Any]) -> dict[int, dict[str, float]]:
     """{training step: {tag: value}}: the loss at every step, the evaluations at their cadence, the
-    measures at their checkpoints."""
+    measures at init and at the end."""
     steps: dict[int, dict[str, float]] = {}
     for step, loss in enumerate(side["losses"], start=1):
         steps.setdefault(step, {})["train/loss"] = loss

@@ -1,17 +1,20 @@
-"""What a run inside a model costs, as ratios to the model's own forwards measured in the same run.
+"""What a run inside a model costs, as ratios to Hugging Face's own forward with
+`output_attentions=True` (eager attention) measured in the same run.
 
-    python benchmarks/model_cost.py                    # GPT-2's shape (12 layers, 12 heads, 768 wide), 1,024 tokens
+    python benchmarks/model_cost.py                         # GPT-2 small's shape, 128 and 1,024 tokens
     python benchmarks/model_cost.py --n-tokens 256 --n-layer 4   # a smaller check
 
 A GPT-2-shaped model with random weights is saved once (save_pretrained, safetensors) to a
 temporary folder; every figure loads it from there, so loading counts on both sides.
-- one layer: `attnlab.run("mha_scaled_by_d_out", model.path=..., layer=5)` (capture of the layer's
-  stages, the diagnosis, the model run again, the effect; sinks off) against two plain forwards of the
-  model (`model(ids).logits`, no_grad). Target: at most 2.5x.
-- every layer: the same with `layer=all` against (n_layer + 1) plain forwards. Target: at most 1.5x.
-- peak memory: the one-layer run's peak resident memory against a plain forward with
+- every layer: `intervene=observe layer=all` (every layer's stages captured in one forward, each
+  diagnosed, its heads' patterns; sinks off). Target: at most 2x.
+- one layer swapped: `attnlab.run("mha_scaled_by_d_out", model.path=..., layer=5)` (the unmodified
+  forward capturing the layer, the model run again with the variant, its effect and diagnosis). Target: at most 2.5x.
+- one head ablated: `intervene=ablate_head intervene.head=0 layer=5`, the same costs. Target: at most 2.5x.
+- peak memory: the one-layer run's peak resident memory against the forward with
   `output_attentions=True`, each in a fresh process (its VmHWM). Target: at most 2x.
-Times are the median of --repeats runs, each in the same process after one warm-up.
+Times are medians of --repeats rounds after one warm-up; each round times the forward, then each
+run, so that a busy moment of the shared machine falls on both sides of a ratio alike.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"  # the lesson texts, beside the clone
 
@@ -51,7 +55,8 @@ def save_model(folder: Path, n_layer: int) -> Path:
     return folder
 
 
-def plain_forward(folder: Path, text: str, attentions: bool = False) -> float:
+def hf_forward(folder: Path, text: str) -> float:
+    """Seconds to load the model and run its forward returning every layer's attention weights."""
     import torch
     from transformers import GPT2LMHeadModel
 
@@ -59,25 +64,31 @@ def plain_forward(folder: Path, text: str, attentions: bool = False) -> float:
 
     start = time.perf_counter()
     model = GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
-    ids = torch.tensor([gpt2_encoding().encode(text)])
+    ids = torch.tensor([gpt2_encoding().encode(text)])  # (1, T)
     with torch.no_grad():
-        model(ids, output_attentions=attentions, use_cache=False)
+        model(ids, output_attentions=True, use_cache=False)
     return time.perf_counter() - start
 
 
-def attnlab_run(folder: Path, text: str, layer: str) -> float:
+def attnlab_run(folder: Path, text: str, *words: str) -> float:
     import attnlab
 
     start = time.perf_counter()
     attnlab.run("mha_scaled_by_d_out", overrides=[f"model.path={folder}", "inputs=text", f"inputs.text='{text}'",
-                                                  f"layer={layer}", "log.tensorboard=false", "log.table=false",
+                                                  *words, "log.tensorboard=false", "log.table=false",
                                                   "log.html=false"])
     return time.perf_counter() - start
 
 
-def median_time(fn, repeats: int) -> float:
-    fn()  # imports, Hydra's first compose, first-touch of the weights
-    return statistics.median(fn() for _ in range(repeats))
+def medians(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
+    """Each run's median seconds over `repeats` rounds, after one warm-up round."""
+    for run in runs.values():
+        run()  # imports, Hydra's first compose, first-touch of the weights
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            times[name].append(run())
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def peak_rss(code: str) -> int:
@@ -99,26 +110,42 @@ def verdict(name: str, ratio: float, target: float, detail: str) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-tokens", type=int, default=1024)
+    parser.add_argument("--n-tokens", default="128,1024", help="token counts, comma-separated")
     parser.add_argument("--n-layer", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory figure")
     args = parser.parse_args()
-    text = text_of(args.n_tokens)
+    layer = "5" if args.n_layer > 5 else "0"
+    results = []
     with tempfile.TemporaryDirectory(prefix="attnlab-model-cost-") as tmp:
         folder = save_model(Path(tmp) / "gpt2", args.n_layer)
-        forward = median_time(lambda: plain_forward(folder, text), args.repeats)
-        one = median_time(lambda: attnlab_run(folder, text, "5" if args.n_layer > 5 else "0"), args.repeats)
-        every = median_time(lambda: attnlab_run(folder, text, "all"), args.repeats)
-        here = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import model_cost as m; "
-        own_peak = peak_rss(here + f"m.plain_forward({str(folder)!r}, {text!r}, attentions=True)")
-        run_peak = peak_rss(here + f"m.attnlab_run({str(folder)!r}, {text!r}, '0')")
-    print(f"GPT-2 shape, {args.n_layer} layers, {args.n_tokens} tokens; a plain forward {forward:.2f} s")
-    results = [
-        verdict("one layer replaced / two forwards", one / (2 * forward), 2.5, f"{one:.2f} s"),
-        verdict("layer=all / (n_layer + 1) forwards", every / ((args.n_layer + 1) * forward), 1.5, f"{every:.2f} s"),
-        verdict("peak memory / forward with output_attentions", run_peak / own_peak, 2.0,
-                f"{run_peak / 2**20:.0f} MiB against {own_peak / 2**20:.0f} MiB"),
-    ]
+        for n_tokens in (int(n) for n in args.n_tokens.split(",")):
+            text = text_of(n_tokens)
+            took = medians({
+                "forward": lambda: hf_forward(folder, text),
+                "all": lambda: attnlab_run(folder, text, "layer=all", "intervene=observe"),
+                "swap": lambda: attnlab_run(folder, text, f"layer={layer}"),
+                "ablate": lambda: attnlab_run(folder, text, f"layer={layer}", "intervene=ablate_head",
+                                              "intervene.head=0"),
+            }, args.repeats)
+            forward = took["forward"]
+            print(f"GPT-2 shape, {args.n_layer} layers, {n_tokens} tokens; HF forward with output_attentions "
+                  f"(load included) {forward:.2f} s")
+            results += [
+                verdict(f"{n_tokens} tokens: layer=all captured / HF forward", took["all"] / forward, 2.0,
+                        f"{took['all']:.2f} s"),
+                verdict(f"{n_tokens} tokens: one layer swapped, effect and diagnosis / HF forward",
+                        took["swap"] / forward, 2.5, f"{took['swap']:.2f} s"),
+                verdict(f"{n_tokens} tokens: one head ablated, effect and diagnosis / HF forward",
+                        took["ablate"] / forward, 2.5, f"{took['ablate']:.2f} s"),
+            ]
+            if args.no_memory:
+                continue
+            here = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import model_cost as m; "
+            own_peak = peak_rss(here + f"m.hf_forward({str(folder)!r}, {text!r})")
+            run_peak = peak_rss(here + f"m.attnlab_run({str(folder)!r}, {text!r}, 'layer={layer}')")
+            results.append(verdict(f"{n_tokens} tokens: peak memory / HF forward", run_peak / own_peak, 2.0,
+                                   f"{run_peak / 2**20:.0f} MiB against {own_peak / 2**20:.0f} MiB"))
     return 0 if all(results) else 1
 
 

@@ -70,12 +70,15 @@ def test_every_fault_of_a_module_is_its_own_failed_record_and_the_sweep_goes_on(
     assert "Fatal Python error" not in done.stderr  # the trace went to the record, not the terminal
 
 
-@pytest.mark.parametrize("name", ["exits", "interrupts"])
-def test_a_single_run_whose_module_exits_or_interrupts_is_a_failed_record_exit_1(tmp_path, name) -> None:
+@pytest.mark.parametrize("name", ["exits", "interrupts", "hangs"])
+def test_a_single_run_whose_module_exits_interrupts_or_hangs_is_a_failed_record_exit_1(tmp_path, name) -> None:
     plugins = write_plugins(tmp_path / "plugins", [name])
-    done = attnlab(tmp_path, plugins, f"variant={name}", f"hydra.run.dir={tmp_path / 'run'}")
+    done = attnlab(tmp_path, plugins, f"variant={name}", f"hydra.run.dir={tmp_path / 'run'}", "timeout_s=3")
     assert done.returncode == 1, done.stderr
     assert records(tmp_path / "run")[name]["error"].startswith(FAULTS[name][1])
+    # the cause where the user looks, whichever process noticed it; the record as typed from here
+    assert f"FAILED: {FAULTS[name][1]}" in done.stdout
+    assert done.stderr.endswith("attnlab: 1 failed record(s): run/record.json\n"), done.stderr
 
 
 def test_a_job_that_fails_before_its_modules_run_has_its_row(tmp_path) -> None:

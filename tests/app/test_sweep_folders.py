@@ -86,7 +86,7 @@ def test_faults_and_a_killed_worker_cost_only_their_jobs_and_a_rerun_runs_only_t
     assert found.get("kills_worker", {}).get("status") == "ok" or "no record: job #3 variant=kills_worker" in first.stderr
     ok = sum(r["status"] == "ok" for r in found.values())
     again = attnlab(tmp_path, *sweep)
-    assert f"attnlab: resuming the sweep in {tmp_path / 'sweep'}: {ok} of 8 job(s) have an ok record; running the other {8 - ok}" in again.stderr
+    assert f"attnlab: resuming the sweep in {tmp_path / 'sweep'}: {ok} of 8 job(s) are done; running the other {8 - ok}" in again.stderr
     after = records(tmp_path / "sweep")
     assert all(after[v]["mtime"] == r["mtime"] for v, r in found.items() if r["status"] == "ok")  # not run again
     assert after["kills_worker"]["status"] == "ok" and again.returncode == 1

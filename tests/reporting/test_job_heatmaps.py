@@ -176,3 +176,19 @@ def test_a_pooled_maps_crop_is_the_block_where_the_variant_first_differs() -> No
     difference[1, 130, 70] = 0.5  # head 1 differs first at query 130, key 70
     assert _crop_origin(difference, head=1) == (128, 64)
     assert _crop_origin(difference, head=0) == (0, 0)  # nothing differs in head 0
+
+
+def test_a_mask_on_one_side_only_is_named_in_the_difference_map_not_all_0(monkeypatch) -> None:
+    """A causal mask that also hides the diagonal: scaled_scores differ only where the variant has
+    -inf, so every finite difference is 0 and the bar used to read "all 0" over a grey diagonal."""
+    drawn = captured(monkeypatch)
+    record = attnlab.run("causal_mask_diagonal_0", 1, **NO_SINKS).record
+    assert record.first_divergent_stage == "scaled_scores"
+    heatmap_images(record, stages=["scaled_scores"])
+    variant, reference = record.stages["scaled_scores"][0], record.reference_stages["scaled_scores"][0]  # (T, T)
+    only_variant = int(np.count_nonzero(np.isneginf(variant) & np.isfinite(reference)))
+    assert only_variant == 6  # the book's six tokens: the diagonal
+    start = drawn.index("scaled_scores · difference · batch item 0")
+    legend = next(text for text in drawn[start:] if text.startswith("variant - reference"))
+    assert legend.endswith(f"grey: {only_variant} -inf (masked in variant only)"), legend
+    assert ticks_after(drawn, "scaled_scores · difference · batch item 0", n=1) == ["finite 0"]

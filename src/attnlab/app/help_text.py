@@ -5,7 +5,7 @@ from __future__ import annotations
 from attnlab.app.config_paths import group_options
 from attnlab.modules.registry import Registry
 from attnlab.plugin_folders import USER_GROUP, builtin_groups, group_heading
-from attnlab.schema import KEYS, show_value
+from attnlab.schema import CHOICE_KEYS, KEYS, show_value
 
 
 def help_header(registry: Registry) -> str:
@@ -54,4 +54,6 @@ def groups_help() -> str:
 def keys_help() -> str:
     """Every key of the schema: its default, what is allowed, what it does."""
     width = max(len(key.name) for key in KEYS)
-    return "\n".join(f"{key.name.ljust(width)}  default {show_value(key.default)}; {key.allowed}; {key.help}" for key in KEYS)
+    keys = [(key.name, show_value(key.default), key.allowed, key.help) for key in KEYS]
+    keys += [(key.name, key.default.value, key.allowed, key.help) for key in CHOICE_KEYS]
+    return "\n".join(f"{name.ljust(width)}  default {default}; {allowed}; {what}" for name, default, allowed, what in keys)

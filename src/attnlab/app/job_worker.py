@@ -31,6 +31,7 @@ from typing import Any
 
 from attnlab.app.crash_site import crash_site
 from attnlab.app.guard import Failure, UserInterrupt, Work, guarded
+from attnlab.app.streams import ensure_std_streams
 from attnlab.app.job_outcome import Interrupted, Outcome, Raised, Ran, Reply, TimedOut
 from attnlab.errors import UserError
 
@@ -56,6 +57,7 @@ def _serve(jobs: Connection, sender_alive: Connection, fault_log: str) -> None:
     defaults, so the next job starts in a fresh process; and when the process sending the jobs ends (`sender_alive` closes), even
     mid-job: a killed joblib worker's job is then missing and launched again, never a second
     writer of the same folder."""
+    ensure_std_streams()  # the forkserver may have started without them (a command run with `>&- 2>&-`)
     threading.Thread(target=_exit_on_eof, args=(sender_alive,), daemon=True).start()
     faults = open(fault_log, "w", encoding="utf-8")  # noqa: SIM115 - open as long as the process: a crash writes it
     faulthandler.enable(file=faults, all_threads=False)  # where native code crashed: the parent says it (crash_site)

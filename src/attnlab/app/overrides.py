@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-OPEN_BLOCKS = ("expect", "model", "reference_model")  # open-ended keys: attnlab adds Hydra's `++` for them
+OPEN_BLOCKS = ("expect", "model", "reference_model", "intervene")  # open-ended keys: attnlab adds Hydra's `++` for them
 
 
 def user_overrides(args: list[str]) -> list[str]:

@@ -34,7 +34,7 @@ each stage's shape in the module's own rank. A torch.overrides.TorchFunctionMode
 call with its arguments (here) and hands it to the part that reads it: `provenance` (tags in a side
 table, weak references, no copies; views, splits and scalar factors), `products` (projections,
 scores, context), `softmax_calls` (called or written out), `fused_kernels` (SDPA, FlexAttention,
-nn.MultiheadAttention); `result` puts the heads' stages together. The module is called through
+nn.MultiheadAttention), `buffers` (writes into a buffer such as a KV cache); `result` puts the heads' stages together. The module is called through
 `attnlab.modules.built`, which says what of its return is the output.
 """
 
@@ -53,7 +53,7 @@ from attnlab.capture.result import Capture, assemble, max_abs_or_nan
 from attnlab.capture.stages import STAGES
 from attnlab.capture.torch_calls import PRODUCTS, is_inplace, op_name
 from attnlab.modules import hf
-from attnlab.modules.built import BuiltModule, as_built
+from attnlab.modules.built import BuiltModule, Returned, as_built
 
 __all__ = ["Capture", "capture", "max_abs_or_nan", "tap"]
 
@@ -85,11 +85,16 @@ def capture(module: nn.Module | BuiltModule, x: torch.Tensor) -> Capture:
             returned = built.call(x)
     finally:
         _ACTIVE.reset(token)
+    return finished(recording, built.module, x, returned)
+
+
+def finished(recording: provenance.Recording, module: nn.Module, x: torch.Tensor, returned: Returned) -> Capture:
+    """The Capture of `module`'s recorded forward on `x`, the recording let go."""
     try:
         captured = assemble(recording, x, returned)
-        if hf.is_hf_module(built.module):
-            captured.declared_scale = hf.declared_scale(built.module)
-            captured.declared_clip = hf.declared_clip(built.module)
+        if hf.is_hf_module(module):
+            captured.declared_scale = hf.declared_scale(module)
+            captured.declared_clip = hf.declared_clip(module)
         return captured
     finally:  # the recording may sit in a reference cycle: what it held must not wait for the collector
         recording.release()
@@ -98,18 +103,22 @@ def capture(module: nn.Module | BuiltModule, x: torch.Tensor) -> Capture:
 class _Recorder(TorchFunctionMode):
     """Sees every torch call of the forward with its arguments and hands it to the part that reads it."""
 
-    def __init__(self, recording: provenance.Recording) -> None:
+    def __init__(self, recording: provenance.Recording | None) -> None:
         super().__init__()
-        self.rec = recording
+        self.rec = recording  # None between the modules a whole-model capture watches: calls pass through
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         rec, name = self.rec, op_name(func)
+        if rec is None:
+            return func(*args, **kwargs)
         if name == "multi_head_attention_forward":
             return fused_kernels.multi_head_attention(rec, func, args, kwargs)
         if is_inplace(name) and args:
             provenance.keep_scores_before_inplace(rec, args[0])
         out = func(*args, **kwargs)
+        if args and rec.own_tag(args[0]) is None and rec.memory.write(func, name, args, kwargs, rec.tag):
+            return out  # a tagged tensor written into a buffer: read back, it keeps its tag
         if name == "__iter__":  # `queries, keys, values = qkv`: the items are tagged as unbind's would be
             out = list(out)
             provenance.propagate(rec, lambda t: list(t.unbind(0)), "unbind", args, kwargs, out)

@@ -33,6 +33,7 @@ class Size:
     d_out: int
     itemsize: int = 4  # bytes per value (float32)
     context_length: int = 0  # a (context_length x context_length) mask buffer in each module, if it takes one
+    heads_known: bool = True  # False: checked before the module says its heads, at the least it can take
 
     @property
     def stage_bytes(self) -> int:
@@ -40,7 +41,8 @@ class Size:
         return self.batch * self.heads * self.n_tokens**2 * self.itemsize
 
     def describe(self) -> str:
-        return f"batch {self.batch} x {self.heads} heads x {self.n_tokens}² tokens"
+        heads = f"{self.heads} head{'s' if self.heads > 1 else ''}" if self.heads_known else "at least 1 head"
+        return f"batch {self.batch} x {heads} x {self.n_tokens}² tokens"
 
 
 def estimate_peak_bytes(size: Size, *, spilled: bool) -> int:
@@ -90,7 +92,7 @@ def check_declared_inputs(batch: int, n_tokens: int | None, d_in: int | None, d_
     """Before the inputs are built: a run whose inputs the config sizes (random inputs) is checked
     at one head, the least it can take (the full check, with the module's heads, follows)."""
     if n_tokens and d_in:
-        check_fits(Size(batch, 1, n_tokens, d_in, d_out), spilled=True)
+        check_fits(Size(batch, 1, n_tokens, d_in, d_out, heads_known=False), spilled=True)
 
 
 def cap_process() -> None:

@@ -3,15 +3,20 @@ layer's own parameters in its place, and what that does to the model's output.""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+import tempfile
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.capture.recorder import Capture
-from attnlab.capture.spill import as_numpy
+from attnlab.capture.every_layer import every_layer
+from attnlab.capture.spill import as_numpy, spill
+from attnlab.capture.stages import SQUARE_STAGES
+from attnlab.compute.memory import SPILL_STAGE_BYTES
 from attnlab.compute.pipeline import diagnosed, run_module
 from attnlab.model.config_variants import config_variant, takes_config
 from attnlab.model.effect import output_effects
@@ -46,6 +51,7 @@ class ModelRun:
     replay: BlockRecording | None = None  # the unmodified forward's blocks, replayed in a changed one
     given: dict[str, Any] | None = None  # the forward's arguments where they are not `ids` alone
     names: list[str] | None = None  # each layer as `layer=` names it (encoder.1); None: its index
+    own: OwnCaptures | None = None  # each compared layer's own stages, captured in the unmodified forward
 
     def layer_name(self, layer: int) -> str:
         return self.names[layer] if self.names else str(layer)
@@ -57,23 +63,32 @@ class ModelRun:
 
     @classmethod
     def start(cls, loaded: LoadedModel, attention: list[tuple[str, nn.Module]], sizes: ModelSizes,
-              ids: list[int] | ModelInputs, labels: list[str], layers: list[int], replay: bool = False) -> ModelRun:
+              ids: list[int] | ModelInputs, labels: list[str], layers: list[int], replay: bool = False,
+              own: OwnCaptures | None = None) -> ModelRun:
         """`ids`: the text's, or what the model is given (attnlab.model.inputs); `replay`: keep the
-        blocks' outputs for the changed forwards (attnlab.model.replay)."""
+        blocks' outputs for the changed forwards (attnlab.model.replay); `own`: where the chosen
+        layers' own stages go, captured in that same forward (attnlab.capture.every_layer)."""
         inputs = ids if isinstance(ids, ModelInputs) else None
         token_ids = inputs.scored if inputs else torch.tensor([ids], dtype=torch.long)  # (1, P)
         given = inputs.given if inputs else None
         recording = BlockRecording.of([name for name, _ in attention]) if replay else None
-        with recording.recording(loaded.module, max(layers)) if recording else nullcontext():
+        with ExitStack() as watching:
+            if recording:
+                watching.enter_context(recording.recording(loaded.module, max(layers)))
+            if own:
+                watching.enter_context(every_layer([attention[layer][1] for layer in own.layers], own.keep))
             base, calls = final_hidden(loaded.module, token_ids, loaded.hf, [m for _, m in attention], set(layers),
                                        given)
-        return cls(loaded, attention, sizes, token_ids, labels, base, calls, recording, given)
+        return cls(loaded, attention, sizes, token_ids, labels, base, calls, recording, given, own=own)
 
     def projections(self, layer: int) -> Projections:
         return read_projections(self.attention[layer][1], num_heads=self.sizes.heads, num_kv_heads=self.sizes.kv_heads)
 
     def capture_own(self, layer: int, seed: int) -> Capture:
-        """The layer's own attention, captured on the hidden states, mask and position embeddings it received."""
+        """The layer's own attention, captured on the hidden states, mask and position embeddings it
+        received: in the unmodified forward when it was watched (handed over once), else called again."""
+        if self.own is not None and layer in self.own.captures:
+            return self.own.captures.pop(layer)
         call = self.calls[layer]
         return run_module(BuiltModule(self.attention[layer][1], AsLayerCalled(call)), call.hidden, seed)
 
@@ -92,6 +107,32 @@ class ModelRun:
     def effects(self, changed: list[Final]) -> list[Effect]:
         """What each changed run does to the output, against the unmodified run."""
         return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, softcap=self.sizes.softcap)
+
+
+class OwnCaptures:
+    """The compared layers' captures from one forward: handed to `consume(layer, capture)` as each
+    is made (a record made at once: one layer's stages in memory at a time), or kept until each
+    record takes its own, their square stages spilled to a folder (kept with the records) once the
+    kept ones pass a stage's spill size, so every layer of a long text does not sit in memory at once."""
+
+    def __init__(self, layers: list[int], consume: Callable[[int, Capture], None] | None = None) -> None:
+        self.layers = layers
+        self.consume = consume
+        self.captures: dict[int, Capture] = {}
+        self.kept_bytes = 0
+        self.scratch: tempfile.TemporaryDirectory | None = None
+
+    def keep(self, index: int, captured: Capture) -> None:
+        if self.consume is not None:
+            self.consume(self.layers[index], captured)
+            return
+        square = sum(captured.stages[name].nbytes for name in SQUARE_STAGES if name in captured.stages)
+        if self.kept_bytes + square > SPILL_STAGE_BYTES:
+            self.scratch = self.scratch or tempfile.TemporaryDirectory(prefix="attnlab-spill-")
+            spill(captured.stages, SQUARE_STAGES, Path(self.scratch.name), prefix=f"layer{self.layers[index]}-")
+        else:
+            self.kept_bytes += square
+        self.captures[self.layers[index]] = captured
 
 
 def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], seed: int
@@ -198,7 +239,8 @@ def compare_layer(run: ModelRun, changed: Changed, effect: Effect | None, setup:
         reference_label, reference = layer_reference(run, layer, reference_name, seed)
         pair = Pair(reference=reference_label)
         built, weights_loaded = model_variant(run, layer, name, params, seed)
-        pair = Pair(reference=reference_label, weights_loaded=weights_loaded)
+        pair = Pair(reference=reference_label, weights_loaded=weights_loaded,
+                    scratch=run.own.scratch if run.own else None)  # the folder its spilled stages are in
         variant = run_variant(run, layer, built, in_model(run, layer, built).batched, seed)
         if changed.error is not None:
             raise PluginError(changed.error)

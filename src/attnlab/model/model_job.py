@@ -10,14 +10,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
 from attnlab.model.layer_check import compute_check_records
-from attnlab.model.layer import ModelRun, changed_layer, compare_layer
+from attnlab.model.layer import ModelRun, OwnCaptures, changed_layer, compare_layer
 from attnlab.model.loading import LoadedModel, load_model
+from attnlab.model.intervention_records import intervention_records
+from attnlab.model.interventions import intervention
 from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
 from attnlab.model.model_memory import check_model_fits
 from attnlab.model.sizes import ModelSizes, model_sizes
 from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
 from attnlab.model.model_spec import OWN_KEYS, is_requested, model_spec
-from attnlab.model.tokens import token_ids
+from attnlab.inputs.token_ids import read_ids
+from attnlab.model.tokens import fitting_ids, token_ids
 from attnlab.record import ModelInfo, Record, Setup
 from attnlab.schema import resolved
 
@@ -39,7 +42,8 @@ def check_unused(cfg: DictConfig) -> None:
         hint = f"did you mean 'model.{close[0]}'?" if close else "a model key needs a model to run in"
         raise UserError(f"model.{stray}: unknown key without a model (model=hf:TYPE, model.path=DIR, "
                         f"model.hub=REPO_ID or model=NAME); {hint}")
-    for key, used in (("layer", cfg.get("layer") is not None), ("reference_model", bool(_block(cfg, "reference_model")))):
+    for key, used in (("layer", cfg.get("layer") is not None), ("reference_model", bool(_block(cfg, "reference_model"))),
+                      ("intervene", bool(_block(cfg, "intervene")))):
         if used and not wants_model(cfg):
             raise UserError(f"{key}: only with a model to run in (model=hf:TYPE, model.path=DIR, model.hub=REPO_ID "
                             f"or model=NAME)")
@@ -48,6 +52,8 @@ def check_unused(cfg: DictConfig) -> None:
 def check_model_request(cfg: DictConfig) -> None:
     """What can be checked without loading anything."""
     model_spec(_block(cfg, "model"))
+    if intervention(_block(cfg, "intervene")) is not None and is_requested(_block(cfg, "reference_model")):
+        raise UserError("intervene: edits one model's layers; the learner's check (reference_model=) compares two")
     if is_requested(_block(cfg, "reference_model")):
         model_spec(_block(cfg, "reference_model"), "reference_model")
     if is_requested(_block(cfg, "reference_model")):
@@ -57,9 +63,10 @@ def check_model_request(cfg: DictConfig) -> None:
 
 
 def check_text(cfg: DictConfig) -> None:
-    """A language model runs on text (a vision transformer on an image drawn from the seed)."""
-    if cfg.inputs.get("kind") != "text":
-        raise UserError(f"model=: runs on text: inputs=text inputs.text=\"some words\" (got inputs={cfg.inputs.get('kind')})")
+    """A language model runs on text or token ids (a vision transformer on an image drawn from the seed)."""
+    if cfg.inputs.get("kind") not in ("text", "ids"):
+        raise UserError(f"model: a language model runs on text or token ids: inputs=text inputs.text=\"some words\" "
+                        f"or inputs=ids inputs.ids=[464,3290] (got inputs={cfg.inputs.get('kind')})")
 
 
 def model_inputs(cfg: DictConfig, loaded: LoadedModel, sizes: ModelSizes) -> ModelInputs:
@@ -67,15 +74,22 @@ def model_inputs(cfg: DictConfig, loaded: LoadedModel, sizes: ModelSizes) -> Mod
     if loaded.task == "image":
         return image_inputs(loaded.config, cfg.seed)
     check_text(cfg)
-    ids = token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
+    longest = sizes.context or cfg.inputs.max_tokens
+    if cfg.inputs.kind == "ids":  # given as they are: no tokenizer runs
+        ids = fitting_ids(read_ids(cfg.inputs.ids), "inputs.ids", "", sizes.vocab, longest)
+    else:
+        ids = token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, longest)
     if loaded.task == "seq2seq":
         return encoder_decoder_inputs(loaded.module, ids, loaded.tokenizer)
     return text_inputs(ids, loaded.tokenizer)
 
 
-def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
-              layers_key: Any) -> tuple[ModelRun, list[int], list[Slot], ModelInputs]:
-    """The model run once, unmodified, on its inputs, keeping what the chosen layers receive."""
+def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None, layers_key: Any,
+              consume: Consume | None = None) -> tuple[ModelRun, list[int], list[Slot], ModelInputs]:
+    """The model run once, unmodified, on its inputs, keeping what the chosen layers receive and
+    capturing their stages; `consume`: told of each layer's stages as they are captured (made
+    from the run's layers, slots and inputs) where nothing runs after, else kept in the run, with
+    the blocks' outputs for changed forwards."""
     attention, slots = stacked_attention(loaded.module, attention_path)
     sizes = model_sizes(loaded.config, loaded.label)
     layers = chosen_slots(layers_key, slots)
@@ -86,7 +100,9 @@ def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None,
     # (1, T, d) tensors kept: each compared layer's input and its changed final hidden states, and the
     # output of every block before the last compared layer (replayed)
     check_model_fits(loaded.n_parameters, sizes, n_tokens, 2 * len(layers) + max(layers))
-    run = ModelRun.start(loaded, attention, sizes, inputs, inputs.labels[slots[layers[0]].stack], layers, replay=True)
+    own = OwnCaptures(layers, consume(sizes, attention, layers, slots, inputs) if consume else None)
+    run = ModelRun.start(loaded, attention, sizes, inputs, inputs.labels[slots[layers[0]].stack], layers,
+                         replay=consume is None, own=own)
     run.names = [slot.name for slot in slots]
     return run, layers, slots, inputs
 
@@ -99,6 +115,8 @@ def _check_decoder_heads(config: Any, sizes: ModelSizes) -> None:
                         f"decoder layer's variant for the encoder's count: make them equal")
 
 
+# made from the run's sizes, attention, layers, slots and inputs before its forward: told of each layer's capture
+Consume = Callable[[ModelSizes, list, list[int], list[Slot], ModelInputs], Callable[[int, Any], None]]
 # told of each layer's record as it is made, (record, its index, how many): returns the record to keep
 Done = Callable[[Record, int, int], Record]
 
@@ -114,7 +132,11 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
         return compute_check_records(cfg, {k: _block(cfg, k) for k in ("model", "reference_model")}, say, done)
     say("model")
     spec = model_spec(_block(cfg, "model"))
+    chosen = intervention(_block(cfg, "intervene"))
     loaded = load_model(spec, cfg.seed)
+    if chosen is not None:
+        return intervention_records(cfg, chosen, loaded, lambda consume: model_run(
+            cfg, loaded, spec.attention_path, cfg.layer, consume), _tokens(loaded), say, done)
     run, layers, slots, inputs = model_run(cfg, loaded, spec.attention_path, cfg.layer)
     config = resolved(cfg)
     params = OmegaConf.to_container(cfg.variant.params, resolve=True)

@@ -48,10 +48,14 @@ def token_ids(tokenizer: Tokenizer, text: str | None, vocab_size: int | None, ma
     ids = tokenizer.encode(text)
     if not ids:
         raise UserError(f"inputs.text: the model's tokenizer ({tokenizer.name}) gives no tokens for it")
+    return fitting_ids(ids, "inputs.text", f" ({tokenizer.name})", vocab_size, max_tokens)
+
+
+def fitting_ids(ids: list[int], key: str, source: str, vocab_size: int | None, max_tokens: int) -> list[int]:
+    """`ids` checked against the model's context and vocabulary; `source`: where they came from, for the message."""
     if len(ids) > max_tokens:
-        raise UserError(f"inputs.text is {len(ids)} tokens, more than the model's context of {max_tokens}; "
-                        f"shorten the text")
-    if vocab_size is not None and ids and max(ids) >= vocab_size:
-        raise UserError(f"inputs.text has token id {max(ids)} ({tokenizer.name}); the model's vocabulary has "
+        raise UserError(f"{key} is {len(ids)} tokens, more than the model's context of {max_tokens}; shorten it")
+    if vocab_size is not None and max(ids) >= vocab_size:
+        raise UserError(f"{key} has token id {max(ids)}{source}; the model's vocabulary has "
                         f"{vocab_size} rows (model.vocab_size={GPT2_VOCAB} fits GPT-2 BPE)")
     return ids

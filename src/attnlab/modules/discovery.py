@@ -100,8 +100,9 @@ class PluginsRead:
 def find_plugins() -> PluginsRead:
     """Every variant of the plugin files (built-ins, ./plugins, ATTNLAB_PLUGIN_PATH), then of the
     installed entry points; a plugin that fails is one warning, and the others load."""
-    files = plugin_files()
-    found = PluginsRead(fingerprint=_fingerprint(files))
+    skipped: list[str] = []
+    files = plugin_files(skipped)
+    found = PluginsRead(fingerprint=_fingerprint(files), warnings=skipped)
     by_folder: dict[Path, list[tuple[Path, str]]] = {}
     for path, group in files:
         by_folder.setdefault(path.parent, []).append((path, group))

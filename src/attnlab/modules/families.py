@@ -24,6 +24,10 @@ from dataclasses import dataclass, field
 
 MASK_KINDS = ("causal", "sliding", "chunked", "local_global", "bidirectional")
 MASK_VALUES = ("additive", "binary", "bool")  # -inf/0 added; 1 keep / 0 drop; True drop (the book's)
+CONSTRUCTOR_SOURCES = ("config", "layer", "d_in", "num_heads", "dropout")
+# transformers' decoder layers build their attention as `Cls(config=config, layer_idx=layer_idx)`
+CONFIG_AND_LAYER = {"config": "config", "layer_idx": "layer"}
+CONFIG_ONLY = {"config": "config"}
 PROVIDERS = ("mask", "position_embeddings", "position_ids", "position_bias", "alibi", "layer_idx", "is_causal")
 
 
@@ -48,17 +52,22 @@ class Family:
     spellings: dict[str, tuple[str, ...]] = field(default_factory=dict)  # attnlab key -> config spellings
     scaling: float | None = None  # the factor on the scores instead of 1/sqrt(head_dim): T5's 1.0
     attention_class: str | None = None  # `hf:NAME`'s class when not <Model>SelfAttention/<Model>Attention
+    # how the model's own layer builds its attention, keyword -> what it is given: "config", "layer" (the
+    # layer index) or an attnlab key read off the config under the family's spellings (BART's embed_dim)
+    constructor: dict[str, str] = field(default_factory=lambda: dict(CONFIG_AND_LAYER))
 
     def __post_init__(self) -> None:
         if self.mask not in MASK_KINDS or self.mask_values not in MASK_VALUES:
             raise ValueError(f"family {self.name}: mask {self.mask}/{self.mask_values} not in {MASK_KINDS}/{MASK_VALUES}")
-        unknown = set(self.arguments.values()) - set(PROVIDERS)
+        unknown = set(self.arguments.values()) - set(PROVIDERS) | set(self.constructor.values()) - set(CONSTRUCTOR_SOURCES)
         if unknown:
             raise ValueError(f"family {self.name}: unknown providers {sorted(unknown)}")
 
 
 _ROPE = {"attention_mask": "mask", "position_embeddings": "position_embeddings", "position_ids": "position_ids"}
 _MASK = {"attention_mask": "mask"}
+# BART's and Whisper's encoder layers: sizes by name, then the config
+_BY_SIZE = {"embed_dim": "d_in", "num_heads": "num_heads", "dropout": "dropout", "config": "config", "layer_idx": "layer"}
 
 FAMILIES: tuple[Family, ...] = (
     Family("llama", "model.layers.{i}.self_attn", arguments=_ROPE),
@@ -81,7 +90,7 @@ FAMILIES: tuple[Family, ...] = (
            final_norm="transformer.ln_f", arguments=_MASK),
     Family("falcon", "transformer.h.{i}.self_attention", out_proj="dense", fused_qkv="query_key_value",
            fused_order="per_head", final_norm="transformer.ln_f",
-           arguments={**_ROPE, "alibi": "alibi"}),
+           arguments={**_ROPE, "alibi": "alibi"}, spellings={"num_kv_heads": ("num_kv_heads",)}),
     Family("mpt", "transformer.blocks.{i}.attn", out_proj="out_proj", fused_qkv="Wqkv", final_norm="transformer.norm_f",
            mask_values="bool",
            arguments={"attention_mask": "mask", "position_bias": "position_bias"},
@@ -91,20 +100,22 @@ FAMILIES: tuple[Family, ...] = (
     Family("modernbert", "model.layers.{i}.attn", out_proj="Wo", fused_qkv="Wqkv", final_norm="model.final_norm",
            mask="bidirectional", arguments=_ROPE),  # an encoder: its local layers' window is both ways
     Family("deberta-v2", "deberta.encoder.layer.{i}.attention.self", out_proj=None, final_norm=None,
-           mask="bidirectional", mask_values="binary", arguments=_MASK, attention_class="DisentangledSelfAttention"),
+           mask="bidirectional", mask_values="binary", arguments=_MASK, attention_class="DisentangledSelfAttention",
+           constructor=CONFIG_ONLY),
     Family("vit", "vit.layers.{i}.attention", out_proj="o_proj", final_norm="vit.layernorm",
-           mask="bidirectional"),
+           mask="bidirectional", constructor=CONFIG_ONLY),
     Family("clip_text_model", "text_model.encoder.layers.{i}.self_attn", out_proj="out_proj",
-           final_norm="text_model.final_layer_norm", arguments={"attention_mask": "mask", "is_causal": "is_causal"}),
+           final_norm="text_model.final_layer_norm", arguments={"attention_mask": "mask", "is_causal": "is_causal"},
+           constructor=CONFIG_ONLY),
     *(Family(name, "encoder.block.{i}.layer.0.SelfAttention", out_proj="o", final_norm="encoder.final_layer_norm",
              mask="bidirectional", arguments={"mask": "mask", "position_bias": "position_bias"},
              spellings={"d_in": ("d_model",), "head_dim": ("d_kv",)}, scaling=1.0)
       for name in ("t5", "mt5", "umt5", "longt5")),  # unscaled scores: the initialisation carries the scale
     Family("bart", "model.encoder.layers.{i}.self_attn", out_proj="out_proj", final_norm=None, mask="bidirectional",
-           arguments=_MASK, spellings={"d_in": ("d_model", "embed_dim"), "num_heads": ("encoder_attention_heads",)}),
+           arguments=_MASK, spellings={"d_in": ("d_model", "embed_dim"), "num_heads": ("encoder_attention_heads",)}, constructor=_BY_SIZE),
     Family("whisper", "model.encoder.layers.{i}.self_attn", out_proj="out_proj", final_norm="model.encoder.layer_norm",
            mask="bidirectional", arguments=_MASK,
-           spellings={"d_in": ("d_model", "embed_dim"), "num_heads": ("encoder_attention_heads",)}),
+           spellings={"d_in": ("d_model", "embed_dim"), "num_heads": ("encoder_attention_heads",)}, constructor=_BY_SIZE),
     # libraries beside transformers: a module called by its forward's names
     Family("torch", "", out_proj="out_proj", fused_qkv="in_proj", final_norm=None, mask="bidirectional",
            mask_values="bool", arguments={"attn_mask": "mask"}, spellings={"d_in": ("embed_dim",)}),
@@ -142,10 +153,12 @@ def family(name: str) -> Family:
     return next((f for f in FAMILIES if f.name == name), GENERIC)
 
 
-def spellings(key: str) -> tuple[str, ...]:
-    """Every spelling of attnlab's `key`: GENERIC's first, then the rows' own, once each."""
+def spellings(key: str, name: str = "") -> tuple[str, ...]:
+    """Every spelling of attnlab's `key`, once each: the family `name`'s own first (Falcon's
+    num_kv_heads before the num_key_value_heads it derives), then GENERIC's, then the other rows'."""
     rows = [s for f in FAMILIES for s in f.spellings.get(key, ())]
-    return tuple(dict.fromkeys([*GENERIC.spellings.get(key, ()), *rows]))
+    own = family(name).spellings.get(key, ()) if name else ()
+    return tuple(dict.fromkeys([*own, *GENERIC.spellings.get(key, ()), *rows]))
 
 
 def markdown_table(rows: tuple[Family, ...] = FAMILIES) -> str:

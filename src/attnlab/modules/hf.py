@@ -25,7 +25,7 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.schema import ATTN_IMPLEMENTATIONS
-from attnlab.modules.families import GENERIC, family
+from attnlab.modules.families import GENERIC, Family, family, spellings
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 
 PREFIX = "hf:"
@@ -98,8 +98,42 @@ def _prefixes(base: str) -> list[str]:
     return [p for p in found if p]
 
 
+def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, **extra: Any) -> nn.Module:
+    """`module_cls` built as its model's own layer builds it, by the keywords its family declares
+    (`LlamaAttention(config=config, layer_idx=0)`), never from its signature: transformers 5.25
+    wraps the constructors, and a wrapped one names no parameters. `extra` sets a declared keyword."""
+    row = family(getattr(config, "model_type", ""))
+    kwargs = {keyword: config if source == "config" else extra.get(keyword, layer) if source == "layer"
+              else _config_value(config, row, source) for keyword, source in row.constructor.items()}
+    try:
+        return module_cls(**kwargs)
+    except TypeError as exc:
+        # the generic guess for a family without an adapter: a class that takes no layer index (DistilBERT's)
+        if row is not GENERIC or "unexpected keyword argument 'layer_idx'" not in str(exc):
+            raise
+        return module_cls(config=config)
+
+
+def _config_value(config: Any, row: Family, key: str) -> Any:
+    """attnlab's `key` as the config holds it, under the family's spelling first."""
+    found = (getattr(config, s, None) for s in spellings(key, row.name))
+    return next((value for value in found if value is not None), None)
+
+
 class HFConstructor(ConfigConstructor):
     """A Hugging Face attention class built from its config, with `attn_implementation` set."""
+
+    def constructor_parameters(self) -> list[str]:
+        """A transformers class's: its family's declared keywords a variant may set, the layer index."""
+        if transformers_class(self.module_cls) is None:
+            return super().constructor_parameters()
+        row = family(getattr(self.config_cls, "model_type", ""))
+        return [keyword for keyword, source in row.constructor.items() if source == "layer"]
+
+    def construct(self, config: Any, extra: dict[str, Any]) -> nn.Module:
+        if transformers_class(self.module_cls) is None:
+            return super().construct(config, extra)
+        return build_attention(self.module_cls, config, **extra)
 
     def __call__(self, d_in: int, d_out: int, num_heads: int | None = None, **keys: Any) -> nn.Module:
         implementation = keys.pop("attn_implementation", None) or "eager"
@@ -131,13 +165,39 @@ def hf_constructor(name: str) -> HFConstructor:
 def config_constructor(cls: type[nn.Module], name: str) -> ConfigConstructor | None:
     """How a plugin class built from one config object is built (a Hugging Face class, a subclass or
     copy of one, with its attn_implementation), else None: the class takes `(d_in, d_out, ...)`."""
-    found = config_class(cls)
+    found = _transformers_config(cls) or config_class(cls)
     if found is None:
         return None
     transformers = sys.modules.get("transformers")
     if transformers is not None and issubclass(found, transformers.PretrainedConfig):
         return HFConstructor(cls, found, name)
     return ConfigConstructor(cls, found, name)
+
+
+def transformers_class(cls: type) -> type | None:
+    """The transformers modeling class `cls` is or derives from (LlamaAttention for a copy that
+    subclasses it), None for a class of anyone else's: built as its family declares."""
+    return next((k for k in cls.__mro__ if k.__module__.startswith("transformers.models.")), None)
+
+
+def _transformers_config(cls: type) -> type | None:
+    """The config class of the transformers attention class `cls` is or derives from: the model
+    type whose `hf:` class it is, among the types of its modeling file (Gemma3Attention's
+    Gemma3TextConfig). Never read off its constructor, which transformers may wrap."""
+    origin = transformers_class(cls)
+    if origin is None:
+        return None
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, model_type_to_module_name
+
+    module_name = origin.__module__.split(".")[2]
+    for model_type in [t for t in CONFIG_MAPPING.keys() if model_type_to_module_name(t) == module_name]:
+        try:
+            attention, config_cls = attention_class(model_type)
+        except HFError:
+            continue
+        if attention is origin:
+            return config_cls
+    return None
 
 
 def is_hf_module(module: nn.Module) -> bool:
@@ -270,7 +330,12 @@ def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tor
     if window is not None:
         make = masking_utils.create_sliding_window_causal_mask
         config = _with_window(config, window)
-    return make(config=config, inputs_embeds=x, attention_mask=None, past_key_values=None, position_ids=position_ids)
+    return make(config=config, inputs_embeds=x, attention_mask=None, position_ids=position_ids, **_no_cache(make))
+
+
+def _no_cache(make: Any) -> dict[str, None]:
+    """The mask function's cache argument, off: `cache` from transformers 5.25, `past_key_values` before."""
+    return {"cache" if "cache" in inspect.signature(make).parameters else "past_key_values": None}
 
 
 def _sliding_layer(module: nn.Module) -> bool:

@@ -152,7 +152,20 @@ def _shared(top: float) -> str:
 
 
 def difference_scale(difference: np.ndarray) -> Scale:
-    return Scale(finite_range(difference, diverging=True), "variant - reference, symmetric about 0")
+    """The finite differences' symmetric range; grey cells (a key masked on one side only: an
+    infinity minus a number) named in the legend, counted, since the bar shows finite values only."""
+    legend = "variant - reference, symmetric about 0"
+    grey = unmatched_masks(difference)
+    return Scale(finite_range(difference, diverging=True), f"{legend}; grey: {grey}" if grey else legend)
+
+
+def unmatched_masks(difference: np.ndarray) -> str:
+    """`12 -inf (masked in variant only), 3 +inf (in reference only), 1 nan`: the non-finite cells
+    of a difference, by what each means; empty when every cell is finite."""
+    counts = [(int(np.count_nonzero(np.isneginf(difference))), "-inf (masked in variant only)"),
+              (int(np.count_nonzero(np.isposinf(difference))), "+inf (in reference only)"),
+              (int(np.count_nonzero(np.isnan(difference))), "nan")]
+    return ", ".join(f"{count} {what}" for count, what in counts if count)
 
 
 def drawn_stages(record: Record) -> list[str]:
@@ -350,8 +363,7 @@ def job_heatmaps(record: Record, job_dir: Path, *, card_only: bool = False) -> l
     items = []
     for tag, image in images:
         file = tag.removeprefix(f"{FOLDER}/") + ".png"
-        (folder / file).parent.mkdir(parents=True, exist_ok=True)
-        (folder / file).write_bytes(image.png)
+        write_atomic(folder / file, image.png)  # never a truncated PNG: a kill leaves the old file or none
         items.append({"tag": tag, "file": file, "width": image.width, "height": image.height})
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / INDEX_FILE, json.dumps({"record": source, "card_only": card_only, "images": items}, indent=1))

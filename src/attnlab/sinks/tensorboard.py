@@ -37,7 +37,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -262,11 +262,13 @@ class EventFile:
     _numbers = itertools.count()
 
     def __init__(self, folder: Path, suffix: str = "") -> None:
-        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
-                f".{next(self._numbers)}{suffix}")
+        number = next(self._numbers)
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{number}{suffix}"
         Path(folder).mkdir(parents=True, exist_ok=True)
         self.path = Path(folder) / name
-        self._file = open(self.path, "wb")
+        # written under a name TensorBoard does not read, renamed when complete: a kill leaves no half run
+        self._partial = Path(folder) / f".attnlab-events.{os.getpid()}.{number}.tmp"
+        self._file = open(self._partial, "wb")
         self._event(file_version="brain.Event:2")
 
     def add(self, summary: Summary, step: int = 0) -> None:
@@ -283,8 +285,12 @@ class EventFile:
     def __enter__(self) -> EventFile:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type | None, *exc: object) -> None:
         self._file.close()
+        if exc_type is None:
+            os.replace(self._partial, self.path)
+        else:
+            self._partial.unlink(missing_ok=True)
 
 
 def masked_crc32c(data: bytes) -> int:

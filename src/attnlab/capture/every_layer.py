@@ -1,0 +1,63 @@
+"""Every attention layer of a model captured in one forward of the unchanged model.
+
+One recorder watches the whole forward; a forward pre-hook on each watched module gives it a
+recording of its own (its parameters, the hidden states it received), and its forward hook turns
+that recording into the layer's Capture, as `capture` would have on the same call. Between the
+watched modules the recorder passes every call through. What is done with each Capture (kept,
+spilled, diagnosed) is the caller's: `captured(index, capture)` is told as soon as it is made.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from torch import nn
+
+from attnlab.capture import provenance
+from attnlab.capture.fused_kernels import flex_attention_eager
+from attnlab.capture.recorder import _ACTIVE, Capture, _Recorder, finished
+from attnlab.modules.built import CallConvention
+
+Captured = Callable[[int, Capture], None]
+_UNPACK = CallConvention()  # the output among what the layer returned: (output, weights) or a tensor
+
+
+def _hidden(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor:
+    """The hidden states of an attention call: the first positional argument, else the first 3-D tensor keyword."""
+    if args:
+        return args[0]
+    return next(v for v in kwargs.values() if isinstance(v, torch.Tensor) and v.dim() == 3)
+
+
+@contextmanager
+def every_layer(modules: Sequence[nn.Module], captured: Captured) -> Iterator[None]:
+    """While inside, each call of `modules[i]` is captured and handed to `captured(i, capture)`."""
+    recorder = _Recorder(None)
+    open_calls: list[tuple[provenance.Recording, torch.Tensor, Any]] = []
+
+    def start(module: nn.Module):
+        def pre(_module, args, kwargs):
+            hidden = _hidden(args, kwargs)
+            recording = provenance.Recording(module, hidden)
+            open_calls.append((recording, hidden, _ACTIVE.set(recording)))
+            recorder.rec = recording
+        return pre
+
+    def finish(index: int, module: nn.Module):
+        def post(_module, _args, _kwargs, out):
+            recording, hidden, token = open_calls.pop()
+            _ACTIVE.reset(token)
+            recorder.rec = open_calls[-1][0] if open_calls else None  # a watched module inside another
+            captured(index, finished(recording, module, hidden, _UNPACK.unpack(out, hidden)))
+        return post
+
+    with ExitStack() as stack:
+        for index, module in enumerate(modules):
+            stack.callback(module.register_forward_pre_hook(start(module), with_kwargs=True).remove)
+            stack.callback(module.register_forward_hook(finish(index, module), with_kwargs=True).remove)
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(flex_attention_eager())
+        stack.enter_context(recorder)
+        yield

@@ -1,0 +1,130 @@
+"""The records of an intervention (attnlab.model.interventions): per chosen layer, the edited
+layer's stages against its own, the findings, and what the edit does to the model's output.
+
+The unmodified forward captures every chosen layer's own stages at once; each edit then costs one
+more forward (the blocks before the layer replayed), in which the edited layer is captured.
+`intervene=observe` edits nothing: one forward, each layer's stages and head patterns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+
+from attnlab.capture.every_layer import every_layer
+from attnlab.capture.recorder import Capture
+from attnlab.compute.pipeline import diagnosed
+from attnlab.errors import UserError
+from attnlab.model.forward import final_hidden
+from attnlab.model.interventions import Intervention, contexts_on, edited
+from attnlab.model.layer import ModelRun, own_head_patterns
+from attnlab.model.loading import LoadedModel
+from attnlab.model.sizes import ModelSizes
+from attnlab.model.stacks import Slot
+from attnlab.modules.built import PluginError
+from attnlab.record import Effect, ModelInfo, Pair, Record, Setup, record_of
+from attnlab.schema import resolved
+
+
+@dataclass
+class _Recorded:
+    """What every layer's record of one run shares, and the records made so far."""
+
+    cfg: DictConfig
+    chosen: Intervention
+    loaded: LoadedModel
+    sizes: ModelSizes
+    attention: list[tuple[str, nn.Module]]
+    slots: list[Slot]
+    labels: dict
+    tokens: str  # what the model's input is made of
+    done: Callable[[Record, int, int], Record]
+    n_layers: int
+    records: list[Record] = field(default_factory=list)
+    scratch: Any = None  # the folder the run's spilled stages are in, kept with the records
+
+    def add(self, layer: int, own: Capture, changed: Capture | None, effect: Effect | None,
+            error: str | None = None) -> None:
+        """The record of `layer`: `changed` (the edited layer's capture) against `own`, or `error`."""
+        slot, module = self.slots[layer], self.attention[layer][1]
+        about = ModelInfo(model=self.loaded.label, n_layers=sum(s.stack == slot.stack for s in self.slots),
+                          parameters=self.loaded.n_parameters, tokenizer=self.tokens, heads=self.sizes.heads,
+                          kv_heads=self.sizes.kv_heads, layer=slot.index, attention=self.attention[layer][0],
+                          stack=slot.stack, replaced=slot.replaced)
+        setup = Setup(variant=self.chosen.label, seed=self.cfg.seed, config=resolved(self.cfg),
+                      labels=self.labels[slot.stack], n_tokens=own.stages["inputs"].shape[-2],
+                      d_in=self.sizes.width, d_out=self.sizes.width, model=about)
+        pair = Pair(reference=f"{type(module).__name__} (layer {slot.name})", scratch=self.scratch)
+        if error is not None:
+            record = record_of(setup, pair, error=error)
+        else:
+            expect = OmegaConf.to_container(self.cfg.expect, resolve=True)
+            diagnosis = diagnosed(changed, own, shared=True, train=False, expect=expect,
+                                  after=own_head_patterns(own))
+            record = record_of(setup, pair, diagnosis, effect=effect)
+        self.records.append(self.done(record, len(self.records), self.n_layers))
+
+
+def intervention_records(cfg: DictConfig, chosen: Intervention, loaded: LoadedModel, start: Callable[..., Any],
+                         tokens: str, say: Callable[[str], None], done: Callable[[Record, int, int], Record]
+                         ) -> list[Record]:
+    """One record per chosen layer. `start(consume)`: the unmodified forward (attnlab.model.model_job.model_run),
+    `consume` told of each layer's stages as they are captured; `tokens`: what the input is made of."""
+    recorded: list[_Recorded] = []
+
+    def recording(sizes, attention, layers, slots, inputs) -> _Recorded:
+        recorded.append(_Recorded(cfg, chosen, loaded, sizes, attention, slots, inputs.labels, tokens, done,
+                                  len(layers)))
+        return recorded[0]
+
+    if chosen.kind == "observe":  # each layer's record made as its stages are captured: one in memory at a time
+        def consume(*run_parts):
+            layers = recording(*run_parts)
+            return lambda layer, own: layers.add(layer, own, own, None)
+
+        say("model: every layer, one forward")
+        start(consume)
+        return recorded[0].records
+    run, layers, slots, inputs = start(None)
+    each = recording(run.sizes, run.attention, layers, slots, inputs)
+    each.scratch = run.own.scratch
+    other = _other_ids(chosen, loaded, run)
+    for layer in layers:
+        say(f"layer {slots[layer].name}: {chosen.kind}")
+        own = run.capture_own(layer, cfg.seed)
+        try:
+            changed, effect = _edited_run(run, layer, chosen, other, cfg.seed)
+        except PluginError as exc:
+            each.add(layer, own, None, None, str(exc))
+            continue
+        each.add(layer, own, changed, effect)
+    return each.records
+
+
+def _edited_run(run: ModelRun, layer: int, chosen: Intervention, other: Tensor | None,
+                seed: int) -> tuple[Capture, Effect]:
+    """(the edited layer's capture, the edit's effect on the output) from one more forward."""
+    attention = run.attention[layer][1]
+    patched = None
+    if other is not None:
+        patched = contexts_on(lambda: final_hidden(run.loaded.module, other, run.loaded.hf), attention, run.sizes.heads)
+    captured: list[Capture] = []
+    with every_layer([attention], lambda _index, capture: captured.append(capture)):
+        final = run.changed_final(layer, edited(attention, chosen, run.sizes.heads, patched), seed)
+    return captured[-1], run.effects([final])[0]
+
+
+def _other_ids(chosen: Intervention, loaded: LoadedModel, run: ModelRun) -> Tensor | None:
+    """(1, T) the ids of the text a patch takes its values from: as many tokens as the run's."""
+    if chosen.kind != "patch":
+        return None
+    import torch
+
+    ids = loaded.tokenizer.encode(chosen.text)
+    if len(ids) != run.ids.shape[1]:
+        raise UserError(f"intervene.text is {len(ids)} tokens ({loaded.tokenizer.name}), inputs.text "
+                        f"{run.ids.shape[1]}: a patch replaces position by position; give texts of as many tokens")
+    return torch.tensor([ids], dtype=torch.long)  # (1, T)

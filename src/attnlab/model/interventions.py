@@ -1,0 +1,197 @@
+"""Edits to one attention layer of a model, declared as data (`intervene=KIND intervene.head=H`).
+
+Kinds, each applied to the layer `layer=` names while the model runs:
+- `observe`: no edit; every chosen layer's stages and its heads' patterns from one forward;
+- `ablate_head`: head `intervene.head`'s context vectors (the output projection's input) set to
+  zero (`intervene.mode=zero`) or to their mean over the positions (`mode=mean`);
+- `scale_scores`: the scores entering the softmax multiplied by `intervene.factor` (one head, or
+  every head without `intervene.head`);
+- `patch`: the head's (or every head's) context vectors replaced by those the same layer made on
+  `intervene.text`, another text of as many tokens (activation patching);
+- `function`: `intervene.function=MODULE:NAME` (or a callable from Python) given the layer's
+  context vectors (1, T, H, hs) and returning their replacement.
+"""
+
+from __future__ import annotations
+
+import importlib
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from attnlab.errors import UserError
+from attnlab.modules.roles import module_roles
+
+KINDS = ("observe", "ablate_head", "scale_scores", "patch", "function")
+MODES = ("zero", "mean")
+KEYS = {"name", "head", "mode", "factor", "text", "function"}
+ContextEdit = Callable[[Tensor], Tensor]  # (1, T, H, hs) -> (1, T, H, hs)
+_FUNCTIONS: dict[str, ContextEdit] = {}  # callables handed to attnlab.run, by the name the config holds
+
+
+@dataclass(frozen=True)
+class Intervention:
+    kind: str
+    head: int | None = None  # None: every head
+    mode: str = "zero"
+    factor: float = 1.0
+    text: str | None = None
+    function: str | None = None
+
+    @property
+    def label(self) -> str:
+        """How the record names it: ablate_head(head=0, mode=mean)."""
+        shown = {"head": self.head, "mode": self.mode if self.kind == "ablate_head" else None,
+                 "factor": self.factor if self.kind == "scale_scores" else None,
+                 "text": self.text, "function": self.function}
+        inside = ", ".join(f"{key}={value!r}" if key == "text" else f"{key}={value}"
+                           for key, value in shown.items() if value is not None)
+        return f"{self.kind}({inside})" if inside else self.kind
+
+
+def register_function(function: ContextEdit) -> str:
+    """A Python callable as the name `intervene.function` holds for this session."""
+    name = f"session:{getattr(function, '__name__', 'function')}_{id(function):x}"
+    _FUNCTIONS[name] = function
+    return name
+
+
+def intervention(block: Mapping[str, Any]) -> Intervention | None:
+    """The `intervene` block, checked (one line per mistake); None when nothing is asked."""
+    if not block or not block.get("name"):
+        if block:
+            raise UserError(f"intervene.{next(iter(block))}: needs intervene=KIND ({', '.join(KINDS)})")
+        return None
+    kind = str(block["name"])
+    if kind not in KINDS:
+        raise UserError(f"intervene={kind}: unknown; allowed are {', '.join(KINDS)}")
+    stray = sorted(set(block) - KEYS)
+    if stray:
+        raise UserError(f"intervene.{stray[0]}: unknown key; allowed are intervene.{', intervene.'.join(sorted(KEYS - {'name'}))}")
+    head = block.get("head")
+    if head is not None and (isinstance(head, bool) or not isinstance(head, int) or head < 0):
+        raise UserError(f"intervene.head={head}: must be a head index (0, 1, ...)")
+    mode = str(block.get("mode") or "zero")
+    if mode not in MODES:
+        raise UserError(f"intervene.mode={mode}: allowed are {', '.join(MODES)}")
+    factor = block.get("factor", 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+        raise UserError(f"intervene.factor={factor}: must be a number")
+    needs = {"ablate_head": "head", "patch": "text", "function": "function", "scale_scores": "factor"}.get(kind)
+    if needs and block.get(needs) is None:
+        raise UserError(f"intervene={kind}: needs intervene.{needs}=...")
+    function = block.get("function")
+    if function is not None:
+        _resolved(str(function))
+    return Intervention(kind, head, mode, float(factor), block.get("text"), None if function is None else str(function))
+
+
+def _resolved(name: str) -> ContextEdit:
+    if name in _FUNCTIONS:
+        return _FUNCTIONS[name]
+    module, _, attribute = name.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), attribute) if attribute else None
+    except ImportError as exc:
+        raise UserError(f"intervene.function={name}: cannot import {module} ({exc})") from None
+    if not callable(found):
+        raise UserError(f"intervene.function={name}: name a callable as MODULE:NAME (taking and returning "
+                        f"the context vectors (1, T, heads, head size))")
+    return found
+
+
+def output_projection(attention: nn.Module) -> nn.Module:
+    """The submodule holding the layer's output projection: its input is every head's context vectors."""
+    name = next((name for name, role in module_roles(attention).items() if role == "out"), None)
+    if name is None:
+        raise UserError(f"{type(attention).__name__}: no output projection found; head edits need the heads' "
+                        f"context vectors (intervene=scale_scores needs none)")
+    return attention.get_submodule(name.rpartition(".")[0])
+
+
+@contextmanager
+def head_contexts(attention: nn.Module, heads: int, edit: ContextEdit) -> Iterator[None]:
+    """Every call of the layer with its heads' context vectors (1, T, H, hs) replaced by `edit`'s."""
+    def pre(_module, args):
+        context = args[0]  # (1, T, H * hs)
+        split = context.unflatten(-1, (heads, context.shape[-1] // heads))  # (1, T, H, hs)
+        return (edit(split).flatten(-2), *args[1:])
+    hook = output_projection(attention).register_forward_pre_hook(pre)
+    try:
+        yield
+    finally:
+        hook.remove()
+
+
+class _ScaledScores(TorchFunctionMode):
+    """The softmax's input (the scores, after the layer's own scaling and mask) times `factor`, on one head or all."""
+
+    def __init__(self, factor: float, head: int | None) -> None:
+        super().__init__()
+        self.factor, self.head = factor, head
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") == "softmax" and args and args[0].dim() == 4:
+            attn_scores = args[0]  # (B, nh, T, T)
+            scale = torch.ones(attn_scores.shape[1], dtype=attn_scores.dtype)  # (nh,)
+            scale[slice(None) if self.head is None else self.head] = self.factor
+            args = (attn_scores * scale[:, None, None], *args[1:])
+        return func(*args, **kwargs)
+
+
+class Intervened(nn.Module):
+    """The layer's own attention, called with the edit in force, in the layer's place."""
+
+    def __init__(self, attention: nn.Module, edit: Callable[[], Any]) -> None:
+        super().__init__()
+        self.attention = attention
+        self.edit = edit
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self.edit():
+            return self.attention(*args, **kwargs)
+
+
+def edited(attention: nn.Module, chosen: Intervention, heads: int,
+           patched: Tensor | None = None) -> Intervened:
+    """The layer with `chosen` applied. `patched`: (1, T, H, hs) the other run's context vectors."""
+    def context_edit(values: Tensor) -> Tensor:  # (1, T, H, hs)
+        at = slice(None) if chosen.head is None else chosen.head
+        if chosen.kind == "function":
+            return _resolved(chosen.function)(values)
+        context_vec = values.clone()
+        if chosen.kind == "patch":
+            context_vec[:, :, at] = patched[:, :, at]
+        elif chosen.mode == "mean":
+            context_vec[:, :, at] = values[:, :, at].mean(dim=1, keepdim=True)
+        else:
+            context_vec[:, :, at] = 0.0
+        return context_vec
+
+    def edit() -> Any:
+        stack = ExitStack()
+        if chosen.kind == "scale_scores":
+            stack.enter_context(_ScaledScores(chosen.factor, chosen.head))
+        elif chosen.kind != "observe":
+            stack.enter_context(head_contexts(attention, heads, context_edit))
+        return stack
+
+    return Intervened(attention, edit)
+
+
+def contexts_on(model_forward: Callable[[], Any], attention: nn.Module, heads: int) -> Tensor:
+    """(1, T, H, hs) the layer's context vectors in the forward `model_forward` runs."""
+    kept: list[Tensor] = []
+
+    def keep(values: Tensor) -> Tensor:
+        kept.append(values.detach().clone())
+        return values
+
+    with head_contexts(attention, heads, keep):
+        model_forward()
+    return kept[-1]

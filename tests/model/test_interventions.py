@@ -1,0 +1,108 @@
+"""Interventions as data: the effect of a head ablation and of activation patching equals the same
+edit written by hand as a hook in the model's own forward; the record names the edit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import attnlab
+from attnlab.errors import UserError
+from attnlab.model.interventions import intervention
+from tests.model.conftest import N_EMBD, N_HEAD, TEXT
+
+OTHER = TEXT.replace("Every effort", "Each effort")  # as many GPT-2 tokens
+HS = N_EMBD // N_HEAD
+QUIET = ["log.tensorboard=false", "log.html=false", "log.table=false"]
+
+
+def _effect_by_hand(model, ids: torch.Tensor, layer: int, edit) -> dict[str, float]:
+    """KL(model || edited) and the losses, `edit(context)` a hand-written pre-hook on c_proj's input (1, T, d)."""
+    proj = model.transformer.h[layer].attn.c_proj
+    with torch.no_grad():
+        base = model(input_ids=ids, use_cache=False).logits[0]  # (T, vocab)
+        hook = proj.register_forward_pre_hook(lambda _m, args: (edit(args[0]),))
+        changed = model(input_ids=ids, use_cache=False).logits[0]  # (T, vocab)
+        hook.remove()
+    p, q = F.log_softmax(base.double(), -1), F.log_softmax(changed.double(), -1)  # (T, vocab)
+    return {"kl_mean": float(F.kl_div(q, p, log_target=True, reduction="none").sum(-1).mean()),
+            "loss_changed": float(F.cross_entropy(changed[:-1], ids[0, 1:]))}
+
+
+def _model(folder):
+    from transformers import GPT2LMHeadModel
+
+    from attnlab.inputs.text import gpt2_encoding
+
+    model = GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
+    return model, torch.tensor([gpt2_encoding().encode(TEXT)]), torch.tensor([gpt2_encoding().encode(OTHER)])
+
+
+def _run(folder, layer: int, **intervene):
+    overrides = [f"model.path={folder}", "inputs=text", f"inputs.text='{TEXT}'", f"layer={layer}", *QUIET]
+    return attnlab.run(overrides=overrides, intervene=intervene).record
+
+
+def _check(record, hand) -> None:
+    assert record.status == "ok", record.error
+    assert record.model.effect.kl_mean == pytest.approx(hand["kl_mean"], rel=1e-6)
+    assert record.model.effect.loss_changed == pytest.approx(hand["loss_changed"], rel=1e-6)
+    assert record.model.effect.kl_mean > 1e-3
+
+
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_head_ablation_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2, mode) -> None:
+    model, ids, _ = _model(tiny_gpt2)
+
+    def ablate(context):  # (1, T, d)
+        context = context.clone()
+        head = context[..., HS:2 * HS]  # head 1
+        context[..., HS:2 * HS] = 0.0 if mode == "zero" else head.mean(dim=1, keepdim=True)
+        return context
+
+    record = _run(tiny_gpt2, 1, name="ablate_head", head=1, mode=mode)
+    _check(record, _effect_by_hand(model, ids, 1, ablate))
+    assert record.variant == f"ablate_head(head=1, mode={mode})"
+    assert record.config["intervene"] == {"name": "ablate_head", "head": 1, "mode": mode}
+
+
+def test_activation_patching_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2) -> None:
+    model, ids, other = _model(tiny_gpt2)
+    assert ids.shape == other.shape
+    kept = []
+    hook = model.transformer.h[0].attn.c_proj.register_forward_pre_hook(lambda _m, args: kept.append(args[0].clone()))
+    with torch.no_grad():
+        model(input_ids=other, use_cache=False)
+    hook.remove()
+
+    def patch(context):  # (1, T, d): head 2's columns from the other text's run
+        context = context.clone()
+        context[..., 2 * HS:3 * HS] = kept[0][..., 2 * HS:3 * HS]
+        return context
+
+    record = _run(tiny_gpt2, 0, name="patch", head=2, text=OTHER)
+    _check(record, _effect_by_hand(model, ids, 0, patch))
+
+
+def test_observe_captures_every_layer_without_an_effect(tiny_gpt2) -> None:
+    results = attnlab.run(overrides=[f"model.path={tiny_gpt2}", "inputs=text", f"inputs.text='{TEXT}'",
+                                     "layer=all", "intervene=observe", *QUIET])
+    assert [r.record.model.layer for r in results] == [0, 1]
+    for result in results:
+        assert result.record.status == "ok" and result.record.model.effect is None
+        assert result.record.stages["weights"].shape == (1, N_HEAD, 14, 14)
+        assert not [f for f in result.findings if f.severity != "info"]
+
+
+@pytest.mark.parametrize("block, message", [
+    ({"name": "ablate"}, "intervene=ablate: unknown; allowed are observe, ablate_head, scale_scores, patch, function"),
+    ({"name": "ablate_head"}, "intervene=ablate_head: needs intervene.head=..."),
+    ({"name": "ablate_head", "head": -1}, "intervene.head=-1: must be a head index (0, 1, ...)"),
+    ({"name": "ablate_head", "head": 0, "mode": "max"}, "intervene.mode=max: allowed are zero, mean"),
+    ({"head": 0}, "intervene.head: needs intervene=KIND (observe, ablate_head, scale_scores, patch, function)"),
+])
+def test_a_mistaken_intervention_is_one_line(block, message) -> None:
+    with pytest.raises(UserError) as raised:
+        intervention(block)
+    assert str(raised.value) == message

@@ -61,9 +61,7 @@ def step_scalars(side: dict[str, Any]) -> dict[int, dict[str, float]]:
 
 
 def write_tensorboard(data: dict[str, Any], job_dir: Path, images: list[dict[str, Any]] | None = None) -> None:
-    """`images`: the result's seeds with their probe weights, drawn as `heatmaps/layer<i>` at each checkpoint."""
-    from attnlab.sinks.tensorboard_protos import custom_scalars
-
+    """`images`: the result's seeds with their probe weights, drawn as `heatmaps/layer<i>` at init and at the end."""
     for side in SIDES:
         label = side_label(data, side)
         per_seed = [step_scalars(run[side]) for run in data["seeds"]]
@@ -73,24 +71,36 @@ def write_tensorboard(data: dict[str, Any], job_dir: Path, images: list[dict[str
                     events.add(scalars_summary(values), step=step)
                 if images is not None:
                     _write_heatmaps(events, images[index][side]["measures"], label)
-        layout = {"training: mean ± std over seeds": {tag: ["Margin", [f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"]]
-                                                     for tag in BANDED}}
-        with EventFile(job_dir / "tensorboard" / label) as events:
-            for step in sorted(per_seed[0]):
-                values = {}
-                for tag in BANDED:
-                    seen = [s[step][tag] for s in per_seed if tag in s.get(step, {})]
-                    if seen:
-                        mean, std = statistics.fmean(seen), statistics.stdev(seen) if len(seen) > 1 else 0.0
-                        values |= {f"{tag}/mean": mean, f"{tag}/lower": mean - std, f"{tag}/upper": mean + std}
-                if values:
-                    events.add(scalars_summary(values), step=step)
-            events.add(custom_scalars(layout))
-            session = {"side": side, "variant": data["variant"], "task": data["settings"]["task"],
-                       "seeds": len(data["seeds"]), "verdict": " ".join(data["verdict"])}
-            for summary in hparams_summaries(session, [f"{tag}/mean" for tag in BANDED], ok=True, swept=["variant"],
-                                             trial=label):
-                events.add(summary)
+        write_band(job_dir / "tensorboard" / label, per_seed, label, session_hparams(data, side, len(per_seed)))
+
+
+def session_hparams(data: dict[str, Any], side: str, n_seeds: int) -> dict[str, str | int]:
+    return {"side": side, "variant": data["variant"], "task": data["settings"]["task"], "seeds": n_seeds,
+            "verdict": " ".join(data["verdict"])}
+
+
+def write_band(folder: Path, per_seed: list[dict[int, dict[str, float]]], label: str,
+               session: dict[str, str | int]) -> None:
+    """A run of the BANDED curves' mean and mean ± std over the seeds at each step, a Custom Scalars
+    margin chart per curve, and an HParams session (the verdict among its columns)."""
+    from attnlab.sinks.tensorboard_protos import custom_scalars
+
+    layout = {"training: mean ± std over seeds": {tag: ["Margin", [f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"]]
+                                                 for tag in BANDED}}
+    with EventFile(folder) as events:
+        for step in sorted(per_seed[0]):
+            values = {}
+            for tag in BANDED:
+                seen = [s[step][tag] for s in per_seed if tag in s.get(step, {})]
+                if seen:
+                    mean, std = statistics.fmean(seen), statistics.stdev(seen) if len(seen) > 1 else 0.0
+                    values |= {f"{tag}/mean": mean, f"{tag}/lower": mean - std, f"{tag}/upper": mean + std}
+            if values:
+                events.add(scalars_summary(values), step=step)
+        events.add(custom_scalars(layout))
+        for summary in hparams_summaries(session, [f"{tag}/mean" for tag in BANDED], ok=True, swept=["variant"],
+                                         trial=label):
+            events.add(summary)
 
 
 def _write_heatmaps(events: EventFile, measures: dict[str, dict[str, Any]], label: str) -> None:

@@ -30,6 +30,8 @@ def test_a_job_writes_scalars_at_the_training_steps(tmp_path):
     mean = [e.value for e in band.Scalars("train/loss/mean")]
     per_seed = [run["reference"]["losses"] for run in saved["seeds"]]
     assert mean == pytest.approx([sum(v) / 2 for v in zip(*per_seed)], rel=1e-5)
+    session = band.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    assert result.verdict[0].encode() in session
     assert "clear of seed noise" in (tmp_path / "training_comparison.md").read_text()
     assert "Verdict" in (tmp_path / "training.html").read_text()
 

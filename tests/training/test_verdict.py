@@ -28,3 +28,19 @@ def test_never_reaching_the_target_is_said_with_the_references_pace():
                                                              "causal_accuracy": 0.7}) for i in range(3)]
     said = verdict("unscaled", rows(summaries), summaries, steps=200, target=0.9)
     assert said[0] == "unscaled did not reach 90% causal accuracy in 200 steps (reference: 50±10 steps); its final causal accuracy 0.7±0"
+
+
+def test_a_variant_that_gets_there_where_the_reference_does_not_is_named():
+    summaries = [_seed({"steps_to_target": 525.0, "reached": 0.0, "causal_accuracy": 0.3},
+                       {"steps_to_target": 200.0 + 25 * i}) for i in range(3)]
+    said = verdict("qk_norm", rows(summaries), summaries, steps=500, target=0.9)
+    assert said[0] == ("qk_norm reached 90% causal accuracy in 225±25 steps; the reference did not in 500 "
+                       "(its final causal accuracy 0.3±0)")
+
+
+def test_a_variant_that_gets_there_in_fewer_seeds_and_later_is_named():
+    reached = [(125.0, 1.0), (150.0, 1.0), (225.0, 0.0)]
+    summaries = [_seed({"steps_to_target": 50.0 + i}, {"steps_to_target": steps, "reached": got})
+                 for i, (steps, got) in enumerate(reached)]
+    said = verdict("unscaled", rows(summaries), summaries, steps=200, target=0.9)
+    assert said[0].startswith("unscaled reached 90% causal accuracy in only 2 of 3 seeds, and later: 167±52 steps")

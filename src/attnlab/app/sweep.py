@@ -107,7 +107,7 @@ def _training_tables(config: DictConfig) -> None:
     from attnlab.sinks.terminal import display_path
     from attnlab.training.sweep_table import write_sweep_training
 
-    text = write_sweep_training(sweep_dir(config))
+    text = write_sweep_training(sweep_dir(config), bands=bool(config.log.get("tensorboard")))
     if text is not None:
         print(f"\n{text}tables: {display_path(sweep_dir(config) / 'training_comparison.md')} .csv", flush=True)
 

@@ -1,4 +1,4 @@
-"""What is measured at init and at checkpoints, on one fixed probe batch, outside the step loop:
+"""What is measured at init and at the end, on one fixed probe batch, outside the step loop:
 the gradient norm reaching each projection, the attention entropy and largest weight per layer and
 head (attnlab's stage capture reads the weights, whatever the class), and attnlab's diagnosis of
 the first layer, variant against reference on the same input."""

@@ -1,7 +1,8 @@
 """A training job's files, each switched by its sink's `log.NAME`: training.json always (written
 first, so a failing output loses nothing); `table`: training_comparison.md/.csv; `tensorboard`:
-a run per side and seed with scalars at the training step, and per side a mean ± std band over
-the seeds (Custom Scalars margin charts); `html`: training.html; `mlflow`: metrics with steps;
+a run per side and seed with scalars at the training step and the probe's heatmaps, and per side a
+mean ± std band over the seeds (Custom Scalars margin charts) with an HParams session holding the
+verdict; `html`: training.html; `mlflow`: metrics with steps;
 `terminal`: the verdict and the table."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from attnlab.sinks.tensorboard import EventFile, scalars_summary
+from attnlab.sinks.tensorboard import EventFile, hparams_summaries, scalars_summary
 from attnlab.training.job import SIDES, TrainingResult
 from attnlab.training.measures import PROBE_WEIGHTS
 from attnlab.training.page import page_html
@@ -46,7 +47,7 @@ def side_label(data: dict[str, Any], side: str) -> str:
 
 def step_scalars(side: dict[str, Any]) -> dict[int, dict[str, float]]:
     """{training step: {tag: value}}: the loss at every step, the evaluations at their cadence, the
-    measures at their checkpoints."""
+    measures at init and at the end."""
     steps: dict[int, dict[str, float]] = {}
     for step, loss in enumerate(side["losses"], start=1):
         steps.setdefault(step, {})["train/loss"] = loss
@@ -60,9 +61,7 @@ def step_scalars(side: dict[str, Any]) -> dict[int, dict[str, float]]:
 
 
 def write_tensorboard(data: dict[str, Any], job_dir: Path, images: list[dict[str, Any]] | None = None) -> None:
-    """`images`: the result's seeds with their probe weights, drawn as `heatmaps/layer<i>` at each checkpoint."""
-    from attnlab.sinks.tensorboard_protos import custom_scalars
-
+    """`images`: the result's seeds with their probe weights, drawn as `heatmaps/layer<i>` at init and at the end."""
     for side in SIDES:
         label = side_label(data, side)
         per_seed = [step_scalars(run[side]) for run in data["seeds"]]
@@ -72,19 +71,36 @@ def write_tensorboard(data: dict[str, Any], job_dir: Path, images: list[dict[str
                     events.add(scalars_summary(values), step=step)
                 if images is not None:
                     _write_heatmaps(events, images[index][side]["measures"], label)
-        layout = {"training: mean ± std over seeds": {tag: ["Margin", [f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"]]
-                                                     for tag in BANDED}}
-        with EventFile(job_dir / "tensorboard" / label) as events:
-            for step in sorted(per_seed[0]):
-                values = {}
-                for tag in BANDED:
-                    seen = [s[step][tag] for s in per_seed if tag in s.get(step, {})]
-                    if seen:
-                        mean, std = statistics.fmean(seen), statistics.pstdev(seen)
-                        values |= {f"{tag}/mean": mean, f"{tag}/lower": mean - std, f"{tag}/upper": mean + std}
-                if values:
-                    events.add(scalars_summary(values), step=step)
-            events.add(custom_scalars(layout))
+        write_band(job_dir / "tensorboard" / label, per_seed, label, session_hparams(data, side, len(per_seed)))
+
+
+def session_hparams(data: dict[str, Any], side: str, n_seeds: int) -> dict[str, str | int]:
+    return {"side": side, "variant": data["variant"], "task": data["settings"]["task"], "seeds": n_seeds,
+            "verdict": " ".join(data["verdict"])}
+
+
+def write_band(folder: Path, per_seed: list[dict[int, dict[str, float]]], label: str,
+               session: dict[str, str | int]) -> None:
+    """A run of the BANDED curves' mean and mean ± std over the seeds at each step, a Custom Scalars
+    margin chart per curve, and an HParams session (the verdict among its columns)."""
+    from attnlab.sinks.tensorboard_protos import custom_scalars
+
+    layout = {"training: mean ± std over seeds": {tag: ["Margin", [f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"]]
+                                                 for tag in BANDED}}
+    with EventFile(folder) as events:
+        for step in sorted(per_seed[0]):
+            values = {}
+            for tag in BANDED:
+                seen = [s[step][tag] for s in per_seed if tag in s.get(step, {})]
+                if seen:
+                    mean, std = statistics.fmean(seen), statistics.stdev(seen) if len(seen) > 1 else 0.0
+                    values |= {f"{tag}/mean": mean, f"{tag}/lower": mean - std, f"{tag}/upper": mean + std}
+            if values:
+                events.add(scalars_summary(values), step=step)
+        events.add(custom_scalars(layout))
+        for summary in hparams_summaries(session, [f"{tag}/mean" for tag in BANDED], ok=True, swept=["variant"],
+                                         trial=label):
+            events.add(summary)
 
 
 def _write_heatmaps(events: EventFile, measures: dict[str, dict[str, Any]], label: str) -> None:

@@ -35,7 +35,6 @@ class TrainingConf:
     init: str = "default"  # default: PyTorch's | normal: the attention's q/k/v redrawn as weights_init=normal
     eval_every: int = 25  # steps between evaluations (teacher-forced and causal)
     eval_batch: int = 64  # sequences in the fixed evaluation set
-    checkpoints: int = 1  # measure sets besides init: 1 is the end only
     target_accuracy: float = 0.9  # "steps to" this causal accuracy
     vocab: int = 64  # induction and mqar; text: the file's characters
     pairs: int = 4  # mqar: key-value pairs per sequence
@@ -65,7 +64,7 @@ def check_settings(s: TrainingConf) -> None:
     if s.init not in INITS:
         raise UserError(f"training.init={s.init}: allowed are {', '.join(INITS)}")
     counts = {"steps": s.steps, "batch": s.batch, "eval_every": s.eval_every, "eval_batch": s.eval_batch,
-              "checkpoints": s.checkpoints, "vocab": s.vocab, "pairs": s.pairs,
+              "vocab": s.vocab, "pairs": s.pairs,
               **{f"model.{k}": v for k, v in vars(s.model).items()}}
     for name, value in counts.items():
         if not _positive_int(value):
@@ -73,6 +72,9 @@ def check_settings(s: TrainingConf) -> None:
     for name in ("lr", "clip"):
         if not (isinstance(getattr(s, name), (int, float)) and getattr(s, name) > 0):
             raise UserError(f"training.{name}={getattr(s, name)}: must be a number > 0")
+    for name in ("warmup", "weight_decay"):
+        if not (isinstance(getattr(s, name), (int, float)) and getattr(s, name) >= 0):
+            raise UserError(f"training.{name}={getattr(s, name)}: must be a number >= 0")
     if not 0 < s.target_accuracy <= 1:
         raise UserError(f"training.target_accuracy={s.target_accuracy}: must be in (0, 1]")
     if s.model.d_model % s.model.num_heads:

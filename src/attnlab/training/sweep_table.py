@@ -1,14 +1,18 @@
 """A sweep of training jobs pooled: every job's training.json under the sweep folder, grouped by
 variant and training settings, each group's seeds (from all its jobs) into one table and verdict,
-written as training_comparison.md and .csv in the sweep folder."""
+written as training_comparison.md and .csv in the sweep folder; with `bands`, TensorBoard runs
+`training/<group>/{reference,variant}` of each side's mean ± std over all the group's seeds."""
 
 from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
+from attnlab.sinks.tensorboard_runs import run_folder_name
+from attnlab.training.outputs import session_hparams, step_scalars, write_band
 from attnlab.training.verdict import rows, verdict
 
 RESULT_FILE = "training.json"
@@ -33,7 +37,7 @@ def groups(folder: Path) -> dict[str, list[dict[str, Any]]]:
     return grouped
 
 
-def write_sweep_training(folder: Path) -> str | None:
+def write_sweep_training(folder: Path, bands: bool = False) -> str | None:
     """The pooled tables and verdicts (None: the sweep trained nothing); returns the markdown."""
     grouped = groups(Path(folder))
     if not grouped:
@@ -45,6 +49,9 @@ def write_sweep_training(folder: Path) -> str | None:
         settings = results[0]["settings"]
         table = rows(summaries)
         said = verdict(results[0]["variant"], table, summaries, settings["steps"], settings["target_accuracy"])
+        if bands:
+            _write_bands(Path(folder), label, runs, {"variant": results[0]["variant"], "settings": settings,
+                                                    "verdict": said})
         lines = [f"## {label} ({len(runs)} seeds)", "", *(f"- {s}" for s in said), "",
                  "| measure | reference | variant | clear of seed noise |", "|---|---|---|---|"]
         for row in (row.as_dict() for row in table):
@@ -58,3 +65,12 @@ def write_sweep_training(folder: Path) -> str | None:
         writer.writeheader()
         writer.writerows(table_rows)
     return text
+
+
+def _write_bands(folder: Path, label: str, runs: list[dict[str, Any]], data: dict[str, Any]) -> None:
+    """Each side's band over the group's seeds; an earlier end's runs of the group replaced."""
+    for side in ("reference", "variant"):
+        run_folder = folder / "training" / run_folder_name(label) / side
+        shutil.rmtree(run_folder, ignore_errors=True)
+        write_band(run_folder, [step_scalars(run[side]) for run in runs], f"{label} {side}",
+                   session_hparams(data, side, len(runs)))

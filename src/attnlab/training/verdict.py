@@ -96,7 +96,7 @@ def verdict(variant: str, table: Sequence[Row], summaries: Sequence[dict[str, di
     """The verdict's sentences; nothing about a difference within seed noise."""
     by = {row.measure: row for row in table}
     said = [s for s in (_target(variant, by, summaries, steps, target), _saturation(by), _leak(by)) if s]
-    if not any("causal evaluation fails" in s for s in said):
+    if not any("causal evaluation fails" in s or "did not" in s for s in said):  # said already
         said += [s for s in (_accuracy(by),) if s]
     n = len(summaries)
     if not said:
@@ -115,7 +115,15 @@ def _target(variant: str, by: dict[str, Row], summaries: Sequence[dict], steps: 
     if reached["variant"] == 0 and reached["reference"] == len(summaries):
         return (f"{variant} did not reach {pct} causal accuracy in {steps} steps "
                 f"(reference: {row.reference} steps); its final causal accuracy {by['causal_accuracy'].variant}")
-    if row.clear and reached["variant"] == reached["reference"] == len(summaries):
+    if reached["reference"] == 0 and reached["variant"] == len(summaries):
+        return (f"{variant} reached {pct} causal accuracy in {row.variant} steps; the reference did not in {steps} "
+                f"(its final causal accuracy {by['causal_accuracy'].reference})")
+    n = len(summaries)
+    if row.clear and reached["variant"] < reached["reference"]:
+        return (f"{variant} reached {pct} causal accuracy in only {reached['variant']:.0f} of {n} seeds, and later: "
+                f"{row.variant} steps (a seed that never did counted as {steps} plus one evaluation) against the "
+                f"reference's {row.reference} ({reached['reference']:.0f} of {n})")
+    if row.clear and reached["variant"] == reached["reference"] == n:
         pace = "slower" if row.variant.mean > row.reference.mean else "faster"
         return f"{variant} reached {pct} causal accuracy {pace}: {row.variant} steps against the reference's {row.reference}"
     return None

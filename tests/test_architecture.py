@@ -262,6 +262,8 @@ def test_version_names_attnlab_then_torch_and_hydra(app) -> None:
 
     run = app("--version")
     assert run.returncode == 0 and run.stderr == ""
+    imported = app("--version", env={"PYTHONPROFILEIMPORTTIME": "1"}).stderr
+    assert "| torch" not in imported and "| hydra" not in imported  # answered from metadata: no seconds of imports
     assert run.stdout.strip() == f"attnlab {metadata.version('attnlab')} (torch {torch.__version__}, hydra-core {hydra.__version__})"
 
 
@@ -306,9 +308,10 @@ def test_the_back_channel_check_sees_one(tmp_path: Path) -> None:
 
 # The flow, lowest layer first: a module may import its own layer and the layers before it, never a
 # later one (config -> inputs and weights -> modules -> captured stages -> record -> diagnosis ->
-# compute -> model -> reporting -> sinks -> app).
+# compute -> model -> reporting -> sinks -> training -> app).
 LAYERS = (
-    ("attnlab.errors", "attnlab.plugin_folders", "attnlab.schema"),
+    ("attnlab.errors", "attnlab.plugin_folders", "attnlab.configured", "attnlab.file_limits", "attnlab.locks",
+     "attnlab.printable", "attnlab.process_state", "attnlab.schema", "attnlab.shown_paths"),
     ("attnlab.inputs",),
     ("attnlab.modules",),
     ("attnlab.capture",),
@@ -318,6 +321,7 @@ LAYERS = (
     ("attnlab.model",),  # a run inside a whole model: loading, hooks, the effect on its output
     ("attnlab.reporting",),
     ("attnlab.sinks",),
+    ("attnlab.training",),  # training runs per variant: a tiny GPT, its loop, evaluation, verdict, outputs
     ("attnlab.app", "attnlab.__main__", "hydra_plugins.attnlab_sweeper"),
 )
 
@@ -363,3 +367,25 @@ def test_the_file_name_check_sees_a_shared_name(tmp_path: Path) -> None:
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).touch()
     assert _shared_file_names(tmp_path) == {"job.py": ["app/job.py", "model/job.py"]}
+
+
+def _sink_modules() -> set[str]:
+    """The modules of the sinks the `sink` group builds (their `_target_`s)."""
+    from omegaconf import OmegaConf
+
+    from attnlab.app.config_paths import config_dir
+
+    targets = [OmegaConf.load(path).get("_target_", "") for path in (config_dir() / "sink").glob("*.yaml")]
+    return {target.rpartition(".")[0] for target in targets if target}
+
+
+def test_no_sink_imports_another_sink() -> None:
+    """Sinks read records and the shared views (attnlab.sinks.views, the html and model views),
+    never each other: a sink is a place output goes, not a library."""
+    sinks = _sink_modules()
+    assert {"attnlab.sinks.terminal", "attnlab.sinks.html", "attnlab.sinks.tensorboard"} <= sinks
+    graph = _module_graph()
+    assert sorted(f"{s} -> {t}" for s in sinks for t in graph.get(s, ()) if t in sinks and t != s) == []
+    # the views the sinks share import no sink either, or a sink would reach another through them
+    views = {t for s in sinks for t in graph.get(s, ()) if t.startswith("attnlab.sinks.") and t not in sinks}
+    assert sorted(f"{v} -> {t}" for v in views for t in graph.get(v, ()) if t in sinks) == []

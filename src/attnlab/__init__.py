@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from attnlab.app.api import Result, run
     from attnlab.app.api_sweep import sweep
+    from attnlab.app.api_training import train
     from attnlab.capture.recorder import tap
     from attnlab.modules.built import create_variant
     from attnlab.modules.discovery import variant
@@ -16,7 +17,8 @@ if TYPE_CHECKING:
 # Imported on first use: the `attnlab` command starts its job forkserver before torch is imported
 # (attnlab.__main__), and every import of a submodule runs this file first.
 _EXPORTS = {
-    "Result": "attnlab.app.api", "run": "attnlab.app.api", "sweep": "attnlab.app.api_sweep", "tap": "attnlab.capture.recorder",
+    "Result": "attnlab.app.api", "run": "attnlab.app.api", "sweep": "attnlab.app.api_sweep", "train": "attnlab.app.api_training",
+    "tap": "attnlab.capture.recorder",
     "create_variant": "attnlab.modules.built", "variant": "attnlab.modules.discovery",
     "list_variants": "attnlab.modules.registry",
 }

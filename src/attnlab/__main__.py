@@ -2,12 +2,21 @@
 
 import sys
 
-from attnlab.app.job_worker import start_early, stop_early
+from attnlab.app.streams import ensure_std_streams
+
+ensure_std_streams()  # before any import opens a file: see attnlab.app.streams
+
+from attnlab.app.job_worker import start_early, stop_early  # noqa: E402
 
 
 def main() -> None:
     """The job forkserver, when the command needs one, imports torch beside this process (which
     imports it too, with the app): the sweep's first job then waits for neither."""
+    if sys.argv[1:2] in (["--version"], ["-V"]):
+        from attnlab.app.versions import versions
+
+        print(versions())
+        sys.exit(0)
     started = start_early(sys.argv[1:])
     from attnlab.app.cli import entry
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from attnlab.shown_paths import display_path
+
 
 class UserError(Exception):
     """A mistake in what the user asked for (a config value, a name, a file), not a bug in attnlab.
@@ -11,6 +13,10 @@ class UserError(Exception):
     The message names what was wrong and what is allowed, in one line.
     """
 
+    def _render_traceback_(self) -> list[str]:
+        """IPython's hook (Jupyter, JupyterLab, the IPython shell): the one line, not a traceback
+        through attnlab's internals."""
+        return [f"{type(self).__name__}: {self}"]
 
 
 class FailedRecords(Exception):
@@ -18,7 +24,10 @@ class FailedRecords(Exception):
     output is written, with exit code 1."""
 
     def __init__(self, paths: list[str], missing: Sequence[str] = ()):
-        parts = [f"{len(paths)} failed record(s): {', '.join(paths)}"] if paths else []
+        shown = ", ".join(display_path(p) for p in paths)
+        parts = [f"{len(paths)} failed record(s): {shown}"] if paths else []
         parts += [f"{len(missing)} job(s) without a record (run the same command again to run them)"] if missing else []
         super().__init__("; ".join(parts))
         self.paths, self.missing = list(paths), list(missing)
+
+    _render_traceback_ = UserError._render_traceback_

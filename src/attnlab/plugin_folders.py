@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+import stat
 import sys
 from importlib import resources
 from pathlib import Path
@@ -46,9 +47,11 @@ def group_heading(group: str) -> str:
     return doc.splitlines()[0].strip() if doc else "./plugins, ATTNLAB_PLUGIN_PATH and installed entry points"
 
 
-def plugin_files() -> list[tuple[Path, str]]:
+def plugin_files(skipped: list[str] | None = None) -> list[tuple[Path, str]]:
     """Every plugin file with its group, folder by folder: the built-ins' group folders, then each
-    user folder (flat). Files whose name starts with `_` are not plugins (a sibling may import them)."""
+    user folder (flat). Files whose name starts with `_` are not plugins (a sibling may import them).
+    Only regular files are read: a FIFO named `x.py` hung every command and a folder or a dangling
+    link named so was a traceback; each is skipped, with a line in `skipped`."""
     builtin = builtin_plugin_dir()
     files: list[tuple[Path, str]] = []
     for folder in plugin_dirs():
@@ -56,7 +59,37 @@ def plugin_files() -> list[tuple[Path, str]]:
             files += [(path, group) for group in builtin_groups() for path in sorted((folder / group).glob("*.py"))]
         else:
             files += [(path, USER_GROUP) for path in sorted(folder.glob("*.py"))]
-    return [(path, group) for path, group in files if not path.name.startswith("_")]
+    plugins = []
+    for path, group in files:
+        if path.name.startswith("_"):
+            continue
+        why = _not_a_file(path)
+        if why is None:
+            plugins.append((path, group))
+        elif skipped is not None:
+            skipped.append(f"plugin {_shown(path)} skipped: {why}, not a file")
+    return plugins
+
+
+def python_files(folder: Path) -> list[Path]:
+    """The regular `*.py` files of a folder, sorted (what a folder's plugins may import by name)."""
+    return [path for path in sorted(folder.glob("*.py")) if _not_a_file(path) is None]
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What `path` is when it is not a regular file (a link is followed: a link to a file is one)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "a dangling link" if path.is_symlink() else "unreadable"
+    if stat.S_ISREG(mode):
+        return None
+    return {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "a device")
+
+
+def _shown(path: Path) -> str:
+    """A path for the terminal: a control character in a file's name is never sent to it raw."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(path))
 
 
 def importable_plugins() -> None:

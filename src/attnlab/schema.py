@@ -217,13 +217,33 @@ def _dataclass(name: str, fields: list) -> type:
     return cls
 
 
+@dataclass(frozen=True)
+class ChoiceKey:
+    """A key typed by an Enum (Hydra checks its values): its default and what each option does."""
+
+    name: str
+    default: Enum
+    help: str
+
+    @property
+    def allowed(self) -> str:
+        return "allowed are " + ", ".join(option.value for option in type(self.default))
+
+
+CHOICE_KEYS = (
+    ChoiceKey("weights", WeightsMode.shared, "shared: every module gets the reference's seeded W_query, W_key, "
+              "W_value (loaded into its own layout); native: each module builds its own after torch.manual_seed(seed)"),
+    ChoiceKey("weights_init", WeightsInit.rand, "rand: the source's torch.rand(d_in, d_out); "
+              "normal: torch.randn(d_in, d_out) / sqrt(d_in), zero mean"),
+)
+
 # The structured config Hydra composes into: the scalar keys from KEYS, then the open groups.
 Config = _dataclass("Config", [
     ("variant", VariantConf, field(default_factory=VariantConf)),
     ("inputs", Any, None),  # the group `inputs`: a structured config of attnlab.inputs.kinds, or your own
+    ("training", Any, None),  # the group `training`: attnlab.training.settings.TrainingConf; null: a forward run
     *_scalar_fields(),
-    ("weights", WeightsMode, WeightsMode.shared),  # shared: every module gets the seeded matrices | native
-    ("weights_init", WeightsInit, WeightsInit.rand),  # rand: the source's | normal: randn / sqrt(d_in)
+    *((key.name, type(key.default), key.default) for key in CHOICE_KEYS),
     ("reference_params", Dict[str, Any], field(default_factory=dict)),  # an explicit reference's, reference.params.NAME
     ("expect", Dict[str, Any], field(default_factory=dict)),  # predictions, e.g. expect.context_shape=[6,2]
     # a run inside a model (attnlab.model): model=hf:TYPE | NAME (./models/) | model.path=DIR | model.hub=ID,

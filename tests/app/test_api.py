@@ -67,3 +67,14 @@ def test_log_terminal_prints_the_summary_without_an_out_dir(capsys):
     assert "[scaling @ scaled_scores]" in out and "record:" not in out
     attnlab.run("unscaled", seed=123)
     assert capsys.readouterr().out == ""
+
+
+def test_a_second_run_into_one_folder_is_refused_and_the_first_kept(tmp_path):
+    """It overwrote the first run's record and left both runs' event files in one folder."""
+    from attnlab.errors import UserError
+
+    attnlab.run("unscaled", out_dir=tmp_path / "same")
+    before = {p: p.read_bytes() for p in (tmp_path / "same").rglob("*") if p.is_file()}
+    with pytest.raises(UserError, match=r"^out_dir=.*same: holds a run already \(record.json\)"):
+        attnlab.run("wrong_softmax_axis", out_dir=tmp_path / "same")
+    assert {p: p.read_bytes() for p in (tmp_path / "same").rglob("*") if p.is_file()} == before

@@ -63,3 +63,29 @@ def test_a_sweep_into_a_folder_ends_as_a_cli_sweep_with_runs_shared_per_variant(
     assert runs == ["reference", "unscaled"]
     steps = EventAccumulator(str(tmp_path / "unscaled")).Reload().Scalars("divergence/context")
     assert sorted(point.step for point in steps) == [2, 3]
+
+
+def test_a_sweeps_result_shows_each_job_and_its_table_in_a_notebook():
+    """It showed only a count: "SweepResult(2 results; .table: 2 rows)"."""
+    done = attnlab.sweep(variant=["unscaled", "wrong_softmax_axis"], progress=False)
+    shown = repr(done)
+    assert "variant='unscaled'" in shown and "variant='wrong_softmax_axis'" in shown
+    page = done._repr_html_()
+    assert page.count("<tr>") >= 3 and "wrong_softmax_axis" in page and "scaled_scores" in page
+
+
+def test_several_seeds_are_a_list_with_a_notebook_view_and_a_table():
+    """n_seeds > 1 returned a bare list that printed its items' reprs on one line and had no table."""
+    results = attnlab.run("unscaled", 1, n_seeds=2, log={"tensorboard": False, "table": False, "html": False,
+                                                         "terminal": False})
+    assert isinstance(results, list) and [r.record.seed for r in results] == [1, 2]
+    assert list(results.table["seed"]) == [1, 2]
+    assert repr(results).count("Result(variant='unscaled'") == 2
+    page = results._repr_html_()
+    assert page.count("scaling") >= 2  # each seed's findings
+
+
+def test_a_sweeps_progress_is_on_stdout_not_jupyters_pink_stderr(capsys):
+    attnlab.sweep(variant=["unscaled"], seed=[1, 2])
+    shown = capsys.readouterr()
+    assert "attnlab.sweep [" in shown.out and "2/2" in shown.out and "attnlab.sweep" not in shown.err

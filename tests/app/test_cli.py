@@ -77,6 +77,10 @@ def test_help_lists_every_variant_with_its_description(app):
 
     for name, spec in discover().specs.items():
         assert re.search(rf"^\s+{name}\s+{re.escape(spec.description)}$", run.stdout, re.M), name
+    from attnlab.schema import CHOICE_KEYS, KEYS
+
+    keys = run.stdout.split("== Keys ==")[1].split("== Config ==")[0]
+    assert {line.split()[0] for line in keys.strip().splitlines()} == {k.name for k in (*KEYS, *CHOICE_KEYS)}
 
 
 @pytest.mark.skipif(shutil.which("attnlab", path=str(Path(sys.executable).parent)) is None, reason="console script not installed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from attnlab.app.config_checks import closest_key
+from attnlab.app.config_store import register_configs
 
 
 def test_a_top_level_key_under_variant_params_is_named_with_or_without_plus():
@@ -12,3 +13,11 @@ def test_a_top_level_key_under_variant_params_is_named_with_or_without_plus():
             "variant.params.qkv_bias: qkv_bias is a top-level key; use qkv_bias=true")
     assert closest_key("variant.params.n_kv_heads", ["variant=gqa", "variant.params.n_kv_heads=1"]) == (
         "variant.params.n_kv_heads: n_kv_heads is the top-level key num_kv_heads; use num_kv_heads=1")
+
+
+def test_a_key_of_another_group_is_named_by_its_full_name():
+    """The run's header prints `n_tokens=6 d_in=3`; typed back as such they are inputs' keys."""
+    register_configs()  # as the CLI has before it names the closest key
+    assert closest_key("d_in", ["inputs=random", "d_in=4"]) == "d_in: unknown key; did you mean 'inputs.d_in'?"
+    # the book's inputs have neither key: the inputs that have it are named with it
+    assert closest_key("n_tokens", ["n_tokens=9"]) == "n_tokens: unknown key; did you mean 'inputs=random inputs.n_tokens=9'?"

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 FAULTS = {  # variant name: the forward's body, and the cause its failed record names
     "exits": ("sys.exit(0)", "the job called sys.exit(0)"),
-    "os_exits": ("os._exit(0)", "the job's process exited with code 0 before reporting"),
+    "os_exits": ("os._exit(0)", "variant 'os_exits' raised ExitCalled: os._exit(0) called in forward"),
     "interrupts": ("raise KeyboardInterrupt", "the job raised KeyboardInterrupt (not a Ctrl-C)"),
     "segfaults": ("ctypes.string_at(0)", "the job's process died of SIGSEGV in string_at ("),
     "hangs": ("time.sleep(3600)", "the job ran past timeout_s=3 and was stopped"),
@@ -70,12 +70,15 @@ def test_every_fault_of_a_module_is_its_own_failed_record_and_the_sweep_goes_on(
     assert "Fatal Python error" not in done.stderr  # the trace went to the record, not the terminal
 
 
-@pytest.mark.parametrize("name", ["exits", "interrupts"])
-def test_a_single_run_whose_module_exits_or_interrupts_is_a_failed_record_exit_1(tmp_path, name) -> None:
+@pytest.mark.parametrize("name", ["exits", "interrupts", "hangs"])
+def test_a_single_run_whose_module_exits_interrupts_or_hangs_is_a_failed_record_exit_1(tmp_path, name) -> None:
     plugins = write_plugins(tmp_path / "plugins", [name])
-    done = attnlab(tmp_path, plugins, f"variant={name}", f"hydra.run.dir={tmp_path / 'run'}")
+    done = attnlab(tmp_path, plugins, f"variant={name}", f"hydra.run.dir={tmp_path / 'run'}", "timeout_s=3")
     assert done.returncode == 1, done.stderr
     assert records(tmp_path / "run")[name]["error"].startswith(FAULTS[name][1])
+    # the cause where the user looks, whichever process noticed it; the record as typed from here
+    assert f"FAILED: {FAULTS[name][1]}" in done.stdout
+    assert done.stderr.endswith("attnlab: 1 failed record(s): run/record.json\n"), done.stderr
 
 
 def test_a_job_that_fails_before_its_modules_run_has_its_row(tmp_path) -> None:
@@ -136,21 +139,21 @@ def test_a_job_that_died_before_its_inputs_makes_no_size_look_swept(tmp_path, us
     from attnlab.reporting.metrics import hparams
     from attnlab.reporting.sweep_plots import sweep_curves
 
-    use_plugins(write_plugins(tmp_path / "plugins", ["os_exits"]))
+    use_plugins(write_plugins(tmp_path / "plugins", ["segfaults"]))
     sweep = tmp_path / "sweep"
-    code = cli_main(["-m", "variant=unscaled,os_exits,scaled_by_dk", "weights=native", "log.terminal=false",
+    code = cli_main(["-m", "variant=unscaled,segfaults,scaled_by_dk", "weights=native", "log.terminal=false",
                      f"hydra.sweep.dir={sweep}"])
     assert code == 1, capsys.readouterr().err
     records, problems = load_records(find_record_files([sweep]))
     report = Report(records)
     (failed,) = [r for r in records if not r.ok]
-    assert not problems and failed.variant == "os_exits"
+    assert not problems and failed.variant == "segfaults"
     assert not {"n_tokens", "d_in"} & set(hparams(failed)) and hparams(failed)["d_out"] == 2  # the config's d_out
-    row = report.jobs.set_index("variant").loc["os_exits"]
+    row = report.jobs.set_index("variant").loc["segfaults"]
     assert row[["d_in", "d_out", "n_tokens"]].isna().all()
     assert list(report.jobs["n_tokens"].dropna()) == [6, 6]
     assert "d_in" not in swept_columns(report.jobs) and "n_tokens" not in swept_columns(report.jobs)
     assert sweep_curves(report)[0] == []
     assert not (sweep / "sweep").exists()  # TensorBoard's sweep runs: one per curve line
-    csv_row = next(line for line in (sweep / "comparison.csv").read_text().splitlines() if line.startswith("os_exits,"))
-    assert csv_row.startswith("os_exits,123,,,,")  # variant, seed, then the sizes: empty
+    csv_row = next(line for line in (sweep / "comparison.csv").read_text().splitlines() if line.startswith("segfaults,"))
+    assert csv_row.startswith("segfaults,123,,,,")  # variant, seed, then the sizes: empty

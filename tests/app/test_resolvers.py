@@ -7,6 +7,7 @@ import datetime as dt
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,9 @@ def test_a_job_folder_name_is_one_bounded_component_and_distinct_per_overrides()
     for name in names:
         assert "/" not in name and ".." not in name and len(name.encode()) <= JOB_DIRNAME_MAX
     assert len(set(names)) == len(names)
+
+
+def test_a_run_folder_named_after_an_hf_variant_has_no_colon(tmp_path):
+    """`variant=hf:gemma2` names the folder; a colon is refused in file names on Windows."""
+    made = new_dir(str(tmp_path / "runs" / "18-40-00-hf:gemma2"))
+    assert Path(made).name == "18-40-00-hf-gemma2" and Path(made).is_dir()

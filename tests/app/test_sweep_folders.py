@@ -79,14 +79,14 @@ def test_faults_and_a_killed_worker_cost_only_their_jobs_and_a_rerun_runs_only_t
     assert "attnlab: the launcher failed (TerminatedWorkerError" in first.stderr
     found = records(tmp_path / "sweep")
     assert {found[v]["status"] for v in ("unscaled", "reference", "linear", "scaled_by_dk")} == {"ok"}
-    assert found["os_exits"]["error"].startswith("the job's process exited with code 0 before reporting")
+    assert found["os_exits"]["error"].startswith("variant 'os_exits' raised ExitCalled: os._exit(0) called in forward")
     assert found["hangs"]["error"] == "the job ran past timeout_s=5 and was stopped"
     assert found["interrupts"]["error"].startswith("the job raised KeyboardInterrupt (not a Ctrl-C)")
     # the killed worker's job was launched again (it kills only once) or is listed as missing
     assert found.get("kills_worker", {}).get("status") == "ok" or "no record: job #3 variant=kills_worker" in first.stderr
     ok = sum(r["status"] == "ok" for r in found.values())
     again = attnlab(tmp_path, *sweep)
-    assert f"attnlab: resuming the sweep in {tmp_path / 'sweep'}: {ok} of 8 job(s) have an ok record; running the other {8 - ok}" in again.stderr
+    assert f"attnlab: resuming the sweep in {tmp_path / 'sweep'}: {ok} of 8 job(s) are done; running the other {8 - ok}" in again.stderr
     after = records(tmp_path / "sweep")
     assert all(after[v]["mtime"] == r["mtime"] for v, r in found.items() if r["status"] == "ok")  # not run again
     assert after["kills_worker"]["status"] == "ok" and again.returncode == 1

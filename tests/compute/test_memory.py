@@ -48,4 +48,5 @@ def test_the_cli_refuses_a_run_too_large_before_any_forward(app):
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("attnlab: error: this run needs about")
     assert "4.0 GiB is available (ATTNLAB_MEMORY_LIMIT)" in lines[0]
+    assert "(batch 2 x at least 1 head x 100000² tokens" in lines[0]  # before the module names its heads: a floor
     assert not (run.out_dir / "record.json").exists()

@@ -10,7 +10,7 @@ folder's path (replaced by `<out>`), index.json's record modification time, an e
 and the HParams session's start and end times; an event file's name (time, host, pid) becomes
 `events.out.tfevents`. A PNG (a file, an image summary, a data URI in a page) counts as its
 decoded pixels. Hydra's own `hydra.yaml` and `multirun.yaml` (its runtime: paths of this
-machine) and the sweep's lock file are left out.
+machine), the sweep's lock file and each job's completion mark are left out.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ SINGLE_RUNS = {
                                           "num_heads=2"]),
 }
 SWEEP = ["variant=reference,linear,unscaled,wrong_softmax_axis", "seed=1,2,3,4,5"]  # benchmarks' figure 2c
-LEFT_OUT = {"hydra.yaml", "multirun.yaml", ".attnlab-sweep.lock"}
+LEFT_OUT = {"hydra.yaml", "multirun.yaml", ".attnlab-sweep.lock", ".attnlab-done.json"}
 MACHINE = "machine"  # the entry that says on which float kernels the digests were written
 PNG_URI = re.compile(rb"data:image/png;base64,([A-Za-z0-9+/=]+)")
 

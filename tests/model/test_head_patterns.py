@@ -29,3 +29,19 @@ def test_each_pattern_is_named_for_its_head_only() -> None:
 
 def test_two_tokens_are_too_few_to_say() -> None:
     assert head_patterns(causal_uniform(2)[None, None]) == []
+
+
+def test_an_even_spread_is_entropy_1_causal_or_not() -> None:
+    """An encoder's rows see every key: divided by the causal row's log(i+1), ViT's heads read 1.56."""
+    from attnlab.model.head_patterns import head_scores
+
+    n = 17
+    encoder = np.full((n, n), 1.0 / n)  # (n, n): every query spreads evenly over all keys
+    rng = np.random.default_rng(1)
+    peaked = rng.random((n, n)) ** 8
+    peaked /= peaked.sum(axis=-1, keepdims=True)
+    scores = head_scores(np.stack([encoder, causal_uniform(n), peaked]))["uniform_head"]  # (3,)
+    np.testing.assert_allclose(scores[:2], [1.0, 1.0], rtol=1e-6)
+    assert 0 < scores[2] < 0.95
+    message = next(f.message for f in head_patterns(encoder[None, None]) if f.code == "uniform_head")
+    assert "head 0 (1.00)" in message and "on these inputs" in message

@@ -110,8 +110,7 @@ def _hf_module(model: str, seed: int, kv_heads: int | None):
     config = config_cls(**spelled)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    takes_layer = "layer_idx" in inspect.signature(cls).parameters
-    return (cls(config, layer_idx=0) if takes_layer else cls(config)).eval()
+    return cls(config=config, layer_idx=0).eval()  # as the model's own layer builds it
 
 
 def _returned_weights(module, x: torch.Tensor) -> torch.Tensor:
@@ -332,7 +331,7 @@ MORE_MODELS = {
     "distilbert": set(),  # out_lin, its output projection
     "gptj": {"rotary"},  # its config's default rotary_dim is wider than a head of this size
     "persimmon": {"rotary", "qk_norm"},  # QK-norm as a LayerNorm of each head, then a partial RoPE
-    "falcon": {"rotary", "kv_heads"},  # forward takes an alibi argument (None: its config chose RoPE); one kv head
+    "falcon": {"rotary"},  # forward takes an alibi argument (None: its config chose RoPE); one kv head, as auto groups
 }
 
 

@@ -272,6 +272,15 @@ def test_constructor_signature_shows_the_parameters_without_annotations(plugin_f
     assert constructor_signature(spec) == "(d_in, d_out, num_heads=2)"
 
 
+def test_a_signature_shows_the_variants_declared_params_not_the_class_defaults():
+    """`--help` listed bidirectional_attention with causal=True, the class's default it overrides."""
+    for name in ("bidirectional_attention", "causal_heads", "impl_torch_mha_no_weights"):
+        spec = get_variant(name)
+        assert spec.params, name
+        for key, value in spec.params.items():
+            assert f"{key}={value!r}" in spec.signature, (name, key, spec.signature)
+
+
 # --- files with helper classes (the variant is the outermost module) --------------------------------
 
 SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source"

@@ -217,9 +217,11 @@ TRICKY_TEXTS = ["Your", "journey", "0.123", "-4.56e-07", "all 0", "head 11", "we
 def _pillow_text(image: Image.Image, xy, text: str, size: int, anchor: str, colour, vertical: bool) -> None:
     """Text as Pillow draws it, each call afresh: ImageDraw.text; vertical, on a mask of its own,
     turned and pasted (Pillow turns text only with libraqm)."""
-    from PIL import ImageDraw, ImageFont
+    from PIL import ImageDraw
 
-    font = ImageFont.load_default(size=size)
+    from attnlab.reporting.heatmap import _font
+
+    font = _font(size)
     if not vertical:
         ImageDraw.Draw(image).text(xy, text, fill=colour, font=font, anchor=anchor)
         return
@@ -307,3 +309,24 @@ def test_a_score_sized_stage_is_scaled_on_percentiles_not_one_extreme():
     low, high = stage_scale("scores", scores).value_range
     assert high < 10 and low > -10  # the percentiles of the others
     assert np.isclose(high, np.percentile(scores, 99.5)) and np.isclose(low, np.percentile(scores, 0.5))
+
+
+def test_every_cell_of_a_map_has_one_number_format(monkeypatch):
+    """"3e-03" beside "0.003" in one map read as two kinds of number: one format for all cells."""
+    centred: list[str] = []  # the cells' values: drawn centred in their cells, unlike labels and ticks
+    original = heatmap._draw_string
+    monkeypatch.setattr(heatmap, "_draw_string", lambda image, xy, text, **kwargs: (
+        centred.append(text) if kwargs.get("anchor") == "mm" else None, original(image, xy, text, **kwargs)))
+    values = np.array([[0.0326, -0.0038, 0.0002], [0.021, -0.0001, 0.3], [1e-7, -0.015, 0.0]], np.float32)
+    render(values, diverging=True)
+    cells = set(centred)
+    assert len(centred) == 9
+    assert cells >= {"0.033", "-0.004", "0.300", "0.000"}  # the largest with three significant digits
+    assert len({len(text.lstrip("-").partition(".")[2]) for text in cells}) == 1, cells
+
+
+def test_a_space_in_a_legend_is_as_wide_as_a_letter():
+    """Pillow's own font drew a space one pixel wide: "log 1e-4to 1"."""
+    from attnlab.reporting.heatmap import _text_width
+
+    assert _text_width("1e-4 to 1") - _text_width("1e-4to 1") >= _text_width("o") // 2

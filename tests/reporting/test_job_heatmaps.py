@@ -86,9 +86,11 @@ def test_variant_and_reference_share_one_scale_and_the_difference_is_symmetric(g
 def test_only_stages_that_differ_are_drawn_beyond_weights_context_and_output() -> None:
     record = attnlab.run("reference", 1, **NO_SINKS).record  # the reference against itself
     tags = {tag for tag, _ in heatmap_images(record)}
+    assert record.output_is_context
     assert tags == {f"heatmaps/{source}/{stage}" for source in ("variant", "reference")
-                    for stage in ("weights", "context", "output")} | {"heatmaps/variant/weights_log"}
-    # no all-zero difference, no unread scores, no log view of a reference equal to the variant
+                    for stage in ("weights", "context")} | {"heatmaps/variant/weights_log"}
+    # no all-zero difference, no unread scores, no log view of a reference equal to the variant,
+    # and its output, the context itself, drawn once as the context
 
 
 def test_a_pooled_stage_has_a_full_resolution_crop_of_the_shown_head() -> None:
@@ -176,3 +178,32 @@ def test_a_pooled_maps_crop_is_the_block_where_the_variant_first_differs() -> No
     difference[1, 130, 70] = 0.5  # head 1 differs first at query 130, key 70
     assert _crop_origin(difference, head=1) == (128, 64)
     assert _crop_origin(difference, head=0) == (0, 0)  # nothing differs in head 0
+
+
+def test_a_mask_on_one_side_only_is_named_in_the_difference_map_not_all_0(monkeypatch) -> None:
+    """A causal mask that also hides the diagonal: scaled_scores differ only where the variant has
+    -inf, so every finite difference is 0 and the bar used to read "all 0" over a grey diagonal."""
+    drawn = captured(monkeypatch)
+    record = attnlab.run("causal_mask_diagonal_0", 1, **NO_SINKS).record
+    assert record.first_divergent_stage == "scaled_scores"
+    heatmap_images(record, stages=["scaled_scores"])
+    variant, reference = record.stages["scaled_scores"][0], record.reference_stages["scaled_scores"][0]  # (T, T)
+    only_variant = int(np.count_nonzero(np.isneginf(variant) & np.isfinite(reference)))
+    assert only_variant == 6  # the book's six tokens: the diagonal
+    start = drawn.index("scaled_scores · difference · batch item 0")
+    legend = next(text for text in drawn[start:] if text.startswith("variant - reference"))
+    assert legend.endswith(f"grey: {only_variant} -inf (masked in variant only)"), legend
+    assert ticks_after(drawn, "scaled_scores · difference · batch item 0", n=1) == ["finite 0"]
+
+
+def test_float_noise_below_the_first_divergent_stage_draws_no_difference_map() -> None:
+    """A record the diagnosis calls equal (no first divergent stage) whose weights differ by rounding:
+    its difference map painted 3e-8 as saturated cells on a "no findings" card."""
+    from dataclasses import replace
+
+    record = attnlab.run("linear", 1, **NO_SINKS).record
+    noisy = dict(record.stages, weights=record.stages["weights"] + np.float32(3e-8))
+    record = replace(record, stages=noisy, first_divergent_stage=None, findings=[],
+                     diagnostics={**record.diagnostics, "divergence_weights": 3e-8})
+    tags = {tag for tag, _ in heatmap_images(record)}
+    assert "heatmaps/variant/weights" in tags and not any(tag.startswith("heatmaps/difference/") for tag in tags)

@@ -139,3 +139,30 @@ def test_positions_shows_each_variants_grid_of_heads(app, tmp_path: Path) -> Non
     for image in variants:
         grid = Image.open(io.BytesIO(base64.b64decode(image["src"].split(",", 1)[1])))
         assert grid.height < 1.2 * grid.width < 2 * grid.height  # the 4 heads in 2 x 2 tiles, not a strip
+
+
+def test_ticks_of_a_narrow_range_are_told_apart() -> None:
+    """A loss from 10.7921 to 10.7925 had every tick read "10.8"."""
+    from attnlab.reporting.sweep_plots import _ticks, tick_texts
+
+    texts = tick_texts(_ticks(10.7921, 10.7925))
+    assert len(texts) >= 3 and len(set(texts)) == len(texts)
+    assert tick_texts([0.0, 0.5, 1.0]) == ["0", "0.5", "1"]
+
+
+def test_a_long_legend_label_fits_in_the_figure() -> None:
+    """The model page's effect chart cut "multi_head_attention (encoder.1)" at a fixed legend width;
+    measured here in DejaVu Sans at the chart's 11 px, the sans-serif a browser here draws it in."""
+    import re
+
+    from PIL import ImageFont
+
+    from attnlab.reporting.sweep_plots import Curve, Point
+
+    label = "multi_head_attention (encoder.1) against BartAttention"
+    svg = curve_svg(Curve("KL mean", "layer", {label: [Point(0.0, 1.0, 0.0, 1), Point(1.0, 2.0, 0.0, 1)]}))
+    width = float(re.search(r'<svg[^>]* width="([\d.]+)"', svg)[1])
+    x = float(re.search(r'<g class="legend"><rect[^>]*/><text x="([\d.]+)"', svg)[1])
+    font = ImageFont.truetype("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", 11) \
+        if Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf").exists() else pytest.skip("DejaVu Sans not installed")
+    assert x + font.getlength(label) <= width

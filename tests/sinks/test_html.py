@@ -115,3 +115,18 @@ def test_a_single_runs_table_marks_the_rows_where_the_variant_differs() -> None:
 def test_a_failed_run_does_not_say_no_stage_diverged() -> None:
     page = render_record_html(record(status="failed", error="boom", stages={}, stage_shapes={}, findings=[]))
     assert "first divergent stage: not reached (the run failed)" in page
+
+
+def test_a_single_runs_page_says_which_predictions_failed_and_names_no_machine_path(tmp_path) -> None:
+    """It said only "predictions — 1/2 passed", embedded the job's absolute folder, and headed the
+    heatmaps "batch item shown: show.batch" (the key, not its value)."""
+    run = attnlab.run("unscaled", 1, out_dir=str(tmp_path / "job"), overrides=[
+        "expect.first_divergent_stage=weights", "expect.context_shape=[6,2]"],
+        log={"tensorboard": False, "table": False, "terminal": False})
+    page = (tmp_path / "job" / "report.html").read_text()
+    assert "Predictions (1/2 passed)" in page
+    assert "predict first_divergent_stage = weights: FAIL (observed scaled_scores)" in page
+    assert "predict context_shape = [6, 2]: pass (observed [6, 2])" in page
+    assert str(tmp_path) not in page
+    assert "batch item shown: 0" in page and "show.batch" not in page
+    assert run.record.ok

@@ -87,6 +87,8 @@ def test_a_single_run_is_a_run_of_the_attnlab_experiment(app, tmp_path, client) 
     (run,) = mlflow_client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
     assert run.info.run_name == "unscaled d_out=4 s123"  # the variant, the values given, the seed
+    # where it went, said where the user looks (the store is MLflow's default here: plain `mlflow ui`)
+    assert "mlflow: run 'unscaled d_out=4 s123' in experiment 'attnlab' (open it: mlflow ui)\n" in result.stdout
     note = run.data.tags["mlflow.note.content"]  # the run's description: the findings in sentences
     (finding,) = record["findings"]
     assert finding["message"] in note and "`scaling`" in note

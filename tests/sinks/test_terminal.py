@@ -57,7 +57,7 @@ def test_one_hidden_row_is_one_row():
 
 
 def test_paths_are_shown_relative_to_the_working_folder(tmp_path, monkeypatch):
-    from attnlab.sinks.terminal import display_path
+    from attnlab.shown_paths import display_path
 
     monkeypatch.chdir(tmp_path)
     assert display_path(tmp_path / "runs" / "a" / "record.json") == "runs/a/record.json"

@@ -33,8 +33,8 @@ from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.modules import session
 from attnlab.modules.registry import discover, refresh
 from attnlab.schema import KEYS
-from attnlab.record import Finding, Record
-from attnlab.reporting.rows import module_table
+from attnlab.record import Finding, Record, write_atomic
+from attnlab.reporting.rows import module_table, records_table
 from attnlab.sinks.base import JobInfo
 
 if TYPE_CHECKING:
@@ -84,6 +84,25 @@ class Result:
         from attnlab.sinks.inline_html import result_html  # Pillow and the pages: only when displayed
 
         return result_html(self.record)
+
+
+class Results(list):
+    """Several results of one run (its seeds, or a model's layers): a list, with the views a
+    notebook wants, as one Result has."""
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """Every record's row of comparison.csv (a model's layers: one row per layer)."""
+        return records_table([result.record for result in self])
+
+    def __repr__(self) -> str:
+        return "Results([\n" + "".join(f"  {result!r},\n" for result in self) + "])"
+
+    def _repr_html_(self) -> str:
+        """A model's layers: the per-layer table, then each layer's findings and maps; seeds: one section each."""
+        from attnlab.sinks.inline_html import results_html
+
+        return results_html([result.record for result in self])
 
 
 def override_words(variant: str, seed: int, overrides: Iterable[str] = (), **kwargs: Any) -> list[str]:
@@ -139,28 +158,38 @@ def run(
     overrides: Iterable[str] = (),
     out_dir: str | Path | None = None,
     **kwargs: Any,
-) -> Result | list[Result]:
-    """Run one variant against the reference; a list of results when n_seeds > 1 (or layer="all").
+) -> Result | Results:
+    """Run one variant against the reference; a list of results (`Results`) when n_seeds > 1 (or layer="all").
 
     `variant` and `reference` are a name, a class (built from the config under the seed, as a
     plugin's) or an instance (a deep copy of it runs; its weights are the reference's unless
     weights="native"). A list is a sweep: `attnlab.sweep`."""
     cfg, words = prepared(variant, seed, reference=reference, overrides=overrides, **kwargs)
+    if out_dir is not None:
+        _unused_folder(Path(out_dir))
     return run_prepared(cfg, words, None if out_dir is None else JobInfo(Path(out_dir)))
 
 
+def _unused_folder(folder: Path) -> None:
+    """A second run into one folder overwrote the first's record and left both runs' event files
+    side by side (TensorBoard then drew one run from two): refused, nothing of the first lost."""
+    found = next(iter(sorted(folder.glob("**/record.json"))), None) if folder.is_dir() else None
+    if found is not None:
+        raise UserError(f"out_dir={folder}: holds a run already ({found.relative_to(folder)}); "
+                        f"give a new folder, or remove this one to run again")
+
+
 def run_prepared(cfg: DictConfig, words: list[str], job: JobInfo | None,
-                 sinks: dict[str, Any] | None = None) -> Result | list[Result]:
+                 sinks: dict[str, Any] | None = None) -> Result | Results:
     """`run` once its config is composed (`prepared`): the job written into `job`'s folder, its
     `.hydra/` as the CLI writes it, or nowhere; `sinks`: `check`'s, when it already ran."""
     from attnlab.app.run_job import run_job
 
     if job is not None:
         hydra_dir = Path(job.dir) / ".hydra"
-        hydra_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, hydra_dir / "config.yaml")
-        OmegaConf.save(OmegaConf.create(words), hydra_dir / "overrides.yaml")
-    results = [Result(record) for record in run_job(cfg, job, sinks)]
+        write_atomic(hydra_dir / "config.yaml", OmegaConf.to_yaml(cfg))
+        write_atomic(hydra_dir / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(words)))
+    results = Results(Result(record) for record in run_job(cfg, job, sinks))
     return results[0] if len(results) == 1 else results
 
 
@@ -234,26 +263,44 @@ def _override_words(values: dict[str, Any], prefix: str = "") -> list[str]:
     words = []
     for key, value in values.items():
         if not prefix and key == "inputs" and isinstance(value, dict) and "kind" in value:  # the kind picks its schema
-            words += [f"inputs={value['kind']}", *_override_words({k: v for k, v in value.items() if k != "kind"}, "inputs.")]
+            words += [f"inputs={_group_choice('inputs', value['kind'])}",
+                      *_override_words({k: v for k, v in value.items() if k != "kind"}, "inputs.")]
         elif isinstance(value, dict):
             words += _override_words(value, f"{prefix}{key}.")
-        elif not prefix and key == "inputs":  # a group's option, by name
-            words.append(f"inputs={value}")
+        elif not prefix and key in ("inputs", "experiment", "sink"):  # the command line's config groups
+            words.append(f"{key}={_group_choice(key, value)}")
         else:
             words.append(f"{prefix}{key}={_hydra_value(value)}")
     return words
 
 
+def _group_choice(group: str, value: Any) -> str:
+    """A config group's option by name (`inputs="random"`): a name, never grammar."""
+    from attnlab.app.cli import _group_allowed
+
+    if isinstance(value, str) and re.fullmatch(r"[\w./-]+", value, flags=re.ASCII):
+        return value
+    raise UserError(f"{group}={value!r}: {_group_allowed(group)}")
+
+
 def _hydra_value(value: Any) -> str:
+    """A Python value as Hydra's grammar reads it back unchanged: a string quoted and escaped, so
+    a text is data (`,` `'` `=` `{}` `${oc.env:VAR}` as written, never a list, a sweep or a lookup)."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_hydra_value(v) for v in value) + "]"
-    return _quoted(value) if isinstance(value, str) else str(value)
+    if isinstance(value, str):
+        return quoted(value)
+    return str(value)
 
 
-def _quoted(text: str) -> str:
-    """`text` as a quoted override value Hydra reads back literally: commas, quotes, `=`, braces,
-    `%` and `${...}` stay text (a backslash before a quote, `${` or the end is doubled)."""
-    text = re.sub(r"\\+(?='|\$\{|$)", lambda run: run.group(0) * 2, text)
-    return "'" + text.replace("'", "\\'").replace("${", "\\${") + "'"
+def quoted(text: str) -> str:
+    """`text` as a quoted Hydra value of the same text: quotes escaped as Hydra's own quoting does,
+    and each `${` escaped for OmegaConf (a backslash already before one doubled, to stay a backslash)."""
+    from hydra.core.override_parser.types import Quote, QuotedString
+
+    escaped = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
+    return QuotedString(text=escaped, quote=Quote.single).with_quotes()

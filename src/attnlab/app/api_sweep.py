@@ -36,7 +36,15 @@ class SweepResult:
     table: pd.DataFrame
 
     def __repr__(self) -> str:
-        return f"SweepResult({len(self.results)} results; .table: {len(self.table)} rows)"
+        jobs = "".join(f"  {result!r},\n" for result in self.results)
+        return f"SweepResult({len(self.results)} results; .table: {len(self.table)} rows\n{jobs})"
+
+    def _repr_html_(self) -> str:
+        """A notebook's view of a sweep: its comparison table, every job's findings in a row."""
+        from attnlab.sinks.html import table_html
+        from attnlab.sinks.inline_html import wrapped
+
+        return wrapped(f"<p>{len(self.results)} results</p>{table_html(self.table, index=False)}")
 
 
 def sweep(variant: Any = "reference", seed: Any = 123, *, overrides: Iterable[str] = (),
@@ -91,10 +99,11 @@ def _job_dir(number: int, job: dict[str, Any]) -> str:
 
 
 def _show(done: int, total: int, job: dict[str, Any]) -> None:
-    """One line, redrawn in place (a notebook's output and a terminal both honour the carriage return)."""
+    """One line, redrawn in place (a notebook's output and a terminal both honour the carriage
+    return), on stdout: Jupyter paints stderr as a pink error block."""
     width = 20
     bar = "#" * (width * done // max(total, 1))
     what = " ".join(f"{k}={getattr(v, '__name__', v)}" for k, v in job.items())
-    sys.stderr.write(f"\rattnlab.sweep [{bar.ljust(width)}] {done}/{total} {what}".ljust(79)
+    sys.stdout.write(f"\rattnlab.sweep [{bar.ljust(width)}] {done}/{total} {what}".ljust(79)
                      + ("\n" if done == total else ""))
-    sys.stderr.flush()
+    sys.stdout.flush()

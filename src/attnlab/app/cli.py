@@ -13,16 +13,16 @@ import atexit
 import gc
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
-from importlib import metadata
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Any, Callable, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException, MissingConfigException
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
@@ -32,6 +32,7 @@ from attnlab.app.config_store import register_configs
 from attnlab.app.overrides import user_overrides
 from attnlab.errors import FailedRecords, UserError
 from attnlab.modules.registry import discover
+from attnlab.printable import escaped
 
 
 def one_line(exc: BaseException, args: list[str] = ()) -> str:
@@ -43,6 +44,9 @@ def one_line(exc: BaseException, args: list[str] = ()) -> str:
         group = exc.missing_cfg_file.rpartition("/")[0]
         options = f"; Available options in '{group}': {', '.join(exc.options)}" if exc.options else ""
         return f"Could not find '{exc.missing_cfg_file}'{options}"
+    if isinstance(exc, OverrideParseException):  # characters Hydra's grammar reserves: quoting is the way out
+        key, _, value = exc.override.partition("=")
+        return f"{exc.override}: Hydra's grammar cannot read this value unquoted; quote it: '{key}=\"{value}\"'"
     cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
         reason = (cause.msg or str(cause)).splitlines()[0].strip()
@@ -90,12 +94,6 @@ def _scalar(value: str) -> bool:
         return value.lower() in ("true", "false", "null")
 
 
-def versions() -> str:
-    import torch
-
-    return f"attnlab {metadata.version('attnlab')} (torch {torch.__version__}, hydra-core {hydra.__version__})"
-
-
 def _remove_if_only_hydras(folder: Path) -> None:
     """A run refused before any work leaves nothing behind: the folder Hydra made for it, if it
     holds only Hydra's own files (.hydra/, the empty log), is removed, and so are the folders
@@ -111,6 +109,8 @@ def _remove_if_only_hydras(folder: Path) -> None:
 
 
 REFUSALS = (UserError, HydraException, OmegaConfBaseException)  # a request refused before any work: exit 2
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+TERMINATED_EXIT = 143  # 128 + SIGTERM
 THREAD_GRACE_S = 2.0  # how long a thread left running after the records may take to end by itself
 
 
@@ -120,33 +120,41 @@ def main(argv: list[str] | None = None) -> int:
         from attnlab.app.compare import main as compare_main
 
         return compare_main(args[1:])
-    if args[:1] in (["--version"], ["-V"]):
-        print(versions())
-        return 0
     os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach this wrapper instead of Hydra's printer
     registry = discover()
     for warning in registry.warnings:
-        print(f"attnlab: warning: {warning}", file=sys.stderr)
+        print(f"attnlab: warning: {escaped(warning)}", file=sys.stderr)
     register_configs(registry, full_help=bool({"--help", "-h"} & set(args)))
     # What start-up left alive (torch's objects) leaves the collector's sight: every full
     # collection in a sweep walked it all, for nothing that would ever be freed.
     gc.freeze()
     failed: list[str] = []  # this invocation's failed records (single runs; sweeps raise FailedRecords)
-    errors: list[UserError] = []
+    errors: list[Exception] = []  # a single run's error, raised once Hydra is done
 
     def task(cfg: DictConfig) -> list[str]:
         """One job; returns its failed records' paths (Hydra hands them to the sweep's callback)."""
         from attnlab.app.run_job import run_task
 
+        hydra_cfg = HydraConfig.get()
         try:
-            job_failed = run_task(cfg, HydraConfig.get())
+            job_failed = run_task(cfg, hydra_cfg)
         except UserError as exc:  # a single run's: raising would make Hydra print "Error executing job" first
             errors.append(exc)
-            _remove_if_only_hydras(Path(HydraConfig.get().runtime.output_dir))
+            _remove_if_only_hydras(Path(hydra_cfg.runtime.output_dir))
             return []
+        except Exception as exc:  # noqa: BLE001 - a write that failed (a full disk): one line, not Hydra's two
+            if os.environ.get("ATTNLAB_TRACEBACK"):
+                raise
+            if hydra_cfg.mode.name != "MULTIRUN":
+                errors.append(exc)
+                return []
+            # a sweep's job that could not even write its failed record: named here, listed as without a record
+            print(f"attnlab: error: job {hydra_cfg.job.get('num')}: {escaped(one_line(exc))}", file=sys.stderr)
+            return [str(hydra_cfg.runtime.output_dir)]
         failed.extend(job_failed)
         return job_failed
 
+    terminated = on_sigterm_as_ctrl_c()
     try:
         check_group_overrides(args)
         sys.argv = [sys.argv[0], *user_overrides(args)]
@@ -154,22 +162,51 @@ def main(argv: list[str] | None = None) -> int:
         if errors:
             raise errors[0]
     except KeyboardInterrupt:
-        print("attnlab: interrupted; finished jobs' records are kept (rebuild tables: attnlab compare PATH)", file=sys.stderr)
-        return 130
+        cause = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(f"attnlab: {cause}; finished jobs' records are kept (a sweep's table refreshed; the same command "
+              f"resumes it; rebuild tables: attnlab compare PATH)", file=sys.stderr)
+        return TERMINATED_EXIT if terminated else INTERRUPTED_EXIT
     except FailedRecords as exc:
-        print(f"attnlab: {exc}", file=sys.stderr)
+        print(f"attnlab: {escaped(str(exc))}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - every error becomes one line; ATTNLAB_TRACEBACK=1 shows the trace
         if os.environ.get("ATTNLAB_TRACEBACK"):
             raise
         found = exc.exceptions if isinstance(exc, ExceptionGroup) else (exc,)  # a sweep's bad values, all of them
         for error in found:
-            print(f"attnlab: error: {one_line(error, args)}", file=sys.stderr)
+            print(f"attnlab: error: {escaped(one_line(error, args))}", file=sys.stderr)
         return 2 if all(isinstance(e, REFUSALS) for e in found) else 1
     if failed:
         print(f"attnlab: {FailedRecords(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+class Termination:
+    """SIGTERM (a scheduler's time limit, `kill`) handled as the user's Ctrl-C: the handler of SIGINT
+    in force is called, so a sweep ends as it does on Ctrl-C (records kept, tables written from
+    disk, resumable). Once: a second SIGTERM does not cut the tables being written."""
+
+    def __init__(self) -> None:
+        self.received = False
+
+    def __bool__(self) -> bool:
+        return self.received
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.received:
+            return
+        self.received = True
+        handler = signal.getsignal(signal.SIGINT)
+        if not callable(handler):  # SIGINT ignored or left to the system: Python's own Ctrl-C
+            raise KeyboardInterrupt()
+        handler(signal.SIGINT, frame)  # raises, or holds it until a start completes (attnlab.app.guard)
+
+
+def on_sigterm_as_ctrl_c() -> Termination:
+    termination = Termination()
+    signal.signal(signal.SIGTERM, termination)
+    return termination
 
 
 def exit_fast(code: int) -> NoReturn:

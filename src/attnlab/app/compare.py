@@ -99,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk, a size limit, a read-only folder: the file and the cause
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"{PROG}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.app.config_paths import config_dir
+from attnlab.app.config_paths import config_dir, group_options
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import check_inputs
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, SPELLINGS
@@ -70,6 +70,8 @@ def unknown_key_message(key: str, known: Iterable[str], value: str = "VALUE") ->
         return f"{key}: {leaf} is {what}; use {top}={value}"
     siblings = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == parent}
     close = [siblings[c] for c in difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)]
+    # the header prints `d_in=3` for `inputs.d_in`: the same name under another parent is the likeliest meant
+    close = close or [k for k in known if k.rpartition(".")[2] == leaf][:1]
     close = close or difflib.get_close_matches(key, known, n=1, cutoff=0.8)
     if close:
         return f"{key}: unknown key; did you mean '{close[0]}'?"
@@ -85,12 +87,19 @@ def closest_key(key: str, args: Iterable[str] = ()) -> str:
     from hydra.core.global_hydra import GlobalHydra
 
     groups = [a for a in args if "=" in a and a.split("=", 1)[0].lstrip("+") in ("variant", "inputs", "experiment")]
-    try:
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=[g for g in groups if "," not in g])
-        known = [k for k, _ in _dotted(cfg)]
-    except Exception:  # noqa: BLE001 - the suggestion is a courtesy; the error stands without it
-        known = []
+
+    def known_keys(overrides: list[str]) -> list[str]:
+        try:
+            GlobalHydra.instance().clear()
+            with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+                return [k for k, _ in _dotted(compose(config_name="config", overrides=overrides))]
+        except Exception:  # noqa: BLE001 - the suggestion is a courtesy; the error stands without it
+            return []
+
     given = next((a.split("=", 1)[1] for a in args if a.split("=", 1)[0].lstrip("+") == key), "VALUE")
-    return unknown_key_message(key, known, given)
+    message = unknown_key_message(key, known_keys([g for g in groups if "," not in g]), given)
+    if "did you mean" in message or "." in key:
+        return message
+    # `d_in=4` typed back from the header of a run whose inputs have no such key: name the inputs that do
+    kinds = [kind for kind in sum(group_options("inputs"), []) if f"inputs.{key}" in known_keys([f"inputs={kind}"])]
+    return f"{message}; did you mean 'inputs={kinds[0]} inputs.{key}={given}'?" if kinds else message

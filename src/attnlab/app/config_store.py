@@ -22,6 +22,7 @@ from attnlab.app.resolvers import register_resolvers
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.modules.registry import Registry, discover
 from attnlab.schema import LOG_OPTIONS, Config, VariantConf
+from attnlab.training.settings import TrainingConf
 
 
 OPT_IN_SINKS = {"mlflow"}  # attnlab's sinks that stay off until log.NAME=true: they need an extra installed
@@ -53,6 +54,7 @@ def register_configs(registry: Registry | None = None, *, full_help: bool = Fals
     store.store(name="attnlab_outputs", node=outputs_node())
     for name, schema in INPUT_SCHEMAS.items():
         store.store(group="attnlab/inputs", name=name, node=schema)
+    store.store(group="attnlab/training", name="schema", node=TrainingConf)
     for name, spec in registry.specs.items():
         store.store(group="variant", name=name, node=VariantConf(name=name, params=dict(spec.params)))
     store.store(

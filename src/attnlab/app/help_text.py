@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from attnlab.app.config_paths import group_options
+from attnlab.printable import escaped
 from attnlab.modules.registry import Registry
 from attnlab.plugin_folders import USER_GROUP, builtin_groups, group_heading
-from attnlab.schema import KEYS, show_value
+from attnlab.schema import CHOICE_KEYS, KEYS, show_value
 
 
 def help_header(registry: Registry) -> str:
@@ -23,6 +24,7 @@ def help_header(registry: Registry) -> str:
                       f"  {''.ljust(width)}  {spec.cls.__name__}{spec.signature}{tags}"]
     lines += [f"  {name.ljust(width)}  (defined twice: {' and '.join(srcs)})" for name, srcs in registry.duplicates.items()]
     lines += [f"  warning: {warning}" for warning in registry.warnings]
+    lines = [escaped(line) for line in lines]  # a plugin's description and name: never a terminal's control
     return "\n".join(
         [
             "attnlab: see what a change to self-attention does, stage by stage.",
@@ -43,7 +45,8 @@ def help_header(registry: Registry) -> str:
 def groups_help() -> str:
     """The config groups a user picks from (the input schemas attnlab registers are left out)."""
     lines = []
-    for group, what in (("inputs", "inputs=NAME"), ("sink", "switched by log.NAME"), ("experiment", "+experiment=NAME")):
+    for group, what in (("inputs", "inputs=NAME"), ("training", "training=NAME"), ("sink", "switched by log.NAME"),
+                        ("experiment", "+experiment=NAME")):
         builtin, own = group_options(group)
         yours = f"; yours: {', '.join(own)}" if own else ""
         lines.append(f"{group} ({what}): {', '.join(builtin)}{yours}")
@@ -53,4 +56,6 @@ def groups_help() -> str:
 def keys_help() -> str:
     """Every key of the schema: its default, what is allowed, what it does."""
     width = max(len(key.name) for key in KEYS)
-    return "\n".join(f"{key.name.ljust(width)}  default {show_value(key.default)}; {key.allowed}; {key.help}" for key in KEYS)
+    keys = [(key.name, show_value(key.default), key.allowed, key.help) for key in KEYS]
+    keys += [(key.name, key.default.value, key.allowed, key.help) for key in CHOICE_KEYS]
+    return "\n".join(f"{name.ljust(width)}  default {default}; {allowed}; {what}" for name, default, allowed, what in keys)

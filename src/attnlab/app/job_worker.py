@@ -31,6 +31,7 @@ from typing import Any
 
 from attnlab.app.crash_site import crash_site
 from attnlab.app.guard import Failure, UserInterrupt, Work, guarded
+from attnlab.app.streams import ensure_std_streams
 from attnlab.app.job_outcome import Interrupted, Outcome, Raised, Ran, Reply, TimedOut
 from attnlab.errors import UserError
 
@@ -53,9 +54,13 @@ def _outcome(work: Work, fail: Failure) -> Outcome:
 def _serve(jobs: Connection, sender_alive: Connection, fault_log: str) -> None:
     """A job worker: runs the jobs sent over `jobs`, one after another, each answered with its
     outcome. It ends after a job that did not end with every record ok, or that changed torch's
-    defaults, so the next job starts in a fresh process; and when the process sending the jobs ends (`sender_alive` closes), even
-    mid-job: a killed joblib worker's job is then missing and launched again, never a second
+    defaults or the process's state (attnlab.process_state: the working folder, the umask,
+    autocast, a replaced torch function), so the next job starts in a fresh process; and when
+    the process sending the jobs ends (`sender_alive` closes), even mid-job: a killed joblib worker's job is then missing and launched again, never a second
     writer of the same folder."""
+    from attnlab.process_state import process_state  # torch: the forkserver imported it, this module does not
+
+    ensure_std_streams()  # the forkserver may have started without them (a command run with `>&- 2>&-`)
     threading.Thread(target=_exit_on_eof, args=(sender_alive,), daemon=True).start()
     faults = open(fault_log, "w", encoding="utf-8")  # noqa: SIM115 - open as long as the process: a crash writes it
     faulthandler.enable(file=faults, all_threads=False)  # where native code crashed: the parent says it (crash_site)
@@ -66,9 +71,9 @@ def _serve(jobs: Connection, sender_alive: Connection, fault_log: str) -> None:
             os._exit(0)
         faults.seek(0)
         faults.truncate()  # this job's crash only
-        defaults = torch_defaults()
+        defaults, state = torch_defaults(), process_state()
         outcome = _outcome(work, fail)
-        clean = outcome == Ran([]) and torch_defaults() == defaults
+        clean = outcome == Ran([]) and torch_defaults() == defaults and process_state() == state
         with suppress(OSError):  # an output closed under it (`| head`) is not the job's failure
             for stream in (sys.stdout, sys.stderr):  # what the job printed, before the parent moves on
                 stream.flush()

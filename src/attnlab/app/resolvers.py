@@ -28,6 +28,9 @@ def new_dir(path: str) -> str:
     """
     if ".." in Path(path).parts:  # from a name in the template (variant.name): never outside runs/
         raise UserError(f"{path}: a folder attnlab names may not contain '..'")
+    # a name from the template (`hf:gemma2`) may hold characters Windows refuses in a file name
+    parent, name = os.path.split(path)
+    path = os.path.join(parent, re.sub(r'[:*?"<>|]', "-", name))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     for suffix in itertools.chain([""], (f"-{n}" for n in itertools.count(2))):
         try:

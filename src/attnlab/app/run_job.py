@@ -31,13 +31,17 @@ from attnlab.compute.pipeline import JobSpec, compute_record
 from attnlab.compute.memory import cap_process, check_declared_inputs
 from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.isolation import run_job_guarded
+from attnlab.app.job_records import records_on_disk
 from attnlab.app.progress import Progress
+from attnlab.record.completion import mark_done, unmark
 from attnlab.record import Record, Setup, keeping_stages, record_of, spilled, without_stages, write_record, written
 from attnlab.schema import check_key, check_n_tokens, check_values, declared_n_tokens
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constructor_kwargs, get_variant
 from attnlab.model.config_variants import takes_config
 from attnlab.model.model_job import check_model_request, check_unused, compute_model_records, wants_model
 from attnlab.sinks.base import JobInfo, build_sinks
+from attnlab.training.config_job import check_training, training_job
+from attnlab.training.settings import wants_training
 
 SEED_DIR = "seed-{seed}"
 LAYER_DIR = "layer-{layer}"
@@ -55,6 +59,8 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     check_unused(cfg)
     if wants_model(cfg):
         check_model_request(cfg)
+    if wants_training(cfg):
+        check_training(cfg)
     return build_sinks(cfg)
 
 
@@ -147,6 +153,7 @@ def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, p
     sinks = build_sinks(cfg) if sinks is None else sinks
     progress = progress or Progress(len(records), enabled=False)
     progress.phase("records")
+    unmark(job.dir)
     records = [written(r, record_dir(job.dir, r, len(records))) if r.path is None else r  # streamed ones were
                for r in records]
     for name, sink in sinks.items():
@@ -160,6 +167,7 @@ def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, p
             except Exception as exc:  # its files may be partial (a full disk): the records say so
                 error = f"sink {name}: {type(exc).__name__}: {exc}".splitlines()[0]
                 raise SinkError(error, mark_failed(records, error)) from exc
+    mark_done(job.dir, job.overrides)  # last: the job is done only when all of its outputs are
     return records
 
 
@@ -192,7 +200,13 @@ def run_job(cfg: DictConfig, job: JobInfo | Path | None, sinks: dict[str, Any] |
     sink's files into `job`. `job` None (a notebook's run without out_dir): nothing is written,
     and the terminal summary, if switched on, is printed without the line naming its file."""
     sinks = check(cfg) if sinks is None else sinks
+    if wants_training(cfg):  # its own outputs (attnlab.training.outputs): no attention record to write
+        info = job if isinstance(job, JobInfo) or job is None else JobInfo(Path(job))
+        training_job(cfg, None if info is None else info.dir, None if info is None else info.sweep_dir)
+        return []
     stream_to = None if job is None else Path(job.dir if isinstance(job, JobInfo) else job)
+    if stream_to is not None:
+        unmark(stream_to)
     with Progress(cfg.n_seeds, label="seeds", enabled=bool(cfg.log.get("progress"))) as progress:
         owner = os.getpid()
         records = compute_records(cfg, progress, stream_to=stream_to)
@@ -230,12 +244,15 @@ def run_task(cfg: DictConfig, hydra_cfg: DictConfig) -> list[str]:
 
 
 def job_work(cfg: DictConfig, job: JobInfo, *, multirun: bool, checked: bool) -> list[str]:
-    """One job's work; returns its failed records' paths. In a sweep, a job that fails before its
+    """One job's work; returns its failed records' paths. In a sweep, a job whose records are in its
+    folder already has only its outputs written from them (attnlab.app.job_records); a job that fails before its
     modules run (inputs that do not fit context_length, an inputs factory that raises) becomes a
     failed record in the job's folder, so the job has its row and the other jobs run; in a single
     run it is raised, for the CLI to report in one line. A sink that fails marks the records."""
+    sinks = build_sinks(cfg) if checked else None
     try:
-        records = run_job(cfg, job, build_sinks(cfg) if checked else None)
+        on_disk = records_on_disk(cfg, job.dir) if multirun else None  # a resumed job killed before its outputs
+        records = write_outputs(cfg, on_disk, job, sinks=sinks) if on_disk else run_job(cfg, job, sinks)
     except SinkError as exc:  # after the records: they are marked failed already
         if not multirun:
             raise
@@ -248,7 +265,12 @@ def job_work(cfg: DictConfig, job: JobInfo, *, multirun: bool, checked: bool) ->
 
 
 def write_failure_line(cfg: DictConfig, job_dir: Path, cause: str) -> str:
-    return str(write_failure(cfg, job_dir, UserError(cause)))
+    """The failed record of a job whose process timed out or died, its cause printed as the
+    terminal sink prints a module's exception (no sink ran for it: its process is gone)."""
+    path = write_failure(cfg, job_dir, UserError(cause))
+    if cfg.log.get("terminal"):
+        print(f"FAILED: {cause}")
+    return str(path)
 
 
 def write_failure(cfg: DictConfig, job_dir: Path, error: BaseException) -> Path:

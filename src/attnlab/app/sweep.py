@@ -4,7 +4,8 @@ After a job (in whichever process ran it: the basic launcher's, a joblib worker,
 `SweepTables` rebuilds the sweep's comparison.csv from the records on disk, so a sweep cut short
 (a Ctrl-C, a cluster's time limit) still has its table. A process refreshes after its first
 job, after a failed one, and otherwise at most once every REFRESH_SECONDS: rebuilding after
-every job cost a share of each job that grows with the sweep (benchmarks/README.md).
+every job cost a share of each job that grows with the sweep (benchmarks/README.md); a refresh
+skipped so is made before the next job starts, so a long job never leaves the table behind.
 
 `finish` ends the sweep: every sink's `write_sweep` (comparison.csv and .md, comparison.html),
 the sweep's table on the terminal (printed with log.terminal=false too: that switches off each
@@ -72,7 +73,8 @@ def write_sweep_outputs(folder: Path, config: DictConfig) -> tuple[Report, list]
 def print_summary(report: Report, folder: Path) -> None:
     """The sweep's table for a terminal, and where the full tables are."""
     from attnlab.reporting.aggregate import terminal_table
-    from attnlab.sinks.terminal import display_path, reader_may_leave
+    from attnlab.shown_paths import display_path
+    from attnlab.sinks.terminal import reader_may_leave
 
     tables = [f"comparison{s}" for s in (".csv", ".md", ".html") if (folder / f"comparison{s}").exists()]
     with reader_may_leave():
@@ -90,6 +92,7 @@ def finish(config: DictConfig, complete: bool, missing: Sequence[str] = ()) -> N
     that cannot be written (a full disk, a read-only folder) are named stale; the records stand."""
     try:
         failed = write_tables(config)
+        _training_tables(config)
     except OSError as exc:
         _stale(config, exc)
         raise
@@ -97,6 +100,16 @@ def finish(config: DictConfig, complete: bool, missing: Sequence[str] = ()) -> N
         print(f"attnlab: no record: job {job}", file=sys.stderr)
     if complete and (failed or missing):
         raise FailedRecords(failed, missing)
+
+
+def _training_tables(config: DictConfig) -> None:
+    """A sweep of training jobs: its pooled verdicts and tables (attnlab.training.sweep_table)."""
+    from attnlab.sinks.terminal import display_path
+    from attnlab.training.sweep_table import write_sweep_training
+
+    text = write_sweep_training(sweep_dir(config), bands=bool(config.log.get("tensorboard")))
+    if text is not None:
+        print(f"\n{text}tables: {display_path(sweep_dir(config) / 'training_comparison.md')} .csv", flush=True)
 
 
 def refresh_table(config: DictConfig) -> None:
@@ -128,21 +141,36 @@ def _stale(config: DictConfig, error: OSError) -> None:
           f"(rebuild: attnlab compare {folder})", file=sys.stderr)
 
 
+def _tables_on(config: DictConfig) -> bool:
+    return config.hydra.mode.name == "MULTIRUN" and bool(config.log.get("table"))
+
+
 class SweepTables(Callback):
     """Keeps `<sweep dir>/comparison.csv` current after jobs (see the module's docstring)."""
 
     def __init__(self) -> None:
         self.refreshed_at: float | None = None  # time.monotonic() of this process's last refresh
+        self.skipped = False  # a job ended since then without a refresh
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """The trailing refresh: jobs that ended within REFRESH_SECONDS of a refresh are in the
+        table before the next job starts (a long job after fast ones left it at the first)."""
+        if self.skipped and _tables_on(config):
+            self._refresh(config)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        if config.hydra.mode.name != "MULTIRUN" or not config.log.get("table"):
+        if not _tables_on(config):
             return
         # the task returns its failed records' paths (attnlab.app.run_job.run_task)
         failed = job_return.status == JobStatus.FAILED or bool(job_return.return_value)
         if not failed and self.refreshed_at is not None and time.monotonic() - self.refreshed_at < REFRESH_SECONDS:
+            self.skipped = True
             return
+        self._refresh(config)
+
+    def _refresh(self, config: DictConfig) -> None:
         refresh_table(config)
-        self.refreshed_at = time.monotonic()
+        self.refreshed_at, self.skipped = time.monotonic(), False
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if OmegaConf.select(config, "hydra.sweeper.finish"):

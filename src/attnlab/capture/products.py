@@ -45,13 +45,22 @@ def _projection(rec: Recording, func, args, kwargs, operands, tags, i: int, out:
     layout = rec.fused.get(id(operands[i]))
     column_roles = layout.column_roles(out.shape[-1]) if layout is not None else None
     columns = None if column_roles is None else torch.arange(out.shape[-1]).expand(out.shape)  # each one's column
+    item = _item(tags[1 - i])
     if param.factor == 1.0:
-        rec.set_tag(out, Tag("proj", param.role, columns=columns, column_roles=column_roles))
+        rec.set_tag(out, Tag("proj", param.role, columns=columns, column_roles=column_roles, item=item))
         return
     # x @ (W_query * c): the product once more with the unscaled parameter
     base = replayed(func, args, kwargs, operands[i], param.base, [out]) if param.base is not None else None
     rec.set_tag(out, Tag("proj", param.role, param.factor, base[0] if base else None, columns=columns,
-                         column_roles=column_roles))
+                         column_roles=column_roles, item=item))
+
+
+def _item(tag: Tag | None) -> int | None:
+    """The one batch item an activation holds (a loop over the batch projects one at a time), else None."""
+    if tag is None or tag.kind != "input":
+        return tag.item if tag is not None else None
+    held = tag.items.unique() if tag.items is not None and tag.items.numel() else None
+    return int(held[0]) if held is not None and len(held) == 1 else None
 
 
 def _repeated_product(rec: Recording, operands, letters, out_letters) -> int | None:
@@ -74,7 +83,8 @@ def _scores(rec: Recording, name, operands, letters, out_letters, tags, out) -> 
     roles = tuple(rec.role(tags[i]) for i in position)
     if roles == ("keys", "queries"):  # keys @ queries.T: label by provenance, not by position
         position.reverse()
-    head = Head(operands=(operands, letters, out_letters), roles=roles)
+    items = {tags[i].item for i in position}
+    head = Head(operands=(operands, letters, out_letters), roles=roles, item=items.pop() if len(items) == 1 else None)
     for stage, i in zip(("queries", "keys"), position):
         operand, tag = operands[i], tags[i]
         letter = row if row in letters[i] else col

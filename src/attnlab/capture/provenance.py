@@ -11,7 +11,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from attnlab.capture.torch_calls import DIV, KEEP_FACTOR, MUL, NEG, SHAPE_OPS, replayed, tensors_in
+from attnlab.capture.buffers import Memory
+from attnlab.capture.torch_calls import DIV, FIRST_ONLY, FRESH, JOIN, KEEP_FACTOR, MUL, NEG, SHAPE_OPS, replayed, tensors_in
 from attnlab.modules.roles import QKV_ROLES, FusedLayout, fused_layout, module_roles, projection_role
 
 ACTIVATIONS = ("input", "proj")  # what queries, keys and values are made of
@@ -40,6 +41,8 @@ class Tag(NamedTuple):
     head: int | None = None  # "scores"/"derived"/"weights"/"context": which score product it comes from
     columns: torch.Tensor | None = None  # a fused projection's output column of each element (same shape)
     column_roles: torch.Tensor | None = None  # (fused width,) each fused column's index in QKV_ROLES
+    items: torch.Tensor | None = None  # "input": the batch item of each element (same shape)
+    item: int | None = None  # "proj": the one batch item it was projected from, when one (a loop over the batch)
 
 
 @dataclass
@@ -55,6 +58,9 @@ class Head:
     operands: tuple | None = None  # the score product's operands and einsum letters
     roles: tuple[str | None, str | None] = (None, None)
     output: torch.Tensor | None = None  # the context tensor as the module made it
+    item: int | None = None  # the one batch item its queries and keys come from (a loop over the batch)
+    sinks: tuple[torch.Tensor, bool] | None = None  # a learned logit column joined to the softmax input, and
+    # whether it comes after the keys
 
 
 class Recording:
@@ -72,8 +78,11 @@ class Recording:
         self.tags: dict[int, tuple[weakref.ref, Tag]] = {}
         self.heads: list[Head] = []
         self.explicit: dict[str, torch.Tensor] = {}
+        self.gate: str | None = None  # the projection whose columns gate the context before the output projection
+        self.memory = Memory()  # buffers written with tagged tensors (a KV cache), read back with their tags
         self.batch = x.shape[0] if x.dim() == 3 else 1
-        self.set_tag(x, Tag("input"))
+        items = torch.arange(self.batch).view(-1, *(1,) * (x.dim() - 1)).expand(x.shape) if x.dim() == 3 else None
+        self.set_tag(x, Tag("input", items=items))
 
     def set_tag(self, tensor: torch.Tensor, tag: Tag) -> None:
         self.tags[id(tensor)] = (weakref.ref(tensor), tag)
@@ -83,6 +92,13 @@ class Recording:
             self.set_tag(tensor, tag)
 
     def tag(self, tensor: Any) -> Tag | None:
+        """The tensor's own tag, else what it reads from a written buffer."""
+        own = self.own_tag(tensor)
+        if own is not None or not self.memory.shadows or not isinstance(tensor, torch.Tensor):
+            return own
+        return self.memory.tag(tensor)
+
+    def own_tag(self, tensor: Any) -> Tag | None:
         if not isinstance(tensor, torch.Tensor):
             return None
         entry = self.tags.get(id(tensor))
@@ -116,26 +132,31 @@ class Recording:
 
     def release(self) -> None:
         """Drop every tensor the recording held; the Capture keeps what it needs."""
-        self.heads, self.explicit, self.tags, self.out_inputs = [], {}, {}, []
+        self.heads, self.explicit, self.tags, self.out_inputs, self.memory = [], {}, {}, [], Memory()
 
 
 def propagate(rec: Recording, func, name: str, args: tuple, kwargs: dict, out: Any) -> None:
     """The output of an op carries its most telling input's tag: a view of a projection is that
     projection, anything computed from the scores is derived from them."""
     outputs = tensors_in([out])
-    if not outputs:
+    if not outputs or name in FRESH:
         return
-    tagged = [(t, tag) for t in tensors_in([*args, *kwargs.values()]) if (tag := rec.tag(t)) is not None]
+    read = args[:1] if name in FIRST_ONLY else [*args, *kwargs.values()]
+    tagged = [(t, tag) for t in tensors_in(read) if (tag := rec.tag(t)) is not None]
     if not tagged:
         return
     source, tag = min(tagged, key=lambda pair: _PRIORITY.index(pair[1].kind))
+    if name in JOIN and _sinks(rec, args, kwargs, tagged, tag, out):
+        return
+    if name in MUL and _gate(rec, tagged, out):
+        return
     if tag.kind in LOGITS and name not in SHAPE_OPS:
         rec.tag_all(out, Tag("derived", head=tag.head))
         return
     shape_op = name in KEEP_FACTOR
     bases = replayed(func, args, kwargs, source, tag.base, outputs) if shape_op and tag.base is not None else None
-    columns = (replayed(func, args, kwargs, source, tag.columns, outputs)
-               if name in SHAPE_OPS and tag.columns is not None else None)
+    columns, items = ((replayed(func, args, kwargs, source, along, outputs)
+                       if name in SHAPE_OPS and along is not None else None) for along in (tag.columns, tag.items))
     for i, tensor in enumerate(outputs):
         new = tag
         if tag.factor != 1.0 and not shape_op:  # the factor survives only ops that commute with it
@@ -144,7 +165,36 @@ def propagate(rec: Recording, func, name: str, args: tuple, kwargs: dict, out: A
             new = new._replace(base=bases[i] if bases else None)
         if tag.columns is not None:
             new = new._replace(columns=columns[i] if columns else None)
+        if tag.items is not None:
+            new = new._replace(items=items[i] if items else None)
         rec.set_tag(tensor, new)
+
+
+def _sinks(rec: Recording, args: tuple, kwargs: dict, tagged: list, tag: Tag, out: torch.Tensor) -> bool:
+    """torch.cat([logits, sinks], dim=-1): a learned per-head logit column joins the softmax input
+    (gpt-oss's sinks); the head keeps it apart, so its scaled scores and weights stay (query, key)."""
+    pieces = args[0] if args else kwargs.get("tensors")
+    dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+    if tag.kind not in LOGITS or tag.head is None or not isinstance(pieces, (tuple, list)) or len(pieces) != 2:
+        return False
+    kinds = [rec.tag(p).kind if rec.tag(p) is not None else None for p in pieces]
+    if sorted(kinds, key=str) not in (sorted([tag.kind, "param"], key=str),) or dim % out.dim() != out.dim() - 1:
+        return False
+    after = kinds[1] == "param"
+    rec.heads[tag.head].sinks = (pieces[1] if after else pieces[0], after)
+    rec.set_tag(out, Tag("derived", head=tag.head))
+    return True
+
+
+def _gate(rec: Recording, tagged: list, out: torch.Tensor) -> bool:
+    """context * sigmoid(gate), the gate a projection's own columns (Qwen3-Next's q_proj): still the
+    context, on its way to the output projection; the projection is noted."""
+    kinds = {tag.kind: tag for _, tag in tagged}
+    if set(kinds) != {"context", "proj"}:
+        return False
+    rec.gate = rec.role(kinds["proj"]) or "a projection"
+    rec.tag_all(out, kinds["context"])
+    return True
 
 
 def keep_scores_before_inplace(rec: Recording, target: Any) -> None:

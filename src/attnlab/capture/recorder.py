@@ -34,7 +34,7 @@ each stage's shape in the module's own rank. A torch.overrides.TorchFunctionMode
 call with its arguments (here) and hands it to the part that reads it: `provenance` (tags in a side
 table, weak references, no copies; views, splits and scalar factors), `products` (projections,
 scores, context), `softmax_calls` (called or written out), `fused_kernels` (SDPA, FlexAttention,
-nn.MultiheadAttention); `result` puts the heads' stages together. The module is called through
+nn.MultiheadAttention), `buffers` (writes into a buffer such as a KV cache); `result` puts the heads' stages together. The module is called through
 `attnlab.modules.built`, which says what of its return is the output.
 """
 
@@ -92,8 +92,8 @@ def finished(recording: provenance.Recording, module: nn.Module, x: torch.Tensor
     """The Capture of `module`'s recorded forward on `x`, the recording let go."""
     try:
         captured = assemble(recording, x, returned)
+        captured.declared_scale = hf.declared_scale(module)  # any module's config or constructor may declare one
         if hf.is_hf_module(module):
-            captured.declared_scale = hf.declared_scale(module)
             captured.declared_clip = hf.declared_clip(module)
         return captured
     finally:  # the recording may sit in a reference cycle: what it held must not wait for the collector
@@ -117,6 +117,8 @@ class _Recorder(TorchFunctionMode):
         if is_inplace(name) and args:
             provenance.keep_scores_before_inplace(rec, args[0])
         out = func(*args, **kwargs)
+        if args and rec.own_tag(args[0]) is None and rec.memory.write(func, name, args, kwargs, rec.tag):
+            return out  # a tagged tensor written into a buffer: read back, it keeps its tag
         if name == "__iter__":  # `queries, keys, values = qkv`: the items are tagged as unbind's would be
             out = list(out)
             provenance.propagate(rec, lambda t: list(t.unbind(0)), "unbind", args, kwargs, out)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from attnlab.capture import placement
 from attnlab.capture.provenance import Head, Recording
 from attnlab.capture.stages import STAGES, canonical, canonical_tokens
 from attnlab.modules.built import Returned
@@ -35,6 +36,9 @@ class Capture:
     declared_clip: tuple[float, str] | None = None  # the bound its config clamps q, k and v to, and where
     kv_heads: int | None = None  # its own key/value heads, once the diagnosis views keys at that granularity
     kv_order: str = "grouped"  # which kv head query head h reads: "grouped" h // group, "tiled" h % kv_heads
+    unobservable: dict[str, str] = field(default_factory=dict)  # stages not in the canonical view, and why
+    sinks: torch.Tensor | None = None  # (heads, columns) learned logits joined to each row's softmax, kept apart
+    output_gate: str | None = None  # the projection whose own columns gate the context before the output projection
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so
     # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.
@@ -45,7 +49,8 @@ class Capture:
 
 def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
     """The Capture of one recorded forward on `x` that returned `returned`."""
-    found, native = _head_stages(rec.heads, x.shape[0] if x.dim() == 3 else 1)
+    found, native, unobservable = _head_stages(rec.heads, x.shape[0] if x.dim() == 3 else 1)
+    found = {stage: rec.memory.kept(tensor) for stage, tensor in found.items()}
     for stage, tensor in rec.explicit.items():
         view = canonical(tensor, rec.batch) if stage not in ("inputs", "output") else canonical_tokens(tensor)
         if view is not None:
@@ -67,26 +72,55 @@ def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
     missing = [s for s in STAGES if s not in found and s != "weights_applied"]
     if any(h.found.get("weights_applied", 0) is None for h in rec.heads):
         missing.append("weights_applied")
+    tokens = found["inputs"].shape[-2]
+    unobservable = {**placement.unplaced(found, found["inputs"].shape[0], tokens), **unobservable}
     return Capture(found, native, sources, first.softmax_dim, missing, prescale, reconstructed,
-                   first.roles, output_is_context, first.softmax_axis, rec.out_inputs, returned.description, returned)
+                   first.roles, output_is_context, first.softmax_axis, rec.out_inputs, returned.description, returned,
+                   unobservable={s: unobservable[s] for s in STAGES if s in unobservable and s in found},
+                   sinks=_sinks(rec.heads, rec.batch), output_gate=rec.gate)
 
 
-def _head_stages(heads: list[Head], batch: int) -> tuple[dict[str, torch.Tensor], dict[str, tuple[int, ...]]]:
-    """Each stage every head found, in the canonical view, heads stacked; and its native shape."""
+def _sinks(heads: list[Head], batch: int) -> torch.Tensor | None:
+    """Each head's sink logits (heads, columns), when its softmax had them: a copy, the module's are parameters."""
+    views = [canonical(h.sinks[0], batch) for h in heads if h.sinks is not None]
+    if not views or any(v is None for v in views):
+        return None
+    return torch.cat([v[0, :, 0] for v in views]).detach().clone()
+
+
+def _head_stages(heads: list[Head], batch: int) -> tuple[dict[str, torch.Tensor], dict[str, tuple[int, ...]],
+                                                        dict[str, str]]:
+    """Each stage every head found, in the canonical view, heads stacked; its native shape; and the
+    stages of score products whose maps are combined before the values (sub-heads), which are not
+    the module's heads. Those multiplied with the values make the values and the context."""
     found: dict[str, torch.Tensor] = {}
     native: dict[str, tuple[int, ...]] = {}
     for head in heads:
         _raw_scores(head)
+    applied = [h for h in heads if "context" in h.found]
+    combined = 0 < len(applied) < len(heads)
     for stage in STAGES[1:-1]:
-        tensors = [h.found.get(stage) for h in heads]
+        tensors = [h.found.get(stage) for h in (applied if combined and stage in _APPLIED else heads)]
         if not tensors or any(t is None for t in tensors):
             continue
-        views = [canonical(t, batch) for t in tensors]
+        items = [h.item for h in (applied if combined and stage in _APPLIED else heads)]
+        per_item = batch > 1 and None not in items and sorted(set(items)) == list(range(batch))
+        views = [canonical(t, 1 if per_item else batch) for t in tensors]
         if any(c is None for c in views) or len({c.shape[:1] + c.shape[2:] for c in views}) != 1:
             continue
-        found[stage] = views[0] if len(views) == 1 else torch.cat(views, dim=1)
+        if per_item:  # a loop over the batch: each item's heads side by side, the items one after the other
+            by_item = [torch.cat([v for v, i in zip(views, items) if i == item], dim=1) for item in range(batch)]
+            if len({v.shape for v in by_item}) != 1:
+                continue
+            found[stage] = torch.cat(by_item, dim=0)
+        else:
+            found[stage] = views[0] if len(views) == 1 else torch.cat(views, dim=1)
         native[stage] = tuple(tensors[0].shape) if len(tensors) == 1 else tuple(found[stage].shape)
-    return found, native
+    why = placement.sub_heads(len(applied), len(heads)) if combined else ""
+    return found, native, {stage: why for stage in found if combined and stage not in _APPLIED}
+
+
+_APPLIED = ("values", "weights_applied", "context")  # what a product with the values makes
 
 
 def _raw_scores(head: Head) -> None:

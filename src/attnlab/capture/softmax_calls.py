@@ -95,6 +95,12 @@ def _record(rec: Recording, head: int | None, logits: torch.Tensor, dim: int, we
     found = rec.heads[head]
     found.softmax_dim = dim % logits.dim()
     found.softmax_axis = canonical_axis(found.softmax_dim, logits, rec.batch)
+    if found.sinks is not None and found.softmax_dim == logits.dim() - 1:  # the sink column kept apart
+        sink, after = found.sinks
+        keys = logits.shape[-1] - sink.shape[-1]
+        part = slice(0, keys) if after else slice(sink.shape[-1], None)
+        rec.set_tag(weights, Tag("weights", head=head))  # the module's own, sink column and all
+        logits, weights = logits[..., part], weights[..., part]
     found.found["scaled_scores"] = logits
     found.found["weights"] = weights
     rec.set_tag(weights, Tag("weights", head=head))

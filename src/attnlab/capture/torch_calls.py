@@ -16,8 +16,14 @@ SHAPE_OPS = {
     "chunk", "unbind", "select", "narrow", "movedim", "swapaxes", "swapdims", "view_as", "reshape_as",
     "tensor_split", "__iter__",
 }
+# ops whose other tensor gives only a dtype, a device or a shape: the result is the first's alone
+FIRST_ONLY = {"to", "type_as", "view_as", "reshape_as", "expand_as"}
+# ops that make a fresh tensor from another's dtype and device: nothing of its values
+FRESH = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "zeros_like", "ones_like", "empty_like",
+         "full_like", "rand_like", "randn_like"}
 # ops that commute with a scalar factor: a pre-scaled projection keeps its factor through them
 KEEP_FACTOR = SHAPE_OPS | {"roll", "flip", "index_select"}
+JOIN = {"cat", "concat", "concatenate"}
 MUL = {"mul", "multiply", "mul_", "multiply_", "__mul__", "__rmul__", "__imul__"}
 DIV = {"div", "divide", "true_divide", "div_", "divide_", "true_divide_", "__truediv__", "__itruediv__"}
 NEG = {"neg", "negative", "neg_", "negative_", "__neg__"}

@@ -1,6 +1,7 @@
 """Memory pre-flight: a run too large for the machine says so before any forward.
 
-The estimate counts what a run holds at its peak, the variant's forward, from the shapes alone:
+The limit is the least of ATTNLAB_MEMORY_LIMIT, the cgroup's memory.max, the process's soft
+RLIMIT_AS and RLIMIT_DATA, and the available memory. The estimate counts what a run holds at its peak, the variant's forward, from the shapes alone:
 the variant's score-sized stages (scores, the copy kept before an in-place mask, scaled scores,
 weights) while its forward's own transients are alive, and the reference's three (none when they
 are spilled to disk: the passes of the diagnosis afterwards read one block of one stage at a
@@ -22,6 +23,7 @@ LIMIT_ENV = "ATTNLAB_MEMORY_LIMIT"  # bytes attnlab may use; overrides what the 
 CGROUP_MAX = Path("/sys/fs/cgroup/memory.max")
 CGROUP_CURRENT = Path("/sys/fs/cgroup/memory.current")
 MEMINFO = Path("/proc/meminfo")
+STATUS = Path("/proc/self/status")
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Size:
     d_out: int
     itemsize: int = 4  # bytes per value (float32)
     context_length: int = 0  # a (context_length x context_length) mask buffer in each module, if it takes one
+    heads_known: bool = True  # False: checked before the module says its heads, at the least it can take
 
     @property
     def stage_bytes(self) -> int:
@@ -40,7 +43,8 @@ class Size:
         return self.batch * self.heads * self.n_tokens**2 * self.itemsize
 
     def describe(self) -> str:
-        return f"batch {self.batch} x {self.heads} heads x {self.n_tokens}² tokens"
+        heads = f"{self.heads} head{'s' if self.heads > 1 else ''}" if self.heads_known else "at least 1 head"
+        return f"batch {self.batch} x {heads} x {self.n_tokens}² tokens"
 
 
 def estimate_peak_bytes(size: Size, *, spilled: bool) -> int:
@@ -61,12 +65,35 @@ def available_bytes() -> tuple[int, str]:
     if cgroup and cgroup != "max":
         used = int(_read(CGROUP_CURRENT) or 0)
         limits.append((int(cgroup) - used + _own_rss(), "the cgroup's memory.max"))
+    limits += _rlimits()
     meminfo = _read(MEMINFO)
     if meminfo:
         fields = dict(line.split(":", 1) for line in meminfo.splitlines() if ":" in line)
         if "MemAvailable" in fields:
             limits.append((int(fields["MemAvailable"].split()[0]) * 1024 + _own_rss(), "available memory"))
     return min(limits) if limits else (2**62, "no limit found")
+
+
+RLIMITS = (("RLIMIT_AS", "VmSize", "the address-space limit RLIMIT_AS (ulimit -v)"),
+           ("RLIMIT_DATA", "VmData", "the data-segment limit RLIMIT_DATA (ulimit -d)"))
+
+
+def _rlimits() -> list[tuple[int, str]]:
+    """What this process's soft rlimits leave (a run under `prlimit --as` failed in its module,
+    with the module blamed): each limit less what the process maps already, plus its resident part
+    (the estimate's interpreter)."""
+    try:
+        import resource
+    except ImportError:
+        return []
+    status = dict(line.split(":", 1) for line in (_read(STATUS) or "").splitlines() if ":" in line)
+    found = []
+    for name, field, source in RLIMITS:
+        soft, _ = resource.getrlimit(getattr(resource, name))
+        if soft != resource.RLIM_INFINITY and field in status:
+            used = int(status[field].split()[0]) * 1024
+            found.append((soft - used + _own_rss(), source))
+    return found
 
 
 def should_spill(size: Size) -> bool:
@@ -90,7 +117,7 @@ def check_declared_inputs(batch: int, n_tokens: int | None, d_in: int | None, d_
     """Before the inputs are built: a run whose inputs the config sizes (random inputs) is checked
     at one head, the least it can take (the full check, with the module's heads, follows)."""
     if n_tokens and d_in:
-        check_fits(Size(batch, 1, n_tokens, d_in, d_out), spilled=True)
+        check_fits(Size(batch, 1, n_tokens, d_in, d_out, heads_known=False), spilled=True)
 
 
 def cap_process() -> None:

@@ -8,6 +8,7 @@ A plugin that raises or returns something that is not a context matrix fails its
 from __future__ import annotations
 
 import copy
+import os
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -20,6 +21,8 @@ from torch import nn
 
 from attnlab.diagnosis import batch_mixing
 from attnlab.capture.recorder import Capture, capture
+from attnlab.capture.stages import canonical_tokens
+from attnlab.process_state import own_torch
 from attnlab.schema import WeightsMode, resolved
 from attnlab.errors import UserError
 from attnlab.diagnosis.analysis import analyse
@@ -137,16 +140,43 @@ def planned_size(spec: JobSpec, construction: Construction, inputs: Inputs) -> S
 
 
 def run_module(built: BuiltModule, x: torch.Tensor, seed: int) -> Capture:
+    """The module's capture on a copy of `x`: a forward that changes its input in place changes
+    neither `x` nor the other module's input, and its recorded inputs are `x` as given. Stages
+    that require grad (a forward that enabled it) are detached for the diagnosis."""
     name = built.name
     manual_seed(seed)  # dropout in training mode draws from the seed: same seed, same record
     try:
-        captured = capture(built, x)
+        captured = capture(built, x.clone())
     except Exception as exc:
         raise PluginError(f"variant '{name}' raised {type(exc).__name__}: {exc}") from exc
     if "output" not in captured.stages:
         raise PluginError(f"variant '{name}' returned {captured.returned}, not a tensor of shape (n_tokens, ·) "
                           f"or (batch, n_tokens, ·); return the context vectors")
+    captured.stages = {stage: t.detach() if isinstance(t, torch.Tensor) else t for stage, t in captured.stages.items()}
+    captured.stages["inputs"] = canonical_tokens(x)
     return captured
+
+
+class ExitCalled(Exception):
+    """A forward called os._exit: in a single run it ended the command with its code and no record."""
+
+
+@contextmanager
+def exits_raise() -> Iterator[None]:
+    """os._exit raises ExitCalled for the duration, in this process only (a child a forward forked
+    still exits: its pid is not ours)."""
+    owner, real_exit = os.getpid(), os._exit
+
+    def refused(code: int) -> None:
+        if os.getpid() != owner:
+            real_exit(code)
+        raise ExitCalled(f"os._exit({code}) called in forward; a module must return its context, not end the process")
+
+    os._exit = refused
+    try:
+        yield
+    finally:
+        os._exit = real_exit
 
 
 @dataclass
@@ -176,21 +206,23 @@ def compute_record(
     pair = Pair(reference=spec.reference)  # "auto" until auto has chosen: a run failing before says so, not a name
     batch = items if items is not None else inputs.batched(spec.batch)  # (batch, n_tokens, d_in)
     values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}
-    with compute_threads(inputs.n_tokens):
+    with compute_threads(inputs.n_tokens), exits_raise():  # a module's os._exit: its failed record
         try:  # each step that fails the record keeps what the steps before it found
             say("forward")
             variant, planned, spilling = _build_variant(spec, values, inputs, seed)
             pair = Pair(origin=planned.spec.source if session.is_session(spec.name) else "",
                         reference=(auto_reference(planned.spec, variant.built.module, variant.batched)
                                    if spec.reference == "auto" else spec.reference))
-            reference, weights_loaded = _build_reference(spec, values, inputs, seed, pair.reference, variant)
+            with own_torch():  # the reference with torch's own functions, whatever a plugin replaced
+                reference, weights_loaded = _build_reference(spec, values, inputs, seed, pair.reference, variant)
             pair = replace(pair, weights_loaded=weights_loaded)
             scratch = _capture_pair(spec, variant, reference, inputs.embeddings, batch, seed, spilling)
         except PluginError as exc:
             return record_of(setup, pair, error=str(exc))
         _check_shown(spec.show, variant.captured)
         say("diagnostics")
-        diagnosis = _diagnose(spec, variant, reference, seed)
+        with own_torch():
+            diagnosis = _diagnose(spec, variant, reference, seed)
         profile = None
         if spec.profile:  # after the capture, on the plain modules: profiling never changes a diagnosed value
             say("profile")
@@ -266,7 +298,8 @@ def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch
     the folder their spilled stages are in, kept as long as the record."""
     reference.x = _moved(batch if reference.batched else tokens, spec.device, spec.reference_dtype)
     variant.x = _moved(batch if variant.batched else tokens, spec.device, spec.dtype)
-    reference.captured = run_module(reference.built, reference.x, seed)
+    with own_torch():
+        reference.captured = run_module(reference.built, reference.x, seed)
     scratch = tempfile.TemporaryDirectory(prefix="attnlab-spill-") if spilling else None
     if scratch is not None:  # the reference's large stages go to disk: one module's stay in memory
         spill(reference.captured.stages, SQUARE_STAGES, Path(scratch.name))

@@ -9,6 +9,10 @@ on the heads and batch items where its stage differs from the reference. Two kin
 - comparisons with the reference run only with shared weights, and only until a finding
   explains a divergence: a wrong early stage makes every later one wrong, and reporting those
   consequences would bury the root cause.
+
+One rule holds for every check: a stage attnlab cannot place is named "not observable" (info) and
+never compared; and with shared weights no error is reported at a stage when no stage from there
+on that attnlab can place differs from the reference (nothing it can prove differs is there).
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ def run_checks(ctx: Context) -> list[Finding]:
             release(ctx.v, ctx.ref)  # give back the pages it read of stages spilled to disk
         for f in new:
             declared = BY_CODE[f.code]
-            if f.code not in suppressed:
+            unproven = declared.severity == "error" and ctx.shared and not ctx.differs_from(f.stage)
+            if f.code not in suppressed and not unproven:
                 found = found.plus(replace(f, severity=declared.severity), declared.explains)
                 suppressed.update(declared.suppresses)
     return list(found.findings)
@@ -62,6 +67,8 @@ def _locate(ctx: Context, finding: Finding) -> Finding:
     native = ctx.v.native_shapes.get(finding.stage)
     if mine is None or native is None:
         return finding
+    if finding.stage in ctx.v.unobservable:
+        return replace(finding, heads=None, batch=None)  # its axes are not the heads and batch items
     per_head = "heads" in AXES[finding.stage] or "kv_heads" in AXES[finding.stage]
     has_batch = len(native) >= 3
     has_heads = per_head and (len(native) == 4 or mine.shape[1] > 1)

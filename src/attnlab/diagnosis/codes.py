@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass
 
 from attnlab.diagnosis import recognisers
-from attnlab.diagnosis.checks import batch, heads, mask, precision, scaling, softmax_dropout, sources
+from attnlab.diagnosis.checks import batch, heads, mask, precision, scaling, softmax_dropout, sources, unplaced
 from attnlab.diagnosis.context import Check
 
 FIRST_WHERE_IT_SHOWS: tuple[str, ...] = ()  # `stages` of a code reported at whichever stage it first shows
@@ -39,6 +39,10 @@ CODES: tuple[Code, ...] = (
     Code("rotary_misapplied", ("queries", "keys", "values"), "error", 10, recognisers.rotary,
          "RoPE applied to the values too, or to the queries and not the keys",
          "tests/diagnosis/test_recognisers.py::test_rope_on_the_values_too_is_an_error_at_the_values"),
+    Code("xpos", ("queries",), "info", 10, recognisers.xpos,
+         "rotary positions with each pair of the queries scaled by zeta ** (t / gamma), the keys' by its inverse (xPos)",
+         "tests/diagnosis/test_declared_changes.py::test_xpos_is_named_not_a_query_source",
+         suppresses=("query_source", "key_index", "rotary_misapplied")),
     Code("qk_norm", ("queries",), "info", 11, recognisers.qk_norm,
          "queries and keys have unit RMS per head before the product", "qk_norm"),
     Code("cosine_attention", ("queries",), "info", 11, recognisers.cosine_attention,
@@ -63,6 +67,14 @@ CODES: tuple[Code, ...] = (
          "keys and values expanded per head from a shared latent, each key ending in the shared RoPE key (MLA)",
          "tests/diagnosis/test_recognisers.py::test_deepseek_latent_attention_is_named_not_a_projection_width",
          suppresses=("shape_projection",)),
+    Code("attention_sinks", ("weights",), "info", 17, recognisers.attention_sinks,
+         "a learned logit per head joins each row's softmax as one more column, dropped after it (gpt-oss's sinks)",
+         "tests/diagnosis/test_declared_changes.py::test_attention_sinks_are_named_with_their_logits",
+         suppresses=("not_softmax", "softmax_axis", "mask_after_softmax")),
+    Code("output_gate", ("output",), "info", 17, recognisers.output_gate,
+         "the context multiplied by a gate from a projection's own columns before the output projection (Qwen3-Next)",
+         "tests/diagnosis/test_declared_changes.py::test_a_gate_inside_q_proj_is_loaded_and_named",
+         suppresses=("out_proj", "head_merge", "output_path", "wrong_output")),
     # the mask, the shapes and the heads
     Code("mask_after_softmax", ("weights",), "error", 20, mask.mask_shape,
          "future weights zeroed after the softmax, rows not renormalised", "causal_mask_after_softmax",
@@ -128,6 +140,12 @@ CODES: tuple[Code, ...] = (
     Code("precision", FIRST_WHERE_IT_SHOWS, "info", 180, precision.precision,
          "bfloat16/float16 rounding beyond float32's bound but within the coarser dtype's: not a bug",
          "tests/compute/test_precision.py::test_a_correct_variant_in_low_precision_gets_precision_only"),
+    # what cannot be compared: every check leaves those stages alone; last, so no check skips a stage for it
+    Code("not_observable", ("queries", "keys", "values", "scores", "scaled_scores", "weights", "weights_applied",
+                            "context"), "info", 190, unplaced.not_observable,
+         "stages computed in a layout attnlab cannot place (heads folded into the batch, windows, sub-heads): "
+         "named, never compared with the reference",
+         "tests/capture/test_follows_data.py::test_a_correct_copy_gives_no_error_finding", explains=False),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

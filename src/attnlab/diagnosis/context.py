@@ -42,13 +42,19 @@ class Pair:
     ref_peaks: Peaks
     _changed: dict[str, bool] = field(default_factory=dict)  # a memo of `changed`, filled on first ask
 
+    def observed(self, stage: str) -> bool:
+        """Whether both captures hold the stage where the canonical view says (attnlab.capture.placement)."""
+        return stage not in self.v.unobservable and stage not in self.ref.unobservable
+
     def both(self, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
         mine, ref = self.v.stages.get(stage), self.ref.stages.get(stage)
-        if mine is None or ref is None or mine.shape != ref.shape or mine.numel() == 0:
+        if mine is None or ref is None or mine.shape != ref.shape or mine.numel() == 0 or not self.observed(stage):
             return None
         return mine, ref
 
     def changed(self, stage: str) -> bool:
+        if not self.observed(stage):
+            return False  # not where the reference's is: nothing to tell
         if stage not in self._changed:
             diff = self.diagnostics.get(f"divergence_{stage}")
             self._changed[stage] = (stage_differs(stage, self.v, self.ref, peaks=self.ref_peaks) if diff is None
@@ -94,6 +100,8 @@ class Context:
         return STAGES.index(stage) < self.unjudged_from
 
     def differs(self, stage: str, other: torch.Tensor | None = None) -> bool:
+        if not self.pair.observed(stage):
+            return False  # never proven different where attnlab cannot place the stage
         return stage_differs(stage, self.v, self.ref, other, diff=self.d.get(f"divergence_{stage}"),
                              peaks=self.ref_peaks)
 
@@ -107,7 +115,14 @@ class Context:
         """Whether a comparison with the reference may judge this stage: only with shared weights and
         only until a finding explains the divergence (a wrong early stage makes every later one wrong)."""
         return (self.shared and not found.explained and self.judged(stage) and self.present(stage)
-                and stage in self.ref.stages)
+                and stage in self.ref.stages and self.pair.observed(stage))
+
+    def differs_from(self, stage: str) -> bool:
+        """Whether a stage from `stage` on that both captures hold where the canonical view says
+        differs from the reference's (in values or in shape): an error at `stage` needs one."""
+        later = STAGES[STAGES.index(stage):]
+        return any(s in self.v.stages and s in self.ref.stages and self.pair.observed(s)
+                   and (self.v.stages[s].shape != self.ref.stages[s].shape or self.pair.changed(s)) for s in later)
 
 
 @dataclass(frozen=True)

@@ -150,12 +150,14 @@ def first_divergent_stage(variant: Capture, reference: Capture, diagnostics: dic
                           peaks: Peaks | None = None) -> str | None:
     """The first stage, in pipeline order, whose values differ from the reference's.
 
-    A shape mismatch counts as divergent; a stage missing from either capture is skipped. Captures
+    A shape mismatch counts as divergent; a stage missing from either capture, or not observable in
+    either (attnlab.capture.placement), is skipped. Captures
     as `attnlab.diagnosis.analysis` passes them (every mask at -inf). `diagnostics`
     (compute_diagnostics' flat values) saves a pass over each stage: its divergence is already there.
     """
     for stage in STAGES:
-        if stage in variant.stages and stage in reference.stages and stage_differs(
+        observed = stage not in variant.unobservable and stage not in reference.unobservable
+        if stage in variant.stages and stage in reference.stages and observed and stage_differs(
                 stage, variant, reference, diff=(diagnostics or {}).get(f"divergence_{stage}"), peaks=peaks):
             return stage
     return None

@@ -24,6 +24,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
+from attnlab.file_limits import check_size
 
 
 @dataclass(frozen=True)
@@ -153,32 +154,29 @@ def check_inputs(cfg: DictConfig) -> None:
 
 def make_inputs(cfg: DictConfig, seed: int, batch: int = 1) -> Inputs:
     """The inputs of one seed: the config's factory called with the seed (and the batch size, where
-    the factory takes one: random inputs draw distinct items)."""
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
+    the factory takes one: random inputs draw distinct items), its values resolved once (a text is
+    data: a `${...}` in it stays as written)."""
+    from attnlab.configured import build, factory
 
-    from attnlab.plugin_folders import importable_plugins
-
-    importable_plugins()
+    target = OmegaConf.select(cfg, "_target_")
     try:
-        inputs = instantiate(cfg, seed=seed, **({"batch": batch} if _takes_batch(cfg) else {}))
-    except InstantiationException as exc:
-        if isinstance(exc.__cause__, UserError):
-            raise exc.__cause__ from None
-        raise UserError(f"inputs: {OmegaConf.select(cfg, '_target_')}: {str(exc.__cause__ or exc).splitlines()[0]}") from None
+        takes_batch = _takes_batch(factory(cfg))
+        inputs = build(cfg, seed=seed, **({"batch": batch} if takes_batch else {}))
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's factory: its error is the run's one line
+        raise UserError(f"inputs: {target}: {(str(exc) or type(exc).__name__).splitlines()[0]}") from None
     if not isinstance(inputs, Inputs):
-        raise UserError(f"inputs: {OmegaConf.select(cfg, '_target_')} returned {type(inputs).__name__}, not attnlab.inputs.kinds.Inputs")
+        raise UserError(f"inputs: {target} returned {type(inputs).__name__}, not attnlab.inputs.kinds.Inputs")
     return inputs
 
 
-def _takes_batch(cfg: DictConfig) -> bool:
+def _takes_batch(function: Any) -> bool:
     import inspect
 
-    from hydra.utils import get_method
-
     try:
-        return "batch" in inspect.signature(get_method(str(cfg._target_))).parameters
-    except (ValueError, TypeError, ImportError, AttributeError):
+        return "batch" in inspect.signature(function).parameters
+    except (ValueError, TypeError):
         return False
 
 
@@ -236,6 +234,7 @@ def _from_rows(rows: Any, labels: list[str] | None, source: str) -> Inputs:
 def _read_file(path: Path) -> tuple[list, list[str] | None]:
     if not path.is_file():
         raise UserError(f"inputs.path={path}: no such file")
+    check_size(path, "inputs")
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":

@@ -16,7 +16,8 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules.built import PluginError
-from attnlab.modules.configs import module_class
+from attnlab.modules.configs import ConfigConstructor, module_class
+from attnlab.modules.hf import build_attention, transformers_class
 from attnlab.modules.layouts import Projections, load_projections
 from attnlab.modules.roles import manual_seed
 
@@ -26,11 +27,21 @@ IMPLEMENTATION = "attn_implementation"
 def takes_config(cls: type) -> bool:
     """A constructor whose first parameter is a config object (named `config`), wrapped for a run
     outside a model (attnlab.modules.configs) or not."""
+    if isinstance(cls, ConfigConstructor):
+        return True
     try:
         first = next(iter(inspect.signature(module_class(cls)).parameters), None)
     except (TypeError, ValueError):
         return False
     return first == "config"
+
+
+def _built(cls: type[nn.Module], config: Any, layer: int) -> nn.Module:
+    """A transformers class as its family builds it; any other `Cls(config)` as its signature says."""
+    if transformers_class(cls) is not None:
+        return build_attention(cls, config, layer, in_model=True)
+    kwargs = {"layer_idx": layer} if "layer_idx" in inspect.signature(cls).parameters else {}
+    return cls(config, **kwargs)
 
 
 def config_variant(cls: type[nn.Module], config: Any, params: dict[str, Any], own: nn.Module, layer: int,
@@ -45,10 +56,9 @@ def config_variant(cls: type[nn.Module], config: Any, params: dict[str, Any], ow
             setattr(config, key, value)
         else:
             raise UserError(f"variant.params.{key}: not an attribute of {type(config).__name__}")
-    kwargs = {"layer_idx": layer} if "layer_idx" in inspect.signature(cls).parameters else {}
     manual_seed(seed)
     try:
-        module = cls(config, **kwargs)
+        module = _built(cls, config, layer)
     except Exception as exc:  # noqa: BLE001 - the plugin's constructor: fails its record only
         raise PluginError(f"{cls.__name__}(config) could not be built: {type(exc).__name__}: {exc}") from exc
     if type(module) is type(own) or set(module.state_dict()) == set(own.state_dict()):

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
+from attnlab.modules.families import family
 from attnlab.modules.built import CallConvention
 
 FINAL_NORMS = ("ln_f", "final_norm", "norm", "final_layernorm", "final_layer_norm", "norm_f")
@@ -71,8 +72,12 @@ class _Stop(Exception):
 
 
 def final_norm(model: nn.Module) -> nn.Module | None:
-    """The last module named like a final norm (ln_f, final_norm, norm) outside the blocks (OPT's
-    blocks hold a final_layer_norm of their own): its output is the final hidden states."""
+    """The final norm the model's family adapter names, else the last module named like one (ln_f,
+    final_norm, norm) outside the blocks (OPT's blocks hold a final_layer_norm of their own): its
+    output is the final hidden states."""
+    declared = family(getattr(getattr(model, "config", None), "model_type", "")).final_norm
+    if declared and declared in dict(model.named_modules()):
+        return model.get_submodule(declared)
     found = [module for name, module in model.named_modules()
              if name.rpartition(".")[2] in FINAL_NORMS and not any(part.isdigit() for part in name.split("."))]
     return found[-1] if found else None

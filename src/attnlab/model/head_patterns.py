@@ -20,13 +20,18 @@ HEAD_PATTERN_CODES = ("previous_token_head", "first_token_head", "uniform_head")
 
 def head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
     """Per head (H,): mean weight on the previous token, on the first token, and the mean
-    normalised entropy, over query rows 1..T-1. `weights`: (H, T, T), causal."""
-    n = weights.shape[-1]
+    normalised entropy, over query rows 1..T-1. `weights`: (H, T, T), causal or not; key columns beyond
+    the T queries' own (a sink column, as gpt-oss's eager code keeps it) are not read."""
+    n = weights.shape[-2]
+    weights = weights[..., :n]
     rows = np.arange(1, n)  # (T-1,)
     previous = weights[:, rows, rows - 1].mean(axis=-1)  # (H,)
     first = weights[:, 1:, 0].astype(np.float64).mean(axis=-1)  # (H,)
     entropy = np.stack([_row_entropy(head[1:]) for head in weights])  # (H, T-1)
-    normalised = (entropy / np.log(rows + 1)).mean(axis=-1)  # (H,): each row against log(keys it may see)
+    # each row against the log of the keys it may see: the keys with weight (a causal row i: i+1 of
+    # them; an encoder's: all T), so an even spread is 1 whatever the mask
+    support = np.count_nonzero(weights[:, 1:] > 0, axis=-1)  # (H, T-1)
+    normalised = (entropy / np.log(np.maximum(support, 2))).mean(axis=-1)  # (H,)
     return {"previous_token_head": previous, "first_token_head": first, "uniform_head": normalised}
 
 
@@ -41,7 +46,7 @@ def _row_entropy(w: np.ndarray) -> np.ndarray:
 
 def head_patterns(weights: np.ndarray | None) -> list[Finding]:
     """Info findings for the heads of one layer (`weights`: (batch, H, T, T)); none below 3 tokens."""
-    if weights is None or weights.ndim != 4 or weights.shape[-1] < 3:
+    if weights is None or weights.ndim != 4 or min(weights.shape[-2:]) < 3:
         return []
     scores = head_scores(weights[0])
     limits = {"previous_token_head": THRESHOLD, "first_token_head": THRESHOLD, "uniform_head": UNIFORM}
@@ -51,7 +56,7 @@ def head_patterns(weights: np.ndarray | None) -> list[Finding]:
         if heads:
             shown = ", ".join(f"head {h} ({values[h]:.2f})" for h in heads)
             what = "normalised entropy" if code == "uniform_head" else "mean weight"
-            findings.append(Finding(code, "weights", "info", f"the model's own heads on this text: "
+            findings.append(Finding(code, "weights", "info", f"the model's own heads on these inputs: "
                                     f"{MODEL_CODES[code]}: {shown}, {what} over the rows after the first",
                                     heads=heads))
     return findings

@@ -20,6 +20,7 @@ from attnlab.model.saved_folder import check_saved_folder
 from attnlab.model.model_spec import ModelSpec
 from attnlab.model.tokens import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, hf_tokenizer
 from attnlab.model.user_models import build_user_model
+from attnlab.modules.families import family
 from attnlab.modules.roles import manual_seed
 
 INSTALL_HF = "pip install -e '.[hf]'"
@@ -27,8 +28,6 @@ CACHE_HINT = "huggingface-cli download {repo} (or: hf download {repo}), once, wi
 # the whole models attnlab runs, by the transformers auto class that builds each
 TASKS = {"causal": "AutoModelForCausalLM", "seq2seq": "AutoModelForSeq2SeqLM",
          "image": "AutoModelForImageClassification"}
-# image classifiers whose tokens are a class token then the patches, as attnlab.model.inputs labels them
-VISION_TRANSFORMERS = ("vit",)
 
 
 @dataclass
@@ -110,7 +109,8 @@ def _task(transformers: Any, config: Any, spec: ModelSpec) -> str:
     alone, BART's); any other kind refused in one short line (transformers' own message lists
     every config of the auto class, thousands of characters)."""
     kinds = ("seq2seq", "causal") if getattr(config, "is_encoder_decoder", False) else ("causal",)
-    kinds += ("image",) if config.model_type in VISION_TRANSFORMERS else ()
+    # an image classifier whose tokens are a class token then the patches, as attnlab.model.inputs labels them
+    kinds += ("image",) if family(config.model_type).task == "image" else ()
     for kind in kinds:
         if type(config) in getattr(transformers, TASKS[kind])._model_mapping:
             return kind
@@ -132,6 +132,8 @@ def _hf_config(transformers: Any, spec: ModelSpec) -> Any:
     sizes = dict(spec.sizes)
     if hasattr(default, "vocab_size"):
         sizes.setdefault("vocab_size", GPT2_VOCAB)  # the text is GPT-2 BPE: every id must have a row
+        if isinstance(default.pad_token_id, int) and default.pad_token_id >= sizes["vocab_size"]:
+            sizes.setdefault("pad_token_id", None)  # SmolLM3's 128004: a padding row past the smaller vocabulary
     if default.is_encoder_decoder and getattr(default, "decoder_start_token_id", None) is None:
         sizes.setdefault("decoder_start_token_id", default.pad_token_id)  # T5's convention: its decoder starts at pad
     return transformers.AutoConfig.for_model(spec.name, **sizes)

@@ -17,6 +17,7 @@ from omegaconf import ListConfig
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.modules.families import family
 
 ATTENTION_NAMES = ("attn", "self_attn", "att", "attention")
 SELF_IN_WRAPPER = ("self", "attention")  # the self-attention's name inside a wrapper with an `output`
@@ -24,7 +25,12 @@ _LAYERED = re.compile(r"^(?P<blocks>.+)\.(?P<index>\d+)\.(?P<name>[A-Za-z_]\w*)$
 
 
 def attention_modules(model: nn.Module, attention_path: str | None = None, key: str = "model") -> list[tuple[str, nn.Module]]:
-    """[(qualified name, module)] of every layer's attention, in layer order."""
+    """[(qualified name, module)] of every layer's attention, in layer order: at `attention_path`,
+    else where the model's family adapter says (Falcon's `self_attention`), else found by name."""
+    if attention_path is None:
+        declared = declared_path(model)
+        if declared is not None and any(_path_pattern(declared).match(name) for name, _ in model.named_modules()):
+            attention_path = declared
     pattern = _path_pattern(attention_path) if attention_path else None
     groups: dict[tuple[str, str], list[tuple[int, str, nn.Module]]] = {}
     for name, module in model.named_modules():
@@ -37,6 +43,14 @@ def attention_modules(model: nn.Module, attention_path: str | None = None, key: 
         raise UserError(_not_found(model, attention_path, key, groups))
     found = [(name, module) for _, name, module in sorted(next(iter(groups.values())), key=lambda item: item[0])]
     return found if attention_path else [_unwrapped(name, module) for name, module in found]
+
+
+def declared_path(model: nn.Module, stack: str | None = None) -> str | None:
+    """Where the model's family adapter puts its attention (in `stack`, an encoder–decoder's), as an
+    attention path: `transformer.h.*.self_attention`; None where it declares none."""
+    row = family(getattr(getattr(model, "config", None), "model_type", ""))
+    path = row.stacks.get(stack) if stack else row.attention
+    return path.replace("{i}", "*") if path else None
 
 
 def _unwrapped(name: str, module: nn.Module) -> tuple[str, nn.Module]:

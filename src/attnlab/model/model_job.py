@@ -11,7 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.errors import UserError
 from attnlab.model.layer_check import compute_check_records
 from attnlab.model.layer import ModelRun, OwnCaptures, changed_layer, compare_layer
-from attnlab.model.loading import VISION_TRANSFORMERS, LoadedModel, load_model
+from attnlab.model.loading import LoadedModel, load_model
+from attnlab.modules.families import family
 from attnlab.model.intervention_records import intervention_records
 from attnlab.model.interventions import intervention
 from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
@@ -64,7 +65,7 @@ def check_model_request(cfg: DictConfig) -> None:
     if is_requested(_block(cfg, "reference_model")):
         model_spec(_block(cfg, "reference_model"), "reference_model")
     model_type = (declared_config(spec) or {}).get("model_type")  # None: known once built
-    if is_requested(_block(cfg, "reference_model")) or model_type not in (None, *VISION_TRANSFORMERS):
+    if is_requested(_block(cfg, "reference_model")) or (model_type is not None and family(model_type).task != "image"):
         check_text(cfg)  # a language model's text, before it loads
     if cfg.n_seeds != 1:
         raise UserError(f"n_seeds={cfg.n_seeds}: a model's weights are its own; a run inside a model takes one seed")

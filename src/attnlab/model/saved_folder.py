@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.errors import UserError
+from attnlab.file_limits import check_size
 
 CODE_CONFIGS = ("config.json", "tokenizer_config.json")
 HEADER_LIMIT = 100 * 2**20  # safetensors' own limit on a header's size
@@ -43,6 +44,7 @@ def check_saved_folder(folder: Path, where: str, model_types: Any) -> None:
 def _json(file: Path, where: str, optional: bool = False) -> Any:
     if optional and not file.is_file():
         return None
+    check_size(file, "tokenizer" if file.name == "tokenizer.json" else "config")
     try:
         return json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -6,15 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnlab.errors import UserError
+from attnlab.modules.families import family, spellings
 
-SPELLINGS = {
-    "width": ("hidden_size", "n_embd", "emb_dim", "d_model"),
-    "heads": ("num_attention_heads", "n_head", "n_heads"),
-    "kv_heads": ("num_key_value_heads", "n_kv_heads", "n_kv_head"),
-    "context": ("max_position_embeddings", "n_positions", "block_size", "context_length"),
-    "vocab": ("vocab_size",),
-    "layers": ("num_hidden_layers", "n_layer", "n_layers"),
-}
+# attnlab's size -> the key the family adapters spell it under (attnlab.modules.families)
+_KEYS = {"width": "d_in", "heads": "num_heads", "kv_heads": "num_kv_heads", "context": "context_length",
+         "vocab": "vocab_size", "layers": "num_layers"}
 
 
 @dataclass(frozen=True)
@@ -27,21 +23,25 @@ class ModelSizes:
     softcap: float | None = None  # final logit softcapping (Gemma 2)
 
 
+def _get(config: Any, name: str) -> Any:
+    return config.get(name) if isinstance(config, dict) else getattr(config, name, None)
+
+
 def _read(config: Any, what: str) -> Any:
-    for spelling in SPELLINGS[what]:
-        value = config.get(spelling) if isinstance(config, dict) else getattr(config, spelling, None)
-        if value is not None:
-            return value
-    return None
+    name = str(_get(config, "model_type") or "")
+    key = _KEYS[what]
+    found = (_get(config, s) for s in (*family(name).model_spellings.get(key, ()), *spellings(key, name)))
+    return next((value for value in found if value is not None), None)
 
 
 def model_sizes(config: Any, label: str) -> ModelSizes:
     width, heads = _read(config, "width"), _read(config, "heads")
     if width is None or heads is None:
         raise UserError(f"{label}: its config names no width or head count "
-                        f"({'/'.join(SPELLINGS['width'])}; {'/'.join(SPELLINGS['heads'])})")
+                        f"({'/'.join(spellings('d_in'))}; {'/'.join(spellings('num_heads'))})"[:300])
     kv_heads = _read(config, "kv_heads") or heads
-    softcap = config.get("final_logit_softcapping") if isinstance(config, dict) else getattr(config, "final_logit_softcapping", None)
+    row = family(str(_get(config, "model_type") or ""))
+    softcap = _get(config, row.logit_softcap) if row.logit_softcap else None
     return ModelSizes(int(width), int(heads), int(kv_heads), _read(config, "context"), _read(config, "vocab"), softcap)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.model.locate import attention_modules, chosen_layers, layer_values
+from attnlab.model.locate import attention_modules, chosen_layers, declared_path, layer_values
 
 STACKS = ("encoder", "decoder")
 SELF_ATTENTION = ("SelfAttention", "self_attn")  # T5's, BART's; their cross-attention is named otherwise
@@ -58,7 +58,8 @@ def stacked_attention(model: nn.Module, attention_path: str | None = None, key: 
     attention, slots = [], []
     for stack in STACKS:
         stack_module = getattr(model, f"get_{stack}")()
-        found = attention_modules(stack_module, attention_path or _self_attention_path(stack_module), key)
+        path = attention_path or declared_path(model, stack) or _self_attention_path(stack_module)
+        found = attention_modules(stack_module, path, key)
         attention += [(f"{names[id(stack_module)]}.{name}", module) for name, module in found]
         slots += [Slot(stack, index) for index in range(len(found))]
     return attention, slots

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from attnlab.errors import UserError
+from attnlab.file_limits import check_size
 from attnlab.inputs.text import ENDOFTEXT, gpt2_encoding, token_label
 
 GPT2_VOCAB = 50257
@@ -34,6 +35,8 @@ def hf_tokenizer(transformers: Any, source: str) -> Tokenizer | None:
     folder = Path(source)
     if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return None
+    for name in TOKENIZER_FILES:  # a parser that runs out of memory aborts the process: refused before it
+        check_size(folder / name, "tokenizer")
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError):

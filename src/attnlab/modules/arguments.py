@@ -24,12 +24,11 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.modules.families import spellings
+from attnlab.modules.roles import declared_count
 
 _MASKS = ("mask", "attn_mask", "attention_mask", "causal_mask")
 _SELF = ("query", "key", "value", "k", "v", "context")
-_ROPE_BASES = ("rope_theta", "theta", "rope_base", "base", "theta_base")
-_HEAD_DIMS = ("head_dim", "dim_head", "head_size", "d_head")
-_HEADS = ("num_heads", "n_heads", "n_head", "heads", "num_attention_heads")
 
 
 class ForwardArgumentError(UserError):
@@ -111,11 +110,11 @@ def _additive_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def head_dim(module: nn.Module) -> int:
     """The module's head size: an attribute under a usual spelling, else its width over its heads."""
-    for spelling in _HEAD_DIMS:
+    for spelling in spellings("head_dim"):
         value = getattr(module, spelling, None)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-    heads = next((getattr(module, s) for s in _HEADS if isinstance(getattr(module, s, None), int)), 1)
+    heads = declared_count(module, "num_heads") or 1
     width = next((p.shape[0] for n, p in module.named_parameters() if n.endswith("weight") and p.dim() == 2), None)
     if width is None:
         raise ForwardArgumentError(f"{type(module).__name__}: forward takes cos/sin but its head_dim is unknown; "
@@ -126,7 +125,7 @@ def head_dim(module: nn.Module) -> int:
 def _rope(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The book's compute_rope_params (ch05, Llama 3): half-split angles, (tokens, head_dim) each."""
     dim = head_dim(module)
-    base = next((float(getattr(module, s)) for s in _ROPE_BASES if isinstance(getattr(module, s, None), (int, float))
+    base = next((float(getattr(module, s)) for s in spellings("rope_base") if isinstance(getattr(module, s, None), (int, float))
                  and not isinstance(getattr(module, s), bool)), 10_000.0)
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32)[: dim // 2] / dim))  # (hs / 2,)
     positions = torch.arange(x.shape[-2], dtype=torch.float32)

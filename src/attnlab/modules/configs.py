@@ -12,10 +12,12 @@ configs accept unknown attributes silently.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import inspect
 import sys
+import textwrap
 from typing import Any
 
 from torch import nn
@@ -37,13 +39,17 @@ class ConfigError(UserError):
 
 def config_class(cls: type) -> type | None:
     """The config class `cls` is built from: its constructor's only required parameter (beside a
-    layer_idx) is named
-    like a config (or annotated with a class), and its type is that annotation, else the one
-    class named `...Config` beside `cls` in its own file. None for any other constructor."""
+    layer_idx) is named like a config (or annotated with a class), and its type is that annotation,
+    else the one class named `...Config` beside `cls` in its own file. A constructor that takes only
+    `(*args, **kwargs)` (a subclass handing them on, or a class another library wraps, as transformers
+    5.25 wraps its attention classes) names nothing: the config beside it, else its base's. None for
+    any other constructor."""
     try:
         parameters = list(inspect.signature(cls).parameters.values())
     except (TypeError, ValueError):
         return None
+    if parameters and all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters):
+        return _beside(cls) or _base_config(cls)
     required = [p for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
                 and p.name != "layer_idx"]  # Hugging Face's (config, layer_idx): layer_idx is 0 unless set
     if len(required) != 1:
@@ -55,14 +61,23 @@ def config_class(cls: type) -> type | None:
         return None if issubclass(annotation, nn.Module) or annotation.__module__ == "builtins" else annotation
     if first.name not in _CONFIG_NAMES:
         return None
+    return _beside(cls) or _base_config(cls)
+
+
+def _beside(cls: type) -> type | None:
+    """The one `...Config` class defined (nanoGPT's GPTConfig), else imported (GPT2Attention's
+    GPT2Config), in the file of `cls`."""
     module = sys.modules.get(cls.__module__)
     found = [obj for name, obj in vars(module).items() if inspect.isclass(obj) and name.endswith("Config")
              and not name.lower().startswith("pretrained")] if module else []
-    own = [obj for obj in found if obj.__module__ == cls.__module__]  # defined beside it (nanoGPT's GPTConfig)
-    if len(own or found) == 1:
-        return (own or found)[0]  # else imported beside it (GPT2Attention's GPT2Config)
+    own = [obj for obj in found if obj.__module__ == cls.__module__]
+    return (own or found)[0] if len(own or found) == 1 else None
+
+
+def _base_config(cls: type) -> type | None:
+    """A subclass of LlamaAttention: its base's config."""
     base = next((b for b in cls.__mro__[1:] if issubclass(b, nn.Module) and b is not nn.Module), None)
-    return config_class(base) if base is not None else None  # a subclass of LlamaAttention: its base's config
+    return config_class(base) if base is not None else None
 
 
 def _annotation(cls: type, parameter: inspect.Parameter) -> Any:
@@ -75,20 +90,37 @@ def _annotation(cls: type, parameter: inspect.Parameter) -> Any:
     return annotation
 
 
-def config_attributes(config_cls: type) -> dict[str, Any]:
+def config_attributes(config_cls: type, module_cls: type | None = None) -> dict[str, Any]:
     """Every attribute a config class takes, with its default (a dataclass's fields, a
-    PretrainedConfig's defaults as an instance built with none given, a plain class's
-    constructor parameters)."""
+    PretrainedConfig's defaults as an instance built with none given). A plain class that needs
+    arguments (minGPT's `GPTConfig(vocab_size, block_size, **kwargs)`) takes its constructor's
+    parameters, its class attributes and what `module_cls` reads off the config it is given."""
     if dataclasses.is_dataclass(config_cls):
         return {f.name: _field_default(f) for f in dataclasses.fields(config_cls)}
     try:
         instance = config_cls()
     except Exception:  # noqa: BLE001 - a config that needs arguments: its constructor's parameters
         parameters = inspect.signature(config_cls).parameters.values()
-        return {p.name: None if p.default is p.empty else p.default for p in parameters
-                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        taken = {p.name: None if p.default is p.empty else p.default for p in parameters
+                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        held = {k: v for k, v in vars(config_cls).items() if not k.startswith("_") and not callable(v)}
+        return {**dict.fromkeys(_config_reads(module_cls)), **held, **taken}
     held = getattr(instance, "__dict__", {})  # a value without attributes holds none to fill
     return {k: v for k, v in held.items() if not k.startswith("_")}
+
+
+def _config_reads(module_cls: type | None) -> list[str]:
+    """The attributes `module_cls.__init__` reads off its config parameter (`config.n_embd`)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(module_cls.__init__)))
+    except (TypeError, OSError, SyntaxError):
+        return []
+    function = tree.body[0]
+    if not isinstance(function, ast.FunctionDef) or len(function.args.args) < 2:
+        return []
+    name = function.args.args[1].arg
+    return list(dict.fromkeys(node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute)
+                              and isinstance(node.value, ast.Name) and node.value.id == name))
 
 
 def _field_default(f: dataclasses.Field) -> Any:
@@ -105,15 +137,18 @@ class ConfigConstructor:
         self.__name__ = module_cls.__name__
         self.__doc__ = module_cls.__doc__
         self.__module__ = module_cls.__module__
-        self.attributes = config_attributes(config_cls)
-        self.spelled = {key: next((s for s in spellings if s in self.attributes), None)
-                        for key, spellings in CONFIG_SPELLINGS.items()}
+        self.attributes = config_attributes(config_cls, module_cls)
+        own = getattr(config_cls, "model_type", "")  # a Hugging Face config's family: its spellings first
+        self.spelled = {key: next((s for s in spellings(key, own) if s in self.attributes), None)
+                        for key in CONFIG_SPELLINGS}
         # the head size's spelling (T5's d_kv, diffusers' dim_head), filled as d_out / num_heads
-        self.head_dim = next((s for s in spellings("head_dim") if s in self.attributes), None)
-        self.parameters = list(inspect.signature(module_cls).parameters)
-        self.extra = self.parameters[1:]  # e.g. layer_idx
-        # BART's, Whisper's (embed_dim, num_heads, ..., config=None): sizes by name, not one config object
-        self.by_size = bool(self.parameters) and self.parameters[0] not in _CONFIG_NAMES
+        self.head_dim = next((s for s in spellings("head_dim", own) if s in self.attributes), None)
+        self.extra = self.constructor_parameters()
+
+    def constructor_parameters(self) -> list[str]:
+        """What the constructor takes beside the config (`variant.params` may set them): its own
+        signature's parameters after the config, the contract of a plain `Cls(config)`."""
+        return list(inspect.signature(self.module_cls).parameters)[1:]
 
     @property
     def __signature__(self) -> inspect.Signature:
@@ -170,11 +205,18 @@ class ConfigConstructor:
     def _set(self, filled: dict[str, Any]) -> Any:
         try:
             return self.config_cls(**filled)
-        except TypeError:  # a plain class whose constructor takes none of them: set as attributes
-            config = self.config_cls()
+        except TypeError:  # a plain class whose constructor takes none of them: built with its own defaults, then set
+            config = self.config_cls(**self._required(filled))
             for key, value in filled.items():
                 setattr(config, key, value)
             return config
+
+    def _required(self, filled: dict[str, Any]) -> dict[str, Any]:
+        """The config constructor's parameters without a default, from `filled` where they are there,
+        else None (minGPT's vocab_size, which an attention layer never reads)."""
+        parameters = inspect.signature(self.config_cls).parameters.values()
+        return {p.name: filled.get(p.name) for p in parameters
+                if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
     def _check_sizes(self, values: dict[str, Any]) -> None:
         d_in, d_out, heads = values["d_in"], values["d_out"], values.get("num_heads") or 1
@@ -203,22 +245,13 @@ class ConfigConstructor:
         params = {k: v for k, v in keys.items() if k not in CONFIG_SPELLINGS}
         top = {k: v for k, v in keys.items() if k in CONFIG_SPELLINGS}
         config = self.config({**sizes, **top}, params, private)
-        extra = {k: v for k, v in params.items() if k in self.extra}
+        return self.construct(config, {k: v for k, v in params.items() if k in self.extra})
+
+    def construct(self, config: Any, extra: dict[str, Any]) -> nn.Module:
+        """`Cls(config, ...)`, with `extra` (variant.params) beside the config; a layer index is 0."""
         if "layer_idx" in self.extra:
             extra.setdefault("layer_idx", 0)
-        if self.by_size:
-            return self.module_cls(**self._sizes(config, {**sizes, **top}), **extra)
         return self.module_cls(config, **extra)
-
-    def _sizes(self, config: Any, values: dict[str, Any]) -> dict[str, Any]:
-        """A size-built class's width and heads by its own names, and the config where it takes one."""
-        by_name = {self.parameters[0]: values["d_in"]}
-        heads = next((p for p in self.parameters if p in spellings("num_heads")), None)
-        if heads is not None:
-            by_name[heads] = values.get("num_heads") or 1
-        if "config" in self.parameters:
-            by_name["config"] = config
-        return by_name
 
 
 def module_class(cls: Any) -> Any:

@@ -34,6 +34,7 @@ from attnlab.modules.import_probe import deadly_imports
 from attnlab.modules.outermost_class import outermost
 from attnlab.modules.variant_spec import VariantSpec
 from attnlab.plugin_folders import USER_GROUP, plugin_files
+from attnlab.process_state import ORIGINALS  # noqa: F401 - torch's own functions noted before any plugin is imported
 
 ENTRY_POINT_GROUP = "attnlab.variants"
 _MARK = session.MARK
@@ -100,8 +101,9 @@ class PluginsRead:
 def find_plugins() -> PluginsRead:
     """Every variant of the plugin files (built-ins, ./plugins, ATTNLAB_PLUGIN_PATH), then of the
     installed entry points; a plugin that fails is one warning, and the others load."""
-    files = plugin_files()
-    found = PluginsRead(fingerprint=_fingerprint(files))
+    skipped: list[str] = []
+    files = plugin_files(skipped)
+    found = PluginsRead(fingerprint=_fingerprint(files), warnings=skipped)
     by_folder: dict[Path, list[tuple[Path, str]]] = {}
     for path, group in files:
         by_folder.setdefault(path.parent, []).append((path, group))

@@ -25,7 +25,9 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.schema import ATTN_IMPLEMENTATIONS
-from attnlab.modules.families import GENERIC, family
+from attnlab.modules.families import GENERIC, Family, family, spellings
+from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
+from attnlab.modules.roles import declared_count
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 
 PREFIX = "hf:"
@@ -98,8 +100,53 @@ def _prefixes(base: str) -> list[str]:
     return [p for p in found if p]
 
 
+def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, in_model: bool = False,
+                    **extra: Any) -> nn.Module:
+    """`module_cls` built as its model's own layer builds it, by the keywords its family declares
+    (`LlamaAttention(config=config, layer_idx=0)`), never from its signature: transformers 5.25
+    wraps the constructors, and a wrapped one names no parameters. `in_model`: for a layer of the
+    whole model, whose sizes are under the adapter's model spellings; `extra` sets a declared keyword."""
+    row = family(getattr(config, "model_type", ""))
+    constructor = _guessed_constructor(module_cls) if row is GENERIC else row.constructor
+    kwargs = {keyword: config if source == "config" else extra.get(keyword, layer) if source == "layer"
+              else _config_value(config, row, source, in_model) for keyword, source in constructor.items()}
+    return module_cls(**kwargs)
+
+
+def _guessed_constructor(module_cls: type) -> dict[str, str]:
+    """The generic adapter's guess for a family without a file: the keywords of the constructor's
+    signature it knows (M2M100's sizes by name, DistilBERT's config alone), or the generic adapter's
+    own `(config=..., layer_idx=...)` where the signature names none (a wrapped constructor)."""
+    try:
+        named = [p.name for p in inspect.signature(module_cls).parameters.values()
+                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    except (TypeError, ValueError):
+        named = []
+    known = {**CONFIG_AND_LAYER, **BY_SIZE}
+    return {name: known[name] for name in named if name in known} if named else dict(GENERIC.constructor)
+
+
+def _config_value(config: Any, row: Family, key: str, in_model: bool = False) -> Any:
+    """attnlab's `key` as the config holds it, under the family's spelling first (its model's first in a model)."""
+    own = row.model_spellings.get(key, ()) if in_model else ()
+    found = (getattr(config, s, None) for s in (*own, *spellings(key, row.name)))
+    return next((value for value in found if value is not None), None)
+
+
 class HFConstructor(ConfigConstructor):
     """A Hugging Face attention class built from its config, with `attn_implementation` set."""
+
+    def constructor_parameters(self) -> list[str]:
+        """A transformers class's: its family's declared keywords a variant may set, the layer index."""
+        if transformers_class(self.module_cls) is None:
+            return super().constructor_parameters()
+        row = family(getattr(self.config_cls, "model_type", ""))
+        return [keyword for keyword, source in row.constructor.items() if source == "layer"]
+
+    def construct(self, config: Any, extra: dict[str, Any]) -> nn.Module:
+        if transformers_class(self.module_cls) is None:
+            return super().construct(config, extra)
+        return build_attention(self.module_cls, config, **extra)
 
     def __call__(self, d_in: int, d_out: int, num_heads: int | None = None, **keys: Any) -> nn.Module:
         implementation = keys.pop("attn_implementation", None) or "eager"
@@ -131,13 +178,39 @@ def hf_constructor(name: str) -> HFConstructor:
 def config_constructor(cls: type[nn.Module], name: str) -> ConfigConstructor | None:
     """How a plugin class built from one config object is built (a Hugging Face class, a subclass or
     copy of one, with its attn_implementation), else None: the class takes `(d_in, d_out, ...)`."""
-    found = config_class(cls)
+    found = _transformers_config(cls) or config_class(cls)
     if found is None:
         return None
     transformers = sys.modules.get("transformers")
     if transformers is not None and issubclass(found, transformers.PretrainedConfig):
         return HFConstructor(cls, found, name)
     return ConfigConstructor(cls, found, name)
+
+
+def transformers_class(cls: type) -> type | None:
+    """The transformers modeling class `cls` is or derives from (LlamaAttention for a copy that
+    subclasses it), None for a class of anyone else's: built as its family declares."""
+    return next((k for k in getattr(cls, "__mro__", ()) if k.__module__.startswith("transformers.models.")), None)
+
+
+def _transformers_config(cls: type) -> type | None:
+    """The config class of the transformers attention class `cls` is or derives from: the model
+    type whose `hf:` class it is, among the types of its modeling file (Gemma3Attention's
+    Gemma3TextConfig). Never read off its constructor, which transformers may wrap."""
+    origin = transformers_class(cls)
+    if origin is None:
+        return None
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, model_type_to_module_name
+
+    module_name = origin.__module__.split(".")[2]
+    for model_type in [t for t in CONFIG_MAPPING.keys() if model_type_to_module_name(t) == module_name]:
+        try:
+            attention, config_cls = attention_class(model_type)
+        except HFError:
+            continue
+        if attention is origin:
+            return config_cls
+    return None
 
 
 def is_hf_module(module: nn.Module) -> bool:
@@ -181,7 +254,7 @@ def _position_bias(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
         raise HFError(f"{type(module).__name__} needs a position_bias its modeling file has no alibi builder for")
     attn_config = getattr(module.config, "attn_config", None)
     bias_max = getattr(attn_config, "alibi_bias_max", 8)
-    heads = next(getattr(module, s) for s in ("n_heads", "num_heads", "num_attention_heads") if hasattr(module, s))
+    heads = declared_count(module, "num_heads")
     return build(heads, x.shape[-2], bias_max, device=x.device).to(x.dtype)
 
 
@@ -215,26 +288,30 @@ def declared_clip(module: nn.Module) -> tuple[float, str] | None:
 
 
 def declared_scale(module: nn.Module) -> tuple[float, str] | None:
-    """The factor on the scores the module's config declares instead of 1/sqrt(head_dim), and
-    where it says so: Gemma's query_pre_attn_scalar, Granite's attention_multiplier, GPT-2's
-    scale_attn_weights=False and scale_attn_by_inverse_layer_idx. None: the usual 1/sqrt(head_dim).
-    Read from the config, never from the module's own `scaling` (code could set that wrongly)."""
+    """The factor on the scores the module's config (or the module, from its constructor) declares
+    instead of 1/sqrt(head_dim), and where it says so, under any spelling the adapters know: a
+    dimension the scores are scaled by the inverse square root of (Gemma's query_pre_attn_scalar,
+    attention_scores_scalar), a factor (Granite's attention_multiplier), GPT-2's scale_attn_weights=False
+    and scale_attn_by_inverse_layer_idx. None: the usual 1/sqrt(head_dim). Never read from the
+    module's own `scaling` (code could set that wrongly)."""
     config = getattr(module, "config", None)
-    if config is None:
-        return None
     row = family(getattr(config, "model_type", ""))
     if row.scaling is not None:
-        return row.scaling, f"{row.name} scales its scores by {row.scaling:g} (families.py)"
-    if getattr(config, "query_pre_attn_scalar", None):
-        scalar = config.query_pre_attn_scalar
-        return scalar ** -0.5, f"query_pre_attn_scalar = {scalar:g}: 1/sqrt({scalar:g})"
-    if getattr(config, "attention_multiplier", None):
-        return float(config.attention_multiplier), f"attention_multiplier = {config.attention_multiplier:g}"
+        return row.scaling, f"{row.name} scales its scores by {row.scaling:g} (its family adapter)"
+    holders = [h for h in (config, module) if h is not None]
+    for spelling in spellings("scale_dim", row.name):
+        scalar = next((getattr(h, spelling) for h in holders if getattr(h, spelling, None)), None)
+        if scalar:
+            return scalar ** -0.5, f"{spelling} = {scalar:g}: 1/sqrt({scalar:g})"
+    for spelling in spellings("scale", row.name):
+        factor = next((getattr(h, spelling) for h in holders if getattr(h, spelling, None)), None)
+        if factor:
+            return float(factor), f"{spelling} = {factor:g}"
     if getattr(config, "scale_attn_weights", True) is False:
         return 1.0, "scale_attn_weights = False: no scaling"
     if getattr(config, "scale_attn_by_inverse_layer_idx", False):
         layer = getattr(module, "layer_idx", 0) or 0
-        head_dim = config.hidden_size // config.num_attention_heads
+        head_dim = _config_value(config, row, "d_in") // _config_value(config, row, "num_heads")
         return head_dim ** -0.5 / (layer + 1), f"scale_attn_by_inverse_layer_idx: 1/sqrt(head_dim) / {layer + 1}"
     return None
 
@@ -270,7 +347,12 @@ def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tor
     if window is not None:
         make = masking_utils.create_sliding_window_causal_mask
         config = _with_window(config, window)
-    return make(config=config, inputs_embeds=x, attention_mask=None, past_key_values=None, position_ids=position_ids)
+    return make(config=config, inputs_embeds=x, attention_mask=None, position_ids=position_ids, **_no_cache(make))
+
+
+def _no_cache(make: Any) -> dict[str, None]:
+    """The mask function's cache argument, off: `cache` from transformers 5.25, `past_key_values` before."""
+    return {"cache" if "cache" in inspect.signature(make).parameters else "past_key_values": None}
 
 
 def _sliding_layer(module: nn.Module) -> bool:

@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from attnlab.plugin_folders import python_files
+
 CACHE_ENV = "ATTNLAB_CACHE_DIR"
 PROBE_TIMEOUT_S = 120
 CHILD = "import sys; from attnlab.modules.discovery import probe_imports; probe_imports(sys.argv[1], sys.argv[2:])"
@@ -62,7 +64,7 @@ def _cause(rc: int) -> str:
 def _cache_file(path: Path) -> Path:
     folder = path.parent
     digest = hashlib.sha256(path.name.encode())
-    for sibling in sorted(folder.glob("*.py")):
+    for sibling in python_files(folder):  # never a FIFO's read, which would wait forever
         digest.update(sibling.name.encode() + b"\0" + sibling.read_bytes())
     root = Path(os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnlab")
     return root / "plugin-imports" / digest.hexdigest()[:32]

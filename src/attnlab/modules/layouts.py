@@ -250,11 +250,27 @@ def _target(module: nn.Module, projections: Projections, slot: _Slot,
         spans = ", ".join(f"{a}:{b} = {role}" for a, b, role in zip(bounds, bounds[1:], QKV_ROLES))
         return torch.cat(parts, dim=-1), f"fused qkv, {axis} {spans}"
     full = _role_target(projections, slot)
+    if full is not None and slot.role == "queries" and slot.head is None and _gated(slot, full):
+        return _beside_gates(slot, full, projections.num_heads), "each head's query beside its output gate (kept)"
     if full is None or slot.head is None:
         return full, ""
     width = full.shape[-1] // heads_per_role[slot.role]
     start = slot.head * width
     return full[..., start : start + width], f"head {slot.head} = columns {start}:{start + width}"
+
+
+def _gated(slot: _Slot, queries: Tensor) -> bool:
+    """A query projection twice as wide as the queries along its output, the same along its input."""
+    own = slot.canonical().shape
+    return own[:-1] == queries.shape[:-1] and own[-1] == 2 * queries.shape[-1]
+
+
+def _beside_gates(slot: _Slot, queries: Tensor, num_heads: int) -> Tensor:
+    """A q_proj twice the queries' width holding each head's query and its output gate side by side
+    (Qwen3-Next): the reference's queries in each head's first half, the module's own gate in the second."""
+    both = slot.canonical().unflatten(-1, (num_heads, 2, -1))  # (..., nh, query | gate, hs)
+    both[..., 0, :] = queries.unflatten(-1, (num_heads, -1))
+    return both.flatten(-3)
 
 
 def _later_outs(slots: list[_Slot]) -> set[str]:

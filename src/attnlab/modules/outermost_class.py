@@ -13,7 +13,8 @@ def outermost(classes: list[type]) -> list[type]:
     """The classes that no other class of the list builds, read from their source, never run.
 
     A class builds another when its body calls that class's name (`CausalAttention(d_in, ...)`
-    in the source's wrapper, a ModuleList comprehension included). The whole body is read, not
+    in the source's wrapper, a ModuleList comprehension included) or names it to be called later
+    (a default argument, `norm_layer=LayerNormFp32`). The whole body is read, not
     only __init__, because helpers are also built in methods __init__ calls (`_make_head`).
     Nothing is built or run: a plugin's constructor may need arguments attnlab does not have
     yet at discovery. Comments, strings, decorators and base classes do not count, so a
@@ -39,7 +40,7 @@ def _names_called(cls: type) -> set[str] | None:
     body = _body_start(tokens)
     called = set()
     for before, token, after in zip(tokens[body:], tokens[body + 1:], tokens[body + 2:]):
-        if token.type == tokenize.NAME and after.string == "(" and before.string != ".":
+        if token.type == tokenize.NAME and before.string != "." and (after.string == "(" or before.string == "="):
             called.add(token.string)
     return called
 

@@ -31,7 +31,7 @@ from attnlab.modules.configs import ConfigConstructor, module_class
 from attnlab.modules.describe import same_file
 from attnlab.modules.discovery import declaration, find_plugins, plugin_fingerprint
 from attnlab.modules.families import spellings
-from attnlab.modules.roles import parameter_role
+from attnlab.modules.roles import declared_count, parameter_role
 from attnlab.modules.variant_spec import VariantSpec, constructor_parameters, constructor_signature
 from attnlab.plugin_folders import USER_GROUP, builtin_groups
 from attnlab.schema import BOOK_TOKENS, DEFAULTS
@@ -327,8 +327,12 @@ def _declared_kind(module: nn.Module, has_projection: bool) -> str:
     if not has_projection:
         return "causal_heads"
     config = getattr(module, "config", None)
-    heads = getattr(config, "num_attention_heads", None)
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    own = getattr(config, "model_type", "")
+    heads = next((getattr(config, s) for s in spellings("num_heads", own) if isinstance(getattr(config, s, None), int)),
+                 None)
+    # the count the module keeps (Falcon's multi-query one), else its config's
+    kv_heads = declared_count(module, "num_kv_heads") or next(
+        (getattr(config, s) for s in spellings("num_kv_heads", own) if isinstance(getattr(config, s, None), int)), heads)
     return "gqa" if heads and kv_heads < heads else "multi_head_attention"
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnlab.modules.families import family, spellings
+from attnlab.modules.families import FAMILIES, family, spellings
 
 QKV_ROLES = ("queries", "keys", "values")  # also a fused projection's column blocks, in this order
 _ROLE_PATTERNS: dict[str, re.Pattern[str]] = {
@@ -32,8 +32,10 @@ PER_HEAD_FUSED_QKV = re.compile(r"query_key_value")
 # an output projection, lower case: the source's out_proj, Hugging Face's o_proj, dense and
 # DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, T5's o, and the
 # spellings of hand-written classes
+# (and every family adapter's own)
 OUTPUT_PROJECTIONS = frozenset({"out_proj", "o_proj", "c_proj", "proj", "out", "out_lin", "wo", "w_o", "w_out",
-                                "output_proj", "to_out", "dense", "o"})
+                                "output_proj", "to_out", "dense", "o",
+                                *(row.out_proj.lower() for row in FAMILIES if row.out_proj)})
 
 
 def projection_role(param_name: str) -> str | None:

@@ -124,7 +124,7 @@ def model(name: str) -> tuple[nn.Module, Any] | None:
     if config is None:
         embeddings = [m for m in module.modules() if isinstance(m, nn.Embedding)]
         heads = next((m.num_heads for m in module.modules() if isinstance(getattr(m, "num_heads", None), int)), None)
-        config = {"emb_dim": embeddings[0].embedding_dim if embeddings else None, "n_heads": heads,
+        config = {"d_in": embeddings[0].embedding_dim if embeddings else None, "num_heads": heads,
                   "vocab_size": embeddings[0].num_embeddings if embeddings else None,
                   "context_length": embeddings[1].num_embeddings if len(embeddings) > 1 else None}
     return copy.deepcopy(module), config

@@ -65,9 +65,11 @@ def _inherited(cls: object) -> list[inspect.Parameter]:
 
 
 def constructor_signature(spec: VariantSpec) -> str:
-    """The constructor's parameters without annotations, e.g. "(d_in, d_out, context_length,
-    dropout, num_heads, qkv_bias=False)"."""
+    """The constructor's parameters without annotations, the variant's declared params as their
+    defaults (what `variant=NAME` builds), e.g. "(d_in, d_out, context_length, dropout,
+    num_heads, qkv_bias=False, out_proj=False)"."""
     if isinstance(spec.cls, ConfigConstructor):
         return spec.cls.describe()
-    plain = [p.replace(annotation=inspect.Parameter.empty) for p in constructor_parameters(spec)]
+    plain = [p.replace(annotation=inspect.Parameter.empty,
+                       default=spec.params.get(p.name, p.default)) for p in constructor_parameters(spec)]
     return str(inspect.Signature(plain))

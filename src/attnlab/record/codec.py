@@ -96,9 +96,9 @@ def from_json_dict(data: dict[str, Any], path: Path | None = None) -> Record:
         head_diagnostics={k: [_from_json_number(x) for x in v] for k, v in (data.get("head_diagnostics") or {}).items()},
         reference_diagnostics={k: _from_json_number(v) for k, v in (data.get("reference_diagnostics") or {}).items()},
         first_divergent_stage=data.get("first_divergent_stage"),
-        findings=[Finding(**f) for f in data.get("findings") or []],
+        findings=[Finding(**_known(Finding, f)) for f in data.get("findings") or []],
         not_checked=list(data.get("not_checked") or []),
-        predictions=[Prediction(**p) for p in data.get("predictions") or []],
+        predictions=[Prediction(**_known(Prediction, p)) for p in data.get("predictions") or []],
         weights_loaded=data.get("weights_loaded") or {},
         device=str(data.get("device") or "cpu"),
         dtype=str(data.get("dtype") or "float32"),
@@ -106,6 +106,26 @@ def from_json_dict(data: dict[str, Any], path: Path | None = None) -> Record:
         model=_model_from_json(data.get("model") or {}),
         path=path,
     )
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The fields of `cls` in `data`: a newer attnlab's extra key is named by `unread_keys`, not an error."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def unread_keys(data: dict[str, Any]) -> list[str]:
+    """The keys of a record's JSON this version does not read (written by a newer attnlab), as
+    `key`, `findings[].key`, `predictions[].key`, `model.key`."""
+    top = {f.name for f in fields(Record)} | {"format_version"}
+    unread = [key for key in data if key not in top]
+    for name, cls in (("findings", Finding), ("predictions", Prediction)):
+        names = {f.name for f in fields(cls)}
+        found = {k for item in data.get(name) or [] if isinstance(item, dict) for k in item if k not in names}
+        unread += [f"{name}[].{key}" for key in sorted(found)]
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    unread += [f"model.{key}" for key in model if key not in {f.name for f in fields(ModelInfo)}]
+    return unread
 
 
 def _model_to_json(model: ModelInfo | None) -> dict[str, Any]:

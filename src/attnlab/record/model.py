@@ -33,6 +33,12 @@ class Prediction:
     observed: Any
     passed: bool
 
+    @property
+    def sentence(self) -> str:
+        """`predict context_shape = [6, 2]: FAIL (observed [6, 4])`, as every view says it."""
+        observed = f"{self.observed:.4g}" if isinstance(self.observed, float) else self.observed
+        return f"predict {self.name} = {self.expected}: {'pass' if self.passed else 'FAIL'} (observed {observed})"
+
 
 @dataclass(frozen=True)
 class Effect:

@@ -29,7 +29,8 @@ import struct
 import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import lru_cache, partial
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -81,10 +82,15 @@ SEQUENTIAL_LUT = _lut(_VIRIDIS_ANCHORS)
 DIVERGING_LUT = _lut(_DIVERGING_ANCHORS)
 
 
+FONT_FILE = Path(__file__).with_name("fonts") / "DejaVuSansCondensed-subset.ttf"  # licence beside it
+
+
 @lru_cache(maxsize=None)
 def _font(size: int) -> ImageFont.FreeTypeFont:
-    """Pillow's bundled font (no font files needed, Pillow >= 10.1), loaded once per size."""
-    return ImageFont.load_default(size=size)
+    """DejaVu Sans Condensed (Latin, Greek, punctuation and maths signs), loaded once per size:
+    Pillow's own font draws a space a pixel wide ("1e-4to 1") and strokes that a viewer's
+    downscaling erases; a narrow face with even strokes keeps the digits and signs readable."""
+    return ImageFont.truetype(str(FONT_FILE), size=size, layout_engine=ImageFont.Layout.BASIC)  # no libraqm: one layout everywhere
 
 
 def to_png_bytes(image: np.ndarray) -> bytes:
@@ -327,7 +333,8 @@ def render_heatmap(
         _draw_axes(image, grid_x, grid_y, axes)
     if max(matrix.shape) <= VALUES_MAX:
         _draw_values(image, grid_x, grid_y, pooled[0], cells)
-    return _with_bar(image, grid_x + MAP_SIDE, grid_y, MAP_SIDE, low, high, lut, diverging, scale)
+    finite_only = not np.isfinite(shown).all()  # grey cells are outside the bar: "all 0" would hide them
+    return _with_bar(image, grid_x + MAP_SIDE, grid_y, MAP_SIDE, low, high, lut, diverging, scale, finite_only)
 
 
 def render_head_grid(values: np.ndarray, *, title: str, diverging: bool = False,
@@ -366,7 +373,8 @@ def render_head_grid(values: np.ndarray, *, title: str, diverging: bool = False,
         x = grid_x + (h % columns) * (tile + _TILE_GAP)
         y = grid_y + (h // columns) * (tile + caption + _TILE_GAP)
         _draw_string(image, (x, y), f"head {h}")
-    return _with_bar(image, grid_x + GRID_WIDTH, grid_y, height, low, high, lut, diverging, scale)
+    return _with_bar(image, grid_x + GRID_WIDTH, grid_y, height, low, high, lut, diverging, scale,
+                     finite_only=not np.isfinite(pooled).all())
 
 
 def _grid_tile(n: int) -> int:
@@ -459,45 +467,60 @@ def _draw_axes(image: Image.Image, grid_x: int, grid_y: int, axes: tuple[str, st
                      colour=(90, 90, 90))
 
 
-def _format(value: float, digits: int = 3) -> str:
-    return f"{value:.{digits}g}" if np.isfinite(value) else str(value)
+def _map_format(matrix: np.ndarray) -> list[Callable[[float], str]]:
+    """The formats a map's cell values may take, most precise first, each one for every cell:
+    fixed decimals giving the largest value three significant digits (then fewer), then
+    e-notation. One format per map: "3e-03" beside "0.003" reads as two kinds of number."""
+    finite = np.abs(matrix[np.isfinite(matrix)])
+    top = float(finite.max()) if finite.size else 0.0
+    leading = math.floor(math.log10(top)) if top > 0 else 0
+    most = min(4, max(0, 2 - leading))
+    fixed = [partial(_fixed, decimals=d) for d in range(most, -1, -1) if d > 0 or top >= 1]
+    return [*fixed, lambda value: f"{value:.0e}" if np.isfinite(value) else str(value)]
 
 
-def _cell_text(value: float, width: float) -> tuple[str, int] | None:
-    """The value at 3 significant digits, else 2, else in e-notation, each at the font size and
-    then smaller: the first that fits `width` px (None: nothing fits)."""
-    candidates = [_format(value), _format(value, 2), f"{value:.0e}" if np.isfinite(value) else str(value)]
-    for size in (_FONT_SIZE, _SMALL_SIZE):
-        for text in candidates:
-            if _text_width(text, size) <= width:
-                return text, size
+def _fixed(value: float, decimals: int) -> str:
+    if not np.isfinite(value):
+        return str(value)
+    return f"{value:.{decimals}f}".replace("-0." + "0" * decimals, "0." + "0" * decimals) if decimals else f"{value:.0f}"
+
+
+def _cell_texts(matrix: np.ndarray, width: float) -> tuple[list[list[str]], int] | None:
+    """Every cell's value in the map's one format (see _map_format), at the font size and then
+    smaller: the first format that fits every cell in `width` px (None: none fits)."""
+    for fmt in _map_format(matrix):
+        texts = [[fmt(float(value)) for value in row] for row in matrix]
+        for size in (_FONT_SIZE, _SMALL_SIZE):
+            if all(_text_width(text, size) <= width for row in texts for text in row):
+                return texts, size
     return None
 
 
 def _draw_values(image: Image.Image, grid_x: int, grid_y: int, matrix: np.ndarray, cells: np.ndarray) -> None:
-    """Every cell's value, dark on light cells and white on dark, each shortened to fit its cell."""
+    """Every cell's value in one format and size, dark on light cells and white on dark."""
     cell_h, cell_w = MAP_SIDE / matrix.shape[0], MAP_SIDE / matrix.shape[1]
+    fitted = _cell_texts(matrix, cell_w - 2)
+    if fitted is None:
+        return
+    texts, size = fitted
     light = cells @ np.array([0.299, 0.587, 0.114]) > 140
-    for i, row in enumerate(matrix):
-        for j, value in enumerate(row):
-            fitted = _cell_text(float(value), cell_w - 2)
-            if fitted is None:
-                continue
+    for i, row in enumerate(texts):
+        for j, text in enumerate(row):
             centre = (grid_x + int((j + 0.5) * cell_w), grid_y + int((i + 0.5) * cell_h))
-            _draw_string(image, centre, fitted[0], size=fitted[1], anchor="mm",
-                         colour=_TEXT if light[i, j] else (255, 255, 255))
+            _draw_string(image, centre, text, size=size, anchor="mm", colour=_TEXT if light[i, j] else (255, 255, 255))
 
 
 def _with_bar(image: Image.Image, grid_right: int, top: int, height: int, low: float, high: float,
-              lut: np.ndarray, diverging: bool, scale: str = "linear") -> np.ndarray:
+              lut: np.ndarray, diverging: bool, scale: str = "linear", finite_only: bool = False) -> np.ndarray:
     """The colour bar right of the grid, as tall as it: max at the top, min at the bottom, 0 in
-    the middle of a diverging bar; a scale with one value (an all-zero difference) says so once."""
+    the middle of a diverging bar; a scale with one value (an all-zero difference) says so once,
+    as "finite" when grey cells (infinities, NaN) lie outside it."""
     x = grid_right + 2 * _MARGIN
     bar = lut[::-1][np.linspace(0, _LUT_SIZE - 1, height).astype(int)][:, None]
     image.paste(Image.fromarray(np.repeat(bar, _BAR_W, axis=1), mode="RGB"), (x, top))  # the bar alone, not the image, through numpy
     bottom = top + height - 1
     if high == low:
-        ticks = [((top + bottom) // 2, f"all {_tick(low, scale)}", "lm")]
+        ticks = [((top + bottom) // 2, f"{'finite' if finite_only else 'all'} {_tick(low, scale)}", "lm")]
     else:
         ticks = [(top, _tick(high, scale), "lt"), (bottom, _tick(low, scale), "lb")]
         if diverging:

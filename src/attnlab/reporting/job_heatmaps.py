@@ -35,6 +35,7 @@ from typing import Callable
 import numpy as np
 
 from attnlab.capture.spill import release
+from attnlab.capture.stages import STAGES
 from attnlab.record import Record, write_atomic
 from attnlab.reporting.heatmap import (
     CROP, LOG_FLOOR, MAX_SIDE, ROBUST_PERCENTILES, _as_heads, _in_threads, finite_range, grid_pooling,
@@ -152,13 +153,27 @@ def _shared(top: float) -> str:
 
 
 def difference_scale(difference: np.ndarray) -> Scale:
-    return Scale(finite_range(difference, diverging=True), "variant - reference, symmetric about 0")
+    """The finite differences' symmetric range; grey cells (a key masked on one side only: an
+    infinity minus a number) named in the legend, counted, since the bar shows finite values only."""
+    legend = "variant - reference, symmetric about 0"
+    grey = unmatched_masks(difference)
+    return Scale(finite_range(difference, diverging=True), f"{legend}; grey: {grey}" if grey else legend)
+
+
+def unmatched_masks(difference: np.ndarray) -> str:
+    """`12 -inf (masked in variant only), 3 +inf (in reference only), 1 nan`: the non-finite cells
+    of a difference, by what each means; empty when every cell is finite."""
+    counts = [(int(np.count_nonzero(np.isneginf(difference))), "-inf (masked in variant only)"),
+              (int(np.count_nonzero(np.isposinf(difference))), "+inf (in reference only)"),
+              (int(np.count_nonzero(np.isnan(difference))), "nan")]
+    return ", ".join(f"{count} {what}" for count, what in counts if count)
 
 
 def drawn_stages(record: Record) -> list[str]:
     """The stages a record's pictures show, in the order of the forward pass."""
     named = _named_stages(record)
     return [stage for stage in HEATMAP_STAGES if stage in record.stage_shapes
+            and not (stage == "output" and record.output_is_context)  # the same matrix: drawn once, as context
             and (stage in ALWAYS_DRAWN or stage in named or (stage in WHERE_DIFFERENT and _differs(record, stage)))]
 
 
@@ -238,6 +253,12 @@ def _card_image(record: Record, encoder: Executor) -> list[tuple[str, Future[Enc
 
 
 def _differs(record: Record, stage: str) -> bool:
+    """Whether `stage` differs from the reference's, as the record's diagnosis says: a stage before
+    its first divergent stage (every stage, when none diverges) is equal within the tolerance of
+    its dtype, and a difference map of that rounding would paint float noise as saturated cells."""
+    first = record.first_divergent_stage
+    if record.ok and (first is None or (first in STAGES and stage in STAGES and STAGES.index(stage) < STAGES.index(first))):
+        return False
     value = record.diagnostics.get(f"divergence_{stage}")
     return value is None or not value == 0  # NaN or missing: cannot tell, draw it
 
@@ -350,8 +371,7 @@ def job_heatmaps(record: Record, job_dir: Path, *, card_only: bool = False) -> l
     items = []
     for tag, image in images:
         file = tag.removeprefix(f"{FOLDER}/") + ".png"
-        (folder / file).parent.mkdir(parents=True, exist_ok=True)
-        (folder / file).write_bytes(image.png)
+        write_atomic(folder / file, image.png)  # never a truncated PNG: a kill leaves the old file or none
         items.append({"tag": tag, "file": file, "width": image.width, "height": image.height})
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / INDEX_FILE, json.dumps({"record": source, "card_only": card_only, "images": items}, indent=1))

@@ -150,7 +150,7 @@ def _cell(value: object) -> object:
     return "" if value is None else "nan" if isinstance(value, float) and math.isnan(value) else value
 
 
-FORMULA_STARTS = ("=", "+", "-", "@")  # a spreadsheet runs a text cell starting so as a formula
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a text cell starting so as a formula
 
 
 def _csv_cell(value: object) -> object:

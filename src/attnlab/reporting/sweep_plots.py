@@ -180,9 +180,10 @@ def curve_svg(curve: Curve) -> str:
         return TOP + plot_h * (y_hi - y) / (y_hi - y_lo)
 
     parts = [f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>']
-    for y in _ticks(y_lo, y_hi):
+    ticks = _ticks(y_lo, y_hi)
+    for y, text in zip(ticks, tick_texts(ticks)):
         parts.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{py(y):.1f}" y2="{py(y):.1f}" stroke="#eee"/>'
-                     f'<text x="{LEFT - 4}" y="{py(y) + 4:.1f}" text-anchor="end">{y:.3g}</text>')
+                     f'<text x="{LEFT - 4}" y="{py(y) + 4:.1f}" text-anchor="end">{text}</text>')
     step = max(1, math.ceil(len(xs) / 8))  # at most ~8 labels under the axis
     for x in xs[::step]:
         parts.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{TOP + plot_h}" y2="{TOP + plot_h + 4}" stroke="#999"/>'
@@ -208,9 +209,25 @@ def curve_svg(curve: Curve) -> str:
                       f'<text x="{WIDTH + 25}" y="{y + 6}">{html.escape(label)}</text></g>')
     title = f"{curve.diagnostic} against {curve.key}, one line per variant, mean ± std over seeds"
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="sweep-plot" data-diagnostic="{html.escape(curve.diagnostic)}" '
-            f'data-key="{html.escape(curve.key)}" width="{WIDTH + LEGEND_W}" height="{HEIGHT}" font-size="11" '
+            f'data-key="{html.escape(curve.key)}" width="{WIDTH + _legend_width(curve)}" height="{HEIGHT}" font-size="11" '
             f'font-family="system-ui, sans-serif" role="img" aria-label="{html.escape(title)}">'
             f'<title>{html.escape(title)}</title>{"".join(parts + legend)}</svg>')
+
+
+def _legend_width(curve: Curve) -> int:
+    """Room for the longest label at the legend's 11 px (a wide sans-serif glyph is under 7 px):
+    "multi_head_attention (encoder.1)" was cut at LEGEND_W."""
+    return max(LEGEND_W, 30 + 7 * max((len(label) for label in curve.lines), default=0))
+
+
+def tick_texts(ticks: Sequence[float]) -> list[str]:
+    """The ticks at three significant digits, or as many more as tell them apart: a narrow range
+    (a loss 10.7921 to 10.7925) read "10.8" at every tick."""
+    for digits in range(3, 10):
+        texts = [f"{t + 0.0:.{digits}g}" for t in ticks]
+        if len(set(texts)) == len(texts):
+            return texts
+    return texts
 
 
 def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:

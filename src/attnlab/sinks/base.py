@@ -2,8 +2,8 @@
 the HTML report are sinks; so is any class a user names in a `conf/sink/NAME.yaml`.
 
 Each sink is a config in the Hydra group `sink` with a `_target_`, built by
-`hydra.utils.instantiate` when `log.NAME` is true, and has up to two methods (a missing one is
-simply not called):
+`attnlab.configured.build` (its values resolved once, as plain data) when `log.NAME` is true,
+and has up to two methods (a missing one is simply not called):
 
 - `write(records, job)`: after a job wrote its records. `records` are the job's seeds (one for
   a single run or a sweep job), in seed order; `job` is a `JobInfo`.
@@ -57,18 +57,16 @@ def enabled_sinks(cfg: DictConfig) -> list[str]:
 
 def build_sinks(cfg: DictConfig) -> dict[str, Sink]:
     """Every enabled sink, built from its config; a sink that cannot be built is a one-line error."""
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
+    from attnlab.configured import build
 
-    from attnlab.plugin_folders import importable_plugins
-
-    importable_plugins()
     sinks = {}
     for name in enabled_sinks(cfg):
         try:
-            sinks[name] = instantiate(cfg.sink[name])
-        except InstantiationException as exc:
-            reason = str(exc.__cause__ or exc).splitlines()[0]
+            sinks[name] = build(cfg.sink[name])
+        except UserError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a sink's constructor, yours included: one line
+            reason = (str(exc) or type(exc).__name__).splitlines()[0]
             raise UserError(f"sink.{name}: cannot build {OmegaConf.select(cfg, f'sink.{name}._target_')}: {reason}") from None
     return sinks
 

@@ -28,7 +28,7 @@ from attnlab.sinks.base import REPORT_FILE, JobInfo
 from attnlab.sinks.html_header import header_html
 from attnlab.sinks.html_images import card_pictures, record_pictures
 from attnlab.sinks.model_html import write_model_html
-from attnlab.sinks.terminal import no_findings_message
+from attnlab.sinks.views import findings_html
 
 HTML_FILE = "comparison.html"
 
@@ -83,26 +83,6 @@ li.error { color: #a40000; } li.warning { color: #8a5a00; }
 dl.header { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
 dl.header dt { font-weight: 600; } dl.header dd { margin: 0; } ul.jobs { margin: 0; padding-left: 1.2em; }
 """
-
-
-def findings_html(records: list[Record]) -> str:
-    """Each distinct finding once, in words, with the seeds it came from (or each failure)."""
-    items: dict[tuple[str, str], list[int]] = {}
-    for record in records:
-        if not record.ok:
-            items.setdefault(("error", f"failed: {record.error}"), []).append(record.seed)
-        for finding in record.findings:
-            text = f"[{finding.code} @ {finding.stage}] {finding.message}"
-            items.setdefault((finding.severity, text), []).append(record.seed)
-    if not items:
-        return f"<p>{html.escape(no_findings_message(records[0]).capitalize())}.</p>"
-    several = len({r.seed for r in records}) > 1
-    lines = [
-        f'<li class="{html.escape(severity)}">{html.escape(text)}'
-        + (f' <span class="note">(seed {", ".join(map(str, seeds))})</span>' if several else "") + "</li>"
-        for (severity, text), seeds in items.items()
-    ]
-    return "<ul>" + "".join(lines) + "</ul>"
 
 
 def configuration_cards(report: Report) -> str:
@@ -244,18 +224,34 @@ def render_record_html(record: Record) -> str:
     title = f"attnlab run: {record.variant} against {record.reference}, seed {record.seed}"
     status = "ok" if record.ok else f'<span class="failed">failed: {html.escape(record.error or "")}</span>'
     rows = job_rows([record])
-    table = pd.DataFrame(rows).set_index("module").T  # a row per column of comparison.csv, reference | variant
+    # a row per column of comparison.csv, reference | variant; the job's folder is where the page is
+    table = pd.DataFrame(rows).set_index("module").T.drop(index="path", errors="ignore")
     differs = frozenset(i for i, (_, row) in enumerate(table.iterrows()) if len(row) == 2 and _differ(*row))
     divergent = record.first_divergent_stage or ("none" if record.ok else "not reached (the run failed)")
     return _page(title, [
         f"<h1>{html.escape(title)}</h1><p>{status} · first divergent stage: {html.escape(divergent)}</p>",
         "<h2>Findings</h2>", findings_html([record]),
-        "<h2>Heatmaps (batch item shown: show.batch)</h2>" if record.ok else "",
+        predictions_html(record),
+        f"<h2>Heatmaps (batch item shown: {_shown_batch(record)})</h2>" if record.ok else "",
         record_pictures(record) if record.ok else "",
         "<h2>The reference and the variant</h2>",
         '<p class="note">highlighted: the rows where the variant differs from the reference</p>' if differs else "",
         table_html(table, highlight=differs),
     ])
+
+
+def predictions_html(record: Record) -> str:
+    """Each prediction the user made (`expect.KEY=VALUE`): what was expected and what was observed."""
+    if not record.predictions:
+        return ""
+    items = "".join(f'<li class="{"" if p.passed else "failed"}">{html.escape(p.sentence)}</li>'
+                    for p in record.predictions)
+    passed = sum(p.passed for p in record.predictions)
+    return f"<h2>Predictions ({passed}/{len(record.predictions)} passed)</h2><ul>{items}</ul>"
+
+
+def _shown_batch(record: Record) -> int:
+    return int((record.config.get("show") or {}).get("batch", 0))
 
 
 def _differ(reference: object, variant: object) -> bool:
@@ -264,5 +260,5 @@ def _differ(reference: object, variant: object) -> bool:
     return not all(missing) and (any(missing) or reference != variant)
 
 
-__all__ = ["HTML_FILE", "HtmlSink", "REPORT_FILE", "findings_html", "profile_chart", "render_html",
+__all__ = ["HTML_FILE", "HtmlSink", "REPORT_FILE", "profile_chart", "render_html",
            "render_record_html", "table_html", "write_html_report"]

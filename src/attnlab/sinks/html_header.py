@@ -13,7 +13,7 @@ from attnlab.reporting.aggregate import Report, swept_columns
 from attnlab.reporting.metrics import run_label
 from attnlab.reporting.multirun import sweep_command
 from attnlab.sinks.base import REPORT_FILE
-from attnlab.sinks.terminal import display_path
+from attnlab.shown_paths import display_path
 
 
 def header_html(report: Report, folder: Path) -> str:

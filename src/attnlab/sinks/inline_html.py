@@ -15,11 +15,10 @@ from typing import Sequence
 
 from attnlab.record import Record
 from attnlab.reporting.job_heatmaps import heatmap_images
-from attnlab.sinks.html import findings_html
 from attnlab.sinks.html_images import job_images, missing_note, stage_of, stage_pictures
 from attnlab.sinks.model_html import layer_table_html, replaced_layer_html
 from attnlab.sinks.model_lines import model_line
-from attnlab.sinks.terminal import shape_trace
+from attnlab.sinks.views import findings_html, shape_trace
 
 STYLE = (".attnlab{font:13px/1.45 system-ui,sans-serif;color:#222} .attnlab h3{font-size:1.05em;margin:.8em 0 .3em}"
          " .attnlab .cards{display:flex;flex-wrap:wrap;gap:.8em;align-items:flex-start} .attnlab img{max-width:none}"
@@ -60,7 +59,8 @@ def _body(record: Record) -> str:
             f"{_pictures(record)}")
 
 
-def _wrap(content: str) -> str:
+def wrapped(content: str) -> str:
+    """HTML in attnlab's inline style (a notebook cell's output)."""
     return f'<div class="attnlab"><style>{STYLE}</style>{content}</div>'
 
 
@@ -68,21 +68,21 @@ def result_html(record: Record) -> str:
     """One record as a notebook cell's HTML output."""
     if record.model is not None:
         return results_html([record])
-    return _wrap(_body(record))
+    return wrapped(_body(record))
 
 
 def results_html(records: Sequence[Record]) -> str:
     """Several records: a model run's layers (the per-layer table, then each layer's findings and
     maps), or one section per record."""
     if not records:
-        return _wrap("<p>no records</p>")
+        return wrapped("<p>no records</p>")
     if records[0].model is not None:
         sections = [f"<h3>{html.escape(model_line(records[0]))}</h3>", layer_table_html(records)]
         for record in records:
             sections.append(f"<h3>layer {html.escape(record.model.layer_name)}</h3>")
             sections.append(f"{findings_html([record])}{replaced_layer_html(record)}" if record.ok else _body(record))
-        return _wrap("".join(sections))
-    return _wrap("<hr>".join(_body(record) for record in records))
+        return wrapped("".join(sections))
+    return wrapped("<hr>".join(_body(record) for record in records))
 
 
-__all__ = ["result_html", "results_html"]
+__all__ = ["result_html", "results_html", "wrapped"]

@@ -10,7 +10,9 @@ an n_seeds job puts each seed at step=seed), the heatmaps as PNG artifacts
 (`heatmaps/<variant|reference|difference>/<stage>.png`, TensorBoard's images), record.json and the
 job's report.html; the findings in sentences as the run's description (`mlflow.note.content`);
 tags `attnlab.status`, `attnlab.first_divergent_stage`, `attnlab.diagnosis.findings` (codes),
-`attnlab.job_dir`.
+`attnlab.job_dir`, `attnlab.records` (a digest of the record files it logged). A job written
+again (a resumed sweep's job killed before its last output) ends its earlier run KILLED if that
+was left RUNNING, and logs nothing twice: a FINISHED run of the same records stands.
 
 The store is where MLflow itself writes by default, so `mlflow ui` and `mlflow.search_runs()` in
 the working folder read it with no flag or variable: `sink.mlflow.tracking_uri`, else
@@ -18,26 +20,32 @@ MLFLOW_TRACKING_URI, else MLflow's default (a sqlite `mlflow.db` in the working 
 where that folder already holds MLflow's old file store). The extra brings sqlalchemy and alembic,
 which mlflow-skinny needs for sqlite. The store is created when the sink is built, under a lock:
 attnlab's sweeper builds every sink before the first job, so a sweep's parallel jobs find it
-there (two processes creating one sqlite store at once lost one's runs).
+there (two processes creating one sqlite store at once lost one's runs). That lock is in the
+user's private folder (attnlab.locks), opened without following links, and given up with one line
+naming its holder after ATTNLAB_LOCK_TIMEOUT_S seconds.
 
-mlflow is imported when the sink is built, i.e. only with log.mlflow=true.
+mlflow is imported when the sink is built, i.e. only with log.mlflow=true, with its usage
+telemetry off (attnlab sends nothing off the machine unless asked): MLFLOW_DISABLE_TELEMETRY=false
+in the environment turns it on.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import tempfile
+import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnlab.errors import UserError
+from attnlab.locks import locked, private_dir
 from attnlab.reporting.metrics import findings_markdown, hparams, metric_values, override_hparams, run_label
 from attnlab.reporting.multirun import swept_hparams
 from attnlab.record import Record
+from attnlab.record.completion import record_digests
 from attnlab.sinks.base import REPORT_FILE, JobInfo
 
 if TYPE_CHECKING:
@@ -52,16 +60,16 @@ TAG_LENGTH = 8000  # MLflow's limit of a tag value's length: many heads' finding
 # MLflow 3 shows an experiment by its kind: without it, its UI may open attnlab's runs as GenAI traces
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 NOTE_TAG = "mlflow.note.content"  # a run's description in MLflow's UI (markdown)
+TELEMETRY_ENV = "MLFLOW_DISABLE_TELEMETRY"
+JOB_DIR_TAG = "attnlab.job_dir"
+RECORDS_TAG = "attnlab.records"  # a digest of the job's record files: which records a run logged
 
 
 class MlflowSink:
     """`log.mlflow`: the job as an MLflow run (see the module's docstring)."""
 
     def __init__(self, tracking_uri: str | None = None, images: bool = True) -> None:
-        try:
-            import mlflow  # noqa: F401 - the one-line error belongs before any work, not after it
-        except ImportError:
-            raise UserError(INSTALL_HINT) from None
+        import_mlflow()  # the one-line error belongs before any work, not after it
         self.tracking_uri = store_uri(tracking_uri)
         self.images = images
         if not self.tracking_uri.startswith(("http:", "https:", "databricks")):
@@ -73,13 +81,17 @@ class MlflowSink:
         client = self.client()
         experiment_id = self.experiment_id(client, job)
         first = next((r for r in records if r.ok), records[0])
-        run = client.create_run(experiment_id, run_name=run_name(first, job))
+        job_dir = str(Path(job.dir).resolve())
+        digest = hashlib.sha256(json.dumps(record_digests(Path(job.dir)), sort_keys=True).encode()).hexdigest()
+        if end_earlier_runs(client, experiment_id, job_dir, digest):
+            return  # this job's records are logged already (a resumed job whose later output was missing)
+        run = client.create_run(experiment_id, run_name=run_name(first, job),
+                                tags={JOB_DIR_TAG: job_dir, RECORDS_TAG: digest})  # findable if this process dies
         run_id = run.info.run_id
         params = [Param(key, str(value)[:PARAM_LENGTH]) for key, value in hparams(first).items()]
         tags = [RunTag("attnlab.status", "ok" if all(r.ok for r in records) else "failed"),
                 RunTag("attnlab.first_divergent_stage", str(first.first_divergent_stage or "none")),
                 RunTag("attnlab.diagnosis.findings", " ".join(sorted({f.code for r in records for f in r.findings})) or "none"),
-                RunTag("attnlab.job_dir", str(Path(job.dir).resolve())),
                 RunTag(NOTE_TAG, findings_markdown(first)[:TAG_LENGTH])]
         now = int(time.time() * 1000)
         metrics = [Metric(tag, value, now, 0 if len(records) == 1 else record.seed)
@@ -98,6 +110,9 @@ class MlflowSink:
         if self.images and first.ok:
             self._log_heatmaps(client, run_id, first, job.dir)
         client.set_terminated(run_id, "FINISHED" if all(r.ok for r in records) else "FAILED")
+        if job.sweep_dir is None:  # a sweep's jobs would repeat it: the sweep's experiment is named by its folder
+            print(f"mlflow: run '{run.info.run_name}' in experiment '{SINGLE_RUN_EXPERIMENT}' "
+                  f"(open it: {ui_command(self.tracking_uri)})", flush=True)
 
     def client(self) -> MlflowClient:
         from mlflow import MlflowClient
@@ -110,7 +125,7 @@ class MlflowSink:
         """The sweep's experiment (created by the first of its jobs), or `attnlab` for a single run."""
         if job.sweep_dir is None:
             return _get_or_create(client, SINGLE_RUN_EXPERIMENT)
-        with _locked(Path(job.sweep_dir) / LOCK_FILE):
+        with locked(Path(job.sweep_dir) / LOCK_FILE, "the sweep's MLflow experiment"):
             return _get_or_create(client, _display(job.sweep_dir))
 
     def _log_heatmaps(self, client: MlflowClient, run_id: str, record: Record, job_dir: Path) -> None:
@@ -118,6 +133,35 @@ class MlflowSink:
 
         job_heatmaps(record, job_dir)  # drawn once per job: read back when another sink drew them
         client.log_artifacts(run_id, str(Path(job_dir) / FOLDER), artifact_path=FOLDER)
+
+
+def end_earlier_runs(client: MlflowClient, experiment_id: str, job_dir: str, digest: str) -> bool:
+    """The runs an earlier process made for this job folder: one still RUNNING (that process died:
+    a resumed sweep holds the folder's lock) is ended KILLED; True when one finished with these
+    very records, so there is nothing to log again."""
+    if "'" in job_dir:  # MLflow's filter grammar has no escape for a quote: such a folder is not searched
+        return False
+    logged = False
+    for run in client.search_runs([experiment_id], filter_string=f"tags.`{JOB_DIR_TAG}` = '{job_dir}'"):
+        if run.info.status in ("RUNNING", "SCHEDULED"):
+            client.set_terminated(run.info.run_id, "KILLED")
+        elif run.info.status in ("FINISHED", "FAILED") and run.data.tags.get(RECORDS_TAG) == digest:
+            logged = True
+    return logged
+
+
+def import_mlflow() -> None:
+    """mlflow imported with its usage telemetry off unless the user's environment turns it on."""
+    os.environ.setdefault(TELEMETRY_ENV, "true")
+    already = "mlflow" in sys.modules
+    try:
+        import mlflow  # noqa: F401
+    except ImportError:
+        raise UserError(INSTALL_HINT) from None
+    if already:  # imported before the variable was set: its telemetry client re-reads it
+        from mlflow.telemetry import set_telemetry_client
+
+        set_telemetry_client()
 
 
 def run_name(record: Record, job: JobInfo) -> str:
@@ -141,13 +185,20 @@ def store_uri(tracking_uri: str | None) -> str:
     return default
 
 
+def ui_command(uri: str) -> str:
+    """The command that opens MLflow's UI on `uri` from the working folder: plain `mlflow ui` where
+    that is MLflow's own default there."""
+    own_default = not os.environ.get("MLFLOW_TRACKING_URI") and uri == store_uri(None)
+    return "mlflow ui" if own_default else f"mlflow ui --backend-store-uri {uri}"
+
+
 def create_store(uri: str) -> None:
     """Open the store once, creating it (a sqlite file and its tables) if needed, one process at a
     time: the first open of a sqlite store creates and migrates its schema."""
     from mlflow import MlflowClient
 
-    lock = Path(tempfile.gettempdir()) / f"attnlab-mlflow-{hashlib.sha1(uri.encode()).hexdigest()[:16]}.lock"
-    with _locked(lock):
+    lock = private_dir() / f"mlflow-{hashlib.sha1(uri.encode()).hexdigest()[:16]}.lock"
+    with locked(lock, f"the MLflow store {uri}"):
         if uri.startswith("file:"):
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
@@ -170,27 +221,10 @@ def _get_or_create(client: MlflowClient, name: str) -> str:
         return experiment.experiment_id
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on `path` between processes (where fcntl exists): the file store checks
-    an experiment's name and creates it in two steps, so two jobs could each create one."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no lock; _get_or_create's retry covers stores that refuse duplicates
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _display(path: Path | str) -> str:
-    from attnlab.sinks.terminal import display_path
+    from attnlab.shown_paths import display_path
 
     return display_path(path)
 
 
-__all__ = ["EXPERIMENT_KIND", "INSTALL_HINT", "MlflowSink", "create_store", "run_name", "store_uri"]
+__all__ = ["EXPERIMENT_KIND", "INSTALL_HINT", "MlflowSink", "create_store", "import_mlflow", "run_name", "store_uri"]

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from attnlab.record import Record, write_atomic
 from attnlab.reporting.heatmap import render_head_grid, render_heatmap
-from attnlab.reporting.job_heatmaps import EncodedHeatmap, encoded, heatmap_images
+from attnlab.reporting.job_heatmaps import EncodedHeatmap, encoded, heatmap_images, stage_scale
 from attnlab.reporting.sweep_plots import Curve, Point, curve_svg
 from attnlab.sinks.html_images import stage_pictures
 from attnlab.sinks.model_lines import effect_line, effect_positions, layer_table, model_line
@@ -27,6 +27,7 @@ EFFECT_PLOTS = (("kl_mean", "KL mean"), ("kl_max", "KL max"), ("top1_agreement",
 STYLE = ("body{font:14px/1.45 system-ui,sans-serif;margin:1.5em;color:#222} img{max-width:100%;height:auto}"
          " li.error{color:#a40000} li.warning{color:#8a5a00} .cards{display:flex;flex-wrap:wrap;gap:1em}"
          " table{border-collapse:collapse;font-size:12px} th,td{border:1px solid #ddd;padding:3px 6px;white-space:nowrap}"
+         " td:last-child{white-space:normal;overflow-wrap:anywhere;min-width:16em;max-width:36em}"  # findings wrap
          " tr.differs td{background:#fff3e0}")
 
 
@@ -41,15 +42,21 @@ def layer_table_html(records: Sequence[Record]) -> str:
 
 
 def replaced_layer_html(record: Record) -> str:
-    """The replaced layer's variant, reference and difference at its first divergent stage (the
-    weights where nothing differs): the grids and crops the report draws, not each head."""
-    stage = record.first_divergent_stage or "weights"
+    """The replaced layer's variant, reference and difference at its first divergent stage, then
+    its attention weights (where they are not that stage): the grids and crops the report draws,
+    not each head."""
+    first = record.first_divergent_stage or "weights"
+    return "".join(_stage_section(record, stage) for stage in dict.fromkeys((first, "weights")))
+
+
+def _stage_section(record: Record, stage: str) -> str:
     try:
         images = dict(heatmap_images(record, stages=[stage], per_head=False))
     except ValueError:  # a stage that is no matrix (a 0-d output of a broken variant)
         images = {}
     if not images:
-        return f'<p class="note">no picture of {html.escape(stage)}</p>'
+        why = "not captured" if stage in record.missing_stages or stage not in record.stage_shapes else "not a matrix"
+        return f'<p class="note">no picture of {html.escape(stage)} ({why})</p>'
     return f"<p>the replaced layer at {html.escape(stage)}: variant, reference, difference</p>" + stage_pictures(images, stage)
 
 
@@ -81,8 +88,10 @@ def head_grid_html(record: Record) -> str:
     labels = record.labels if weights.shape[-1] == len(record.labels) else None
     layer = record.model.layer_name
     title = f"layer {layer} · head {head}"
-    labelled = encoded(lambda: render_heatmap(weights[head], title=title, row_labels=labels, col_labels=labels),
-                       weights[head], "model head", title, labels)
+    scale = stage_scale("weights", weights)  # 0 to 1, as every weights map: not the smallest weight's 1e-26
+    labelled = encoded(lambda: render_heatmap(weights[head], title=title, row_labels=labels, col_labels=labels,
+                                              value_range=scale.value_range, legend=scale.legend,
+                                              zero_grey=scale.zero_grey), weights[head], "model head", title, labels)
     return "".join(_img(image, f"{what} of layer {layer}")
                    for image, what in ((model_head_grid(record), "head grid"), (labelled, f"head {head}")))
 
@@ -96,7 +105,9 @@ def model_head_grid(record: Record) -> EncodedHeatmap:
     """The PNG of the model's own weights at the record's layer, every head on one colour scale."""
     weights = record.heads_view("weights", reference=True)  # (H, T, T)
     title = f"layer {record.model.layer_name} · the model's own weights"
-    return encoded(lambda: render_head_grid(weights, title=title), weights, "model grid", title)
+    scale = stage_scale("weights", weights)
+    return encoded(lambda: render_head_grid(weights, title=title, value_range=scale.value_range, legend=scale.legend,
+                                            zero_grey=scale.zero_grey), weights, "model grid", title)
 
 
 def _layer_section(record: Record) -> str:

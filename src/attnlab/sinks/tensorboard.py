@@ -37,7 +37,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,8 +189,8 @@ def _job_events(record: Record, job: JobInfo) -> EventFile:
     """A sweep job's event file in its shared run, named by its job number: a resumed sweep's job
     run again replaces its own file, never adds a second image at its step."""
     folder, suffix = job_run_dir(record, job.sweep_dir), f".job{job.num}"
-    for old in folder.glob(f"events.out.tfevents.*{suffix}"):
-        old.unlink()
+    for old in [*folder.glob(f"events.out.tfevents.*{suffix}"), *folder.glob(f".attnlab-events.*{suffix}.tmp")]:
+        old.unlink()  # an earlier run of this job, and the part a killed one left
     return EventFile(folder, suffix=suffix)
 
 
@@ -262,11 +262,13 @@ class EventFile:
     _numbers = itertools.count()
 
     def __init__(self, folder: Path, suffix: str = "") -> None:
-        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
-                f".{next(self._numbers)}{suffix}")
+        number = next(self._numbers)
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{number}{suffix}"
         Path(folder).mkdir(parents=True, exist_ok=True)
         self.path = Path(folder) / name
-        self._file = open(self.path, "wb")
+        # written under a name TensorBoard does not read, renamed when complete: a kill leaves no half run
+        self._partial = Path(folder) / f".attnlab-events.{os.getpid()}.{number}{suffix}.tmp"
+        self._file = open(self._partial, "wb")
         self._event(file_version="brain.Event:2")
 
     def add(self, summary: Summary, step: int = 0) -> None:
@@ -283,8 +285,12 @@ class EventFile:
     def __enter__(self) -> EventFile:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type | None, *exc: object) -> None:
         self._file.close()
+        if exc_type is None:
+            os.replace(self._partial, self.path)
+        else:
+            self._partial.unlink(missing_ok=True)
 
 
 def masked_crc32c(data: bytes) -> int:

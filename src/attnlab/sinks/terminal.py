@@ -18,10 +18,13 @@ from typing import Iterator, Sequence, TextIO
 import numpy as np
 
 from attnlab.diagnosis.message_format import heads_phrase
+from attnlab.printable import escaped
 from attnlab.record import Record
 from attnlab.reporting.rows import TABLE_FILE
 from attnlab.sinks.base import REPORT_FILE, JobInfo
+from attnlab.shown_paths import display_path
 from attnlab.sinks.model_lines import layer_lines, print_layers
+from attnlab.sinks.views import no_findings_message, shape_trace
 from attnlab.capture.stages import STAGES
 
 
@@ -49,31 +52,6 @@ class TerminalSink:
             sys.stdout.flush()
 
 
-def display_path(path: Path | str | None) -> str:
-    """`path` relative to the working folder when it is inside it (as a user typed it), else absolute."""
-    if path is None:
-        return ""
-    absolute = Path(os.path.abspath(path))
-    try:
-        return str(absolute.relative_to(Path.cwd()))
-    except ValueError:
-        return str(absolute)
-
-
-def no_findings_message(record: Record) -> str:
-    """What a record without findings means, in one sentence: a match, or a difference that no
-    check of the variant's own stages calls a bug (as with weights=native)."""
-    unchecked = [s for s in record.missing_stages if s != "weights_applied"]
-    if unchecked:
-        return (f"no findings in the stages checked; not checked: {', '.join(unchecked)} (not captured: "
-                f"the module computes them where attnlab cannot see; attnlab.tap(stage, tensor) hands them over)")
-    if record.first_divergent_stage is None:
-        return "no findings: the variant matches the reference at every stage checked"
-    why = " (weights=native: each module built its own parameters)" if record.config.get("weights") == "native" else ""
-    return (f"no findings: values differ from the reference from {record.first_divergent_stage} on{why}, "
-            "but every check of the variant's own stages passed")
-
-
 @contextmanager
 def reader_may_leave() -> Iterator[None]:
     """`attnlab ... | head`: the reader closing the pipe is not a failure of the run. Printing
@@ -84,12 +62,6 @@ def reader_may_leave() -> Iterator[None]:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-
-
-def predicted_shape(stage: str, record: Record) -> tuple[int, ...] | None:
-    """The shape the reference has (the prediction the record carries), in its own rank."""
-    shape = record.expected_shapes.get(stage)
-    return tuple(shape) if shape is not None else None
 
 
 def shown(record: Record) -> tuple[int, int]:
@@ -119,24 +91,6 @@ def returned_line(record: Record) -> str | None:
         return None
     weights = f"; its attention weights: {record.returned_weights}" if record.returned_weights else ""
     return f"returned: {record.returned}; output = {record.output_element}{weights}"
-
-
-def shape_trace(record: Record) -> str:
-    parts = []
-    for stage in STAGES:
-        shape = record.stage_shapes.get(stage)
-        if stage == "output" and record.output_is_context:
-            parts.append("output = context")
-            continue
-        if shape is None:
-            if stage != "weights_applied" or stage in record.missing_stages:
-                parts.append(f"{stage} (missing)")
-            continue
-        predicted = predicted_shape(stage, record)
-        mark = "" if predicted is None or tuple(shape) == predicted else f" ✗ predicted {predicted}"
-        rebuilt = " (reconstructed)" if stage in record.reconstructed_stages else ""
-        parts.append(f"{stage} {tuple(shape)}{rebuilt}{mark}")
-    return "shapes: " + " · ".join(parts)
 
 
 def format_matrix(values: np.ndarray, row_labels: list[str], col_labels: list[str] | None) -> str:
@@ -169,7 +123,7 @@ def divergence_line(record: Record) -> str:
 
 def print_record(record: Record, out: TextIO | None = None) -> None:
     out = out or sys.stdout
-    say = lambda text="": print(text, file=out)  # noqa: E731
+    say = lambda text="": print(escaped(text, lines=True), file=out)  # noqa: E731 - labels and errors: never raw controls
     say(config_line(record))
     for line in layer_lines(record) if record.model is not None else ():
         say(line)
@@ -203,9 +157,7 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
     if record.predictions:
         say("predictions:")
     for prediction in record.predictions:
-        verdict = "pass" if prediction.passed else "FAIL"
-        observed = f"{prediction.observed:.4g}" if isinstance(prediction.observed, float) else prediction.observed
-        say(f"  predict {prediction.name} = {prediction.expected}: {verdict} (observed {observed})")
+        say(f"  {prediction.sentence}")
 
 
 def head_lines(record: Record) -> str:
@@ -251,7 +203,7 @@ def print_seeds(records: list[Record], table_path: Path | None, out: TextIO | No
           f"inputs={first.config.get('inputs', {}).get('kind')} n_tokens={first.n_tokens} d_in={first.d_in} "
           f"d_out={first.d_out} weights={first.config.get('weights')}", file=out)
     for line in seed_lines(records):
-        print("  " + line, file=out)
+        print("  " + escaped(line), file=out)
     with_findings = sum(bool(r.findings) for r in records)
     print(f"findings: {', '.join(codes) or 'none'} ({with_findings}/{len(records)} seeds)"
           + (f"; {n_failed} failed" if n_failed else ""), file=out)

@@ -48,7 +48,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.attnlab_sweeper.folder import check_reuse, job_outcomes, locked, runs_of
+from hydra_plugins.attnlab_sweeper.folder import check_reuse, job_outcomes, locked, runs_of, write_multirun_yaml
 from hydra_plugins.attnlab_sweeper._loader import SweepConfigLoader, apply_override
 
 
@@ -117,13 +117,17 @@ class AttnlabSweeper(Sweeper):
         overrides = [str(line) for line in self.config.hydra.overrides.task]
         with locked(sweep_dir, " ".join(overrides)):
             resuming = check_reuse(sweep_dir, overrides)
-            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            write_multirun_yaml(sweep_dir, self.config)
             pending = list(range(len(jobs)))
             if resuming:
-                done = job_outcomes(sweep_dir)
+                unfinished: Dict[tuple, str] = {}
+                done = job_outcomes(sweep_dir, unfinished)
                 pending = [i for i in pending if not done.get(tuple(jobs[i]))]
-                say(f"resuming the sweep in {sweep_dir}: {len(jobs) - len(pending)} of {len(jobs)} job(s) have an ok "
-                    f"record; running the other {len(pending)}")
+                say(f"resuming the sweep in {sweep_dir}: {len(jobs) - len(pending)} of {len(jobs)} job(s) are done; "
+                    f"running the other {len(pending)}")
+                for i in pending:
+                    if tuple(jobs[i]) in unfinished:
+                        say(f"job #{i} again: {unfinished[tuple(jobs[i])]}")
             return self.run(jobs, pending, sweep_dir)
 
     def run(self, jobs: Sequence[Sequence[str]], pending: list[int], sweep_dir: Path) -> Any:

@@ -3,8 +3,8 @@
 The lock is an flock on a file in the folder, so a sweep that died (kill -9, a node lost) never
 leaves it held; the file keeps the holder's description for the error a second sweep prints.
 A folder whose multirun.yaml names other overrides and that holds records belongs to another
-sweep: refused. The same overrides again: the jobs with an ok record are skipped (a sweep cut
-short is resumed this way). A job is matched to its folder by the overrides Hydra writes into
+sweep: refused. The same overrides again: the jobs that are done (ok records and the completion
+mark written after all of their outputs) are skipped (a sweep cut short is resumed this way). A job is matched to its folder by the overrides Hydra writes into
 `.hydra/overrides.yaml`, not by the folder's name.
 
 Only the standard library, Hydra and OmegaConf at import: Hydra imports every plugin in every app.
@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import IO, Iterator, Optional, Sequence
 
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 LOCK_FILE = ".attnlab-sweep.lock"
 RECORD_FILE = "record.json"
+TRAINING_FILE = "training.json"  # a training job's result, written only when it finished (attnlab.training)
 
 
 class SweepFolderError(HydraException):
@@ -62,6 +63,13 @@ def locked(folder: Path, command: str) -> Iterator[None]:
         handle.close()
 
 
+def write_multirun_yaml(folder: Path, config: DictConfig) -> None:
+    """The sweep's config, written atomically: a cut file made the folder another sweep's for good."""
+    from attnlab.record import write_atomic  # here, not at the top: see the module's docstring
+
+    write_atomic(folder / "multirun.yaml", OmegaConf.to_yaml(config))
+
+
 def previous_overrides(folder: Path) -> Optional[list[str]]:
     """The overrides of the sweep that last wrote `folder` (its multirun.yaml); None if none did."""
     path = folder / "multirun.yaml"
@@ -73,13 +81,19 @@ def previous_overrides(folder: Path) -> Optional[list[str]]:
         return ["(an unreadable multirun.yaml)"]
 
 
-def job_outcomes(folder: Path) -> dict[tuple[str, ...], bool]:
-    """{a job's overrides: whether every record of it is ok} for every job folder under `folder`
-    that has at least as many records as its seeds (n_seeds)."""
+def job_outcomes(folder: Path, unfinished: Optional[dict] = None) -> dict[tuple[str, ...], bool]:
+    """{a job's overrides: whether it is done} for every job folder under `folder` with at least
+    one record: done when every record is ok, there are as many as its seeds (n_seeds), and its
+    completion mark (attnlab.record.completion, written after every output) names these
+    overrides and these very record files. `unfinished` gets {overrides: why not} of the others."""
+    from attnlab.record.completion import done_mark  # here, not at the top: only a resumed sweep reads records
+
     outcomes: dict[tuple[str, ...], bool] = {}
     for overrides_file in folder.rglob(".hydra/overrides.yaml"):
         job_dir = overrides_file.parent.parent
         statuses = [_status(path) for path in job_dir.rglob(RECORD_FILE)]
+        if not statuses and (job_dir / TRAINING_FILE).exists():  # a training job's result (attnlab.training)
+            statuses = [("ok", 1)]
         if not statuses:
             continue
         try:
@@ -87,7 +101,10 @@ def job_outcomes(folder: Path) -> dict[tuple[str, ...], bool]:
         except Exception:  # noqa: BLE001 - a job folder we cannot read is a job to run again
             continue
         ok = all(status == "ok" for status, _ in statuses) and len(statuses) >= max(n for _, n in statuses)
-        outcomes[overrides] = ok and outcomes.get(overrides, True)
+        why = done_mark(job_dir, overrides) if ok else None
+        if why is not None and unfinished is not None:
+            unfinished[overrides] = f"{job_dir.name}: {why}"
+        outcomes[overrides] = ok and why is None and outcomes.get(overrides, True)
     return outcomes
 
 

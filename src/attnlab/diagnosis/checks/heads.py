@@ -149,6 +149,8 @@ def _merge_and_projection(ctx: Context, found: Found) -> list[Finding]:
     deliberate = bool(found.findings) and not found.errors()
     if ctx_vec is None or ctx_vec.dim() != 4 or (found.explained and not deliberate) or out.shape != ref_out.shape:
         return []  # a width: shape_projection at its projection, or wrong_output
+    if not ctx.pair.observed("context"):
+        return []  # a context in a layout attnlab cannot place says nothing of how heads were merged
     differs = ctx.shared and ctx.judged("output") and ctx.differs("output")
     if ctx.shared and not (differs and "context" in ctx.ref.stages and (deliberate or not ctx.differs("context"))):
         return []  # the output matches, or the context already differs: not about the lines after it

@@ -15,7 +15,7 @@ def shapes(ctx: Context, found: Found) -> list[Finding]:
     d_in = ctx.v.stages["inputs"].shape[-1]
     out, undivided = [], []
     for stage, matrix in PROJECTIONS.items():
-        if not ctx.present(stage) or stage not in ctx.ref.stages:
+        if not ctx.present(stage) or stage not in ctx.ref.stages or not ctx.pair.observed(stage):
             continue
         cols, expected = ctx.v.stages[stage].shape[-1], ctx.ref.stages[stage].shape[-1]
         if cols == expected:

@@ -111,12 +111,3 @@ def _values_normed(p: Pair) -> str:
     if values is None or not p.changed("values") or not unit_rms_of(*values, p.tolerance("values"), PER_HEAD):
         return ""
     return "; the values too have root-mean-square 1 per head (a norm on the values, as Gemma 3n's v_norm)"
-    if norm == WHOLE_WIDTH:
-        return [finding("qk_norm", "queries", f"queries and keys are normalised (QK-norm) over the whole projection, "
-                        f"as OLMo 2 does: each token's query, all {queries.shape[1]} heads together, and its key have "
-                        f"root-mean-square 1 before they are split into heads of {head_dim}; the scores, weights and "
-                        f"context differ from the reference's from here on.")]
-    return [finding("qk_norm", "queries", f"queries and keys are normalised (QK-norm): each head's query "
-                    f"and key vectors have root-mean-square 1 over their head_dim={head_dim} before queries @ keys.T, "
-                    f"so every attn_score lies within +-{head_dim} whatever the inputs' scale; the scores, weights "
-                    f"and context differ from the reference's from here on.")]

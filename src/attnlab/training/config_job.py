@@ -1,0 +1,28 @@
+"""The training job as the command line, a sweep and `attnlab.train` run it: from the config,
+checked, run, its outputs written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from attnlab.training import reference_cache
+from attnlab.training.job import TrainingResult, plan, run
+from attnlab.training.outputs import write_outputs
+from attnlab.training.settings import settings_of
+
+
+def training_job(cfg: DictConfig, job_dir: Path | None, sweep_dir: Path | None = None) -> TrainingResult:
+    """The CLI's and the sweep's training job: checked, run, its files written into `job_dir`; in a
+    sweep, the trained references shared through `sweep_dir` (attnlab.training.reference_cache)."""
+    cache = None if sweep_dir is None else sweep_dir / reference_cache.FOLDER
+    job = plan(cfg.variant.name, settings_of(cfg), cfg.device, cache)
+    result = run(job, cfg.variant.name, range(cfg.seed, cfg.seed + cfg.n_seeds))
+    write_outputs(result, cfg, job_dir)
+    return result
+
+
+def check_training(cfg: DictConfig) -> None:
+    """The training request checked without training (attnlab's sweeper checks every job first)."""
+    plan(cfg.variant.name, settings_of(cfg), cfg.device)

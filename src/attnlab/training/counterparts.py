@@ -1,0 +1,107 @@
+"""Which multi-head causal attention class trains for a variant's name.
+
+The book's single-head mistakes train as their one change made to the book's MultiHeadAttention
+(`OneChangeAttention`); `reference` is the book's MultiHeadAttention itself. A variant whose
+constructor takes context_length and num_heads (the modern zoo, yours) is built as it is; one that
+takes context_length but no heads (a CausalAttention of yours) is run once per head
+(`PerHeadAttention`); a 2-D class has no batch and no causal mask and is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from attnlab.errors import UserError
+from attnlab.modules.built import plan
+from attnlab.modules.registry import SPELLINGS, get_variant
+
+REFERENCE = "multi_head_attention"  # the book's MultiHeadAttention (section 3.6.2)
+BOOK_CHANGES = ("unscaled", "scaled_by_dk", "wrong_softmax_axis", "causal_mask_missing")
+
+
+class OneChangeAttention(nn.Module):
+    """The book's MultiHeadAttention with one of the book's mistakes (`change`, a BOOK_CHANGES name)."""
+
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 change: str, qkv_bias: bool = False) -> None:
+        super().__init__()
+        self.d_out, self.num_heads, self.change = d_out, num_heads, change
+        self.head_dim = d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.scale = {"unscaled": 1.0, "scaled_by_dk": float(self.head_dim)}.get(change, self.head_dim ** 0.5)
+        self.softmax_dim = -2 if change == "wrong_softmax_axis" else -1  # over the queries, not the keys
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
+        keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+        values = self.W_value(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
+
+        attn_scores = queries @ keys.transpose(2, 3)  # (b, num_heads, num_tokens, num_tokens)
+        if self.change != "causal_mask_missing":
+            attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = torch.softmax(attn_scores / self.scale, dim=self.softmax_dim)  # (b, num_heads, num_tokens, num_tokens)
+        attn_weights = self.dropout(attn_weights)
+
+        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
+        return self.out_proj(context_vec)  # (b, num_tokens, d_out)
+
+
+class PerHeadAttention(nn.Module):
+    """The book's MultiHeadAttentionWrapper with an output projection: one single-head module per
+    head, each head_dim wide, their contexts side by side."""
+
+    def __init__(self, make_head: Callable[[], nn.Module], num_heads: int, d_out: int) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList([make_head() for _ in range(num_heads)])
+        self.out_proj = nn.Linear(d_out, d_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(torch.cat([head(x) for head in self.heads], dim=-1))  # (b, num_tokens, d_out)
+
+
+@dataclass(frozen=True)
+class Counterpart:
+    """What trains for a variant's name: `make()` builds one attention layer; `describe` says which class."""
+
+    name: str
+    make: Callable[[], nn.Module]
+    describe: str
+
+
+def counterpart(name: str, d_model: int, context_length: int, num_heads: int) -> Counterpart:
+    """The multi-head causal attention that trains for variant `name`; a UserError if none can."""
+    if name in ("reference", REFERENCE):
+        cls = get_variant(REFERENCE).cls
+        return Counterpart(name, lambda: cls(d_model, d_model, context_length, 0.0, num_heads),
+                           f"{cls.__name__} (the book's, section 3.6.2)")
+    if name in BOOK_CHANGES:
+        return Counterpart(name, lambda: OneChangeAttention(d_model, d_model, context_length, 0.0, num_heads, name),
+                           f"OneChangeAttention(change={name!r}): the book's MultiHeadAttention with {name}")
+    return _declared(name, d_model, context_length, num_heads)
+
+
+def _declared(name: str, d_model: int, context_length: int, num_heads: int) -> Counterpart:
+    values = {"d_in": d_model, "d_out": d_model, "context_length": context_length, "dropout": 0.0,
+              "num_heads": num_heads, "num_kv_heads": None, "qkv_bias": False, "attn_implementation": "eager",
+              "n_tokens": context_length}
+    construction = plan(name, values)
+    cls_name = construction.spec.cls.__name__
+    if not construction.context_length:
+        raise UserError(f"variant={name}: {cls_name} takes no context_length (a 2-D single-head class with no "
+                        f"causal mask) and cannot train as a causal language model; write it for "
+                        f"(b, num_tokens, d_in) inputs with a causal mask, or use one of {', '.join(BOOK_CHANGES)}")
+    if any(spelling in construction.kwargs for spelling in SPELLINGS["num_heads"]):
+        return Counterpart(name, construction.instantiate, f"{cls_name} ({name}), num_heads={num_heads}")
+    head = plan(name, {**values, "d_out": d_model // num_heads})
+    return Counterpart(name, lambda: PerHeadAttention(head.instantiate, num_heads, d_model),
+                       f"PerHeadAttention: {num_heads} x {cls_name} ({name}), each {d_model // num_heads} wide")

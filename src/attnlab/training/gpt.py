@@ -1,0 +1,54 @@
+"""The book's GPTModel (chapter 4) shrunk, every TransformerBlock's attention built by `make_attention`."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+AttentionFactory = Callable[[], nn.Module]  # a (b, num_tokens, d_model) -> (b, num_tokens, d_model) module
+
+
+class FeedForward(nn.Module):
+    def __init__(self, emb_dim: int) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(emb_dim, 4 * emb_dim), nn.GELU(approximate="tanh"),
+                                    nn.Linear(4 * emb_dim, emb_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, emb_dim: int, make_attention: AttentionFactory) -> None:
+        super().__init__()
+        self.att = make_attention()
+        self.ff = FeedForward(emb_dim)
+        self.norm1 = nn.LayerNorm(emb_dim)  # the book's LayerNorm: eps 1e-5, biased variance, scale and shift
+        self.norm2 = nn.LayerNorm(emb_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.att(self.norm1(x))  # (b, num_tokens, emb_dim)
+        return x + self.ff(self.norm2(x))  # (b, num_tokens, emb_dim)
+
+
+class GPTModel(nn.Module):
+    def __init__(self, vocab_size: int, context_length: int, emb_dim: int, n_layers: int,
+                 make_attention: AttentionFactory) -> None:
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab_size, emb_dim)
+        self.pos_emb = nn.Embedding(context_length, emb_dim)
+        self.trf_blocks = nn.Sequential(*[TransformerBlock(emb_dim, make_attention) for _ in range(n_layers)])
+        self.final_norm = nn.LayerNorm(emb_dim)
+        self.out_head = nn.Linear(emb_dim, vocab_size, bias=False)
+
+    def forward(self, in_idx: torch.Tensor) -> torch.Tensor:
+        batch_size, seq_len = in_idx.shape
+        tok_embeds = self.tok_emb(in_idx)  # (b, num_tokens, emb_dim)
+        pos_embeds = self.pos_emb(torch.arange(seq_len, device=in_idx.device))  # (num_tokens, emb_dim)
+        x = self.trf_blocks(tok_embeds + pos_embeds)  # (b, num_tokens, emb_dim)
+        return self.out_head(self.final_norm(x))  # (b, num_tokens, vocab_size)
+
+    def attention_layers(self) -> list[nn.Module]:
+        return [block.att for block in self.trf_blocks]

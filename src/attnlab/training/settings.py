@@ -1,0 +1,86 @@
+"""The `training` config group's schema and its checks: one line for a bad value, before any work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.errors import UserError
+
+TASKS = ("induction", "mqar", "text")
+INITS = ("default", "normal")
+
+
+@dataclass
+class ModelSizes:
+    n_layers: int = 2
+    d_model: int = 64
+    num_heads: int = 4
+    context_length: int = 32
+
+
+@dataclass
+class TrainingConf:
+    """The structured config of `training=NAME` (conf/training/NAME.yaml)."""
+
+    task: str = "induction"  # induction | mqar | text
+    steps: int = 200
+    lr: float = 3e-3
+    batch: int = 32
+    warmup: int = 20  # linear warm-up steps, then cosine decay to zero
+    clip: float = 1.0  # gradient norm clip
+    weight_decay: float = 0.1
+    init: str = "default"  # default: PyTorch's | normal: the attention's q/k/v redrawn as weights_init=normal
+    eval_every: int = 25  # steps between evaluations (teacher-forced and causal)
+    eval_batch: int = 64  # sequences in the fixed evaluation set
+    target_accuracy: float = 0.9  # "steps to" this causal accuracy
+    vocab: int = 64  # induction and mqar; text: the file's characters
+    pairs: int = 4  # mqar: key-value pairs per sequence
+    path: Optional[str] = None  # text: a UTF-8 text file
+    model: ModelSizes = field(default_factory=ModelSizes)
+
+
+def wants_training(cfg: DictConfig) -> bool:
+    return OmegaConf.select(cfg, "training") is not None
+
+
+def settings_of(cfg: DictConfig) -> TrainingConf:
+    """The config's `training` block as a TrainingConf (checked by `check_settings`)."""
+    node = OmegaConf.to_container(cfg.training, resolve=True)
+    sizes = ModelSizes(**node.pop("model", {}))
+    return TrainingConf(**node, model=sizes)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_settings(s: TrainingConf) -> None:
+    """Every value alone and the sizes together; the first bad one is a UserError of one line."""
+    if s.task not in TASKS:
+        raise UserError(f"training.task={s.task}: unknown task; allowed are {', '.join(TASKS)}")
+    if s.init not in INITS:
+        raise UserError(f"training.init={s.init}: allowed are {', '.join(INITS)}")
+    counts = {"steps": s.steps, "batch": s.batch, "eval_every": s.eval_every, "eval_batch": s.eval_batch,
+              "vocab": s.vocab, "pairs": s.pairs,
+              **{f"model.{k}": v for k, v in vars(s.model).items()}}
+    for name, value in counts.items():
+        if not _positive_int(value):
+            raise UserError(f"training.{name}={value}: must be a positive integer (1, 2, 3, ...)")
+    for name in ("lr", "clip"):
+        if not (isinstance(getattr(s, name), (int, float)) and getattr(s, name) > 0):
+            raise UserError(f"training.{name}={getattr(s, name)}: must be a number > 0")
+    for name in ("warmup", "weight_decay"):
+        if not (isinstance(getattr(s, name), (int, float)) and getattr(s, name) >= 0):
+            raise UserError(f"training.{name}={getattr(s, name)}: must be a number >= 0")
+    if not 0 < s.target_accuracy <= 1:
+        raise UserError(f"training.target_accuracy={s.target_accuracy}: must be in (0, 1]")
+    if s.model.d_model % s.model.num_heads:
+        raise UserError(f"training.model.num_heads={s.model.num_heads}: must divide d_model={s.model.d_model}")
+    if s.task == "text" and not s.path:
+        raise UserError("training.path=null: the text task needs a text file; training.path=FILE")
+    if s.task == "mqar" and 4 * s.pairs > s.model.context_length:
+        raise UserError(f"training.pairs={s.pairs}: mqar needs context_length >= 4 * pairs "
+                        f"(context_length={s.model.context_length})")

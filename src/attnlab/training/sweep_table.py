@@ -1,0 +1,76 @@
+"""A sweep of training jobs pooled: every job's training.json under the sweep folder, grouped by
+variant and training settings, each group's seeds (from all its jobs) into one table and verdict,
+written as training_comparison.md and .csv in the sweep folder; with `bands`, TensorBoard runs
+`training/<group>/{reference,variant}` of each side's mean ± std over all the group's seeds."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from attnlab.sinks.tensorboard_runs import run_folder_name
+from attnlab.training.outputs import session_hparams, step_scalars, write_band
+from attnlab.training.verdict import rows, verdict
+
+RESULT_FILE = "training.json"
+
+
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in settings.items():
+        flat |= _flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value}
+    return flat
+
+
+def groups(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """{label: the jobs' results}: a label is the variant and the settings that vary across the sweep."""
+    results = [json.loads(path.read_text()) for path in sorted(folder.rglob(RESULT_FILE))]
+    flats = [_flat(r["settings"]) for r in results]
+    varying = sorted({k for f in flats for k in f if len({json.dumps(g.get(k)) for g in flats}) > 1})
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for result, flat in zip(results, flats):
+        label = " ".join([result["variant"], *(f"training.{k}={flat[k]}" for k in varying)])
+        grouped.setdefault(label, []).append(result)
+    return grouped
+
+
+def write_sweep_training(folder: Path, bands: bool = False) -> str | None:
+    """The pooled tables and verdicts (None: the sweep trained nothing); returns the markdown."""
+    grouped = groups(Path(folder))
+    if not grouped:
+        return None
+    sections, table_rows = [], []
+    for label, results in grouped.items():
+        runs = sorted((run for r in results for run in r["seeds"]), key=lambda run: run["seed"])
+        summaries = [{side: run[side]["summary"] for side in ("reference", "variant")} for run in runs]
+        settings = results[0]["settings"]
+        table = rows(summaries)
+        said = verdict(results[0]["variant"], table, summaries, settings["steps"], settings["target_accuracy"])
+        if bands:
+            _write_bands(Path(folder), label, runs, {"variant": results[0]["variant"], "settings": settings,
+                                                    "verdict": said})
+        lines = [f"## {label} ({len(runs)} seeds)", "", *(f"- {s}" for s in said), "",
+                 "| measure | reference | variant | clear of seed noise |", "|---|---|---|---|"]
+        for row in (row.as_dict() for row in table):
+            lines.append(f"| {row['what']} | {row['reference']} | {row['variant']} | {'yes' if row['clear_of_seed_noise'] else 'no'} |")
+            table_rows.append({"group": label, **row})
+        sections.append("\n".join(lines))
+    text = "\n\n".join(sections) + "\n"
+    (Path(folder) / "training_comparison.md").write_text(text)
+    with open(Path(folder) / "training_comparison.csv", "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(table_rows[0]))
+        writer.writeheader()
+        writer.writerows(table_rows)
+    return text
+
+
+def _write_bands(folder: Path, label: str, runs: list[dict[str, Any]], data: dict[str, Any]) -> None:
+    """Each side's band over the group's seeds; an earlier end's runs of the group replaced."""
+    for side in ("reference", "variant"):
+        run_folder = folder / "training" / run_folder_name(label) / side
+        shutil.rmtree(run_folder, ignore_errors=True)
+        write_band(run_folder, [step_scalars(run[side]) for run in runs], f"{label} {side}",
+                   session_hparams(data, side, len(runs)))

@@ -1,0 +1,65 @@
+"""The multi-head causal counterparts compute what their name says, checked against PyTorch's SDPA."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.errors import UserError
+from attnlab.training.counterparts import OneChangeAttention, PerHeadAttention, counterpart
+
+B, T, D, H = 2, 5, 8, 2
+
+
+def _sdpa(module, x, **kwargs):
+    """The same module's projections through F.scaled_dot_product_attention."""
+    split = lambda t: t.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, hs)
+    q, k, v = split(module.W_query(x)), split(module.W_key(x)), split(module.W_value(x))
+    context_vec = F.scaled_dot_product_attention(q, k, v, **kwargs).transpose(1, 2).reshape(B, T, D)  # (B, T, D)
+    return module.out_proj(context_vec)
+
+
+@pytest.mark.parametrize("change,kwargs", [
+    ("none", {"is_causal": True}),
+    ("unscaled", {"is_causal": True, "scale": 1.0}),
+    ("scaled_by_dk", {"is_causal": True, "scale": 1 / (D // H)}),
+    ("causal_mask_missing", {"is_causal": False}),
+])
+def test_one_change_matches_sdpa(change, kwargs):
+    torch.manual_seed(0)
+    module, x = OneChangeAttention(D, D, T, 0.0, H, change), torch.randn(B, T, D)
+    torch.testing.assert_close(module(x), _sdpa(module, x, **kwargs))
+
+
+def test_wrong_softmax_axis_normalises_each_key_over_its_queries():
+    torch.manual_seed(0)
+    module, x = OneChangeAttention(D, D, T, 0.0, H, "wrong_softmax_axis"), torch.randn(B, T, D)
+    q = module.W_query(x).view(B, T, H, D // H).transpose(1, 2)
+    k = module.W_key(x).view(B, T, H, D // H).transpose(1, 2)
+    scores = (q @ k.transpose(2, 3) / (D // H) ** 0.5).masked_fill(torch.ones(T, T).triu(1).bool(), -torch.inf)
+    weights = torch.softmax(scores, dim=-2)  # (B, H, T, T): each column sums to one
+    v = module.W_value(x).view(B, T, H, D // H).transpose(1, 2)
+    expected = module.out_proj((weights @ v).transpose(1, 2).reshape(B, T, D))
+    torch.testing.assert_close(module(x), expected)
+
+
+def test_reference_is_the_books_multi_head_attention():
+    made = counterpart("reference", D, T, H).make()
+    assert type(made).__name__ == "MultiHeadAttention"
+    torch.manual_seed(0)
+    x = torch.randn(B, T, D)
+    torch.testing.assert_close(made(x), _sdpa(made, x, is_causal=True))
+
+
+def test_a_modern_variant_is_built_as_declared_and_a_single_head_causal_class_per_head():
+    assert type(counterpart("qk_norm", D, T, H).make()).__name__ == "QKNormAttention"
+    wrapped = counterpart("mha_wrapper", D, T, H).make()  # takes num_heads: built as it is
+    assert type(wrapped).__name__ == "MultiHeadAttentionWrapper"
+    per_head = counterpart("causal_mask_diagonal_0", D, T, H).make()
+    assert isinstance(per_head, PerHeadAttention) and len(per_head.heads) == H
+    assert per_head(torch.randn(B, T, D)).shape == (B, T, D)
+
+
+def test_a_2d_class_is_refused_in_one_line():
+    with pytest.raises(UserError, match="takes no context_length") as caught:
+        counterpart("transposed_scores", D, T, H)
+    assert "\n" not in str(caught.value)

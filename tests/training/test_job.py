@@ -1,0 +1,78 @@
+"""A training job from Python, its files, and bad input refused before any work."""
+
+import json
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from attnlab.errors import UserError
+from attnlab import train
+from attnlab.training.job import plan
+from tests.training._tiny import TINY_OVERRIDES, tiny
+
+
+def test_a_job_writes_scalars_at_the_training_steps(tmp_path):
+    result = train("causal_mask_missing", "induction", seed=1, n_seeds=2, overrides=TINY_OVERRIDES, out_dir=tmp_path)
+    assert [run["seed"] for run in result.seeds] == [1, 2]
+    saved = json.loads((tmp_path / "training.json").read_text())
+    assert saved["verdict"] == result.verdict and saved["classes"]["variant"].startswith("OneChangeAttention")
+    events = EventAccumulator(str(tmp_path / "tensorboard" / "variant=causal_mask_missing,seed=2"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == list(range(1, 41))
+    assert [e.step for e in events.Scalars("eval/causal_accuracy")] == [0, 20, 40]
+    assert [e.step for e in events.Scalars("attention/layer0/head1/max_weight")] == [0, 40]
+    assert [e.step for e in events.Images("heatmaps/layer0")] == [0, 40]
+    losses = [e.value for e in events.Scalars("train/loss")]
+    assert losses == pytest.approx(saved["seeds"][1]["variant"]["losses"])
+    band = EventAccumulator(str(tmp_path / "tensorboard" / "reference"))
+    band.Reload()
+    mean = [e.value for e in band.Scalars("train/loss/mean")]
+    per_seed = [run["reference"]["losses"] for run in saved["seeds"]]
+    assert mean == pytest.approx([sum(v) / 2 for v in zip(*per_seed)], rel=1e-5)
+    session = band.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    assert result.verdict[0].encode() in session
+    assert "clear of seed noise" in (tmp_path / "training_comparison.md").read_text()
+    assert "Verdict" in (tmp_path / "training.html").read_text()
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"task": "sorting"}, "training.task=sorting: unknown task; allowed are induction, mqar, text"),
+    ({"steps": 0}, "training.steps=0: must be a positive integer"),
+    ({"task": "text", "path": "TINY"}, "is too small for context_length=8"),
+])
+def test_bad_input_is_one_line(tmp_path, changes, message):
+    if changes.get("path") == "TINY":
+        (tmp_path / "tiny.txt").write_text("abcdefgh" * 2)
+        changes = {**changes, "path": str(tmp_path / "tiny.txt")}
+    with pytest.raises(UserError, match=message.replace("(", r"\(")) as caught:
+        plan("reference", tiny(**changes))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_layer_that_changes_the_width_is_refused():
+    with pytest.raises(UserError, match=r"variant=mha_wrapper: cannot train: .* returns \(1, 2, 32\) for \(1, 2, 16\)"):
+        plan("mha_wrapper", tiny())
+
+
+def test_a_variant_that_cannot_run_backward_is_refused(monkeypatch):
+    from attnlab.training import counterparts
+
+    def no_backward(self, x):
+        return x.detach().sum() * torch.ones_like(x).requires_grad_(False)
+    monkeypatch.setattr(counterparts.OneChangeAttention, "forward", no_backward)
+    with pytest.raises(UserError, match="variant=unscaled: cannot train: .* fails forward or backward"):
+        plan("unscaled", tiny())
+
+
+def test_a_class_in_memory_trains_and_nothing_is_printed(capsys):
+    from attnlab.training.counterparts import OneChangeAttention
+
+    class Mine(OneChangeAttention):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads):
+            super().__init__(d_in, d_out, context_length, dropout, num_heads, change="none")
+
+    result = train(Mine, "induction", overrides=TINY_OVERRIDES)
+    assert result.classes["variant"].startswith("Mine") and capsys.readouterr().out == ""
+    first = result.seeds[0]
+    assert first["variant"]["losses"] == pytest.approx(first["reference"]["losses"], rel=1e-4)  # the same computation

@@ -283,8 +283,9 @@ def declared_window(module: nn.Module) -> int | None:
 def declared_clip(module: nn.Module) -> tuple[float, str] | None:
     """The bound the module's config clamps queries, keys and values to (OLMo's and OLMoE's
     clip_qkv), and where it says so; None: no clamp."""
-    bound = getattr(getattr(module, "config", None), "clip_qkv", None)
-    return (float(bound), f"clip_qkv={bound}") if bound else None
+    config = getattr(module, "config", None)
+    spelling = next((s for s in spellings("clip", getattr(config, "model_type", "")) if getattr(config, s, None)), None)
+    return (float(getattr(config, spelling)), f"{spelling}={getattr(config, spelling)}") if spelling else None
 
 
 def declared_scale(module: nn.Module) -> tuple[float, str] | None:

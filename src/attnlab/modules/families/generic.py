@@ -21,6 +21,7 @@ ADAPTER = Family(
         # a declared scale: a dimension whose inverse square root scales the scores, or the factor itself
         "scale_dim": ("query_pre_attn_scalar", "attention_scores_scalar"),
         "scale": ("attention_multiplier",),
+        "clip": ("clip_qkv",),  # the bound queries, keys and values are clamped to (OLMo's)
         "num_layers": ("num_hidden_layers", "n_layer", "n_layers"),
     },
 )

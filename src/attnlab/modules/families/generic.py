@@ -1,7 +1,7 @@
 """The generic adapter: today's guesses for a family without a file of its own, and the spellings
 every lookup falls back to."""
 
-from attnlab.modules.families.adapter import Family, ROPE
+from attnlab.modules.families.adapter import ROPE, Family
 
 # The fallback every lookup reads for a family not listed: the spellings config classes and
 # constructors use for attnlab's keys, most common first.

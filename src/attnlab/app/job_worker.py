@@ -33,6 +33,7 @@ from attnlab.app.crash_site import crash_site
 from attnlab.app.guard import Failure, UserInterrupt, Work, guarded
 from attnlab.app.streams import ensure_std_streams
 from attnlab.app.job_outcome import Interrupted, Outcome, Raised, Ran, Reply, TimedOut
+from attnlab.app.lifeline import end_with_command
 from attnlab.errors import UserError
 
 PRELOAD = ["torch", "attnlab.app.preload"]  # imported once by the forkserver, inherited by every job
@@ -62,6 +63,7 @@ def _serve(jobs: Connection, sender_alive: Connection, fault_log: str) -> None:
 
     ensure_std_streams()  # the forkserver may have started without them (a command run with `>&- 2>&-`)
     threading.Thread(target=_exit_on_eof, args=(sender_alive,), daemon=True).start()
+    end_with_command()  # attnlab.app.lifeline
     faults = open(fault_log, "w", encoding="utf-8")  # noqa: SIM115 - open as long as the process: a crash writes it
     faulthandler.enable(file=faults, all_threads=False)  # where native code crashed: the parent says it (crash_site)
     while True:

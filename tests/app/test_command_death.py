@@ -35,8 +35,7 @@ class Sleepy(nn.Module):
         Path("started", str(os.getpid())).write_text("")
         time.sleep(300)
 '''
-LAUNCHERS = {  # what each runs at once: a sweep of two jobs
-    "basic": ["hydra/launcher=basic"],
+LAUNCHERS = {  # each runs both jobs at once (the basic launcher's job worker: tests/app/test_job_worker.py)
     "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
     "submitit_local": ["hydra/launcher=submitit_local"],
 }
@@ -44,7 +43,7 @@ LAUNCHERS = {  # what each runs at once: a sweep of two jobs
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the command's processes in /proc")
-@pytest.mark.parametrize("launcher", ["basic", "joblib", "submitit_local"])
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
 def test_kill_9_of_the_command_ends_every_process_it_started(launcher, tmp_path) -> None:
     if launcher == "submitit_local" and importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
         pytest.skip("hydra-submitit-launcher is not installed")
@@ -57,20 +56,18 @@ def test_kill_9_of_the_command_ends_every_process_it_started(launcher, tmp_path)
                                 "log.terminal=false", "hydra.sweep.dir=sweep", *LAUNCHERS[launcher]],
                                cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        expected = 1 if launcher == "basic" else 2  # the basic launcher runs one job at a time
         deadline = time.monotonic() + 120
-        while len(list((tmp_path / "started").iterdir())) < expected and time.monotonic() < deadline:
+        while len(list((tmp_path / "started").iterdir())) < 2 and time.monotonic() < deadline:
             assert command.poll() is None, "the sweep ended before its jobs started"
             time.sleep(0.1)
         jobs = [int(p.name) for p in (tmp_path / "started").iterdir()]
-        assert len(jobs) == expected and all(alive(pid) for pid in jobs)
+        assert len(jobs) == 2 and all(alive(pid) for pid in jobs)
         assert set(marked(mark)) - {command.pid}  # the processes the kill must end
         command.send_signal(signal.SIGKILL)
         command.wait()
         deadline = time.monotonic() + 5
         while (left := [pid for pid in marked(mark) if alive(pid)]) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if left: subprocess.run([sys.executable, "/tmp/fd_debug.py", *map(str, left)])
         assert left == [], described(left)
     finally:
         for pid in marked(mark):  # nothing of a failed run left behind for the next tests

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.app import lifeline
 from tests.app.test_job_worker import alive, marked
 
 SLEEPY = '''
@@ -84,3 +85,26 @@ def described(pids: list[int]) -> list[str]:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             lines.append(f"{pid} (parent {parent}): {command[:150]}")
     return lines
+
+
+def test_a_job_elsewhere_does_not_watch_the_command(monkeypatch) -> None:
+    """A cluster's job gets the command's environment (Slurm exports it) but runs in another
+    machine or allocation, where the command's pid names nothing: it must not end itself."""
+    monkeypatch.setattr(lifeline, "_watching", None)
+    monkeypatch.setenv(lifeline.COMMAND_ENV, f"{os.getppid()}:1@another machine")
+    lifeline.end_with_command()
+    assert lifeline._watching is None
+    lifeline.mark_command()
+    monkeypatch.setenv("SLURM_JOB_ID", "another allocation")
+    lifeline.end_with_command()
+    assert lifeline._watching is None
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_a_process_whose_command_is_gone_ends() -> None:
+    """Also when the command died before the process started watching."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    env = {**os.environ, lifeline.COMMAND_ENV: f"{gone.stdout.strip()}:1@{lifeline._place()}"}
+    orphan = subprocess.run([sys.executable, "-c", "import time; from attnlab.app.lifeline import end_with_command; "
+                             "end_with_command(); time.sleep(30)"], env=env, timeout=20)
+    assert orphan.returncode == -signal.SIGKILL

@@ -13,12 +13,14 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 from contextlib import suppress
+from pathlib import Path
 
-COMMAND_ENV = "ATTNLAB_COMMAND"  # the command's identity: "pid:start time" (see `_identity`)
+COMMAND_ENV = "ATTNLAB_COMMAND"  # the command's identity and place: "pid:start time@place"
 WATCH_S = 0.2  # how often a process checks that its command is alive
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -27,16 +29,16 @@ _watching: int | None = None  # the pid of this process once it watches (a forke
 
 def mark_command() -> None:
     """Name this process as the command that the processes it starts live for."""
-    os.environ[COMMAND_ENV] = _identity(os.getpid())
+    os.environ[COMMAND_ENV] = f"{_identity(os.getpid())}@{_place()}"
 
 
 def end_with_command() -> None:
     """End this process when the command that started it (directly or not) dies. Nothing in the
     command itself, outside a command, or once already watching."""
     global _watching
-    command = os.environ.get(COMMAND_ENV, "")
-    if not command or command == _identity(os.getpid()) or _watching == os.getpid():
-        return
+    command, _, place = os.environ.get(COMMAND_ENV, "").partition("@")
+    if not command or command == _identity(os.getpid()) or place != _place() or _watching == os.getpid():
+        return  # a cluster's job (another machine, container or allocation) is not the command's to end
     _watching = os.getpid()
     command_pid = int(command.partition(":")[0])
     if os.getppid() == command_pid:
@@ -56,6 +58,18 @@ def _kill_on_parent_death() -> None:
         return
     with suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _place() -> str:
+    """Where pids name the same processes: this boot of this machine, this pid namespace, this
+    Slurm allocation (a job the environment was exported to runs elsewhere, in another)."""
+    names = []
+    for path in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        try:
+            names.append(os.readlink(path) if path.endswith("/pid") else Path(path).read_text().strip())
+        except OSError:
+            names.append(socket.gethostname())
+    return "/".join([*names, os.environ.get("SLURM_JOB_ID", "")])
 
 
 def _identity(pid: int) -> str:

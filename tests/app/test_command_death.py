@@ -105,6 +105,6 @@ def test_a_process_whose_command_is_gone_ends() -> None:
     """Also when the command died before the process started watching."""
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     env = {**os.environ, lifeline.COMMAND_ENV: f"{gone.stdout.strip()}:1@{lifeline._place()}"}
-    orphan = subprocess.run([sys.executable, "-c", "import time; from attnlab.app.lifeline import end_with_command; "
-                             "end_with_command(); time.sleep(30)"], env=env, timeout=20)
+    watching = "import time; from attnlab.app.lifeline import end_with_command; end_with_command(); time.sleep(30)"
+    orphan = subprocess.run([sys.executable, "-c", watching], env=env, timeout=20)
     assert orphan.returncode == -signal.SIGKILL

@@ -7,6 +7,7 @@ from attnlab.app.streams import ensure_std_streams
 ensure_std_streams()  # before any import opens a file: see attnlab.app.streams
 
 from attnlab.app.job_worker import start_early, stop_early  # noqa: E402
+from attnlab.app.lifeline import mark_command  # noqa: E402
 
 
 def main() -> None:
@@ -17,6 +18,7 @@ def main() -> None:
 
         print(versions())
         sys.exit(0)
+    mark_command()  # before any process starts: each inherits it and ends with this one
     started = start_early(sys.argv[1:])
     from attnlab.app.cli import entry
 

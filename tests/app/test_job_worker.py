@@ -16,6 +16,7 @@ import pytest
 
 from attnlab.app.isolation import isolated
 from attnlab.app.job_worker import isolates_here
+from attnlab.compute.pipeline import exits_raise
 
 pytestmark = pytest.mark.slow  # starts the forkserver: torch and the plugins imported once
 
@@ -28,7 +29,8 @@ def note_pid(into: Path, failed: list[str], then: str = "") -> list[str]:
     if then == "os._exit":
         os._exit(3)
     if then == "sleep":
-        time.sleep(3600)
+        with exits_raise():  # as in a forward: os._exit replaced for the duration
+            time.sleep(3600)
     return failed
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from attnlab.app.crash_site import crash_site
 from attnlab.app.guard import Failure, UserInterrupt, Work, guarded
 from attnlab.app.job_outcome import Interrupted, Outcome, Raised, Ran, Reply, TimedOut
+from attnlab.app.lifeline import end_with_command
 from attnlab.app.streams import ensure_std_streams
 from attnlab.errors import UserError
 
@@ -62,6 +63,7 @@ def _serve(jobs: Connection, sender_alive: Connection, fault_log: str) -> None:
 
     ensure_std_streams()  # the forkserver may have started without them (a command run with `>&- 2>&-`)
     threading.Thread(target=_exit_on_eof, args=(sender_alive,), daemon=True).start()
+    end_with_command()  # and when the command dies (attnlab.app.lifeline)
     faults = open(fault_log, "w", encoding="utf-8")  # noqa: SIM115 - open as long as the process: a crash writes it
     faulthandler.enable(file=faults, all_threads=False)  # where native code crashed: the parent says it (crash_site)
     while True:
@@ -106,7 +108,7 @@ def torch_defaults() -> TorchDefaults:
 def _exit_on_eof(connection: Connection) -> None:
     with suppress(EOFError, OSError):
         connection.recv()
-    os._exit(0)
+    os.kill(os.getpid(), signal.SIGKILL)  # not os._exit: a running forward has it replaced (attnlab.compute.pipeline)
 
 
 class JobWorker:

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.app.config_checks import validate
 from attnlab.app.isolation import run_job_guarded
 from attnlab.app.job_records import records_on_disk
+from attnlab.app.lifeline import end_with_command
 from attnlab.app.progress import Progress
 from attnlab.compute.memory import cap_process, check_declared_inputs
 from attnlab.compute.pipeline import JobSpec, compute_record
@@ -230,6 +231,7 @@ def run_task(cfg: DictConfig, hydra_cfg: DictConfig) -> list[str]:
     one, guarded (attnlab.app.isolation): what a module does to its process fails its own record.
     A sweep run by attnlab's sweeper checked every job's values already: not again here.
     """
+    end_with_command()  # in a launcher's worker (joblib, submitit): it dies with the command
     multirun = hydra_cfg.mode.name == "MULTIRUN"
     job = JobInfo(
         dir=Path(hydra_cfg.runtime.output_dir),

@@ -18,7 +18,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
@@ -37,8 +37,11 @@ class SweepFolderError(HydraException):
 @contextmanager
 def locked(folder: Path, command: str) -> Iterator[None]:
     """Hold the folder's lock for the duration; a second holder gets a one-line error naming us."""
-    folder.mkdir(parents=True, exist_ok=True)
-    handle: IO[str] = open(folder / LOCK_FILE, "a+", encoding="utf-8")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle: IO[str] = open(folder / LOCK_FILE, "a+", encoding="utf-8")
+    except OSError as exc:
+        raise _cannot_write(folder, exc) from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -51,10 +54,15 @@ def locked(folder: Path, command: str) -> Iterator[None]:
         handle.close()
         yield
         return
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}: {command}\n")
-    handle.flush()
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}: {command}\n")
+        handle.flush()
+    except OSError as exc:  # a full disk: the resume's first write
+        with suppress(OSError):  # the close flushes the note again
+            handle.close()
+        raise _cannot_write(folder, exc) from None
     try:
         yield
     finally:
@@ -62,6 +70,13 @@ def locked(folder: Path, command: str) -> Iterator[None]:
         handle.truncate(0)
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+def _cannot_write(folder: Path, exc: OSError) -> OSError:
+    """The lock's failed write as one line naming the folder and the cause."""
+    from attnlab.record.files import WriteError  # here, not at the top: see the module's docstring
+
+    return WriteError(exc.errno, f"{folder}: cannot write {LOCK_FILE}: {exc.strerror or exc}")
 
 
 def write_multirun_yaml(folder: Path, config: DictConfig) -> None:

@@ -13,16 +13,17 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 
 from attnlab.diagnosis import batch_mixing
 from attnlab.capture.recorder import Capture, capture
 from attnlab.capture.stages import canonical_tokens
 from attnlab.process_state import own_torch
+from attnlab.configured import container
 from attnlab.schema import WeightsMode, resolved
 from attnlab.errors import UserError
 from attnlab.diagnosis.analysis import analyse
@@ -91,17 +92,17 @@ class JobSpec:
                                             "qkv_bias", "attn_implementation")}
         return cls(
             name=cfg.variant.name,
-            params=OmegaConf.to_container(cfg.variant.params, resolve=True),
+            params=container(cfg.variant.params),
             config=resolved(cfg),
             shared=cfg.weights == WeightsMode.shared,
             weights_init=cfg.weights_init.value,
             d_out=cfg.d_out,
-            expect=OmegaConf.to_container(cfg.expect, resolve=True),
+            expect=container(cfg.expect),
             values=values,
             batch=cfg.batch,
             train=cfg.train,
             reference=cfg.reference,
-            reference_params=OmegaConf.to_container(cfg.reference_params, resolve=True),
+            reference_params=container(cfg.reference_params),
             show=(cfg.show.batch, cfg.show.head),
             dtype=cfg.dtype,  # names attnlab.schema has checked against DTYPES
             reference_dtype=cfg.reference_dtype,
@@ -153,7 +154,10 @@ def run_module(built: BuiltModule, x: torch.Tensor, seed: int) -> Capture:
         raise PluginError(f"variant '{name}' returned {captured.returned}, not a tensor of shape (n_tokens, ·) "
                           f"or (batch, n_tokens, ·); return the context vectors")
     captured.stages = {stage: t.detach() if isinstance(t, torch.Tensor) else t for stage, t in captured.stages.items()}
-    captured.stages["inputs"] = canonical_tokens(x)
+    tokens = canonical_tokens(x)  # (batch, n_tokens, d_in)
+    if tokens is None:
+        raise ValueError(f"inputs of shape {tuple(x.shape)}: expected (n_tokens, d_in) or (batch, n_tokens, d_in)")
+    captured.stages["inputs"] = tokens
     return captured
 
 
@@ -167,10 +171,10 @@ def exits_raise() -> Iterator[None]:
     still exits: its pid is not ours)."""
     owner, real_exit = os.getpid(), os._exit
 
-    def refused(code: int) -> None:
+    def refused(status: int) -> NoReturn:
         if os.getpid() != owner:
-            real_exit(code)
-        raise ExitCalled(f"os._exit({code}) called in forward; a module must return its context, not end the process")
+            real_exit(status)
+        raise ExitCalled(f"os._exit({status}) called in forward; a module must return its context, not end the process")
 
     os._exit = refused
     try:
@@ -189,9 +193,16 @@ class _Side:
     captured: Capture | None = None
     unobservable: str | None = None  # why its change cannot be seen at this size: then nothing is diagnosed
 
+    @property
+    def ran(self) -> tuple[torch.Tensor, Capture]:
+        """Its input and capture, once _capture_pair has run it; asked before, it is attnlab's bug."""
+        if self.x is None or self.captured is None:
+            raise RuntimeError(f"'{self.built.name}' has not run yet")
+        return self.x, self.captured
+
 
 def compute_record(
-    cfg: DictConfig | None, seed: int, inputs: Inputs, *, spec: JobSpec | None = None,
+    cfg: DictConfig, seed: int, inputs: Inputs, *, spec: JobSpec | None = None,
     phase: Callable[[str], None] | None = None, items: torch.Tensor | None = None,
 ) -> Record:
     """One seed's record. `spec` (JobSpec.from_cfg(cfg)) saves re-reading the config per seed;
@@ -219,14 +230,14 @@ def compute_record(
             scratch = _capture_pair(spec, variant, reference, inputs.embeddings, batch, seed, spilling)
         except PluginError as exc:
             return record_of(setup, pair, error=str(exc))
-        _check_shown(spec.show, variant.captured)
+        _check_shown(spec.show, variant.ran[1])
         say("diagnostics")
         with own_torch():
             diagnosis = _diagnose(spec, variant, reference, seed)
         profile = None
         if spec.profile:  # after the capture, on the plain modules: profiling never changes a diagnosed value
             say("profile")
-            profile = profile_pair((variant.built, variant.x), (reference.built, reference.x),
+            profile = profile_pair((variant.built, variant.ran[0]), (reference.built, reference.ran[0]),
                                    budget_s=spec.profile_budget_s, backward=spec.profile_backward,
                                    warmed_up=True)  # the capture ran both
     return record_of(setup, replace(pair, scratch=scratch), diagnosis, profile=profile)
@@ -317,9 +328,9 @@ def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch
 
 def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int) -> Diagnosis:
     """The stages, diagnostics, findings and predictions of the two captures."""
-    mixing = (_batch_mixing(variant.built, variant.x, variant.captured, seed)
-              if variant.batched and not spec.train else None)
-    return diagnosed(variant.captured, reference.captured, shared=spec.shared, train=spec.train,
+    (x, captured), (_, reference_captured) = variant.ran, reference.ran
+    mixing = _batch_mixing(variant.built, x, captured, seed) if variant.batched and not spec.train else None
+    return diagnosed(captured, reference_captured, shared=spec.shared, train=spec.train,
                      expect=spec.expect, mixing=mixing, unobservable=variant.unobservable)
 
 

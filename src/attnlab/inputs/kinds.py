@@ -231,7 +231,7 @@ def _from_rows(rows: Any, labels: list[str] | None, source: str) -> Inputs:
     return Inputs(embeddings, [str(l) for l in labels] if labels else [f"t{i}" for i in range(len(rows))])
 
 
-def _read_file(path: Path) -> tuple[list, list[str] | None]:
+def _read_file(path: Path) -> tuple[Any, Any]:  # the file's rows and labels, unchecked: _from_rows checks them
     if not path.is_file():
         raise UserError(f"inputs.path={path}: no such file")
     check_size(path, "inputs")

@@ -166,7 +166,7 @@ def _effect_from_json(data: dict[str, Any]) -> Effect:
     return Effect(**read)  # "nan" a float
 
 
-def _stages_to_json(record: Record, *, reference: bool) -> dict:
+def _stages_to_json(record: Record, *, reference: bool) -> dict[str, Any]:
     shapes = record.reference_stage_shapes if reference else record.stage_shapes
     out = {}
     for name, shape in shapes.items():
@@ -180,7 +180,7 @@ def _stages_to_json(record: Record, *, reference: bool) -> dict:
     return out
 
 
-def _stages_from_json(data: dict, version: int) -> tuple[dict[str, np.ndarray | None], dict[str, list[int]],
+def _stages_from_json(data: dict[str, Any], version: int) -> tuple[dict[str, np.ndarray | None], dict[str, list[int]],
                                                         dict[str, list[int]]]:
     """Values in the module's own rank, their shapes, and the canonical view's shapes. Format 2
     nested the values in the canonical view (`view_shape`); format 1 had 2-D stages only."""
@@ -199,7 +199,7 @@ def _stages_from_json(data: dict, version: int) -> tuple[dict[str, np.ndarray | 
     return stages, shapes, views
 
 
-def _v1_diagnostics(data: dict, old: bool) -> dict[str, float | None]:
+def _v1_diagnostics(data: dict[str, Any], old: bool) -> dict[str, float | None]:
     diagnostics = {k: _from_json_number(v) for k, v in data.items()}
     if old and "divergence_context" in diagnostics:  # format 1 had no output stage: it was the context
         for prefix in ("divergence", "relative_divergence", "non_finite", "shape_ok"):
@@ -219,11 +219,12 @@ def _from_json_number(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _nested(values: np.ndarray) -> list:
-    as_list = values.astype(np.float64).tolist()
+def _nested(values: np.ndarray) -> list[Any]:
+    as_list: list[Any] = values.astype(np.float64).tolist()
     if np.isfinite(values).all():
         return as_list
-    return _map_nested(as_list, _json_number)
+    nested: list[Any] = _map_nested(as_list, _json_number)
+    return nested
 
 
 def _map_nested(values: Any, fn: Callable[[Any], Any]) -> Any:

@@ -154,7 +154,7 @@ class Record:
         values = self.canonical(stage, reference=reference)
         if values is None or values.ndim < 3:
             return values
-        item = values[min(batch, values.shape[0] - 1)]
+        item: np.ndarray = values[min(batch, values.shape[0] - 1)]
         return item[0] if item.ndim == 3 and item.shape[0] == 1 else item
 
     def matrix(self, stage: str, *, batch: int = 0, head: int = 0, reference: bool = False) -> np.ndarray | None:
@@ -163,8 +163,10 @@ class Record:
         if values is None:
             return None
         if values.ndim == 4:
-            return values[batch, min(head, values.shape[1] - 1)]
-        return values[batch] if values.ndim == 3 else values
+            values = values[batch, min(head, values.shape[1] - 1)]
+        elif values.ndim == 3:
+            values = values[batch]
+        return values
 
 
 def canonical_shape(stage: str, shape: tuple[int, ...]) -> tuple[int, ...]:

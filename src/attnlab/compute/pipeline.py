@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Sequence
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 from torch import nn
@@ -280,7 +281,8 @@ def _build_reference(spec: JobSpec, values: dict[str, Any], inputs: Inputs, seed
     return reference, weights_loaded
 
 
-def _reference_arguments(spec: JobSpec, values: dict[str, Any], variant: BuiltModule) -> tuple[dict, dict]:
+def _reference_arguments(spec: JobSpec, values: dict[str, Any],
+                         variant: BuiltModule) -> tuple[dict[str, Any], dict[str, Any]]:
     """The reference's top-level keys and params: `auto`'s gets the variant's own key/value heads;
     either gets reference.params, the top-level keys among them overriding the run's
     (reference.params.attn_implementation=sdpa against an eager variant)."""
@@ -304,7 +306,7 @@ def _aligned(reference: BuiltModule, variant: BuiltModule, num_heads: int) -> di
 
 
 def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch.Tensor, batch: torch.Tensor,
-                  seed: int, spilling: bool) -> tempfile.TemporaryDirectory | None:
+                  seed: int, spilling: bool) -> tempfile.TemporaryDirectory[str] | None:
     """Both modules captured on their inputs: `tokens` (n_tokens, d_in) or `batch` (batch, n_tokens, d_in);
     the folder their spilled stages are in, kept as long as the record."""
     reference.x = _moved(batch if reference.batched else tokens, spec.device, spec.reference_dtype)
@@ -405,10 +407,10 @@ def _check_shown(show: tuple[int, int], variant: Capture) -> None:
             raise UserError(f"{key}={index}: the module has {count} {what} (0 to {count - 1})")
 
 
-def _to_numpy(captured: Capture) -> tuple[dict, dict, dict]:
+def _to_numpy(captured: Capture) -> tuple[dict[str, np.ndarray | None], dict[str, list[int]], dict[str, list[int]]]:
     """The stages in the module's own rank (a view of the canonical values), their shapes, and the
     canonical view's shapes (`Record.canonical`)."""
     canonical = {name: as_numpy(t) for name, t in captured.stages.items()}
     shapes = {name: list(captured.native_shapes[name]) for name in canonical}
-    stages = {name: values.reshape(shapes[name]) for name, values in canonical.items()}
+    stages: dict[str, np.ndarray | None] = {name: values.reshape(shapes[name]) for name, values in canonical.items()}
     return stages, shapes, {name: list(values.shape) for name, values in canonical.items()}

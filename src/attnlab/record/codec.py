@@ -124,7 +124,8 @@ def unread_keys(data: dict[str, Any]) -> list[str]:
         found = {k for item in data.get(name) or [] if isinstance(item, dict) for k in item if k not in names}
         unread += [f"{name}[].{key}" for key in sorted(found)]
     model = data.get("model")
-    unread += [f"model.{key}" for key in (model if isinstance(model, dict) else {}) if key not in {f.name for f in fields(ModelInfo)}]
+    model_keys = model if isinstance(model, dict) else {}
+    unread += [f"model.{key}" for key in model_keys if key not in {f.name for f in fields(ModelInfo)}]
     return unread
 
 

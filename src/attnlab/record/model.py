@@ -126,7 +126,7 @@ class Record:
     weights_loaded: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"  # where both modules ran
     dtype: str = "float32"  # the variant's (the reference's is config["reference_dtype"])
-    profile: dict[str, float | None] = field(default_factory=dict)  # with profile=true: attnlab.compute.profile.profile_pair's
+    profile: dict[str, float | None] = field(default_factory=dict)  # profile=true: compute.profile.profile_pair's
     model: ModelInfo | None = None  # with model=: the model, the layer, the effect on its output
     path: Path | None = None  # where it was read from or written to; not serialised
     scratch: Any = None  # a temporary folder of spilled stages, removed with the record; not serialised

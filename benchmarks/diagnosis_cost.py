@@ -28,8 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnlab.compute import pipeline  # noqa: E402
 from attnlab.app.api import compose_config  # noqa: E402
+from attnlab.compute import pipeline  # noqa: E402
 from attnlab.inputs.kinds import make_inputs  # noqa: E402
 from attnlab.modules.registry import get_variant  # noqa: E402
 

@@ -33,9 +33,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -144,9 +145,10 @@ def attnlab_png(m: Map) -> bytes:
 def matplotlib_png(m: Map, pixels: tuple[int, int]) -> bytes:
     """The same picture with matplotlib: pooled cells, colour bar, title, token labels and (up to
     16 tokens) every cell's value, at attnlab's pixel size."""
-    from attnlab.reporting.heatmap import ANNOTATE_MAX, MAX_SIDE
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
+    from attnlab.reporting.heatmap import ANNOTATE_MAX, MAX_SIDE
 
     cells = block_max(m.matrix, MAX_SIDE)
     height, width = pixels

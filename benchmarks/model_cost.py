@@ -26,8 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"  # the lesson texts, beside the clone
 

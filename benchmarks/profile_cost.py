@@ -59,8 +59,8 @@ def baseline(batch: int, n_tokens: int, d: int, heads: int, budget_s: float) -> 
     """The hand-written script: build the nine, time each forward the way the profile does."""
     import torch
 
-    from attnlab.modules.built import plan
     from attnlab.compute.profile import time_call
+    from attnlab.modules.built import plan
 
     values = dict(d_in=d, d_out=d, context_length=n_tokens, dropout=0.0, num_heads=heads, qkv_bias=False,
                   n_tokens=n_tokens, num_kv_heads=None)

@@ -8,8 +8,8 @@ import math
 from html.parser import HTMLParser
 from pathlib import Path
 
-from attnlab.reporting.aggregate import Report, find_record_files, load_records
 from attnlab.record import Record, write_record
+from attnlab.reporting.aggregate import Report, find_record_files, load_records
 
 
 def sweep_record(variant: str, seed: int, n_tokens: int, *, entropy: float, cap: float | None = None,

@@ -14,11 +14,11 @@ import attnlab
 import attnlab.modules.registry
 from attnlab.capture.recorder import capture
 from attnlab.diagnosis.analysis import analyse
-from attnlab.record import Finding
 from attnlab.modules.built import as_built, plan
 from attnlab.modules.layouts import align
 from attnlab.modules.registry import DEFAULT_VALUES, auto_reference
 from attnlab.modules.roles import manual_seed
+from attnlab.record import Finding
 
 BOOK_INPUTS = torch.tensor(
     [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
-import math
 import sys
 from pathlib import Path
 

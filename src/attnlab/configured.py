@@ -8,7 +8,8 @@ factory gets exactly those values.
 
 from __future__ import annotations
 
-from typing import Any, Callable, cast
+from collections.abc import Callable
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 

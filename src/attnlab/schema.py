@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, make_dataclass
 from enum import Enum
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -182,14 +183,14 @@ def show_value(value: Any) -> str:
 @dataclass
 class VariantConf:
     name: str = "reference"
-    params: Dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class PlotsConf:
     # what a sweep's comparison.html and TensorBoard draw against each swept numeric key (names or
     # globs: divergence_context_h* is one plot per head); None: attnlab.reporting.sweep_plots.DEFAULT_DIAGNOSTICS
-    diagnostics: Optional[List[str]] = None
+    diagnostics: list[str] | None = None
 
 
 def _scalar_fields(prefix: str = "") -> list[tuple[str, Any, Any]]:
@@ -246,17 +247,17 @@ Config = _dataclass("Config", [
     ("training", Any, None),  # the group `training`: attnlab.training.settings.TrainingConf; null: a forward run
     *_scalar_fields(),
     *((key.name, type(key.default), key.default) for key in CHOICE_KEYS),
-    ("reference_params", Dict[str, Any], field(default_factory=dict)),  # an explicit reference's, reference.params.NAME
-    ("expect", Dict[str, Any], field(default_factory=dict)),  # predictions, e.g. expect.context_shape=[6,2]
+    ("reference_params", dict[str, Any], field(default_factory=dict)),  # an explicit reference's, reference.params.NAME
+    ("expect", dict[str, Any], field(default_factory=dict)),  # predictions, e.g. expect.context_shape=[6,2]
     # a run inside a model (attnlab.model): model=hf:TYPE | NAME (./models/) | model.path=DIR | model.hub=ID,
     # with size keys (model.n_layer=2); open blocks, their keys checked by attnlab.model.model_spec
-    ("model", Dict[str, Any], field(default_factory=dict)),
-    ("reference_model", Dict[str, Any], field(default_factory=dict)),  # the learner's check, as model
+    ("model", dict[str, Any], field(default_factory=dict)),
+    ("reference_model", dict[str, Any], field(default_factory=dict)),  # the learner's check, as model
     # an edit to a model's layer as data: intervene=ablate_head intervene.head=0 (attnlab.model.interventions)
-    ("intervene", Dict[str, Any], field(default_factory=dict)),
+    ("intervene", dict[str, Any], field(default_factory=dict)),
     ("plots", PlotsConf, field(default_factory=PlotsConf)),
-    ("log", Dict[str, bool], field(default_factory=dict)),  # log.NAME for every sink found, and LOG_OPTIONS
-    ("sink", Dict[str, Any], field(default_factory=dict)),  # sink.NAME: each sink's config (_target_ and options)
+    ("log", dict[str, bool], field(default_factory=dict)),  # log.NAME for every sink found, and LOG_OPTIONS
+    ("sink", dict[str, Any], field(default_factory=dict)),  # sink.NAME: each sink's config (_target_ and options)
 ])
 
 

@@ -11,9 +11,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from hydra_plugins.attnlab_sweeper.attnlab_sweeper import covering_jobs
-
 from attnlab.reporting.aggregate import find_record_files
+from hydra_plugins.attnlab_sweeper.attnlab_sweeper import covering_jobs
 
 
 def grid(**values: list) -> list[tuple[str, ...]]:

@@ -8,11 +8,11 @@ import sys
 import types
 
 import pytest
-from hydra_plugins.attnlab_sweeper.folder import job_outcomes, runs_of
 
 from attnlab.app.guard import UserInterrupt, guarded
 from attnlab.app.isolation import death_cause
 from attnlab.app.job_worker import main_package
+from hydra_plugins.attnlab_sweeper.folder import job_outcomes, runs_of
 
 
 def raises(exc: BaseException):
@@ -97,6 +97,7 @@ class DyingLauncher:
 def test_a_launcher_that_fails_relaunches_the_jobs_without_a_record_then_lists_the_missing(tmp_path, capsys,
                                                                                          monkeypatch) -> None:
     from omegaconf import OmegaConf
+
     from attnlab.app import sweep_hooks
     from hydra_plugins.attnlab_sweeper.attnlab_sweeper import AttnlabSweeper
 

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnlab.reporting.aggregate import find_record_files
 from attnlab.app.cli import main as cli_main
-from attnlab.record import read_record
 from attnlab.modules.registry import discover
+from attnlab.record import read_record
+from attnlab.reporting.aggregate import find_record_files
 
 pytestmark = pytest.mark.slow
 

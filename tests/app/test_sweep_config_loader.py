@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from hydra import initialize_config_dir
@@ -12,11 +12,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydra_plugins.attnlab_sweeper.attnlab_sweeper import cartesian
-from hydra_plugins.attnlab_sweeper._loader import SweepConfigLoader
-
 from attnlab.app.config_paths import config_dir
 from attnlab.app.config_store import register_configs
+from hydra_plugins.attnlab_sweeper._loader import SweepConfigLoader
+from hydra_plugins.attnlab_sweeper.attnlab_sweeper import cartesian
 
 # (Hydra's own overrides, the sweep's lines, how many compositions the loader asks Hydra's for):
 # every job of each sweep is compared with the config Hydra's loader composes for it

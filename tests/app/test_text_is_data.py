@@ -4,7 +4,6 @@ written (never read from the environment, never in the record), and `, ' = {} %`
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 import attnlab
-from attnlab.compute import memory
 from attnlab.capture.spill import as_numpy, mapped, release, spill
+from attnlab.compute import memory
 
 
 def _rss() -> int:

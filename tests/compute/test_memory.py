@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from attnlab.compute import memory
-from attnlab.errors import UserError
 from attnlab.compute.memory import Size, available_bytes, check_fits, estimate_peak_bytes, should_spill
+from attnlab.errors import UserError
 
 BIG = Size(batch=2, heads=12, n_tokens=4096, d_in=768, d_out=768)
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from attnlab.compute.observable import unobservable
 from attnlab.compute.memory import Size
+from attnlab.compute.observable import unobservable
 from attnlab.errors import UserError
 from attnlab.modules.registry import get_variant
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.diagnosis.diagnostics import capture_eps, stage_tolerance
 from attnlab.capture.recorder import capture
+from attnlab.diagnosis.diagnostics import capture_eps, stage_tolerance
 from attnlab.modules.built import plan
 
 SMALL = dict(log={"tensorboard": False})

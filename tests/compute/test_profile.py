@@ -17,9 +17,8 @@ from torch import nn
 import attnlab
 from attnlab.compute import pipeline, profile
 from attnlab.errors import UserError
-from attnlab.record import from_json_dict, to_json_dict
 from attnlab.modules.built import plan
-from attnlab.record import Record
+from attnlab.record import from_json_dict, to_json_dict
 
 PROFILE_KEYS = ("forward_ms", "forward_ms_iqr", "backward_ms", "peak_bytes", "flops",
                 "forward_ms_vs_reference", "peak_bytes_vs_reference")

@@ -8,11 +8,9 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-
 import attnlab
-from attnlab.diagnosis.codes import BY_CODE, CODES, FIRST_WHERE_IT_SHOWS
 from attnlab.diagnosis.check_runner import diagnose_context
+from attnlab.diagnosis.codes import BY_CODE, CODES, FIRST_WHERE_IT_SHOWS
 from attnlab.diagnosis.context import build_context
 from attnlab.diagnosis.masking import with_masks_as_neg_inf
 from tests._zoo_helpers import BOOK_INPUTS, run_pair

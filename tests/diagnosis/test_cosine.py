@@ -22,7 +22,9 @@ class CosineAttention(nn.Module):
 
     def forward(self, x):
         b, t, _ = x.shape
-        split = lambda z: z.view(b, t, self.num_heads, -1).transpose(1, 2)  # (b, nh, t, hs)
+        def split(z):
+            return z.view(b, t, self.num_heads, -1).transpose(1, 2)  # (b, nh, t, hs)
+
         queries = F.normalize(split(self.W_query(x)), dim=-1)  # (b, nh, t, hs)
         keys = split(self.W_key(x))  # (b, nh, t, hs)
         keys = F.normalize(keys, dim=-1) if self.normalise_keys else keys

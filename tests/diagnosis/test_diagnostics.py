@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from attnlab.capture.recorder import Capture, capture
-from attnlab.diagnosis.diagnostics import compute_diagnostics, first_divergent_stage, max_abs_diff
 from attnlab.capture.stages import STAGES
+from attnlab.diagnosis.diagnostics import compute_diagnostics, first_divergent_stage, max_abs_diff
 from tests._zoo_helpers import BOOK_INPUTS, CORRECT_STYLES, build, run_pair
 
 

@@ -17,16 +17,16 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlab.diagnosis import batch_mixing
 from attnlab.app.api import compose_config
 from attnlab.capture.recorder import capture
+from attnlab.capture.stages import STAGES
+from attnlab.compute.pipeline import JobSpec, compute_record
+from attnlab.diagnosis import batch_mixing
 from attnlab.diagnosis.diagnostics import softmax_checks, stage_tolerance
 from attnlab.diagnosis.message_format import heads_phrase
 from attnlab.inputs.kinds import make_inputs
-from attnlab.compute.pipeline import JobSpec, compute_record
-from attnlab.record import Finding, Record, to_json_dict
 from attnlab.modules.registry import discover
-from attnlab.capture.stages import STAGES
+from attnlab.record import Finding, Record, to_json_dict
 from tests._zoo_helpers import corpus, multi_head_zoo_specs
 
 IMPLEMENTATIONS = Path(__file__).resolve().parents[1] / "implementations"

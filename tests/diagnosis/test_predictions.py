@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from attnlab.errors import UserError
 from attnlab.diagnosis.predictions import ALLOWED, check_predictions, validate_expectations
+from attnlab.errors import UserError
 from tests._zoo_helpers import BOOK_INPUTS, run_pair
 from tests.conftest import REPO
 

@@ -19,8 +19,8 @@ import torch
 
 import attnlab
 from attnlab.capture.recorder import capture
-from attnlab.diagnosis.recognisers.latent import shared_key_columns
 from attnlab.diagnosis.analysis import analyse
+from attnlab.diagnosis.recognisers.latent import shared_key_columns
 from tests._zoo_helpers import corpus
 
 HEADER = """

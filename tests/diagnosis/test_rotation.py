@@ -17,8 +17,8 @@ import torch
 
 import attnlab
 from attnlab.diagnosis.recognisers.positions import rotary
-from attnlab.diagnosis.recognisers.rotation import fit_rotation
 from attnlab.diagnosis.recognisers.recogniser import EPS
+from attnlab.diagnosis.recognisers.rotation import fit_rotation
 
 D_IN = 64  # the queries below stand for x @ W_query over this many inputs
 N_TOKENS = 8

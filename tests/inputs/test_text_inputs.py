@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.reporting.heatmap import render_heatmap
 from attnlab.inputs.text import GPT2_ENCODER_SHA256, embed, gpt2_encoding, text_inputs, token_label
+from attnlab.reporting.heatmap import render_heatmap
 
 pytest.importorskip("tiktoken", reason="inputs=text needs the extra: pip install -e '.[text]' (dev includes it)")
 

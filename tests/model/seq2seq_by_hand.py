@@ -4,7 +4,7 @@ tests/model/test_encoder_decoders.py checks attnlab's runs against."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

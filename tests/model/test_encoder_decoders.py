@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.model.seq2seq_by_hand import (HandBartAttention, HandT5Attention, PlainT5Attention, kl_by_hand,
-                                         model_by_hand)
+from tests.model.seq2seq_by_hand import HandBartAttention, HandT5Attention, PlainT5Attention, kl_by_hand, model_by_hand
 from tests.model.test_loading import refused, run
 
 BART = {"name": "hf:bart", "d_model": 64, "encoder_attention_heads": 4, "decoder_attention_heads": 4,

@@ -12,8 +12,8 @@ from torch import nn
 from attnlab.model.layer import ModelRun
 from attnlab.model.loading import load_model
 from attnlab.model.locate import attention_modules
-from attnlab.model.sizes import model_sizes
 from attnlab.model.model_spec import model_spec
+from attnlab.model.sizes import model_sizes
 from tests.model.conftest import TEXT
 
 SIZES = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2,

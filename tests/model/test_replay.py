@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from attnlab.inputs.text import gpt2_encoding
+from attnlab.model.forward import final_hidden, replaced
 from attnlab.model.locate import attention_modules
 from attnlab.model.replay import BlockRecording
-from attnlab.model.forward import final_hidden, replaced
 from tests.model.conftest import TEXT
 from tests.model.learner import GPT_MODEL
 from tests.model.nanogpt_style import NANOGPT_STYLE

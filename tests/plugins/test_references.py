@@ -8,9 +8,10 @@ The corpus is what the "no false finding" tests run; this file proves it is corr
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch

@@ -8,8 +8,19 @@ import json
 import numpy as np
 import pytest
 
-from attnlab.record import (INLINE_LIMIT, Finding, Prediction, Record, RecordError, keeping_stages, read_record,
-                            to_json_dict, without_stages, write_record, written)
+from attnlab.record import (
+    INLINE_LIMIT,
+    Finding,
+    Prediction,
+    Record,
+    RecordError,
+    keeping_stages,
+    read_record,
+    to_json_dict,
+    without_stages,
+    write_record,
+    written,
+)
 
 
 def make_record(n_tokens: int = 3) -> Record:

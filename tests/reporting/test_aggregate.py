@@ -8,11 +8,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from attnlab.record import Finding, Record, write_record
 from attnlab.reporting.aggregate import (
-    Report, differs_table, find_record_files, load_records, rebuild, summary_table, summary_view,
+    Report,
+    differs_table,
+    find_record_files,
+    load_records,
+    rebuild,
+    summary_table,
+    summary_view,
     terminal_table,
 )
-from attnlab.record import Finding, Record, write_record
 from attnlab.sinks.html import HtmlSink
 from attnlab.sinks.table import TableSink, write_markdown_report
 

@@ -13,7 +13,6 @@ from attnlab.reporting.heatmap import (
     DIVERGING_LUT,
     GRID_WIDTH,
     MAP_SIDE,
-    MAX_SIDE,
     SEQUENTIAL_LUT,
     render_head_grid,
     render_heatmap,

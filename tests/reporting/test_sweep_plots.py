@@ -15,9 +15,9 @@ import pytest
 from PIL import Image
 
 from attnlab.reporting.aggregate import Report
-from attnlab.sinks.tensorboard import SWEEP_RUN, sweep_steps
 from attnlab.reporting.sweep_plots import chosen_diagnostics, curve_svg, log_axis, plots_html, sweep_curves
-from tests._sweep_helpers import Page, layout_of, sweep_record, report_of, sweep_events, sweep_of_lengths
+from attnlab.sinks.tensorboard import SWEEP_RUN, sweep_steps
+from tests._sweep_helpers import Page, layout_of, report_of, sweep_events, sweep_of_lengths, sweep_record
 
 
 @pytest.fixture

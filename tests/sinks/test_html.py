@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 import attnlab
-from attnlab.reporting.aggregate import Report
 from attnlab.record import Finding, Record
+from attnlab.reporting.aggregate import Report
 from attnlab.sinks.html import profile_chart, render_html, render_record_html
 from attnlab.sinks.html_images import card_pictures
 from tests._sweep_helpers import Page, sweep_of_lengths

@@ -19,11 +19,11 @@ import pytest
 import torch
 from PIL import Image
 
-from attnlab.reporting.heatmap import MAX_SIDE
 from attnlab.record import Finding, Record
+from attnlab.reporting.heatmap import MAX_SIDE
 from attnlab.reporting.metrics import flat_hparams, metric_name
-from attnlab.sinks.tensorboard import SWEEP_RUN, TensorBoardSink, sweep_tag, write_tensorboard
 from attnlab.reporting.sweep_plots import sweep_curves
+from attnlab.sinks.tensorboard import SWEEP_RUN, TensorBoardSink, sweep_tag, write_tensorboard
 from tests._sweep_helpers import layout_of, report_of, sweep_events, sweep_of_lengths, sweep_record
 from tests._zoo_helpers import source_qkv
 

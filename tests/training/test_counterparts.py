@@ -12,7 +12,9 @@ B, T, D, H = 2, 5, 8, 2
 
 def _sdpa(module, x, **kwargs):
     """The same module's projections through F.scaled_dot_product_attention."""
-    split = lambda t: t.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, hs)
+    def split(t):
+        return t.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, hs)
+
     q, k, v = split(module.W_query(x)), split(module.W_key(x)), split(module.W_value(x))
     context_vec = F.scaled_dot_product_attention(q, k, v, **kwargs).transpose(1, 2).reshape(B, T, D)  # (B, T, D)
     return module.out_proj(context_vec)

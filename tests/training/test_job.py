@@ -6,8 +6,8 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from attnlab.errors import UserError
 from attnlab import train
+from attnlab.errors import UserError
 from attnlab.training.job import plan
 from tests.training._tiny import TINY_OVERRIDES, tiny
 

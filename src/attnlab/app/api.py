@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from hydra import compose, initialize_config_dir
@@ -32,9 +33,9 @@ from attnlab.errors import UserError
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.modules import session
 from attnlab.modules.registry import discover, refresh
-from attnlab.schema import KEYS
 from attnlab.record import Finding, Record, write_atomic
 from attnlab.reporting.rows import module_table, records_table
+from attnlab.schema import KEYS
 from attnlab.sinks.base import JobInfo
 
 if TYPE_CHECKING:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import itertools
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 

@@ -17,8 +17,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig

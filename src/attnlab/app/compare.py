@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from attnlab.reporting.aggregate import Report, find_record_files, load_records, terminal_table
 from attnlab.errors import UserError
 from attnlab.record import Record
+from attnlab.reporting.aggregate import Report, find_record_files, load_records, terminal_table
 from attnlab.reporting.rows import record_row
 from attnlab.sinks.html import write_html_report
 from attnlab.sinks.table import write_csv_report, write_markdown_report

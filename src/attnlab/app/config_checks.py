@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 

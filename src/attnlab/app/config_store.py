@@ -13,8 +13,6 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
-from hydra_plugins.attnlab_sweeper.attnlab_sweeper import AttnlabSweeper
-from omegaconf import OmegaConf
 
 from attnlab.app.config_paths import group_options
 from attnlab.app.help_text import groups_help, help_header, keys_help
@@ -23,7 +21,7 @@ from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.modules.registry import Registry, discover
 from attnlab.schema import LOG_OPTIONS, Config, VariantConf
 from attnlab.training.settings import TrainingConf
-
+from hydra_plugins.attnlab_sweeper.attnlab_sweeper import AttnlabSweeper
 
 OPT_IN_SINKS = {"mlflow"}  # attnlab's sinks that stay off until log.NAME=true: they need an extra installed
 

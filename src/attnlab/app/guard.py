@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 Work = Callable[[], list]  # a job's work: returns its failed records' paths
 Failure = Callable[[str], str]  # writes a failed record with this one-line cause; returns its path

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from attnlab.app.config_paths import group_options
-from attnlab.printable import escaped
 from attnlab.modules.registry import Registry
 from attnlab.plugin_folders import USER_GROUP, builtin_groups, group_heading
+from attnlab.printable import escaped
 from attnlab.schema import CHOICE_KEYS, KEYS, show_value
 
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from attnlab.app.crash_site import crash_site
 from attnlab.app.guard import Failure, UserInterrupt, Work, guarded
-from attnlab.app.streams import ensure_std_streams
 from attnlab.app.job_outcome import Interrupted, Outcome, Raised, Ran, Reply, TimedOut
+from attnlab.app.streams import ensure_std_streams
 from attnlab.errors import UserError
 
 PRELOAD = ["torch", "attnlab.app.preload"]  # imported once by the forkserver, inherited by every job

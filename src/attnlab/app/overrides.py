@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 OPEN_BLOCKS = ("expect", "model", "reference_model", "intervene")  # open-ended keys: attnlab adds Hydra's `++` for them
 
 

@@ -11,10 +11,10 @@ import PIL.Image  # noqa: F401 - the heatmaps'
 import PIL.ImageFile  # noqa: F401
 import tensorboard.compat.proto.event_pb2  # noqa: F401 - the TensorBoard sink's event protos
 import tensorboard.compat.proto.summary_pb2  # noqa: F401
+import tensorboard.plugins.custom_scalar.layout_pb2  # noqa: F401 - its custom-scalars layout
 import tensorboard.plugins.hparams.api_pb2  # noqa: F401 - its HParams session
 import tensorboard.plugins.hparams.metadata  # noqa: F401
 import tensorboard.plugins.hparams.plugin_data_pb2  # noqa: F401
-import tensorboard.plugins.custom_scalar.layout_pb2  # noqa: F401 - its custom-scalars layout
 import tensorboard.plugins.text.summary_v2  # noqa: F401 - its text summaries
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf

@@ -17,28 +17,29 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.app.config_checks import validate
-from attnlab.errors import UserError
-from attnlab.inputs.kinds import make_inputs
-from attnlab.compute.pipeline import JobSpec, compute_record
-from attnlab.compute.memory import cap_process, check_declared_inputs
-from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.app.isolation import run_job_guarded
 from attnlab.app.job_records import records_on_disk
 from attnlab.app.progress import Progress
-from attnlab.record.completion import mark_done, unmark
-from attnlab.record import Record, Setup, keeping_stages, record_of, spilled, without_stages, write_record, written
-from attnlab.schema import check_key, check_n_tokens, check_values, declared_n_tokens
-from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constructor_kwargs, get_variant
+from attnlab.compute.memory import cap_process, check_declared_inputs
+from attnlab.compute.pipeline import JobSpec, compute_record
+from attnlab.diagnosis.predictions import validate_expectations
+from attnlab.errors import UserError
+from attnlab.inputs.kinds import make_inputs
 from attnlab.model.config_variants import takes_config
 from attnlab.model.model_job import check_model_request, check_unused, compute_model_records, wants_model
+from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constructor_kwargs, get_variant
+from attnlab.record import Record, Setup, keeping_stages, record_of, spilled, without_stages, write_record, written
+from attnlab.record.completion import mark_done, unmark
+from attnlab.schema import check_key, check_n_tokens, check_values, declared_n_tokens
 from attnlab.sinks.base import JobInfo, build_sinks
 from attnlab.training.config_job import check_training, training_job
 from attnlab.training.settings import wants_training

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
@@ -61,9 +62,8 @@ def write_sweep_outputs(folder: Path, config: DictConfig) -> tuple[Report, list]
     """Every enabled sink's sweep output (`write_sweep`: comparison.csv, .md and .html, TensorBoard's
     curves and sessions) from the records under `folder`; the report and the records skipped."""
     from attnlab.reporting.aggregate import rebuild
-    from attnlab.sinks.base import build_sinks
-
     from attnlab.reporting.effect_grid import write_effect_grid
+    from attnlab.sinks.base import build_sinks
 
     sinks = [sink for sink in build_sinks(config).values() if hasattr(sink, "write_sweep")]
     return rebuild(folder, lambda report: [*(sink.write_sweep(report, folder) for sink in sinks),

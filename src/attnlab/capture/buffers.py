@@ -10,8 +10,9 @@ only when they agree on what it is; a read holding unwritten or overwritten elem
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

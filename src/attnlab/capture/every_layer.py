@@ -9,8 +9,9 @@ spilled, diagnosed) is the caller's: `captured(index, capture)` is told as soon 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn

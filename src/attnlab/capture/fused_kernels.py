@@ -8,8 +8,9 @@ marked `reconstructed`."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn.attention.flex_attention as flex_attention_api

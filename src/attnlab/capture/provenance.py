@@ -12,7 +12,18 @@ import torch
 from torch import nn
 
 from attnlab.capture.buffers import Memory
-from attnlab.capture.torch_calls import DIV, FIRST_ONLY, FRESH, JOIN, KEEP_FACTOR, MUL, NEG, SHAPE_OPS, replayed, tensors_in
+from attnlab.capture.torch_calls import (
+    DIV,
+    FIRST_ONLY,
+    FRESH,
+    JOIN,
+    KEEP_FACTOR,
+    MUL,
+    NEG,
+    SHAPE_OPS,
+    replayed,
+    tensors_in,
+)
 from attnlab.modules.roles import QKV_ROLES, FusedLayout, fused_layout, module_roles, projection_role
 
 ACTIVATIONS = ("input", "proj")  # what queries, keys and values are made of

@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 import mmap
 import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch

@@ -10,41 +10,41 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, Sequence
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from attnlab.diagnosis import batch_mixing
 from attnlab.capture.recorder import Capture, capture
-from attnlab.capture.stages import canonical_tokens
-from attnlab.process_state import own_torch
+from attnlab.capture.spill import as_numpy, spill
+from attnlab.capture.stages import SQUARE_STAGES, canonical_tokens
+from attnlab.compute.memory import Size, check_fits, should_spill
+from attnlab.compute.observable import unobservable
+from attnlab.compute.profile import profile_pair
 from attnlab.configured import container
-from attnlab.schema import WeightsMode, resolved
-from attnlab.errors import UserError
+from attnlab.diagnosis import batch_mixing
 from attnlab.diagnosis.analysis import analyse
 from attnlab.diagnosis.diagnostics import expected_shapes
 from attnlab.diagnosis.kv_granularity import align_kv_heads
-from attnlab.diagnosis.stage_blocks import one_thread
-from attnlab.diagnosis.returned_weights import returned_weights
-from attnlab.inputs.kinds import Inputs
-from attnlab.modules.layouts import align, seed_projections
 from attnlab.diagnosis.predictions import check_predictions
-from attnlab.compute.observable import unobservable
-from attnlab.compute.memory import Size, check_fits, should_spill
-from attnlab.capture.spill import as_numpy, spill
-from attnlab.capture.stages import SQUARE_STAGES
-from attnlab.compute.profile import profile_pair
-from attnlab.record import Diagnosis, Finding, Pair, Record, Setup, record_of
-from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
-from attnlab.modules.registry import CONSTRUCTOR_KEYS, auto_reference
+from attnlab.diagnosis.returned_weights import returned_weights
+from attnlab.diagnosis.stage_blocks import one_thread
+from attnlab.errors import UserError
+from attnlab.inputs.kinds import Inputs
 from attnlab.modules import session
+from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
+from attnlab.modules.layouts import align, seed_projections
+from attnlab.modules.registry import CONSTRUCTOR_KEYS, auto_reference
 from attnlab.modules.roles import manual_seed
+from attnlab.process_state import own_torch
+from attnlab.record import Diagnosis, Finding, Pair, Record, Setup, record_of
+from attnlab.schema import WeightsMode, resolved
 
 SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -7,14 +7,19 @@ from dataclasses import dataclass, replace
 
 from attnlab.capture.recorder import Capture
 from attnlab.diagnosis.batch_mixing import BatchMixing
+from attnlab.diagnosis.check_runner import diagnose_context
 from attnlab.diagnosis.context import build_context
-from attnlab.diagnosis.diagnostics import (OWN_STAGES, Grid, compute_diagnostics, divergence_grids,
-                                          first_divergent_stage, own_statistics)
+from attnlab.diagnosis.diagnostics import (
+    OWN_STAGES,
+    Grid,
+    compute_diagnostics,
+    divergence_grids,
+    first_divergent_stage,
+    own_statistics,
+)
 from attnlab.diagnosis.masking import neg_infs, with_masks_as_neg_inf
 from attnlab.diagnosis.stage_blocks import one_thread, peaks
-from attnlab.diagnosis.check_runner import diagnose_context
 from attnlab.record import Finding
-
 
 SOFTMAX_SIDE = ("scores", "scaled_scores", "weights")  # what the masks and the -inf counts read
 

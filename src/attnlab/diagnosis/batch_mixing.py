@@ -12,16 +12,16 @@ passing silently.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable
 
 import torch
 
 from attnlab.capture.recorder import Capture
+from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.diagnostics import blocks, stage_tolerance
 from attnlab.diagnosis.masking import with_masks_as_neg_inf
 from attnlab.diagnosis.stage_blocks import one_thread
-from attnlab.capture.stages import STAGES
 
 NOT_CHECKED_EQUAL = "batch mixing not checked: the batch items are equal; use inputs=random"
 

@@ -23,8 +23,16 @@ from attnlab.capture.spill import releasing
 from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.kv_granularity import kv_head_of
 from attnlab.diagnosis.masking import NegInf, neg_infs
-from attnlab.diagnosis.stage_blocks import (Peaks, block_scratch, blocks, finite_max_abs, fitted, max_abs, peaks,
-                                      row_blocks)
+from attnlab.diagnosis.stage_blocks import (
+    Peaks,
+    block_scratch,
+    blocks,
+    finite_max_abs,
+    fitted,
+    max_abs,
+    peaks,
+    row_blocks,
+)
 
 NAN = float("nan")
 _EPS = float(torch.finfo(torch.float32).eps)  # float32's; a capture in another dtype uses its own (capture_eps)

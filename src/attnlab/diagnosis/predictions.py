@@ -9,13 +9,14 @@ The "Predictions" section of docs/guide/configuration.md documents every key wit
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from attnlab.capture.recorder import Capture
-from attnlab.errors import UserError
-from attnlab.record import Finding, Prediction
 from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.codes import BY_CODE, MODEL_CODES, closest
+from attnlab.errors import UserError
+from attnlab.record import Finding, Prediction
 
 ROW_SUM_TOL = 1e-4
 

@@ -7,7 +7,6 @@ means the capture read another tensor as the weights, or the module returns some
 
 from __future__ import annotations
 
-
 from attnlab.capture.recorder import Capture
 from attnlab.diagnosis.diagnostics import max_abs_diff, stage_tolerance
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Collection, Iterator, Mapping
 
 import torch
 

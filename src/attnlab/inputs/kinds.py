@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -66,8 +66,8 @@ class BookInputsConf:
     _target_: str = "attnlab.inputs.kinds.rows_inputs"
     _convert_: str = "all"
     kind: str = "book"
-    labels: Optional[List[str]] = None
-    embeddings: Optional[List[Any]] = None  # rows are checked by the factory, not by type
+    labels: list[str] | None = None
+    embeddings: list[Any] | None = None  # rows are checked by the factory, not by type
 
 
 @dataclass
@@ -93,7 +93,7 @@ class FileInputsConf:
     _target_: str = "attnlab.inputs.kinds.file_inputs"
     _convert_: str = "all"
     kind: str = "file"
-    path: Optional[str] = None
+    path: str | None = None
 
     def __post_init__(self) -> None:
         if not self.path:
@@ -111,7 +111,7 @@ class TextInputsConf:
     _target_: str = "attnlab.inputs.text.text_inputs"
     _convert_: str = "all"
     kind: str = "text"
-    text: Optional[str] = None
+    text: str | None = None
     d_in: int = 3
     positions: bool = False  # add a seeded nn.Embedding(max_tokens, d_in) of positions 0..n-1
     max_tokens: int = 1024  # GPT-2's context length; also the size of the positions' table
@@ -228,7 +228,7 @@ def _from_rows(rows: Any, labels: list[str] | None, source: str) -> Inputs:
         raise UserError(f"{source}: rows must hold numbers only ({exc})") from None
     if labels is not None and len(labels) != len(rows):
         raise UserError(f"{source}: {len(labels)} labels for {len(rows)} token rows; give one label per row")
-    return Inputs(embeddings, [str(l) for l in labels] if labels else [f"t{i}" for i in range(len(rows))])
+    return Inputs(embeddings, [str(label) for label in labels] if labels else [f"t{i}" for i in range(len(rows))])
 
 
 def _read_file(path: Path) -> tuple[Any, Any]:  # the file's rows and labels, unchecked: _from_rows checks them

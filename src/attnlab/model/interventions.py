@@ -15,9 +15,10 @@ Kinds, each applied to the layer `layer=` names while the model runs:
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn

@@ -4,34 +4,34 @@ layer's own parameters in its place, and what that does to the model's output.""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from attnlab.capture.recorder import Capture
 from attnlab.capture.every_layer import every_layer
+from attnlab.capture.recorder import Capture
 from attnlab.capture.spill import as_numpy, spill
 from attnlab.capture.stages import SQUARE_STAGES
 from attnlab.compute.memory import SPILL_STAGE_BYTES
 from attnlab.compute.pipeline import diagnosed, run_module
 from attnlab.model.config_variants import config_variant, takes_config
 from attnlab.model.effect import output_effects
+from attnlab.model.forward import AsLayerCalled, Final, InModel, LayerCall, final_hidden, output_head, replaced
 from attnlab.model.head_patterns import head_patterns
 from attnlab.model.inputs import ModelInputs
 from attnlab.model.loading import LoadedModel
 from attnlab.model.replay import BlockRecording
-from attnlab.model.forward import AsLayerCalled, Final, InModel, LayerCall, final_hidden, output_head, replaced
 from attnlab.model.sizes import ModelSizes, constructor_values
-from attnlab.modules.layouts import LayoutError, Projections, load_projections, read_projections
 from attnlab.modules.built import BuiltModule, PluginError, plan
+from attnlab.modules.layouts import LayoutError, Projections, load_projections, read_projections
 from attnlab.modules.registry import get_variant
 from attnlab.modules.roles import manual_seed
 from attnlab.record import Effect, Finding, Pair, Record, Setup, record_of
-
 
 STAND_IN = "multi_head_attention"  # the source's MultiHeadAttention
 STAND_IN_TOLERANCE = 1e-5

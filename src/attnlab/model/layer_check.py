@@ -9,21 +9,21 @@ with its own output head) is reported separately, in every layer's record.
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.compute.pipeline import diagnosed, run_module
 from attnlab.errors import UserError
 from attnlab.model.effect import output_effect
+from attnlab.model.forward import AsLayerCalled, output_head
 from attnlab.model.layer import ModelRun, layer_reference, own_head_patterns
 from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.loading_checks import loading_findings
 from attnlab.model.locate import attention_modules, chosen_layers
 from attnlab.model.model_memory import check_model_fits
-from attnlab.model.forward import AsLayerCalled, output_head
-from attnlab.model.sizes import model_sizes
 from attnlab.model.model_spec import ModelSpec, model_spec
+from attnlab.model.sizes import model_sizes
 from attnlab.model.tokens import token_ids
 from attnlab.modules.built import BuiltModule, PluginError
 from attnlab.modules.layouts import LayoutError, read_projections

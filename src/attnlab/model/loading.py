@@ -16,8 +16,8 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.model.model_memory import check_weights_fit
-from attnlab.model.saved_folder import check_saved_folder
 from attnlab.model.model_spec import ModelSpec
+from attnlab.model.saved_folder import check_saved_folder
 from attnlab.model.tokens import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, hf_tokenizer
 from attnlab.model.user_models import build_user_model
 from attnlab.modules.families import family

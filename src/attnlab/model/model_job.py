@@ -4,26 +4,27 @@ from __future__ import annotations
 
 import copy
 import difflib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
-from attnlab.model.layer_check import compute_check_records
-from attnlab.model.layer import ModelRun, OwnCaptures, changed_layer, compare_layer
-from attnlab.model.loading import LoadedModel, load_model
-from attnlab.modules.families import family
+from attnlab.inputs.token_ids import read_ids
+from attnlab.model.declared_config import declared_config
+from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
 from attnlab.model.intervention_records import intervention_records
 from attnlab.model.interventions import intervention
-from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
+from attnlab.model.layer import ModelRun, OwnCaptures, changed_layer, compare_layer
+from attnlab.model.layer_check import compute_check_records
+from attnlab.model.loading import LoadedModel, load_model
 from attnlab.model.model_memory import check_model_fits
+from attnlab.model.model_spec import OWN_KEYS, is_requested, model_spec
 from attnlab.model.sizes import ModelSizes, model_sizes
 from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
-from attnlab.model.model_spec import OWN_KEYS, is_requested, model_spec
-from attnlab.inputs.token_ids import read_ids
 from attnlab.model.tokens import fitting_ids, token_ids
-from attnlab.model.declared_config import declared_config
 from attnlab.model.variant_fit import check_variant_fits
+from attnlab.modules.families import family
 from attnlab.record import ModelInfo, Record, Setup
 from attnlab.schema import resolved
 

@@ -10,9 +10,10 @@ config (`model.n_layer=2`, `model.num_key_value_heads=2`).
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from attnlab.errors import UserError
 

@@ -10,8 +10,9 @@ ran more than once (shared weights): then the changed forward runs every block.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from torch import Tensor, nn
 

@@ -18,7 +18,8 @@ A required parameter nothing provides is refused before any work (`check_forward
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -29,8 +29,14 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules import arguments, hf
-from attnlab.modules.registry import (CONSTRUCTOR_KEYS, DEFAULT_VALUES, SPELLINGS, VariantSpec, constructor_kwargs,
-                                      get_variant)
+from attnlab.modules.registry import (
+    CONSTRUCTOR_KEYS,
+    DEFAULT_VALUES,
+    SPELLINGS,
+    VariantSpec,
+    constructor_kwargs,
+    get_variant,
+)
 from attnlab.modules.roles import declared_count, manual_seed
 
 

@@ -20,10 +20,11 @@ import importlib.util
 import inspect
 import io
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import nn

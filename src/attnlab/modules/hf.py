@@ -17,18 +17,18 @@ import difflib
 import importlib
 import inspect
 import sys
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.schema import ATTN_IMPLEMENTATIONS
+from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
 from attnlab.modules.roles import declared_count
-from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
+from attnlab.schema import ATTN_IMPLEMENTATIONS
 
 PREFIX = "hf:"
 PROVIDED = ("alibi", "position_bias")  # forward arguments only a Hugging Face module's call builds
@@ -47,7 +47,7 @@ def _transformers() -> Any:
     return transformers
 
 
-@lru_cache(maxsize=None)
+@cache
 def attention_class(model_type: str) -> tuple[type[nn.Module], type]:
     """(attention class, config class) of a model type: `llama` -> (LlamaAttention, LlamaConfig).
 
@@ -272,7 +272,7 @@ def _alibi(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
 def declared_window(module: nn.Module) -> int | None:
     """The sliding window the module (Gemma's per layer) or else its config (Mistral's) declares."""
     if hasattr(module, "sliding_window"):
-        return getattr(module, "sliding_window")
+        return module.sliding_window
     config = module.config
     if getattr(config, "layer_types", None) and getattr(module, "layer_idx", None) is not None:
         if config.layer_types[module.layer_idx] != "sliding_attention":
@@ -283,8 +283,9 @@ def declared_window(module: nn.Module) -> int | None:
 def declared_clip(module: nn.Module) -> tuple[float, str] | None:
     """The bound the module's config clamps queries, keys and values to (OLMo's and OLMoE's
     clip_qkv), and where it says so; None: no clamp."""
-    bound = getattr(getattr(module, "config", None), "clip_qkv", None)
-    return (float(bound), f"clip_qkv={bound}") if bound else None
+    config = getattr(module, "config", None)
+    spelling = next((s for s in spellings("clip", getattr(config, "model_type", "")) if getattr(config, s, None)), None)
+    return (float(getattr(config, spelling)), f"{spelling}={getattr(config, spelling)}") if spelling else None
 
 
 def declared_scale(module: nn.Module) -> tuple[float, str] | None:

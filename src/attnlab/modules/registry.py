@@ -19,7 +19,7 @@ import difflib
 import fnmatch
 import inspect
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from torch import nn
@@ -88,7 +88,7 @@ class Registry:
         return self.specs[name]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hf_spec(name: str) -> VariantSpec:
     """`hf:MODEL_TYPE`: a spelling with no file, so not a member of the variant group."""
     constructor = hf.hf_constructor(name)

@@ -22,9 +22,10 @@ _ROLE_PATTERNS: dict[str, re.Pattern[str]] = {
     "keys": re.compile(r"key|(^|_)w?k($|_)|^wk$|k_?proj"),
     "values": re.compile(r"value|(^|_)w?v($|_)|^wv$|v_?proj"),
 }
-# a fused query-key-value projection: the source's later chapters' qkv, GPT-2's c_attn,
-# nn.MultiheadAttention's in_proj, GPT-NeoX's query_key_value
-FUSED_QKV = re.compile(r"qkv|c_attn|in_proj|query_key_value")
+# a fused query-key-value projection: the source's later chapters' qkv, and every family adapter's
+# (GPT-2's c_attn, nn.MultiheadAttention's in_proj, GPT-NeoX's and Falcon's query_key_value)
+FUSED_QKV = re.compile("|".join(sorted({"qkv", *(re.escape(row.fused_qkv.lower()) for row in FAMILIES
+                                                  if row.fused_qkv)})))
 # ...of which those that hold each head's query, key and value side by side, (heads, 3, head_dim)
 # along the output, when every head has its own key and value: GPT-NeoX, Persimmon, Bloom (a
 # family row's fused_order says so for the others: Falcon, GPTBigCode)

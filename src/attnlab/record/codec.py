@@ -7,9 +7,10 @@ values above `INLINE_LIMIT` elements are stored as `null`: record.json stays sma
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 import re
 import shutil
+from collections.abc import Callable, Iterable
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Callable, Iterable
 
 import pandas as pd
 

@@ -28,15 +28,16 @@ import os
 import struct
 import warnings
 import zlib
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache, partial
+from functools import cache, lru_cache, partial
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
 import torch
 import torch.nn.functional as F
+from PIL import Image, ImageDraw, ImageFont
 
 MAP_SIDE = 192  # px of a map's grid, whatever the matrix's size: a whole map fits a ~350 px card
 MAX_SIDE = MAP_SIDE  # cells per axis after pooling (a cell is at least a pixel)
@@ -85,7 +86,7 @@ DIVERGING_LUT = _lut(_DIVERGING_ANCHORS)
 FONT_FILE = Path(__file__).with_name("fonts") / "DejaVuSansCondensed-subset.ttf"  # licence beside it
 
 
-@lru_cache(maxsize=None)
+@cache
 def _font(size: int) -> ImageFont.FreeTypeFont:
     """DejaVu Sans Condensed (Latin, Greek, punctuation and maths signs), loaded once per size:
     Pillow's own font draws a space a pixel wide ("1e-4to 1") and strokes that a viewer's

@@ -27,10 +27,10 @@ import hashlib
 import json
 import shutil
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -38,8 +38,18 @@ from attnlab.capture.spill import release
 from attnlab.capture.stages import STAGES
 from attnlab.record import Record, write_atomic
 from attnlab.reporting.heatmap import (
-    CROP, LOG_FLOOR, MAX_SIDE, ROBUST_PERCENTILES, _as_heads, _in_threads, finite_range, grid_pooling,
-    render_head_grid, render_heatmap, robust_range, to_png_bytes,
+    CROP,
+    LOG_FLOOR,
+    MAX_SIDE,
+    ROBUST_PERCENTILES,
+    _as_heads,
+    _in_threads,
+    finite_range,
+    grid_pooling,
+    render_head_grid,
+    render_heatmap,
+    robust_range,
+    to_png_bytes,
 )
 
 HEATMAP_STAGES = ("queries", "keys", "values", "scores", "scaled_scores", "weights", "context", "output")

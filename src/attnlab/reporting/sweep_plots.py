@@ -13,13 +13,13 @@ from __future__ import annotations
 import fnmatch
 import html
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from attnlab.reporting.aggregate import Report, swept_columns
 from attnlab.record import Record
+from attnlab.reporting.aggregate import Report, swept_columns
 
 # the long-context story: entropy (and normalised), the peak weight, the attention-sink mass, the effect on the context
 DEFAULT_DIAGNOSTICS = ("weights_entropy_mean", "weights_entropy_norm_mean", "weights_row_max_mean",

@@ -17,17 +17,18 @@ terminal last, so what it points to is already on disk.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
 
 if TYPE_CHECKING:
-    from attnlab.reporting.aggregate import Report
     from attnlab.record import Record
+    from attnlab.reporting.aggregate import Report
 
 
 REPORT_FILE = "report.html"  # a single run's page in its job folder (the html sink writes, the terminal names it)

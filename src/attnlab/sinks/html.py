@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 

@@ -12,8 +12,8 @@ from attnlab.record import Record
 from attnlab.reporting.aggregate import Report, swept_columns
 from attnlab.reporting.metrics import run_label
 from attnlab.reporting.multirun import sweep_command
-from attnlab.sinks.base import REPORT_FILE
 from attnlab.shown_paths import display_path
+from attnlab.sinks.base import REPORT_FILE
 
 
 def header_html(report: Report, folder: Path) -> str:

@@ -13,7 +13,7 @@ import html
 from pathlib import Path
 
 from attnlab.record import Record
-from attnlab.reporting.job_heatmaps import EncodedHeatmap, FOLDER, read_index
+from attnlab.reporting.job_heatmaps import FOLDER, EncodedHeatmap, read_index
 
 
 def img_html(image: EncodedHeatmap, alt: str) -> str:

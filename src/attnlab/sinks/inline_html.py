@@ -11,7 +11,7 @@ tokens). Self-contained: inline CSS scoped to the output, data: URI PNGs, no scr
 from __future__ import annotations
 
 import html
-from typing import Sequence
+from collections.abc import Sequence
 
 from attnlab.record import Record
 from attnlab.reporting.job_heatmaps import heatmap_images

@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING
 
 from attnlab.errors import UserError
 from attnlab.locks import locked, private_dir
-from attnlab.reporting.metrics import findings_markdown, hparams, metric_values, override_hparams, run_label
-from attnlab.reporting.multirun import swept_hparams
 from attnlab.record import Record
 from attnlab.record.completion import record_digests
+from attnlab.reporting.metrics import findings_markdown, hparams, metric_values, override_hparams, run_label
+from attnlab.reporting.multirun import swept_hparams
 from attnlab.sinks.base import REPORT_FILE, JobInfo
 
 if TYPE_CHECKING:

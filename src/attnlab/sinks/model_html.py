@@ -11,8 +11,8 @@ from __future__ import annotations
 import base64
 import html
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from attnlab.record import Record, write_atomic
 from attnlab.reporting.heatmap import render_head_grid, render_heatmap

@@ -9,8 +9,9 @@ of every comparison.csv.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from attnlab.record import Record, write_atomic
 from attnlab.reporting.rows import TABLE_FILE, job_rows, sweep_rows, write_rows_csv

@@ -43,12 +43,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attnlab.record import Record
 from attnlab.reporting.job_heatmaps import EncodedHeatmap, job_heatmaps
 from attnlab.reporting.metrics import (
-    KEY_METRICS, findings_markdown, hparams, json_default, metric_name, metric_values, run_label,
+    KEY_METRICS,
+    findings_markdown,
+    hparams,
+    json_default,
+    metric_name,
+    metric_values,
+    run_label,
 )
 from attnlab.reporting.multirun import swept_hparams
-from attnlab.record import Record
 from attnlab.reporting.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo
 from attnlab.sinks.model_html import model_head_grid

@@ -11,22 +11,22 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence, TextIO
+from typing import TextIO
 
 import numpy as np
 
+from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.message_format import heads_phrase
 from attnlab.printable import escaped
 from attnlab.record import Record
 from attnlab.reporting.rows import TABLE_FILE
-from attnlab.sinks.base import REPORT_FILE, JobInfo
 from attnlab.shown_paths import display_path
+from attnlab.sinks.base import REPORT_FILE, JobInfo
 from attnlab.sinks.model_lines import layer_lines, print_layers
 from attnlab.sinks.views import no_findings_message, shape_trace
-from attnlab.capture.stages import STAGES
-
 
 MAX_SHOWN = 8  # rows and columns of a matrix printed in full; larger ones are cut with "…"
 TERMINAL_ROWS = 20  # per-seed lines printed before the rest are elided (all are in comparison.csv)

@@ -9,8 +9,8 @@ takes context_length but no heads (a CausalAttention of yours) is run once per h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn

@@ -5,9 +5,10 @@ table and a verdict. From Python: `attnlab.train(...)` (attnlab.app.api_training
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 

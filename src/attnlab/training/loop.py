@@ -7,7 +7,7 @@ step) and evaluations run between steps at the settings' cadence, through `at_st
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -38,7 +38,7 @@ class TrainingConf:
     target_accuracy: float = 0.9  # "steps to" this causal accuracy
     vocab: int = 64  # induction and mqar; text: the file's characters
     pairs: int = 4  # mqar: key-value pairs per sequence
-    path: Optional[str] = None  # text: a UTF-8 text file
+    path: str | None = None  # text: a UTF-8 text file
     model: ModelSizes = field(default_factory=ModelSizes)
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 # measure: (its floor: a smaller difference says nothing, a fraction of the reference's mean for
 # RELATIVE_FLOORS, else absolute (accuracies and entropies are fractions already); what it is).

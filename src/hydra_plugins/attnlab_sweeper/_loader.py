@@ -20,7 +20,8 @@ from __future__ import annotations
 import copy
 import os
 import re
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.config_search_path import ConfigSearchPath
@@ -63,18 +64,18 @@ class SweepConfigLoader(ConfigLoader):
 
     def __init__(self, loader: ConfigLoader) -> None:
         self.loader = loader
-        self._composed: Dict[tuple, DictConfig] = {}
-        self._groups: Dict[tuple, FrozenSet[str]] = {}
-        self._parser: Optional[OverridesParser] = None
+        self._composed: dict[tuple, DictConfig] = {}
+        self._groups: dict[tuple, frozenset[str]] = {}
+        self._parser: OverridesParser | None = None
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:
         # joblib, submitit and Ray pickle the launcher's HydraContext: a worker fills its own cache
         return {"loader": self.loader}
 
-    def __setstate__(self, state: Dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["loader"])  # type: ignore[misc]
 
-    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: List[str]) -> DictConfig:
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         try:
             config = self._from_cache(master_config, list(sweep_overrides))
         except Exception:  # noqa: BLE001 - Hydra's composition below raises the error to report
@@ -83,7 +84,7 @@ class SweepConfigLoader(ConfigLoader):
             config = self.loader.load_sweep_config(master_config=master_config, sweep_overrides=sweep_overrides)
         return config
 
-    def is_group(self, master_config: DictConfig, override: Override) -> Optional[bool]:
+    def is_group(self, master_config: DictConfig, override: Override) -> bool | None:
         """Whether Hydra's composition takes `override` as a config-group choice (its key names
         a group and its value is no dict); None when this loader cannot tell."""
         parent, _, name = override.key_or_group.rpartition("/")
@@ -91,13 +92,13 @@ class SweepConfigLoader(ConfigLoader):
             return None
         return name in self._child_groups(master_config, parent) and not isinstance(override.value(), dict)
 
-    def _from_cache(self, master: DictConfig, lines: List[str]) -> Optional[DictConfig]:
+    def _from_cache(self, master: DictConfig, lines: list[str]) -> DictConfig | None:
         """The job's config built from its composed config-group lines; None when a line is one
         this path does not take."""
         parser = self._parser = self._parser or OverridesParser.create()
         overrides = [parser.parse_override(line) for line in lines]
-        groups: List[str] = []
-        values: List[Override] = []
+        groups: list[str] = []
+        values: list[Override] = []
         for override in overrides:
             group = None if self._left_to_hydra(override) else self.is_group(master, override)
             if group is None or (not group and (override.package is not None or override.is_delete())):
@@ -121,7 +122,7 @@ class SweepConfigLoader(ConfigLoader):
                 or override.key_or_group == "hydra")
 
     @staticmethod
-    def _derive(config: DictConfig, master: DictConfig, overrides: List[Override], composed: int) -> None:
+    def _derive(config: DictConfig, master: DictConfig, overrides: list[Override], composed: int) -> None:
         """What Hydra's composition sets from every override line, after applying them."""
         job = config.hydra.job
         task = config.hydra.overrides.task
@@ -137,13 +138,13 @@ class SweepConfigLoader(ConfigLoader):
         OmegaConf.copy_cache(from_config=master, to_config=config)
 
     @staticmethod
-    def _context(master: DictConfig) -> Tuple[Any, ...]:
+    def _context(master: DictConfig) -> tuple[Any, ...]:
         """What a composition depends on besides the job's lines: the primary config, Hydra's own
         overrides and the working folder (the primary config's search path may name ./conf)."""
         hydra_lines = OmegaConf.to_container(master.hydra.overrides.hydra)  # unresolved, as Hydra reads them
         return master.hydra.job.config_name, tuple(hydra_lines), os.getcwd()  # type: ignore[arg-type]
 
-    def _child_groups(self, master: DictConfig, parent: str) -> FrozenSet[str]:
+    def _child_groups(self, master: DictConfig, parent: str) -> frozenset[str]:
         key = (*self._context(master), parent)
         if key not in self._groups:
             name, hydra_lines, _ = self._context(master)
@@ -152,7 +153,7 @@ class SweepConfigLoader(ConfigLoader):
         return self._groups[key]
 
     # The rest of the interface: the wrapped loader's.
-    def load_configuration(self, config_name: Optional[str], overrides: List[str], run_mode: RunMode,
+    def load_configuration(self, config_name: str | None, overrides: list[str], run_mode: RunMode,
                            from_shell: bool = True, validate_sweep_overrides: bool = True) -> DictConfig:
         return self.loader.load_configuration(config_name=config_name, overrides=overrides, run_mode=run_mode,
                                               from_shell=from_shell, validate_sweep_overrides=validate_sweep_overrides)
@@ -160,16 +161,16 @@ class SweepConfigLoader(ConfigLoader):
     def get_search_path(self) -> ConfigSearchPath:
         return self.loader.get_search_path()
 
-    def get_sources(self) -> List[ConfigSource]:
+    def get_sources(self) -> list[ConfigSource]:
         return self.loader.get_sources()
 
-    def list_groups(self, parent_name: str) -> List[str]:
+    def list_groups(self, parent_name: str) -> list[str]:
         return self.loader.list_groups(parent_name)
 
-    def get_group_options(self, group_name: str, results_filter: Optional[ObjectType] = ObjectType.CONFIG,
-                          config_name: Optional[str] = None, overrides: Optional[List[str]] = None) -> List[str]:
+    def get_group_options(self, group_name: str, results_filter: ObjectType | None = ObjectType.CONFIG,
+                          config_name: str | None = None, overrides: list[str] | None = None) -> list[str]:
         return self.loader.get_group_options(group_name=group_name, results_filter=results_filter,
                                              config_name=config_name, overrides=overrides)
 
-    def compute_defaults_list(self, config_name: Optional[str], overrides: List[str], run_mode: RunMode) -> Any:
+    def compute_defaults_list(self, config_name: str | None, overrides: list[str], run_mode: RunMode) -> Any:
         return self.loader.compute_defaults_list(config_name=config_name, overrides=overrides, run_mode=run_mode)

@@ -34,9 +34,10 @@ from __future__ import annotations
 import copy
 import itertools
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -46,10 +47,10 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from hydra_plugins.attnlab_sweeper.folder import check_reuse, job_outcomes, locked, runs_of, write_multirun_yaml
 from hydra_plugins.attnlab_sweeper._loader import SweepConfigLoader, apply_override
+from hydra_plugins.attnlab_sweeper.folder import check_reuse, job_outcomes, locked, runs_of, write_multirun_yaml
 
 
 def cartesian(overrides: Sequence[Override]) -> list[list[str]]:
@@ -89,14 +90,14 @@ def apply_value(config: DictConfig, override: Override) -> DictConfig:
 
 
 class AttnlabSweeper(Sweeper):
-    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
+    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None,
                  check: bool = False, check_job: bool = False, finish: bool = False) -> None:
         super().__init__()
         self.max_batch_size = max_batch_size
         self.params = dict(params or {})
         self.check, self.check_job, self.finish = check, check_job, finish
-        self.hydra_context: Optional[HydraContext] = None
-        self.config: Optional[DictConfig] = None
+        self.hydra_context: HydraContext | None = None
+        self.config: DictConfig | None = None
         self.launcher = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -107,7 +108,7 @@ class AttnlabSweeper(Sweeper):
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=self.hydra_context, task_function=task_function, config=config)
 
-    def sweep(self, arguments: List[str]) -> Any:
+    def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         lines = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
@@ -120,7 +121,7 @@ class AttnlabSweeper(Sweeper):
             write_multirun_yaml(sweep_dir, self.config)
             pending = list(range(len(jobs)))
             if resuming:
-                unfinished: Dict[tuple, str] = {}
+                unfinished: dict[tuple, str] = {}
                 done = job_outcomes(sweep_dir, unfinished)
                 pending = [i for i in pending if not done.get(tuple(jobs[i]))]
                 say(f"resuming the sweep in {sweep_dir}: {len(jobs) - len(pending)} of {len(jobs)} job(s) are done; "
@@ -156,7 +157,7 @@ class AttnlabSweeper(Sweeper):
             _ = job.return_value  # re-raises the job's exception, as the basic sweeper does
         return returns
 
-    def launch(self, jobs: Sequence[Sequence[str]], indices: list[int], returns: list) -> Optional[Exception]:
+    def launch(self, jobs: Sequence[Sequence[str]], indices: list[int], returns: list) -> Exception | None:
         """Launch the jobs at `indices` in runs of consecutive numbers (a job keeps its number and so
         its folder); the launcher's error, if one failed (the rest of the runs are not launched)."""
         size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(jobs), 1)
@@ -237,7 +238,7 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0].split('. ')[0][:200]}"
 
 
-def closest(contexts: Dict[tuple, DictConfig], job: Sequence[str]) -> DictConfig:
+def closest(contexts: dict[tuple, DictConfig], job: Sequence[str]) -> DictConfig:
     """The composed config sharing most config-group choices with `job` (the values checked
     together are the top-level keys and the inputs')."""
     return max(contexts.items(), key=lambda item: len(set(item[0]) & set(job)))[1]

@@ -17,9 +17,10 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator, Optional, Sequence
+from typing import IO
 
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
@@ -70,7 +71,7 @@ def write_multirun_yaml(folder: Path, config: DictConfig) -> None:
     write_atomic(folder / "multirun.yaml", OmegaConf.to_yaml(config))
 
 
-def previous_overrides(folder: Path) -> Optional[list[str]]:
+def previous_overrides(folder: Path) -> list[str] | None:
     """The overrides of the sweep that last wrote `folder` (its multirun.yaml); None if none did."""
     path = folder / "multirun.yaml"
     if not path.is_file():
@@ -81,7 +82,7 @@ def previous_overrides(folder: Path) -> Optional[list[str]]:
         return ["(an unreadable multirun.yaml)"]
 
 
-def job_outcomes(folder: Path, unfinished: Optional[dict] = None) -> dict[tuple[str, ...], bool]:
+def job_outcomes(folder: Path, unfinished: dict | None = None) -> dict[tuple[str, ...], bool]:
     """{a job's overrides: whether it is done} for every job folder under `folder` with at least
     one record: done when every record is ok, there are as many as its seeds (n_seeds), and its
     completion mark (attnlab.record.completion, written after every output) names these

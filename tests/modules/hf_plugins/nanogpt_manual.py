@@ -1,12 +1,12 @@
 # nanoGPT CausalSelfAttention and GPTConfig, verbatim from karpathy/nanoGPT model.py (3adf61e) but for one line: its manual path (self.flash = False).
 
 import math
-import inspect
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
+
 
 class CausalSelfAttention(nn.Module):
 

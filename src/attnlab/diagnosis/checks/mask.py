@@ -7,9 +7,9 @@ import math
 
 import torch
 
+from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.context import Context, Found, finding
 from attnlab.diagnosis.message_format import fmt
-from attnlab.capture.stages import STAGES
 from attnlab.record import Finding
 
 

@@ -7,8 +7,8 @@ import math
 import torch
 
 from attnlab.diagnosis.context import Context, Found, finding
-from attnlab.diagnosis.recognisers import linear_attention
 from attnlab.diagnosis.message_format import fmt
+from attnlab.diagnosis.recognisers import linear_attention
 from attnlab.record import Finding
 
 DROPOUT_RTOL = 1e-3

@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 
 from attnlab.diagnosis.context import Pair, finding
-from attnlab.diagnosis.recognisers.rotation import fit_rotation, turned
-from attnlab.diagnosis.recognisers.recogniser import recogniser
 from attnlab.diagnosis.message_format import fmt
+from attnlab.diagnosis.recognisers.recogniser import recogniser
+from attnlab.diagnosis.recognisers.rotation import fit_rotation, turned
 from attnlab.record import Finding
 
 _STAGES = ("queries", "keys", "values")

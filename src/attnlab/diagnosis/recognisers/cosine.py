@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 
 from attnlab.diagnosis.context import Pair, finding
-from attnlab.diagnosis.recognisers.rotation import fit_rotation
-from attnlab.diagnosis.recognisers.recogniser import UNIT_RMS, recogniser
 from attnlab.diagnosis.message_format import fmt
+from attnlab.diagnosis.recognisers.recogniser import UNIT_RMS, recogniser
+from attnlab.diagnosis.recognisers.rotation import fit_rotation
 from attnlab.record import Finding
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +11,6 @@ from attnlab.diagnosis.context import Pair, finding
 from attnlab.diagnosis.diagnostics import max_abs
 from attnlab.diagnosis.recognisers.recogniser import each_head
 from attnlab.record import Finding
-
 
 _FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "elu + 1, a non-negative kernel": lambda x: F.elu(x) + 1,

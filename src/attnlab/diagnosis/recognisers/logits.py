@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 
 from attnlab.diagnosis.context import Pair, finding
-from attnlab.diagnosis.recognisers.recogniser import EPS, ROWS, each_head, recogniser
 from attnlab.diagnosis.message_format import fmt
+from attnlab.diagnosis.recognisers.recogniser import EPS, ROWS, each_head, recogniser
 from attnlab.record import Finding
 
 

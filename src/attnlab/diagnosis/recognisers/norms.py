@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 import torch
 
-from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation
 from attnlab.diagnosis.recognisers.recogniser import UNIT_RMS
+from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation
 
 
 class Norm(NamedTuple):

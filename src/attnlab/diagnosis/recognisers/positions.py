@@ -5,10 +5,17 @@ from __future__ import annotations
 import torch
 
 from attnlab.diagnosis.context import Pair, finding
-from attnlab.diagnosis.recognisers.norms import PER_HEAD, PER_HEAD_LAYER, WHOLE_WIDTH, norms, rotation_maybe_normed, unit_rms_of
-from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation, reversed_turn, turned
-from attnlab.diagnosis.recognisers.recogniser import recogniser
 from attnlab.diagnosis.message_format import fmt
+from attnlab.diagnosis.recognisers.norms import (
+    PER_HEAD,
+    PER_HEAD_LAYER,
+    WHOLE_WIDTH,
+    norms,
+    rotation_maybe_normed,
+    unit_rms_of,
+)
+from attnlab.diagnosis.recognisers.recogniser import recogniser
+from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation, reversed_turn, turned
 from attnlab.record import Finding
 
 _SAME_SCALE = 1e-3  # queries' and keys' scales apart by more: not one attention factor on cos and sin

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
 from attnlab.diagnosis.context import Check, Context, Found, Pair
 from attnlab.record import Finding
-
 
 EPS = float(torch.finfo(torch.float32).eps)
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-from attnlab.diagnosis.recognisers.recogniser import EPS
 from attnlab.diagnosis.message_format import fmt
-
+from attnlab.diagnosis.recognisers.recogniser import EPS
 
 _PAIRINGS: dict[str, Callable[[int], tuple[torch.Tensor, torch.Tensor]]] = {
     # (x_i, x_{i + head_dim/2}), as Llama and GPT-NeoX rotate

@@ -13,8 +13,8 @@ from __future__ import annotations
 from importlib import import_module
 
 from attnlab.modules.families.adapter import Family
-from attnlab.modules.families.generic import ADAPTER as GENERIC
 from attnlab.modules.families.docs_table import markdown_table
+from attnlab.modules.families.generic import ADAPTER as GENERIC
 
 __all__ = ["FAMILIES", "GENERIC", "Family", "family", "markdown_table", "spellings"]
 

@@ -1,7 +1,7 @@
 """The generic adapter: today's guesses for a family without a file of its own, and the spellings
 every lookup falls back to."""
 
-from attnlab.modules.families.adapter import Family, ROPE
+from attnlab.modules.families.adapter import ROPE, Family
 
 # The fallback every lookup reads for a family not listed: the spellings config classes and
 # constructors use for attnlab's keys, most common first.
@@ -21,6 +21,7 @@ ADAPTER = Family(
         # a declared scale: a dimension whose inverse square root scales the scores, or the factor itself
         "scale_dim": ("query_pre_attn_scalar", "attention_scores_scalar"),
         "scale": ("attention_multiplier",),
+        "clip": ("clip_qkv",),  # the bound queries, keys and values are clamped to (OLMo's)
         "num_layers": ("num_hidden_layers", "n_layer", "n_layers"),
     },
 )

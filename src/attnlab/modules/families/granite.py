@@ -1,5 +1,5 @@
 """Granite: logits divided by the config's logits_scaling."""
 
-from attnlab.modules.families.adapter import Family, ROPE
+from attnlab.modules.families.adapter import ROPE, Family
 
 ADAPTER = Family("granite", "model.layers.{i}.self_attn", logit_divide="logits_scaling", arguments=ROPE)

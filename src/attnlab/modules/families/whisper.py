@@ -1,6 +1,6 @@
 """Whisper: BART's construction; attnlab runs its text decoder (WhisperForCausalLM)."""
 
-from attnlab.modules.families.adapter import Family, MASK, BY_SIZE
+from attnlab.modules.families.adapter import BY_SIZE, MASK, Family
 
 ADAPTER = Family("whisper", "model.decoder.layers.{i}.self_attn", out_proj="out_proj", final_norm="model.decoder.layer_norm",
                  mask="bidirectional", arguments=MASK,

@@ -9,7 +9,7 @@ factory gets exactly those values.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -28,8 +28,14 @@ def factory(node: DictConfig) -> Callable[..., Any]:
 
 def plain_values(node: DictConfig) -> dict[str, Any]:
     """The node's keyword values, resolved once, without `_target_` and instantiate's switches."""
-    values = OmegaConf.to_container(node, resolve=True)
+    values = container(node)
     return {key: value for key, value in values.items() if key != "_target_" and key not in HYDRA_FLAGS}
+
+
+def container(node: DictConfig, *, enum_to_str: bool = False) -> dict[str, Any]:
+    """The node as plain resolved containers; typed as the dict a DictConfig becomes (OmegaConf's
+    return type also covers lists, strings and None, for other nodes)."""
+    return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True, enum_to_str=enum_to_str))
 
 
 def build(node: DictConfig, **extra: Any) -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.configured import container
 from attnlab.errors import UserError
 
 SEED_MAX = 2**64 - 1  # torch.manual_seed takes [-2**63, 2**64 - 1]; negative seeds are refused
@@ -194,7 +195,8 @@ class PlotsConf:
 
 def _scalar_fields(prefix: str = "") -> list[tuple[str, Any, Any]]:
     """`KEYS` under `prefix` as dataclass fields; a nested group (show.*) becomes a dataclass."""
-    fields, groups = [], {}
+    fields: list[tuple[str, Any, Any]] = []
+    groups: dict[str, None] = {}  # the nested groups in order of first appearance
     for key in KEYS:
         if not key.name.startswith(prefix):
             continue
@@ -261,4 +263,4 @@ Config = _dataclass("Config", [
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:
     """The config as plain JSON-able containers (enums as their names), as stored in records."""
-    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    return container(cfg, enum_to_str=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from attnlab.compute.memory import Size
 from attnlab.errors import UserError
-from attnlab.modules.registry import VariantSpec
+from attnlab.modules.variant_spec import VariantSpec
 
 MEASURES = ("n_tokens", "head_dim", "d_in", "d_out", "|d_in - d_out|")
 

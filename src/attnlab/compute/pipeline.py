@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 
 from attnlab.capture.recorder import Capture, capture
@@ -26,6 +27,7 @@ from attnlab.capture.stages import SQUARE_STAGES, canonical_tokens
 from attnlab.compute.memory import Size, check_fits, should_spill
 from attnlab.compute.observable import unobservable
 from attnlab.compute.profile import profile_pair
+from attnlab.configured import container
 from attnlab.diagnosis import batch_mixing
 from attnlab.diagnosis.analysis import analyse
 from attnlab.diagnosis.diagnostics import expected_shapes
@@ -91,17 +93,17 @@ class JobSpec:
                                             "qkv_bias", "attn_implementation")}
         return cls(
             name=cfg.variant.name,
-            params=OmegaConf.to_container(cfg.variant.params, resolve=True),
+            params=container(cfg.variant.params),
             config=resolved(cfg),
             shared=cfg.weights == WeightsMode.shared,
             weights_init=cfg.weights_init.value,
             d_out=cfg.d_out,
-            expect=OmegaConf.to_container(cfg.expect, resolve=True),
+            expect=container(cfg.expect),
             values=values,
             batch=cfg.batch,
             train=cfg.train,
             reference=cfg.reference,
-            reference_params=OmegaConf.to_container(cfg.reference_params, resolve=True),
+            reference_params=container(cfg.reference_params),
             show=(cfg.show.batch, cfg.show.head),
             dtype=cfg.dtype,  # names attnlab.schema has checked against DTYPES
             reference_dtype=cfg.reference_dtype,
@@ -153,7 +155,10 @@ def run_module(built: BuiltModule, x: torch.Tensor, seed: int) -> Capture:
         raise PluginError(f"variant '{name}' returned {captured.returned}, not a tensor of shape (n_tokens, ·) "
                           f"or (batch, n_tokens, ·); return the context vectors")
     captured.stages = {stage: t.detach() if isinstance(t, torch.Tensor) else t for stage, t in captured.stages.items()}
-    captured.stages["inputs"] = canonical_tokens(x)
+    tokens = canonical_tokens(x)  # (batch, n_tokens, d_in)
+    if tokens is None:
+        raise ValueError(f"inputs of shape {tuple(x.shape)}: expected (n_tokens, d_in) or (batch, n_tokens, d_in)")
+    captured.stages["inputs"] = tokens
     return captured
 
 
@@ -167,10 +172,10 @@ def exits_raise() -> Iterator[None]:
     still exits: its pid is not ours)."""
     owner, real_exit = os.getpid(), os._exit
 
-    def refused(code: int) -> None:
+    def refused(status: int) -> NoReturn:
         if os.getpid() != owner:
-            real_exit(code)
-        raise ExitCalled(f"os._exit({code}) called in forward; a module must return its context, not end the process")
+            real_exit(status)
+        raise ExitCalled(f"os._exit({status}) called in forward; a module must return its context, not end the process")
 
     os._exit = refused
     try:
@@ -189,9 +194,16 @@ class _Side:
     captured: Capture | None = None
     unobservable: str | None = None  # why its change cannot be seen at this size: then nothing is diagnosed
 
+    @property
+    def ran(self) -> tuple[torch.Tensor, Capture]:
+        """Its input and capture, once _capture_pair has run it; asked before, it is attnlab's bug."""
+        if self.x is None or self.captured is None:
+            raise RuntimeError(f"'{self.built.name}' has not run yet")
+        return self.x, self.captured
+
 
 def compute_record(
-    cfg: DictConfig | None, seed: int, inputs: Inputs, *, spec: JobSpec | None = None,
+    cfg: DictConfig, seed: int, inputs: Inputs, *, spec: JobSpec | None = None,
     phase: Callable[[str], None] | None = None, items: torch.Tensor | None = None,
 ) -> Record:
     """One seed's record. `spec` (JobSpec.from_cfg(cfg)) saves re-reading the config per seed;
@@ -219,14 +231,14 @@ def compute_record(
             scratch = _capture_pair(spec, variant, reference, inputs.embeddings, batch, seed, spilling)
         except PluginError as exc:
             return record_of(setup, pair, error=str(exc))
-        _check_shown(spec.show, variant.captured)
+        _check_shown(spec.show, variant.ran[1])
         say("diagnostics")
         with own_torch():
             diagnosis = _diagnose(spec, variant, reference, seed)
         profile = None
         if spec.profile:  # after the capture, on the plain modules: profiling never changes a diagnosed value
             say("profile")
-            profile = profile_pair((variant.built, variant.x), (reference.built, reference.x),
+            profile = profile_pair((variant.built, variant.ran[0]), (reference.built, reference.ran[0]),
                                    budget_s=spec.profile_budget_s, backward=spec.profile_backward,
                                    warmed_up=True)  # the capture ran both
     return record_of(setup, replace(pair, scratch=scratch), diagnosis, profile=profile)
@@ -269,7 +281,8 @@ def _build_reference(spec: JobSpec, values: dict[str, Any], inputs: Inputs, seed
     return reference, weights_loaded
 
 
-def _reference_arguments(spec: JobSpec, values: dict[str, Any], variant: BuiltModule) -> tuple[dict, dict]:
+def _reference_arguments(spec: JobSpec, values: dict[str, Any],
+                         variant: BuiltModule) -> tuple[dict[str, Any], dict[str, Any]]:
     """The reference's top-level keys and params: `auto`'s gets the variant's own key/value heads;
     either gets reference.params, the top-level keys among them overriding the run's
     (reference.params.attn_implementation=sdpa against an eager variant)."""
@@ -293,7 +306,7 @@ def _aligned(reference: BuiltModule, variant: BuiltModule, num_heads: int) -> di
 
 
 def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch.Tensor, batch: torch.Tensor,
-                  seed: int, spilling: bool) -> tempfile.TemporaryDirectory | None:
+                  seed: int, spilling: bool) -> tempfile.TemporaryDirectory[str] | None:
     """Both modules captured on their inputs: `tokens` (n_tokens, d_in) or `batch` (batch, n_tokens, d_in);
     the folder their spilled stages are in, kept as long as the record."""
     reference.x = _moved(batch if reference.batched else tokens, spec.device, spec.reference_dtype)
@@ -317,9 +330,9 @@ def _capture_pair(spec: JobSpec, variant: _Side, reference: _Side, tokens: torch
 
 def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int) -> Diagnosis:
     """The stages, diagnostics, findings and predictions of the two captures."""
-    mixing = (_batch_mixing(variant.built, variant.x, variant.captured, seed)
-              if variant.batched and not spec.train else None)
-    return diagnosed(variant.captured, reference.captured, shared=spec.shared, train=spec.train,
+    (x, captured), (_, reference_captured) = variant.ran, reference.ran
+    mixing = _batch_mixing(variant.built, x, captured, seed) if variant.batched and not spec.train else None
+    return diagnosed(captured, reference_captured, shared=spec.shared, train=spec.train,
                      expect=spec.expect, mixing=mixing, unobservable=variant.unobservable)
 
 
@@ -394,10 +407,10 @@ def _check_shown(show: tuple[int, int], variant: Capture) -> None:
             raise UserError(f"{key}={index}: the module has {count} {what} (0 to {count - 1})")
 
 
-def _to_numpy(captured: Capture) -> tuple[dict, dict, dict]:
+def _to_numpy(captured: Capture) -> tuple[dict[str, np.ndarray | None], dict[str, list[int]], dict[str, list[int]]]:
     """The stages in the module's own rank (a view of the canonical values), their shapes, and the
     canonical view's shapes (`Record.canonical`)."""
     canonical = {name: as_numpy(t) for name, t in captured.stages.items()}
     shapes = {name: list(captured.native_shapes[name]) for name in canonical}
-    stages = {name: values.reshape(shapes[name]) for name, values in canonical.items()}
+    stages: dict[str, np.ndarray | None] = {name: values.reshape(shapes[name]) for name, values in canonical.items()}
     return stages, shapes, {name: list(values.shape) for name, values in canonical.items()}

@@ -153,7 +153,8 @@ class _MatmulFlops(TorchFunctionMode):
         super().__init__()
         self.flops = 0
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         self.flops += _product_flops(op_name(func), args, out)
@@ -165,25 +166,26 @@ _ATTENTION = {"scaled_dot_product_attention", "flex_attention"}
 _NN_MHA = {"multi_head_attention_forward", "_native_multi_head_attention"}
 
 
-def _product_flops(name: str, args: tuple, out: Any) -> int:
+def _product_flops(name: str, args: tuple[Any, ...], out: Any) -> int:
+    # int(): the operands are untyped here, their sizes ints
     if name in _MATMULS and isinstance(out, torch.Tensor):
         if name == "einsum":
             operands = list(args[1]) if len(args) == 2 and isinstance(args[1], (tuple, list)) else list(args[1:])
             inputs, _, output = str(args[0]).replace(" ", "").partition("->")
             sizes = {c: n for letters, t in zip(inputs.split(","), operands) for c, n in zip(letters, t.shape)}
-            return 2 * out.numel() * math.prod(n for c, n in sizes.items() if c not in output)
+            return int(2 * out.numel() * math.prod(n for c, n in sizes.items() if c not in output))
         first = {"addmm": 1, "baddbmm": 1, "__rmatmul__": 1}.get(name, 0)  # the operand whose last dim is contracted
-        return 2 * out.numel() * args[first].shape[-1]
+        return int(2 * out.numel() * args[first].shape[-1])
     if name in _ATTENTION and len(args) >= 3:
         q, k, v = args[:3]
-        return 2 * math.prod(q.shape[:-2]) * q.shape[-2] * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+        return int(2 * math.prod(q.shape[:-2]) * q.shape[-2] * k.shape[-2] * (q.shape[-1] + v.shape[-1]))
     if name in _NN_MHA and len(args) >= 4:
         q, k = args[0], args[1]
         batch_first = name == "_native_multi_head_attention"  # the other gets (tokens, batch, embed)
         n_q, n_k = (q.shape[-2], k.shape[-2]) if batch_first else (q.shape[0], k.shape[0])
         batch = (q.shape[0] if batch_first else q.shape[1]) if q.dim() == 3 else 1
         embed = int(args[3])
-        return 2 * batch * (n_q * embed * embed * 2 + n_k * embed * embed * 2 + n_q * n_k * 2 * embed)
+        return int(2 * batch * (n_q * embed * embed * 2 + n_k * embed * embed * 2 + n_q * n_k * 2 * embed))
     return 0
 
 

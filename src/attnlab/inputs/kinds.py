@@ -180,7 +180,7 @@ def _takes_batch(function: Any) -> bool:
         return False
 
 
-def rows_inputs(seed: int, kind: str, embeddings: list | None, labels: list[str] | None = None) -> Inputs:
+def rows_inputs(seed: int, kind: str, embeddings: list[Any] | None, labels: list[str] | None = None) -> Inputs:
     """Rows written into the config (the book's six tokens); the seed is not used."""
     return _from_rows(embeddings, labels, source="inputs.embeddings")
 
@@ -231,7 +231,7 @@ def _from_rows(rows: Any, labels: list[str] | None, source: str) -> Inputs:
     return Inputs(embeddings, [str(label) for label in labels] if labels else [f"t{i}" for i in range(len(rows))])
 
 
-def _read_file(path: Path) -> tuple[list, list[str] | None]:
+def _read_file(path: Path) -> tuple[Any, Any]:  # the file's rows and labels, unchecked: _from_rows checks them
     if not path.is_file():
         raise UserError(f"inputs.path={path}: no such file")
     check_size(path, "inputs")
@@ -255,7 +255,7 @@ def _read_file(path: Path) -> tuple[list, list[str] | None]:
     raise UserError(f"inputs.path={path}: unsupported file type '{suffix}'; allowed: .csv, .json, .npy")
 
 
-def _read_csv(path: Path) -> tuple[list, list[str] | None]:
+def _read_csv(path: Path) -> tuple[list[Any], list[str] | None]:
     """One row per token, numbers; an optional header row (a first row without a number) and an
     optional label column, first or last (a column that is not all numbers)."""
     with path.open(newline="", encoding="utf-8") as handle:

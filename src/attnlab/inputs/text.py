@@ -56,7 +56,7 @@ def embed(ids: list[int], vocab_size: int, d_in: int, seed: int, context_length:
     generator = torch.Generator().manual_seed(seed)
     token_table = nn.Embedding.from_pretrained(torch.randn(vocab_size, d_in, generator=generator))  # (vocab_size, d_in)
     token_ids = torch.tensor(ids, dtype=torch.long)  # (n_tokens,)
-    embeddings = token_table(token_ids)  # (n_tokens, d_in)
+    embeddings: torch.Tensor = token_table(token_ids)  # (n_tokens, d_in)
     if context_length is not None:
         position_table = nn.Embedding.from_pretrained(torch.randn(context_length, d_in, generator=generator))  # (context_length, d_in)
         embeddings = embeddings + position_table(torch.arange(len(ids)))  # (n_tokens, d_in)

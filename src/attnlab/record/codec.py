@@ -124,8 +124,9 @@ def unread_keys(data: dict[str, Any]) -> list[str]:
         names = {f.name for f in fields(cls)}
         found = {k for item in data.get(name) or [] if isinstance(item, dict) for k in item if k not in names}
         unread += [f"{name}[].{key}" for key in sorted(found)]
-    model = data.get("model") if isinstance(data.get("model"), dict) else {}
-    unread += [f"model.{key}" for key in model if key not in {f.name for f in fields(ModelInfo)}]
+    model = data.get("model")
+    model_keys = model if isinstance(model, dict) else {}
+    unread += [f"model.{key}" for key in model_keys if key not in {f.name for f in fields(ModelInfo)}]
     return unread
 
 
@@ -163,24 +164,25 @@ def _effect_from_json(data: dict[str, Any]) -> Effect:
     """An effect written before rounding was clamped and non-finite positions counted had neither."""
     known = {f.name for f in fields(Effect)}
     values = {"kl_clamped": 0.0, "non_finite_positions": 0, **data}
-    return Effect(**{k: float(v) if isinstance(v, str) else v for k, v in values.items() if k in known})  # "nan" a float
+    read: dict[str, Any] = {k: float(v) if isinstance(v, str) else v for k, v in values.items() if k in known}
+    return Effect(**read)  # "nan" a float
 
 
-def _stages_to_json(record: Record, *, reference: bool) -> dict:
+def _stages_to_json(record: Record, *, reference: bool) -> dict[str, Any]:
     shapes = record.reference_stage_shapes if reference else record.stage_shapes
     out = {}
     for name, shape in shapes.items():
         values = (record.reference_stages if reference else record.stages).get(name)
         view = record.canonical(name, reference=reference)
-        inline = values is not None and values.size <= INLINE_LIMIT
+        inline = values.reshape(shape) if values is not None and values.size <= INLINE_LIMIT else None
         out[name] = {"shape": list(shape),
-                     "values": _nested(values.reshape(shape)) if inline else None,
+                     "values": _nested(inline) if inline is not None else None,
                      "canonical_axes": list(AXES.get(name, ())),
                      "canonical_shape": list(view.shape) if view is not None else None}
     return out
 
 
-def _stages_from_json(data: dict, version: int) -> tuple[dict[str, np.ndarray | None], dict[str, list[int]],
+def _stages_from_json(data: dict[str, Any], version: int) -> tuple[dict[str, np.ndarray | None], dict[str, list[int]],
                                                         dict[str, list[int]]]:
     """Values in the module's own rank, their shapes, and the canonical view's shapes. Format 2
     nested the values in the canonical view (`view_shape`); format 1 had 2-D stages only."""
@@ -190,15 +192,16 @@ def _stages_from_json(data: dict, version: int) -> tuple[dict[str, np.ndarray | 
         view = entry.get("canonical_shape") if version >= 3 else entry.get("view_shape")
         views[name] = list(view) if view is not None else list(canonical_shape(name, tuple(shapes[name])))
         values = entry.get("values")
-        stages[name] = None if values is None else np.asarray(_map_nested(values, float), dtype=np.float32)
-        if stages[name] is not None and version < 3:
-            stages[name] = stages[name].reshape(shapes[name])
-        if stages[name] is not None and list(stages[name].shape) != shapes[name]:
-            raise ValueError(f"stage {name}: values of shape {list(stages[name].shape)} where its shape is {shapes[name]}")
+        array = None if values is None else np.asarray(_map_nested(values, float), dtype=np.float32)
+        if array is not None and version < 3:
+            array = array.reshape(shapes[name])
+        if array is not None and list(array.shape) != shapes[name]:
+            raise ValueError(f"stage {name}: values of shape {list(array.shape)} where its shape is {shapes[name]}")
+        stages[name] = array
     return stages, shapes, views
 
 
-def _v1_diagnostics(data: dict, old: bool) -> dict[str, float | None]:
+def _v1_diagnostics(data: dict[str, Any], old: bool) -> dict[str, float | None]:
     diagnostics = {k: _from_json_number(v) for k, v in data.items()}
     if old and "divergence_context" in diagnostics:  # format 1 had no output stage: it was the context
         for prefix in ("divergence", "relative_divergence", "non_finite", "shape_ok"):
@@ -218,11 +221,12 @@ def _from_json_number(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _nested(values: np.ndarray) -> list:
-    as_list = values.astype(np.float64).tolist()
+def _nested(values: np.ndarray) -> list[Any]:
+    as_list: list[Any] = values.astype(np.float64).tolist()
     if np.isfinite(values).all():
         return as_list
-    return _map_nested(as_list, _json_number)
+    nested: list[Any] = _map_nested(as_list, _json_number)
+    return nested
 
 
 def _map_nested(values: Any, fn: Callable[[Any], Any]) -> Any:

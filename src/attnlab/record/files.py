@@ -9,6 +9,7 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from attnlab.errors import UserError
 from attnlab.file_limits import check_size
@@ -93,7 +94,7 @@ def read_record(path: Path) -> Record:
 _NOTED: set[str] = set()  # the files warned about: once each, however often a process reads them
 
 
-def _note_newer(path: Path, data: dict) -> None:
+def _note_newer(path: Path, data: dict[str, Any]) -> None:
     """One line for a record written by a newer attnlab: its format version, the keys not read."""
     version = data.get("format_version", 1)
     unread = ["".join(c if c.isprintable() else "?" for c in key[:60]) for key in unread_keys(data)]

@@ -115,9 +115,10 @@ class Record:
     returned: str = ""  # what forward returned, e.g. "tuple(Tensor (2, 8, 64), Tensor (2, 4, 8, 8))"
     output_element: str | None = None  # which element of it is the output, e.g. "[0]"; None: the value itself
     returned_weights: str | None = None  # attention weights returned beside the output, against the captured ones
-    diagnostics: dict[str, float] = field(default_factory=dict)
-    head_diagnostics: dict[str, list[float]] = field(default_factory=dict)  # {name: one value per head}
-    reference_diagnostics: dict[str, float] = field(default_factory=dict)
+    # None: a value the run could not compute, or an older record's format did not have
+    diagnostics: dict[str, float | None] = field(default_factory=dict)
+    head_diagnostics: dict[str, list[float | None]] = field(default_factory=dict)  # {name: one value per head}
+    reference_diagnostics: dict[str, float | None] = field(default_factory=dict)
     first_divergent_stage: str | None = None
     findings: list[Finding] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)  # checks that could not run, each in one sentence
@@ -125,7 +126,7 @@ class Record:
     weights_loaded: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"  # where both modules ran
     dtype: str = "float32"  # the variant's (the reference's is config["reference_dtype"])
-    profile: dict[str, float] = field(default_factory=dict)  # with profile=true: attnlab.compute.profile.profile_pair's
+    profile: dict[str, float | None] = field(default_factory=dict)  # profile=true: compute.profile.profile_pair's
     model: ModelInfo | None = None  # with model=: the model, the layer, the effect on its output
     path: Path | None = None  # where it was read from or written to; not serialised
     scratch: Any = None  # a temporary folder of spilled stages, removed with the record; not serialised
@@ -153,7 +154,7 @@ class Record:
         values = self.canonical(stage, reference=reference)
         if values is None or values.ndim < 3:
             return values
-        item = values[min(batch, values.shape[0] - 1)]
+        item: np.ndarray = values[min(batch, values.shape[0] - 1)]
         return item[0] if item.ndim == 3 and item.shape[0] == 1 else item
 
     def matrix(self, stage: str, *, batch: int = 0, head: int = 0, reference: bool = False) -> np.ndarray | None:
@@ -162,8 +163,10 @@ class Record:
         if values is None:
             return None
         if values.ndim == 4:
-            return values[batch, min(head, values.shape[1] - 1)]
-        return values[batch] if values.ndim == 3 else values
+            values = values[batch, min(head, values.shape[1] - 1)]
+        elif values.ndim == 3:
+            values = values[batch]
+        return values
 
 
 def canonical_shape(stage: str, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -81,3 +81,14 @@ def test_an_unscaled_copy_has_the_effect_of_the_same_swap_by_hand(name, unscaled
     by_hand = _swapped_by_hand(name)
     assert by_hand > 1e-7  # the change shows
     assert result.record.model.effect.kl_max == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_longt5s_bucketed_local_attention_runs_and_says_what_it_cannot_place() -> None:
+    """Its encoder's default layer computes in blocks: the reference's stages cannot be placed. The
+    run crashed on the missing scaled_scores ("attnlab: error: 'scaled_scores'"); it now runs, and the
+    effect on the model's output is still measured."""
+    record = attnlab.run("multi_head_attention", overrides=[
+        "model=hf:longt5", "model.d_model=64", "model.num_heads=4", "model.num_layers=2", "model.d_ff=64",
+        "model.d_kv=16", "inputs=text"], log={"tensorboard": False, "table": False, "html": False}).record
+    assert record.ok, record.error
+    assert record.model.effect is not None and record.model.effect.kl_mean > 0  # a causal mask in a bidirectional encoder

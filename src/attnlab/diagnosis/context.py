@@ -55,6 +55,8 @@ class Pair:
     def changed(self, stage: str) -> bool:
         if not self.observed(stage):
             return False  # not where the reference's is: nothing to tell
+        if stage not in self.ref.stages or stage not in self.v.stages:
+            return False  # missing on one side (a kernel that never shows it): nothing to compare
         if stage not in self._changed:
             diff = self.diagnostics.get(f"divergence_{stage}")
             self._changed[stage] = (stage_differs(stage, self.v, self.ref, peaks=self.ref_peaks) if diff is None

@@ -100,7 +100,7 @@ BAD_INPUTS = [
     (["weights=both"], "weights: Invalid value 'both', expected one of [shared, native]"),
     (["attn_implementation=flash"], "attn_implementation=flash: allowed are eager, sdpa, flex_attention"),
     (["variant=unscald"], "unknown variant 'unscald'; did you mean 'unscaled'? available:"),
-    (["inputs=nope"], "Could not find 'inputs/nope'; Available options in 'inputs': book, file, random"),
+    (["inputs=nope"], "Could not find 'inputs/nope'; Available options in 'inputs': book, file, ids, random, text"),
     (["inputs=file"], "inputs.path is missing: inputs=file needs inputs.path=FILE"),
     (["expect.no_such_prediction=1"], "expect.no_such_prediction: unknown prediction; allowed: context_shape,"),
     (["expect.context_shape=6"], "expect.context_shape: expected a list of ints like [6, 2], got 6"),

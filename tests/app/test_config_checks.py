@@ -20,4 +20,5 @@ def test_a_key_of_another_group_is_named_by_its_full_name():
     register_configs()  # as the CLI has before it names the closest key
     assert closest_key("d_in", ["inputs=random", "d_in=4"]) == "d_in: unknown key; did you mean 'inputs.d_in'?"
     # the book's inputs have neither key: the inputs that have it are named with it
-    assert closest_key("n_tokens", ["n_tokens=9"]) == "n_tokens: unknown key; did you mean 'inputs=random inputs.n_tokens=9'?"
+    assert closest_key("n_tokens", ["n_tokens=9"]) == "n_tokens: unknown key; did you mean 'inputs.n_tokens=9' (with inputs=random)?"
+    assert closest_key("d_in", ["d_in=4"]) == "d_in: unknown key; did you mean 'inputs.d_in=4' (with inputs=ids|random|text)?"

@@ -12,6 +12,7 @@ import pytest
 from attnlab.app.guard import UserInterrupt, guarded
 from attnlab.app.isolation import death_cause
 from attnlab.app.job_worker import main_package
+from attnlab.record.completion import mark_done
 from hydra_plugins.attnlab_sweeper.folder import job_outcomes, runs_of
 
 
@@ -68,8 +69,10 @@ def test_a_job_is_done_when_all_its_seeds_have_ok_records(tmp_path) -> None:
     job("3-d", ["variant=d"], [])
     job("4-e", ["variant=e"], ["ok"], seed=float("nan"))  # json writes NaN: read back, an "ok" that is no record
     job("5-f", ["variant=f"], ["ok"], variant=None)  # a field missing
+    mark_done(tmp_path / "0-a", ["variant=a"])  # written after its outputs: without it, a job is not done
+    job("6-g", ["variant=g"], ["ok"])  # its records ok, its outputs never all written
     assert job_outcomes(tmp_path) == {("variant=a",): True, ("variant=b",): False, ("variant=c",): False,
-                                      ("variant=e",): False, ("variant=f",): False}
+                                      ("variant=e",): False, ("variant=f",): False, ("variant=g",): False}
 
 
 FINISHED: list = []

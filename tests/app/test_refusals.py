@@ -38,7 +38,7 @@ REFUSED = [
      "d_out=3: must be a multiple of num_heads=2 (variant 'multi_head_attention' splits d_out into num_heads heads)"),
     (["+model.pth=x"], "model.pth: unknown key without a model (model=hf:TYPE, model.path=DIR, model.hub=REPO_ID "
                        "or model=NAME); did you mean 'model.path'?"),
-    (["d_in=4"], "d_in: unknown key; did you mean 'inputs=random inputs.d_in=4'?"),
+    (["d_in=4"], "d_in: unknown key; did you mean 'inputs.d_in=4' (with inputs=ids|random|text)?"),
     (["inputs=text", "inputs.text=héllo wörld"],
      "inputs.text=héllo wörld: Hydra's grammar cannot read this value unquoted; quote it: 'inputs.text=\"héllo wörld\"'"),
 ]

@@ -103,4 +103,4 @@ def closest_key(key: str, args: Iterable[str] = ()) -> str:
         return message
     # `d_in=4` typed back from the header of a run whose inputs have no such key: name the inputs that do
     kinds = [kind for kind in sum(group_options("inputs"), []) if f"inputs.{key}" in known_keys([f"inputs={kind}"])]
-    return f"{message}; did you mean 'inputs={kinds[0]} inputs.{key}={given}'?" if kinds else message
+    return f"{message}; did you mean 'inputs.{key}={given}' (with inputs={'|'.join(kinds)})?" if kinds else message

@@ -104,10 +104,10 @@ def finish(config: DictConfig, complete: bool, missing: Sequence[str] = ()) -> N
 
 def _training_tables(config: DictConfig) -> None:
     """A sweep of training jobs: its pooled verdicts and tables (attnlab.training.sweep_table)."""
-    from attnlab.sinks.terminal import display_path
+    from attnlab.shown_paths import display_path
     from attnlab.training.sweep_table import write_sweep_training
 
-    text = write_sweep_training(sweep_dir(config), bands=bool(config.log.get("tensorboard")))
+    text = write_sweep_training(sweep_dir(config), bands=bool(OmegaConf.select(config, "log.tensorboard", default=False)))
     if text is not None:
         print(f"\n{text}tables: {display_path(sweep_dir(config) / 'training_comparison.md')} .csv", flush=True)
 

@@ -2,6 +2,7 @@
 job's process starts with it in memory instead of importing, compiling and warming it again.
 tests/app/test_preload.py checks that a job imports nothing beyond it."""
 
+import encodings.ascii  # noqa: F401 - the codec of the /proc reads (attnlab.app.lifeline, attnlab.process_state)
 import gc
 import resource  # noqa: F401 - the memory cap's (attnlab.compute.memory); the forkserver runs on Unix only
 

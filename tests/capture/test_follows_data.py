@@ -1,6 +1,7 @@
 """Capture follows data, not call order: classes written here as other libraries write attention
 (Meta's reference Llama KV cache, an einops-bucketed local attention, a loop over the batch, half-width
-sub-heads, attention computed twice per forward). Each correct copy gives no error finding; a mistake
+sub-heads, attention computed twice per forward, Hugging Face's DiffLlama: one softmax map on each half
+of a split V). Each correct copy gives no error finding; a mistake
 planted in each is found at its stage with its code. `mistake` plants one: "unscaled", "softmax_axis"
 (softmax over the queries), "query_source" (queries from the key projection)."""
 
@@ -241,3 +242,44 @@ def test_keys_and_values_written_into_a_cache_any_way_keep_their_source(library,
 def test_a_planted_mistake_is_found_at_its_stage_with_its_code(library, name, mistake):
     result = library(name, f"mistake={mistake}")
     assert errors(result)[:1] == [PLANTED[mistake]], [(f.code, f.stage, f.message) for f in result.findings]
+
+
+# -- Hugging Face's DiffLlamaAttention: two kernel calls share the queries and keys, each on one half of V --
+
+UNSCALED_DIFFLLAMA = '''
+from transformers.models.diffllama.modeling_diffllama import DiffLlamaAttention
+
+
+class UnscaledDiffLlama(DiffLlamaAttention):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scaling = 1.0  # planted
+'''
+
+
+@pytest.fixture
+def diffllama(tmp_path: Path, use_plugins):
+    pytest.importorskip("transformers.models.diffllama", reason="the Hugging Face class is the code under test")
+    (tmp_path / "unscaled_diffllama.py").write_text(UNSCALED_DIFFLLAMA)
+    use_plugins(tmp_path)
+
+    def run(name: str, implementation: str):
+        result = attnlab.run(name, overrides=["inputs.n_tokens=6", "inputs.d_in=16",
+                                              f"attn_implementation={implementation}"], num_heads=4, d_out=16,
+                             inputs="random")
+        assert result.record.status == "ok", result.record.error
+        return result
+
+    return run
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_diffllama_s_split_values_are_not_observable_and_a_planted_mistake_is_found(diffllama, implementation):
+    result = diffllama("hf:diffllama", implementation)
+    assert errors(result) == [], [(f.code, f.stage, f.message) for f in result.findings]
+    (note,) = [f for f in result.findings if f.code == "not_observable"]
+    assert note.message.startswith("not observable: values (2, 4, 6, 4), context (2, 4, 6, 4): the same weights "
+                                   "multiplied with 2 different values tensors")
+    assert "rotary" in {f.code for f in result.findings}
+    planted = diffllama("unscaled_diffllama", implementation)
+    assert errors(planted)[:1] == [PLANTED["unscaled"]], [(f.code, f.stage, f.message) for f in planted.findings]

@@ -196,6 +196,7 @@ PLANTED = {  # plugin: (code, stage) of the mistake
     "llama_mask_offset": ("mask_offset", "scaled_scores"),
     "llama_softmax_query_axis": ("softmax_axis", "weights"),
     "llama_head_merge": ("head_merge", "output"),
+    "llama_values_from_keys": ("value_path", "values"),  # the rotation on queries and keys still named
 }
 
 
@@ -229,7 +230,8 @@ def test_the_planted_mistakes_are_real(use_plugins):
     original = LlamaAttention(config, 0).eval()
     outputs = {}
     for name, change in {"none": {}, "rotate_keys": {"rotate_keys": False}, "mask": {"mask_diagonal": 2},
-                         "softmax": {"softmax_dim": -2}, "merge": {"transpose_heads": False}}.items():
+                         "softmax": {"softmax_dim": -2}, "merge": {"transpose_heads": False},
+                         "values": {"values_proj": "k_proj"}}.items():
         copy = type("Planted", (LlamaCopy,), change)(config, 0).eval()
         copy.load_state_dict(original.state_dict())
         with torch.no_grad():

@@ -71,8 +71,20 @@ def sdpa(rec: Recording, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
         head.found["weights_applied"] = None  # drawn inside the kernel: cannot be seen
     head.found["context"] = out
     head.roles = (head.sources.get("queries"), head.sources.get("keys"))
+    again = next((h for h in rec.heads if all(_same(h.found.get(s), head.found[s]) for s in _SAME_MAP)), None)
+    if again is not None:  # the same weights once more: on the same values, or on another part of a split V
+        again.value_products += not _same(again.found.get("values"), head.found["values"])
+        return
+    head.value_products = 1
     rec.heads.append(head)
     rec.set_tag(out, Tag("context", head=len(rec.heads) - 1))
+
+
+_SAME_MAP = ("queries", "keys", "weights")  # what makes a kernel call's weights those of an earlier one
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor) -> bool:
+    return a is b or (a is not None and a.shape == b.shape and bool(torch.equal(a, b)))
 
 
 def flex_attention(rec: Recording, args: tuple, out: Any) -> None:

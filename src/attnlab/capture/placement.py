@@ -2,9 +2,9 @@
 
 A stage is placed when its canonical view has the input's batch items on its batch axis and one
 row per token (a (query, key) stage: one row per query). A module that folds its heads into the
-batch (einops' `(b h) n d`), cuts the tokens into windows, or splits each head into sub-heads
-whose softmax maps are combined before the values computes stages attnlab cannot put in that view:
-they stay in the capture for what the module's own numbers show (its scale, its softmax's axis),
+batch (einops' `(b h) n d`), cuts the tokens into windows, splits each head into sub-heads whose
+softmax maps are combined before the values, or multiplies one softmax map with each part of a
+split V (differential attention's two calls) computes stages attnlab cannot put in that view: they stay in the capture for what the module's own numbers show (its scale, its softmax's axis),
 but are named "not observable" and never compared with the reference.
 """
 
@@ -29,3 +29,9 @@ def sub_heads(heads_with_context: int, heads: int) -> str:
     """Why the per-head stages of score products combined before the values are not the module's heads."""
     return (f"{heads} score products, {heads_with_context} of them multiplied with the values: the others' "
             f"softmax maps are combined with them first (sub-heads), so no single map is a head's weights")
+
+
+def split_values(products: int) -> str:
+    """Why the values and context of weights multiplied with several values tensors are not a head's."""
+    return (f"the same weights multiplied with {products} different values tensors, their contexts combined "
+            f"afterwards (a split V), so no single one is a head's values or context")

@@ -114,6 +114,8 @@ def _context(rec: Recording, operands, letters, out_letters, tags, out) -> None:
     if "context" in head.found:  # weights @ values written out again: the same context, not a new stage
         if head.output is not None and out.shape == head.output.shape and torch.equal(out, head.output):
             rec.set_tag(out, Tag("context", head=tags[w].head))
+        else:  # the same weights on other values (each half of a split V): no one of them is the head's
+            head.value_products += 1
         return
     contracted = (set(letters[w]) & set(letters[v])) - set(out_letters)
     batch = "".join(c for c in out_letters if c in letters[w] and c in letters[v])
@@ -132,6 +134,7 @@ def _context(rec: Recording, operands, letters, out_letters, tags, out) -> None:
     head.sources["values"] = rec.role(tags[v])
     head.found["context"] = arranged(out, out_letters, batch + query + value_dims)
     head.output = out
+    head.value_products = 1
     rec.set_tag(out, Tag("context", head=tags[w].head))
 
 

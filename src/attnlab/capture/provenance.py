@@ -72,6 +72,7 @@ class Head:
     item: int | None = None  # the one batch item its queries and keys come from (a loop over the batch)
     sinks: tuple[torch.Tensor, bool] | None = None  # a learned logit column joined to the softmax input, and
     # whether it comes after the keys
+    value_products: int = 0  # products of its weights with distinct values tensors (more: split values)
 
 
 class Recording:

@@ -91,8 +91,9 @@ def _sinks(heads: list[Head], batch: int) -> torch.Tensor | None:
 def _head_stages(heads: list[Head], batch: int) -> tuple[dict[str, torch.Tensor], dict[str, tuple[int, ...]],
                                                         dict[str, str]]:
     """Each stage every head found, in the canonical view, heads stacked; its native shape; and the
-    stages of score products whose maps are combined before the values (sub-heads), which are not
-    the module's heads. Those multiplied with the values make the values and the context."""
+    stages that are not the module's heads, and why: those of score products whose maps are combined
+    before the values (sub-heads; those multiplied with the values make the values and the context),
+    and the values and context of weights multiplied with several values tensors."""
     found: dict[str, torch.Tensor] = {}
     native: dict[str, tuple[int, ...]] = {}
     for head in heads:
@@ -117,7 +118,11 @@ def _head_stages(heads: list[Head], batch: int) -> tuple[dict[str, torch.Tensor]
             found[stage] = views[0] if len(views) == 1 else torch.cat(views, dim=1)
         native[stage] = tuple(tensors[0].shape) if len(tensors) == 1 else tuple(found[stage].shape)
     why = placement.sub_heads(len(applied), len(heads)) if combined else ""
-    return found, native, {stage: why for stage in found if combined and stage not in _APPLIED}
+    unplaced = {stage: why for stage in found if combined and stage not in _APPLIED}
+    split = max((h.value_products for h in heads), default=0)
+    if split > 1:
+        unplaced.update({stage: placement.split_values(split) for stage in _APPLIED if stage in found})
+    return found, native, unplaced
 
 
 _APPLIED = ("values", "weights_applied", "context")  # what a product with the values makes

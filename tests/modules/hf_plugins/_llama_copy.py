@@ -25,6 +25,7 @@ class LlamaCopy(LlamaAttention):
     mask_diagonal = None  # a causal mask of its own, triu(diagonal): 1 is the right one
     softmax_dim = -1
     transpose_heads = True
+    values_proj = "v_proj"  # the projection the values come from
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
         input_shape = hidden_states.shape[:-1]
@@ -32,7 +33,7 @@ class LlamaCopy(LlamaAttention):
 
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = getattr(self, self.values_proj)(hidden_states).view(hidden_shape).transpose(1, 2)
 
         cos, sin = position_embeddings
         rotated_queries, rotated_keys = apply_rotary_pos_emb(query_states, key_states, cos, sin)

@@ -53,9 +53,8 @@ def rotary(p: Pair) -> list[Finding]:
                         f"other angles ({turned(keys_turn, head_dim)}); rotate both with the same angles.")]
     turn, what = joint, turned(joint, head_dim)
     values = p.both("values")
-    if changed.get("values") and values is not None:
-        if fit_rotation(*values, 4 * p.tolerance("values")) is None:
-            return []  # values wrong some other way: left to the value-path check
+    # values wrong some other way are left to the value-path check: the rotation is still named
+    if changed.get("values") and values is not None and fit_rotation(*values, 4 * p.tolerance("values")) is not None:
         return [finding("rotary_misapplied", "values", f"the values are rotated by position like the "
                         f"queries and keys ({turn.pairing}); RoPE rotates only queries and keys: compute the "
                         f"values as x @ W_value, unrotated.")]

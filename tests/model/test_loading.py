@@ -139,7 +139,7 @@ def test_the_preflight_counts_the_model() -> None:
 # ATTNLAB_MEMORY_LIMIT also caps the process that runs the job (RLIMIT_DATA): through the CLI only
 @pytest.mark.slow
 def test_a_run_too_large_is_refused_after_its_weights_fit(app, tiny_gpt2) -> None:
-    done = app(f"model.path={tiny_gpt2}", "inputs=text", "layer=0",
+    done = app(f"model.path={tiny_gpt2}", "variant=multi_head_attention", "inputs=text", "layer=0",
                env={"ATTNLAB_MEMORY_LIMIT": str(515 * 2**20)})  # its weights fit (~0.45 GiB), the run not (~0.55)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith("attnlab: error: this run needs about ") and "a model of 3.3M parameters" in done.stderr

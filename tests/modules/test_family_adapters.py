@@ -38,7 +38,8 @@ def test_every_adapter_field_is_read_by_running_code(name):
 
 
 # strings that spell a family's name or attribute but mean something else where they are written
-ELSEWHERE = {"torch": "the library preloaded by name", "gpt2": "tiktoken's encoding", "n_layers": "attnlab's record field"}
+ELSEWHERE = {"torch": "the library preloaded by name", "gpt2": "tiktoken's encoding", "n_layers": "attnlab's record field",
+             "d_model": "the width of attnlab's own training model (training.model.d_model)"}
 
 
 def _code_strings(path: Path) -> set[str]:

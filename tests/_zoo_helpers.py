@@ -209,3 +209,23 @@ def corpus(names: list[str]) -> list[str]:
     """The correct-implementation corpus this checkout can load: the bonus class is imported from
     the source's own file beside the clone (../shared/source), absent on a bare clone."""
     return [name for name in names if name != "bonus_pytorch_mha" or SOURCE_CH03.is_file()]
+
+
+def plugin_runner(folder: Path, plugins: dict[str, str], header: str, use_plugins, tokens: list[str], **sizes):
+    """Write each plugin body (after `header`) into `folder`, use the folder, and return a run of a
+    plugin by name with `+variant.params.KEY=VALUE` params, checked to end ok."""
+    import textwrap
+
+    import attnlab
+
+    folder.mkdir()
+    for name, body in plugins.items():
+        (folder / f"{name}.py").write_text(header + textwrap.dedent(body))
+    use_plugins(folder)
+
+    def run(name: str, *params: str):
+        result = attnlab.run(name, overrides=[*tokens, *(f"+variant.params.{p}" for p in params)], **sizes)
+        assert result.record.status == "ok", result.record.error
+        return result
+
+    return run

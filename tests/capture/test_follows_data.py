@@ -7,12 +7,12 @@ planted in each is found at its stage with its code. `mistake` plants one: "unsc
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import attnlab
+from tests._zoo_helpers import plugin_runner
 
 HEADER = """
 import math
@@ -192,18 +192,7 @@ TOKENS = ["inputs.n_tokens=6", "inputs.d_in=5"]
 
 @pytest.fixture
 def library(tmp_path: Path, use_plugins):
-    folder = tmp_path / "library"
-    folder.mkdir()
-    for name, body in PLUGINS.items():
-        (folder / f"{name}.py").write_text(HEADER + textwrap.dedent(body))
-    use_plugins(folder)
-
-    def run(name: str, *params: str):
-        result = attnlab.run(name, overrides=[*TOKENS, *(f"+variant.params.{p}" for p in params)], **SIZES)
-        assert result.record.status == "ok", result.record.error
-        return result
-
-    return run
+    return plugin_runner(tmp_path / "library", PLUGINS, HEADER, use_plugins, TOKENS, **SIZES)
 
 
 def errors(result) -> list[tuple[str, str]]:

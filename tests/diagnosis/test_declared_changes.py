@@ -17,6 +17,7 @@ import pytest
 import attnlab
 from attnlab.capture.stages import STAGES
 from attnlab.model.head_patterns import head_patterns
+from tests._zoo_helpers import plugin_runner
 
 HEADER = """
 import math
@@ -143,18 +144,7 @@ TOKENS = ["inputs.n_tokens=8", "inputs.d_in=6"]
 
 @pytest.fixture
 def declared(tmp_path: Path, use_plugins):
-    folder = tmp_path / "declared"
-    folder.mkdir()
-    for name, body in PLUGINS.items():
-        (folder / f"{name}.py").write_text(HEADER + textwrap.dedent(body))
-    use_plugins(folder)
-
-    def run(name: str, *params: str):
-        result = attnlab.run(name, overrides=[*TOKENS, *(f"+variant.params.{p}" for p in params)], **SIZES)
-        assert result.record.status == "ok", result.record.error
-        return result
-
-    return run
+    return plugin_runner(tmp_path / "declared", PLUGINS, HEADER, use_plugins, TOKENS, **SIZES)
 
 
 def codes(result) -> list[tuple[str, str]]:

@@ -14,8 +14,10 @@ transformers = pytest.importorskip("transformers")
 @pytest.mark.parametrize("layer", [0, 4])  # a sliding layer and a full-attention one
 def test_gemma3n_s_value_norm_is_said_beside_its_qk_norm(layer) -> None:
     result = attnlab.run("hf:gemma3n_text", overrides=[*SIZES, f"variant.params.layer_idx={layer}"])
-    assert [(f.code, f.severity) for f in result.findings] == [("qk_norm", "info"), ("declared_scale", "info")]
-    assert "the values too have root-mean-square 1 per head" in result.findings[0].message
+    # its RoPE named as Qwen3's is, now that values normalised too no longer hide the rotation
+    assert [(f.code, f.severity) for f in result.findings] == [("rotary", "info"), ("qk_norm", "info"),
+                                                               ("declared_scale", "info")]
+    assert "the values too have root-mean-square 1 per head" in result.findings[1].message
 
 
 def test_qk_norm_alone_says_nothing_of_the_values() -> None:

@@ -466,3 +466,18 @@ def test_help_lists_constructor_parameters_helper_files_and_own_descriptions(app
     if (SOURCE / "ch03.py").is_file():
         assert entry("my_wrapper")[1].startswith("MultiHeadAttentionWrapper(d_in, d_out, context_length")
     assert "warning:" not in run.stdout
+
+
+def test_a_change_of_working_folder_shows_that_folders_plugins(tmp_path, monkeypatch):
+    """discover() kept the first folder's ./plugins after a chdir: a later listing (and a sweep
+    over every variant) named variants no file there declares."""
+    for name in ("first", "second"):
+        (tmp_path / name / "plugins").mkdir(parents=True)
+        (tmp_path / name / "plugins" / f"only_{name}.py").write_text(
+            "import torch.nn as nn\n\n\nclass Only(nn.Module):\n    def __init__(self, d_in, d_out):\n"
+            "        super().__init__()\n\n    def forward(self, x):\n        return x\n")
+    monkeypatch.chdir(tmp_path / "first")
+    assert "only_first" in discover().names()
+    monkeypatch.chdir(tmp_path / "second")
+    names = discover().names()
+    assert "only_second" in names and "only_first" not in names

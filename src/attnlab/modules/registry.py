@@ -33,7 +33,7 @@ from attnlab.modules.discovery import declaration, find_plugins, plugin_fingerpr
 from attnlab.modules.families import spellings
 from attnlab.modules.roles import declared_count, parameter_role
 from attnlab.modules.variant_spec import VariantSpec, constructor_parameters, constructor_signature
-from attnlab.plugin_folders import USER_GROUP, builtin_groups
+from attnlab.plugin_folders import USER_GROUP, builtin_groups, plugin_dirs
 from attnlab.schema import BOOK_TOKENS, DEFAULTS
 
 
@@ -96,8 +96,14 @@ def _hf_spec(name: str) -> VariantSpec:
     return VariantSpec(name, constructor, description, {}, f"transformers ({constructor.module_cls.__module__})")
 
 
-@lru_cache(maxsize=1)
 def _from_files() -> Registry:
+    """The plugin files' variants, read once per set of plugin folders: `./plugins` is the working
+    folder's, so a notebook (or a test) that changes folder sees that folder's plugins."""
+    return _read_files(tuple(str(folder.resolve()) for folder in plugin_dirs()))
+
+
+@lru_cache(maxsize=4)
+def _read_files(folders: tuple[str, ...]) -> Registry:  # folders: the cache key, find_plugins reads them
     found = find_plugins()
     registry = Registry(warnings=found.warnings, fingerprint=found.fingerprint)
     for declared in found.declarations:
@@ -137,7 +143,7 @@ def discover() -> Registry:
 
 
 def _clear() -> None:
-    _from_files.cache_clear()
+    _read_files.cache_clear()
     _with_session.cache_clear()
 
 

@@ -321,6 +321,7 @@ def test_every_cell_of_a_map_has_one_number_format(monkeypatch):
     cells = set(centred)
     assert len(centred) == 9
     assert cells >= {"0.033", "-0.004", "0.300", "0.000"}  # the largest with three significant digits
+    assert "-0.000" not in cells  # -0.0001 rounds to 0, without a sign
     assert len({len(text.lstrip("-").partition(".")[2]) for text in cells}) == 1, cells
 
 

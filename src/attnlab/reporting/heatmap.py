@@ -483,7 +483,8 @@ def _map_format(matrix: np.ndarray) -> list[Callable[[float], str]]:
 def _fixed(value: float, decimals: int) -> str:
     if not np.isfinite(value):
         return str(value)
-    return f"{value:.{decimals}f}".replace("-0." + "0" * decimals, "0." + "0" * decimals) if decimals else f"{value:.0f}"
+    text = f"{value:.{decimals}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text  # a negative that rounds to 0 is 0
 
 
 def _cell_texts(matrix: np.ndarray, width: float) -> tuple[list[list[str]], int] | None:

@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnlab.model.effect import log_probs
+from attnlab.model.forward import Final
 from attnlab.model.layer import ModelRun
 from attnlab.model.loading import load_model
 from attnlab.model.locate import attention_modules
@@ -78,3 +80,20 @@ def test_an_unchanged_layer_gives_a_kl_of_exactly_zero_never_negative() -> None:
     effect = run.effects([run.changed_final(1, attention[1][1], seed=0)])[0]
     assert effect.kl_mean == 0.0 and effect.kl_max == 0.0 and effect.kl_clamped <= 0.0
     assert effect.top1_agreement == 1.0
+
+
+@pytest.mark.parametrize("family, scaled", [*SCALED.items(), ("gemma2", {"final_logit_softcapping": 3.0})])
+def test_logits_attnlab_makes_from_the_head_are_the_models_own(family, scaled) -> None:
+    """Where a run has no logits of its own, the head's output is scaled as the family declares: the
+    result equals the model's forward (Cohere multiplies, Granite divides, Gemma 2 caps)."""
+    sizes_of = {"gemma2": {"head_dim": 16}}.get(family, {})
+    loaded = load_model(model_spec({"name": f"hf:{family}", **SIZES, **sizes_of, **scaled}))
+    model = loaded.module
+    ids = torch.tensor([loaded.tokenizer.encode(TEXT)])  # (1, T)
+    with torch.no_grad():
+        own = F.log_softmax(model(input_ids=ids, use_cache=False).logits[0].double(), -1)  # (T, vocab)
+        hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state  # (1, T, d) the head's input
+    made = log_probs(model.lm_head, Final(hidden), 0, ids.shape[1], model_sizes(model.config, loaded.label).logits)
+    assert torch.allclose(made, own, atol=1e-5)
+    unscaled = F.log_softmax(model.lm_head(hidden[0]).double(), -1)  # (T, vocab)
+    assert not torch.allclose(unscaled, own, atol=1e-3)  # the scaling is there to be read

@@ -19,18 +19,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.model.forward import Final
+from attnlab.model.sizes import LogitScaling
 from attnlab.record import Effect
 
 CHUNK = 128  # positions per logits chunk
+AS_GIVEN = LogitScaling()  # a head whose output is the logits
 
 
-def log_probs(head: nn.Module, final: Final, start: int, stop: int, softcap: float | None = None) -> Tensor:
-    """(c, vocab) log-probabilities at positions start..stop: the model's own logits where it gave them."""
+def log_probs(head: nn.Module, final: Final, start: int, stop: int, scaling: LogitScaling = AS_GIVEN) -> Tensor:
+    """(c, vocab) log-probabilities at positions start..stop: the model's own logits where it gave them,
+    else its head's output scaled as its family declares its forward does."""
     if final.logits is not None:
         return F.log_softmax(final.logits[0, start:stop].double(), dim=-1)  # (c, vocab) float64: a KL sums vocab terms
-    logits = head(final.hidden[0, start:stop]).double()  # (c, vocab)
-    if softcap:  # Gemma 2 caps its final logits; the model's own forward would
-        logits = torch.tanh(logits / softcap) * softcap
+    logits = scaling.apply(head(final.hidden[0, start:stop]).double())  # (c, vocab)
     return F.log_softmax(logits, dim=-1)  # (chunk, vocab)
 
 
@@ -70,16 +71,16 @@ class _Tally:
 
 
 def _base_chunk(head: nn.Module, final: Final, targets: Tensor, start: int, stop: int,
-                softcap: float | None) -> _Base:
+                scaling: LogitScaling) -> _Base:
     """`final`: the unmodified run's; `targets`: (T,) the text."""
-    p = log_probs(head, final, start, stop, softcap)  # (c, vocab)
+    p = log_probs(head, final, start, stop, scaling)  # (c, vocab)
     scored = max(min(stop - start, targets.shape[0] - 1 - start), 0)  # the last position has no next token
     return _Base(p, p.exp(), p.argmax(dim=-1), torch.arange(scored), targets[start + 1:start + 1 + scored])
 
 
 @torch.no_grad()
 def output_effects(head: nn.Module, base: Final, changed: list[Final], ids: Tensor, *,
-                   softcap: float | None = None, changed_head: nn.Module | None = None,
+                   scaling: LogitScaling = AS_GIVEN, changed_head: nn.Module | None = None,
                    chunk: int = CHUNK) -> list[Effect]:
     """For each changed run: KL(model || changed) of the next-token distributions (mean and max
     over positions), the share of positions whose top-1 token agrees, the loss on the text (mean
@@ -91,11 +92,11 @@ def output_effects(head: nn.Module, base: Final, changed: list[Final], ids: Tens
     tallies, nll = [_Tally() for _ in changed], 0.0
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
-        unmodified = _base_chunk(head, base, targets, start, stop, softcap)
+        unmodified = _base_chunk(head, base, targets, start, stop, scaling)
         if unmodified.rows.numel():
             nll -= float(unmodified.p[unmodified.rows, unmodified.following].sum())
         for tally, final in zip(tallies, changed):
-            tally.add(unmodified, log_probs(changed_head or head, final, start, stop, softcap))  # (c, vocab)
+            tally.add(unmodified, log_probs(changed_head or head, final, start, stop, scaling))  # (c, vocab)
     return [_summary(tally, nll, base.hidden[0], final.hidden[0]) for tally, final in zip(tallies, changed)]
 
 

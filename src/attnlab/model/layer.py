@@ -106,7 +106,7 @@ class ModelRun:
 
     def effects(self, changed: list[Final]) -> list[Effect]:
         """What each changed run does to the output, against the unmodified run."""
-        return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, softcap=self.sizes.softcap)
+        return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, scaling=self.sizes.logits)
 
 
 class OwnCaptures:

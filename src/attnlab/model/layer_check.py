@@ -55,7 +55,7 @@ def compute_check_records(cfg: DictConfig, blocks: dict[str, dict], phase: Calla
     reference_run = _started(reference, reference_spec, ids, labels, layers)
     learner_run = _started(learner, learner_spec, ids, labels, layers, n_layers)
     end_to_end = output_effect(output_head(reference.module), reference_run.base, learner_run.base, reference_run.ids,
-                               softcap=sizes.softcap, changed_head=output_head(learner.module))
+                               scaling=sizes.logits, changed_head=output_head(learner.module))
     config = resolved(cfg)
     records = []
     for layer in layers:

@@ -5,12 +5,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch import Tensor
+
 from attnlab.errors import UserError
-from attnlab.modules.families import family, spellings
+from attnlab.modules.families import Family, family, spellings
 
 # attnlab's size -> the key the family adapters spell it under (attnlab.modules.families)
 _KEYS = {"width": "d_in", "heads": "num_heads", "kv_heads": "num_kv_heads", "context": "context_length",
          "vocab": "vocab_size", "layers": "num_layers"}
+
+
+@dataclass(frozen=True)
+class LogitScaling:
+    """What a model's forward does to its head's output, as its family declares it: attnlab applies it
+    where it makes the logits itself (a run without logits of its own)."""
+
+    multiplier: float = 1.0  # Cohere multiplies by its logit_scale; Granite divides by its logits_scaling
+    softcap: float | None = None  # Gemma 2 caps its final logits with tanh
+
+    def apply(self, logits: Tensor) -> Tensor:
+        """`logits`: (..., vocab) the head's output, scaled as the model's own forward scales it."""
+        logits = logits * self.multiplier if self.multiplier != 1.0 else logits  # (..., vocab)
+        return torch.tanh(logits / self.softcap) * self.softcap if self.softcap else logits  # (..., vocab)
 
 
 @dataclass(frozen=True)
@@ -20,7 +37,7 @@ class ModelSizes:
     kv_heads: int
     context: int | None
     vocab: int | None
-    softcap: float | None = None  # final logit softcapping (Gemma 2)
+    logits: LogitScaling = LogitScaling()
 
 
 def _get(config: Any, name: str) -> Any:
@@ -41,8 +58,17 @@ def model_sizes(config: Any, label: str) -> ModelSizes:
                         f"({'/'.join(spellings('d_in'))}; {'/'.join(spellings('num_heads'))})"[:300])
     kv_heads = _read(config, "kv_heads") or heads
     row = family(str(_get(config, "model_type") or ""))
+    return ModelSizes(int(width), int(heads), int(kv_heads), _read(config, "context"), _read(config, "vocab"),
+                      _logit_scaling(config, row))
+
+
+def _logit_scaling(config: Any, row: Family) -> LogitScaling:
+    """The family's declared logit scaling, read from this model's config (unset attributes: none)."""
+    multiplier = float(_get(config, row.logit_scale) or 1.0) if row.logit_scale else 1.0
+    if row.logit_divide and _get(config, row.logit_divide):
+        multiplier /= float(_get(config, row.logit_divide))
     softcap = _get(config, row.logit_softcap) if row.logit_softcap else None
-    return ModelSizes(int(width), int(heads), int(kv_heads), _read(config, "context"), _read(config, "vocab"), softcap)
+    return LogitScaling(multiplier, float(softcap) if softcap else None)
 
 
 def constructor_values(sizes: ModelSizes, qkv_bias: bool, n_tokens: int) -> dict[str, Any]:

@@ -301,7 +301,7 @@ def compare_hparams(repeats: int) -> list[Comparison]:
     from torch.utils.tensorboard.summary import hparams as torch_hparams
 
     from attnlab.reporting.metrics import KEY_METRICS as HPARAM_METRICS
-    from attnlab.sinks.tensorboard import hparams_summaries
+    from attnlab.sinks.tensorboard_format import hparams_summaries
 
     metrics = list(HPARAM_METRICS)
     out = []

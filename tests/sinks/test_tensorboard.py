@@ -370,7 +370,7 @@ def test_a_4096_token_run_stays_under_20_mb(tmp_path):
 def test_the_fast_checksum_equals_tensorboards_own():
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as reference_crc
 
-    from attnlab.sinks.tensorboard import masked_crc32c
+    from attnlab.sinks.tensorboard_format import masked_crc32c
 
     for data in (b"", b"attention", bytes(range(256)) * 37):
         assert masked_crc32c(data) == reference_crc(data)

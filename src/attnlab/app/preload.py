@@ -28,7 +28,6 @@ import attnlab.reporting.sweep_plots  # noqa: F401
 import attnlab.sinks.html  # noqa: F401 - the built-in sinks (conf/sink/), built by name in every job
 import attnlab.sinks.table  # noqa: F401
 import attnlab.sinks.tensorboard  # noqa: F401
-import attnlab.sinks.tensorboard_protos  # noqa: F401
 import attnlab.sinks.terminal  # noqa: F401
 from attnlab.app.run_job import run_job  # noqa: F401 - the job's code: inputs, modules, capture, diagnosis, sinks
 from attnlab.modules.registry import discover

@@ -22,7 +22,7 @@ Tags:
   `text/config` (YAML, without Hydra's `_target_`/`_convert_`).
 - hparams: one session per TensorBoard run; the metrics are scalar tags logged above.
 
-The event file is written here (`EventFile`), in TensorBoard's format, with the `crc32c`
+The event file and summaries are written by attnlab.sinks.tensorboard_format, with the `crc32c`
 package's checksum: the record writer of tensorboard computes the same checksum in pure Python,
 which cost most of a book-size job's TensorBoard time (benchmarks/README.md), and it cannot be
 given another one without patching it for every user in the process. TensorBoard is imported
@@ -31,12 +31,7 @@ inside the functions: a run that does not log to it should not pay for the impor
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
-import socket
-import struct
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnlab.record import Record
-from attnlab.reporting.job_heatmaps import EncodedHeatmap, job_heatmaps
+from attnlab.reporting.job_heatmaps import job_heatmaps
 from attnlab.reporting.metrics import (
     KEY_METRICS,
     findings_markdown,
@@ -58,10 +53,10 @@ from attnlab.reporting.multirun import swept_hparams
 from attnlab.reporting.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo
 from attnlab.sinks.model_html import model_head_grid
+from attnlab.sinks.tensorboard_format import EventFile, hparams_summaries, image_summary, scalars_summary
 from attnlab.sinks.tensorboard_runs import job_run_dir, run_folder_name, run_keys
 
 if TYPE_CHECKING:
-    from tensorboard.compat.proto.summary_pb2 import Summary
 
     from attnlab.reporting.aggregate import Report
     from attnlab.reporting.sweep_plots import Curve
@@ -102,7 +97,7 @@ def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
     step = the swept value when every value is an integer, else its index (named in the chart's
     title), and a custom-scalars layout: a category per swept key, a margin chart per diagnostic.
     Runs written by an earlier call are replaced: the sweep's end can rebuild its outputs."""
-    from attnlab.sinks.tensorboard_protos import custom_scalars
+    from attnlab.sinks.tensorboard_format import custom_scalars
 
     _remove_sweep_runs(folder)
     if not curves:
@@ -186,7 +181,7 @@ def write_tensorboard(
                               "config": config_markdown(first.config)}, step)
         if not in_sweep:
             scalars = metric_values(first)
-            for summary in hparams_summaries(session_hparams(first), [tag for tag in KEY_METRICS if tag in scalars],
+            for summary in hparams_summaries(session_hparams(first), [tag for tag in KEY_METRICS if tag in scalars], shown=VERDICT,
                                              ok=first.ok, trial=trial_name(first, job or JobInfo(Path(job_dir)))):
                 events.add(summary)
 
@@ -214,7 +209,7 @@ def write_sweep_sessions(report: Report, folder: Path) -> None:
         old.unlink()
     for label, records in groups.items():
         with EventFile(Path(folder) / run_folder_name(label), suffix=SESSIONS_SUFFIX) as events:
-            for summary in hparams_summaries(group_hparams(records, swept), list(KEY_METRICS),
+            for summary in hparams_summaries(group_hparams(records, swept), list(KEY_METRICS), shown=VERDICT,
                                              ok=all(r.ok for r in records), swept=swept,
                                              trial=f"{Path(folder).name} {label}"):
                 events.add(summary)
@@ -261,60 +256,6 @@ def trial_name(record: Record, job: JobInfo) -> str:
     return f"{Path(job.dir).name} s{record.seed}"
 
 
-class EventFile:
-    """A TensorBoard event file: TFRecord framing (length, masked CRC-32C of it, the `Event`
-    bytes, their masked CRC-32C), named as TensorBoard's writer names them."""
-
-    _numbers = itertools.count()
-
-    def __init__(self, folder: Path, suffix: str = "") -> None:
-        number = next(self._numbers)
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{number}{suffix}"
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        self.path = Path(folder) / name
-        # written under a name TensorBoard does not read, renamed when complete: a kill leaves no half run
-        self._partial = Path(folder) / f".attnlab-events.{os.getpid()}.{number}{suffix}.tmp"
-        self._file = open(self._partial, "wb")
-        self._event(file_version="brain.Event:2")
-
-    def add(self, summary: Summary, step: int = 0) -> None:
-        self._event(summary=summary, step=step)
-
-    def _event(self, **fields: Any) -> None:
-        from tensorboard.compat.proto.event_pb2 import Event
-
-        data = Event(wall_time=time.time(), **fields).SerializeToString()
-        header = struct.pack("<Q", len(data))
-        self._file.write(header + struct.pack("<I", masked_crc32c(header)) + data
-                         + struct.pack("<I", masked_crc32c(data)))
-
-    def __enter__(self) -> EventFile:
-        return self
-
-    def __exit__(self, exc_type: type | None, *exc: object) -> None:
-        self._file.close()
-        if exc_type is None:
-            os.replace(self._partial, self.path)
-        else:
-            self._partial.unlink(missing_ok=True)
-
-
-def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC-32C, as tensorboard.compat.tensorflow_stub.pywrap_tensorflow defines it."""
-    import crc32c
-
-    crc = crc32c.crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def scalars_summary(values: Mapping[str, float]) -> Summary:
-    """Every scalar of a step in one summary, as add_scalar writes each (a simple_value): one
-    event instead of ~70, a tenth of a book-size job's TensorBoard time."""
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    return Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in values.items()])
-
-
 def _write_heatmaps(events: EventFile, record: Record, job_dir: Path, step: int) -> None:
     for tag, image in job_heatmaps(record, job_dir):
         events.add(image_summary(head_first(tag), image), step=step)
@@ -331,20 +272,11 @@ def head_first(tag: str) -> str:
     return tag
 
 
-def image_summary(tag: str, image: EncodedHeatmap) -> Summary:
-    """An image summary from our own PNG bytes: torch's add_image re-encodes with Pillow, ~4x
-    slower on these images (see attnlab.reporting.heatmap.to_png_bytes)."""
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    encoded = Summary.Image(height=image.height, width=image.width, colorspace=3, encoded_image_string=image.png)
-    return Summary(value=[Summary.Value(tag=tag, image=encoded)])
-
-
 def _write_histograms(events: EventFile, record: Record, step: int) -> None:
     """Histograms of the finite values only: np.histogram cannot bin NaN or infinity, and the
     non_finite/<stage> scalars already count them. Above HISTOGRAM_SAMPLE values, of an evenly
     strided sample (a 4096-token stage would otherwise be copied whole)."""
-    from attnlab.sinks.tensorboard_protos import histogram
+    from attnlab.sinks.tensorboard_format import histogram
 
     for stage in HISTOGRAM_STAGES:
         for source, stages in (("variant", record.stages), ("reference", record.reference_stages)):
@@ -386,53 +318,3 @@ def _without_internals(value: Any) -> Any:
     return value
 
 
-def hparams_summaries(hparams: Mapping[str, bool | int | float | str], metrics: list[str], *,
-                      ok: bool, swept: Sequence[str] | None = None, trial: str = "") -> list[Summary]:
-    """Experiment, session start and session end summaries for the HParams plugin.
-
-    Built here rather than by torch's `summary.hparams`, which records bools as numbers
-    (`isinstance(True, int)`), and rather than tensorboard's own `hparams.summary`, which needs
-    TensorFlow. No hparam domains: one job cannot know the values its sweep siblings take.
-
-    The experiment declares every hyperparameter of the job, the swept ones (`swept`) and the
-    verdict marked `differs`, which the dashboard sorts first and shows (its first five):
-    TensorBoard reads one experiment per logdir, and a logdir of several sweeps needs each sweep's
-    keys (`d_out`, `num_kv_heads`) declared by every session. `trial` names the session's group,
-    HParams' trial id.
-    """
-    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-
-    start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time(), group_name=trial)
-    swept = list(swept or [])
-    infos = []
-    for name, value in hparams.items():
-        if isinstance(value, bool):
-            start.hparams[name].bool_value = value
-            data_type = api_pb2.DATA_TYPE_BOOL
-        elif isinstance(value, (int, float)):
-            start.hparams[name].number_value = value
-            data_type = api_pb2.DATA_TYPE_FLOAT64
-        else:
-            start.hparams[name].string_value = value
-            data_type = api_pb2.DATA_TYPE_STRING
-        infos.append(api_pb2.HParamInfo(name=name, type=data_type, differs=name in swept or name in VERDICT))
-    infos += [api_pb2.HParamInfo(name=name, type=api_pb2.DATA_TYPE_STRING, differs=True)
-              for name in swept if name not in hparams]
-    experiment = api_pb2.Experiment(
-        hparam_infos=infos, metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag)) for tag in metrics]
-    )
-    status = api_pb2.STATUS_SUCCESS if ok else api_pb2.STATUS_FAILURE
-    end = plugin_data_pb2.SessionEndInfo(status=status, end_time_secs=time.time())
-    return [
-        _hparams_summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)),
-        _hparams_summary(metadata.SESSION_START_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_start_info=start)),
-        _hparams_summary(metadata.SESSION_END_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end)),
-    ]
-
-
-def _hparams_summary(tag: str, data: Any) -> Summary:
-    from tensorboard.compat.proto.summary_pb2 import Summary
-    from tensorboard.plugins.hparams import metadata
-
-    value = Summary.Value(tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR)
-    return Summary(value=[value])

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from attnlab.sinks.tensorboard import EventFile, hparams_summaries, scalars_summary
+from attnlab.sinks.tensorboard_format import EventFile, hparams_summaries, scalars_summary
 from attnlab.training.job import SIDES, TrainingResult
 from attnlab.training.measures import PROBE_WEIGHTS
 from attnlab.training.page import page_html
@@ -83,7 +83,7 @@ def write_band(folder: Path, per_seed: list[dict[int, dict[str, float]]], label:
                session: dict[str, str | int]) -> None:
     """A run of the BANDED curves' mean and mean ± std over the seeds at each step, a Custom Scalars
     margin chart per curve, and an HParams session (the verdict among its columns)."""
-    from attnlab.sinks.tensorboard_protos import custom_scalars
+    from attnlab.sinks.tensorboard_format import custom_scalars
 
     layout = {"training: mean ± std over seeds": {tag: ["Margin", [f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"]]
                                                  for tag in BANDED}}
@@ -107,7 +107,7 @@ def _write_heatmaps(events: EventFile, measures: dict[str, dict[str, Any]], labe
     """Each layer's attention weights on the first probe item, every head, at each checkpoint."""
     from attnlab.reporting.heatmap import render_head_grid
     from attnlab.reporting.job_heatmaps import encoded
-    from attnlab.sinks.tensorboard import image_summary
+    from attnlab.sinks.tensorboard_format import image_summary
 
     for step, measured in measures.items():
         for layer, weights in measured[PROBE_WEIGHTS].items():

@@ -18,8 +18,8 @@ from torch import nn
 from attnlab.errors import UserError
 from attnlab.model.model_spec import ModelSpec
 from attnlab.modules import session
-from attnlab.modules.discovery import load_file
 from attnlab.modules.outermost_class import outermost
+from attnlab.modules.plugin_import import load_file
 
 MODELS_DIR = "models"
 

@@ -12,35 +12,28 @@ imported is kept with its variants, for the run that uses them, not shown to eve
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import inspect
-import io
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
-import torch
 from torch import nn
 
 from attnlab.modules import session
 from attnlab.modules.describe import copied_texts, describe
 from attnlab.modules.import_probe import deadly_imports
 from attnlab.modules.outermost_class import outermost
+from attnlab.modules.plugin_import import OUTPUT, content_hash, held_output, load_file, siblings, torch_state_kept
 from attnlab.modules.variant_spec import VariantSpec
 from attnlab.plugin_folders import USER_GROUP, plugin_files
 from attnlab.process_state import ORIGINALS  # noqa: F401 - torch's own functions noted before any plugin is imported
 
 ENTRY_POINT_GROUP = "attnlab.variants"
 _MARK = session.MARK
-_OUTPUT = "__attnlab_output__"  # (stdout, stderr) a plugin module printed while it was imported
-_CONTENT = "__attnlab_content__"  # the digest of the file's bytes it was loaded from
 
 ModuleClass = TypeVar("ModuleClass", bound=type)
 
@@ -122,15 +115,8 @@ def plugin_fingerprint() -> str:
 def _fingerprint(files: list[tuple[Path, str]]) -> str:
     digest = hashlib.sha1()
     for path, _group in files:
-        digest.update(str(path).encode() + b"\0" + _content_hash(path).encode())
+        digest.update(str(path).encode() + b"\0" + content_hash(path).encode())
     return digest.hexdigest()
-
-
-def _content_hash(path: Path) -> str:
-    try:
-        return hashlib.sha1(path.read_bytes()).hexdigest()
-    except OSError:  # removed meanwhile: the next look finds it gone
-        return ""
 
 
 def _read_folder(found: PluginsRead, folder: Path, files: list[tuple[Path, str]]) -> None:
@@ -138,13 +124,13 @@ def _read_folder(found: PluginsRead, folder: Path, files: list[tuple[Path, str]]
     wherever it sorts."""
     loaded = []
     deadly = deadly_imports([path for path, group in files]) if files[0][1] == USER_GROUP else {}
-    with _siblings(folder) as helpers:
+    with siblings(folder) as helpers:
         for path, group in files:
             if path in deadly:
                 found.warnings.append(f"plugin {path} not loaded: {deadly[path]}")
                 continue
             try:
-                with _torch_state_kept(found, path, group == USER_GROUP):
+                with torch_state_kept(found.warnings, path, group == USER_GROUP):
                     loaded.append((path, group, load_file(path)))
             except BaseException as exc:  # a broken plugin never takes the others down
                 found.warnings.append(f"plugin {path} failed to import: {type(exc).__name__}: {_one_line(exc)}")
@@ -155,52 +141,6 @@ def _read_folder(found: PluginsRead, folder: Path, files: list[tuple[Path, str]]
         _add(found, *declarations_of(module, path.stem, str(path), group, copied))
 
 
-@contextlib.contextmanager
-def _torch_state_kept(found: PluginsRead, path: Path, check: bool) -> Iterator[None]:
-    """torch's process-wide settings as they were before `path` was imported: a change is undone and
-    warned (it would change the reference's numbers in every run of this process)."""
-    if not check:
-        yield
-        return
-    before = _torch_state()
-    try:
-        yield
-    finally:
-        changed = [name for name, value in _torch_state().items() if not _same_state(value, before[name])]
-        if changed:
-            torch.set_default_dtype(before["default dtype"])
-            torch.set_rng_state(before["random state"])
-            torch.set_grad_enabled(before["grad mode"])
-            torch.set_num_threads(before["threads"])
-            torch.use_deterministic_algorithms(before["deterministic algorithms"][0],
-                                               warn_only=before["deterministic algorithms"][1])
-            found.warnings.append(f"plugin {path} changed torch's {', '.join(changed)} at import: undone "
-                                  f"(set it inside your module, not at import)")
-
-
-def _torch_state() -> dict[str, Any]:
-    return {"default dtype": torch.get_default_dtype(), "random state": torch.get_rng_state(),
-            "grad mode": torch.is_grad_enabled(), "threads": torch.get_num_threads(),
-            "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
-                                         torch.is_deterministic_algorithms_warn_only_enabled())}
-
-
-def _same_state(a: Any, b: Any) -> bool:
-    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
-
-
-def probe_imports(done_file: str, files: list[str]) -> None:
-    """In attnlab.modules.import_probe's child: import each file in order, noting each one finished
-    (a file whose import raises is finished: discovery reports it)."""
-    with open(done_file, "a", encoding="utf-8") as done:
-        for name in files:
-            path = Path(name)
-            with _siblings(path.parent), contextlib.suppress(BaseException):
-                load_file(path)
-            done.write(f"{name}\0")
-            done.flush()
-
-
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
@@ -209,126 +149,6 @@ def _add(found: PluginsRead, declarations: list[VariantSpec], warning: str | Non
     found.declarations += declarations
     if warning:
         found.warnings.append(warning)
-
-
-def load_file(path: Path) -> Any:
-    """A plugin file as a module of its own name (two plugin folders may both have a `mine.py`),
-    loaded once; what it prints meanwhile is kept on it (`_OUTPUT`), not shown."""
-    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
-    module_name = f"attnlab_plugin_{digest}_{path.stem}"
-    content = _content_hash(path)
-    known = sys.modules.get(module_name)
-    if known is not None and getattr(known, _CONTENT, None) == content:
-        return known  # loaded once while it stays the same; an edited file is loaded again
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        with _held_output() as output:
-            spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    setattr(module, _OUTPUT, output())
-    setattr(module, _CONTENT, content)
-    return module
-
-
-class _Held(io.TextIOBase):
-    """A stream that keeps what is written while `held`, then writes through to the real one: a
-    plugin that keeps `sys.stdout` (a logging handler made at import) still reaches the terminal."""
-
-    def __init__(self, stream: Any) -> None:
-        super().__init__()
-        self.stream, self.held, self.parts = stream, True, []
-
-    def write(self, text: str) -> int:
-        if self.held:
-            self.parts.append(text)
-        else:
-            self.stream.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        if not self.held:
-            self.stream.flush()
-
-    def fileno(self) -> int:  # faulthandler and subprocesses write to the descriptor itself
-        return self.stream.fileno()
-
-    def isatty(self) -> bool:
-        return self.stream.isatty()
-
-    @property
-    def encoding(self) -> str:
-        return getattr(self.stream, "encoding", "utf-8")
-
-
-@contextlib.contextmanager
-def _held_output() -> Iterator[Callable[[], tuple[str, str]]]:
-    """What a plugin prints while it is imported: (stdout, stderr), kept and not shown."""
-    out, err = _Held(sys.stdout), _Held(sys.stderr)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            yield lambda: ("".join(out.parts), "".join(err.parts))
-    finally:
-        out.held = err.held = False
-
-
-class _SharedLoader(importlib.abc.Loader):
-    """Hands a sibling import the plugin module `load_file` loaded (or loads it now), so the file
-    runs once whether discovery or a sibling reaches it first."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.own_spec: importlib.machinery.ModuleSpec | None = None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
-        module = load_file(self.path)
-        self.own_spec = module.__spec__
-        return module
-
-    def exec_module(self, module: Any) -> None:
-        module.__spec__ = self.own_spec  # the import machinery set the sibling's; the module keeps its own
-
-
-class _SiblingFinder(importlib.abc.MetaPathFinder):
-    """`import helpers` in a plugin file finds helpers.py (or a package helpers/) in its folder.
-    Last on the meta path: an installed module of the same name wins, as it would for a script
-    run from elsewhere."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.imported: dict[str, Path] = {}
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        file = self.folder / f"{name}.py"
-        if path is not None or "." in name:
-            return None
-        if file.is_file():
-            self.imported[name] = file
-            return importlib.util.spec_from_loader(name, _SharedLoader(file), origin=str(file))
-        spec = importlib.machinery.PathFinder.find_spec(name, [str(self.folder)])
-        if spec is not None:
-            self.imported[name] = self.folder / name
-        return spec
-
-
-@contextlib.contextmanager
-def _siblings(folder: Path) -> Iterator[set[Path]]:
-    """While a folder loads, its files import each other by bare name; yields the files imported
-    that way. Afterwards the bare names are forgotten, so another folder's `helpers` is its own."""
-    finder = _SiblingFinder(folder)
-    helpers: set[Path] = set()
-    sys.meta_path.append(finder)
-    try:
-        yield helpers
-    finally:
-        sys.meta_path.remove(finder)
-        for name in finder.imported:
-            for key in [k for k in sys.modules if k == name or k.startswith(f"{name}.")]:
-                del sys.modules[key]
-        helpers |= set(finder.imported.values())
 
 
 def _own_classes(module: Any) -> list[type]:
@@ -365,7 +185,7 @@ def declarations_of(module: Any, default_name: str, source: str, group: str,
                     copied: frozenset[str] = frozenset()) -> tuple[list[VariantSpec], str | None]:
     """The variants a plugin module defines, and a warning where it defines none; `copied` holds
     texts also found in an earlier plugin file (see describe)."""
-    output = getattr(module, _OUTPUT, ("", ""))
+    output = getattr(module, OUTPUT, ("", ""))
 
     def declare(cls: type, name: str, mark: dict[str, Any] | None = None) -> VariantSpec:
         return _declaration(cls, name, mark or {}, source, group, copied, output)
@@ -420,7 +240,7 @@ def _read_entry_points(found: PluginsRead) -> None:
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
         source = f"entry point {entry.name} = {entry.value}"
         try:
-            with _held_output() as output:
+            with held_output() as output:
                 loaded = entry.load()
         except BaseException as exc:
             found.warnings.append(f"plugin {source} failed to import: {type(exc).__name__}: {_one_line(exc)}")
@@ -432,7 +252,7 @@ def _read_entry_points(found: PluginsRead) -> None:
             found.declarations += [_declaration(loaded, mark.get("name") or entry.name, mark, source, USER_GROUP,
                                                 copied, output()) for mark in marks]
         else:
-            setattr(loaded, _OUTPUT, getattr(loaded, _OUTPUT, output()))
+            setattr(loaded, OUTPUT, getattr(loaded, OUTPUT, output()))
             _add(found, *declarations_of(loaded, entry.name, source, USER_GROUP, copied))
 
 

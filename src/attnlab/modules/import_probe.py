@@ -20,7 +20,7 @@ from attnlab.plugin_folders import python_files
 
 CACHE_ENV = "ATTNLAB_CACHE_DIR"
 PROBE_TIMEOUT_S = 120
-CHILD = "import sys; from attnlab.modules.discovery import probe_imports; probe_imports(sys.argv[1], sys.argv[2:])"
+CHILD = "import sys; from attnlab.modules.plugin_import import probe_imports; probe_imports(sys.argv[1], sys.argv[2:])"
 
 
 def deadly_imports(files: list[Path]) -> dict[Path, str]:

@@ -60,17 +60,6 @@ def test_a_model_run_on_another_device_is_refused_before_the_model_loads() -> No
         attnlab.run("multi_head_attention", device="cuda", overrides=["model=hf:no_such_type", *QUIET])
 
 
-def test_a_single_head_variant_is_refused_before_the_model_loads(tiny_gpt2, tmp_path) -> None:
-    import shutil
-
-    shutil.copy(tiny_gpt2 / "config.json", tmp_path / "config.json")  # no weights: loading would fail otherwise
-    with pytest.raises(UserError) as raised:
-        attnlab.run("reference", overrides=[f"model.path={tmp_path}", "inputs=text", f"inputs.text='{TEXT}'", *QUIET])
-    assert str(raised.value) == ("variant=reference: a single-head class (SelfAttention_v1 takes no head count) cannot "
-                                 "stand in for the model's 4-head attention; a variant that fits: multi_head_attention, "
-                                 "gqa, mqa (the zoo's multi-head classes), or variant=hf:TYPE")
-
-
 def test_a_language_model_without_text_is_refused_before_it_loads(tiny_gpt2, tmp_path) -> None:
     import shutil
 

@@ -72,7 +72,7 @@ def _transformers() -> Any:
 def _load_hf(spec: ModelSpec) -> LoadedModel:
     transformers = _transformers()
     if spec.kind == "hf":
-        config = _hf_config(transformers, spec)
+        config = hf_config(spec)
         task = _task(transformers, config, spec)
         auto = getattr(transformers, TASKS[task])
         with torch.device("meta"):  # counted without memory: a model too large is refused before it is built
@@ -118,8 +118,10 @@ def _task(transformers: Any, config: Any, spec: ModelSpec) -> str:
                     f"the whole models attnlab runs; its attention alone: variant=hf:{config.model_type}")
 
 
-def _hf_config(transformers: Any, spec: ModelSpec) -> Any:
-    """The config class built with the size keys (derived sizes such as Llama's head_dim follow them)."""
+def hf_config(spec: ModelSpec) -> Any:
+    """The config class of `hf:TYPE` built with the size keys (derived sizes such as Llama's head_dim
+    follow them)."""
+    transformers = _transformers()
     try:
         default = transformers.AutoConfig.for_model(spec.name)
     except ValueError:

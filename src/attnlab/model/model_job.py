@@ -23,7 +23,7 @@ from attnlab.model.model_spec import OWN_KEYS, is_requested, model_spec
 from attnlab.model.sizes import ModelSizes, model_sizes
 from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
 from attnlab.model.tokens import fitting_ids, token_ids
-from attnlab.model.variant_fit import check_variant_fits
+from attnlab.model.variant_fit import check_variant_fits, variant_for_layer
 from attnlab.modules.families import family
 from attnlab.record import ModelInfo, Record, Setup
 from attnlab.schema import resolved
@@ -148,13 +148,14 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
         return intervention_records(cfg, chosen, loaded, lambda consume: model_run(
             cfg, loaded, spec.attention_path, cfg.layer, consume), _tokens(loaded), say, done)
     run, layers, slots, inputs = model_run(cfg, loaded, spec.attention_path, cfg.layer)
+    variant = variant_for_layer(cfg.variant.name, run.sizes.heads)
     config = resolved(cfg)
     params = OmegaConf.to_container(cfg.variant.params, resolve=True)
     expect = OmegaConf.to_container(cfg.expect, resolve=True)
     changed, effects = [], {}
     for layer in layers:
         say(f"layer {slots[layer].name}: in the model")
-        each = changed_layer(run, layer, cfg.variant.name, params, cfg.seed)
+        each = changed_layer(run, layer, variant, params, cfg.seed)
         if each.final is not None:  # compared at once: a (1, T, vocab) of logits per layer is not kept
             effects[layer], each.final = run.effects([each.final])[0], None
         changed.append(each)
@@ -167,10 +168,10 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
                           kv_heads=run.sizes.kv_heads, layer=slot.index, attention=run.attention[each.layer][0],
                           stack=slot.stack, replaced=slot.replaced,
                           positions=1 if loaded.task == "image" else None)
-        setup = Setup(variant=cfg.variant.name, seed=cfg.seed, config=copy.deepcopy(config),
+        setup = Setup(variant=variant, seed=cfg.seed, config=copy.deepcopy(config),
                       labels=inputs.labels[slot.stack],
                       n_tokens=run.n_tokens, d_in=run.sizes.width, d_out=run.sizes.width, model=about)
-        record = compare_layer(run, each, effects.get(each.layer), setup, cfg.variant.name, params, cfg.seed, expect,
+        record = compare_layer(run, each, effects.get(each.layer), setup, variant, params, cfg.seed, expect,
                                cfg.reference)
         records.append(done(record, len(records), len(layers)))
     return records

@@ -137,7 +137,8 @@ def maps() -> list[Map]:
 
 
 def attnlab_png(m: Map) -> bytes:
-    from attnlab.reporting.heatmap import render_heatmap, to_png_bytes
+    from attnlab.drawing.png import to_png_bytes
+    from attnlab.reporting.heatmap import render_heatmap
 
     return to_png_bytes(render_heatmap(m.matrix, title="weights", row_labels=m.labels, col_labels=m.labels))
 
@@ -193,7 +194,8 @@ def compare_png(repeats: int) -> list[Comparison]:
     what a job draws now: a single map and a grid of 12 heads, each of one fixed size."""
     from PIL import Image
 
-    from attnlab.reporting.heatmap import render_head_grid, render_heatmap, to_png_bytes
+    from attnlab.drawing.png import to_png_bytes
+    from attnlab.reporting.heatmap import render_head_grid, render_heatmap
 
     rng = np.random.default_rng(0)
     heads = rng.random((12, 1024, 1024), dtype=np.float32)  # the multi-head scale figures' size

@@ -311,7 +311,8 @@ def test_the_back_channel_check_sees_one(tmp_path: Path) -> None:
 # compute -> model -> reporting -> sinks -> training -> app).
 LAYERS = (
     ("attnlab.errors", "attnlab.plugin_folders", "attnlab.configured", "attnlab.file_limits", "attnlab.locks",
-     "attnlab.printable", "attnlab.process_state", "attnlab.schema", "attnlab.shown_paths"),
+     "attnlab.printable", "attnlab.process_state", "attnlab.schema", "attnlab.shown_paths",
+     "attnlab.drawing"),  # PNG, text and colours: infrastructure the pictures are drawn with
     ("attnlab.inputs",),
     ("attnlab.modules",),
     ("attnlab.capture",),

@@ -8,16 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from attnlab.drawing import glyphs
+from attnlab.drawing.colours import DIVERGING_LUT, SEQUENTIAL_LUT
+from attnlab.drawing.png import to_png_bytes
 from attnlab.reporting import heatmap
-from attnlab.reporting.heatmap import (
-    DIVERGING_LUT,
-    GRID_WIDTH,
-    MAP_SIDE,
-    SEQUENTIAL_LUT,
-    render_head_grid,
-    render_heatmap,
-    to_png_bytes,
-)
+from attnlab.reporting.heatmap import GRID_WIDTH, MAP_SIDE, render_head_grid, render_heatmap
 
 TOKENS = ["Your", "journey", "starts", "with", "one", "step"]
 WHITE = (255, 255, 255)
@@ -150,13 +145,13 @@ def test_png_bytes_decode_to_the_same_image():
 def drawn_strings(monkeypatch) -> list[tuple[str, bool]]:
     """Every string a render draws, with whether it reads upwards."""
     drawn: list[tuple[str, bool]] = []
-    original = heatmap._draw_string
+    original = glyphs.draw_string
 
     def record(image, xy, text, **kwargs):
         drawn.append((text, kwargs.get("vertical", False)))
         return original(image, xy, text, **kwargs)
 
-    monkeypatch.setattr(heatmap, "_draw_string", record)
+    monkeypatch.setattr(glyphs, "draw_string", record)
     return drawn
 
 
@@ -218,9 +213,7 @@ def _pillow_text(image: Image.Image, xy, text: str, size: int, anchor: str, colo
     turned and pasted (Pillow turns text only with libraqm)."""
     from PIL import ImageDraw
 
-    from attnlab.reporting.heatmap import _font
-
-    font = _font(size)
+    font = glyphs.font(size)
     if not vertical:
         ImageDraw.Draw(image).text(xy, text, fill=colour, font=font, anchor=anchor)
         return
@@ -250,9 +243,9 @@ def test_text_drawn_through_remembered_masks_is_pillows_own_every_time(vertical)
                     _pillow_text(pillows, xy, text, size, anchor, colour, vertical)
                 except ValueError:  # e.g. a vertical anchor for text of several lines: ours refuses it too
                     with pytest.raises(ValueError):
-                        heatmap._draw_string(ours, xy, text, size=size, anchor=anchor, colour=colour, vertical=vertical)
+                        glyphs.draw_string(ours, xy, text, size=size, anchor=anchor, colour=colour, vertical=vertical)
                     continue
-                heatmap._draw_string(ours, xy, text, size=size, anchor=anchor, colour=colour, vertical=vertical)
+                glyphs.draw_string(ours, xy, text, size=size, anchor=anchor, colour=colour, vertical=vertical)
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(pillows))
     assert not np.array_equal(np.asarray(ours), background)
 
@@ -313,8 +306,8 @@ def test_a_score_sized_stage_is_scaled_on_percentiles_not_one_extreme():
 def test_every_cell_of_a_map_has_one_number_format(monkeypatch):
     """"3e-03" beside "0.003" in one map read as two kinds of number: one format for all cells."""
     centred: list[str] = []  # the cells' values: drawn centred in their cells, unlike labels and ticks
-    original = heatmap._draw_string
-    monkeypatch.setattr(heatmap, "_draw_string", lambda image, xy, text, **kwargs: (
+    original = glyphs.draw_string
+    monkeypatch.setattr(glyphs, "draw_string", lambda image, xy, text, **kwargs: (
         centred.append(text) if kwargs.get("anchor") == "mm" else None, original(image, xy, text, **kwargs)))
     values = np.array([[0.0326, -0.0038, 0.0002], [0.021, -0.0001, 0.3], [1e-7, -0.015, 0.0]], np.float32)
     render(values, diverging=True)
@@ -327,6 +320,4 @@ def test_every_cell_of_a_map_has_one_number_format(monkeypatch):
 
 def test_a_space_in_a_legend_is_as_wide_as_a_letter():
     """Pillow's own font drew a space one pixel wide: "log 1e-4to 1"."""
-    from attnlab.reporting.heatmap import _text_width
-
-    assert _text_width("1e-4 to 1") - _text_width("1e-4to 1") >= _text_width("o") // 2
+    assert glyphs.text_width("1e-4 to 1") - glyphs.text_width("1e-4to 1") >= glyphs.text_width("o") // 2

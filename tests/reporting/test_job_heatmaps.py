@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 import attnlab
+from attnlab.drawing import glyphs
 from attnlab.reporting import heatmap, job_heatmaps
 from attnlab.reporting.job_heatmaps import EncodedHeatmap, _EncodedCache, heatmap_images, read_index
 
@@ -45,15 +46,15 @@ def test_a_grid_of_all_heads_and_an_image_per_head_each_of_one_size(gqa_record) 
 def captured(monkeypatch) -> list[tuple[str, str]]:
     """(title, tick text) per image: the ticks the colour bar of each title is drawn with."""
     drawn: list[str] = []
-    original = heatmap._draw_string
+    original = glyphs.draw_string
 
     def record(image, xy, text, **kwargs):
         drawn.append(text)
         return original(image, xy, text, **kwargs)
 
-    monkeypatch.setattr(heatmap, "_draw_string", record)
+    monkeypatch.setattr(glyphs, "draw_string", record)
     monkeypatch.setattr(job_heatmaps, "_ENCODED", _EncodedCache(budget=0))  # draw every image
-    monkeypatch.setattr(job_heatmaps, "_in_threads", lambda fn, items: [fn(item) for item in items])  # in order
+    monkeypatch.setattr(job_heatmaps, "in_threads", lambda fn, items: [fn(item) for item in items])  # in order
     return drawn
 
 

@@ -155,11 +155,12 @@ def page_images(page: str) -> dict[str, np.ndarray]:
 
 def head_tile(grid: np.ndarray, n_heads: int) -> np.ndarray:
     """Head 0's tile of a grid of all heads, found where render_head_grid puts it."""
+    from attnlab.drawing import glyphs
     from attnlab.reporting import heatmap
 
     columns = int(np.ceil(np.sqrt(n_heads)))
     tile = (heatmap.GRID_WIDTH - heatmap._TILE_GAP * (columns - 1)) // columns
-    top = heatmap._title_band() + heatmap._font(heatmap._FONT_SIZE).getmetrics()[0] + 4
+    top = heatmap._title_band() + glyphs.font(glyphs.TEXT_SIZE).getmetrics()[0] + 4
     return grid[top:top + tile, heatmap._MARGIN:heatmap._MARGIN + tile]
 
 

@@ -8,6 +8,7 @@ import re
 import pytest
 
 import attnlab
+from attnlab.drawing import glyphs
 from attnlab.sinks.inline_html import results_html
 from attnlab.sinks.model_html import render_model_html
 
@@ -36,13 +37,13 @@ def test_a_model_run_shows_its_layer_table_and_the_replaced_layers_maps(layers, 
 
 def test_the_models_own_weights_are_on_the_weights_scale_0_to_1(layers, monkeypatch) -> None:
     """They were scaled from their smallest weight ("linear 1.89e-26 to 1"), unlike every other weights map."""
-    from attnlab.reporting import heatmap, job_heatmaps
+    from attnlab.reporting import job_heatmaps
     from attnlab.reporting.job_heatmaps import _EncodedCache
     from attnlab.sinks.model_html import head_grid_html
 
     drawn: list[str] = []
-    original = heatmap._draw_string
-    monkeypatch.setattr(heatmap, "_draw_string", lambda image, xy, text, **kw: (drawn.append(text), original(image, xy, text, **kw)))
+    original = glyphs.draw_string
+    monkeypatch.setattr(glyphs, "draw_string", lambda image, xy, text, **kw: (drawn.append(text), original(image, xy, text, **kw)))
     monkeypatch.setattr(job_heatmaps, "_ENCODED", _EncodedCache(budget=0))
     head_grid_html(layers[0])
     legends = [text for text in drawn if text.startswith("linear ")]

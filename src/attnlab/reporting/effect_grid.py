@@ -42,7 +42,8 @@ def effect_grid(records: Iterable[Record]) -> tuple[list[str], list[int], np.nda
 
 def write_effect_grid(records: Iterable[Record], folder: Path) -> list[Path]:
     """The grid's CSV and heatmap PNG in `folder`; none without an intervention sweep."""
-    from attnlab.reporting.heatmap import render_heatmap, to_png_bytes  # Pillow: only when there is a grid
+    from attnlab.drawing.png import to_png_bytes  # Pillow: only when there is a grid
+    from attnlab.reporting.heatmap import render_heatmap
 
     found = effect_grid(records)
     if found is None:

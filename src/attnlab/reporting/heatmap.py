@@ -24,20 +24,17 @@ Rules a reader can rely on:
 from __future__ import annotations
 
 import math
-import os
-import struct
 import warnings
-import zlib
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from functools import cache, lru_cache, partial
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
+
+from attnlab.drawing import glyphs
+from attnlab.drawing.colours import BACKGROUND, BLACK, DIVERGING_LUT, LUT_SIZE, NON_FINITE, SEQUENTIAL_LUT
 
 MAP_SIDE = 192  # px of a map's grid, whatever the matrix's size: a whole map fits a ~350 px card
 MAX_SIDE = MAP_SIDE  # cells per axis after pooling (a cell is at least a pixel)
@@ -46,126 +43,15 @@ CROP = 64  # tokens in the full-resolution crop of a pooled map
 ANNOTATE_MAX = 16  # axes up to this length get their labels
 VALUES_MAX = 6  # axes up to this length get every cell's value (cells of 32 px and more)
 
-_FONT_SIZE = 11
+_FONT_SIZE = glyphs.TEXT_SIZE
 _TITLE_SIZE = 13
 _MARGIN = 6
 _LABEL_BAND = 74  # px beside and above the grid for labels (10 characters) and the axes' titles: one size
 _BAR_W = 14
 _TICK_W = 56  # px right of the colour bar for its ticks
 _TILE_GAP = 8
-_LUT_SIZE = 257  # odd, so the middle entry is exactly the centre of the range
-_BACKGROUND = 255  # white
-_TEXT = (0, 0, 0)
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_NON_FINITE = np.array([160, 160, 160], dtype=np.uint8)
 _SMALL_SIZE = 9  # a cell value too wide at _FONT_SIZE
 _TITLE_LINES = 3  # title, what is drawn (shape, pooling, region), the colour scale
-
-_VIRIDIS_ANCHORS = (
-    (68, 1, 84), (71, 44, 122), (59, 82, 139), (44, 113, 142), (33, 145, 140),
-    (39, 173, 129), (92, 200, 99), (170, 220, 50), (253, 231, 37),
-)  # fmt: skip
-_DIVERGING_ANCHORS = (
-    (5, 48, 97), (33, 102, 172), (67, 147, 195), (146, 197, 222), (255, 255, 255),
-    (244, 165, 130), (214, 96, 77), (178, 24, 43), (103, 0, 31),
-)  # fmt: skip
-
-
-def _lut(anchors: tuple[tuple[int, int, int], ...]) -> np.ndarray:
-    """A (_LUT_SIZE, 3) uint8 table interpolated linearly between evenly spaced anchors."""
-    anchor_at = np.linspace(0.0, 1.0, len(anchors))
-    at = np.linspace(0.0, 1.0, _LUT_SIZE)
-    channels = [np.interp(at, anchor_at, [a[c] for a in anchors]) for c in range(3)]
-    return np.rint(np.stack(channels, axis=1)).astype(np.uint8)
-
-
-SEQUENTIAL_LUT = _lut(_VIRIDIS_ANCHORS)
-DIVERGING_LUT = _lut(_DIVERGING_ANCHORS)
-
-
-FONT_FILE = Path(__file__).with_name("fonts") / "DejaVuSansCondensed-subset.ttf"  # licence beside it
-
-
-@cache
-def _font(size: int) -> ImageFont.FreeTypeFont:
-    """DejaVu Sans Condensed (Latin, Greek, punctuation and maths signs), loaded once per size:
-    Pillow's own font draws a space a pixel wide ("1e-4to 1") and strokes that a viewer's
-    downscaling erases; a narrow face with even strokes keeps the digits and signs readable."""
-    return ImageFont.truetype(str(FONT_FILE), size=size, layout_engine=ImageFont.Layout.BASIC)  # no libraqm: one layout everywhere
-
-
-def to_png_bytes(image: np.ndarray) -> bytes:
-    """PNG-encode an (H, W, 3) uint8 image, written by hand: rows unfiltered, zlib level 1.
-
-    Pillow's PNG writer tries adaptive filters on every row; a heatmap is flat colour blocks that
-    zlib alone compresses, so this is faster and smaller (the ratio: benchmarks/README.md).
-    """
-    height, width, channels = image.shape
-    if channels != 3 or image.dtype != np.uint8:
-        raise ValueError(f"expected an (H, W, 3) uint8 image, got {image.shape} {image.dtype}")
-    rows = np.concatenate([np.zeros((height, 1), np.uint8), image.reshape(height, width * 3)], axis=1)
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
-    return b"".join(
-        [_PNG_SIGNATURE, _png_chunk(b"IHDR", header), _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), 1)),
-         _png_chunk(b"IEND", b"")]
-    )
-
-
-def _png_chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-
-def _in_threads(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
-    """[fn(item) for item in items], on every core: numpy, zlib and torch's pooling let go of the
-    GIL, and a long run's images were most of its wall time (benchmarks/README.md)."""
-    items = list(items)
-    if len(items) < 2:
-        return [fn(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(len(items), os.cpu_count() or 1)) as pool:
-        return list(pool.map(fn, items))
-
-
-@lru_cache(maxsize=4096)
-def _text_width(text: str, size: int = _FONT_SIZE) -> int:
-    return round(_font(size).getlength(text))
-
-
-def _draw_string(image: Image.Image, xy: tuple[int, int], text: str, *, size: int = _FONT_SIZE,
-                 anchor: str = "lt", colour: tuple[int, int, int] = _TEXT, vertical: bool = False) -> None:
-    """Pillow's ImageDraw.text, anchors as in Pillow (l/m/r, then t/m/b), through the string's
-    mask: the same pixels, since Pillow draws text as `colour` through that mask. Lines of text
-    (which sit at fractions of a pixel) are Pillow's to draw."""
-    if "\n" in text and not vertical:
-        ImageDraw.Draw(image).text(xy, text, fill=colour, font=_font(size), anchor=anchor)
-        return
-    mask, dx, dy = _text_mask(text, size, anchor, vertical)
-    if mask is not None:
-        x, y = xy[0] + dx, xy[1] + dy
-        image.paste(colour, (x, y, x + mask.width, y + mask.height), mask)
-
-
-@lru_cache(maxsize=4096)
-def _text_mask(text: str, size: int, anchor: str, vertical: bool) -> tuple[Image.Image | None, int, int]:
-    """A string's alpha mask drawn by ImageDraw.text, and where its corner sits from the anchor
-    point; a job's images repeat their labels, titles and ticks, and so do a sweep's jobs.
-    Vertical text reads upwards: drawn on a mask of its own and turned, since Pillow turns text
-    only with libraqm."""
-    font = _font(size)
-    if not vertical:
-        left, top, right, bottom = ImageDraw.Draw(Image.new("L", (1, 1))).textbbox((0, 0), text, font=font, anchor=anchor)
-        if right <= left or bottom <= top:
-            return None, 0, 0
-        mask = Image.new("L", (right - left, bottom - top), 0)
-        ImageDraw.Draw(mask).text((-left, -top), text, fill=255, font=font, anchor=anchor)
-        return mask, left, top
-    ascent, descent = font.getmetrics()
-    mask = Image.new("L", (max(_text_width(text, size), 1), ascent + descent), 0)
-    ImageDraw.Draw(mask).text((0, ascent), text, fill=255, font=font, anchor="ls")
-    mask = mask.transpose(Image.Transpose.ROTATE_90)
-    dx = -{"l": 0, "m": mask.width // 2, "r": mask.width}[anchor[0]]
-    dy = -{"t": 0, "m": mask.height // 2, "b": mask.height}[anchor[1]]
-    return mask, dx, dy
-
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
     """A float32 tensor on the array's own memory, read only here: a spilled stage is a read-only
@@ -237,14 +123,14 @@ def _colour(matrix: np.ndarray, low: float, high: float, lut: np.ndarray, zero_g
         finite &= matrix != 0
     if span > 0:
         with np.errstate(invalid="ignore", over="ignore"):
-            t = (matrix - low) * np.float32((_LUT_SIZE - 1) / span)
-        np.clip(t, 0.0, _LUT_SIZE - 1, out=t)
+            t = (matrix - low) * np.float32((LUT_SIZE - 1) / span)
+        np.clip(t, 0.0, LUT_SIZE - 1, out=t)
         t[~finite] = 0.0  # coloured below (a NaN through clip stays NaN)
         index = (t + 0.5).astype(np.uint16)  # rounds half up: t >= 0
     else:
-        index = np.full(matrix.shape, (_LUT_SIZE - 1) // 2, dtype=np.uint16)
+        index = np.full(matrix.shape, (LUT_SIZE - 1) // 2, dtype=np.uint16)
     cells = lut[index]
-    cells[~finite] = _NON_FINITE
+    cells[~finite] = NON_FINITE
     return cells
 
 
@@ -352,7 +238,7 @@ def render_head_grid(values: np.ndarray, *, title: str, diverging: bool = False,
     n = heads.shape[0]
     columns = math.ceil(math.sqrt(n))
     tile = _grid_tile(n)
-    caption = _font(_FONT_SIZE).getmetrics()[0] + 4
+    caption = glyphs.font(_FONT_SIZE).getmetrics()[0] + 4
     n_rows = -(-n // columns)
     height = n_rows * (tile + caption) + (n_rows - 1) * _TILE_GAP
     if value_range is None:
@@ -373,7 +259,7 @@ def render_head_grid(values: np.ndarray, *, title: str, diverging: bool = False,
     for h in range(n):
         x = grid_x + (h % columns) * (tile + _TILE_GAP)
         y = grid_y + (h // columns) * (tile + caption + _TILE_GAP)
-        _draw_string(image, (x, y), f"head {h}")
+        glyphs.draw_string(image, (x, y), f"head {h}")
     return _with_bar(image, grid_x + GRID_WIDTH, grid_y, height, low, high, lut, diverging, scale,
                      finite_only=not np.isfinite(pooled).all())
 
@@ -400,7 +286,7 @@ def _default_legend(low: float, high: float, scale: str) -> str:
 
 
 def _title_band() -> int:
-    return _font(_TITLE_SIZE).getmetrics()[0] + 3 + (_TITLE_LINES - 1) * (_font(_FONT_SIZE).getmetrics()[0] + 3) + _MARGIN
+    return glyphs.font(_TITLE_SIZE).getmetrics()[0] + 3 + (_TITLE_LINES - 1) * (glyphs.font(_FONT_SIZE).getmetrics()[0] + 3) + _MARGIN
 
 
 def _canvas(grid_w: int, grid_h: int, label_band: bool = True) -> tuple[np.ndarray, int, int]:
@@ -409,15 +295,15 @@ def _canvas(grid_w: int, grid_h: int, label_band: bool = True) -> tuple[np.ndarr
     grid_x, grid_y = _MARGIN + band, _title_band() + band
     width = grid_x + grid_w + 2 * _MARGIN + _BAR_W + 4 + _TICK_W + _MARGIN
     height = grid_y + grid_h + _MARGIN + _FONT_SIZE
-    return np.full((height, width, 3), _BACKGROUND, dtype=np.uint8), grid_x, grid_y
+    return np.full((height, width, 3), BACKGROUND, dtype=np.uint8), grid_x, grid_y
 
 
 def _fit(text: str, width: int, size: int) -> tuple[str, int]:
     """`text` at `size`, else at the small size, else cut with an ellipsis: never past `width` px."""
     for candidate in (size, _SMALL_SIZE):
-        if _text_width(text, candidate) <= width:
+        if glyphs.text_width(text, candidate) <= width:
             return text, candidate
-    while len(text) > 1 and _text_width(text + "…", _SMALL_SIZE) > width:
+    while len(text) > 1 and glyphs.text_width(text + "…", _SMALL_SIZE) > width:
         text = text[:-1]
     return text + "…", _SMALL_SIZE
 
@@ -428,8 +314,8 @@ def _draw_titles(image: Image.Image, title: str, note: str, legend: str) -> None
     y = _MARGIN
     for text, size in ((title, _TITLE_SIZE), (note, _FONT_SIZE), (legend, _FONT_SIZE)):
         fitted, at = _fit(text, width, size)
-        _draw_string(image, (_MARGIN, y), fitted, size=at)
-        y += _font(size).getmetrics()[0] + 3
+        glyphs.draw_string(image, (_MARGIN, y), fitted, size=at)
+        y += glyphs.font(size).getmetrics()[0] + 3
 
 
 def _axis_labels(labels: list[str] | None, n: int, axis: str) -> list[str] | None:
@@ -454,17 +340,17 @@ def _draw_labels(image: Image.Image, grid_x: int, grid_y: int, rows: list[str] |
     row_marks = list(enumerate(rows)) if rows is not None else [(0, str(r0)), (shape[0] - 1, str(r0 + shape[0] - 1))]
     col_marks = list(enumerate(cols)) if cols is not None else [(0, str(c0)), (shape[1] - 1, str(c0 + shape[1] - 1))]
     for i, label in row_marks:
-        _draw_string(image, (grid_x - 4, grid_y + int((i + 0.5) * cell_h)), label, anchor="rm")
+        glyphs.draw_string(image, (grid_x - 4, grid_y + int((i + 0.5) * cell_h)), label, anchor="rm")
     for j, label in col_marks:
-        _draw_string(image, (grid_x + int((j + 0.5) * cell_w), grid_y - 4), label, anchor="mb", vertical=True)
+        glyphs.draw_string(image, (grid_x + int((j + 0.5) * cell_w), grid_y - 4), label, anchor="mb", vertical=True)
 
 
 def _draw_axes(image: Image.Image, grid_x: int, grid_y: int, axes: tuple[str, str]) -> None:
     """The axes' titles in the corner the label bands leave free, above-left of the grid."""
-    line = _font(_SMALL_SIZE).getmetrics()[0] + 2
+    line = glyphs.font(_SMALL_SIZE).getmetrics()[0] + 2
     for k, text in enumerate((f"rows: {axes[0]}", f"cols: {axes[1]}")):
         fitted, size = _fit(text, _LABEL_BAND - 10, _SMALL_SIZE)  # clear of a first column label
-        _draw_string(image, (grid_x - 10, grid_y - 4 - (1 - k) * line), fitted, size=size, anchor="rb",
+        glyphs.draw_string(image, (grid_x - 10, grid_y - 4 - (1 - k) * line), fitted, size=size, anchor="rb",
                      colour=(90, 90, 90))
 
 
@@ -493,7 +379,7 @@ def _cell_texts(matrix: np.ndarray, width: float) -> tuple[list[list[str]], int]
     for fmt in _map_format(matrix):
         texts = [[fmt(float(value)) for value in row] for row in matrix]
         for size in (_FONT_SIZE, _SMALL_SIZE):
-            if all(_text_width(text, size) <= width for row in texts for text in row):
+            if all(glyphs.text_width(text, size) <= width for row in texts for text in row):
                 return texts, size
     return None
 
@@ -509,7 +395,7 @@ def _draw_values(image: Image.Image, grid_x: int, grid_y: int, matrix: np.ndarra
     for i, row in enumerate(texts):
         for j, text in enumerate(row):
             centre = (grid_x + int((j + 0.5) * cell_w), grid_y + int((i + 0.5) * cell_h))
-            _draw_string(image, centre, text, size=size, anchor="mm", colour=_TEXT if light[i, j] else (255, 255, 255))
+            glyphs.draw_string(image, centre, text, size=size, anchor="mm", colour=BLACK if light[i, j] else (255, 255, 255))
 
 
 def _with_bar(image: Image.Image, grid_right: int, top: int, height: int, low: float, high: float,
@@ -518,7 +404,7 @@ def _with_bar(image: Image.Image, grid_right: int, top: int, height: int, low: f
     the middle of a diverging bar; a scale with one value (an all-zero difference) says so once,
     as "finite" when grey cells (infinities, NaN) lie outside it."""
     x = grid_right + 2 * _MARGIN
-    bar = lut[::-1][np.linspace(0, _LUT_SIZE - 1, height).astype(int)][:, None]
+    bar = lut[::-1][np.linspace(0, LUT_SIZE - 1, height).astype(int)][:, None]
     image.paste(Image.fromarray(np.repeat(bar, _BAR_W, axis=1), mode="RGB"), (x, top))  # the bar alone, not the image, through numpy
     bottom = top + height - 1
     if high == low:
@@ -528,8 +414,8 @@ def _with_bar(image: Image.Image, grid_right: int, top: int, height: int, low: f
         if diverging:
             ticks.append(((top + bottom) // 2, "0", "lm"))
     for y, text, anchor in ticks:
-        image.paste(_TEXT, (x + _BAR_W, y, x + _BAR_W + 4, y + 1))
-        _draw_string(image, (x + _BAR_W + 6, y), text, anchor=anchor)
+        image.paste(BLACK, (x + _BAR_W, y, x + _BAR_W + 4, y + 1))
+        glyphs.draw_string(image, (x + _BAR_W + 6, y), text, anchor=anchor)
     return np.array(image)
 
 

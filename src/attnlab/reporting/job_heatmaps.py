@@ -36,6 +36,8 @@ import numpy as np
 
 from attnlab.capture.spill import release
 from attnlab.capture.stages import STAGES
+from attnlab.drawing.parallel import in_threads
+from attnlab.drawing.png import to_png_bytes
 from attnlab.record import Record, write_atomic
 from attnlab.reporting.heatmap import (
     CROP,
@@ -43,13 +45,11 @@ from attnlab.reporting.heatmap import (
     MAX_SIDE,
     ROBUST_PERCENTILES,
     _as_heads,
-    _in_threads,
     finite_range,
     grid_pooling,
     render_head_grid,
     render_heatmap,
     robust_range,
-    to_png_bytes,
 )
 
 HEATMAP_STAGES = ("queries", "keys", "values", "scores", "scaled_scores", "weights", "context", "output")
@@ -346,7 +346,7 @@ def _stage_images(record: Record, stage: str, source: str, values: np.ndarray, s
         region = (f"rows {r}-{r + block.shape[0] - 1} x cols {c}-{c + block.shape[1] - 1} "
                   f"of {heads.shape[1]}x{heads.shape[2]}, full resolution")
         tasks.append((f"{tag}/crop{CROP}", single(head, block, (r, c), region, " · crop")))
-    return list(zip([t for t, _ in tasks], _in_threads(lambda task: task[1](), tasks)))
+    return list(zip([t for t, _ in tasks], in_threads(lambda task: task[1](), tasks)))
 
 
 def _labels(record: Record, stage: str, shape: tuple[int, int], *, one_row: bool) -> tuple[list[str] | None, list[str] | None]:

@@ -124,7 +124,7 @@ def scalars_summary(values: Mapping[str, float]) -> Summary:
 
 def image_summary(tag: str, image: EncodedHeatmap) -> Summary:
     """An image summary from our own PNG bytes: torch's add_image re-encodes with Pillow, ~4x
-    slower on these images (see attnlab.reporting.heatmap.to_png_bytes)."""
+    slower on these images (see attnlab.drawing.png.to_png_bytes)."""
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     encoded = Summary.Image(height=image.height, width=image.width, colorspace=3, encoded_image_string=image.png)

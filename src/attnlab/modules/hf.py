@@ -44,6 +44,7 @@ def _transformers() -> Any:
         import transformers
     except ImportError:
         raise HFError("variant=hf:...: needs transformers; pip install 'attnlab[hf]'") from None
+    transformers.logging.set_verbosity_error()  # its notices on the config attnlab sized are not the user's concern
     return transformers
 
 

@@ -14,6 +14,7 @@ import difflib
 from attnlab.diagnosis import recognisers
 from attnlab.diagnosis.checks import (
     batch,
+    dropout_scale,
     heads,
     mask,
     precision,
@@ -55,6 +56,7 @@ CHECKS: tuple[DeclaredCheck, ...] = (
     scaling.scaling,
     softmax_dropout.softmax,
     softmax_dropout.dropout,
+    dropout_scale.dropout_unscaled,
     sources.value_path,
     # after the context
     heads.output,

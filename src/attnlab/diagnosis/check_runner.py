@@ -1,7 +1,7 @@
 """The diagnosis: which stage went wrong first, and why, in words a learner understands.
 
 Runs the declared checks (attnlab.diagnosis.codes) in their order over one read-only context,
-drops what an earlier finding suppresses, gives each finding its code's severity, and locates it
+drops what an earlier finding suppresses, refuses a code its check did not declare, and locates it
 on the heads and batch items where its stage differs from the reference. Two kinds of check:
 
 - self-consistent ones read only the variant (its sources, scaling factor, weight sums, shapes,
@@ -21,33 +21,37 @@ from dataclasses import replace
 
 from attnlab.capture.spill import release
 from attnlab.capture.stages import AXES, STAGES
-from attnlab.diagnosis.codes import BY_CODE, CODES
-from attnlab.diagnosis.context import Check, Context, Found
+from attnlab.diagnosis.codes import CHECKS, SUPPRESSES
+from attnlab.diagnosis.context import Context, Found
+from attnlab.diagnosis.finding_code import Code, DeclaredCheck
 from attnlab.record import Finding
 
 
-def _checks() -> list[Check]:
-    """Each declared check once, in the order of its first code."""
-    return list(dict.fromkeys(c.check for c in sorted(CODES, key=lambda c: c.order)))
-
-
 def run_checks(ctx: Context) -> list[Finding]:
-    """The findings of every check, in order, with declared severities; suppressed codes dropped."""
-    found, suppressed = Found(), set()
-    for check in _checks():
-        if {c.code for c in CODES if c.check is check} <= suppressed:
+    """The findings of every check, in order; suppressed codes dropped."""
+    found, suppressed = Found(), set[str]()
+    for check in CHECKS:
+        if {c.code for c in check.codes} <= suppressed:
             continue
         try:
             new = check(ctx, found)
         finally:
             release(ctx.v, ctx.ref)  # give back the pages it read of stages spilled to disk
         for f in new:
-            declared = BY_CODE[f.code]
+            declared = _declared(check, f)
             unproven = declared.severity == "error" and ctx.shared and not ctx.differs_from(f.stage)
             if f.code not in suppressed and not unproven:
-                found = found.plus(replace(f, severity=declared.severity), declared.explains)
-                suppressed.update(declared.suppresses)
+                found = found.plus(f, declared.explains)
+                suppressed.update(SUPPRESSES.get(f.code, ()))
     return list(found.findings)
+
+
+def _declared(check: DeclaredCheck, f: Finding) -> Code:
+    """The code a check's finding was declared with: a code it did not declare is a bug in the check."""
+    declared = next((c for c in check.codes if c.code == f.code), None)
+    if declared is None or declared.severity != f.severity:
+        raise AssertionError(f"{check.name} returned {f.code} ({f.severity}), which it does not declare")
+    return declared
 
 
 def diagnose_context(ctx: Context) -> list[Finding]:

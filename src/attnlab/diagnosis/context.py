@@ -1,9 +1,8 @@
 """What every check reads: the captured stages, their diagnostics and the facts derived once from
 them (a read-only `Context`), and the findings the checks before it made (`Found`).
 
-A check is a function `(Context, Found) -> list[Finding]`; `attnlab.diagnosis.codes` declares the
-codes it may return and the order it runs in, and the runner fills in each finding's declared
-severity, so a check never writes one.
+A check is a function `(Context, Found) -> list[Finding]`; the codes it may return are declared
+beside it (attnlab.diagnosis.finding_code), and attnlab.diagnosis.codes lists the order the checks run in.
 """
 
 from __future__ import annotations
@@ -23,13 +22,6 @@ from attnlab.diagnosis.stage_blocks import Peaks, peaks
 from attnlab.record import Finding
 
 MIN_TOKENS = 3  # the fewest tokens on which a deliberate change can be told from a bug
-DECLARED = "declared"  # a finding's severity until the runner sets the one its code declares
-
-
-def finding(code: str, stage: str, message: str, *, heads: list[int] | None = None,
-            batch: list[int] | None = None) -> Finding:
-    """A finding of a declared code; the runner gives it the severity its code declares."""
-    return Finding(code, stage, DECLARED, message, heads, batch)
 
 
 @dataclass

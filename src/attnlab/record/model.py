@@ -20,7 +20,7 @@ from attnlab.capture.stages import AXES
 class Finding:
     code: str  # e.g. "scaling"
     stage: str  # e.g. "scaled_scores"
-    severity: str  # "error" | "warning" | "info"
+    severity: str  # "error" | "info" (attnlab.diagnosis.finding_code.SEVERITIES)
     message: str  # one sentence a learner understands
     heads: list[int] | None = None  # the heads it holds for; None: the module has no heads axis, or it is about the split/merge
     batch: list[int] | None = None  # the batch items it holds for; None: the module takes no batch

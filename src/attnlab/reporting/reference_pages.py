@@ -32,7 +32,7 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 def codes_page() -> str:
     rows = [(f"`{c.code}`", "where it first shows" if c.stages == FIRST_WHERE_IT_SHOWS else " / ".join(c.stages),
-             c.severity, c.meaning, f"`{c.shown_by}`") for c in CODES]
+             c.severity, c.meaning, ", ".join(f"`{s}`" for s in c.shown_by)) for c in CODES]
     model_rows = [(f"`{code}`", meaning) for code, meaning in MODEL_CODES.items()]
     return "\n\n".join([
         GENERATED, "# Finding codes",

@@ -9,18 +9,82 @@ from __future__ import annotations
 import torch
 
 from attnlab.capture.recorder import Capture
-from attnlab.diagnosis.context import Context, Found, finding
+from attnlab.diagnosis.context import Context, Found
 from attnlab.diagnosis.diagnostics import max_abs_diff
+from attnlab.diagnosis.finding_code import Code, finds
 from attnlab.diagnosis.kv_granularity import KV_STAGES, kv_grouping
 from attnlab.record import Finding
 
 _SPLIT_STAGES = ("queries", "keys", "values")
+
+HEAD_SPLIT = Code(
+    "head_split", _SPLIT_STAGES, "error",
+    "heads split with .view(b, num_heads, num_tokens, head_dim), without the transpose",
+    "{names} are split into heads with .view(b, num_heads, num_tokens, head_dim) directly, so each head holds rows "
+    "of other tokens and each token's columns are spread over the heads (tokens and heads scrambled); split with "
+    ".view(b, num_tokens, num_heads, head_dim), then .transpose(1, 2), as the source does.",
+    "heads split with `.view(b, num_heads, num_tokens, head_dim)` instead of `.view(b, num_tokens, num_heads, "
+    "head_dim).transpose(1, 2)`: tokens and heads scrambled",
+    ("mha_head_split",), "heads")
+
+KV_HEADS = Code(
+    "kv_heads", ("keys",), "info",
+    "keys and values shared by groups of query heads (GQA, MQA)",
+    "keys and values have {shared} head{s} for {query_heads} query heads: each is shared by a group of {group} query heads "
+    "({kind}){order}; deliberate, so the differences it causes after the keys are its consequences, not findings.",
+    "keys and values shared by groups of query heads (GQA, MQA), with the group size and the order: grouped (query "
+    "head h reads kv head h // group, Llama's `repeat_kv`) or tiled (h % kv_heads, x-transformers' `repeat`); its "
+    "downstream differences are its consequences. Said only where the shared keys and values are the reference's: "
+    "a wrong key index stays `key_index`",
+    ("gqa", "mqa", "mha_grouped_kv"), "heads")
+
+OUT_PROJ = Code(
+    "out_proj", ("output",), "error",
+    "the output is not out_proj(merged context): missing, applied twice, or per head",
+    {"missing": "the output is the merged context_vec itself{how}: self.out_proj is never applied; the source ends "
+                "with context_vec = self.out_proj(context_vec).",
+     "per_head": "the output projection is applied per head, to a tensor of shape {shape} before the heads are "
+                 "merged, so it cannot combine them; merge the heads into (b, num_tokens, d_out) first, then apply "
+                 "self.out_proj = nn.Linear(d_out, d_out) once.",
+     "repeated": "the output projection is applied {times} times where the reference applies it {theirs} time{s}; "
+                 "apply self.out_proj once, to the merged context_vec."},
+    "the output is not `out_proj(merged context)`: missing, applied twice, or per head",
+    ("mha_out_proj_missing", "mha_out_proj_twice", "mha_out_proj_per_head"), "heads")
+
+HEAD_MERGE = Code(
+    "head_merge", ("output",), "error",
+    "the context merged with .reshape(b, num_tokens, d_out) without .transpose(1, 2)",
+    "the context is merged back with .reshape(b, num_tokens, d_out) (or .view) without .transpose(1, 2) first, so "
+    "each token's output row holds pieces of other tokens from one head (heads and tokens mixed); use "
+    "context_vec.transpose(1, 2).reshape(b, num_tokens, d_out), as the source does.",
+    "the context merged with `.reshape(b, num_tokens, d_out)` without `.transpose(1, 2)` first",
+    ("mha_head_merge",), "heads")
+
+WRONG_OUTPUT = Code(
+    "wrong_output", ("output",), "error",
+    "the module returned something other than the context (the weights, the scores, ...)",
+    {"shape": "the module returned shape {shape} where {expected} was expected: {what}, not the context vectors; "
+              "return attn_weights @ values (merged over the heads and projected as the reference does).",
+     "stage": "the module returned the {looks_like}, not the context vectors; return attn_weights @ values."},
+    "the module returned something other than the context: the attention weights, the scores, the values, or an "
+    "unknown width (e.g. `return attn_weights`)",
+    ("tests/diagnosis/test_truths.py::test_returning_the_weights_is_a_wrong_output_finding",), "book")
+
+OUTPUT_PATH = Code(
+    "output_path", ("output",), "error",
+    "the context matches the reference but the output does not: the lines after attn_weights @ values",
+    "the context matches the reference but the output does not: check the lines after attn_weights @ values "
+    "(merging the heads, the output projection).",
+    "the context matches the reference but the output does not: the lines after `attn_weights @ values` (merging "
+    "the heads, the output projection)",
+    ("tests/diagnosis/test_codes.py::test_a_wrong_output_after_a_right_context_is_output_path",), "book")
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
     return a.shape == b.shape and max_abs_diff(a, b) <= tol
 
 
+@finds(HEAD_SPLIT)
 def head_split(ctx: Context, found: Found) -> list[Finding]:
     """queries, keys or values equal to the reference's merged projection viewed straight into
     (b, num_heads, num_tokens, head_dim): the split without the transpose."""
@@ -38,12 +102,10 @@ def head_split(ctx: Context, found: Found) -> list[Finding]:
     if not split:
         return []
     names = " and ".join([", ".join(split[:-1]), split[-1]] if len(split) > 1 else split)
-    return [finding("head_split", split[0], f"{names} are split into heads with .view(b, num_heads, num_tokens, "
-                    f"head_dim) directly, so each head holds rows of other tokens and each token's columns are "
-                    f"spread over the heads (tokens and heads scrambled); split with .view(b, num_tokens, num_heads, "
-                    f"head_dim), then .transpose(1, 2), as the source does.")]
+    return [HEAD_SPLIT(split[0], names=names)]
 
 
+@finds(KV_HEADS)
 def kv_heads(ctx: Context, found: Found) -> list[Finding]:
     """Keys and values shared by groups of query heads (GQA, MQA), in either order: deliberate, an
     info finding where the two sides share them differently and the shared keys and values are the
@@ -58,10 +120,8 @@ def kv_heads(ctx: Context, found: Found) -> list[Finding]:
     heads = queries.shape[1]
     shared = heads // group
     kind = "multi-query attention: one key/value head for all" if shared == 1 else "grouped-query attention"
-    return [finding("kv_heads", "keys", f"keys and values have {shared} head{'s' if shared > 1 else ''} for {heads} "
-                    f"query heads: each is shared by a group of {group} query heads ({kind})"
-                    f"{_order(heads, (group, order), theirs)}; deliberate, so the differences it causes after the "
-                    f"keys are its consequences, not findings.", heads=list(range(heads)))]
+    return [KV_HEADS("keys", shared=shared, s="s" if shared > 1 else "", query_heads=heads, group=group, kind=kind,
+                     order=_order(heads, (group, order), theirs), heads=list(range(heads)))]
 
 
 def _order(heads: int, mine: tuple[int, str], theirs: tuple[int, str]) -> str:
@@ -103,6 +163,7 @@ def _grouping(captured: Capture) -> tuple[int, str]:
     return (heads // kv, order) if kv < heads and heads % kv == 0 else (1, "grouped")
 
 
+@finds(OUT_PROJ, HEAD_MERGE, WRONG_OUTPUT, OUTPUT_PATH)
 def output(ctx: Context, found: Found) -> list[Finding]:
     """The module's return value: a wrong tensor returned is always a finding, whatever came before."""
     out, ref = ctx.v.stages.get("output"), ctx.ref.stages.get("output")
@@ -114,17 +175,13 @@ def output(ctx: Context, found: Found) -> list[Finding]:
     looks_like = _output_looks_like(ctx, out)
     if out.shape != ref.shape and not (found.explained and looks_like is None):  # else a consequence
         what = f"it is the {looks_like}" if looks_like else f"an unknown width of {out.shape[-1]} columns"
-        return [finding("wrong_output", "output", f"the module returned shape "
-                        f"{tuple(ctx.v.native_shapes['output'])} where {tuple(ctx.ref.native_shapes['output'])} was "
-                        f"expected: {what}, not the context vectors; return attn_weights @ values (merged over the "
-                        f"heads and projected as the reference does).")]
+        return [WRONG_OUTPUT("output", "shape", shape=tuple(ctx.v.native_shapes["output"]),
+                             expected=tuple(ctx.ref.native_shapes["output"]), what=what)]
     if looks_like and ctx.shared and not found.explained and ctx.judged("output") and ctx.differs("output"):
-        return [finding("wrong_output", "output", f"the module returned the {looks_like}, not the context vectors; "
-                        f"return attn_weights @ values.")]
+        return [WRONG_OUTPUT("output", "stage", looks_like=looks_like)]
     if ctx.compare("output", found) and ctx.differs("output") and not ctx.v.output_is_context and (
             ctx.compare("context", found) and not ctx.differs("context")):  # a context not seen is no match
-        return [finding("output_path", "output", "the context matches the reference but the output does not: check "
-                        "the lines after attn_weights @ values (merging the heads, the output projection).")]
+        return [OUTPUT_PATH("output")]
     return []
 
 
@@ -162,20 +219,11 @@ def _merge_and_projection(ctx: Context, found: Found) -> list[Finding]:
     ours, theirs = ctx.v.out_inputs, ctx.ref.out_inputs
     if theirs and not ours and (scrambled(out) or _close(out, merged, tol)):
         how = " (merged without the transpose, too)" if scrambled(out) else ""
-        return [finding("out_proj", "output", f"the output is the merged context_vec itself{how}: self.out_proj is "
-                        f"never applied; the source ends with context_vec = self.out_proj(context_vec).")]
+        return [OUT_PROJ("output", "missing", how=how)]
     if theirs and ours and (ours[0].dim() != 3 or ours[0].shape[-1] != h * hd):
-        return [finding("out_proj", "output", f"the output projection is applied per head, to a tensor of shape "
-                        f"{tuple(ours[0].shape)} before the heads are merged, so it cannot combine them; merge the "
-                        f"heads into (b, num_tokens, d_out) first, then apply self.out_proj = nn.Linear(d_out, "
-                        f"d_out) once.")]
+        return [OUT_PROJ("output", "per_head", shape=tuple(ours[0].shape))]
     if differs and theirs and len(ours) > len(theirs):
-        return [finding("out_proj", "output", f"the output projection is applied {len(ours)} times where the "
-                        f"reference applies it {len(theirs)} time{'s' if len(theirs) > 1 else ''}; apply "
-                        f"self.out_proj once, to the merged context_vec.")]
+        return [OUT_PROJ("output", "repeated", times=len(ours), theirs=len(theirs), s="s" if len(theirs) > 1 else "")]
     if scrambled(ours[0] if ours else out):
-        return [finding("head_merge", "output", "the context is merged back with .reshape(b, num_tokens, d_out) (or "
-                        ".view) without .transpose(1, 2) first, so each token's output row holds pieces of other "
-                        "tokens from one head (heads and tokens mixed); use context_vec.transpose(1, 2).reshape(b, "
-                        "num_tokens, d_out), as the source does.")]
+        return [HEAD_MERGE("output")]
     return []

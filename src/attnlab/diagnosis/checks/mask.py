@@ -8,9 +8,71 @@ import math
 import torch
 
 from attnlab.capture.stages import STAGES
-from attnlab.diagnosis.context import Context, Found, finding
-from attnlab.diagnosis.message_format import fmt
+from attnlab.diagnosis.context import Context, Found
+from attnlab.diagnosis.finding_code import FIRST_WHERE_IT_SHOWS, Code, finds
 from attnlab.record import Finding
+
+MASK_AFTER_SOFTMAX = Code(
+    "mask_after_softmax", ("weights",), "error",
+    "future weights zeroed after the softmax, rows not renormalised",
+    "the weights of the keys after each query are 0 but the rows sum to {low}..{high}, not 1: the mask was applied "
+    "after the softmax and the rows were not renormalised; mask attn_scores with -torch.inf before the softmax (or "
+    "divide each row by its sum, section 3.5.1).",
+    "future weights zeroed after the softmax, rows not renormalised",
+    ("causal_mask_after_softmax",), "heads")
+
+MASK_FILL_VALUE = Code(
+    "mask_fill_value", ("scaled_scores",), "error",
+    "masked with a finite value whose weight is not 0, instead of -inf",
+    "the hidden scaled_scores (the keys after each query) hold {fill}, a finite value, where the reference has -inf, "
+    "so exp() gives future tokens weight; fill the mask with -torch.inf.",
+    "masked with 0 or another finite value that leaves the hidden keys weight (a fill whose weight is exactly 0, "
+    "such as -1e9, is a mask like -inf)",
+    ("causal_mask_fill_zero",), "heads")
+
+MASK_MISSING = Code(
+    "mask_missing", ("scaled_scores",), "error",
+    "the reference hides future tokens, the variant none",
+    "the reference hides the keys after each query (-inf above the diagonal of scaled_scores) and the variant hides "
+    "none, so each query attends to the tokens after it; mask attn_scores with masked_fill_(mask_bool, -torch.inf) "
+    "before the softmax.",
+    "the reference hides future tokens, the variant none",
+    ("causal_mask_missing",), "heads")
+
+MASK_OFFSET = Code(
+    "mask_offset", ("scaled_scores",), "error",
+    "the mask hides other keys than the reference's (triu's diagonal off by one)",
+    {"other": "the variant's mask hides other keys than the reference's causal mask (scaled_scores -inf at other "
+              "places); build it with torch.triu(torch.ones(context_length, context_length), diagonal=1){kernel}.",
+     "diagonal": "the mask (the -inf in scaled_scores) is built with triu(..., diagonal={k}) where the reference uses "
+                 "diagonal={ref_k}: it {what}; use diagonal={ref_k}, so each query sees itself and the tokens before "
+                 "it."},
+    "`triu(..., diagonal=0)` hides each token from itself; `diagonal=2` lets it see the next",
+    ("causal_mask_diagonal_0", "mha_mask_diagonal_2"), "heads")
+
+MASKED = Code(
+    "masked", ("scaled_scores",), "info",
+    "a mask the reference does not have (e.g. causal): not a bug, later stages differ",
+    "{count} of the {total} scaled_scores are -inf: {kind}, so those attention weights are 0 and each row still sums "
+    "to 1; the reference has no mask, so the weights and the context differ from the reference from here on.",
+    "a mask: entries of the softmax input whose weight is exactly 0, -inf or a finite fill such as "
+    "`torch.finfo(dtype).min` or -1e9 (causal when it is every key after its query), not a bug; the reference has "
+    "no mask, so later stages differ",
+    ("causal",), "book")
+
+NON_FINITE = Code(
+    "non_finite", FIRST_WHERE_IT_SHOWS, "error",
+    "NaN or inf that no mask placed (e.g. a mask that hides every key from a query)",
+    {"blind": "row {row} of {stage} is -inf for every key (a mask that hides all keys from that query), so its "
+              "softmax is 0/0 = NaN; a query must keep at least one key (a causal mask keeps its own token).",
+     "count": "{stage} holds {count} NaN/inf values where finite numbers were expected; look at the line that "
+              "computes {stage}."},
+    "NaN or inf that no mask placed, at the first stage that holds them: e.g. a mask that hides every key from a "
+    "query (its softmax is 0/0)",
+    ("tests/diagnosis/test_findings.py::test_a_bug_behind_a_causal_mask_is_still_found",), "book")
+
+
+@finds(MASK_AFTER_SOFTMAX, MASK_FILL_VALUE, MASK_MISSING, MASK_OFFSET)
 
 
 def mask_shape(ctx: Context, found: Found) -> list[Finding]:
@@ -34,20 +96,13 @@ def mask_shape(ctx: Context, found: Found) -> list[Finding]:
             sums = weights.sum(dim=-1)
             if bool(((sums - 1).abs() <= tol).all()):
                 return []
-            return [finding("mask_after_softmax", "weights", f"the weights of the keys after each query are 0 but "
-                            f"the rows sum to {fmt(float(sums.min()))}..{fmt(float(sums.max()))}, not 1: the mask "
-                            f"was applied after the softmax and the rows were not renormalised; mask attn_scores "
-                            f"with -torch.inf before the softmax (or divide each row by its sum, section 3.5.1).")]
+            return [MASK_AFTER_SOFTMAX("weights", low=float(sums.min()), high=float(sums.max()))]
         if kept.numel() and float(kept.abs().max()) <= tol:
             return []  # filled with a value so negative that the weights are 0: the same as -inf
     filled = mine[where]
     if filled.numel() and bool((filled == filled[0]).all()) and bool(torch.isfinite(filled[0])):
-        return [finding("mask_fill_value", "scaled_scores", f"the hidden scaled_scores (the keys after each query) "
-                        f"hold {fmt(float(filled[0]))}, a finite value, where the reference has -inf, so exp() "
-                        f"gives future tokens weight; fill the mask with -torch.inf.")]
-    return [finding("mask_missing", "scaled_scores", "the reference hides the keys after each query (-inf above the "
-                    "diagonal of scaled_scores) and the variant hides none, so each query attends to the tokens "
-                    "after it; mask attn_scores with masked_fill_(mask_bool, -torch.inf) before the softmax.")]
+        return [MASK_FILL_VALUE("scaled_scores", fill=float(filled[0]))]
+    return [MASK_MISSING("scaled_scores")]
 
 
 def _triu_offset(pattern: torch.Tensor) -> int | None:
@@ -74,20 +129,17 @@ def _mask_offset(ctx: Context, hidden: torch.Tensor, pattern: torch.Tensor) -> l
         kernel = ("scaled_scores" in ctx.v.reconstructed and
                   " (scaled_dot_product_attention reads a boolean mask's True as 'may attend': pass ~mask, "
                   "or is_causal=True)") or ""
-        return [finding("mask_offset", "scaled_scores", "the variant's mask hides other keys than the reference's "
-                        "causal mask (scaled_scores -inf at other places); build it with torch.triu(torch.ones("
-                        f"context_length, context_length), diagonal=1){kernel}.")]
+        return [MASK_OFFSET("scaled_scores", "other", kernel=kernel)]
     if k < ref_k:
         what = ("hides each token from itself as well as the tokens after it (the first query sees no key "
                 "at all, so its softmax is 0/0 = NaN)") if k == ref_k - 1 else "hides tokens before each query too"
     else:
         what = ("lets each query see the next token too" if k == ref_k + 1
                 else f"lets each query see {k - ref_k} tokens after it")
-    return [finding("mask_offset", "scaled_scores", f"the mask (the -inf in scaled_scores) is built with triu(..., "
-                    f"diagonal={k}) where the reference uses diagonal={ref_k}: it {what}; use diagonal={ref_k}, so "
-                    f"each query sees itself and the tokens before it.")]
+    return [MASK_OFFSET("scaled_scores", "diagonal", k=k, ref_k=ref_k, what=what)]
 
 
+@finds(MASKED)
 def masked(ctx: Context, found: Found) -> list[Finding]:
     """A mask the reference does not have: deliberate (e.g. a causal variant), an info note."""
     if not ctx.mask_count or _ref_masked(ctx):
@@ -97,10 +149,7 @@ def masked(ctx: Context, found: Found) -> list[Finding]:
     causal = torch.ones(n_rows, n_keys, dtype=torch.bool, device=scaled.device).triu(1)
     kind = ("a causal mask (every key after its query)" if
             torch.equal(torch.isneginf(scaled), causal.expand_as(scaled)) else "a mask")
-    return [finding("masked", "scaled_scores", f"{ctx.mask_count} of the {scaled.numel()} "
-                    f"scaled_scores are -inf: {kind}, so those attention weights are 0 and each row still sums to "
-                    f"1; the reference has no mask, so the weights and the context differ from the reference from "
-                    f"here on.")]
+    return [MASKED("scaled_scores", count=ctx.mask_count, total=scaled.numel(), kind=kind)]
 
 
 def _ref_masked(ctx: Context) -> bool:
@@ -109,6 +158,7 @@ def _ref_masked(ctx: Context) -> bool:
         scaled is not None and not math.isfinite(ctx.ref_peaks.peak["scaled_scores"]) and bool(torch.isneginf(scaled).any()))
 
 
+@finds(NON_FINITE)
 def non_finite(ctx: Context, found: Found) -> list[Finding]:
     """NaN or inf that no mask placed, at the first stage that holds them."""
     if ctx.v.softmax_axis in (0, 1, 2):
@@ -119,10 +169,7 @@ def non_finite(ctx: Context, found: Found) -> list[Finding]:
         if count > 0 and stage in ("scores", "scaled_scores") and values is not None:
             blind = torch.isneginf(values).all(dim=-1).nonzero().tolist()  # [[batch, head, row], ...]
             if blind:
-                return [finding("non_finite", stage, f"row {blind[0][-1]} of {stage} is -inf for every key (a mask "
-                                f"that hides all keys from that query), so its softmax is 0/0 = NaN; a query must "
-                                f"keep at least one key (a causal mask keeps its own token).")]
+                return [NON_FINITE(stage, "blind", row=blind[0][-1], stage=stage)]
         if count > 0:
-            return [finding("non_finite", stage, f"{stage} holds {int(count)} NaN/inf values where finite numbers "
-                            f"were expected; look at the line that computes {stage}.")]
+            return [NON_FINITE(stage, "count", stage=stage, count=int(count))]
     return []

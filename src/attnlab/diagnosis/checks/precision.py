@@ -7,10 +7,23 @@ import math
 import torch
 
 from attnlab.capture.stages import STAGES
-from attnlab.diagnosis.context import Context, Found, finding
+from attnlab.diagnosis.context import Context, Found
 from attnlab.diagnosis.diagnostics import capture_eps
+from attnlab.diagnosis.finding_code import FIRST_WHERE_IT_SHOWS, Code, finds
 from attnlab.record import Finding
 
+PRECISION = Code(
+    "precision", FIRST_WHERE_IT_SHOWS, "info",
+    "bfloat16/float16 rounding beyond float32's bound but within the coarser dtype's: not a bug",
+    "{dtype} rounding: the values differ from the reference from the {first} on ({last} by up to {diff:.3g}), more "
+    "than float32 rounding allows but within {dtype}'s bound ({bound:.3g} for the {last}: eps {eps:.3g} x the values' "
+    "scale x the length of each sum); a precision effect, not a bug.",
+    "bfloat16/float16 rounding: more than float32's bound, within the coarser dtype's (see Cost, precision and "
+    "device)",
+    ("tests/compute/test_precision.py::test_a_correct_variant_in_low_precision_gets_precision_only",), "book")
+
+
+@finds(PRECISION)
 
 def precision(ctx: Context, found: Found) -> list[Finding]:
     """Values that differ from the reference by more than float32 rounding allows but within
@@ -28,7 +41,5 @@ def precision(ctx: Context, found: Found) -> list[Finding]:
         return []
     dtype = str(coarse.stages["output"].dtype).removeprefix("torch.")
     last = compared[-1]
-    return [finding("precision", beyond[0], f"{dtype} rounding: the values differ from the reference from the "
-                    f"{beyond[0]} on ({last} by up to {ctx.d[f'divergence_{last}']:.3g}), more than float32 rounding "
-                    f"allows but within {dtype}'s bound ({ctx.tolerance(last, eps=eps):.3g} for the {last}: "
-                    f"eps {eps:.3g} x the values' scale x the length of each sum); a precision effect, not a bug.")]
+    return [PRECISION(beyond[0], dtype=dtype, first=beyond[0], last=last, diff=ctx.d[f"divergence_{last}"],
+                      bound=ctx.tolerance(last, eps=eps), eps=eps)]

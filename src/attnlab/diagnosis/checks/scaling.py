@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import math
 
-from attnlab.diagnosis.context import Context, Found, finding
+from attnlab.diagnosis.context import Context, Found
 from attnlab.diagnosis.diagnostics import capture_eps, scale_observed
+from attnlab.diagnosis.finding_code import Code, finds
 from attnlab.diagnosis.message_format import fmt
 from attnlab.record import Finding
 
 SCALE_RTOL = 1e-3
+
+SCALING = Code(
+    "scaling", ("scaled_scores",), "error",
+    "the softmax input is not scores / sqrt(d_k); names both factors",
+    {"after": "the softmax input is the scores scaled by {observed}{used}, expected {expected} ({right}); check the "
+              "division by keys.shape[-1] ** 0.5 before the softmax{hint}.",
+     "before": "the softmax input is the scores (unscaled queries @ keys.T) scaled by {observed} in all, expected "
+               "{expected} (1/sqrt(d_k)); {where} before the score product: scale by keys.shape[-1] ** -0.5 once, "
+               "there or before the softmax."},
+    "the softmax input is not `scores / sqrt(d_k)`: names the factor used and the right one (1/sqrt(head_dim) with "
+    "several heads), and recognises 1/sqrt(d_out), 1/sqrt(d_in) and 1/d_k, also when the queries were scaled before "
+    "the score product",
+    ("unscaled", "scaled_by_dk", "prescaled_by_dk", "mha_scaled_by_d_out"), "book")
 
 
 def _masked_scale(ctx: Context) -> float | None:
@@ -22,6 +36,7 @@ def _masked_scale(ctx: Context) -> float | None:
     return scale_observed(scores, scaled.masked_fill(ctx.ref_mask, float("nan")))
 
 
+@finds(SCALING)
 def scaling(ctx: Context, found: Found) -> list[Finding]:
     observed, expected = ctx.d.get("scale_observed", math.nan), ctx.d.get("scale_expected", math.nan)
     masked = _masked_scale(ctx)
@@ -32,13 +47,10 @@ def scaling(ctx: Context, found: Found) -> list[Finding]:
         return []
     if not ctx.v.prescale:
         used, right, hint = _scale_names(ctx, observed)
-        return [finding("scaling", "scaled_scores", f"the softmax input is the scores scaled by {fmt(observed)}"
-                        f"{used}, expected {fmt(expected)} ({right}); check the division by keys.shape[-1] ** 0.5 "
-                        f"before the softmax{hint}.")]
+        return [SCALING("scaled_scores", "after", observed=observed, used=used, expected=expected, right=right,
+                        hint=hint)]
     where = " and ".join(f"the {stage} were multiplied by {fmt(f)}" for stage, f in ctx.v.prescale.items())
-    return [finding("scaling", "scaled_scores", f"the softmax input is the scores (unscaled queries @ keys.T) "
-                    f"scaled by {fmt(observed)} in all, expected {fmt(expected)} (1/sqrt(d_k)); {where} before the "
-                    f"score product: scale by keys.shape[-1] ** -0.5 once, there or before the softmax.")]
+    return [SCALING("scaled_scores", "before", observed=observed, expected=expected, where=where)]
 
 
 def _scale_names(ctx: Context, observed: float) -> tuple[str, str, str]:

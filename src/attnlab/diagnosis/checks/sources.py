@@ -4,12 +4,67 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.diagnosis.context import Context, Found, finding
+from attnlab.diagnosis.context import Context, Found
+from attnlab.diagnosis.finding_code import Code, finds
 from attnlab.record import Finding
 
 PROJECTIONS = {"queries": "W_query", "keys": "W_key", "values": "W_value"}
 
+SHAPE_PROJECTION = Code(
+    "shape_projection", ("queries", "keys", "values", "output"), "error",
+    "a projection of the wrong width (d_in for d_out), or every head built with the whole d_out",
+    {"width": "{stage} have {cols} columns where {wanted} was expected: the {matrix} projection probably used {cause} "
+              "where it should have used {right}.",
+     "undivided": "{each}: {cause}",
+     "undivided_output": "the output has {width} columns where the reference has d_out={ref_width} "
+                         "(num_heads·d_out): {each}, because {cause}"},
+    "a projection produced `d_in` columns where `d_out` was expected; or the undivided wrapper: d_out per head, "
+    "num_heads·d_out output columns (at the first projection when an output projection restores the width)",
+    ("d_in_projection", "impl_wrapper_undivided"), "book")
 
+SCORES_TRANSPOSED = Code(
+    "scores_transposed", ("scores",), "error",
+    "the scores are keys @ queries.T",
+    "scores are the reference's scores transposed (keys @ queries.T): row i holds key i against every query, where "
+    "queries @ keys.T was expected; swap the operands so each row is one query.",
+    "the scores are `keys @ queries.T`",
+    ("transposed_scores",), "book")
+
+QUERY_SOURCE = Code(
+    "query_source", ("queries",), "error",
+    "the queries are not x @ W_query (e.g. the keys used as queries)",
+    {"source": "queries come from the {matrix} projection where x @ W_query was expected; check which weight matrix "
+               "the queries line multiplies by.",
+     "values": "queries ({origin}) do not match x @ W_query of the same tokens; check the queries line: the input "
+               "rows and the weight matrix it uses."},
+    "the queries are not `x @ W_query` (e.g. the keys used as queries)",
+    ("keys_as_queries",), "book")
+
+KEY_INDEX = Code(
+    "key_index", ("keys",), "error",
+    "the keys are misaligned with their tokens (e.g. shifted by one row)",
+    {"source": "keys come from the {matrix} projection where x @ W_key was expected, so no key row belongs to its "
+               "token; check the keys line.",
+     "shifted": "keys row i matches reference row i{shift:+d} (the key rows are shifted by one token), so each query "
+                "is scored against its neighbour's key; check the key index (Python counts from 0) and any roll or "
+                "slice of keys.",
+     "values": "keys do not match x @ W_key row for row, so queries are scored against the wrong key rows; check the "
+               "key index and the keys line."},
+    "the keys are misaligned with their tokens (e.g. shifted by one row)",
+    ("shifted_keys",), "book")
+
+VALUE_PATH = Code(
+    "value_path", ("values",), "error",
+    "the weights equal the reference's but the context does not: only the values changed",
+    {"context": "the attention weights match the reference but the context does not: only the values "
+                "changed{origin}; the values line should be x @ W_value.",
+     "source": "values come from {matrix} where x @ W_value was expected, so the context combines the wrong "
+               "vectors; check the values line."},
+    "the weights equal the reference's but the context does not: only the values changed",
+    ("values_from_key",), "book")
+
+
+@finds(SHAPE_PROJECTION)
 def shapes(ctx: Context, found: Found) -> list[Finding]:
     """A projection of the wrong width (d_in where d_out was meant), or every head built with d_out."""
     d_in = ctx.v.stages["inputs"].shape[-1]
@@ -27,9 +82,8 @@ def shapes(ctx: Context, found: Found) -> list[Finding]:
         if per_head and cols == heads * expected:  # the wrapper's heads built with d_out each
             undivided.append((stage, cols, expected))
             continue
-        out.append(finding("shape_projection", stage, f"{stage} have {cols} columns where {wanted} was expected: "
-                           f"the {matrix} projection probably used {cause} where it should have used "
-                           f"{'d_out // num_heads' if per_head else 'd_out'}."))
+        out.append(SHAPE_PROJECTION(stage, "width", stage=stage, cols=cols, wanted=wanted, matrix=matrix, cause=cause,
+                                    right="d_out // num_heads" if per_head else "d_out"))
     return out + (_undivided_heads(ctx, undivided) if undivided else [])
 
 
@@ -42,11 +96,11 @@ def _undivided_heads(ctx: Context, undivided: list[tuple[str, int, int]]) -> lis
     heads = f"each head's {stages} have {cols} columns where head_dim={expected} per head was expected"
     cause = f"every head got the full d_out={cols} instead of d_out // num_heads; give each head d_out // num_heads."
     if width == ref_width:  # an output projection took the merged heads back to d_out
-        return [finding("shape_projection", undivided[0][0], f"{heads}: {cause}")]
-    return [finding("shape_projection", "output", f"the output has {width} columns where the reference has d_out="
-                    f"{ref_width} (num_heads·d_out): {heads}, because {cause}")]
+        return [SHAPE_PROJECTION(undivided[0][0], "undivided", each=heads, cause=cause)]
+    return [SHAPE_PROJECTION("output", "undivided_output", width=width, ref_width=ref_width, each=heads, cause=cause)]
 
 
+@finds(SCORES_TRANSPOSED)
 def scores_transposed(ctx: Context, found: Found) -> list[Finding]:
     """keys @ queries.T: the roles are swapped, or the scores equal the reference's transposed."""
     by_sources = ctx.v.score_roles == ("keys", "queries")
@@ -54,44 +108,39 @@ def scores_transposed(ctx: Context, found: Found) -> list[Finding]:
                  and not ctx.differs("scores", ctx.v.stages["scores"].mT))
     if not (by_sources or by_values):
         return []
-    return [finding("scores_transposed", "scores", "scores are the reference's scores transposed (keys @ queries.T): "
-                    "row i holds key i against every query, where queries @ keys.T was expected; swap the operands "
-                    "so each row is one query.")]
+    return [SCORES_TRANSPOSED("scores")]
 
 
+@finds(QUERY_SOURCE)
 def query_source(ctx: Context, found: Found) -> list[Finding]:
     if not ctx.present("queries") or found.at("queries"):
         return []
     source = ctx.v.sources.get("queries")
     if source not in (None, "queries"):
-        return [finding("query_source", "queries", f"queries come from the {PROJECTIONS[source]} projection where "
-                        f"x @ W_query was expected; check which weight matrix the queries line multiplies by.")]
+        return [QUERY_SOURCE("queries", "source", matrix=PROJECTIONS[source])]
     if ctx.compare("queries", found) and ctx.differs("queries"):
         origin = "not from a projection" if source is None else "from W_query"
-        return [finding("query_source", "queries", f"queries ({origin}) do not match x @ W_query of the same "
-                        f"tokens; check the queries line: the input rows and the weight matrix it uses.")]
+        return [QUERY_SOURCE("queries", "values", origin=origin)]
     return []
 
 
+@finds(KEY_INDEX)
 def key_index(ctx: Context, found: Found) -> list[Finding]:
     if not ctx.present("keys") or found.at("keys"):
         return []
     source = ctx.v.sources.get("keys")
     if source not in (None, "keys"):
-        return [finding("key_index", "keys", f"keys come from the {PROJECTIONS[source]} projection where x @ W_key "
-                        f"was expected, so no key row belongs to its token; check the keys line.")]
+        return [KEY_INDEX("keys", "source", matrix=PROJECTIONS[source])]
     if not (ctx.compare("keys", found) and ctx.differs("keys")):
         return []
     keys = ctx.v.stages["keys"]
     for shift in (1, -1):  # keys[i] == reference keys[i + shift]  <=>  roll(keys, shift) == reference keys
         if not ctx.differs("keys", torch.roll(keys, shifts=shift, dims=-2)):
-            return [finding("key_index", "keys", f"keys row i matches reference row i{shift:+d} (the key rows are "
-                            f"shifted by one token), so each query is scored against its neighbour's key; check "
-                            f"the key index (Python counts from 0) and any roll or slice of keys.")]
-    return [finding("key_index", "keys", "keys do not match x @ W_key row for row, so queries are scored against "
-                    "the wrong key rows; check the key index and the keys line.")]
+            return [KEY_INDEX("keys", "shifted", shift=shift)]
+    return [KEY_INDEX("keys", "values")]
 
 
+@finds(VALUE_PATH)
 def value_path(ctx: Context, found: Found) -> list[Finding]:
     if not ctx.present("values") or found.at("values", "weights_applied"):
         return []
@@ -100,9 +149,7 @@ def value_path(ctx: Context, found: Found) -> list[Finding]:
     origin = f" (they come from {PROJECTIONS[source]})" if wrong_source else ""
     weights_match = ctx.compare("weights", found) and not ctx.differs("weights")
     if weights_match and ctx.compare("context", found) and ctx.differs("context"):
-        return [finding("value_path", "values", f"the attention weights match the reference but the context does "
-                        f"not: only the values changed{origin}; the values line should be x @ W_value.")]
+        return [VALUE_PATH("values", "context", origin=origin)]
     if wrong_source:
-        return [finding("value_path", "values", f"values come from {PROJECTIONS[source]} where x @ W_value was "
-                        f"expected, so the context combines the wrong vectors; check the values line.")]
+        return [VALUE_PATH("values", "source", matrix=PROJECTIONS[source])]
     return []

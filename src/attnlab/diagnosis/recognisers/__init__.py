@@ -13,8 +13,8 @@ does not fit is left to the mask and scaling checks. Linear attention never make
 when its context equals a kernel attention of the queries and keys, `not_softmax` (an error:
 it is the `plain_normalisation` bug) says what the weights are instead.
 
-Each recogniser is a check declared in `attnlab.diagnosis.codes` (adding one is a function in
-this package and a row there); they run first, since each would otherwise read as a wrong source or scale.
+Each recogniser is a check whose codes are declared beside it (`attnlab.diagnosis.finding_code`);
+`attnlab.diagnosis.codes` runs them first, since each would otherwise read as a wrong source or scale.
 
 By what they read: `positions` (rotary, QK-norm; `rotation` and `norms` fit them), `biases`
 (a window, a distance bias), `logits` (a soft cap, a declared scale), `kernel_attention` (no softmax), `clipping` (a declared clamp of the

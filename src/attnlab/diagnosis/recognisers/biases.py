@@ -7,12 +7,33 @@ from collections.abc import Iterator
 
 import torch
 
-from attnlab.diagnosis.context import Pair, finding
+from attnlab.diagnosis.context import Pair
+from attnlab.diagnosis.finding_code import Code, finds
 from attnlab.diagnosis.message_format import fmt
 from attnlab.diagnosis.recognisers.recogniser import EPS, ROWS, each_head, recogniser
 from attnlab.record import Finding
 
+WINDOW = Code(
+    "window", ("scaled_scores",), "info",
+    "each query sees its last w keys, itself included",
+    "a sliding window of {window}: each query sees the last {window} keys, itself included (token {last} sees "
+    "{seen}); the keys further back are -inf like the future ones, so their weights are 0 and each row of the "
+    "weights still sums to 1.",
+    "each query sees its last w keys, itself included; reports w",
+    ("sliding_window",), "deliberate")
 
+POSITION_BIAS = Code(
+    "position_bias", ("scaled_scores",), "info",
+    "the softmax input plus a bias that depends only on the query-key distance (ALiBi)",
+    "a position bias: the softmax input is the reference's scaled scores plus a bias that depends only on the "
+    "query-key distance (measured from each query's own key: a constant added to a whole row changes no weight), per "
+    "head, {what}; the weights and context differ from the reference's from here on.",
+    "the softmax input is the reference's plus a bias that depends only on the query–key distance, per head; reports "
+    "the slope per head when linear (and says when they are ALiBi's published slopes)",
+    ("alibi",), "deliberate")
+
+
+@finds(WINDOW)
 @recogniser
 def window(p: Pair) -> list[Finding]:
     pair = p.both("scaled_scores")
@@ -35,9 +56,7 @@ def window(p: Pair) -> list[Finding]:
             return []
     last = n_query - 1
     seen = ", ".join(str(t) for t in range(last - window + 1, last + 1))
-    return [finding("window", "scaled_scores", f"a sliding window of {window}: each query sees the last "
-                    f"{window} keys, itself included (token {last} sees {seen}); the keys further back are -inf "
-                    f"like the future ones, so their weights are 0 and each row of the weights still sums to 1.")]
+    return [WINDOW("scaled_scores", window=window, last=last, seen=seen)]
 
 
 def _changed_softmax_input(p: Pair) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -122,6 +141,7 @@ def _slope(bias: dict[int, float], tol: float) -> float | None:
     return slope if (b - b.mean() - slope * (d - d.mean())).abs().max() <= tol else None
 
 
+@finds(POSITION_BIAS)
 @recogniser
 def position_bias(p: Pair) -> list[Finding]:
     pair = _changed_softmax_input(p)
@@ -155,7 +175,4 @@ def position_bias(p: Pair) -> list[Finding]:
         shown = "; ".join(f"head {h}: " + ", ".join(f"{d}: {fmt(v)}" for d, v in sorted(bias.items()) if 0 <= d < 4)
                           for h, bias in enumerate(biases[:2]))
         what = f"not linear in the distance (bias by distance {shown}{' ...' if heads > 2 else ''})"
-    return [finding("position_bias", "scaled_scores", f"a position bias: the softmax input is the "
-                    f"reference's scaled scores plus a bias that depends only on the query-key distance (measured "
-                    f"from each query's own key: a constant added to a whole row changes no weight), per head, "
-                    f"{what}; the weights and context differ from the reference's from here on.")]
+    return [POSITION_BIAS("scaled_scores", what=what)]

@@ -5,14 +5,27 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.diagnosis.context import Pair, finding
-from attnlab.diagnosis.message_format import fmt
+from attnlab.diagnosis.context import Pair
+from attnlab.diagnosis.finding_code import Code, finds
 from attnlab.diagnosis.recognisers.recogniser import recogniser
 from attnlab.diagnosis.recognisers.rotation import fit_rotation, turned
 from attnlab.record import Finding
 
 _STAGES = ("queries", "keys", "values")
 
+CLIPPED_QKV = Code(
+    "clipped_qkv", ("queries",), "info",
+    "queries, keys and values clamped to the bound the module's config declares (OLMo's clip_qkv)",
+    "queries, keys and values are clamped to +-{bound} as the module's config declares ({where}): {count} projected "
+    "entries lay beyond it{then}; deliberate, so the scores, weights and context differ from the reference's from "
+    "here on.",
+    "queries, keys and values clamped to the bound the module's config declares (OLMo's and OLMoE's `clip_qkv`), then "
+    "perhaps rotated (RoPE): names the bound and how many projected entries lay beyond it. A clamp to another bound "
+    "than the declared one is not named: the source checks report it",
+    ("tests/diagnosis/test_clipping.py::test_olmo_s_declared_clip_is_named_not_a_query_source",), "deliberate")
+
+
+@finds(CLIPPED_QKV)
 
 @recogniser
 def clipped_qkv(p: Pair) -> list[Finding]:
@@ -35,9 +48,7 @@ def clipped_qkv(p: Pair) -> list[Finding]:
             return []
     count = sum(int((ref.abs() > bound).sum()) for _, ref in pairs.values())
     then = f", then {turned(rotation, pairs['queries'][1].shape[-1])}" if rotation is not None else ""
-    return [finding("clipped_qkv", "queries", f"queries, keys and values are clamped to +-{fmt(bound)} as the "
-                    f"module's config declares ({where}): {count} projected entries lay beyond it{then}; "
-                    f"deliberate, so the scores, weights and context differ from the reference's from here on.")]
+    return [CLIPPED_QKV("queries", bound=float(bound), where=where, count=count, then=then)]
 
 
 def _equal(mine: torch.Tensor, expected: torch.Tensor, tol: float) -> bool:

@@ -6,13 +6,26 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.diagnosis.context import Pair, finding
+from attnlab.diagnosis.context import Pair
+from attnlab.diagnosis.finding_code import Code, finds
 from attnlab.diagnosis.message_format import fmt
 from attnlab.diagnosis.recognisers.recogniser import UNIT_RMS, recogniser
 from attnlab.diagnosis.recognisers.rotation import fit_rotation
 from attnlab.record import Finding
 
+COSINE_ATTENTION = Code(
+    "cosine_attention", ("queries",), "info",
+    "queries and keys divided by their length per head: scores are cosines, scaled by a chosen temperature",
+    "cosine-similarity attention: each head's query and key vectors are divided by their length before queries @ "
+    "keys.T, so every attn_score is a cosine in [-1, 1], then scaled {temperature} (a temperature the module chooses, "
+    "not 1/sqrt(head_dim)); the scores, weights and context differ from the reference's from here on.",
+    "cosine-similarity attention (x-transformers' `qk_norm`, Swin v2): each head's query and key vectors divided by "
+    "their length, so the scores are cosines; the scale is then a temperature the module chooses, named with its "
+    "value, never a `scaling` error",
+    ("tests/diagnosis/test_cosine.py::test_cosine_similarity_attention_is_named_with_its_temperature",), "deliberate")
 
+
+@finds(COSINE_ATTENTION)
 @recogniser
 def cosine_attention(p: Pair) -> list[Finding]:
     pairs = [p.both(stage) for stage in ("queries", "keys")]
@@ -22,10 +35,7 @@ def cosine_attention(p: Pair) -> list[Finding]:
         return []
     scale = p.diagnostics.get("scale_observed")
     temperature = f"by {fmt(scale)}" if scale is not None and scale == scale else "by the module's own factor"
-    return [finding("cosine_attention", "queries", f"cosine-similarity attention: each head's query and key "
-                    f"vectors are divided by their length before queries @ keys.T, so every attn_score is a cosine "
-                    f"in [-1, 1], then scaled {temperature} (a temperature the module chooses, not 1/sqrt(head_dim)); "
-                    f"the scores, weights and context differ from the reference's from here on.")]
+    return [COSINE_ATTENTION("queries", temperature=temperature)]
 
 
 def unit_length_of(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> bool:

@@ -7,10 +7,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from attnlab.diagnosis.context import Pair, finding
+from attnlab.diagnosis.context import Pair
 from attnlab.diagnosis.diagnostics import max_abs
 from attnlab.diagnosis.recognisers.recogniser import each_head
-from attnlab.record import Finding
 
 _FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "elu + 1, a non-negative kernel": lambda x: F.elu(x) + 1,
@@ -18,18 +17,19 @@ _FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def linear_attention(p: Pair) -> list[Finding]:
-    """A context that is phi(q) phi(k)^T, causal, normalised per row or not, times the values."""
+def linear_attention(p: Pair) -> tuple[str, str] | None:
+    """A context that is phi(q) phi(k)^T, causal, normalised per row or not, times the values: phi
+    and how the rows are normalised, in words (the softmax check says it as `not_softmax`)."""
     s = p.v.stages
     if "weights" in s or not all(stage in s for stage in ("queries", "keys", "values", "context")):
-        return []
+        return None
     queries, keys, values, context = (s[stage] for stage in ("queries", "keys", "values", "context"))
     if queries.dim() != 4 or keys.shape[1] == 0 or queries.shape[1] % keys.shape[1]:
-        return []
+        return None
     group = queries.shape[1] // keys.shape[1]  # query heads per key/value head
     if (keys.shape[:3] != values.shape[:3] or context.shape[:3] != queries.shape[:3]
             or queries.shape[-1] != keys.shape[-1]):
-        return []
+        return None
     n = queries.shape[-2]
     causal = torch.ones(n, n, dtype=torch.bool).tril()
     tol = 1e-4 * max(max_abs(context), 1e-12) + 1e-6
@@ -38,14 +38,8 @@ def linear_attention(p: Pair) -> list[Finding]:
             if all(_kernel_attention(phi, normalised, causal, queries[b, h].double(), keys[b, h // group].double(),
                                      values[b, h // group].double(), context[b, h].double(), tol)
                    for b, h in each_head(queries)):
-                rows = "normalised to sum 1 per row" if normalised else "not normalised (rows do not sum to 1)"
-                return [finding("not_softmax", "weights", f"the weights are not a softmax of the scaled "
-                                f"scores: the context is linear attention's, weights phi(q_i) . phi(k_j) over the "
-                                f"keys j <= i with phi = {name}, {rows}; the module never makes the weights "
-                                f"(running sums over the tokens), so they cannot be shown. Deliberate in linear "
-                                f"attention; use torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1) for "
-                                f"the reference's attention.")]
-    return []
+                return name, "normalised to sum 1 per row" if normalised else "not normalised (rows do not sum to 1)"
+    return None
 
 
 def _kernel_attention(phi: Callable[[torch.Tensor], torch.Tensor], normalised: bool, causal: torch.Tensor,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.diagnosis.context import Pair, finding
+from attnlab.diagnosis.context import Pair
+from attnlab.diagnosis.finding_code import Code, finds
 from attnlab.diagnosis.recognisers.recogniser import recogniser
 from attnlab.record import Finding
 
@@ -25,6 +26,23 @@ def shared_key_columns(keys: torch.Tensor) -> int:
     return shared if 0 < shared < width else 0
 
 
+LATENT_ATTENTION = Code(
+    "latent_attention", ("keys",), "info",
+    "keys and values expanded per head from a shared latent, each key ending in the shared RoPE key (MLA)",
+    "multi-head latent attention (DeepSeek's MLA): each head's key ends in the same {rope} rotary columns, the "
+    "decoupled RoPE key every head shares, its other {own} its own, expanded with the values from one compressed "
+    "latent; queries and keys have {qk} columns per head, the values {v}, the reference's heads {theirs}. Deliberate: "
+    "its projections have no counterpart in the reference's, so the two are not compared number for number; each "
+    "side's own mask, scaling, softmax and weights @ values still are.",
+    "multi-head latent attention (DeepSeek's MLA): each head's key ends in columns every head shares (the decoupled "
+    "RoPE key) while the rest are its own; reports those columns and the per-head widths, which are then not a "
+    "`shape_projection`. Its projections have no counterpart in the reference's, so only each side's own mask, "
+    "scaling, softmax and weights @ values are checked, not the numbers against each other",
+    ("tests/diagnosis/test_recognisers.py::test_deepseek_latent_attention_is_named_not_a_projection_width",),
+    "deliberate")
+
+
+@finds(LATENT_ATTENTION)
 @recogniser
 def latent_attention(p: Pair) -> list[Finding]:
     """Keys whose trailing columns every head shares while the rest differ per head: MLA's
@@ -38,9 +56,4 @@ def latent_attention(p: Pair) -> list[Finding]:
         return []  # none, or the reference's own latent attention (its eager path against its sdpa)
     qk, v = keys.shape[-1], values.shape[-1]
     theirs = their_keys.shape[-1] if their_keys is not None else qk
-    return [finding("latent_attention", "keys", f"multi-head latent attention (DeepSeek's MLA): each head's key "
-                    f"ends in the same {rope} rotary columns, the decoupled RoPE key every head shares, its other "
-                    f"{qk - rope} its own, expanded with the values from one compressed latent; queries and keys "
-                    f"have {qk} columns per head, the values {v}, the reference's heads {theirs}. Deliberate: its "
-                    f"projections have no counterpart in the reference's, so the two are not compared number for "
-                    f"number; each side's own mask, scaling, softmax and weights @ values still are.")]
+    return [LATENT_ATTENTION("keys", rope=rope, own=qk - rope, qk=qk, v=v, theirs=theirs)]

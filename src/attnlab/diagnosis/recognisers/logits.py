@@ -8,10 +8,30 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.diagnosis.context import Pair, finding
-from attnlab.diagnosis.message_format import fmt
+from attnlab.diagnosis.context import Pair
+from attnlab.diagnosis.finding_code import Code, finds
 from attnlab.diagnosis.recognisers.recogniser import EPS, ROWS, each_head, recogniser
 from attnlab.record import Finding
+
+SOFTCAP = Code(
+    "softcap", ("scaled_scores",), "info",
+    "the softmax input is c * tanh(s / c) of the scaled scores",
+    "soft-capped scores: the softmax input is {cap} * tanh(s / {cap}) of the scaled scores s, applied before the mask "
+    "(the masked entries stay -inf), so no score reaches +-{cap} and large scores are squashed the most; the weights "
+    "and context differ from the reference's from here on.",
+    "the softmax input is c·tanh(s/c) of the variant's own scaled scores (its scores times its scale), before the "
+    "mask; reports c",
+    ("softcap",), "deliberate")
+
+DECLARED_SCALE = Code(
+    "declared_scale", ("scaled_scores",), "info",
+    "the scores scaled as the module's config declares (query_pre_attn_scalar), not 1/sqrt(head_dim)",
+    "the scores are scaled by {factor} as the module's config declares ({where}), not by 1/sqrt(head_dim) = {usual}; "
+    "deliberate, so the weights and context differ from the reference's from here on.",
+    "the scores scaled by the factor the module's config declares (Gemma's `query_pre_attn_scalar`) instead of "
+    "1/sqrt(head_dim), alone or under a soft cap; a factor no config declares stays a `scaling` error",
+    ("tests/modules/test_hf_modules.py::test_gemma2s_soft_cap_window_scale_rope_and_grouping_are_each_named",),
+    "deliberate")
 
 
 def _cap_through(score: float, capped: float) -> float | None:
@@ -89,18 +109,17 @@ def _scales(p: Pair) -> tuple[float, float] | None:
     return (p.v.declared_scale[0] if p.v.declared_scale else usual), usual
 
 
+@finds(SOFTCAP)
 @recogniser
 def softcap(p: Pair) -> list[Finding]:
     scales = _scales(p) if p.changed("scaled_scores") else None
     cap = _cap(p, scales[0]) if scales else None
     if cap is None:
         return []
-    return [finding("softcap", "scaled_scores", f"soft-capped scores: the softmax input is "
-                    f"{fmt(cap)} * tanh(s / {fmt(cap)}) of the scaled scores s, applied before the "
-                    f"mask (the masked entries stay -inf), so no score reaches +-{fmt(cap)} and large scores are "
-                    f"squashed the most; the weights and context differ from the reference's from here on.")]
+    return [SOFTCAP("scaled_scores", cap=float(cap))]
 
 
+@finds(DECLARED_SCALE)
 @recogniser
 def declared_scale(p: Pair) -> list[Finding]:
     """A scale the module's config declares (Gemma's query_pre_attn_scalar), seen in the softmax
@@ -118,6 +137,4 @@ def declared_scale(p: Pair) -> list[Finding]:
     plain = bend.departure <= 64 * EPS * max(bend.largest, 1.0)
     if not plain and _cap(p, factor) is None:
         return []
-    return [finding("declared_scale", "scaled_scores", f"the scores are scaled by {fmt(factor)} as the "
-                    f"module's config declares ({where}), not by 1/sqrt(head_dim) = {fmt(usual)}; deliberate, so "
-                    f"the weights and context differ from the reference's from here on.")]
+    return [DECLARED_SCALE("scaled_scores", factor=float(factor), where=where, usual=float(usual))]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.diagnosis.context import Pair, finding
+from attnlab.diagnosis.context import Pair
+from attnlab.diagnosis.finding_code import Code, finds
 from attnlab.diagnosis.message_format import fmt
 from attnlab.diagnosis.recognisers.norms import (
     PER_HEAD,
@@ -19,8 +20,46 @@ from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation, rever
 from attnlab.record import Finding
 
 _SAME_SCALE = 1e-3  # queries' and keys' scales apart by more: not one attention factor on cos and sin
+_FROM_HERE_ON = "the scores, weights and context differ from the reference's from here on."
+
+ROTARY = Code(
+    "rotary", ("queries",), "info",
+    "queries and keys rotated per position (RoPE); names the pairing and the base",
+    {"variant": "rotary position embedding (RoPE): queries and keys are {what}; each token's query and key {kept}, "
+                "so attn_scores depend on the query-key distance, and " + _FROM_HERE_ON,
+     "reference": "the reference applies a rotary position embedding (RoPE) that the variant does not: the "
+                  "reference's queries and keys are {theirs}, the variant's are not rotated, so its attn_scores do "
+                  "not depend on the query-key distance as the reference's do; " + _FROM_HERE_ON},
+    "queries and keys rotated per position: per-token norms equal the reference's (or all one factor times them: cos "
+    "and sin scaled, as longrope and YaRN do; the factor is named), the angle linear in the position; reports the "
+    "pairing (half-split or interleaved) and the base, fitted as one geometric sequence on the pairs whose angle "
+    "shows, so a base of 1e6 is read right at 8 tokens although its slowest pairs turn below float32's rounding; "
+    "trailing coordinates are a partial RoPE only where that sequence would have turned them visibly; slow pairs "
+    "rescaled (llama3, YaRN) are named after the base of the fast ones",
+    ("rope",), "deliberate")
+
+ROTARY_MISAPPLIED = Code(
+    "rotary_misapplied", ("queries", "keys", "values"), "error",
+    "RoPE applied to the values too, or to the queries and not the keys",
+    {"one_side": "the {rotated} are {what}, but the {other} are not: rotate queries and keys with the same angles, so "
+                 "that each score depends only on the distance between its query and key tokens.",
+     "other_angles": "the queries are {what}, but the keys are turned by other angles ({keys_turn}); rotate both "
+                     "with the same angles.",
+     "values": "the values are rotated by position like the queries and keys ({pairing}); RoPE rotates only queries "
+               "and keys: compute the values as x @ W_value, unrotated."},
+    "RoPE applied to the values too, or to the queries but not the keys (or the keys by other angles)",
+    ("tests/diagnosis/test_recognisers.py::test_rope_on_the_values_too_is_an_error_at_the_values",), "deliberate")
+
+QK_NORM = Code(
+    "qk_norm", ("queries",), "info",
+    "queries and keys have unit RMS per head before the product",
+    "{what}{values}; " + _FROM_HERE_ON,
+    "queries and keys have unit RMS per head before the product (or are normalised as LayerNorm does, or over the "
+    "whole projection as OLMo 2 does); the values normalised too are said beside it",
+    ("qk_norm",), "deliberate")
 
 
+@finds(ROTARY, ROTARY_MISAPPLIED)
 @recogniser
 def rotary(p: Pair) -> list[Finding]:
     queries, keys = p.both("queries"), p.both("keys")
@@ -41,33 +80,23 @@ def rotary(p: Pair) -> list[Finding]:
         other = "keys" if rotated == ["queries"] else "queries"
         if changed[other]:
             return []  # the other one changed some other way: not a rotation this can name
-        return [finding("rotary_misapplied", other, f"the {rotated[0]} are {what}, but the {other} are not: "
-                        f"rotate queries and keys with the same angles, so that each score depends only on the "
-                        f"distance between its query and key tokens.")]
+        return [ROTARY_MISAPPLIED(other, "one_side", rotated=rotated[0], what=what, other=other)]
     keys_turn = turns["keys"]
     joint = turn if _same(turn, keys_turn) else _together(p, queries, keys)
     if joint is None and abs(keys_turn.scale / turn.scale - 1) > _SAME_SCALE:
         return []  # one of them rescaled beyond the rotation: a wrong projection, left to the source checks
     if joint is None:
-        return [finding("rotary_misapplied", "keys", f"the queries are {what}, but the keys are turned by "
-                        f"other angles ({turned(keys_turn, head_dim)}); rotate both with the same angles.")]
+        return [ROTARY_MISAPPLIED("keys", "other_angles", what=what, keys_turn=turned(keys_turn, head_dim))]
     turn, what = joint, turned(joint, head_dim)
     values = p.both("values")
     # values wrong some other way are left to the value-path check: the rotation is still named
     if changed.get("values") and values is not None and fit_rotation(*values, 4 * p.tolerance("values")) is not None:
-        return [finding("rotary_misapplied", "values", f"the values are rotated by position like the "
-                        f"queries and keys ({turn.pairing}); RoPE rotates only queries and keys: compute the "
-                        f"values as x @ W_value, unrotated.")]
+        return [ROTARY_MISAPPLIED("values", "values", pairing=turn.pairing)]
     if float(turn.frequencies.max()) < 0:  # the reference's are the turned ones
         theirs = turned(reversed_turn(turn), head_dim)
-        return [finding("rotary", "queries", f"the reference applies a rotary position embedding (RoPE) that the "
-                        f"variant does not: the reference's queries and keys are {theirs}, the variant's are not "
-                        f"rotated, so its attn_scores do not depend on the query-key distance as the reference's do; "
-                        f"the scores, weights and context differ from the reference's from here on.")]
+        return [ROTARY("queries", "reference", theirs=theirs)]
     kept = "keep their length" if turn.scale == 1 else f"keep their length times {fmt(turn.scale)}"
-    return [finding("rotary", "queries", f"rotary position embedding (RoPE): queries and keys are {what}; "
-                    f"each token's query and key {kept}, so attn_scores depend on the query-key "
-                    f"distance, and the scores, weights and context differ from the reference's from here on.")]
+    return [ROTARY("queries", "variant", what=what, kept=kept)]
 
 
 def _same(a: Rotation, b: Rotation) -> bool:
@@ -84,6 +113,7 @@ def _together(p: Pair, queries: tuple[torch.Tensor, torch.Tensor],
     return rotation_maybe_normed(mine, ref, 4 * max(p.tolerance("queries"), p.tolerance("keys")))
 
 
+@finds(QK_NORM)
 @recogniser
 def qk_norm(p: Pair) -> list[Finding]:
     pairs = {stage: p.both(stage) for stage in ("queries", "keys")}
@@ -107,8 +137,7 @@ def qk_norm(p: Pair) -> list[Finding]:
         what = (f"queries and keys are normalised (QK-norm): each head's query and key vectors have root-mean-square "
                 f"1 over their head_dim={head_dim} before queries @ keys.T, so every attn_score lies within "
                 f"+-{head_dim} whatever the inputs' scale")
-    return [finding("qk_norm", "queries", f"{what}{_values_normed(p)}; the scores, weights and context differ from "
-                    f"the reference's from here on.")]
+    return [QK_NORM("queries", what=what, values=_values_normed(p))]
 
 
 def _values_normed(p: Pair) -> str:

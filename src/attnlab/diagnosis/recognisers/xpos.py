@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.diagnosis.context import Pair, finding
+from attnlab.diagnosis.context import Pair
+from attnlab.diagnosis.finding_code import Code, finds
 from attnlab.diagnosis.message_format import fmt
 from attnlab.diagnosis.recognisers.recogniser import recogniser
 from attnlab.diagnosis.recognisers.rotation import _PAIRINGS, fit_rotation, turned
@@ -16,6 +17,19 @@ from attnlab.record import Finding
 _LINEAR = 1e-3  # how far the log of a pair's length ratio may stray from a line in the position
 
 
+XPOS = Code(
+    "xpos", ("queries",), "info",
+    "rotary positions with each pair of the queries scaled by zeta ** (t / gamma), the keys' by its inverse (xPos)",
+    "xPos: queries and keys {turned}, each pair of the queries scaled by zeta_i ** (t / gamma) and of the keys by its "
+    "inverse, so pair i's share of a score shrinks by a factor per token of query-key distance ({decay}); "
+    "deliberate, so the scores, weights and context differ from the reference's from here on.",
+    "xPos (torchscale): rotary positions with each pair of the queries scaled by zeta_i ** (t / gamma) and of the "
+    "keys by its inverse, so each pair's share of a score decays with the query-key distance; names the pairing, the "
+    "base and the decay per token",
+    ("tests/diagnosis/test_declared_changes.py::test_xpos_is_named_not_a_query_source",), "deliberate")
+
+
+@finds(XPOS)
 @recogniser
 def xpos(p: Pair) -> list[Finding]:
     queries, keys = p.both("queries"), p.both("keys")
@@ -38,11 +52,8 @@ def xpos(p: Pair) -> list[Finding]:
         if turns[0] is None or turns[1] is None:
             continue
         decay = ", ".join(fmt(float(v)) for v in slopes[0].exp()[:4])
-        return [finding("xpos", "queries", f"xPos: queries and keys {turned(turns[0], head_dim)}, each pair of the "
-                        f"queries scaled by zeta_i ** (t / gamma) and of the keys by its inverse, so pair i's share "
-                        f"of a score shrinks by a factor per token of query-key distance ({decay}"
-                        f"{', ...' if slopes[0].numel() > 4 else ''}); deliberate, so the scores, weights and context "
-                        f"differ from the reference's from here on.")]
+        more = ", ..." if slopes[0].numel() > 4 else ""
+        return [XPOS("queries", turned=turned(turns[0], head_dim), decay=decay + more)]
     return []
 
 

@@ -73,6 +73,8 @@ def _cache_file(path: Path) -> Path:
 def _remember(cache: Path, why: str) -> None:
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(why)
+        partial = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")  # parallel jobs probe the same files
+        partial.write_text(why)
+        os.replace(partial, cache)
     except OSError:  # a read-only home: probed again next time
         pass

@@ -67,7 +67,7 @@ def colour_bars(screen: np.ndarray) -> list[tuple[int, int, int, int]]:
 def _layout() -> tuple[int, int, int]:
     """(grid's left, grid's top, colour bar's left) in a single map's own pixels."""
     grid_x, grid_y = heatmap._MARGIN + heatmap._LABEL_BAND, heatmap._title_band() + heatmap._LABEL_BAND
-    return grid_x, grid_y, grid_x + heatmap.MAP_SIDE + 2 * heatmap._MARGIN
+    return grid_x, grid_y, grid_x + heatmap.MAP_SIDE + heatmap._BAR_GAP
 
 
 def shown_maps(screen: np.ndarray, images: dict[str, np.ndarray]) -> list[Shown]:

@@ -18,9 +18,9 @@ from tests.sinks.test_browser import BROWSER, found_at_native_size, head_tile, p
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebook.ipynb"
 
 
-def _executed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def executed(notebook, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`notebook` (an nbformat node) run cell by cell in `tmp_path` on a kernel of this venv."""
     import nbclient
-    import nbformat
 
     kernel = tmp_path / "kernels" / "attnlab-test"
     kernel.mkdir(parents=True)
@@ -28,7 +28,6 @@ def _executed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "attnlab test", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
     nbclient.NotebookClient(notebook, kernel_name="attnlab-test", timeout=300,
                             resources={"metadata": {"path": str(tmp_path)}}).execute()  # a failed assert raises
     return notebook
@@ -42,7 +41,9 @@ def _displayed(notebook, source: str) -> dict:
 
 @pytest.mark.slow
 def test_the_example_notebook_runs_and_its_pictures_show_in_a_browser(tmp_path, monkeypatch):
-    notebook = _executed(tmp_path, monkeypatch)
+    import nbformat
+
+    notebook = executed(nbformat.read(NOTEBOOK, as_version=4), tmp_path, monkeypatch)
     text = "\n".join(out.get("text", "") for cell in notebook.cells for out in cell.get("outputs", []))
     assert "scaling@scaled_scores" in text and "head_merge@output" in text
     assert "unknown variant 'unscald'; did you mean 'unscaled'?" in text

@@ -5,6 +5,7 @@ forward run by hand with a copy written here with F.scaled_dot_product_attention
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -83,3 +84,17 @@ def test_every_layer_of_vit_is_compared_and_its_report_drawn_without_a_loss(tmp_
     assert [r.model.layer for r in records] == [0, 1] and all(r.ok for r in records)
     assert all(r.model.positions == 1 and math.isnan(r.model.effect.loss) for r in records)  # the image has no label
     assert (tmp_path / "report.html").is_file()
+    assert "· image patches: cls p0 p1" in (tmp_path / "report.html").read_text()  # not "text:"
+
+
+def test_the_headers_say_the_inputs_are_image_patches_not_the_inputs_config(capsys) -> None:
+    """The `inputs` config (the book, by default) does not reach an image classifier: the header
+    names what the attention ran on."""
+    from attnlab.sinks.model_lines import print_layers
+    from attnlab.sinks.terminal import config_line
+
+    record = _vit("bidirectional_attention", 1)
+    assert record.config["inputs"]["kind"] == "book"
+    assert " inputs=image_patches n_tokens=17 " in config_line(record)
+    print_layers([record], None, "records", sys.stdout)
+    assert " inputs=image_patches n_tokens=17 " in capsys.readouterr().out

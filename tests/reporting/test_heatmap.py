@@ -176,6 +176,17 @@ def test_a_grid_of_heads_is_one_width_for_any_number_of_heads():
     assert twelve.shape[0] < twelve.shape[1]  # 4 x 3 tiles, not a 12-tile strip
 
 
+def test_every_image_fits_tensorboards_card_with_its_widest_ticks():
+    """TensorBoard's Images card draws an image CARD_WIDTH across, pixelated: a wider image loses
+    rows and columns of pixels, and thin strokes with them (tests/sinks/test_browser_numbers.py)."""
+    wide = np.array([[-12345.0, 0.0], [1.0, 2.0]])  # ticks "-1.23e+04" and "1.23e+04"
+    images = [render_heatmap(wide, title="scores"), render_head_grid(np.stack([wide] * 12), title="scores")]
+    assert all(image.shape[1] <= heatmap.CARD_WIDTH for image in images)
+    for image in images:
+        inked = np.flatnonzero((image != 255).any(axis=(0, 2)))
+        assert inked[-1] < image.shape[1] - 2  # the widest tick ends inside the image: not cut
+
+
 def test_a_shared_range_gives_one_value_one_colour():
     """Variant and reference drawn side by side: 0.2 must be the same colour in both."""
     board = checkerboard(4, 0.1, 0.2)

@@ -15,6 +15,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -78,27 +80,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextmanager
+def tensorboard(logdir: Path) -> Iterator[str]:
+    """A real TensorBoard server on `logdir` (127.0.0.1, a free port) for the block: its address."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
+                               "--port", str(port), "--load_fast", "false"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
 @needs_browser
 def test_tensorboard_opens_on_the_sweeps_curves_and_draws_its_pages(app, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     result = app("-m", f"hydra.sweep.dir={sweep}", "variant=gqa", "num_heads=4", "num_kv_heads=4,2",
                  "inputs=random", "inputs.n_tokens=16", "d_out=16", "seed=1,2", "log.terminal=false", "log.html=false")
     assert result.returncode == 0, result.stderr
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(sweep), "--host", "127.0.0.1",
-                               "--port", str(port), "--load_fast", "false"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
+    with tensorboard(sweep) as base:
         layout = wait_for_json(f"{base}/data/plugin/custom_scalars/layout")
         assert [c["title"] for c in layout["category"]] == ["sweep: against num_kv_heads"]  # no step-0 categories
         for page in ("custom_scalars", "images", "hparams"):
             screen = screenshot(f"{base}/#{page}", tmp_path / f"{page}.png", tmp_path / "profile", wait_ms=15000)
             assert screen.shape[:2] == (1200, 1600)
             assert len(np.unique(screen.reshape(-1, 3), axis=0)) > 50, f"#{page} drew next to nothing"
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
 
 
 def heatmap_pixels(screen: np.ndarray) -> int:
@@ -118,19 +126,11 @@ def test_tensorboard_on_runs_with_an_81_job_sweep_opens_on_its_images(app, tmp_p
                  "log.html=false", "log.histograms=false")
     assert result.returncode == 0, result.stderr
     assert len(list(runs.rglob("record.json"))) == 81
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(runs), "--host", "127.0.0.1",
-                               "--port", str(port), "--load_fast", "false"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        names = wait_for_json(f"http://127.0.0.1:{port}/data/runs")
+    with tensorboard(runs) as base:
+        names = wait_for_json(f"{base}/data/runs")
         assert 3 <= len(names) <= 40, names
-        screen = screenshot(f"http://127.0.0.1:{port}/#images", tmp_path / "images.png", tmp_path / "profile",
-                            wait_ms=20000)
+        screen = screenshot(f"{base}/#images", tmp_path / "images.png", tmp_path / "profile", wait_ms=20000)
         assert heatmap_pixels(screen) > 20000, "the Images tab opened without the sweep's heatmaps"
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
 
 
 def wait_for_json(url: str, timeout_s: float = 90) -> object:
@@ -276,21 +276,13 @@ def test_a_sweep_with_a_dead_job_shows_the_weights_structure_at_every_size(app, 
     below, above = causal_structure(head_tile(grid, 12).astype(int), n_tokens)
     assert len(np.unique(below, axis=0)) > 3 and (above == 160).all()
 
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "runs"),
-                               "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_json(f"http://127.0.0.1:{port}/data/runs")
-        images = f"http://127.0.0.1:{port}/data/plugin/images"
+    with tensorboard(tmp_path / "runs") as base:
+        wait_for_json(f"{base}/data/runs")
+        images = f"{base}/data/plugin/images"
         (served,) = wait_for_json(f"{images}/images?run=multirun/sweep/impl_mha&tag=heatmaps/variant/weights_log&sample=0")
         with urllib.request.urlopen(f"{images}/individualImage?{served['query']}", timeout=10) as r:
             image = np.asarray(Image.open(io.BytesIO(r.read())).convert("RGB"))
         below, above = causal_structure(head_tile(image, 12).astype(int), n_tokens)
         assert len(np.unique(below, axis=0)) > 3 and (above == 160).all()
-        screen = screenshot(f"http://127.0.0.1:{port}/#images", tmp_path / "images.png", tmp_path / "profile",
-                            wait_ms=20000)
+        screen = screenshot(f"{base}/#images", tmp_path / "images.png", tmp_path / "profile", wait_ms=20000)
         assert len(np.unique(screen[150:, 360:].reshape(-1, 3), axis=0)) > 200, "the Images tab drew no heatmap"
-    finally:
-        server.terminate()
-        server.wait(timeout=20)

@@ -7,7 +7,9 @@ lookup (`lut[index]`) stretched to a fixed size, and Pillow draws only the text.
 Rules a reader can rely on:
 - one size per kind of image: a map's grid is MAP_SIDE pixels a side whatever its matrix, a
   grid of all heads GRID_WIDTH across however many heads, so a card never blows one up or
-  shrinks another past reading;
+  shrinks another past reading; every image at most CARD_WIDTH across, the width TensorBoard's
+  Images card draws an image at, pixelated: a wider one lost a row or column of pixels in 28
+  there, and with it a 1-px stroke ("0.805" read "0.305", minus signs went);
 - sequential map (viridis-like) for scores, weights, context; diverging map (blue-white-red)
   for differences, centred so that 0 is exactly white; the caller passes the scale shared by the
   maps shown side by side (variant and reference, every head) and says it in the legend (the
@@ -36,6 +38,7 @@ from PIL import Image
 from attnlab.drawing import glyphs
 from attnlab.drawing.colours import BACKGROUND, BLACK, DIVERGING_LUT, LUT_SIZE, NON_FINITE, SEQUENTIAL_LUT
 
+CARD_WIDTH = 351  # px TensorBoard's Images card (2.x) draws an image across, enlarging a narrower one
 MAP_SIDE = 192  # px of a map's grid, whatever the matrix's size: a whole map fits a ~350 px card
 MAX_SIDE = MAP_SIDE  # cells per axis after pooling (a cell is at least a pixel)
 GRID_WIDTH = 256  # px across the tiles of a grid of all heads, however many heads: as wide as a map
@@ -48,7 +51,8 @@ _TITLE_SIZE = 13
 _MARGIN = 6
 _LABEL_BAND = 74  # px beside and above the grid for labels (10 characters) and the axes' titles: one size
 _BAR_W = 14
-_TICK_W = 56  # px right of the colour bar for its ticks
+_TICK_W = 49  # px right of the colour bar for its ticks (the widest .3g tick, "-1.23e+04", is 51 of the 53 left for text)
+_BAR_GAP = _MARGIN  # px between the grid and its colour bar
 _TILE_GAP = 8
 _SMALL_SIZE = 9  # a cell value too wide at _FONT_SIZE
 _TITLE_LINES = 3  # title, what is drawn (shape, pooling, region), the colour scale
@@ -293,7 +297,7 @@ def _canvas(grid_w: int, grid_h: int, label_band: bool = True) -> tuple[np.ndarr
     """A white canvas: title band, label bands (left and top), the grid, colour bar and ticks."""
     band = _LABEL_BAND if label_band else 0
     grid_x, grid_y = _MARGIN + band, _title_band() + band
-    width = grid_x + grid_w + 2 * _MARGIN + _BAR_W + 4 + _TICK_W + _MARGIN
+    width = grid_x + grid_w + _BAR_GAP + _BAR_W + 4 + _TICK_W + _MARGIN
     height = grid_y + grid_h + _MARGIN + _FONT_SIZE
     return np.full((height, width, 3), BACKGROUND, dtype=np.uint8), grid_x, grid_y
 
@@ -403,7 +407,7 @@ def _with_bar(image: Image.Image, grid_right: int, top: int, height: int, low: f
     """The colour bar right of the grid, as tall as it: max at the top, min at the bottom, 0 in
     the middle of a diverging bar; a scale with one value (an all-zero difference) says so once,
     as "finite" when grey cells (infinities, NaN) lie outside it."""
-    x = grid_right + 2 * _MARGIN
+    x = grid_right + _BAR_GAP
     bar = lut[::-1][np.linspace(0, LUT_SIZE - 1, height).astype(int)][:, None]
     image.paste(Image.fromarray(np.repeat(bar, _BAR_W, axis=1), mode="RGB"), (x, top))  # the bar alone, not the image, through numpy
     bottom = top + height - 1

@@ -19,7 +19,7 @@ from attnlab.reporting.heatmap import render_head_grid, render_heatmap
 from attnlab.reporting.job_heatmaps import EncodedHeatmap, encoded, heatmap_images, stage_scale
 from attnlab.reporting.sweep_plots import Curve, Point, curve_svg
 from attnlab.sinks.html_images import stage_pictures
-from attnlab.sinks.model_lines import effect_line, effect_positions, layer_table, model_line
+from attnlab.sinks.model_lines import effect_line, effect_positions, inputs_given, layer_table, model_line
 
 # what the plots draw against the layer: (the field of record.model.effect, its title)
 EFFECT_PLOTS = (("kl_mean", "KL mean"), ("kl_max", "KL max"), ("top1_agreement", "top-1 agreement"),
@@ -130,7 +130,8 @@ def render_model_html(records: Sequence[Record]) -> str:
                   if first.model.end_to_end is not None else "")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>attnlab · {html.escape(first.model.model)}"
             f"</title><style>{STYLE}</style></head><body><h1>{html.escape(model_line(first))}</h1>"
-            f"<p>variant {html.escape(first.variant)} · text: {html.escape(' '.join(first.labels))}</p>{end_to_end}"
+            f"<p>variant {html.escape(first.variant)} · {html.escape(inputs_given(first).replace('_', ' '))}: {html.escape(' '.join(first.labels))}</p>"
+            f"{end_to_end}"
             f"{layer_table_html(records)}"
             f"{'<h2>the effect against the layer</h2><div class=cards>' + curves + '</div>' if curves else ''}"
             + "".join(_layer_section(r) for r in records) + "</body></html>")

@@ -25,6 +25,14 @@ def model_line(record: Record) -> str:
             f"layers, {about.heads} heads, {about.kv_heads} kv heads; tokens: {about.tokenizer})")
 
 
+def inputs_given(record: Record) -> str:
+    """What the attention ran on, as a header says it: an image classifier's patches (ViT's: the
+    `inputs` config, the book by default, does not reach it), else the inputs config's kind."""
+    if record.model is not None and record.model.positions:  # a classifier's one position: an image's
+        return "image_patches"
+    return str((record.config.get("inputs") or {}).get("kind"))
+
+
 def effect_positions(record: Record) -> int:
     """The positions a variant's effect is over: every token's, or a classifier's one."""
     return record.model.positions or record.n_tokens
@@ -75,8 +83,7 @@ def print_layers(records: Sequence[Record], table_path: Path | None, records_glo
     """A line per layer, then the end-to-end effect where the run checked a model against another."""
     first = records[0]
     print(model_line(first), file=out)
-    given = "image" if first.model.positions else "text"  # a classifier's positions: ViT's, on an image
-    print(f"variant={first.variant} inputs={given} n_tokens={first.n_tokens} layers="
+    print(f"variant={first.variant} inputs={inputs_given(first)} n_tokens={first.n_tokens} layers="
           f"{','.join(r.model.layer_name for r in records)}", file=out)
     rows = layer_table(records)
     widths = [max(map(len, column)) for column in zip(*rows)]

@@ -25,7 +25,7 @@ from attnlab.record import Record
 from attnlab.reporting.rows import TABLE_FILE
 from attnlab.shown_paths import display_path
 from attnlab.sinks.base import REPORT_FILE, JobInfo
-from attnlab.sinks.model_lines import layer_lines, print_layers
+from attnlab.sinks.model_lines import inputs_given, layer_lines, print_layers
 from attnlab.sinks.views import no_findings_message, shape_trace
 
 MAX_SHOWN = 8  # rows and columns of a matrix printed in full; larger ones are cut with "…"
@@ -79,7 +79,7 @@ def config_line(record: Record) -> str:
     heads = "" if weights is None or weights.ndim != 4 or weights.shape[:2] == (1, 1) else (
         f" batch={weights.shape[0]} heads={weights.shape[1]}")
     return (
-        f"attnlab · variant={record.variant}{extra} seed={record.seed} inputs={record.config['inputs']['kind']} "
+        f"attnlab · variant={record.variant}{extra} seed={record.seed} inputs={inputs_given(record)} "
         f"n_tokens={record.n_tokens} d_in={record.d_in} d_out={record.d_out} weights={record.config['weights']} "
         f"reference={record.reference}{heads}{precision}"
     )
@@ -200,7 +200,7 @@ def print_seeds(records: list[Record], table_path: Path | None, out: TextIO | No
     n_failed = sum(not r.ok for r in records)
     codes = sorted({f.code for r in records for f in r.findings})
     print(f"attnlab · variant={first.variant} seeds={first.seed}..{records[-1].seed} ({len(records)}) "
-          f"inputs={first.config.get('inputs', {}).get('kind')} n_tokens={first.n_tokens} d_in={first.d_in} "
+          f"inputs={inputs_given(first)} n_tokens={first.n_tokens} d_in={first.d_in} "
           f"d_out={first.d_out} weights={first.config.get('weights')}", file=out)
     for line in seed_lines(records):
         print("  " + escaped(line), file=out)

@@ -8,7 +8,7 @@ import math
 from html.parser import HTMLParser
 from pathlib import Path
 
-from attnlab.record import Record, write_record
+from attnlab.record import Record, Side, write_record
 from attnlab.reporting.aggregate import Report, find_record_files, load_records
 
 
@@ -16,9 +16,9 @@ def sweep_record(variant: str, seed: int, n_tokens: int, *, entropy: float, cap:
                  heads: list[float] | None = None, status: str = "ok") -> Record:
     params = {} if cap is None else {"cap": cap}
     return Record(
-        variant=variant, seed=seed, n_tokens=n_tokens, d_in=4, d_out=4, status=status,
+        seed=seed, n_tokens=n_tokens, d_in=4, d_out=4, status=status,
         config={"variant": {"name": variant, "params": params}, "seed": seed, "inputs": {"kind": "random", "n_tokens": n_tokens}},
-        diagnostics={"weights_entropy_mean": entropy, "divergence_context": 0.0} if status == "ok" else {},
+        variant=Side(variant, diagnostics={"weights_entropy_mean": entropy, "divergence_context": 0.0} if status == "ok" else {}),
         head_diagnostics={"divergence_context": heads} if heads else {},
         error=None if status == "ok" else "boom",
     )

@@ -30,7 +30,7 @@ class RowCounter:
         self.greeting = greeting
 
     def write(self, records, job):
-        (job.dir / "row_counter.txt").write_text(f"{self.greeting} {len(records)} {records[0].variant}")
+        (job.dir / "row_counter.txt").write_text(f"{self.greeting} {len(records)} {records[0].variant.name}")
 
     def write_sweep(self, report, folder):
         (Path(folder) / "row_counter.txt").write_text(f"{self.greeting} {len(report.records)}")

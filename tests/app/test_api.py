@@ -14,8 +14,8 @@ from attnlab.record import read_record
 def test_run_returns_stages_diagnostics_and_a_table():
     result = attnlab.run("unscaled", seed=123)
     assert result.stages["weights"].shape == (6, 6) and result.reference_stages["context"].shape == (6, 2)
-    assert result.record.stage_shapes["weights"] == [6, 6] and result.record.reference_stage_shapes["context"] == [6, 2]
-    assert result.record.reference == "reference"
+    assert result.record.variant.shapes["weights"] == [6, 6] and result.record.reference.shapes["context"] == [6, 2]
+    assert result.record.reference.name == "reference"
     assert result.diagnostics["divergence_queries"] == 0.0
     assert isinstance(result.table, pd.DataFrame) and list(result.table.index) == ["reference", "variant"]
     assert result.table.loc["variant", "first_divergent_stage"] == "scaled_scores"
@@ -24,7 +24,7 @@ def test_run_returns_stages_diagnostics_and_a_table():
 
 def test_keyword_overrides_reach_the_config():
     result = attnlab.run("reference", seed=5, d_out=4, inputs="random", overrides=["inputs.n_tokens=9"])
-    assert result.stages["context"].shape == (9, 4) and result.record.stage_shapes["context"] == [9, 4]
+    assert result.stages["context"].shape == (9, 4) and result.record.variant.shapes["context"] == [9, 4]
     assert result.stages["output"].shape == (9, 4) and result.record.config["seed"] == 5
 
 
@@ -39,9 +39,9 @@ def test_numbers_equal_the_clis_record(app):
     assert cli.returncode == 0, cli.stderr
     from_cli = read_record(cli.out_dir / "record.json")
     from_api = attnlab.run("wrong_softmax_axis", seed=7).record
-    for stage, values in from_api.stages.items():
-        np.testing.assert_array_equal(from_cli.stages[stage], values)
-    assert from_cli.diagnostics.keys() == from_api.diagnostics.keys()
+    for stage, values in from_api.variant.stages.items():
+        np.testing.assert_array_equal(from_cli.variant.stages[stage], values)
+    assert from_cli.variant.diagnostics.keys() == from_api.variant.diagnostics.keys()
     assert [f.code for f in from_cli.findings] == [f.code for f in from_api.findings] == ["softmax_axis"]
 
 

@@ -64,7 +64,7 @@ def test_an_instance_with_its_own_weights_gives_its_own_output():
 
 def test_a_reference_object_is_compared_against():
     result = attnlab.run("unscaled", reference=Unscaled)  # the same change on both sides
-    assert result.record.reference == "notebook:Unscaled"
+    assert result.record.reference.name == "notebook:Unscaled"
     assert result.diagnostics["divergence_output"] == 0.0 and result.first_divergent_stage is None
 
 

@@ -15,7 +15,7 @@ from attnlab.reporting.aggregate import Report, find_record_files, load_records
 
 def test_a_sweep_runs_every_combination_in_the_clis_order():
     swept = attnlab.sweep(variant=["reference", "unscaled"], seed=[1, 2], progress=False)
-    assert [(r.record.variant, r.record.seed) for r in swept.results] == [
+    assert [(r.record.variant.name, r.record.seed) for r in swept.results] == [
         ("reference", 1), ("reference", 2), ("unscaled", 1), ("unscaled", 2)]
     assert list(swept.table["variant"]) == ["reference", "reference", "unscaled", "unscaled"]
     assert list(swept.table["first_divergent_stage"].fillna("")) == ["", "", "scaled_scores", "scaled_scores"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.record import Record, RecordError, read_record, write_record
+from attnlab.record import Record, RecordError, Side, read_record, write_record
 
 GOOD = {"variant": "unscaled", "seed": 1, "status": "ok", "config": {}}
 BAD = {
@@ -46,7 +46,7 @@ def write_bad_records(root: Path) -> None:
 
 @pytest.mark.slow
 def test_compare_skips_each_bad_record_with_one_line_and_tables_the_rest(tmp_path) -> None:
-    write_record(Record(variant="unscaled", seed=1, config={"seed": 1}), tmp_path / "runs" / "good")
+    write_record(Record(variant=Side("unscaled"), seed=1, config={"seed": 1}), tmp_path / "runs" / "good")
     write_bad_records(tmp_path / "runs")
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     done = subprocess.run([sys.executable, "-m", "attnlab", "compare", "runs", "--out", "t.csv"], cwd=tmp_path, env=env,

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 from attnlab.app.compare import main
-from attnlab.record import Record, write_record
+from attnlab.record import Record, Side, write_record
 
 
 def write(folder: Path, variant: str, seed: int) -> Path:
-    record = Record(variant=variant, seed=seed, config={"inputs": {"kind": "book"}, "weights": "shared"},
-                    n_tokens=2, d_in=3, d_out=2, diagnostics={"weights_entropy_mean": float(seed)})
+    record = Record(variant=Side(variant, diagnostics={"weights_entropy_mean": float(seed)}), seed=seed,
+                    config={"inputs": {"kind": "book"}, "weights": "shared"}, n_tokens=2, d_in=3, d_out=2)
     return write_record(record, folder)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.record import Record, write_record
+from attnlab.record import Record, Side, write_record
 
 pytestmark = pytest.mark.slow
 
@@ -37,9 +37,9 @@ def test_a_variant_returning_nan_reads_nan_in_the_sweep_tables(tmp_path) -> None
 
 
 def hostile_records(root: Path) -> None:
-    write_record(Record(variant="\x1b[31mred\x1b[0m", seed=1, config={}, status="failed", error="<script>alert(1)</script>"),
+    write_record(Record(variant=Side("\x1b[31mred\x1b[0m"), seed=1, config={}, status="failed", error="<script>alert(1)</script>"),
                  root / "a")
-    write_record(Record(variant="=HYPERLINK(\"http://x\")", seed=2, config={}, status="failed", error="-1+2"), root / "b")
+    write_record(Record(variant=Side("=HYPERLINK(\"http://x\")"), seed=2, config={}, status="failed", error="-1+2"), root / "b")
 
 
 def test_compare_strips_control_characters_on_the_terminal(tmp_path) -> None:

@@ -147,7 +147,7 @@ def test_a_job_that_died_before_its_inputs_makes_no_size_look_swept(tmp_path, us
     records, problems = load_records(find_record_files([sweep]))
     report = Report(records)
     (failed,) = [r for r in records if not r.ok]
-    assert not problems and failed.variant == "segfaults"
+    assert not problems and failed.variant.name == "segfaults"
     assert not {"n_tokens", "d_in"} & set(hparams(failed)) and hparams(failed)["d_out"] == 2  # the config's d_out
     row = report.jobs.set_index("variant").loc["segfaults"]
     assert row[["d_in", "d_out", "n_tokens"]].isna().all()

@@ -54,7 +54,7 @@ def test_the_reference_uses_torchs_own_softmax_when_a_plugin_replaced_it(tmp_pat
     plugin(tmp_path / "plugins", "Patched", head=REPLACES_SOFTMAX)
     monkeypatch.chdir(tmp_path)
     record = attnlab.run("patched").record
-    reference = record.reference_stages
+    reference = record.reference.stages
     assert np.allclose(reference["weights"], numpy_softmax(reference["scaled_scores"]), atol=1e-6)
     assert [f.code for f in record.findings] != []  # the variant's halved scores are found
 
@@ -65,8 +65,8 @@ def test_a_forward_that_changes_its_input_in_place_and_one_that_enables_grad(tmp
     monkeypatch.chdir(tmp_path)
     book = np.array(attnlab.run("reference").record.config["inputs"]["embeddings"], dtype=np.float32)
     mutated = attnlab.run("mutates").record
-    assert np.array_equal(mutated.stages["inputs"].reshape(book.shape), book)
-    assert np.array_equal(mutated.reference_stages["inputs"].reshape(book.shape), book)
+    assert np.array_equal(mutated.variant.stages["inputs"].reshape(book.shape), book)
+    assert np.array_equal(mutated.reference.stages["inputs"].reshape(book.shape), book)
     with torch.no_grad():  # the forward switches grad on inside the capture's no_grad only
         grads = attnlab.run("grads").record
     assert grads.ok and grads.first_divergent_stage is None, grads.error

@@ -31,9 +31,9 @@ def test_each_seed_equals_its_single_run_bitwise(variant, overrides):
         single = compute_records(compose_config(variant, record.seed, overrides))[0]
         assert json.dumps(_values(to_json_dict(record))) == json.dumps(_values(to_json_dict(single)))
         for name, values in single.stages.items():
-            assert np.array_equal(record.stages[name], values)  # bitwise, not rounded by JSON
+            assert np.array_equal(record.variant.stages[name], values)  # bitwise, not rounded by JSON
         for name, value in single.diagnostics.items():
-            other = record.diagnostics[name]
+            other = record.variant.diagnostics[name]
             assert (math.isnan(value) and math.isnan(other)) or value == other, name
         assert {**record.config, "n_seeds": 1} == single.config
 
@@ -99,10 +99,10 @@ def test_seeds_stream_each_record_written_in_full_then_only_reductions_kept(tmp_
 
     cfg = compose_config("multi_head_attention", 3, [*RANDOM, "d_out=4", "n_seeds=3", "log.terminal=false"])
     records = run_job(cfg, tmp_path)
-    assert isinstance(records[0].stages["weights"], np.memmap)  # the first kept on disk: the sinks draw it
+    assert isinstance(records[0].variant.stages["weights"], np.memmap)  # the first kept on disk: the sinks draw it
     for record in records[1:]:
-        assert all(values is None for values in record.stages.values())
-        assert record.stage_shapes["weights"] == [2, 2, 8, 8] and record.diagnostics  # reductions kept
+        assert all(values is None for values in record.variant.stages.values())
+        assert record.variant.shapes["weights"] == [2, 2, 8, 8] and record.variant.diagnostics  # reductions kept
         on_disk = read_record(tmp_path / f"seed-{record.seed}" / "record.json")
         assert on_disk.stages["weights"] is not None and on_disk.stages["weights"].shape == (2, 2, 8, 8)
     assert len(list((tmp_path).glob("seed-*/record.json"))) == 3

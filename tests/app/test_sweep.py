@@ -169,7 +169,7 @@ def test_ctrl_c_keeps_finished_records_and_compare_rebuilds_the_table(tmp_path, 
 
 def stage_values(sweep_dir: Path) -> dict[tuple[str, int], dict[str, np.ndarray]]:
     records = [read_record(f) for f in find_record_files([sweep_dir])]
-    return {(r.variant, r.seed): r.stages for r in records}
+    return {(r.variant.name, r.seed): r.variant.stages for r in records}
 
 
 @pytest.mark.parametrize("launcher", [

@@ -42,14 +42,14 @@ def test_a_spilled_run_gives_the_same_record(monkeypatch):
     monkeypatch.setattr(memory, "SPILL_STAGE_BYTES", 1)
     spilled = attnlab.run("multi_head_attention", inputs="random", overrides=["inputs.n_tokens=16", "inputs.d_in=4"])
     assert spilled.record.scratch is not None and plain.record.scratch is None
-    for ours, theirs in ((plain.record.reference_stages, spilled.record.reference_stages),
-                         (plain.record.stages, spilled.record.stages)):
+    for ours, theirs in ((plain.record.reference.stages, spilled.record.reference.stages),
+                         (plain.record.variant.stages, spilled.record.variant.stages)):
         for stage, values in ours.items():
             np.testing.assert_array_equal(values, theirs[stage])
     assert plain.record.findings == spilled.record.findings
-    assert plain.record.diagnostics.keys() == spilled.record.diagnostics.keys()
-    assert all(np.isclose(plain.record.diagnostics[k], spilled.record.diagnostics[k], equal_nan=True)
-               for k in plain.record.diagnostics)
+    assert plain.record.variant.diagnostics.keys() == spilled.record.variant.diagnostics.keys()
+    assert all(np.isclose(plain.record.variant.diagnostics[k], spilled.record.variant.diagnostics[k], equal_nan=True)
+               for k in plain.record.variant.diagnostics)
 
 
 def test_release_reaches_a_numpy_view_of_a_spilled_stage(tmp_path):

@@ -40,14 +40,14 @@ def test_causal_attention_reproduces_the_published_output():
     published = [[-0.4519, 0.2216], [-0.5874, 0.0058], [-0.6300, -0.0632],
                  [-0.5675, -0.0843], [-0.5526, -0.0981], [-0.5299, -0.1081]]
     output = result.stages["output"]
-    assert result.record.stage_shapes["output"] == [2, 6, 2]
+    assert result.record.variant.shapes["output"] == [2, 6, 2]
     for item in output:  # each batch item, as the source prints it
         np.testing.assert_allclose(item, published, atol=5e-5)
 
 
 def test_section_3_5_1_causal_weights_with_self_attention_v2_weights():
     result = attnlab.run("causal_attention", seed=789, weights="native")
-    np.testing.assert_allclose(result.record.matrix("weights")[1], [0.5517, 0.4483, 0, 0, 0, 0], atol=5e-5)
+    np.testing.assert_allclose(result.record.variant.matrix("weights")[1], [0.5517, 0.4483, 0, 0, 0, 0], atol=5e-5)
 
 
 @pytest.mark.parametrize("name, cls, extra", [
@@ -60,7 +60,7 @@ def test_wrapper_and_multi_head_attention_reproduce_the_source_classes(ch03, nam
     with torch.no_grad():
         expected = source(torch.stack((BOOK, BOOK))).numpy()
     result = attnlab.run(name, seed=123, weights="native")
-    assert result.record.reference == name
+    assert result.record.reference.name == name
     np.testing.assert_allclose(result.stages["output"], expected, atol=1e-6)
 
 
@@ -82,7 +82,7 @@ def test_correct_implementations_have_no_finding(use_plugins, name, batch, heads
     record = result.record
     assert record.status == "ok", record.error
     errors = [(f.code, f.stage, f.message) for f in record.findings if f.severity != "info"]
-    assert errors == [], (name, record.reference)
+    assert errors == [], (name, record.reference.name)
     assert record.first_divergent_stage is None
     assert record.missing_stages == []
 
@@ -96,8 +96,8 @@ def test_the_source_wrapper_pasted_verbatim_runs_against_its_own_reference(ch03,
     (folder / "pasted_wrapper.py").write_text("import torch\nimport torch.nn as nn\n\n" + pasted)
     use_plugins(folder)
     result = attnlab.run("pasted_wrapper")
-    assert result.record.reference == "mha_wrapper"
-    assert result.record.stage_shapes["weights"] == [2, 2, 6, 6]
+    assert result.record.reference.name == "mha_wrapper"
+    assert result.record.variant.shapes["weights"] == [2, 2, 6, 6]
     assert result.findings == [] and result.first_divergent_stage is None
 
 
@@ -111,7 +111,7 @@ def test_stages_carry_axes_module_shapes_and_reconstructed_marks(tmp_path):
     assert data["stages"]["weights"]["canonical_axes"] == ["batch", "heads", "query", "key"]
     assert data["stages"]["weights"]["shape"] == [2, 3, 4, 4]
     assert "weights" in data["reconstructed_stages"]
-    assert result.record.reference == "multi_head_attention"
+    assert result.record.reference.name == "multi_head_attention"
 
 
 @pytest.mark.slow

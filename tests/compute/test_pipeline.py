@@ -25,20 +25,20 @@ BOOK_LINEAR_NATIVE_SEED_789 = [
 def test_reference_reproduces_the_published_context_vectors():
     result = attnlab.run("reference", seed=123)
     record = result.record
-    assert record.reference == "reference" and record.stage_shapes["context"] == [6, 2]
+    assert record.reference.name == "reference" and record.variant.shapes["context"] == [6, 2]
     assert result.stages["context"].shape == (6, 2) and result.stages["output"].shape == (6, 2)
-    assert record.canonical("context").shape == (1, 1, 6, 2) and record.canonical("output").shape == (1, 6, 2)
-    np.testing.assert_allclose(record.matrix("context"), BOOK_CONTEXT_SEED_123, atol=5e-5)
+    assert record.variant.canonical("context").shape == (1, 1, 6, 2) and record.variant.canonical("output").shape == (1, 6, 2)
+    np.testing.assert_allclose(record.variant.matrix("context"), BOOK_CONTEXT_SEED_123, atol=5e-5)
     assert record.output_is_context
-    np.testing.assert_allclose(record.matrix("output"), BOOK_CONTEXT_SEED_123, atol=5e-5)
+    np.testing.assert_allclose(record.variant.matrix("output"), BOOK_CONTEXT_SEED_123, atol=5e-5)
     assert result.record.labels == ["Your", "journey", "starts", "with", "one", "step"]
 
 
 def test_linear_with_native_weights_reproduces_the_published_values():
     result = attnlab.run("linear", seed=789, weights="native")
-    assert result.record.stage_shapes["output"] == [6, 2]
-    np.testing.assert_allclose(result.record.matrix("context"), BOOK_LINEAR_NATIVE_SEED_789, atol=5e-5)
-    np.testing.assert_allclose(result.record.matrix("output"), BOOK_LINEAR_NATIVE_SEED_789, atol=5e-5)
+    assert result.record.variant.shapes["output"] == [6, 2]
+    np.testing.assert_allclose(result.record.variant.matrix("context"), BOOK_LINEAR_NATIVE_SEED_789, atol=5e-5)
+    np.testing.assert_allclose(result.record.variant.matrix("output"), BOOK_LINEAR_NATIVE_SEED_789, atol=5e-5)
 
 
 def test_linear_with_shared_weights_equals_the_reference():
@@ -68,9 +68,9 @@ def _random_run(variant: str, seed: int, n_tokens: int, d_in: int, d_out: int, d
         variant, seed=seed, d_out=d_out, inputs="random",
         overrides=[f"inputs.n_tokens={n_tokens}", f"inputs.d_in={d_in}", f"inputs.distribution={distribution}"],
     )
-    assert result.record.stage_shapes["inputs"] == [n_tokens, d_in]  # a 2-D module gets (n_tokens, d_in)
-    assert result.record.stage_shapes["output"] == [n_tokens, d_out]
-    x = torch.from_numpy(result.record.matrix("inputs"))
+    assert result.record.variant.shapes["inputs"] == [n_tokens, d_in]  # a 2-D module gets (n_tokens, d_in)
+    assert result.record.variant.shapes["output"] == [n_tokens, d_out]
+    x = torch.from_numpy(result.record.variant.matrix("inputs"))
     assert x.shape == (n_tokens, d_in)
     return result, _independent_qkv(x, seed, d_out)
 
@@ -80,8 +80,8 @@ def _random_run(variant: str, seed: int, n_tokens: int, d_in: int, d_out: int, d
 def test_reference_equals_scaled_dot_product_attention(seed, n_tokens, d_in, d_out, distribution):
     result, (q, k, v) = _random_run("reference", seed, n_tokens, d_in, d_out, distribution)
     expected = F.scaled_dot_product_attention(q[None], k[None], v[None])[0]
-    np.testing.assert_allclose(result.record.matrix("context"), expected.numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(result.record.matrix("output"), expected.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(result.record.variant.matrix("context"), expected.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(result.record.variant.matrix("output"), expected.numpy(), rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=15, deadline=None)
@@ -89,8 +89,8 @@ def test_reference_equals_scaled_dot_product_attention(seed, n_tokens, d_in, d_o
 def test_unscaled_equals_sdpa_with_scale_one(seed, n_tokens, d_in, d_out, distribution):
     result, (q, k, v) = _random_run("unscaled", seed, n_tokens, d_in, d_out, distribution)
     expected = F.scaled_dot_product_attention(q[None], k[None], v[None], scale=1.0)[0]
-    np.testing.assert_allclose(result.record.matrix("context"), expected.numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(result.record.matrix("output"), expected.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(result.record.variant.matrix("context"), expected.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(result.record.variant.matrix("output"), expected.numpy(), rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=15, deadline=None)
@@ -99,8 +99,8 @@ def test_wrong_softmax_axis_equals_an_independent_softmax_over_dim_0(seed, n_tok
     result, (q, k, v) = _random_run("wrong_softmax_axis", seed, n_tokens, d_in, d_out, distribution)
     scaled = (q @ k.T).double() / d_out**0.5
     weights = torch.exp(scaled - scaled.max(dim=0).values) / torch.exp(scaled - scaled.max(dim=0).values).sum(dim=0)
-    np.testing.assert_allclose(result.record.matrix("context"), (weights @ v.double()).numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(result.record.matrix("output"), (weights @ v.double()).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(result.record.variant.matrix("context"), (weights @ v.double()).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(result.record.variant.matrix("output"), (weights @ v.double()).numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_a_plugin_that_raises_fails_its_own_record_only(plugin_folder, use_plugins):
@@ -161,20 +161,20 @@ def _returning(plugin_folder, use_plugins, name: str, returned: str):
 def test_a_plugin_returning_the_weights_gets_wrong_output_naming_them(plugin_folder, use_plugins):
     """`return attn_weights` is a finding at the output, naming the weights."""
     record = _returning(plugin_folder, use_plugins, "returns_weights", "attn_weights")
-    assert record.status == "ok" and record.stage_shapes["output"] == [6, 6]
+    assert record.status == "ok" and record.variant.shapes["output"] == [6, 6]
     assert record.expected_shapes["output"] == [6, 2]
     assert ("wrong_output", "output") in [(f.code, f.stage) for f in record.findings]
     [finding] = [f for f in record.findings if f.code == "wrong_output"]
     assert finding.severity == "error"
     assert "(6, 6)" in finding.message and "(6, 2)" in finding.message
     assert "attention weights (attn_weights)" in finding.message
-    np.testing.assert_array_equal(record.matrix("output"), record.matrix("weights"))
+    np.testing.assert_array_equal(record.variant.matrix("output"), record.variant.matrix("weights"))
 
 
 def test_a_plugin_returning_weights_times_x_gets_no_value_path_finding(plugin_folder, use_plugins):
     """A (6, 3) `attn_weights @ x` must not be blamed on the values line."""
     record = _returning(plugin_folder, use_plugins, "returns_weights_x", "attn_weights @ x")
-    assert record.status == "ok" and record.stage_shapes["output"] == [6, 3]
+    assert record.status == "ok" and record.variant.shapes["output"] == [6, 3]
     assert [f for f in record.findings if f.severity == "error"], "a wrong output is always a finding"
     assert "value_path" not in {f.code for f in record.findings}, record.findings
 

@@ -22,9 +22,9 @@ def _codes(record) -> list[tuple[str, str]]:
 def test_a_correct_variant_in_low_precision_gets_precision_only(dtype):
     record = attnlab.run("reference", dtype=dtype, **SMALL).record
     assert record.dtype == dtype and _codes(record) == [("precision", "info")]
-    assert record.stages["output"].dtype.name == "float32"  # stored for the sinks in float32, as ever
+    assert record.variant.stages["output"].dtype.name == "float32"  # stored for the sinks in float32, as ever
     assert f"{dtype}'s bound" in record.findings[0].message
-    assert record.diagnostics["divergence_output"] > 0  # the rounding is real, not hidden
+    assert record.variant.diagnostics["divergence_output"] > 0  # the rounding is real, not hidden
 
 
 def test_the_reference_in_low_precision_gives_precision_too():

@@ -82,11 +82,11 @@ def test_backward_is_nan_where_the_kernel_has_none():
 def test_profile_columns_in_the_record_and_its_json():
     record = attnlab.run("impl_mha", reference="multi_head_attention", profile=True, profile_budget_s=0.2,
                          profile_backward=True, **SMALL).record
-    assert set(PROFILE_KEYS) <= set(record.diagnostics) and set(PROFILE_KEYS) <= set(record.profile)
+    assert set(PROFILE_KEYS) <= set(record.variant.diagnostics) and set(PROFILE_KEYS) <= set(record.profile)
     for key in ("forward_ms", "backward_ms", "flops", "forward_ms_vs_reference"):
-        assert record.diagnostics[key] > 0
-    assert record.diagnostics["peak_bytes"] >= 0  # a few hundred bytes reuse pages the process holds: 0 here
-    assert record.diagnostics["flops"] == _mha_flops(2, 6, 3, 8)
+        assert record.variant.diagnostics[key] > 0
+    assert record.variant.diagnostics["peak_bytes"] >= 0  # a few hundred bytes reuse pages the process holds: 0 here
+    assert record.variant.diagnostics["flops"] == _mha_flops(2, 6, 3, 8)
     back = from_json_dict(to_json_dict(record))
     assert back.profile == pytest.approx(record.profile, nan_ok=True) and back.device == "cpu" and back.dtype == "float32"
 
@@ -94,9 +94,9 @@ def test_profile_columns_in_the_record_and_its_json():
 def test_profiling_changes_no_diagnosed_value():
     plain = attnlab.run("causal_attention", **SMALL).record
     profiled = attnlab.run("causal_attention", profile=True, profile_budget_s=0.1, **SMALL).record
-    assert {k: v for k, v in profiled.diagnostics.items() if k not in PROFILE_KEYS} == pytest.approx(
-        plain.diagnostics, nan_ok=True)
-    assert all((profiled.stages[s] == plain.stages[s]).all() for s in plain.stages)
+    assert {k: v for k, v in profiled.variant.diagnostics.items() if k not in PROFILE_KEYS} == pytest.approx(
+        plain.variant.diagnostics, nan_ok=True)
+    assert all((profiled.variant.stages[s] == plain.variant.stages[s]).all() for s in plain.variant.stages)
 
 
 def test_a_run_without_profile_pays_nothing(monkeypatch):
@@ -105,7 +105,7 @@ def test_a_run_without_profile_pays_nothing(monkeypatch):
 
     monkeypatch.setattr(pipeline, "profile_pair", forbidden)
     record = attnlab.run("reference").record
-    assert record.profile == {} and not set(PROFILE_KEYS) & set(record.diagnostics)
+    assert record.profile == {} and not set(PROFILE_KEYS) & set(record.variant.diagnostics)
 
 
 def test_each_job_profiles_its_own_reference(monkeypatch):
@@ -127,7 +127,7 @@ def test_each_job_profiles_its_own_reference(monkeypatch):
     for reference in ("multi_head_attention", "impl_torch_mha", "multi_head_attention"):
         record = attnlab.run("impl_mha", reference=reference, profile=True, profile_budget_s=0.05,
                              overrides=["inputs.d_in=8"], **SMALL).record
-        ratios.setdefault(reference, []).append(record.diagnostics["forward_ms_vs_reference"])
+        ratios.setdefault(reference, []).append(record.variant.diagnostics["forward_ms_vs_reference"])
     assert calls == ["impl_mha", "multi_head_attention", "impl_mha", "impl_torch_mha", "impl_mha",
                      "multi_head_attention"]
     assert ratios == {"multi_head_attention": [1.0, 1.0], "impl_torch_mha": [mha / torch_mha]}
@@ -164,5 +164,5 @@ def test_cuda_gives_the_cpu_numbers_and_measures_its_memory():
     gpu = attnlab.run("multi_head_attention", seed=5, device="cuda", profile=True, profile_budget_s=0.1,
                       **SMALL).record
     assert gpu.device == "cuda" and gpu.findings == cpu.findings
-    assert gpu.stages["output"] == pytest.approx(cpu.stages["output"], abs=1e-4)
-    assert gpu.diagnostics["peak_bytes"] > 0
+    assert gpu.variant.stages["output"] == pytest.approx(cpu.variant.stages["output"], abs=1e-4)
+    assert gpu.variant.diagnostics["peak_bytes"] > 0

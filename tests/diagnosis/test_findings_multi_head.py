@@ -217,7 +217,7 @@ def test_batched_single_recomputes_each_row_with_the_mask(name):
                                                                                    "inputs.n_tokens=9"])
     record = compute_record(cfg, 7, make_inputs(cfg.inputs, 7), spec=JobSpec.from_cfg(cfg))
     assert "batched_single_mismatch" not in {f.code for f in record.findings}
-    assert record.diagnostics["batched_single_max_abs_diff"] < 1e-5
+    assert record.variant.diagnostics["batched_single_max_abs_diff"] < 1e-5
 
 
 def test_batched_single_sees_the_mask():

@@ -95,8 +95,8 @@ def test_either_order_is_the_declared_grouping_named_with_its_order(order, refer
     result = run(order, reference=reference)
     errors = [f.message for f in result.findings if f.severity == "error"]
     assert errors == []
-    assert result.record.diagnostics["divergence_keys"] < 1e-6
-    assert result.record.diagnostics["divergence_values"] < 1e-6
+    assert result.record.variant.diagnostics["divergence_keys"] < 1e-6
+    assert result.record.variant.diagnostics["divergence_values"] < 1e-6
     notes = [f for f in result.findings if f.code == "kv_heads"]
     if order == "grouped" and reference == "gqa":
         assert notes == []  # the same grouping as the reference's: nothing to say
@@ -123,7 +123,7 @@ def test_x_transformers_attention_with_kv_heads_is_the_tiled_grouping():
     assert [f.message for f in result.findings if f.severity == "error"] == []
     (note,) = [f for f in result.findings if f.code == "kv_heads"]
     assert "tiled: query head h reads key/value head h % 2" in note.message
-    assert result.record.diagnostics["divergence_keys"] < 1e-6
+    assert result.record.variant.diagnostics["divergence_keys"] < 1e-6
 
 
 def as_captured(captured: Capture) -> tuple:
@@ -141,7 +141,7 @@ def test_the_diagnosis_compares_kv_heads_on_copies_leaving_the_captures_as_captu
     reference = capture(RepeatedKV(5, 16, 6, 0.0, HEADS, HEADS), x)
     before = [as_captured(c) for c in (variant, reference)]
     diagnosis = diagnosed(variant, reference, shared=True, train=False, expect={})
-    assert diagnosis.stage_shapes["keys"] == diagnosis.reference_stage_shapes["keys"] == [2, KV_HEADS, 6, 4]
+    assert diagnosis.variant.shapes["keys"] == diagnosis.reference.shapes["keys"] == [2, KV_HEADS, 6, 4]
     for captured, (stages, shapes, kv_heads, kv_order) in zip((variant, reference), before):
         assert captured.stages.keys() == stages.keys()
         assert all(torch.equal(captured.stages[name], stages[name]) for name in stages)

@@ -44,15 +44,15 @@ def _codes(record) -> list[tuple[str, str, str]]:
 def test_a_finite_fill_whose_weight_is_0_is_the_reference_mask(plugin_folder, use_plugins, fill):
     name = _copy(plugin_folder, use_plugins, "multi_head_attention", fill)
     record = _record(name, "multi_head_attention", *SIZES)
-    weights, scaled = record.matrix("weights"), record.matrix("scaled_scores")
+    weights, scaled = record.variant.matrix("weights"), record.variant.matrix("scaled_scores")
     future = np.triu(np.ones((8, 8), dtype=bool), 1)
     assert (weights[..., future] == 0).all() and np.isfinite(scaled).all()  # the fill really gives weight 0
     torch_weights = torch.softmax(torch.from_numpy(scaled).masked_fill(torch.from_numpy(future), -torch.inf), dim=-1)
     np.testing.assert_allclose(weights, torch_weights.numpy(), rtol=1e-6, atol=1e-7)  # the same as -inf would give
     assert record.first_divergent_stage is None
-    assert record.diagnostics["divergence_scaled_scores"] == 0.0
+    assert record.variant.diagnostics["divergence_scaled_scores"] == 0.0
     assert _codes(record) == []
-    assert record.diagnostics["non_finite_scaled_scores"] == 0 and record.diagnostics["non_finite_weights"] == 0
+    assert record.variant.diagnostics["non_finite_scaled_scores"] == 0 and record.variant.diagnostics["non_finite_weights"] == 0
 
 
 @pytest.mark.parametrize("built_in, reference, sizes", [
@@ -67,15 +67,15 @@ def test_a_finite_fill_gives_the_findings_of_minus_inf(plugin_folder, use_plugin
     filled = _record(_copy(plugin_folder, use_plugins, built_in, fill), reference, *sizes)
     assert _codes(filled) == _codes(with_inf) and _codes(with_inf)
     assert filled.first_divergent_stage == with_inf.first_divergent_stage
-    assert filled.diagnostics["non_finite_scaled_scores"] == with_inf.diagnostics["non_finite_scaled_scores"] == 0
-    np.testing.assert_allclose(filled.matrix("output"), with_inf.matrix("output"), rtol=1e-6, atol=1e-7)
+    assert filled.variant.diagnostics["non_finite_scaled_scores"] == with_inf.variant.diagnostics["non_finite_scaled_scores"] == 0
+    np.testing.assert_allclose(filled.variant.matrix("output"), with_inf.variant.matrix("output"), rtol=1e-6, atol=1e-7)
 
 
 def test_a_correct_causal_module_counts_no_non_finite_values(plugin_folder, use_plugins):
     """The mask's -inf were counted as non-finite values, shown under "What differs"."""
     record = _record("multi_head_attention", "multi_head_attention", *SIZES)
-    assert np.isneginf(record.matrix("scaled_scores")).sum() == 28  # the mask is there, as -inf (one head)
-    assert all(record.diagnostics[f"non_finite_{stage}"] == 0 for stage in ("scores", "scaled_scores", "weights"))
+    assert np.isneginf(record.variant.matrix("scaled_scores")).sum() == 28  # the mask is there, as -inf (one head)
+    assert all(record.variant.diagnostics[f"non_finite_{stage}"] == 0 for stage in ("scores", "scaled_scores", "weights"))
 
 
 def test_a_fill_that_leaves_weight_is_still_mask_fill_value():

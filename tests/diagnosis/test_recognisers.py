@@ -258,7 +258,7 @@ def independent(tmp_path: Path, use_plugins):
     def run(name: str, *params: str, seed: int = 0):
         result = attnlab.run(name, seed=seed, overrides=[*TOKENS, *(f"+variant.params.{p}" for p in params)], **SIZES)
         assert result.record.status == "ok", result.record.error
-        assert result.record.reference == "multi_head_attention"
+        assert result.record.reference.name == "multi_head_attention"
         return result
 
     return run

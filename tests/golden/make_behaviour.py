@@ -29,7 +29,7 @@ def behaviour(variant: str, size: str) -> dict:
         overrides.insert(0, f"inputs={spec.pop('inputs')}")
     result = attnlab.run(variant, 123, overrides=overrides, log={"tensorboard": False, "table": False, "html": False})
     record = result.record
-    output = record.stages.get("output")
+    output = record.variant.stages.get("output")
     return {
         "status": record.status,
         "first_divergent_stage": record.first_divergent_stage,

@@ -93,6 +93,6 @@ def test_a_named_reference_holds_the_layers_parameters_too(tiny_gpt2) -> None:
     result = attnlab.run("multi_head_attention", overrides=[
         f"model.path={tiny_gpt2}", "inputs=text", f"inputs.text='{TEXT}'", "layer=0", "reference=mha_scaled_by_d_out",
         "log.tensorboard=false"])
-    assert result.record.reference == "mha_scaled_by_d_out with the parameters of GPT2Attention (layer 0)"
+    assert result.record.reference.name == "mha_scaled_by_d_out with the parameters of GPT2Attention (layer 0)"
     assert result.first_divergent_stage == "scaled_scores"  # the two differ in the scale only
     assert result.record.model.effect.kl_max < 1e-5  # the effect is always the variant's, in the model

@@ -37,7 +37,7 @@ def test_a_correct_copy_of_bart_s_self_attention_gives_a_kl_of_zero(layer, varia
     stack, index = layer.split(".")
     assert record.model.attention == f"model.{stack}.layers.{index}.self_attn"
     assert record.model.replaced == f"{stack} self-attention" and record.model.layer_name == layer
-    assert record.reference == f"BartAttention (layer {layer})"
+    assert record.reference.name == f"BartAttention (layer {layer})"
     assert not [f for f in record.findings if f.severity == "error"], [f.code for f in record.findings]
     assert record.model.effect.kl_max < 1e-6
     model, given = model_by_hand(BART, SEED)

@@ -57,7 +57,7 @@ def _bert(variant: str, layer: int):
 def test_a_correct_copy_of_bert_s_self_attention_gives_a_kl_of_zero() -> None:
     record = _bert("bidirectional_attention", 1)
     assert record.model.attention == "bert.encoder.layer.1.attention.self"
-    assert record.reference == "BertSelfAttention (layer 1)"
+    assert record.reference.name == "BertSelfAttention (layer 1)"
     assert not [f for f in record.findings if f.severity == "error"], [f.code for f in record.findings]
     assert record.model.effect.kl_max < 1e-6
     assert _kl_by_hand(1, causal=False) < 1e-6  # the copy is right: the model's own forward agrees

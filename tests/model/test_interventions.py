@@ -63,7 +63,7 @@ def test_head_ablation_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2, mode)
 
     record = _run(tiny_gpt2, 1, name="ablate_head", head=1, mode=mode)
     _check(record, _effect_by_hand(model, ids, 1, ablate))
-    assert record.variant == f"ablate_head(head=1, mode={mode})"
+    assert record.variant.name == f"ablate_head(head=1, mode={mode})"
     assert record.config["intervene"] == {"name": "ablate_head", "head": 1, "mode": mode}
 
 
@@ -91,7 +91,7 @@ def test_observe_captures_every_layer_without_an_effect(tiny_gpt2) -> None:
     assert [r.record.model.layer for r in results] == [0, 1]
     for result in results:
         assert result.record.status == "ok" and result.record.model.effect is None
-        assert result.record.stages["weights"].shape == (1, N_HEAD, 14, 14)
+        assert result.record.variant.stages["weights"].shape == (1, N_HEAD, 14, 14)
         assert not [f for f in result.findings if f.severity != "info"]
 
 

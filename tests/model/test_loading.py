@@ -88,7 +88,7 @@ def test_a_nanogpt_style_model_of_your_own_runs_with_its_safetensors(tmp_path, m
     result = run("model=nano", "model.n_layer=2", "model.weights=nano.safetensors", "layer=1",
                  variant="mha_scaled_by_d_out")
     assert result.record.model.attention == "transformer.h.1.attn"
-    assert result.record.reference == "CausalSelfAttention (layer 1)"  # its own module, captured through SDPA
+    assert result.record.reference.name == "CausalSelfAttention (layer 1)"  # its own module, captured through SDPA
     # by hand: the same model with layer 1's attention scaled by 1/sqrt(d_out)
     from attnlab.inputs.text import gpt2_encoding
 

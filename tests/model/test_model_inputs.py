@@ -26,7 +26,7 @@ def test_token_ids_as_a_list_or_a_file_run_as_the_text_they_encode(tiny_gpt2, tm
     for given in (ids, str(tmp_path / "ids.txt")):
         by_ids = _observed(tiny_gpt2, {"kind": "ids", "ids": given}).record
         assert by_ids.status == "ok" and by_ids.labels == by_text.labels
-        np.testing.assert_array_equal(by_ids.reference_stages["weights"], by_text.reference_stages["weights"])
+        np.testing.assert_array_equal(by_ids.reference.stages["weights"], by_text.reference.stages["weights"])
 
 
 def test_an_id_past_the_vocabulary_is_one_line(tiny_gpt2) -> None:

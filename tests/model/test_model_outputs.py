@@ -101,6 +101,6 @@ def test_a_sweeps_table_shows_the_effect_on_the_predictions(tiny_gpt2, tmp_path)
         attnlab.run(name, out_dir=tmp_path / name, overrides=[f"model.path={tiny_gpt2}", "inputs=text",
                                                               f"inputs.text='{TEXT}'", "layer=1"])
     records, _ = load_records(find_record_files([tmp_path]))
-    table = terminal_table(records_table(sorted(records, key=lambda r: r.variant)), width=200).splitlines()
+    table = terminal_table(records_table(sorted(records, key=lambda r: r.variant.name)), width=200).splitlines()
     assert "KL mean" in table[0] and "top-1" in table[0]
     assert table[1].split()[0] == "mha_scaled_by_d_out" and table[2].split()[-2:] == ["0", "1"]

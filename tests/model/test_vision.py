@@ -60,7 +60,7 @@ def _vit(variant: str, layer: int):
 def test_a_correct_copy_of_vit_s_attention_gives_a_kl_of_zero_on_the_class_logits() -> None:
     record = _vit("bidirectional_attention", 1)
     assert record.model.attention == "vit.layers.1.attention"
-    assert record.reference == "ViTAttention (layer 1)"
+    assert record.reference.name == "ViTAttention (layer 1)"
     assert record.labels == ["cls", *(f"p{i}" for i in range(16))]  # the class token and 4 x 4 patches
     assert not [f for f in record.findings if f.severity == "error"], [f.code for f in record.findings]
     assert record.model.effect.kl_max < 1e-6 and record.model.effect.top1_agreement == 1.0

@@ -113,7 +113,7 @@ def test_a_module_failing_before_auto_chose_says_reference_auto(use_plugins, plu
     ''')
     use_plugins(folder)
     result = attnlab.run("fails_in_forward")
-    assert result.record.status == "failed" and result.record.reference == "auto"
+    assert result.record.status == "failed" and result.record.reference.name == "auto"
     assert "RuntimeError: not today" in result.record.error
 
 

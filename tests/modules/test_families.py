@@ -60,4 +60,4 @@ def test_gpt_bigcode_with_a_key_value_head_per_query_head_runs_with_no_finding(i
                                                       "variant.params.multi_query=false"])
     assert result.record.status == "ok", result.record.error
     assert result.findings == []
-    assert result.record.diagnostics["divergence_output"] < 1e-5
+    assert result.record.variant.diagnostics["divergence_output"] < 1e-5

@@ -80,7 +80,7 @@ def test_a_hugging_face_class_eager_against_its_own_sdpa_diverges_nowhere(model,
     words = [w for w in _cell(model, "eager", kv_heads)] + NO_CAP.get(model, [])
     result = run(f"hf:{model}", *words, f"reference=hf:{model}", "reference.params.attn_implementation=sdpa",
                  *[w.replace("variant.params", "reference.params") for w in NO_CAP.get(model, [])])
-    assert result.record.reference == f"hf:{model}"
+    assert result.record.reference.name == f"hf:{model}"
     assert result.findings == [], [f.message for f in result.findings]
     assert result.first_divergent_stage is None
 
@@ -138,9 +138,9 @@ def test_the_captured_weights_are_the_weights_the_module_itself_returns_on_its_e
     words = _cell(model, "eager", kv_heads)
     result = run(f"hf:{model}", *words, "weights=native", "batch=1")
     module = _hf_module(model, 123, kv_heads)
-    x = torch.tensor(result.record.stages["inputs"])  # (1, num_tokens, d_in)
+    x = torch.tensor(result.record.variant.stages["inputs"])  # (1, num_tokens, d_in)
     returned = _returned_weights(module, x)  # (1, num_heads, num_tokens, num_tokens)
-    torch.testing.assert_close(torch.tensor(result.record.stages["weights"]), returned, rtol=0, atol=0)
+    torch.testing.assert_close(torch.tensor(result.record.variant.stages["weights"]), returned, rtol=0, atol=0)
 
 
 # -- declared changes that stack -------------------------------------------------------------------
@@ -167,7 +167,7 @@ def test_mistrals_sliding_window_is_named_on_both_paths(implementation):
 
 def test_a_bert_self_attention_gets_a_bidirectional_reference_without_an_output_projection():
     result = run("hf:bert")
-    assert result.record.reference == "bidirectional_heads"
+    assert result.record.reference.name == "bidirectional_heads"
     assert result.findings == []
 
 
@@ -177,7 +177,7 @@ def test_a_bert_self_attention_gets_a_bidirectional_reference_without_an_output_
 def test_nanogpts_causal_self_attention_pasted_verbatim_runs_without_findings(use_plugins, variant):
     use_plugins(PLUGINS)
     result = run(variant)
-    assert result.record.reference == "multi_head_attention"
+    assert result.record.reference.name == "multi_head_attention"
     assert result.findings == [], [f.message for f in result.findings]
     assert result.record.missing_stages == []
 
@@ -308,7 +308,7 @@ def test_an_import_only_plugin_file_runs_as_the_hf_name_does(use_plugins, model)
     words = ["num_kv_heads=2"] if MODELS[model][1] else []
     by_file, by_name = run(f"{model}_attention", *words), run(f"hf:{model}", *words)
     assert [(f.code, f.stage) for f in by_file.findings] == [(f.code, f.stage) for f in by_name.findings]
-    assert by_file.record.reference == by_name.record.reference
+    assert by_file.record.reference.name == by_name.record.reference.name
     torch.testing.assert_close(torch.tensor(by_file.stages["output"]), torch.tensor(by_name.stages["output"]),
                                rtol=0, atol=0)
 
@@ -320,7 +320,7 @@ def test_under_gqa_against_a_reference_that_groups_otherwise_rope_and_the_groupi
                  "reference=multi_head_attention")
     assert codes(result, "error") == set(), [f.message for f in result.findings]
     assert codes(result, "info") == {"rotary", "kv_heads"}
-    assert result.record.diagnostics["divergence_values"] == 0.0  # kv head g holds the reference's head 2g
+    assert result.record.variant.diagnostics["divergence_values"] == 0.0  # kv head g holds the reference's head 2g
 
 
 # classes whose layouts or position encodings correct code used to be reported wrong on

@@ -49,7 +49,7 @@ def test_an_import_only_file_runs_with_no_error_against_the_reference_it_declare
     variant = library(name)
     result = attnlab.run(variant, overrides=[*SIZES, *overrides])
     assert result.record.status == "ok", result.record.error
-    assert result.record.reference == reference
+    assert result.record.reference.name == reference
     assert [(f.code, f.stage, f.severity) for f in result.findings] == expected
 
 

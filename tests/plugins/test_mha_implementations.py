@@ -71,13 +71,13 @@ def test_the_sdpa_explicit_mask_attends_to_the_future():
     (True above the diagonal) lets each query see only later keys, and the last token none."""
     record = attnlab.run("impl_sdpa_mask", overrides=[*RUN, "reference=multi_head_attention"]).record
     assert record.findings and (record.findings[0].stage, record.findings[0].severity) == ("scaled_scores", "error")
-    hidden = np.isneginf(record.stages["scaled_scores"][0, 0])
+    hidden = np.isneginf(record.variant.stages["scaled_scores"][0, 0])
     assert (hidden == np.tril(np.ones((10, 10), dtype=bool))).all()  # each query's own and earlier keys hidden
     x = torch.randn(1, 1, 4, 2)
     mask = torch.triu(torch.ones(4, 4), diagonal=1).bool()
     out = torch.nn.functional.scaled_dot_product_attention(x, x, x, attn_mask=mask)
     assert (out[0, 0, -1] == 0).all() and torch.isfinite(out).all()  # torch's kernel: a blind query gets zeros
-    assert (record.stages["weights"][0, 0, -1] == 0).all()  # reconstructed as the kernel computes it
+    assert (record.variant.stages["weights"][0, 0, -1] == 0).all()  # reconstructed as the kernel computes it
 
 
 def test_nn_multihead_attention_has_a_second_output_projection():
@@ -96,8 +96,8 @@ def test_two_of_the_nine_need_d_in_equal_to_d_out(name):
 
 def test_the_undivided_wrapper_is_found_by_its_width():
     record = attnlab.run("impl_wrapper_undivided", overrides=RUN).record
-    assert record.reference == "multi_head_attention"
-    assert record.stage_shapes["output"] == [2, 10, 4 * 24]  # num_heads * d_out columns, not d_out
+    assert record.reference.name == "multi_head_attention"
+    assert record.variant.shapes["output"] == [2, 10, 4 * 24]  # num_heads * d_out columns, not d_out
     assert record.findings and record.findings[0].code == "shape_projection"
     assert "head_dim=6 per head" in record.findings[0].message
 

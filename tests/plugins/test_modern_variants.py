@@ -34,7 +34,7 @@ SAME_NUMBERS = ["sdpa", "flex_attention"]
 def run(name: str, *overrides: str, **keys):
     result = attnlab.run(name, overrides=[*TOKENS, *overrides], **{**SIZES, **keys})
     assert result.record.status == "ok", result.record.error
-    assert result.record.reference == "multi_head_attention"
+    assert result.record.reference.name == "multi_head_attention"
     return result
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab.record import Diagnosis, Effect, Finding, ModelInfo, Pair, Record, Setup, record_of
+from attnlab.record import Diagnosis, Effect, Finding, ModelInfo, Pair, Record, Setup, Side, record_of
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "attnlab"
 BUILDERS = {("record/parts.py", "record_of"), ("record/codec.py", "from_json_dict")}  # the reader: JSON to a record
@@ -121,11 +121,10 @@ def test_each_part_is_named_as_the_record_names_it():
 def diagnosis(**changed) -> Diagnosis:
     weights = np.full((3, 3), 1 / 3, dtype=np.float32)  # (query, key)
     values = dict.fromkeys(f.name for f in fields(Diagnosis))
-    values.update(stages={"weights": weights}, stage_shapes={"weights": [3, 3]},
-                  canonical_shapes={"weights": [1, 1, 3, 3]}, reference_stages={}, reference_stage_shapes={},
-                  reference_canonical_shapes={}, expected_shapes={}, missing_stages=[], reconstructed_stages=[],
-                  output_is_context=False, returned="Tensor (3, 2)", diagnostics={"divergence_weights": 0.5},
-                  head_diagnostics={}, reference_diagnostics={}, findings=[Finding("scaling", "scores", "error", "x")],
+    values.update(variant=Side(stages={"weights": weights}, shapes={"weights": [3, 3]},
+                               canonical_shapes={"weights": [1, 1, 3, 3]}, diagnostics={"divergence_weights": 0.5}),
+                  reference=Side(), expected_shapes={}, missing_stages=[], reconstructed_stages=[],
+                  output_is_context=False, returned="Tensor (3, 2)", head_diagnostics={}, findings=[Finding("scaling", "scores", "error", "x")],
                   not_checked=[], predictions=[], **changed)
     return Diagnosis(**values)
 
@@ -137,16 +136,16 @@ def test_a_failed_record_keeps_what_the_steps_before_the_failure_found():
     pair = Pair(reference="multi_head_attention", weights_loaded={"W_query": "copied"})
     record = record_of(SETUP, pair, error="variant 'unscaled' raised ValueError: no")
     assert (record.status, record.error) == ("failed", "variant 'unscaled' raised ValueError: no")
-    assert record.reference == "multi_head_attention" and record.weights_loaded == {"W_query": "copied"}
-    assert (record.variant, record.seed, record.labels, record.d_out) == ("unscaled", 3, ["a", "b", "c"], 2)
-    assert record.stages == {} and record.diagnostics == {} and record.findings == []
+    assert record.reference.name == "multi_head_attention" and record.weights_loaded == {"W_query": "copied"}
+    assert (record.variant.name, record.seed, record.labels, record.d_out) == ("unscaled", 3, ["a", "b", "c"], 2)
+    assert record.variant.stages == {} and record.variant.diagnostics == {} and record.findings == []
 
 
 def test_a_diagnosed_record_holds_the_diagnosis_and_its_profile_as_diagnostics():
     record = record_of(SETUP, Pair(reference="reference"), diagnosis(), profile={"time_ratio": 2.0})
     assert record.ok and record.error is None
-    assert record.canonical("weights").shape == (1, 1, 3, 3) and record.findings[0].code == "scaling"
-    assert record.diagnostics == {"divergence_weights": 0.5, "time_ratio": 2.0}
+    assert record.variant.canonical("weights").shape == (1, 1, 3, 3) and record.findings[0].code == "scaling"
+    assert record.variant.diagnostics == {"divergence_weights": 0.5, "time_ratio": 2.0}
     assert record.profile == {"time_ratio": 2.0}
 
 
@@ -162,6 +161,6 @@ def test_a_model_runs_effect_is_in_its_model_and_its_diagnostics(key):
     setup = Setup(variant="unscaled", seed=0, config={}, model=about)
     record = record_of(setup, Pair(), diagnosis(), effect=EFFECT if key == "effect" else None)
     assert getattr(record.model, key) == EFFECT and record.model.layer == 1
-    assert record.diagnostics[f"{key}_kl_mean"] == 0.5 and record.diagnostics["divergence_weights"] == 0.5
+    assert record.variant.diagnostics[f"{key}_kl_mean"] == 0.5 and record.variant.diagnostics["divergence_weights"] == 0.5
     failed = record_of(setup, Pair(), error="the model raised")
-    assert failed.model.effect is None and failed.diagnostics == {}
+    assert failed.model.effect is None and failed.variant.diagnostics == {}

@@ -14,6 +14,7 @@ from attnlab.record import (
     Prediction,
     Record,
     RecordError,
+    Side,
     keeping_stages,
     read_record,
     to_json_dict,
@@ -27,13 +28,13 @@ def make_record(n_tokens: int = 3) -> Record:
     """A 2-D module's record: stages and shapes in the module's own rank."""
     weights = np.full((n_tokens, n_tokens), 1 / n_tokens, dtype=np.float32)  # (query, key)
     return Record(
-        variant="unscaled", seed=1, config={"weights": "shared", "inputs": {"kind": "book"}},
+        variant=Side("unscaled", {"weights": weights}, {"weights": [n_tokens, n_tokens]},
+                     diagnostics={"divergence_weights": 0.5, "softmax_dim": float("nan"), "x": float("inf")}),
+        seed=1, config={"weights": "shared", "inputs": {"kind": "book"}},
         n_tokens=n_tokens, d_in=3, d_out=2, labels=[f"t{i}" for i in range(n_tokens)],
-        stages={"weights": weights}, stage_shapes={"weights": [n_tokens, n_tokens]},
-        reference="reference", expected_shapes={"weights": [n_tokens, n_tokens]},
+        expected_shapes={"weights": [n_tokens, n_tokens]},
         missing_stages=["weights_applied"], reconstructed_stages=["scores"], output_is_context=True,
         head_diagnostics={"divergence_weights": [0.5, float("nan")]},
-        diagnostics={"divergence_weights": 0.5, "softmax_dim": float("nan"), "x": float("inf")},
         findings=[Finding("scaling", "scaled_scores", "error", "scaled by 1.0, expected 0.7071")],
         predictions=[Prediction("context_shape", [6, 2], [6, 2], True)],
     )
@@ -43,18 +44,18 @@ def test_round_trip_keeps_every_field(tmp_path):
     record = make_record()
     path = write_record(record, tmp_path)
     again = read_record(path)
-    assert again.variant == "unscaled" and again.findings == record.findings and again.predictions == record.predictions
-    np.testing.assert_array_equal(again.stages["weights"], record.stages["weights"])
-    assert again.stages["weights"].shape == (3, 3) and again.stage_shapes == {"weights": [3, 3]}
-    assert again.canonical("weights").shape == (1, 1, 3, 3)
-    np.testing.assert_array_equal(again.matrix("weights"), np.full((3, 3), 1 / 3, dtype=np.float32))
-    assert again.reference == "reference" and again.expected_shapes == {"weights": [3, 3]}
+    assert again.variant.name == "unscaled" and again.findings == record.findings and again.predictions == record.predictions
+    np.testing.assert_array_equal(again.variant.stages["weights"], record.variant.stages["weights"])
+    assert again.variant.stages["weights"].shape == (3, 3) and again.variant.shapes == {"weights": [3, 3]}
+    assert again.variant.canonical("weights").shape == (1, 1, 3, 3)
+    np.testing.assert_array_equal(again.variant.matrix("weights"), np.full((3, 3), 1 / 3, dtype=np.float32))
+    assert again.reference.name == "reference" and again.expected_shapes == {"weights": [3, 3]}
     assert again.missing_stages == ["weights_applied"] and again.reconstructed_stages == ["scores"]
     assert again.output_is_context is True
     assert again.head_diagnostics["divergence_weights"][0] == 0.5
     assert np.isnan(again.head_diagnostics["divergence_weights"][1])
-    assert again.diagnostics["divergence_weights"] == 0.5
-    assert np.isnan(again.diagnostics["softmax_dim"]) and again.diagnostics["x"] == float("inf")
+    assert again.variant.diagnostics["divergence_weights"] == 0.5
+    assert np.isnan(again.variant.diagnostics["softmax_dim"]) and again.variant.diagnostics["x"] == float("inf")
 
 
 def test_the_file_is_standard_json_without_nan_literals(tmp_path):
@@ -93,13 +94,13 @@ def test_unreadable_records_raise_a_record_error_naming_the_path(tmp_path):
 def test_matrix_picks_one_batch_item_and_head():
     values = np.arange(2 * 3 * 4 * 4, dtype=np.float32).reshape(2, 3, 4, 4)  # (batch, heads, query, key)
     output = np.arange(2 * 4 * 5, dtype=np.float32).reshape(2, 4, 5)  # (batch, tokens, width)
-    record = Record(variant="v", seed=0, config={}, stages={"weights": values, "output": output},
-                    reference_stages={"weights": values + 1})
-    np.testing.assert_array_equal(record.matrix("weights"), values[0, 0])
-    np.testing.assert_array_equal(record.matrix("weights", batch=1, head=2), values[1, 2])
-    np.testing.assert_array_equal(record.matrix("weights", batch=1, head=2, reference=True), values[1, 2] + 1)
-    np.testing.assert_array_equal(record.matrix("output", batch=1), output[1])
-    assert record.matrix("context") is None and record.num_heads == 3
+    record = Record(variant=Side("v", {"weights": values, "output": output}), seed=0, config={},
+                    reference=Side("reference", {"weights": values + 1}))
+    np.testing.assert_array_equal(record.variant.matrix("weights"), values[0, 0])
+    np.testing.assert_array_equal(record.variant.matrix("weights", batch=1, head=2), values[1, 2])
+    np.testing.assert_array_equal(record.reference.matrix("weights", batch=1, head=2), values[1, 2] + 1)
+    np.testing.assert_array_equal(record.variant.matrix("output", batch=1), output[1])
+    assert record.variant.matrix("context") is None and record.variant.num_heads == 3
 
 
 def test_a_format_1_record_loads_in_its_own_rank_with_output_as_context(tmp_path):
@@ -112,14 +113,14 @@ def test_a_format_1_record_loads_in_its_own_rank_with_output_as_context(tmp_path
     path = tmp_path / "record.json"
     path.write_text(json.dumps(old))
     record = read_record(path)
-    assert record.stages["weights"].shape == (2, 2) and record.stages["context"].shape == (2, 3)
-    assert record.canonical("weights").shape == (1, 1, 2, 2) and record.canonical("context").shape == (1, 1, 2, 3)
-    assert record.stages["output"].shape == (2, 3) and record.canonical("output").shape == (1, 2, 3)
-    np.testing.assert_array_equal(record.matrix("weights"), weights)
-    np.testing.assert_array_equal(record.matrix("output"), context)
-    assert record.stage_shapes["output"] == [2, 3] and record.output_is_context
-    assert record.diagnostics["divergence_output"] == 0.25 and record.diagnostics["shape_ok_output"] == 1.0
-    assert record.reference == "reference"
+    assert record.variant.stages["weights"].shape == (2, 2) and record.variant.stages["context"].shape == (2, 3)
+    assert record.variant.canonical("weights").shape == (1, 1, 2, 2) and record.variant.canonical("context").shape == (1, 1, 2, 3)
+    assert record.variant.stages["output"].shape == (2, 3) and record.variant.canonical("output").shape == (1, 2, 3)
+    np.testing.assert_array_equal(record.variant.matrix("weights"), weights)
+    np.testing.assert_array_equal(record.variant.matrix("output"), context)
+    assert record.variant.shapes["output"] == [2, 3] and record.output_is_context
+    assert record.variant.diagnostics["divergence_output"] == 0.25 and record.variant.diagnostics["shape_ok_output"] == 1.0
+    assert record.reference.name == "reference"
 
 
 def test_a_format_2_record_loads_in_the_module_s_own_rank(tmp_path):
@@ -133,12 +134,12 @@ def test_a_format_2_record_loads_in_the_module_s_own_rank(tmp_path):
     path = tmp_path / "record.json"
     path.write_text(json.dumps(old))
     record = read_record(path)
-    np.testing.assert_array_equal(record.stages["weights"], weights)
-    assert record.canonical("weights").shape == (2, 1, 3, 3) and record.num_heads == 1
-    np.testing.assert_array_equal(record.matrix("weights", batch=1), weights[1])
-    assert record.stages["scores"] is None and record.stage_shapes["scores"] == [2, 3, 3]
+    np.testing.assert_array_equal(record.variant.stages["weights"], weights)
+    assert record.variant.canonical("weights").shape == (2, 1, 3, 3) and record.variant.num_heads == 1
+    np.testing.assert_array_equal(record.variant.matrix("weights", batch=1), weights[1])
+    assert record.variant.stages["scores"] is None and record.variant.shapes["scores"] == [2, 3, 3]
     again = read_record(write_record(record, tmp_path / "again"))
-    np.testing.assert_array_equal(again.stages["weights"], weights)
+    np.testing.assert_array_equal(again.variant.stages["weights"], weights)
     assert json.loads(again.path.read_text())["stages"]["weights"]["canonical_shape"] == [2, 1, 3, 3]
 
 
@@ -165,7 +166,7 @@ def test_every_built_in_s_record_values_have_the_shape_it_states(tmp_path):
                 assert entry["values"] is not None, (variant, side, stage)
                 assert list(np.asarray(entry["values"]).shape) == entry["shape"], (variant, side, stage)
         for stage, values in result.stages.items():
-            assert list(values.shape) == result.record.stage_shapes[stage], (variant, stage)
+            assert list(values.shape) == result.record.variant.shapes[stage], (variant, stage)
 
 
 def test_a_record_is_not_changed_after_it_is_built():
@@ -181,9 +182,9 @@ def test_letting_stages_go_makes_a_new_record_and_leaves_the_old_one_whole(tmp_p
     record = make_record()
     kept = keeping_stages(record, ("weights",))
     dropped = without_stages(kept)
-    assert isinstance(kept.stages["weights"], np.memmap) and not isinstance(record.stages["weights"], np.memmap)
-    np.testing.assert_array_equal(kept.stages["weights"], record.stages["weights"])
-    assert dropped.stages == {"weights": None} and dropped.stage_shapes == record.stage_shapes
+    assert isinstance(kept.variant.stages["weights"], np.memmap) and not isinstance(record.variant.stages["weights"], np.memmap)
+    np.testing.assert_array_equal(kept.variant.stages["weights"], record.variant.stages["weights"])
+    assert dropped.variant.stages == {"weights": None} and dropped.variant.shapes == record.variant.shapes
     assert dropped.scratch is None and kept.scratch is not None and record.scratch is None
 
 
@@ -191,4 +192,4 @@ def test_a_written_record_knows_its_path_and_the_one_it_was_made_from_does_not(t
     record = make_record()
     done = written(record, tmp_path)
     assert done.path == tmp_path / "record.json" and record.path is None
-    assert read_record(done.path).variant == record.variant
+    assert read_record(done.path).variant.name == record.variant.name

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnlab.record import Finding, Record, write_record
+from attnlab.record import Finding, Record, Side, write_record
 from attnlab.reporting.aggregate import (
     Report,
     differs_table,
@@ -27,10 +27,11 @@ def make_record(variant: str, seed: int, *, d_out: int = 2, entropy: float = 1.0
     weights = np.full((2, 2), 0.5, dtype=np.float32)
     ok = status == "ok"
     return Record(
-        variant=variant, seed=seed, config={"inputs": {"kind": "book"}, "weights": "shared"},
+        seed=seed, config={"inputs": {"kind": "book"}, "weights": "shared"},
         n_tokens=2, d_in=3, d_out=d_out, status=status, error=None if ok else "variant raised RuntimeError: boom",
-        labels=["a", "b"], stages={"weights": weights} if ok else {}, stage_shapes={"weights": [2, 2]} if ok else {},
-        diagnostics={"weights_entropy_mean": entropy, "divergence_context": 0.0} if ok else {},
+        labels=["a", "b"], variant=Side(variant, stages={"weights": weights} if ok else {},
+                                        shapes={"weights": [2, 2]} if ok else {},
+                                        diagnostics={"weights_entropy_mean": entropy, "divergence_context": 0.0} if ok else {}),
         first_divergent_stage="scaled_scores" if variant == "unscaled" and ok else None,
         findings=[Finding("scaling", "scaled_scores", "error", "no 1/sqrt(d_k)")] if variant == "unscaled" else [],
     )
@@ -38,7 +39,7 @@ def make_record(variant: str, seed: int, *, d_out: int = 2, entropy: float = 1.0
 
 def write_sweep(folder: Path, records: list[Record]) -> Path:
     for num, record in enumerate(records):
-        write_record(record, folder / f"{num}-seed={record.seed},variant={record.variant}")
+        write_record(record, folder / f"{num}-seed={record.seed},variant={record.variant.name}")
     return folder
 
 

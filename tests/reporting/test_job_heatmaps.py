@@ -71,15 +71,15 @@ def ticks_after(drawn: list[str], title: str, n: int = 2) -> list[str]:
 def test_variant_and_reference_share_one_scale_and_the_difference_is_symmetric(gqa_record, monkeypatch) -> None:
     drawn = captured(monkeypatch)
     heatmap_images(gqa_record)
-    variant = gqa_record.stages["context"][0]  # (heads, T, head_dim) of batch item 0
-    reference = gqa_record.reference_stages["context"][0]
+    variant = gqa_record.variant.stages["context"][0]  # (heads, T, head_dim) of batch item 0
+    reference = gqa_record.reference.stages["context"][0]
     assert variant.min() != reference.min() and variant.max() != reference.max()  # own ranges would differ
     both = np.concatenate([variant.ravel(), reference.ravel()])
     expected = [f"{float(both.max()):.3g}", f"{float(both.min()) + 0.0:.3g}"]
     assert ticks_after(drawn, "context · variant · head 1 · batch item 0") == expected
     assert ticks_after(drawn, "context · reference · head 1 · batch item 0") == expected
     assert ticks_after(drawn, "context · reference · all heads · batch item 0") == expected
-    variant, reference = gqa_record.stages["weights"][0], gqa_record.reference_stages["weights"][0]
+    variant, reference = gqa_record.variant.stages["weights"][0], gqa_record.reference.stages["weights"][0]
     extent = float(np.abs(variant - reference).max())
     assert ticks_after(drawn, "weights · difference · head 1 · batch item 0", n=3) == [f"{extent:.3g}", f"{-extent:.3g}", "0"]
 
@@ -153,7 +153,7 @@ def test_encoding_beside_the_drawing_gives_the_drawn_pixels_and_leaves_no_thread
     before = threading.active_count()
     images = heatmap_images(gqa_record)
     assert threading.active_count() == before
-    grid = heatmap.render_head_grid(gqa_record.heads_view("weights", batch=0), title="weights · variant · all heads · batch item 0",
+    grid = heatmap.render_head_grid(gqa_record.variant.heads_view("weights", batch=0), title="weights · variant · all heads · batch item 0",
                                     value_range=(0.0, 1.0), legend="linear 0 to 1 (every weights map); grey: 0 (masked)",
                                     zero_grey=True, axes=("queries", "keys"))
     drawn = dict(images)["heatmaps/variant/weights"]
@@ -188,7 +188,7 @@ def test_a_mask_on_one_side_only_is_named_in_the_difference_map_not_all_0(monkey
     record = attnlab.run("causal_mask_diagonal_0", 1, **NO_SINKS).record
     assert record.first_divergent_stage == "scaled_scores"
     heatmap_images(record, stages=["scaled_scores"])
-    variant, reference = record.stages["scaled_scores"][0], record.reference_stages["scaled_scores"][0]  # (T, T)
+    variant, reference = record.variant.stages["scaled_scores"][0], record.reference.stages["scaled_scores"][0]  # (T, T)
     only_variant = int(np.count_nonzero(np.isneginf(variant) & np.isfinite(reference)))
     assert only_variant == 6  # the book's six tokens: the diagonal
     start = drawn.index("scaled_scores · difference · batch item 0")
@@ -203,8 +203,8 @@ def test_float_noise_below_the_first_divergent_stage_draws_no_difference_map() -
     from dataclasses import replace
 
     record = attnlab.run("linear", 1, **NO_SINKS).record
-    noisy = dict(record.stages, weights=record.stages["weights"] + np.float32(3e-8))
-    record = replace(record, stages=noisy, first_divergent_stage=None, findings=[],
-                     diagnostics={**record.diagnostics, "divergence_weights": 3e-8})
+    noisy = dict(record.variant.stages, weights=record.variant.stages["weights"] + np.float32(3e-8))
+    variant = replace(record.variant, stages=noisy, diagnostics={**record.variant.diagnostics, "divergence_weights": 3e-8})
+    record = replace(record, variant=variant, first_divergent_stage=None, findings=[])
     tags = {tag for tag, _ in heatmap_images(record)}
     assert "heatmaps/variant/weights" in tags and not any(tag.startswith("heatmaps/difference/") for tag in tags)

@@ -12,19 +12,20 @@ import pytest
 from PIL import Image
 
 import attnlab
-from attnlab.record import Finding, Record
+from attnlab.record import Finding, Record, Side
 from attnlab.reporting.aggregate import Report
 from attnlab.sinks.html import profile_chart, render_html, render_record_html
 from attnlab.sinks.html_images import card_pictures
 from tests._sweep_helpers import Page, sweep_of_lengths
 
 
-def record(variant: str = "unscaled", seed: int = 1, **overrides) -> Record:
+def record(variant: str = "unscaled", seed: int = 1, side: dict | None = None, **overrides) -> Record:
+    """`side`: the variant's side's fields other than these."""
+    stages = {"stages": {"weights": np.eye(3, dtype=np.float32)}, "shapes": {"weights": [3, 3]}}
     fields = dict(
-        variant=variant, seed=seed, config={"inputs": {"kind": "book"}, "weights": "shared"},
+        variant=Side(variant, **{**stages, "diagnostics": {"weights_entropy_mean": 0.0}, **(side or {})}),
+        seed=seed, config={"inputs": {"kind": "book"}, "weights": "shared"},
         n_tokens=3, d_in=3, d_out=2, labels=["Your", "journey", "<b>"],
-        stages={"weights": np.eye(3, dtype=np.float32)}, stage_shapes={"weights": [3, 3]},
-        diagnostics={"weights_entropy_mean": 0.0},
         findings=[Finding("scaling", "scaled_scores", "error", "divide the scores by sqrt(d_k) <before> softmax")],
     )
     return Record(**{**fields, **overrides})
@@ -54,7 +55,7 @@ def test_reference_without_findings_says_so() -> None:
 
 
 def test_weights_without_values_or_pngs_say_how_to_get_a_picture() -> None:
-    big = record(stages={"weights": None}, stage_shapes={"weights": [4096, 4096]})
+    big = record(side={"stages": {"weights": None}, "shapes": {"weights": [4096, 4096]}})
     assert "log.images=true" in card_pictures(big) and "4096x4096" in card_pictures(big)
 
 
@@ -67,7 +68,7 @@ def test_failed_record_shows_its_error_and_no_image() -> None:
 
 
 def test_odd_shaped_weights_are_drawn_without_labels() -> None:
-    odd = record(stages={"weights": np.ones((2, 3, 3), dtype=np.float32)}, stage_shapes={"weights": [2, 3, 3]})
+    odd = record(side={"stages": {"weights": np.ones((2, 3, 3), dtype=np.float32)}, "shapes": {"weights": [2, 3, 3]}})
     assert "data:image/png;base64," in card_pictures(odd)
 
 
@@ -113,7 +114,7 @@ def test_a_single_runs_table_marks_the_rows_where_the_variant_differs() -> None:
 
 
 def test_a_failed_run_does_not_say_no_stage_diverged() -> None:
-    page = render_record_html(record(status="failed", error="boom", stages={}, stage_shapes={}, findings=[]))
+    page = render_record_html(record(status="failed", error="boom", side={"stages": {}, "shapes": {}}, findings=[]))
     assert "first divergent stage: not reached (the run failed)" in page
 
 

@@ -41,7 +41,7 @@ def big_sweep(tmp_path_factory) -> Report:
         attnlab.run(variant, 1, out_dir=folder / f"{num}-{variant}", inputs="random", d_out=4,
                     overrides=["inputs.n_tokens=300", "inputs.d_in=4"], **ONLY_HTML)
     records, problems = load_records(find_record_files([folder]))
-    assert not problems and all(r.stages["weights"] is None for r in records)  # not inlined
+    assert not problems and all(r.variant.stages["weights"] is None for r in records)  # not inlined
     return Report(records)
 
 
@@ -121,7 +121,7 @@ def test_an_n_seeds_jobs_card_shows_the_pngs_its_job_kept(tmp_path: Path) -> Non
     attnlab.run("unscaled", 1, n_seeds=2, out_dir=tmp_path / "job", inputs="random", d_out=4,
                 overrides=["inputs.n_tokens=300", "inputs.d_in=4"], **ONLY_HTML)
     records, _ = load_records(find_record_files([tmp_path / "job"]))
-    assert len(records) == 2 and all(r.stages["weights"] is None for r in records)
+    assert len(records) == 2 and all(r.variant.stages["weights"] is None for r in records)
     (card,) = cards_of(render_html(Report(records)))
     assert images_of(card)
 

@@ -11,7 +11,7 @@ def test_module_table_has_the_reference_and_the_variant_with_diagnostics_columns
     table = module_table(record)
     assert list(table.index) == ["reference", "variant"]
     assert table.loc["reference", "variant"] == "reference" and table.loc["variant", "variant"] == "wrong_softmax_axis"
-    assert set(record.diagnostics) <= set(table.columns)
+    assert set(record.variant.diagnostics) <= set(table.columns)
     assert table.loc["variant", "findings"] == "softmax_axis" and table.loc["reference", "findings"] == ""
     assert table.loc["reference", "divergence_context"] == 0.0 and table.loc["variant", "divergence_context"] > 0
 

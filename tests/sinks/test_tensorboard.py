@@ -19,7 +19,7 @@ import pytest
 import torch
 from PIL import Image
 
-from attnlab.record import Finding, Record
+from attnlab.record import Finding, Record, Side
 from attnlab.reporting.heatmap import MAX_SIDE
 from attnlab.reporting.metrics import flat_hparams, metric_name
 from attnlab.reporting.sweep_plots import sweep_curves
@@ -81,11 +81,10 @@ def make_record(tokens: list[str], x: torch.Tensor, kind: str) -> Record:
         "expect": {"context_shape": [n_tokens, D_OUT], "tolerance": np.float32(0.5), "strict": np.bool_(True)},
     }
     return Record(
-        variant="unscaled", seed=SEED, config=config, labels=tokens,
-        n_tokens=n_tokens, d_in=d_in, d_out=D_OUT, stages=variant, reference_stages=reference,
-        stage_shapes={k: list(v.shape) for k, v in variant.items()},
-        reference_stage_shapes={k: list(v.shape) for k, v in reference.items()},
-        diagnostics=diagnostics, reference_diagnostics=reference_diagnostics,
+        seed=SEED, config=config, labels=tokens, n_tokens=n_tokens, d_in=d_in, d_out=D_OUT,
+        variant=Side("unscaled", variant, {k: list(v.shape) for k, v in variant.items()}, diagnostics=diagnostics),
+        reference=Side("reference", reference, {k: list(v.shape) for k, v in reference.items()},
+                       diagnostics=reference_diagnostics),
         first_divergent_stage="scaled_scores",
         findings=[Finding("scaling", "scaled_scores", "error", "The scores are not divided by sqrt(d_k).")],
     )  # fmt: skip
@@ -168,7 +167,7 @@ def test_scalars_are_every_numeric_diagnostic_under_grouped_tags(book_events):
     reference = {f"reference/{tag}" for tag in expected if not tag.startswith(("divergence/", "relative_"))}
     assert tags == expected | reference  # NaN skipped; the reference's divergence (0 by definition) not logged
     value = events.Scalars("divergence/context")[0]
-    assert value.step == 0 and value.value == pytest.approx(record.diagnostics["divergence_context"])
+    assert value.step == 0 and value.value == pytest.approx(record.variant.diagnostics["divergence_context"])
     assert events.Scalars("scaling/observed")[0].value == pytest.approx(1.0)
     assert events.Scalars("reference/scaling/observed")[0].value == pytest.approx(1 / math.sqrt(2), rel=1e-5)
     assert events.Scalars("shape_ok/context")[0].value == 1.0
@@ -250,9 +249,9 @@ def test_hparams_session_holds_the_flattened_config(book_events):
 def test_switches_and_missing_stages(tmp_path):
     record = book_record()
     record = replace(record, status="failed", error="RuntimeError: boom", findings=[],
-                     reference_stages={**record.reference_stages, "weights": None},
-                     stages={k: v for k, v in record.stages.items() if k != "scores"},
-                     diagnostics={**record.diagnostics, "divergence_scores": float("nan")})  # not comparable: drawn
+                     reference=replace(record.reference, stages={**record.reference.stages, "weights": None}),
+                     variant=replace(record.variant, stages={k: v for k, v in record.variant.stages.items() if k != "scores"},
+                                     diagnostics={**record.variant.diagnostics, "divergence_scores": float("nan")}))  # not comparable: drawn
     write_tensorboard([record], tmp_path, table_markdown=TABLE, histograms=False)
     events = accumulate(tmp_path)
     tags = set(events.Tags()["images"])
@@ -344,7 +343,7 @@ def test_a_real_tensorboard_server_serves_both_jobs(tmp_path):
         assert seeds == [7, 123]
         session = groups["sessionGroups"][0]["sessions"][0]
         metrics = {value["name"]["tag"]: value["value"] for value in session["metricValues"]}
-        assert metrics["divergence/context"] == pytest.approx(runs["0-variant=unscaled"].diagnostics[
+        assert metrics["divergence/context"] == pytest.approx(runs["0-variant=unscaled"].variant.diagnostics[
             "divergence_context"], rel=1e-6)
     finally:
         server.terminate()
@@ -360,7 +359,8 @@ def test_a_4096_token_run_stays_under_20_mb(tmp_path):
     record = random_record(4096, d_in=8)
     rng = np.random.default_rng(0)
     random_weights = rng.random((4096, 4096), dtype=np.float32)  # incompressible: the worst case
-    record = replace(record, stages={**record.stages, "weights": random_weights / random_weights.sum(axis=-1, keepdims=True)})
+    weights = random_weights / random_weights.sum(axis=-1, keepdims=True)
+    record = replace(record, variant=replace(record.variant, stages={**record.variant.stages, "weights": weights}))
     write_tensorboard([record], tmp_path, table_markdown=TABLE)
     (event_file,) = tmp_path.glob("events.out.tfevents.*")
     assert event_file.stat().st_size < 20 * 1024 * 1024
@@ -443,7 +443,7 @@ def test_a_sweep_job_writes_into_its_variants_run_at_its_job_number(tmp_path: Pa
         job = JobInfo(dir=tmp_path / f"{num}-seed={num}", sweep_dir=tmp_path, num=num)
         write_tensorboard([record], job.dir, table_markdown=TABLE, histograms=False, job=job)
         assert not list(job.dir.glob("events.out.tfevents.*"))
-    events = accumulate(tmp_path / record.variant)  # no multirun.yaml: nothing swept but the variant
+    events = accumulate(tmp_path / record.variant.name)  # no multirun.yaml: nothing swept but the variant
     assert [point.step for point in events.Scalars("divergence/context")] == [3, 5]
     assert [image.step for image in events.Images("heatmaps/variant/weights")] == [3, 5]
     assert [text.step for text in events.Tensors("text/findings")] == [3, 5]
@@ -484,8 +484,8 @@ def test_a_sweep_job_run_again_replaces_its_own_event_file(tmp_path: Path) -> No
     for num in (1, 2, 2):
         job = JobInfo(dir=tmp_path / f"{num}-seed={num}", sweep_dir=tmp_path, num=num)
         write_tensorboard([record], job.dir, table_markdown=TABLE, images=False, histograms=False, job=job)
-    assert len(list((tmp_path / record.variant).glob("events.out.tfevents.*"))) == 2
-    assert [point.step for point in accumulate(tmp_path / record.variant).Scalars("divergence/context")] == [1, 2]
+    assert len(list((tmp_path / record.variant.name).glob("events.out.tfevents.*"))) == 2
+    assert [point.step for point in accumulate(tmp_path / record.variant.name).Scalars("divergence/context")] == [1, 2]
 
 
 def test_each_heads_maps_lead_the_images_together(tmp_path: Path) -> None:

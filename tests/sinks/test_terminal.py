@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import attnlab
-from attnlab.record import Record
+from attnlab.record import Record, Side
 from attnlab.sinks.terminal import format_matrix, print_record
 
 
@@ -36,7 +36,7 @@ def test_native_weights_without_findings_do_not_claim_a_match():
 
 
 def test_a_failed_record_prints_its_error():
-    record = Record(variant="x", seed=1, config={"inputs": {"kind": "book"}, "weights": "shared"}, status="failed",
+    record = Record(variant=Side("x"), seed=1, config={"inputs": {"kind": "book"}, "weights": "shared"}, status="failed",
                     error="variant 'x' raised RuntimeError: boom")
     assert "FAILED: variant 'x' raised RuntimeError: boom" in summary(record)
 

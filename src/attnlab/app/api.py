@@ -51,16 +51,16 @@ class Result:
     @property
     def stages(self) -> dict[str, np.ndarray]:
         """Each stage in the module's own rank (SelfAttention_v1's weights (6, 6)); the canonical
-        (batch, heads, ...) view is `result.record.canonical(stage)`."""
-        return self.record.stages
+        (batch, heads, ...) view is `result.record.variant.canonical(stage)`."""
+        return self.record.variant.stages
 
     @property
     def reference_stages(self) -> dict[str, np.ndarray]:
-        return self.record.reference_stages
+        return self.record.reference.stages
 
     @property
     def diagnostics(self) -> dict[str, float]:
-        return self.record.diagnostics
+        return self.record.variant.diagnostics
 
     @property
     def findings(self) -> list[Finding]:
@@ -77,7 +77,7 @@ class Result:
     def __repr__(self) -> str:
         codes = [f"{f.code}@{f.stage}" for f in self.findings]
         layer = f", layer={self.record.model.layer}" if self.record.model is not None else ""
-        return (f"Result(variant={self.record.variant!r}, seed={self.record.seed}{layer}, "
+        return (f"Result(variant={self.record.variant.name!r}, seed={self.record.seed}{layer}, "
                 f"status={self.record.status!r}, findings={codes})")
 
     def _repr_html_(self) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,7 +43,7 @@ from attnlab.modules.layouts import align, seed_projections
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, auto_reference
 from attnlab.modules.roles import manual_seed
 from attnlab.process_state import own_torch
-from attnlab.record import Diagnosis, Finding, Pair, Record, Setup, record_of
+from attnlab.record import Diagnosis, Finding, Pair, Record, Setup, Side, record_of
 from attnlab.schema import WeightsMode, resolved
 
 SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
@@ -346,8 +346,6 @@ def diagnosed(mine: Capture, theirs: Capture, *, shared: bool, train: bool, expe
     diagnosis's own, the predictions checked against them all; `unobservable`: why the variant's
     change cannot be seen at this size, said instead of any finding."""
     mine, theirs = align_kv_heads(mine, theirs, shared=shared)
-    stages, stage_shapes, canonical_shapes = _to_numpy(mine)
-    reference_stages, reference_stage_shapes, reference_canonical_shapes = _to_numpy(theirs)
     expected, weights = {k: list(v) for k, v in expected_shapes(theirs).items()}, returned_weights(mine)
     found = analyse(mine, theirs, weights_shared=shared, train=train, batch_mixing=mixing)
     findings = [*before, *found.findings, *after]
@@ -355,17 +353,14 @@ def diagnosed(mine: Capture, theirs: Capture, *, shared: bool, train: bool, expe
     if unobservable:
         findings, not_checked = [], [unobservable, *not_checked]
     return Diagnosis(
-        stages=stages, stage_shapes=stage_shapes, canonical_shapes=canonical_shapes,
-        reference_stages=reference_stages, reference_stage_shapes=reference_stage_shapes,
-        reference_canonical_shapes=reference_canonical_shapes,
+        variant=_captured_side(mine, found.diagnostics), reference=_captured_side(theirs, found.reference_diagnostics),
         expected_shapes=expected,
         missing_stages=list(mine.missing), reconstructed_stages=list(mine.reconstructed),
         output_is_context=mine.output_is_context,
         returned=mine.call.what if mine.call is not None else "",
         output_element=mine.call.element if mine.call is not None else None,
         returned_weights=weights,
-        diagnostics=found.diagnostics, head_diagnostics=found.head_diagnostics,
-        reference_diagnostics=found.reference_diagnostics, first_divergent_stage=found.first_divergent_stage,
+        head_diagnostics=found.head_diagnostics, first_divergent_stage=found.first_divergent_stage,
         findings=findings, not_checked=not_checked,
         predictions=check_predictions(expect, mine, found.diagnostics, found.first_divergent_stage, findings))
 
@@ -407,10 +402,11 @@ def _check_shown(show: tuple[int, int], variant: Capture) -> None:
             raise UserError(f"{key}={index}: the module has {count} {what} (0 to {count - 1})")
 
 
-def _to_numpy(captured: Capture) -> tuple[dict[str, np.ndarray | None], dict[str, list[int]], dict[str, list[int]]]:
-    """The stages in the module's own rank (a view of the canonical values), their shapes, and the
-    canonical view's shapes (`Record.canonical`)."""
+def _captured_side(captured: Capture, diagnostics: Mapping[str, float | None]) -> Side:
+    """A capture's side of the record: the stages in the module's own rank (a view of the canonical
+    values), their shapes, and the canonical view's shapes (`Side.canonical`)."""
     canonical = {name: as_numpy(t) for name, t in captured.stages.items()}
     shapes = {name: list(captured.native_shapes[name]) for name in canonical}
     stages: dict[str, np.ndarray | None] = {name: values.reshape(shapes[name]) for name, values in canonical.items()}
-    return stages, shapes, {name: list(values.shape) for name, values in canonical.items()}
+    return Side(stages=stages, shapes=shapes, canonical_shapes={name: list(values.shape) for name, values in canonical.items()},
+                diagnostics=dict(diagnostics))

@@ -1,8 +1,9 @@
 """The record: everything one run found, the only thing sinks read.
 
-Stages are kept in the module's own rank (`stages[name].shape == stage_shapes[name]`);
-`Record.canonical(name)` is the same values in the canonical view of
-`attnlab.capture.stages.AXES` (batch, heads, ...), a reshape, never a copy.
+A record holds two sides, the variant's and the reference's, each its module's stages and
+diagnostics. Stages are kept in the module's own rank (`side.stages[name].shape == side.shapes[name]`);
+`side.canonical(name)` is the same values in the canonical view of `attnlab.capture.stages.AXES`
+(batch, heads, ...), a reshape, never a copy.
 """
 
 from __future__ import annotations
@@ -60,25 +61,26 @@ class Effect:
         return [(f.name, getattr(self, f.name)) for f in fields(self)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelInfo:
-    """A run inside a model: which model, which of its layers, and what the change did to its output."""
+    """A run inside a model: which model, which of its layers, and what the change did to its output.
+    The model's facts first, then the layer's: the order record.json has always written them in."""
 
     model: str  # the model's label
+    reference_model: str | None = None  # the learner's check: the model its layers are compared with
     n_layers: int
     parameters: int
     tokenizer: str
     heads: int
     kv_heads: int
+    end_to_end: Effect | None = None  # the learner's check: both models whole
     layer: int
     attention: str  # the layer's attention module, by its qualified name
     stack: str | None = None  # an encoder–decoder's stack holding the layer (encoder, decoder); None: one stack
     replaced: str | None = None  # which attention the variant stood for: encoder or decoder self-attention
     positions: int | None = None  # the positions `effect` is over where not every token's (a classifier's: 1)
-    reference_model: str | None = None  # the learner's check: the model its layers are compared with
     reference_attention: str | None = None  # the learner's check: the reference model's attention module
     effect: Effect | None = None  # the variant in the layer's place; None: the learner's check, or it failed
-    end_to_end: Effect | None = None  # the learner's check: both models whole
 
     @property
     def layer_name(self) -> str:
@@ -87,11 +89,62 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class Side:
+    """One module of the pair as the run captured it: the variant, or the reference it is compared with."""
+
+    name: str = ""  # the variant's name; the reference's label (a variant name, or a layer's own attention)
+    stages: dict[str, np.ndarray | None] = field(default_factory=dict)  # in the module's own rank
+    shapes: dict[str, list[int]] = field(default_factory=dict)  # in the module's own rank
+    canonical_shapes: dict[str, list[int]] = field(default_factory=dict)  # each stage in the view of stages.AXES
+    # the variant's: against the reference, with profile=true's timings and a model's effects;
+    # the reference's: against itself. None: a value the run could not compute, or an older format did not have
+    diagnostics: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def num_heads(self) -> int:
+        weights = self.canonical("weights")
+        return int(weights.shape[1]) if weights is not None else 1
+
+    def canonical(self, stage: str) -> np.ndarray | None:
+        """A stage in the canonical view of `attnlab.capture.stages.AXES`, (batch, heads, ...):
+        the module's own values reshaped (a 2-D module's weights (6, 6) as (1, 1, 6, 6))."""
+        values = self.stages.get(stage)
+        if values is None:
+            return None
+        shape = self.canonical_shapes.get(stage)
+        return values.reshape(shape if shape is not None else canonical_shape(stage, values.shape))
+
+    def heads_view(self, stage: str, *, batch: int = 0) -> np.ndarray | None:
+        """Batch item `batch` of a stage: (heads, tokens, ·) where it has several heads, else (tokens, ·)."""
+        values = self.canonical(stage)
+        if values is None or values.ndim < 3:
+            return values
+        item: np.ndarray = values[min(batch, values.shape[0] - 1)]
+        return item[0] if item.ndim == 3 and item.shape[0] == 1 else item
+
+    def matrix(self, stage: str, *, batch: int = 0, head: int = 0) -> np.ndarray | None:
+        """One (tokens x ·) matrix of a stage: batch item `batch`, head `head` where it has heads."""
+        values = self.canonical(stage)
+        if values is None:
+            return None
+        if values.ndim == 4:
+            values = values[batch, min(head, values.shape[1] - 1)]
+        elif values.ndim == 3:
+            values = values[batch]
+        return values
+
+
+def _reference() -> Side:
+    return Side("reference")
+
+
+@dataclass(frozen=True)
 class Record:
     """Built once, by attnlab.record.parts.record_of from what each step returned, and never changed:
-    writing it (its `path`) or letting its stages go makes a new record."""
+    writing it (its `path`) or letting its stages go makes a new record. A field added here is
+    written and read by attnlab.record.codec without naming it there."""
 
-    variant: str
+    variant: Side  # the module under test: `record.variant.name`, `record.variant.stages`
     seed: int
     config: dict[str, Any]
     n_tokens: int = 0
@@ -100,14 +153,8 @@ class Record:
     status: str = "ok"  # "ok" | "failed"
     error: str | None = None
     labels: list[str] = field(default_factory=list)
-    reference: str = "reference"  # the variant the run compared against
+    reference: Side = field(default_factory=_reference)  # the module it is compared against
     origin: str = ""  # a notebook's object: its class's qualified name and file, or <notebook>
-    stages: dict[str, np.ndarray | None] = field(default_factory=dict)  # in the module's own rank
-    reference_stages: dict[str, np.ndarray | None] = field(default_factory=dict)
-    stage_shapes: dict[str, list[int]] = field(default_factory=dict)  # in the module's own rank
-    reference_stage_shapes: dict[str, list[int]] = field(default_factory=dict)
-    canonical_shapes: dict[str, list[int]] = field(default_factory=dict)  # each stage in the view of stages.AXES
-    reference_canonical_shapes: dict[str, list[int]] = field(default_factory=dict)
     expected_shapes: dict[str, list[int]] = field(default_factory=dict)  # predicted: the reference's
     missing_stages: list[str] = field(default_factory=list)  # not found in the variant: not checked
     reconstructed_stages: list[str] = field(default_factory=list)  # computed by attnlab from a kernel's inputs
@@ -115,10 +162,7 @@ class Record:
     returned: str = ""  # what forward returned, e.g. "tuple(Tensor (2, 8, 64), Tensor (2, 4, 8, 8))"
     output_element: str | None = None  # which element of it is the output, e.g. "[0]"; None: the value itself
     returned_weights: str | None = None  # attention weights returned beside the output, against the captured ones
-    # None: a value the run could not compute, or an older record's format did not have
-    diagnostics: dict[str, float | None] = field(default_factory=dict)
     head_diagnostics: dict[str, list[float | None]] = field(default_factory=dict)  # {name: one value per head}
-    reference_diagnostics: dict[str, float | None] = field(default_factory=dict)
     first_divergent_stage: str | None = None
     findings: list[Finding] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)  # checks that could not run, each in one sentence
@@ -128,45 +172,12 @@ class Record:
     dtype: str = "float32"  # the variant's (the reference's is config["reference_dtype"])
     profile: dict[str, float | None] = field(default_factory=dict)  # profile=true: compute.profile.profile_pair's
     model: ModelInfo | None = None  # with model=: the model, the layer, the effect on its output
-    path: Path | None = None  # where it was read from or written to; not serialised
-    scratch: Any = None  # a temporary folder of spilled stages, removed with the record; not serialised
+    path: Path | None = field(default=None, metadata={"written": False})  # where it was read from or written to
+    scratch: Any = field(default=None, metadata={"written": False})  # spilled stages' folder, removed with the record
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
-
-    @property
-    def num_heads(self) -> int:
-        weights = self.canonical("weights")
-        return int(weights.shape[1]) if weights is not None else 1
-
-    def canonical(self, stage: str, *, reference: bool = False) -> np.ndarray | None:
-        """A stage in the canonical view of `attnlab.capture.stages.AXES`, (batch, heads, ...):
-        the module's own values reshaped (a 2-D module's weights (6, 6) as (1, 1, 6, 6))."""
-        values = (self.reference_stages if reference else self.stages).get(stage)
-        if values is None:
-            return None
-        shape = (self.reference_canonical_shapes if reference else self.canonical_shapes).get(stage)
-        return values.reshape(shape if shape is not None else canonical_shape(stage, values.shape))
-
-    def heads_view(self, stage: str, *, batch: int = 0, reference: bool = False) -> np.ndarray | None:
-        """Batch item `batch` of a stage: (heads, tokens, ·) where it has several heads, else (tokens, ·)."""
-        values = self.canonical(stage, reference=reference)
-        if values is None or values.ndim < 3:
-            return values
-        item: np.ndarray = values[min(batch, values.shape[0] - 1)]
-        return item[0] if item.ndim == 3 and item.shape[0] == 1 else item
-
-    def matrix(self, stage: str, *, batch: int = 0, head: int = 0, reference: bool = False) -> np.ndarray | None:
-        """One (tokens x ·) matrix of a stage: batch item `batch`, head `head` where it has heads."""
-        values = self.canonical(stage, reference=reference)
-        if values is None:
-            return None
-        if values.ndim == 4:
-            values = values[batch, min(head, values.shape[1] - 1)]
-        elif values.ndim == 3:
-            values = values[batch]
-        return values
 
 
 def canonical_shape(stage: str, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -7,9 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-import numpy as np
-
-from attnlab.record.model import Effect, Finding, ModelInfo, Prediction, Record
+from attnlab.record.model import Effect, Finding, ModelInfo, Prediction, Record, Side
 
 
 @dataclass(frozen=True)
@@ -41,15 +39,11 @@ class Pair:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """What the diagnosis found of two captures: their stages and shapes, the diagnostics, the
-    findings and the predictions. Each field is the record's field of the same name."""
+    """What the diagnosis found of two captures: each side's stages, shapes and diagnostics (named by
+    record_of), the findings and the predictions. Each field is the record's field of the same name."""
 
-    stages: dict[str, np.ndarray | None]
-    stage_shapes: dict[str, list[int]]
-    canonical_shapes: dict[str, list[int]]
-    reference_stages: dict[str, np.ndarray | None]
-    reference_stage_shapes: dict[str, list[int]]
-    reference_canonical_shapes: dict[str, list[int]]
+    variant: Side
+    reference: Side
     expected_shapes: dict[str, list[int]]
     missing_stages: list[str]
     reconstructed_stages: list[str]
@@ -57,9 +51,7 @@ class Diagnosis:
     returned: str
     output_element: str | None
     returned_weights: str | None
-    diagnostics: dict[str, float]
     head_diagnostics: dict[str, list[float]]
-    reference_diagnostics: dict[str, float]
     first_divergent_stage: str | None
     findings: list[Finding]
     not_checked: list[str]
@@ -72,18 +64,21 @@ def record_of(setup: Setup, pair: Pair = Pair(), diagnosis: Diagnosis | None = N
     before the failure. `profile` (profile=true's timings) and a model run's `effect` are diagnostics
     too, each a column beside the diagnosis's own."""
     diagnosed = _diagnosed(setup, diagnosis, profile or {}, effect) if diagnosis is not None else {}
-    return Record(**{**_values(setup), **_values(pair), **diagnosed}, status="ok" if error is None else "failed",
-                  error=error)
+    # the setup's variant and the pair's reference are the sides' names
+    sides = {"variant": replace(diagnosed.get("variant", Side()), name=setup.variant),
+             "reference": replace(diagnosed.get("reference", Side()), name=pair.reference)}
+    return Record(**{**_values(setup), **_values(pair), **diagnosed, **sides},
+                  status="ok" if error is None else "failed", error=error)
 
 
 def _diagnosed(setup: Setup, diagnosis: Diagnosis, profile: dict[str, float], effect: Effect | None) -> dict[str, Any]:
-    """The record's fields a diagnosed run adds: the diagnosis's, its diagnostics joined by the
-    profile's timings and the model's effects (`effect_kl_mean`, the learner's check's `end_to_end_kl_mean`)."""
+    """The record's fields a diagnosed run adds: the diagnosis's, the variant's diagnostics joined by
+    the profile's timings and the model's effects (`effect_kl_mean`, the learner's check's `end_to_end_kl_mean`)."""
     model = replace(setup.model, effect=effect) if setup.model is not None else None
     effects = {"effect": effect, "end_to_end": model.end_to_end if model is not None else None}
     columns = {f"{name}_{key}": value for name, each in effects.items() if each is not None for key, value in each.items()}
-    return {**_values(diagnosis), "diagnostics": {**diagnosis.diagnostics, **profile, **columns}, "profile": profile,
-            "model": model}
+    variant = replace(diagnosis.variant, diagnostics={**diagnosis.variant.diagnostics, **profile, **columns})
+    return {**_values(diagnosis), "variant": variant, "profile": profile, "model": model}
 
 
 def _values(part: Setup | Pair | Diagnosis) -> dict[str, Any]:

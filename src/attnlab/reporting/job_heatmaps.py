@@ -182,7 +182,7 @@ def unmatched_masks(difference: np.ndarray) -> str:
 def drawn_stages(record: Record) -> list[str]:
     """The stages a record's pictures show, in the order of the forward pass."""
     named = _named_stages(record)
-    return [stage for stage in HEATMAP_STAGES if stage in record.stage_shapes
+    return [stage for stage in HEATMAP_STAGES if stage in record.variant.shapes
             and not (stage == "output" and record.output_is_context)  # the same matrix: drawn once, as context
             and (stage in ALWAYS_DRAWN or stage in named or (stage in WHERE_DIFFERENT and _differs(record, stage)))]
 
@@ -215,8 +215,8 @@ def _stage_maps(record: Record, encoder: Executor, stages: list[str] | None,
         if stages is not None and stage not in stages:
             continue
         differs = _differs(record, stage)
-        variant = record.heads_view(stage, batch=batch)
-        reference = record.heads_view(stage, batch=batch, reference=True)
+        variant = record.variant.heads_view(stage, batch=batch)
+        reference = record.reference.heads_view(stage, batch=batch)
         # one scale: a colour is one value in both maps (a reference equal to the variant has its range)
         scale = stage_scale(stage, variant, *([reference] if differs else []))
         sources = {"variant": (variant, scale, False), "reference": (reference, scale, False)}
@@ -248,7 +248,7 @@ def _stage_maps(record: Record, encoder: Executor, stages: list[str] | None,
 
 def _card_image(record: Record, encoder: Executor) -> list[tuple[str, Future[EncodedHeatmap]]]:
     batch = int((record.config.get("show") or {}).get("batch", 0))
-    weights = record.heads_view("weights", batch=batch)
+    weights = record.variant.heads_view("weights", batch=batch)
     if weights is None:
         return []
     where = f" · batch item {batch}" if _batched(record, "weights") else ""
@@ -269,12 +269,12 @@ def _differs(record: Record, stage: str) -> bool:
     first = record.first_divergent_stage
     if record.ok and (first is None or (first in STAGES and stage in STAGES and STAGES.index(stage) < STAGES.index(first))):
         return False
-    value = record.diagnostics.get(f"divergence_{stage}")
+    value = record.variant.diagnostics.get(f"divergence_{stage}")
     return value is None or not value == 0  # NaN or missing: cannot tell, draw it
 
 
 def _batched(record: Record, stage: str) -> bool:
-    shape = record.stage_shapes.get(stage) or []
+    shape = record.variant.shapes.get(stage) or []
     return len(shape) >= 3
 
 

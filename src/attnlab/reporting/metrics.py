@@ -62,8 +62,8 @@ def metric_name(diagnostic: str) -> str:
 
 def metric_values(record: Record) -> dict[str, float]:
     """{tag: value} of the variant's and the reference's numeric diagnostics; NaN is skipped."""
-    tagged = {metric_name(name): value for name, value in record.diagnostics.items()}
-    for name, value in record.reference_diagnostics.items():
+    tagged = {metric_name(name): value for name, value in record.variant.diagnostics.items()}
+    for name, value in record.reference.diagnostics.items():
         tag = metric_name(name)
         if tag.split("/")[0] not in COMPARISON_GROUPS:
             tagged[f"reference/{tag}"] = value
@@ -164,7 +164,7 @@ def run_label(record: Record, keys: Iterable[str], *, seed: bool = True) -> str:
     values cut with "…"."""
     values = hparams(record)
     given = [f"{key}={_short(values[key])}" for key in keys if key not in ("variant", "seed") and key in values]
-    return " ".join([record.variant, *given, *([f"s{record.seed}"] if seed else [])])
+    return " ".join([record.variant.name, *given, *([f"s{record.seed}"] if seed else [])])
 
 
 def _short(value: object) -> str:

@@ -37,7 +37,7 @@ def record_row(record: Record, module: str = "variant") -> dict:
     sizes = reached_sizes(record)
     row = {
         "module": module,
-        "variant": "reference" if is_reference else record.variant,
+        "variant": "reference" if is_reference else record.variant.name,
         "seed": record.seed,
         **{name: sizes.get(name) for name in ("d_in", "d_out", "n_tokens")},  # None: never reached, not 0
         "inputs": (record.config.get("inputs") or {}).get("kind"),
@@ -51,7 +51,7 @@ def record_row(record: Record, module: str = "variant") -> dict:
         row.update(model=record.model.model, layer=record.model.layer)
     if not is_reference and record.predictions:
         row["predictions"] = f"{sum(p.passed for p in record.predictions)}/{len(record.predictions)} passed"
-    row.update(record.reference_diagnostics if is_reference else record.diagnostics)
+    row.update(record.reference.diagnostics if is_reference else record.variant.diagnostics)
     if record.path is not None:
         row["path"] = str(record.path.parent)
     return row
@@ -76,7 +76,7 @@ def swept_keys(records: Sequence[Record]) -> list[str]:
     covered = {*KEY_COLUMNS, "inputs.kind"}
     swept = []
     for key in dict.fromkeys(key for config in configs for key in config):
-        values = [(record.variant, str(config.get(key))) for record, config in zip(records, configs)]
+        values = [(record.variant.name, str(config.get(key))) for record, config in zip(records, configs)]
         if key.startswith("variant.params."):
             differs = any(len({v for name, v in values if name == variant}) > 1 for variant, _ in values)
         else:
@@ -94,7 +94,7 @@ def job_order(records: Sequence[Record]) -> list[Record]:
 
     def key(record: Record) -> tuple:
         config = hparams(record)
-        return (str(record.variant), [_order(config.get(k)) for k in keys], record.seed, str(record.path))
+        return (str(record.variant.name), [_order(config.get(k)) for k in keys], record.seed, str(record.path))
 
     return sorted(records, key=key)
 

@@ -81,7 +81,7 @@ def _is_number(value: object) -> bool:
 def record_values(record: Record) -> dict[str, float]:
     """A record's diagnostics, plus `<name>_h<i>` for each head of its per-head values (the
     per-head context divergence has no table column of its own)."""
-    values = dict(record.diagnostics)
+    values = dict(record.variant.diagnostics)
     for name, per_head in record.head_diagnostics.items():
         for h, value in enumerate(per_head):
             values.setdefault(f"{name}_h{h}", value)

@@ -221,7 +221,7 @@ def render_html(report: Report, title: str = "attnlab comparison", plots: Sequen
 
 def render_record_html(record: Record) -> str:
     """A single run's page: what it found, every stage's maps, the reference and the variant side by side."""
-    title = f"attnlab run: {record.variant} against {record.reference}, seed {record.seed}"
+    title = f"attnlab run: {record.variant.name} against {record.reference.name}, seed {record.seed}"
     status = "ok" if record.ok else f'<span class="failed">failed: {html.escape(record.error or "")}</span>'
     rows = job_rows([record])
     # a row per column of comparison.csv, reference | variant; the job's folder is where the page is

@@ -22,7 +22,7 @@ def header_html(report: Report, folder: Path) -> str:
     command = sweep_command(folder)
     items = [("command", f"<code>{html.escape(command)}</code>")] if command else []
     items += [("swept", html.escape(swept_text(report) or "nothing: one configuration")),
-              ("reference", html.escape(", ".join(dict.fromkeys(r.reference for r in report.records)))),
+              ("reference", html.escape(", ".join(dict.fromkeys(r.reference.name for r in report.records)))),
               ("folder", f"<code>{html.escape(display_path(folder))}</code>"),
               ("jobs", job_links(report, Path(folder)))]
     return '<dl class="header">' + "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in items) + "</dl>"

@@ -60,9 +60,9 @@ def record_images(record: Record) -> dict[str, EncodedHeatmap]:
 
 def missing_note(record: Record, stage: str = "weights") -> str:
     """Why a card has no picture of `stage`, in one sentence with what to do."""
-    if stage not in record.stage_shapes:
+    if stage not in record.variant.shapes:
         return f'<p class="note">no {stage} captured</p>'
-    shape = "x".join(map(str, record.stage_shapes[stage]))
+    shape = "x".join(map(str, record.variant.shapes[stage]))
     return (f'<p class="note">no picture of the {stage} ({shape}): the job kept no heatmaps '
             f'(log.images=false) and values this large are not inlined in record.json; run it with log.images=true</p>')
 
@@ -78,7 +78,7 @@ def card_pictures(record: Record) -> str:
     shown = [tag for tag in CARD_TAGS if tag in images]
     if not shown:
         return missing_note(record)
-    return "".join(img_html(images[tag], f"{tag.split('/')[1]} attention weights of {record.variant}"
+    return "".join(img_html(images[tag], f"{tag.split('/')[1]} attention weights of {record.variant.name}"
                             + (" (log scale)" if tag.endswith("_log") else "")) for tag in shown)
 
 

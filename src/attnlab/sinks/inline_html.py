@@ -51,7 +51,7 @@ def _body(record: Record) -> str:
     status = "ok" if record.ok else f'<span class="error">failed: {html.escape(record.error or "")}</span>'
     where = f" · layer {record.model.layer_name}" if record.model is not None else ""
     divergent = record.first_divergent_stage or ("none" if record.ok else "not reached")
-    head = (f"<b>{html.escape(record.variant)}</b> against {html.escape(record.reference)} · seed {record.seed}{where}"
+    head = (f"<b>{html.escape(record.variant.name)}</b> against {html.escape(record.reference.name)} · seed {record.seed}{where}"
             f" · {status} · first divergent stage: {html.escape(divergent)}")
     if not record.ok:
         return f"<p>{head}</p>{findings_html([record])}"

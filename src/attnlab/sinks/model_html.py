@@ -55,7 +55,7 @@ def _stage_section(record: Record, stage: str) -> str:
     except ValueError:  # a stage that is no matrix (a 0-d output of a broken variant)
         images = {}
     if not images:
-        why = "not captured" if stage in record.missing_stages or stage not in record.stage_shapes else "not a matrix"
+        why = "not captured" if stage in record.missing_stages or stage not in record.variant.shapes else "not a matrix"
         return f'<p class="note">no picture of {html.escape(stage)} ({why})</p>'
     return f"<p>the replaced layer at {html.escape(stage)}: variant, reference, difference</p>" + stage_pictures(images, stage)
 
@@ -73,7 +73,7 @@ def _lines(records: Sequence[Record], key: str) -> dict[str, list[Point]]:
     """The variant's line of one measure against the layer; an encoder–decoder's, a line per stack."""
     lines: dict[str, list[Point]] = {}
     for r in records:
-        name = f"{r.variant} ({r.model.stack})" if r.model.stack else r.variant
+        name = f"{r.variant.name} ({r.model.stack})" if r.model.stack else r.variant.name
         lines.setdefault(name, []).append(Point(float(r.model.layer), float(getattr(r.model.effect, key)), 0.0, 1))
     return lines
 
@@ -81,7 +81,7 @@ def _lines(records: Sequence[Record], key: str) -> dict[str, list[Point]]:
 def head_grid_html(record: Record) -> str:
     """The model's own attention weights at this layer: every head in one grid, then the shown head
     (`show.head`) with the text's tokens as labels."""
-    weights = record.heads_view("weights", reference=True)  # (H, T, T)
+    weights = record.reference.heads_view("weights")  # (H, T, T)
     if weights is None:
         return '<p class="note">no weights kept for this layer</p>'
     head = min(int((record.config.get("show") or {}).get("head", 0)), weights.shape[0] - 1)
@@ -103,7 +103,7 @@ def _img(image: EncodedHeatmap, alt: str) -> str:
 
 def model_head_grid(record: Record) -> EncodedHeatmap:
     """The PNG of the model's own weights at the record's layer, every head on one colour scale."""
-    weights = record.heads_view("weights", reference=True)  # (H, T, T)
+    weights = record.reference.heads_view("weights")  # (H, T, T)
     title = f"layer {record.model.layer_name} · the model's own weights"
     scale = stage_scale("weights", weights)
     return encoded(lambda: render_head_grid(weights, title=title, value_range=scale.value_range, legend=scale.legend,
@@ -118,7 +118,7 @@ def _layer_section(record: Record) -> str:
               if record.model.effect is not None else "")
     findings = "".join(f'<li class="{f.severity}">[{html.escape(f.code)} @ {f.stage}] {html.escape(f.message)}</li>'
                        for f in record.findings)
-    return (f"<h2>{html.escape(title)}</h2><p>against {html.escape(record.reference)}</p>{effect}"
+    return (f"<h2>{html.escape(title)}</h2><p>against {html.escape(record.reference.name)}</p>{effect}"
             f"<ul>{findings or '<li>no findings</li>'}</ul>{replaced_layer_html(record)}"
             f"<h3>the model's own weights</h3>{head_grid_html(record)}")
 
@@ -130,7 +130,7 @@ def render_model_html(records: Sequence[Record]) -> str:
                   if first.model.end_to_end is not None else "")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>attnlab · {html.escape(first.model.model)}"
             f"</title><style>{STYLE}</style></head><body><h1>{html.escape(model_line(first))}</h1>"
-            f"<p>variant {html.escape(first.variant)} · {html.escape(inputs_given(first).replace('_', ' '))}: {html.escape(' '.join(first.labels))}</p>"
+            f"<p>variant {html.escape(first.variant.name)} · {html.escape(inputs_given(first).replace('_', ' '))}: {html.escape(' '.join(first.labels))}</p>"
             f"{end_to_end}"
             f"{layer_table_html(records)}"
             f"{'<h2>the effect against the layer</h2><div class=cards>' + curves + '</div>' if curves else ''}"

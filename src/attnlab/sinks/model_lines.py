@@ -51,7 +51,7 @@ def effect_line(effect: Effect, n_tokens: int, title: str) -> str:
 def layer_lines(record: Record) -> list[str]:
     """The model, the layer compared and what the change did to the model's output."""
     lines = [model_line(record), f"layer {record.model.layer_name} of {record.model.n_layers}: "
-                                 f"{record.model.attention} against {record.reference}"]
+                                 f"{record.model.attention} against {record.reference.name}"]
     if record.model.effect is not None:
         lines.append(effect_line(record.model.effect, effect_positions(record), "effect on the model's output"))
     if record.model.end_to_end is not None:
@@ -83,7 +83,7 @@ def print_layers(records: Sequence[Record], table_path: Path | None, records_glo
     """A line per layer, then the end-to-end effect where the run checked a model against another."""
     first = records[0]
     print(model_line(first), file=out)
-    print(f"variant={first.variant} inputs={inputs_given(first)} n_tokens={first.n_tokens} layers="
+    print(f"variant={first.variant.name} inputs={inputs_given(first)} n_tokens={first.n_tokens} layers="
           f"{','.join(r.model.layer_name for r in records)}", file=out)
     rows = layer_table(records)
     widths = [max(map(len, column)) for column in zip(*rows)]

@@ -173,7 +173,7 @@ def write_tensorboard(
             events.add(scalars_summary(metric_values(record)), step=_step(record, len(records), step))
         if images:
             _write_heatmaps(events, first, job_dir, step)
-            for record in (r for r in ok if r.model is not None and r.reference_stages.get("weights") is not None):
+            for record in (r for r in ok if r.model is not None and r.reference.stages.get("weights") is not None):
                 events.add(image_summary("heatmaps/model/weights", model_head_grid(record)), step=record.model.layer)
         if histograms:
             _write_histograms(events, first, step)
@@ -279,7 +279,7 @@ def _write_histograms(events: EventFile, record: Record, step: int) -> None:
     from attnlab.sinks.tensorboard_format import histogram
 
     for stage in HISTOGRAM_STAGES:
-        for source, stages in (("variant", record.stages), ("reference", record.reference_stages)):
+        for source, stages in (("variant", record.variant.stages), ("reference", record.reference.stages)):
             values = stages.get(stage)
             if values is None:
                 continue

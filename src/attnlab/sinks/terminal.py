@@ -73,15 +73,15 @@ def shown(record: Record) -> tuple[int, int]:
 def config_line(record: Record) -> str:
     params = record.config.get("variant", {}).get("params") or {}
     extra = "".join(f" {k}={v}" for k, v in params.items())
-    weights = record.canonical("weights")
+    weights = record.variant.canonical("weights")
     precision = ((f" device={record.device}" if record.device != "cpu" else "")
                  + (f" dtype={record.dtype}" if record.dtype != "float32" else ""))
     heads = "" if weights is None or weights.ndim != 4 or weights.shape[:2] == (1, 1) else (
         f" batch={weights.shape[0]} heads={weights.shape[1]}")
     return (
-        f"attnlab · variant={record.variant}{extra} seed={record.seed} inputs={inputs_given(record)} "
+        f"attnlab · variant={record.variant.name}{extra} seed={record.seed} inputs={inputs_given(record)} "
         f"n_tokens={record.n_tokens} d_in={record.d_in} d_out={record.d_out} weights={record.config['weights']} "
-        f"reference={record.reference}{heads}{precision}"
+        f"reference={record.reference.name}{heads}{precision}"
     )
 
 
@@ -112,10 +112,10 @@ def format_matrix(values: np.ndarray, row_labels: list[str], col_labels: list[st
 def divergence_line(record: Record) -> str:
     parts = []
     for stage in STAGES[1:]:
-        if (stage == "weights_applied" and stage not in record.stage_shapes) or (
+        if (stage == "weights_applied" and stage not in record.variant.shapes) or (
                 stage == "output" and record.output_is_context):
             continue
-        value = record.diagnostics.get(f"divergence_{stage}")
+        value = record.variant.diagnostics.get(f"divergence_{stage}")
         parts.append(f"{stage} {'—' if value is None or np.isnan(value) else f'{value:.4g}'}")
     first = record.first_divergent_stage or "none"
     return "max |variant − reference|: " + " · ".join(parts) + f"\nfirst divergent stage: {first}"
@@ -134,21 +134,21 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
     if returned_line(record):
         say(returned_line(record))
     batch, head = shown(record)
-    where = f", head {head}, batch item {batch}" if record.num_heads > 1 or batch else ""
+    where = f", head {head}, batch item {batch}" if record.variant.num_heads > 1 or batch else ""
     for stage, title in (("weights", "attention weights"), ("context", "context vectors")):
-        values = record.matrix(stage, batch=batch, head=head)
+        values = record.variant.matrix(stage, batch=batch, head=head)
         if values is None:
             say(f"{title}: not captured")
             continue
         col_labels = record.labels if stage == "weights" else None
-        say(f"{title} ({record.variant}{where}):\n{format_matrix(values, record.labels, col_labels)}")
-    if record.num_heads > 1:
+        say(f"{title} ({record.variant.name}{where}):\n{format_matrix(values, record.labels, col_labels)}")
+    if record.variant.num_heads > 1:
         say(head_lines(record))
     say(divergence_line(record))
     if record.findings:
         say("findings:")
         for finding in record.findings:
-            heads = f", {heads_phrase(finding, record.num_heads)}" if record.num_heads > 1 else ""
+            heads = f", {heads_phrase(finding, record.variant.num_heads)}" if record.variant.num_heads > 1 else ""
             say(f"  [{finding.code} @ {finding.stage}{heads}] {finding.message}")
     else:
         say(no_findings_message(record))
@@ -164,7 +164,7 @@ def head_lines(record: Record) -> str:
     """One line per head: its entropy, row max and divergence from the reference's head."""
     per_head = record.head_diagnostics
     lines = ["per head:    entropy  row max  max |Δ weights|  max |Δ context|"]
-    for h in range(record.num_heads):
+    for h in range(record.variant.num_heads):
         cells = [per_head.get(name, [])[h] if h < len(per_head.get(name, [])) else float("nan") for name in
                  ("weights_entropy_mean", "weights_row_max_mean", "divergence_weights", "divergence_context")]
         lines.append(f"  head {h:<4}" + "".join(_number(v).rjust(w) for v, w in zip(cells, (9, 9, 17, 17))))
@@ -181,8 +181,8 @@ def seed_lines(records: list[Record]) -> list[str]:
     """A compact table: a line per seed, the first and last ones when there are many."""
     header = ("seed", "status", "first divergent", "max |Δ context|", "entropy", "findings")
     rows = [
-        (str(r.seed), r.status, r.first_divergent_stage or "none", _number(r.diagnostics.get("divergence_context")),
-         _number(r.diagnostics.get("weights_entropy_mean")),
+        (str(r.seed), r.status, r.first_divergent_stage or "none", _number(r.variant.diagnostics.get("divergence_context")),
+         _number(r.variant.diagnostics.get("weights_entropy_mean")),
          (" ".join(f.code for f in r.findings) or "—") if r.ok else (r.error or "")[:60])
         for r in records
     ]
@@ -199,7 +199,7 @@ def print_seeds(records: list[Record], table_path: Path | None, out: TextIO | No
     first = records[0]
     n_failed = sum(not r.ok for r in records)
     codes = sorted({f.code for r in records for f in r.findings})
-    print(f"attnlab · variant={first.variant} seeds={first.seed}..{records[-1].seed} ({len(records)}) "
+    print(f"attnlab · variant={first.variant.name} seeds={first.seed}..{records[-1].seed} ({len(records)}) "
           f"inputs={inputs_given(first)} n_tokens={first.n_tokens} d_in={first.d_in} "
           f"d_out={first.d_out} weights={first.config.get('weights')}", file=out)
     for line in seed_lines(records):

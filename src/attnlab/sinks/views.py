@@ -33,7 +33,7 @@ def predicted_shape(stage: str, record: Record) -> tuple[int, ...] | None:
 def shape_trace(record: Record) -> str:
     parts = []
     for stage in STAGES:
-        shape = record.stage_shapes.get(stage)
+        shape = record.variant.shapes.get(stage)
         if stage == "output" and record.output_is_context:
             parts.append("output = context")
             continue

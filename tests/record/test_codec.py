@@ -13,7 +13,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import numpy as np
 import pytest
 
-from attnlab.record import Record, Side, codec, read_record, write_record
+from attnlab.record import Record, RecordError, Side, codec, read_record, write_record
 
 CODEC = Path(codec.__file__)
 
@@ -79,8 +79,8 @@ def test_the_codec_names_no_field_of_the_record() -> None:
 
 def test_a_field_added_to_the_record_is_written_and_read_with_no_other_change(tmp_path: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Adding a field is one dataclass line: here a subclass's `notes`, which the codec then writes
-    and reads as it does the others; a file written before the field existed loads with its default."""
+    """Adding a field is one dataclass line: here a subclass's `notes`, which the codec then writes,
+    checks and reads as it does the others; a file written before the field existed loads with its default."""
     extended = dataclasses.make_dataclass("Record", [("notes", dict[str, list[float]], dataclasses.field(
         default_factory=dict))], bases=(Record,), frozen=True, namespace={"__module__": Record.__module__})
     monkeypatch.setattr(codec, "Record", extended)
@@ -93,3 +93,6 @@ def test_a_field_added_to_the_record_is_written_and_read_with_no_other_change(tm
     del older["notes"]
     (tmp_path / "older.json").write_text(json.dumps(older))
     assert read_record(tmp_path / "older.json").notes == {}
+    (tmp_path / "wrong.json").write_text(json.dumps({**older, "notes": [1]}))  # checked by its type too
+    with pytest.raises(RecordError, match="'notes' is list"):
+        read_record(tmp_path / "wrong.json")

@@ -20,7 +20,7 @@ from tests._sweep_helpers import Page, sweep_of_lengths
 
 
 def record(variant: str = "unscaled", seed: int = 1, side: dict | None = None, **overrides) -> Record:
-    """`side`: the variant's side's fields other than these."""
+    """`side`: the variant's stages, shapes or diagnostics where not a 3 x 3 identity's."""
     stages = {"stages": {"weights": np.eye(3, dtype=np.float32)}, "shapes": {"weights": [3, 3]}}
     fields = dict(
         variant=Side(variant, **{**stages, "diagnostics": {"weights_entropy_mean": 0.0}, **(side or {})}),
@@ -61,7 +61,7 @@ def test_weights_without_values_or_pngs_say_how_to_get_a_picture() -> None:
 
 def test_failed_record_shows_its_error_and_no_image() -> None:
     failed = record("raises", status="failed", error="variant 'raises' raised RuntimeError: boom",
-                    stages={}, stage_shapes={}, findings=[], diagnostics={})
+                    side={"stages": {}, "shapes": {}, "diagnostics": {}}, findings=[])
     page = render_html(Report([failed]))
     assert "failed: variant &#x27;raises&#x27; raised RuntimeError: boom" in page
     assert not embedded_images(page)

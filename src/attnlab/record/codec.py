@@ -18,7 +18,7 @@ from attnlab.record import layout
 from attnlab.record.layout import FORMAT_VERSION, INLINE_LIMIT
 from attnlab.record.model import Record, Side
 
-__all__ = ["FORMAT_VERSION", "INLINE_LIMIT", "from_json_dict", "to_json_dict", "unread_keys"]
+__all__ = ["FORMAT_VERSION", "INLINE_LIMIT", "from_json_dict", "json_types", "to_json_dict", "unread_keys"]
 
 
 def to_json_dict(record: Record) -> dict[str, Any]:
@@ -37,8 +37,8 @@ def from_json_dict(data: dict[str, Any], path: Path | None = None) -> Record:
 def unread_keys(data: dict[str, Any]) -> list[str]:
     """The keys of a record's JSON this version does not read (written by a newer attnlab), as
     `key`, `findings[].key`, `predictions[].key`, `model.key`."""
-    top = {f.name for f in _plain()} | {k for f in _sides() for k in layout.side_keys(f.name)} | {"format_version"}
-    unread = [key for key in data if key not in top]
+    known = json_types()
+    unread = [key for key in data if key not in known]
     for f in _plain():
         cls, many = _dataclass_in(hints(Record)[f.name])
         if cls is None:
@@ -49,6 +49,14 @@ def unread_keys(data: dict[str, Any]) -> list[str]:
         found = {k for item in items if isinstance(item, dict) for k in item if k not in names}
         unread += [f"{f.name}{'[]' if many else ''}.{key}" for key in (sorted(found) if many else _in_order(items, found))]
     return unread
+
+
+def json_types() -> dict[str, type]:
+    """Each top-level key a record file holds, with the JSON type its field's type is written as (a
+    float or an `Any`'s: not one type): what a reader checks before it decodes (attnlab.record.validate)."""
+    hinted = {key: hint for f in _sides() for key, hint in layout.side_types(f.name).items()}
+    hinted |= {f.name: hints(Record)[f.name] for f in _plain()}
+    return {"format_version": int} | {key: _json_type(hint) for key, hint in hinted.items()}
 
 
 def encode(value: Any, hint: Any) -> Any:
@@ -114,6 +122,15 @@ def _optional(hint: Any) -> Any:
         rest = [arg for arg in get_args(hint) if arg is not type(None)]
         return rest[0] if len(rest) == 1 else hint
     return hint
+
+
+def _json_type(hint: Any) -> type:
+    hint = _optional(hint)
+    if dataclasses.is_dataclass(hint) or get_origin(hint) is dict:
+        return dict
+    if get_origin(hint) is list:
+        return list
+    return hint if hint in (str, int, bool) else object
 
 
 def _dataclass_in(hint: Any) -> tuple[type | None, bool]:

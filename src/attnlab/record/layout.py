@@ -36,9 +36,9 @@ _SIDE_TYPES = get_type_hints(Side)
 Coder = Callable[[Any, Any], Any]  # (value, type) -> value: codec.encode, codec.decode
 
 
-def side_keys(role: str) -> list[str]:
-    """The top-level keys a side is written under."""
-    return [_key(role, f.name) for f in fields(Side) if f.name not in IN_STAGES]
+def side_types(role: str) -> dict[str, Any]:
+    """The top-level keys a side is written under, each with its field's type."""
+    return {_key(role, f.name): _SIDE_TYPES[f.name] for f in fields(Side) if f.name not in IN_STAGES}
 
 
 def side_to_json(role: str, side: Side, encode: Coder) -> dict[str, Any]:

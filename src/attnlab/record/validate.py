@@ -4,31 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnlab.record.codec import json_types
+
 
 class RecordError(ValueError):
     """A record file that cannot be read: reported by path and skipped by readers."""
 
 
 STATUSES = ("ok", "failed")
-# The type of every field a reader relies on: a record is any JSON, and a reader is never a traceback.
+# The type of every field a reader relies on (the others' from the record's dataclasses, by the
+# codec): a record is any JSON, and a reader is never a traceback.
 REQUIRED_TYPES: dict[str, type | tuple[type, ...]] = {"variant": str, "seed": int, "status": str}
-OPTIONAL_TYPES: dict[str, type | tuple[type, ...]] = {
-    "format_version": int, "config": dict, "n_tokens": int, "d_in": int, "d_out": int, "error": str,
-    "labels": list, "reference": str, "stages": dict, "reference_stages": dict, "expected_shapes": dict,
-    "missing_stages": list, "reconstructed_stages": list, "output_is_context": bool, "diagnostics": dict,
-    "head_diagnostics": dict, "reference_diagnostics": dict, "first_divergent_stage": str, "findings": list,
-    "not_checked": list, "predictions": list, "weights_loaded": dict, "device": str, "dtype": str, "profile": dict,
-    "model": dict,
-}
 
 
 def check_record_data(data: Any) -> None:
     """Raise RecordError naming the first field of the wrong type (None is allowed where optional)."""
     if not isinstance(data, dict):
         raise RecordError(f"not a record: a JSON {type(data).__name__}, expected an object")
-    for name, types in {**REQUIRED_TYPES, **OPTIONAL_TYPES}.items():
+    for name, types in {**REQUIRED_TYPES, **json_types()}.items():
         value = data.get(name)
-        if value is None and name not in REQUIRED_TYPES:
+        if (value is None and name not in REQUIRED_TYPES) or types is object:  # object: a float's or an Any's
             continue
         if value is None:
             raise RecordError(f"no '{name}' field")

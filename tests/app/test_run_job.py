@@ -30,9 +30,9 @@ def test_each_seed_equals_its_single_run_bitwise(variant, overrides):
     for record in many:
         single = compute_records(compose_config(variant, record.seed, overrides))[0]
         assert json.dumps(_values(to_json_dict(record))) == json.dumps(_values(to_json_dict(single)))
-        for name, values in single.stages.items():
+        for name, values in single.variant.stages.items():
             assert np.array_equal(record.variant.stages[name], values)  # bitwise, not rounded by JSON
-        for name, value in single.diagnostics.items():
+        for name, value in single.variant.diagnostics.items():
             other = record.variant.diagnostics[name]
             assert (math.isnan(value) and math.isnan(other)) or value == other, name
         assert {**record.config, "n_seeds": 1} == single.config
@@ -104,5 +104,5 @@ def test_seeds_stream_each_record_written_in_full_then_only_reductions_kept(tmp_
         assert all(values is None for values in record.variant.stages.values())
         assert record.variant.shapes["weights"] == [2, 2, 8, 8] and record.variant.diagnostics  # reductions kept
         on_disk = read_record(tmp_path / f"seed-{record.seed}" / "record.json")
-        assert on_disk.stages["weights"] is not None and on_disk.stages["weights"].shape == (2, 2, 8, 8)
+        assert on_disk.variant.stages["weights"] is not None and on_disk.variant.stages["weights"].shape == (2, 2, 8, 8)
     assert len(list((tmp_path).glob("seed-*/record.json"))) == 3

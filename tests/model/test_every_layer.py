@@ -64,6 +64,6 @@ def test_spilled_layers_keep_their_own_stages_each_in_its_own_folder(tiny_gpt2, 
     assert len(set(folders)) == len(folders) == 2
     for one, other in zip(kept, spilled):
         for stage in ("weights", "scores"):
-            assert isinstance(other.reference.stages[stage], np.memmap)
-            np.testing.assert_array_equal(one.reference.stages[stage], other.reference.stages[stage])
-            np.testing.assert_array_equal(one.variant.stages[stage], other.variant.stages[stage])
+            assert isinstance(other.reference_stages[stage], np.memmap)
+            np.testing.assert_array_equal(one.reference_stages[stage], other.reference_stages[stage])
+            np.testing.assert_array_equal(one.stages[stage], other.stages[stage])

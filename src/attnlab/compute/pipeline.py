@@ -408,5 +408,5 @@ def _captured_side(captured: Capture, diagnostics: Mapping[str, float | None]) -
     canonical = {name: as_numpy(t) for name, t in captured.stages.items()}
     shapes = {name: list(captured.native_shapes[name]) for name in canonical}
     stages: dict[str, np.ndarray | None] = {name: values.reshape(shapes[name]) for name, values in canonical.items()}
-    return Side(stages=stages, shapes=shapes, canonical_shapes={name: list(values.shape) for name, values in canonical.items()},
-                diagnostics=dict(diagnostics))
+    views = {name: list(values.shape) for name, values in canonical.items()}
+    return Side(stages=stages, shapes=shapes, canonical_shapes=views, diagnostics=dict(diagnostics))

@@ -30,7 +30,8 @@ def to_json_dict(record: Record) -> dict[str, Any]:
 def from_json_dict(data: dict[str, Any], path: Path | None = None) -> Record:
     data = layout.as_current(data)
     sides: dict[str, Any] = {f.name: layout.side_from_json(f.name, data, decode) for f in _sides()}
-    values: dict[str, Any] = {f.name: decode(data[f.name], hints(Record)[f.name]) for f in _plain() if data.get(f.name) is not None}
+    values: dict[str, Any] = {f.name: decode(data[f.name], hints(Record)[f.name]) for f in _plain()
+                              if data.get(f.name) is not None}  # missing or null: the field's default
     return Record(**sides, **values, path=path)
 
 
@@ -47,13 +48,14 @@ def unread_keys(data: dict[str, Any]) -> list[str]:
         value = data.get(f.name)
         items: list[Any] = (value if isinstance(value, list) else []) if many else [value]
         found = {k for item in items if isinstance(item, dict) for k in item if k not in names}
-        unread += [f"{f.name}{'[]' if many else ''}.{key}" for key in (sorted(found) if many else _in_order(items, found))]
+        keys = sorted(found) if many else _in_order(items, found)
+        unread += [f"{f.name}{'[]' if many else ''}.{key}" for key in keys]
     return unread
 
 
 def json_types() -> dict[str, type]:
-    """Each top-level key a record file holds, with the JSON type its field's type is written as (a
-    float or an `Any`'s: not one type): what a reader checks before it decodes (attnlab.record.validate)."""
+    """Each top-level key a record file holds, with the JSON type its field is written as (`object`
+    for a float or an `Any`: no one type): what a reader checks before it decodes (attnlab.record.validate)."""
     hinted = {key: hint for f in _sides() for key, hint in layout.side_types(f.name).items()}
     hinted |= {f.name: hints(Record)[f.name] for f in _plain()}
     return {"format_version": int} | {key: _json_type(hint) for key, hint in hinted.items()}

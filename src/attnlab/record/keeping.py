@@ -19,7 +19,8 @@ def without_stages(record: Record) -> Record:
 def keeping_stages(record: Record, names: tuple[str, ...]) -> Record:
     """Only these stages' values (both modules'), on disk: a layer of a model after the first,
     whose head grid the sinks still draw."""
-    return spilled(replace(record, variant=_keeping(record.variant, names), reference=_keeping(record.reference, names)))
+    return spilled(replace(record, variant=_keeping(record.variant, names),
+                           reference=_keeping(record.reference, names)))
 
 
 def spilled(record: Record) -> Record:

@@ -55,8 +55,8 @@ def _run(plugin_folder, use_plugins, name: str, kept: str, *overrides: str):
 def test_a_dropout_that_does_not_rescale_is_dropout_unscaled(plugin_folder, use_plugins):
     result = _run(plugin_folder, use_plugins, "dropout_unscaled_by_hand", "", "train=true", "dropout=0.5")
     assert [(f.code, f.stage, f.severity) for f in result.findings] == [("dropout_unscaled", "weights_applied", "error")]
-    weights = np.asarray(result.record.stages["weights"], dtype=np.float64)
-    applied = np.asarray(result.record.stages["weights_applied"], dtype=np.float64)
+    weights = np.asarray(result.record.variant.stages["weights"], dtype=np.float64)
+    applied = np.asarray(result.record.variant.stages["weights_applied"], dtype=np.float64)
     zeroed = (applied == 0) & (weights != 0)
     share = 100 * zeroed.sum() / (weights != 0).sum()  # the part of the weights the draw zeroed
     row_sum = applied.sum(axis=-1).mean()  # what a query's weights as applied sum to

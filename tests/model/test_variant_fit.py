@@ -47,6 +47,6 @@ def test_the_default_variant_runs_as_the_book_s_multi_head_attention(tiny_gpt2) 
                                     *QUIET])
     record = result.record
     assert record.status == "ok", record.error
-    assert record.variant == "multi_head_attention"
+    assert record.variant.name == "multi_head_attention"
     assert record.model.effect.kl_mean < 1e-6  # a correct copy of the layer with its weights
     assert record.first_divergent_stage is None

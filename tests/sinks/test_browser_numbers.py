@@ -42,7 +42,7 @@ def _record_values(record, tag: str) -> np.ndarray:
     log view prints the values themselves)."""
     _, source, stage = tag.split("/")
     stage = stage.removesuffix("_log")
-    variant, reference = record.heads_view(stage), record.heads_view(stage, reference=True)
+    variant, reference = record.variant.heads_view(stage), record.reference.heads_view(stage)
     return {"variant": variant, "reference": reference}.get(source, variant - reference)
 
 

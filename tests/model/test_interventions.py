@@ -85,6 +85,35 @@ def test_activation_patching_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2)
     _check(record, _effect_by_hand(model, ids, 0, patch))
 
 
+def test_scaling_scores_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2) -> None:
+    """The layer's attention recomputed by hand from its fused q, k, v projection, head 3's scores
+    times 0.5 after the scaling and the causal mask, its context vectors put where c_proj reads them."""
+    model, ids, _ = _model(tiny_gpt2)
+    attn = model.transformer.h[1].attn
+    qkv = []
+    hook = attn.c_attn.register_forward_hook(lambda _m, _args, out: qkv.append(out))
+
+    def scaled_by_hand(factor: float):
+        def edit(context):  # (1, T, d): replaced by the hand-made one
+            queries, keys, values = (part.unflatten(-1, (N_HEAD, HS)).transpose(1, 2)
+                                     for part in qkv[-1].split(N_EMBD, dim=-1))  # (1, nh, T, hs)
+            attn_scores = queries @ keys.transpose(-2, -1) / HS ** 0.5  # (1, nh, T, T)
+            n = attn_scores.shape[-1]
+            attn_scores = attn_scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -torch.inf)
+            attn_scores[:, 3] *= factor
+            context_vec = torch.softmax(attn_scores, dim=-1) @ values  # (1, nh, T, hs)
+            return context_vec.transpose(1, 2).flatten(-2)  # (1, T, d)
+        return edit
+
+    unchanged = _effect_by_hand(model, ids, 1, scaled_by_hand(1.0))
+    assert unchanged["kl_mean"] < 1e-12  # the hand-made attention is the layer's own
+    hand = _effect_by_hand(model, ids, 1, scaled_by_hand(0.5))
+    hook.remove()
+    record = _run(tiny_gpt2, 1, name="scale_scores", head=3, factor=0.5)
+    _check(record, hand)
+    assert record.variant == "scale_scores(head=3, factor=0.5)"
+
+
 def test_observe_captures_every_layer_without_an_effect(tiny_gpt2) -> None:
     results = attnlab.run(overrides=[f"model.path={tiny_gpt2}", "inputs=text", f"inputs.text='{TEXT}'",
                                      "layer=all", "intervene=observe", *QUIET])

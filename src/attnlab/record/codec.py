@@ -138,7 +138,7 @@ def _model_to_json(model: ModelInfo | None) -> dict[str, Any]:
     for name in _MODEL_ORDER:
         value = getattr(model, name)
         if isinstance(value, Effect):
-            value = {k: _json_number(v) if isinstance(v, float) else v for k, v in value.items()}
+            value = _effect_to_json(value)
         if value is not None:
             out[name] = value
     return out
@@ -160,12 +160,21 @@ def _model_from_json(data: dict[str, Any]) -> ModelInfo | None:
     return ModelInfo(**values)
 
 
+def _effect_to_json(effect: Effect) -> dict[str, Any]:
+    """Its numbers, then each batch item's effect where there are several."""
+    out: dict[str, Any] = {k: _json_number(v) if isinstance(v, float) else v for k, v in effect.items()}
+    if effect.batch_items is not None:
+        out["batch_items"] = [_effect_to_json(item) for item in effect.batch_items]
+    return out
+
+
 def _effect_from_json(data: dict[str, Any]) -> Effect:
     """An effect written before rounding was clamped and non-finite positions counted had neither."""
-    known = {f.name for f in fields(Effect)}
+    known = {f.name for f in fields(Effect)} - {"batch_items"}
     values = {"kl_clamped": 0.0, "non_finite_positions": 0, **data}
     read: dict[str, Any] = {k: float(v) if isinstance(v, str) else v for k, v in values.items() if k in known}
-    return Effect(**read)  # "nan" a float
+    items = data.get("batch_items")
+    return Effect(**read, batch_items=[_effect_from_json(item) for item in items] if items is not None else None)
 
 
 def _stages_to_json(record: Record, *, reference: bool) -> dict[str, Any]:

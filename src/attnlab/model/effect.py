@@ -60,7 +60,7 @@ class _Tally:
 
     def add(self, base: _Base, q: Tensor) -> None:
         """`q`: (c, vocab) the changed run's log-probabilities at the chunk's positions."""
-        kl = (base.probs * (base.p - q)).sum(dim=-1)  # (c,)
+        kl = torch.sub(base.p, q).mul_(base.probs).sum(dim=-1)  # (c,) one (c, vocab) temporary, not two
         self.kl_clamped = min(self.kl_clamped, float(kl.nan_to_num(0.0).min()))
         kl = kl.clamp_min(0.0)  # (c,) NaN stays NaN
         self.non_finite += int((~torch.isfinite(kl)).sum())  # a NaN or infinity in q makes its position's KL one

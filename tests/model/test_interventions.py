@@ -3,6 +3,7 @@ edit written by hand as a hook in the model's own forward; the record names the 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -80,6 +81,7 @@ def test_observe_captures_every_layer_without_an_effect(tiny_gpt2) -> None:
     results = attnlab.run(overrides=[f"model.path={tiny_gpt2}", "inputs=text", f"inputs.text='{TEXT}'",
                                      "layer=all", "intervene=observe", *QUIET])
     assert [r.record.model.layer for r in results] == [0, 1]
+    assert isinstance(results[1].record.stages["weights"], np.memmap)  # a later layer's stages on disk, not in RAM
     for result in results:
         assert result.record.status == "ok" and result.record.model.effect is None
         assert result.record.stages["weights"].shape == (1, N_HEAD, 14, 14)

@@ -14,7 +14,9 @@ temporary folder; every figure loads it from there, so loading counts on both si
 - peak memory: the one-layer run's peak resident memory against the forward with
   `output_attentions=True`, each in a fresh process (its VmHWM). Target: at most 2x.
 Times are medians of --repeats rounds after one warm-up; each round times the forward, then each
-run, so that a busy moment of the shared machine falls on both sides of a ratio alike.
+run, so that a busy moment of the shared machine falls on both sides of a ratio alike. Each ratio
+is given twice: of wall-clock seconds, and of the process's CPU seconds (`time.process_time`, torch
+on one thread), which a machine shared with other work moves far less.
 """
 
 from __future__ import annotations
@@ -55,40 +57,47 @@ def save_model(folder: Path, n_layer: int) -> Path:
     return folder
 
 
-def hf_forward(folder: Path, text: str) -> float:
-    """Seconds to load the model and run its forward returning every layer's attention weights."""
+def timed(run: Callable[[], object]) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) of `run()`."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    run()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def hf_forward(folder: Path, text: str) -> tuple[float, float]:
+    """(wall, CPU) seconds to load the model and run its forward returning every layer's attention weights."""
     import torch
     from transformers import GPT2LMHeadModel
 
     from attnlab.inputs.text import gpt2_encoding
 
-    start = time.perf_counter()
-    model = GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
-    ids = torch.tensor([gpt2_encoding().encode(text)])  # (1, T)
-    with torch.no_grad():
-        model(ids, output_attentions=True, use_cache=False)
-    return time.perf_counter() - start
+    def forward() -> None:
+        model = GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
+        ids = torch.tensor([gpt2_encoding().encode(text)])  # (1, T)
+        with torch.no_grad():
+            model(ids, output_attentions=True, use_cache=False)
+
+    return timed(forward)
 
 
-def attnlab_run(folder: Path, text: str, *words: str) -> float:
+def attnlab_run(folder: Path, text: str, *words: str) -> tuple[float, float]:
     import attnlab
 
-    start = time.perf_counter()
-    attnlab.run("mha_scaled_by_d_out", overrides=[f"model.path={folder}", "inputs=text", f"inputs.text='{text}'",
-                                                  *words, "log.tensorboard=false", "log.table=false",
-                                                  "log.html=false"])
-    return time.perf_counter() - start
+    return timed(lambda: attnlab.run("mha_scaled_by_d_out", overrides=[
+        f"model.path={folder}", "inputs=text", f"inputs.text='{text}'", *words, "log.tensorboard=false",
+        "log.table=false", "log.html=false"]))
 
 
-def medians(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
-    """Each run's median seconds over `repeats` rounds, after one warm-up round."""
+def medians(runs: dict[str, Callable[[], tuple[float, float]]], repeats: int) -> dict[str, tuple[float, float]]:
+    """Each run's median (wall, CPU) seconds over `repeats` rounds, after one warm-up round."""
     for run in runs.values():
         run()  # imports, Hydra's first compose, first-touch of the weights
-    times: dict[str, list[float]] = {name: [] for name in runs}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
             times[name].append(run())
-    return {name: statistics.median(values) for name, values in times.items()}
+    return {name: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
+            for name, values in times.items()}
 
 
 def peak_rss(code: str) -> int:
@@ -115,6 +124,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory figure")
     args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)  # CPU seconds of one thread: the machine is shared
     layer = "5" if args.n_layer > 5 else "0"
     results = []
     with tempfile.TemporaryDirectory(prefix="attnlab-model-cost-") as tmp:
@@ -128,17 +140,15 @@ def main() -> int:
                 "ablate": lambda: attnlab_run(folder, text, f"layer={layer}", "intervene=ablate_head",
                                               "intervene.head=0"),
             }, args.repeats)
-            forward = took["forward"]
+            (forward, forward_cpu) = took["forward"]
             print(f"GPT-2 shape, {args.n_layer} layers, {n_tokens} tokens; HF forward with output_attentions "
-                  f"(load included) {forward:.2f} s")
-            results += [
-                verdict(f"{n_tokens} tokens: layer=all captured / HF forward", took["all"] / forward, 2.0,
-                        f"{took['all']:.2f} s"),
-                verdict(f"{n_tokens} tokens: one layer swapped, effect and diagnosis / HF forward",
-                        took["swap"] / forward, 2.5, f"{took['swap']:.2f} s"),
-                verdict(f"{n_tokens} tokens: one head ablated, effect and diagnosis / HF forward",
-                        took["ablate"] / forward, 2.5, f"{took['ablate']:.2f} s"),
-            ]
+                  f"(load included) {forward:.2f} s wall, {forward_cpu:.2f} s CPU")
+            for name, title, target in (("all", "layer=all captured", 2.0),
+                                        ("swap", "one layer swapped, effect and diagnosis", 2.5),
+                                        ("ablate", "one head ablated, effect and diagnosis", 2.5)):
+                wall, cpu = took[name]
+                results.append(verdict(f"{n_tokens} tokens: {title} / HF forward", wall / forward, target,
+                                       f"{wall:.2f} s wall; CPU {cpu / forward_cpu:.2f}x ({cpu:.2f} s)"))
             if args.no_memory:
                 continue
             here = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import model_cost as m; "

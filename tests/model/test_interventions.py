@@ -3,40 +3,17 @@ edit written by hand as a hook in the model's own forward; the record names the 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 import attnlab
 from attnlab.errors import UserError
 from attnlab.model.interventions import intervention
+from tests.model.by_hand import HS, OTHER, check_effect, eager_model, effect_by_hand, zero_head
 from tests.model.conftest import N_EMBD, N_HEAD, TEXT
 
-OTHER = TEXT.replace("Every effort", "Each effort")  # as many GPT-2 tokens
-HS = N_EMBD // N_HEAD
 QUIET = ["log.tensorboard=false", "log.html=false", "log.table=false"]
-
-
-def _effect_by_hand(model, ids: torch.Tensor, layer: int, edit) -> dict[str, float]:
-    """KL(model || edited) and the losses, `edit(context)` a hand-written pre-hook on c_proj's input (1, T, d)."""
-    proj = model.transformer.h[layer].attn.c_proj
-    with torch.no_grad():
-        base = model(input_ids=ids, use_cache=False).logits[0]  # (T, vocab)
-        hook = proj.register_forward_pre_hook(lambda _m, args: (edit(args[0]),))
-        changed = model(input_ids=ids, use_cache=False).logits[0]  # (T, vocab)
-        hook.remove()
-    p, q = F.log_softmax(base.double(), -1), F.log_softmax(changed.double(), -1)  # (T, vocab)
-    return {"kl_mean": float(F.kl_div(q, p, log_target=True, reduction="none").sum(-1).mean()),
-            "loss_changed": float(F.cross_entropy(changed[:-1], ids[0, 1:]))}
-
-
-def _model(folder):
-    from transformers import GPT2LMHeadModel
-
-    from attnlab.inputs.text import gpt2_encoding
-
-    model = GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
-    return model, torch.tensor([gpt2_encoding().encode(TEXT)]), torch.tensor([gpt2_encoding().encode(OTHER)])
 
 
 def _run(folder, layer: int, **intervene):
@@ -44,31 +21,17 @@ def _run(folder, layer: int, **intervene):
     return attnlab.run(overrides=overrides, intervene=intervene).record
 
 
-def _check(record, hand) -> None:
-    assert record.status == "ok", record.error
-    assert record.model.effect.kl_mean == pytest.approx(hand["kl_mean"], rel=1e-6)
-    assert record.model.effect.loss_changed == pytest.approx(hand["loss_changed"], rel=1e-6)
-    assert record.model.effect.kl_mean > 1e-3
-
-
 @pytest.mark.parametrize("mode", ["zero", "mean"])
 def test_head_ablation_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2, mode) -> None:
-    model, ids, _ = _model(tiny_gpt2)
-
-    def ablate(context):  # (1, T, d)
-        context = context.clone()
-        head = context[..., HS:2 * HS]  # head 1
-        context[..., HS:2 * HS] = 0.0 if mode == "zero" else head.mean(dim=1, keepdim=True)
-        return context
-
+    model, ids, _ = eager_model(tiny_gpt2)
     record = _run(tiny_gpt2, 1, name="ablate_head", head=1, mode=mode)
-    _check(record, _effect_by_hand(model, ids, 1, ablate))
+    check_effect(record.model.effect, effect_by_hand(model, ids, 1, zero_head(1, mode)), record)
     assert record.variant.name == f"ablate_head(head=1, mode={mode})"
     assert record.config["intervene"] == {"name": "ablate_head", "head": 1, "mode": mode}
 
 
 def test_activation_patching_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2) -> None:
-    model, ids, other = _model(tiny_gpt2)
+    model, ids, other = eager_model(tiny_gpt2)
     assert ids.shape == other.shape
     kept = []
     hook = model.transformer.h[0].attn.c_proj.register_forward_pre_hook(lambda _m, args: kept.append(args[0].clone()))
@@ -82,13 +45,43 @@ def test_activation_patching_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2)
         return context
 
     record = _run(tiny_gpt2, 0, name="patch", head=2, text=OTHER)
-    _check(record, _effect_by_hand(model, ids, 0, patch))
+    check_effect(record.model.effect, effect_by_hand(model, ids, 0, patch), record)
+
+
+def test_scaling_scores_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2) -> None:
+    """The layer's attention recomputed by hand from its fused q, k, v projection, head 3's scores
+    times 0.5 after the scaling and the causal mask, its context vectors put where c_proj reads them."""
+    model, ids, _ = eager_model(tiny_gpt2)
+    attn = model.transformer.h[1].attn
+    qkv = []
+    hook = attn.c_attn.register_forward_hook(lambda _m, _args, out: qkv.append(out))
+
+    def scaled_by_hand(factor: float):
+        def edit(context):  # (1, T, d): replaced by the hand-made one
+            queries, keys, values = (part.unflatten(-1, (N_HEAD, HS)).transpose(1, 2)
+                                     for part in qkv[-1].split(N_EMBD, dim=-1))  # (1, nh, T, hs)
+            attn_scores = queries @ keys.transpose(-2, -1) / HS ** 0.5  # (1, nh, T, T)
+            n = attn_scores.shape[-1]
+            attn_scores = attn_scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -torch.inf)
+            attn_scores[:, 3] *= factor
+            context_vec = torch.softmax(attn_scores, dim=-1) @ values  # (1, nh, T, hs)
+            return context_vec.transpose(1, 2).flatten(-2)  # (1, T, d)
+        return edit
+
+    unchanged = effect_by_hand(model, ids, 1, scaled_by_hand(1.0))
+    assert unchanged["kl_mean"] < 1e-12  # the hand-made attention is the layer's own
+    hand = effect_by_hand(model, ids, 1, scaled_by_hand(0.5))
+    hook.remove()
+    record = _run(tiny_gpt2, 1, name="scale_scores", head=3, factor=0.5)
+    check_effect(record.model.effect, hand, record)
+    assert record.variant.name == "scale_scores(head=3, factor=0.5)"
 
 
 def test_observe_captures_every_layer_without_an_effect(tiny_gpt2) -> None:
     results = attnlab.run(overrides=[f"model.path={tiny_gpt2}", "inputs=text", f"inputs.text='{TEXT}'",
                                      "layer=all", "intervene=observe", *QUIET])
     assert [r.record.model.layer for r in results] == [0, 1]
+    assert isinstance(results[1].record.variant.stages["weights"], np.memmap)  # a later layer's stages on disk, not in RAM
     for result in results:
         assert result.record.status == "ok" and result.record.model.effect is None
         assert result.record.variant.stages["weights"].shape == (1, N_HEAD, 14, 14)

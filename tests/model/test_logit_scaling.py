@@ -93,7 +93,7 @@ def test_logits_attnlab_makes_from_the_head_are_the_models_own(family, scaled) -
     with torch.no_grad():
         own = F.log_softmax(model(input_ids=ids, use_cache=False).logits[0].double(), -1)  # (T, vocab)
         hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state  # (1, T, d) the head's input
-    made = log_probs(model.lm_head, Final(hidden), 0, ids.shape[1], model_sizes(model.config, loaded.label).logits)
+    made = log_probs(model.lm_head, Final(hidden), 0, 0, ids.shape[1], model_sizes(model.config, loaded.label).logits)
     assert torch.allclose(made, own, atol=1e-5)
     unscaled = F.log_softmax(model.lm_head(hidden[0]).double(), -1)  # (T, vocab)
     assert not torch.allclose(unscaled, own, atol=1e-3)  # the scaling is there to be read

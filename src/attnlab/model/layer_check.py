@@ -18,7 +18,7 @@ from attnlab.errors import UserError
 from attnlab.model.effect import output_effect
 from attnlab.model.forward import AsLayerCalled, output_head
 from attnlab.model.layer import ModelRun, layer_reference, own_head_patterns
-from attnlab.model.loading import LoadedModel, load_model
+from attnlab.model.loading import LoadedModel, evaluating, load_model
 from attnlab.model.loading_checks import loading_findings
 from attnlab.model.locate import attention_modules, chosen_layers
 from attnlab.model.model_memory import check_model_fits
@@ -46,6 +46,13 @@ def compute_check_records(cfg: DictConfig, blocks: dict[str, dict], phase: Calla
     learner_spec, reference_spec = model_spec(blocks["model"]), model_spec(blocks["reference_model"], "reference_model")
     phase("models")
     learner, reference = load_model(learner_spec, cfg.seed), load_model(reference_spec, cfg.seed)
+    with evaluating(learner.module), evaluating(reference.module):
+        return _check_records(cfg, learner, learner_spec, reference, reference_spec, phase, done)
+
+
+def _check_records(cfg: DictConfig, learner: LoadedModel, learner_spec: ModelSpec, reference: LoadedModel,
+                   reference_spec: ModelSpec, phase: Callable[[str], None],
+                   done: Callable[[Record, int, int], Record]) -> list[Record]:
     sizes = model_sizes(reference.config, reference.label)
     ids = token_ids(reference.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
     labels = reference.tokenizer.labels(ids)

@@ -7,6 +7,8 @@ a class in ./models/NAME.py (attnlab.model.user_models) with a safetensors state
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from attnlab.model.model_spec import ModelSpec
 from attnlab.model.saved_folder import check_saved_folder
 from attnlab.model.tokens import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, hf_tokenizer
 from attnlab.model.user_models import build_user_model
+from attnlab.modules import session
 from attnlab.modules.families import family
 from attnlab.modules.roles import manual_seed
 
@@ -44,15 +47,32 @@ class LoadedModel:
         return sum(p.numel() for p in self.module.parameters())
 
 
+@contextmanager
+def evaluating(module: nn.Module) -> Iterator[None]:
+    """`module` in eval mode, each submodule's own mode put back after, whatever happened: an
+    in-memory model is the user's own object, run without a copy (its layers are swapped in place
+    and put back by attnlab.model.forward.replaced)."""
+    modes = [(each, each.training) for each in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for each, training in modes:
+            each.training = training
+
+
 def load_model(spec: ModelSpec, seed: int = 0) -> LoadedModel:
-    """The model in eval mode, float32, on the CPU; random weights (hf:TYPE, a class of your own
-    without weights) drawn right after the seed, so a run is repeatable."""
+    """The model in eval mode (an in-memory one: as it is, run under `evaluating`), float32, on the
+    CPU; random weights (hf:TYPE, a class of your own without weights) drawn right after the seed,
+    so a run is repeatable."""
     manual_seed(seed)
     if spec.kind == "user":
         module, config = build_user_model(spec)
         # an in-memory Hugging Face model is called as one (use_cache=False whatever its config says)
         hf = any(cls.__name__ == "PreTrainedModel" for cls in type(module).__mro__)
         loaded = LoadedModel(module, spec.label, gpt2_tokenizer(), hf=hf, config=config)
+        if session.holds_model(spec.name):  # the user's object: in eval mode only while it runs (evaluating)
+            return loaded
     else:
         loaded = _load_hf(spec)
     loaded.module.eval()

@@ -14,15 +14,15 @@ from attnlab.inputs.token_ids import read_ids
 from attnlab.model.declared_config import declared_config
 from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
 from attnlab.model.intervention_records import intervention_records
-from attnlab.model.interventions import intervention
+from attnlab.model.interventions import Intervention, intervention
 from attnlab.model.layer import ModelRun, OwnCaptures, changed_layer, compare_layer
 from attnlab.model.layer_check import compute_check_records
-from attnlab.model.loading import LoadedModel, load_model
+from attnlab.model.loading import LoadedModel, evaluating, load_model
 from attnlab.model.model_memory import check_model_fits
 from attnlab.model.model_spec import OWN_KEYS, is_requested, model_spec
 from attnlab.model.sizes import ModelSizes, model_sizes
 from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
-from attnlab.model.tokens import fitting_ids, token_ids
+from attnlab.model.tokens import fitting_ids, same_length, token_ids
 from attnlab.model.variant_fit import check_variant_fits, variant_for_layer
 from attnlab.modules.families import family
 from attnlab.record import ModelInfo, Record, Setup
@@ -61,6 +61,8 @@ def check_model_request(cfg: DictConfig) -> None:
     edit = intervention(_block(cfg, "intervene"))
     if edit is not None and is_requested(_block(cfg, "reference_model")):
         raise UserError("intervene: edits one model's layers; the learner's check (reference_model=) compares two")
+    if cfg.inputs.get("texts") is not None and is_requested(_block(cfg, "reference_model")):
+        raise UserError("inputs.texts: the learner's check (reference_model=) runs on one text: inputs.text=\"...\"")
     if edit is None and not is_requested(_block(cfg, "reference_model")):
         check_variant_fits(cfg.variant.name, spec)
     if is_requested(_block(cfg, "reference_model")):
@@ -86,12 +88,15 @@ def model_inputs(cfg: DictConfig, loaded: LoadedModel, sizes: ModelSizes) -> Mod
     check_text(cfg)
     longest = sizes.context or cfg.inputs.max_tokens
     if cfg.inputs.kind == "ids":  # given as they are: no tokenizer runs
-        ids = fitting_ids(read_ids(cfg.inputs.ids), "inputs.ids", "", sizes.vocab, longest)
+        batch = [fitting_ids(read_ids(cfg.inputs.ids), "inputs.ids", "", sizes.vocab, longest)]
+    elif cfg.inputs.get("texts") is not None:
+        batch = [token_ids(loaded.tokenizer, text, sizes.vocab, longest, "inputs.texts") for text in cfg.inputs.texts]
+        same_length(batch, loaded.tokenizer.name)
     else:
-        ids = token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, longest)
+        batch = [token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, longest)]
     if loaded.task == "seq2seq":
-        return encoder_decoder_inputs(loaded.module, ids, loaded.tokenizer)
-    return text_inputs(ids, loaded.tokenizer)
+        return encoder_decoder_inputs(loaded.module, batch, loaded.tokenizer)
+    return text_inputs(batch, loaded.tokenizer)
 
 
 def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None, layers_key: Any,
@@ -109,7 +114,7 @@ def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None, 
     n_tokens = max(len(labels) for labels in inputs.labels.values())
     # (1, T, d) tensors kept: each compared layer's input and its changed final hidden states, and the
     # output of every block before the last compared layer (replayed)
-    check_model_fits(loaded.n_parameters, sizes, n_tokens, 2 * len(layers) + max(layers))
+    check_model_fits(loaded.n_parameters, sizes, n_tokens, 2 * len(layers) + max(layers), inputs.scored.shape[0])
     own = OwnCaptures(layers, consume(sizes, attention, layers, slots, inputs) if consume else None)
     run = ModelRun.start(loaded, attention, sizes, inputs, inputs.labels[slots[layers[0]].stack], layers,
                          replay=consume is None, own=own)
@@ -144,10 +149,16 @@ def compute_model_records(cfg: DictConfig, phase: Callable[[str], None] | None =
     spec = model_spec(_block(cfg, "model"))
     chosen = intervention(_block(cfg, "intervene"))
     loaded = load_model(spec, cfg.seed)
+    with evaluating(loaded.module):
+        return _records(cfg, loaded, spec.attention_path, chosen, say, done)
+
+
+def _records(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None, chosen: Intervention | None,
+             say: Callable[[str], None], done: Done) -> list[Record]:
     if chosen is not None:
         return intervention_records(cfg, chosen, loaded, lambda consume: model_run(
-            cfg, loaded, spec.attention_path, cfg.layer, consume), _tokens(loaded), say, done)
-    run, layers, slots, inputs = model_run(cfg, loaded, spec.attention_path, cfg.layer)
+            cfg, loaded, attention_path, cfg.layer, consume), _tokens(loaded), say, done)
+    run, layers, slots, inputs = model_run(cfg, loaded, attention_path, cfg.layer)
     variant = variant_for_layer(cfg.variant.name, run.sizes.heads)
     config = resolved(cfg)
     params = OmegaConf.to_container(cfg.variant.params, resolve=True)

@@ -46,13 +46,23 @@ def hf_tokenizer(transformers: Any, source: str) -> Tokenizer | None:
                      lambda i: tokenizer.decode([i]).encode("utf-8"))
 
 
-def token_ids(tokenizer: Tokenizer, text: str | None, vocab_size: int | None, max_tokens: int) -> list[int]:
+def token_ids(tokenizer: Tokenizer, text: str | None, vocab_size: int | None, max_tokens: int,
+              key: str = "inputs.text") -> list[int]:
     if not text:
-        raise UserError('inputs.text is empty: model= runs on inputs=text inputs.text="some words"')
+        raise UserError(f'{key} is empty: model= runs on inputs=text inputs.text="some words"')
     ids = tokenizer.encode(text)
     if not ids:
-        raise UserError(f"inputs.text: the model's tokenizer ({tokenizer.name}) gives no tokens for it")
-    return fitting_ids(ids, "inputs.text", f" ({tokenizer.name})", vocab_size, max_tokens)
+        raise UserError(f"{key}: the model's tokenizer ({tokenizer.name}) gives no tokens for {text!r}")
+    return fitting_ids(ids, key, f" ({tokenizer.name})", vocab_size, max_tokens)
+
+
+def same_length(batch: list[list[int]], tokenizer: str) -> None:
+    """A batch of texts runs as one (B, T) forward of texts of one length: no padding, so that no
+    position of an item is a pad token whose stages and predictions would be compared as the text's."""
+    lengths = [len(ids) for ids in batch]
+    if len(set(lengths)) > 1:
+        raise UserError(f"inputs.texts are {', '.join(map(str, lengths))} tokens ({tokenizer}): a batch runs texts "
+                        f"of as many tokens, unpadded; shorten or lengthen them, or run each text alone")
 
 
 def fitting_ids(ids: list[int], key: str, source: str, vocab_size: int | None, max_tokens: int) -> list[int]:

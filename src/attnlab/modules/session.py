@@ -103,7 +103,8 @@ _MODELS: dict[str, nn.Module] = {}  # this process's in-memory models, by the na
 
 
 def register_model(module: nn.Module) -> str:
-    """An in-memory model for a `model=` run: `notebook-model:Class-N`, run as a deep copy."""
+    """An in-memory model for a `model=` run: `notebook-model:Class-N`, run as it is (a layer
+    swapped in place and put back, its modes restored: attnlab.model.loading.evaluating)."""
     same = [name for name, known in _MODELS.items() if known is module]
     if same:
         return same[0]
@@ -112,8 +113,12 @@ def register_model(module: nn.Module) -> str:
     return name
 
 
+def holds_model(name: str) -> bool:
+    return name in _MODELS
+
+
 def model(name: str) -> tuple[nn.Module, Any] | None:
-    """(a deep copy of the in-memory model `name`, its config), or None when `name` is none of them.
+    """(the in-memory model `name` itself, its config), or None when `name` is none of them.
 
     The config is the model's own (`.config`, `.cfg`) or, for the source's GPTModel that keeps none,
     the sizes read off its layers: the embedding's width and vocabulary, the attention's head count."""
@@ -127,4 +132,4 @@ def model(name: str) -> tuple[nn.Module, Any] | None:
         config = {"d_in": embeddings[0].embedding_dim if embeddings else None, "num_heads": heads,
                   "vocab_size": embeddings[0].num_embeddings if embeddings else None,
                   "context_length": embeddings[1].num_embeddings if len(embeddings) > 1 else None}
-    return copy.deepcopy(module), config
+    return module, config

@@ -44,7 +44,7 @@ class Prediction:
 @dataclass(frozen=True)
 class Effect:
     """What a change does to a model's output: its next-token distributions against the unmodified
-    run's (attnlab.model.effect), over every position of the text."""
+    run's (attnlab.model.effect), over every position of the text (of every text of a batch)."""
 
     kl_mean: float
     kl_max: float
@@ -55,10 +55,11 @@ class Effect:
     hidden_divergence: float  # max |difference| of the final hidden states
     hidden_relative_divergence: float
     non_finite_positions: int  # positions whose changed prediction holds NaN or infinity
+    batch_items: list[Effect] | None = None  # a batch of texts: each item's own, in order; None: one text
 
     def items(self) -> list[tuple[str, float]]:
-        """(name, value) in field order: the diagnostics a record keeps of it."""
-        return [(f.name, getattr(self, f.name)) for f in fields(self)]
+        """(name, value) in field order: the diagnostics a record keeps of it (its numbers, not its items')."""
+        return [(f.name, getattr(self, f.name)) for f in fields(self) if f.name != "batch_items"]
 
 
 @dataclass(frozen=True, kw_only=True)

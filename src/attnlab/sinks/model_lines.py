@@ -52,8 +52,14 @@ def layer_lines(record: Record) -> list[str]:
     """The model, the layer compared and what the change did to the model's output."""
     lines = [model_line(record), f"layer {record.model.layer_name} of {record.model.n_layers}: "
                                  f"{record.model.attention} against {record.reference.name}"]
-    if record.model.effect is not None:
-        lines.append(effect_line(record.model.effect, effect_positions(record), "effect on the model's output"))
+    effect = record.model.effect
+    if effect is not None and effect.batch_items:  # a batch of texts: over all of them, then each
+        n_texts = len(effect.batch_items)
+        lines.append(effect_line(effect, n_texts * effect_positions(record), f"effect on the model's output, "
+                                                                             f"{n_texts} texts"))
+        lines += [effect_line(item, effect_positions(record), f"  text {i}") for i, item in enumerate(effect.batch_items)]
+    elif effect is not None:
+        lines.append(effect_line(effect, effect_positions(record), "effect on the model's output"))
     if record.model.end_to_end is not None:
         lines.append(effect_line(record.model.end_to_end, record.n_tokens,
                                  "end to end, your model against the reference model (loss: reference → yours)"))

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from attnlab.capture.tags import Tag
 from attnlab.capture.torch_calls import is_inplace
-
-if TYPE_CHECKING:  # provenance keeps its tensors' tags in a Memory
-    from attnlab.capture.provenance import Tag
 
 # in-place writes that put the values of their tensor argument into the destination's positions
 WRITES = {"__setitem__", "copy_", "index_put_", "index_copy_", "masked_scatter_", "scatter_", "index_fill_",

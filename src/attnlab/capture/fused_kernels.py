@@ -16,7 +16,8 @@ import torch
 import torch.nn.attention.flex_attention as flex_attention_api
 import torch.nn.functional as F
 
-from attnlab.capture.provenance import Head, Recording, Tag
+from attnlab.capture.provenance import Head, Recording
+from attnlab.capture.tags import Tag
 from attnlab.capture.torch_calls import bind
 
 _SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")

@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from attnlab.capture.provenance import ACTIVATIONS, ATTENTION, Head, Recording, Tag
+from attnlab.capture.provenance import ACTIVATIONS, ATTENTION, Head, Recording
+from attnlab.capture.tags import Tag
 from attnlab.capture.torch_calls import arranged, as_einsum, replayed
 
 _WEIGHTS_TIMES_VALUES = [sorted([a, b], key=str) for a in ATTENTION for b in ACTIVATIONS]

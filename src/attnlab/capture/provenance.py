@@ -7,12 +7,13 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import nn
 
 from attnlab.capture.buffers import Memory
+from attnlab.capture.tags import Tag
 from attnlab.capture.torch_calls import (
     DIV,
     FIRST_ONLY,
@@ -33,28 +34,6 @@ LOGITS = ("scores", "derived")
 _PRIORITY = ("weights", "derived", "scores", "proj", "param", "input", "context")
 _TAP_KINDS = {"inputs": "input", "scores": "scores", "scaled_scores": "derived", "weights": "weights",
               "weights_applied": "weights", "context": "context"}  # queries, keys, values: "proj"
-
-
-class SoftmaxStep(NamedTuple):
-    """A step of a hand-written softmax: exp(logits * factor - max) / sum(..., dim)."""
-
-    step: str  # "max" | "shifted" | "exp" | "expsum" | "logsoftmax"
-    logits: torch.Tensor
-    factor: float = 1.0
-    dim: int | None = None
-
-
-class Tag(NamedTuple):
-    kind: str  # "input" | "param" | "proj" | "scores" | "derived" (from scores) | "weights" | "context"
-    role: str | None = None  # "param"/"proj": the projection role of the parameter
-    factor: float = 1.0  # "param"/"proj": the scalar the tensor was multiplied by since the projection
-    base: torch.Tensor | None = None  # the same tensor without that factor (same shape); None: divide on use
-    softmax: SoftmaxStep | None = None  # "derived" on the way to a hand-written softmax
-    head: int | None = None  # "scores"/"derived"/"weights"/"context": which score product it comes from
-    columns: torch.Tensor | None = None  # a fused projection's output column of each element (same shape)
-    column_roles: torch.Tensor | None = None  # (fused width,) each fused column's index in QKV_ROLES
-    items: torch.Tensor | None = None  # "input": the batch item of each element (same shape)
-    item: int | None = None  # "proj": the one batch item it was projected from, when one (a loop over the batch)
 
 
 @dataclass

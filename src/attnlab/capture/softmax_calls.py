@@ -11,8 +11,9 @@ from typing import Any
 
 import torch
 
-from attnlab.capture.provenance import LOGITS, Recording, SoftmaxStep, Tag, propagate
+from attnlab.capture.provenance import LOGITS, Recording, propagate
 from attnlab.capture.stages import canonical_axis
+from attnlab.capture.tags import SoftmaxStep, Tag
 from attnlab.capture.torch_calls import DIV, MAX, SUB, one_dim
 
 

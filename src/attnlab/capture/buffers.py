@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from attnlab.capture.tags import Tag
 from attnlab.capture.torch_calls import is_inplace
 
 # in-place writes that put the values of their tensor argument into the destination's positions
@@ -39,9 +40,10 @@ class Memory:
     """The shadows of every storage written with a tagged tensor during one capture."""
 
     shadows: dict[int, _Shadow] = field(default_factory=dict)
-    written: list[Any] = field(default_factory=lambda: [None])  # the tag of each write; 0 is "never written"
+    written: list[Tag | None] = field(default_factory=lambda: [None])  # the tag of each write; 0 is "never written"
 
-    def write(self, func: Callable, name: str, args: tuple, kwargs: dict, tag_of: Callable[[Any], Any]) -> bool:
+    def write(self, func: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+              tag_of: Callable[[torch.Tensor], Tag | None]) -> bool:
         """Record an in-place op on a buffer (an untagged destination): a write of a tagged tensor
         gets a shadow, any other change to a shadowed storage marks its elements unknown. True
         when the op was a write of tagged values."""
@@ -58,7 +60,7 @@ class Memory:
             writes.fill_(_UNKNOWN)
             return False
         source, tag = values[0] if values else (None, None)
-        if source is not None:
+        if tag is not None:
             self.written.append(tag._replace(base=None, columns=None, column_roles=tag.column_roles))
         index = len(self.written) - 1 if source is not None else 0
         origin = tag.columns if tag is not None and tag.columns is not None else None
@@ -69,7 +71,7 @@ class Memory:
                                                    if source is not None else None))
         return source is not None
 
-    def tag(self, tensor: torch.Tensor) -> Any:
+    def tag(self, tensor: torch.Tensor) -> Tag | None:
         """The tag of what `tensor` reads from a written storage, when its elements agree on one."""
         shadow = self._shadow(tensor, create=False)
         if shadow is None or tensor.numel() == 0:
@@ -77,7 +79,7 @@ class Memory:
         held = self._view(shadow, shadow.writes, tensor).unique()
         if int(held.min()) <= 0:  # an element never written, or changed since
             return None
-        tags = [self.written[int(i)] for i in held]
+        tags = [tag for i in held if (tag := self.written[int(i)]) is not None]  # all of them: none is 0
         first = tags[0]
         if any((t.kind, t.role, t.factor, t.head) != (first.kind, first.role, first.factor, first.head) for t in tags):
             return None
@@ -118,7 +120,7 @@ def _address(tensor: torch.Tensor) -> int:
         return 0
 
 
-def _replay(func: Callable, args: tuple, kwargs: dict, destination: torch.Tensor, shadow: torch.Tensor,
+def _replay(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], destination: torch.Tensor, shadow: torch.Tensor,
             source: torch.Tensor | None, substitute: torch.Tensor | None) -> None:
     """The write once more into the shadow: the destination swapped for the shadow's view, the
     written tensor for `substitute` (a constant written is 0, "never written")."""

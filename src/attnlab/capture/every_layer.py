@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from contextvars import Token
 from typing import Any
 
 import torch
@@ -25,10 +26,11 @@ Captured = Callable[[int, Capture], None]
 _UNPACK = CallConvention()  # the output among what the layer returned: (output, weights) or a tensor
 
 
-def _hidden(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor:
+def _hidden(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
     """The hidden states of an attention call: the first positional argument, else the first 3-D tensor keyword."""
     if args:
-        return args[0]
+        first: torch.Tensor = args[0]  # the hidden states, as the module's forward takes them
+        return first
     return next(v for v in kwargs.values() if isinstance(v, torch.Tensor) and v.dim() == 3)
 
 
@@ -36,18 +38,18 @@ def _hidden(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor:
 def every_layer(modules: Sequence[nn.Module], captured: Captured) -> Iterator[None]:
     """While inside, each call of `modules[i]` is captured and handed to `captured(i, capture)`."""
     recorder = _Recorder(None)
-    open_calls: list[tuple[provenance.Recording, torch.Tensor, Any]] = []
+    open_calls: list[tuple[provenance.Recording, torch.Tensor, Token[provenance.Recording | None]]] = []
 
-    def start(module: nn.Module):
-        def pre(_module, args, kwargs):
+    def start(module: nn.Module) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
+        def pre(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             hidden = _hidden(args, kwargs)
             recording = provenance.Recording(module, hidden)
             open_calls.append((recording, hidden, _ACTIVE.set(recording)))
             recorder.rec = recording
         return pre
 
-    def finish(index: int, module: nn.Module):
-        def post(_module, _args, _kwargs, out):
+    def finish(index: int, module: nn.Module) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], None]:
+        def post(_module: nn.Module, _args: tuple[Any, ...], _kwargs: dict[str, Any], out: Any) -> None:
             recording, hidden, token = open_calls.pop()
             _ACTIVE.reset(token)
             recorder.rec = open_calls[-1][0] if open_calls else None  # a watched module inside another

@@ -8,7 +8,7 @@ marked `reconstructed`."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,7 +16,8 @@ import torch
 import torch.nn.attention.flex_attention as flex_attention_api
 import torch.nn.functional as F
 
-from attnlab.capture.provenance import Head, Recording, Tag
+from attnlab.capture.provenance import Head, Recording
+from attnlab.capture.tags import Tag
 from attnlab.capture.torch_calls import bind
 
 _SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
@@ -47,7 +48,7 @@ def attend(queries: torch.Tensor, keys: torch.Tensor, *, scale: float, mask: tor
     return {"scores": scores, "scaled_scores": scaled, "weights": weights}
 
 
-def sdpa(rec: Recording, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+def sdpa(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor) -> None:
     call = {**dict(zip(_SDPA_PARAMETERS, args)), **kwargs}  # a builtin: no signature to bind
     if not all(isinstance(call.get(n), torch.Tensor) for n in _SDPA_PARAMETERS[:3]):
         return
@@ -68,7 +69,7 @@ def sdpa(rec: Recording, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
     head.reconstructed |= {"scores", "scaled_scores", "weights"}
     head.softmax_dim, head.softmax_axis = q.dim() - 1, 3
     if call.get("dropout_p"):
-        head.found["weights_applied"] = None  # drawn inside the kernel: cannot be seen
+        head.unseen.add("weights_applied")  # drawn inside the kernel
     head.found["context"] = out
     head.roles = (head.sources.get("queries"), head.sources.get("keys"))
     again = next((h for h in rec.heads if all(_same(h.found.get(s), head.found[s]) for s in _SAME_MAP)), None)
@@ -87,7 +88,7 @@ def _same(a: torch.Tensor | None, b: torch.Tensor) -> bool:
     return a is b or (a is not None and a.shape == b.shape and bool(torch.equal(a, b)))
 
 
-def flex_attention(rec: Recording, args: tuple, out: Any) -> None:
+def flex_attention(rec: Recording, args: tuple[Any, ...], out: Any) -> None:
     """FlexAttention's operator (query, key, value, score_mod, block mask as a tuple, scale, ...):
     read as SDPA with the mask its block mask's mask_mod makes, and score_mod as an added float
     mask (what it changes in the scaled scores)."""
@@ -108,7 +109,7 @@ def flex_attention(rec: Recording, args: tuple, out: Any) -> None:
     sdpa(rec, (q, k, v), {"attn_mask": mask, "scale": scale}, out[0])
 
 
-def multi_head_attention(rec: Recording, func, args: tuple, kwargs: dict) -> Any:
+def multi_head_attention(rec: Recording, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """nn.MultiheadAttention's functional form: every stage from its own arguments, its output its own."""
     out = func(*args, **kwargs)
     call = bind(func, args, kwargs)

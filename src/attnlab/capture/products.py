@@ -11,15 +11,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
-from attnlab.capture.provenance import ACTIVATIONS, ATTENTION, Head, Recording, Tag
+from attnlab.capture.provenance import ACTIVATIONS, ATTENTION, Head, Recording
+from attnlab.capture.tags import Tag
 from attnlab.capture.torch_calls import arranged, as_einsum, replayed
 
 _WEIGHTS_TIMES_VALUES = [sorted([a, b], key=str) for a in ATTENTION for b in ACTIVATIONS]
 
 
-def product(rec: Recording, func, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+def product(rec: Recording, func: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+            out: torch.Tensor) -> None:
     spec = as_einsum(name, args)
     if spec is None or not isinstance(out, torch.Tensor):
         return
@@ -28,18 +33,24 @@ def product(rec: Recording, func, name: str, args: tuple, kwargs: dict, out: tor
     kinds = [t.kind if t is not None else None for t in tags]
     if "param" in kinds:
         _projection(rec, func, args, kwargs, operands, tags, kinds.index("param"), out)
-    elif all(k in ACTIVATIONS for k in kinds):
+        return
+    known = [t for t in tags if t is not None]
+    if len(known) != len(tags):  # an untagged operand: neither the scores nor the context
+        return
+    if all(k in ACTIVATIONS for k in kinds):
         head = _repeated_product(rec, operands, letters, out_letters)
         if head is None:
-            _scores(rec, name, operands, letters, out_letters, tags, out)
+            _scores(rec, name, operands, letters, out_letters, known, out)
         else:
             rec.set_tag(out, Tag("scores", head=head))  # the scores written out again (a denominator)
     elif sorted(kinds, key=str) in _WEIGHTS_TIMES_VALUES:
-        _context(rec, operands, letters, out_letters, tags, out)
+        _context(rec, operands, letters, out_letters, known, out)
 
 
-def _projection(rec: Recording, func, args, kwargs, operands, tags, i: int, out: torch.Tensor) -> None:
+def _projection(rec: Recording, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                operands: list[torch.Tensor], tags: list[Tag | None], i: int, out: torch.Tensor) -> None:
     param = tags[i]
+    assert param is not None  # the operand `product` found a parameter in
     if id(operands[i]) in rec.out and tags[1 - i] is not None:
         rec.out_inputs.append(operands[1 - i])  # the merged context, as the output projection saw it
     layout = rec.fused.get(id(operands[i]))
@@ -63,7 +74,7 @@ def _item(tag: Tag | None) -> int | None:
     return int(held[0]) if held is not None and len(held) == 1 else None
 
 
-def _repeated_product(rec: Recording, operands, letters, out_letters) -> int | None:
+def _repeated_product(rec: Recording, operands: list[torch.Tensor], letters: list[str], out_letters: str) -> int | None:
     """The index of a head whose score product this is again (a softmax's denominator), else None."""
     for index, head in enumerate(rec.heads):
         first = head.operands
@@ -75,12 +86,13 @@ def _repeated_product(rec: Recording, operands, letters, out_letters) -> int | N
     return None
 
 
-def _scores(rec: Recording, name, operands, letters, out_letters, tags, out) -> None:
+def _scores(rec: Recording, name: str, operands: list[torch.Tensor], letters: list[str], out_letters: str,
+            tags: list[Tag], out: torch.Tensor) -> None:
     row, col = out_letters[-2], out_letters[-1]
     batch = out_letters[:-2]
     position = [0 if row in letters[0] and row not in letters[1] else 1]
     position.append(1 - position[0])  # operand index in the row (queries) and column (keys) position
-    roles = tuple(rec.role(tags[i]) for i in position)
+    roles = (rec.role(tags[position[0]]), rec.role(tags[position[1]]))
     if roles == ("keys", "queries"):  # keys @ queries.T: label by provenance, not by position
         position.reverse()
     items = {tags[i].item for i in position}
@@ -105,7 +117,8 @@ def _scores(rec: Recording, name, operands, letters, out_letters, tags, out) -> 
     rec.set_tag(out, Tag("scores" if name != "baddbmm" else "derived", head=len(rec.heads) - 1))
 
 
-def _context(rec: Recording, operands, letters, out_letters, tags, out) -> None:
+def _context(rec: Recording, operands: list[torch.Tensor], letters: list[str], out_letters: str, tags: list[Tag],
+             out: torch.Tensor) -> None:
     w = 0 if tags[0].kind in ATTENTION else 1
     v = 1 - w
     head = rec.head_of(tags[w])

@@ -5,13 +5,15 @@ the score products found so far, and how tags pass through ops that keep a tenso
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import nn
 
 from attnlab.capture.buffers import Memory
+from attnlab.capture.tags import Tag
 from attnlab.capture.torch_calls import (
     DIV,
     FIRST_ONLY,
@@ -34,28 +36,6 @@ _TAP_KINDS = {"inputs": "input", "scores": "scores", "scaled_scores": "derived",
               "weights_applied": "weights", "context": "context"}  # queries, keys, values: "proj"
 
 
-class SoftmaxStep(NamedTuple):
-    """A step of a hand-written softmax: exp(logits * factor - max) / sum(..., dim)."""
-
-    step: str  # "max" | "shifted" | "exp" | "expsum" | "logsoftmax"
-    logits: torch.Tensor
-    factor: float = 1.0
-    dim: int | None = None
-
-
-class Tag(NamedTuple):
-    kind: str  # "input" | "param" | "proj" | "scores" | "derived" (from scores) | "weights" | "context"
-    role: str | None = None  # "param"/"proj": the projection role of the parameter
-    factor: float = 1.0  # "param"/"proj": the scalar the tensor was multiplied by since the projection
-    base: torch.Tensor | None = None  # the same tensor without that factor (same shape); None: divide on use
-    softmax: SoftmaxStep | None = None  # "derived" on the way to a hand-written softmax
-    head: int | None = None  # "scores"/"derived"/"weights"/"context": which score product it comes from
-    columns: torch.Tensor | None = None  # a fused projection's output column of each element (same shape)
-    column_roles: torch.Tensor | None = None  # (fused width,) each fused column's index in QKV_ROLES
-    items: torch.Tensor | None = None  # "input": the batch item of each element (same shape)
-    item: int | None = None  # "proj": the one batch item it was projected from, when one (a loop over the batch)
-
-
 @dataclass
 class Head:
     """What one score product led to: a head of its own, or every head of a batched product."""
@@ -64,9 +44,10 @@ class Head:
     sources: dict[str, str | None] = field(default_factory=dict)
     prescale: dict[str, float] = field(default_factory=dict)
     reconstructed: set[str] = field(default_factory=set)
+    unseen: set[str] = field(default_factory=set)  # stages made inside a kernel where nothing can see them
     softmax_dim: int | None = None  # in the rank of the module's own tensor
     softmax_axis: int | None = None  # in the canonical (batch, heads, query, key) view
-    operands: tuple | None = None  # the score product's operands and einsum letters
+    operands: tuple[list[torch.Tensor], list[str], str] | None = None  # the score product's operands and einsum letters
     roles: tuple[str | None, str | None] = (None, None)
     output: torch.Tensor | None = None  # the context tensor as the module made it
     item: int | None = None  # the one batch item its queries and keys come from (a loop over the batch)
@@ -87,7 +68,7 @@ class Recording:
                                               if roles.get(name) == "qkv"}
         self.out = {id(p) for name, p in named if roles.get(name) == "out"}
         self.out_inputs: list[torch.Tensor] = []  # what each output-projection product was given
-        self.tags: dict[int, tuple[weakref.ref, Tag]] = {}
+        self.tags: dict[int, tuple[weakref.ref[torch.Tensor], Tag]] = {}
         self.heads: list[Head] = []
         self.explicit: dict[str, torch.Tensor] = {}
         self.gate: str | None = None  # the projection whose columns gate the context before the output projection
@@ -147,7 +128,7 @@ class Recording:
         self.heads, self.explicit, self.tags, self.out_inputs, self.memory = [], {}, {}, [], Memory()
 
 
-def propagate(rec: Recording, func, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
     """The output of an op carries its most telling input's tag: a view of a projection is that
     projection, anything computed from the scores is derived from them."""
     outputs = tensors_in([out])
@@ -182,14 +163,15 @@ def propagate(rec: Recording, func, name: str, args: tuple, kwargs: dict, out: A
         rec.set_tag(tensor, new)
 
 
-def _sinks(rec: Recording, args: tuple, kwargs: dict, tagged: list, tag: Tag, out: torch.Tensor) -> bool:
+def _sinks(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], tagged: list[tuple[torch.Tensor, Tag]], tag: Tag,
+           out: torch.Tensor) -> bool:
     """torch.cat([logits, sinks], dim=-1): a learned per-head logit column joins the softmax input
     (gpt-oss's sinks); the head keeps it apart, so its scaled scores and weights stay (query, key)."""
     pieces = args[0] if args else kwargs.get("tensors")
     dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
     if tag.kind not in LOGITS or tag.head is None or not isinstance(pieces, (tuple, list)) or len(pieces) != 2:
         return False
-    kinds = [rec.tag(p).kind if rec.tag(p) is not None else None for p in pieces]
+    kinds = [t.kind if (t := rec.tag(p)) is not None else None for p in pieces]
     if sorted(kinds, key=str) not in (sorted([tag.kind, "param"], key=str),) or dim % out.dim() != out.dim() - 1:
         return False
     after = kinds[1] == "param"
@@ -198,7 +180,7 @@ def _sinks(rec: Recording, args: tuple, kwargs: dict, tagged: list, tag: Tag, ou
     return True
 
 
-def _gate(rec: Recording, tagged: list, out: torch.Tensor) -> bool:
+def _gate(rec: Recording, tagged: list[tuple[torch.Tensor, Tag]], out: torch.Tensor) -> bool:
     """context * sigmoid(gate), the gate a projection's own columns (Qwen3-Next's q_proj): still the
     context, on its way to the output projection; the projection is noted."""
     kinds = {tag.kind: tag for _, tag in tagged}
@@ -212,7 +194,7 @@ def _gate(rec: Recording, tagged: list, out: torch.Tensor) -> bool:
 def keep_scores_before_inplace(rec: Recording, target: Any) -> None:
     """An in-place op is about to overwrite a recorded scores tensor: keep its values first."""
     tag = rec.tag(target)
-    if tag is None or tag.kind != "scores" or tag.head is None:
+    if tag is None or tag.kind != "scores" or tag.head is None or not isinstance(target, torch.Tensor):
         return
     head = rec.heads[tag.head]
     if head.found.get("scores") is target:
@@ -220,7 +202,7 @@ def keep_scores_before_inplace(rec: Recording, target: Any) -> None:
     rec.set_tag(target, Tag("derived", head=tag.head))
 
 
-def scaling(rec: Recording, name: str, args: tuple, kwargs: dict, out: Any) -> bool:
+def scaling(rec: Recording, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
     """A projection (or projection parameter) times a scalar: keep its provenance, record the factor."""
     if not isinstance(out, torch.Tensor) or len(args) not in (1, 2) or kwargs.get("rounding_mode") is not None:
         return False
@@ -246,7 +228,7 @@ def scaling(rec: Recording, name: str, args: tuple, kwargs: dict, out: Any) -> b
     return False
 
 
-def _factors(rec: Recording, name: str, args: tuple) -> list[tuple[Any, float | None]]:
+def _factors(rec: Recording, name: str, args: tuple[Any, ...]) -> list[tuple[Any, float | None]]:
     """(operand, the scalar it is multiplied by) for each operand a product or quotient may scale."""
     if name in MUL and len(args) == 2:
         return [(args[0], _scalar(rec, args[1])), (args[1], _scalar(rec, args[0]))]

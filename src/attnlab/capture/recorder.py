@@ -40,7 +40,9 @@ nn.MultiheadAttention), `buffers` (writes into a buffer such as a KV cache); `re
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from contextvars import ContextVar
+from typing import Any
 
 import torch
 from torch import nn
@@ -107,7 +109,8 @@ class _Recorder(TorchFunctionMode):
         super().__init__()
         self.rec = recording  # None between the modules a whole-model capture watches: calls pass through
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Callable[..., Any], types: Collection[type], args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         rec, name = self.rec, op_name(func)
         if rec is None:

@@ -55,7 +55,10 @@ def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
         view = canonical(tensor, rec.batch) if stage not in ("inputs", "output") else canonical_tokens(tensor)
         if view is not None:
             found[stage], native[stage] = view, tuple(tensor.shape)
-    found["inputs"], native["inputs"] = canonical_tokens(x), tuple(x.shape)
+    inputs = canonical_tokens(x)
+    if inputs is None:  # the inputs' own check allows only these ranks
+        raise ValueError(f"inputs of shape {tuple(x.shape)}: expected (tokens, width) or (batch, tokens, width)")
+    found["inputs"], native["inputs"] = inputs, tuple(x.shape)
     out = returned.output
     output_is_context = False
     if isinstance(out, torch.Tensor):
@@ -70,7 +73,7 @@ def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
     sources = {s: (first.sources.get(s) if s in found else None) for s in ("queries", "keys", "values")}
     reconstructed = sorted(set().union(*(h.reconstructed for h in rec.heads)) & set(found)) if rec.heads else []
     missing = [s for s in STAGES if s not in found and s != "weights_applied"]
-    if any(h.found.get("weights_applied", 0) is None for h in rec.heads):
+    if any("weights_applied" in h.unseen for h in rec.heads):
         missing.append("weights_applied")
     tokens = found["inputs"].shape[-2]
     unobservable = {**placement.unplaced(found, found["inputs"].shape[0], tokens), **unobservable}
@@ -83,9 +86,10 @@ def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
 def _sinks(heads: list[Head], batch: int) -> torch.Tensor | None:
     """Each head's sink logits (heads, columns), when its softmax had them: a copy, the module's are parameters."""
     views = [canonical(h.sinks[0], batch) for h in heads if h.sinks is not None]
-    if not views or any(v is None for v in views):
+    placed = [v for v in views if v is not None]
+    if not placed or len(placed) != len(views):
         return None
-    return torch.cat([v[0, :, 0] for v in views]).detach().clone()
+    return torch.cat([v[0, :, 0] for v in placed]).detach().clone()
 
 
 def _head_stages(heads: list[Head], batch: int) -> tuple[dict[str, torch.Tensor], dict[str, tuple[int, ...]],
@@ -101,13 +105,16 @@ def _head_stages(heads: list[Head], batch: int) -> tuple[dict[str, torch.Tensor]
     applied = [h for h in heads if "context" in h.found]
     combined = 0 < len(applied) < len(heads)
     for stage in STAGES[1:-1]:
-        tensors = [h.found.get(stage) for h in (applied if combined and stage in _APPLIED else heads)]
-        if not tensors or any(t is None for t in tensors):
+        making = applied if combined and stage in _APPLIED else heads
+        tensors = [t for h in making if (t := h.found.get(stage)) is not None]
+        if not tensors or len(tensors) != len(making):
             continue
-        items = [h.item for h in (applied if combined and stage in _APPLIED else heads)]
-        per_item = batch > 1 and None not in items and sorted(set(items)) == list(range(batch))
-        views = [canonical(t, 1 if per_item else batch) for t in tensors]
-        if any(c is None for c in views) or len({c.shape[:1] + c.shape[2:] for c in views}) != 1:
+        items = [h.item for h in making]
+        numbered = [i for i in items if i is not None]
+        per_item = batch > 1 and len(numbered) == len(items) and sorted(set(numbered)) == list(range(batch))
+        placed = [canonical(t, 1 if per_item else batch) for t in tensors]
+        views = [c for c in placed if c is not None]
+        if len(views) != len(placed) or len({c.shape[:1] + c.shape[2:] for c in views}) != 1:
             continue
         if per_item:  # a loop over the batch: each item's heads side by side, the items one after the other
             by_item = [torch.cat([v for v, i in zip(views, items) if i == item], dim=1) for item in range(batch)]

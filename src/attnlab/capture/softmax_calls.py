@@ -11,16 +11,18 @@ from typing import Any
 
 import torch
 
-from attnlab.capture.provenance import LOGITS, Recording, SoftmaxStep, Tag, propagate
+from attnlab.capture.provenance import LOGITS, Recording, propagate
 from attnlab.capture.stages import canonical_axis
+from attnlab.capture.tags import SoftmaxStep, Tag
 from attnlab.capture.torch_calls import DIV, MAX, SUB, one_dim
 
 
-def softmax(rec: Recording, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+def softmax(rec: Recording, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor) -> None:
     """torch.softmax / log_softmax in any spelling."""
     source = args[0] if args else kwargs.get("input")
-    tag = rec.tag(source)
-    if tag is None or tag.kind not in LOGITS or "weights" in rec.head_of(tag).found:
+    tag = rec.tag(source)  # a tag only on a tensor
+    if tag is None or tag.kind not in LOGITS or "weights" in rec.head_of(tag).found \
+            or not isinstance(source, torch.Tensor):
         propagate(rec, None, name, args, kwargs, out)
         return
     dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
@@ -37,7 +39,7 @@ def softmax(rec: Recording, name: str, args: tuple, kwargs: dict, out: torch.Ten
     _record(rec, tag.head, logits, dim, out)
 
 
-def manual_softmax(rec: Recording, name: str, args: tuple, kwargs: dict, out: Any) -> bool:
+def manual_softmax(rec: Recording, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
     """exp of scores-derived logits (max-shifted or not), divided by its own sum along one dim."""
     if not args or not isinstance(args[0], torch.Tensor):
         return False
@@ -45,7 +47,11 @@ def manual_softmax(rec: Recording, name: str, args: tuple, kwargs: dict, out: An
     if tag is None or tag.kind not in LOGITS or "weights" in rec.head_of(tag).found:
         return False
     step = tag.softmax or SoftmaxStep("", args[0])
-    derived = lambda s: Tag("derived", softmax=s, head=tag.head)  # noqa: E731
+    head = tag.head
+
+    def derived(s: SoftmaxStep) -> Tag:
+        return Tag("derived", softmax=s, head=head)
+
     if name in MAX:
         rec.tag_all(out, derived(SoftmaxStep("max", args[0])))
         return True
@@ -56,7 +62,7 @@ def manual_softmax(rec: Recording, name: str, args: tuple, kwargs: dict, out: An
             return True
         return False
     if name == "exp":
-        if step.step == "logsoftmax":
+        if step.step == "logsoftmax" and step.dim is not None:  # log_softmax's dim, always set
             _record(rec, tag.head, step.logits, step.dim, out)
             return True
         logits, factor = (step.logits, step.factor) if step.step == "shifted" else (args[0], 1.0)
@@ -77,7 +83,7 @@ def _normalised(rec: Recording, tag: Tag, step: SoftmaxStep, total: torch.Tensor
     """exp(...) / total: the softmax when `total` is the sum of the same exp along one dim."""
     total_tag = rec.tag(total)
     total_step = total_tag.softmax if total_tag is not None else None
-    if total_step is None or total_step.step != "expsum":
+    if total_step is None or total_step.step != "expsum" or total_step.dim is None:  # an expsum has its dim
         return False
     if not (total_step.factor == step.factor and _same(total_step.logits, step.logits)
             and _broadcasts_along(total, out, total_step.dim)):

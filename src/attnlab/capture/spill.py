@@ -72,8 +72,9 @@ def release(*values: Any) -> None:
         tensors = stages.values() if isinstance(stages, dict) else [value]
         for tensor in tensors:
             memory_map = getattr(tensor, _MAP, None) if isinstance(tensor, torch.Tensor) else _memory_map_of(tensor)
-            if memory_map is not None and getattr(memory_map, "_mmap", None) is not None:
-                memory_map._mmap.madvise(mmap.MADV_DONTNEED)
+            mapped = getattr(memory_map, "_mmap", None)  # numpy's own mmap.mmap of the file, None once closed
+            if mapped is not None:
+                mapped.madvise(mmap.MADV_DONTNEED)
 
 
 def _memory_map_of(array: Any) -> np.memmap | None:

@@ -50,7 +50,7 @@ def tensors_in(values: Any) -> list[torch.Tensor]:
     return found
 
 
-def as_einsum(name: str, args: tuple) -> tuple[list[torch.Tensor], list[str], str] | None:
+def as_einsum(name: str, args: tuple[Any, ...]) -> tuple[list[torch.Tensor], list[str], str] | None:
     """Any two-operand product as (operands, their index letters, output letters), every dim named."""
     if name == "einsum":
         operands = list(args[1]) if len(args) == 2 and isinstance(args[1], (tuple, list)) else list(args[1:])
@@ -90,21 +90,21 @@ def is_inplace(name: str) -> bool:
         "__iadd__", "__isub__", "__imul__", "__itruediv__", "__idiv__")
 
 
-def bind(func: Any, args: tuple, kwargs: dict) -> dict[str, Any] | None:
+def bind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
     try:
         return dict(inspect.signature(func).bind(*args, **kwargs).arguments)
     except (TypeError, ValueError):
         return None
 
 
-def replayed(func: Any, args: tuple, kwargs: dict, tensor: torch.Tensor, substitute: torch.Tensor,
+def replayed(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], tensor: torch.Tensor, substitute: torch.Tensor,
              outputs: list[torch.Tensor]) -> list[torch.Tensor | None] | None:
     """`func` once more with `substitute` in place of `tensor` (the mode is off inside its handler),
     matched to `outputs` one for one; None where the replay does not fit."""
     if func is None:
         return None
 
-    def swap(value):
+    def swap(value: Any) -> Any:
         if value is tensor:
             return substitute
         if isinstance(value, (tuple, list)):

@@ -19,9 +19,9 @@ import torch
 
 from attnlab.capture.recorder import Capture
 from attnlab.capture.stages import STAGES
-from attnlab.diagnosis.diagnostics import blocks, stage_tolerance
+from attnlab.diagnosis.diagnostics import stage_tolerance
 from attnlab.diagnosis.masking import with_masks_as_neg_inf
-from attnlab.diagnosis.stage_blocks import one_thread
+from attnlab.diagnosis.stage_blocks import blocks, one_thread
 
 NOT_CHECKED_EQUAL = "batch mixing not checked: the batch items are equal; use inputs=random"
 

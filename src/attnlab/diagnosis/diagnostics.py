@@ -120,8 +120,13 @@ def stage_tolerance(stage: str, capture: Capture, eps: float | None = None, peak
     when float32 cannot resolve the weights, the comparison says so instead of guessing.
     """
     stages = capture.stages
-    peak = (lambda s: peaks.peak[s]) if peaks else (lambda s: max_abs(stages[s]))  # noqa: E731
-    finite = (lambda s: peaks.finite[s]) if peaks else (lambda s: finite_max_abs(stages[s]))  # noqa: E731
+
+    def peak(s: str) -> float:
+        return peaks.peak[s] if peaks else max_abs(stages[s])
+
+    def finite(s: str) -> float:
+        return peaks.finite[s] if peaks else finite_max_abs(stages[s])
+
     atol = 1e-6
     eps = capture_eps(capture) if eps is None else eps
     if stage not in ("weights", "weights_applied", "context", "output"):
@@ -149,9 +154,8 @@ def stage_differs(stage: str, variant: Capture, reference: Capture, other: torch
     ref = reference.stages[stage]
     if mine.shape != ref.shape:
         return True
-    known = other is None and diff is not None and not math.isnan(diff)
-    diff = diff if known else max_abs_diff(mine, ref)
-    return not diff <= stage_tolerance(stage, reference, max(capture_eps(variant), capture_eps(reference)), peaks)
+    measured = diff if other is None and diff is not None and not math.isnan(diff) else max_abs_diff(mine, ref)
+    return not measured <= stage_tolerance(stage, reference, max(capture_eps(variant), capture_eps(reference)), peaks)
 
 
 def first_divergent_stage(variant: Capture, reference: Capture, diagnostics: dict[str, float] | None = None,
@@ -269,7 +273,7 @@ def softmax_checks(capture: Capture) -> tuple[float, float]:
     for i in blocks(weights):
         p = torch.softmax(logits[i] * scale if scale != 1.0 else logits[i], dim=-1)
         softmax_gaps.append(max_abs_diff(p, weights[i], scratch))
-        if per_token:
+        if per_token and values is not None and context is not None and isinstance(i[1], int):  # (batch, head, rows)
             kv = kv_head_of(i[1], heads, kv_heads, capture.kv_order)  # the values head this query head reads
             token_gaps.append(max_abs_diff(p @ values[i[0], kv], context[i]))
     return max(softmax_gaps, default=NAN), max(token_gaps, default=NAN)

@@ -100,17 +100,19 @@ def neg_infs(capture: Capture, measured: Peaks) -> dict[str, NegInf]:
 
 @releasing
 def _neg_inf(values: torch.Tensor, weights: torch.Tensor | None) -> NegInf:
-    paired, matrix = weights is not None and weights.shape == values.shape, values.dim() >= 2
+    paired = weights if weights is not None and weights.shape == values.shape else None
+    matrix = values.dim() >= 2
     if not matrix:  # one row
-        values, weights = values.reshape(1, -1), weights.reshape(1, -1) if paired else None
+        values, paired = values.reshape(1, -1), paired.reshape(1, -1) if paired is not None else None
     count = placed = 0
     clean, first, same = True, [], True  # first: the first (batch, head)'s -inf, a block of rows at a time
     for n, lead in enumerate(itertools.product(*(range(k) for k in values.shape[:-2]))):
         for k, rows in enumerate(row_blocks(values.shape[-2])):
-            block = values[(*lead, rows)]  # (rows, key)
+            index: tuple[int | slice, ...] = (*lead, rows)
+            block = values[index]  # (rows, key)
             hidden = torch.isneginf(block)
             n_hidden = int(hidden.count_nonzero())  # count_nonzero: a bool sum is several times slower
-            weighted = int((hidden & weights[(*lead, rows)].bool()).count_nonzero()) if paired else n_hidden
+            weighted = int((hidden & paired[index].bool()).count_nonzero()) if paired is not None else n_hidden
             count, placed = count + n_hidden, placed + n_hidden - weighted
             clean = clean and float(block.amax()) < math.inf  # a NaN compares False
             if n == 0:

@@ -40,7 +40,7 @@ def row_blocks(n: int, block: int = BLOCK_ROWS) -> Iterator[slice]:
         yield slice(start, min(start + block, n))
 
 
-def blocks(t: torch.Tensor) -> Iterator[tuple]:
+def blocks(t: torch.Tensor) -> Iterator[tuple[int | slice, ...]]:
     """Index tuples covering `t`: every leading (batch, head) position, query rows in blocks."""
     if t.dim() < 2:
         yield (slice(None),)

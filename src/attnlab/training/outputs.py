@@ -89,7 +89,7 @@ def write_band(folder: Path, per_seed: list[dict[int, dict[str, float]]], label:
                                                  for tag in BANDED}}
     with EventFile(folder) as events:
         for step in sorted(per_seed[0]):
-            values = {}
+            values: dict[str, float] = {}
             for tag in BANDED:
                 seen = [s[step][tag] for s in per_seed if tag in s.get(step, {})]
                 if seen:

@@ -4,13 +4,14 @@ loss, causal accuracy) of both sides as inline SVG, each seed a line."""
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import Any
 
 COLOURS = {"reference": "#1f77b4", "variant": "#d62728"}
 WIDTH, HEIGHT, PAD = 420, 220, 30
 
 
-def _polyline(points: list[tuple[float, float]], x_max: float, y_max: float, colour: str) -> str:
+def _polyline(points: Sequence[tuple[float, float]], x_max: float, y_max: float, colour: str) -> str:
     scaled = " ".join(f"{PAD + x / x_max * (WIDTH - 2 * PAD):.1f},{HEIGHT - PAD - y / y_max * (HEIGHT - 2 * PAD):.1f}"
                       for x, y in points)
     return f'<polyline fill="none" stroke="{colour}" stroke-width="1.2" points="{scaled}"/>'
@@ -18,7 +19,7 @@ def _polyline(points: list[tuple[float, float]], x_max: float, y_max: float, col
 
 def curve_svg(data: dict[str, Any], title: str, series: str) -> str:
     """`series`: "loss" (the training loss at every step) or "causal_accuracy" (at each evaluation)."""
-    lines = []
+    lines: list[tuple[str, list[tuple[float, float]]]] = []
     for run in data["seeds"]:
         for side in ("reference", "variant"):
             if series == "loss":

@@ -7,6 +7,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.configured import container
 from attnlab.errors import UserError
 
 TASKS = ("induction", "mqar", "text")
@@ -48,7 +49,7 @@ def wants_training(cfg: DictConfig) -> bool:
 
 def settings_of(cfg: DictConfig) -> TrainingConf:
     """The config's `training` block as a TrainingConf (checked by `check_settings`)."""
-    node = OmegaConf.to_container(cfg.training, resolve=True)
+    node = container(cfg.training)
     sizes = ModelSizes(**node.pop("model", {}))
     return TrainingConf(**node, model=sizes)
 

@@ -19,7 +19,7 @@ RESULT_FILE = "training.json"
 
 
 def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat = {}
+    flat: dict[str, Any] = {}
     for key, value in settings.items():
         flat |= _flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value}
     return flat

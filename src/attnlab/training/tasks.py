@@ -106,6 +106,7 @@ def make_task(settings: TrainingConf) -> Task:
     """The task the settings name; its sizes checked (UserError) before any model is built."""
     T = settings.model.context_length
     if settings.task == "text":
+        assert settings.path is not None  # check_settings: the text task names its file
         return Text(settings.path, T)
     if settings.task == "mqar":
         return MultiQueryRecall(settings.vocab, T, settings.pairs)

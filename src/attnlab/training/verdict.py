@@ -78,8 +78,8 @@ def rows(summaries: Sequence[dict[str, dict[str, float]]]) -> list[Row]:
         variant = Stat(tuple(s["variant"][measure] for s in summaries if measure in s["variant"]))
         if reference.values and variant.values:
             floor = floor * abs(reference.mean) if measure in RELATIVE_FLOORS else floor
-            shown = tuple(_reached(summaries, side, stat) for side, stat in (("reference", reference), ("variant", variant))
-                          ) if measure == "steps_to_target" else ("", "")
+            shown = (_reached(summaries, "reference", reference), _reached(summaries, "variant", variant)
+                     ) if measure == "steps_to_target" else ("", "")
             table.append(Row(measure, what, reference, variant, clear(reference, variant, floor), shown))
     return table
 

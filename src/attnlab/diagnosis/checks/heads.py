@@ -204,7 +204,8 @@ def _merge_and_projection(ctx: Context, found: Found) -> list[Finding]:
     out, ref_out, ctx_vec = ctx.v.stages.get("output"), ctx.ref.stages.get("output"), ctx.v.stages.get("context")
     # recognised changes only (RoPE, a window): the context moved on purpose, the merge is still judged
     deliberate = bool(found.findings) and not found.errors()
-    if ctx_vec is None or ctx_vec.dim() != 4 or (found.explained and not deliberate) or out.shape != ref_out.shape:
+    if ctx_vec is None or ctx_vec.dim() != 4 or (found.explained and not deliberate) or out is None or ref_out is None \
+            or out.shape != ref_out.shape:
         return []  # a width: shape_projection at its projection, or wrong_output
     if not ctx.pair.observed("context"):
         return []  # a context in a layout attnlab cannot place says nothing of how heads were merged
@@ -215,7 +216,10 @@ def _merge_and_projection(ctx: Context, found: Found) -> list[Finding]:
     merged = ctx_vec.transpose(1, 2).reshape(b, n, h * hd)  # (b, num_tokens, d_out), as the source merges
     unmerged = ctx_vec.reshape(b, n, h * hd)  # the same without the transpose
     tol = ctx.tolerance("context", ctx.v)
-    scrambled = lambda t: h > 1 and n > 1 and _close(t, unmerged, tol) and not _close(t, merged, tol)  # noqa: E731
+
+    def scrambled(t: torch.Tensor) -> bool:
+        return h > 1 and n > 1 and _close(t, unmerged, tol) and not _close(t, merged, tol)
+
     ours, theirs = ctx.v.out_inputs, ctx.ref.out_inputs
     if theirs and not ours and (scrambled(out) or _close(out, merged, tol)):
         how = " (merged without the transpose, too)" if scrambled(out) else ""

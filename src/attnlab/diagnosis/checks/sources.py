@@ -145,11 +145,11 @@ def value_path(ctx: Context, found: Found) -> list[Finding]:
     if not ctx.present("values") or found.at("values", "weights_applied"):
         return []
     source = ctx.v.sources.get("values")
-    wrong_source = source not in (None, "values")
-    origin = f" (they come from {PROJECTIONS[source]})" if wrong_source else ""
+    wrong_source = source if source not in (None, "values") else None
+    origin = f" (they come from {PROJECTIONS[wrong_source]})" if wrong_source is not None else ""
     weights_match = ctx.compare("weights", found) and not ctx.differs("weights")
     if weights_match and ctx.compare("context", found) and ctx.differs("context"):
         return [VALUE_PATH("values", "context", origin=origin)]
-    if wrong_source:
-        return [VALUE_PATH("values", "source", matrix=PROJECTIONS[source])]
+    if wrong_source is not None:
+        return [VALUE_PATH("values", "source", matrix=PROJECTIONS[wrong_source])]
     return []

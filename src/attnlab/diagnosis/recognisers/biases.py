@@ -165,10 +165,11 @@ def position_bias(p: Pair) -> list[Finding]:
     heads = len(biases)
     if any(s is not None and s > tol for s in slopes):
         return []  # a linear bias that grows with the distance favours far keys: ALiBi's sign turned, a bug
-    if all(s is not None for s in slopes):
+    linear = [s for s in slopes if s is not None]
+    if len(linear) == len(slopes):
         published = _published_alibi_slopes(heads)
-        alibi = all(abs(-s - want) <= 1e-3 * want for s, want in zip(slopes, published))
-        per_head = ", ".join(f"head {h}: {fmt(-s)}" for h, s in enumerate(slopes))
+        alibi = all(abs(-s - want) <= 1e-3 * want for s, want in zip(linear, published))
+        per_head = ", ".join(f"head {h}: {fmt(-s)}" for h, s in enumerate(linear))
         what = (f"linear in the distance, as ALiBi: bias = -slope * (query - key) with slope {per_head}"
                 + (f" (the published ALiBi slopes for {heads} heads)" if alibi else ""))
     else:

@@ -32,8 +32,8 @@ def clipped_qkv(p: Pair) -> list[Finding]:
     if p.v.declared_clip is None or p.ref.declared_clip == p.v.declared_clip:
         return []
     bound, where = p.v.declared_clip
-    pairs = {stage: p.both(stage) for stage in _STAGES}
-    if any(pair is None for pair in pairs.values()) or not any(p.changed(stage) for stage in _STAGES):
+    pairs = {stage: pair for stage in _STAGES if (pair := p.both(stage)) is not None}
+    if len(pairs) != len(_STAGES) or not any(p.changed(stage) for stage in _STAGES):
         return []
     clipped = {stage: ref.clamp(-bound, bound) for stage, (_, ref) in pairs.items()}  # the projections as clamped
     if not _equal(pairs["values"][0], clipped["values"], p.tolerance("values")):

@@ -28,8 +28,8 @@ COSINE_ATTENTION = Code(
 @finds(COSINE_ATTENTION)
 @recogniser
 def cosine_attention(p: Pair) -> list[Finding]:
-    pairs = [p.both(stage) for stage in ("queries", "keys")]
-    if any(pair is None for pair in pairs) or not p.changed("queries"):
+    pairs = [pair for stage in ("queries", "keys") if (pair := p.both(stage)) is not None]
+    if len(pairs) != 2 or not p.changed("queries"):
         return []
     if not all(unit_length_of(mine, ref, p.tolerance(stage)) for (mine, ref), stage in zip(pairs, ("queries", "keys"))):
         return []

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.diagnosis.context import Pair
-from attnlab.diagnosis.diagnostics import max_abs
 from attnlab.diagnosis.recognisers.recogniser import each_head
+from attnlab.diagnosis.stage_blocks import max_abs
 
 _FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "elu + 1, a non-negative kernel": lambda x: F.elu(x) + 1,

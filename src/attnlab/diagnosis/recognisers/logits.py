@@ -93,9 +93,9 @@ def _cap(p: Pair, scale: float) -> float | None:
     tol = 64 * EPS * bend.largest  # relative to the scores: small scores are bent little, but bent
     if bend.departure <= tol:
         return None  # nothing capped
-    cap = _cap_through(bend.score, bend.logit)
-    if cap is None or any(float((cap * torch.tanh(scale * scores / cap) - logits).abs().max()) > tol
-                          for scores, logits in _own_logits(p)):
+    cap, heads = _cap_through(bend.score, bend.logit), _own_logits(p)
+    if cap is None or heads is None or any(float((cap * torch.tanh(scale * scores / cap) - logits).abs().max()) > tol
+                                           for scores, logits in heads):
         return None
     return cap
 
@@ -124,10 +124,11 @@ def softcap(p: Pair) -> list[Finding]:
 def declared_scale(p: Pair) -> list[Finding]:
     """A scale the module's config declares (Gemma's query_pre_attn_scalar), seen in the softmax
     input, alone or under a soft cap: deliberate, an info finding, never a `scaling` error."""
-    scales = _scales(p) if p.v.declared_scale is not None else None
-    if scales is None:
+    declared = p.v.declared_scale
+    scales = _scales(p) if declared is not None else None
+    if declared is None or scales is None:
         return []
-    (factor, where), usual = p.v.declared_scale, scales[1]
+    (factor, where), usual = declared, scales[1]
     theirs = p.ref.declared_scale[0] if p.ref.declared_scale else usual
     if abs(factor - theirs) <= 1e-6 * theirs:
         return []  # the reference scales the same way (Gemma's eager against its own sdpa)

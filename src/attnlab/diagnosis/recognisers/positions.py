@@ -70,10 +70,11 @@ def rotary(p: Pair) -> list[Finding]:
         return []
     turns = {stage: rotation_maybe_normed(*pair, 4 * p.tolerance(stage)) if changed[stage] else None
              for stage, pair in (("queries", queries), ("keys", keys))}
-    rotated = [stage for stage, turn in turns.items() if turn is not None]
+    found = {stage: turn for stage, turn in turns.items() if turn is not None}
+    rotated = list(found)
     if not rotated:
         return []
-    turn = turns[rotated[0]]
+    turn = found[rotated[0]]
     head_dim = queries[1].shape[-1]
     what = turned(turn, head_dim)
     if len(rotated) == 1:
@@ -81,7 +82,7 @@ def rotary(p: Pair) -> list[Finding]:
         if changed[other]:
             return []  # the other one changed some other way: not a rotation this can name
         return [ROTARY_MISAPPLIED(other, "one_side", rotated=rotated[0], what=what, other=other)]
-    keys_turn = turns["keys"]
+    keys_turn = found["keys"]
     joint = turn if _same(turn, keys_turn) else _together(p, queries, keys)
     if joint is None and abs(keys_turn.scale / turn.scale - 1) > _SAME_SCALE:
         return []  # one of them rescaled beyond the rotation: a wrong projection, left to the source checks
@@ -116,8 +117,8 @@ def _together(p: Pair, queries: tuple[torch.Tensor, torch.Tensor],
 @finds(QK_NORM)
 @recogniser
 def qk_norm(p: Pair) -> list[Finding]:
-    pairs = {stage: p.both(stage) for stage in ("queries", "keys")}
-    if any(pair is None for pair in pairs.values()) or not p.changed("queries"):
+    pairs = {stage: pair for stage in ("queries", "keys") if (pair := p.both(stage)) is not None}
+    if len(pairs) != 2 or not p.changed("queries"):
         return []
     queries = pairs["queries"][0]
     norm = next((norm for norm in norms(queries)

@@ -135,7 +135,7 @@ def test_a_python_function_edits_the_contexts_as_the_same_ablation(tiny_gpt2) ->
     by_kind = _run(tiny_gpt2, 1, name="ablate_head", head=1)
     assert by_function.status == "ok", by_function.error
     assert by_function.model.effect.kl_mean == by_kind.model.effect.kl_mean > 0
-    assert by_function.variant.startswith("function(function=session:zero_head_1_")
+    assert by_function.variant.name.startswith("function(function=session:zero_head_1_")
 
 
 def test_scaling_scores_a_fused_kernel_never_shows_fails_the_record_saying_so(tiny_gpt2) -> None:

@@ -18,19 +18,25 @@ from attnlab.record import Record, RecordError, Side, codec, read_record, write_
 CODEC = Path(codec.__file__)
 
 
-def made(hint: Any, name: str) -> Any:
-    """A value of type `hint` that is no field's default: each field then shows whether it came back."""
+def made(hint: Any, name: str, building: tuple[type, ...] = ()) -> Any:
+    """A value of type `hint` that is no field's default: each field then shows whether it came back.
+    `building`: the dataclasses being made around it; a list of one of them inside itself (an effect's
+    batch items) is made one level deep."""
     if get_origin(hint) in (Union, types.UnionType):
-        return made(next(arg for arg in get_args(hint) if arg is not type(None)), name)
+        return made(next(arg for arg in get_args(hint) if arg is not type(None)), name, building)
     if hint is Side:
         return side(name)
     if dataclasses.is_dataclass(hint):
         kinds = get_type_hints(hint)
-        return hint(**{f.name: made(kinds[f.name], f.name) for f in dataclasses.fields(hint) if f.init})
+        return hint(**{f.name: made(kinds[f.name], f.name, (*building, hint)) for f in dataclasses.fields(hint)
+                       if f.init})
     if get_origin(hint) is list:
-        return [made(get_args(hint)[0], name), made(get_args(hint)[0], name)]
+        element = get_args(hint)[0]
+        if element in building and building.count(element) > 1:
+            return []
+        return [made(element, name, building), made(element, name, building)]
     if get_origin(hint) is dict:
-        return {f"{name}_key": made(get_args(hint)[1], name)}
+        return {f"{name}_key": made(get_args(hint)[1], name, building)}
     return {str: f"{name} value", int: 7, float: -0.25, bool: True}.get(hint, {"nested": [1, "two"]})
 
 

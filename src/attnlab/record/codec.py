@@ -69,7 +69,7 @@ def encode(value: Any, hint: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         kinds = hints(type(value))
         out = {f.name: encode(getattr(value, f.name), kinds[f.name]) for f in written_fields(type(value))}
-        return {k: v for k, v in out.items() if v is not None} if type(value) in layout.SPARSE else out
+        return {k: v for k, v in out.items() if v is not None} if type(value) in layout.UNSET_LEFT_OUT else out
     hint = _optional(hint)
     if hint is float:
         return layout.json_number(value)

@@ -18,7 +18,7 @@ from typing import Any, get_type_hints
 import numpy as np
 
 from attnlab.capture.stages import AXES
-from attnlab.record.model import ModelInfo, Side, canonical_shape
+from attnlab.record.model import Effect, ModelInfo, Side, canonical_shape
 
 INLINE_LIMIT = 65_536
 FORMAT_VERSION = 3  # 3: values in the module's own rank; 2: values in the canonical view (view_shape); 1: 2-D stages
@@ -30,6 +30,7 @@ BEFORE = {"stages": "expected_shapes", "reference_stages": "expected_shapes", "d
           "reference_diagnostics": "first_divergent_stage"}
 OMITTED_WHEN_EMPTY = ("origin",)
 SPARSE = (ModelInfo,)  # written with its unset fields left out, and as {} for none
+UNSET_LEFT_OUT = (ModelInfo, Effect)  # written without their fields that are None (an effect's batch_items)
 _EFFECT_SINCE = {"kl_clamped": 0.0, "non_finite_positions": 0}  # an effect written before these had neither
 _SIDE_TYPES = get_type_hints(Side)
 

@@ -50,5 +50,17 @@ class GPTModel(nn.Module):
         x = self.trf_blocks(tok_embeds + pos_embeds)  # (b, num_tokens, emb_dim)
         return self.out_head(self.final_norm(x))  # (b, num_tokens, vocab_size)
 
+    def last_logits(self, in_idx: torch.Tensor) -> torch.Tensor:
+        """`forward(in_idx)[:, -1]`, computed as such: every attention layer sees the whole input,
+        but the last block's feed-forward and the head (position-wise) run on the last position only."""
+        positions = torch.arange(in_idx.shape[1], device=in_idx.device)  # (num_tokens,)
+        x = self.tok_emb(in_idx) + self.pos_emb(positions)  # (b, num_tokens, emb_dim)
+        *blocks, last = self.trf_blocks
+        for block in blocks:
+            x = block(x)  # (b, num_tokens, emb_dim)
+        x = (x + last.att(last.norm1(x)))[:, -1]  # (b, emb_dim)
+        x = x + last.ff(last.norm2(x))  # (b, emb_dim)
+        return self.out_head(self.final_norm(x))  # (b, vocab_size)
+
     def attention_layers(self) -> list[nn.Module]:
         return [block.att for block in self.trf_blocks]

@@ -76,3 +76,11 @@ def test_a_class_in_memory_trains_and_nothing_is_printed(capsys):
     assert result.classes["variant"].startswith("Mine") and capsys.readouterr().out == ""
     first = result.seeds[0]
     assert first["variant"]["losses"] == pytest.approx(first["reference"]["losses"], rel=1e-4)  # the same computation
+
+
+def test_no_positions_is_refused_for_a_forward_run():
+    from attnlab import run
+
+    with pytest.raises(UserError, match="variant=no_positions: a change of the model .* runs with training=") as caught:
+        run("no_positions")
+    assert "\n" not in str(caught.value)

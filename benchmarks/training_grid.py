@@ -21,6 +21,7 @@ import argparse
 import multiprocessing
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--src", type=Path, default=HERE.parent / "src",
                         help="the attnlab source the preset runs from (another checkout's, for a before/after)")
+    parser.add_argument("--keep", type=Path, help="copy the last preset sweep's training_comparison.md here")
     parser.add_argument("--floor", choices=["train", "evaluations"], help=argparse.SUPPRESS)  # the floor's own process
     args = parser.parse_args()
     if args.floor:
@@ -121,6 +123,8 @@ def main() -> None:
                                           f"hydra.sweep.dir={scratch}/sweep{repeat}"], src))
             sides["floor"].append(timed([sys.executable, __file__, "--floor", "train", *floor_args], src))
             sides["floor_evals"].append(timed([sys.executable, __file__, "--floor", "evaluations", *floor_args], src))
+        if args.keep:
+            shutil.copy(Path(scratch) / f"sweep{args.repeats - 1}" / "training_comparison.md", args.keep)
     wall = {side: statistics.median(w for w, _ in runs) for side, runs in sides.items()}
     cpu = {side: statistics.median(c for _, c in runs) for side, runs in sides.items()}
     ratio = wall["preset"] / wall["floor"]

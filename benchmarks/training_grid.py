@@ -81,8 +81,8 @@ def one_run(job: tuple[str, int, bool]) -> None:
     handwritten(model, task, settings, seed, evaluate if evaluations else None)
 
 
-def floor(src: Path, jobs: int, evaluations: bool) -> None:
-    variants, seeds = grid(src)
+def floor(src: Path, jobs: int, evaluations: bool, variants: list[str]) -> None:
+    seeds = grid(src)[1]
     runs = [("reference", seed, evaluations) for seed in seeds]
     runs += [(variant, seed, evaluations) for variant in variants for seed in seeds]
     with multiprocessing.get_context("spawn").Pool(jobs) as pool:
@@ -106,21 +106,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--src", type=Path, default=HERE.parent / "src",
                         help="the attnlab source the preset runs from (another checkout's, for a before/after)")
+    parser.add_argument("--variants", help="a comma-separated part of the preset's variants (both sides)")
     parser.add_argument("--keep", type=Path, help="copy the last preset sweep's training_comparison.md here")
     parser.add_argument("--floor", choices=["train", "evaluations"], help=argparse.SUPPRESS)  # the floor's own process
     args = parser.parse_args()
     if args.floor:
-        floor(args.src, args.jobs, args.floor == "evaluations")
+        floor(args.src, args.jobs, args.floor == "evaluations", args.variants.split(","))
         return
     src, load = args.src.resolve(), os.getloadavg()[0]
     variants, seeds = grid(src)
+    variants = args.variants.split(",") if args.variants else variants
     sides = {"preset": [], "floor": [], "floor_evals": []}
-    floor_args = ["--jobs", str(args.jobs), "--src", str(src)]
+    floor_args = ["--jobs", str(args.jobs), "--src", str(src), "--variants", ",".join(variants)]
     with tempfile.TemporaryDirectory() as scratch:
         for repeat in range(args.repeats):
             sides["preset"].append(timed([sys.executable, "-m", "attnlab", "-m", "+experiment=training",
                                           "hydra/launcher=joblib", f"hydra.launcher.n_jobs={args.jobs}",
-                                          f"hydra.sweep.dir={scratch}/sweep{repeat}"], src))
+                                          f"hydra.sweep.dir={scratch}/sweep{repeat}", f"variant={','.join(variants)}"], src))
             sides["floor"].append(timed([sys.executable, __file__, "--floor", "train", *floor_args], src))
             sides["floor_evals"].append(timed([sys.executable, __file__, "--floor", "evaluations", *floor_args], src))
         if args.keep:

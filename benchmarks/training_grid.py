@@ -89,12 +89,14 @@ def floor(src: Path, jobs: int, evaluations: bool, variants: list[str]) -> None:
         pool.map(one_run, runs, chunksize=1)
 
 
-def timed(command: list[str], src: Path) -> tuple[float, float]:
-    """(wall, CPU of the process and its children) of one command, attnlab imported from `src`."""
+def timed(command: list[str], src: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall, CPU of the process and the children it waited for) of one command, attnlab imported
+    from `src`. A joblib worker or a job worker is not waited for: `--jobs 1` runs the preset's
+    jobs in its own process (Hydra's basic launcher, ATTNLAB_ISOLATION=0) so its CPU is counted."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=HERE.parent,
-                   env={**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(HERE.parent)])})
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(HERE.parent)]), **(env or {})})
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -120,9 +122,10 @@ def main() -> None:
     floor_args = ["--jobs", str(args.jobs), "--src", str(src), "--variants", ",".join(variants)]
     with tempfile.TemporaryDirectory() as scratch:
         for repeat in range(args.repeats):
-            sides["preset"].append(timed([sys.executable, "-m", "attnlab", "-m", "+experiment=training",
-                                          "hydra/launcher=joblib", f"hydra.launcher.n_jobs={args.jobs}",
-                                          f"hydra.sweep.dir={scratch}/sweep{repeat}", f"variant={','.join(variants)}"], src))
+            launcher = ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={args.jobs}"] if args.jobs > 1 else []
+            sides["preset"].append(timed([sys.executable, "-m", "attnlab", "-m", "+experiment=training", *launcher,
+                                          f"hydra.sweep.dir={scratch}/sweep{repeat}", f"variant={','.join(variants)}"],
+                                         src, {} if args.jobs > 1 else {"ATTNLAB_ISOLATION": "0"}))
             sides["floor"].append(timed([sys.executable, __file__, "--floor", "train", *floor_args], src))
             sides["floor_evals"].append(timed([sys.executable, __file__, "--floor", "evaluations", *floor_args], src))
         if args.keep:

@@ -33,8 +33,9 @@ from attnlab.training.tasks import make_task
 TARGET = 1.15
 
 
-def handwritten(model: torch.nn.Module, task, settings: TrainingConf, seed: int) -> None:
-    """The floor: the plain loop a learner writes, nothing else."""
+def handwritten(model: torch.nn.Module, task, settings: TrainingConf, seed: int, evaluate=None) -> None:
+    """The floor: the plain loop a learner writes, nothing else; `evaluate()`, if given, at init and
+    every eval_every steps (training_grid.py's second floor)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     warmup, steps = settings.warmup, settings.steps
 
@@ -44,7 +45,9 @@ def handwritten(model: torch.nn.Module, task, settings: TrainingConf, seed: int)
         return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (steps - warmup)))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     generator = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
+    if evaluate is not None:
+        evaluate()
+    for step in range(1, steps + 1):
         batch = task.batch(settings.batch, generator)
         logits = model(batch.inputs)
         loss = F.cross_entropy(logits[batch.scored], batch.targets[batch.scored])
@@ -53,6 +56,8 @@ def handwritten(model: torch.nn.Module, task, settings: TrainingConf, seed: int)
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.clip)
         optimizer.step()
         scheduler.step()
+        if evaluate is not None and (step % settings.eval_every == 0 or step == steps):
+            evaluate()
 
 
 def timed(loop, settings: TrainingConf, task, reference) -> float:

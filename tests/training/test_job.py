@@ -76,3 +76,29 @@ def test_a_class_in_memory_trains_and_nothing_is_printed(capsys):
     assert result.classes["variant"].startswith("Mine") and capsys.readouterr().out == ""
     first = result.seeds[0]
     assert first["variant"]["losses"] == pytest.approx(first["reference"]["losses"], rel=1e-4)  # the same computation
+
+
+def test_no_positions_is_refused_for_a_forward_run():
+    from attnlab import run
+
+    with pytest.raises(UserError, match="variant=no_positions: a change of the model .* runs with training=") as caught:
+        run("no_positions")
+    assert "\n" not in str(caught.value)
+
+
+def test_mlflow_gets_every_scalar_at_its_training_step(tmp_path):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = train("unscaled", "induction", overrides=[*TINY_OVERRIDES, "log.mlflow=true", f"sink.mlflow.tracking_uri={uri}",
+                                                       "log.tensorboard=false", "log.html=false"], out_dir=tmp_path / "job")
+    client = MlflowClient(uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = {run.info.run_name: run.info.run_id for run in client.search_runs(experiments)}
+    assert set(runs) == {"reference seed=123", "variant=unscaled seed=123"}
+    losses = client.get_metric_history(runs["variant=unscaled seed=123"], "train.loss")
+    assert sorted(m.step for m in losses) == list(range(1, 41))
+    by_step = {m.step: m.value for m in losses}
+    assert [by_step[step] for step in range(1, 41)] == pytest.approx(result.seeds[0]["variant"]["losses"])
+    causal = client.get_metric_history(runs["reference seed=123"], "eval.causal_accuracy")
+    assert sorted(m.step for m in causal) == [0, 20, 40]

@@ -41,3 +41,10 @@ def test_a_leaking_mask_trains_well_teacher_forced_and_fails_causally(tmp_path):
     scores = evaluate(model, task.batch(32, torch.Generator().manual_seed(1), "eval"))
     assert scores["teacher_forced_accuracy"] > 0.6
     assert scores["causal_accuracy"] < 0.3  # chance is 1/8
+
+
+def test_the_last_logits_are_the_forward_s_last_position():
+    model, task, _ = _trained("causal_mask_missing", steps=3)
+    inputs = task.batch(4, torch.Generator().manual_seed(2), "eval").inputs
+    with torch.no_grad():
+        assert torch.allclose(model.last_logits(inputs[:, :5]), model(inputs[:, :5])[:, -1], atol=1e-5)

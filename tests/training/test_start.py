@@ -42,3 +42,19 @@ def test_unit_init_redraws_the_references_projections_with_unit_variance_scores(
     weight = pair.reference.attention_layers()[0].W_query.weight
     assert 0.8 < weight.std().item() * 64 ** 0.5 < 1.2  # randn / sqrt(d_in)
     torch.testing.assert_close(pair.variant.attention_layers()[0].W_query.weight, weight)
+
+
+def test_no_positions_is_the_reference_from_its_start_without_the_position_embedding():
+    settings = tiny(model=tiny().model.__class__(n_layers=1, d_model=16, num_heads=2, context_length=8))
+    made = [counterpart(name, 16, 8, 2) for name in ("reference", "no_positions")]
+    pair = same_start(*made, vocab=8, settings=settings, seed=3)
+    mine, theirs = dict(pair.variant.named_parameters()), dict(pair.reference.named_parameters())
+    assert set(theirs) - set(mine) == {"pos_emb.weight"}
+    for name, value in mine.items():
+        torch.testing.assert_close(value, theirs[name], msg=name)
+    # one causal layer and no positions: the last token's prediction sees its prefix as a set
+    tokens = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    shuffled = torch.tensor([[4, 2, 5, 1, 3, 6]])  # the first five reordered, the last kept
+    with torch.no_grad():
+        torch.testing.assert_close(pair.variant.last_logits(tokens), pair.variant.last_logits(shuffled))
+        assert not torch.allclose(pair.reference.last_logits(tokens), pair.reference.last_logits(shuffled))

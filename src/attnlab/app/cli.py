@@ -34,6 +34,7 @@ from attnlab.app.overrides import user_overrides
 from attnlab.errors import FailedRecords, UserError
 from attnlab.modules.registry import discover
 from attnlab.printable import escaped
+from attnlab.training.counterparts import MODEL_CHANGES
 
 
 def one_line(exc: BaseException, args: list[str] = ()) -> str:
@@ -72,7 +73,8 @@ def check_group_overrides(args: list[str]) -> None:
             continue
         for name in (v.strip() for v in value.split(",")):
             if key in ("variant", "variant.name"):
-                registry.get(name)
+                if name not in MODEL_CHANGES:  # training's changes of the model: no class to find
+                    registry.get(name)
             elif key in GROUPS and _scalar(name):
                 raise UserError(f"{key}={name}: {_group_allowed(key)}")
 

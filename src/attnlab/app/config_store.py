@@ -20,6 +20,7 @@ from attnlab.app.resolvers import register_resolvers
 from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
 from attnlab.modules.registry import Registry, discover
 from attnlab.schema import LOG_OPTIONS, Config, VariantConf
+from attnlab.training.counterparts import MODEL_CHANGES
 from attnlab.training.settings import TrainingConf
 from hydra_plugins.attnlab_sweeper.attnlab_sweeper import AttnlabSweeper
 
@@ -55,6 +56,8 @@ def register_configs(registry: Registry | None = None, *, full_help: bool = Fals
     store.store(group="attnlab/training", name="schema", node=TrainingConf)
     for name, spec in registry.specs.items():
         store.store(group="variant", name=name, node=VariantConf(name=name, params=dict(spec.params)))
+    for name in MODEL_CHANGES:  # training's changes of the model (attnlab.training.counterparts)
+        store.store(group="variant", name=name, node=VariantConf(name=name))
     store.store(
         group="hydra/help",
         name="attnlab",

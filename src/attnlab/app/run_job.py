@@ -43,6 +43,7 @@ from attnlab.record.completion import mark_done, unmark
 from attnlab.schema import check_key, check_n_tokens, check_values, declared_n_tokens
 from attnlab.sinks.base import JobInfo, build_sinks
 from attnlab.training.config_job import check_training, training_job
+from attnlab.training.counterparts import MODEL_CHANGES
 from attnlab.training.settings import wants_training
 
 SEED_DIR = "seed-{seed}"
@@ -55,6 +56,9 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     attnlab's sweeper runs it on every value of a sweep before the first job."""
     validate(cfg)
     validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True))
+    if cfg.variant.name in MODEL_CHANGES and not wants_training(cfg):
+        raise UserError(f"variant={cfg.variant.name}: a change of the model ({MODEL_CHANGES[cfg.variant.name]}), "
+                        f"not of its attention layer: it runs with training=induction, mqar or text")
     check_constructor(cfg)
     if cfg.reference != "auto":
         get_variant(cfg.reference)
@@ -68,7 +72,10 @@ def check(cfg: DictConfig) -> dict[str, Any]:
 
 def check_constructor(cfg: DictConfig) -> None:
     """The variant's constructor filled from the config: its parameters' names, and d_out split
-    into num_heads where it takes both. In a model the model's config builds it: not checked."""
+    into num_heads where it takes both. In a model the model's config builds it, and a change of the
+    training model has no constructor of its own: not checked."""
+    if cfg.variant.name in MODEL_CHANGES:
+        return
     if wants_model(cfg) and takes_config(get_variant(cfg.variant.name).cls):
         return
     values = {key: cfg[key] for key in CONSTRUCTOR_KEYS if key in cfg}

@@ -5,6 +5,10 @@ The book's single-head mistakes train as their one change made to the book's Mul
 constructor takes context_length and num_heads (the modern zoo, yours) is built as it is; one that
 takes context_length but no heads (a CausalAttention of yours) is run once per head
 (`PerHeadAttention`); a 2-D class has no batch and no causal mask and is refused.
+
+A change of the model rather than of its attention (`MODEL_CHANGES`, e.g. `no_positions`) trains
+the reference's attention in a GPTModel changed so: in the book, positions enter through the
+model's position embedding, never through the attention layer, so no forward run has these names.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from attnlab.modules.registry import SPELLINGS, get_variant
 
 REFERENCE = "multi_head_attention"  # the book's MultiHeadAttention (section 3.6.2)
 BOOK_CHANGES = ("unscaled", "scaled_by_dk", "wrong_softmax_axis", "causal_mask_missing")
+MODEL_CHANGES = {"no_positions": "no position embedding: the tokens' order reaches the model only through the causal mask"}
 
 
 class OneChangeAttention(nn.Module):
@@ -76,6 +81,7 @@ class Counterpart:
     name: str
     make: Callable[[], nn.Module]
     describe: str
+    positions: bool = True  # the GPTModel adds its position embedding
 
 
 def counterpart(name: str, d_model: int, context_length: int, num_heads: int) -> Counterpart:
@@ -84,6 +90,10 @@ def counterpart(name: str, d_model: int, context_length: int, num_heads: int) ->
         cls = get_variant(REFERENCE).cls
         return Counterpart(name, lambda: cls(d_model, d_model, context_length, 0.0, num_heads),
                            f"{cls.__name__} (the book's, section 3.6.2)")
+    if name in MODEL_CHANGES:
+        reference = counterpart(REFERENCE, d_model, context_length, num_heads)
+        return Counterpart(name, reference.make, f"{reference.describe} in a GPTModel with {MODEL_CHANGES[name]}",
+                           positions=False)
     if name in BOOK_CHANGES:
         return Counterpart(name, lambda: OneChangeAttention(d_model, d_model, context_length, 0.0, num_heads, name),
                            f"OneChangeAttention(change={name!r}): the book's MultiHeadAttention with {name}")

@@ -1,6 +1,7 @@
 """A fixed evaluation set, evaluated teacher-forced (one forward over whole sequences) and causally
 (each prefix on its own, its last position read): a variant that sees future tokens looks good
-teacher-forced and fails causally."""
+teacher-forced and fails causally. The prefixes of one length are one forward; the causal
+evaluation is the costly part of a run, so the model computes the last position's logits only."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnlab.training.gpt import GPTModel
 from attnlab.training.tasks import Batch
 
 
@@ -24,18 +26,18 @@ def teacher_forced(model: nn.Module, batch: Batch) -> tuple[float, float]:
 
 
 @torch.no_grad()
-def causal(model: nn.Module, batch: Batch) -> tuple[float, float]:
+def causal(model: GPTModel, batch: Batch) -> tuple[float, float]:
     """Every scored position predicted from its prefix alone, so no later token can reach it."""
     logits, targets = [], []
     for position in batch.scored.any(dim=0).nonzero().flatten().tolist():
         rows = batch.scored[:, position]  # (B,)
         prefix = batch.inputs[rows, :position + 1]  # (b, position + 1)
-        logits.append(model(prefix)[:, -1])  # (b, vocab)
+        logits.append(model.last_logits(prefix))  # (b, vocab)
         targets.append(batch.targets[rows, position])  # (b,)
     return _scores(torch.cat(logits), torch.cat(targets))
 
 
-def evaluate(model: nn.Module, batch: Batch) -> dict[str, float]:
+def evaluate(model: GPTModel, batch: Batch) -> dict[str, float]:
     was_training = model.training
     model.eval()
     tf_loss, tf_accuracy = teacher_forced(model, batch)

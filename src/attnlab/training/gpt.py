@@ -35,20 +35,37 @@ class TransformerBlock(nn.Module):
 
 class GPTModel(nn.Module):
     def __init__(self, vocab_size: int, context_length: int, emb_dim: int, n_layers: int,
-                 make_attention: AttentionFactory) -> None:
+                 make_attention: AttentionFactory, positions: bool = True) -> None:
         super().__init__()
         self.tok_emb = nn.Embedding(vocab_size, emb_dim)
-        self.pos_emb = nn.Embedding(context_length, emb_dim)
+        # without it, as `variant=no_positions` trains: the order of the tokens reaches the model
+        # only through the causal mask
+        self.pos_emb = nn.Embedding(context_length, emb_dim) if positions else None
         self.trf_blocks = nn.Sequential(*[TransformerBlock(emb_dim, make_attention) for _ in range(n_layers)])
         self.final_norm = nn.LayerNorm(emb_dim)
         self.out_head = nn.Linear(emb_dim, vocab_size, bias=False)
 
-    def forward(self, in_idx: torch.Tensor) -> torch.Tensor:
-        batch_size, seq_len = in_idx.shape
+    def embedded(self, in_idx: torch.Tensor) -> torch.Tensor:
         tok_embeds = self.tok_emb(in_idx)  # (b, num_tokens, emb_dim)
-        pos_embeds = self.pos_emb(torch.arange(seq_len, device=in_idx.device))  # (num_tokens, emb_dim)
-        x = self.trf_blocks(tok_embeds + pos_embeds)  # (b, num_tokens, emb_dim)
+        if self.pos_emb is None:
+            return tok_embeds
+        pos_embeds = self.pos_emb(torch.arange(in_idx.shape[1], device=in_idx.device))  # (num_tokens, emb_dim)
+        return tok_embeds + pos_embeds  # (b, num_tokens, emb_dim)
+
+    def forward(self, in_idx: torch.Tensor) -> torch.Tensor:
+        x = self.trf_blocks(self.embedded(in_idx))  # (b, num_tokens, emb_dim)
         return self.out_head(self.final_norm(x))  # (b, num_tokens, vocab_size)
+
+    def last_logits(self, in_idx: torch.Tensor) -> torch.Tensor:
+        """`forward(in_idx)[:, -1]`, computed as such: every attention layer sees the whole input,
+        but the last block's feed-forward and the head (position-wise) run on the last position only."""
+        x = self.embedded(in_idx)  # (b, num_tokens, emb_dim)
+        *blocks, last = self.trf_blocks
+        for block in blocks:
+            x = block(x)  # (b, num_tokens, emb_dim)
+        x = (x + last.att(last.norm1(x)))[:, -1]  # (b, emb_dim)
+        x = x + last.ff(last.norm2(x))  # (b, emb_dim)
+        return self.out_head(self.final_norm(x))  # (b, vocab_size)
 
     def attention_layers(self) -> list[nn.Module]:
         return [block.att for block in self.trf_blocks]

@@ -154,8 +154,12 @@ def summary(side: dict[str, Any], settings: TrainingConf) -> dict[str, float]:
 
 
 def run(job: Plan, variant: str, seeds: Iterable[int]) -> TrainingResult:
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread per process: two on busy shared cores cost many times the CPU
-    per_seed = [run_seed(job, seed) for seed in seeds]
+    try:
+        per_seed = [run_seed(job, seed) for seed in seeds]
+    finally:  # as found: a sweep's job worker whose torch defaults a job left changed is not used again
+        torch.set_num_threads(threads)
     summaries = [{side: s[side]["summary"] for side in SIDES} for s in per_seed]
     table = rows(summaries)
     said = verdict(variant, table, summaries, job.settings.steps, job.settings.target_accuracy)

@@ -22,7 +22,7 @@ class Pair:
 
 def build(counterpart: Counterpart, vocab: int, settings: TrainingConf) -> GPTModel:
     sizes = settings.model
-    return GPTModel(vocab, sizes.context_length, sizes.d_model, sizes.n_layers, counterpart.make)
+    return GPTModel(vocab, sizes.context_length, sizes.d_model, sizes.n_layers, counterpart.make, counterpart.positions)
 
 
 def same_start(reference: Counterpart, variant: Counterpart, vocab: int, settings: TrainingConf, seed: int) -> Pair:
@@ -36,7 +36,8 @@ def same_start(reference: Counterpart, variant: Counterpart, vocab: int, setting
             seed_projections(attention, seed + layer, "normal", num_heads=heads)
     manual_seed(seed)
     variant_model = build(variant, vocab, settings)
-    outside = {name: value for name, value in reference_model.state_dict().items() if ".att." not in name}
+    own = variant_model.state_dict()
+    outside = {name: value for name, value in reference_model.state_dict().items() if ".att." not in name and name in own}
     variant_model.load_state_dict(outside, strict=False)
     loaded = {}
     for layer, (theirs, mine) in enumerate(zip(reference_model.attention_layers(), variant_model.attention_layers())):

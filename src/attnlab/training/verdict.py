@@ -96,7 +96,7 @@ def verdict(variant: str, table: Sequence[Row], summaries: Sequence[dict[str, di
             steps: int, target: float) -> list[str]:
     """The verdict's sentences; nothing about a difference within seed noise."""
     by = {row.measure: row for row in table}
-    said = [s for s in (_target(variant, by, summaries, steps, target), _saturation(by), _leak(by)) if s]
+    said = [s for s in (_target(variant, by, summaries, steps, target), _saturation(by), _leak(by, summaries)) if s]
     if not any("causal evaluation fails" in s or "did not" in s for s in said):  # said already
         said += [s for s in (_accuracy(by),) if s]
     n = len(summaries)
@@ -142,15 +142,29 @@ def _saturation(by: dict[str, Row]) -> str | None:
             f"{_short(entropy.reference.mean)} of uniform")
 
 
-def _leak(by: dict[str, Row]) -> str | None:
+def _leak(by: dict[str, Row], summaries: Sequence[dict[str, dict[str, float]]]) -> str | None:
+    """A model that reads future tokens: its causal accuracy falls short of its teacher-forced one.
+    That is no matter of seed noise: a causal model's two evaluations agree exactly, so a shortfall
+    on every seed where the reference's agree on every seed is the leak itself."""
     loss, causal = by["final_train_loss"], by["causal_accuracy"]
     teacher = by["teacher_forced_accuracy"]
-    if (loss.clear and loss.variant.mean < loss.reference.mean and causal.clear
-            and causal.variant.mean < causal.reference.mean):
-        return (f"the variant's training loss is lower ({loss.variant} vs {loss.reference}) but its causal "
-                f"evaluation fails: it sees future tokens (causal accuracy {causal.variant} vs {causal.reference}, "
-                f"teacher-forced {teacher.variant})")
-    return None
+    lower = loss.clear and loss.variant.mean < loss.reference.mean
+    fails = lower and causal.clear and causal.variant.mean < causal.reference.mean
+    if not fails and len(summaries) > 1:
+        fails = all(_shortfall(s["variant"]) > 0 for s in summaries) and not any(_shortfall(s["reference"])
+                                                                                 for s in summaries)
+    if not fails:
+        return None
+    opening = f"the variant's training loss is lower ({loss.variant} vs {loss.reference}) but its causal " \
+        if lower else "its causal "
+    return (f"{opening}evaluation fails: it sees future tokens (causal accuracy {causal.variant} vs {causal.reference}, "
+            f"teacher-forced {teacher.variant}; below its teacher-forced accuracy on every seed, where the "
+            f"reference's two agree)")
+
+
+def _shortfall(side: dict[str, float]) -> float:
+    """How far the causal accuracy falls below the teacher-forced one (0 for a causal model)."""
+    return side["teacher_forced_accuracy"] - side["causal_accuracy"]
 
 
 def _accuracy(by: dict[str, Row]) -> str | None:

@@ -95,6 +95,15 @@ def use_plugins(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def own_cache(monkeypatch, tmp_path_factory):
+    """attnlab's cache (plugin import verdicts) in the test session's own folder, never the user's
+    ~/.cache: a verdict an earlier run left there would decide this run's discovery."""
+    from attnlab.modules.import_probe import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path_factory.getbasetemp() / "attnlab-cache"))
+
+
+@pytest.fixture(autouse=True)
 def fresh_session(monkeypatch):
     """Each test starts with a session of its own: a notebook's variants and models registered by one
     test (`attnlab.run(Cls)`, `@attnlab.variant`) are never listed by the next."""

@@ -41,6 +41,21 @@ def test_a_plugin_dying_at_import_costs_only_its_file(plugin_folder, use_plugins
     assert attnlab.run("good", overrides=["log.tensorboard=false"]).record.ok
 
 
+def test_an_import_that_runs_out_of_time_is_not_remembered(plugin_folder, use_plugins, tmp_path,
+                                                          monkeypatch) -> None:
+    """A busy machine's slow import is this run's verdict only: the next discovery probes it again."""
+    from attnlab.modules import import_probe
+
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))
+    use_plugins(plugin_folder("slow", "import time\ntime.sleep(3)\n" + GOOD))
+    monkeypatch.setattr(import_probe, "PROBE_TIMEOUT_S", 1)
+    folder = tmp_path / "user_plugins"
+    assert f"plugin {folder / 'slow.py'} not loaded: its import did not finish in 1 s" in discover().warnings
+    monkeypatch.setattr(import_probe, "PROBE_TIMEOUT_S", 60)
+    discover.cache_clear()
+    assert "slow" in attnlab.list_variants()
+
+
 def test_a_plugin_changing_torchs_global_state_is_undone_and_named(plugin_folder, use_plugins, tmp_path,
                                                                    monkeypatch) -> None:
     monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))

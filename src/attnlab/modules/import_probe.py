@@ -29,29 +29,31 @@ def deadly_imports(files: list[Path]) -> dict[Path, str]:
     dead = {path: cache.read_text() for path, cache in verdicts.items() if cache.is_file() and cache.read_text()}
     todo = [path for path, cache in verdicts.items() if not cache.is_file()]
     while todo:
-        finished, why = _probe(todo)
+        finished, why, lasting = _probe(todo)
         for path in finished:
             _remember(verdicts[path], "")
         rest = todo[len(finished):]
         if not rest:
             break
         dead[rest[0]] = why
-        _remember(verdicts[rest[0]], why)
+        if lasting:  # a timeout is this run's: a busy machine's slowness is not the file's
+            _remember(verdicts[rest[0]], why)
         todo = rest[1:]
     return dead
 
 
-def _probe(files: list[Path]) -> tuple[list[Path], str]:
-    """The files a child imported in order before it ended, and why it ended (when it did early)."""
+def _probe(files: list[Path]) -> tuple[list[Path], str, bool]:
+    """The files a child imported in order before it ended, why it ended (when it did early), and
+    whether that is the file's own doing (an exit or a signal) rather than time running out."""
     with tempfile.NamedTemporaryFile("r", suffix=".done") as done:
         try:
             rc = subprocess.run([sys.executable, "-c", CHILD, done.name, *map(str, files)], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S).returncode
-            why = _cause(rc)
+            why, lasting = _cause(rc), True
         except subprocess.TimeoutExpired:
-            why = f"its import did not finish in {PROBE_TIMEOUT_S} s"
+            why, lasting = f"its import did not finish in {PROBE_TIMEOUT_S} s", False
         finished = done.read().split("\0")[:-1]
-    return [Path(p) for p in finished], why
+    return [Path(p) for p in finished], why, lasting
 
 
 def _cause(rc: int) -> str:

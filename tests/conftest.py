@@ -95,6 +95,14 @@ def use_plugins(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def no_terminal_width(monkeypatch):
+    """The app's output as a pipe gets it, whatever runs the tests: pytest-xdist's workers set
+    COLUMNS=80, and the terminal table fits itself to COLUMNS (a column cut at 80 is not there)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def own_cache(monkeypatch, tmp_path_factory):
     """attnlab's cache (plugin import verdicts) in the test session's own folder, never the user's
     ~/.cache: a verdict an earlier run left there would decide this run's discovery."""

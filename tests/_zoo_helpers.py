@@ -202,15 +202,6 @@ def source_qkv(seed: int, d_in: int, d_out: int, init: str = "rand") -> tuple[to
     return draw(), draw(), draw()
 
 
-SOURCE_CH03 = Path(__file__).resolve().parents[2] / "shared" / "source" / "ch03.py"
-
-
-def corpus(names: list[str]) -> list[str]:
-    """The correct-implementation corpus this checkout can load: the bonus class is imported from
-    the source's own file beside the clone (../shared/source), absent on a bare clone."""
-    return [name for name in names if name != "bonus_pytorch_mha" or SOURCE_CH03.is_file()]
-
-
 def plugin_runner(folder: Path, plugins: dict[str, str], header: str, use_plugins, tokens: list[str], **sizes):
     """Write each plugin body (after `header`) into `folder`, use the folder, and return a run of a
     plugin by name with `+variant.params.KEY=VALUE` params, checked to end ok."""

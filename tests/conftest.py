@@ -68,6 +68,22 @@ def app(tmp_path):
     return run
 
 
+@pytest.fixture(scope="session")
+def ch03():
+    """The source's chapter 3 classes (tests/fixtures/source/ch03.py, verbatim)."""
+    from tests.fixtures.source import ch03
+
+    return ch03
+
+
+@pytest.fixture(scope="session")
+def mha_impls():
+    """The nine classes of the source's bonus notebook (tests/fixtures/source/mha_implementations.py)."""
+    from tests.fixtures.source import mha_implementations
+
+    return mha_implementations
+
+
 @pytest.fixture
 def plugin_folder(tmp_path):
     """Write plugin files into a fresh folder; returns a function name -> source -> folder."""

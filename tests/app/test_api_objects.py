@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import os
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -132,9 +131,7 @@ def test_inputs_keys_in_their_block_work():
 
 
 def test_an_in_memory_model_runs_at_a_layer_with_its_own_attention_copied():
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))
-    from learner import GPT_MODEL  # the source's ch. 4 GPTModel around its MultiHeadAttention
+    from tests.model.learner import GPT_MODEL  # the source's ch. 4 GPTModel around its MultiHeadAttention
 
     ns: dict = {"__name__": "__main__"}
     exec(GPT_MODEL, ns)

@@ -1,13 +1,12 @@
 """Batched multi-head attention end to end: the source's numbers, correct
 implementations of every layout without findings, and the multi-head run a user sees.
 
-Expected values come from the source's own classes (../shared/source/ch03.py) or from the
+Expected values come from the source's own classes (tests/fixtures/source/ch03.py) or from the
 book's printed numbers, never from attnlab.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -17,22 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attnlab
-from tests._zoo_helpers import corpus
+from tests.fixtures.source import SOURCE
 
-SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source" / "ch03.py"
 IMPLEMENTATIONS = Path(__file__).resolve().parents[1] / "implementations"
 BOOK = torch.tensor([[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
                      [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]])
-
-
-@pytest.fixture(scope="module")
-def ch03():
-    if not SOURCE.is_file():
-        pytest.skip(f"the source's classes are not at {SOURCE}")
-    spec = importlib.util.spec_from_file_location("source_ch03", SOURCE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_causal_attention_reproduces_the_published_output():
@@ -64,8 +52,8 @@ def test_wrapper_and_multi_head_attention_reproduce_the_source_classes(ch03, nam
     np.testing.assert_allclose(result.stages["output"], expected, atol=1e-6)
 
 
-CORRECT = corpus(["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights",
-           "qkvo_proj", "sdpa_bool_mask", "multi_head_attention", "torch_mha", "mha_wrapper", "causal_attention"])
+CORRECT = ["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights",
+           "qkvo_proj", "sdpa_bool_mask", "multi_head_attention", "torch_mha", "mha_wrapper", "causal_attention"]
 NEEDS_SQUARE = {"nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights", "torch_mha", "bonus_pytorch_mha"}
 
 
@@ -87,9 +75,9 @@ def test_correct_implementations_have_no_finding(use_plugins, name, batch, heads
     assert record.missing_stages == []
 
 
-def test_the_source_wrapper_pasted_verbatim_runs_against_its_own_reference(ch03, tmp_path, use_plugins):
+def test_the_source_wrapper_pasted_verbatim_runs_against_its_own_reference(tmp_path, use_plugins):
     """Its file defines CausalAttention too: the variant is the outermost class, with no decorator."""
-    text = SOURCE.read_text()
+    text = (SOURCE / "ch03.py").read_text()
     pasted = text[text.index("class CausalAttention("):text.index("class MultiHeadAttention(")]
     folder = tmp_path / "plugins"
     folder.mkdir()

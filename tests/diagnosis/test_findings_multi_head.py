@@ -27,7 +27,7 @@ from attnlab.diagnosis.message_format import heads_phrase
 from attnlab.inputs.kinds import make_inputs
 from attnlab.modules.registry import discover
 from attnlab.record import Finding, Record, to_json_dict
-from tests._zoo_helpers import corpus, multi_head_zoo_specs
+from tests._zoo_helpers import multi_head_zoo_specs
 
 IMPLEMENTATIONS = Path(__file__).resolve().parents[1] / "implementations"
 INFO_CODES = {"kv_heads", "dropout", "masked"}
@@ -246,8 +246,8 @@ def test_hard_coded_dropout_in_eval_mode_names_the_rate():
     assert finding.code == "dropout_active" and "p = 0.5" in finding.message and "training=self.training" in finding.message
 
 
-CORRECT = corpus(["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights",
-           "qkvo_proj", "sdpa_bool_mask", "multi_head_attention", "torch_mha", "mha_wrapper", "causal_attention"])
+CORRECT = ["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights",
+           "qkvo_proj", "sdpa_bool_mask", "multi_head_attention", "torch_mha", "mha_wrapper", "causal_attention"]
 NEEDS_SQUARE = {"nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights", "torch_mha", "bonus_pytorch_mha"}
 
 

@@ -21,7 +21,6 @@ import attnlab
 from attnlab.capture.recorder import capture
 from attnlab.diagnosis.analysis import analyse
 from attnlab.diagnosis.recognisers.latent import shared_key_columns
-from tests._zoo_helpers import corpus
 
 HEADER = """
 import math
@@ -400,8 +399,8 @@ def test_rotated_queries_and_keys_with_other_norms_are_not_rotary():
 
 
 RECOGNISED = {"rotary", "rotary_misapplied", "position_bias", "window", "softcap", "qk_norm"}
-CORRECT = corpus(["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "qkvo_proj", "sdpa_bool_mask",
-           "sdpa", "flex_attention", "causal_attention", "mha_wrapper"])
+CORRECT = ["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weights", "qkvo_proj", "sdpa_bool_mask",
+           "sdpa", "flex_attention", "causal_attention", "mha_wrapper"]
 
 
 @pytest.mark.parametrize("name", CORRECT)

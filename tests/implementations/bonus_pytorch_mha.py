@@ -1,4 +1,4 @@
-"""The source's bonus PyTorchMultiHeadAttention (fused qkv, SDPA with is_causal=True), loaded from ../shared.
+"""The source's bonus PyTorchMultiHeadAttention (fused qkv, SDPA with is_causal=True), loaded from tests/fixtures/source.
 
 Loaded from the source's own file rather than copied; the subclass only gives it the corpus's
 constructor (d_in, d_out, context_length, dropout, num_heads, qkv_bias=False).
@@ -7,9 +7,7 @@ constructor (d_in, d_out, context_length, dropout, num_heads, qkv_bias=False).
 import importlib.util
 from pathlib import Path
 
-SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source" / "ch03.py"
-if not SOURCE.is_file():
-    raise ImportError(f"the source's classes are not at {SOURCE}")
+SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "source" / "ch03.py"  # loaded as a plugin: by path
 _spec = importlib.util.spec_from_file_location("attnlab_corpus_source_ch03", SOURCE)
 _ch03 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_ch03)

@@ -4,15 +4,13 @@ the source's ch. 5 way of loading GPT-2's weights into it, with the classic mist
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source" / "ch03.py"  # beside the clone
+from tests.fixtures.source import SOURCE
 
 
 def _mha_source() -> str:
-    text = SOURCE.read_text()
+    text = (SOURCE / "ch03.py").read_text()
     start = text.index("class MultiHeadAttention(nn.Module):")
     end = text.index("######################", start)
     return text[start:end]

@@ -4,10 +4,8 @@ forward output is the reference's, checked on random batched inputs with the sou
 from __future__ import annotations
 
 import copy
-import importlib.util
 import itertools
 import math
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -21,28 +19,6 @@ from attnlab.errors import UserError
 from attnlab.modules.layouts import LayoutError, align, load_projections, read_projections, seed_projections
 from attnlab.modules.roles import parameter_role
 from tests._zoo_helpers import source_qkv
-
-SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source"
-
-
-def _load_source(name: str) -> ModuleType:
-    path = SOURCE / f"{name}.py"
-    if not path.exists():
-        pytest.skip(f"the source's classes are not at {path} (needs the shared/ folder next to the repository)")
-    spec = importlib.util.spec_from_file_location(f"source_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def ch03() -> ModuleType:
-    return _load_source("ch03")
-
-
-@pytest.fixture(scope="module")
-def mha_impls() -> ModuleType:
-    return _load_source("mha_implementations")
 
 
 def assert_same_output(reference: nn.Module, variant: nn.Module, x: torch.Tensor) -> None:

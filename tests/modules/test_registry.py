@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +20,7 @@ from attnlab.modules.registry import (
 )
 from attnlab.plugin_folders import builtin_plugin_dir
 from tests.conftest import SOURCE_SELF_ATTENTION_V1
+from tests.fixtures.source import SOURCE
 
 
 @pytest.fixture(autouse=True)
@@ -282,13 +282,8 @@ def test_a_signature_shows_the_variants_declared_params_not_the_class_defaults()
 
 # --- files with helper classes (the variant is the outermost module) --------------------------------
 
-SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source"
-
-
 def source_text(*class_names: str) -> str:
     """The source's classes as published, pasted verbatim below its imports."""
-    if not (SOURCE / "ch03.py").is_file():
-        pytest.skip(f"the source's classes are not at {SOURCE}")
     text = (SOURCE / "ch03.py").read_text()
     blocks = re.split(r"\n(?=class |#{6,})", text)
     chosen = [b for b in blocks if re.match(r"class (\w+)", b) and re.match(r"class (\w+)", b)[1] in class_names]
@@ -445,8 +440,7 @@ def test_help_lists_constructor_parameters_helper_files_and_own_descriptions(app
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "mine.py").write_text((builtin_plugin_dir() / "variants" / "reference.py").read_text().replace("** 0.5", ""))
-    if (SOURCE / "ch03.py").is_file():
-        (plugins / "my_wrapper.py").write_text(source_text("CausalAttention", "MultiHeadAttentionWrapper"))
+    (plugins / "my_wrapper.py").write_text(source_text("CausalAttention", "MultiHeadAttentionWrapper"))
     run = app("--help", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
@@ -463,8 +457,7 @@ def test_help_lists_constructor_parameters_helper_files_and_own_descriptions(app
     )
     assert entry("mine")[0].split(None, 1)[1] == "SelfAttention_v1 from mine.py"
     assert "The source's SelfAttention_v1 (the reference" in entry("reference")[0]
-    if (SOURCE / "ch03.py").is_file():
-        assert entry("my_wrapper")[1].startswith("MultiHeadAttentionWrapper(d_in, d_out, context_length")
+    assert entry("my_wrapper")[1].startswith("MultiHeadAttentionWrapper(d_in, d_out, context_length")
     assert "warning:" not in run.stdout
 
 

@@ -1,15 +1,13 @@
 """The nine implementations of the source's bonus notebook (plugins/implementations/impl_*.py), its two historical
 bugs, and `+experiment=mha_implementations`.
 
-Each built-in is checked against the notebook's own class (../shared/source/mha_implementations.py)
+Each built-in is checked against the notebook's own class (tests/fixtures/source/mha_implementations.py)
 on the same parameters; what attnlab says about them is checked against what the code does.
 """
 
 from __future__ import annotations
 
 import csv
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +16,6 @@ import torch
 import attnlab
 from attnlab.modules.built import plan
 
-SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source" / "mha_implementations.py"
 NINE = {  # built-in -> the notebook's class
     "impl_wrapper": "Ch03_MHA_Wrapper", "impl_mha": "Ch03_MHA", "impl_combined_qkv": "MultiHeadAttentionCombinedQKV",
     "impl_einsum": "MHAEinsum", "impl_sdpa": "MHAPyTorchScaledDotProduct", "impl_sdpa_mask": "MHAPyTorchSDPAWithoutFlash",
@@ -34,26 +31,16 @@ def _values(d_in: int, d_out: int, num_heads: int, n_tokens: int) -> dict:
                 n_tokens=n_tokens, num_kv_heads=None)
 
 
-@pytest.fixture(scope="module")
-def notebook():
-    if not SOURCE.is_file():
-        pytest.skip(f"the notebook's classes are not at {SOURCE}")
-    spec = importlib.util.spec_from_file_location("attnlab_test_source_mha_implementations", SOURCE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("name", NINE)
-def test_each_built_in_computes_what_the_notebook_class_computes(name, notebook):
+def test_each_built_in_computes_what_the_notebook_class_computes(name, mha_impls):
     d, heads, n = SIZE["d_in"], SIZE["num_heads"], SIZE["n_tokens"]
     ours = plan(name, _values(d, d, heads, n)).build(seed=3).module.eval()
     if name == "impl_wrapper":  # the notebook builds it with d_out = embed_dim // num_heads
-        theirs = notebook.Ch03_MHA_Wrapper(d, d // heads, n, 0.0, heads)
+        theirs = mha_impls.Ch03_MHA_Wrapper(d, d // heads, n, 0.0, heads)
     elif name == "impl_torch_mha_no_weights":
-        theirs = notebook.MHAPyTorchClass(d, d, heads, n, need_weights=False)
+        theirs = mha_impls.MHAPyTorchClass(d, d, heads, n, need_weights=False)
     else:
-        theirs = getattr(notebook, NINE[name])(d_in=d, d_out=d, context_length=n, dropout=0.0, num_heads=heads)
+        theirs = getattr(mha_impls, NINE[name])(d_in=d, d_out=d, context_length=n, dropout=0.0, num_heads=heads)
     theirs.load_state_dict(ours.state_dict())
     x = torch.randn(2, n, d, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

@@ -1,16 +1,14 @@
 """The built-in reference variants and the corpus of correct implementations (tests/implementations/)
 are right, each checked against an oracle that shares no code with it: the source's own classes
-from ../shared/source/ch03.py, or F.scaled_dot_product_attention(is_causal=True) on the same weights.
+from tests/fixtures/source/ch03.py, or F.scaled_dot_product_attention(is_causal=True) on the same weights.
 
 The corpus is what the "no false finding" tests run; this file proves it is correct first.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -20,25 +18,13 @@ from torch import nn
 
 from attnlab.modules.registry import Registry, constructor_kwargs, discover
 
-SOURCE = Path(__file__).resolve().parents[3] / "shared" / "source"
 IMPLEMENTATIONS = Path(__file__).resolve().parents[1] / "implementations"
-needs_source = pytest.mark.skipif(not (SOURCE / "ch03.py").is_file(), reason=f"the source's classes are not at {SOURCE}")
 
 BOOK_INPUTS = torch.tensor(
     [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
      [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]
 )
 BATCH = torch.stack((BOOK_INPUTS, BOOK_INPUTS))  # the source's batch: (2, 6, 3)
-
-
-@pytest.fixture(scope="module")
-def ch03() -> ModuleType:
-    if not (SOURCE / "ch03.py").is_file():
-        pytest.skip(f"the source's classes are not at {SOURCE}")
-    spec = importlib.util.spec_from_file_location("attnlab_test_source_ch03", SOURCE / "ch03.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +119,6 @@ CORPUS = {  # variant name -> (class name, d_in must equal d_out)
 
 
 def test_every_corpus_file_is_a_variant_without_warnings(registry):
-    if not (SOURCE / "ch03.py").is_file():
-        pytest.skip(f"the source's classes are not at {SOURCE}: bonus_pytorch_mha cannot import")
     assert not registry.warnings, registry.warnings
     assert set(CORPUS) <= set(registry.specs)
     assert all(registry.get(name).cls.__name__ == cls for name, (cls, _) in CORPUS.items())
@@ -144,8 +128,6 @@ def test_every_corpus_file_is_a_variant_without_warnings(registry):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "b{}-n{}-din{}-dout{}-h{}-kv{}".format(*s))
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_each_implementation_equals_the_sdpa_oracle_on_its_own_weights(registry, name, shape, qkv_bias):
-    if name == "bonus_pytorch_mha" and not (SOURCE / "ch03.py").is_file():
-        pytest.skip(f"the source's classes are not at {SOURCE}")
     batch, n_tokens, d_in, d_out, heads, kv_heads = shape
     if CORPUS[name][1]:
         d_in = d_out  # nn.MultiheadAttention keeps the input's width
@@ -179,7 +161,6 @@ def test_the_oracle_fails_a_module_without_its_causal_mask(registry):
         assert not torch.allclose(module(BATCH), sdpa_oracle(BATCH, LAYOUTS["MultiHeadAttention"](module)), atol=1e-3)
 
 
-@needs_source
 def test_the_sdpa_oracle_agrees_with_the_sources_multi_head_attention(ch03):
     torch.manual_seed(123)
     source = ch03.MultiHeadAttention(5, 8, 9, 0.0, num_heads=4, qkv_bias=True).eval()
@@ -201,7 +182,6 @@ BUILT_IN_SOURCES = [  # (built-in, the source's class, num_heads or None for a c
 ]
 
 
-@needs_source
 @pytest.mark.parametrize(
     ("name", "source_class", "num_heads", "qkv_bias"),
     [(*case, bias) for case in BUILT_IN_SOURCES for bias in (False, True) if not (bias and case[0] == "reference")],

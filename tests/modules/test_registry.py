@@ -87,16 +87,6 @@ def test_a_plugin_that_does_not_import_is_a_warning_and_the_rest_still_work(plug
     assert {"reference", "unscaled"} <= set(registry.specs)
 
 
-def test_two_variants_with_one_name_fail_with_both_sources_named(plugin_folder, monkeypatch, tmp_path):
-    folder = plugin_folder("unscaled", SOURCE_SELF_ATTENTION_V1)
-    monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(folder))
-    with pytest.raises(UserError) as caught:
-        get_variant("unscaled")
-    message = str(caught.value)
-    assert "variant 'unscaled' is defined twice" in message
-    assert str(folder / "unscaled.py") in message and "plugins/variants/unscaled.py" in message
-
-
 def test_a_byte_identical_copy_of_a_plugin_is_not_a_duplicate(tmp_path, monkeypatch):
     """A wheel's built-ins and ./plugins of the clone it was built from hold the same files."""
     copy = tmp_path / "copies"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from attnlab.app.config_paths import group_options
 from attnlab.modules.registry import Registry
+from attnlab.modules.variant_spec import BUILTIN
 from attnlab.plugin_folders import USER_GROUP, builtin_groups, group_heading
 from attnlab.printable import escaped
 from attnlab.schema import CHOICE_KEYS, KEYS, show_value
@@ -11,16 +14,19 @@ from attnlab.schema import CHOICE_KEYS, KEYS, show_value
 
 def help_header(registry: Registry) -> str:
     """The variants by group (the built-ins' folders, then yours), each with its description,
-    constructor and declared tags; then the names defined twice and the plugins that failed."""
-    width = max((len(n) for n in registry.names()), default=0)
+    constructor and declared tags (a variant of yours named after a built-in is marked, the built-in
+    listed as builtin:NAME); then the names defined twice and the plugins that failed."""
+    hidden = [replace(spec, name=f"{BUILTIN}{name}") for name, spec in registry.shadowed.items()]
+    width = max((len(n) for n in [*registry.names(), *(spec.name for spec in hidden)]), default=0)
     lines = []
     for group in [*builtin_groups(), USER_GROUP]:
-        specs = [spec for spec in registry.specs.values() if spec.group == group]
+        specs = [spec for spec in [*registry.specs.values(), *hidden] if spec.group == group]
         if specs:
             lines += ["", f"{group} (tag={group}): {group_heading(group)}"]
         for spec in sorted(specs, key=lambda s: s.name):
             tags = f"  [{', '.join(spec.tags[1:])}]" if spec.tags[1:] else ""
-            lines += [f"  {spec.name.ljust(width)}  {spec.description}",
+            shadows = f" (yours, in place of the built-in: {BUILTIN}{spec.name})" if spec.name in registry.shadowed else ""
+            lines += [f"  {spec.name.ljust(width)}  {spec.description}{shadows}",
                       f"  {''.ljust(width)}  {spec.cls.__name__}{spec.signature}{tags}"]
     lines += [f"  {name.ljust(width)}  (defined twice: {' and '.join(srcs)})" for name, srcs in registry.duplicates.items()]
     lines += [f"  warning: {warning}" for warning in registry.warnings]

@@ -37,7 +37,6 @@ from attnlab.diagnosis.returned_weights import returned_weights
 from attnlab.diagnosis.stage_blocks import one_thread
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import Inputs
-from attnlab.modules import session
 from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
 from attnlab.modules.layouts import align, seed_projections
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, auto_reference
@@ -222,7 +221,7 @@ def compute_record(
         try:  # each step that fails the record keeps what the steps before it found
             say("forward")
             variant, planned, spilling = _build_variant(spec, values, inputs, seed)
-            pair = Pair(origin=planned.spec.source if session.is_session(spec.name) else "",
+            pair = Pair(origin=planned.spec.source if planned.spec.yours else "",  # your file, entry point or class
                         reference=(auto_reference(planned.spec, variant.built.module, variant.batched)
                                    if spec.reference == "auto" else spec.reference))
             with own_torch():  # the reference with torch's own functions, whatever a plugin replaced

@@ -32,7 +32,7 @@ from attnlab.modules.describe import same_file
 from attnlab.modules.discovery import declaration, find_plugins, plugin_fingerprint
 from attnlab.modules.families import spellings
 from attnlab.modules.roles import declared_count, parameter_role
-from attnlab.modules.variant_spec import VariantSpec, constructor_parameters, constructor_signature
+from attnlab.modules.variant_spec import BUILTIN, VariantSpec, constructor_parameters, constructor_signature
 from attnlab.plugin_folders import USER_GROUP, builtin_groups, plugin_dirs
 from attnlab.schema import BOOK_TOKENS, DEFAULTS
 
@@ -47,17 +47,29 @@ class Registry:
     duplicates: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     fingerprint: str = ""  # the plugin files' contents when they were read (discovery.plugin_fingerprint)
+    shadowed: dict[str, VariantSpec] = field(default_factory=dict)  # built-ins a variant of yours of one name hides
 
     def add(self, spec: VariantSpec) -> None:
+        """A variant of yours wins over a built-in of its name (a built-in added by a release never
+        breaks your folder: `builtin:NAME` reaches it); two of yours, or two built-ins, are a duplicate."""
         known = self.specs.get(spec.name)
         if known is not None and same_file(known.source, spec.source):
             return  # the same plugin file seen twice (an installed copy and ./plugins of a clone)
-        if spec.name in self.duplicates:
+        if spec.builtin and (spec.name in self.duplicates or (known is not None and not known.builtin)):
+            self.shadowed[spec.name] = spec
+        elif known is not None and known.builtin and not spec.builtin:
+            self.shadowed[spec.name], self.specs[spec.name] = known, spec
+        elif spec.name in self.duplicates:
             self.duplicates[spec.name].append(spec.source)
         elif spec.name in self.specs:
             self.duplicates[spec.name] = [self.specs.pop(spec.name).source, spec.source]
         else:
             self.specs[spec.name] = spec
+
+    def shadowing(self, name: str) -> str:
+        """The one warning line of a variant of yours that hides the built-in `name`."""
+        return (f"variant '{name}' is yours ({self.specs[name].source}) and runs in place of the built-in "
+                f"({self.shadowed[name].source}); variant={BUILTIN}{name} runs the built-in")
 
     def names(self) -> list[str]:
         return sorted([*self.specs, *self.duplicates])
@@ -78,6 +90,8 @@ class Registry:
     def get(self, name: str) -> VariantSpec:
         if name.startswith(hf.PREFIX):
             return _hf_spec(name)
+        if name.startswith(BUILTIN):
+            return self.builtin(name.removeprefix(BUILTIN))
         if name in self.duplicates:
             sources = " and ".join(self.duplicates[name])
             raise VariantError(f"variant '{name}' is defined twice, in {sources}; rename one of them")
@@ -86,6 +100,16 @@ class Registry:
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise VariantError(f"unknown variant '{name}'; {hint}available: {', '.join(self.names())}")
         return self.specs[name]
+
+    def builtin(self, name: str) -> VariantSpec:
+        """attnlab's own variant `name`, shadowed by one of yours or not, as `builtin:NAME`."""
+        spec = self.shadowed.get(name) or self.specs.get(name)
+        if spec is None or not spec.builtin:
+            known = sorted(n for n, s in [*self.specs.items(), *self.shadowed.items()] if s.builtin)
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean '{BUILTIN}{close[0]}'? " if close else ""
+            raise VariantError(f"unknown built-in variant '{BUILTIN}{name}'; {hint}built-ins: {', '.join(known)}")
+        return replace(spec, name=f"{BUILTIN}{name}")
 
 
 @cache
@@ -114,6 +138,7 @@ def _read_files(folders: tuple[str, ...]) -> Registry:  # folders: the cache key
                                      f"could not be read ({type(exc).__name__}: {' '.join(str(exc).split())})"[:200])
             continue
         registry.add(spec)
+    registry.warnings += [registry.shadowing(name) for name in registry.shadowed if name in registry.specs]
     return registry
 
 
@@ -127,12 +152,17 @@ def _with_session(files: Registry, version: int) -> Registry:
     """The files' variants and this session's (a notebook's classes and instances), which win."""
     if not version:
         return files
-    registry = Registry(dict(files.specs), dict(files.duplicates), list(files.warnings), files.fingerprint)
+    registry = Registry(dict(files.specs), dict(files.duplicates), list(files.warnings), files.fingerprint,
+                        dict(files.shadowed))
     for entry in session.variants():
         mark = {**entry.mark, "description": entry.mark.get("description") or f"{entry.cls.__name__} ({entry.origin})"}
         declared = declaration(entry.cls, entry.name, mark, entry.origin, USER_GROUP)
         registry.duplicates.pop(entry.name, None)
+        known = registry.specs.get(entry.name)
         registry.specs[entry.name] = _spec(declared)
+        if known is not None and known.builtin:
+            registry.shadowed[entry.name] = known
+            registry.warnings.append(registry.shadowing(entry.name))
     return registry
 
 
@@ -282,6 +312,16 @@ def _show(value: Any) -> str:
 
 
 def auto_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
+    """The reference `reference=auto` compares a variant against (`_chosen_reference`), spelled
+    `builtin:NAME` where a variant of yours has its name: a plugin of yours called `reference` never
+    becomes the reference of the built-ins, nor of your other variants."""
+    chosen = _chosen_reference(spec, module, batched)
+    if spec.reference and not spec.builtin:
+        return chosen  # a plugin of yours declared it: the name as you spelled it
+    return f"{BUILTIN}{chosen}" if chosen in discover().shadowed else chosen
+
+
+def _chosen_reference(spec: VariantSpec, module: nn.Module, batched: bool) -> str:
     """The built-in reference `reference=auto` compares a variant against, chosen from how it is
     declared: its plugin's declaration, its constructor's parameters and the submodules and
     parameters of `module` (the variant built with its constructor arguments), never from what

@@ -9,6 +9,9 @@ from typing import Any
 from torch import nn
 
 from attnlab.modules.configs import ConfigConstructor
+from attnlab.plugin_folders import USER_GROUP
+
+BUILTIN = "builtin:"  # `variant=builtin:NAME`: attnlab's own NAME, where a variant of yours has that name too
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,16 @@ class VariantSpec:
     @property
     def group(self) -> str:
         return self.tags[0] if self.tags else ""
+
+    @property
+    def yours(self) -> bool:
+        """A plugin file of yours, an entry point or a notebook's class (`source` says which)."""
+        return self.group == USER_GROUP
+
+    @property
+    def builtin(self) -> bool:
+        """Shipped in attnlab.plugins (a Hugging Face class, with no group, is neither attnlab's nor yours)."""
+        return self.group not in ("", USER_GROUP)
 
 
 def constructor_parameters(spec: VariantSpec) -> list[inspect.Parameter]:

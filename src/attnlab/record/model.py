@@ -155,7 +155,7 @@ class Record:
     error: str | None = None
     labels: list[str] = field(default_factory=list)
     reference: Side = field(default_factory=_reference)  # the module it is compared against
-    origin: str = ""  # a notebook's object: its class's qualified name and file, or <notebook>
+    origin: str = ""  # a variant of yours: its plugin file, entry point, notebook class or <notebook>
     expected_shapes: dict[str, list[int]] = field(default_factory=dict)  # predicted: the reference's
     missing_stages: list[str] = field(default_factory=list)  # not found in the variant: not checked
     reconstructed_stages: list[str] = field(default_factory=list)  # computed by attnlab from a kernel's inputs

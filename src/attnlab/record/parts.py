@@ -32,7 +32,7 @@ class Pair:
     """What building and capturing the pair found, as far as it got: a run failing later keeps it."""
 
     reference: str = "reference"  # the reference's label: a variant name, or the layer's own attention
-    origin: str = ""  # a notebook's object: its class's qualified name and file, or <notebook>
+    origin: str = ""  # a variant of yours: its plugin file, entry point, notebook class or <notebook>
     weights_loaded: dict[str, str] = field(default_factory=dict)
     scratch: Any = None  # the folder of spilled stages, kept as long as the record
 

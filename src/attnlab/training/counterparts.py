@@ -22,6 +22,7 @@ from torch import nn
 from attnlab.errors import UserError
 from attnlab.modules.built import plan
 from attnlab.modules.registry import SPELLINGS, get_variant
+from attnlab.modules.variant_spec import BUILTIN
 
 REFERENCE = "multi_head_attention"  # the book's MultiHeadAttention (section 3.6.2)
 BOOK_CHANGES = ("unscaled", "scaled_by_dk", "wrong_softmax_axis", "causal_mask_missing")
@@ -87,7 +88,7 @@ class Counterpart:
 def counterpart(name: str, d_model: int, context_length: int, num_heads: int) -> Counterpart:
     """The multi-head causal attention that trains for variant `name`; a UserError if none can."""
     if name in ("reference", REFERENCE):
-        cls = get_variant(REFERENCE).cls
+        cls = get_variant(BUILTIN + REFERENCE).cls  # attnlab's own, whatever a plugin of yours is called
         return Counterpart(name, lambda: cls(d_model, d_model, context_length, 0.0, num_heads),
                            f"{cls.__name__} (the book's, section 3.6.2)")
     if name in MODEL_CHANGES:

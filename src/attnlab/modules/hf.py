@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf_inputs
+from attnlab.modules import hf_inputs, hf_lineage
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
@@ -304,7 +304,10 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
     and scale_attn_by_inverse_layer_idx. None: the usual 1/sqrt(head_dim). Never read from the
     module's own `scaling` (code could set that wrongly)."""
     config = getattr(module, "config", None)
+    origin = transformers_class(type(module))
     row = family(getattr(config, "model_type", ""))
+    if row is GENERIC and origin is not None:  # a copy of a family's class (UDOP's of T5's) scales as that family
+        row = family(hf_lineage.origin_type(origin) or "")
     if row.scaling is not None:
         return row.scaling, f"{row.name} scales its scores by {row.scaling:g} (its family adapter)"
     holders = [h for h in (config, module) if h is not None]
@@ -322,7 +325,7 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
         layer = getattr(module, "layer_idx", 0) or 0
         head_dim = _config_value(config, row, "d_in") // _config_value(config, row, "num_heads")
         return head_dim ** -0.5 / (layer + 1), f"scale_attn_by_inverse_layer_idx: 1/sqrt(head_dim) / {layer + 1}"
-    return None
+    return hf_lineage.library_scale(module, origin, lambda cls, c, i: build_attention(cls, c, layer=i))
 
 
 def mask_kind(module: nn.Module) -> str:

@@ -35,7 +35,8 @@ def _base_in_modular(cls: type) -> str | None:
     found = re.search(rf"^class {re.escape(cls.__name__)}\((\w+)\)", text, re.MULTILINE)
     if found is None:
         return None
-    imported = re.search(rf"from \.\.(\w+)\.modeling_\w+ import \(?[^)]*?\b{found.group(1)}\b", text)
+    base = found.group(1)
+    imported = re.search(rf"from \.\.(\w+)\.modeling_\w+ import (?:\([^)]*\b{base}\b|[^\n(]*\b{base}\b)", text)
     return imported.group(1) if imported else None
 
 

@@ -25,7 +25,7 @@ _WEIGHTS_TIMES_VALUES = [sorted([a, b], key=str) for a in ATTENTION for b in ACT
 
 def product(rec: Recording, func: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
             out: torch.Tensor) -> None:
-    spec = as_einsum(name, args)
+    spec = as_einsum(name, args, kwargs)
     if spec is None or not isinstance(out, torch.Tensor):
         return
     operands, letters, out_letters = spec

@@ -50,8 +50,11 @@ def tensors_in(values: Any) -> list[torch.Tensor]:
     return found
 
 
-def as_einsum(name: str, args: tuple[Any, ...]) -> tuple[list[torch.Tensor], list[str], str] | None:
-    """Any two-operand product as (operands, their index letters, output letters), every dim named."""
+def as_einsum(name: str, args: tuple[Any, ...],
+              kwargs: dict[str, Any] | None = None) -> tuple[list[torch.Tensor], list[str], str] | None:
+    """Any two-operand product as (operands, their index letters, output letters), every dim named
+    (its operands by keyword too: BLOOM's `alibi.baddbmm(batch1=..., batch2=...)`)."""
+    args = (*args, *((kwargs or {})[k] for k in ("batch1", "batch2", "mat1", "mat2") if k in (kwargs or {})))
     if name == "einsum":
         operands = list(args[1]) if len(args) == 2 and isinstance(args[1], (tuple, list)) else list(args[1:])
         equation = str(args[0]).replace(" ", "")
@@ -66,6 +69,8 @@ def as_einsum(name: str, args: tuple[Any, ...]) -> tuple[list[torch.Tensor], lis
         return operands, letters, out
     if name in ("addmm", "baddbmm"):
         args = args[1:]  # addmm(added, a, b) = added + a @ b (GPT-2's Conv1D projects with it)
+    if len(args) < 2:
+        return None
     a, b = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or min(a.dim(), b.dim()) < 2:
         return None

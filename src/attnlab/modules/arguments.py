@@ -8,10 +8,12 @@ provider (families.PROVIDERS and the self-attention inputs), and a parameter wit
   cos, sin           the book's compute_rope_params at the module's head_dim, (tokens, head_dim)
   position_embeddings  (cos, sin), (batch, tokens, head_dim) each
   position_ids       0..tokens-1 per batch item
-  query, key, value, k, v, context   the input itself (self-attention: nn.MultiheadAttention's call)
+  query, key, value, q, k, v, keys, values, context, key_tensor, value_tensor, to_tensor, key_hidden_states,
+  value_hidden_states  the input itself (self-attention: nn.MultiheadAttention's call, MobileBERT's)
   layer_idx          0
   is_causal          True
-  alibi, position_bias  a Hugging Face module's only: from its modeling file (modules.hf)
+  alibi, position_bias, residual, cu_seqlens, height, width, ...  a Hugging Face module's only: as its
+                     model makes them (modules.hf, modules.hf_inputs)
 A required parameter nothing provides is refused before any work (`check_forward`).
 """
 
@@ -29,7 +31,8 @@ from attnlab.modules.families import spellings
 from attnlab.modules.roles import declared_count
 
 _MASKS = ("mask", "attn_mask", "attention_mask", "causal_mask")
-_SELF = ("query", "key", "value", "k", "v", "context")
+_SELF = ("query", "key", "value", "q", "k", "v", "keys", "values", "context", "key_tensor", "value_tensor", "to_tensor",
+         "key_hidden_states", "value_hidden_states")
 
 
 class ForwardArgumentError(UserError):
@@ -68,10 +71,15 @@ def unmasked_by_default(cls: Any) -> bool:
     return False
 
 
-def check_forward(cls: Any, variant: str, extra: tuple[str, ...] = ()) -> None:
+def check_forward(cls: Any, variant: str, extra: tuple[str, ...] | None = None) -> None:
     """Refuse, before any work, a forward with a required parameter nothing provides (`extra`: what
-    the module's own call convention provides besides, a Hugging Face module's alibi)."""
-    missing = [p.name for p in required(cls) if not providable(p.name, extra)]
+    the module's model call provides besides, a Hugging Face module's alibi; None: no model call)."""
+    missing = [p.name for p in required(cls) if not providable(p.name, extra or ())]
+    if missing and extra is not None:  # a library's class: its input comes from its model, not from a default
+        raise ForwardArgumentError(
+            f"variant '{variant}': {getattr(cls, '__name__', cls)}.forward needs '{missing[0]}', an input its model "
+            f"makes from what lies outside the attention, which attnlab does not make up; run a subclass whose "
+            f"forward passes {missing[0]}=...")
     if missing:
         raise ForwardArgumentError(
             f"variant '{variant}': forward needs '{missing[0]}', which attnlab cannot provide; give it a default "
@@ -88,7 +96,7 @@ def _provider(parameter: inspect.Parameter) -> Callable[[nn.Module, torch.Tensor
     if name in _MASKS:
         additive = name == "attention_mask" or _float_annotated(parameter)
         return _additive_mask if additive else _bool_mask
-    return {"cos": lambda m, x: _rope(m, x)[0], "sin": lambda m, x: _rope(m, x)[1],
+    return {"cos": lambda m, x: rope(m, x)[0], "sin": lambda m, x: rope(m, x)[1],
             "position_embeddings": _position_embeddings, "position_ids": _position_ids,
             "layer_idx": lambda m, x: 0, "is_causal": lambda m, x: True, **{s: lambda m, x: x for s in _SELF}}[name]
 
@@ -123,7 +131,7 @@ def head_dim(module: nn.Module) -> int:
     return width // heads
 
 
-def _rope(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rope(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The book's compute_rope_params (ch05, Llama 3): half-split angles, (tokens, head_dim) each."""
     dim = head_dim(module)
     base = next((float(getattr(module, s)) for s in spellings("rope_base") if isinstance(getattr(module, s, None), (int, float))
@@ -136,7 +144,7 @@ def _rope(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _position_embeddings(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    cos, sin = _rope(module, x)
+    cos, sin = rope(module, x)
     batch = x.shape[0] if x.dim() == 3 else 1
     return cos.expand(batch, *cos.shape), sin.expand(batch, *sin.shape)  # (b, T, hs) each
 

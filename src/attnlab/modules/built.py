@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import arguments, hf
+from attnlab.modules import arguments, hf, hf_inputs
 from attnlab.modules.registry import (
     CONSTRUCTOR_KEYS,
     DEFAULT_VALUES,
@@ -97,8 +97,15 @@ class HuggingFaceCall(CallConvention):
     name = "module(x, attention_mask=..., position_embeddings=...)"
 
     def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
+        if hf_inputs.packed(module):  # a vision tower's: un-batched rows, each batch item a sequence of cu_seqlens
+            return hf_inputs.packed_call(module, x)
         kwargs = hf.forward_kwargs(module, x)
         return (x,), {**arguments.by_name(module, x, given=tuple(kwargs)), **kwargs}
+
+    def call(self, module: nn.Module, x: torch.Tensor) -> Returned:
+        args, kwargs = self.arguments(module, x)
+        value = module(*args, **kwargs)
+        return self.unpack(hf_inputs.unpacked(value, x) if hf_inputs.packed(module) else value, x)
 
 
 class ByNameCall(CallConvention):

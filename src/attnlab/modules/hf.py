@@ -16,6 +16,7 @@ import copy
 import difflib
 import importlib
 import inspect
+import os
 import sys
 from functools import cache
 from typing import Any
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.modules import hf_inputs, hf_lineage
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
@@ -31,7 +33,7 @@ from attnlab.modules.roles import declared_count
 from attnlab.schema import ATTN_IMPLEMENTATIONS
 
 PREFIX = "hf:"
-PROVIDED = ("alibi", "position_bias")  # forward arguments only a Hugging Face module's call builds
+PROVIDED = ("alibi", "position_bias")  # forward arguments only a Hugging Face module's call builds (and hf_inputs')
 IMPLEMENTATIONS = ATTN_IMPLEMENTATIONS
 
 
@@ -240,7 +242,12 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
         kwargs["is_causal"] = mask_kind(module) != "bidirectional"  # the model's word over the class's attribute
     if "position_bias" in accepted and accepted["position_bias"].default is inspect.Parameter.empty:
         kwargs["position_bias"] = _position_bias(module, x)
-    return kwargs
+    return kwargs | hf_inputs.made(module, x, kwargs)
+
+
+def provided(cls: Any) -> tuple[str, ...]:
+    """The required forward parameters a Hugging Face class's model call provides beside attnlab's own."""
+    return (*PROVIDED, *hf_inputs.provided(cls))
 
 
 def _position_bias(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -297,7 +304,10 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
     and scale_attn_by_inverse_layer_idx. None: the usual 1/sqrt(head_dim). Never read from the
     module's own `scaling` (code could set that wrongly)."""
     config = getattr(module, "config", None)
+    origin = transformers_class(type(module))
     row = family(getattr(config, "model_type", ""))
+    if row is GENERIC and origin is not None:  # a copy of a family's class (UDOP's of T5's) scales as that family
+        row = family(hf_lineage.origin_type(origin) or "")
     if row.scaling is not None:
         return row.scaling, f"{row.name} scales its scores by {row.scaling:g} (its family adapter)"
     holders = [h for h in (config, module) if h is not None]
@@ -315,7 +325,7 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
         layer = getattr(module, "layer_idx", 0) or 0
         head_dim = _config_value(config, row, "d_in") // _config_value(config, row, "num_heads")
         return head_dim ** -0.5 / (layer + 1), f"scale_attn_by_inverse_layer_idx: 1/sqrt(head_dim) / {layer + 1}"
-    return None
+    return hf_lineage.library_scale(module, origin, lambda cls, c, i: build_attention(cls, c, layer=i))
 
 
 def mask_kind(module: nn.Module) -> str:
@@ -388,11 +398,12 @@ def _rotary(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> t
 
 def _rotary_class(cls: type) -> type | None:
     """The `...RotaryEmbedding` class beside the module class (defined or imported in its file),
-    else beside a class it derives from."""
+    else beside a class it derives from; of several, the one whose name shares the most of the
+    class's (Gemma4TextAttention's Gemma4TextRotaryEmbedding, not the vision tower's)."""
     for klass in cls.__mro__:
         modeling = sys.modules.get(klass.__module__)
         found = [obj for name, obj in vars(modeling).items()
                  if name.endswith("RotaryEmbedding") and inspect.isclass(obj)] if modeling else []
         if found:
-            return found[0]
+            return max(found, key=lambda obj: len(os.path.commonprefix([obj.__name__, klass.__name__])))
     return None

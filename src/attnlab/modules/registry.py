@@ -282,7 +282,7 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
             raise ConstructorError(
                 f"variant '{spec.name}' needs the constructor argument '{p.name}': set variant.params.{p.name}=VALUE"
             )
-    extra = hf.PROVIDED if isinstance(spec.cls, hf.HFConstructor) else ()
+    extra = hf.provided(module_class(spec.cls)) if isinstance(spec.cls, hf.HFConstructor) else None
     check_forward(module_class(spec.cls), spec.name, extra)  # a forward nobody can call: refused before any work
     return args, kwargs
 

@@ -1,0 +1,107 @@
+"""The forward inputs a Hugging Face model makes for its attention beyond the mask and the rotary
+(cos, sin) (`hf.forward_kwargs`), made here as the model makes them, each by its parameter's name:
+
+  residual           zeros: BLOOM adds it after its output projection, so the output is the attention's own
+  cu_seqlens         a packed (un-batched) vision tower's sequence bounds, one sequence per batch item:
+                     [0, T, 2T, ...]; the module is called on the (b * T, d) rows (`packed`)
+  max_seqlen         T, with cu_seqlens
+  height, width      a convolutional attention's grid (CvT, PVT, SegFormer): T = height * width,
+                     height the largest divisor of T up to sqrt(T) (one token less for a class token)
+  output_attentions  False, as the model calls it by default
+  a parameter annotated with a mapping class (Gemma 4's `shared_kv_states: KVSharingDict`)
+                     an empty one: what the model passes when no layer has shared its keys and values yet
+A required input that comes from outside the attention (LUKE's entity states, a layout's boxes) is
+refused in one line naming it (`arguments.check_forward`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnlab.modules.arguments import forward_parameters, required, rope
+
+
+def _empty_container(parameter: inspect.Parameter) -> type | None:
+    """The mapping class a parameter is annotated with (Gemma 4's KVSharingDict), else None."""
+    annotation = parameter.annotation
+    return annotation if inspect.isclass(annotation) and issubclass(annotation, MutableMapping) else None
+
+
+def _residual(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(x)  # (b, T, d_in): BLOOM's output + 0 is the attention's own
+
+
+def _grid(module: nn.Module, x: torch.Tensor) -> tuple[int, int]:
+    """(height, width) of the tokens' grid: a class token (CvT's with_cls_token) is not on it."""
+    cells = x.shape[-2] - (1 if getattr(module, "with_cls_token", False) else 0)
+    height = max(d for d in range(1, math.isqrt(cells) + 1) if cells % d == 0)
+    return height, cells // height
+
+
+_MADE: dict[str, Callable[[nn.Module, torch.Tensor], Any]] = {
+    "residual": _residual,
+    "height": lambda m, x: _grid(m, x)[0],
+    "width": lambda m, x: _grid(m, x)[1],
+    "output_attentions": lambda m, x: False,
+}
+PACKED = ("cu_seqlens",)  # a forward taking these is called on un-batched rows
+
+
+def provided(cls: Any) -> tuple[str, ...]:
+    """The required forward parameters of `cls` this module makes (for `arguments.check_forward`)."""
+    return tuple(p.name for p in required(cls) if p.name in _MADE or p.name in PACKED or p.name == "max_seqlen"
+                 or _empty_container(p) is not None)
+
+
+def made(module: nn.Module, x: torch.Tensor, given: dict[str, Any]) -> dict[str, Any]:
+    """The required forward parameters made here, but those `given`."""
+    found: dict[str, Any] = {}
+    for p in required(type(module)):
+        if p.name in given:
+            continue
+        if p.name in _MADE:
+            found[p.name] = _MADE[p.name](module, x)
+        elif (container := _empty_container(p)) is not None:
+            found[p.name] = container()
+    return found
+
+
+def packed(module: nn.Module) -> bool:
+    """A packed vision tower's attention (Qwen2-VL's): un-batched rows and their sequences' bounds."""
+    return any(p.name in PACKED for p in forward_parameters(type(module)))
+
+
+def packed_call(module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
+    """Its arguments on x (b, T, d): the rows (b * T, d), each batch item its own sequence in
+    cu_seqlens, rotary (cos, sin) of each row's position in its sequence (the book's RoPE at the
+    module's head_dim, a 1-D patch row: the tower's 2-D grid has no meaning for tokens)."""
+    batch, tokens = (x.shape[0], x.shape[-2]) if x.dim() == 3 else (1, x.shape[0])
+    rows = x.reshape(batch * tokens, x.shape[-1])  # (b * T, d)
+    accepted = {p.name for p in forward_parameters(type(module))}
+    kwargs: dict[str, Any] = {"cu_seqlens": torch.arange(batch + 1, dtype=torch.int32, device=x.device) * tokens}
+    if "max_seqlen" in accepted:
+        kwargs["max_seqlen"] = tokens
+    cos, sin = rope(module, x)  # (T, hs) each
+    if "position_embeddings" in accepted:
+        kwargs["position_embeddings"] = (cos.repeat(batch, 1), sin.repeat(batch, 1))  # (b * T, hs) each
+    elif "rotary_pos_emb" in accepted:
+        half = cos.shape[-1] // 2
+        kwargs["rotary_pos_emb"] = torch.atan2(sin, cos)[:, :half].repeat(batch, 1)  # (b * T, hs / 2) angles
+    return (rows,), kwargs
+
+
+def unpacked(value: Any, x: torch.Tensor) -> Any:
+    """A packed call's output (b * T, ·), or the first element of a tuple, back as x's rows (b, T, ·)."""
+    rows = x.shape[:-1]
+    if isinstance(value, torch.Tensor):
+        return value.reshape(*rows, value.shape[-1])
+    if isinstance(value, tuple) and value and isinstance(value[0], torch.Tensor):
+        return (value[0].reshape(*rows, value[0].shape[-1]), *value[1:])
+    return value
+

@@ -1,0 +1,72 @@
+"""What a transformers attention class declares by where it comes from, read from the library's own
+files, never from the module attnlab runs (whose code may be the mistake):
+
+- its lineage: the family whose class it copies (`# Copied from transformers.models.t5...T5Attention`
+  above it, UDOP's) or derives from in its modular file (`class SwitchTransformersAttention(T5Attention)`):
+  it scales as that family declares (T5's scores are unscaled);
+- its constructor's scale: the `scaling` a fresh instance of the library's class sets from the same
+  config (Gemma 4's 1.0 under QK-norm), so that a copy or subclass that changes it is still found.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+_HEAD_DIMS = ("head_dim", "qk_head_dim", "attention_head_size", "head_size")  # the key width its scores are over
+_COPIED = re.compile(r"#\s*Copied from transformers\.models\.(\w+)\.modeling_\w+\.(\w+)")
+
+
+def _base_in_modular(cls: type) -> str | None:
+    """The model folder of the class `cls` derives from in its modular file (`modular_X.py`), if any."""
+    module = sys.modules.get(cls.__module__)
+    source = Path(getattr(module, "__file__", "") or "")
+    modular = source.with_name(source.name.replace("modeling_", "modular_", 1))
+    if not modular.name.startswith("modular_") or not modular.is_file():
+        return None
+    text = modular.read_text(encoding="utf-8")
+    found = re.search(rf"^class {re.escape(cls.__name__)}\((\w+)\)", text, re.MULTILINE)
+    if found is None:
+        return None
+    base = found.group(1)
+    imported = re.search(rf"from \.\.(\w+)\.modeling_\w+ import (?:\([^)]*\b{base}\b|[^\n(]*\b{base}\b)", text)
+    return imported.group(1) if imported else None
+
+
+@cache
+def origin_type(cls: type) -> str | None:
+    """The model folder whose attention class `cls` copies or derives from (`t5` for UdopAttention)."""
+    try:
+        lines, start = inspect.getsourcelines(cls)
+        above = inspect.getsourcelines(sys.modules[cls.__module__])[0][max(0, start - 3):start - 1]
+    except (OSError, TypeError, KeyError):
+        return None
+    copied = next((m.group(1) for line in above if (m := _COPIED.search(line))), None)
+    return copied or _base_in_modular(cls)
+
+
+def library_scale(module: nn.Module, origin: type | None, build: Callable[[type, Any, int], nn.Module]
+                  ) -> tuple[float, str] | None:
+    """The `scaling` the library's class `origin` sets from the module's config when it is not
+    1/sqrt(head_dim), and where it says so; None: it sets none, or the usual one."""
+    config = getattr(module, "config", None)
+    if origin is None or config is None:
+        return None
+    try:
+        fresh = build(origin, config, getattr(module, "layer_idx", 0) or 0)
+    except Exception:  # noqa: BLE001 - a class its config alone does not build declares nothing here
+        return None
+    scaling = getattr(fresh, "scaling", None)
+    head_dim = next((v for s in _HEAD_DIMS if isinstance(v := getattr(fresh, s, None), int)), None)
+    if not isinstance(scaling, (int, float)) or isinstance(scaling, bool) or not isinstance(head_dim, int):
+        return None
+    if abs(scaling - head_dim ** -0.5) <= 1e-6 * head_dim ** -0.5:
+        return None
+    return float(scaling), f"{origin.__name__} sets scaling = {scaling:g} in its constructor"

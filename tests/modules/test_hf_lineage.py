@@ -1,0 +1,87 @@
+"""A scale the library's own class declares (by its lineage or its constructor) is info, and a
+mistake planted in a copy of that class is still found at its stage."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import attnlab
+
+pytest.importorskip("transformers")
+
+from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaAttention  # noqa: E402
+from transformers.models.mistral4.modeling_mistral4 import Mistral4Attention  # noqa: E402
+from transformers.models.switch_transformers.modeling_switch_transformers import (  # noqa: E402
+    SwitchTransformersAttention,
+)
+from transformers.models.udop.modeling_udop import UdopAttention  # noqa: E402
+
+from attnlab.modules.hf_lineage import origin_type  # noqa: E402
+
+SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
+
+
+@pytest.mark.parametrize(("cls", "origin"), [(UdopAttention, "t5"), (SwitchTransformersAttention, "t5"),
+                                             (Mistral4Attention, "deepseek_v3"), (LlamaAttention, None)])
+def test_a_class_copied_from_or_derived_from_a_family_names_it(cls, origin):
+    assert origin_type(cls) == origin
+
+
+def errors(result) -> list[tuple[str, str]]:
+    assert result.record.status == "ok", result.record.error
+    return [(f.code, f.stage) for f in result.findings if f.severity == "error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["switch_transformers", "udop", "gemma4_text", "mistral4"])
+def test_the_scale_the_library_declares_is_info_not_a_scaling_error(model):
+    result = attnlab.run(f"hf:{model}", overrides=SIZES)
+    assert errors(result) == [], [f.message for f in result.findings]
+    assert "declared_scale" in {f.code for f in result.findings}
+
+
+class Gemma4WrongScale(Gemma4TextAttention):
+    """Planted: the scores scaled by 0.5 where the library's class sets 1.0."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+        self.scaling = 0.5
+
+
+class _Doubled(nn.Linear):
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+class SwitchDoubledQueries(SwitchTransformersAttention):
+    """Planted: the queries doubled (the T5 copy's unscaled scores twice as large)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.q.__class__ = _Doubled
+
+
+def test_the_planted_mistakes_are_real():
+    """Independently of attnlab: the planted copies' scores differ from the library's on the same input."""
+    from transformers import SwitchTransformersConfig
+
+    config = SwitchTransformersConfig(d_model=64, num_heads=4, d_kv=16)
+    torch.manual_seed(0)
+    original = SwitchTransformersAttention(config, has_relative_attention_bias=True).eval()
+    planted = SwitchDoubledQueries(config, has_relative_attention_bias=True).eval()
+    planted.load_state_dict(original.state_dict())
+    x = torch.rand(1, 8, 64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (planted(x)[0] - original(x)[0]).abs().max() > 1e-3
+    assert Gemma4WrongScale.__mro__[1] is Gemma4TextAttention
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("planted", "expected"), [(Gemma4WrongScale, ("scaling", "scaled_scores")),
+                                                   (SwitchDoubledQueries, ("scaling", "scaled_scores"))])
+def test_a_scale_planted_in_a_copy_of_a_declaring_class_is_still_found(planted, expected):
+    result = attnlab.run(planted, overrides=SIZES)
+    assert expected in errors(result), [f.message for f in result.findings]

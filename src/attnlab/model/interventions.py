@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from attnlab.capture.recorder import tap
 from attnlab.errors import UserError
 from attnlab.modules.built import PluginError
 from attnlab.modules.roles import module_roles
@@ -121,7 +122,11 @@ def head_contexts(attention: nn.Module, heads: int, edit: ContextEdit) -> Iterat
     def pre(_module, args):
         context = args[0]  # (1, T, H * hs)
         split = context.unflatten(-1, (heads, context.shape[-1] // heads))  # (1, T, H, hs)
-        return (edit(split).flatten(-2), *args[1:])
+        context_vec = edit(split)  # (1, T, H, hs)
+        # the layer's context stage is the edited one, the output projection's input: a capture of the
+        # edited layer compares what the edit made, not the product the edit replaced
+        tap("context", context_vec.transpose(1, 2))  # (1, H, T, hs)
+        return (context_vec.flatten(-2), *args[1:])
     hook = output_projection(attention).register_forward_pre_hook(pre)
     try:
         yield
@@ -129,8 +134,20 @@ def head_contexts(attention: nn.Module, heads: int, edit: ContextEdit) -> Iterat
         hook.remove()
 
 
+MASK_GAP = 1e3  # below its row's largest by more: a softmax weight of exactly 0 in any float type (e^-745 underflows float64)
+
+
+def masked_cells(attn_scores: Tensor, dim: int) -> Tensor:
+    """Where the model's mask is in a softmax input, whatever its fill (-inf, torch.finfo(dtype).min,
+    -1e9, -1e4 added to a score): -inf, or so far below its row's largest that its weight is 0."""
+    row_max = attn_scores.amax(dim=dim, keepdim=True)  # -inf for a row masked whole: its cells are -inf
+    return torch.isneginf(attn_scores) | (attn_scores < row_max - MASK_GAP)
+
+
 class _ScaledScores(TorchFunctionMode):
-    """The softmax's input (the scores, after the layer's own scaling and mask) times `factor`, on one head or all."""
+    """The softmax's input (the scores, after the layer's own scaling and mask) times `factor`, on one
+    head or all; the model's mask put back after (a fill times the factor would be no mask: times 0 a
+    score of 0, times -1 the largest)."""
 
     def __init__(self, factor: float, head: int | None) -> None:
         super().__init__()
@@ -148,9 +165,12 @@ class _ScaledScores(TorchFunctionMode):
         if getattr(func, "__name__", "") == "softmax" and args and args[0].dim() == 4:
             self.scaled = True
             attn_scores = args[0]  # (B, nh, T, T)
+            dim = args[1] if len(args) > 1 and isinstance(args[1], int) else kwargs.get("dim", -1)
             scale = torch.ones(attn_scores.shape[1], dtype=attn_scores.dtype)  # (nh,)
             scale[slice(None) if self.head is None else self.head] = self.factor
-            args = (attn_scores * scale[:, None, None], *args[1:])
+            edited = torch.where(masked_cells(attn_scores, dim), attn_scores,
+                                 attn_scores * scale[:, None, None])  # (B, nh, T, T)
+            args = (edited, *args[1:])
         return func(*args, **kwargs)
 
 

@@ -5,7 +5,7 @@ Kinds, each applied to the layer `layer=` names while the model runs:
 - `ablate_head`: head `intervene.head`'s context vectors (the output projection's input) set to
   zero (`intervene.mode=zero`) or to their mean over the positions (`mode=mean`);
 - `scale_scores`: the scores entering the softmax multiplied by `intervene.factor` (one head, or
-  every head without `intervene.head`);
+  every head without `intervene.head`), the model's mask put back after, whatever its fill;
 - `patch`: the head's (or every head's) context vectors replaced by those the same layer made on
   `intervene.text`, another text of as many tokens (activation patching);
 - `function`: `intervene.function=MODULE:NAME` (or a callable from Python) given the layer's
@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from attnlab.capture.recorder import tap
+from attnlab.diagnosis.masking import fill_masked
 from attnlab.errors import UserError
 from attnlab.modules.built import PluginError
 from attnlab.modules.roles import module_roles
@@ -134,16 +135,6 @@ def head_contexts(attention: nn.Module, heads: int, edit: ContextEdit) -> Iterat
         hook.remove()
 
 
-MASK_GAP = 1e3  # below its row's largest by more: a softmax weight of exactly 0 in any float type (e^-745 underflows float64)
-
-
-def masked_cells(attn_scores: Tensor, dim: int) -> Tensor:
-    """Where the model's mask is in a softmax input, whatever its fill (-inf, torch.finfo(dtype).min,
-    -1e9, -1e4 added to a score): -inf, or so far below its row's largest that its weight is 0."""
-    row_max = attn_scores.amax(dim=dim, keepdim=True)  # -inf for a row masked whole: its cells are -inf
-    return torch.isneginf(attn_scores) | (attn_scores < row_max - MASK_GAP)
-
-
 class _ScaledScores(TorchFunctionMode):
     """The softmax's input (the scores, after the layer's own scaling and mask) times `factor`, on one
     head or all; the model's mask put back after (a fill times the factor would be no mask: times 0 a
@@ -168,7 +159,7 @@ class _ScaledScores(TorchFunctionMode):
             dim = args[1] if len(args) > 1 and isinstance(args[1], int) else kwargs.get("dim", -1)
             scale = torch.ones(attn_scores.shape[1], dtype=attn_scores.dtype)  # (nh,)
             scale[slice(None) if self.head is None else self.head] = self.factor
-            edited = torch.where(masked_cells(attn_scores, dim), attn_scores,
+            edited = torch.where(fill_masked(attn_scores, dim), attn_scores,
                                  attn_scores * scale[:, None, None])  # (B, nh, T, T)
             args = (edited, *args[1:])
         return func(*args, **kwargs)

@@ -39,6 +39,8 @@ REFUSED = [
     (["+model.pth=x"], "model.pth: unknown key without a model (model=hf:TYPE, model.path=DIR, model.hub=REPO_ID "
                        "or model=NAME); did you mean 'model.path'?"),
     (["d_in=4"], "d_in: unknown key; did you mean 'inputs.d_in=4' (with inputs=ids|random|text)?"),
+    (["model=hf:gpt2", "model.n_layer=2", "model.n_head=4", "model.n_embd=64", "inputs=text", "intervene=ablate_head",
+      "intervene.head=7"], "intervene.head=7: the model has 4 heads (0 to 3)"),
     (["inputs=text", "inputs.text=héllo wörld"],
      "inputs.text=héllo wörld: Hydra's grammar cannot read this value unquoted; quote it: 'inputs.text=\"héllo wörld\"'"),
 ]

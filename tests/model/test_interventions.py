@@ -9,7 +9,7 @@ import torch
 
 import attnlab
 from attnlab.errors import UserError
-from attnlab.model.interventions import intervention
+from attnlab.model.interventions import _ScaledScores, intervention
 from tests.model.by_hand import HS, OTHER, check_effect, eager_model, effect_by_hand, zero_head
 from tests.model.conftest import N_EMBD, N_HEAD, TEXT
 
@@ -48,9 +48,11 @@ def test_activation_patching_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2)
     check_effect(record.model.effect, effect_by_hand(model, ids, 0, patch), record)
 
 
-def test_scaling_scores_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2) -> None:
+@pytest.mark.parametrize("factor", [0.5, 0.0, -1.0])
+def test_scaling_scores_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2, factor) -> None:
     """The layer's attention recomputed by hand from its fused q, k, v projection, head 3's scores
-    times 0.5 after the scaling and the causal mask, its context vectors put where c_proj reads them."""
+    times `factor` after the scaling, the causal mask put on after (a factor of 0 or -1 never unmasks
+    a later token), its context vectors put where c_proj reads them."""
     model, ids, _ = eager_model(tiny_gpt2)
     attn = model.transformer.h[1].attn
     qkv = []
@@ -62,19 +64,21 @@ def test_scaling_scores_has_the_effect_of_a_hook_written_by_hand(tiny_gpt2) -> N
                                      for part in qkv[-1].split(N_EMBD, dim=-1))  # (1, nh, T, hs)
             attn_scores = queries @ keys.transpose(-2, -1) / HS ** 0.5  # (1, nh, T, T)
             n = attn_scores.shape[-1]
-            attn_scores = attn_scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -torch.inf)
             attn_scores[:, 3] *= factor
+            attn_scores = attn_scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -torch.inf)
             context_vec = torch.softmax(attn_scores, dim=-1) @ values  # (1, nh, T, hs)
             return context_vec.transpose(1, 2).flatten(-2)  # (1, T, d)
         return edit
 
     unchanged = effect_by_hand(model, ids, 1, scaled_by_hand(1.0))
     assert unchanged["kl_mean"] < 1e-12  # the hand-made attention is the layer's own
-    hand = effect_by_hand(model, ids, 1, scaled_by_hand(0.5))
+    hand = effect_by_hand(model, ids, 1, scaled_by_hand(factor))
     hook.remove()
-    record = _run(tiny_gpt2, 1, name="scale_scores", head=3, factor=0.5)
+    record = _run(tiny_gpt2, 1, name="scale_scores", head=3, factor=factor)
     check_effect(record.model.effect, hand, record)
-    assert record.variant.name == "scale_scores(head=3, factor=0.5)"
+    assert record.variant.name == f"scale_scores(head=3, factor={factor})"
+    weights = record.variant.canonical("weights")[0, 3]  # (T, T)
+    assert (weights[np.triu_indices(weights.shape[0], 1)] == 0).all()  # every later token still masked
 
 
 def test_observe_captures_every_layer_without_an_effect(tiny_gpt2) -> None:
@@ -145,3 +149,59 @@ def test_scaling_scores_a_fused_kernel_never_shows_fails_the_record_saying_so(ti
     assert record.status == "failed"
     assert record.error.endswith("intervene=scale_scores: the layer called no softmax on (batch, heads, T, T) scores "
                                  "(a fused kernel computes them unseen); run it with model.attn_implementation=eager")
+
+
+@pytest.mark.parametrize("fill", [-torch.inf, torch.finfo(torch.float32).min, -1e9, -1e4])
+@pytest.mark.parametrize("factor", [0.5, 0.0, -1.0])
+def test_scaled_scores_keep_the_mask_whatever_its_fill(fill, factor) -> None:
+    """A softmax input masked by -inf or by a large negative fill (put in, or added as Hugging Face and
+    BERT add theirs), scaled: the masked cells keep weight 0, the others are softmax(factor x score)."""
+    torch.manual_seed(0)
+    queries, keys = torch.randn(2, 1, 3, 5, 4).unbind(0)  # (1, nh, T, hs)
+    attn_scores = queries @ keys.transpose(-2, -1) / 2.0  # (1, nh, T, T)
+    mask = torch.ones(5, 5, dtype=torch.bool).triu(1)
+
+    def attention() -> torch.Tensor:
+        if fill in (-1e9, -1e4):  # added to the scores, as an additive attention mask is
+            return torch.softmax(attn_scores + torch.where(mask, fill, 0.0), dim=-1)
+        return torch.softmax(attn_scores.masked_fill(mask, fill), dim=-1)
+
+    with _ScaledScores(factor, head=1):
+        weights = attention()  # (1, nh, T, T)
+    by_hand = attn_scores.clone()
+    by_hand[:, 1] *= factor
+    expected = torch.softmax(by_hand.masked_fill(mask, -torch.inf), dim=-1)
+    assert (weights[..., mask] == 0).all()
+    torch.testing.assert_close(weights, expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("intervene, stage", [
+    ({"name": "ablate_head", "head": 3}, "context"),
+    ({"name": "patch", "head": 0, "text": "Each effort moves you backward today"}, "context"),
+    ({"name": "scale_scores", "head": 2, "factor": 0.5}, "scaled_scores"),
+])
+def test_an_edit_is_named_as_the_edit_it_is_and_no_error(family, intervene, stage) -> None:
+    """Every kind on GPT-2 and Llama built from their configs: no error finding, one info finding
+    naming the edit; the edited head's stage changed and no other head's."""
+    sizes = {"gpt2": ["model=hf:gpt2", "model.n_layer=2", "model.n_head=4", "model.n_embd=64",
+                      "model.initializer_range=0.2"],
+             "llama": ["model=hf:llama", "model.num_hidden_layers=2", "model.num_attention_heads=4",
+                       "model.num_key_value_heads=2", "model.hidden_size=64", "model.intermediate_size=128",
+                       "model.initializer_range=0.2"]}[family]
+    record = attnlab.run(overrides=[*sizes, "inputs=text", "inputs.text='Every effort moves you forward today'",
+                                    "layer=1", *QUIET], intervene=intervene).record
+    assert record.status == "ok", record.error
+    assert not [f for f in record.findings if f.severity == "error"], record.findings
+    said = [f for f in record.findings if f.code == "intervention"]
+    assert len(said) == 1 and said[0].stage == stage and said[0].heads == [intervene["head"]]
+    assert said[0].message.startswith(f"the edit {record.variant.name}: head {intervene['head']}'s ")
+    assert record.first_divergent_stage == stage
+    mine, own = record.variant.canonical(stage)[0], record.reference.canonical(stage)[0]  # (H, T, ·)
+    unmasked = np.isfinite(own) & (own > -1e30)
+    moved = [float(np.abs(np.where(unmasked[h], mine[h] - own[h], 0)).max()) for h in range(4)]
+    assert moved[intervene["head"]] > 1e-3
+    assert [m for h, m in enumerate(moved) if h != intervene["head"]] == [0.0] * 3
+    if intervene["name"] == "scale_scores":  # the edited head's own factor: 0.5 x 1/sqrt(head_dim = 16) = 0.125
+        assert "head 2 0.125 (the model's own 0.25)" in said[0].message
+        assert "the model's mask kept (60 masked cells)" in said[0].message

@@ -208,3 +208,34 @@ def test_float_noise_below_the_first_divergent_stage_draws_no_difference_map() -
     record = replace(record, variant=variant, first_divergent_stage=None, findings=[])
     tags = {tag for tag, _ in heatmap_images(record)}
     assert "heatmaps/variant/weights" in tags and not any(tag.startswith("heatmaps/difference/") for tag in tags)
+
+
+@pytest.mark.parametrize("fill", [-np.inf, float(np.finfo(np.float32).min), -1e9, -1e4])
+def test_masked_scores_are_grey_and_out_of_the_scale_whatever_the_fill(gqa_record, monkeypatch, fill) -> None:
+    """Scaled scores masked causally by -inf, GPT-2's float32 minimum, -1e9 or -1e4 added to the
+    scores: the masked cells are grey, the colour bar spans the unmasked scores only, and the same
+    cells masked on both sides are no difference."""
+    from dataclasses import replace
+
+    drawn = captured(monkeypatch)
+    own = gqa_record.reference.stages["scaled_scores"]  # (1, 4, 16, 16): no mask of its own
+    later = np.triu(np.ones((16, 16), dtype=bool), 1)
+    masked = (own + fill).astype(np.float32) if fill in (-1e9, -1e4) else np.full_like(own, fill)  # added, or put in
+    reference = np.where(later, masked, own).astype(np.float32)
+    variant = np.where(later, masked, own * 1.5).astype(np.float32)
+    record = replace(
+        gqa_record, first_divergent_stage="scaled_scores", findings=[],
+        variant=replace(gqa_record.variant, stages={**gqa_record.variant.stages, "scaled_scores": variant},
+                        diagnostics={**gqa_record.variant.diagnostics, "divergence_scaled_scores": 1.0}),
+        reference=replace(gqa_record.reference, stages={**gqa_record.reference.stages, "scaled_scores": reference}))
+    heatmap_images(record, stages=["scaled_scores"])
+    title = "scaled_scores · variant · all heads · batch item 0"
+    start = drawn.index(title)
+    legend = next(text for text in drawn[start:] if text.startswith("linear p0.5"))
+    assert legend == "linear p0.5 to p99.5 of variant and reference, unmasked; grey: masked"
+    unmasked = np.concatenate([variant[0][:, ~later], reference[0][:, ~later]])
+    low, high = sorted(float(tick.split()[-1]) for tick in ticks_after(drawn, title))
+    assert unmasked.min() - 1e-2 <= low < high <= unmasked.max() + 1e-2
+    difference = drawn.index("scaled_scores · difference · all heads · batch item 0")
+    legend = next(text for text in drawn[difference:] if text.startswith("variant - reference"))
+    assert legend == "variant - reference, symmetric about 0"  # nothing masked on one side only

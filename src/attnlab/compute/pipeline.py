@@ -338,16 +338,18 @@ def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int) -> Dia
 @one_thread()  # op after op on one (batch item, head) block: no thread to wake for each
 def diagnosed(mine: Capture, theirs: Capture, *, shared: bool, train: bool, expect: Any,
               mixing: batch_mixing.BatchMixing | None = None, unobservable: str | None = None,
-              before: Sequence[Finding] = (), after: Sequence[Finding] = ()) -> Diagnosis:
+              before: Sequence[Finding] = (), after: Sequence[Finding] = (),
+              own_findings: Callable[[Sequence[Finding]], list[Finding]] | None = None) -> Diagnosis:
     """Both captures' stages, the diagnostics, the findings and the predictions (also for a layer
     inside a model, attnlab.model); keys and values compared at each side's kv heads, the captures
     themselves left as they are. `before`, `after`: findings only a model shows, around the
     diagnosis's own, the predictions checked against them all; `unobservable`: why the variant's
-    change cannot be seen at this size, said instead of any finding."""
+    change cannot be seen at this size, said instead of any finding; `own_findings`: what the
+    diagnosis's own findings become (an intervention's record names its edit in their place)."""
     mine, theirs = align_kv_heads(mine, theirs, shared=shared)
     expected, weights = {k: list(v) for k, v in expected_shapes(theirs).items()}, returned_weights(mine)
     found = analyse(mine, theirs, weights_shared=shared, train=train, batch_mixing=mixing)
-    findings = [*before, *found.findings, *after]
+    findings = [*before, *(own_findings(found.findings) if own_findings else found.findings), *after]
     not_checked = [mixing.not_checked] if mixing is not None and mixing.not_checked else []
     if unobservable:
         findings, not_checked = [], [unobservable, *not_checked]

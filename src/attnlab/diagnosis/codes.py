@@ -99,6 +99,7 @@ MODEL_CODES: dict[str, str] = {
     "previous_token_head": "a head that puts most of its weight on the token just before the query",
     "first_token_head": "a head that puts most of its weight on the first token (an attention sink)",
     "uniform_head": "a head that spreads its weight evenly over the tokens it may see",
+    "intervention": "the edit intervene= made to the layer, measured on its stages against the unedited layer's",
 }
 
 

@@ -22,6 +22,16 @@ from attnlab.capture.recorder import Capture
 from attnlab.capture.spill import releasing
 from attnlab.diagnosis.stage_blocks import Peaks, block_scratch, blocks, fitted, one_thread, row_blocks
 
+MASK_GAP = 1e3  # below its row's largest by more: a softmax weight of exactly 0 in any float type (e^-745 underflows float64)
+
+
+def fill_masked(attn_scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """(same shape, bool) where a mask is in a softmax input from its values alone, whatever its fill
+    (-inf, torch.finfo(dtype).min, -1e9, -1e4 added to a score): -inf, or so far below its row's
+    largest that its weight is 0 (a row of one fill throughout is no mask: its weights are uniform)."""
+    row_max = attn_scores.amax(dim=dim, keepdim=True)  # -inf for a row masked whole: its cells are -inf
+    return torch.isneginf(attn_scores) | (attn_scores < row_max - MASK_GAP)
+
 
 def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) -> float:
     """The factor c in scaled = c * scores over the entries with weight (no mask is there)."""

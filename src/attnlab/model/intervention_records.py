@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from attnlab.capture.every_layer import every_layer
 from attnlab.capture.recorder import Capture
 from attnlab.compute.pipeline import diagnosed
 from attnlab.errors import UserError
+from attnlab.model.edit_findings import edit_findings
 from attnlab.model.forward import final_hidden
 from attnlab.model.interventions import Intervention, contexts_on, edited
 from attnlab.model.layer import ModelRun, OwnCaptures, own_head_patterns
@@ -65,8 +67,9 @@ class _Recorded:
             record = record_of(setup, pair, error=error)
         else:
             expect = OmegaConf.to_container(self.cfg.expect, resolve=True)
+            edit = None if changed is own else partial(edit_findings, self.chosen, changed, own)
             diagnosis = diagnosed(changed, own, shared=True, train=False, expect=expect,
-                                  after=own_head_patterns(own))
+                                  after=own_head_patterns(own), own_findings=edit)
             record = record_of(setup, pair, diagnosis, effect=effect)
         self.records.append(self.done(record, len(self.records), self.n_layers))
 

@@ -5,7 +5,7 @@ Kinds, each applied to the layer `layer=` names while the model runs:
 - `ablate_head`: head `intervene.head`'s context vectors (the output projection's input) set to
   zero (`intervene.mode=zero`) or to their mean over the positions (`mode=mean`);
 - `scale_scores`: the scores entering the softmax multiplied by `intervene.factor` (one head, or
-  every head without `intervene.head`);
+  every head without `intervene.head`), the model's mask put back after, whatever its fill;
 - `patch`: the head's (or every head's) context vectors replaced by those the same layer made on
   `intervene.text`, another text of as many tokens (activation patching);
 - `function`: `intervene.function=MODULE:NAME` (or a callable from Python) given the layer's
@@ -24,6 +24,8 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from attnlab.capture.recorder import tap
+from attnlab.diagnosis.masking import fill_masked
 from attnlab.errors import UserError
 from attnlab.modules.built import PluginError
 from attnlab.modules.roles import module_roles
@@ -121,7 +123,11 @@ def head_contexts(attention: nn.Module, heads: int, edit: ContextEdit) -> Iterat
     def pre(_module, args):
         context = args[0]  # (1, T, H * hs)
         split = context.unflatten(-1, (heads, context.shape[-1] // heads))  # (1, T, H, hs)
-        return (edit(split).flatten(-2), *args[1:])
+        context_vec = edit(split)  # (1, T, H, hs)
+        # the layer's context stage is the edited one, the output projection's input: a capture of the
+        # edited layer compares what the edit made, not the product the edit replaced
+        tap("context", context_vec.transpose(1, 2))  # (1, H, T, hs)
+        return (context_vec.flatten(-2), *args[1:])
     hook = output_projection(attention).register_forward_pre_hook(pre)
     try:
         yield
@@ -130,7 +136,9 @@ def head_contexts(attention: nn.Module, heads: int, edit: ContextEdit) -> Iterat
 
 
 class _ScaledScores(TorchFunctionMode):
-    """The softmax's input (the scores, after the layer's own scaling and mask) times `factor`, on one head or all."""
+    """The softmax's input (the scores, after the layer's own scaling and mask) times `factor`, on one
+    head or all; the model's mask put back after (a fill times the factor would be no mask: times 0 a
+    score of 0, times -1 the largest)."""
 
     def __init__(self, factor: float, head: int | None) -> None:
         super().__init__()
@@ -148,9 +156,12 @@ class _ScaledScores(TorchFunctionMode):
         if getattr(func, "__name__", "") == "softmax" and args and args[0].dim() == 4:
             self.scaled = True
             attn_scores = args[0]  # (B, nh, T, T)
+            dim = args[1] if len(args) > 1 and isinstance(args[1], int) else kwargs.get("dim", -1)
             scale = torch.ones(attn_scores.shape[1], dtype=attn_scores.dtype)  # (nh,)
             scale[slice(None) if self.head is None else self.head] = self.factor
-            args = (attn_scores * scale[:, None, None], *args[1:])
+            edited = torch.where(fill_masked(attn_scores, dim), attn_scores,
+                                 attn_scores * scale[:, None, None])  # (B, nh, T, T)
+            args = (edited, *args[1:])
         return func(*args, **kwargs)
 
 

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.errors import UserError
 from attnlab.inputs.token_ids import read_ids
 from attnlab.model.declared_config import declared_config
+from attnlab.model.edit_checks import check_indices, check_patch_text
 from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
 from attnlab.model.intervention_records import intervention_records
 from attnlab.model.interventions import Intervention, intervention
@@ -67,11 +68,19 @@ def check_model_request(cfg: DictConfig) -> None:
         check_variant_fits(cfg.variant.name, spec)
     if is_requested(_block(cfg, "reference_model")):
         model_spec(_block(cfg, "reference_model"), "reference_model")
-    model_type = (declared_config(spec) or {}).get("model_type")  # None: known once built
+    declared = declared_config(spec)
+    model_type = (declared or {}).get("model_type")  # None: known once built
+    check_indices(cfg, declared, edit, seq2seq=_seq2seq(declared))
+    check_patch_text(cfg, spec, edit)
     if is_requested(_block(cfg, "reference_model")) or (model_type is not None and family(model_type).task != "image"):
         check_text(cfg)  # a language model's text, before it loads
     if cfg.n_seeds != 1:
         raise UserError(f"n_seeds={cfg.n_seeds}: a model's weights are its own; a run inside a model takes one seed")
+
+
+def _seq2seq(declared: dict[str, Any] | None) -> bool:
+    """An encoder–decoder's config (its layers named by stack in `layer=`)."""
+    return bool(declared and declared.get("is_encoder_decoder"))
 
 
 def check_text(cfg: DictConfig) -> None:

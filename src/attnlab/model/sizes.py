@@ -44,7 +44,8 @@ def _get(config: Any, name: str) -> Any:
     return config.get(name) if isinstance(config, dict) else getattr(config, name, None)
 
 
-def _read(config: Any, what: str) -> Any:
+def read_size(config: Any, what: str) -> Any:
+    """One of attnlab's sizes (_KEYS) from a config object or dict, under the family's spellings; None: not there."""
     name = str(_get(config, "model_type") or "")
     key = _KEYS[what]
     found = (_get(config, s) for s in (*family(name).model_spellings.get(key, ()), *spellings(key, name)))
@@ -52,13 +53,13 @@ def _read(config: Any, what: str) -> Any:
 
 
 def model_sizes(config: Any, label: str) -> ModelSizes:
-    width, heads = _read(config, "width"), _read(config, "heads")
+    width, heads = read_size(config, "width"), read_size(config, "heads")
     if width is None or heads is None:
         raise UserError(f"{label}: its config names no width or head count "
                         f"({'/'.join(spellings('d_in'))}; {'/'.join(spellings('num_heads'))})"[:300])
-    kv_heads = _read(config, "kv_heads") or heads
+    kv_heads = read_size(config, "kv_heads") or heads
     row = family(str(_get(config, "model_type") or ""))
-    return ModelSizes(int(width), int(heads), int(kv_heads), _read(config, "context"), _read(config, "vocab"),
+    return ModelSizes(int(width), int(heads), int(kv_heads), read_size(config, "context"), read_size(config, "vocab"),
                       _logit_scaling(config, row))
 
 

@@ -7,8 +7,10 @@ reference on one shared colour scale, and their difference (symmetric around 0) 
 all zero. The scale is chosen for the stage and said in each map's legend: weights on 0 to 1 in
 every map (so a sweep's cards share it) beside a log view (`heatmaps/<source>/weights_log`, 1e-4
 to 1, the reference's where it differs: the structure of a 1,024-token map, where row 0 of a
-causal map is 1 and the rest is near 0), zeros (masked keys) grey; scores on the percentiles of variant and reference
-(ROBUST_PERCENTILES: a masked or extreme score does not flatten the rest); others min to max.
+causal map is 1 and the rest is near 0), zeros (masked keys) grey; scores with their masked cells grey,
+whatever the fill (-inf, GPT-2's torch.finfo(dtype).min, -1e9, -1e4: attnlab.diagnosis.masking.fill_masked),
+on the percentiles of the unmasked cells of variant and reference (ROBUST_PERCENTILES: an extreme score
+does not flatten the rest); others min to max.
 A stage with several heads is a grid of all heads (tag `heatmaps/<source>/<stage>`) and an image
 per head (`.../head<h>`: of the weights, and of any stage where the variant differs); above MAX_SIDE tokens the shown head's CROP x CROP block where the
 variant first differs (the first block without a difference) follows at full resolution
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 from collections import OrderedDict
 from collections.abc import Callable
@@ -33,9 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from attnlab.capture.spill import release
 from attnlab.capture.stages import STAGES
+from attnlab.diagnosis.masking import fill_masked
 from attnlab.drawing.parallel import in_threads
 from attnlab.drawing.png import to_png_bytes
 from attnlab.record import Record, write_atomic
@@ -45,6 +50,7 @@ from attnlab.reporting.heatmap import (
     MAX_SIDE,
     ROBUST_PERCENTILES,
     _as_heads,
+    _tensor,
     finite_range,
     grid_pooling,
     render_head_grid,
@@ -145,9 +151,11 @@ def stage_scale(stage: str, *arrays: np.ndarray | None) -> Scale:
     if stage == "weights" and low >= 0:
         top = max(high, 1.0)  # a variant whose weights exceed 1 gets its own top, and says so
         return Scale((0.0, top), f"linear 0 to {top:.3g} ({_shared(top)}); grey: 0 (masked)", zero_grey=True)
-    if stage in SCORE_SIZED:
+    if stage in SCORE_SIZED:  # masked cells are -inf here (masked_as_neg_inf): grey, outside the percentiles
         p_low, p_high = ROBUST_PERCENTILES
-        return Scale(robust_range(*arrays), f"linear p{p_low:g} to p{p_high:g} of variant and reference")
+        masked = any(a is not None and bool(np.isneginf(a).any()) for a in arrays)
+        cells = ", unmasked; grey: masked" if masked else ""
+        return Scale(robust_range(*arrays), f"linear p{p_low:g} to p{p_high:g} of variant and reference{cells}")
     return Scale((low, high), "linear min to max of variant and reference")
 
 
@@ -217,6 +225,8 @@ def _stage_maps(record: Record, encoder: Executor, stages: list[str] | None,
         differs = _differs(record, stage)
         variant = record.variant.heads_view(stage, batch=batch)
         reference = record.reference.heads_view(stage, batch=batch)
+        if stage in SCORE_SIZED:
+            variant, reference = masked_as_neg_inf(variant), masked_as_neg_inf(reference)
         # one scale: a colour is one value in both maps (a reference equal to the variant has its range)
         scale = stage_scale(stage, variant, *([reference] if differs else []))
         sources = {"variant": (variant, scale, False), "reference": (reference, scale, False)}
@@ -244,6 +254,19 @@ def _stage_maps(record: Record, encoder: Executor, stages: list[str] | None,
                                         False, False, origin, encoder, pooled)
         release(variant, reference)  # pages of stages spilled to disk, read for this stage's maps (drawn maps are copies)
     return images
+
+
+def masked_as_neg_inf(scores: np.ndarray | None) -> np.ndarray | None:
+    """A score-sized stage (.., query, key) with its masked cells at -inf, whatever the fill put there
+    (itself where every mask already is -inf): grey in a map, outside its colour scale, and the same
+    cell masked on both sides is no difference."""
+    if scores is None or np.ndim(scores) < 2:
+        return scores
+    values = _tensor(scores)
+    masked = fill_masked(values) & torch.isfinite(values)
+    if not bool(masked.any()):
+        return scores
+    return values.masked_fill(masked, -math.inf).numpy()
 
 
 def _card_image(record: Record, encoder: Executor) -> list[tuple[str, Future[EncodedHeatmap]]]:

@@ -1,0 +1,54 @@
+"""What an edit and the chosen layers ask of a model, checked from its config before it loads: the
+head and layer indices against the config's head and layer counts (nothing built), and a patch's
+text against the run's text, token for token (the tokenizer alone, not the model)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from attnlab.errors import UserError
+from attnlab.model.interventions import Intervention
+from attnlab.model.loading import _transformers
+from attnlab.model.locate import chosen_layers
+from attnlab.model.model_spec import ModelSpec
+from attnlab.model.sizes import read_size
+from attnlab.model.tokens import Tokenizer, gpt2_tokenizer, hf_tokenizer
+
+
+def check_indices(cfg: DictConfig, declared: dict[str, Any] | None, edit: Intervention | None,
+                  seq2seq: bool) -> None:
+    """`intervene.head` below the config's head count, `layer=` below its layer count (a model of one
+    stack: an encoder–decoder's stacks are named in `layer=` and checked once built)."""
+    if declared is None:
+        return
+    heads = read_size(declared, "heads")
+    if edit is not None and edit.head is not None and heads is not None and edit.head >= heads:
+        raise UserError(f"intervene.head={edit.head}: the model has {heads} heads (0 to {heads - 1})")
+    layers = read_size(declared, "layers")
+    if layers is not None and not seq2seq:
+        chosen_layers(cfg.get("layer"), int(layers))
+
+
+def check_patch_text(cfg: DictConfig, spec: ModelSpec, edit: Intervention | None) -> None:
+    """A patch replaces position by position: its text has as many tokens as the run's (one text)."""
+    if edit is None or edit.kind != "patch" or cfg.inputs.get("kind") != "text" or cfg.inputs.get("texts") is not None:
+        return
+    tokenizer = _tokenizer(spec)
+    if tokenizer is None:
+        return
+    given, other = len(tokenizer.encode(str(cfg.inputs.text))), len(tokenizer.encode(str(edit.text)))
+    if given != other:
+        raise UserError(f"intervene.text is {other} tokens ({tokenizer.name}), inputs.text {given}: a patch "
+                        f"replaces position by position; give texts of as many tokens")
+
+
+def _tokenizer(spec: ModelSpec) -> Tokenizer | None:
+    """The tokenizer the loaded model will have: a saved model's own where it has one, else GPT-2's
+    BPE; None for a cached hub model (found where it loads, and checked then)."""
+    if spec.kind == "hub":
+        return None
+    if spec.kind == "path":
+        return hf_tokenizer(_transformers(), str(spec.path)) or gpt2_tokenizer()
+    return gpt2_tokenizer()

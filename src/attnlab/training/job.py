@@ -19,7 +19,7 @@ from attnlab.training.counterparts import Counterpart, counterpart
 from attnlab.training.evaluation import evaluate
 from attnlab.training.gpt import GPTModel
 from attnlab.training.loop import train as train_loop
-from attnlab.training.measures import PROBE_WEIGHTS, measure
+from attnlab.training.measures import NOT_MEASURED, PROBE_WEIGHTS, measure
 from attnlab.training.settings import TrainingConf, check_settings
 from attnlab.training.start import same_start
 from attnlab.training.tasks import Batch, Task, make_task
@@ -133,36 +133,57 @@ def _train_side(model: GPTModel, job: Plan, evaluation: Batch, seed: int) -> dic
     return {"losses": losses, "evals": evals}
 
 
-def summary(side: dict[str, Any], settings: TrainingConf) -> dict[str, float]:
+def summary(side: dict[str, Any], settings: TrainingConf) -> dict[str, Any]:
     """The side's numbers the table pools: "steps to target" of a run that never got there is
-    counted as one evaluation past the end."""
+    counted as one evaluation past the end; under NOT_MEASURED, why a measure is missing."""
     evals, last = side["evals"], side["evals"][-1]
     reached = next((e["step"] for e in evals if e["causal_accuracy"] >= settings.target_accuracy), None)
     at_init, at_end = side["measures"]["0"], side["measures"][str(settings.steps)]
-    pooled = {"final_train_loss": statistics.fmean(side["losses"][-10:]), "reached": float(reached is not None),
-              "steps_to_target": float(reached if reached is not None else settings.steps + settings.eval_every),
-              **{k: last[k] for k in ("teacher_forced_accuracy", "causal_accuracy", "causal_loss")}}
+    pooled: dict[str, Any] = {
+        "final_train_loss": statistics.fmean(side["losses"][-10:]), "reached": float(reached is not None),
+        "steps_to_target": float(reached if reached is not None else settings.steps + settings.eval_every),
+        **{k: last[k] for k in ("teacher_forced_accuracy", "causal_accuracy", "causal_loss")}}
+    missing: dict[str, str] = {}
     for name, measures in (("init", at_init), ("end", at_end)):
         for what in ("max_weight", "entropy"):
             values = [v for k, v in measures["attention"].items() if k.endswith(what)]
             if values:
                 pooled[f"{name}_{what}"] = statistics.fmean(values)
+            else:
+                missing[f"{name}_{what}"] = measures.get(NOT_MEASURED, {}).get("attention", "no attention weights")
     queries = [v for k, v in at_init["grad_norm"].items() if k.endswith("/queries")]
     if queries:
         pooled["init_query_grad_norm"] = statistics.fmean(queries)
+    else:
+        missing["init_query_grad_norm"] = at_init.get(NOT_MEASURED, {}).get("grad_norm", "no query projection found")
+    pooled[NOT_MEASURED] = missing
     return pooled
+
+
+def _seed_run(job: Plan, variant: str, seed: int) -> dict[str, Any]:
+    """run_seed, whatever the variant's class raises in training said in one line (the measures
+    that cannot be taken are lines of the table, never an error)."""
+    try:
+        return run_seed(job, seed)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's class may raise anything at a length the check did not try
+        reason = str(exc).splitlines()[0] if str(exc) else ""
+        raise UserError(f"variant={variant}: training stopped on seed {seed}: {job.variant.describe} raised "
+                        f"{type(exc).__name__}: {reason}") from None
 
 
 def run(job: Plan, variant: str, seeds: Iterable[int]) -> TrainingResult:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread per process: two on busy shared cores cost many times the CPU
     try:
-        per_seed = [run_seed(job, seed) for seed in seeds]
+        per_seed = [_seed_run(job, variant, seed) for seed in seeds]
     finally:  # as found: a sweep's job worker whose torch defaults a job left changed is not used again
         torch.set_num_threads(threads)
     summaries = [{side: s[side]["summary"] for side in SIDES} for s in per_seed]
-    table = rows(summaries)
-    said = verdict(variant, table, summaries, job.settings.steps, job.settings.target_accuracy)
+    table = rows(summaries, job.settings.eval_every)
+    said = verdict(variant, table, summaries, job.settings.steps, job.settings.target_accuracy,
+                   job.settings.eval_every, job.settings.model.context_length)
     return TrainingResult(variant, {"reference": job.reference.describe, "variant": job.variant.describe},
                           asdict(job.settings), per_seed, table, said)
 

@@ -129,7 +129,7 @@ def table_markdown(data: dict[str, Any]) -> str:
     n = len(data["seeds"])
     lines = [f"| measure | reference | {data['variant']} | clear of seed noise ({n} seed{'s' * (n > 1)}) |",
              "|---|---|---|---|"]
-    lines += [f"| {row['what']} | {row['reference']} | {row['variant']} | {'yes' if row['clear_of_seed_noise'] else 'no'} |"
+    lines += [f"| {row['what']} | {row['reference']} | {row['variant']} | {row['noise']} |"
               for row in data["table"]]
     return "\n".join(lines) + "\n"
 

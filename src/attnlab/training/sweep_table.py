@@ -47,15 +47,16 @@ def write_sweep_training(folder: Path, bands: bool = False) -> str | None:
         runs = sorted((run for r in results for run in r["seeds"]), key=lambda run: run["seed"])
         summaries = [{side: run[side]["summary"] for side in ("reference", "variant")} for run in runs]
         settings = results[0]["settings"]
-        table = rows(summaries)
-        said = verdict(results[0]["variant"], table, summaries, settings["steps"], settings["target_accuracy"])
+        table = rows(summaries, settings["eval_every"])
+        said = verdict(results[0]["variant"], table, summaries, settings["steps"], settings["target_accuracy"],
+                       settings["eval_every"], settings["model"]["context_length"])
         if bands:
             _write_bands(Path(folder), label, runs, {"variant": results[0]["variant"], "settings": settings,
                                                     "verdict": said})
         lines = [f"## {label} ({len(runs)} seeds)", "", *(f"- {s}" for s in said), "",
                  "| measure | reference | variant | clear of seed noise |", "|---|---|---|---|"]
         for row in (row.as_dict() for row in table):
-            lines.append(f"| {row['what']} | {row['reference']} | {row['variant']} | {'yes' if row['clear_of_seed_noise'] else 'no'} |")
+            lines.append(f"| {row['what']} | {row['reference']} | {row['variant']} | {row['noise']} |")
             table_rows.append({"group": label, **row})
         sections.append("\n".join(lines))
     text = "\n\n".join(sections) + "\n"

@@ -182,7 +182,7 @@ def verdict(variant: str, table: Sequence[Row], summaries: Sequence[dict[str, di
 
 def _difference(row: Row) -> str:
     way = "higher" if row.variant.mean > row.reference.mean else "lower"
-    return f"{row.what} {way}: {row.variant} against the reference's {row.reference}"
+    return f"{row.what}: {way}, {row.variant} against the reference's {row.reference}"
 
 
 def _target(variant: str, by: dict[str, Row], summaries: Sequence[dict], steps: int, target: float,

@@ -148,3 +148,19 @@ def test_a_real_run_s_verdict_agrees_with_its_table():
     summaries = [{side: run[side]["summary"] for side in ("reference", "variant")} for run in result.seeds]
     kinds = check(result.verdict, result.table, summaries)
     assert kinds and "one seed" not in kinds
+
+
+@pytest.mark.slow
+def test_a_learning_rate_grid_compares_each_side_at_its_best_rate():
+    from attnlab import train
+    from tests.training._tiny import TINY_OVERRIDES
+    from tests.training.verdict_check import best_rate, check
+
+    grid = [*TINY_OVERRIDES, "training.steps=20", "training.eval_every=10", "log.terminal=false"]
+    result = train("unscaled", "induction", seed=1, n_seeds=2, overrides=[*grid, "training.lr=[1e-3,3e-2]"])
+    assert result.verdict[0].startswith("learning rates 0.001, 0.03, each side compared at its best")
+    summaries = [{side: run[side]["summary"] for side in ("reference", "variant")} for run in result.seeds]
+    assert "rates" in check(result.verdict, result.table, summaries, result.seeds)
+    best = best_rate(result.seeds, "reference")
+    alone = train("unscaled", "induction", seed=1, n_seeds=2, overrides=[*grid, f"training.lr={best}"])
+    assert [run["reference"]["losses"] for run in result.seeds] == [run["reference"]["losses"] for run in alone.seeds]

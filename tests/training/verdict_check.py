@@ -22,14 +22,28 @@ def every_seed_falls_short(summaries) -> bool:
             and all(s["reference"]["teacher_forced_accuracy"] == s["reference"]["causal_accuracy"] for s in summaries))
 
 
-def check(sentences: list[str], table, summaries) -> list[str]:
-    """The kinds of the sentences, each checked (AssertionError on the first that its table contradicts)."""
+def best_rate(runs, side: str) -> float:
+    """The rate of the highest mean final causal accuracy over the seeds, ties to the lower mean
+    final training loss (the guide's choice)."""
+    def mean(rate: str, measure: str) -> float:
+        return sum(run["grid"][rate][side][measure] for run in runs) / len(runs)
+    return float(max(runs[0]["grid"], key=lambda rate: (mean(rate, "causal_accuracy"), -mean(rate, "final_train_loss"))))
+
+
+def check(sentences: list[str], table, summaries, runs=None) -> list[str]:
+    """The kinds of the sentences, each checked (AssertionError on the first that its table contradicts);
+    `runs`: the result's seeds, for a learning-rate grid's sentence."""
     by = {row.measure: row for row in table}
     by_what = {row.what: row for row in table}
     n, kinds = len(summaries), []
     for sentence in sentences:
         steps = by.get("steps_to_target")
-        if sentence.startswith("one seed:"):
+        if sentence.startswith("learning rates "):
+            named = re.search(r"best at ([\d.e-]+); the reference at ([\d.e-]+)$", sentence)
+            assert float(named.group(1)) == best_rate(runs, "variant"), sentence
+            assert float(named.group(2)) == best_rate(runs, "reference"), sentence
+            kinds.append("rates")
+        elif sentence.startswith("one seed:"):
             assert n == 1 and not any(row.clear for row in table), sentence
             kinds.append("one seed")
         elif "no difference from the reference stands clear" in sentence:

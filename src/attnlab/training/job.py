@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +19,12 @@ from attnlab.training.counterparts import Counterpart, counterpart
 from attnlab.training.evaluation import evaluate
 from attnlab.training.gpt import GPTModel
 from attnlab.training.loop import train as train_loop
+from attnlab.training.lr_grid import at_best, rates_of
 from attnlab.training.measures import NOT_MEASURED, PROBE_WEIGHTS, measure
 from attnlab.training.settings import TrainingConf, check_settings
 from attnlab.training.start import same_start
 from attnlab.training.tasks import Batch, Task, make_task
-from attnlab.training.verdict import Row, rows, verdict
+from attnlab.training.verdict import Row, judged
 
 EVAL_SEED = 2**31 - 1  # the evaluation and probe batches: the same for every seed, never a training batch's
 SIDES = ("reference", "variant")
@@ -174,16 +175,17 @@ def _seed_run(job: Plan, variant: str, seed: int) -> dict[str, Any]:
 
 
 def run(job: Plan, variant: str, seeds: Iterable[int]) -> TrainingResult:
+    """Every seed at every rate of `training.lr` (one rate: the run itself); with a grid each side
+    is pooled at its own best rate (attnlab.training.lr_grid)."""
+    seeds, rates = list(seeds), rates_of(job.settings.lr)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread per process: two on busy shared cores cost many times the CPU
     try:
-        per_seed = [_seed_run(job, variant, seed) for seed in seeds]
+        by_rate = {rate: [_seed_run(replace(job, settings=replace(job.settings, lr=rate)), variant, seed) for seed in seeds]
+                   for rate in rates}
     finally:  # as found: a sweep's job worker whose torch defaults a job left changed is not used again
         torch.set_num_threads(threads)
-    summaries = [{side: s[side]["summary"] for side in SIDES} for s in per_seed]
-    table = rows(summaries, job.settings.eval_every)
-    said = verdict(variant, table, summaries, job.settings.steps, job.settings.target_accuracy,
-                   job.settings.eval_every, job.settings.model.context_length)
+    per_seed = by_rate[rates[0]] if len(rates) == 1 else at_best(by_rate)
+    table, said = judged(variant, per_seed, asdict(job.settings))
     return TrainingResult(variant, {"reference": job.reference.describe, "variant": job.variant.describe},
                           asdict(job.settings), per_seed, table, said)
-

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from attnlab.training.lr_grid import pooled, rate_sentence, rates_of
+
 NOT_MEASURED = "not_measured"  # a side's summary: {measure: why it does not apply} (attnlab.training.measures)
 SATURATED = 0.5  # "saturated": a row's largest weight, on average, at least this (half the row on one key)
 
@@ -178,6 +180,18 @@ def verdict(variant: str, table: Sequence[Row], summaries: Sequence[dict[str, di
             f"{row.what} {row.variant} vs {row.reference} (about {row.seeds_needed} seeds would separate it, were "
             f"the difference and the spread these)" for row in within))
     return sentences
+
+
+def judged(variant: str, runs: Sequence[dict[str, Any]], settings: dict[str, Any]) -> tuple[list[Row], list[str]]:
+    """The table and the verdict of per-seed `runs` (a job's, or a sweep's jobs' pooled) under
+    `settings` (a TrainingConf as a dict); with a learning-rate grid, each side at its best rate."""
+    summaries, best = pooled(runs)
+    table = rows(summaries, settings["eval_every"])
+    said = verdict(variant, table, summaries, settings["steps"], settings["target_accuracy"], settings["eval_every"],
+                   settings["model"]["context_length"])
+    if best is not None:
+        said.insert(0, rate_sentence(variant, best, rates_of(settings["lr"])))
+    return table, said
 
 
 def _difference(row: Row) -> str:

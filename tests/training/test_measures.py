@@ -65,7 +65,7 @@ class Sigmoid(BookHeads):
 def test_a_variant_whose_weights_are_no_distributions_trains_to_the_end(cls, why):
     result = train(cls, "induction", n_seeds=2, overrides=SHORT)
     assert [len(run["variant"]["losses"]) for run in result.seeds] == [20, 20]
-    by = {row.measure: row for row in result.table}
+    by = {row.measure: row for row in result.rows}
     for measure in ("init_max_weight", "init_entropy", "end_entropy"):
         assert by[measure].noise.startswith("not measured: ") and why in by[measure].noise
         assert by[measure].reference.values and not by[measure].clear

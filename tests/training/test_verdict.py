@@ -146,7 +146,7 @@ def test_a_real_run_s_verdict_agrees_with_its_table():
     result = train("unscaled", "induction", seed=1, n_seeds=3, overrides=[
         *TINY_OVERRIDES, "training.init=normal", "training.model.num_heads=1", "training.lr=1e-2"])
     summaries = [{side: run[side]["summary"] for side in ("reference", "variant")} for run in result.seeds]
-    kinds = check(result.verdict, result.table, summaries)
+    kinds = check(result.verdict, result.rows, summaries)
     assert kinds and "one seed" not in kinds
 
 
@@ -160,7 +160,7 @@ def test_a_learning_rate_grid_compares_each_side_at_its_best_rate():
     result = train("unscaled", "induction", seed=1, n_seeds=2, overrides=[*grid, "training.lr=[1e-3,3e-2]"])
     assert result.verdict[0].startswith("learning rates 0.001, 0.03, each side compared at its best")
     summaries = [{side: run[side]["summary"] for side in ("reference", "variant")} for run in result.seeds]
-    assert "rates" in check(result.verdict, result.table, summaries, result.seeds)
+    assert "rates" in check(result.verdict, result.rows, summaries, result.seeds)
     best = best_rate(result.seeds, "reference")
     alone = train("unscaled", "induction", seed=1, n_seeds=2, overrides=[*grid, f"training.lr={best}"])
     assert [run["reference"]["losses"] for run in result.seeds] == [run["reference"]["losses"] for run in alone.seeds]

@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +26,9 @@ from attnlab.training.start import same_start
 from attnlab.training.tasks import Batch, Task, make_task
 from attnlab.training.verdict import Row, judged
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 EVAL_SEED = 2**31 - 1  # the evaluation and probe batches: the same for every seed, never a training batch's
 SIDES = ("reference", "variant")
 
@@ -42,14 +45,31 @@ class Plan:
     cache: Path | None = None  # a sweep's folder for the trained references (attnlab.training.reference_cache)
 
 
-@dataclass
+@dataclass(repr=False)
 class TrainingResult:
     variant: str
     classes: dict[str, str]  # which class ran on each side
     settings: dict[str, Any]
     seeds: list[dict[str, Any]]  # per seed: each side's losses, evaluations, measures, summary
-    table: list[Row] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)  # the table's rows (attnlab.training.verdict.Row)
     verdict: list[str] = field(default_factory=list)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """Mean ± std per measure and side, whether the difference is clear of seed noise, and the
+        seeds that would separate one within it."""
+        import pandas as pd
+
+        shown = [row.as_dict() for row in self.rows]
+        return pd.DataFrame({"reference": [r["reference"] for r in shown], self.variant: [r["variant"] for r in shown],
+                             "clear of seed noise": [r["noise"] for r in shown],
+                             "seeds to separate": [r["seeds_to_separate"] for r in shown]},
+                            index=pd.Index([r["what"] for r in shown], name="measure"))
+
+    def __repr__(self) -> str:
+        said = "".join(f"\n  - {sentence}" for sentence in self.verdict)
+        return (f"TrainingResult({self.variant} against the reference, {self.settings['task']}, {len(self.seeds)} "
+                f"seed(s), {self.settings['steps']} steps; .table: {len(self.rows)} measures; .verdict:{said})")
 
     def as_dict(self) -> dict[str, Any]:
         """As training.json holds it: the heatmaps' arrays left out."""
@@ -57,7 +77,7 @@ class TrainingResult:
                                                              for step, measured in run[side]["measures"].items()}}
                             for side in SIDES}} for run in self.seeds]
         return {"variant": self.variant, "classes": self.classes, "settings": self.settings, "seeds": seeds,
-                "table": [row.as_dict() for row in self.table], "verdict": self.verdict}
+                "table": [row.as_dict() for row in self.rows], "verdict": self.verdict}
 
     def _repr_html_(self) -> str:
         from attnlab.training.page import page_html

@@ -62,6 +62,6 @@ def test_a_modern_variant_is_built_as_declared_and_a_single_head_causal_class_pe
 
 
 def test_a_2d_class_is_refused_in_one_line():
-    with pytest.raises(UserError, match="takes no context_length") as caught:
+    with pytest.raises(UserError, match=r"SelfAttentionTransposedScores\(8, 8\) is all attnlab could fill: no context length") as caught:
         counterpart("transposed_scores", D, T, H)
     assert "\n" not in str(caught.value)

@@ -76,6 +76,13 @@ def test_a_class_in_memory_trains_and_nothing_is_printed(capsys):
     assert result.classes["variant"].startswith("Mine") and capsys.readouterr().out == ""
     first = result.seeds[0]
     assert first["variant"]["losses"] == pytest.approx(first["reference"]["losses"], rel=1e-4)  # the same computation
+    table = result.table  # a DataFrame, a row per measure
+    assert table.loc["causal accuracy at the end", "clear of seed noise"] == "one seed: not estimated"
+    assert list(table.columns) == ["reference", "notebook:Mine", "clear of seed noise", "seeds to separate"]
+    shown = repr(result)
+    assert shown.startswith("TrainingResult(notebook:Mine against the reference, induction, 1 seed(s), 40 steps")
+    assert "array" not in shown and "tensor" not in shown and len(shown.splitlines()) <= 1 + len(result.verdict)
+    assert "<h2>Verdict</h2>" in result._repr_html_()
 
 
 def test_no_positions_is_refused_for_a_forward_run():

@@ -19,7 +19,7 @@ def train(variant: str | type[nn.Module] | nn.Module, training: str = "induction
     """`attnlab.train("unscaled", "induction", n_seeds=3, overrides=["training.steps=100"])`: the
     reference and the variant (a name, or a class of yours in memory) trained from one start;
     files (training.json, the enabled outputs) written only with `out_dir`; nothing printed unless
-    log={"terminal": True}. The result's `.verdict`, `.table`, `.seeds`; a notebook shows its page."""
+    log={"terminal": True}. The result's `.verdict`, `.table` (a DataFrame), `.rows`, `.seeds`; a notebook shows its page."""
     cfg, _ = prepared(variant, seed, overrides=[f"training={training}", f"n_seeds={n_seeds}", *overrides], **kwargs)
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,9 @@ from attnlab.modules.variant_spec import BUILTIN
 
 REFERENCE = "multi_head_attention"  # the book's MultiHeadAttention (section 3.6.2)
 BOOK_CHANGES = ("unscaled", "scaled_by_dk", "wrong_softmax_axis", "causal_mask_missing")
+TRAINABLE = ("Cls(d_in, d_out, context_length, dropout, num_heads), Cls(d_in, d_out, context_length, dropout) (run "
+             "once per head), or Cls(config) with one config class (its parameter's annotation, or the only ...Config "
+             "in its file) holding block_size, n_positions or max_position_embeddings")
 MODEL_CHANGES = {"no_positions": "no position embedding: the tokens' order reaches the model only through the causal mask"}
 
 
@@ -108,9 +111,11 @@ def _declared(name: str, d_model: int, context_length: int, num_heads: int) -> C
     construction = plan(name, values)
     cls_name = construction.spec.cls.__name__
     if not construction.context_length:
-        raise UserError(f"variant={name}: {cls_name} takes no context_length (a 2-D single-head class with no "
-                        f"causal mask) and cannot train as a causal language model; write it for "
-                        f"(b, num_tokens, d_in) inputs with a causal mask, or use one of {', '.join(BOOK_CHANGES)}")
+        config = getattr(construction.spec.cls, "config_cls", None)  # a ConfigConstructor's config class
+        given = ", ".join([*map(repr, construction.args), *(f"{k}={v!r}" for k, v in construction.kwargs.items())])
+        built = f"{cls_name}(config: {config.__name__}, filled as {given})" if config else f"{cls_name}({given})"
+        raise UserError(f"variant={name}: {built} is all attnlab could fill: no context length, the size of the "
+                        f"causal mask a language model's attention needs; training builds {TRAINABLE}")
     if any(spelling in construction.kwargs for spelling in SPELLINGS["num_heads"]):
         return Counterpart(name, construction.instantiate, f"{cls_name} ({name}), num_heads={num_heads}")
     head = plan(name, {**values, "d_out": d_model // num_heads})

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,11 +19,15 @@ from attnlab.training.counterparts import Counterpart, counterpart
 from attnlab.training.evaluation import evaluate
 from attnlab.training.gpt import GPTModel
 from attnlab.training.loop import train as train_loop
-from attnlab.training.measures import PROBE_WEIGHTS, measure
+from attnlab.training.lr_grid import at_best, rates_of
+from attnlab.training.measures import NOT_MEASURED, PROBE_WEIGHTS, measure
 from attnlab.training.settings import TrainingConf, check_settings
 from attnlab.training.start import same_start
 from attnlab.training.tasks import Batch, Task, make_task
-from attnlab.training.verdict import Row, rows, verdict
+from attnlab.training.verdict import Row, judged
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EVAL_SEED = 2**31 - 1  # the evaluation and probe batches: the same for every seed, never a training batch's
 SIDES = ("reference", "variant")
@@ -41,14 +45,31 @@ class Plan:
     cache: Path | None = None  # a sweep's folder for the trained references (attnlab.training.reference_cache)
 
 
-@dataclass
+@dataclass(repr=False)
 class TrainingResult:
     variant: str
     classes: dict[str, str]  # which class ran on each side
     settings: dict[str, Any]
     seeds: list[dict[str, Any]]  # per seed: each side's losses, evaluations, measures, summary
-    table: list[Row] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)  # the table's rows (attnlab.training.verdict.Row)
     verdict: list[str] = field(default_factory=list)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """Mean ± std per measure and side, whether the difference is clear of seed noise, and the
+        seeds that would separate one within it."""
+        import pandas as pd
+
+        shown = [row.as_dict() for row in self.rows]
+        return pd.DataFrame({"reference": [r["reference"] for r in shown], self.variant: [r["variant"] for r in shown],
+                             "clear of seed noise": [r["noise"] for r in shown],
+                             "seeds to separate": [r["seeds_to_separate"] for r in shown]},
+                            index=pd.Index([r["what"] for r in shown], name="measure"))
+
+    def __repr__(self) -> str:
+        said = "".join(f"\n  - {sentence}" for sentence in self.verdict)
+        return (f"TrainingResult({self.variant} against the reference, {self.settings['task']}, {len(self.seeds)} "
+                f"seed(s), {self.settings['steps']} steps; .table: {len(self.rows)} measures; .verdict:{said})")
 
     def as_dict(self) -> dict[str, Any]:
         """As training.json holds it: the heatmaps' arrays left out."""
@@ -56,7 +77,7 @@ class TrainingResult:
                                                              for step, measured in run[side]["measures"].items()}}
                             for side in SIDES}} for run in self.seeds]
         return {"variant": self.variant, "classes": self.classes, "settings": self.settings, "seeds": seeds,
-                "table": [row.as_dict() for row in self.table], "verdict": self.verdict}
+                "table": [row.as_dict() for row in self.rows], "verdict": self.verdict}
 
     def _repr_html_(self) -> str:
         from attnlab.training.page import page_html
@@ -133,36 +154,58 @@ def _train_side(model: GPTModel, job: Plan, evaluation: Batch, seed: int) -> dic
     return {"losses": losses, "evals": evals}
 
 
-def summary(side: dict[str, Any], settings: TrainingConf) -> dict[str, float]:
+def summary(side: dict[str, Any], settings: TrainingConf) -> dict[str, Any]:
     """The side's numbers the table pools: "steps to target" of a run that never got there is
-    counted as one evaluation past the end."""
+    counted as one evaluation past the end; under NOT_MEASURED, why a measure is missing."""
     evals, last = side["evals"], side["evals"][-1]
     reached = next((e["step"] for e in evals if e["causal_accuracy"] >= settings.target_accuracy), None)
     at_init, at_end = side["measures"]["0"], side["measures"][str(settings.steps)]
-    pooled = {"final_train_loss": statistics.fmean(side["losses"][-10:]), "reached": float(reached is not None),
-              "steps_to_target": float(reached if reached is not None else settings.steps + settings.eval_every),
-              **{k: last[k] for k in ("teacher_forced_accuracy", "causal_accuracy", "causal_loss")}}
+    pooled: dict[str, Any] = {
+        "final_train_loss": statistics.fmean(side["losses"][-10:]), "reached": float(reached is not None),
+        "steps_to_target": float(reached if reached is not None else settings.steps + settings.eval_every),
+        **{k: last[k] for k in ("teacher_forced_accuracy", "causal_accuracy", "causal_loss")}}
+    missing: dict[str, str] = {}
     for name, measures in (("init", at_init), ("end", at_end)):
         for what in ("max_weight", "entropy"):
             values = [v for k, v in measures["attention"].items() if k.endswith(what)]
             if values:
                 pooled[f"{name}_{what}"] = statistics.fmean(values)
+            else:
+                missing[f"{name}_{what}"] = measures.get(NOT_MEASURED, {}).get("attention", "no attention weights")
     queries = [v for k, v in at_init["grad_norm"].items() if k.endswith("/queries")]
     if queries:
         pooled["init_query_grad_norm"] = statistics.fmean(queries)
+    else:
+        missing["init_query_grad_norm"] = at_init.get(NOT_MEASURED, {}).get("grad_norm", "no query projection found")
+    pooled[NOT_MEASURED] = missing
     return pooled
 
 
+def _seed_run(job: Plan, variant: str, seed: int) -> dict[str, Any]:
+    """run_seed, whatever the variant's class raises in training said in one line (the measures
+    that cannot be taken are lines of the table, never an error)."""
+    try:
+        return run_seed(job, seed)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's class may raise anything at a length the check did not try
+        reason = str(exc).splitlines()[0] if str(exc) else ""
+        raise UserError(f"variant={variant}: training stopped on seed {seed}: {job.variant.describe} raised "
+                        f"{type(exc).__name__}: {reason}") from None
+
+
 def run(job: Plan, variant: str, seeds: Iterable[int]) -> TrainingResult:
+    """Every seed at every rate of `training.lr` (one rate: the run itself); with a grid each side
+    is pooled at its own best rate (attnlab.training.lr_grid)."""
+    seeds, rates = list(seeds), rates_of(job.settings.lr)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread per process: two on busy shared cores cost many times the CPU
     try:
-        per_seed = [run_seed(job, seed) for seed in seeds]
+        by_rate = {rate: [_seed_run(replace(job, settings=replace(job.settings, lr=rate)), variant, seed) for seed in seeds]
+                   for rate in rates}
     finally:  # as found: a sweep's job worker whose torch defaults a job left changed is not used again
         torch.set_num_threads(threads)
-    summaries = [{side: s[side]["summary"] for side in SIDES} for s in per_seed]
-    table = rows(summaries)
-    said = verdict(variant, table, summaries, job.settings.steps, job.settings.target_accuracy)
+    per_seed = by_rate[rates[0]] if len(rates) == 1 else at_best(by_rate)
+    table, said = judged(variant, per_seed, asdict(job.settings))
     return TrainingResult(variant, {"reference": job.reference.describe, "variant": job.variant.describe},
                           asdict(job.settings), per_seed, table, said)
-

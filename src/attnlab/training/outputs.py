@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from attnlab.sinks.tensorboard_format import EventFile, hparams_summaries, scalars_summary
 from attnlab.training.job import SIDES, TrainingResult
+from attnlab.training.lr_grid import grid_markdown
 from attnlab.training.measures import PROBE_WEIGHTS
 from attnlab.training.page import page_html
 
@@ -129,9 +130,9 @@ def table_markdown(data: dict[str, Any]) -> str:
     n = len(data["seeds"])
     lines = [f"| measure | reference | {data['variant']} | clear of seed noise ({n} seed{'s' * (n > 1)}) |",
              "|---|---|---|---|"]
-    lines += [f"| {row['what']} | {row['reference']} | {row['variant']} | {'yes' if row['clear_of_seed_noise'] else 'no'} |"
+    lines += [f"| {row['what']} | {row['reference']} | {row['variant']} | {row['noise']} |"
               for row in data["table"]]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + ("\n" + grid_markdown(data["seeds"], data["variant"]) if "grid" in data["seeds"][0] else "")
 
 
 def terminal_text(data: dict[str, Any]) -> str:

@@ -38,7 +38,7 @@ def curve_svg(data: dict[str, Any], title: str, series: str) -> str:
 def page_html(data: dict[str, Any]) -> str:
     verdict = "".join(f"<li>{html.escape(s)}</li>" for s in data["verdict"])
     rows = "".join(f"<tr><td>{html.escape(r['what'])}</td><td>{r['reference']}</td><td>{r['variant']}</td>"
-                   f"<td>{'yes' if r['clear_of_seed_noise'] else 'no'}</td></tr>" for r in data["table"])
+                   f"<td>{html.escape(r['noise'])}</td></tr>" for r in data["table"])
     classes = "".join(f'<li><span style="color:{COLOURS[side]}">{side}</span>: {html.escape(text)}</li>'
                       for side, text in data["classes"].items())
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>attnlab training: {html.escape(data['variant'])}"

@@ -28,7 +28,7 @@ class TrainingConf:
 
     task: str = "induction"  # induction | mqar | text
     steps: int = 200
-    lr: float = 3e-3
+    lr: Any = 3e-3  # a rate, or a grid [1e-3, 3e-3, 1e-2]: each side compared at its best (attnlab.training.lr_grid)
     batch: int = 32
     warmup: int = 20  # linear warm-up steps, then cosine decay to zero
     clip: float = 1.0  # gradient norm clip
@@ -70,7 +70,10 @@ def check_settings(s: TrainingConf) -> None:
     for name, value in counts.items():
         if not _positive_int(value):
             raise UserError(f"training.{name}={value}: must be a positive integer (1, 2, 3, ...)")
-    for name in ("lr", "clip"):
+    rates = s.lr if isinstance(s.lr, (list, tuple)) else [s.lr]
+    if not rates or not all(isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0 for r in rates):
+        raise UserError(f"training.lr={s.lr}: must be a number > 0 or a list of them (a grid: [1e-3,3e-3,1e-2])")
+    for name in ("clip",):
         if not (isinstance(getattr(s, name), (int, float)) and getattr(s, name) > 0):
             raise UserError(f"training.{name}={getattr(s, name)}: must be a number > 0")
     for name in ("warmup", "weight_decay"):

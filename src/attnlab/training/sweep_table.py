@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.sinks.tensorboard_runs import run_folder_name
+from attnlab.training.lr_grid import grid_markdown
 from attnlab.training.outputs import session_hparams, step_scalars, write_band
-from attnlab.training.verdict import rows, verdict
+from attnlab.training.verdict import judged
 
 RESULT_FILE = "training.json"
 
@@ -45,19 +46,17 @@ def write_sweep_training(folder: Path, bands: bool = False) -> str | None:
     sections, table_rows = [], []
     for label, results in grouped.items():
         runs = sorted((run for r in results for run in r["seeds"]), key=lambda run: run["seed"])
-        summaries = [{side: run[side]["summary"] for side in ("reference", "variant")} for run in runs]
         settings = results[0]["settings"]
-        table = rows(summaries)
-        said = verdict(results[0]["variant"], table, summaries, settings["steps"], settings["target_accuracy"])
+        table, said = judged(results[0]["variant"], runs, settings)
         if bands:
             _write_bands(Path(folder), label, runs, {"variant": results[0]["variant"], "settings": settings,
                                                     "verdict": said})
         lines = [f"## {label} ({len(runs)} seeds)", "", *(f"- {s}" for s in said), "",
                  "| measure | reference | variant | clear of seed noise |", "|---|---|---|---|"]
         for row in (row.as_dict() for row in table):
-            lines.append(f"| {row['what']} | {row['reference']} | {row['variant']} | {'yes' if row['clear_of_seed_noise'] else 'no'} |")
+            lines.append(f"| {row['what']} | {row['reference']} | {row['variant']} | {row['noise']} |")
             table_rows.append({"group": label, **row})
-        sections.append("\n".join(lines))
+        sections.append("\n".join(lines) + ("\n\n" + grid_markdown(runs, "variant") if "grid" in runs[0] else ""))
     text = "\n\n".join(sections) + "\n"
     (Path(folder) / "training_comparison.md").write_text(text)
     with open(Path(folder) / "training_comparison.csv", "w", newline="") as file:

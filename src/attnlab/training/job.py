@@ -5,6 +5,7 @@ table and a verdict. From Python: `attnlab.train(...)` (attnlab.app.api_training
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,6 +16,15 @@ import torch
 from attnlab.compute.pipeline import resolved_device
 from attnlab.errors import UserError
 from attnlab.training import reference_cache
+from attnlab.training.checkpoint import (
+    Checkpoints,
+    SeedProgress,
+    SideSaving,
+    checkpoint_key,
+    finished_seeds,
+    seed_done,
+    stop_on_sigterm,
+)
 from attnlab.training.counterparts import Counterpart, counterpart
 from attnlab.training.evaluation import evaluate
 from attnlab.training.gpt import GPTModel
@@ -96,16 +106,20 @@ def _moved(batch: Batch, device: str) -> Batch:
     return Batch(batch.inputs.to(device), batch.targets.to(device), batch.scored.to(device))
 
 
-def run_seed(job: Plan, seed: int) -> dict[str, Any]:
-    """Both sides trained from one start on the seed's batches; evaluated on the fixed set."""
+def run_seed(job: Plan, seed: int, checkpoints: Checkpoints | None = None,
+             done: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Both sides trained from one start on the seed's batches; evaluated on the fixed set. With
+    `checkpoints`, resumed from the job's checkpoint when it holds this seed (`done`: the seeds
+    finished before it, kept in every checkpoint)."""
     settings = job.settings
     evaluation = _moved(job.task.batch(settings.eval_batch, torch.Generator().manual_seed(EVAL_SEED), "eval"), job.device)
     probe = _moved(job.task.batch(8, torch.Generator().manual_seed(EVAL_SEED + 1), "eval"), job.device)
     pair = same_start(job.reference, job.variant, job.task.vocab, settings, seed)
     models = {"reference": pair.reference.to(job.device), "variant": pair.variant.to(job.device)}
     init = {side: measure(models[side], probe, models["reference"] if side == "variant" else None) for side in SIDES}
-    trained = {"reference": _trained_reference(models["reference"], job, evaluation, seed),
-               "variant": _train_side(models["variant"], job, evaluation, seed)}
+    progress = SeedProgress(checkpoints or Checkpoints(None, "", 0), done or [], seed, models)
+    trained = {"reference": _trained_reference(models["reference"], job, evaluation, seed, progress)}
+    trained["variant"] = _train_side(models["variant"], job, evaluation, seed, progress.saving("variant"))
     end = {side: measure(models[side], probe, models["reference"] if side == "variant" else None) for side in SIDES}
     sides = {side: {**trained[side], "measures": {"0": init[side], str(settings.steps): end[side]}} for side in SIDES}
     for side in SIDES:
@@ -113,23 +127,33 @@ def run_seed(job: Plan, seed: int) -> dict[str, Any]:
     return {"seed": seed, "loaded": pair.loaded, **sides}
 
 
-def _trained_reference(model: GPTModel, job: Plan, evaluation: Batch, seed: int) -> dict[str, Any]:
+def _trained_reference(model: GPTModel, job: Plan, evaluation: Batch, seed: int,
+                       progress: SeedProgress) -> dict[str, Any]:
     """The reference trained, or loaded from the sweep's cache when another job trained it already."""
-    if job.cache is None:
-        return _train_side(model, job, evaluation, seed)
-    key = reference_cache.cache_key(asdict(job.settings), seed, job.reference.describe, job.device)
-    cached = reference_cache.load(job.cache, key, model)
-    if cached is not None:
-        return cached
-    side = _train_side(model, job, evaluation, seed)
-    reference_cache.save(job.cache, key, side, model)
+    finished = progress.finished("reference")
+    if finished is not None:  # the checkpoint set its parameters
+        return finished
+    key = None
+    if job.cache is not None:
+        decides = {k: v for k, v in asdict(job.settings).items() if k != "checkpoint_every"}
+        key = reference_cache.cache_key(decides, seed, job.reference.describe, job.device)
+        cached = reference_cache.load(job.cache, key, model)
+        if cached is not None:
+            progress.side_done("reference", cached)
+            return cached
+    side = _train_side(model, job, evaluation, seed, progress.saving("reference"))
+    if key is not None:
+        reference_cache.save(job.cache, key, side, model)
+    progress.side_done("reference", side)
     return side
 
 
-def _train_side(model: GPTModel, job: Plan, evaluation: Batch, seed: int) -> dict[str, Any]:
-    evals = [{"step": 0, **evaluate(model, evaluation)}]
+def _train_side(model: GPTModel, job: Plan, evaluation: Batch, seed: int, saving: SideSaving) -> dict[str, Any]:
+    evals = saving.evals
+    if saving.resume is None:
+        evals.append({"step": 0, **evaluate(model, evaluation)})
     losses = train_loop(model, job.task, job.settings, seed, job.device,
-                        at_step=lambda step: evals.append({"step": step, **evaluate(model, evaluation)}))
+                        at_step=lambda step: evals.append({"step": step, **evaluate(model, evaluation)}), saving=saving)
     return {"losses": losses, "evals": evals}
 
 
@@ -153,11 +177,22 @@ def summary(side: dict[str, Any], settings: TrainingConf) -> dict[str, float]:
     return pooled
 
 
-def run(job: Plan, variant: str, seeds: Iterable[int]) -> TrainingResult:
+def run(job: Plan, variant: str, seeds: Iterable[int], checkpoints: Path | None = None) -> TrainingResult:
+    """Every seed; with `checkpoints` (a folder) the job's checkpoint is written there every
+    settings.checkpoint_every steps and at SIGTERM, and a checkpoint found there is resumed."""
+    seeds = list(seeds)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread per process: two on busy shared cores cost many times the CPU
     try:
-        per_seed = [run_seed(job, seed) for seed in seeds]
+        with stop_on_sigterm() as stop:
+            saved = Checkpoints(checkpoints, _checkpoint_key(job, variant, seeds), job.settings.checkpoint_every, stop)
+            per_seed = finished_seeds(saved)
+            if per_seed and not (saved.resumed or {}).get("current"):
+                print(f"attnlab: resuming training from the checkpoint in {checkpoints}: {len(per_seed)} of "
+                      f"{len(seeds)} seed(s) done", file=sys.stderr)
+            for seed in seeds[len(per_seed):]:
+                per_seed.append(run_seed(job, seed, saved, per_seed))
+                seed_done(saved, per_seed)
     finally:  # as found: a sweep's job worker whose torch defaults a job left changed is not used again
         torch.set_num_threads(threads)
     summaries = [{side: s[side]["summary"] for side in SIDES} for s in per_seed]
@@ -166,3 +201,9 @@ def run(job: Plan, variant: str, seeds: Iterable[int]) -> TrainingResult:
     return TrainingResult(variant, {"reference": job.reference.describe, "variant": job.variant.describe},
                           asdict(job.settings), per_seed, table, said)
 
+
+def _checkpoint_key(job: Plan, variant: str, seeds: list[int]) -> str:
+    """What decides the job's results: a checkpoint of anything else is not resumed."""
+    settings = {k: v for k, v in asdict(job.settings).items() if k != "checkpoint_every"}
+    return checkpoint_key({"variant": variant, "settings": settings, "seeds": seeds, "device": job.device,
+                           "classes": [job.reference.describe, job.variant.describe]})

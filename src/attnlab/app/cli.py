@@ -27,6 +27,7 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from attnlab.app.check_first import refusals_raised
 from attnlab.app.config_checks import closest_key
 from attnlab.app.config_paths import config_dir, group_options
 from attnlab.app.config_store import register_configs
@@ -161,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_group_overrides(args)
         sys.argv = [sys.argv[0], *user_overrides(args)]
-        hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)()
+        with refusals_raised():  # a single run's request, refused before Hydra wrote its folder
+            hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)()
         if errors:
             raise errors[0]
     except KeyboardInterrupt:

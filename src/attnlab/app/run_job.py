@@ -47,6 +47,7 @@ from attnlab.training.counterparts import MODEL_CHANGES
 from attnlab.training.settings import wants_training
 
 SEED_DIR = "seed-{seed}"
+CHECKED_FIRST = "check_first"  # hydra.callbacks' key of attnlab.app.check_first.CheckFirst (conf/config.yaml)
 LAYER_DIR = "layer-{layer}"
 
 
@@ -250,7 +251,9 @@ def run_task(cfg: DictConfig, hydra_cfg: DictConfig) -> list[str]:
         num=hydra_cfg.job.get("num") if multirun else None,
         overrides=tuple(hydra_cfg.overrides.task),
     )
-    checked = multirun and bool(OmegaConf.select(hydra_cfg, "sweeper.check_job"))
+    # checked already: a sweep's values by attnlab's sweeper, a single run's request before Hydra wrote its folder
+    checked = (bool(OmegaConf.select(hydra_cfg, "sweeper.check_job")) if multirun
+               else CHECKED_FIRST in (OmegaConf.select(hydra_cfg, "callbacks") or {}))
     check_key(cfg, "timeout_s")  # before it isolates the job: timeout_s=0 would fail it unrun
     work = partial(job_work, cfg, job, multirun=multirun, checked=checked)
     fail = partial(write_failure_line, cfg, job.dir)

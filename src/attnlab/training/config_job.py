@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from attnlab.training import reference_cache
+from attnlab.training import checkpoint, reference_cache
 from attnlab.training.job import TrainingResult, plan, run
 from attnlab.training.outputs import write_outputs
 from attnlab.training.settings import settings_of
@@ -15,11 +15,14 @@ from attnlab.training.settings import settings_of
 
 def training_job(cfg: DictConfig, job_dir: Path | None, sweep_dir: Path | None = None) -> TrainingResult:
     """The CLI's and the sweep's training job: checked, run, its files written into `job_dir`; in a
-    sweep, the trained references shared through `sweep_dir` (attnlab.training.reference_cache)."""
+    sweep, the trained references shared through `sweep_dir` (attnlab.training.reference_cache).
+    A checkpoint in `job_dir` (attnlab.training.checkpoint) is resumed."""
     cache = None if sweep_dir is None else sweep_dir / reference_cache.FOLDER
     job = plan(cfg.variant.name, settings_of(cfg), cfg.device, cache)
-    result = run(job, cfg.variant.name, range(cfg.seed, cfg.seed + cfg.n_seeds))
+    folder = None if job_dir is None else job_dir / checkpoint.FOLDER
+    result = run(job, cfg.variant.name, range(cfg.seed, cfg.seed + cfg.n_seeds), folder)
     write_outputs(result, cfg, job_dir)
+    checkpoint.remove(folder)  # last: a job killed while writing its outputs resumes with every seed done
     return result
 
 

@@ -5,6 +5,7 @@ table and a verdict. From Python: `attnlab.train(...)` (attnlab.app.api_training
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -15,6 +16,15 @@ import torch
 from attnlab.compute.pipeline import resolved_device
 from attnlab.errors import UserError
 from attnlab.training import reference_cache
+from attnlab.training.checkpoint import (
+    Checkpoints,
+    SeedProgress,
+    SideSaving,
+    checkpoint_key,
+    finished_seeds,
+    seed_done,
+    stop_on_sigterm,
+)
 from attnlab.training.counterparts import Counterpart, counterpart
 from attnlab.training.evaluation import evaluate
 from attnlab.training.gpt import GPTModel
@@ -117,16 +127,20 @@ def _moved(batch: Batch, device: str) -> Batch:
     return Batch(batch.inputs.to(device), batch.targets.to(device), batch.scored.to(device))
 
 
-def run_seed(job: Plan, seed: int) -> dict[str, Any]:
-    """Both sides trained from one start on the seed's batches; evaluated on the fixed set."""
+def run_seed(job: Plan, seed: int, checkpoints: Checkpoints | None = None,
+             done: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Both sides trained from one start on the seed's batches; evaluated on the fixed set. With
+    `checkpoints`, resumed from the job's checkpoint when it holds this seed (`done`: the seeds
+    finished before it, kept in every checkpoint)."""
     settings = job.settings
     evaluation = _moved(job.task.batch(settings.eval_batch, torch.Generator().manual_seed(EVAL_SEED), "eval"), job.device)
     probe = _moved(job.task.batch(8, torch.Generator().manual_seed(EVAL_SEED + 1), "eval"), job.device)
     pair = same_start(job.reference, job.variant, job.task.vocab, settings, seed)
     models = {"reference": pair.reference.to(job.device), "variant": pair.variant.to(job.device)}
     init = {side: measure(models[side], probe, models["reference"] if side == "variant" else None) for side in SIDES}
-    trained = {"reference": _trained_reference(models["reference"], job, evaluation, seed),
-               "variant": _train_side(models["variant"], job, evaluation, seed)}
+    progress = SeedProgress(checkpoints or Checkpoints(None, "", 0), done or [], seed, models)
+    trained = {"reference": _trained_reference(models["reference"], job, evaluation, seed, progress)}
+    trained["variant"] = _train_side(models["variant"], job, evaluation, seed, progress.saving("variant"))
     end = {side: measure(models[side], probe, models["reference"] if side == "variant" else None) for side in SIDES}
     sides = {side: {**trained[side], "measures": {"0": init[side], str(settings.steps): end[side]}} for side in SIDES}
     for side in SIDES:
@@ -134,23 +148,33 @@ def run_seed(job: Plan, seed: int) -> dict[str, Any]:
     return {"seed": seed, "loaded": pair.loaded, **sides}
 
 
-def _trained_reference(model: GPTModel, job: Plan, evaluation: Batch, seed: int) -> dict[str, Any]:
+def _trained_reference(model: GPTModel, job: Plan, evaluation: Batch, seed: int,
+                       progress: SeedProgress) -> dict[str, Any]:
     """The reference trained, or loaded from the sweep's cache when another job trained it already."""
-    if job.cache is None:
-        return _train_side(model, job, evaluation, seed)
-    key = reference_cache.cache_key(asdict(job.settings), seed, job.reference.describe, job.device)
-    cached = reference_cache.load(job.cache, key, model)
-    if cached is not None:
-        return cached
-    side = _train_side(model, job, evaluation, seed)
-    reference_cache.save(job.cache, key, side, model)
+    finished = progress.finished("reference")
+    if finished is not None:  # the checkpoint set its parameters
+        return finished
+    key = None
+    if job.cache is not None:
+        decides = {k: v for k, v in asdict(job.settings).items() if k != "checkpoint_every"}
+        key = reference_cache.cache_key(decides, seed, job.reference.describe, job.device)
+        cached = reference_cache.load(job.cache, key, model)
+        if cached is not None:
+            progress.side_done("reference", cached)
+            return cached
+    side = _train_side(model, job, evaluation, seed, progress.saving("reference"))
+    if key is not None:
+        reference_cache.save(job.cache, key, side, model)
+    progress.side_done("reference", side)
     return side
 
 
-def _train_side(model: GPTModel, job: Plan, evaluation: Batch, seed: int) -> dict[str, Any]:
-    evals = [{"step": 0, **evaluate(model, evaluation)}]
+def _train_side(model: GPTModel, job: Plan, evaluation: Batch, seed: int, saving: SideSaving) -> dict[str, Any]:
+    evals = saving.evals
+    if saving.resume is None:
+        evals.append({"step": 0, **evaluate(model, evaluation)})
     losses = train_loop(model, job.task, job.settings, seed, job.device,
-                        at_step=lambda step: evals.append({"step": step, **evaluate(model, evaluation)}))
+                        at_step=lambda step: evals.append({"step": step, **evaluate(model, evaluation)}), saving=saving)
     return {"losses": losses, "evals": evals}
 
 
@@ -181,11 +205,11 @@ def summary(side: dict[str, Any], settings: TrainingConf) -> dict[str, Any]:
     return pooled
 
 
-def _seed_run(job: Plan, variant: str, seed: int) -> dict[str, Any]:
+def _seed_run(job: Plan, variant: str, seed: int, saved: Checkpoints, done: list[dict[str, Any]]) -> dict[str, Any]:
     """run_seed, whatever the variant's class raises in training said in one line (the measures
     that cannot be taken are lines of the table, never an error)."""
     try:
-        return run_seed(job, seed)
+        return run_seed(job, seed, saved, done)
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - a plugin's class may raise anything at a length the check did not try
@@ -194,18 +218,44 @@ def _seed_run(job: Plan, variant: str, seed: int) -> dict[str, Any]:
                         f"{type(exc).__name__}: {reason}") from None
 
 
-def run(job: Plan, variant: str, seeds: Iterable[int]) -> TrainingResult:
+def run(job: Plan, variant: str, seeds: Iterable[int], checkpoints: Path | None = None) -> TrainingResult:
     """Every seed at every rate of `training.lr` (one rate: the run itself); with a grid each side
-    is pooled at its own best rate (attnlab.training.lr_grid)."""
+    is pooled at its own best rate (attnlab.training.lr_grid). With `checkpoints` (a folder) the
+    job's checkpoint is written there every settings.checkpoint_every steps and at SIGTERM, and a
+    checkpoint found there is resumed (a grid's rates each in a folder of their own)."""
     seeds, rates = list(seeds), rates_of(job.settings.lr)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread per process: two on busy shared cores cost many times the CPU
     try:
-        by_rate = {rate: [_seed_run(replace(job, settings=replace(job.settings, lr=rate)), variant, seed) for seed in seeds]
-                   for rate in rates}
+        with stop_on_sigterm() as stop:
+            by_rate = {}
+            for rate in rates:
+                at_rate = replace(job, settings=replace(job.settings, lr=rate))
+                folder = checkpoints / f"lr={rate:g}" if checkpoints is not None and len(rates) > 1 else checkpoints
+                by_rate[rate] = _seeds(at_rate, variant, seeds, Checkpoints(
+                    folder, _checkpoint_key(at_rate, variant, seeds), job.settings.checkpoint_every, stop), folder)
     finally:  # as found: a sweep's job worker whose torch defaults a job left changed is not used again
         torch.set_num_threads(threads)
     per_seed = by_rate[rates[0]] if len(rates) == 1 else at_best(by_rate)
     table, said = judged(variant, per_seed, asdict(job.settings))
     return TrainingResult(variant, {"reference": job.reference.describe, "variant": job.variant.describe},
                           asdict(job.settings), per_seed, table, said)
+
+
+def _seeds(job: Plan, variant: str, seeds: list[int], saved: Checkpoints, folder: Path | None) -> list[dict[str, Any]]:
+    """Every seed at the job's one rate, from the seeds its checkpoint says are done."""
+    per_seed = finished_seeds(saved)
+    if per_seed and not (saved.resumed or {}).get("current"):
+        print(f"attnlab: resuming training from the checkpoint in {folder}: {len(per_seed)} of "
+              f"{len(seeds)} seed(s) done", file=sys.stderr)
+    for seed in seeds[len(per_seed):]:
+        per_seed.append(_seed_run(job, variant, seed, saved, per_seed))
+        seed_done(saved, per_seed)
+    return per_seed
+
+
+def _checkpoint_key(job: Plan, variant: str, seeds: list[int]) -> str:
+    """What decides the job's results: a checkpoint of anything else is not resumed."""
+    settings = {k: v for k, v in asdict(job.settings).items() if k != "checkpoint_every"}
+    return checkpoint_key({"variant": variant, "settings": settings, "seeds": seeds, "device": job.device,
+                           "classes": [job.reference.describe, job.variant.describe]})

@@ -36,6 +36,7 @@ class TrainingConf:
     init: str = "default"  # default: PyTorch's | normal: the attention's q/k/v redrawn as weights_init=normal
     eval_every: int = 25  # steps between evaluations (teacher-forced and causal)
     eval_batch: int = 64  # sequences in the fixed evaluation set
+    checkpoint_every: int = 50  # steps between a job's checkpoints (and one at SIGTERM); 0: only at SIGTERM
     target_accuracy: float = 0.9  # "steps to" this causal accuracy
     vocab: int = 64  # induction and mqar; text: the file's characters
     pairs: int = 4  # mqar: key-value pairs per sequence
@@ -79,6 +80,8 @@ def check_settings(s: TrainingConf) -> None:
     for name in ("warmup", "weight_decay"):
         if not (isinstance(getattr(s, name), (int, float)) and getattr(s, name) >= 0):
             raise UserError(f"training.{name}={getattr(s, name)}: must be a number >= 0")
+    if not (_positive_int(s.checkpoint_every) or s.checkpoint_every == 0):
+        raise UserError(f"training.checkpoint_every={s.checkpoint_every}: must be an integer >= 0 (0: only at SIGTERM)")
     if not 0 < s.target_accuracy <= 1:
         raise UserError(f"training.target_accuracy={s.target_accuracy}: must be in (0, 1]")
     if s.model.d_model % s.model.num_heads:

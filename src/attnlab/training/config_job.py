@@ -19,7 +19,7 @@ def training_job(cfg: DictConfig, job_dir: Path | None, sweep_dir: Path | None =
     cache = None if sweep_dir is None else sweep_dir / reference_cache.FOLDER
     job = plan(cfg.variant.name, settings_of(cfg), cfg.device, cache)
     result = run(job, cfg.variant.name, range(cfg.seed, cfg.seed + cfg.n_seeds))
-    write_outputs(result, cfg, job_dir)
+    write_outputs(result, cfg, job_dir, sweep_dir)
     return result
 
 

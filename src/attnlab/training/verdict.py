@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from attnlab.training.head_probes import formation_sentence
+
 # measure: (its floor: a smaller difference says nothing, a fraction of the reference's mean for
 # RELATIVE_FLOORS, else absolute (accuracies and entropies are fractions already); what it is).
 MEASURES: dict[str, tuple[float, str]] = {
@@ -22,6 +24,7 @@ MEASURES: dict[str, tuple[float, str]] = {
     "init_entropy": (0.05, "attention entropy at init, of uniform"),
     "end_entropy": (0.05, "attention entropy at the end, of uniform"),
     "init_query_grad_norm": (0.1, "gradient norm reaching W_query at init"),
+    "steps_to_induction": (0.0, "steps to an induction head (score above 0.4)"),
 }
 RELATIVE_FLOORS = ("final_train_loss", "causal_loss", "init_query_grad_norm")
 
@@ -100,8 +103,11 @@ def verdict(variant: str, table: Sequence[Row], summaries: Sequence[dict[str, di
     if not any("causal evaluation fails" in s or "did not" in s for s in said):  # said already
         said += [s for s in (_accuracy(by),) if s]
     n = len(summaries)
+    formed = formation_sentence(variant, list(summaries), steps)
     if not said:
         said = [f"{variant}: no difference from the reference stands clear of seed noise over {n} seed{'s' * (n > 1)}"]
+    if formed is not None:
+        said.append(formed)
     if n == 1:
         said.append("one seed: no estimate of seed noise (n_seeds=3 gives one)")
     return said

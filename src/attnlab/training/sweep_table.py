@@ -89,4 +89,4 @@ def _write_tensorboard(folder: Path, grouped: dict[str, list[dict[str, Any]]], v
         figures = tensorboard_layout.session_figures([side["summary"] for side in by_seed.values()])
         tensorboard_layout.write_session(base, f"{task}/reference", session_hparams(data, "reference", len(by_seed)),
                                          figures, settings["steps"])
-    tensorboard_layout.write_pooled(base, dict(sorted(sides.items())))
+    tensorboard_layout.write_pooled(base, sides)

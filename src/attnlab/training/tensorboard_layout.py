@@ -80,8 +80,8 @@ def _checkpoint_weights(side: Mapping[str, Any]) -> dict[str, dict[int, np.ndarr
     spaced, the first and the last kept), else the probe's at init and at the end."""
     if side.get(HEAD_WEIGHTS):
         steps = list(side[HEAD_WEIGHTS])
-        kept = sorted({steps[round(i * (len(steps) - 1) / max(1, MOST_HEATMAPS - 1))]
-                       for i in range(min(len(steps), MOST_HEATMAPS))}, key=int)
+        n = min(len(steps), MOST_HEATMAPS)
+        kept = sorted({steps[round(i * (len(steps) - 1) / max(1, n - 1))] for i in range(n)}, key=int)
         return {step: side[HEAD_WEIGHTS][step] for step in kept}
     return {step: measured[PROBE_WEIGHTS] for step, measured in side["measures"].items()}
 
@@ -115,6 +115,8 @@ def write_pooled(base: Path, sides: Mapping[str, Sequence[StepScalars]]) -> None
     """The `pooled` run: `sides` maps "TASK/SIDE" to its seeds' step scalars; per BANDED measure a
     Custom Scalars category with a margin chart (mean, lower, upper) per side."""
     folder = base / POOLED_RUN
+    sides = dict(sorted(sides.items(), key=lambda item: (item[0].rpartition("/")[0], item[0].rpartition("/")[2] != "reference",
+                                                         item[0])))  # each TASK's reference first, then its variants
     shutil.rmtree(folder, ignore_errors=True)  # the sweep's end run again: its pooled run replaced
     steps = sorted({step for per_seed in sides.values() for s in per_seed for step in s})
     present = [tag for tag in BANDED if any(tag in values for per_seed in sides.values() for s in per_seed

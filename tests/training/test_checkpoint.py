@@ -41,8 +41,9 @@ def test_values_with_tensors_come_back_as_they_were() -> None:
     assert back["bytes"].dtype == torch.uint8 and back["bytes"].tolist() == [0, 255]
 
 
-class Killed(Exception):
-    """What the test raises right after the n-th checkpoint is written: the job stops there."""
+class Killed(BaseException):
+    """What the test raises right after the n-th checkpoint is written: the job stops there (as a signal
+    would: no handler of the job's own catches it)."""
 
 
 @pytest.mark.parametrize("kill_after", [3, 9, 13])  # in the first seed's reference, its variant, the second seed

@@ -16,8 +16,8 @@ def test_the_jobs_seeds_are_pooled_per_variant(tmp_path):
               out_dir=tmp_path / f"{seed - 1}-seed={seed}")
     text = write_sweep_training(tmp_path, bands=True)
     assert text.startswith("## unscaled (2 seeds)") and "clear of seed noise" in text
-    band = EventAccumulator(str(tmp_path / "training" / "unscaled" / "reference"))
+    band = EventAccumulator(str(tmp_path / "tensorboard" / "pooled"))
     band.Reload()
     losses = [json.loads((tmp_path / f"{s - 1}-seed={s}" / "training.json").read_text())["seeds"][0]["reference"]["losses"]
               for s in (1, 2)]
-    assert [e.value for e in band.Scalars("train/loss/mean")] == pytest.approx([sum(v) / 2 for v in zip(*losses)], rel=1e-5)
+    assert [e.value for e in band.Scalars("induction/reference/train/loss/mean")] == pytest.approx([sum(v) / 2 for v in zip(*losses)], rel=1e-5)

@@ -203,12 +203,13 @@ class SideSaving:
     def __init__(self, progress: SeedProgress, side: str, resume: dict[str, Any] | None) -> None:
         self.progress, self.side, self.resume = progress, side, resume
         self.evals: list[dict[str, Any]] = [] if resume is None else list(resume["evals"])
+        self.probes: dict[str, Any] = {} if resume is None else dict(resume.get("probes") or {})  # HeadProbes.recorded()
 
     def due(self, step: int) -> bool:
         return self.progress.checkpoints.due(step)
 
     def save(self, state: dict[str, Any]) -> None:
-        self.progress.save({"side": self.side, **state, "evals": self.evals})
+        self.progress.save({"side": self.side, **state, "evals": self.evals, "probes": self.probes})
 
 
 def finished_seeds(checkpoints: Checkpoints) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ def training_job(cfg: DictConfig, job_dir: Path | None, sweep_dir: Path | None =
     job = plan(cfg.variant.name, settings_of(cfg), cfg.device, cache)
     folder = None if job_dir is None else job_dir / checkpoint.FOLDER
     result = run(job, cfg.variant.name, range(cfg.seed, cfg.seed + cfg.n_seeds), folder)
-    write_outputs(result, cfg, job_dir)
+    write_outputs(result, cfg, job_dir, sweep_dir)
     checkpoint.remove(folder)  # last: a job killed while writing its outputs resumes with every seed done
     return result
 

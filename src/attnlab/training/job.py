@@ -28,6 +28,7 @@ from attnlab.training.checkpoint import (
 from attnlab.training.counterparts import Counterpart, counterpart
 from attnlab.training.evaluation import evaluate
 from attnlab.training.gpt import GPTModel
+from attnlab.training.head_probes import HEAD_WEIGHTS, HeadProbes, induction_formed
 from attnlab.training.loop import train as train_loop
 from attnlab.training.lr_grid import at_best, rates_of
 from attnlab.training.measures import NOT_MEASURED, PROBE_WEIGHTS, measure
@@ -83,8 +84,9 @@ class TrainingResult:
 
     def as_dict(self) -> dict[str, Any]:
         """As training.json holds it: the heatmaps' arrays left out."""
-        seeds = [{**run, **{side: {**run[side], "measures": {step: {k: v for k, v in measured.items() if k != PROBE_WEIGHTS}
-                                                             for step, measured in run[side]["measures"].items()}}
+        seeds = [{**run, **{side: {**{k: v for k, v in run[side].items() if k != HEAD_WEIGHTS},
+                                   "measures": {step: {k: v for k, v in measured.items() if k != PROBE_WEIGHTS}
+                                                for step, measured in run[side]["measures"].items()}}
                             for side in SIDES}} for run in self.seeds]
         return {"variant": self.variant, "classes": self.classes, "settings": self.settings, "seeds": seeds,
                 "table": [row.as_dict() for row in self.rows], "verdict": self.verdict}
@@ -160,6 +162,7 @@ def _trained_reference(model: GPTModel, job: Plan, evaluation: Batch, seed: int,
         key = reference_cache.cache_key(decides, seed, job.reference.describe, job.device)
         cached = reference_cache.load(job.cache, key, model)
         if cached is not None:
+            cached = {**cached, "from_cache": True}  # another job trained it (and wrote its TensorBoard run)
             progress.side_done("reference", cached)
             return cached
     side = _train_side(model, job, evaluation, seed, progress.saving("reference"))
@@ -170,12 +173,19 @@ def _trained_reference(model: GPTModel, job: Plan, evaluation: Batch, seed: int,
 
 
 def _train_side(model: GPTModel, job: Plan, evaluation: Batch, seed: int, saving: SideSaving) -> dict[str, Any]:
-    evals = saving.evals
+    evals = saving.evals  # resumed: the evaluations and the heads' measures so far
+    probes = HeadProbes(job.task, evaluation, saving.probes) if job.settings.head_probes else None
+
+    def checkpoint(step: int) -> None:
+        evals.append({"step": step, **evaluate(model, evaluation)})
+        if probes is not None:
+            probes.at(model, step)
+            saving.probes = probes.recorded()
+
     if saving.resume is None:
-        evals.append({"step": 0, **evaluate(model, evaluation)})
-    losses = train_loop(model, job.task, job.settings, seed, job.device,
-                        at_step=lambda step: evals.append({"step": step, **evaluate(model, evaluation)}), saving=saving)
-    return {"losses": losses, "evals": evals}
+        checkpoint(0)
+    losses = train_loop(model, job.task, job.settings, seed, job.device, at_step=checkpoint, saving=saving)
+    return {"losses": losses, "evals": evals, **(probes.recorded() if probes is not None else {})}
 
 
 def summary(side: dict[str, Any], settings: TrainingConf) -> dict[str, Any]:
@@ -196,6 +206,10 @@ def summary(side: dict[str, Any], settings: TrainingConf) -> dict[str, Any]:
                 pooled[f"{name}_{what}"] = statistics.fmean(values)
             else:
                 missing[f"{name}_{what}"] = measures.get(NOT_MEASURED, {}).get("attention", "no attention weights")
+    if side.get("heads"):  # heads formed: a seed whose heads never did counts as one evaluation past the end
+        formed = induction_formed(side["heads"])
+        pooled["induction_formed"] = float(formed is not None)
+        pooled["steps_to_induction"] = formed if formed is not None else float(settings.steps + settings.eval_every)
     queries = [v for k, v in at_init["grad_norm"].items() if k.endswith("/queries")]
     if queries:
         pooled["init_query_grad_norm"] = statistics.fmean(queries)

@@ -1,31 +1,28 @@
 """A training job's files, each switched by its sink's `log.NAME`: training.json always (written
 first, so a failing output loses nothing); `table`: training_comparison.md/.csv; `tensorboard`:
-a run per side and seed with scalars at the training step and the probe's heatmaps, and per side a
-mean ± std band over the seeds (Custom Scalars margin charts) with an HParams session holding the
-verdict; `html`: training.html; `mlflow`: metrics with steps;
+a run per side and seed (`TASK/VARIANT/seed=N`) with scalars at the training step and the heads'
+heatmaps, a pooled run of every side's mean ± std band (Custom Scalars margin charts) and an
+HParams session per side (attnlab.training.tensorboard_layout; in a sweep, its end writes those); `html`: training.html; `mlflow`: metrics with steps;
 `terminal`: the verdict and the table."""
 
 from __future__ import annotations
 
 import csv
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from attnlab.sinks.tensorboard_format import EventFile, hparams_summaries, scalars_summary
+from attnlab.training import tensorboard_layout
 from attnlab.training.job import SIDES, TrainingResult
 from attnlab.training.lr_grid import grid_markdown
-from attnlab.training.measures import PROBE_WEIGHTS
 from attnlab.training.page import page_html
 
 RESULT_FILE = "training.json"
-BANDED = ("train/loss", "eval/causal_accuracy", "eval/teacher_forced_accuracy")  # the margin charts
 
 
-def write_outputs(result: TrainingResult, cfg: DictConfig, job_dir: Path | None) -> None:
+def write_outputs(result: TrainingResult, cfg: DictConfig, job_dir: Path | None, sweep_dir: Path | None = None) -> None:
     log = cfg.log
     if job_dir is not None:
         data = result.as_dict()
@@ -33,7 +30,10 @@ def write_outputs(result: TrainingResult, cfg: DictConfig, job_dir: Path | None)
         if log.get("table"):
             write_table(data, job_dir)
         if log.get("tensorboard"):
-            write_tensorboard(data, job_dir, result.seeds if log.get("images") else None)
+            in_sweep = sweep_dir is not None
+            write_tensorboard(data, (sweep_dir if in_sweep else job_dir) / "tensorboard",
+                              tensorboard_layout.swept_keys(sweep_dir) if in_sweep else (), pooled=not in_sweep,
+                              seeds=result.seeds if log.get("images") else None)
         if log.get("html"):
             (job_dir / "training.html").write_text(page_html(data))
         if log.get("mlflow"):
@@ -54,6 +54,8 @@ def step_scalars(side: dict[str, Any]) -> dict[int, dict[str, float]]:
         steps.setdefault(step, {})["train/loss"] = loss
     for point in side["evals"]:
         steps.setdefault(point["step"], {}).update({f"eval/{k}": v for k, v in point.items() if k != "step"})
+    for point in side.get("heads", []):
+        steps.setdefault(point["step"], {}).update({f"heads/{k}": v for k, v in point.items() if k != "step"})
     for step, measured in side["measures"].items():
         scalars = {f"attention/{k}": v for k, v in measured["attention"].items()}
         scalars |= {f"grad_norm/{k}": v for k, v in measured["grad_norm"].items()}
@@ -61,61 +63,27 @@ def step_scalars(side: dict[str, Any]) -> dict[int, dict[str, float]]:
     return steps
 
 
-def write_tensorboard(data: dict[str, Any], job_dir: Path, images: list[dict[str, Any]] | None = None) -> None:
-    """`images`: the result's seeds with their probe weights, drawn as `heatmaps/layer<i>` at init and at the end."""
-    for side in SIDES:
-        label = side_label(data, side)
-        per_seed = [step_scalars(run[side]) for run in data["seeds"]]
-        for index, (run, scalars) in enumerate(zip(data["seeds"], per_seed)):
-            with EventFile(job_dir / "tensorboard" / f"{label},seed={run['seed']}") as events:
-                for step, values in sorted(scalars.items()):
-                    events.add(scalars_summary(values), step=step)
-                if images is not None:
-                    _write_heatmaps(events, images[index][side]["measures"], label)
-        write_band(job_dir / "tensorboard" / label, per_seed, label, session_hparams(data, side, len(per_seed)))
+def write_tensorboard(data: dict[str, Any], base: Path, swept: tuple[str, ...] = (), pooled: bool = True,
+                      seeds: list[dict[str, Any]] | None = None) -> None:
+    """The job's runs under `base` (attnlab.training.tensorboard_layout); `pooled`: its own bands and
+    HParams sessions too (a sweep's jobs leave them to the sweep's end); `seeds`: the result's seeds
+    with their weights, drawn as heatmaps."""
+    label = tensorboard_layout.task_label(data["settings"], swept)
+    scalars = [{side: step_scalars(run[side]) for side in SIDES} for run in data["seeds"]]
+    tensorboard_layout.write_seed_runs(data, base, label, scalars, seeds)
+    if pooled:
+        names = {side: f"{label}/{tensorboard_layout.side_name(data, side)}" for side in SIDES}
+        tensorboard_layout.write_pooled(base, {names[side]: [s[side] for s in scalars] for side in SIDES})
+        for side in SIDES:
+            tensorboard_layout.write_session(base, names[side], session_hparams(data, side, len(scalars)),
+                                             tensorboard_layout.session_figures([run[side]["summary"] for run in data["seeds"]]),
+                                             data["settings"]["steps"])
 
 
 def session_hparams(data: dict[str, Any], side: str, n_seeds: int) -> dict[str, str | int]:
-    return {"side": side, "variant": data["variant"], "task": data["settings"]["task"], "seeds": n_seeds,
-            "verdict": " ".join(data["verdict"])}
-
-
-def write_band(folder: Path, per_seed: list[dict[int, dict[str, float]]], label: str,
-               session: dict[str, str | int]) -> None:
-    """A run of the BANDED curves' mean and mean ± std over the seeds at each step, a Custom Scalars
-    margin chart per curve, and an HParams session (the verdict among its columns)."""
-    from attnlab.sinks.tensorboard_format import custom_scalars
-
-    layout = {"training: mean ± std over seeds": {tag: ["Margin", [f"{tag}/mean", f"{tag}/lower", f"{tag}/upper"]]
-                                                 for tag in BANDED}}
-    with EventFile(folder) as events:
-        for step in sorted(per_seed[0]):
-            values: dict[str, float] = {}
-            for tag in BANDED:
-                seen = [s[step][tag] for s in per_seed if tag in s.get(step, {})]
-                if seen:
-                    mean, std = statistics.fmean(seen), statistics.stdev(seen) if len(seen) > 1 else 0.0
-                    values |= {f"{tag}/mean": mean, f"{tag}/lower": mean - std, f"{tag}/upper": mean + std}
-            if values:
-                events.add(scalars_summary(values), step=step)
-        events.add(custom_scalars(layout))
-        for summary in hparams_summaries(session, [f"{tag}/mean" for tag in BANDED], ok=True, swept=["variant"],
-                                         trial=label):
-            events.add(summary)
-
-
-def _write_heatmaps(events: EventFile, measures: dict[str, dict[str, Any]], label: str) -> None:
-    """Each layer's attention weights on the first probe item, every head, at each checkpoint."""
-    from attnlab.reporting.heatmap import render_head_grid
-    from attnlab.reporting.job_heatmaps import encoded
-    from attnlab.sinks.tensorboard_format import image_summary
-
-    for step, measured in measures.items():
-        for layer, weights in measured[PROBE_WEIGHTS].items():
-            title = f"{label}: layer {layer} attention weights, step {step}"
-            image = encoded(lambda: render_head_grid(weights, title=title, value_range=(0.0, 1.0), axes=("query", "key")),
-                            weights, title)
-            events.add(image_summary(f"heatmaps/layer{layer}", image), step=int(step))
+    return {"side": side, "variant": data["variant"] if side == "variant" else "reference",
+            "task": data["settings"]["task"], "seeds": n_seeds,
+            "verdict": " ".join(data["verdict"]) if side == "variant" else "the reference"}
 
 
 def write_table(data: dict[str, Any], job_dir: Path) -> None:

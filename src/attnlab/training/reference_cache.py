@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnlab.training.head_probes import HEAD_WEIGHTS
+
 FOLDER = ".training-cache"
 
 
@@ -42,5 +44,5 @@ def save(folder: Path, key: str, side: dict[str, Any], model: nn.Module) -> None
     with open(partial, "wb") as file:
         np.savez(file, **{name: value.detach().cpu().numpy() for name, value in model.state_dict().items()})
     os.replace(partial, folder / f"{key}.npz")
-    partial.write_text(json.dumps(side))
+    partial.write_text(json.dumps({k: v for k, v in side.items() if k != HEAD_WEIGHTS}))  # arrays: the job's own
     os.replace(partial, folder / f"{key}.json")  # last: its presence says the parameters are complete

@@ -41,6 +41,7 @@ class TrainingConf:
     vocab: int = 64  # induction and mqar; text: the file's characters
     pairs: int = 4  # mqar: key-value pairs per sequence
     path: str | None = None  # text: a UTF-8 text file
+    head_probes: bool = True  # per-head entropy, largest weight, induction score at every evaluation
     model: ModelSizes = field(default_factory=ModelSizes)
 
 

@@ -1,19 +1,19 @@
 """A sweep of training jobs pooled: every job's training.json under the sweep folder, grouped by
 variant and training settings, each group's seeds (from all its jobs) into one table and verdict,
-written as training_comparison.md and .csv in the sweep folder; with `bands`, TensorBoard runs
-`training/<group>/{reference,variant}` of each side's mean ± std over all the group's seeds."""
+written as training_comparison.md and .csv in the sweep folder; with `bands`, TensorBoard's
+pooled run (each side's mean ± std over all its seeds) and an HParams session per side
+(attnlab.training.tensorboard_layout)."""
 
 from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
-from attnlab.sinks.tensorboard_runs import run_folder_name
+from attnlab.training import tensorboard_layout
 from attnlab.training.lr_grid import grid_markdown
-from attnlab.training.outputs import session_hparams, step_scalars, write_band
+from attnlab.training.outputs import session_hparams, step_scalars
 from attnlab.training.verdict import judged
 
 RESULT_FILE = "training.json"
@@ -43,20 +43,20 @@ def write_sweep_training(folder: Path, bands: bool = False) -> str | None:
     grouped = groups(Path(folder))
     if not grouped:
         return None
-    sections, table_rows = [], []
+    sections, table_rows, verdicts = [], [], {}
     for label, results in grouped.items():
         runs = sorted((run for r in results for run in r["seeds"]), key=lambda run: run["seed"])
         settings = results[0]["settings"]
         table, said = judged(results[0]["variant"], runs, settings)
-        if bands:
-            _write_bands(Path(folder), label, runs, {"variant": results[0]["variant"], "settings": settings,
-                                                    "verdict": said})
+        verdicts[label] = said
         lines = [f"## {label} ({len(runs)} seeds)", "", *(f"- {s}" for s in said), "",
                  "| measure | reference | variant | clear of seed noise |", "|---|---|---|---|"]
         for row in (row.as_dict() for row in table):
             lines.append(f"| {row['what']} | {row['reference']} | {row['variant']} | {row['noise']} |")
             table_rows.append({"group": label, **row})
         sections.append("\n".join(lines) + ("\n\n" + grid_markdown(runs, "variant") if "grid" in runs[0] else ""))
+    if bands:
+        _write_tensorboard(Path(folder), grouped, verdicts)
     text = "\n\n".join(sections) + "\n"
     (Path(folder) / "training_comparison.md").write_text(text)
     with open(Path(folder) / "training_comparison.csv", "w", newline="") as file:
@@ -66,10 +66,26 @@ def write_sweep_training(folder: Path, bands: bool = False) -> str | None:
     return text
 
 
-def _write_bands(folder: Path, label: str, runs: list[dict[str, Any]], data: dict[str, Any]) -> None:
-    """Each side's band over the group's seeds; an earlier end's runs of the group replaced."""
-    for side in ("reference", "variant"):
-        run_folder = folder / "training" / run_folder_name(label) / side
-        shutil.rmtree(run_folder, ignore_errors=True)
-        write_band(run_folder, [step_scalars(run[side]) for run in runs], f"{label} {side}",
-                   session_hparams(data, side, len(runs)))
+def _write_tensorboard(folder: Path, grouped: dict[str, list[dict[str, Any]]], verdicts: dict[str, list[str]]) -> None:
+    """The sweep's pooled run (each variant's band over all its jobs' seeds, each TASK's reference once,
+    pooled over every seed any job trained it for) and an HParams session per side."""
+    base, swept = folder / "tensorboard", tensorboard_layout.swept_keys(folder)
+    sides: dict[str, list[dict[int, dict[str, float]]]] = {}
+    references: dict[str, tuple[dict[str, Any], dict[int, dict[str, Any]]]] = {}  # TASK: (settings, {seed: side})
+    for label, results in grouped.items():
+        data = {"variant": results[0]["variant"], "settings": results[0]["settings"], "verdict": verdicts[label]}
+        task = tensorboard_layout.task_label(data["settings"], swept)
+        name = f"{task}/{tensorboard_layout.side_name(data, 'variant')}"
+        runs = [run for r in results for run in r["seeds"]]
+        sides[name] = [step_scalars(run["variant"]) for run in runs]
+        references.setdefault(task, (data["settings"], {}))[1].update({run["seed"]: run["reference"] for run in runs})
+        figures = tensorboard_layout.session_figures([run["variant"]["summary"] for run in runs])
+        tensorboard_layout.write_session(base, name, session_hparams(data, "variant", len(runs)), figures,
+                                         data["settings"]["steps"])
+    for task, (settings, by_seed) in references.items():
+        sides[f"{task}/reference"] = [step_scalars(side) for _, side in sorted(by_seed.items())]
+        data = {"variant": "reference", "settings": settings, "verdict": []}
+        figures = tensorboard_layout.session_figures([side["summary"] for side in by_seed.values()])
+        tensorboard_layout.write_session(base, f"{task}/reference", session_hparams(data, "reference", len(by_seed)),
+                                         figures, settings["steps"])
+    tensorboard_layout.write_pooled(base, sides)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from attnlab.training.head_probes import formation_sentence
 from attnlab.training.lr_grid import pooled, rate_sentence, rates_of
 
 NOT_MEASURED = "not_measured"  # a side's summary: {measure: why it does not apply} (attnlab.training.measures)
@@ -30,8 +31,10 @@ MEASURES: dict[str, tuple[float, str]] = {
     "init_entropy": (0.05, "attention entropy at init, of uniform"),
     "end_entropy": (0.05, "attention entropy at the end, of uniform"),
     "init_query_grad_norm": (0.1, "gradient norm reaching W_query at init"),
+    "steps_to_induction": (0.0, "steps to an induction head (score above 0.4)"),
 }
 RELATIVE_FLOORS = ("final_train_loss", "causal_loss", "init_query_grad_norm")
+ON_THE_GRID = ("steps_to_target", "steps_to_induction")  # read at evaluations: apart by one on every seed, or not clear
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ def rows(summaries: Sequence[dict[str, dict[str, Any]]], resolution: int | None 
         is_clear, note = clear(reference, variant, floor), ""
         if len(summaries) == 1:
             note = "one seed: not estimated"
-        elif measure == "steps_to_target" and resolution and is_clear and not _apart_on_every_seed(reference, variant):
+        elif measure in ON_THE_GRID and resolution and is_clear and not _apart_on_every_seed(reference, variant):
             is_clear, note = False, f"no: within one evaluation (every {resolution} steps) on some seed"
         needed = None if is_clear else seeds_to_separate(reference, variant, floor)
         table.append(Row(measure, what, reference, variant, is_clear, shown, note, needed))
@@ -169,6 +172,8 @@ def verdict(variant: str, table: Sequence[Row], summaries: Sequence[dict[str, di
     covered = set().union(*(measures for _, measures in said)) if said else set()
     said += [(_difference(row), {row.measure}) for row in table if row.clear and row.measure not in covered]
     sentences = [text for text, _ in said]
+    formed = formation_sentence(variant, list(summaries), steps)  # each seed's step, a fact of its own
+    sentences += [formed] if formed is not None else []
     if n == 1:
         return [*sentences, "one seed: seed noise is not estimated, so no difference is claimed (n_seeds=3 gives an "
                             "estimate)"]

@@ -323,7 +323,8 @@ LAYERS = (
     ("attnlab.reporting",),
     ("attnlab.sinks",),
     ("attnlab.training",),  # training runs per variant: a tiny GPT, its loop, evaluation, verdict, outputs
-    ("attnlab.app", "attnlab.__main__", "hydra_plugins.attnlab_sweeper"),
+    ("attnlab.app", "attnlab.__main__", "hydra_plugins.attnlab_sweeper", "attnlab.conformance",
+     "attnlab.zoo"),  # the zoo survey runs the app
 )
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import importlib
 import inspect
 import os
 import sys
@@ -29,6 +28,9 @@ from attnlab.modules import hf_inputs, hf_lineage
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
+from attnlab.modules.hf_build import UNKNOWN as _UNKNOWN
+from attnlab.modules.hf_build import model_arguments
+from attnlab.modules.hf_find import Found, NotFound, find
 from attnlab.modules.roles import declared_count
 from attnlab.schema import ATTN_IMPLEMENTATIONS
 
@@ -52,55 +54,32 @@ def _transformers() -> Any:
 
 @cache
 def attention_class(model_type: str) -> tuple[type[nn.Module], type]:
-    """(attention class, config class) of a model type: `llama` -> (LlamaAttention, LlamaConfig).
+    """(attention class, config class) of a model type: `llama` -> (LlamaAttention, LlamaConfig),
+    found as transformers organises it (attnlab.modules.hf_find): the modeling module beside the
+    config class, the self-attention class its layers build; a composite's text tower."""
+    found = _found(model_type)
+    return found.module_cls, found.config_cls
 
-    The config class is transformers' own for the type (a multimodal config's text config, as
-    Gemma3's); the attention class is `<Model>SelfAttention` else `<Model>Attention` of the
-    type's modeling module, `<Model>` the type's base model class without `Model`."""
+
+@cache
+def _found(model_type: str) -> Found:
     _transformers()
     # transformers is optional and takes seconds to import: only when an hf: name is used
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, model_type_to_module_name
-    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     if model_type not in CONFIG_MAPPING:
         close = difflib.get_close_matches(model_type, list(CONFIG_MAPPING.keys()), n=1)
         hint = f"; did you mean 'hf:{close[0]}'?" if close else ""
         raise HFError(f"variant=hf:{model_type}: transformers knows no model type '{model_type}'{hint}")
-    config_cls = CONFIG_MAPPING[model_type]
-    text = getattr(config_cls, "sub_configs", {}).get("text_config")
-    if text is not None and model_type + "_text" in CONFIG_MAPPING:
-        return attention_class(model_type + "_text")
-    _refuse_composite(model_type, config_cls, CONFIG_MAPPING)
-    module_name = model_type_to_module_name(model_type)
-    modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
-    named = family(model_type).attention_class
-    if named is not None and inspect.isclass(getattr(modeling, named, None)):
-        return getattr(modeling, named), config_cls
-    base = str(MODEL_MAPPING_NAMES.get(model_type, "")).removesuffix("Model")
-    for prefix in _prefixes(base):
-        for suffix in ("SelfAttention", "Attention"):
-            cls = getattr(modeling, prefix + suffix, None)
-            if inspect.isclass(cls) and issubclass(cls, nn.Module):
-                return cls, config_cls
-    raise HFError(f"variant=hf:{model_type}: no attention class found in {modeling.__name__}")
+    try:
+        return find(model_type, family(model_type).attention_class, CONFIG_SPELLINGS["d_in"])
+    except NotFound as exc:
+        raise HFError(f"variant=hf:{model_type}: no attention class: {exc}") from None
 
 
-def _refuse_composite(model_type: str, config_cls: type, mapping: Any) -> None:
-    """A config of sub-configs (CLIP's text and vision) has no one attention: name the parts that do."""
-    parts = [getattr(sub, "model_type", "") for sub in getattr(config_cls, "sub_configs", {}).values()]
-    parts = [p for p in parts if p and p in mapping and p != model_type]
-    if parts and not any(hasattr(config_cls(), s) for s in CONFIG_SPELLINGS["d_in"]):
-        names = " or ".join(f"variant=hf:{p}" for p in parts)
-        raise HFError(f"variant=hf:{model_type}: a composite config ({', '.join(parts)}); use {names}"[:200])
-
-
-def _prefixes(base: str) -> list[str]:
-    """`Gemma3Text` -> [`Gemma3Text`, `Gemma3`]: the base name without its trailing words."""
-    found = [base]
-    while any(c.isupper() for c in base[1:]):
-        base = base[: max(i for i, c in enumerate(base) if c.isupper() and i > 0)]
-        found.append(base)
-    return [p for p in found if p]
+def tower_note(model_type: str) -> str:
+    """What `hf:TYPE` runs of a composite (its text tower) and the others it holds; "" for one class."""
+    return _found(model_type).note
 
 
 def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, in_model: bool = False,
@@ -110,10 +89,25 @@ def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, in
     wraps the constructors, and a wrapped one names no parameters. `in_model`: for a layer of the
     whole model, whose sizes are under the adapter's model spellings; `extra` sets a declared keyword."""
     row = family(getattr(config, "model_type", ""))
+    if row is GENERIC and transformers_class(module_cls) is module_cls:
+        # a family without an adapter: built as its model's own code builds it (attnlab.modules.hf_build)
+        found = model_arguments(module_cls, config, layer)
+        if found is not None:
+            args, kwargs = found
+            return _built(module_cls, args, {**kwargs, **{k: v for k, v in extra.items() if k in kwargs}})
     constructor = _guessed_constructor(module_cls) if row is GENERIC else row.constructor
     kwargs = {keyword: config if source == "config" else extra.get(keyword, layer) if source == "layer"
               else _config_value(config, row, source, in_model) for keyword, source in constructor.items()}
     return module_cls(**kwargs)
+
+
+def _built(module_cls: type[nn.Module], args: list, kwargs: dict[str, Any]) -> nn.Module:
+    """The class built from its model's arguments; a keyword the model's code computes from what
+    attnlab does not build is left to its default (a missing one: the constructor's own one-line error)."""
+    if any(a is _UNKNOWN for a in args):
+        raise HFError(f"{module_cls.__name__} cannot be built from its config alone: its model passes a positional "
+                      f"argument from code attnlab cannot evaluate")
+    return module_cls(*args, **{k: v for k, v in kwargs.items() if v is not _UNKNOWN})
 
 
 def _guessed_constructor(module_cls: type) -> dict[str, str]:

@@ -116,7 +116,9 @@ class Registry:
 def _hf_spec(name: str) -> VariantSpec:
     """`hf:MODEL_TYPE`: a spelling with no file, so not a member of the variant group."""
     constructor = hf.hf_constructor(name)
-    description = f"Hugging Face {constructor.__name__} built from {constructor.config_cls.__name__}"
+    note = hf.tower_note(name.removeprefix(hf.PREFIX))  # a composite's: which tower runs, which others it holds
+    description = f"Hugging Face {constructor.__name__} built from {constructor.config_cls.__name__}" + (
+        f" ({note})" if note else "")
     return VariantSpec(name, constructor, description, {}, f"transformers ({constructor.module_cls.__module__})")
 
 

@@ -1,0 +1,287 @@
+"""Finding a model type's attention the way transformers organises it.
+
+A type's modeling module is the one beside its config class (`configuration_x` -> `modeling_x`),
+never guessed from the type's name (`data2vec-audio`'s config lives in
+`data2vec/configuration_data2vec_audio.py`, its classes in `modeling_data2vec_audio.py`).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import sys
+import textwrap
+from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
+
+from torch import nn
+
+ATTENTION_SUFFIXES = ("SelfAttention", "Attention")
+
+
+def config_class_of(model_type: str) -> type:
+    """transformers' config class of `model_type` (KeyError: no such type)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return CONFIG_MAPPING[model_type]
+
+
+def modeling_module(config_cls: type) -> ModuleType | None:
+    """The modeling module beside a config class's own module, None where there is none (a
+    tokenizer-only type, a config without a PyTorch model)."""
+    package, _, name = config_cls.__module__.rpartition(".")
+    if not name.startswith("configuration_"):
+        return None
+    try:
+        return importlib.import_module(f"{package}.modeling_{name.removeprefix('configuration_')}")
+    except ImportError:  # no modeling file (gpt-sw3's tokenizer type), or one needing a library not installed
+        return None
+
+
+def attention_classes(modeling: ModuleType) -> list[type[nn.Module]]:
+    """The nn.Module classes a modeling module defines whose names end in Attention/SelfAttention,
+    in the module's own order."""
+    return [obj for name, obj in vars(modeling).items()
+            if inspect.isclass(obj) and issubclass(obj, nn.Module) and obj.__module__ == modeling.__name__
+            and name.endswith(ATTENTION_SUFFIXES)]
+
+
+@dataclass(frozen=True)
+class Call:
+    """Where a class of the modeling module builds `target`: the caller class, its `__init__`'s
+    syntax tree and the call expression (`self.attn = GPTNeoAttention(config, layer_id)`)."""
+
+    caller: type
+    init: ast.FunctionDef
+    node: ast.Call
+    attribute: str  # the attribute the result is assigned to (`attn`), "" when not assigned to one
+
+
+def calls_of(modeling: ModuleType, target: type) -> list[Call]:
+    """Every call of `target` in the `__init__` of a class the modeling module defines, in source
+    order: by its name, or through a dict of classes (`GPT_NEO_ATTENTION_CLASSES[impl](...)`)."""
+    dispatch = {name for name, value in vars(modeling).items()
+                if isinstance(value, dict) and any(v is target for v in value.values())}
+    found = []
+    for cls in _module_classes(modeling):
+        init = _init_tree(cls)
+        if init is None:
+            continue
+        for node in ast.walk(init):
+            if isinstance(node, ast.Call) and _calls(node.func, target.__name__, dispatch):
+                found.append(Call(cls, init, node, _assigned_to(init, node)))
+    return found
+
+
+def _calls(func: ast.expr, name: str, dispatch: set[str]) -> bool:
+    if isinstance(func, ast.Name):
+        return func.id == name
+    if isinstance(func, ast.Attribute):
+        return func.attr == name
+    return isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in dispatch
+
+
+def _assigned_to(init: ast.FunctionDef, call: ast.Call) -> str:
+    for node in ast.walk(init):
+        if isinstance(node, ast.Assign) and call in list(ast.walk(node.value)):
+            target = node.targets[0]
+            return target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+    return ""
+
+
+def _module_classes(modeling: ModuleType) -> list[type]:
+    return [obj for obj in vars(modeling).values()
+            if inspect.isclass(obj) and issubclass(obj, nn.Module) and obj.__module__ == modeling.__name__]
+
+
+@cache
+def _init_tree(cls: type) -> ast.FunctionDef | None:
+    """The syntax tree of the class's own `__init__`, None where it has none or no source."""
+    init = vars(cls).get("__init__")
+    init = getattr(init, "__wrapped__", init)  # transformers wraps some constructors
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+    except (TypeError, OSError, SyntaxError):
+        return None
+    function = tree.body[0] if tree.body else None
+    return function if isinstance(function, ast.FunctionDef) else None
+
+
+_CROSS = ("cross", "encoder_attn", "enc_dec")
+
+
+def self_attention_call(call: Call) -> bool:
+    """Not a cross-attention: neither assigned to a cross-attention's attribute nor built with
+    `is_cross_attention=True`."""
+    if any(word in call.attribute.lower() for word in _CROSS):
+        return False
+    return not any(k.arg in ("is_cross_attention", "cross_attention") and isinstance(k.value, ast.Constant)
+                   and k.value.value for k in call.node.keywords)
+
+
+def choose(modeling: ModuleType, base_name: str = "") -> type[nn.Module] | None:
+    """The self-attention class of a modeling module, as its layers build it: of the attention
+    classes the module defines, the ones another class instantiates as a self-attention (a layer's,
+    a block's), descended into the self-attention a wrapper builds (BERT's BertAttention ->
+    BertSelfAttention); among them `<base>SelfAttention` / `<base>Attention` first, then the one
+    a `...Layer`/`...Block` builds first. Without any call: the names alone."""
+    classes = attention_classes(modeling)
+    used = []
+    for cls in classes:
+        calls = [c for c in calls_of(modeling, cls) if c.caller not in classes and self_attention_call(c)]
+        if calls:
+            layered = any(c.caller.__name__.endswith(("Layer", "Block")) for c in calls)
+            used.append((not layered, cls))
+    ordered = [_descend(modeling, cls, classes) for _, cls in sorted(used, key=lambda u: u[0])]
+    named = [c for c in _by_name(classes, base_name) if c in ordered]
+    if named or ordered:
+        return (named or ordered)[0]
+    return next(iter(_by_name(classes, base_name)), None) or next(
+        (c for c in classes if not any(w in c.__name__.lower() for w in ("cross",))), None)
+
+
+def _descend(modeling: ModuleType, cls: type, classes: list[type]) -> type:
+    """The attention a wrapper builds inside itself (BertAttention's BertSelfAttention), as deep as it goes."""
+    for _ in range(3):
+        init = _init_tree(cls)
+        named = {n.id for n in ast.walk(init) if isinstance(n, ast.Name)} if init is not None else set()
+        # called, or chosen by name (BertAttention's `BertCrossAttention if is_cross_attention else BertSelfAttention`)
+        inner = [c for c in classes if c is not cls and c.__name__ in named and "cross" not in c.__name__.lower()]
+        if not inner:
+            return cls
+        cls = next((c for c in inner if c.__name__.endswith("SelfAttention")), inner[0])
+    return cls
+
+
+def _by_name(classes: list[type], base_name: str) -> list[type]:
+    """`<base>SelfAttention` then `<base>Attention`, for the base name and its shorter prefixes."""
+    by_name = {c.__name__: c for c in classes}
+    return [by_name[p + s] for p in _prefixes(base_name) for s in ATTENTION_SUFFIXES if p + s in by_name]
+
+
+def _prefixes(base: str) -> list[str]:
+    """`Gemma3Text` -> [`Gemma3Text`, `Gemma3`]: the base name without its trailing words."""
+    found = [base]
+    while any(c.isupper() for c in base[1:]):
+        base = base[: max(i for i, c in enumerate(base) if c.isupper() and i > 0)]
+        found.append(base)
+    return [p for p in found if p]
+
+
+@dataclass(frozen=True)
+class Found:
+    """A model type's attention class, the config class it is built from, and a note naming what
+    else the type holds (a composite's other towers)."""
+
+    module_cls: type[nn.Module]
+    config_cls: type
+    note: str = ""
+
+
+class NotFound(LookupError):
+    """No attention class for the type: the reason, in one line."""
+
+
+def find(model_type: str, named: str | None = None, d_in_spellings: tuple[str, ...] = ()) -> Found:
+    """The attention class of a model type: a type's own from the modeling module beside its config
+    class (else the module of the model class transformers maps it to), a composite's text tower
+    (its others named); `named`: its family adapter's class."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    config_cls = CONFIG_MAPPING[model_type]
+    text = getattr(config_cls, "sub_configs", {}).get("text_config")
+    if text is not None and model_type + "_text" in CONFIG_MAPPING:
+        return find(model_type + "_text", named, d_in_spellings)
+    return _in_config(model_type, config_cls, named, d_in_spellings)
+
+
+def _in_config(model_type: str, config_cls: type, named: str | None, d_in_spellings: tuple[str, ...],
+               depth: int = 0) -> Found:
+    towers = _towers(config_cls) if depth < 3 else {}
+    if towers and not _sized(config_cls, d_in_spellings):
+        return _tower(model_type, towers, d_in_spellings, depth)
+    try:
+        return _own(model_type, config_cls, named)
+    except NotFound:
+        if not towers:
+            raise
+        return _tower(model_type, towers, d_in_spellings, depth)
+
+
+def _towers(config_cls: type) -> dict[str, type]:
+    """A config's sub-configs by key, each its concrete class (an `AutoConfig` entry: the class of
+    the default config's value)."""
+    subs = dict(getattr(config_cls, "sub_configs", {}) or {})
+    if not subs:
+        return {}
+    try:
+        default = config_cls()
+    except Exception:  # noqa: BLE001 - a config that cannot be built bare: its declared classes only
+        default = None
+    found = {}
+    for key, sub in subs.items():
+        value = getattr(default, key, None)
+        concrete = type(value) if value is not None and hasattr(value, "model_type") else sub
+        if isinstance(concrete, type) and getattr(concrete, "model_type", ""):
+            found[key] = concrete
+    return found
+
+
+def _sized(config_cls: type, d_in_spellings: tuple[str, ...]) -> bool:
+    """Whether the config holds a model width itself (a composite's does not)."""
+    try:
+        config = config_cls()
+    except Exception:  # noqa: BLE001 - a config that cannot be built bare holds no width we can read
+        return False
+    return any(hasattr(config, s) for s in d_in_spellings)
+
+
+def _tower(model_type: str, towers: dict[str, type], d_in_spellings: tuple[str, ...], depth: int) -> Found:
+    """A composite's text tower by default (else its first tower with attention), the others named."""
+    ranked = sorted(towers.items(), key=lambda t: t[0] != "text_config")
+    for key, sub in ranked:
+        try:
+            found = _in_config(sub.model_type, sub, None, d_in_spellings, depth + 1)
+        except NotFound:
+            continue
+        others = ", ".join(f"hf:{s.model_type}" for s in towers.values() if s is not sub)
+        note = f"{model_type} is a composite: its {key.removesuffix('_config')} tower" + (
+            f"; the others: {others}" if others else "")
+        return Found(found.module_cls, found.config_cls, found.note or note)
+    raise NotFound(f"a composite config whose towers ({', '.join(towers)}) hold no attention class")
+
+
+def _own(model_type: str, config_cls: type, named: str | None) -> Found:
+    modeling = modeling_module(config_cls) or _mapped_module(model_type)
+    if modeling is None:
+        raise NotFound(f"transformers has no modeling module beside {config_cls.__module__} (no PyTorch model)")
+    if named and inspect.isclass(getattr(modeling, named, None)):
+        return Found(getattr(modeling, named), config_cls)
+    chosen = choose(modeling, _base_name(model_type, config_cls))
+    if chosen is None:
+        raise NotFound(f"{modeling.__name__} defines no attention class (no nn.Module named ...Attention)")
+    return Found(chosen, config_cls)
+
+
+def _mapped_module(model_type: str) -> ModuleType | None:
+    """The module of the model class transformers' own mapping names for the type (LayoutXLM's
+    LayoutLMv2Model), where no modeling file sits beside its config."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    name = MODEL_MAPPING_NAMES.get(model_type)
+    try:
+        cls = getattr(transformers, name) if isinstance(name, str) else None
+    except (AttributeError, ImportError):
+        return None
+    return sys.modules.get(cls.__module__) if cls is not None else None
+
+
+def _base_name(model_type: str, config_cls: type) -> str:
+    """The model's class name without `Model` (`Gemma3Text`), else its config's without `Config`."""
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    base = MODEL_MAPPING_NAMES.get(model_type)
+    return str(base).removesuffix("Model") if isinstance(base, str) else config_cls.__name__.removesuffix("Config")

@@ -25,8 +25,8 @@ SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "nu
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["bloom", "pvt", "pvt_v2", "segformer", "glpn", "glm4v_vision", "qwen3_vl_vision",
-                                   "hunyuan_vl_vision", "video_llama_3_vision", "gemma4_text"])
+@pytest.mark.parametrize("model", ["bloom", "glm4v_vision", "qwen3_vl_vision", "qwen3_5_vision", "cosmos3_edge_vision",
+                                   "hunyuan_vl_vision", "video_llama_3_vision", "gemma4_text", "canine"])
 def test_a_class_whose_forward_needs_what_its_model_makes_runs_without_an_error_finding(model):
     result = attnlab.run(f"hf:{model}", overrides=SIZES)
     assert result.record.status == "ok", result.record.error
@@ -85,6 +85,23 @@ class _Grid(nn.Module):
 def test_a_convolutional_attention_gets_the_squarest_grid_of_its_tokens(tokens, cls_token, grid):
     made = hf_inputs.made(_Grid(cls_token), torch.zeros(1, tokens, 4), {})
     assert (made["height"], made["width"]) == grid
+
+
+def test_a_segformer_attention_is_called_on_the_grid_of_its_tokens():
+    """SegFormer reduces its keys and values on a (height, width) grid: attnlab's call is the
+    module's on 8 tokens as 2 rows of 4, given here."""
+    from transformers import SegformerConfig
+    from transformers.models.segformer.modeling_segformer import SegformerAttention
+
+    config = SegformerConfig()
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    module = SegformerAttention(config, hidden_size=64, num_attention_heads=4, sequence_reduction_ratio=2).eval()
+    x = torch.rand(2, 8, 64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = module(x, height=2, width=4)[0]
+        got = HuggingFaceCall().call(module, x).output
+    torch.testing.assert_close(got, expected)
 
 
 def test_an_input_from_outside_the_attention_is_refused_in_one_line_naming_it():

@@ -97,15 +97,13 @@ class HuggingFaceCall(CallConvention):
     name = "module(x, attention_mask=..., position_embeddings=...)"
 
     def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
-        if hf_inputs.packed(module):  # a vision tower's: un-batched rows, each batch item a sequence of cu_seqlens
-            return hf_inputs.packed_call(module, x)
         kwargs = hf.forward_kwargs(module, x)
         return (x,), {**arguments.by_name(module, x, given=tuple(kwargs)), **kwargs}
 
     def call(self, module: nn.Module, x: torch.Tensor) -> Returned:
-        args, kwargs = self.arguments(module, x)
-        value = module(*args, **kwargs)
-        return self.unpack(hf_inputs.unpacked(value, x) if hf_inputs.packed(module) else value, x)
+        if hf_inputs.packed(module):  # a vision tower's: packed rows, each batch item a sequence of cu_seqlens
+            return self.unpack(hf_inputs.packed_forward(module, x), x)
+        return super().call(module, x)
 
 
 class ByNameCall(CallConvention):

@@ -139,8 +139,10 @@ class ConfigConstructor:
         self.__module__ = module_cls.__module__
         self.attributes = config_attributes(config_cls, module_cls)
         own = getattr(config_cls, "model_type", "")  # a Hugging Face config's family: its spellings first
-        self.spelled = {key: next((s for s in spellings(key, own) if s in self.attributes), None)
-                        for key in CONFIG_SPELLINGS}
+        # a name the config's attribute_map declares sets what the class reads under it (SeamlessM4T's
+        # num_attention_heads is its decoder's heads, not the encoder_attention_heads it also has)
+        named = {**self.attributes, **dict.fromkeys(getattr(config_cls, "attribute_map", None) or {})}
+        self.spelled = {key: next((s for s in spellings(key, own) if s in named), None) for key in CONFIG_SPELLINGS}
         # the head size's spelling (T5's d_kv, diffusers' dim_head), filled as d_out / num_heads
         self.head_dim = next((s for s in spellings("head_dim", own) if s in self.attributes), None)
         self.extra = self.constructor_parameters()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import weakref
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -96,8 +97,38 @@ def packed_call(module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, An
     return (rows,), kwargs
 
 
+# the forms transformers' packed towers' layers call their attention in: the rows as (b * T, d)
+# (Qwen2-VL's), or with a batch axis of one, (1, b * T, d), and attention_mask=None beside cu_seqlens (HunYuan-VL's)
+_FORMS = ((2, False), (3, False), (3, True), (2, True))
+_FORM: weakref.WeakKeyDictionary[nn.Module, tuple[int, bool]] = weakref.WeakKeyDictionary()
+
+
+def packed_forward(module: nn.Module, x: torch.Tensor) -> Any:
+    """The module on its packed rows in the first form of `_FORMS` it takes, its output back as x's
+    rows. The first call (attnlab's probe for batches, before any capture) finds the form; the later
+    calls reuse it."""
+    args, kwargs = packed_call(module, x)
+    if module not in _FORM:
+        for form in _FORMS[:-1]:
+            try:
+                with torch.random.fork_rng(devices=[]):  # a form that fails draws nothing from the run's seed
+                    _call(module, args[0], kwargs, form)
+            except Exception:  # noqa: BLE001 - a form the module does not take fails in many ways
+                continue
+            _FORM[module] = form
+            break
+        else:
+            _FORM[module] = _FORMS[-1]  # the last form: the module's own error, if it fails too
+    return unpacked(_call(module, args[0], kwargs, _FORM[module]), x)
+
+
+def _call(module: nn.Module, rows: torch.Tensor, kwargs: dict[str, Any], form: tuple[int, bool]) -> Any:
+    rank, mask = form
+    return module(rows if rank == 2 else rows[None], **kwargs, **({"attention_mask": None} if mask else {}))
+
+
 def unpacked(value: Any, x: torch.Tensor) -> Any:
-    """A packed call's output (b * T, ·), or the first element of a tuple, back as x's rows (b, T, ·)."""
+    """A packed call's output ((1,) b * T, ·), or the first element of a tuple, back as x's rows (b, T, ·)."""
     rows = x.shape[:-1]
     if isinstance(value, torch.Tensor):
         return value.reshape(*rows, value.shape[-1])

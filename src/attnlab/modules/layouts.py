@@ -246,6 +246,8 @@ def _target(module: nn.Module, projections: Projections, slot: _Slot,
         layout = fused_layout(module, slot.name, projections.num_heads, projections.num_kv_heads)
         if layout.order == "per_head":
             return layout.join(parts), f"fused qkv, {axis} per head: queries, keys, values"
+        if layout.order == "grouped":
+            return layout.join(parts), f"fused qkv, {axis} in {layout.groups} groups of {', '.join(layout.blocks)}"
         bounds = [0, widths[0], widths[0] + widths[1], sum(widths)]
         spans = ", ".join(f"{a}:{b} = {role}" for a, b, role in zip(bounds, bounds[1:], QKV_ROLES))
         return torch.cat(parts, dim=-1), f"fused qkv, {axis} {spans}"

@@ -8,8 +8,12 @@ Moving the reference's parameters into a variant of any layout is attnlab.module
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
+import textwrap
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 from torch import nn
@@ -102,6 +106,10 @@ class FusedLayout:
     order: str
     num_heads: int
     num_kv_heads: int
+    # "grouped": the output in `groups` equal groups, each [block | block | block] in the order `blocks`
+    # names the roles (CodeGen's mp_num = 4 groups of query, value, key)
+    groups: int = 1
+    blocks: tuple[str, ...] = QKV_ROLES
 
     def head_dim(self, width: int) -> int | None:
         """The head size a fused output of `width` columns has, None if it does not split."""
@@ -111,6 +119,9 @@ class FusedLayout:
     def split(self, fused: torch.Tensor) -> list[torch.Tensor]:
         """Queries, keys and values of a fused tensor, along its last axis."""
         hd = self.head_dim(fused.shape[-1])
+        if self.order == "grouped":
+            by_group = fused.unflatten(-1, (self.groups, 3, -1))  # (..., groups, 3, local_dim)
+            return [by_group[..., self.blocks.index(role), :].flatten(-2) for role in QKV_ROLES]  # each (..., d_out)
         if self.order == "per_head":
             by_head = fused.unflatten(-1, (self.num_heads, 3, hd))  # (..., nh, 3, hd)
             return [by_head[..., i, :].flatten(-2) for i in range(3)]  # each (..., nh * hd)
@@ -118,6 +129,9 @@ class FusedLayout:
 
     def join(self, parts: list[torch.Tensor]) -> torch.Tensor:
         """The fused tensor of queries, keys and values (the inverse of `split`)."""
+        if self.order == "grouped":
+            by_role = [parts[QKV_ROLES.index(role)].unflatten(-1, (self.groups, -1)) for role in self.blocks]
+            return torch.stack(by_role, dim=-2).flatten(-3)  # (..., groups * 3 * local_dim)
         if self.order == "per_head":
             heads = [part.unflatten(-1, (self.num_heads, -1)) for part in parts]  # each (..., nh, hd)
             return torch.stack(heads, dim=-2).flatten(-3)  # (..., nh * 3 * hd)
@@ -146,7 +160,27 @@ def fused_layout(module: nn.Module, name: str, num_heads: int | None = None,
     leaf = name.removesuffix(".weight").removesuffix(".bias").rpartition(".")[2]
     by_name = "per_head" if PER_HEAD_FUSED_QKV.search(name.lower()) else "qkv"
     named = row.fused_order if row.fused_qkv == leaf else by_name
+    groups, blocks = declared_count(module, "fused_groups") or 1, unpacked_order(type(module))
+    if kv == heads and named == "qkv" and (groups > 1 or blocks not in (None, QKV_ROLES)):
+        return FusedLayout("grouped", heads, kv, groups, blocks or QKV_ROLES)
     return FusedLayout(named if kv == heads else "qkv", heads, kv)
+
+
+@cache
+def unpacked_order(cls: type) -> tuple[str, ...] | None:
+    """The roles in the order the class's forward unpacks a split of its fused projection into
+    three names (CodeGen's `query, value, key = qkv.split(local_dim, dim=-1)`), read off its source."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
+    except (TypeError, OSError, SyntaxError, AttributeError):
+        return None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Call)
+                and getattr(node.value.func, "attr", None) in ("split", "chunk", "unbind")):
+            roles = tuple(projection_role(e.id) if isinstance(e, ast.Name) else None for e in node.targets[0].elts)
+            if sorted(r for r in roles if r) == sorted(QKV_ROLES) and len(roles) == 3:
+                return roles
+    return None
 
 
 def manual_seed(seed: int) -> None:

@@ -23,5 +23,6 @@ ADAPTER = Family(
         "scale": ("attention_multiplier",),
         "clip": ("clip_qkv",),  # the bound queries, keys and values are clamped to (OLMo's)
         "num_layers": ("num_hidden_layers", "n_layer", "n_layers"),
+        "fused_groups": ("mp_num",),  # the groups a fused qkv is laid out in (CodeGen's model-parallel groups)
     },
 )

@@ -13,6 +13,33 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The fast tier's per-test budget (docs/guide/development.md): an unmarked test is marked slow past
+# ~3 s on a quiet machine, and the budget leaves room for a loaded one (two workers, other jobs).
+BUDGET_ENV = "ATTNLAB_TEST_BUDGET"
+BUDGET_S = 10.0
+
+
+def fast_tier_budget(config: pytest.Config) -> float | None:
+    """Seconds an unmarked test's call may take, or None: only a run that leaves the slow tests out
+    (`-m "not slow"`) has a budget, so the full suite never fails on a loaded machine's timing;
+    ATTNLAB_TEST_BUDGET=0 turns it off."""
+    if "not slow" not in (config.getoption("markexpr") or ""):
+        return None
+    budget = float(os.environ.get(BUDGET_ENV, BUDGET_S))
+    return budget if budget > 0 else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    report = yield
+    budget = fast_tier_budget(item.config)
+    if (budget is not None and report.when == "call" and report.passed and report.duration > budget
+            and item.get_closest_marker("slow") is None):
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {report.duration:.1f} s, over the fast tier's budget of "
+                           f"{budget:g} s ({BUDGET_ENV}): mark it @pytest.mark.slow or make it faster")
+    return report
+
 # The source's class, pasted verbatim: no import of attnlab at all.
 SOURCE_SELF_ATTENTION_V1 = '''
 import torch

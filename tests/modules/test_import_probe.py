@@ -41,19 +41,38 @@ def test_a_plugin_dying_at_import_costs_only_its_file(plugin_folder, use_plugins
     assert attnlab.run("good", overrides=["log.tensorboard=false"]).record.ok
 
 
-def test_an_import_that_runs_out_of_time_is_not_remembered(plugin_folder, use_plugins, tmp_path,
-                                                          monkeypatch) -> None:
-    """A busy machine's slow import is this run's verdict only: the next discovery probes it again."""
+def test_an_import_that_does_not_finish_is_remembered_for_its_file_until_it_changes(plugin_folder, use_plugins,
+                                                                                    tmp_path, monkeypatch) -> None:
+    """The first discovery waits out the probe once and says how to retry; the next ones skip the file
+    without a probe, for a day (HANG_MEMORY_S), unless ATTNLAB_RETRY_PLUGINS=1 or the file changed."""
     from attnlab.modules import import_probe
 
     monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))
-    use_plugins(plugin_folder("slow", "import time\ntime.sleep(3)\n" + GOOD))
-    monkeypatch.setattr(import_probe, "PROBE_TIMEOUT_S", 1)
-    folder = tmp_path / "user_plugins"
-    assert f"plugin {folder / 'slow.py'} not loaded: its import did not finish in 1 s" in discover().warnings
+    use_plugins(plugin_folder("hangs", "import time\ntime.sleep(600)\n" + GOOD))
+    monkeypatch.setattr(import_probe, "PROBE_TIMEOUT_S", 2)
+    probed: list[list] = []
+    probe = import_probe._probe
+    monkeypatch.setattr(import_probe, "_probe", lambda files: probed.append(files) or probe(files))
+    hangs = tmp_path / "user_plugins" / "hangs.py"
+    expected = [f"plugin {hangs} not loaded: its import did not finish in 2 s; skipped for a day or until the file "
+                "changes (ATTNLAB_RETRY_PLUGINS=1 retries now)"]
+
+    def rediscovered() -> list[str]:
+        discover.cache_clear()
+        return [w for w in discover().warnings if "hangs.py" in w]
+
+    assert rediscovered() == expected and probed == [[hangs]]
+    assert rediscovered() == expected and probed == [[hangs]]  # remembered: no second wait
+    monkeypatch.setenv("ATTNLAB_RETRY_PLUGINS", "1")
+    assert rediscovered() == expected and probed == [[hangs]] * 2  # retried now (and still hung)
+    monkeypatch.delenv("ATTNLAB_RETRY_PLUGINS")
+    monkeypatch.setattr(import_probe, "HANG_MEMORY_S", 0)
+    assert rediscovered() == expected and probed == [[hangs]] * 3  # a day later: retried
+    monkeypatch.setattr(import_probe, "HANG_MEMORY_S", 24 * 3600)
     monkeypatch.setattr(import_probe, "PROBE_TIMEOUT_S", 60)
-    discover.cache_clear()
-    assert "slow" in attnlab.list_variants()
+    hangs.write_text(GOOD)  # fixed: retried at once, and it loads
+    assert rediscovered() == [] and probed == [[hangs]] * 4
+    assert "hangs" in attnlab.list_variants()
 
 
 def test_a_plugin_changing_torchs_global_state_is_undone_and_named(plugin_folder, use_plugins, tmp_path,
@@ -69,3 +88,38 @@ def test_a_plugin_changing_torchs_global_state_is_undone_and_named(plugin_folder
     folder = tmp_path / "user_plugins"
     assert (f"plugin {folder / 'poisons.py'} changed torch's default dtype, random state, grad mode at import: "
             f"undone (set it inside your module, not at import)") in warnings
+
+
+SHARPENS = """
+import torch
+import torch.nn.functional as F
+
+_softmax = torch.softmax
+torch.softmax = lambda x, dim=None, **kw: _softmax(2 * x, dim=dim)  # every softmax twice as sharp
+F.softmax = torch.softmax
+torch.Tensor.softmax = lambda self, dim=None, **kw: _softmax(2 * self, dim=dim)
+"""
+
+
+def test_a_plugin_replacing_torch_functions_at_import_leaves_other_variants_bitwise_alone(plugin_folder, use_plugins,
+                                                                                         tmp_path, monkeypatch) -> None:
+    from attnlab.process_state import ORIGINALS
+
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))
+
+    def stages(variant: str) -> dict[str, dict[str, bytes]]:
+        record = attnlab.run(variant, overrides=["log.tensorboard=false"]).record
+        return {side: {stage: values.tobytes() for stage, values in getattr(record, side).stages.items()
+                       if values is not None} for side in ("variant", "reference")}
+
+    use_plugins(plugin_folder("good", GOOD))
+    without = {name: stages(name) for name in ("good", "mha_unscaled")}
+    folder = tmp_path / "sharpened"
+    folder.mkdir()
+    (folder / "good.py").write_text(GOOD)
+    (folder / "sharpens.py").write_text(SHARPENS + GOOD)
+    use_plugins(folder)
+    assert (f"plugin {folder / 'sharpens.py'} replaced torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax "
+            f"at import: undone (set it inside your module, not at import)") in discover().warnings
+    assert torch.softmax is ORIGINALS["torch"]["softmax"] and "softmax" not in vars(torch.Tensor)
+    assert {name: stages(name) for name in ("good", "mha_unscaled")} == without

@@ -65,3 +65,18 @@ def test_a_2d_class_is_refused_in_one_line():
     with pytest.raises(UserError, match=r"SelfAttentionTransposedScores\(8, 8\) is all attnlab could fill: no context length") as caught:
         counterpart("transposed_scores", D, T, H)
     assert "\n" not in str(caught.value)
+
+
+def test_a_plugin_of_yours_named_after_a_book_change_trains_as_yours_and_builtin_reaches_the_change(use_plugins, tmp_path):
+    from attnlab.plugin_folders import builtin_plugin_dir
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    source = (builtin_plugin_dir() / "variants" / "multi_head_attention.py").read_text()
+    (folder / "unscaled.py").write_text(source.replace('"multi_head_attention",', '"unscaled",')
+                                        .replace("class MultiHeadAttention", "class MyUnscaled"))
+    use_plugins(folder)
+    assert counterpart("unscaled", D, T, H).describe.startswith("MyUnscaled (unscaled)")
+    assert isinstance(counterpart("builtin:unscaled", D, T, H).make(), OneChangeAttention)
+    reference = counterpart("reference", D, T, H).make()
+    assert type(reference).__name__ == "MultiHeadAttention"  # training's reference stays the book's

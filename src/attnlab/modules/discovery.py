@@ -240,7 +240,7 @@ def _read_entry_points(found: PluginsRead) -> None:
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
         source = f"entry point {entry.name} = {entry.value}"
         try:
-            with held_output() as output:
+            with held_output() as output, torch_state_kept(found.warnings, source, True):
                 loaded = entry.load()
         except BaseException as exc:
             found.warnings.append(f"plugin {source} failed to import: {type(exc).__name__}: {_one_line(exc)}")

@@ -4,6 +4,8 @@
 Only files of your own folders are probed (the built-ins are trusted) and each once: the verdict is
 cached by a hash of the folder's .py files (a plugin may import its siblings), so a run with no
 plugins of yours starts no child, and a run with unchanged ones starts none after the first.
+An import that never ends is remembered apart, by the file's path, size and mtime, for a day: a busy
+machine's slow import is not refused for ever, and a hung one does not cost every run its wait.
 """
 
 from __future__ import annotations
@@ -14,20 +16,25 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from attnlab.plugin_folders import python_files
 
 CACHE_ENV = "ATTNLAB_CACHE_DIR"
+RETRY_ENV = "ATTNLAB_RETRY_PLUGINS"
 PROBE_TIMEOUT_S = 120
+HANG_MEMORY_S = 24 * 3600  # how long an import that did not finish is skipped without a probe
 CHILD = "import sys; from attnlab.modules.plugin_import import probe_imports; probe_imports(sys.argv[1], sys.argv[2:])"
 
 
 def deadly_imports(files: list[Path]) -> dict[Path, str]:
-    """{file: why} for the files whose import ends the process importing it."""
+    """{file: why} for the files whose import ends the process importing it, or did not finish."""
     verdicts = {path: _cache_file(path) for path in files}
     dead = {path: cache.read_text() for path, cache in verdicts.items() if cache.is_file() and cache.read_text()}
-    todo = [path for path, cache in verdicts.items() if not cache.is_file()]
+    hung = {path: why for path in files if path not in dead and not verdicts[path].is_file() and (why := _hung(path))}
+    dead |= hung
+    todo = [path for path, cache in verdicts.items() if not cache.is_file() and path not in hung]
     while todo:
         finished, why, lasting = _probe(todo)
         for path in finished:
@@ -35,11 +42,40 @@ def deadly_imports(files: list[Path]) -> dict[Path, str]:
         rest = todo[len(finished):]
         if not rest:
             break
-        dead[rest[0]] = why
-        if lasting:  # a timeout is this run's: a busy machine's slowness is not the file's
+        if lasting:  # an exit or a signal: the file's own doing
             _remember(verdicts[rest[0]], why)
+        else:  # time ran out, perhaps on a busy machine: for a day, or until the file changes
+            _remember(_hang_file(rest[0]), f"{time.time()}\n{why}")
+            why = f"{why}; {_SKIPPED}"
+        dead[rest[0]] = why
         todo = rest[1:]
     return dead
+
+
+_SKIPPED = f"skipped for a day or until the file changes ({RETRY_ENV}=1 retries now)"
+
+
+def _hung(path: Path) -> str:
+    """Why `path` is skipped: its import did not finish within the last day, and it has not changed."""
+    if os.environ.get(RETRY_ENV, "").strip() not in ("", "0"):
+        return ""
+    try:
+        stamp, why = _hang_file(path).read_text().split("\n", 1)
+        if 0 <= time.time() - float(stamp) < HANG_MEMORY_S:
+            return f"{why}; {_SKIPPED}"
+    except (OSError, ValueError):  # none remembered, or a cut file: probed again
+        pass
+    return ""
+
+
+def _hang_file(path: Path) -> Path:
+    """Where a hang of `path` is remembered: keyed by its path, size and mtime, so an edit retries."""
+    try:
+        state = path.stat()
+    except OSError:  # removed meanwhile: a key no other file has
+        state = os.stat_result((0,) * 10)
+    key = f"{path.resolve()}\0{state.st_size}\0{state.st_mtime_ns}"
+    return _cache_root() / "plugin-hangs" / hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def _probe(files: list[Path]) -> tuple[list[Path], str, bool]:
@@ -68,8 +104,11 @@ def _cache_file(path: Path) -> Path:
     digest = hashlib.sha256(path.name.encode())
     for sibling in python_files(folder):  # never a FIFO's read, which would wait forever
         digest.update(sibling.name.encode() + b"\0" + sibling.read_bytes())
-    root = Path(os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnlab")
-    return root / "plugin-imports" / digest.hexdigest()[:32]
+    return _cache_root() / "plugin-imports" / digest.hexdigest()[:32]
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnlab")
 
 
 def _remember(cache: Path, why: str) -> None:

@@ -1,7 +1,7 @@
 """The plugin import sandbox: a plugin file loaded as a module of its own name, once while it stays
 the same, its sibling files importable by bare name while its folder loads, what it prints kept
-(not shown), and torch's process-wide settings it changes at import undone. Discovery reads the
-loaded modules; nothing here knows what a variant is.
+(not shown), and torch's process-wide settings and functions it changes at import undone.
+Discovery reads the loaded modules; nothing here knows what a variant is.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import io
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,8 +20,11 @@ from typing import Any
 
 import torch
 
+from attnlab.process_state import ORIGINALS, OWNERS
+
 OUTPUT = "__attnlab_output__"  # (stdout, stderr) a plugin module printed while it was imported
 CONTENT = "__attnlab_content__"  # the digest of the file's bytes it was loaded from
+_TORCH_DIR = str(Path(torch.__file__).parent) + os.sep
 
 
 def content_hash(path: Path) -> str:
@@ -31,13 +35,14 @@ def content_hash(path: Path) -> str:
 
 
 @contextlib.contextmanager
-def torch_state_kept(warnings: list[str], path: Path, check: bool) -> Iterator[None]:
-    """torch's process-wide settings as they were before `path` was imported: a change is undone and
-    warned (it would change the reference's numbers in every run of this process)."""
+def torch_state_kept(warnings: list[str], path: Path | str, check: bool) -> Iterator[None]:
+    """torch's process-wide settings and functions as they were before `path` was imported: a change
+    is undone and warned (a replaced `torch.softmax` would change every other variant's forward in
+    this process, a default dtype the reference's numbers)."""
     if not check:
         yield
         return
-    before = _torch_state()
+    before, functions = _torch_state(), {label: dict(vars(owner)) for label, owner in OWNERS.items()}
     try:
         yield
     finally:
@@ -49,8 +54,36 @@ def torch_state_kept(warnings: list[str], path: Path, check: bool) -> Iterator[N
             torch.set_num_threads(before["threads"])
             torch.use_deterministic_algorithms(before["deterministic algorithms"][0],
                                                warn_only=before["deterministic algorithms"][1])
-            warnings.append(f"plugin {path} changed torch's {', '.join(changed)} at import: undone "
-                                  f"(set it inside your module, not at import)")
+        replaced = _put_back(functions)
+        what = [f"changed torch's {', '.join(changed)}"] * bool(changed) + [f"replaced {', '.join(replaced)}"] * bool(replaced)
+        if what:
+            warnings.append(f"plugin {path} {' and '.join(what)} at import: undone "
+                            f"(set it inside your module, not at import)")
+
+
+def _put_back(before: dict[str, dict[str, Any]]) -> list[str]:
+    """torch's public functions (`torch.*`, `torch.nn.functional.*`, `torch.Tensor.*`) a plugin's
+    import replaced, each put back as it was; returns their names, as `torch.softmax`."""
+    missing = object()
+    names = []
+    for label, owner in OWNERS.items():
+        for name in ORIGINALS[label]:
+            was, now = before[label].get(name, missing), vars(owner).get(name, missing)
+            if now is was or _torchs_own(now):
+                continue
+            names.append(f"{label}.{name}")
+            if was is missing:  # inherited before (a Tensor method of torch._C.TensorBase)
+                delattr(owner, name)
+            else:
+                setattr(owner, name, was)
+    return names
+
+
+def _torchs_own(value: Any) -> bool:
+    """A wrapper torch itself put in place meanwhile (importing torch._dynamo, which a plugin's import
+    may do, wraps torch.manual_seed): defined in torch's own files."""
+    code = getattr(getattr(value, "__func__", value), "__code__", None)
+    return code is not None and code.co_filename.startswith(_TORCH_DIR)
 
 
 def _torch_state() -> dict[str, Any]:

@@ -54,10 +54,6 @@ _VARIANTS: dict[str, SessionVariant] = {}  # this process's; read only through v
 _VERSION = [0]  # bumped at each change: the registry's cache is keyed by it
 
 
-def is_session(name: str) -> bool:
-    return name in _VARIANTS
-
-
 def origin(cls: type) -> str:
     """`pkg.mod.Class (path/to/file.py)`, or `<notebook>` for a class defined in a cell or the REPL."""
     try:

@@ -89,18 +89,23 @@ class Counterpart:
 
 
 def counterpart(name: str, d_model: int, context_length: int, num_heads: int) -> Counterpart:
-    """The multi-head causal attention that trains for variant `name`; a UserError if none can."""
-    if name in ("reference", REFERENCE):
+    """The multi-head causal attention that trains for variant `name`; a UserError if none can. A
+    plugin of yours named like a built-in trains as yours; `builtin:NAME` is attnlab's NAME."""
+    own = name.removeprefix(BUILTIN)
+    # "reference" is always the book's: training compares every variant with it
+    if own == name and own in (REFERENCE, *BOOK_CHANGES) and get_variant(name).yours:
+        return _declared(name, d_model, context_length, num_heads)
+    if own in ("reference", REFERENCE):
         cls = get_variant(BUILTIN + REFERENCE).cls  # attnlab's own, whatever a plugin of yours is called
         return Counterpart(name, lambda: cls(d_model, d_model, context_length, 0.0, num_heads),
                            f"{cls.__name__} (the book's, section 3.6.2)")
+    if own in BOOK_CHANGES:
+        return Counterpart(name, lambda: OneChangeAttention(d_model, d_model, context_length, 0.0, num_heads, own),
+                           f"OneChangeAttention(change={own!r}): the book's MultiHeadAttention with {own}")
     if name in MODEL_CHANGES:
-        reference = counterpart(REFERENCE, d_model, context_length, num_heads)
+        reference = counterpart(BUILTIN + REFERENCE, d_model, context_length, num_heads)
         return Counterpart(name, reference.make, f"{reference.describe} in a GPTModel with {MODEL_CHANGES[name]}",
                            positions=False)
-    if name in BOOK_CHANGES:
-        return Counterpart(name, lambda: OneChangeAttention(d_model, d_model, context_length, 0.0, num_heads, name),
-                           f"OneChangeAttention(change={name!r}): the book's MultiHeadAttention with {name}")
     return _declared(name, d_model, context_length, num_heads)
 
 

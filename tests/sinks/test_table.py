@@ -38,3 +38,13 @@ def test_the_jobs_csv_reads_back_as_the_dataframe_view(tmp_path):
     assert written.loc["variant", "findings"] == "scaling" and np.isnan(written.loc["reference", "first_divergent_stage"])
     markdown = rows_markdown(module_rows(record), transpose=True)
     assert "| first_divergent_stage" in markdown and "scaled_scores" in markdown
+
+
+def test_a_sweep_without_records_writes_no_empty_table(tmp_path):
+    """A sweep of training jobs holds no forward record: no 1-byte comparison.csv beside its tables."""
+    from attnlab.reporting.aggregate import Report
+    from attnlab.sinks.table import TableSink, write_csv_report
+
+    write_csv_report(Report([]), tmp_path / "comparison.csv")
+    TableSink().write_sweep(Report([]), tmp_path)
+    assert list(tmp_path.iterdir()) == []

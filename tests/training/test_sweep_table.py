@@ -21,3 +21,15 @@ def test_the_jobs_seeds_are_pooled_per_variant(tmp_path):
     losses = [json.loads((tmp_path / f"{s - 1}-seed={s}" / "training.json").read_text())["seeds"][0]["reference"]["losses"]
               for s in (1, 2)]
     assert [e.value for e in band.Scalars("induction/reference/train/loss/mean")] == pytest.approx([sum(v) / 2 for v in zip(*losses)], rel=1e-5)
+
+
+def test_groups_come_in_the_sweep_s_job_order(tmp_path):
+    """Job 10 after job 2: why_sqrt_dk's ladder (unscaled 16, 32, 64) in its own order."""
+    from attnlab.training.sweep_table import groups
+
+    for job, width in ((2, 16), (10, 32), (11, 64)):
+        folder = tmp_path / f"{job}-+experiment=why_sqrt_dk,training.model.d_model={width}"
+        folder.mkdir()
+        (folder / "training.json").write_text(json.dumps(
+            {"variant": "unscaled", "settings": {"steps": 10, "model": {"d_model": width}}, "seeds": []}))
+    assert list(groups(tmp_path)) == [f"unscaled training.model.d_model={w}" for w in (16, 32, 64)]

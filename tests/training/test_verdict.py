@@ -62,7 +62,7 @@ def test_a_variant_that_gets_there_in_fewer_seeds_and_later_is_named():
 
 
 def _said(summaries, **settings):
-    from tests.training.verdict_check import check
+    from tests.training._verdict_check import check
 
     table = rows(summaries, settings.get("eval_every", 25))
     said = verdict("v", table, summaries, steps=200, target=0.9, eval_every=settings.get("eval_every", 25),
@@ -141,26 +141,10 @@ def test_a_real_run_s_verdict_agrees_with_its_table():
     """why_sqrt_dk's settings, tiny: every sentence read against the table it came with."""
     from attnlab import train
     from tests.training._tiny import TINY_OVERRIDES
-    from tests.training.verdict_check import check
+    from tests.training._verdict_check import check
 
     result = train("unscaled", "induction", seed=1, n_seeds=3, overrides=[
         *TINY_OVERRIDES, "training.init=normal", "training.model.num_heads=1", "training.lr=1e-2"])
     summaries = [{side: run[side]["summary"] for side in ("reference", "variant")} for run in result.seeds]
     kinds = check(result.verdict, result.rows, summaries)
     assert kinds and "one seed" not in kinds
-
-
-@pytest.mark.slow
-def test_a_learning_rate_grid_compares_each_side_at_its_best_rate():
-    from attnlab import train
-    from tests.training._tiny import TINY_OVERRIDES
-    from tests.training.verdict_check import best_rate, check
-
-    grid = [*TINY_OVERRIDES, "training.steps=20", "training.eval_every=10", "log.terminal=false"]
-    result = train("unscaled", "induction", seed=1, n_seeds=2, overrides=[*grid, "training.lr=[1e-3,3e-2]"])
-    assert result.verdict[0].startswith("learning rates 0.001, 0.03, each side compared at its best")
-    summaries = [{side: run[side]["summary"] for side in ("reference", "variant")} for run in result.seeds]
-    assert "rates" in check(result.verdict, result.rows, summaries, result.seeds)
-    best = best_rate(result.seeds, "reference")
-    alone = train("unscaled", "induction", seed=1, n_seeds=2, overrides=[*grid, f"training.lr={best}"])
-    assert [run["reference"]["losses"] for run in result.seeds] == [run["reference"]["losses"] for run in alone.seeds]

@@ -32,11 +32,16 @@ class TableSink:
         write_rows_csv(job_rows(records), job.dir / TABLE_FILE)
 
     def write_sweep(self, report: Report, folder: Path) -> None:
+        if not report.records:  # a sweep of training jobs: its tables are training_comparison.*
+            return
         write_csv_report(report, Path(folder) / TABLE_FILE)
         write_markdown_report(report, Path(folder) / MARKDOWN_FILE)
 
 
 def write_csv_report(report: Report, path: Path) -> Path:
+    """The sweep's comparison.csv; none without records (no empty file beside a training sweep's tables)."""
+    if not report.records:
+        return path
     return write_rows_csv(sweep_rows(report.records), path)
 
 

@@ -8,13 +8,34 @@ from collections.abc import Sequence
 from typing import Any
 
 COLOURS = {"reference": "#1f77b4", "variant": "#d62728"}
-WIDTH, HEIGHT, PAD = 420, 220, 30
+WIDTH, HEIGHT, PAD = 440, 240, 40
+
+
+def _x(x: float, x_max: float) -> float:
+    return PAD + x / x_max * (WIDTH - 2 * PAD)
+
+
+def _y(y: float, y_max: float) -> float:
+    return HEIGHT - PAD - y / y_max * (HEIGHT - 2 * PAD)
 
 
 def _polyline(points: Sequence[tuple[float, float]], x_max: float, y_max: float, colour: str) -> str:
-    scaled = " ".join(f"{PAD + x / x_max * (WIDTH - 2 * PAD):.1f},{HEIGHT - PAD - y / y_max * (HEIGHT - 2 * PAD):.1f}"
-                      for x, y in points)
+    scaled = " ".join(f"{_x(x, x_max):.1f},{_y(y, y_max):.1f}" for x, y in points)
     return f'<polyline fill="none" stroke="{colour}" stroke-width="1.2" points="{scaled}"/>'
+
+
+def _ticks(x_max: float, y_max: float) -> str:
+    """Axis ticks with their values: training steps below, the measure on the left (five each)."""
+    marks = []
+    for i in range(5):
+        x, y = x_max * i / 4, y_max * i / 4
+        marks.append(f'<line x1="{_x(x, x_max):.1f}" y1="{HEIGHT - PAD}" x2="{_x(x, x_max):.1f}" y2="{HEIGHT - PAD + 4}" '
+                     f'stroke="#555"/><text x="{_x(x, x_max):.1f}" y="{HEIGHT - PAD + 15}" font-size="10" '
+                     f'text-anchor="middle">{x:.0f}</text>')
+        marks.append(f'<line x1="{PAD - 4}" y1="{_y(y, y_max):.1f}" x2="{PAD}" y2="{_y(y, y_max):.1f}" stroke="#555"/>'
+                     f'<text x="{PAD - 6}" y="{_y(y, y_max) + 3:.1f}" font-size="10" text-anchor="end">{y:.2g}</text>')
+    return "".join(marks) + (f'<text x="{WIDTH / 2:.0f}" y="{HEIGHT - 2}" font-size="10" text-anchor="middle">'
+                             f'training step</text>')
 
 
 def curve_svg(data: dict[str, Any], title: str, series: str) -> str:
@@ -31,7 +52,7 @@ def curve_svg(data: dict[str, Any], title: str, series: str) -> str:
     body = "".join(_polyline(points, x_max, y_max, COLOURS[side]) for side, points in lines)
     return (f'<figure><svg width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{html.escape(title)}">'
             f'<rect x="{PAD}" y="{PAD}" width="{WIDTH - 2 * PAD}" height="{HEIGHT - 2 * PAD}" fill="none" stroke="#ccc"/>'
-            f'{body}<text x="{PAD}" y="{PAD - 8}" font-size="12">{html.escape(title)} (0 to {y_max:.3g}, steps 0 to {x_max})</text>'
+            f'{_ticks(x_max, y_max)}{body}<text x="{PAD}" y="{PAD - 8}" font-size="12">{html.escape(title)}</text>'
             f'</svg></figure>')
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,15 @@ def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def _in_job_order(path: Path) -> list[tuple[int, str]]:
+    """Job folders by their numbers (2-... before 10-...): the groups in the sweep's own order, a
+    ladder of sizes rung by rung."""
+    return [(int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d+)", str(path))]
+
+
 def groups(folder: Path) -> dict[str, list[dict[str, Any]]]:
     """{label: the jobs' results}: a label is the variant and the settings that vary across the sweep."""
-    results = [json.loads(path.read_text()) for path in sorted(folder.rglob(RESULT_FILE))]
+    results = [json.loads(path.read_text()) for path in sorted(folder.rglob(RESULT_FILE), key=_in_job_order)]
     flats = [_flat(r["settings"]) for r in results]
     varying = sorted({k for f in flats for k in f if len({json.dumps(g.get(k)) for g in flats}) > 1})
     grouped: dict[str, list[dict[str, Any]]] = {}

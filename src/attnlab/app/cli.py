@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     except FailedRecords as exc:
         print(f"attnlab: {escaped(str(exc))}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (`attnlab --help | head -1`): it read what it wanted
+        reader_gone()
+        return 0
     except Exception as exc:  # noqa: BLE001 - every error becomes one line; ATTNLAB_TRACEBACK=1 shows the trace
         if os.environ.get("ATTNLAB_TRACEBACK"):
             raise
@@ -183,6 +186,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnlab: {FailedRecords(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def reader_gone() -> None:
+    """stdout's reader closed the pipe: what is still buffered or printed later goes to the null device,
+    so nothing raises again (nor says "Broken pipe") on the way out."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    except (OSError, ValueError):  # no descriptor behind sys.stdout: nothing more can reach the pipe
+        pass
+    finally:
+        os.close(null)
 
 
 class Termination:

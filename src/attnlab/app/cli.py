@@ -10,7 +10,9 @@ sweep's end (`attnlab.app.sweep.finish`, called by attnlab's sweeper) as `Failed
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
+import io
 import os
 import shutil
 import signal
@@ -30,6 +32,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from attnlab.app.config_checks import closest_key
 from attnlab.app.config_paths import config_dir, group_options
 from attnlab.app.config_store import register_configs
+from attnlab.app.help_cache import HELP_ARGS, keep_help
 from attnlab.app.overrides import user_overrides
 from attnlab.errors import FailedRecords, UserError
 from attnlab.modules.registry import discover
@@ -161,7 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_group_overrides(args)
         sys.argv = [sys.argv[0], *user_overrides(args)]
-        hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)()
+        app = hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)
+        if args in HELP_ARGS:  # printed once here, then by attnlab.__main__ from the cache, without torch
+            printed = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(printed):
+                    app()  # Hydra ends with sys.exit once the help is printed
+            finally:
+                keep_help(args, printed.getvalue())
+                sys.stdout.write(printed.getvalue())
+                sys.stdout.flush()
+        else:
+            app()
         if errors:
             raise errors[0]
     except KeyboardInterrupt:

@@ -89,3 +89,15 @@ def test_a_sweeps_progress_is_on_stdout_not_jupyters_pink_stderr(capsys):
     attnlab.sweep(variant=["unscaled"], seed=[1, 2])
     shown = capsys.readouterr()
     assert "attnlab.sweep [" in shown.out and "2/2" in shown.out and "attnlab.sweep" not in shown.err
+
+
+def test_a_dict_value_names_a_jobs_folder_by_its_keys_not_its_repr():
+    from attnlab.app.api_sweep import _job_dir
+
+    def zero_head(context):
+        return context
+
+    assert _job_dir(3, {"layer": 1, "intervene": {"name": "ablate_head", "head": 0}}) == \
+        "3-intervene=ablate_head,intervene.head=0,layer=1"
+    assert _job_dir(0, {"intervene": {"name": "function", "function": zero_head}}) == \
+        "0-intervene=function,intervene.function=zero_head"

@@ -29,3 +29,18 @@ def test_a_single_run_a_sweep_and_a_refusal_with_closed_output(tmp_path) -> None
     assert closed_streams(tmp_path, "-m", "variant=unscaled,reference", f"hydra.sweep.dir={tmp_path / 'sweep'}") == 0
     assert statuses(tmp_path / "sweep") == ["ok", "ok"]
     assert closed_streams(tmp_path, "variant=no_such_variant", f"hydra.run.dir={tmp_path / 'refused'}") == 2
+
+
+@pytest.mark.slow
+def test_a_reader_that_went_away_is_no_error(tmp_path) -> None:
+    """`attnlab --help | head -1`: the reader closed the pipe before the help was written (here before
+    anything was: its read end is closed from the start): exit 0, nothing said on stderr."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "attnlab", "--help"], stdout=write_end, stderr=subprocess.PIPE,
+                              cwd=tmp_path, env=env, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, "")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.app.resolvers import JOB_DIRNAME_MAX, job_dirname, new_dir
+from attnlab.app.resolvers import JOB_DIRNAME_MAX, job_dirname, new_dir, run_name
 
 
 def test_new_dir_takes_the_path_then_numbered_ones(tmp_path):
@@ -79,3 +79,15 @@ def test_a_run_folder_named_after_an_hf_variant_has_no_colon(tmp_path):
     """`variant=hf:gemma2` names the folder; a colon is refused in file names on Windows."""
     made = new_dir(str(tmp_path / "runs" / "18-40-00-hf:gemma2"))
     assert Path(made).name == "18-40-00-hf-gemma2" and Path(made).is_dir()
+
+
+@pytest.mark.parametrize("intervene, name", [
+    ({}, "reference"),
+    ({"name": "ablate_head", "head": 3, "mode": "zero"}, "ablate_head-head=3-mode=zero"),
+    ({"name": "scale_scores", "head": 2, "factor": 0.5, "mode": "zero"}, "scale_scores-head=2-factor=0.5"),
+    ({"name": "patch", "head": 0, "text": "Each effort moves you"}, "patch-head=0"),
+    ({"name": "function", "function": "my_edits:zero_head"}, "function-function=zero_head"),
+    ({"name": "observe"}, "observe"),
+])
+def test_a_run_under_an_intervention_is_named_by_its_edit_not_reference(intervene, name):
+    assert run_name("reference", intervene) == name

@@ -213,3 +213,19 @@ def test_dk_scaling_shows_the_entropy_collapse_without_scaling(tmp_path) -> None
     assert entropy.loc[512, "reference"] > 5 * entropy.loc[512, "unscaled"]  # scaled: far from collapse
     assert entropy.loc[512, "reference"] > 0.9 * entropy.loc[2, "reference"]  # scaled: level
     assert (entropy["reference"] > entropy["unscaled"]).all()
+
+
+def test_the_summary_counts_jobs_and_names_their_records_where_a_job_has_several(tmp_path):
+    """A model sweep's job writes a record per layer: `sweep: 2 job(s), 4 records`, not `4 job(s)`."""
+    from attnlab.app.sweep import _counted
+    from attnlab.record import Record, Side
+
+    paths = [tmp_path / "0-layer=all" / "layer-0" / "record.json", tmp_path / "0-layer=all" / "layer-1" / "record.json",
+             tmp_path / "1-layer=all" / "layer-0" / "record.json", tmp_path / "1-layer=all" / "layer-1" / "record.json"]
+
+    class Report:  # what _counted reads of attnlab.reporting.aggregate.Report
+        records = [Record(variant=Side("reference"), seed=0, config={}, path=path) for path in paths]
+
+    assert _counted(Report(), tmp_path) == "2 job(s), 4 records"
+    Report.records = Report.records[::2]
+    assert _counted(Report(), tmp_path) == "2 job(s)"

@@ -45,3 +45,4 @@ def test_a_folder_without_multirun_yaml_shares_a_run_per_variant(tmp_path):
 def test_a_runs_folder_name_is_its_label_without_spaces():
     assert run_folder_name("gqa d_out=8 inputs.kind=random") == "gqa,d_out=8,inputs.kind=random"
     assert run_folder_name("gqa · path=/a/b") == "gqa,path=_a_b"
+    assert run_folder_name("ablate_head(head=0, mode=zero) layer=0") == "ablate_head,head=0,mode=zero,layer=0"

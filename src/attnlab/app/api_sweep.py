@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from attnlab.app.api import Result, prepared, run_prepared, session_name
+from attnlab.app.resolvers import job_dirname
 from attnlab.app.sweep import write_sweep_outputs
 from attnlab.errors import UserError
 from attnlab.reporting.aggregate import Report
@@ -94,9 +95,21 @@ def _checked(arguments: dict[str, Any], overrides: Iterable[str]) -> tuple[DictC
 
 
 def _job_dir(number: int, job: dict[str, Any]) -> str:
-    """`3-seed=2,variant=unscaled`, as a CLI sweep names its jobs' folders (Hydra's override_dirname)."""
-    values = {key: session_name(value) if key in ("variant", "reference") else value for key, value in job.items()}
-    return f"{number}-" + ",".join(f"{key}={value}" for key, value in sorted(values.items()))
+    """`3-seed=2,variant=unscaled`, as a CLI sweep names its jobs' folders (Hydra's override_dirname,
+    made safe as attnlab.app.resolvers.job_dirname makes it); a block given as a dict by its keys
+    (`intervene=ablate_head,intervene.head=0`), a function by its name."""
+    words = []
+    for key, value in sorted(job.items()):
+        if isinstance(value, Mapping):
+            words += [f"{key}={_shown(inner)}" if name == "name" else f"{key}.{name}={_shown(inner)}"
+                      for name, inner in value.items()]
+        else:
+            words.append(f"{key}={session_name(value) if key in ('variant', 'reference') else _shown(value)}")
+    return f"{number}-" + job_dirname(",".join(words))
+
+
+def _shown(value: Any) -> Any:
+    return getattr(value, "__name__", value) if callable(value) else value
 
 
 def _show(done: int, total: int, job: dict[str, Any]) -> None:

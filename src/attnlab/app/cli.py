@@ -10,7 +10,9 @@ sweep's end (`attnlab.app.sweep.finish`, called by attnlab's sweeper) as `Failed
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
+import io
 import os
 import shutil
 import signal
@@ -31,6 +33,7 @@ from attnlab.app.check_first import refusals_raised
 from attnlab.app.config_checks import closest_key
 from attnlab.app.config_paths import config_dir, group_options
 from attnlab.app.config_store import register_configs
+from attnlab.app.help_cache import HELP_ARGS, keep_help
 from attnlab.app.overrides import user_overrides
 from attnlab.errors import FailedRecords, UserError
 from attnlab.modules.registry import discover
@@ -162,8 +165,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_group_overrides(args)
         sys.argv = [sys.argv[0], *user_overrides(args)]
-        with refusals_raised():  # a single run's request, refused before Hydra wrote its folder
-            hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)()
+        app = hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)
+        if args in HELP_ARGS:  # printed once here, then by attnlab.__main__ from the cache, without torch
+            printed = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(printed):
+                    app()  # Hydra ends with sys.exit once the help is printed
+            finally:
+                keep_help(args, printed.getvalue())
+                sys.stdout.write(printed.getvalue())
+                sys.stdout.flush()
+        else:
+            with refusals_raised():  # a single run's request, refused before Hydra wrote its folder
+                app()
         if errors:
             raise errors[0]
     except KeyboardInterrupt:
@@ -174,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     except FailedRecords as exc:
         print(f"attnlab: {escaped(str(exc))}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (`attnlab --help | head -1`): it read what it wanted
+        reader_gone()
+        return 0
     except Exception as exc:  # noqa: BLE001 - every error becomes one line; ATTNLAB_TRACEBACK=1 shows the trace
         if os.environ.get("ATTNLAB_TRACEBACK"):
             raise
@@ -185,6 +202,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnlab: {FailedRecords(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def reader_gone() -> None:
+    """stdout's reader closed the pipe: what is still buffered or printed later goes to the null device,
+    so nothing raises again (nor says "Broken pipe") on the way out."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    except (OSError, ValueError):  # no descriptor behind sys.stdout: nothing more can reach the pipe
+        pass
+    finally:
+        os.close(null)
 
 
 class Termination:

@@ -1,5 +1,6 @@
-"""The resolvers attnlab's configs name (`${attnlab.new_dir:...}`, `${attnlab.job_dirname:...}`,
-`${attnlab.user_config:}`): a run's folder, a sweep job's folder name, the working folder's ./conf."""
+"""The resolvers attnlab's configs name (`${attnlab.new_dir:...}`, `${attnlab.run_name:...}`,
+`${attnlab.job_dirname:...}`, `${attnlab.user_config:}`): a run's folder and its name, a sweep job's
+folder name, the working folder's ./conf."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import itertools
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -56,9 +58,24 @@ def job_dirname(overrides: str) -> str:
     return f"{safe[:JOB_DIRNAME_MAX - 9]}-{digest}"
 
 
+def run_name(variant: str, intervene: Any = None) -> str:
+    """A single run's folder name: its variant's, or under an intervention its edit's
+    (`ablate_head-head=3-mode=zero`, `scale_scores-head=2-factor=0.5`, `patch-head=0`): the variant
+    is then the layer's own module, and every edit's folder would read `-reference`."""
+    edit = dict(intervene or {})
+    kind = edit.get("name")
+    if not kind:
+        return str(variant)
+    shown = {"head": True, "mode": kind == "ablate_head", "factor": kind == "scale_scores", "function": True}
+    words = [f"{key}={str(edit[key]).rpartition(':')[2]}" for key, wanted in shown.items()
+             if wanted and edit.get(key) is not None]
+    return "-".join([str(kind), *words])
+
+
 def register_resolvers() -> None:
     """The resolvers, once per process (OmegaConf refuses a second registration of a name)."""
     if not OmegaConf.has_resolver("attnlab.new_dir"):
         OmegaConf.register_new_resolver("attnlab.new_dir", new_dir, use_cache=True)
         OmegaConf.register_new_resolver("attnlab.user_config", user_config_searchpath)
         OmegaConf.register_new_resolver("attnlab.job_dirname", job_dirname)
+        OmegaConf.register_new_resolver("attnlab.run_name", run_name)

@@ -78,12 +78,30 @@ def print_summary(report: Report, folder: Path) -> None:
 
     tables = [f"comparison{s}" for s in (".csv", ".md", ".html") if (folder / f"comparison{s}").exists()]
     with reader_may_leave():
-        print(f"\nsweep: {len(report.records)} job(s) in {display_path(folder)}")
+        print(f"\nsweep: {_counted(report, folder)} in {display_path(folder)}")
         print(terminal_table(report.jobs))
         if tables:
             browser = " (open the .html in a browser)" if tables[-1].endswith(".html") else ""
             suffixes = " ".join(name[len("comparison"):] for name in tables[1:])
             print(f"tables: {display_path(folder / tables[0])} {suffixes}{browser}".rstrip(), flush=True)
+
+
+def _counted(report: Report, folder: Path) -> str:
+    """`12 job(s)`, and their records where a job has several (a model's layers, seeds): `12 job(s), 24 records`."""
+    jobs = {_job_folder(record.path, folder) for record in report.records}
+    records = len(report.records)
+    return f"{len(jobs)} job(s)" + (f", {records} records" if records != len(jobs) else "")
+
+
+def _job_folder(path: Path | None, folder: Path) -> Path | None:
+    """The job folder a record is in: the sweep's folder's child that holds it (a layer's or a seed's
+    record sits one folder deeper)."""
+    if path is None:
+        return None
+    try:
+        return Path(folder) / Path(path).resolve().relative_to(Path(folder).resolve()).parts[0]
+    except ValueError:  # a record outside the sweep's folder (read from elsewhere): its own folder
+        return Path(path).parent
 
 
 def finish(config: DictConfig, complete: bool, missing: Sequence[str] = ()) -> None:

@@ -33,8 +33,10 @@ def run_keys(sweep_dir: Path) -> tuple[str, ...]:
 
 
 def run_folder_name(label: str) -> str:
-    """A run's folder name for a label (`gqa d_out=8` or `gqa · d_out=8` -> `gqa,d_out=8`)."""
-    return "".join(c if c.isalnum() or c in "._=-," else "_" for c in label.replace(" · ", ",").replace(" ", ","))
+    """A run's folder name for a label (`gqa d_out=8` or `gqa · d_out=8` -> `gqa,d_out=8`; an edit's
+    `ablate_head(head=0, mode=zero) layer=0` -> `ablate_head,head=0,mode=zero,layer=0`)."""
+    words = label.replace(" · ", ",").replace(", ", ",").replace("(", ",").replace(")", "").replace(" ", ",")
+    return "".join(c if c.isalnum() or c in "._=-," else "_" for c in words)
 
 
 def job_run_dir(record: Record, sweep_dir: Path) -> Path:

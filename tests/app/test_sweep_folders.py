@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -132,3 +133,34 @@ def test_every_job_folder_is_inside_the_sweep_folder_whatever_its_values(tmp_pat
     assert texts == {"../../escaped", "/tmp/absolute", long_text}  # the full values kept in the record
     kept = {line for p in found for line in yaml.safe_load(p.parent.joinpath(".hydra", "overrides.yaml").read_text())}
     assert {"inputs.text=../../escaped", "inputs.text=/tmp/absolute", f"inputs.text='{long_text}'"} <= kept
+
+
+FOUR = ["variant=unscaled,reference,linear,scaled_by_dk"]
+
+
+@pytest.fixture(scope="module")
+def four_done(tmp_path_factory) -> Path:
+    """A finished sweep of four jobs."""
+    here = tmp_path_factory.mktemp("four")
+    done = attnlab(here, *FOUR)
+    assert done.returncode == 0, done.stderr
+    return here / "sweep"
+
+
+@pytest.mark.parametrize("damage", ["empty", "half-written"])
+def test_a_sweep_whose_multirun_yaml_is_unreadable_is_recognised_from_its_jobs(tmp_path, four_done, damage) -> None:
+    shutil.copytree(four_done, tmp_path / "sweep")
+    (lost,) = [p.parent for p in (tmp_path / "sweep").rglob("record.json") if json.loads(p.read_text())["variant"] == "linear"]
+    shutil.rmtree(lost)  # 3 of 4 done
+    multirun = tmp_path / "sweep" / "multirun.yaml"
+    whole = multirun.read_bytes()
+    multirun.write_bytes(b"" if damage == "empty" else whole[:len(whole) // 2])
+    again = attnlab(tmp_path, *FOUR)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.splitlines()[:2] == [
+        f"attnlab: {multirun} is empty or cut short; its 3 job folder(s) with results are this sweep's "
+        "(their .hydra/overrides.yaml): resuming, multirun.yaml written again",
+        f"attnlab: resuming the sweep in {tmp_path / 'sweep'}: 3 of 4 job(s) are done; running the other 1"]
+    assert sorted((v, r["status"]) for v, r in records(tmp_path / "sweep").items()) == [
+        ("linear", "ok"), ("reference", "ok"), ("scaled_by_dk", "ok"), ("unscaled", "ok")]
+    assert yaml.safe_load(multirun.read_text())["hydra"]["overrides"]["task"][0] == FOUR[0]

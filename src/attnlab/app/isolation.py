@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from attnlab.app.guard import Failure, UserInterrupt, Work, guarded, user_interrupts
 from attnlab.app.job_outcome import Interrupted, Raised, Ran, TimedOut
 from attnlab.app.job_worker import ISOLATION_ENV, worker_of_this_process
+from attnlab.app.preemption import preemption_passed_to
 from attnlab.errors import UserError
 
 KILL_GRACE_S = 1.0  # after the user's Ctrl-C, how long a job's process may take to stop on its own
@@ -34,7 +35,8 @@ def isolated(work: Work, fail: Failure, timeout_s: float | None) -> list[str]:
                 stream.flush()  # a Ctrl-C here stops before the start, with no process to stop
             with interrupts.held():  # one inside the start left a process that could be neither joined nor killed
                 worker = worker_of_this_process()
-            outcome = worker.run(work, fail, timeout_s)
+            with preemption_passed_to(worker.process):  # under submitit (attnlab.app.preemption)
+                outcome = worker.run(work, fail, timeout_s)
         except UserInterrupt:
             if worker is not None:
                 worker.stop(KILL_GRACE_S)  # it got the same SIGINT: let it stop on its own first

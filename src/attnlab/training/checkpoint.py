@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import signal
 import sys
@@ -55,47 +56,66 @@ def set_random_states(states: dict[str, Any]) -> None:
 
 
 class Stop:
-    """A SIGTERM (a scheduler's time limit or preemption, `kill`) noted while a job trains: the
-    loop ends its step, writes a checkpoint, then the signal goes on to the handler it found."""
+    """A SIGTERM (a scheduler's time limit or preemption, `kill`), or submitit's preemption signal
+    where submitit handles it, noted while a job trains: the loop ends its step, writes a
+    checkpoint, then the signal goes on to the handler it found (submitit's calls the launcher's
+    `checkpoint` hook, which requeues the job)."""
 
     def __init__(self) -> None:
-        self.requested = False
-        self.previous: Any = None
+        self.requested: int | None = None  # the signal noted
+        self.previous: dict[int, Any] = {}
         self.frame: Any = None
 
     def __call__(self, signum: int, frame: Any) -> None:
-        self.requested, self.frame = True, frame
+        self.requested, self.frame = signum, frame
 
     def pass_on(self) -> None:
-        """The signal, to the handler in force before training: the command's (SIGTERM as Ctrl-C),
-        or the default's (the process ends)."""
-        if not self.requested:
+        """The signal noted, to the handler in force before training: the command's (SIGTERM as
+        Ctrl-C), submitit's, or the default's (the process ends)."""
+        signum, self.requested = self.requested, None
+        if signum is None:
             return
-        self.requested = False
-        previous, self.previous = self.previous, None
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        previous = self.previous.get(signum, signal.SIG_DFL)
         if callable(previous):
-            previous(signal.SIGTERM, self.frame)
+            previous(signum, self.frame)
         elif previous in (None, signal.SIG_DFL):
-            signal.raise_signal(signal.SIGTERM)
+            self.restore()
+            signal.raise_signal(signum)
+
+    def restore(self) -> None:
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self.previous = {}
+
+
+def submitit_signal() -> int | None:
+    """The signal submitit's preemption and time-out handler is installed for in this process
+    (SIGUSR2 unless SUBMITIT_PREEMPT_SIGNAL names another), or None outside submitit's jobs."""
+    name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").upper().removeprefix("SIG")
+    signum = getattr(signal, f"SIG{name}", None)
+    if signum is None:
+        return None
+    handler = signal.getsignal(signum)
+    owner = getattr(handler, "__self__", None)
+    return signum if type(owner).__module__.startswith("submitit.") else None
 
 
 @contextmanager
 def stop_on_sigterm() -> Iterator[Stop]:
-    """SIGTERM noted (main thread only: elsewhere no handler can be set) for the block; one that
-    came after the last checkpoint is passed on when the block ends."""
+    """SIGTERM (and submitit's signal, in its jobs) noted for the block, in the main thread only
+    (elsewhere no handler can be set); one noted after the last checkpoint is passed on when the
+    block ends."""
     stop = Stop()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
-    stop.previous = signal.signal(signal.SIGTERM, stop)
+    for signum in {signal.SIGTERM, submitit_signal()} - {None}:
+        stop.previous[signum] = signal.signal(signum, stop)
     try:
         yield stop
+        stop.pass_on()
     finally:
-        if stop.requested:
-            stop.pass_on()
-        elif stop.previous is not None:
-            signal.signal(signal.SIGTERM, stop.previous)
+        stop.restore()
 
 
 class Checkpoints:
@@ -129,7 +149,7 @@ class Checkpoints:
         return decoded(meta["state"], tensors)
 
     def due(self, step: int) -> bool:
-        return self.folder is not None and (self.stop.requested or bool(self.every) and step % self.every == 0)
+        return self.folder is not None and (self.stop.requested is not None or bool(self.every) and step % self.every == 0)
 
     def save(self, state: dict[str, Any]) -> None:
         """`state` (JSON values, tensors and arrays anywhere in it) and the random states written

@@ -117,7 +117,9 @@ class AttnlabSweeper(Sweeper):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))  # resolving it claims the folder: only now
         overrides = [str(line) for line in self.config.hydra.overrides.task]
         with locked(sweep_dir, " ".join(overrides)):
-            resuming = check_reuse(sweep_dir, overrides)
+            resuming = check_reuse(sweep_dir, overrides, jobs, list(self.config.keys()))
+            if isinstance(resuming, str):  # recognised from its jobs' folders
+                say(resuming)
             write_multirun_yaml(sweep_dir, self.config)
             pending = list(range(len(jobs)))
             if resuming:

@@ -3,7 +3,8 @@
 The lock is an flock on a file in the folder, so a sweep that died (kill -9, a node lost) never
 leaves it held; the file keeps the holder's description for the error a second sweep prints.
 A folder whose multirun.yaml names other overrides and that holds records belongs to another
-sweep: refused. The same overrides again: the jobs that are done (ok records and the completion
+sweep: refused. One whose multirun.yaml is empty or cut short is this sweep's when each of its job
+folders with a result is one of this sweep's jobs (by its own `.hydra/overrides.yaml`). The same overrides again: the jobs that are done (ok records and the completion
 mark written after all of their outputs) are skipped (a sweep cut short is resumed this way). A job is matched to its folder by the overrides Hydra writes into
 `.hydra/overrides.yaml`, not by the folder's name.
 
@@ -86,15 +87,36 @@ def write_multirun_yaml(folder: Path, config: DictConfig) -> None:
     write_atomic(folder / "multirun.yaml", OmegaConf.to_yaml(config))
 
 
-def previous_overrides(folder: Path) -> list[str] | None:
-    """The overrides of the sweep that last wrote `folder` (its multirun.yaml); None if none did."""
+UNREADABLE = "(an unreadable multirun.yaml)"
+
+
+def previous_overrides(folder: Path, keys: Sequence[str] = ()) -> list[str] | None:
+    """The overrides of the sweep that last wrote `folder` (its multirun.yaml); None if none did;
+    [UNREADABLE] when the file is empty or cut short (a crash while it was written, before it was
+    written atomically): not YAML, not ending its last line, or without one of the config's
+    top-level `keys`."""
     path = folder / "multirun.yaml"
     if not path.is_file():
         return None
     try:
-        return [str(line) for line in OmegaConf.load(path).hydra.overrides.task]
-    except Exception:  # noqa: BLE001 - an unreadable one is another sweep's, as far as we can tell
-        return ["(an unreadable multirun.yaml)"]
+        text = path.read_text(encoding="utf-8")
+        saved = OmegaConf.create(text) if text.endswith("\n") else None
+        if not isinstance(saved, DictConfig) or not set(keys) <= set(saved):
+            return [UNREADABLE]
+        return [str(line) for line in saved.hydra.overrides.task]
+    except Exception:  # noqa: BLE001 - an unreadable one says nothing of whose folder it is
+        return [UNREADABLE]
+
+
+def jobs_on_disk(folder: Path) -> set[tuple[str, ...]]:
+    """The overrides (`.hydra/overrides.yaml`) of every job folder under `folder` with a result."""
+    found = set()
+    for overrides_file in folder.rglob(".hydra/overrides.yaml"):
+        job_dir = overrides_file.parent.parent
+        if any(job_dir.rglob(RECORD_FILE)) or (job_dir / TRAINING_FILE).exists():
+            with suppress(Exception):
+                found.add(tuple(str(line) for line in OmegaConf.load(overrides_file)))
+    return found
 
 
 def job_outcomes(folder: Path, unfinished: dict | None = None) -> dict[tuple[str, ...], bool]:
@@ -137,18 +159,25 @@ def _status(path: Path) -> tuple[str, int]:
         return "unreadable", 1
 
 
-def check_reuse(folder: Path, overrides: Sequence[str]) -> bool:
-    """Whether this sweep resumes the one that wrote `folder`; raises when the folder holds another
-    sweep's records."""
-    before = previous_overrides(folder)
+def check_reuse(folder: Path, overrides: Sequence[str], jobs: Sequence[Sequence[str]] = (),
+                keys: Sequence[str] = ()) -> str | bool:
+    """Whether this sweep (its `overrides`, `jobs` and config's top-level `keys`) resumes the one
+    that wrote `folder`: True, or, when its multirun.yaml is unreadable and every job folder with a
+    result is one of `jobs` (their own `.hydra/overrides.yaml` say so), the line saying so. Raises
+    when the folder holds another sweep's results."""
+    before = previous_overrides(folder, keys)
     if before is None:
         return False
     if before == list(overrides):
         return True
-    if any(folder.rglob(RECORD_FILE)):
-        raise SweepFolderError(f"hydra.sweep.dir={folder}: holds the records of another sweep ({' '.join(before)}); "
-                               "choose a new folder, or run that sweep's command again to resume it")
-    return False
+    found = jobs_on_disk(folder)
+    if not found:
+        return False
+    if before == [UNREADABLE] and found <= {tuple(job) for job in jobs}:
+        return (f"{folder}/multirun.yaml is empty or cut short; its {len(found)} job folder(s) with results are "
+                f"this sweep's (their .hydra/overrides.yaml): resuming, multirun.yaml written again")
+    raise SweepFolderError(f"hydra.sweep.dir={folder}: holds the records of another sweep ({' '.join(before)}); "
+                           "choose a new folder, or run that sweep's command again to resume it")
 
 
 def runs_of(indices: Sequence[int]) -> list[tuple[int, int]]:

@@ -139,6 +139,10 @@ def test_a_real_tensorboard_at_the_runs_root_serves_the_bands(tmp_path):
         query = urllib.parse.urlencode({"run": f"{prefix}/pooled", "tag": series["upper"]})
         upper = get_json(f"{data}/plugin/scalars/scalars?{query}")
         assert [value for _, _, value in upper] == pytest.approx([b[2] for b in hand_band(jobs)], rel=1e-5)
+        request = {"experimentName": "", "startIndex": 0, "sliceSize": 100, "colParams": [],
+                   "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]}
+        groups = get_json(f"{data}/plugin/hparams/session_groups", request)["sessionGroups"]
+        assert sorted(group["hparams"]["variant"] for group in groups) == ["causal_mask_missing", "reference", "unscaled"]
     finally:
         server.terminate()
         try:

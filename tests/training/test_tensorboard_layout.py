@@ -96,3 +96,57 @@ def test_a_sweeps_jobs_write_one_reference_per_seed_and_the_end_one_pooled_run(t
     mean = [e.value for e in pooled.Scalars("induction/scaled_by_dk/eval/causal_accuracy/mean")]
     assert mean == pytest.approx([sum(v) / 2 for v in zip(*([e["causal_accuracy"] for e in job["variant"]["evals"]]
                                                                for job in jobs))], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_a_real_tensorboard_at_the_runs_root_serves_the_bands(tmp_path):
+    """`tensorboard --logdir runs` with a sweep's runs deep under it: the layout's margin charts and
+    their data from the pooled run, through TensorBoard's HTTP data API."""
+    import subprocess
+    import sys
+    import urllib.parse
+
+    from tests.sinks.test_tensorboard import free_port, get_json, wait_for
+
+    sweep = tmp_path / "runs" / "multirun" / "2026-12-07" / "01-43-36"
+    for number, (variant, seed) in enumerate([(v, s) for v in ("unscaled", "causal_mask_missing") for s in (1, 2)]):
+        cfg, _ = prepared(variant, seed, overrides=["training=induction", *TINY_OVERRIDES, "log.html=false", "log.images=false"])
+        (sweep / str(number)).mkdir(parents=True)
+        training_job(cfg, sweep / str(number), sweep)
+    write_sweep_training(sweep, bands=True)
+    port = free_port()
+    command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "runs"), "--host", "127.0.0.1",
+               "--port", str(port), "--reload_interval", "1", "--load_fast", "false"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    data = f"http://127.0.0.1:{port}/data"
+    prefix = "multirun/2026-12-07/01-43-36/tensorboard"
+    try:
+        layout = wait_for(f"{data}/plugin/custom_scalars/layout", lambda found: bool(found.get("category")), server)
+        runs = wait_for(f"{data}/runs", lambda names: f"{prefix}/pooled" in names, server)
+        assert len(runs) <= 40  # TensorBoard selects every run when it opens
+        assert sorted(name for name in runs if "/reference/seed=" in name) == [f"{prefix}/induction/reference/seed={s}"
+                                                                              for s in (1, 2)]
+        loss = next(c for c in layout["category"] if c["title"].startswith("train/loss"))
+        assert [chart["title"] for chart in loss["chart"]] == ["induction/reference", "induction/causal_mask_missing",
+                                                               "induction/unscaled"]
+        series = loss["chart"][2]["margin"]["series"][0]
+        query = urllib.parse.urlencode({"run": f"{prefix}/pooled", "tag": series["value"]})
+        served = get_json(f"{data}/plugin/custom_scalars/scalars?{query}")
+        assert served["regex_valid"]
+        jobs = [json.loads((sweep / str(n) / "training.json").read_text())["seeds"][0]["variant"]["losses"] for n in (0, 1)]
+        by_hand = [sum(v) / 2 for v in zip(*jobs)]
+        assert [value for _, _, value in served["tag_to_events"][series["value"]]] == pytest.approx(by_hand, rel=1e-5)
+        query = urllib.parse.urlencode({"run": f"{prefix}/pooled", "tag": series["upper"]})
+        upper = get_json(f"{data}/plugin/scalars/scalars?{query}")
+        assert [value for _, _, value in upper] == pytest.approx([b[2] for b in hand_band(jobs)], rel=1e-5)
+        request = {"experimentName": "", "startIndex": 0, "sliceSize": 100, "colParams": [],
+                   "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]}
+        groups = get_json(f"{data}/plugin/hparams/session_groups", request)["sessionGroups"]
+        assert sorted(group["hparams"]["variant"] for group in groups) == ["causal_mask_missing", "reference", "unscaled"]
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import pkgutil
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -123,11 +124,12 @@ def self_attention_call(call: Call) -> bool:
 
 def model_class(modeling: ModuleType, config_cls: type, mapped: str | None = None) -> type | None:
     """The model class of the module built from `config_cls`: the one transformers maps the type
-    to, else the shortest-named `...Model` whose `config_class` it is (CLIPTextModel for CLIPTextConfig)."""
+    to, else the shortest-named `...Model` whose `config_class` it is (CLIPTextModel for CLIPTextConfig),
+    else any such class (Emu3VQVAE)."""
     own = [c for c in _module_classes(modeling) if getattr(c, "config_class", None) is config_cls]
     named = [c for c in own if c.__name__ == mapped]
-    models = sorted((c for c in own if c.__name__.endswith("Model") and "PreTrained" not in c.__name__),
-                    key=lambda c: len(c.__name__))
+    models = sorted((c for c in own if "PreTrained" not in c.__name__),  # a `...Model` first, else Emu3VQVAE
+                    key=lambda c: (not c.__name__.endswith("Model"), len(c.__name__)))
     return (named or models or [None])[0]
 
 
@@ -179,6 +181,7 @@ def _descend(modeling: ModuleType, cls: type, classes: list[type]) -> type:
     for _ in range(3):
         init = _init_tree(cls)
         named = {n.id for n in ast.walk(init) if isinstance(n, ast.Name)} if init is not None else set()
+        named |= {d for n in named for d in _dispatched(modeling, n)}
         # called, or chosen by name (BertAttention's `BertCrossAttention if is_cross_attention else BertSelfAttention`)
         inner = [c for c in classes if c is not cls and c.__name__ in named and "cross" not in c.__name__.lower()]
         if not inner:
@@ -294,13 +297,34 @@ def _own(model_type: str, config_cls: type, named: str | None) -> Found:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     mapped = MODEL_MAPPING_NAMES.get(model_type)
-    root = model_class(modeling, config_cls, mapped if isinstance(mapped, str) else None)
+    mapped = mapped if isinstance(mapped, str) else None
+    root = model_class(modeling, config_cls, mapped)
+    if root is None:  # BLIP's text model: its config beside modeling_blip.py, its model in modeling_blip_text.py
+        modeling, root = next(((m, r) for m in _package_modules(config_cls)
+                               if (r := model_class(m, config_cls, mapped)) is not None), (modeling, None))
     # the attention of this config's own model (ALIGN's vision tower builds none of the text tower's classes)
     chosen = choose(modeling, _base_name(model_type, config_cls), reachable(modeling, root) if root else None)
     if chosen is None:
         where = f"{root.__name__} builds no" if root else f"{modeling.__name__} defines no"
         raise NotFound(f"{where} attention class (no nn.Module named ...Attention)")
     return Found(chosen, config_cls)
+
+
+def _package_modules(config_cls: type) -> list[ModuleType]:
+    """The other modeling modules of the config's package (`blip/modeling_blip_text.py`)."""
+    package = config_cls.__module__.rpartition(".")[0]
+    try:
+        folder = importlib.import_module(package).__path__
+    except (ImportError, AttributeError):
+        return []
+    found = []
+    for info in pkgutil.iter_modules(folder):
+        if info.name.startswith("modeling_") and not info.name.startswith(("modeling_tf_", "modeling_flax_")):
+            try:
+                found.append(importlib.import_module(f"{package}.{info.name}"))
+            except ImportError:  # a module needing a library not installed
+                continue
+    return found
 
 
 def _mapped_module(model_type: str) -> ModuleType | None:

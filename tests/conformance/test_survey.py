@@ -21,7 +21,7 @@ def test_a_library_class_that_runs_clean_is_ok() -> None:
 def test_a_module_without_attention_is_no_attention_class() -> None:
     row = survey_one("resnet")  # a convolutional network: modeling_resnet defines no ...Attention
     assert row.outcome == "no_attention_class" and not row.defines_attention
-    assert "defines no attention class" in row.message
+    assert "ResNetModel builds no attention class" in row.message
 
 
 def test_an_unknown_type_is_a_one_line_refusal() -> None:

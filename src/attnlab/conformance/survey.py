@@ -53,7 +53,9 @@ def survey_one(model_type: str) -> Row:
             result = attnlab.run(f"hf:{model_type}", overrides=list(OVERRIDES))
     except UserError as exc:
         row.outcome, row.message = refusal(str(exc)), _line(str(exc))
-    except Exception as exc:  # noqa: BLE001 - the survey's point: a Python exception is a crash, named
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a crash, named (transformers' OptionalDependencyNotAvailable too)
         row.outcome, row.message = "crash", _line(f"{type(exc).__name__}: {exc}")
     else:
         record = result.record

@@ -179,7 +179,7 @@ class ConfigConstructor:
         filled: dict[str, Any] = {}
         for key, spelling in self.spelled.items():
             if spelling and values.get(key) is not None:
-                filled[spelling] = values[key]
+                filled[spelling] = self._per_stage(spelling, values[key])
         if self.spelled["num_kv_heads"] and values.get("num_kv_heads") is None:
             filled[self.spelled["num_kv_heads"]] = values["num_heads"]  # attnlab's null: one per head
         if self.head_dim:
@@ -193,6 +193,11 @@ class ConfigConstructor:
                 filled[name] = value
         filled.update(private or {})
         return self._built(filled)
+
+    def _per_stage(self, spelling: str, value: Any) -> Any:
+        """A value where the config holds one per stage (Swin's num_heads [3, 6, 12, 24]): every stage's."""
+        default = self.attributes.get(spelling)
+        return type(default)([value] * len(default)) if isinstance(default, (list, tuple)) and default else value
 
     def _built(self, filled: dict[str, Any]) -> Any:
         private = {k: filled.pop(k) for k in list(filled) if k.startswith("_")}

@@ -61,7 +61,6 @@ def attention_class(model_type: str) -> tuple[type[nn.Module], type]:
     return found.module_cls, found.config_cls
 
 
-@cache
 def _found(model_type: str) -> Found:
     _transformers()
     # transformers is optional and takes seconds to import: only when an hf: name is used

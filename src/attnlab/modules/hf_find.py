@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import pkgutil
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -121,13 +122,46 @@ def self_attention_call(call: Call) -> bool:
                    and k.value.value for k in call.node.keywords)
 
 
-def choose(modeling: ModuleType, base_name: str = "") -> type[nn.Module] | None:
+def model_class(modeling: ModuleType, config_cls: type, mapped: str | None = None) -> type | None:
+    """The model class of the module built from `config_cls`: the one transformers maps the type
+    to, else the shortest-named `...Model` whose `config_class` it is (CLIPTextModel for CLIPTextConfig),
+    else any such class (Emu3VQVAE)."""
+    own = [c for c in _module_classes(modeling) if getattr(c, "config_class", None) is config_cls]
+    named = [c for c in own if c.__name__ == mapped]
+    models = sorted((c for c in own if "PreTrained" not in c.__name__),  # a `...Model` first, else Emu3VQVAE
+                    key=lambda c: (not c.__name__.endswith("Model"), len(c.__name__)))
+    return (named or models or [None])[0]
+
+
+def reachable(modeling: ModuleType, root: type) -> set[type]:
+    """The module's classes `root` builds, directly or through the classes it builds (a model's
+    encoder, its layers, their attention), read off each `__init__` by name."""
+    by_name = {c.__name__: c for c in _module_classes(modeling)}
+    seen, todo = {root}, [root]
+    while todo:
+        init = _init_tree(todo.pop())
+        names = {n.id for n in ast.walk(init) if isinstance(n, ast.Name)} if init is not None else set()
+        names |= {d for n in names for d in _dispatched(modeling, n)}
+        for cls in (by_name[n] for n in names if n in by_name):
+            if cls not in seen:
+                seen.add(cls)
+                todo.append(cls)
+    return seen
+
+
+def _dispatched(modeling: ModuleType, name: str) -> list[str]:
+    """The class names a module-level dict of classes holds (GPT_NEO_ATTENTION_CLASSES)."""
+    value = vars(modeling).get(name)
+    return [v.__name__ for v in value.values() if inspect.isclass(v)] if isinstance(value, dict) else []
+
+
+def choose(modeling: ModuleType, base_name: str = "", within: set[type] | None = None) -> type[nn.Module] | None:
     """The self-attention class of a modeling module, as its layers build it: of the attention
     classes the module defines, the ones another class instantiates as a self-attention (a layer's,
     a block's), descended into the self-attention a wrapper builds (BERT's BertAttention ->
     BertSelfAttention); among them `<base>SelfAttention` / `<base>Attention` first, then the one
     a `...Layer`/`...Block` builds first. Without any call: the names alone."""
-    classes = attention_classes(modeling)
+    classes = [c for c in attention_classes(modeling) if within is None or c in within]
     used = []
     for cls in classes:
         calls = [c for c in calls_of(modeling, cls) if c.caller not in classes and self_attention_call(c)]
@@ -147,6 +181,7 @@ def _descend(modeling: ModuleType, cls: type, classes: list[type]) -> type:
     for _ in range(3):
         init = _init_tree(cls)
         named = {n.id for n in ast.walk(init) if isinstance(n, ast.Name)} if init is not None else set()
+        named |= {d for n in named for d in _dispatched(modeling, n)}
         # called, or chosen by name (BertAttention's `BertCrossAttention if is_cross_attention else BertSelfAttention`)
         inner = [c for c in classes if c is not cls and c.__name__ in named and "cross" not in c.__name__.lower()]
         if not inner:
@@ -259,10 +294,37 @@ def _own(model_type: str, config_cls: type, named: str | None) -> Found:
         raise NotFound(f"transformers has no modeling module beside {config_cls.__module__} (no PyTorch model)")
     if named and inspect.isclass(getattr(modeling, named, None)):
         return Found(getattr(modeling, named), config_cls)
-    chosen = choose(modeling, _base_name(model_type, config_cls))
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    mapped = MODEL_MAPPING_NAMES.get(model_type)
+    mapped = mapped if isinstance(mapped, str) else None
+    root = model_class(modeling, config_cls, mapped)
+    if root is None:  # BLIP's text model: its config beside modeling_blip.py, its model in modeling_blip_text.py
+        modeling, root = next(((m, r) for m in _package_modules(config_cls)
+                               if (r := model_class(m, config_cls, mapped)) is not None), (modeling, None))
+    # the attention of this config's own model (ALIGN's vision tower builds none of the text tower's classes)
+    chosen = choose(modeling, _base_name(model_type, config_cls), reachable(modeling, root) if root else None)
     if chosen is None:
-        raise NotFound(f"{modeling.__name__} defines no attention class (no nn.Module named ...Attention)")
+        where = f"{root.__name__} builds no" if root else f"{modeling.__name__} defines no"
+        raise NotFound(f"{where} attention class (no nn.Module named ...Attention)")
     return Found(chosen, config_cls)
+
+
+def _package_modules(config_cls: type) -> list[ModuleType]:
+    """The other modeling modules of the config's package (`blip/modeling_blip_text.py`)."""
+    package = config_cls.__module__.rpartition(".")[0]
+    try:
+        folder = importlib.import_module(package).__path__
+    except (ImportError, AttributeError):
+        return []
+    found = []
+    for info in pkgutil.iter_modules(folder):
+        if info.name.startswith("modeling_") and not info.name.startswith(("modeling_tf_", "modeling_flax_")):
+            try:
+                found.append(importlib.import_module(f"{package}.{info.name}"))
+            except ImportError:  # a module needing a library not installed
+                continue
+    return found
 
 
 def _mapped_module(model_type: str) -> ModuleType | None:

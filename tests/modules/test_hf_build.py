@@ -1,0 +1,47 @@
+"""Building a transformers attention class from its config alone, with what its model's own code
+passes beside the config: expected values read off the config, never off the built module's class."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from attnlab.modules import hf  # noqa: E402
+from attnlab.modules.hf_build import model_arguments  # noqa: E402
+
+
+def _config(model_type: str) -> object:
+    _, config_cls = hf.attention_class(model_type)
+    config = config_cls()
+    config._attn_implementation = "eager"
+    return config
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_gpt_neo_s_attention_type_is_its_layers_from_the_config(layer: int) -> None:
+    # GPTNeoAttention(config, layer_id) -> GPTNeoSelfAttention(config, self.attention_type, layer_id),
+    # self.attention_type = config.attention_layers[layer_id]
+    config = _config("gpt_neo")
+    cls, _ = hf.attention_class("gpt_neo")
+    module = hf.build_attention(cls, config, layer=layer)
+    assert module.attention_type == config.attention_layers[layer] == ("global", "local")[layer]
+
+
+def test_a_flag_the_stack_passes_its_first_layer_only() -> None:
+    # Pop2Piano's stack: Pop2PianoBlock(config, has_relative_attention_bias=bool(i == 0), layer_idx=i)
+    config = _config("pop2piano")
+    cls, _ = hf.attention_class("pop2piano")
+    first, second = (hf.build_attention(cls, config, layer=i) for i in (0, 1))
+    assert first.has_relative_attention_bias and hasattr(first, "relative_attention_bias")
+    assert not second.has_relative_attention_bias and not hasattr(second, "relative_attention_bias")
+
+
+def test_a_class_no_class_of_its_module_builds_has_no_model_arguments() -> None:
+    from torch import nn
+
+    class Alone(nn.Module):
+        pass
+
+    Alone.__module__ = "transformers.models.llama.modeling_llama"
+    assert model_arguments(Alone, _config("llama")) is None

@@ -1,0 +1,52 @@
+"""Finding a type's attention class the way transformers organises it: the modeling module beside
+its config class, the class its own model's layers build, a composite's text tower."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlab.errors import UserError
+
+transformers = pytest.importorskip("transformers")
+
+from attnlab.modules import hf  # noqa: E402
+from attnlab.modules.hf_find import attention_classes, modeling_module  # noqa: E402
+
+
+@pytest.mark.parametrize(("model_type", "module", "expected"), [
+    # the module's name is not the type's: data2vec-audio's lives in data2vec/modeling_data2vec_audio.py
+    ("data2vec-audio", "transformers.models.data2vec.modeling_data2vec_audio", "Data2VecAudioAttention"),
+    ("donut-swin", "transformers.models.donut.modeling_donut_swin", "DonutSwinSelfAttention"),
+    # classes named unlike <Model>Attention: found by what the layers build
+    ("led", "transformers.models.led.modeling_led", "LEDEncoderSelfAttention"),
+    ("ctrl", "transformers.models.ctrl.modeling_ctrl", "MultiHeadAttention"),
+    # a sub-config's classes live in the module of the model that owns it
+    ("align_text_model", "transformers.models.align.modeling_align", "AlignTextSelfAttention"),
+    ("altclip_text_model", "transformers.models.altclip.modeling_altclip", "AltRobertaSelfAttention"),
+    # a wrapper's inner self-attention, chosen by name in the wrapper (`Cross if is_cross_attention else Self`)
+    ("bert", "transformers.models.bert.modeling_bert", "BertSelfAttention"),
+    # ...and through a dict of implementations
+    ("gpt_neo", "transformers.models.gpt_neo.modeling_gpt_neo", "GPTNeoSelfAttention"),
+])
+def test_the_class_comes_from_the_module_beside_the_config(model_type: str, module: str, expected: str) -> None:
+    cls, config_cls = hf.attention_class(model_type)
+    assert (cls.__module__, cls.__name__) == (module, expected)
+    assert config_cls is transformers.AutoConfig.for_model(model_type).__class__
+
+
+def test_a_composite_runs_its_text_tower_and_names_the_others() -> None:
+    cls, config_cls = hf.attention_class("clip")
+    assert (cls.__name__, config_cls.__name__) == ("CLIPAttention", "CLIPTextConfig")
+    assert hf.tower_note("clip") == "clip is a composite: its text tower; the others: hf:clip_vision_model"
+    assert hf.tower_note("llama") == ""
+
+
+def test_no_attention_class_only_where_the_model_builds_none() -> None:
+    from transformers.models.resnet import configuration_resnet
+
+    assert attention_classes(modeling_module(configuration_resnet.ResNetConfig)) == []
+    with pytest.raises(UserError, match=r"^variant=hf:resnet: no attention class: ResNetModel builds no attention"):
+        hf.attention_class("resnet")
+    # ALIGN's module defines the text tower's attention; its vision tower (EfficientNet) builds none of it
+    with pytest.raises(UserError, match=r"AlignVisionModel builds no attention class"):
+        hf.attention_class("align_vision_model")

@@ -12,6 +12,7 @@ import attnlab
 
 pytest.importorskip("transformers")
 
+from transformers.models.albert.modeling_albert import AlbertAttention  # noqa: E402
 from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaAttention  # noqa: E402
 from transformers.models.mistral4.modeling_mistral4 import Mistral4Attention  # noqa: E402
@@ -103,3 +104,22 @@ def test_falcon_at_its_default_multi_query_config_runs_as_a_whole_model():
                                                          "inputs.text=Every effort moves you"])
     assert errors(result) == [], [f.message for f in result.findings]
     assert "rotary" in {f.code for f in result.findings}
+
+
+class AlbertWrongScale(AlbertAttention):
+    """Planted in a class that holds its residual and LayerNorm: the scores scaled by 0.5."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.scaling = 0.5
+
+
+@pytest.mark.slow
+def test_a_class_holding_its_residual_and_norm_names_its_output_not_observable_and_a_planted_scale_is_found():
+    """ALBERT's attention returns LayerNorm(x + dense(context)): no output_path error on the library's
+    class, every stage before the output still compared, so a wrong scale in a copy is still found."""
+    own = attnlab.run("hf:albert", overrides=SIZES)
+    assert errors(own) == [], [f.message for f in own.findings]
+    assert [(f.code, f.stage) for f in own.findings] == [("not_observable", "output")]
+    planted = attnlab.run(AlbertWrongScale, overrides=SIZES)
+    assert ("scaling", "scaled_scores") in errors(planted), [f.message for f in planted.findings]

@@ -91,7 +91,7 @@ def test_a_scale_planted_in_a_copy_of_a_declaring_class_is_still_found(planted, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("model", "overrides"), [
-    ("codegen", []), ("xglm", []), ("seamless_m4t", []), ("seamless_m4t_v2", []),
+    ("codegen", []), ("deberta", []), ("xglm", []), ("seamless_m4t", []), ("seamless_m4t_v2", []),
     ("falcon", ["variant.params.new_decoder_architecture=true", "num_kv_heads=2"])])
 def test_a_layout_the_class_declares_is_read_not_reported(model, overrides):
     assert errors(attnlab.run(f"hf:{model}", overrides=[*SIZES, *overrides])) == []

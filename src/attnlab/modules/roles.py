@@ -34,6 +34,7 @@ FUSED_QKV = re.compile("|".join(sorted({"qkv", *(re.escape(row.fused_qkv.lower()
 # along the output, when every head has its own key and value: GPT-NeoX, Persimmon, Bloom (a
 # family row's fused_order says so for the others: Falcon, GPTBigCode)
 PER_HEAD_FUSED_QKV = re.compile(r"query_key_value")
+_HEAD_SPLIT = "transpose_for_scores"  # BERT-style classes' (b, T, heads * hd) -> (b, heads, T, hd)
 # an output projection, lower case: the source's out_proj, Hugging Face's o_proj, dense and
 # DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, T5's o, and the
 # spellings of hand-written classes
@@ -166,16 +167,20 @@ def fused_layout(module: nn.Module, name: str, num_heads: int | None = None,
     named = row.fused_order if row.fused_qkv == leaf else by_name
     if named == "per_head" and getattr(module, "new_decoder_architecture", False):
         return FusedLayout("per_head", heads, kv)  # Falcon's: each key/value head's queries, key and value together
-    groups, blocks = declared_count(module, "fused_groups") or 1, unpacked_order(type(module))
-    if kv == heads and named == "qkv" and (groups > 1 or blocks not in (None, QKV_ROLES)):
-        return FusedLayout("grouped", heads, kv, groups, blocks or QKV_ROLES)
+    groups, unpacked = declared_count(module, "fused_groups") or 1, unpacked_order(type(module))
+    blocks, by_head = unpacked or (QKV_ROLES, False)
+    if kv == heads and by_head:
+        return FusedLayout("per_head", heads, kv)
+    if kv == heads and named == "qkv" and (groups > 1 or blocks != QKV_ROLES):
+        return FusedLayout("grouped", heads, kv, groups, blocks)
     return FusedLayout(named if kv == heads else "qkv", heads, kv)
 
 
 @cache
-def unpacked_order(cls: type) -> tuple[str, ...] | None:
+def unpacked_order(cls: type) -> tuple[tuple[str, ...], bool] | None:
     """The roles in the order the class's forward unpacks a split of its fused projection into
-    three names (CodeGen's `query, value, key = qkv.split(local_dim, dim=-1)`), read off its source."""
+    three names (CodeGen's `query, value, key = qkv.split(local_dim, dim=-1)`), read off its source,
+    and whether it splits each head's columns (DeBERTa's `transpose_for_scores(qp).chunk(3, dim=-1)`)."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
     except (TypeError, OSError, SyntaxError, AttributeError):
@@ -185,7 +190,9 @@ def unpacked_order(cls: type) -> tuple[str, ...] | None:
                 and getattr(node.value.func, "attr", None) in ("split", "chunk", "unbind")):
             roles = tuple(projection_role(e.id) if isinstance(e, ast.Name) else None for e in node.targets[0].elts)
             if sorted(r for r in roles if r) == sorted(QKV_ROLES) and len(roles) == 3:
-                return roles
+                receiver = getattr(node.value.func, "value", None)
+                by_head = isinstance(receiver, ast.Call) and getattr(receiver.func, "attr", None) == _HEAD_SPLIT
+                return roles, by_head
     return None
 
 

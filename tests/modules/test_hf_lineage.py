@@ -1,5 +1,6 @@
-"""A scale the library's own class declares (by its lineage or its constructor) is info, and a
-mistake planted in a copy of that class is still found at its stage."""
+"""A scale the library's own class declares (by its lineage or its constructor) and a layout it
+declares (CodeGen's mp_num groups, XGLM's and SeamlessM4T's heads, Falcon's fused groups) are read,
+never reported as mistakes, and a mistake planted in a copy of such a class is still found at its stage."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import attnlab
 
 pytest.importorskip("transformers")
 
+from transformers.models.albert.modeling_albert import AlbertAttention  # noqa: E402
 from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaAttention  # noqa: E402
 from transformers.models.mistral4.modeling_mistral4 import Mistral4Attention  # noqa: E402
@@ -85,3 +87,39 @@ def test_the_planted_mistakes_are_real():
 def test_a_scale_planted_in_a_copy_of_a_declaring_class_is_still_found(planted, expected):
     result = attnlab.run(planted, overrides=SIZES)
     assert expected in errors(result), [f.message for f in result.findings]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("model", "overrides"), [
+    ("codegen", []), ("deberta", []), ("xglm", []), ("seamless_m4t", []), ("seamless_m4t_v2", []),
+    ("falcon", ["variant.params.new_decoder_architecture=true", "num_kv_heads=2"])])
+def test_a_layout_the_class_declares_is_read_not_reported(model, overrides):
+    assert errors(attnlab.run(f"hf:{model}", overrides=[*SIZES, *overrides])) == []
+
+
+@pytest.mark.slow
+def test_falcon_at_its_default_multi_query_config_runs_as_a_whole_model():
+    """71 query heads and one key/value head in a fused query_key_value of width 4672 (one layer)."""
+    result = attnlab.run(model="hf:falcon", overrides=["model.num_hidden_layers=1", "inputs=text",
+                                                         "inputs.text=Every effort moves you"])
+    assert errors(result) == [], [f.message for f in result.findings]
+    assert "rotary" in {f.code for f in result.findings}
+
+
+class AlbertWrongScale(AlbertAttention):
+    """Planted in a class that holds its residual and LayerNorm: the scores scaled by 0.5."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.scaling = 0.5
+
+
+@pytest.mark.slow
+def test_a_class_holding_its_residual_and_norm_names_its_output_not_observable_and_a_planted_scale_is_found():
+    """ALBERT's attention returns LayerNorm(x + dense(context)): no output_path error on the library's
+    class, every stage before the output still compared, so a wrong scale in a copy is still found."""
+    own = attnlab.run("hf:albert", overrides=SIZES)
+    assert errors(own) == [], [f.message for f in own.findings]
+    assert [(f.code, f.stage) for f in own.findings] == [("not_observable", "output")]
+    planted = attnlab.run(AlbertWrongScale, overrides=SIZES)
+    assert ("scaling", "scaled_scores") in errors(planted), [f.message for f in planted.findings]

@@ -93,3 +93,40 @@ def test_a_fused_layout_splits_what_it_joins_and_names_each_column(order, heads,
 def test_a_width_the_declared_heads_do_not_split_is_read_as_equal_thirds():
     assert FusedLayout("qkv", 4, 4).column_roles(9).tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     assert FusedLayout("qkv", 1, 1).column_roles(10) is None
+
+
+def test_codegens_fused_qkv_is_read_in_its_mp_num_groups_as_its_forward_splits_them():
+    """Against CodeGen's own view: qkv.view(..., mp_num, 3 * local_dim).split(local_dim) is query, value, key."""
+    pytest.importorskip("transformers")
+    from transformers import CodeGenConfig
+    from transformers.models.codegen.modeling_codegen import CodeGenAttention
+
+    from attnlab.modules.roles import fused_layout
+
+    module = CodeGenAttention(CodeGenConfig(n_embd=64, n_head=4, rotary_dim=8), 0)
+    fused = module.qkv_proj.weight.detach().T  # (d_in, 3 * d_out), x @ W
+    query, value, key = fused.view(64, module.mp_num, -1).split(64 // module.mp_num, dim=-1)  # (d_in, 4, 16) each
+    layout = fused_layout(module, "qkv_proj.weight")
+    assert layout.order == "grouped" and layout.groups == 4
+    split = layout.split(fused)
+    assert all(torch.equal(a, b.flatten(1)) for a, b in zip(split, (query, key, value)))
+    assert torch.equal(layout.join(split), fused)
+
+
+def test_falcons_new_decoder_architecture_is_read_per_key_value_group_as_its_forward_views_it():
+    """Against Falcon's own view: (num_kv_heads, group + 2, head_dim), each group's queries, then its key and value."""
+    pytest.importorskip("transformers")
+    from transformers import FalconConfig
+    from transformers.models.falcon.modeling_falcon import FalconAttention
+
+    from attnlab.modules.roles import fused_layout
+
+    config = FalconConfig(hidden_size=64, num_attention_heads=4, num_kv_heads=2, new_decoder_architecture=True)
+    module = FalconAttention(config, 0)
+    fused = module.query_key_value.weight.detach().T  # (d_in, (4 + 2 * 2) * 16)
+    grouped = fused.view(64, 2, -1, 16)  # (d_in, n_kv, group + 2, hd)
+    expected = (grouped[:, :, :-2].flatten(1), grouped[:, :, -2].flatten(1), grouped[:, :, -1].flatten(1))
+    layout = fused_layout(module, "query_key_value.weight")
+    split = layout.split(fused)
+    assert all(torch.equal(a, b) for a, b in zip(split, expected))
+    assert torch.equal(layout.join(split), fused)

@@ -72,6 +72,7 @@ class Recording:
         self.heads: list[Head] = []
         self.explicit: dict[str, torch.Tensor] = {}
         self.gate: str | None = None  # the projection whose columns gate the context before the output projection
+        self.normed: list[weakref.ref[torch.Tensor]] = []  # what a norm (layer_norm, rms_norm) returned
         self.memory = Memory()  # buffers written with tagged tensors (a KV cache), read back with their tags
         self.batch = x.shape[0] if x.dim() == 3 else 1
         items = torch.arange(self.batch).view(-1, *(1,) * (x.dim() - 1)).expand(x.shape) if x.dim() == 3 else None
@@ -126,6 +127,7 @@ class Recording:
     def release(self) -> None:
         """Drop every tensor the recording held; the Capture keeps what it needs."""
         self.heads, self.explicit, self.tags, self.out_inputs, self.memory = [], {}, {}, [], Memory()
+        self.normed = []
 
 
 def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:

@@ -40,6 +40,7 @@ nn.MultiheadAttention), `buffers` (writes into a buffer such as a KV cache); `re
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Collection
 from contextvars import ContextVar
 from typing import Any
@@ -97,9 +98,17 @@ def finished(recording: provenance.Recording, module: nn.Module, x: torch.Tensor
         captured.declared_scale = hf.declared_scale(module)  # any module's config or constructor may declare one
         if hf.is_hf_module(module):
             captured.declared_clip = hf.declared_clip(module)
+            if "output" in captured.stages and any(r() is returned.output for r in recording.normed):
+                captured.unobservable["output"] = _POST_NORM
         return captured
     finally:  # the recording may sit in a reference cycle: what it held must not wait for the collector
         recording.release()
+
+
+_NORMS = ("layer_norm", "rms_norm", "group_norm")
+# a library's attention class that returns a norm's output: BERT-style blocks (ALBERT's AlbertAttention)
+_POST_NORM = ("the class normalises its own output (its residual and LayerNorm after the output projection, a "
+              "BERT-style attention block), so it is not the attention's output")
 
 
 class _Recorder(TorchFunctionMode):
@@ -120,6 +129,8 @@ class _Recorder(TorchFunctionMode):
         if is_inplace(name) and args:
             provenance.keep_scores_before_inplace(rec, args[0])
         out = func(*args, **kwargs)
+        if name in _NORMS and isinstance(out, torch.Tensor):
+            rec.normed.append(weakref.ref(out))
         if args and rec.own_tag(args[0]) is None and rec.memory.write(func, name, args, kwargs, rec.tag):
             return out  # a tagged tensor written into a buffer: read back, it keeps its tag
         if name == "__iter__":  # `queries, keys, values = qkv`: the items are tagged as unbind's would be

@@ -36,7 +36,8 @@ def _started(loaded: LoadedModel, spec: ModelSpec, ids: list[int], labels: list[
     attention = attention_modules(loaded.module, spec.attention_path, spec.key)
     if n_layers is not None and len(attention) != n_layers:
         raise UserError(f"{spec.key}: {len(attention)} attention layers, the reference model has {n_layers}")
-    return ModelRun.start(loaded, attention, model_sizes(loaded.config, loaded.label), ids, labels,
+    sizes = model_sizes(loaded.config, loaded.label, attention[0][1] if attention else None)
+    return ModelRun.start(loaded, attention, sizes, ids, labels,
                           list(range(len(attention))) if layers is None else layers)
 
 

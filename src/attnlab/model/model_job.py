@@ -115,7 +115,7 @@ def model_run(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None, 
     from the run's layers, slots and inputs) where nothing runs after, else kept in the run, with
     the blocks' outputs for changed forwards."""
     attention, slots = stacked_attention(loaded.module, attention_path)
-    sizes = model_sizes(loaded.config, loaded.label)
+    sizes = model_sizes(loaded.config, loaded.label, attention[0][1] if attention else None)
     layers = chosen_slots(layers_key, slots)
     if any(slots[layer].stack == "decoder" for layer in layers):
         _check_decoder_heads(loaded.config, sizes)

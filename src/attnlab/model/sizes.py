@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from attnlab.errors import UserError
 from attnlab.modules.families import Family, family, spellings
+from attnlab.modules.roles import declared_count
 
 # attnlab's size -> the key the family adapters spell it under (attnlab.modules.families)
 _KEYS = {"width": "d_in", "heads": "num_heads", "kv_heads": "num_kv_heads", "context": "context_length",
@@ -52,12 +53,17 @@ def read_size(config: Any, what: str) -> Any:
     return next((value for value in found if value is not None), None)
 
 
-def model_sizes(config: Any, label: str) -> ModelSizes:
+def model_sizes(config: Any, label: str, attention: nn.Module | None = None) -> ModelSizes:
+    """The sizes its config declares; the key/value heads its `attention` module keeps where that
+    says otherwise (Falcon's multi-query layers keep one whatever the config's num_kv_heads)."""
     width, heads = read_size(config, "width"), read_size(config, "heads")
     if width is None or heads is None:
         raise UserError(f"{label}: its config names no width or head count "
                         f"({'/'.join(spellings('d_in'))}; {'/'.join(spellings('num_heads'))})"[:300])
     kv_heads = read_size(config, "kv_heads") or heads
+    kept = declared_count(attention, "num_kv_heads") if attention is not None else None
+    if kept and kept != kv_heads and int(heads) % kept == 0 and declared_count(attention, "num_heads") == heads:
+        kv_heads = kept
     row = family(str(_get(config, "model_type") or ""))
     return ModelSizes(int(width), int(heads), int(kv_heads), read_size(config, "context"), read_size(config, "vocab"),
                       _logit_scaling(config, row))

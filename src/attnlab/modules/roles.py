@@ -34,6 +34,7 @@ FUSED_QKV = re.compile("|".join(sorted({"qkv", *(re.escape(row.fused_qkv.lower()
 # along the output, when every head has its own key and value: GPT-NeoX, Persimmon, Bloom (a
 # family row's fused_order says so for the others: Falcon, GPTBigCode)
 PER_HEAD_FUSED_QKV = re.compile(r"query_key_value")
+_HEAD_SPLIT = "transpose_for_scores"  # BERT-style classes' (b, T, heads * hd) -> (b, heads, T, hd)
 # an output projection, lower case: the source's out_proj, Hugging Face's o_proj, dense and
 # DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, T5's o, and the
 # spellings of hand-written classes
@@ -101,7 +102,8 @@ def declared_count(module: nn.Module, key: str) -> int | None:
 @dataclass(frozen=True)
 class FusedLayout:
     """Where a fused projection keeps queries, keys and values along its output: `"qkv"` blocks
-    [num_heads | num_kv_heads | num_kv_heads] heads, or `"per_head"` (num_heads, 3, head_dim)."""
+    [num_heads | num_kv_heads | num_kv_heads] heads, or `"per_head"` (num_kv_heads, group + 2, head_dim):
+    each key/value head's group of queries, then its key and value ((num_heads, 3, head_dim) with one per head)."""
 
     order: str
     num_heads: int
@@ -122,9 +124,11 @@ class FusedLayout:
         if self.order == "grouped":
             by_group = fused.unflatten(-1, (self.groups, 3, -1))  # (..., groups, 3, local_dim)
             return [by_group[..., self.blocks.index(role), :].flatten(-2) for role in QKV_ROLES]  # each (..., d_out)
-        if self.order == "per_head":
-            by_head = fused.unflatten(-1, (self.num_heads, 3, hd))  # (..., nh, 3, hd)
-            return [by_head[..., i, :].flatten(-2) for i in range(3)]  # each (..., nh * hd)
+        if self.order == "per_head":  # each key/value head's group: its queries, its key, its value
+            group = self.num_heads // self.num_kv_heads
+            by_kv = fused.unflatten(-1, (self.num_kv_heads, group + 2, hd))  # (..., n_kv, group + 2, hd)
+            return [by_kv[..., :group, :].flatten(-3), by_kv[..., group, :].flatten(-2),
+                    by_kv[..., group + 1, :].flatten(-2)]  # (..., nh * hd), (..., n_kv * hd) twice
         return list(fused.split([self.num_heads * hd, self.num_kv_heads * hd, self.num_kv_heads * hd], dim=-1))
 
     def join(self, parts: list[torch.Tensor]) -> torch.Tensor:
@@ -133,8 +137,9 @@ class FusedLayout:
             by_role = [parts[QKV_ROLES.index(role)].unflatten(-1, (self.groups, -1)) for role in self.blocks]
             return torch.stack(by_role, dim=-2).flatten(-3)  # (..., groups * 3 * local_dim)
         if self.order == "per_head":
-            heads = [part.unflatten(-1, (self.num_heads, -1)) for part in parts]  # each (..., nh, hd)
-            return torch.stack(heads, dim=-2).flatten(-3)  # (..., nh * 3 * hd)
+            queries = parts[0].unflatten(-1, (self.num_kv_heads, -1, parts[1].shape[-1] // self.num_kv_heads))
+            kv = [part.unflatten(-1, (self.num_kv_heads, 1, -1)) for part in parts[1:]]  # each (..., n_kv, 1, hd)
+            return torch.cat([queries, *kv], dim=-2).flatten(-3)  # (..., n_kv * (group + 2) * hd)
         return torch.cat(parts, dim=-1)
 
     def column_roles(self, width: int) -> torch.Tensor | None:
@@ -160,16 +165,22 @@ def fused_layout(module: nn.Module, name: str, num_heads: int | None = None,
     leaf = name.removesuffix(".weight").removesuffix(".bias").rpartition(".")[2]
     by_name = "per_head" if PER_HEAD_FUSED_QKV.search(name.lower()) else "qkv"
     named = row.fused_order if row.fused_qkv == leaf else by_name
-    groups, blocks = declared_count(module, "fused_groups") or 1, unpacked_order(type(module))
-    if kv == heads and named == "qkv" and (groups > 1 or blocks not in (None, QKV_ROLES)):
-        return FusedLayout("grouped", heads, kv, groups, blocks or QKV_ROLES)
+    if named == "per_head" and getattr(module, "new_decoder_architecture", False):
+        return FusedLayout("per_head", heads, kv)  # Falcon's: each key/value head's queries, key and value together
+    groups, unpacked = declared_count(module, "fused_groups") or 1, unpacked_order(type(module))
+    blocks, by_head = unpacked or (QKV_ROLES, False)
+    if kv == heads and by_head:
+        return FusedLayout("per_head", heads, kv)
+    if kv == heads and named == "qkv" and (groups > 1 or blocks != QKV_ROLES):
+        return FusedLayout("grouped", heads, kv, groups, blocks)
     return FusedLayout(named if kv == heads else "qkv", heads, kv)
 
 
 @cache
-def unpacked_order(cls: type) -> tuple[str, ...] | None:
+def unpacked_order(cls: type) -> tuple[tuple[str, ...], bool] | None:
     """The roles in the order the class's forward unpacks a split of its fused projection into
-    three names (CodeGen's `query, value, key = qkv.split(local_dim, dim=-1)`), read off its source."""
+    three names (CodeGen's `query, value, key = qkv.split(local_dim, dim=-1)`), read off its source,
+    and whether it splits each head's columns (DeBERTa's `transpose_for_scores(qp).chunk(3, dim=-1)`)."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
     except (TypeError, OSError, SyntaxError, AttributeError):
@@ -179,7 +190,9 @@ def unpacked_order(cls: type) -> tuple[str, ...] | None:
                 and getattr(node.value.func, "attr", None) in ("split", "chunk", "unbind")):
             roles = tuple(projection_role(e.id) if isinstance(e, ast.Name) else None for e in node.targets[0].elts)
             if sorted(r for r in roles if r) == sorted(QKV_ROLES) and len(roles) == 3:
-                return roles
+                receiver = getattr(node.value.func, "value", None)
+                by_head = isinstance(receiver, ast.Call) and getattr(receiver.func, "attr", None) == _HEAD_SPLIT
+                return roles, by_head
     return None
 
 

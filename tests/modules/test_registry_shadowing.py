@@ -165,3 +165,13 @@ def test_your_multi_head_class_named_mha_unscaled_runs_inside_a_model(plugin_fol
                                                     "inputs.text='one two three four'", "log.tensorboard=false"])
     assert result.record.status == "ok" and result.record.origin == str(folder / "mha_unscaled.py")
     assert result.diagnostics["scale_observed"] == 1.0 and len(shadow_lines("mha_unscaled")) == 1
+
+
+def test_a_notebook_class_over_your_file_of_a_built_ins_name_is_the_one_warning(plugin_folder, use_plugins, monkeypatch):
+    monkeypatch.setattr(session, "_VARIANTS", {})
+    use_plugins(plugin_folder("linear", THIRDS))
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile("import attnlab\n" + THIRDS.replace("class SelfAttention_v1", "@attnlab.variant('linear')\nclass "
+                                                     "SelfAttention_v1"), "<cell>", "exec"), namespace)
+    assert [line.split(") and")[0] for line in shadow_lines("linear")] == [f"variant 'linear' is yours ({session.NOTEBOOK}"]
+    assert get_variant("linear").source == session.NOTEBOOK

@@ -1,5 +1,5 @@
 """Issue 43 (9, 12): a plugin cannot change other runs. The reference is computed with torch's own
-functions when a plugin replaced one at import; each module gets its own copy of the inputs; an
+functions when a plugin replaced one in its forward; each module gets its own copy of the inputs; an
 output that requires grad is detached before the diagnosis; a sweep's job worker retires after a
 job that changed the process (umask, working folder), so the next job runs as attnlab made it."""
 
@@ -36,7 +36,7 @@ class {name}(nn.Module):
         attn_weights = torch.softmax(queries @ keys.T / keys.shape[-1] ** 0.5, dim=-1)
         return attn_weights @ values
 """
-REPLACES_SOFTMAX = "_own = torch.softmax\ntorch.softmax = lambda x, dim, **kw: _own(x * 0.5, dim=dim, **kw)\n"
+HALVED_SOFTMAX = "_own = torch.softmax\nHALVED = lambda x, dim, **kw: _own(x * 0.5, dim=dim, **kw)\n"
 
 
 def plugin(folder, name: str, before: str = "pass", head: str = "") -> None:
@@ -50,8 +50,9 @@ def numpy_softmax(scores: np.ndarray) -> np.ndarray:
 
 
 def test_the_reference_uses_torchs_own_softmax_when_a_plugin_replaced_it(tmp_path, monkeypatch) -> None:
+    """Replaced in the forward (one replaced at import is put back at once: tests/modules/test_import_probe.py)."""
     monkeypatch.setattr(torch, "softmax", torch.softmax)  # the plugin's replacement is undone after the test
-    plugin(tmp_path / "plugins", "Patched", head=REPLACES_SOFTMAX)
+    plugin(tmp_path / "plugins", "Patched", before="torch.softmax = HALVED", head=HALVED_SOFTMAX)
     monkeypatch.chdir(tmp_path)
     record = attnlab.run("patched").record
     reference = record.reference.stages

@@ -151,3 +151,27 @@ def test_the_command_line_warns_once_naming_both_files_and_the_builtin_spelling(
                         f"and runs in place of the built-in ({builtin_plugin_dir() / 'mistakes' / 'mha_unscaled.py'}); "
                         "variant=builtin:mha_unscaled runs the built-in"]
     assert run.record["origin"] == str(tmp_path / "plugins" / "mha_unscaled.py")
+
+
+def test_your_multi_head_class_named_mha_unscaled_runs_inside_a_model(plugin_folder, use_plugins):
+    """The issue's case: the book's MultiHeadAttention without the scaling, yours, swapped into a layer."""
+    source = (builtin_plugin_dir() / "variants" / "multi_head_attention.py").read_text()
+    unscaled = source.replace('"multi_head_attention",', '"mha_unscaled",').replace(" / keys.shape[-1] ** 0.5", "")
+    assert source.count(" / keys.shape[-1] ** 0.5") == 1  # the one scaling, taken out
+    folder = plugin_folder("mha_unscaled", unscaled)
+    use_plugins(folder)
+    result = attnlab.run("mha_unscaled", overrides=["model=hf:gpt2", "model.n_layer=2", "model.n_head=2",
+                                                    "model.n_embd=32", "layer=1", "inputs=text",
+                                                    "inputs.text='one two three four'", "log.tensorboard=false"])
+    assert result.record.status == "ok" and result.record.origin == str(folder / "mha_unscaled.py")
+    assert result.diagnostics["scale_observed"] == 1.0 and len(shadow_lines("mha_unscaled")) == 1
+
+
+def test_a_notebook_class_over_your_file_of_a_built_ins_name_is_the_one_warning(plugin_folder, use_plugins, monkeypatch):
+    monkeypatch.setattr(session, "_VARIANTS", {})
+    use_plugins(plugin_folder("linear", THIRDS))
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile("import attnlab\n" + THIRDS.replace("class SelfAttention_v1", "@attnlab.variant('linear')\nclass "
+                                                     "SelfAttention_v1"), "<cell>", "exec"), namespace)
+    assert [line.split(") and")[0] for line in shadow_lines("linear")] == [f"variant 'linear' is yours ({session.NOTEBOOK}"]
+    assert get_variant("linear").source == session.NOTEBOOK

@@ -221,7 +221,7 @@ def compute_record(
         try:  # each step that fails the record keeps what the steps before it found
             say("forward")
             variant, planned, spilling = _build_variant(spec, values, inputs, seed)
-            pair = Pair(origin=planned.spec.source if planned.spec.yours else "",  # your file, entry point or class
+            pair = Pair(origin=planned.spec.origin,
                         reference=(auto_reference(planned.spec, variant.built.module, variant.batched)
                                    if spec.reference == "auto" else spec.reference))
             with own_torch():  # the reference with torch's own functions, whatever a plugin replaced

@@ -245,7 +245,7 @@ def compare_layer(run: ModelRun, changed: Changed, effect: Effect | None, setup:
         reference_label, reference = layer_reference(run, layer, reference_name, seed)
         pair = Pair(reference=reference_label)
         built, weights_loaded = model_variant(run, layer, name, params, seed)
-        pair = Pair(reference=reference_label, weights_loaded=weights_loaded,
+        pair = Pair(reference=reference_label, weights_loaded=weights_loaded, origin=get_variant(name).origin,
                     scratch=run.own.scratch(layer) if run.own else None)  # the folder its spilled stages are in
         variant = run_variant(run, layer, built, in_model(run, layer, built).batched, seed)
         if changed.error is not None:

@@ -4,7 +4,9 @@ Modelled on timm's `register_model` / `create_model` / `list_models`. Four sourc
 the built-ins shipped in `attnlab.plugins` (one folder per group: variants, modern,
 implementations, mistakes), `./plugins` in the working folder, every folder on
 `ATTNLAB_PLUGIN_PATH`, and installed distributions' entry points in the group `attnlab.variants`
-(see discovery). Every variant has tags: its group first, then the ones its plugin declares;
+(see discovery). A variant of yours named like a built-in takes its place (one warning line;
+`builtin:NAME` reaches the built-in); two of yours with one name are an error when it is used.
+Every variant has tags: its group first, then the ones its plugin declares;
 `list_variants(filter, tag=...)` selects by them.
 
 Building a variant: `constructor_kwargs` fills its constructor by parameter name from the
@@ -161,9 +163,12 @@ def _with_session(files: Registry, version: int) -> Registry:
         declared = declaration(entry.cls, entry.name, mark, entry.origin, USER_GROUP)
         registry.duplicates.pop(entry.name, None)
         known = registry.specs.get(entry.name)
-        registry.specs[entry.name] = _spec(declared)
-        if known is not None and known.builtin:
+        if known is not None and entry.name in registry.shadowed:  # a file of yours had the built-in's place
+            registry.warnings.remove(registry.shadowing(entry.name))
+        elif known is not None and known.builtin:
             registry.shadowed[entry.name] = known
+        registry.specs[entry.name] = _spec(declared)
+        if entry.name in registry.shadowed:
             registry.warnings.append(registry.shadowing(entry.name))
     return registry
 

@@ -42,6 +42,11 @@ class VariantSpec:
         return self.group == USER_GROUP
 
     @property
+    def origin(self) -> str:
+        """What a record says the variant came from: your file, entry point or class; "" for attnlab's own."""
+        return self.source if self.yours else ""
+
+    @property
     def builtin(self) -> bool:
         """Shipped in attnlab.plugins (a Hugging Face class, with no group, is neither attnlab's nor yours)."""
         return self.group not in ("", USER_GROUP)

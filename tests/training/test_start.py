@@ -58,3 +58,20 @@ def test_no_positions_is_the_reference_from_its_start_without_the_position_embed
     with torch.no_grad():
         torch.testing.assert_close(pair.variant.last_logits(tokens), pair.variant.last_logits(shuffled))
         assert not torch.allclose(pair.reference.last_logits(tokens), pair.reference.last_logits(shuffled))
+
+
+@pytest.mark.parametrize("variant", ["unscaled", "causal_mask_diagonal_0"])
+def test_narrow_heads_are_projected_back_to_the_model_width(variant):
+    """training.model.head_dim=4 in a 16-wide model with 2 heads: each head 4 wide (not 8), their 8
+    columns projected back to 16 by the block, from the same start on both sides."""
+    from attnlab.training.settings import ModelSizes
+
+    settings = tiny(model=ModelSizes(n_layers=1, d_model=16, num_heads=2, context_length=8, head_dim=4))
+    made = [counterpart(name, 16, 8, 2, d_out=8) for name in ("reference", variant)]
+    pair = same_start(*made, vocab=8, settings=settings, seed=3)
+    block = pair.reference.trf_blocks[0]
+    assert block.att.W_query.weight.shape == (8, 16) and block.att.head_dim == 4
+    assert block.att_out.weight.shape == (16, 8)
+    assert torch.equal(pair.variant.trf_blocks[0].att_out.weight, block.att_out.weight)
+    tokens = torch.randint(0, 8, (2, 8))
+    assert pair.variant(tokens).shape == pair.reference(tokens).shape == (2, 8, 8)

@@ -14,7 +14,7 @@ model's position embedding, never through the attention layer, so no forward run
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -86,31 +86,38 @@ class Counterpart:
     make: Callable[[], nn.Module]
     describe: str
     positions: bool = True  # the GPTModel adds its position embedding
+    d_out: int = 0  # the layer's output width (its heads side by side); the block projects it to d_model
 
 
-def counterpart(name: str, d_model: int, context_length: int, num_heads: int) -> Counterpart:
-    """The multi-head causal attention that trains for variant `name`; a UserError if none can. A
-    plugin of yours named like a built-in trains as yours; `builtin:NAME` is attnlab's NAME."""
+def counterpart(name: str, d_model: int, context_length: int, num_heads: int, d_out: int | None = None) -> Counterpart:
+    """The multi-head causal attention that trains for variant `name` (its heads `d_out / num_heads`
+    wide, `d_out` d_model unless given); a UserError if none can. A plugin of yours named like a
+    built-in trains as yours; `builtin:NAME` is attnlab's NAME."""
+    made = _counterpart(name, d_model, context_length, num_heads, d_out or d_model)
+    return replace(made, d_out=d_out or d_model)
+
+
+def _counterpart(name: str, d_model: int, context_length: int, num_heads: int, d_out: int) -> Counterpart:
     own = name.removeprefix(BUILTIN)
     # "reference" is always the book's: training compares every variant with it
     if own == name and own in (REFERENCE, *BOOK_CHANGES) and get_variant(name).yours:
-        return _declared(name, d_model, context_length, num_heads)
+        return _declared(name, d_model, context_length, num_heads, d_out)
     if own in ("reference", REFERENCE):
         cls = get_variant(BUILTIN + REFERENCE).cls  # attnlab's own, whatever a plugin of yours is called
-        return Counterpart(name, lambda: cls(d_model, d_model, context_length, 0.0, num_heads),
+        return Counterpart(name, lambda: cls(d_model, d_out, context_length, 0.0, num_heads),
                            f"{cls.__name__} (the book's, section 3.6.2)")
     if own in BOOK_CHANGES:
-        return Counterpart(name, lambda: OneChangeAttention(d_model, d_model, context_length, 0.0, num_heads, own),
+        return Counterpart(name, lambda: OneChangeAttention(d_model, d_out, context_length, 0.0, num_heads, own),
                            f"OneChangeAttention(change={own!r}): the book's MultiHeadAttention with {own}")
     if name in MODEL_CHANGES:
-        reference = counterpart(BUILTIN + REFERENCE, d_model, context_length, num_heads)
+        reference = _counterpart(BUILTIN + REFERENCE, d_model, context_length, num_heads, d_out)
         return Counterpart(name, reference.make, f"{reference.describe} in a GPTModel with {MODEL_CHANGES[name]}",
                            positions=False)
-    return _declared(name, d_model, context_length, num_heads)
+    return _declared(name, d_model, context_length, num_heads, d_out)
 
 
-def _declared(name: str, d_model: int, context_length: int, num_heads: int) -> Counterpart:
-    values = {"d_in": d_model, "d_out": d_model, "context_length": context_length, "dropout": 0.0,
+def _declared(name: str, d_model: int, context_length: int, num_heads: int, d_out: int) -> Counterpart:
+    values = {"d_in": d_model, "d_out": d_out, "context_length": context_length, "dropout": 0.0,
               "num_heads": num_heads, "num_kv_heads": None, "qkv_bias": False, "attn_implementation": "eager",
               "n_tokens": context_length}
     construction = plan(name, values)
@@ -123,6 +130,6 @@ def _declared(name: str, d_model: int, context_length: int, num_heads: int) -> C
                         f"causal mask a language model's attention needs; training builds {TRAINABLE}")
     if any(spelling in construction.kwargs for spelling in SPELLINGS["num_heads"]):
         return Counterpart(name, construction.instantiate, f"{cls_name} ({name}), num_heads={num_heads}")
-    head = plan(name, {**values, "d_out": d_model // num_heads})
-    return Counterpart(name, lambda: PerHeadAttention(head.instantiate, num_heads, d_model),
-                       f"PerHeadAttention: {num_heads} x {cls_name} ({name}), each {d_model // num_heads} wide")
+    head = plan(name, {**values, "d_out": d_out // num_heads})
+    return Counterpart(name, lambda: PerHeadAttention(head.instantiate, num_heads, d_out),
+                       f"PerHeadAttention: {num_heads} x {cls_name} ({name}), each {d_out // num_heads} wide")

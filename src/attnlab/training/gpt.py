@@ -21,27 +21,34 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, emb_dim: int, make_attention: AttentionFactory) -> None:
+    def __init__(self, emb_dim: int, make_attention: AttentionFactory, att_width: int | None = None) -> None:
         super().__init__()
         self.att = make_attention()
+        # heads narrower than emb_dim / num_heads (training.model.head_dim): their side-by-side
+        # width projected back to the residual stream's
+        self.att_out = nn.Linear(att_width, emb_dim) if att_width not in (None, emb_dim) else None
         self.ff = FeedForward(emb_dim)
         self.norm1 = nn.LayerNorm(emb_dim)  # the book's LayerNorm: eps 1e-5, biased variance, scale and shift
         self.norm2 = nn.LayerNorm(emb_dim)
 
+    def attend(self, x: torch.Tensor) -> torch.Tensor:
+        context = self.att(self.norm1(x))  # (b, num_tokens, att_width)
+        return context if self.att_out is None else self.att_out(context)  # (b, num_tokens, emb_dim)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.att(self.norm1(x))  # (b, num_tokens, emb_dim)
+        x = x + self.attend(x)  # (b, num_tokens, emb_dim)
         return x + self.ff(self.norm2(x))  # (b, num_tokens, emb_dim)
 
 
 class GPTModel(nn.Module):
     def __init__(self, vocab_size: int, context_length: int, emb_dim: int, n_layers: int,
-                 make_attention: AttentionFactory, positions: bool = True) -> None:
+                 make_attention: AttentionFactory, positions: bool = True, att_width: int | None = None) -> None:
         super().__init__()
         self.tok_emb = nn.Embedding(vocab_size, emb_dim)
         # without it, as `variant=no_positions` trains: the order of the tokens reaches the model
         # only through the causal mask
         self.pos_emb = nn.Embedding(context_length, emb_dim) if positions else None
-        self.trf_blocks = nn.Sequential(*[TransformerBlock(emb_dim, make_attention) for _ in range(n_layers)])
+        self.trf_blocks = nn.Sequential(*[TransformerBlock(emb_dim, make_attention, att_width) for _ in range(n_layers)])
         self.final_norm = nn.LayerNorm(emb_dim)
         self.out_head = nn.Linear(emb_dim, vocab_size, bias=False)
 
@@ -63,7 +70,7 @@ class GPTModel(nn.Module):
         *blocks, last = self.trf_blocks
         for block in blocks:
             x = block(x)  # (b, num_tokens, emb_dim)
-        x = (x + last.att(last.norm1(x)))[:, -1]  # (b, emb_dim)
+        x = (x + last.attend(x))[:, -1]  # (b, emb_dim)
         x = x + last.ff(last.norm2(x))  # (b, emb_dim)
         return self.out_head(self.final_norm(x))  # (b, vocab_size)
 

@@ -32,7 +32,7 @@ from attnlab.training.head_probes import HEAD_WEIGHTS, HeadProbes, induction_for
 from attnlab.training.loop import train as train_loop
 from attnlab.training.lr_grid import at_best, rates_of
 from attnlab.training.measures import NOT_MEASURED, PROBE_WEIGHTS, measure
-from attnlab.training.settings import TrainingConf, check_settings
+from attnlab.training.settings import TrainingConf, attention_width, check_settings
 from attnlab.training.start import same_start
 from attnlab.training.tasks import Batch, Task, make_task
 from attnlab.training.verdict import Row, judged
@@ -103,7 +103,8 @@ def plan(variant: str, settings: TrainingConf, device: str = "cpu", cache: Path 
     check_settings(settings)
     task = make_task(settings)
     sizes = settings.model
-    made = [counterpart(name, sizes.d_model, sizes.context_length, sizes.num_heads) for name in ("reference", variant)]
+    made = [counterpart(name, sizes.d_model, sizes.context_length, sizes.num_heads, attention_width(sizes))
+            for name in ("reference", variant)]
     _check_backward(made[1], sizes.d_model)
     return Plan(settings, task, *made, device=resolved_device(device), cache=cache)
 
@@ -112,11 +113,11 @@ def _check_backward(side: Counterpart, d_model: int) -> None:
     """One forward and backward of the variant's layer on two tokens: it must keep the width the
     residual stream adds it to, and give gradients."""
     try:
-        output = side.make()(torch.randn(1, 2, d_model))  # (1, 2, d_model)
-        if not isinstance(output, torch.Tensor) or output.shape != (1, 2, d_model):
+        output = side.make()(torch.randn(1, 2, d_model))  # (1, 2, d_out)
+        if not isinstance(output, torch.Tensor) or output.shape != (1, 2, side.d_out):
             shown = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
             raise UserError(f"variant={side.name}: cannot train: {side.describe} returns {shown} for (1, 2, {d_model}) "
-                            f"inputs; a block's residual needs (b, num_tokens, d_model)")
+                            f"inputs; a block needs (b, num_tokens, {side.d_out}): its heads side by side")
         output.sum().backward()
     except UserError:
         raise

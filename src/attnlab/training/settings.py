@@ -20,6 +20,7 @@ class ModelSizes:
     d_model: int = 64
     num_heads: int = 4
     context_length: int = 32
+    head_dim: int | None = None  # None: d_model / num_heads; narrower heads are projected back to d_model
 
 
 @dataclass
@@ -45,6 +46,11 @@ class TrainingConf:
     model: ModelSizes = field(default_factory=ModelSizes)
 
 
+def attention_width(sizes: ModelSizes) -> int:
+    """The attention layer's output width: its heads side by side."""
+    return sizes.d_model if sizes.head_dim is None else sizes.num_heads * sizes.head_dim
+
+
 def wants_training(cfg: DictConfig) -> bool:
     return OmegaConf.select(cfg, "training") is not None
 
@@ -68,7 +74,7 @@ def check_settings(s: TrainingConf) -> None:
         raise UserError(f"training.init={s.init}: allowed are {', '.join(INITS)}")
     counts = {"steps": s.steps, "batch": s.batch, "eval_every": s.eval_every, "eval_batch": s.eval_batch,
               "vocab": s.vocab, "pairs": s.pairs,
-              **{f"model.{k}": v for k, v in vars(s.model).items()}}
+              **{f"model.{k}": v for k, v in vars(s.model).items() if not (k == "head_dim" and v is None)}}
     for name, value in counts.items():
         if not _positive_int(value):
             raise UserError(f"training.{name}={value}: must be a positive integer (1, 2, 3, ...)")
@@ -85,7 +91,7 @@ def check_settings(s: TrainingConf) -> None:
         raise UserError(f"training.checkpoint_every={s.checkpoint_every}: must be an integer >= 0 (0: only at SIGTERM)")
     if not 0 < s.target_accuracy <= 1:
         raise UserError(f"training.target_accuracy={s.target_accuracy}: must be in (0, 1]")
-    if s.model.d_model % s.model.num_heads:
+    if s.model.head_dim is None and s.model.d_model % s.model.num_heads:
         raise UserError(f"training.model.num_heads={s.model.num_heads}: must divide d_model={s.model.d_model}")
     if s.task == "text" and not s.path:
         raise UserError("training.path=null: the text task needs a text file; training.path=FILE")

@@ -22,7 +22,8 @@ class Pair:
 
 def build(counterpart: Counterpart, vocab: int, settings: TrainingConf) -> GPTModel:
     sizes = settings.model
-    return GPTModel(vocab, sizes.context_length, sizes.d_model, sizes.n_layers, counterpart.make, counterpart.positions)
+    return GPTModel(vocab, sizes.context_length, sizes.d_model, sizes.n_layers, counterpart.make, counterpart.positions,
+                    counterpart.d_out or None)
 
 
 def same_start(reference: Counterpart, variant: Counterpart, vocab: int, settings: TrainingConf, seed: int) -> Pair:

@@ -122,11 +122,12 @@ def rows(summaries: Sequence[dict[str, dict[str, Any]]], resolution: int | None 
         shown = (_reached(summaries, "reference", reference), _reached(summaries, "variant", variant)
                  ) if measure == "steps_to_target" else ("", "")
         is_clear, note = clear(reference, variant, floor), ""
+        needed = None if is_clear else seeds_to_separate(reference, variant, floor)
         if len(summaries) == 1:
             note = "one seed: not estimated"
         elif measure in ON_THE_GRID and resolution and is_clear and not _apart_on_every_seed(reference, variant):
+            # clear of the noise, below the grid's resolution: more seeds would not say more
             is_clear, note = False, f"no: within one evaluation (every {resolution} steps) on some seed"
-        needed = None if is_clear else seeds_to_separate(reference, variant, floor)
         table.append(Row(measure, what, reference, variant, is_clear, shown, note, needed))
     return table
 

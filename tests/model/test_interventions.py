@@ -139,6 +139,9 @@ def test_a_python_function_edits_the_contexts_as_the_same_ablation(tiny_gpt2) ->
     by_kind = _run(tiny_gpt2, 1, name="ablate_head", head=1)
     assert by_function.status == "ok", by_function.error
     assert by_function.model.effect.kl_mean == by_kind.model.effect.kl_mean > 0
+    said = [(f.code, f.severity, f.heads) for f in by_function.findings if f.code == "intervention"]
+    assert said == [("intervention", "info", [1])]  # the head the function changed, measured
+    assert not [f for f in by_function.findings if f.severity == "error"]
     assert by_function.variant.name.startswith("function(function=session:zero_head_1_")
 
 

@@ -67,6 +67,41 @@ def test_a_job_stopped_after_any_checkpoint_resumes_to_the_same_results(tmp_path
     assert json.dumps(resumed) == json.dumps(whole)
 
 
+class Terminated(Exception):
+    """What the handler in force before training raises (the command's turns SIGTERM into Ctrl-C)."""
+
+
+def test_a_sigterm_ends_the_step_writes_a_checkpoint_then_reaches_the_handler_found(tmp_path, monkeypatch) -> None:
+    from attnlab.training import job
+
+    settings = tiny(steps=20, eval_every=3, checkpoint_every=0)  # no checkpoint but the SIGTERM's
+    whole = run(plan("unscaled", settings), "unscaled", [1]).as_dict()
+    evaluate, calls = job.evaluate, []
+
+    def evaluate_then_terminated(model, batch):
+        calls.append(1)
+        if len(calls) == 3:  # at step 6 of the reference
+            os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate(model, batch)
+
+    def found(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, found)
+    try:
+        monkeypatch.setattr(job, "evaluate", evaluate_then_terminated)
+        with pytest.raises(Terminated):
+            run(plan("unscaled", settings), "unscaled", [1], tmp_path / FOLDER)
+        assert signal.getsignal(signal.SIGTERM) is found  # as it was found
+        saved = json.loads((tmp_path / FOLDER / INDEX).read_text())["state"]["current"]["training"]
+        assert (saved["side"], saved["step"]) == ("reference", 6)
+        monkeypatch.setattr(job, "evaluate", evaluate)
+        resumed = run(plan("unscaled", settings), "unscaled", [1], tmp_path / FOLDER).as_dict()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert json.dumps(resumed) == json.dumps(whole)
+
+
 def test_a_checkpoint_of_other_settings_is_not_resumed(tmp_path, capsys) -> None:
     run(plan("unscaled", tiny(steps=4, checkpoint_every=2)), "unscaled", [1], tmp_path / FOLDER)
     result = run(plan("unscaled", tiny(steps=6, checkpoint_every=2)), "unscaled", [1], tmp_path / FOLDER)
@@ -111,11 +146,25 @@ def _scalars(folder: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
     return found
 
 
-@pytest.mark.slow
-def test_a_job_killed_three_times_at_random_steps_resumes_to_an_uninterrupted_runs_results(tmp_path) -> None:
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    uninterrupted = _start(whole)
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> Path:
+    """The run never stopped."""
+    folder = tmp_path_factory.mktemp("uninterrupted") / "whole"
+    uninterrupted = _start(folder)
     assert uninterrupted.wait(timeout=300) == 0, uninterrupted.stderr.read()
+    return folder
+
+
+def _same_results(folder: Path, whole: Path) -> None:
+    for name in ("training.json", "training_comparison.md", "training_comparison.csv"):
+        assert (folder / name).read_bytes() == (whole / name).read_bytes(), name
+    assert _scalars(folder) == _scalars(whole)
+    assert not (folder / FOLDER).exists()  # the outputs written, the checkpoint has served
+
+
+@pytest.mark.slow
+def test_a_job_killed_three_times_at_random_steps_resumes_to_an_uninterrupted_runs_results(tmp_path, whole) -> None:
+    killed = tmp_path / "killed"
     chance = random.Random(int(time.time()))
     for _ in range(3):  # each time a few checkpoints past the last one, at a random moment of a step
         target = _generation(killed) + chance.randint(1, 8)
@@ -131,7 +180,21 @@ def test_a_job_killed_three_times_at_random_steps_resumes_to_an_uninterrupted_ru
     resumed = _start(killed)
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     assert "attnlab: resuming training from the checkpoint" in resumed.stderr.read()
-    for name in ("training.json", "training_comparison.md", "training_comparison.csv"):
-        assert (killed / name).read_bytes() == (whole / name).read_bytes(), name
-    assert _scalars(killed) == _scalars(whole)
-    assert not (killed / FOLDER).exists()  # the outputs written, the checkpoint has served
+    _same_results(killed, whole)
+
+
+@pytest.mark.slow
+def test_a_job_terminated_writes_its_checkpoint_at_that_step_and_resumes(tmp_path, whole) -> None:
+    stopped = tmp_path / "stopped"
+    process = _start(stopped)
+    while _generation(stopped) < 3 and process.poll() is None:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=300) == 143
+    assert "attnlab: terminated (SIGTERM)" in process.stderr.read()
+    process.stdout.close()
+    process.stderr.close()
+    assert _generation(stopped) >= 4  # one more, at the step the signal came in
+    resumed = _start(stopped)
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    _same_results(stopped, whole)

@@ -149,7 +149,8 @@ class Checkpoints:
         return decoded(meta["state"], tensors)
 
     def due(self, step: int) -> bool:
-        return self.folder is not None and (self.stop.requested is not None or bool(self.every) and step % self.every == 0)
+        """A SIGTERM noted (passed on after the save, even with nowhere to write), or the cadence's step."""
+        return self.stop.requested is not None or (self.folder is not None and bool(self.every) and step % self.every == 0)
 
     def save(self, state: dict[str, Any]) -> None:
         """`state` (JSON values, tensors and arrays anywhere in it) and the random states written

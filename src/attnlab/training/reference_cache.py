@@ -1,8 +1,9 @@
 """The trained reference, kept for the other jobs of a sweep: every variant's job of a seed trains
 the same reference from the same start on the same batches, so the first job's result (its losses,
-evaluations and final parameters) serves the rest. Parameters are stored as a NumPy .npz read
-without pickle; a file is written under a temporary name and renamed, so a job never reads half
-of one."""
+evaluations and final parameters) serves the rest. Parameters are stored as safetensors, as the
+jobs' checkpoints are (never pickle); a file is written under a temporary name and renamed, so a
+job never reads half of one. A reference killed mid-training resumes from its job's checkpoint
+(attnlab.training.checkpoint) and is cached once complete."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
 from torch import nn
 
 from attnlab.training.head_probes import HEAD_WEIGHTS
@@ -29,20 +30,18 @@ def cache_key(settings: dict[str, Any], seed: int, reference: str, device: str) 
 
 def load(folder: Path, key: str, model: nn.Module) -> dict[str, Any] | None:
     """The cached side (losses, evaluations) with `model` set to its trained parameters; None if absent."""
-    side_file, state_file = folder / f"{key}.json", folder / f"{key}.npz"
+    side_file, state_file = folder / f"{key}.json", folder / f"{key}.safetensors"
     if not (side_file.exists() and state_file.exists()):
         return None
-    with np.load(state_file, allow_pickle=False) as arrays:
-        state = {name: torch.from_numpy(arrays[name]) for name in arrays.files}
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(load_tensors(state_file.read_bytes()), strict=True)
     return json.loads(side_file.read_text())
 
 
 def save(folder: Path, key: str, side: dict[str, Any], model: nn.Module) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f"{key}.{os.getpid()}.partial"
-    with open(partial, "wb") as file:
-        np.savez(file, **{name: value.detach().cpu().numpy() for name, value in model.state_dict().items()})
-    os.replace(partial, folder / f"{key}.npz")
+    state = {name: value.detach().cpu().contiguous().clone() for name, value in model.state_dict().items()}
+    partial.write_bytes(save_tensors(state))  # copies: safetensors refuses tensors that share storage
+    os.replace(partial, folder / f"{key}.safetensors")
     partial.write_text(json.dumps({k: v for k, v in side.items() if k != HEAD_WEIGHTS}))  # arrays: the job's own
     os.replace(partial, folder / f"{key}.json")  # last: its presence says the parameters are complete

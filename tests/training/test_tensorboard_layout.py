@@ -64,7 +64,7 @@ def test_a_jobs_runs_are_task_variant_seed_with_a_pooled_band_and_sessions(tmp_p
     loss = next(c for c in layout(pooled).category if c.title.startswith("train/loss"))
     assert [(c.title, c.margin.series[0].value, c.margin.series[0].lower, c.margin.series[0].upper) for c in loss.chart] == [
         (name, f"{name}/train/loss/mean", f"{name}/train/loss/lower", f"{name}/train/loss/upper")
-        for name in ("induction/reference", "induction/causal_mask_missing")]  # the reference first
+        for name in ("induction/causal_mask_missing", "induction/reference")]  # shown last first: the reference first
     band = [(m.value, lo.value, up.value) for m, lo, up in zip(*(pooled.Scalars(f"induction/reference/train/loss/{k}")
                                                                   for k in ("mean", "lower", "upper")))]
     expected = hand_band([run["reference"]["losses"] for run in saved["seeds"]])
@@ -90,7 +90,7 @@ def test_a_sweeps_jobs_write_one_reference_per_seed_and_the_end_one_pooled_run(t
     assert len(list((base / "induction/reference/seed=1").glob("events.*"))) == 1  # written once, by the job that trained it
     pooled = events(base / "pooled")
     loss = next(c for c in layout(pooled).category if c.title.startswith("train/loss"))
-    assert [c.title for c in loss.chart] == ["induction/reference", "induction/scaled_by_dk", "induction/unscaled"]
+    assert [c.title for c in loss.chart] == ["induction/unscaled", "induction/scaled_by_dk", "induction/reference"]
     assert all(chart.HasField("margin") for category in layout(pooled).category for chart in category.chart)
     jobs = [json.loads((sweep / str(n) / "training.json").read_text())["seeds"][0] for n in (2, 3)]
     mean = [e.value for e in pooled.Scalars("induction/scaled_by_dk/eval/causal_accuracy/mean")]
@@ -127,9 +127,9 @@ def test_a_real_tensorboard_at_the_runs_root_serves_the_bands(tmp_path):
         assert sorted(name for name in runs if "/reference/seed=" in name) == [f"{prefix}/induction/reference/seed={s}"
                                                                               for s in (1, 2)]
         loss = next(c for c in layout["category"] if c["title"].startswith("train/loss"))
-        assert [chart["title"] for chart in loss["chart"]] == ["induction/reference", "induction/causal_mask_missing",
-                                                               "induction/unscaled"]
-        series = loss["chart"][2]["margin"]["series"][0]
+        assert [chart["title"] for chart in loss["chart"]] == ["induction/unscaled", "induction/causal_mask_missing",
+                                                               "induction/reference"]
+        series = loss["chart"][0]["margin"]["series"][0]
         query = urllib.parse.urlencode({"run": f"{prefix}/pooled", "tag": series["value"]})
         served = get_json(f"{data}/plugin/custom_scalars/scalars?{query}")
         assert served["regex_valid"]

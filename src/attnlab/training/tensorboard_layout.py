@@ -121,8 +121,9 @@ def write_pooled(base: Path, sides: Mapping[str, Sequence[StepScalars]]) -> None
     steps = sorted({step for per_seed in sides.values() for s in per_seed for step in s})
     present = [tag for tag in BANDED if any(tag in values for per_seed in sides.values() for s in per_seed
                                             for values in s.values())]
+    # TensorBoard 2.21's Custom Scalars lays a category's charts out last first: written reversed, shown in order
     layout = {f"{tag} (mean; band: mean ± std over seeds)": {
-        name: ["Margin", [f"{name}/{tag}/mean", f"{name}/{tag}/lower", f"{name}/{tag}/upper"]] for name in sides}
+        name: ["Margin", [f"{name}/{tag}/mean", f"{name}/{tag}/lower", f"{name}/{tag}/upper"]] for name in reversed(sides)}
         for tag in present}
     with EventFile(folder) as events:
         for step in steps:

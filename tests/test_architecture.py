@@ -226,6 +226,7 @@ def test_the_package_has_no_import_cycle() -> None:
         visit(module, [])
 
 
+@pytest.mark.slow
 def test_every_import_names_a_module_and_a_name_that_exist() -> None:
     assert _unresolved_imports(_modules()) == []
 

@@ -97,6 +97,7 @@ class Edited(nn.Module):
 '''
 
 
+@pytest.mark.slow
 def test_a_plugin_file_edited_or_added_is_read_again(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "plugins").mkdir()

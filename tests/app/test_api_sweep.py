@@ -36,6 +36,7 @@ def test_the_table_equals_the_cli_sweeps(tmp_path):
     pd.testing.assert_frame_equal(swept.table.drop(columns="path"), table.drop(columns="path"))
 
 
+@pytest.mark.slow
 def test_a_grid_with_bad_jobs_is_refused_whole_before_the_first_job(tmp_path):
     """The first job is good; the third and fourth are not (d_out=6 is not a multiple of num_heads=4,
     num_kv_heads=3 does not divide num_heads=4): nothing runs, and both reasons are said."""

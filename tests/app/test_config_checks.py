@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from attnlab.app.config_checks import closest_key
 from attnlab.app.config_store import register_configs
 
@@ -15,6 +17,7 @@ def test_a_top_level_key_under_variant_params_is_named_with_or_without_plus():
         "variant.params.n_kv_heads: n_kv_heads is the top-level key num_kv_heads; use num_kv_heads=1")
 
 
+@pytest.mark.slow
 def test_a_key_of_another_group_is_named_by_its_full_name():
     """The run's header prints `n_tokens=6 d_in=3`; typed back as such they are inputs' keys."""
     register_configs()  # as the CLI has before it names the closest key

@@ -73,6 +73,7 @@ def test_a_job_killed_before_its_last_output_is_completed_on_resume_and_a_copied
     assert table.count("\nreference,") == 1 and table.count("\nunscaled,") == 1
 
 
+@pytest.mark.slow
 def test_a_run_left_running_by_a_dead_process_is_ended_killed(tmp_path, monkeypatch) -> None:
     pytest.importorskip("mlflow")
     from mlflow import MlflowClient

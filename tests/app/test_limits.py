@@ -15,6 +15,7 @@ from attnlab.inputs.kinds import file_inputs
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the address space in use is read from /proc")
+@pytest.mark.slow
 def test_a_run_past_the_address_space_limit_is_refused_before_any_forward(tmp_path) -> None:
     limit = 3 * 2**30  # enough for the interpreter with torch, far less than the run asks
 

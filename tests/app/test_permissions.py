@@ -70,6 +70,7 @@ def test_a_held_lock_times_out_naming_its_holder(tmp_path, monkeypatch) -> None:
         holder.wait()
 
 
+@pytest.mark.slow
 def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(tmp_path, monkeypatch) -> None:
     pytest.importorskip("mlflow")
     probe = textwrap.dedent("""

@@ -34,6 +34,7 @@ def test_only_regular_files_are_plugins(odd_folder, monkeypatch) -> None:
     assert skipped == [f"plugin {odd_folder / line}" for line in SKIPPED]
 
 
+@pytest.mark.slow
 def test_help_with_a_fifo_in_the_plugins_folder_ends_with_one_line_each(odd_folder, tmp_path) -> None:
     env = {**os.environ, "ATTNLAB_PLUGIN_PATH": str(odd_folder), "ATTNLAB_CACHE_DIR": str(tmp_path / "cache")}
     shown = subprocess.run([sys.executable, "-m", "attnlab", "--help"], cwd=tmp_path, env=env, capture_output=True,

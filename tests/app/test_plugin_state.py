@@ -49,6 +49,7 @@ def numpy_softmax(scores: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
+@pytest.mark.slow
 def test_the_reference_uses_torchs_own_softmax_when_a_plugin_replaced_it(tmp_path, monkeypatch) -> None:
     """Replaced in the forward (one replaced at import is put back at once: tests/modules/test_import_probe.py)."""
     monkeypatch.setattr(torch, "softmax", torch.softmax)  # the plugin's replacement is undone after the test
@@ -60,6 +61,7 @@ def test_the_reference_uses_torchs_own_softmax_when_a_plugin_replaced_it(tmp_pat
     assert [f.code for f in record.findings] != []  # the variant's halved scores are found
 
 
+@pytest.mark.slow
 def test_a_forward_that_changes_its_input_in_place_and_one_that_enables_grad(tmp_path, monkeypatch) -> None:
     plugin(tmp_path / "plugins", "Mutates", before="x.mul_(100)")
     plugin(tmp_path / "plugins", "Grads", before="torch.set_grad_enabled(True)")
@@ -86,6 +88,7 @@ def test_a_job_that_changes_the_umask_and_folder_retires_its_worker(tmp_path) ->
     assert stat.S_IMODE(after.stat().st_mode) == 0o644  # the umask the command started with, not the job's 0
 
 
+@pytest.mark.slow
 def test_a_forward_calling_os_exit_in_a_single_run_fails_its_record(tmp_path) -> None:
     plugin(tmp_path / "plugins", "Exits", before="os._exit(0)")
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
@@ -97,6 +100,7 @@ def test_a_forward_calling_os_exit_in_a_single_run_fails_its_record(tmp_path) ->
     assert record["status"] == "failed" and "os._exit(0) called in forward" in record["error"]
 
 
+@pytest.mark.slow
 def test_a_clean_process_has_no_replaced_torch_function() -> None:
     code = "import torch\nfrom attnlab.process_state import replaced\nprint(replaced())"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

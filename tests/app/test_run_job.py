@@ -24,6 +24,7 @@ def _values(record_json: dict) -> dict:
 
 
 @pytest.mark.parametrize("variant,overrides", [("unscaled", []), ("wrong_softmax_axis", RANDOM), ("linear", RANDOM)])
+@pytest.mark.slow
 def test_each_seed_equals_its_single_run_bitwise(variant, overrides):
     many = compute_records(compose_config(variant, 7, [*overrides, "n_seeds=4"]))
     assert [r.seed for r in many] == [7, 8, 9, 10]

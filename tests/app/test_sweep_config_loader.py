@@ -83,6 +83,7 @@ def assert_same(ours: DictConfig, theirs: DictConfig) -> None:
 
 
 @pytest.mark.parametrize("hydra_lines,lines,composed", SWEEPS, ids=lambda value: str(value))
+@pytest.mark.slow
 def test_every_job_is_the_config_hydra_composes(loader, compositions, hydra_lines, lines, composed) -> None:
     sweep = master(loader, hydra_lines, lines)
     ours = SweepConfigLoader(loader)
@@ -92,6 +93,7 @@ def test_every_job_is_the_config_hydra_composes(loader, compositions, hydra_line
     assert OmegaConf.get_cache(sweep) or not hydra_lines  # the resolver cache compared is not an empty one
 
 
+@pytest.mark.slow
 def test_a_composition_per_combination_of_config_group_choices(loader, compositions) -> None:
     lines = ["variant=reference,linear,unscaled,wrong_softmax_axis", "seed=1,2,3,4,5"]
     sweep = master(loader, [], lines)
@@ -118,6 +120,7 @@ def test_a_job_changing_its_config_changes_no_other_job(loader) -> None:
                                  ["~no_such_key"], ["variant=no_such_variant", "seed=1"], ["seed=[1"],
                                  ["variant=linear", "seed=1", "variant.params=2"],
                                  ["inputs={n_tokens:3}", "seed=1"]])
+@pytest.mark.slow
 def test_a_bad_line_fails_with_hydras_own_error(loader, job) -> None:
     sweep = master(loader, [], ["variant=linear"])
     ours = SweepConfigLoader(loader)

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from attnlab.reporting.rows import write_rows_csv
 
 HOSTILE = "\x1b]0;owned\x07\u202e"
@@ -36,6 +38,7 @@ def attnlab(tmp_path, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_help_errors_and_labels_reach_the_terminal_escaped(tmp_path) -> None:
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / "hostile.py").write_text(PLUGIN.replace("\x1b", "\\x1b").replace("\x07", "\\x07")

@@ -39,6 +39,7 @@ def test_a_resolver_in_a_text_creates_nothing(tmp_path, monkeypatch) -> None:
     assert not (tmp_path / "made_by_text").exists()
 
 
+@pytest.mark.slow
 def test_an_escaped_interpolation_on_the_command_line_is_resolved_once(app, tmp_path) -> None:
     run = app("inputs=text", "inputs.text=\\${oc.env:ATTNLAB_TEST_SECRET}", "log.tensorboard=false",
               env={"ATTNLAB_TEST_SECRET": SECRET})

@@ -31,6 +31,7 @@ def attnlab_limited(tmp_path, size: int, *args: str) -> subprocess.CompletedProc
                           text=True, timeout=300, preexec_fn=limited(size))
 
 
+@pytest.mark.slow
 def test_a_run_past_the_file_size_limit_is_one_line(tmp_path) -> None:
     run = attnlab_limited(tmp_path, 20_000, "variant=unscaled", "log.terminal=false", f"hydra.run.dir={tmp_path / 'run'}")
     assert run.returncode == 1
@@ -39,6 +40,7 @@ def test_a_run_past_the_file_size_limit_is_one_line(tmp_path) -> None:
     assert f"{tmp_path / 'run'}" in lines[0]
 
 
+@pytest.mark.slow
 def test_compare_into_a_file_past_the_limit_is_one_line(tmp_path) -> None:
     attnlab.run("unscaled", out_dir=tmp_path / "job", log={"tensorboard": False, "html": False})
     out = tmp_path / "table.html"

@@ -203,6 +203,7 @@ FOLLOWED = list(PLUGINS)
 
 
 @pytest.mark.parametrize("name", FOLLOWED)
+@pytest.mark.slow
 def test_a_correct_copy_gives_no_error_finding(library, name):
     result = library(name)
     assert errors(result) == [], [(f.code, f.stage, f.message) for f in result.findings]
@@ -263,6 +264,7 @@ def diffllama(tmp_path: Path, use_plugins):
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.slow
 def test_diffllama_s_split_values_are_not_observable_and_a_planted_mistake_is_found(diffllama, implementation):
     result = diffllama("hf:diffllama", implementation)
     assert errors(result) == [], [(f.code, f.stage, f.message) for f in result.findings]

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 import attnlab
@@ -26,6 +27,7 @@ def test_spilled_stages_keep_their_values_and_are_never_pickled(tmp_path):
     assert isinstance(stages["weights"]._attnlab_memory_map, np.memmap)  # read from the file, not held
 
 
+@pytest.mark.slow
 def test_release_gives_back_the_pages_a_pass_read(tmp_path):
     np.save(tmp_path / "big.npy", np.ones((64, 1024, 1024), dtype=np.float32))  # 256 MiB
     tensor = mapped(tmp_path / "big.npy")
@@ -52,6 +54,7 @@ def test_a_spilled_run_gives_the_same_record(monkeypatch):
                for k in plain.record.variant.diagnostics)
 
 
+@pytest.mark.slow
 def test_release_reaches_a_numpy_view_of_a_spilled_stage(tmp_path):
     np.save(tmp_path / "big.npy", np.ones((64, 1024, 1024), dtype=np.float32))  # 256 MiB
     view = as_numpy(mapped(tmp_path / "big.npy"))[1:]  # what a record's sinks read: a view of the map

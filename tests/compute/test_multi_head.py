@@ -61,6 +61,7 @@ NEEDS_SQUARE = {"nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights", "to
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.integers(1, 3), heads=st.integers(1, 4), tokens=st.integers(1, 24), head_dim=st.integers(1, 8),
        d_in=st.integers(1, 24), seed=st.integers(0, 10_000))
+@pytest.mark.slow
 def test_correct_implementations_have_no_finding(use_plugins, name, batch, heads, tokens, head_dim, d_in, seed):
     use_plugins(IMPLEMENTATIONS)
     d_out = heads * head_dim
@@ -75,6 +76,7 @@ def test_correct_implementations_have_no_finding(use_plugins, name, batch, heads
     assert record.missing_stages == []
 
 
+@pytest.mark.slow
 def test_the_source_wrapper_pasted_verbatim_runs_against_its_own_reference(tmp_path, use_plugins):
     """Its file defines CausalAttention too: the variant is the outermost class, with no decorator."""
     text = (SOURCE / "ch03.py").read_text()

@@ -77,6 +77,7 @@ def _random_run(variant: str, seed: int, n_tokens: int, d_in: int, d_out: int, d
 
 @settings(max_examples=15, deadline=None)
 @given(**shapes)
+@pytest.mark.slow
 def test_reference_equals_scaled_dot_product_attention(seed, n_tokens, d_in, d_out, distribution):
     result, (q, k, v) = _random_run("reference", seed, n_tokens, d_in, d_out, distribution)
     expected = F.scaled_dot_product_attention(q[None], k[None], v[None])[0]
@@ -86,6 +87,7 @@ def test_reference_equals_scaled_dot_product_attention(seed, n_tokens, d_in, d_o
 
 @settings(max_examples=15, deadline=None)
 @given(**shapes)
+@pytest.mark.slow
 def test_unscaled_equals_sdpa_with_scale_one(seed, n_tokens, d_in, d_out, distribution):
     result, (q, k, v) = _random_run("unscaled", seed, n_tokens, d_in, d_out, distribution)
     expected = F.scaled_dot_product_attention(q[None], k[None], v[None], scale=1.0)[0]
@@ -95,6 +97,7 @@ def test_unscaled_equals_sdpa_with_scale_one(seed, n_tokens, d_in, d_out, distri
 
 @settings(max_examples=15, deadline=None)
 @given(**shapes)
+@pytest.mark.slow
 def test_wrong_softmax_axis_equals_an_independent_softmax_over_dim_0(seed, n_tokens, d_in, d_out, distribution):
     result, (q, k, v) = _random_run("wrong_softmax_axis", seed, n_tokens, d_in, d_out, distribution)
     scaled = (q @ k.T).double() / d_out**0.5
@@ -103,6 +106,7 @@ def test_wrong_softmax_axis_equals_an_independent_softmax_over_dim_0(seed, n_tok
     np.testing.assert_allclose(result.record.variant.matrix("output"), (weights @ v.double()).numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_plugin_that_raises_fails_its_own_record_only(plugin_folder, use_plugins):
     folder = plugin_folder("raises_in_forward", """
         import torch.nn as nn
@@ -119,6 +123,7 @@ def test_a_plugin_that_raises_fails_its_own_record_only(plugin_folder, use_plugi
     assert attnlab.run("unscaled").record.status == "ok"
 
 
+@pytest.mark.slow
 def test_a_plugin_returning_the_wrong_rows_fails_with_the_shape_named(plugin_folder, use_plugins):
     folder = plugin_folder("one_row", """
         import torch, torch.nn as nn
@@ -158,6 +163,7 @@ def _returning(plugin_folder, use_plugins, name: str, returned: str):
     return attnlab.run(name).record
 
 
+@pytest.mark.slow
 def test_a_plugin_returning_the_weights_gets_wrong_output_naming_them(plugin_folder, use_plugins):
     """`return attn_weights` is a finding at the output, naming the weights."""
     record = _returning(plugin_folder, use_plugins, "returns_weights", "attn_weights")
@@ -171,6 +177,7 @@ def test_a_plugin_returning_the_weights_gets_wrong_output_naming_them(plugin_fol
     np.testing.assert_array_equal(record.variant.matrix("output"), record.variant.matrix("weights"))
 
 
+@pytest.mark.slow
 def test_a_plugin_returning_weights_times_x_gets_no_value_path_finding(plugin_folder, use_plugins):
     """A (6, 3) `attn_weights @ x` must not be blamed on the values line."""
     record = _returning(plugin_folder, use_plugins, "returns_weights_x", "attn_weights @ x")

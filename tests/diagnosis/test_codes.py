@@ -177,6 +177,7 @@ def _run(plugin_folder, use_plugins, name: str, returned: str, *overrides: str):
     return attnlab.run(name, overrides=list(overrides)).record
 
 
+@pytest.mark.slow
 def test_a_wrong_output_after_a_right_context_is_output_path(plugin_folder, use_plugins):
     record = _run(plugin_folder, use_plugins, "output_plus_one", "context_vec + 1")
     assert [(f.code, f.stage, f.severity) for f in record.findings] == [("output_path", "output", "error")]

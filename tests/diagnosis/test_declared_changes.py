@@ -169,6 +169,7 @@ def test_every_stage_is_captured(name):
     assert captured_stages(name) == set(STAGES) - {"weights_applied"}
 
 
+@pytest.mark.slow
 def test_xpos_is_named_not_a_query_source(declared):
     result = declared("xpos")
     assert codes(result) == [("xpos", "info")], [f.message for f in result.findings]

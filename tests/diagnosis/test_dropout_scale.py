@@ -52,6 +52,7 @@ def _run(plugin_folder, use_plugins, name: str, kept: str, *overrides: str):
     return attnlab.run(name, 123, overrides=list(overrides), log=OFF)
 
 
+@pytest.mark.slow
 def test_a_dropout_that_does_not_rescale_is_dropout_unscaled(plugin_folder, use_plugins):
     result = _run(plugin_folder, use_plugins, "dropout_unscaled_by_hand", "", "train=true", "dropout=0.5")
     assert [(f.code, f.stage, f.severity) for f in result.findings] == [("dropout_unscaled", "weights_applied", "error")]
@@ -66,6 +67,7 @@ def test_a_dropout_that_does_not_rescale_is_dropout_unscaled(plugin_folder, use_
     assert "not multiplied by 1/(1 - p)" in message
 
 
+@pytest.mark.slow
 def test_a_dropout_by_hand_that_rescales_is_the_dropout_note(plugin_folder, use_plugins):
     result = _run(plugin_folder, use_plugins, "dropout_rescaled_by_hand", " / (1 - self.p)", "train=true", "dropout=0.5")
     assert [(f.code, f.severity) for f in result.findings] == [("dropout", "info")]
@@ -77,6 +79,7 @@ def test_the_source_s_causal_attention_is_not_dropout_unscaled(overrides):
     assert codes == (["dropout"] if overrides else [])
 
 
+@pytest.mark.slow
 def test_the_same_mistake_in_eval_mode_draws_nothing_and_finds_nothing(plugin_folder, use_plugins):
     assert _run(plugin_folder, use_plugins, "dropout_unscaled_in_eval", "").findings == []
 

@@ -137,6 +137,7 @@ def test_batch_mixing_check_against_torch_per_item():
         assert result.items == ([0, 1, 2] if mixes else [])
 
 
+@pytest.mark.slow
 def test_findings_name_the_heads_where_they_hold(plugin_folder, use_plugins):
     """Only head 0's values are scaled: the finding holds for head 0 of every batch item."""
     source = Path(discover().specs["multi_head_attention"].source).read_text()
@@ -177,6 +178,7 @@ def test_scaling_names_the_factor_used_and_the_right_one():
     assert "expected 0.7071 (1/sqrt(head_dim), head_dim = keys.shape[-1] = 2)" in finding.message
 
 
+@pytest.mark.slow
 def test_scaling_recognises_1_over_sqrt_d_in(plugin_folder, use_plugins):
     source = Path(discover().specs["multi_head_attention"].source).read_text().replace('"multi_head_attention"', '"by_d_in"').replace(
         "attn_scores / keys.shape[-1] ** 0.5", "attn_scores / d_in ** 0.5")
@@ -198,6 +200,7 @@ def test_mask_offset_says_which_way():
     assert "diagonal=2" in ahead.message and "see the next token" in ahead.message
 
 
+@pytest.mark.slow
 def test_a_very_negative_fill_is_a_mask(plugin_folder, use_plugins):
     """masked_fill_(mask, -1e9) gives the same weights as -inf: nothing to report."""
     source = Path(discover().specs["causal_mask_fill_zero"].source).read_text().replace('"causal_mask_fill_zero"', '"fill_neg"')
@@ -255,6 +258,7 @@ NEEDS_SQUARE = {"nanogpt_block", "nn_mha_need_weights", "nn_mha_no_weights", "to
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.integers(2, 3), heads=st.integers(1, 4), tokens=st.integers(2, 16), head_dim=st.integers(1, 6),
        d_in=st.integers(1, 16), seed=st.integers(0, 10_000))
+@pytest.mark.slow
 def test_correct_implementations_have_no_finding_on_distinct_items(use_plugins, name, batch, heads, tokens, head_dim,
                                                                     d_in, seed):
     """tests/compute/test_multi_head.py's corpus, with batch items that differ (so batch mixing is checked)."""

@@ -41,6 +41,7 @@ def _codes(record) -> list[tuple[str, str, str]]:
 
 
 @pytest.mark.parametrize("fill", sorted(FILLS))
+@pytest.mark.slow
 def test_a_finite_fill_whose_weight_is_0_is_the_reference_mask(plugin_folder, use_plugins, fill):
     name = _copy(plugin_folder, use_plugins, "multi_head_attention", fill)
     record = _record(name, "multi_head_attention", *SIZES)
@@ -62,6 +63,7 @@ def test_a_finite_fill_whose_weight_is_0_is_the_reference_mask(plugin_folder, us
     ("softcap", "multi_head_attention", SIZES),  # `softcap`
 ])
 @pytest.mark.parametrize("fill", sorted(FILLS))
+@pytest.mark.slow
 def test_a_finite_fill_gives_the_findings_of_minus_inf(plugin_folder, use_plugins, built_in, reference, sizes, fill):
     with_inf = _record(built_in, reference, *sizes)
     filled = _record(_copy(plugin_folder, use_plugins, built_in, fill), reference, *sizes)

@@ -274,6 +274,7 @@ def message(result, code: str) -> str:
 # -- the change, named with its parameter --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_rope_over_interleaved_complex_pairs_is_rotary_with_its_theta(independent):
     result = independent("roformer")
     assert "rotary" in codes(result, "info") and codes(result, "error") == []
@@ -404,6 +405,7 @@ CORRECT = ["bonus_pytorch_mha", "einsum_mha", "nanogpt_block", "nn_mha_need_weig
 
 
 @pytest.mark.parametrize("name", CORRECT)
+@pytest.mark.slow
 def test_correct_implementations_are_never_a_deliberate_change(use_plugins, name):
     use_plugins(Path(__file__).resolve().parents[1] / "implementations")
     result = attnlab.run(name, num_heads=4, d_out=16, inputs="random", overrides=["inputs.n_tokens=9", "inputs.d_in=16"])

@@ -234,6 +234,7 @@ def test_phi3_longrope_is_rope_with_its_attention_factor():
     assert shown == pytest.approx(factor, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_llama3_rope_scaling_keeps_the_base_of_its_unscaled_pairs():
     message = _rotary("llama", HEADS[64], "context_length=32768",
                       _rope(rope_type="llama3", rope_theta=500000, factor=8.0, low_freq_factor=1.0,
@@ -242,6 +243,7 @@ def test_llama3_rope_scaling_keeps_the_base_of_its_unscaled_pairs():
     assert "rescaled frequencies" in message
 
 
+@pytest.mark.slow
 def test_yarn_is_rope_with_its_attention_factor_and_the_base_of_its_unscaled_pairs():
     """YaRN multiplies cos and sin by 0.1 ln(factor) + 1 and slows the pairs whose wavelength is
     long against the original context; the fast ones keep the base."""

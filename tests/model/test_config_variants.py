@@ -28,6 +28,7 @@ def run_sdpa_in_eager_llama(text: str = TEXT):
                                                      f"inputs.text='{text}'", "layer=1", "log.tensorboard=false"])
 
 
+@pytest.mark.slow
 def test_llamas_sdpa_attention_in_an_eager_llama_changes_nothing(llama_plugin) -> None:
     result = run_sdpa_in_eager_llama()
     effect = result.record.model.effect

@@ -32,6 +32,7 @@ def _bart_swap(stack: str, index: int, causal: bool):
 
 @pytest.mark.parametrize("layer,variant,causal", [("encoder.1", "bidirectional_attention", False),
                                                   ("decoder.0", "multi_head_attention", True)])
+@pytest.mark.slow
 def test_a_correct_copy_of_bart_s_self_attention_gives_a_kl_of_zero(layer, variant, causal) -> None:
     record = _record(BART, variant, layer)
     stack, index = layer.split(".")
@@ -75,6 +76,7 @@ def _copy(own):
 
 
 @pytest.mark.parametrize("layer", ["encoder.1", "decoder.1"])
+@pytest.mark.slow
 def test_a_copy_of_t5_s_self_attention_called_as_the_layer_was_gives_a_kl_of_zero(t5_copy, layer) -> None:
     record = _record(T5, "hand_t5_attention", layer)
     stack, index = layer.split(".")
@@ -113,6 +115,7 @@ def test_a_cross_attention_or_a_layer_the_stack_lacks_is_refused_in_one_short_li
     assert len(message) <= 200 and says in message
 
 
+@pytest.mark.slow
 def test_a_stack_s_layer_in_a_model_of_one_stack_is_refused_in_one_short_line() -> None:
     message = refused("model=hf:gpt2", "model.n_layer=2", "layer=decoder.0")
     assert len(message) <= 200 and "layer=N" in message

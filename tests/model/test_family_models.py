@@ -75,6 +75,7 @@ def test_a_correct_copy_in_the_family_s_model_changes_nothing(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.slow
 def test_an_unscaled_copy_has_the_effect_of_the_same_swap_by_hand(name, unscaled):
     result = attnlab.run(f"unscaled_{name}", overrides=overrides(name))
     assert result.record.status == "ok", result.record.error

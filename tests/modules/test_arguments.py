@@ -70,6 +70,7 @@ def book_gqa(use_plugins, plugin_folder):
     return "book_gqa"
 
 
+@pytest.mark.slow
 def test_the_books_gqa_gets_its_bool_mask_and_rope_by_name(book_gqa):
     built = plan(book_gqa, VALUES).build(123)
     x = torch.rand(2, 8, 64, generator=torch.Generator().manual_seed(1))  # (b, T, d_in)
@@ -89,6 +90,7 @@ def test_the_books_gqa_runs_and_no_finding_is_an_error(book_gqa):
     assert not [f for f in result.findings if f.severity == "error"], result.findings
 
 
+@pytest.mark.slow
 def test_nn_multiheadattention_imported_bare_is_called_with_query_key_value(use_plugins, plugin_folder):
     use_plugins(plugin_folder("torch_bare", "from torch.nn import MultiheadAttention\n"))
     built = plan("torch_bare", VALUES).build(123)
@@ -103,6 +105,7 @@ def test_nn_multiheadattention_imported_bare_is_called_with_query_key_value(use_
     assert result.record.status == "ok" and result.findings == [], result.record.error
 
 
+@pytest.mark.slow
 def test_a_required_argument_nothing_provides_is_refused_before_any_work(use_plugins, plugin_folder):
     use_plugins(plugin_folder("needs_memory", '''
         import torch.nn as nn
@@ -122,6 +125,7 @@ def test_a_required_argument_nothing_provides_is_refused_before_any_work(use_plu
     assert "\n" not in message
 
 
+@pytest.mark.slow
 def test_a_module_taking_exactly_its_window_is_probed_at_the_runs_token_count(use_plugins, plugin_folder):
     """Swin's window attention accepts exactly window_size tokens; the 3-token probe must not kill it."""
     use_plugins(plugin_folder("window_only", '''

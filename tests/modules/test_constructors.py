@@ -38,6 +38,7 @@ class Attention(nn.Module):
     (X_TRANSFORMERS, dict(dim=64, dim_head=12, heads=4, kv_heads=2, dim_out=48)),
     (DIFFUSERS, dict(query_dim=64, cross_attention_dim=None, heads=4, kv_heads=2, dim_head=12, out_dim=48)),
 ])
+@pytest.mark.slow
 def test_heads_dim_head_and_kv_heads_are_read_as_the_head_counts(use_plugins, plugin_folder, source, expected):
     """d_out never lands positionally in dim_head or cross_attention_dim; dim_head is d_out / heads."""
     use_plugins(plugin_folder("library_attention", f"{source}\n"))

@@ -38,6 +38,7 @@ def test_a_plain_tensor_is_the_output_itself():
     assert returned.element is None and returned.what == "Tensor (6, 2)"
 
 
+@pytest.mark.slow
 def test_a_dataclass_config_in_the_plugins_own_file_is_filled_under_its_own_spellings(use_plugins, plugin_folder):
     folder = plugin_folder("cfg_attention", '''
         from dataclasses import dataclass
@@ -74,6 +75,7 @@ def test_a_dataclass_config_in_the_plugins_own_file_is_filled_under_its_own_spel
     assert "AttnConfig(dim=d_in, n_heads=num_heads)" in get_variant("cfg_attention").signature
 
 
+@pytest.mark.slow
 def test_a_failing_load_qkv_is_a_failed_record(use_plugins, plugin_folder):
     folder = plugin_folder("own_loader", '''
         import torch
@@ -98,6 +100,7 @@ def test_a_failing_load_qkv_is_a_failed_record(use_plugins, plugin_folder):
     assert result.record.error == "variant 'own_loader' could not take the shared weights: RuntimeError: cannot load"
 
 
+@pytest.mark.slow
 def test_a_module_failing_before_auto_chose_says_reference_auto(use_plugins, plugin_folder):
     folder = plugin_folder("fails_in_forward", '''
         import torch

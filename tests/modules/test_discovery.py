@@ -105,6 +105,7 @@ def test_list_variants_filters_by_pattern_and_tag_and_refuses_an_unknown_tag():
     assert attnlab.list_variants(tag="yours") == []  # a group without plugins is known, and empty
 
 
+@pytest.mark.slow
 def test_a_plugin_declares_tags_after_its_group(plugins):
     write(plugins, "tagged", "import attnlab\n" + SOURCE_SELF_ATTENTION_V1.replace(
         "class SelfAttention_v1", "@attnlab.variant(tags=('mine', 'rotary'))\nclass SelfAttention_v1"))
@@ -115,6 +116,7 @@ def test_a_plugin_declares_tags_after_its_group(plugins):
     assert attnlab.list_variants(tag="yours") == ["plain", "tagged"]
 
 
+@pytest.mark.slow
 def test_a_tag_that_is_not_a_string_fails_its_file_only(plugins):
     write(plugins, "bad_tags", """
         import attnlab, torch.nn as nn
@@ -140,6 +142,7 @@ def help_sections(text: str) -> dict[str, list[str]]:
     return sections
 
 
+@pytest.mark.slow
 def test_help_lists_each_group_under_its_heading_in_order(plugins):
     write(plugins, "mine", SOURCE_SELF_ATTENTION_V1)
     text = help_header(discover())
@@ -154,6 +157,7 @@ def test_help_lists_each_group_under_its_heading_in_order(plugins):
 
 # -- plugin files that only import a module class --------------------------------------------------
 
+@pytest.mark.slow
 def test_a_file_that_only_imports_a_module_class_is_that_variant(plugins):
     write(plugins, "from_library", "from attnlib import LibraryAttention\n")
     assert get_variant("from_library").cls.__name__ == "LibraryAttention"
@@ -171,6 +175,7 @@ def test_an_import_only_plugin_runs_through_the_cli(app, tmp_path):
     assert run.record["status"] == "ok" and run.record["findings"] == [] and run.record["first_divergent_stage"] is None
 
 
+@pytest.mark.slow
 def test_a_file_importing_several_takes_the_one_named_like_the_file(plugins):
     write(plugins, "library_attention", "from attnlib import LibraryAttention, Unused\n")
     write(plugins, "several", "import torch.nn as nn\nfrom attnlib import LibraryAttention, Unused\n")
@@ -181,6 +186,7 @@ def test_a_file_importing_several_takes_the_one_named_like_the_file(plugins):
     assert "several" not in attnlab.list_variants()
 
 
+@pytest.mark.slow
 def test_an_inputs_factory_importing_a_module_class_is_no_variant(plugins):
     write(plugins, "embedded", """
         import torch
@@ -193,6 +199,7 @@ def test_an_inputs_factory_importing_a_module_class_is_no_variant(plugins):
     assert "embedded" not in attnlab.list_variants() and warnings_about("embedded") == []
 
 
+@pytest.mark.slow
 def test_a_file_defining_a_class_is_not_taken_over_by_what_it_imports(plugins):
     write(plugins, "subclass", "from attnlib import LibraryAttention\n\nclass Mine(LibraryAttention):\n    pass\n")
     assert get_variant("subclass").cls.__name__ == "Mine"
@@ -211,6 +218,7 @@ BROKEN_DEFAULT = """
 """
 
 
+@pytest.mark.slow
 def test_a_decorator_that_raises_is_one_warning_for_that_file(plugins):
     write(plugins, "broken", BROKEN_DEFAULT)
     write(plugins, "fine", SOURCE_SELF_ATTENTION_V1)
@@ -220,6 +228,7 @@ def test_a_decorator_that_raises_is_one_warning_for_that_file(plugins):
     assert attnlab.run("fine").record.status == "ok"
 
 
+@pytest.mark.slow
 def test_a_default_that_is_no_config_value_is_one_warning_for_that_file(plugins):
     write(plugins, "tensor_default", BROKEN_DEFAULT.replace("import attnlab", "import attnlab, torch"))
     (warning,) = warnings_about("tensor_default")
@@ -267,6 +276,7 @@ USES_HELPERS = """
 """
 
 
+@pytest.mark.slow
 def test_a_plugin_imports_its_sibling_and_the_sibling_is_no_variant(plugins):
     write(plugins, "helpers", HELPERS.format(scale="2 ** -0.5"))
     write(plugins, "a_scaled", USES_HELPERS.format(helpers="helpers"))  # sorts before helpers.py
@@ -279,6 +289,7 @@ def test_a_plugin_imports_its_sibling_and_the_sibling_is_no_variant(plugins):
     assert result.record.status == "ok" and result.findings == [] and result.first_divergent_stage is None
 
 
+@pytest.mark.slow
 def test_two_folders_each_import_their_own_helpers(plugins, tmp_path, monkeypatch):
     other = tmp_path / "other_plugins"
     write(plugins, "helpers", HELPERS.format(scale="2 ** -0.5"))
@@ -290,12 +301,14 @@ def test_two_folders_each_import_their_own_helpers(plugins, tmp_path, monkeypatc
     assert [(f.code, f.stage) for f in attnlab.run("unscaled_too").findings] == [("scaling", "scaled_scores")]
 
 
+@pytest.mark.slow
 def test_a_private_sibling_is_importable_and_never_discovered(plugins):
     write(plugins, "_shared", HELPERS.format(scale="2 ** -0.5"))
     write(plugins, "scaled", USES_HELPERS.format(helpers="_shared"))
     assert discover().warnings == [] and attnlab.list_variants(tag="yours") == ["scaled"]
 
 
+@pytest.mark.slow
 def test_a_sibling_marked_as_a_variant_is_still_one(plugins):
     write(plugins, "helpers", textwrap.dedent(HELPERS.format(scale="2 ** -0.5")).replace(
         "class Projections", "import attnlab\n\n@attnlab.variant('projections_only')\nclass Projections"))
@@ -308,6 +321,7 @@ def test_a_sibling_marked_as_a_variant_is_still_one(plugins):
 CHATTY = "import sys\nprint('chatty says hello')\nprint('chatty warns', file=sys.stderr)\n" + SOURCE_SELF_ATTENTION_V1
 
 
+@pytest.mark.slow
 def test_import_time_output_is_held_back_and_shown_when_the_plugin_runs(plugins, capsys):
     write(plugins, "chatty", CHATTY)
     discover()
@@ -322,6 +336,7 @@ def test_import_time_output_is_held_back_and_shown_when_the_plugin_runs(plugins,
     assert capsys.readouterr().out.count("chatty says hello") == 1
 
 
+@pytest.mark.slow
 def test_a_stream_a_plugin_keeps_from_its_import_still_reaches_the_terminal(plugins, capsys):
     """A logging handler made at import holds the stream discovery held back: later writes pass."""
     write(plugins, "logs", "import logging, sys\n"
@@ -382,6 +397,7 @@ class Attention(nn.Module):
 SIZES_64 = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
 
 
+@pytest.mark.slow
 def test_an_import_only_file_of_a_dim_int_class_is_a_variant_not_a_config_constructor(plugins, tmp_path):
     write(tmp_path / "lib", "timmlike", TIMM_STYLE)
     write(plugins, "timm_attention", "from timmlike import Attention\n")
@@ -392,6 +408,7 @@ def test_an_import_only_file_of_a_dim_int_class_is_a_variant_not_a_config_constr
     assert result.record.status == "ok" and result.findings == [], result.record.error
 
 
+@pytest.mark.slow
 def test_a_constructor_that_cannot_be_read_is_a_warning_for_its_file_only(plugins, monkeypatch):
     from attnlab.modules import hf
 

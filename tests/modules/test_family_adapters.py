@@ -119,6 +119,7 @@ SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=32", "d_out=32", "nu
 
 
 @pytest.mark.parametrize("variant", ["mingpt_attention", "fp32_projection"])
+@pytest.mark.slow
 def test_verbatim_files_are_registered_and_built_with_no_error_finding(variant, use_plugins):
     """minGPT's GPTConfig(vocab_size, block_size, **kwargs) filled from its class's own reads of it
     (n_embd, n_head); a helper class named only as a default argument leaves the outer class the variant."""

@@ -174,6 +174,7 @@ def test_a_bert_self_attention_gets_a_bidirectional_reference_without_an_output_
 # -- nanoGPT, pasted verbatim ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant", ["nanogpt_flash", "nanogpt_manual"])
+@pytest.mark.slow
 def test_nanogpts_causal_self_attention_pasted_verbatim_runs_without_findings(use_plugins, variant):
     use_plugins(PLUGINS)
     result = run(variant)
@@ -302,6 +303,7 @@ IMPORTS = Path(__file__).parent / "hf_imports"
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.slow
 def test_an_import_only_plugin_file_runs_as_the_hf_name_does(use_plugins, model):
     """`from transformers.models.llama.modeling_llama import LlamaAttention` alone in llama_attention.py."""
     use_plugins(IMPORTS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import attnlab
@@ -28,6 +29,7 @@ DYING = {"exits_hard": "import os\nos._exit(0)\n", "segfaults": "import ctypes\n
 POISON = "import torch\ntorch.set_default_dtype(torch.float64)\ntorch.manual_seed(5)\ntorch.set_grad_enabled(False)\n"
 
 
+@pytest.mark.slow
 def test_a_plugin_dying_at_import_costs_only_its_file(plugin_folder, use_plugins, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))
     for name, source in DYING.items():
@@ -41,6 +43,7 @@ def test_a_plugin_dying_at_import_costs_only_its_file(plugin_folder, use_plugins
     assert attnlab.run("good", overrides=["log.tensorboard=false"]).record.ok
 
 
+@pytest.mark.slow
 def test_an_import_that_does_not_finish_is_remembered_for_its_file_until_it_changes(plugin_folder, use_plugins,
                                                                                     tmp_path, monkeypatch) -> None:
     """The first discovery waits out the probe once and says how to retry; the next ones skip the file
@@ -75,6 +78,7 @@ def test_an_import_that_does_not_finish_is_remembered_for_its_file_until_it_chan
     assert "hangs" in attnlab.list_variants()
 
 
+@pytest.mark.slow
 def test_a_plugin_changing_torchs_global_state_is_undone_and_named(plugin_folder, use_plugins, tmp_path,
                                                                    monkeypatch) -> None:
     monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))

@@ -44,6 +44,7 @@ def _codes(variant: str, *overrides: str) -> list[tuple[str, str, str]]:
     ("diffusers", [], [], "bidirectional_attention"),
     ("torch", [], [], "bidirectional_attention"),  # attn_mask left at its default: unmasked
 ])
+@pytest.mark.slow
 def test_an_import_only_file_runs_with_no_error_against_the_reference_it_declares(library, name, overrides, expected,
                                                                                 reference):
     variant = library(name)
@@ -91,6 +92,7 @@ PLANTED = {
 
 
 @pytest.mark.parametrize("name", PLANTED)
+@pytest.mark.slow
 def test_a_mistake_planted_in_a_copy_is_found_at_its_stage(library, name):
     source, (code, stage) = PLANTED[name]
     codes = _codes(library(name, source))

@@ -43,6 +43,7 @@ def test_create_variant_builds_the_module_with_params():
     assert module.W_query.bias is not None and module(torch.rand(6, 3)).shape == (6, 2)
 
 
+@pytest.mark.slow
 def test_the_source_class_pasted_verbatim_is_a_variant_named_after_its_file(plugin_folder, monkeypatch):
     folder = plugin_folder("my_attention", SOURCE_SELF_ATTENTION_V1)
     monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(folder))
@@ -51,6 +52,7 @@ def test_the_source_class_pasted_verbatim_is_a_variant_named_after_its_file(plug
     assert result.first_divergent_stage is None
 
 
+@pytest.mark.slow
 def test_a_plugins_folder_in_the_working_folder_is_discovered(tmp_path, monkeypatch):
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / "local_copy.py").write_text(SOURCE_SELF_ATTENTION_V1)
@@ -58,6 +60,7 @@ def test_a_plugins_folder_in_the_working_folder_is_discovered(tmp_path, monkeypa
     assert "local_copy" in attnlab.list_variants()
 
 
+@pytest.mark.slow
 def test_the_decorator_names_several_variants_in_one_file(plugin_folder, monkeypatch):
     folder = plugin_folder("two", """
         import torch, torch.nn as nn
@@ -79,6 +82,7 @@ def test_the_decorator_names_several_variants_in_one_file(plugin_folder, monkeyp
     assert attnlab.create_variant("tiny_b", 3, 2).k == 2
 
 
+@pytest.mark.slow
 def test_a_plugin_that_does_not_import_is_a_warning_and_the_rest_still_work(plugin_folder, monkeypatch):
     folder = plugin_folder("broken", "import torch\nraise ImportError('no module named flash_attn')\n")
     monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(folder))
@@ -87,6 +91,7 @@ def test_a_plugin_that_does_not_import_is_a_warning_and_the_rest_still_work(plug
     assert {"reference", "unscaled"} <= set(registry.specs)
 
 
+@pytest.mark.slow
 def test_a_byte_identical_copy_of_a_plugin_is_not_a_duplicate(tmp_path, monkeypatch):
     """A wheel's built-ins and ./plugins of the clone it was built from hold the same files."""
     copy = tmp_path / "copies"
@@ -113,6 +118,7 @@ def test_entry_points_of_installed_distributions_are_discovered(tmp_path, monkey
     assert spec.cls.__name__ == "SelfAttention_v1" and spec.source.startswith("entry point from_entry_point")
 
 
+@pytest.mark.slow
 def test_a_file_with_several_unmarked_classes_is_skipped_with_a_reason(plugin_folder, monkeypatch):
     folder = plugin_folder("ambiguous", SOURCE_SELF_ATTENTION_V1 + "\nclass Other(nn.Module):\n    pass\n")
     monkeypatch.setenv("ATTNLAB_PLUGIN_PATH", str(folder))
@@ -147,6 +153,7 @@ def test_every_two_argument_built_in_still_gets_d_in_and_d_out_positionally_and_
         assert constructor_kwargs(spec, TOP_LEVEL, {}) == ([3, 4], {})
 
 
+@pytest.mark.slow
 def test_top_level_keys_reach_a_constructor_by_name_only_when_it_takes_them(plugin_folder, monkeypatch):
     spec = spec_of(plugin_folder, monkeypatch, "heads_only", """
         import torch.nn as nn
@@ -172,6 +179,7 @@ def test_context_length_none_is_the_number_of_tokens():
 
 
 @pytest.mark.parametrize("spelling", ["num_kv_heads", "n_kv_heads", "num_key_value_heads", "num_kv_groups"])
+@pytest.mark.slow
 def test_num_kv_heads_is_passed_under_the_constructors_own_spelling(plugin_folder, monkeypatch, spelling):
     spec = spec_of(plugin_folder, monkeypatch, "user_gqa", f"""
         import torch.nn as nn
@@ -183,6 +191,7 @@ def test_num_kv_heads_is_passed_under_the_constructors_own_spelling(plugin_folde
     assert constructor_kwargs(spec, {**TOP_LEVEL, "num_heads": 8}, {})[1] == {"num_heads": 8, spelling: 8}  # None: num_heads
 
 
+@pytest.mark.slow
 def test_a_constructor_named_like_nn_multihead_attention_gets_d_in_first_and_the_heads_by_name(plugin_folder, monkeypatch):
     spec = spec_of(plugin_folder, monkeypatch, "embed", """
         import torch.nn as nn
@@ -193,6 +202,7 @@ def test_a_constructor_named_like_nn_multihead_attention_gets_d_in_first_and_the
     assert constructor_kwargs(spec, TOP_LEVEL, {}) == ([3], {"num_heads": 2, "dropout": 0.0})
 
 
+@pytest.mark.slow
 def test_variant_params_are_merged_over_the_plugins_default_params(plugin_folder, monkeypatch):
     spec = spec_of(plugin_folder, monkeypatch, "defaults", """
         import torch.nn as nn
@@ -205,6 +215,7 @@ def test_variant_params_are_merged_over_the_plugins_default_params(plugin_folder
     assert constructor_kwargs(spec, TOP_LEVEL, {"k": 3}) == ([3, 4], {"k": 3, "mode": "a"})
 
 
+@pytest.mark.slow
 def test_a_constructor_with_kwargs_accepts_any_variant_param_but_no_top_level_key(plugin_folder, monkeypatch):
     spec = spec_of(plugin_folder, monkeypatch, "anything", """
         import torch.nn as nn
@@ -232,6 +243,7 @@ def test_a_wrong_variant_param_is_a_one_line_user_error(params, message):
     assert isinstance(caught.value, UserError) and str(caught.value) == message and "\n" not in message
 
 
+@pytest.mark.slow
 def test_a_required_argument_attnlab_cannot_fill_names_the_param_to_set(plugin_folder, monkeypatch):
     spec = spec_of(plugin_folder, monkeypatch, "user_rope", """
         import torch.nn as nn
@@ -250,6 +262,7 @@ def test_create_variant_takes_top_level_keys_and_params_alike():
     assert module.num_heads == 4 and module.mask.shape == (8, 8)
 
 
+@pytest.mark.slow
 def test_constructor_signature_shows_the_parameters_without_annotations(plugin_folder, monkeypatch):
     assert get_variant("mha_wrapper").signature == "(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)"
     spec = spec_of(plugin_folder, monkeypatch, "typed", """
@@ -281,12 +294,14 @@ def source_text(*class_names: str) -> str:
     return "import torch\nimport torch.nn as nn\n\n" + "\n".join(chosen)
 
 
+@pytest.mark.slow
 def test_the_sources_wrapper_pasted_verbatim_is_the_variant_of_its_file_with_no_warning(plugin_folder, monkeypatch):
     spec = spec_of(plugin_folder, monkeypatch, "my_wrapper", source_text("CausalAttention", "MultiHeadAttentionWrapper"))
     assert spec.cls.__name__ == "MultiHeadAttentionWrapper"
     assert not [w for w in discover().warnings if "my_wrapper" in w]
 
 
+@pytest.mark.slow
 def test_a_helper_built_in_a_comprehension_is_not_a_second_variant_but_a_mention_in_a_string_is_no_build(plugin_folder, monkeypatch):
     folder = plugin_folder("outer", """
         import torch, torch.nn as nn
@@ -353,6 +368,7 @@ def test_auto_reference_of_the_built_ins(name, batched, expected):
     assert auto_reference(spec, module, batched) == expected
 
 
+@pytest.mark.slow
 def test_a_declared_reference_wins_over_the_rule(plugin_folder, monkeypatch):
     spec = spec_of(plugin_folder, monkeypatch, "declared", """
         import torch.nn as nn
@@ -365,6 +381,7 @@ def test_a_declared_reference_wins_over_the_rule(plugin_folder, monkeypatch):
     assert spec.reference == "linear" and auto_reference(spec, spec.cls(3, 4, 2), batched=True) == "linear"
 
 
+@pytest.mark.slow
 def test_auto_reference_reads_the_declaration_not_the_forward(plugin_folder, monkeypatch):
     """A wrapper with an out_proj it never calls, and an MHA that forgot its mask, are still compared
     with the source's MultiHeadAttention, which has both: the reference must not hide the bug."""
@@ -389,12 +406,14 @@ def test_auto_reference_reads_the_declaration_not_the_forward(plugin_folder, mon
     assert auto_reference(spec, module, batched=True) == "multi_head_attention"
 
 
+@pytest.mark.slow
 def test_auto_reference_of_the_sources_wrapper_pasted_verbatim_is_the_wrapper(plugin_folder, monkeypatch):
     spec = spec_of(plugin_folder, monkeypatch, "pasted", source_text("CausalAttention", "MultiHeadAttentionWrapper"))
     args, kwargs = constructor_kwargs(spec, TOP_LEVEL, {})
     assert auto_reference(spec, spec.cls(*args, **kwargs), batched=True) == "mha_wrapper"
 
 
+@pytest.mark.slow
 def test_auto_reference_without_a_head_count_is_causal_attention(plugin_folder, monkeypatch):
     spec = spec_of(plugin_folder, monkeypatch, "pasted_causal", source_text("CausalAttention"))
     args, kwargs = constructor_kwargs(spec, TOP_LEVEL, {})
@@ -403,6 +422,7 @@ def test_auto_reference_without_a_head_count_is_causal_attention(plugin_folder, 
 
 # --- descriptions: the file's own words, never a copied docstring -----------------------------------
 
+@pytest.mark.slow
 def test_an_edited_copy_of_the_reference_is_not_described_as_the_reference(tmp_path, monkeypatch):
     (tmp_path / "plugins").mkdir()
     text = (builtin_plugin_dir() / "variants" / "reference.py").read_text().replace("** 0.5", "")
@@ -412,6 +432,7 @@ def test_an_edited_copy_of_the_reference_is_not_described_as_the_reference(tmp_p
     assert get_variant("reference").description.startswith("The source's SelfAttention_v1 (the reference")
 
 
+@pytest.mark.slow
 def test_a_plugin_is_described_by_its_files_first_comment_then_its_docstring_then_its_file(plugin_folder, monkeypatch):
     folder = plugin_folder("commented", "# SelfAttention_v1 without the scaling, my first try\n" + SOURCE_SELF_ATTENTION_V1)
     plugin_folder("documented", SOURCE_SELF_ATTENTION_V1.replace("(nn.Module):", "(nn.Module):\n    '''Keys from the next token.'''"))
@@ -451,6 +472,7 @@ def test_help_lists_constructor_parameters_helper_files_and_own_descriptions(app
     assert "warning:" not in run.stdout
 
 
+@pytest.mark.slow
 def test_a_change_of_working_folder_shows_that_folders_plugins(tmp_path, monkeypatch):
     """discover() kept the first folder's ./plugins after a chdir: a later listing (and a sweep
     over every variant) named variants no file there declares."""

@@ -94,6 +94,7 @@ def test_alibi_reports_the_published_slopes_for_a_head_count_not_a_power_of_two(
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.integers(1, 2), heads=st.integers(1, 4), half=st.integers(1, 4), tokens=st.integers(4, 16),
        d_in=st.integers(2, 8), seed=st.integers(0, 10_000))
+@pytest.mark.slow
 def test_the_change_is_named_on_any_size(name, batch, heads, half, tokens, d_in, seed):
     result = attnlab.run(name, seed=seed, num_heads=heads, d_out=heads * 2 * half, batch=batch, inputs="random",
                          overrides=[f"inputs.n_tokens={tokens}", f"inputs.d_in={d_in}"])
@@ -102,6 +103,7 @@ def test_the_change_is_named_on_any_size(name, batch, heads, half, tokens, d_in,
     assert "rotary_misapplied" not in codes(result, "error")
 
 
+@pytest.mark.slow
 def test_flex_attention_with_an_alibi_score_mod_is_a_position_bias(tmp_path, use_plugins):
     """An independent FlexAttention module: its score_mod is read into the scaled scores."""
     (tmp_path / "flex_alibi.py").write_text(textwrap.dedent('''

@@ -86,10 +86,12 @@ def records_replaced(modules: dict[str, ast.Module]) -> list[str]:
     return sorted(set(found))
 
 
+@pytest.mark.slow
 def test_a_record_is_constructed_in_record_of_alone():
     assert records_constructed(_modules()) == []
 
 
+@pytest.mark.slow
 def test_no_producer_makes_a_changed_copy_of_a_record():
     assert records_replaced(_modules()) == []
 

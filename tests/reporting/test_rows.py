@@ -23,6 +23,7 @@ def _sweep(tmp_path: Path, runs: list[dict]) -> Report:
     return Report(records)
 
 
+@pytest.mark.slow
 def test_num_kv_heads_is_a_column_and_splits_the_summary(tmp_path: Path) -> None:
     report = _sweep(tmp_path, [dict(variant="gqa", seed=seed, num_heads=4, num_kv_heads=kv, d_out=8)
                                for kv in (4, 2, 1) for seed in (1, 2)])
@@ -42,6 +43,7 @@ def test_num_kv_heads_is_a_column_and_splits_the_summary(tmp_path: Path) -> None
     assert [page.count(f"<h3>gqa · num_kv_heads={kv}</h3>") for kv in (1, 2, 4)] == [1, 1, 1]
 
 
+@pytest.mark.slow
 def test_a_swept_weights_init_is_not_pooled(tmp_path: Path) -> None:
     report = _sweep(tmp_path, [dict(variant="unscaled", seed=seed, weights_init=init)
                                for init in ("rand", "normal") for seed in (1, 2)])

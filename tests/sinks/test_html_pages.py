@@ -150,6 +150,7 @@ def test_a_single_runs_page_leads_with_the_first_divergent_stage(tmp_path: Path)
         re.findall(r'<img alt="([^"]+)"', page))
 
 
+@pytest.mark.slow
 def test_a_sweeps_page_says_how_it_was_started_what_it_swept_and_links_each_jobs_page(tmp_path: Path, capsys) -> None:
     from attnlab.app.cli import main as cli_main
 

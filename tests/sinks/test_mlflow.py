@@ -52,6 +52,7 @@ def test_the_store_is_mlflows_default_in_the_working_folder_unless_named(monkeyp
     assert store_uri("http://tracker:5000") == "http://tracker:5000"
 
 
+@pytest.mark.slow
 def test_a_run_without_log_mlflow_imports_nothing_of_mlflow(tmp_path) -> None:
     code = (
         "import sys, attnlab\n"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import attnlab
 from attnlab.reporting.rows import KEY_COLUMNS, module_table, records_table
 
@@ -16,6 +18,7 @@ def test_module_table_has_the_reference_and_the_variant_with_diagnostics_columns
     assert table.loc["reference", "divergence_context"] == 0.0 and table.loc["variant", "divergence_context"] > 0
 
 
+@pytest.mark.slow
 def test_records_table_is_one_row_per_job_sorted_by_variant_and_seed():
     records = [attnlab.run(v, seed=s).record for v in ("unscaled", "reference") for s in (2, 1)]
     table = records_table(records)

@@ -12,6 +12,7 @@ from attnlab.training.job import plan
 from tests.training._tiny import TINY_OVERRIDES, tiny
 
 
+@pytest.mark.slow
 def test_a_job_writes_scalars_at_the_training_steps(tmp_path):
     result = train("causal_mask_missing", "induction", seed=1, n_seeds=2, overrides=TINY_OVERRIDES, out_dir=tmp_path)
     assert [run["seed"] for run in result.seeds] == [1, 2]
@@ -85,6 +86,7 @@ def test_no_positions_is_refused_for_a_forward_run():
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_mlflow_gets_every_scalar_at_its_training_step(tmp_path):
     from mlflow import MlflowClient
 

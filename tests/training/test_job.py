@@ -32,6 +32,7 @@ def test_a_job_writes_scalars_at_the_training_steps(tmp_path):
 @pytest.mark.parametrize("changes,message", [
     ({"task": "sorting"}, "training.task=sorting: unknown task; allowed are induction, mqar, text"),
     ({"steps": 0}, "training.steps=0: must be a positive integer"),
+    ({"lr": [1e-3, 0]}, r"training.lr=\[0.001, 0\]: must be a number > 0 or a list of them"),
     ({"task": "text", "path": "TINY"}, "is too small for context_length=8"),
 ])
 def test_bad_input_is_one_line(tmp_path, changes, message):

@@ -12,7 +12,7 @@ once and every changed run is compared with it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from attnlab.model.forward import Final
 from attnlab.model.sizes import LogitScaling
+from attnlab.model.user_metric import UserMetric
 from attnlab.record import Effect
 
 CHUNK = 128  # positions per logits chunk
@@ -82,16 +83,20 @@ def _base_chunk(head: nn.Module, final: Final, targets: Tensor, item: int, start
 @torch.no_grad()
 def output_effects(head: nn.Module, base: Final, changed: list[Final], ids: Tensor, *,
                    scaling: LogitScaling = AS_GIVEN, changed_head: nn.Module | None = None,
-                   chunk: int = CHUNK) -> list[Effect]:
+                   chunk: int = CHUNK, metric: UserMetric | None = None) -> list[Effect]:
     """For each changed run: KL(model || changed) of the next-token distributions (mean and max
     over positions), the share of positions whose top-1 token agrees, the loss on the text (mean
     next-token cross entropy) without and with the change, how far the final hidden states moved,
     and how many positions' changed predictions are not finite (their KL is NaN); over every
     position of every batch item, and, with several items, each item's own (`batch_items`).
     `ids`: (B, T). `changed_head`: another model's own output head (the learner's check compares
-    two models), else `head` makes both where a run has no logits of its own."""
+    two models), else `head` makes both where a run has no logits of its own. `metric`: a measure of
+    one's own, given each text's whole logits (attnlab.model.user_metric)."""
     per_item = [_item_effects(head, base, changed, ids[item], item, scaling, changed_head, chunk)
                 for item in range(ids.shape[0])]
+    if metric is not None:
+        per_item = [_measured(metric, effects, head, base, changed, ids[item], item, scaling, changed_head)
+                    for item, effects in enumerate(per_item)]
     if len(per_item) == 1:
         return per_item[0]
     return [_whole([effects[run] for effects in per_item], base, final)
@@ -112,6 +117,22 @@ def _item_effects(head: nn.Module, base: Final, changed: list[Final], targets: T
     return [_summary(tally, nll, base.hidden[item], final.hidden[item]) for tally, final in zip(tallies, changed)]
 
 
+def _measured(metric: UserMetric, effects: list[Effect], head: nn.Module, base: Final, changed: list[Final],
+              targets: Tensor, item: int, scaling: LogitScaling, changed_head: nn.Module | None) -> list[Effect]:
+    """Batch item `item`'s effects with `metric`'s value on its whole logits (T, vocab), made once for
+    the unmodified run and once per changed run (only when a metric asks: a GPT-2 vocabulary at 1,024
+    tokens is 200 MB)."""
+    before = _logits(head, base, item, scaling)  # (T, vocab)
+    return [replace(effect, metrics={metric.name: metric(before, _logits(changed_head or head, final, item, scaling),
+                                                         targets)})
+            for effect, final in zip(effects, changed)]
+
+
+def _logits(head: nn.Module, final: Final, item: int, scaling: LogitScaling) -> Tensor:
+    """(T, vocab) batch item `item`'s logits: the model's own, else its head's scaled output."""
+    return final.logits[item] if final.logits is not None else scaling.apply(head(final.hidden[item]))
+
+
 def _whole(items: list[Effect], base: Final, changed: Final) -> Effect:
     """A batch's effect from its items' (each over as many positions): means of their means, the
     largest of their maxima, sums of their counts; the hidden states' divergence over the whole batch."""
@@ -130,6 +151,8 @@ def _whole(items: list[Effect], base: Final, changed: Final) -> Effect:
         hidden_relative_divergence=float(difference.norm() / base.hidden.float().norm().clamp_min(1e-30)),
         non_finite_positions=sum(item.non_finite_positions for item in items),
         batch_items=items,
+        metrics={name: sum(item.metrics[name] for item in items) / len(items) for name in items[0].metrics}
+        if items[0].metrics else None,
     )
 
 

@@ -28,6 +28,7 @@ from attnlab.model.layer import ModelRun, OwnCaptures, own_head_patterns
 from attnlab.model.loading import LoadedModel
 from attnlab.model.sizes import ModelSizes
 from attnlab.model.stacks import Slot
+from attnlab.model.user_metric import user_metric
 from attnlab.modules.built import PluginError
 from attnlab.record import Effect, ModelInfo, Pair, Record, Setup, record_of
 from attnlab.schema import resolved
@@ -95,6 +96,7 @@ def intervention_records(cfg: DictConfig, chosen: Intervention, loaded: LoadedMo
         start(consume)
         return recorded[0].records
     run, layers, slots, inputs = start(None)
+    run.metric = None if chosen.metric is None else user_metric(chosen.metric)
     each = recording(run.sizes, run.attention, layers, slots, inputs)
     each.own = run.own
     other = _other_ids(chosen, loaded, run)

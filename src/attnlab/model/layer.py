@@ -27,6 +27,7 @@ from attnlab.model.inputs import ModelInputs
 from attnlab.model.loading import LoadedModel
 from attnlab.model.replay import BlockRecording
 from attnlab.model.sizes import ModelSizes, constructor_values
+from attnlab.model.user_metric import UserMetric
 from attnlab.modules.built import BuiltModule, PluginError, plan
 from attnlab.modules.layouts import LayoutError, Projections, load_projections, read_projections
 from attnlab.modules.registry import get_variant
@@ -52,6 +53,7 @@ class ModelRun:
     given: dict[str, Any] | None = None  # the forward's arguments where they are not `ids` alone
     names: list[str] | None = None  # each layer as `layer=` names it (encoder.1); None: its index
     own: OwnCaptures | None = None  # each compared layer's own stages, captured in the unmodified forward
+    metric: UserMetric | None = None  # intervene.metric: measured in each changed run's effect
 
     def layer_name(self, layer: int) -> str:
         return self.names[layer] if self.names else str(layer)
@@ -106,7 +108,8 @@ class ModelRun:
 
     def effects(self, changed: list[Final]) -> list[Effect]:
         """What each changed run does to the output, against the unmodified run."""
-        return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, scaling=self.sizes.logits)
+        return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, scaling=self.sizes.logits,
+                              metric=self.metric)
 
 
 class OwnCaptures:

@@ -45,7 +45,8 @@ def effect_line(effect: Effect, n_tokens: int, title: str) -> str:
     return (f"{title} ({count}): KL mean {_g(effect.kl_mean)} · max {_g(effect.kl_max)}{rounding} · "
             f"top-1 agreement {round(effect.top1_agreement * n_tokens)}/{n_tokens} · loss {_g(effect.loss)} → "
             f"{_g(effect.loss_changed)} · final hidden max |Δ| {_g(effect.hidden_divergence)}"
-            + (f" · {effect.non_finite_positions} positions not finite" if effect.non_finite_positions else ""))
+            + (f" · {effect.non_finite_positions} positions not finite" if effect.non_finite_positions else "")
+            + "".join(f" · {name} {_g(value)}" for name, value in (effect.metrics or {}).items()))
 
 
 def layer_lines(record: Record) -> list[str]:
@@ -66,7 +67,8 @@ def layer_lines(record: Record) -> list[str]:
     return lines
 
 
-def _row(record: Record) -> tuple[str, ...]:
+def _row(record: Record, metrics: Sequence[str] = ()) -> tuple[str, ...]:
+    """`metrics`: the user's (intervene.metric), a column each before the findings."""
     effect = record.model.effect
     findings = " ".join(sorted({f"{f.code}@{f.stage}" for f in record.findings})) or "—"
     if effect is None:
@@ -74,15 +76,18 @@ def _row(record: Record) -> tuple[str, ...]:
     else:
         numbers = (_g(effect.kl_mean), _g(effect.kl_max), f"{effect.top1_agreement:.0%}",
                    f"{_g(effect.loss)} → {_g(effect.loss_changed)}")
-    return (record.model.layer_name, record.status, record.first_divergent_stage or "none", *numbers,
+    measured = [_g(((effect.metrics if effect else None) or {}).get(name)) for name in metrics]
+    return (record.model.layer_name, record.status, record.first_divergent_stage or "none", *numbers, *measured,
             findings if record.ok else (record.error or "")[:60])
 
 
 def layer_table(records: Sequence[Record]) -> list[list[str]]:
     """The per-layer table, its header first: the terminal prints it, the HTML pages show it."""
-    keep = [i for i, name in enumerate(TABLE_COLUMNS)
-            if name not in EFFECT_COLUMNS or records[0].model.effect is not None]
-    return [[row[i] for i in keep] for row in [TABLE_COLUMNS, *map(_row, records)]]
+    metrics = list(next((r.model.effect.metrics for r in records if r.model.effect and r.model.effect.metrics), {}))
+    header = (*TABLE_COLUMNS[:-1], *metrics, TABLE_COLUMNS[-1])
+    keep = [i for i, name in enumerate(header)
+            if name not in EFFECT_COLUMNS or any(r.model.effect is not None for r in records)]
+    return [[row[i] for i in keep] for row in [header, *(_row(r, metrics) for r in records)]]
 
 
 def print_layers(records: Sequence[Record], table_path: Path | None, records_glob: str, out: TextIO) -> None:

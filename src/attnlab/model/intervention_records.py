@@ -121,7 +121,7 @@ def _edited_run(run: ModelRun, layer: int, chosen: Intervention, other: Tensor |
         patched = contexts_on(lambda: final_hidden(run.loaded.module, other, run.loaded.hf), attention, run.sizes.heads)
     captured: list[Capture] = []
     with every_layer([attention], lambda _index, capture: captured.append(capture)):
-        final = run.changed_final(layer, edited(attention, chosen, run.sizes.heads, patched), seed)
+        final = run.changed_final(layer, edited(attention, chosen, run.sizes.heads, patched, run.lengths), seed)
     return captured[-1], run.effects([final])[0]
 
 

@@ -165,8 +165,9 @@ class Intervened(nn.Module):
 
 
 def edited(attention: nn.Module, chosen: Intervention, heads: int,
-           patched: Tensor | None = None) -> Intervened:
-    """The layer with `chosen` applied. `patched`: (1, T, H, hs) the other run's context vectors."""
+           patched: Tensor | None = None, lengths: tuple[int, ...] | None = None) -> Intervened:
+    """The layer with `chosen` applied. `patched`: (1, T, H, hs) the other run's context vectors;
+    `lengths`: a padded batch's texts' tokens (a mean is over a text's own positions, never its pads)."""
     def context_edit(values: Tensor) -> Tensor:  # (1, T, H, hs)
         at = slice(None) if chosen.head is None else chosen.head
         if chosen.kind == "function":
@@ -175,7 +176,7 @@ def edited(attention: nn.Module, chosen: Intervention, heads: int,
         if chosen.kind == "patch":
             context_vec[:, :, at] = patched[:, :, at]
         elif chosen.mode == "mean":
-            context_vec[:, :, at] = values[:, :, at].mean(dim=1, keepdim=True)
+            context_vec[:, :, at] = _position_mean(values[:, :, at], lengths)
         else:
             context_vec[:, :, at] = 0.0
         return context_vec
@@ -189,6 +190,15 @@ def edited(attention: nn.Module, chosen: Intervention, heads: int,
         return stack
 
     return Intervened(attention, edit)
+
+
+def _position_mean(values: Tensor, lengths: tuple[int, ...] | None) -> Tensor:
+    """(B, 1, ...) the mean of `values` (B, T, ...) over each item's positions, its pads left out."""
+    if lengths is None:
+        return values.mean(dim=1, keepdim=True)
+    real = torch.arange(values.shape[1]) < torch.tensor(lengths)[:, None]  # (B, T)
+    real = real.view(*real.shape, *[1] * (values.dim() - 2)).to(values.dtype)  # (B, T, 1, ...)
+    return (values * real).sum(dim=1, keepdim=True) / real.sum(dim=1, keepdim=True)  # (B, 1, ...)
 
 
 def contexts_on(model_forward: Callable[[], Any], attention: nn.Module, heads: int) -> Tensor:

@@ -54,6 +54,7 @@ class ModelRun:
     names: list[str] | None = None  # each layer as `layer=` names it (encoder.1); None: its index
     own: OwnCaptures | None = None  # each compared layer's own stages, captured in the unmodified forward
     metric: UserMetric | None = None  # intervene.metric: measured in each changed run's effect
+    lengths: tuple[int, ...] | None = None  # a padded batch: each text's tokens, its pads never scored
 
     def layer_name(self, layer: int) -> str:
         return self.names[layer] if self.names else str(layer)
@@ -81,7 +82,8 @@ class ModelRun:
                 watching.enter_context(every_layer([attention[layer][1] for layer in own.layers], own.keep))
             base, calls = final_hidden(loaded.module, token_ids, loaded.hf, [m for _, m in attention], set(layers),
                                        given)
-        return cls(loaded, attention, sizes, token_ids, labels, base, calls, recording, given, own=own)
+        return cls(loaded, attention, sizes, token_ids, labels, base, calls, recording, given, own=own,
+                   lengths=inputs.lengths if inputs else None)
 
     def projections(self, layer: int) -> Projections:
         return read_projections(self.attention[layer][1], num_heads=self.sizes.heads, num_kv_heads=self.sizes.kv_heads)
@@ -109,7 +111,7 @@ class ModelRun:
     def effects(self, changed: list[Final]) -> list[Effect]:
         """What each changed run does to the output, against the unmodified run."""
         return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, scaling=self.sizes.logits,
-                              metric=self.metric)
+                              metric=self.metric, lengths=self.lengths)
 
 
 class OwnCaptures:

@@ -95,6 +95,23 @@ def test_a_padded_batch_has_each_texts_own_effect_at_its_real_positions(tiny_gpt
     assert batch.kl_mean == pytest.approx(sum(i.kl_mean for i in batch.batch_items) / 2, rel=1e-12)
 
 
+def test_a_padded_batchs_weight_statistics_leave_its_pads_out(tiny_gpt2) -> None:
+    """The layer's own weights' statistics of a padded batch are the mean of each text's alone (the
+    largest of their errors), its head patterns the first text's alone: no pad row or key counted."""
+    batch = _observed(tiny_gpt2, {"kind": "text", "texts": [SHORT, TEXT]}).record
+    alone = [_observed(tiny_gpt2, {"kind": "text", "text": text}).record for text in (SHORT, TEXT)]
+    assert batch.status == "ok", batch.error
+    for name in ("weights_entropy_mean", "weights_entropy_norm_mean", "weights_row_max_mean", "weights_first_token_mass",
+                 "weights_entropy_mean_h2", "weights_first_token_mass_h0"):
+        mean = sum(r.variant.diagnostics[name] for r in alone) / 2
+        assert batch.variant.diagnostics[name] == pytest.approx(mean, rel=1e-6), name
+    assert batch.variant.diagnostics["weights_row_sum_max_err"] <= max(
+        r.variant.diagnostics["weights_row_sum_max_err"] for r in alone) + 1e-6
+    assert batch.variant.diagnostics["weights_col_sum_max_err"] == pytest.approx(
+        max(r.variant.diagnostics["weights_col_sum_max_err"] for r in alone), rel=1e-6)
+    assert [f.message for f in batch.findings] == [f.message for f in alone[0].findings]
+
+
 def test_a_batch_of_texts_of_different_lengths_is_one_line_for_a_variant(tiny_gpt2) -> None:
     with pytest.raises(UserError, match=r"^inputs.texts are 14, 2 tokens \(GPT-2 BPE \(tiktoken\)\): texts of different "
                                         r"lengths run padded under intervene= in a Hugging Face causal LM; here a batch "

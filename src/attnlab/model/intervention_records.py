@@ -50,11 +50,15 @@ class _Recorded:
     n_layers: int
     records: list[Record] = field(default_factory=list)
     own: OwnCaptures | None = None  # where the run's spilled stages are, kept with the records
+    lengths: tuple[int, ...] | None = None  # a padded batch's texts' tokens: the captures' statistics skip the pads
 
     def add(self, layer: int, own: Capture, changed: Capture | None, effect: Effect | None,
             error: str | None = None) -> None:
         """The record of `layer`: `changed` (the edited layer's capture) against `own`, or `error`."""
         slot, module = self.slots[layer], self.attention[layer][1]
+        for capture in (own, changed):
+            if capture is not None:
+                capture.lengths = self.lengths
         about = ModelInfo(model=self.loaded.label, n_layers=sum(s.stack == slot.stack for s in self.slots),
                           parameters=self.loaded.n_parameters, tokenizer=self.tokens, heads=self.sizes.heads,
                           kv_heads=self.sizes.kv_heads, layer=slot.index, attention=self.attention[layer][0],
@@ -84,7 +88,7 @@ def intervention_records(cfg: DictConfig, chosen: Intervention, loaded: LoadedMo
 
     def recording(sizes, attention, layers, slots, inputs) -> _Recorded:
         recorded.append(_Recorded(cfg, chosen, loaded, sizes, attention, slots, inputs.labels, tokens, done,
-                                  len(layers)))
+                                  len(layers), lengths=inputs.lengths))
         return recorded[0]
 
     if chosen.kind == "observe":  # each layer's record made as its stages are captured: one in memory at a time

@@ -217,7 +217,8 @@ def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -
 def own_head_patterns(reference: Capture) -> list[Finding]:
     """What the layer's own heads do (attnlab.model.head_patterns), read from its captured weights."""
     weights = reference.stages.get("weights")
-    return head_patterns(as_numpy(weights) if weights is not None else None)
+    return head_patterns(as_numpy(weights) if weights is not None else None,
+                         reference.lengths[0] if reference.lengths else None)
 
 
 @dataclass

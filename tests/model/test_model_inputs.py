@@ -93,6 +93,7 @@ def test_a_padded_batch_has_each_texts_own_effect_at_its_real_positions(tiny_gpt
         assert batch.batch_items[0].kl_mean == pytest.approx(hand["kl_mean"], rel=1e-5)
         assert batch.batch_items[0].loss_changed == pytest.approx(hand["loss_changed"], rel=1e-5)
     assert batch.kl_mean == pytest.approx(sum(i.kl_mean for i in batch.batch_items) / 2, rel=1e-12)
+    assert (batch.positions, [i.positions for i in batch.batch_items]) == (18, [4, 14])
 
 
 def test_a_padded_batchs_weight_statistics_leave_its_pads_out(tiny_gpt2) -> None:

@@ -101,6 +101,8 @@ def output_effects(head: nn.Module, base: Final, changed: list[Final], ids: Tens
     if metric is not None:
         per_item = [_measured(metric, effects, head, base, changed, ids[item, :n], item, scaling, changed_head)
                     for item, (effects, n) in enumerate(zip(per_item, lengths))]
+    if len(set(lengths)) > 1:  # padded: each text's own count of positions, for the lines that show them
+        per_item = [[replace(effect, positions=n) for effect in effects] for effects, n in zip(per_item, lengths)]
     if len(per_item) == 1:
         return per_item[0]
     return [_whole([effects[run] for effects in per_item], base, final, lengths)
@@ -158,6 +160,7 @@ def _whole(items: list[Effect], base: Final, changed: Final, lengths: list[int])
         hidden_relative_divergence=float(difference.norm() / base.hidden.float()[real].norm().clamp_min(1e-30)),
         non_finite_positions=sum(item.non_finite_positions for item in items),
         batch_items=items,
+        positions=sum(lengths) if len(set(lengths)) > 1 else None,
         metrics={name: sum(item.metrics[name] for item in items) / len(items) for name in items[0].metrics}
         if items[0].metrics else None,
     )

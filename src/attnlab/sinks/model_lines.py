@@ -39,14 +39,23 @@ def effect_positions(record: Record) -> int:
 
 
 def effect_line(effect: Effect, n_tokens: int, title: str) -> str:
+    n_tokens = effect.positions or n_tokens  # a padded batch's: its texts' tokens, never its pads
     clamped = effect.kl_clamped  # float32 rounding below 0, clamped by attnlab.model.effect
     rounding = f" (≥ 0: rounding to {clamped:.1e} clamped)" if clamped < 0 else ""
     count = f"{n_tokens} tokens" if n_tokens != 1 else "1 position"  # a classifier: its one class position
     return (f"{title} ({count}): KL mean {_g(effect.kl_mean)} · max {_g(effect.kl_max)}{rounding} · "
-            f"top-1 agreement {round(effect.top1_agreement * n_tokens)}/{n_tokens} · loss {_g(effect.loss)} → "
+            f"top-1 agreement {_agreed(effect, n_tokens)}/{n_tokens} · loss {_g(effect.loss)} → "
             f"{_g(effect.loss_changed)} · final hidden max |Δ| {_g(effect.hidden_divergence)}"
             + (f" · {effect.non_finite_positions} positions not finite" if effect.non_finite_positions else "")
             + "".join(f" · {name} {_g(value)}" for name, value in (effect.metrics or {}).items()))
+
+
+def _agreed(effect: Effect, n_tokens: int) -> int:
+    """The positions whose top-1 agrees: a padded batch's summed over its texts (its share is their
+    shares' mean, each text counting once), else the share of `n_tokens`."""
+    if effect.positions and effect.batch_items:
+        return sum(round(item.top1_agreement * (item.positions or 0)) for item in effect.batch_items)
+    return round(effect.top1_agreement * n_tokens)
 
 
 def layer_lines(record: Record) -> list[str]:

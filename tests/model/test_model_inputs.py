@@ -60,10 +60,65 @@ def test_a_batch_of_two_texts_has_each_texts_own_effect_and_stages(tiny_gpt2) ->
     assert result.record.labels[:2] == ["Every", "·effort"]
 
 
-def test_a_batch_of_texts_of_different_lengths_is_one_line(tiny_gpt2) -> None:
-    with pytest.raises(UserError, match=r"^inputs.texts are 14, 2 tokens \(GPT-2 BPE \(tiktoken\)\): a batch runs "
-                                        r"texts of as many tokens, unpadded; shorten or lengthen them, or run each text alone$"):
-        _observed(tiny_gpt2, {"kind": "text", "texts": [TEXT, "Every effort"]})
+SHORT = "Every effort moves you"  # 4 GPT-2 tokens against TEXT's 14
+
+
+def _mean_abs_logit_change(before, after, token_ids):
+    return (after - before).abs().mean()
+
+
+def _effect(folder, inputs: dict, **intervene):
+    result = attnlab.run(overrides=[f"model.path={folder}", "layer=1", *QUIET], inputs=inputs,
+                         intervene={"name": "ablate_head", "head": 1, "metric": _mean_abs_logit_change, **intervene})
+    assert result.record.status == "ok", result.record.error
+    return result.record.model.effect
+
+
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_a_padded_batch_has_each_texts_own_effect_at_its_real_positions(tiny_gpt2, mode) -> None:
+    """Texts of 14 and 4 tokens in one padded (2, 14) forward with the attention mask: each text's
+    effect (KL, top-1, loss, final hidden states, a metric of one's own) equals its run alone, and
+    the zero ablation the hand-written hook's on that text alone; a mean is over the text's own positions."""
+    batch = _effect(tiny_gpt2, {"kind": "text", "texts": [SHORT, TEXT]}, mode=mode)
+    for item, text in enumerate((SHORT, TEXT)):
+        alone, padded = _effect(tiny_gpt2, {"kind": "text", "text": text}, mode=mode), batch.batch_items[item]
+        padded_values = dict(padded.items())  # KL, top-1, losses, hidden states, the metric
+        for name, value in alone.items():
+            assert padded_values[name] == pytest.approx(value, rel=1e-5, abs=1e-7), name
+        assert padded.kl_mean > 1e-3
+    if mode == "zero":
+        model, _, _ = eager_model(tiny_gpt2)
+        short = torch.tensor([gpt2_encoding().encode(SHORT)])  # (1, 4)
+        hand = effect_by_hand(model, short, 1, zero_head(1))
+        assert batch.batch_items[0].kl_mean == pytest.approx(hand["kl_mean"], rel=1e-5)
+        assert batch.batch_items[0].loss_changed == pytest.approx(hand["loss_changed"], rel=1e-5)
+    assert batch.kl_mean == pytest.approx(sum(i.kl_mean for i in batch.batch_items) / 2, rel=1e-12)
+    assert (batch.positions, [i.positions for i in batch.batch_items]) == (18, [4, 14])
+
+
+def test_a_padded_batchs_weight_statistics_leave_its_pads_out(tiny_gpt2) -> None:
+    """The layer's own weights' statistics of a padded batch are the mean of each text's alone (the
+    largest of their errors), its head patterns the first text's alone: no pad row or key counted."""
+    batch = _observed(tiny_gpt2, {"kind": "text", "texts": [SHORT, TEXT]}).record
+    alone = [_observed(tiny_gpt2, {"kind": "text", "text": text}).record for text in (SHORT, TEXT)]
+    assert batch.status == "ok", batch.error
+    for name in ("weights_entropy_mean", "weights_entropy_norm_mean", "weights_row_max_mean", "weights_first_token_mass",
+                 "weights_entropy_mean_h2", "weights_first_token_mass_h0"):
+        mean = sum(r.variant.diagnostics[name] for r in alone) / 2
+        assert batch.variant.diagnostics[name] == pytest.approx(mean, rel=1e-6), name
+    assert batch.variant.diagnostics["weights_row_sum_max_err"] <= max(
+        r.variant.diagnostics["weights_row_sum_max_err"] for r in alone) + 1e-6
+    assert batch.variant.diagnostics["weights_col_sum_max_err"] == pytest.approx(
+        max(r.variant.diagnostics["weights_col_sum_max_err"] for r in alone), rel=1e-6)
+    assert [f.message for f in batch.findings] == [f.message for f in alone[0].findings]
+
+
+def test_a_batch_of_texts_of_different_lengths_is_one_line_for_a_variant(tiny_gpt2) -> None:
+    with pytest.raises(UserError, match=r"^inputs.texts are 14, 2 tokens \(GPT-2 BPE \(tiktoken\)\): texts of different "
+                                        r"lengths run padded under intervene= in a Hugging Face causal LM; here a batch "
+                                        r"runs texts of as many tokens: shorten or lengthen them, or run each text alone$"):
+        attnlab.run("multi_head_attention", overrides=[f"model.path={tiny_gpt2}", "layer=1", *QUIET],
+                    inputs={"kind": "text", "texts": [TEXT, "Every effort"]})
 
 
 def test_a_batch_of_texts_without_a_model_is_one_line() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from attnlab.record import Effect, ModelInfo, Record
 from attnlab.sinks.model_lines import layer_lines
 
@@ -22,3 +24,18 @@ def test_a_batch_of_texts_has_its_effect_then_each_texts() -> None:
     assert lines[3].startswith("  text 0 (4 tokens): KL mean 0.25 · max 0.5 · top-1 agreement 4/4")
     assert lines[4].startswith("  text 1 (4 tokens): KL mean 0.75 · max 1.5 · top-1 agreement 2/4")
     assert len(lines) == 5
+
+
+def test_a_padded_batch_counts_each_texts_own_positions() -> None:
+    """Texts of 4 and 10 tokens: 3 of 4 and 10 of 10 agree; the batch's share is their mean (each
+    text counts once), its count their sum: 13 of 14 positions, never a pad's."""
+    items = [replace(_effect(0.25, 0.75), positions=4), replace(_effect(0.75, 1.0), positions=10)]
+    whole = replace(_effect(0.5, 0.875, items), positions=14, metrics={"mean_abs_logit_change": 0.125})
+    about = ModelInfo(model="tiny", n_layers=2, parameters=1000, tokenizer="GPT-2 BPE", heads=4, kv_heads=4, layer=1,
+                      attention="transformer.h.1.attn", effect=whole)
+    lines = layer_lines(Record(variant="v", seed=1, config={}, n_tokens=10, model=about))
+    assert lines[2].startswith("effect on the model's output, 2 texts (14 tokens): KL mean 0.5 · max 1 · "
+                               "top-1 agreement 13/14")
+    assert lines[2].endswith(" · mean_abs_logit_change 0.125")
+    assert lines[3].startswith("  text 0 (4 tokens): KL mean 0.25 · max 0.5 · top-1 agreement 3/4")
+    assert lines[4].startswith("  text 1 (10 tokens): KL mean 0.75 · max 1.5 · top-1 agreement 10/10")

@@ -217,10 +217,11 @@ def prepared(
             raise UserError(f"{key}={kwargs[key].__name__}: a model class needs its config; pass an instance "
                             f"({key}={kwargs[key].__name__}(cfg)) or a ./models/NAME.py file")
     edit = kwargs.get("intervene")
-    if isinstance(edit, dict) and callable(edit.get("function")):  # held for this session, named in the config
-        from attnlab.model.interventions import register_function
+    if isinstance(edit, dict):  # an edit's function and metric: held for this session, named in the config
+        from attnlab.model.user_callables import register
 
-        kwargs["intervene"] = {**edit, "function": register_function(edit["function"])}
+        kwargs["intervene"] = {**edit, **{key: register(edit[key]) for key in ("function", "metric")
+                                          if callable(edit.get(key))}}
     overrides = list(overrides)
     for switch in ("terminal", "progress"):  # a notebook shows the Result
         if not any(o.lstrip("+").startswith(f"log.{switch}=") for o in overrides):

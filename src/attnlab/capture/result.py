@@ -39,6 +39,7 @@ class Capture:
     unobservable: dict[str, str] = field(default_factory=dict)  # stages not in the canonical view, and why
     sinks: torch.Tensor | None = None  # (heads, columns) learned logits joined to each row's softmax, kept apart
     output_gate: str | None = None  # the projection whose own columns gate the context before the output projection
+    lengths: tuple[int, ...] | None = None  # a padded batch: each item's tokens, its pads never counted in statistics
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so
     # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.

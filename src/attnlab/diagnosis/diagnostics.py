@@ -176,8 +176,10 @@ def first_divergent_stage(variant: Capture, reference: Capture, diagnostics: dic
 
 
 @releasing
-def _weights_diagnostics(weights: torch.Tensor | None) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """Row and column sums, entropy, row max and first-token mass of (batch, heads, query, key) weights.
+def _weights_diagnostics(weights: torch.Tensor | None, lengths: tuple[int, ...] | None = None
+                         ) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Row and column sums, entropy, row max and first-token mass of (batch, heads, query, key) weights;
+    `lengths`: a padded batch's, each item's rows and keys up to its length (its pads never counted).
 
     Per (batch, head) block in float32 (torch's cascaded sums keep a block's sum to a few
     epsilon), accumulated over blocks in float64: a float64 copy or float64 reduction of each
@@ -187,6 +189,7 @@ def _weights_diagnostics(weights: torch.Tensor | None) -> tuple[dict[str, float]
     if weights is None or weights.dim() != 4 or weights.numel() == 0:
         return dict.fromkeys(names, NAN), {}
     batch, heads, n_query, n_keys = weights.shape
+    padded, rows_in = lengths is not None, [min(n, n_query) for n in lengths or (n_query,) * batch]
     f64, wide = torch.float64, torch.promote_types(weights.dtype, torch.float32)  # bfloat16's log is too coarse
     row_err = col_err = 0.0
     entropy = torch.zeros(batch, heads, dtype=f64)
@@ -194,9 +197,10 @@ def _weights_diagnostics(weights: torch.Tensor | None) -> tuple[dict[str, float]
     first = torch.zeros(batch, heads, dtype=f64)
     extremes: list[torch.Tensor] = []  # (min, max) of each block; torch's min and max keep a NaN
     for b, h in itertools.product(range(batch), range(heads)):
-        cols = torch.zeros(n_keys, dtype=f64)
-        for rows in row_blocks(n_query):
-            block = weights[b, h, rows].to(wide)  # (rows, key)
+        keys = min(rows_in[b], n_keys) if padded else n_keys  # a pad is a key no real row sees
+        cols = torch.zeros(keys, dtype=f64)
+        for rows in row_blocks(rows_in[b]):
+            block = weights[b, h, rows, :keys].to(wide)  # (rows, key)
             row_err = max(row_err, float((block.sum(dim=-1) - 1).abs().max()))
             cols += block.sum(dim=0)
             entropy[b, h] -= float(torch.special.xlogy(block, block).sum())
@@ -204,9 +208,10 @@ def _weights_diagnostics(weights: torch.Tensor | None) -> tuple[dict[str, float]
             first[b, h] += float(block[:, 0].sum())
             extremes.append(torch.stack(torch.aminmax(block)))
         col_err = max(col_err, float((cols - 1).abs().max()))
-    per_head = {"weights_entropy_mean": (entropy / n_query).mean(dim=0),
-                "weights_row_max_mean": (row_max / n_query).mean(dim=0),
-                "weights_first_token_mass": (first / n_query).mean(dim=0)}
+    rows_of = torch.tensor(rows_in, dtype=f64)[:, None]  # (batch, 1)
+    per_head = {"weights_entropy_mean": (entropy / rows_of).mean(dim=0),
+                "weights_row_max_mean": (row_max / rows_of).mean(dim=0),
+                "weights_first_token_mass": (first / rows_of).mean(dim=0)}
     mean_entropy = float(per_head["weights_entropy_mean"].mean())
     extreme = torch.stack(extremes)
     flat = {
@@ -215,7 +220,8 @@ def _weights_diagnostics(weights: torch.Tensor | None) -> tuple[dict[str, float]
         "weights_min": float(extreme[:, 0].min()),
         "weights_max": float(extreme[:, 1].max()),
         "weights_entropy_mean": mean_entropy,
-        "weights_entropy_norm_mean": mean_entropy / math.log(n_keys) if n_keys > 1 else NAN,
+        "weights_entropy_norm_mean": (mean_entropy / math.log(n_keys) if n_keys > 1 else NAN) if not padded
+        else float((entropy / rows_of / rows_of.log()).mean()) if min(rows_in) > 1 else NAN,
         "weights_row_max_mean": float(per_head["weights_row_max_mean"].mean()),
         "weights_first_token_mass": float(per_head["weights_first_token_mass"].mean()),
     }
@@ -323,7 +329,7 @@ def _worst(values: list[float]) -> float:
 def own_statistics(capture: Capture) -> tuple[dict[str, float], dict[str, list[float]]]:
     """What a capture's own OWN_STAGES say, the reference left out: the weights' statistics (flat,
     per head), the softmax checks and the scale it applied."""
-    flat, heads = _weights_diagnostics(capture.stages.get("weights"))
+    flat, heads = _weights_diagnostics(capture.stages.get("weights"), capture.lengths)
     flat["weights_softmax_max_err"], flat["batched_single_max_abs_diff"] = softmax_checks(capture)
     flat["scale_observed"] = scale_observed(capture.stages.get("scores"), capture.stages.get("scaled_scores"))
     return flat, heads

@@ -12,7 +12,8 @@ once and every changed run is compared with it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,7 @@ from torch import Tensor, nn
 
 from attnlab.model.forward import Final
 from attnlab.model.sizes import LogitScaling
+from attnlab.model.user_metric import UserMetric
 from attnlab.record import Effect
 
 CHUNK = 128  # positions per logits chunk
@@ -82,26 +84,35 @@ def _base_chunk(head: nn.Module, final: Final, targets: Tensor, item: int, start
 @torch.no_grad()
 def output_effects(head: nn.Module, base: Final, changed: list[Final], ids: Tensor, *,
                    scaling: LogitScaling = AS_GIVEN, changed_head: nn.Module | None = None,
-                   chunk: int = CHUNK) -> list[Effect]:
+                   chunk: int = CHUNK, metric: UserMetric | None = None,
+                   lengths: Sequence[int] | None = None) -> list[Effect]:
     """For each changed run: KL(model || changed) of the next-token distributions (mean and max
     over positions), the share of positions whose top-1 token agrees, the loss on the text (mean
     next-token cross entropy) without and with the change, how far the final hidden states moved,
     and how many positions' changed predictions are not finite (their KL is NaN); over every
     position of every batch item, and, with several items, each item's own (`batch_items`).
     `ids`: (B, T). `changed_head`: another model's own output head (the learner's check compares
-    two models), else `head` makes both where a run has no logits of its own."""
-    per_item = [_item_effects(head, base, changed, ids[item], item, scaling, changed_head, chunk)
-                for item in range(ids.shape[0])]
+    two models), else `head` makes both where a run has no logits of its own. `metric`: a measure of
+    one's own, given each text's whole logits (attnlab.model.user_metric). `lengths`: a padded
+    batch's texts' tokens: each item scored at its own positions only, its pads never."""
+    lengths = list(lengths or [ids.shape[1]] * ids.shape[0])
+    per_item = [_item_effects(head, base, changed, ids[item, :n], item, scaling, changed_head, chunk)
+                for item, n in enumerate(lengths)]
+    if metric is not None:
+        per_item = [_measured(metric, effects, head, base, changed, ids[item, :n], item, scaling, changed_head)
+                    for item, (effects, n) in enumerate(zip(per_item, lengths))]
+    if len(set(lengths)) > 1:  # padded: each text's own count of positions, for the lines that show them
+        per_item = [[replace(effect, positions=n) for effect in effects] for effects, n in zip(per_item, lengths)]
     if len(per_item) == 1:
         return per_item[0]
-    return [_whole([effects[run] for effects in per_item], base, final)
+    return [_whole([effects[run] for effects in per_item], base, final, lengths)
             for run, final in enumerate(changed)]
 
 
 def _item_effects(head: nn.Module, base: Final, changed: list[Final], targets: Tensor, item: int,
                   scaling: LogitScaling, changed_head: nn.Module | None, chunk: int) -> list[Effect]:
-    """Each changed run's effect on batch item `item`; `targets`: (T,) its ids."""
-    tallies, nll, n = [_Tally() for _ in changed], 0.0, base.hidden.shape[1]
+    """Each changed run's effect on batch item `item`; `targets`: (n,) its ids, its pads left out."""
+    tallies, nll, n = [_Tally() for _ in changed], 0.0, targets.shape[0]
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
         unmodified = _base_chunk(head, base, targets, item, start, stop, scaling)
@@ -109,16 +120,35 @@ def _item_effects(head: nn.Module, base: Final, changed: list[Final], targets: T
             nll -= float(unmodified.p[unmodified.rows, unmodified.following].sum())
         for tally, final in zip(tallies, changed):
             tally.add(unmodified, log_probs(changed_head or head, final, item, start, stop, scaling))  # (c, vocab)
-    return [_summary(tally, nll, base.hidden[item], final.hidden[item]) for tally, final in zip(tallies, changed)]
+    return [_summary(tally, nll, base.hidden[item, :n], final.hidden[item, :n]) for tally, final in zip(tallies, changed)]
 
 
-def _whole(items: list[Effect], base: Final, changed: Final) -> Effect:
-    """A batch's effect from its items' (each over as many positions): means of their means, the
-    largest of their maxima, sums of their counts; the hidden states' divergence over the whole batch."""
+def _measured(metric: UserMetric, effects: list[Effect], head: nn.Module, base: Final, changed: list[Final],
+              targets: Tensor, item: int, scaling: LogitScaling, changed_head: nn.Module | None) -> list[Effect]:
+    """Batch item `item`'s effects with `metric`'s value on its whole logits (T, vocab), made once for
+    the unmodified run and once per changed run (only when a metric asks: a GPT-2 vocabulary at 1,024
+    tokens is 200 MB)."""
+    n = targets.shape[0]
+    before = _logits(head, base, item, n, scaling)  # (n, vocab)
+    return [replace(effect, metrics={metric.name: metric(before, _logits(changed_head or head, final, item, n, scaling),
+                                                         targets)})
+            for effect, final in zip(effects, changed)]
+
+
+def _logits(head: nn.Module, final: Final, item: int, n: int, scaling: LogitScaling) -> Tensor:
+    """(n, vocab) batch item `item`'s logits at its first n positions: the model's own, else its head's scaled output."""
+    return final.logits[item, :n] if final.logits is not None else scaling.apply(head(final.hidden[item, :n]))
+
+
+def _whole(items: list[Effect], base: Final, changed: Final, lengths: list[int]) -> Effect:
+    """A batch's effect from its items': means of their means (each text counts once, whatever its
+    length), the largest of their maxima, sums of their counts; the hidden states' divergence over
+    every text's positions (a padded batch's pads left out)."""
     def mean(name: str) -> float:
         return sum(getattr(item, name) for item in items) / len(items)
 
-    difference = (changed.hidden - base.hidden).float()  # (B, T, d)
+    real = torch.arange(base.hidden.shape[1]) < torch.tensor(lengths)[:, None]  # (B, T)
+    difference = (changed.hidden - base.hidden).float()[real]  # (positions, d)
     return Effect(
         kl_mean=mean("kl_mean"),
         kl_max=max((item.kl_max for item in items), key=lambda v: (math.isnan(v), v)),
@@ -127,9 +157,12 @@ def _whole(items: list[Effect], base: Final, changed: Final) -> Effect:
         loss=mean("loss"),
         loss_changed=mean("loss_changed"),
         hidden_divergence=float(difference.abs().max()),
-        hidden_relative_divergence=float(difference.norm() / base.hidden.float().norm().clamp_min(1e-30)),
+        hidden_relative_divergence=float(difference.norm() / base.hidden.float()[real].norm().clamp_min(1e-30)),
         non_finite_positions=sum(item.non_finite_positions for item in items),
         batch_items=items,
+        positions=sum(lengths) if len(set(lengths)) > 1 else None,
+        metrics={name: sum(item.metrics[name] for item in items) / len(items) for name in items[0].metrics}
+        if items[0].metrics else None,
     )
 
 

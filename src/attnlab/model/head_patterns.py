@@ -44,8 +44,11 @@ def _row_entropy(w: np.ndarray) -> np.ndarray:
     return -np.einsum("ij,ij->i", w.astype(np.float64), logs.astype(np.float64))
 
 
-def head_patterns(weights: np.ndarray | None) -> list[Finding]:
-    """Info findings for the heads of one layer (`weights`: (batch, H, T, T)); none below 3 tokens."""
+def head_patterns(weights: np.ndarray | None, tokens: int | None = None) -> list[Finding]:
+    """Info findings for the heads of one layer (`weights`: (batch, H, T, T)); none below 3 tokens.
+    `tokens`: a padded batch's first text's length (its pads left out)."""
+    if weights is not None and tokens is not None:
+        weights = weights[:1, :, :tokens, :tokens]  # (1, H, t, t)
     if weights is None or weights.ndim != 4 or min(weights.shape[-2:]) < 3:
         return []
     scores = head_scores(weights[0])

@@ -1,6 +1,8 @@
 """What a whole model is given, by the kind of model it is, and the ids its output is scored on.
 
-A causal LM is given the text's ids. An encoder–decoder is given the text twice: as the encoder's
+A causal LM is given the text's ids; texts of different lengths (a Hugging Face causal LM's) padded
+on the right, with the attention mask a tokenizer's padding gives (1 at a text's tokens, 0 at its
+pads): a text's tokens see only its tokens, and its pads are never scored. An encoder–decoder is given the text twice: as the encoder's
 input and, shifted right as the model shifts its own labels for training (`prepare_decoder_input_ids_from_labels`:
 T5's `_shift_right`, BART's `shift_tokens_right`), as the decoder's; its decoder's logits are compared.
 A vision transformer is given a random image drawn from the seed, at its config's size and
@@ -19,6 +21,7 @@ from attnlab.model.tokens import Tokenizer
 
 START = "<start>"  # the decoder's first position: the model's start token, no token of the text
 CLASS = "cls"  # a vision transformer's first token, read by its classifier
+PAD = 0  # the id a padded batch's shorter texts are filled with
 
 
 @dataclass(frozen=True)
@@ -31,12 +34,20 @@ class ModelInputs:
     scored: Tensor  # (B, P) the ids at the compared logits' positions; their next tokens are the loss's targets
     # per stack (None: the model's one stack), a label per position: the first batch item's tokens
     labels: dict[str | None, list[str]]
+    lengths: tuple[int, ...] | None = None  # a padded batch: each text's tokens (its pads after them); None: unpadded
 
 
 def text_inputs(batch: list[list[int]], tokenizer: Tokenizer) -> ModelInputs:
-    """`batch`: one list of ids per batch item, all of one length."""
-    token_ids = torch.tensor(batch, dtype=torch.long)  # (B, T)
-    return ModelInputs({}, token_ids, {None: tokenizer.labels(batch[0])})
+    """`batch`: one list of ids per batch item, all of one length, or of several padded (a Hugging Face model's)."""
+    lengths = [len(ids) for ids in batch]
+    if len(set(lengths)) == 1:
+        return ModelInputs({}, torch.tensor(batch, dtype=torch.long), {None: tokenizer.labels(batch[0])})  # (B, T)
+    longest = max(lengths)
+    # the pad id never matters: masked as a key, never scored as a query
+    token_ids = torch.tensor([ids + [PAD] * (longest - len(ids)) for ids in batch], dtype=torch.long)  # (B, T)
+    attention_mask = (torch.arange(longest) < torch.tensor(lengths)[:, None]).long()  # (B, T)
+    given = {"input_ids": token_ids, "attention_mask": attention_mask, "use_cache": False}
+    return ModelInputs(given, token_ids, {None: tokenizer.labels(batch[0])}, tuple(lengths))
 
 
 def encoder_decoder_inputs(model: nn.Module, batch: list[list[int]], tokenizer: Tokenizer) -> ModelInputs:

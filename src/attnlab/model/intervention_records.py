@@ -28,6 +28,7 @@ from attnlab.model.layer import ModelRun, OwnCaptures, own_head_patterns
 from attnlab.model.loading import LoadedModel
 from attnlab.model.sizes import ModelSizes
 from attnlab.model.stacks import Slot
+from attnlab.model.user_metric import user_metric
 from attnlab.modules.built import PluginError
 from attnlab.record import Effect, ModelInfo, Pair, Record, Setup, record_of
 from attnlab.schema import resolved
@@ -49,11 +50,15 @@ class _Recorded:
     n_layers: int
     records: list[Record] = field(default_factory=list)
     own: OwnCaptures | None = None  # where the run's spilled stages are, kept with the records
+    lengths: tuple[int, ...] | None = None  # a padded batch's texts' tokens: the captures' statistics skip the pads
 
     def add(self, layer: int, own: Capture, changed: Capture | None, effect: Effect | None,
             error: str | None = None) -> None:
         """The record of `layer`: `changed` (the edited layer's capture) against `own`, or `error`."""
         slot, module = self.slots[layer], self.attention[layer][1]
+        for capture in (own, changed):
+            if capture is not None:
+                capture.lengths = self.lengths
         about = ModelInfo(model=self.loaded.label, n_layers=sum(s.stack == slot.stack for s in self.slots),
                           parameters=self.loaded.n_parameters, tokenizer=self.tokens, heads=self.sizes.heads,
                           kv_heads=self.sizes.kv_heads, layer=slot.index, attention=self.attention[layer][0],
@@ -83,7 +88,7 @@ def intervention_records(cfg: DictConfig, chosen: Intervention, loaded: LoadedMo
 
     def recording(sizes, attention, layers, slots, inputs) -> _Recorded:
         recorded.append(_Recorded(cfg, chosen, loaded, sizes, attention, slots, inputs.labels, tokens, done,
-                                  len(layers)))
+                                  len(layers), lengths=inputs.lengths))
         return recorded[0]
 
     if chosen.kind == "observe":  # each layer's record made as its stages are captured: one in memory at a time
@@ -95,6 +100,7 @@ def intervention_records(cfg: DictConfig, chosen: Intervention, loaded: LoadedMo
         start(consume)
         return recorded[0].records
     run, layers, slots, inputs = start(None)
+    run.metric = None if chosen.metric is None else user_metric(chosen.metric)
     each = recording(run.sizes, run.attention, layers, slots, inputs)
     each.own = run.own
     other = _other_ids(chosen, loaded, run)
@@ -119,7 +125,7 @@ def _edited_run(run: ModelRun, layer: int, chosen: Intervention, other: Tensor |
         patched = contexts_on(lambda: final_hidden(run.loaded.module, other, run.loaded.hf), attention, run.sizes.heads)
     captured: list[Capture] = []
     with every_layer([attention], lambda _index, capture: captured.append(capture)):
-        final = run.changed_final(layer, edited(attention, chosen, run.sizes.heads, patched), seed)
+        final = run.changed_final(layer, edited(attention, chosen, run.sizes.heads, patched, run.lengths), seed)
     return captured[-1], run.effects([final])[0]
 
 

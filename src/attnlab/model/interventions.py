@@ -10,11 +10,11 @@ Kinds, each applied to the layer `layer=` names while the model runs:
   `intervene.text`, another text of as many tokens (activation patching);
 - `function`: `intervene.function=MODULE:NAME` (or a callable from Python) given the layer's
   context vectors (1, T, H, hs) and returning their replacement.
+`intervene.metric=MODULE:NAME` adds a measure of one's own to the edit's effect (attnlab.model.user_metric).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -27,14 +27,16 @@ from torch.overrides import TorchFunctionMode
 from attnlab.capture.recorder import tap
 from attnlab.diagnosis.masking import fill_masked
 from attnlab.errors import UserError
+from attnlab.model.user_callables import resolve
+from attnlab.model.user_metric import user_metric
 from attnlab.modules.built import PluginError
 from attnlab.modules.roles import module_roles
 
 KINDS = ("observe", "ablate_head", "scale_scores", "patch", "function")
 MODES = ("zero", "mean")
-KEYS = {"name", "head", "mode", "factor", "text", "function"}
+KEYS = {"name", "head", "mode", "factor", "text", "function", "metric"}
 ContextEdit = Callable[[Tensor], Tensor]  # (1, T, H, hs) -> (1, T, H, hs)
-_FUNCTIONS: dict[str, ContextEdit] = {}  # callables handed to attnlab.run, by the name the config holds
+TAKES = "taking and returning the context vectors (1, T, heads, head size)"
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Intervention:
     factor: float = 1.0
     text: str | None = None
     function: str | None = None
+    metric: str | None = None  # MODULE:NAME of a measure of one's own (attnlab.model.user_metric)
 
     @property
     def label(self) -> str:
@@ -55,13 +58,6 @@ class Intervention:
         inside = ", ".join(f"{key}={value!r}" if key == "text" else f"{key}={value}"
                            for key, value in shown.items() if value is not None)
         return f"{self.kind}({inside})" if inside else self.kind
-
-
-def register_function(function: ContextEdit) -> str:
-    """A Python callable as the name `intervene.function` holds for this session."""
-    name = f"session:{getattr(function, '__name__', 'function')}_{id(function):x}"
-    _FUNCTIONS[name] = function
-    return name
 
 
 def intervention(block: Mapping[str, Any]) -> Intervention | None:
@@ -88,24 +84,14 @@ def intervention(block: Mapping[str, Any]) -> Intervention | None:
     needs = {"ablate_head": "head", "patch": "text", "function": "function", "scale_scores": "factor"}.get(kind)
     if needs and block.get(needs) is None:
         raise UserError(f"intervene={kind}: needs intervene.{needs}=...")
-    function = block.get("function")
+    function, metric = (None if block.get(key) is None else str(block[key]) for key in ("function", "metric"))
     if function is not None:
-        _resolved(str(function))
-    return Intervention(kind, head, mode, float(factor), block.get("text"), None if function is None else str(function))
-
-
-def _resolved(name: str) -> ContextEdit:
-    if name in _FUNCTIONS:
-        return _FUNCTIONS[name]
-    module, _, attribute = name.partition(":")
-    try:
-        found = getattr(importlib.import_module(module), attribute) if attribute else None
-    except ImportError as exc:
-        raise UserError(f"intervene.function={name}: cannot import {module} ({exc})") from None
-    if not callable(found):
-        raise UserError(f"intervene.function={name}: name a callable as MODULE:NAME (taking and returning "
-                        f"the context vectors (1, T, heads, head size))")
-    return found
+        resolve("intervene.function", function, TAKES)
+    if metric is not None:
+        if kind == "observe":
+            raise UserError(f"intervene.metric={metric}: intervene=observe changes nothing, so there is no effect to measure")
+        user_metric(metric)  # imported and named now, before the model loads
+    return Intervention(kind, head, mode, float(factor), block.get("text"), function, metric)
 
 
 def output_projection(attention: nn.Module) -> nn.Module:
@@ -179,17 +165,18 @@ class Intervened(nn.Module):
 
 
 def edited(attention: nn.Module, chosen: Intervention, heads: int,
-           patched: Tensor | None = None) -> Intervened:
-    """The layer with `chosen` applied. `patched`: (1, T, H, hs) the other run's context vectors."""
+           patched: Tensor | None = None, lengths: tuple[int, ...] | None = None) -> Intervened:
+    """The layer with `chosen` applied. `patched`: (1, T, H, hs) the other run's context vectors;
+    `lengths`: a padded batch's texts' tokens (a mean is over a text's own positions, never its pads)."""
     def context_edit(values: Tensor) -> Tensor:  # (1, T, H, hs)
         at = slice(None) if chosen.head is None else chosen.head
         if chosen.kind == "function":
-            return _resolved(chosen.function)(values)
+            return resolve("intervene.function", chosen.function, TAKES)(values)
         context_vec = values.clone()
         if chosen.kind == "patch":
             context_vec[:, :, at] = patched[:, :, at]
         elif chosen.mode == "mean":
-            context_vec[:, :, at] = values[:, :, at].mean(dim=1, keepdim=True)
+            context_vec[:, :, at] = _position_mean(values[:, :, at], lengths)
         else:
             context_vec[:, :, at] = 0.0
         return context_vec
@@ -203,6 +190,15 @@ def edited(attention: nn.Module, chosen: Intervention, heads: int,
         return stack
 
     return Intervened(attention, edit)
+
+
+def _position_mean(values: Tensor, lengths: tuple[int, ...] | None) -> Tensor:
+    """(B, 1, ...) the mean of `values` (B, T, ...) over each item's positions, its pads left out."""
+    if lengths is None:
+        return values.mean(dim=1, keepdim=True)
+    real = torch.arange(values.shape[1]) < torch.tensor(lengths)[:, None]  # (B, T)
+    real = real.view(*real.shape, *[1] * (values.dim() - 2)).to(values.dtype)  # (B, T, 1, ...)
+    return (values * real).sum(dim=1, keepdim=True) / real.sum(dim=1, keepdim=True)  # (B, 1, ...)
 
 
 def contexts_on(model_forward: Callable[[], Any], attention: nn.Module, heads: int) -> Tensor:

@@ -27,6 +27,7 @@ from attnlab.model.inputs import ModelInputs
 from attnlab.model.loading import LoadedModel
 from attnlab.model.replay import BlockRecording
 from attnlab.model.sizes import ModelSizes, constructor_values
+from attnlab.model.user_metric import UserMetric
 from attnlab.modules.built import BuiltModule, PluginError, plan
 from attnlab.modules.layouts import LayoutError, Projections, load_projections, read_projections
 from attnlab.modules.registry import get_variant
@@ -52,6 +53,8 @@ class ModelRun:
     given: dict[str, Any] | None = None  # the forward's arguments where they are not `ids` alone
     names: list[str] | None = None  # each layer as `layer=` names it (encoder.1); None: its index
     own: OwnCaptures | None = None  # each compared layer's own stages, captured in the unmodified forward
+    metric: UserMetric | None = None  # intervene.metric: measured in each changed run's effect
+    lengths: tuple[int, ...] | None = None  # a padded batch: each text's tokens, its pads never scored
 
     def layer_name(self, layer: int) -> str:
         return self.names[layer] if self.names else str(layer)
@@ -79,7 +82,8 @@ class ModelRun:
                 watching.enter_context(every_layer([attention[layer][1] for layer in own.layers], own.keep))
             base, calls = final_hidden(loaded.module, token_ids, loaded.hf, [m for _, m in attention], set(layers),
                                        given)
-        return cls(loaded, attention, sizes, token_ids, labels, base, calls, recording, given, own=own)
+        return cls(loaded, attention, sizes, token_ids, labels, base, calls, recording, given, own=own,
+                   lengths=inputs.lengths if inputs else None)
 
     def projections(self, layer: int) -> Projections:
         return read_projections(self.attention[layer][1], num_heads=self.sizes.heads, num_kv_heads=self.sizes.kv_heads)
@@ -106,7 +110,8 @@ class ModelRun:
 
     def effects(self, changed: list[Final]) -> list[Effect]:
         """What each changed run does to the output, against the unmodified run."""
-        return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, scaling=self.sizes.logits)
+        return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, scaling=self.sizes.logits,
+                              metric=self.metric, lengths=self.lengths)
 
 
 class OwnCaptures:
@@ -212,7 +217,8 @@ def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -
 def own_head_patterns(reference: Capture) -> list[Finding]:
     """What the layer's own heads do (attnlab.model.head_patterns), read from its captured weights."""
     weights = reference.stages.get("weights")
-    return head_patterns(as_numpy(weights) if weights is not None else None)
+    return head_patterns(as_numpy(weights) if weights is not None else None,
+                         reference.lengths[0] if reference.lengths else None)
 
 
 @dataclass

@@ -100,7 +100,8 @@ def model_inputs(cfg: DictConfig, loaded: LoadedModel, sizes: ModelSizes) -> Mod
         batch = [fitting_ids(read_ids(cfg.inputs.ids), "inputs.ids", "", sizes.vocab, longest)]
     elif cfg.inputs.get("texts") is not None:
         batch = [token_ids(loaded.tokenizer, text, sizes.vocab, longest, "inputs.texts") for text in cfg.inputs.texts]
-        same_length(batch, loaded.tokenizer.name)
+        if not (loaded.hf and loaded.task == "causal" and cfg.get("intervene")):  # padded: an edit in a Hugging Face causal LM
+            same_length(batch, loaded.tokenizer.name)
     else:
         batch = [token_ids(loaded.tokenizer, cfg.inputs.text, sizes.vocab, longest)]
     if loaded.task == "seq2seq":

@@ -57,12 +57,14 @@ def token_ids(tokenizer: Tokenizer, text: str | None, vocab_size: int | None, ma
 
 
 def same_length(batch: list[list[int]], tokenizer: str) -> None:
-    """A batch of texts runs as one (B, T) forward of texts of one length: no padding, so that no
-    position of an item is a pad token whose stages and predictions would be compared as the text's."""
+    """A batch of texts runs padded under an edit in a Hugging Face causal LM (attnlab.model.inputs),
+    else as one (B, T) forward of texts of one length: a variant in the layer's place is given the
+    hidden states alone, so a pad would be a token it sees."""
     lengths = [len(ids) for ids in batch]
     if len(set(lengths)) > 1:
-        raise UserError(f"inputs.texts are {', '.join(map(str, lengths))} tokens ({tokenizer}): a batch runs texts "
-                        f"of as many tokens, unpadded; shorten or lengthen them, or run each text alone")
+        raise UserError(f"inputs.texts are {', '.join(map(str, lengths))} tokens ({tokenizer}): texts of different "
+                        f"lengths run padded under intervene= in a Hugging Face causal LM; here a batch runs texts "
+                        f"of as many tokens: shorten or lengthen them, or run each text alone")
 
 
 def fitting_ids(ids: list[int], key: str, source: str, vocab_size: int | None, max_tokens: int) -> list[int]:

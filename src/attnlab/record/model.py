@@ -56,10 +56,14 @@ class Effect:
     hidden_relative_divergence: float
     non_finite_positions: int  # positions whose changed prediction holds NaN or infinity
     batch_items: list[Effect] | None = None  # a batch of texts: each item's own, in order; None: one text
+    metrics: dict[str, float] | None = None  # intervene.metric: a measure of one's own, by its function's name
+    positions: int | None = None  # a padded batch's: the positions scored (its texts' tokens); None: every token's
 
     def items(self) -> list[tuple[str, float]]:
-        """(name, value) in field order: the diagnostics a record keeps of it (its numbers, not its items')."""
-        return [(f.name, getattr(self, f.name)) for f in fields(self) if f.name != "batch_items"]
+        """(name, value) in field order, then the user's metrics by name: the diagnostics a record keeps
+        of it (its numbers, not its items')."""
+        return [*((f.name, getattr(self, f.name)) for f in fields(self) if f.name not in ("batch_items", "metrics", "positions")),
+                *(self.metrics or {}).items()]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,13 +39,23 @@ def effect_positions(record: Record) -> int:
 
 
 def effect_line(effect: Effect, n_tokens: int, title: str) -> str:
+    n_tokens = effect.positions or n_tokens  # a padded batch's: its texts' tokens, never its pads
     clamped = effect.kl_clamped  # float32 rounding below 0, clamped by attnlab.model.effect
     rounding = f" (≥ 0: rounding to {clamped:.1e} clamped)" if clamped < 0 else ""
     count = f"{n_tokens} tokens" if n_tokens != 1 else "1 position"  # a classifier: its one class position
     return (f"{title} ({count}): KL mean {_g(effect.kl_mean)} · max {_g(effect.kl_max)}{rounding} · "
-            f"top-1 agreement {round(effect.top1_agreement * n_tokens)}/{n_tokens} · loss {_g(effect.loss)} → "
+            f"top-1 agreement {_agreed(effect, n_tokens)}/{n_tokens} · loss {_g(effect.loss)} → "
             f"{_g(effect.loss_changed)} · final hidden max |Δ| {_g(effect.hidden_divergence)}"
-            + (f" · {effect.non_finite_positions} positions not finite" if effect.non_finite_positions else ""))
+            + (f" · {effect.non_finite_positions} positions not finite" if effect.non_finite_positions else "")
+            + "".join(f" · {name} {_g(value)}" for name, value in (effect.metrics or {}).items()))
+
+
+def _agreed(effect: Effect, n_tokens: int) -> int:
+    """The positions whose top-1 agrees: a padded batch's summed over its texts (its share is their
+    shares' mean, each text counting once), else the share of `n_tokens`."""
+    if effect.positions and effect.batch_items:
+        return sum(round(item.top1_agreement * (item.positions or 0)) for item in effect.batch_items)
+    return round(effect.top1_agreement * n_tokens)
 
 
 def layer_lines(record: Record) -> list[str]:
@@ -66,7 +76,8 @@ def layer_lines(record: Record) -> list[str]:
     return lines
 
 
-def _row(record: Record) -> tuple[str, ...]:
+def _row(record: Record, metrics: Sequence[str] = ()) -> tuple[str, ...]:
+    """`metrics`: the user's (intervene.metric), a column each before the findings."""
     effect = record.model.effect
     findings = " ".join(sorted({f"{f.code}@{f.stage}" for f in record.findings})) or "—"
     if effect is None:
@@ -74,15 +85,18 @@ def _row(record: Record) -> tuple[str, ...]:
     else:
         numbers = (_g(effect.kl_mean), _g(effect.kl_max), f"{effect.top1_agreement:.0%}",
                    f"{_g(effect.loss)} → {_g(effect.loss_changed)}")
-    return (record.model.layer_name, record.status, record.first_divergent_stage or "none", *numbers,
+    measured = [_g(((effect.metrics if effect else None) or {}).get(name)) for name in metrics]
+    return (record.model.layer_name, record.status, record.first_divergent_stage or "none", *numbers, *measured,
             findings if record.ok else (record.error or "")[:60])
 
 
 def layer_table(records: Sequence[Record]) -> list[list[str]]:
     """The per-layer table, its header first: the terminal prints it, the HTML pages show it."""
-    keep = [i for i, name in enumerate(TABLE_COLUMNS)
-            if name not in EFFECT_COLUMNS or records[0].model.effect is not None]
-    return [[row[i] for i in keep] for row in [TABLE_COLUMNS, *map(_row, records)]]
+    metrics = list(next((r.model.effect.metrics for r in records if r.model.effect and r.model.effect.metrics), {}))
+    header = (*TABLE_COLUMNS[:-1], *metrics, TABLE_COLUMNS[-1])
+    keep = [i for i, name in enumerate(header)
+            if name not in EFFECT_COLUMNS or any(r.model.effect is not None for r in records)]
+    return [[row[i] for i in keep] for row in [header, *(_row(r, metrics) for r in records)]]
 
 
 def print_layers(records: Sequence[Record], table_path: Path | None, records_glob: str, out: TextIO) -> None:

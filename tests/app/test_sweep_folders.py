@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.training._tiny import TINY_OVERRIDES
+
 pytestmark = pytest.mark.slow
 
 FORWARDS = {
@@ -164,3 +166,18 @@ def test_a_sweep_whose_multirun_yaml_is_unreadable_is_recognised_from_its_jobs(t
     assert sorted((v, r["status"]) for v, r in records(tmp_path / "sweep").items()) == [
         ("linear", "ok"), ("reference", "ok"), ("scaled_by_dk", "ok"), ("unscaled", "ok")]
     assert yaml.safe_load(multirun.read_text())["hydra"]["overrides"]["task"][0] == FOUR[0]
+
+
+def test_a_resumed_training_sweep_keeps_its_finished_jobs_and_resumes_the_killed_one(tmp_path) -> None:
+    sweep = ["training=induction", "variant=unscaled,scaled_by_dk", *TINY_OVERRIDES, "training.checkpoint_every=10"]
+    assert attnlab(tmp_path, *sweep).returncode == 0
+    results = {p.parent.name: p for p in (tmp_path / "sweep").rglob("training.json")}
+    kept, killed = sorted(results)
+    before = results[kept].stat().st_mtime_ns
+    expected = results[killed].read_bytes()
+    results[killed].unlink()  # as a job killed before its result leaves it: no training.json
+    again = attnlab(tmp_path, *sweep)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming the sweep in {tmp_path / 'sweep'}: 1 of 2 job(s) are done; running the other 1" in again.stderr
+    assert results[kept].stat().st_mtime_ns == before  # not trained again
+    assert results[killed].read_bytes() == expected

@@ -40,6 +40,7 @@ from attnlab.model.model_job import check_model_request, check_unused, compute_m
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constructor_kwargs, get_variant
 from attnlab.record import Record, Setup, keeping_stages, record_of, spilled, without_stages, write_record, written
 from attnlab.record.completion import mark_done, unmark
+from attnlab.record.files import RECORD_FILE
 from attnlab.schema import check_key, check_n_tokens, check_values, declared_n_tokens
 from attnlab.sinks.base import JobInfo, build_sinks
 from attnlab.training.config_job import check_training, training_job
@@ -216,6 +217,8 @@ def run_job(cfg: DictConfig, job: JobInfo | Path | None, sinks: dict[str, Any] |
     sinks = check(cfg) if sinks is None else sinks
     if wants_training(cfg):  # its own outputs (attnlab.training.outputs): no attention record to write
         info = job if isinstance(job, JobInfo) or job is None else JobInfo(Path(job))
+        if info is not None and info.sweep_dir is not None:  # a failed record of an earlier attempt (its worker died)
+            (info.dir / RECORD_FILE).unlink(missing_ok=True)
         training_job(cfg, None if info is None else info.dir, None if info is None else info.sweep_dir)
         return []
     stream_to = None if job is None else Path(job.dir if isinstance(job, JobInfo) else job)

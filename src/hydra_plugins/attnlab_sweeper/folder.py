@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 LOCK_FILE = ".attnlab-sweep.lock"
 RECORD_FILE = "record.json"
 TRAINING_FILE = "training.json"  # a training job's result, written only when it finished (attnlab.training)
+CHECKPOINT_FOLDER = ".attnlab-checkpoint"  # a training job's checkpoint, removed after its outputs (attnlab.training.checkpoint)
 
 
 class SweepFolderError(HydraException):
@@ -130,7 +131,8 @@ def job_outcomes(folder: Path, unfinished: dict | None = None) -> dict[tuple[str
     for overrides_file in folder.rglob(".hydra/overrides.yaml"):
         job_dir = overrides_file.parent.parent
         statuses = [_status(path) for path in job_dir.rglob(RECORD_FILE)]
-        if not statuses and (job_dir / TRAINING_FILE).exists():  # a training job's result (attnlab.training)
+        training = not statuses and (job_dir / TRAINING_FILE).exists()  # a training job's result (attnlab.training)
+        if training:
             statuses = [("ok", 1)]
         if not statuses:
             continue
@@ -139,11 +141,18 @@ def job_outcomes(folder: Path, unfinished: dict | None = None) -> dict[tuple[str
         except Exception:  # noqa: BLE001 - a job folder we cannot read is a job to run again
             continue
         ok = all(status == "ok" for status, _ in statuses) and len(statuses) >= max(n for _, n in statuses)
-        why = done_mark(job_dir, overrides) if ok else None
+        why = (_training_done(job_dir) if training else done_mark(job_dir, overrides)) if ok else None
         if why is not None and unfinished is not None:
             unfinished[overrides] = f"{job_dir.name}: {why}"
         outcomes[overrides] = ok and why is None and outcomes.get(overrides, True)
     return outcomes
+
+
+def _training_done(job_dir: Path) -> str | None:
+    """None when a training job wrote every output: its checkpoint is removed last."""
+    if (job_dir / CHECKPOINT_FOLDER).exists():
+        return "its outputs were not all written (its checkpoint resumes it)"
+    return None
 
 
 def _status(path: Path) -> tuple[str, int]:

@@ -26,6 +26,7 @@ MEASURES: dict[str, tuple[float, str]] = {
     "init_query_grad_norm": (0.1, "gradient norm reaching W_query at init"),
     "steps_to_induction": (0.0, "steps to an induction head (score above 0.4)"),
 }
+REACHED = {"steps_to_target": "reached", "steps_to_induction": "induction_formed"}  # "steps to": whether each seed got there
 RELATIVE_FLOORS = ("final_train_loss", "causal_loss", "init_query_grad_norm")
 
 
@@ -81,15 +82,15 @@ def rows(summaries: Sequence[dict[str, dict[str, float]]]) -> list[Row]:
         variant = Stat(tuple(s["variant"][measure] for s in summaries if measure in s["variant"]))
         if reference.values and variant.values:
             floor = floor * abs(reference.mean) if measure in RELATIVE_FLOORS else floor
-            shown = (_reached(summaries, "reference", reference), _reached(summaries, "variant", variant)
-                     ) if measure == "steps_to_target" else ("", "")
+            shown = (_reached(summaries, "reference", reference, REACHED[measure]),
+                     _reached(summaries, "variant", variant, REACHED[measure])) if measure in REACHED else ("", "")
             table.append(Row(measure, what, reference, variant, clear(reference, variant, floor), shown))
     return table
 
 
-def _reached(summaries: Sequence[dict[str, dict[str, float]]], side: str, stat: Stat) -> str:
+def _reached(summaries: Sequence[dict[str, dict[str, float]]], side: str, stat: Stat, flag: str = "reached") -> str:
     """Steps to the target as the table shows them: `never` where no seed got there."""
-    reached = sum(s[side]["reached"] for s in summaries)
+    reached = sum(s[side][flag] for s in summaries)
     if reached == 0:
         return "never"
     return str(stat) if reached == len(summaries) else f"{stat} ({reached:.0f} of {len(summaries)} reached it)"

@@ -65,6 +65,19 @@ def test_the_sentence_names_each_seeds_step_and_never():
         "unscaled's never formed in 40 steps")
     summaries[1]["variant"] = side(40.0)
     assert formation_sentence("unscaled", summaries, 40).endswith("unscaled's formed at steps never, 40")
+    for summary in summaries:  # a variant whose weights cannot be read: its heads are not measured
+        summary["variant"] = {}
+    assert formation_sentence("linear_attention", summaries, 40).endswith("linear_attention's not measured "
+                                                                          "(its attention weights are not one row per query over the keys)")
+
+
+def test_the_table_says_never_where_no_seeds_heads_formed():
+    from attnlab.training.verdict import rows
+
+    never = {"induction_formed": 0.0, "steps_to_induction": 60.0}
+    summaries = [{"reference": {"induction_formed": 1.0, "steps_to_induction": 20.0}, "variant": never}] * 2
+    row = next(row.as_dict() for row in rows(summaries) if row.measure == "steps_to_induction")
+    assert (row["reference"], row["variant"]) == ("20±0", "never")
 
 
 def test_every_evaluation_records_every_layers_heads(tmp_path):

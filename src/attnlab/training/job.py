@@ -207,7 +207,8 @@ def summary(side: dict[str, Any], settings: TrainingConf) -> dict[str, Any]:
                 pooled[f"{name}_{what}"] = statistics.fmean(values)
             else:
                 missing[f"{name}_{what}"] = measures.get(NOT_MEASURED, {}).get("attention", "no attention weights")
-    if side.get("heads"):  # heads formed: a seed whose heads never did counts as one evaluation past the end
+    if any("induction_max" in point for point in side.get("heads", [])):  # a seed whose heads never formed
+        # counts as one evaluation past the end
         formed = induction_formed(side["heads"])
         pooled["induction_formed"] = float(formed is not None)
         pooled["steps_to_induction"] = formed if formed is not None else float(settings.steps + settings.eval_every)

@@ -33,8 +33,9 @@ MEASURES: dict[str, tuple[float, str]] = {
     "init_query_grad_norm": (0.1, "gradient norm reaching W_query at init"),
     "steps_to_induction": (0.0, "steps to an induction head (score above 0.4)"),
 }
+# "steps to" measures, read at evaluations (apart by one on every seed, or not clear): whether each seed got there
+REACHED = {"steps_to_target": "reached", "steps_to_induction": "induction_formed"}
 RELATIVE_FLOORS = ("final_train_loss", "causal_loss", "init_query_grad_norm")
-ON_THE_GRID = ("steps_to_target", "steps_to_induction")  # read at evaluations: apart by one on every seed, or not clear
 
 
 @dataclass(frozen=True)
@@ -119,13 +120,13 @@ def rows(summaries: Sequence[dict[str, dict[str, Any]]], resolution: int | None 
             table.append(Row(measure, what, reference, variant, False, note=f"not measured: {_why(summaries, measure)}"))
             continue
         floor = floor * abs(reference.mean) if measure in RELATIVE_FLOORS else floor
-        shown = (_reached(summaries, "reference", reference), _reached(summaries, "variant", variant)
-                 ) if measure == "steps_to_target" else ("", "")
+        shown = (_reached(summaries, "reference", reference, REACHED[measure]),
+                 _reached(summaries, "variant", variant, REACHED[measure])) if measure in REACHED else ("", "")
         is_clear, note = clear(reference, variant, floor), ""
         needed = None if is_clear else seeds_to_separate(reference, variant, floor)
         if len(summaries) == 1:
             note = "one seed: not estimated"
-        elif measure in ON_THE_GRID and resolution and is_clear and not _apart_on_every_seed(reference, variant):
+        elif measure in REACHED and resolution and is_clear and not _apart_on_every_seed(reference, variant):
             # clear of the noise, below the grid's resolution: more seeds would not say more
             is_clear, note = False, f"no: within one evaluation (every {resolution} steps) on some seed"
         table.append(Row(measure, what, reference, variant, is_clear, shown, note, needed))
@@ -148,9 +149,9 @@ def _apart_on_every_seed(reference: Stat, variant: Stat) -> bool:
     return len(signs) == 1 and 0 not in signs
 
 
-def _reached(summaries: Sequence[dict[str, dict[str, Any]]], side: str, stat: Stat) -> str:
+def _reached(summaries: Sequence[dict[str, dict[str, Any]]], side: str, stat: Stat, flag: str = "reached") -> str:
     """Steps to the target as the table shows them: `never` where no seed got there."""
-    reached = sum(s[side]["reached"] for s in summaries)
+    reached = sum(s[side][flag] for s in summaries)
     if reached == 0:
         return "never"
     return str(stat) if reached == len(summaries) else f"{stat} ({reached:.0f} of {len(summaries)} reached it)"

@@ -67,7 +67,7 @@ def test_a_job_stopped_after_any_checkpoint_resumes_to_the_same_results(tmp_path
     assert json.dumps(resumed) == json.dumps(whole)
 
 
-class Terminated(Exception):
+class Terminated(KeyboardInterrupt):
     """What the handler in force before training raises (the command's turns SIGTERM into Ctrl-C)."""
 
 

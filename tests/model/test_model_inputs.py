@@ -15,6 +15,7 @@ from attnlab.errors import UserError
 from attnlab.inputs.text import gpt2_encoding
 from tests.model.by_hand import OTHER, check_effect, eager_model, effect_by_hand, zero_head
 from tests.model.conftest import TEXT
+from tests.model.test_edit_checks import never_loaded  # noqa: F401 - a fixture
 
 QUIET = ["log.tensorboard=false", "log.html=false", "log.table=false"]
 LITERAL = "Every effort, moves; you 'a' \"b\" = {c} 100% ${seed} forward"
@@ -125,7 +126,7 @@ def test_a_padded_batchs_weight_statistics_leave_its_pads_out(tiny_gpt2) -> None
     assert [f.message for f in batch.findings] == [f.message for f in alone[0].findings]
 
 
-def test_a_batch_of_texts_of_different_lengths_is_one_line_for_a_variant(tiny_gpt2) -> None:
+def test_a_batch_of_texts_of_different_lengths_is_one_line_for_a_variant(tiny_gpt2, never_loaded) -> None:  # noqa: F811
     with pytest.raises(UserError, match=r"^inputs.texts are 14, 2 tokens \(GPT-2 BPE \(tiktoken\)\): texts of different "
                                         r"lengths run padded under intervene= in a Hugging Face causal LM; here a batch "
                                         r"runs texts of as many tokens: shorten or lengthen them, or run each text alone$"):

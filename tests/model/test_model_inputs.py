@@ -4,6 +4,8 @@ API, taken literally."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from attnlab.errors import UserError
 from attnlab.inputs.text import gpt2_encoding
 from tests.model.by_hand import OTHER, check_effect, eager_model, effect_by_hand, zero_head
 from tests.model.conftest import TEXT
+from tests.model.test_edit_checks import never_loaded  # noqa: F401 - a fixture
 
 QUIET = ["log.tensorboard=false", "log.html=false", "log.table=false"]
 LITERAL = "Every effort, moves; you 'a' \"b\" = {c} 100% ${seed} forward"
@@ -71,7 +74,7 @@ def _effect(folder, inputs: dict, **intervene):
     result = attnlab.run(overrides=[f"model.path={folder}", "layer=1", *QUIET], inputs=inputs,
                          intervene={"name": "ablate_head", "head": 1, "metric": _mean_abs_logit_change, **intervene})
     assert result.record.status == "ok", result.record.error
-    return result.record.model.effect
+    return result.record
 
 
 @pytest.mark.parametrize("mode", ["zero", "mean"])
@@ -79,9 +82,12 @@ def test_a_padded_batch_has_each_texts_own_effect_at_its_real_positions(tiny_gpt
     """Texts of 14 and 4 tokens in one padded (2, 14) forward with the attention mask: each text's
     effect (KL, top-1, loss, final hidden states, a metric of one's own) equals its run alone, and
     the zero ablation the hand-written hook's on that text alone; a mean is over the text's own positions."""
-    batch = _effect(tiny_gpt2, {"kind": "text", "texts": [SHORT, TEXT]}, mode=mode)
+    batch_record = _effect(tiny_gpt2, {"kind": "text", "texts": [SHORT, TEXT]}, mode=mode)
+    batch, moved = batch_record.model.effect, []
     for item, text in enumerate((SHORT, TEXT)):
-        alone, padded = _effect(tiny_gpt2, {"kind": "text", "text": text}, mode=mode), batch.batch_items[item]
+        alone_record = _effect(tiny_gpt2, {"kind": "text", "text": text}, mode=mode)
+        alone, padded = alone_record.model.effect, batch.batch_items[item]
+        moved.append(_context_moved(alone_record))
         padded_values = dict(padded.items())  # KL, top-1, losses, hidden states, the metric
         for name, value in alone.items():
             assert padded_values[name] == pytest.approx(value, rel=1e-5, abs=1e-7), name
@@ -94,6 +100,13 @@ def test_a_padded_batch_has_each_texts_own_effect_at_its_real_positions(tiny_gpt
         assert batch.batch_items[0].loss_changed == pytest.approx(hand["loss_changed"], rel=1e-5)
     assert batch.kl_mean == pytest.approx(sum(i.kl_mean for i in batch.batch_items) / 2, rel=1e-12)
     assert (batch.positions, [i.positions for i in batch.batch_items]) == (18, [4, 14])
+    assert _context_moved(batch_record) == pytest.approx(max(moved), rel=1e-3)  # the edit's finding: no pad's context
+
+
+def _context_moved(record) -> float:
+    """head 1's max |Δ context| as the intervention finding says it."""
+    message = next(f.message for f in record.findings if f.code == "intervention")
+    return float(re.search(r"max \|Δ context\| head 1 ([-+.e\d]+)\)", message).group(1))
 
 
 def test_a_padded_batchs_weight_statistics_leave_its_pads_out(tiny_gpt2) -> None:
@@ -113,7 +126,7 @@ def test_a_padded_batchs_weight_statistics_leave_its_pads_out(tiny_gpt2) -> None
     assert [f.message for f in batch.findings] == [f.message for f in alone[0].findings]
 
 
-def test_a_batch_of_texts_of_different_lengths_is_one_line_for_a_variant(tiny_gpt2) -> None:
+def test_a_batch_of_texts_of_different_lengths_is_one_line_for_a_variant(tiny_gpt2, never_loaded) -> None:  # noqa: F811
     with pytest.raises(UserError, match=r"^inputs.texts are 14, 2 tokens \(GPT-2 BPE \(tiktoken\)\): texts of different "
                                         r"lengths run padded under intervene= in a Hugging Face causal LM; here a batch "
                                         r"runs texts of as many tokens: shorten or lengthen them, or run each text alone$"):

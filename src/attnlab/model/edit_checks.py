@@ -1,6 +1,7 @@
 """What an edit and the chosen layers ask of a model, checked from its config before it loads: the
 head and layer indices against the config's head and layer counts (nothing built), and a patch's
-text against the run's text, token for token (the tokenizer alone, not the model)."""
+text against the run's text and a variant swap's batch of texts against one length, token for
+token (the tokenizer alone, not the model)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from attnlab.model.loading import _transformers
 from attnlab.model.locate import chosen_layers
 from attnlab.model.model_spec import ModelSpec
 from attnlab.model.sizes import read_size
-from attnlab.model.tokens import Tokenizer, gpt2_tokenizer, hf_tokenizer
+from attnlab.model.tokens import Tokenizer, gpt2_tokenizer, hf_tokenizer, same_length
 
 
 def check_indices(cfg: DictConfig, declared: dict[str, Any] | None, edit: Intervention | None,
@@ -42,6 +43,18 @@ def check_patch_text(cfg: DictConfig, spec: ModelSpec, edit: Intervention | None
     if given != other:
         raise UserError(f"intervene.text is {other} tokens ({tokenizer.name}), inputs.text {given}: a patch "
                         f"replaces position by position; give texts of as many tokens")
+
+
+def check_batch_lengths(cfg: DictConfig, spec: ModelSpec, edit: Intervention | None) -> None:
+    """Texts of different lengths run padded under an edit only (in a Hugging Face causal LM, checked
+    once it loads): a variant swap's texts are as many tokens, checked here for a model whose tokenizer
+    is known before it loads."""
+    texts = cfg.inputs.get("texts")
+    if edit is not None or texts is None or cfg.inputs.get("kind") != "text" or spec.kind not in ("hf", "path"):
+        return
+    tokenizer = _tokenizer(spec)
+    if tokenizer is not None:
+        same_length([tokenizer.encode(str(text)) for text in texts], tokenizer.name)
 
 
 def _tokenizer(spec: ModelSpec) -> Tokenizer | None:

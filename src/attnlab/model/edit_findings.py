@@ -19,6 +19,7 @@ from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.diagnostics import scale_observed
 from attnlab.diagnosis.masking import with_masks_as_neg_inf
 from attnlab.diagnosis.message_format import fmt
+from attnlab.model.inputs import real_positions
 from attnlab.model.interventions import Intervention
 from attnlab.record import Finding
 
@@ -47,7 +48,10 @@ def _heads(chosen: Intervention, n_heads: int) -> list[int]:
 def _contexts(chosen: Intervention, edited: Capture, own: Capture) -> Finding:
     """ablate_head, patch, function: how far each head's context vectors moved."""
     mine, theirs = edited.stages["context"], own.stages["context"]  # (b, H, T, hs)
-    moved = (mine.float() - theirs.float()).abs().amax(dim=(0, 2, 3))  # (H,)
+    difference = (mine.float() - theirs.float()).abs()  # (b, H, T, hs)
+    if own.lengths:  # a padded batch: a pad's context is no text's
+        difference *= real_positions(own.lengths, difference.shape[2])[:, None, :, None]
+    moved = difference.amax(dim=(0, 2, 3))  # (H,)
     changed = [int(h) for h in torch.nonzero(moved > 0).flatten()]
     what = {"ablate_head": f"set to {'their mean over the positions' if chosen.mode == 'mean' else 'zero'}",
             "patch": f"replaced by those the layer made on {chosen.text!r}",

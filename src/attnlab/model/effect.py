@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.model.forward import Final
+from attnlab.model.inputs import real_positions
 from attnlab.model.sizes import LogitScaling
 from attnlab.model.user_metric import UserMetric
 from attnlab.record import Effect
@@ -147,7 +148,7 @@ def _whole(items: list[Effect], base: Final, changed: Final, lengths: list[int])
     def mean(name: str) -> float:
         return sum(getattr(item, name) for item in items) / len(items)
 
-    real = torch.arange(base.hidden.shape[1]) < torch.tensor(lengths)[:, None]  # (B, T)
+    real = real_positions(lengths, base.hidden.shape[1])  # (B, T)
     difference = (changed.hidden - base.hidden).float()[real]  # (positions, d)
     return Effect(
         kl_mean=mean("kl_mean"),

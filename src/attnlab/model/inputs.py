@@ -11,6 +11,7 @@ channels; its class logits are compared, one position.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +46,14 @@ def text_inputs(batch: list[list[int]], tokenizer: Tokenizer) -> ModelInputs:
     longest = max(lengths)
     # the pad id never matters: masked as a key, never scored as a query
     token_ids = torch.tensor([ids + [PAD] * (longest - len(ids)) for ids in batch], dtype=torch.long)  # (B, T)
-    attention_mask = (torch.arange(longest) < torch.tensor(lengths)[:, None]).long()  # (B, T)
+    attention_mask = real_positions(lengths, longest).long()  # (B, T)
     given = {"input_ids": token_ids, "attention_mask": attention_mask, "use_cache": False}
     return ModelInputs(given, token_ids, {None: tokenizer.labels(batch[0])}, tuple(lengths))
+
+
+def real_positions(lengths: Sequence[int], n: int) -> Tensor:
+    """(B, n) True at each text's own positions, False at its pads."""
+    return torch.arange(n) < torch.tensor(list(lengths))[:, None]
 
 
 def encoder_decoder_inputs(model: nn.Module, batch: list[list[int]], tokenizer: Tokenizer) -> ModelInputs:

@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 from attnlab.capture.recorder import tap
 from attnlab.diagnosis.masking import fill_masked
 from attnlab.errors import UserError
+from attnlab.model.inputs import real_positions
 from attnlab.model.user_callables import resolve
 from attnlab.model.user_metric import user_metric
 from attnlab.modules.built import PluginError
@@ -196,7 +197,7 @@ def _position_mean(values: Tensor, lengths: tuple[int, ...] | None) -> Tensor:
     """(B, 1, ...) the mean of `values` (B, T, ...) over each item's positions, its pads left out."""
     if lengths is None:
         return values.mean(dim=1, keepdim=True)
-    real = torch.arange(values.shape[1]) < torch.tensor(lengths)[:, None]  # (B, T)
+    real = real_positions(lengths, values.shape[1])  # (B, T)
     real = real.view(*real.shape, *[1] * (values.dim() - 2)).to(values.dtype)  # (B, T, 1, ...)
     return (values * real).sum(dim=1, keepdim=True) / real.sum(dim=1, keepdim=True)  # (B, 1, ...)
 

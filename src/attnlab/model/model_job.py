@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.errors import UserError
 from attnlab.inputs.token_ids import read_ids
 from attnlab.model.declared_config import declared_config
-from attnlab.model.edit_checks import check_indices, check_patch_text
+from attnlab.model.edit_checks import check_batch_lengths, check_indices, check_patch_text
 from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
 from attnlab.model.intervention_records import intervention_records
 from attnlab.model.interventions import Intervention, intervention
@@ -72,6 +72,7 @@ def check_model_request(cfg: DictConfig) -> None:
     model_type = (declared or {}).get("model_type")  # None: known once built
     check_indices(cfg, declared, edit, seq2seq=_seq2seq(declared))
     check_patch_text(cfg, spec, edit)
+    check_batch_lengths(cfg, spec, edit)
     if is_requested(_block(cfg, "reference_model")) or (model_type is not None and family(model_type).task != "image"):
         check_text(cfg)  # a language model's text, before it loads
     if cfg.n_seeds != 1:

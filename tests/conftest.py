@@ -29,10 +29,18 @@ def fast_tier_budget(config: pytest.Config) -> float | None:
     return budget if budget > 0 else None
 
 
+_BUDGET = pytest.StashKey[float | None]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # read once: a test that sets ATTNLAB_TEST_BUDGET for a suite it runs does not change its own
+    config.stash[_BUDGET] = fast_tier_budget(config)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
     report = yield
-    budget = fast_tier_budget(item.config)
+    budget = item.config.stash[_BUDGET]
     if (budget is not None and report.when == "call" and report.passed and report.duration > budget
             and item.get_closest_marker("slow") is None):
         report.outcome = "failed"

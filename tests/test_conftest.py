@@ -24,7 +24,7 @@ def test_marked_and_slow():
 
 @pytest.fixture
 def tiny_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    pytester.makeconftest("from tests.conftest import pytest_runtest_makereport  # the hook under test\n")
+    pytester.makeconftest("from tests.conftest import pytest_configure, pytest_runtest_makereport  # the hooks under test\n")
     pytester.makeini("[pytest]\nmarkers = slow: slow\n")
     pytester.makepyfile(test_tiny=SUITE)
     monkeypatch.setenv("ATTNLAB_TEST_BUDGET", "0.1")

@@ -213,6 +213,7 @@ PLANTED = {"query_source": ("query_source", "queries"), "unscaled": ("scaling", 
            "softmax_axis": ("softmax_axis", "weights")}
 
 
+@pytest.mark.slow
 def test_stages_in_windows_are_named_not_observable_with_their_shapes(library):
     (note,) = library("local_buckets").findings
     assert (note.code, note.severity) == ("not_observable", "info")

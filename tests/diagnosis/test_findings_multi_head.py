@@ -273,6 +273,7 @@ def test_correct_implementations_have_no_finding_on_distinct_items(use_plugins, 
 
 
 @pytest.mark.parametrize("name", CORRECT)
+@pytest.mark.slow
 def test_training_mode_gives_dropout_only_as_a_note(use_plugins, name):
     use_plugins(IMPLEMENTATIONS)
     record = record_of(name, train=True, dropout=0.5, d_out=4, num_heads=2, inputs="random",

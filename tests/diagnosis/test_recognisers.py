@@ -282,6 +282,7 @@ def test_rope_over_interleaved_complex_pairs_is_rotary_with_its_theta(independen
     assert "theta (base) 500000" in message(result, "rotary")
 
 
+@pytest.mark.slow
 def test_llamas_complex_freqs_cis_buffer_survives_and_is_rotary(independent):
     """A complex buffer kept through the harness' cast (Module.to(float32) drops its imaginary part)."""
     result = independent("llama_rope")

@@ -56,5 +56,6 @@ def test_llamas_sdpa_attention_in_an_eager_llama_changes_nothing(llama_plugin) -
 
 
 @pytest.mark.parametrize("text", [TEXT, "Your journey starts with one step"])  # the second once read finfo.min as a scale
+@pytest.mark.slow
 def test_llamas_sdpa_attention_in_an_eager_llama_gives_no_error_finding(llama_plugin, text) -> None:
     assert [f for f in run_sdpa_in_eager_llama(text).findings if f.severity == "error"] == []

@@ -183,6 +183,7 @@ def test_nanogpts_causal_self_attention_pasted_verbatim_runs_without_findings(us
     assert result.record.missing_stages == []
 
 
+@pytest.mark.slow
 def test_nanogpts_flash_path_against_its_manual_path_diverges_nowhere(use_plugins):
     use_plugins(PLUGINS)
     result = run("nanogpt_flash", "reference=nanogpt_manual")

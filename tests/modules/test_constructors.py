@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab.errors import UserError
 from attnlab.modules.built import plan
 
 VALUES = {"d_in": 64, "d_out": 64, "num_heads": 4, "n_tokens": 8, "dropout": 0.0, "qkv_bias": False}
@@ -63,8 +62,11 @@ def test_t5_d_kv_is_d_out_over_num_heads():
     assert (module.key_value_proj_dim, module.n_heads) == (16, 4) and module.q.weight.shape == (64, 64)
 
 
-def test_clips_composite_config_names_its_text_and_vision_parts():
-    with pytest.raises(UserError) as raised:
-        plan("hf:clip", VALUES)
-    message = str(raised.value)
-    assert "hf:clip_text_model" in message and "hf:clip_vision_model" in message and len(message) <= 200
+def test_clips_composite_config_runs_its_text_tower_and_names_the_vision_one():
+    from attnlab.modules.registry import _hf_spec
+
+    planned = plan("hf:clip", VALUES)
+    module = planned.spec.cls(*planned.args, **planned.kwargs)
+    assert (type(module).__name__, type(module.config).__name__) == ("CLIPAttention", "CLIPTextConfig")
+    assert module.config.hidden_size == 64 and module.config.num_attention_heads == 4
+    assert "the others: hf:clip_vision_model" in _hf_spec("hf:clip").description

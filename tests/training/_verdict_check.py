@@ -92,6 +92,16 @@ def check(sentences: list[str], table, summaries, runs=None) -> list[str]:
             assert steps.clear and not any(s["variant"]["reached"] for s in summaries), sentence
             assert all(s["reference"]["reached"] for s in summaries), sentence
             kinds.append("never")
+        elif sentence.startswith("induction heads ("):
+            # a fact per seed, no difference claimed: each side's steps are the seeds' own, `never` where none formed
+            for side, said in zip(("reference", "variant"), re.findall(r"'s (formed at steps? [^;]+|never formed in \d+ steps)", sentence)):
+                seeds = [s[side]["steps_to_induction"] if s[side]["induction_formed"] else None for s in summaries]
+                if said.startswith("never"):
+                    assert not any(v is not None for v in seeds), (sentence, side, seeds)
+                else:
+                    listed = [None if v == "never" else float(v) for v in re.split(r", ", said.split(" ", 3)[3])]
+                    assert listed == seeds, (sentence, side, seeds)
+            kinds.append("induction heads")
         elif "the reference did not in" in sentence:
             assert steps.clear and all(s["variant"]["reached"] for s in summaries), sentence
             assert not any(s["reference"]["reached"] for s in summaries), sentence

@@ -37,6 +37,9 @@ class ConfigError(UserError):
     """A config attribute attnlab cannot fill, or a name the config class does not have."""
 
 
+_EVERY_SPELLING = ("d_in", "num_heads")
+
+
 def config_class(cls: type) -> type | None:
     """The config class `cls` is built from: its constructor's only required parameter (beside a
     layer_idx) is named like a config (or annotated with a class), and its type is that annotation,
@@ -143,6 +146,10 @@ class ConfigConstructor:
         # num_attention_heads is its decoder's heads, not the encoder_attention_heads it also has)
         named = {**self.attributes, **dict.fromkeys(getattr(config_cls, "attribute_map", None) or {})}
         self.spelled = {key: next((s for s in spellings(key, own) if s in named), None) for key in CONFIG_SPELLINGS}
+        # the other spellings of a size the config holds too, filled alike: the class is built from
+        # whichever its model's code reads
+        self.also = {key: [s for s in spellings(key, own) if s in self.attributes and s != self.spelled[key]]
+                     for key in _EVERY_SPELLING}
         # the head size's spelling (T5's d_kv, diffusers' dim_head), filled as d_out / num_heads
         self.head_dim = next((s for s in spellings("head_dim", own) if s in self.attributes), None)
         self.extra = self.constructor_parameters()
@@ -180,6 +187,10 @@ class ConfigConstructor:
         for key, spelling in self.spelled.items():
             if spelling and values.get(key) is not None:
                 filled[spelling] = self._per_stage(spelling, values[key])
+        for key in _EVERY_SPELLING:  # the model's own code may read another (SeamlessM4T's encoder_attention_heads)
+            for spelling in self.also[key]:
+                if values.get(key) is not None:
+                    filled[spelling] = self._per_stage(spelling, values[key])
         if self.spelled["num_kv_heads"] and values.get("num_kv_heads") is None:
             filled[self.spelled["num_kv_heads"]] = values["num_heads"]  # attnlab's null: one per head
         if self.head_dim:

@@ -88,6 +88,8 @@ def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, in
     wraps the constructors, and a wrapped one names no parameters. `in_model`: for a layer of the
     whole model, whose sizes are under the adapter's model spellings; `extra` sets a declared keyword."""
     row = family(getattr(config, "model_type", ""))
+    if row is GENERIC:  # a copy of a family's class (UDOP's, Switch Transformers' of T5's) is built as that family builds it
+        row = family(hf_lineage.origin_type(module_cls) or "")
     if row is GENERIC and transformers_class(module_cls) is module_cls:
         # a family without an adapter: built as its model's own code builds it (attnlab.modules.hf_build)
         found = model_arguments(module_cls, config, layer)

@@ -20,7 +20,9 @@ from typing import Any
 
 from torch import nn
 
-_HEAD_DIMS = ("head_dim", "qk_head_dim", "attention_head_size", "head_size")  # the key width its scores are over
+from attnlab.modules.roles import declared_count
+
+_HEAD_DIMS = ("qk_head_dim", "attention_head_size")  # the key width its scores are over, besides head_dim's spellings
 _COPIED = re.compile(r"#\s*Copied from transformers\.models\.(\w+)\.modeling_\w+\.(\w+)")
 
 
@@ -64,7 +66,8 @@ def library_scale(module: nn.Module, origin: type | None, build: Callable[[type,
     except Exception:  # noqa: BLE001 - a class its config alone does not build declares nothing here
         return None
     scaling = getattr(fresh, "scaling", None)
-    head_dim = next((v for s in _HEAD_DIMS if isinstance(v := getattr(fresh, s, None), int)), None)
+    head_dim = declared_count(fresh, "head_dim") or next(
+        (v for s in _HEAD_DIMS if isinstance(v := getattr(fresh, s, None), int)), None)
     if not isinstance(scaling, (int, float)) or isinstance(scaling, bool) or not isinstance(head_dim, int):
         return None
     if abs(scaling - head_dim ** -0.5) <= 1e-6 * head_dim ** -0.5:

@@ -11,6 +11,7 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 
 from attnlab import train
 from attnlab.app.api import prepared
+from attnlab.app.job_settings import training_request
 from attnlab.training.config_job import training_job
 from attnlab.training.sweep_table import write_sweep_training
 from tests.training._tiny import TINY_OVERRIDES
@@ -81,7 +82,7 @@ def test_a_sweeps_jobs_write_one_reference_per_seed_and_the_end_one_pooled_run(t
     for number, (variant, seed) in enumerate([(v, s) for v in ("unscaled", "scaled_by_dk") for s in (1, 2)]):
         cfg, _ = prepared(variant, seed, overrides=["training=induction", *TINY_OVERRIDES, "log.html=false"])
         (sweep / str(number)).mkdir(parents=True)
-        training_job(cfg, sweep / str(number), sweep)
+        training_job(training_request(cfg), sweep / str(number), sweep)
     write_sweep_training(sweep, bands=True)
     base = sweep / "tensorboard"
     assert runs(base) == ["induction/reference", "induction/reference/seed=1", "induction/reference/seed=2",
@@ -112,7 +113,7 @@ def test_a_real_tensorboard_at_the_runs_root_serves_the_bands(tmp_path):
     for number, (variant, seed) in enumerate([(v, s) for v in ("unscaled", "causal_mask_missing") for s in (1, 2)]):
         cfg, _ = prepared(variant, seed, overrides=["training=induction", *TINY_OVERRIDES, "log.html=false", "log.images=false"])
         (sweep / str(number)).mkdir(parents=True)
-        training_job(cfg, sweep / str(number), sweep)
+        training_job(training_request(cfg), sweep / str(number), sweep)
     write_sweep_training(sweep, bands=True)
     port = free_port()
     command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "runs"), "--host", "127.0.0.1",

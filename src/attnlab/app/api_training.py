@@ -9,6 +9,7 @@ from typing import Any
 from torch import nn
 
 from attnlab.app.api import prepared
+from attnlab.app.job_settings import training_request
 from attnlab.training.config_job import training_job
 from attnlab.training.job import TrainingResult
 
@@ -23,7 +24,7 @@ def train(variant: str | type[nn.Module] | nn.Module, training: str = "induction
     cfg, _ = prepared(variant, seed, overrides=[f"training={training}", f"n_seeds={n_seeds}", *overrides], **kwargs)
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return training_job(cfg, None if out_dir is None else Path(out_dir))
+    return training_job(training_request(cfg), None if out_dir is None else Path(out_dir))
 
 
 __all__ = ["train"]

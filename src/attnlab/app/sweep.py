@@ -61,11 +61,12 @@ def write_tables(config: DictConfig) -> list[str]:
 def write_sweep_outputs(folder: Path, config: DictConfig) -> tuple[Report, list]:
     """Every enabled sink's sweep output (`write_sweep`: comparison.csv, .md and .html, TensorBoard's
     curves and sessions) from the records under `folder`; the report and the records skipped."""
+    from attnlab.app.job_settings import sink_settings
     from attnlab.reporting.aggregate import rebuild
     from attnlab.reporting.effect_grid import write_effect_grid
     from attnlab.sinks.base import build_sinks
 
-    sinks = [sink for sink in build_sinks(config).values() if hasattr(sink, "write_sweep")]
+    sinks = [sink for sink in build_sinks(sink_settings(config)).values() if hasattr(sink, "write_sweep")]
     return rebuild(folder, lambda report: [*(sink.write_sweep(report, folder) for sink in sinks),
                                            write_effect_grid(report.records, folder)])
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from omegaconf import ListConfig
 from torch import nn
 
 from attnlab.errors import UserError
@@ -80,7 +79,7 @@ def _not_found(model: nn.Module, attention_path: str | None, key: str, groups: d
 
 
 def layer_values(layer: Any) -> list[Any]:
-    return list(layer) if isinstance(layer, (list, tuple, ListConfig)) else [layer]
+    return list(layer) if isinstance(layer, (list, tuple)) else [layer]
 
 
 def chosen_layers(layer: Any, n_layers: int) -> list[int]:

@@ -12,8 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
+from attnlab.sinks.base import SinkSettings
 from attnlab.training import tensorboard_layout
 from attnlab.training.job import SIDES, TrainingResult
 from attnlab.training.lr_grid import grid_markdown
@@ -22,8 +21,8 @@ from attnlab.training.page import page_html
 RESULT_FILE = "training.json"
 
 
-def write_outputs(result: TrainingResult, cfg: DictConfig, job_dir: Path | None, sweep_dir: Path | None = None) -> None:
-    log = cfg.log
+def write_outputs(result: TrainingResult, sinks: SinkSettings, job_dir: Path | None, sweep_dir: Path | None = None) -> None:
+    log = sinks.log
     if job_dir is not None:
         data = result.as_dict()
         (job_dir / RESULT_FILE).write_text(json.dumps(data, indent=1))
@@ -37,7 +36,7 @@ def write_outputs(result: TrainingResult, cfg: DictConfig, job_dir: Path | None,
         if log.get("html"):
             (job_dir / "training.html").write_text(page_html(data))
         if log.get("mlflow"):
-            write_mlflow(data, cfg, job_dir)
+            write_mlflow(data, sinks.configs["mlflow"].get("tracking_uri"), job_dir)
     if log.get("terminal"):
         print(terminal_text(result.as_dict()))
 
@@ -109,14 +108,14 @@ def terminal_text(data: dict[str, Any]) -> str:
             f"{data['classes']['reference']}\n{verdict}\n\n{table_markdown(data)}")
 
 
-def write_mlflow(data: dict[str, Any], cfg: DictConfig, job_dir: Path) -> None:
+def write_mlflow(data: dict[str, Any], tracking_uri: str | None, job_dir: Path) -> None:
     """One MLflow run per side and seed, every scalar at its training step."""
     from mlflow.entities import Metric
 
     from attnlab.sinks.base import JobInfo
     from attnlab.sinks.mlflow import MlflowSink
 
-    sink = MlflowSink(cfg.sink.mlflow.get("tracking_uri"), images=False)
+    sink = MlflowSink(tracking_uri, images=False)
     client = sink.client()
     experiment_id = sink.experiment_id(client, JobInfo(job_dir))
     for run in data["seeds"]:

@@ -35,9 +35,15 @@ def execute(notebook: Any, folder: Path) -> Any:
 
 
 def shown_text(notebook: Any) -> list[list[str]]:
-    """What each code cell shows as text (its printed lines and its result's plain form), cell by cell."""
-    return [["".join(out.get("text", "")) or "".join(out.get("data", {}).get("text/plain", ""))
-             for out in cell.get("outputs", [])] for cell in notebook.cells if cell.cell_type == "code"]
+    """What each code cell shows as text, cell by cell: its printed lines as one text (the kernel may split
+    a stream into chunks anywhere), then each result's plain form."""
+    shown = []
+    for cell in (c for c in notebook.cells if c.cell_type == "code"):
+        outputs = cell.get("outputs", [])
+        printed = "".join("".join(out.get("text", "")) for out in outputs if out.get("output_type") == "stream")
+        results = ["".join(out.get("data", {}).get("text/plain", "")) for out in outputs if out.get("output_type") != "stream"]
+        shown.append(([printed] if printed else []) + results)
+    return shown
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import arguments, hf, hf_inputs
+from attnlab.modules import arguments, hf, hf_inputs, hf_record
 from attnlab.modules.registry import (
     CONSTRUCTOR_KEYS,
     DEFAULT_VALUES,
@@ -103,7 +103,13 @@ class HuggingFaceCall(CallConvention):
     def call(self, module: nn.Module, x: torch.Tensor) -> Returned:
         if hf_inputs.packed(module):  # a vision tower's: packed rows, each batch item a sequence of cu_seqlens
             return self.unpack(hf_inputs.packed_forward(module, x), x)
-        return super().call(module, x)
+
+        def own() -> Any:
+            args, kwargs = self.arguments(module, x)
+            return module(*args, **kwargs)
+
+        # attnlab's own inputs while they fit, else its model's recorded call (attnlab.modules.hf_record)
+        return self.unpack(hf_record.fed(module, x, own), x)
 
 
 class ByNameCall(CallConvention):

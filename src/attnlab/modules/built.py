@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import arguments, hf, hf_grid, hf_inputs
+from attnlab.modules import arguments, hf, hf_grid, hf_inputs, hf_record
 from attnlab.modules.registry import (
     CONSTRUCTOR_KEYS,
     DEFAULT_VALUES,
@@ -109,7 +109,13 @@ class HuggingFaceCall(CallConvention):
             args = tuple(grid_x if a is x else a for a in args)
             kwargs = {k: grid_x if v is x else v for k, v in kwargs.items()}
             return self.unpack(hf_grid.read_back(module(*args, **kwargs), x), x)
-        return super().call(module, x)
+
+        def own() -> Any:
+            args, kwargs = self.arguments(module, x)
+            return module(*args, **kwargs)
+
+        # attnlab's own inputs while they fit, else its model's recorded call (attnlab.modules.hf_record)
+        return self.unpack(hf_record.fed(module, x, own), x)
 
 
 class ByNameCall(CallConvention):

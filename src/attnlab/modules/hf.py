@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf_grid, hf_inputs, hf_lineage
+from attnlab.modules import hf_grid, hf_inputs, hf_lineage, hf_record
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
@@ -242,7 +242,7 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
 
 def provided(cls: Any) -> tuple[str, ...]:
     """The required forward parameters a Hugging Face class's model call provides beside attnlab's own."""
-    return (*PROVIDED, *hf_inputs.provided(cls))
+    return (*PROVIDED, *hf_inputs.provided(cls), *hf_record.provided(cls))
 
 
 def _position_bias(module: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -138,4 +138,4 @@ def training_settings(cfg: DictConfig) -> TrainingConf:
 
 def training_request(cfg: DictConfig) -> TrainingRequest:
     return TrainingRequest(variant=cfg.variant.name, settings=training_settings(cfg), device=cfg.device,
-                           seeds=range(cfg.seed, cfg.seed + cfg.n_seeds), sinks=sink_settings(cfg))
+                           seeds=range(cfg.seed, cfg.seed + cfg.n_seeds))

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnlab.errors import UserError
-from attnlab.sinks.base import SinkSettings
 
 TASKS = ("induction", "mqar", "text")
 INITS = ("default", "normal")
@@ -57,7 +56,6 @@ class TrainingRequest:
     settings: TrainingConf
     device: str
     seeds: range
-    sinks: SinkSettings  # training's own outputs, switched by `log.NAME` (attnlab.training.outputs)
 
 
 def _positive_int(value: Any) -> bool:

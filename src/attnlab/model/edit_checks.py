@@ -64,3 +64,10 @@ def _tokenizer(spec: ModelSpec) -> Tokenizer | None:
     if spec.kind == "path":
         return hf_tokenizer(_transformers(), str(spec.path)) or gpt2_tokenizer()
     return gpt2_tokenizer()
+
+
+def check_text(inputs: ModelTexts) -> None:
+    """A language model runs on text or token ids (a vision transformer on an image drawn from the seed)."""
+    if inputs.kind not in ("text", "ids"):
+        raise UserError(f"model: a language model runs on text or token ids: inputs=text inputs.text=\"some words\" "
+                        f"or inputs=ids inputs.ids=[464,3290] (got inputs={inputs.kind})")

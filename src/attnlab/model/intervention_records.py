@@ -81,7 +81,7 @@ class _Recorded:
 def intervention_records(request: ModelRequest, chosen: Intervention, loaded: LoadedModel, start: Callable[..., Any],
                          tokens: str, say: Callable[[str], None], done: Callable[[Record, int, int], Record]
                          ) -> list[Record]:
-    """One record per chosen layer. `start(consume)`: the unmodified forward (attnlab.model.model_job.model_run),
+    """One record per chosen layer. `start(consume)`: the unmodified forward (attnlab.model.model_run.model_run),
     `consume` told of each layer's stages as they are captured; `tokens`: what the input is made of."""
     recorded: list[_Recorded] = []
 

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf_grid, hf_inputs, hf_lineage, hf_record
+from attnlab.modules import hf_grid, hf_inputs, hf_lineage, hf_record, hf_small
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
@@ -140,6 +140,13 @@ class HFConstructor(ConfigConstructor):
             return super().constructor_parameters()
         row = family(getattr(self.config_cls, "model_type", ""))
         return [keyword for keyword, source in row.constructor.items() if source == "layer"]
+
+    def config(self, values: dict[str, Any], params: dict[str, Any], private: dict[str, Any] | None = None) -> Any:
+        """The config, its multimodal rotary sections fitted to the heads attnlab sizes (`hf_small.rope_at`)."""
+        origin = transformers_class(self.module_cls)
+        rope = None if "rope_parameters" in params or origin is None else hf_small.rope_at(
+            self.config_cls, origin, values["d_out"] // (values.get("num_heads") or 1))
+        return super().config(values, {**params, **({"rope_parameters": rope} if rope else {})}, private)
 
     def construct(self, config: Any, extra: dict[str, Any]) -> nn.Module:
         if transformers_class(self.module_cls) is None:

@@ -17,7 +17,7 @@ from omegaconf import ListConfig
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules.families import family
+from attnlab.modules.families import family_of
 
 ATTENTION_NAMES = ("attn", "self_attn", "att", "attention")
 SELF_IN_WRAPPER = ("self", "attention")  # the self-attention's name inside a wrapper with an `output`
@@ -48,7 +48,7 @@ def attention_modules(model: nn.Module, attention_path: str | None = None, key: 
 def declared_path(model: nn.Module, stack: str | None = None) -> str | None:
     """Where the model's family adapter puts its attention (in `stack`, an encoder–decoder's), as an
     attention path: `transformer.h.*.self_attention`; None where it declares none."""
-    row = family(getattr(getattr(model, "config", None), "model_type", ""))
+    row = family_of(model)
     path = row.stacks.get(stack) if stack else row.attention
     return path.replace("{i}", "*") if path else None
 

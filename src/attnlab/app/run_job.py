@@ -36,6 +36,7 @@ from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import make_inputs
 from attnlab.model.config_variants import takes_config
+from attnlab.model.finding_codes import NAMES as MODEL_RUN_CODES
 from attnlab.model.model_job import check_model_request, check_unused, compute_model_records, wants_model
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constructor_kwargs, get_variant
 from attnlab.record import Record, Setup, keeping_stages, record_of, spilled, without_stages, write_record, written
@@ -60,7 +61,7 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     the predictions, the variant and its params, the reference, the sinks; returns the sinks.
     attnlab's sweeper runs it on every value of a sweep before the first job."""
     validate(cfg)
-    validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True))
+    validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True), MODEL_RUN_CODES)
     if cfg.variant.name in MODEL_CHANGES and not wants_training(cfg):
         raise UserError(f"variant={cfg.variant.name}: a change of the model ({MODEL_CHANGES[cfg.variant.name]}), "
                         f"not of its attention layer: it runs with training=induction, mqar or text")

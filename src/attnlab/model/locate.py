@@ -18,7 +18,7 @@ from omegaconf import ListConfig
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules.families import family
+from attnlab.modules.families import family_of
 from attnlab.modules.hf_find import ATTENTION_SUFFIXES
 
 ATTENTION_NAMES = ("attn", "self_attn", "att", "attention")
@@ -78,7 +78,7 @@ def _reads_ids(model: nn.Module, blocks: str) -> bool:
 def declared_path(model: nn.Module, stack: str | None = None) -> str | None:
     """Where the model's family adapter puts its attention (in `stack`, an encoder–decoder's), as an
     attention path: `transformer.h.*.self_attention`; None where it declares none."""
-    row = family(getattr(getattr(model, "config", None), "model_type", ""))
+    row = family_of(model)
     path = row.stacks.get(stack) if stack else row.attention
     return path.replace("{i}", "*") if path else None
 

@@ -26,7 +26,7 @@ from torch import nn
 from attnlab.errors import UserError
 from attnlab.modules import hf_grid, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
-from attnlab.modules.families import GENERIC, Family, family, spellings
+from attnlab.modules.families import GENERIC, Family, family, family_of, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
 from attnlab.modules.hf_build import UNKNOWN as _UNKNOWN
 from attnlab.modules.hf_build import model_arguments
@@ -88,7 +88,7 @@ def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, in
     wraps the constructors, and a wrapped one names no parameters. `in_model`: for a layer of the
     whole model, whose sizes are under the adapter's model spellings; `tokens`: the run's, which a
     hierarchical vision model's stage and window are chosen for (`hf_stage`); `extra` sets a declared keyword."""
-    row = family(getattr(config, "model_type", ""))
+    row = family_of(config)
     if row is GENERIC:  # a copy of a family's class (UDOP's, Switch Transformers' of T5's) is built as that family builds it
         origin = family(hf_lineage.origin_type(module_cls) or "")
         # unless its constructor takes what that family's does not (SwinAttention's sizes beside ViT's config)
@@ -149,7 +149,7 @@ class HFConstructor(ConfigConstructor):
         """A transformers class's: its family's declared keywords a variant may set, the layer index."""
         if transformers_class(self.module_cls) is None:
             return super().constructor_parameters()
-        row = family(getattr(self.config_cls, "model_type", ""))
+        row = family_of(self.config_cls)
         return [keyword for keyword, source in row.constructor.items() if source == "layer"]
 
     tokens: int | None = None  # the run's token count, for a class built for it (`hf_stage.sized_by_tokens`)
@@ -262,7 +262,7 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
         kwargs["position_ids"] = position_ids
     if "alibi" in accepted:
         kwargs["alibi"] = _alibi(module, x)
-    if family(getattr(module.config, "model_type", "")).arguments.get("is_causal") == "is_causal":
+    if family_of(module.config).arguments.get("is_causal") == "is_causal":
         kwargs["is_causal"] = mask_kind(module) != "bidirectional"  # the model's word over the class's attribute
     if "position_bias" in accepted and accepted["position_bias"].default is inspect.Parameter.empty:
         kwargs["position_bias"] = _position_bias(module, x)
@@ -329,7 +329,7 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
     module's own `scaling` (code could set that wrongly)."""
     config = getattr(module, "config", None)
     origin = transformers_class(type(module))
-    row = family(getattr(config, "model_type", ""))
+    row = family_of(config)
     if row is GENERIC and origin is not None:  # a copy of a family's class (UDOP's of T5's) scales as that family
         row = family(hf_lineage.origin_type(origin) or "")
     if row.scaling is not None:
@@ -355,7 +355,7 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
 def mask_kind(module: nn.Module) -> str:
     """The mask its model builds: its family row's (families.py), else what the module declares
     (`is_causal`, a sliding window)."""
-    row = family(getattr(getattr(module, "config", None), "model_type", ""))
+    row = family_of(module)
     if row is not GENERIC:
         return row.mask
     if hasattr(module, "is_causal"):
@@ -370,7 +370,7 @@ def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tor
 
     config = module.config
     kind = mask_kind(module)
-    values = family(getattr(config, "model_type", "")).mask_values
+    values = family_of(config).mask_values
     if values != "additive":  # DeBERTa's 1 keep / 0 drop, MPT's bool True drop
         keep = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool, device=x.device)
         keep = keep if kind == "bidirectional" else torch.tril(keep)

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
+from attnlab.sinks.training_files import step_scalars
+from attnlab.sinks.training_tensorboard import write_seed_runs
 from attnlab.training.head_probes import HeadProbes
 from attnlab.training.job import SIDES, plan, run_seed
-from attnlab.training.outputs import step_scalars
 from attnlab.training.settings import TrainingConf
-from attnlab.training.tensorboard_layout import write_seed_runs
 
 TARGET = 1.10
 

@@ -34,6 +34,12 @@ class RowCounter:
 
     def write_sweep(self, report, folder):
         (Path(folder) / "row_counter.txt").write_text(f"{self.greeting} {len(report.records)}")
+
+    def write_training(self, result, job):
+        (job.dir / "row_counter.txt").write_text(f"{self.greeting} {result.variant} {len(result.seeds)} seed(s)")
+
+    def write_training_sweep(self, sweep, folder):
+        (Path(folder) / "row_counter.txt").write_text(f"{self.greeting} {sorted(sweep.verdicts)}")
 '''
 
 RAMP = '''
@@ -87,6 +93,20 @@ def test_a_sink_of_your_own_is_switched_on_with_log_name(own_folder: Path) -> No
     # log.terminal=false silences the jobs; the sweep's table is printed, its paths relative as a single run's
     assert "sweep: 2 job(s) in sweep\n" in sweep.stdout
     assert "tables: sweep/comparison.csv .md .html" in sweep.stdout
+
+
+@pytest.mark.slow
+def test_a_sink_of_your_own_sees_a_training_run_and_a_training_sweeps_table(own_folder: Path) -> None:
+    from tests.training._tiny import TINY_OVERRIDES
+
+    sweep = attnlab_in(own_folder, "-m", "training=induction", "variant=unscaled,scaled_by_dk", "n_seeds=2",
+                       *TINY_OVERRIDES, "log.row_counter=true", "log.tensorboard=false", "log.table=false",
+                       "hydra.sweep.dir=sweep")
+    assert sweep.returncode == 0, sweep.stderr
+    assert sorted(p.read_text() for p in (own_folder / "sweep").glob("*/row_counter.txt")) == [
+        "hi scaled_by_dk 2 seed(s)", "hi unscaled 2 seed(s)"]
+    assert (own_folder / "sweep" / "row_counter.txt").read_text() == "hi ['scaled_by_dk', 'unscaled']"
+    assert not (own_folder / "sweep" / "training_comparison.md").exists()  # log.table=false: that sink is off
 
 
 @pytest.mark.slow
@@ -309,7 +329,7 @@ def test_the_back_channel_check_sees_one(tmp_path: Path) -> None:
 
 # The flow, lowest layer first: a module may import its own layer and the layers before it, never a
 # later one (config -> inputs and weights -> modules -> captured stages -> record -> diagnosis ->
-# compute -> model -> reporting -> sinks -> training -> app).
+# compute -> model -> reporting -> training -> sinks -> app: a training run goes out through the sinks).
 LAYERS = (
     ("attnlab.errors", "attnlab.plugin_folders", "attnlab.configured", "attnlab.file_limits", "attnlab.locks",
      "attnlab.printable", "attnlab.process_state", "attnlab.schema", "attnlab.shown_paths",
@@ -322,8 +342,8 @@ LAYERS = (
     ("attnlab.compute",),
     ("attnlab.model",),  # a run inside a whole model: loading, hooks, the effect on its output
     ("attnlab.reporting",),
-    ("attnlab.sinks",),
-    ("attnlab.training",),  # training runs per variant: a tiny GPT, its loop, evaluation, verdict, outputs
+    ("attnlab.training",),  # training runs per variant: a tiny GPT, its loop, evaluation, verdict
+    ("attnlab.sinks",),  # every result's way out: records, training runs, sweep tables
     ("attnlab.app", "attnlab.__main__", "hydra_plugins.attnlab_sweeper", "attnlab.conformance",
      "attnlab.zoo"),  # the zoo survey runs the app
 )

@@ -18,10 +18,19 @@ def test_a_library_class_that_runs_clean_is_ok() -> None:
     assert row.defines_attention
 
 
-def test_a_module_without_attention_is_no_attention_class() -> None:
+def test_a_model_without_attention_is_its_own_outcome_outside_the_denominator() -> None:
     row = survey_one("resnet")  # a convolutional network: modeling_resnet defines no ...Attention
-    assert row.outcome == "no_attention_class" and not row.defines_attention
-    assert "ResNetModel builds no attention class" in row.message
+    assert row.outcome == "no_attention" and not row.defines_attention
+    assert "ResNetModel builds no attention module" in row.message
+    # ALIGN's module defines the text tower's attention, but its vision model (EfficientNet) builds none
+    row = survey_one("align_vision_model")
+    assert row.outcome == "no_attention" and not row.defines_attention
+
+
+def test_a_model_building_an_attention_attnlab_does_not_run_stays_in_the_denominator() -> None:
+    row = survey_one("chameleon_vqgan")  # its VQ-VAE builds a convolutional ChameleonVQVAEEncoderAttnBlock
+    assert row.outcome == "no_attention_class" and row.defines_attention
+    assert "ChameleonVQVAEEncoderAttnBlock" in row.message
 
 
 def test_an_unknown_type_is_a_one_line_refusal() -> None:
@@ -42,5 +51,7 @@ def test_refusals_are_classified_by_attnlab_s_words() -> None:
     assert refusal("variant 'hf:bloom': forward needs 'residual', which attnlab cannot provide; ...") == "missing_input"
     assert refusal("variant 'hf:x' could not be built: TypeError: ...") == "cannot_build"
     assert refusal("variant=hf:x: no attention class: ...") == "no_attention_class"
+    assert refusal("variant=hf:x: no attention class: XModel builds no attention module: a model without "
+                   "attention") == "no_attention"
     assert refusal("something else") == "refused"
     assert survey.OUTCOMES[0] == "ok"

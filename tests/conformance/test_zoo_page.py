@@ -28,4 +28,12 @@ def test_the_counts_are_counted_per_outcome_and_among_the_types_that_define_atte
     assert "| no_attention_class | attnlab found no attention class in the type's modeling module | 1 | 0 (0%) |" in text
     assert [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| ") and " | runs" in line] == [
         "| ok", "| error_finding"]
-    assert len(OUTCOMES) == 9
+    assert len(OUTCOMES) == 10
+
+
+def test_a_model_without_attention_is_counted_apart_from_those_defining_attention() -> None:
+    rows = [Row("a", outcome="ok", defines_attention=True), Row("r", outcome="no_attention")]
+    text = page(rows, "9.9")
+    assert "2 model types; 1 have a modeling module that defines an attention `nn.Module`." in text
+    assert "| ok | runs, status ok, no error finding | 1 | 1 (100%) |" in text
+    assert "| no_attention | the type's model builds no attention module" in text and text.count("| 1 | 0 (0%) |") == 1

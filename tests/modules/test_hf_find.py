@@ -45,8 +45,22 @@ def test_no_attention_class_only_where_the_model_builds_none() -> None:
     from transformers.models.resnet import configuration_resnet
 
     assert attention_classes(modeling_module(configuration_resnet.ResNetConfig)) == []
-    with pytest.raises(UserError, match=r"^variant=hf:resnet: no attention class: ResNetModel builds no attention"):
+    with pytest.raises(UserError, match=r"^variant=hf:resnet: no attention class: ResNetModel builds no attention "
+                                        r"module: a model without attention$"):
         hf.attention_class("resnet")
     # ALIGN's module defines the text tower's attention; its vision tower (EfficientNet) builds none of it
-    with pytest.raises(UserError, match=r"AlignVisionModel builds no attention class"):
+    with pytest.raises(UserError, match=r"AlignVisionModel builds no attention module"):
         hf.attention_class("align_vision_model")
+    # an attention block not named ...Attention is named, not called "without attention"
+    with pytest.raises(UserError, match=r"ChameleonVQVAE builds no attention class attnlab runs .*it builds "
+                                        r"ChameleonVQVAEEncoderAttnBlock\)$"):
+        hf.attention_class("chameleon_vqgan")
+
+
+@pytest.mark.parametrize(("model_type", "expected"), [
+    ("zamba2", "Zamba2Attention"),  # its layers built in a method its __init__ calls: `self.layers = self.get_layers()`
+    ("pp_ocrv5_mobile_rec", "PPOCRV5MobileRecAttention"),  # the base model is a backbone; its recognition head attends
+    ("mimi", "MimiAttention"),  # its towers are configs it holds undeclared, built by AutoModel.from_config
+])
+def test_the_class_is_found_where_the_model_builds_it_beyond_its_init(model_type: str, expected: str) -> None:
+    assert hf.attention_class(model_type)[0].__name__ == expected

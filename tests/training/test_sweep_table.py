@@ -6,7 +6,9 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from attnlab import train
-from attnlab.training.sweep_table import write_sweep_training
+from attnlab.sinks.table import TableSink
+from attnlab.sinks.tensorboard import TensorBoardSink
+from attnlab.training.sweep_table import pooled_sweep
 from tests.training._tiny import TINY_OVERRIDES
 
 
@@ -14,8 +16,12 @@ def test_the_jobs_seeds_are_pooled_per_variant(tmp_path):
     for seed in (1, 2):
         train("unscaled", "induction", seed=seed, overrides=[*TINY_OVERRIDES, "log.tensorboard=false"],
               out_dir=tmp_path / f"{seed - 1}-seed={seed}")
-    text = write_sweep_training(tmp_path, bands=True)
-    assert text.startswith("## unscaled (2 seeds)") and "clear of seed noise" in text
+    pooled = pooled_sweep(tmp_path)
+    TableSink().write_training_sweep(pooled, tmp_path)
+    TensorBoardSink().write_training_sweep(pooled, tmp_path)
+    text = (tmp_path / "training_comparison.md").read_text()
+    assert text == pooled.text and text.startswith("## unscaled (2 seeds)") and "clear of seed noise" in text
+    assert (tmp_path / "training_comparison.csv").read_text().startswith("group,measure,what,")
     band = EventAccumulator(str(tmp_path / "tensorboard" / "pooled"))
     band.Reload()
     losses = [json.loads((tmp_path / f"{s - 1}-seed={s}" / "training.json").read_text())["seeds"][0]["reference"]["losses"]

@@ -9,6 +9,8 @@ from typing import Any
 from torch import nn
 
 from attnlab.app.api import prepared
+from attnlab.app.run_job import training_outputs
+from attnlab.sinks.base import JobInfo, build_sinks
 from attnlab.training.config_job import training_job
 from attnlab.training.job import TrainingResult
 
@@ -21,9 +23,10 @@ def train(variant: str | type[nn.Module] | nn.Module, training: str = "induction
     files (training.json, the enabled outputs) written only with `out_dir`; nothing printed unless
     log={"terminal": True}. The result's `.verdict`, `.table` (a DataFrame), `.rows`, `.seeds`; a notebook shows its page."""
     cfg, _ = prepared(variant, seed, overrides=[f"training={training}", f"n_seeds={n_seeds}", *overrides], **kwargs)
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return training_job(cfg, None if out_dir is None else Path(out_dir))
+    job = None if out_dir is None else JobInfo(Path(out_dir))
+    if job is not None:
+        job.dir.mkdir(parents=True, exist_ok=True)
+    return training_job(cfg, None if job is None else job.dir, write=training_outputs(cfg, build_sinks(cfg), job))
 
 
 __all__ = ["train"]

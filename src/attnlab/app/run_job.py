@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -43,8 +43,11 @@ from attnlab.record.completion import mark_done, unmark
 from attnlab.record.files import RECORD_FILE
 from attnlab.schema import check_key, check_n_tokens, check_values, declared_n_tokens
 from attnlab.sinks.base import JobInfo, build_sinks
+from attnlab.sinks.terminal import print_training
+from attnlab.sinks.training_files import write_training_run
 from attnlab.training.config_job import check_training, training_job
 from attnlab.training.counterparts import MODEL_CHANGES
+from attnlab.training.job import TrainingResult
 from attnlab.training.settings import wants_training
 
 SEED_DIR = "seed-{seed}"
@@ -215,11 +218,12 @@ def run_job(cfg: DictConfig, job: JobInfo | Path | None, sinks: dict[str, Any] |
     sink's files into `job`. `job` None (a notebook's run without out_dir): nothing is written,
     and the terminal summary, if switched on, is printed without the line naming its file."""
     sinks = check(cfg) if sinks is None else sinks
-    if wants_training(cfg):  # its own outputs (attnlab.training.outputs): no attention record to write
+    if wants_training(cfg):  # a training run, through the sinks' write_training: no attention record to write
         info = job if isinstance(job, JobInfo) or job is None else JobInfo(Path(job))
         if info is not None and info.sweep_dir is not None:  # a failed record of an earlier attempt (its worker died)
             (info.dir / RECORD_FILE).unlink(missing_ok=True)
-        training_job(cfg, None if info is None else info.dir, None if info is None else info.sweep_dir)
+        training_job(cfg, None if info is None else info.dir, None if info is None else info.sweep_dir,
+                     training_outputs(cfg, sinks, info))
         return []
     stream_to = None if job is None else Path(job.dir if isinstance(job, JobInfo) else job)
     if stream_to is not None:
@@ -237,6 +241,15 @@ def run_job(cfg: DictConfig, job: JobInfo | Path | None, sinks: dict[str, Any] |
         for record in records:
             print_record(record)
     return records
+
+
+def training_outputs(cfg: DictConfig, sinks: dict[str, Any], job: JobInfo | None) -> Callable[[TrainingResult], None]:
+    """A training run's way out: into a folder, training.json then every sink's `write_training`;
+    with none (`attnlab.train` without out_dir), nothing written and the terminal's text printed
+    if log.terminal is on, as a forward run's summary is."""
+    if job is not None:
+        return partial(write_training_run, sinks, job=job)
+    return print_training if cfg.log.get("terminal") else lambda result: None
 
 
 def run_task(cfg: DictConfig, hydra_cfg: DictConfig) -> list[str]:
@@ -303,4 +316,4 @@ def write_failure(cfg: DictConfig, job_dir: Path, error: BaseException) -> Path:
     return write_record(record, job_dir)
 
 
-__all__: Sequence[str] = ["check", "check_constructor", "check_job", "compute_records", "job_work", "run_job", "run_task", "write_failure", "write_outputs"]
+__all__: Sequence[str] = ["check", "check_constructor", "check_job", "compute_records", "job_work", "run_job", "run_task", "training_outputs", "write_failure", "write_outputs"]

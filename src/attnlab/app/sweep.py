@@ -7,7 +7,8 @@ job, after a failed one, and otherwise at most once every REFRESH_SECONDS: rebui
 every job cost a share of each job that grows with the sweep (benchmarks/README.md); a refresh
 skipped so is made before the next job starts, so a long job never leaves the table behind.
 
-`finish` ends the sweep: every sink's `write_sweep` (comparison.csv and .md, comparison.html),
+`finish` ends the sweep: every sink's `write_sweep` (comparison.csv and .md, comparison.html; a
+training sweep's `write_training_sweep`),
 the sweep's table on the terminal (printed with log.terminal=false too: that switches off each
 job's summary, so a long sweep prints only its table), then the outcome. attnlab's sweeper calls it once every job returned, and when
 the launch was interrupted; it raises `FailedRecords` when a record failed, which the CLI turns
@@ -62,12 +63,10 @@ def write_sweep_outputs(folder: Path, config: DictConfig) -> tuple[Report, list]
     """Every enabled sink's sweep output (`write_sweep`: comparison.csv, .md and .html, TensorBoard's
     curves and sessions) from the records under `folder`; the report and the records skipped."""
     from attnlab.reporting.aggregate import rebuild
-    from attnlab.reporting.effect_grid import write_effect_grid
     from attnlab.sinks.base import build_sinks
 
     sinks = [sink for sink in build_sinks(config).values() if hasattr(sink, "write_sweep")]
-    return rebuild(folder, lambda report: [*(sink.write_sweep(report, folder) for sink in sinks),
-                                           write_effect_grid(report.records, folder)])
+    return rebuild(folder, lambda report: [sink.write_sweep(report, folder) for sink in sinks])
 
 
 def print_summary(report: Report, folder: Path) -> None:
@@ -121,13 +120,20 @@ def finish(config: DictConfig, complete: bool, missing: Sequence[str] = ()) -> N
 
 
 def _training_tables(config: DictConfig) -> None:
-    """A sweep of training jobs: its pooled verdicts and tables (attnlab.training.sweep_table)."""
+    """A sweep of training jobs: its pooled verdicts and tables (attnlab.training.sweep_table),
+    through every sink's `write_training_sweep`, and on the terminal."""
     from attnlab.shown_paths import display_path
-    from attnlab.training.sweep_table import write_sweep_training
+    from attnlab.sinks.base import build_sinks
+    from attnlab.sinks.training_files import write_training_sweep
+    from attnlab.training.sweep_table import pooled_sweep
 
-    text = write_sweep_training(sweep_dir(config), bands=bool(OmegaConf.select(config, "log.tensorboard", default=False)))
-    if text is not None:
-        print(f"\n{text}tables: {display_path(sweep_dir(config) / 'training_comparison.md')} .csv", flush=True)
+    folder = sweep_dir(config)
+    pooled = pooled_sweep(folder)
+    if pooled is None:
+        return
+    write_training_sweep(build_sinks(config), pooled, folder)
+    tables = f"tables: {display_path(folder / 'training_comparison.md')} .csv" if (folder / "training_comparison.md").exists() else ""
+    print(f"\n{pooled.text}{tables}", flush=True)
 
 
 def refresh_table(config: DictConfig) -> None:

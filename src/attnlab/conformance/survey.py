@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from attnlab.app.api import Result
 
+from attnlab.modules.hf_find import NO_ATTENTION
+
 OVERRIDES = ("inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4")
 # outcome classes, best first: the page's order
 OUTCOMES = ("ok", "error_finding", "no_attention_class", "composite", "cannot_build", "missing_input", "refused",
-            "crash", "timeout")
-# a refusal's class, by the words of attnlab's one-line message
-_REFUSALS = (("no attention class", "no_attention_class"), ("composite config", "composite"),
+            "crash", "timeout", "no_attention")
+# a refusal's class, by the words of attnlab's one-line message (the first that matches)
+_REFUSALS = ((NO_ATTENTION, "no_attention"), ("no attention class", "no_attention_class"), ("composite config", "composite"),
              ("could not be built", "cannot_build"), ("cannot be built", "cannot_build"),
              ("cannot provide", "missing_input"), ("needs an input", "missing_input"))
 
@@ -28,7 +30,9 @@ class Row:
     type: str
     cls: str = ""
     outcome: str = "crash"
-    defines_attention: bool = False  # its modeling module defines an attention nn.Module (the 727)
+    # its model builds an attention nn.Module its modeling module defines (the 727): not a type whose
+    # model has none (a convolutional network, a vocoder), even where its module defines another model's
+    defines_attention: bool = False
     info: list[str] = field(default_factory=list)  # declared differences: info findings, code@stage
     errors: list[str] = field(default_factory=list)  # error findings, code@stage
     seconds: float = 0.0
@@ -68,6 +72,7 @@ def survey_one(model_type: str) -> Row:
             row.outcome, row.message = refusal(record.error or ""), _line(record.error or record.status)
         else:
             row.outcome = "error_finding" if row.errors else "ok"
+    row.defines_attention = row.defines_attention and row.outcome != "no_attention"
     row.seconds = round(time.perf_counter() - start, 2)
     return row
 

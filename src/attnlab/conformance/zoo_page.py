@@ -16,6 +16,8 @@ _MEANING = {
     "refused": "another one-line refusal",
     "crash": "a Python exception, not a one-line error",
     "timeout": "no result within the time limit",
+    "no_attention": "the type's model builds no attention module (a convolutional network, a vocoder, a state-space "
+                    "model): not counted among those defining attention",
 }
 
 

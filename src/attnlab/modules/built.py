@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import arguments, hf, hf_inputs
+from attnlab.modules import arguments, hf, hf_grid, hf_inputs, hf_record
 from attnlab.modules.registry import (
     CONSTRUCTOR_KEYS,
     DEFAULT_VALUES,
@@ -103,7 +103,19 @@ class HuggingFaceCall(CallConvention):
     def call(self, module: nn.Module, x: torch.Tensor) -> Returned:
         if hf_inputs.packed(module):  # a vision tower's: packed rows, each batch item a sequence of cu_seqlens
             return self.unpack(hf_inputs.packed_forward(module, x), x)
-        return super().call(module, x)
+        if hf_grid.spatial(module):  # SAM's, ViTDet's: (b, H, W, d) on the tokens' grid, read back as (b, T, ·)
+            args, kwargs = self.arguments(module, x)
+            grid_x = hf_grid.laid_out(module, x)
+            args = tuple(grid_x if a is x else a for a in args)
+            kwargs = {k: grid_x if v is x else v for k, v in kwargs.items()}
+            return self.unpack(hf_grid.read_back(module(*args, **kwargs), x), x)
+
+        def own() -> Any:
+            args, kwargs = self.arguments(module, x)
+            return module(*args, **kwargs)
+
+        # attnlab's own inputs while they fit, else its model's recorded call (attnlab.modules.hf_record)
+        return self.unpack(hf_record.fed(module, x, own), x)
 
 
 class ByNameCall(CallConvention):

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf_inputs, hf_lineage
+from attnlab.modules import hf_grid, hf_inputs, hf_lineage, hf_record
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
@@ -242,7 +242,7 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
 
 def provided(cls: Any) -> tuple[str, ...]:
     """The required forward parameters a Hugging Face class's model call provides beside attnlab's own."""
-    return (*PROVIDED, *hf_inputs.provided(cls))
+    return (*PROVIDED, *hf_inputs.provided(cls), *hf_record.provided(cls))
 
 
 def _position_bias(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -329,6 +329,8 @@ def mask_kind(module: nn.Module) -> str:
     row = family(getattr(getattr(module, "config", None), "model_type", ""))
     if row is not GENERIC:
         return row.mask
+    if hf_grid.axes(type(module)) is not None:  # its tokens are an image's grid (SAM's, ViTDet's): no order to mask by
+        return "bidirectional"
     return "causal" if getattr(module, "is_causal", True) else "bidirectional"
 
 

@@ -11,6 +11,7 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import re
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -100,10 +101,13 @@ def _module_classes(modeling: ModuleType) -> list[type]:
 @cache
 def _init_tree(cls: type) -> ast.FunctionDef | None:
     """The syntax tree of the class's own `__init__`, None where it has none or no source."""
-    init = vars(cls).get("__init__")
-    init = getattr(init, "__wrapped__", init)  # transformers wraps some constructors
+    return _function_tree(vars(cls).get("__init__"))
+
+
+def _function_tree(function: object) -> ast.FunctionDef | None:
+    function = getattr(function, "__wrapped__", function)  # transformers wraps some constructors
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))  # type: ignore[arg-type]
     except (TypeError, OSError, SyntaxError):
         return None
     function = tree.body[0] if tree.body else None
@@ -139,14 +143,28 @@ def reachable(modeling: ModuleType, root: type) -> set[type]:
     by_name = {c.__name__: c for c in _module_classes(modeling)}
     seen, todo = {root}, [root]
     while todo:
-        init = _init_tree(todo.pop())
-        names = {n.id for n in ast.walk(init) if isinstance(n, ast.Name)} if init is not None else set()
+        names = _built_names(todo.pop())
         names |= {d for n in names for d in _dispatched(modeling, n)}
         for cls in (by_name[n] for n in names if n in by_name):
             if cls not in seen:
                 seen.add(cls)
                 todo.append(cls)
     return seen
+
+
+def _built_names(cls: type) -> set[str]:
+    """The names `cls.__init__` reads, and those of the methods it calls on itself to build its
+    parts (Zamba2Model's `self.layers = self.get_layers()`)."""
+    init = _init_tree(cls)
+    if init is None:
+        return set()
+    names = {n.id for n in ast.walk(init) if isinstance(n, ast.Name)}
+    helpers = {n.func.attr for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+               and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"}
+    for method in (vars(cls).get(h) for h in helpers):
+        tree = _function_tree(method) if inspect.isfunction(method) else None
+        names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} if tree is not None else set()
+    return names
 
 
 def _dispatched(modeling: ModuleType, name: str) -> list[str]:
@@ -236,25 +254,35 @@ def _in_config(model_type: str, config_cls: type, named: str | None, d_in_spelli
                depth: int = 0) -> Found:
     towers = _towers(config_cls) if depth < 3 else {}
     if towers and not _sized(config_cls, d_in_spellings):
-        return _tower(model_type, towers, d_in_spellings, depth)
+        try:
+            return _tower(model_type, towers, d_in_spellings, depth)
+        except NotFound:  # towers without attention around a model that has its own (PP-OCRv5's head)
+            return _own(model_type, config_cls, named)
     try:
         return _own(model_type, config_cls, named)
-    except NotFound:
+    except NotFound as own:
         if not towers:
             raise
-        return _tower(model_type, towers, d_in_spellings, depth)
+        try:
+            return _tower(model_type, towers, d_in_spellings, depth)
+        except NotFound:
+            raise own from None  # the model's own reason: its towers add none
 
 
 def _towers(config_cls: type) -> dict[str, type]:
     """A config's sub-configs by key, each its concrete class (an `AutoConfig` entry: the class of
     the default config's value)."""
     subs = dict(getattr(config_cls, "sub_configs", {}) or {})
-    if not subs:
-        return {}
     try:
         default = config_cls()
     except Exception:  # noqa: BLE001 - a config that cannot be built bare: its declared classes only
         default = None
+    # a config it holds without declaring it (Mimi's encoder_config, built by AutoModel.from_config)
+    held = {k: None for k in dir(default) if k.endswith("_config") and not k.startswith("_")} if default else {}
+    subs |= {k: type(v) for k in held if k not in subs and hasattr(v := getattr(default, k, None), "model_type")
+             and hasattr(v, "to_dict")}
+    if not subs:
+        return {}
     found = {}
     for key, sub in subs.items():
         value = getattr(default, key, None)
@@ -302,12 +330,38 @@ def _own(model_type: str, config_cls: type, named: str | None) -> Found:
     if root is None:  # BLIP's text model: its config beside modeling_blip.py, its model in modeling_blip_text.py
         modeling, root = next(((m, r) for m in _package_modules(config_cls)
                                if (r := model_class(m, config_cls, mapped)) is not None), (modeling, None))
-    # the attention of this config's own model (ALIGN's vision tower builds none of the text tower's classes)
-    chosen = choose(modeling, _base_name(model_type, config_cls), reachable(modeling, root) if root else None)
-    if chosen is None:
-        where = f"{root.__name__} builds no" if root else f"{modeling.__name__} defines no"
-        raise NotFound(f"{where} attention class (no nn.Module named ...Attention)")
-    return Found(chosen, config_cls)
+    base = _base_name(model_type, config_cls)
+    if root is None:
+        chosen = choose(modeling, base)
+        if chosen is None:
+            raise NotFound(f"{modeling.__name__} defines no attention class (no nn.Module named ...Attention)")
+        return Found(chosen, config_cls)
+    # the attention of this config's own model (ALIGN's vision tower builds none of the text tower's classes),
+    # else of its task models (PP-OCRv5's base model is a backbone, its recognition head holds the attention)
+    built: set[type] = set()
+    for model in (root, *_task_models(modeling, config_cls, root)):
+        built |= reachable(modeling, model)
+        chosen = choose(modeling, base, built)
+        if chosen is not None:
+            return Found(chosen, config_cls)
+    named = sorted(c.__name__ for c in built if _ATTENTION_WORDS.search(c.__name__))
+    if named:
+        raise NotFound(f"{root.__name__} builds no attention class attnlab runs (no nn.Module named ...Attention; it "
+                       f"builds {', '.join(named)})")
+    raise NotFound(f"{root.__name__} builds no attention module: {NO_ATTENTION}")
+
+
+# said of a type whose model builds no attention at all (a convolutional network, a vocoder, a state-space
+# model): not a class attnlab failed to find, so the survey counts it apart (attnlab.conformance.survey)
+NO_ATTENTION = "a model without attention"
+_ATTENTION_WORDS = re.compile(r"attn|attention", re.IGNORECASE)
+
+
+def _task_models(modeling: ModuleType, config_cls: type, root: type) -> list[type]:
+    """The module's other models built from `config_cls` (its `...For...` heads), shortest name first."""
+    own = [c for c in _module_classes(modeling) if getattr(c, "config_class", None) is config_cls
+           and c is not root and "PreTrained" not in c.__name__]
+    return sorted(own, key=lambda c: len(c.__name__))
 
 
 def _package_modules(config_cls: type) -> list[ModuleType]:

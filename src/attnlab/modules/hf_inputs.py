@@ -38,7 +38,7 @@ def _residual(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(x)  # (b, T, d_in): BLOOM's output + 0 is the attention's own
 
 
-def _grid(module: nn.Module, x: torch.Tensor) -> tuple[int, int]:
+def grid(module: nn.Module, x: torch.Tensor) -> tuple[int, int]:
     """(height, width) of the tokens' grid: a class token (CvT's with_cls_token) is not on it."""
     cells = x.shape[-2] - (1 if getattr(module, "with_cls_token", False) else 0)
     height = max(d for d in range(1, math.isqrt(cells) + 1) if cells % d == 0)
@@ -47,8 +47,8 @@ def _grid(module: nn.Module, x: torch.Tensor) -> tuple[int, int]:
 
 _MADE: dict[str, Callable[[nn.Module, torch.Tensor], Any]] = {
     "residual": _residual,
-    "height": lambda m, x: _grid(m, x)[0],
-    "width": lambda m, x: _grid(m, x)[1],
+    "height": lambda m, x: grid(m, x)[0],
+    "width": lambda m, x: grid(m, x)[1],
     "output_attentions": lambda m, x: False,
 }
 PACKED = ("cu_seqlens",)  # a forward taking these is called on un-batched rows

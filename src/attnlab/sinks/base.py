@@ -3,15 +3,19 @@ the HTML report are sinks; so is any class a user names in a `conf/sink/NAME.yam
 
 Each sink is a config in the Hydra group `sink` with a `_target_`, built by
 `attnlab.configured.build` (its values resolved once, as plain data) when `log.NAME` is true,
-and has up to two methods (a missing one is simply not called):
+and has up to four methods, one per kind of result (a missing one is simply not called):
 
 - `write(records, job)`: after a job wrote its records. `records` are the job's seeds (one for
   a single run or a sweep job), in seed order; `job` is a `JobInfo`.
 - `write_sweep(report, folder)`: at the end of a sweep (also an interrupted one), with every
   record under the sweep folder (`attnlab.reporting.aggregate.Report`: `.records`, `.jobs`, ...).
+- `write_training(result, job)`: after a training job (`attnlab.training.job.TrainingResult`:
+  `.verdict`, `.rows`, `.seeds`, `.as_dict()`).
+- `write_training_sweep(sweep, folder)`: at the end of a sweep of training jobs, its seeds pooled
+  per variant (`attnlab.training.sweep_table.TrainingSweep`: `.text`, `.rows`, `.verdicts`).
 
-A sink reads records and never recomputes attention; record.json itself is written before any
-sink runs, so a sink that fails loses nothing. Sinks run in the order of the `sink` group, the
+A sink reads results and never recomputes attention; record.json (training.json) is written
+before any sink runs, so a sink that fails loses nothing. Sinks run in the order of the `sink` group, the
 terminal last, so what it points to is already on disk.
 """
 
@@ -29,6 +33,8 @@ from attnlab.errors import UserError
 if TYPE_CHECKING:
     from attnlab.record import Record
     from attnlab.reporting.aggregate import Report
+    from attnlab.training.job import TrainingResult
+    from attnlab.training.sweep_table import TrainingSweep
 
 
 REPORT_FILE = "report.html"  # a single run's page in its job folder (the html sink writes, the terminal names it)
@@ -48,6 +54,10 @@ class Sink(Protocol):
     def write(self, records: Sequence[Record], job: JobInfo) -> None: ...
 
     def write_sweep(self, report: Report, folder: Path) -> None: ...
+
+    def write_training(self, result: TrainingResult, job: JobInfo) -> None: ...
+
+    def write_training_sweep(self, sweep: TrainingSweep, folder: Path) -> None: ...
 
 
 def enabled_sinks(cfg: DictConfig) -> list[str]:

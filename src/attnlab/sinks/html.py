@@ -17,6 +17,7 @@ import html
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -29,6 +30,9 @@ from attnlab.sinks.html_header import header_html
 from attnlab.sinks.html_images import card_pictures, record_pictures
 from attnlab.sinks.model_html import write_model_html
 from attnlab.sinks.views import findings_html
+
+if TYPE_CHECKING:
+    from attnlab.training.job import TrainingResult
 
 HTML_FILE = "comparison.html"
 
@@ -56,6 +60,11 @@ class HtmlSink:
 
     def write_sweep(self, report: Report, folder: Path) -> None:
         write_html_report(report, Path(folder) / HTML_FILE, plots=self.plots)
+
+    def write_training(self, result: TrainingResult, job: JobInfo) -> None:
+        from attnlab.training.page import page_html
+
+        (Path(job.dir) / "training.html").write_text(page_html(result.as_dict()))
 
 
 def write_html_report(report: Report, path: Path, plots: Sequence[str] = DEFAULT_DIAGNOSTICS) -> Path:

@@ -51,6 +51,8 @@ from attnlab.sinks.base import REPORT_FILE, JobInfo
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
+    from attnlab.training.job import TrainingResult
+
 INSTALL_HINT = "log.mlflow=true needs mlflow: pip install 'attnlab[mlflow]'"
 SINGLE_RUN_EXPERIMENT = "attnlab"
 LOCK_FILE = ".mlflow.lock"  # in the sweep folder: parallel jobs create the sweep's experiment once
@@ -113,6 +115,26 @@ class MlflowSink:
         if job.sweep_dir is None:  # a sweep's jobs would repeat it: the sweep's experiment is named by its folder
             print(f"mlflow: run '{run.info.run_name}' in experiment '{SINGLE_RUN_EXPERIMENT}' "
                   f"(open it: {ui_command(self.tracking_uri)})", flush=True)
+
+    def write_training(self, result: TrainingResult, job: JobInfo) -> None:
+        """One MLflow run per side and seed, every scalar at its training step."""
+        from mlflow.entities import Metric
+
+        from attnlab.sinks.training_files import side_label, step_scalars
+        from attnlab.training.job import SIDES
+
+        data = result.as_dict()
+        client = self.client()
+        experiment_id = self.experiment_id(client, JobInfo(job.dir))
+        for run in data["seeds"]:
+            for side in SIDES:
+                mlflow_run = client.create_run(experiment_id, run_name=f"{side_label(data, side)} seed={run['seed']}")
+                metrics = [Metric(tag.replace("/", "."), value, 0, step)
+                           for step, values in step_scalars(run[side]).items() for tag, value in values.items()]
+                for start in range(0, len(metrics), 1000):  # MLflow's limit per log_batch call
+                    client.log_batch(mlflow_run.info.run_id, metrics=metrics[start:start + 1000])
+                client.set_tag(mlflow_run.info.run_id, "attnlab.verdict", " ".join(data["verdict"])[:5000])
+                client.set_terminated(mlflow_run.info.run_id)
 
     def client(self) -> MlflowClient:
         from mlflow import MlflowClient

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnlab.record import Record, write_atomic
+from attnlab.reporting.effect_grid import write_effect_grid
 from attnlab.reporting.rows import TABLE_FILE, job_rows, sweep_rows, write_rows_csv
 from attnlab.sinks.base import JobInfo
 
@@ -21,12 +22,15 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from attnlab.reporting.aggregate import Report
+    from attnlab.training.job import TrainingResult
+    from attnlab.training.sweep_table import TrainingSweep
 
 MARKDOWN_FILE = "comparison.md"
 
 
 class TableSink:
-    """`log.table`: the comparison tables of a job and of a sweep."""
+    """`log.table`: the comparison tables of a job and of a sweep; a training job's and a training
+    sweep's training_comparison.md and .csv; an intervention sweep's layer × head grid."""
 
     def write(self, records: Sequence[Record], job: JobInfo) -> None:
         write_rows_csv(job_rows(records), job.dir / TABLE_FILE)
@@ -36,6 +40,17 @@ class TableSink:
             return
         write_csv_report(report, Path(folder) / TABLE_FILE)
         write_markdown_report(report, Path(folder) / MARKDOWN_FILE)
+        write_effect_grid(report.records, Path(folder))
+
+    def write_training(self, result: TrainingResult, job: JobInfo) -> None:
+        from attnlab.sinks.training_files import write_table
+
+        write_table(result.as_dict(), Path(job.dir))
+
+    def write_training_sweep(self, sweep: TrainingSweep, folder: Path) -> None:
+        from attnlab.sinks.training_files import write_sweep_table
+
+        write_sweep_table(sweep, Path(folder))
 
 
 def write_csv_report(report: Report, path: Path) -> Path:

@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 
     from attnlab.reporting.aggregate import Report
     from attnlab.reporting.sweep_plots import Curve
+    from attnlab.training.job import TrainingResult
+    from attnlab.training.sweep_table import TrainingSweep
 
 HISTOGRAM_STAGES = ("weights", "context")
 HISTOGRAM_BINS = 64  # uniform bins: TensorBoard's default ~1500 exponential buckets are slow at 4096^2
@@ -85,6 +87,21 @@ class TensorBoardSink:
         curves, _ = sweep_curves(report, DEFAULT_DIAGNOSTICS if self.plots is None else list(self.plots))
         write_sweep_curves(curves, Path(folder) / SWEEP_RUN)
         write_sweep_sessions(report, Path(folder))
+
+    def write_training(self, result: TrainingResult, job: JobInfo) -> None:
+        """A training job's runs (attnlab.sinks.training_tensorboard): in a sweep, under the sweep's
+        folder, its pooled run and sessions left to the sweep's end."""
+        from attnlab.sinks.training_tensorboard import swept_keys, write_job
+
+        in_sweep = job.sweep_dir is not None
+        base = Path(job.sweep_dir if job.sweep_dir is not None else job.dir) / "tensorboard"
+        write_job(result.as_dict(), base, swept_keys(Path(job.sweep_dir)) if job.sweep_dir is not None else (),
+                  pooled=not in_sweep, seeds=result.seeds if self.images else None)
+
+    def write_training_sweep(self, sweep: TrainingSweep, folder: Path) -> None:
+        from attnlab.sinks.training_tensorboard import write_sweep_bands
+
+        write_sweep_bands(Path(folder), sweep)
 
 
 SWEEP_RUN = "sweep"  # <sweep>/sweep/<line>: one TensorBoard run per line (variant), so each is its own line

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from attnlab.shown_paths import display_path
 from attnlab.sinks.base import REPORT_FILE, JobInfo
 from attnlab.sinks.model_lines import inputs_given, layer_lines, print_layers
 from attnlab.sinks.views import no_findings_message, shape_trace
+
+if TYPE_CHECKING:
+    from attnlab.training.job import TrainingResult
 
 MAX_SHOWN = 8  # rows and columns of a matrix printed in full; larger ones are cut with "…"
 TERMINAL_ROWS = 20  # per-seed lines printed before the rest are elided (all are in comparison.csv)
@@ -50,6 +53,16 @@ class TerminalSink:
             if report.exists() and (len(records) == 1 or records[0].model is not None):  # the html sink ran before (the terminal runs last)
                 print(f"report: {display_path(report)} (open it in a browser)")
             sys.stdout.flush()
+
+    def write_training(self, result: TrainingResult, job: JobInfo) -> None:
+        print_training(result)
+
+
+def print_training(result: TrainingResult) -> None:
+    """A training run's verdict and table."""
+    from attnlab.sinks.training_files import terminal_text
+
+    print(terminal_text(result.as_dict()))
 
 
 @contextmanager

@@ -1,27 +1,29 @@
 """The training job as the command line, a sweep and `attnlab.train` run it: from the config,
-checked, run, its outputs written."""
+checked, run, its outputs written by the caller's `write` (the sinks, attnlab.sinks.training_files)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from attnlab.training import checkpoint, reference_cache
 from attnlab.training.job import TrainingResult, plan, run
-from attnlab.training.outputs import write_outputs
 from attnlab.training.settings import settings_of
 
 
-def training_job(cfg: DictConfig, job_dir: Path | None, sweep_dir: Path | None = None) -> TrainingResult:
-    """The CLI's and the sweep's training job: checked, run, its files written into `job_dir`; in a
+def training_job(cfg: DictConfig, job_dir: Path | None, sweep_dir: Path | None = None,
+                 write: Callable[[TrainingResult], None] | None = None) -> TrainingResult:
+    """The CLI's and the sweep's training job: checked, run, `write` given its result; in a
     sweep, the trained references shared through `sweep_dir` (attnlab.training.reference_cache).
     A checkpoint in `job_dir` (attnlab.training.checkpoint) is resumed."""
     cache = None if sweep_dir is None else sweep_dir / reference_cache.FOLDER
     job = plan(cfg.variant.name, settings_of(cfg), cfg.device, cache)
     folder = None if job_dir is None else job_dir / checkpoint.FOLDER
     result = run(job, cfg.variant.name, range(cfg.seed, cfg.seed + cfg.n_seeds), folder)
-    write_outputs(result, cfg, job_dir, sweep_dir)
+    if write is not None:
+        write(result)
     checkpoint.remove(folder)  # last: a job killed while writing its outputs resumes with every seed done
     return result
 

@@ -11,8 +11,11 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 
 from attnlab import train
 from attnlab.app.api import prepared
+from attnlab.app.run_job import training_outputs
+from attnlab.sinks.base import JobInfo, build_sinks
+from attnlab.sinks.tensorboard import TensorBoardSink
 from attnlab.training.config_job import training_job
-from attnlab.training.sweep_table import write_sweep_training
+from attnlab.training.sweep_table import pooled_sweep
 from tests.training._tiny import TINY_OVERRIDES
 
 
@@ -81,8 +84,8 @@ def test_a_sweeps_jobs_write_one_reference_per_seed_and_the_end_one_pooled_run(t
     for number, (variant, seed) in enumerate([(v, s) for v in ("unscaled", "scaled_by_dk") for s in (1, 2)]):
         cfg, _ = prepared(variant, seed, overrides=["training=induction", *TINY_OVERRIDES, "log.html=false"])
         (sweep / str(number)).mkdir(parents=True)
-        training_job(cfg, sweep / str(number), sweep)
-    write_sweep_training(sweep, bands=True)
+        training_job(cfg, sweep / str(number), sweep, training_outputs(cfg, build_sinks(cfg), JobInfo(sweep / str(number), sweep)))
+    TensorBoardSink().write_training_sweep(pooled_sweep(sweep), sweep)
     base = sweep / "tensorboard"
     assert runs(base) == ["induction/reference", "induction/reference/seed=1", "induction/reference/seed=2",
                           "induction/scaled_by_dk", "induction/scaled_by_dk/seed=1", "induction/scaled_by_dk/seed=2",
@@ -112,8 +115,8 @@ def test_a_real_tensorboard_at_the_runs_root_serves_the_bands(tmp_path):
     for number, (variant, seed) in enumerate([(v, s) for v in ("unscaled", "causal_mask_missing") for s in (1, 2)]):
         cfg, _ = prepared(variant, seed, overrides=["training=induction", *TINY_OVERRIDES, "log.html=false", "log.images=false"])
         (sweep / str(number)).mkdir(parents=True)
-        training_job(cfg, sweep / str(number), sweep)
-    write_sweep_training(sweep, bands=True)
+        training_job(cfg, sweep / str(number), sweep, training_outputs(cfg, build_sinks(cfg), JobInfo(sweep / str(number), sweep)))
+    TensorBoardSink().write_training_sweep(pooled_sweep(sweep), sweep)
     port = free_port()
     command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "runs"), "--host", "127.0.0.1",
                "--port", str(port), "--reload_interval", "1", "--load_fast", "false"]

@@ -9,6 +9,9 @@ Under one folder (a sweep's `<sweep>/tensorboard`, a single job's `<job>/tensorb
   (`TASK/VARIANT/train/loss/{mean,lower,upper}`) and a Custom Scalars margin chart per measure and
   side, so the bands need one run selected whatever the number of jobs.
 - `TASK/VARIANT` (the seeds' parent): its HParams session, the pooled figures as its metrics.
+
+`write_job` writes a job's runs (the tensorboard sink's `write_training`); a sweep's jobs leave the
+pooled run and the sessions to `write_sweep_bands`, at the sweep's end (`write_training_sweep`).
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ import numpy as np
 
 from attnlab.sinks.tensorboard_format import EventFile, custom_scalars, hparams_summaries, scalars_summary
 from attnlab.sinks.tensorboard_runs import run_folder_name
+from attnlab.sinks.training_files import step_scalars
 from attnlab.training.head_probes import HEAD_WEIGHTS
+from attnlab.training.job import SIDES
 from attnlab.training.measures import PROBE_WEIGHTS
+from attnlab.training.sweep_table import TrainingSweep
 
 POOLED_RUN = "pooled"
 BANDED = ("train/loss", "eval/causal_accuracy", "eval/teacher_forced_accuracy", "heads/induction_max")
@@ -156,3 +162,49 @@ def session_figures(summaries: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     (a measure that does not apply is under the summary's not_measured, with why)."""
     return {key: statistics.fmean(s[key] for s in summaries) for key in summaries[0]
             if all(isinstance(s.get(key), int | float) for s in summaries)}
+
+
+def write_job(data: dict[str, Any], base: Path, swept: tuple[str, ...] = (), pooled: bool = True,
+              seeds: list[dict[str, Any]] | None = None) -> None:
+    """The job's runs under `base` (the module's docstring); `pooled`: its own bands and
+    HParams sessions too (a sweep's jobs leave them to the sweep's end); `seeds`: the result's seeds
+    with their weights, drawn as heatmaps."""
+    label = task_label(data["settings"], swept)
+    scalars = [{side: step_scalars(run[side]) for side in SIDES} for run in data["seeds"]]
+    write_seed_runs(data, base, label, scalars, seeds)
+    if pooled:
+        names = {side: f"{label}/{side_name(data, side)}" for side in SIDES}
+        write_pooled(base, {names[side]: [s[side] for s in scalars] for side in SIDES})
+        for side in SIDES:
+            write_session(base, names[side], session_hparams(data, side, len(scalars)),
+                          session_figures([run[side]["summary"] for run in data["seeds"]]), data["settings"]["steps"])
+
+
+def session_hparams(data: dict[str, Any], side: str, n_seeds: int) -> dict[str, str | int]:
+    return {"side": side, "variant": data["variant"] if side == "variant" else "reference",
+            "task": data["settings"]["task"], "seeds": n_seeds,
+            "verdict": " ".join(data["verdict"]) if side == "variant" else "the reference"}
+
+
+def write_sweep_bands(folder: Path, sweep: TrainingSweep) -> None:
+    """The sweep's pooled run (each variant's band over all its jobs' seeds, each TASK's reference once,
+    pooled over every seed any job trained it for) and an HParams session per side."""
+    base, swept = folder / "tensorboard", swept_keys(folder)
+    sides: dict[str, list[dict[int, dict[str, float]]]] = {}
+    references: dict[str, tuple[dict[str, Any], dict[int, dict[str, Any]]]] = {}  # TASK: (settings, {seed: side})
+    for label, results in sweep.grouped.items():
+        data = {"variant": results[0]["variant"], "settings": results[0]["settings"], "verdict": sweep.verdicts[label]}
+        task = task_label(data["settings"], swept)
+        name = f"{task}/{side_name(data, 'variant')}"
+        runs = [run for r in results for run in r["seeds"]]
+        sides[name] = [step_scalars(run["variant"]) for run in runs]
+        references.setdefault(task, (data["settings"], {}))[1].update({run["seed"]: run["reference"] for run in runs})
+        figures = session_figures([run["variant"]["summary"] for run in runs])
+        write_session(base, name, session_hparams(data, "variant", len(runs)), figures, data["settings"]["steps"])
+    for task, (settings, by_seed) in references.items():
+        sides[f"{task}/reference"] = [step_scalars(side) for _, side in sorted(by_seed.items())]
+        data = {"variant": "reference", "settings": settings, "verdict": []}
+        figures = session_figures([side["summary"] for side in by_seed.values()])
+        write_session(base, f"{task}/reference", session_hparams(data, "reference", len(by_seed)),
+                      figures, settings["steps"])
+    write_pooled(base, sides)

@@ -1,0 +1,114 @@
+"""The layout a Hugging Face attention's forward reads its hidden states in, when it is not (b, T, d).
+
+Read from the forward's own source, never guessed from a failing call: the axes it unpacks its
+first input's shape into (`batch_size, height, width, _ = hidden_states.shape`, SAM's and ViTDet's
+windowed vision attention; `batch, point_batch_size, n_tokens, channel = hidden_states.shape` in a
+helper the forward hands it to, SAM's mask decoder; `batch_size, point_batch_size = query.shape[:2]`).
+attnlab's (b, T, d) is laid out in that layout: the axes named as a grid (height, width) take the
+grid `hf_inputs.grid` makes of T, an axis named as a batch (SAM's point batch) is one item, and the
+output is read back as (b, T, ·).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from functools import cache
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnlab.modules.hf_inputs import grid
+
+_HEIGHT = ("height", "h", "H", "hh", "grid_h", "patch_h")
+_WIDTH = ("width", "w", "W", "ww", "grid_w", "patch_w")
+
+
+@cache
+def axes(cls: type) -> tuple[str, ...] | None:
+    """The forward's input as it names its axes when they are more than (b, T, d): ("batch",
+    "height", "width", "d") for a grid, ("batch", "batch", "tokens", "d") for a point batch; None else."""
+    forward = _function(getattr(cls, "forward", None))
+    if forward is None or len(forward.args.args) < 2:
+        return None
+    names = _unpacked(forward, forward.args.args[1].arg)
+    if names is None:  # handed to a helper of the class's as its first argument (SAM's _separate_heads)
+        names = next((found for helper in _helpers(cls, forward) if (found := _unpacked(*helper)) is not None), None)
+    return names
+
+
+def _function(function: Any) -> ast.FunctionDef | None:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (TypeError, OSError, SyntaxError):
+        return None
+    node = tree.body[0] if tree.body else None
+    return node if isinstance(node, ast.FunctionDef) else None
+
+
+def _unpacked(function: ast.FunctionDef, name: str) -> tuple[str, ...] | None:
+    """The axes a tuple-unpack of `name.shape` names: all four of them, or the leading ones of
+    `name.shape[:k]` where one beyond the first is named as a batch (the rest: tokens, d)."""
+    for node in ast.walk(function):
+        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple)):
+            continue
+        names = tuple(e.id if isinstance(e, ast.Name) else "_" for e in node.targets[0].elts)
+        value = node.value
+        if _shape_of(value, name) and len(names) == 4:
+            return tuple(_kind(n, i) for i, n in enumerate(names))
+        if (isinstance(value, ast.Subscript) and _shape_of(value.value, name) and len(names) >= 2
+                and any("batch" in n for n in names[1:])):
+            return (*(_kind(n, i) for i, n in enumerate(names)), "tokens", "d")
+    return None
+
+
+def _shape_of(node: ast.expr, name: str) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "shape" and isinstance(node.value, ast.Name)
+            and node.value.id == name)
+
+
+def _kind(name: str, index: int) -> str:
+    if index == 0 or "batch" in name:
+        return "batch"
+    return "height" if name in _HEIGHT else "width" if name in _WIDTH else "tokens" if index == 2 else "d"
+
+
+def _helpers(cls: type, forward: ast.FunctionDef) -> list[tuple[ast.FunctionDef, str]]:
+    """The class's own methods the forward calls with its input first, with that parameter's name."""
+    first = forward.args.args[1].arg
+    found = []
+    for call in (n for n in ast.walk(forward) if isinstance(n, ast.Call)):
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
+                and call.args and isinstance(call.args[0], ast.Name) and call.args[0].id == first):
+            continue
+        helper = _function(getattr(cls, func.attr, None))
+        if helper is not None and len(helper.args.args) >= 2:
+            found.append((helper, helper.args.args[1].arg))
+    return found
+
+
+def spatial(module: nn.Module) -> bool:
+    """Its forward reads its input in a layout other than (b, T, d)."""
+    return axes(type(module)) is not None
+
+
+def laid_out(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """x (b, T, d) in the forward's layout: (b, H, W, d) on the grid of T, or (b, 1, T, d)."""
+    kinds = axes(type(module)) or ()
+    batch, tokens, width = x.shape
+    if "height" in kinds:
+        rows, columns = grid(module, x)
+        return x.reshape(batch, rows, columns, width)  # (b, H, W, d)
+    return x.reshape(batch, 1, tokens, width)  # (b, 1, T, d): one item of the extra batch axis
+
+
+def read_back(value: Any, x: torch.Tensor) -> Any:
+    """The output (or a tuple's first element) in the forward's layout, back as x's rows (b, T, ·)."""
+    if isinstance(value, torch.Tensor) and value.dim() > x.dim():
+        return value.reshape(*x.shape[:-1], value.shape[-1])
+    if isinstance(value, tuple) and value and isinstance(value[0], torch.Tensor) and value[0].dim() > x.dim():
+        return (value[0].reshape(*x.shape[:-1], value[0].shape[-1]), *value[1:])
+    return value

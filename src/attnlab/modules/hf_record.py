@@ -1,0 +1,267 @@
+"""The model's own call of its attention, recorded: what a Hugging Face attention class is given
+when attnlab's own inputs (`hf.forward_kwargs`, `hf_inputs`) do not fit its forward.
+
+The small model that owns the class (transformers' own model class for the module's config, built
+from that config, never downloaded) is run once on inputs made so that its attention sees the run's
+tokens; a forward pre-hook on its first instance of the class records the (args, kwargs) the model
+passes (the rotary cos/sin in whatever form, mrope and vision rotary, relative distances, masks,
+bias tensors), stops the model there, and attnlab calls its own module with those inputs and its
+own hidden states. So an input the model computes is the model's own and never guessed.
+
+Tokens: a model of token ids or embeddings is given the run's (batch, tokens). Where the model
+makes its tokens from something else (an image's patches, audio frames), the input's last axis is
+resized until the attention sees the run's tokens; where no size does, the refusal names the
+number of tokens the smallest input gives (`inputs.n_tokens=N`). Whatever the model could not be
+run on (an input from outside the attention: an entity table, a layout's boxes) stays a one-line
+refusal naming the forward's input and what to pass.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnlab.errors import UserError
+from attnlab.modules import hf_inputs, hf_small
+from attnlab.modules.arguments import forward_parameters, providable, required
+
+
+class ModelCallError(UserError):
+    """A module whose model's call could not be recorded at the run's sizes."""
+
+
+class _Stop(Exception):
+    """Raised by the pre-hook: the model's call is recorded, the rest of its forward is not needed."""
+
+
+@dataclass
+class Call:
+    """The recorded call: its positional and keyword arguments, the hidden states among them."""
+
+    args: tuple
+    kwargs: dict[str, Any]
+    hidden: torch.Tensor
+
+    def on(self, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
+        """The call with attnlab's hidden states in place of the model's."""
+        if self.args and self.args[0] is self.hidden:
+            return (x, *self.args[1:]), dict(self.kwargs)
+        return (), {k: x if v is self.hidden else v for k, v in self.kwargs.items()}
+
+
+_CALLS: weakref.WeakKeyDictionary[nn.Module, dict[tuple, Call]] = weakref.WeakKeyDictionary()
+_MODELS: weakref.WeakKeyDictionary[nn.Module, list[tuple[nn.Module, nn.Module] | str]] = weakref.WeakKeyDictionary()
+_FED: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # "own" or "recorded", once known
+_TRIES = 6  # sizes of a model's input tried before refusing
+_MODEL_CLASSES = 2  # of a modeling file's model classes for the config, the first ones tried
+
+
+def fed(module: nn.Module, x: torch.Tensor, own: Callable[[], Any]) -> Any:
+    """What the module returns on x: `own()` (attnlab's own inputs) while they fit; where they fail,
+    the module on its model's recorded call, and from then on always so. Where the model's call
+    cannot be recorded either, the one-line reason why (`ModelCallError`)."""
+    way = _FED.get(module)
+    if way == "own":
+        return own()
+    if way == "recorded":
+        args, kwargs = recorded(module, x)
+        return module(*args, **kwargs)
+    try:
+        value = own()
+    except Exception as exc:  # noqa: BLE001 - attnlab's inputs that do not fit fail in many ways: its model's call
+        args, kwargs = recorded(module, x, exc)
+        value = module(*args, **kwargs)  # the module's own error, if it fails on its model's inputs
+        _FED[module] = "recorded"
+        return value
+    _FED[module] = "own"
+    return value
+
+
+def recorded(module: nn.Module, x: torch.Tensor, own: Exception | None = None) -> tuple[tuple, dict[str, Any]]:
+    """The module's (args, kwargs) as its model calls it, with x as the hidden states (`own`: how
+    attnlab's own inputs failed, named in the refusal)."""
+    calls = _CALLS.setdefault(module, {})
+    if tuple(x.shape) not in calls:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():  # building a model draws nothing from the run's seed
+            calls[tuple(x.shape)] = _record(module, x, own)
+    return calls[tuple(x.shape)].on(x)
+
+
+def _origin(module: nn.Module) -> type:
+    """The transformers class the module is or derives from (a copy with a planted mistake subclasses it)."""
+    return next((k for k in type(module).__mro__ if k.__module__.startswith("transformers.models.")), type(module))
+
+
+def owning_models(module: nn.Module) -> list[type]:
+    """The model classes of the module's modeling file built from its config's class, the base
+    model (`...Model`) first: those that may hold the class."""
+    from transformers import PreTrainedModel
+
+    origin = _origin(module)
+    modeling = sys.modules[origin.__module__]
+    config_cls = type(module.config)
+    found = [c for c in vars(modeling).values() if inspect.isclass(c) and issubclass(c, PreTrainedModel)
+             and c.__module__ == modeling.__name__ and getattr(c, "config_class", None) is config_cls
+             and not c.__name__.endswith("PreTrainedModel")]
+    return sorted(found, key=lambda c: (not c.__name__.endswith("Model"), len(c.__name__)))[:_MODEL_CLASSES]
+
+
+def _models(module: nn.Module, x: torch.Tensor) -> list[tuple[nn.Module, nn.Module] | str]:
+    """Each owning model built once, small (`hf_small`), with its instance of the class; or why not."""
+    if module not in _MODELS:
+        found: list[tuple[nn.Module, nn.Module] | str] = []
+        layer = getattr(module, "layer_idx", None)
+        for model_cls in owning_models(module):
+            try:
+                model = hf_small.built(model_cls, module.config, layer if isinstance(layer, int) else 0,
+                                       x.device, x.dtype)
+            except Exception as exc:  # noqa: BLE001 - a model class that cannot be built from this config: the next one
+                found.append(f"{model_cls.__name__}: {type(exc).__name__}: {exc}".splitlines()[0][:160])
+                continue
+            target = _instance(model, module)
+            found.append((model, target) if target is not None else f"{model_cls.__name__} holds no {_origin(module).__name__}")
+        _MODELS[module] = found
+    return _MODELS[module]
+
+
+def _record(module: nn.Module, x: torch.Tensor, own: Exception | None) -> Call:
+    problems: list[str] = []
+    for found in _models(module, x):
+        if isinstance(found, str):
+            problems.append(found)
+            continue
+        call, problem = _sized_call(*found, x)
+        if call is not None:
+            return call
+        problems.append(f"{type(found[0]).__name__}: {problem}")
+    raise ModelCallError(_refusal(module, own, problems[0] if problems else
+                                  f"its modeling file has no model built from {type(module.config).__name__}"))
+
+
+def _refusal(module: nn.Module, own: Exception | None, problem: str) -> str:
+    """One line: the input from outside the attention the module needs, else why neither way fed it."""
+    name = type(module).__name__
+    outside = [p.name for p in required(type(module)) if not providable(p.name, hf_inputs.provided(type(module)))]
+    if outside:
+        return (f"{name}.forward needs '{outside[0]}', an input its model makes from what lies outside the attention, "
+                f"and its model could not be run to make it ({problem}); run a subclass whose forward passes "
+                f"{outside[0]}=...")
+    why = f"{type(own).__name__}: {' '.join(str(own).split())}"[:120] if own is not None else "none"
+    return (f"{name}: attnlab's own inputs failed ({why}), and its model's call could not be recorded at these "
+            f"sizes ({problem})")
+
+
+def _instance(model: nn.Module, module: nn.Module) -> nn.Module | None:
+    """The model's instance of the class at the module's layer, else its first."""
+    origin = _origin(module)
+    found = [m for m in model.modules() if type(m) is origin]
+    layer = getattr(module, "layer_idx", None)
+    return next((m for m in found if getattr(m, "layer_idx", None) == layer), found[0] if found else None)
+
+
+def _sized_call(model: nn.Module, target: nn.Module, x: torch.Tensor) -> tuple[Call | None, str]:
+    """The target's recorded call on the first of the model's inputs attnlab makes (`_forms`) whose
+    size makes the attention see x's tokens."""
+    problem = "its forward takes no input attnlab can make (token ids, embeddings, pixels, audio)"
+    for make, size in _forms(model, x):
+        call, problem = _sized(model, target, x, make, size)
+        if call is not None:
+            return call, ""
+    return None, problem
+
+
+def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size: int) -> tuple[Call | None, str]:
+    """Resize the input (`make(size)`) until the attention sees x's tokens: the tokens grow with
+    the size, so each try scales it by the tokens wanted over the tokens seen."""
+    tokens = x.shape[-2]
+    seen: dict[int, int] = {}
+    for _ in range(_TRIES):
+        try:
+            call = _run(model, target, make(size))
+        except Exception as exc:  # noqa: BLE001 - the model's own error at this size
+            return None, f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+        if call is None:
+            return None, "it never called its attention"
+        if tuple(call.hidden.shape[:-1]) == tuple(x.shape[:-1]):
+            return call, ""
+        seen[size] = call.hidden.shape[-2] if call.hidden.dim() >= 2 else call.hidden.shape[0]
+        if len(set(seen.values())) < len(seen):
+            break  # the size does not change the tokens
+        size = max(1, round(size * tokens / max(seen[size], 1)))
+        while size in seen:
+            size += 1
+    return None, f"its attention sees {min(seen.values())} tokens from its smallest input; run with inputs.n_tokens=" \
+                 f"{min(seen.values())}"
+
+
+def _run(model: nn.Module, target: nn.Module, inputs: dict[str, Any]) -> Call | None:
+    found: list[Call] = []
+    parameters = forward_parameters(type(target))
+    hidden_name = parameters[0].name if parameters else ""
+
+    def pre(_module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+        hidden = args[0] if args else kwargs.get(hidden_name)
+        if isinstance(hidden, torch.Tensor):
+            found.append(Call(args, kwargs, hidden))
+        raise _Stop
+
+    handle = target.register_forward_pre_hook(pre, with_kwargs=True)
+    try:
+        model(**inputs)
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+    return found[0] if found else None
+
+
+def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
+    """The model's inputs attnlab makes, as (make(size), first size): x itself as its embeddings,
+    token ids, else pixels (b, channels, side, width) or audio features (b, frames, bins) or
+    (b, bins, frames) or samples (b, samples), the resized axis first at its config's size."""
+    accepted = {p.name for p in forward_parameters(type(model))}
+    config = model.config
+    batch, tokens = (x.shape[0], x.shape[-2]) if x.dim() == 3 else (1, x.shape[0])
+    extra = {"use_cache": False} if "use_cache" in accepted else {}
+    forms: list[tuple[Any, int]] = []
+    if "inputs_embeds" in accepted and _width(config) in (x.shape[-1], None):
+        forms.append((lambda size: {"inputs_embeds": x.reshape(batch, tokens, -1), **extra}, tokens))
+    if "input_ids" in accepted and getattr(config, "vocab_size", None):
+        ids = torch.arange(batch * tokens, device=x.device).reshape(batch, tokens) % config.vocab_size  # (b, T)
+        decoder = {"decoder_input_ids": ids} if "decoder_input_ids" in accepted else {}
+        forms.append((lambda size: {"input_ids": ids, **decoder, **extra}, tokens))
+
+    def signal(name: str, shape: tuple[int, ...], axis: int) -> Any:
+        return lambda size: {name: torch.randn(*shape[:axis], size, *shape[axis + 1:], device=x.device,
+                                               dtype=x.dtype), **extra}
+
+    if "pixel_values" in accepted:
+        side = getattr(config, "image_size", None) or 64
+        side = side[0] if isinstance(side, (list, tuple)) else side
+        forms.append((signal("pixel_values", (batch, getattr(config, "num_channels", 3), side, side), 3), side))
+    if "input_features" in accepted:
+        bins = next((getattr(config, s) for s in ("num_mel_bins", "feature_size", "input_feat_size", "num_mel_filters")
+                     if getattr(config, s, None)), 80)
+        forms += [(signal("input_features", (batch, 64, bins), 1), 64),
+                  (signal("input_features", (batch, bins, 64), 2), 64)]
+    if "input_values" in accepted:
+        forms.append((signal("input_values", (batch, 1600), 1), 1600))
+    return forms
+
+
+def _width(config: Any) -> int | None:
+    return next((getattr(config, s) for s in ("hidden_size", "d_model", "embed_dim") if getattr(config, s, None)), None)
+
+
+def provided(cls: Any) -> tuple[str, ...]:
+    """The required forward parameters a recorded call can give: any, when the class lives in a
+    transformers modeling file (whether its model can be run is known only at the call)."""
+    origin = next((k for k in getattr(cls, "__mro__", ()) if k.__module__.startswith("transformers.models.")), None)
+    return tuple(p.name for p in required(cls)) if origin is not None else ()

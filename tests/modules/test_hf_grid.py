@@ -1,0 +1,67 @@
+"""A Hugging Face attention whose forward reads its hidden states as an image's grid (b, H, W, d)
+(SAM's and ViTDet's windowed vision attention) or with a point-batch axis (SAM's mask decoder):
+the layout read from the forward's source, attnlab's (b, T, d) laid out in it, the output read
+back. Expected numbers come from SDPA on the class's own weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import attnlab
+
+pytest.importorskip("transformers")
+
+from transformers import SamVisionConfig  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaAttention  # noqa: E402
+from transformers.models.sam.modeling_sam import SamAttention, SamVisionAttention  # noqa: E402
+
+from attnlab.modules import hf_grid  # noqa: E402
+from attnlab.modules.built import HuggingFaceCall  # noqa: E402
+
+PLUGINS = Path(__file__).parent / "hf_grid_plugins"
+SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
+
+
+def test_the_layout_is_read_from_the_forwards_own_unpacking_of_its_input():
+    assert hf_grid.axes(SamVisionAttention) == ("batch", "height", "width", "d")
+    assert hf_grid.axes(SamAttention) == ("batch", "batch", "tokens", "d")  # in _separate_heads, which forward calls
+    assert hf_grid.axes(LlamaAttention) is None
+
+
+def test_sams_vision_attention_on_the_tokens_grid_is_unmasked_attention_over_all_of_them():
+    """T = 8 tokens as a 2 x 4 grid: every token attends to every other, as SDPA computes it from the
+    class's qkv and proj weights (relative positions off), and the output comes back as (b, T, d)."""
+    config = SamVisionConfig(hidden_size=64, num_attention_heads=4, use_rel_pos=False)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    module = SamVisionAttention(config, window_size=0).eval()
+    module.config = config  # held as attnlab holds it for a class that keeps none
+    x = torch.rand(2, 8, 64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = HuggingFaceCall().call(module, x).output
+        q, k, v = module.qkv(x).reshape(2, 8, 3, 4, 16).permute(2, 0, 3, 1, 4)  # (b, heads, T, hs) each
+        context_vec = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, 8, 64)  # (b, T, d_out)
+        expected = module.proj(context_vec)
+    assert got.shape == (2, 8, 64)
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["sam_vision_model", "vitdet", "got_ocr2_vision", "seggpt", "sam_mask_decoder"])
+def test_a_grid_layout_class_runs_without_an_error_finding(model):
+    result = attnlab.run(f"hf:{model}", overrides=SIZES)
+    assert result.record.status == "ok", result.record.error
+    assert not [f for f in result.findings if f.severity == "error"], [f.message for f in result.findings]
+
+
+@pytest.mark.parametrize(("variant", "errors"), [("sam_vision_correct", []),
+                                                 ("sam_vision_softmax_query_axis", [("softmax_axis", "weights")])])
+def test_a_mistake_planted_in_a_copy_of_sams_vision_attention_is_found_at_its_stage(use_plugins, variant, errors):
+    use_plugins(PLUGINS)
+    result = attnlab.run(variant, overrides=[*SIZES, "variant.params.use_rel_pos=false"])
+    assert result.record.status == "ok", result.record.error
+    assert [(f.code, f.stage) for f in result.findings if f.severity == "error"] == errors

@@ -1,0 +1,113 @@
+"""A Hugging Face attention class fed its model's own recorded call where attnlab's own inputs do
+not fit it (attnlab.modules.hf_record), and the small model that call is recorded from
+(attnlab.modules.hf_small). Expected values come from the model's own forward: a hook on its
+attention layer keeps what the layer was given and what it returned."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import attnlab
+
+pytest.importorskip("transformers")
+
+from attnlab.modules import hf_record, hf_small  # noqa: E402
+from attnlab.modules.built import HUGGING_FACE_CALL  # noqa: E402
+from attnlab.modules.hf import hf_constructor  # noqa: E402
+
+SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
+
+
+def _models_own_call(module: torch.nn.Module, model_cls: type, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hidden states, output) of the model's first attention layer, holding `module`'s weights, when
+    the model (one layer, eager) is run on x as its input embeddings."""
+    config = copy.deepcopy(module.config)
+    config.num_hidden_layers = 1
+    config.layer_types = config.layer_types[:1]
+    config._attn_implementation = "eager"
+    model = model_cls(config).eval()
+    layer = next(m for m in model.modules() if type(m) is type(module))
+    layer.load_state_dict(module.state_dict())
+    seen: dict[str, torch.Tensor] = {}
+
+    def hook(_m: torch.nn.Module, args: tuple, kwargs: dict, out: tuple) -> None:
+        seen["hidden"] = args[0] if args else kwargs["hidden_states"]
+        seen["output"] = out[0]
+
+    layer.register_forward_hook(hook, with_kwargs=True)
+    with torch.no_grad():
+        model(inputs_embeds=x, use_cache=False)
+    return seen["hidden"], seen["output"]
+
+
+@pytest.mark.slow
+def test_a_rotary_class_whose_rotary_attnlab_cannot_make_gets_its_models_own():
+    """Beam keys its rotary frequencies by layer type (attnlab's own call fails with KeyError
+    'full_attention'): fed its model's recorded call, attnlab's module returns what the same layer
+    returns inside its model's own forward, to float precision."""
+    from transformers.models.beam.modeling_beam import BeamModel
+
+    module = hf_constructor("hf:beam")(64, 64, 4).eval()
+    x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(0))  # (b, num_tokens, d_in)
+    hidden, expected = _models_own_call(module, BeamModel, x)
+    with torch.no_grad():
+        got = HUGGING_FACE_CALL.call(module, hidden).output  # (b, num_tokens, d_out)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_class_attnlab_feeds_itself_never_builds_its_model(monkeypatch):
+    """Llama's inputs attnlab makes: no owning model is built to record a call."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was built for a class attnlab feeds itself")
+
+    monkeypatch.setattr(hf_small, "built", refuse)
+    module = hf_constructor("hf:llama")(64, 64, 4).eval()
+    with torch.no_grad():
+        out = HUGGING_FACE_CALL.call(module, torch.randn(2, 8, 64)).output
+    assert tuple(out.shape) == (2, 8, 64)
+
+
+def test_the_recording_model_is_shrunk_below_the_budget_and_keeps_the_attentions_sizes():
+    """Beam's config at the survey's widths has 6 billion parameters (256 experts, 151936 tokens):
+    the recording model is built small, its attention sized as attnlab's module."""
+    from transformers.models.beam.modeling_beam import BeamModel
+
+    module = hf_constructor("hf:beam")(64, 64, 4)
+    with torch.device("meta"):
+        full = sum(p.numel() for p in BeamModel(hf_small.shrunk(module.config, 0, 0)).parameters())
+    model = hf_small.built(BeamModel, module.config, 0, torch.device("cpu"), torch.float32)
+    assert full > 1e9
+    assert sum(p.numel() for p in model.parameters()) < hf_small.BUDGET
+    layer = next(m for m in model.modules() if type(m) is type(module))
+    assert {k: v.shape for k, v in layer.state_dict().items()} == {k: v.shape for k, v in module.state_dict().items()}
+
+
+@pytest.mark.slow
+def test_an_input_from_outside_the_attention_is_refused_in_one_line_naming_it():
+    """BROS's attention needs `bbox_pos_emb`, which its model makes from a layout's boxes."""
+    result = attnlab.run("hf:bros", overrides=SIZES)
+    assert result.record.status != "ok"
+    message = result.record.error or ""
+    assert "'bbox_pos_emb'" in message and "bbox" in message.split("could not be run")[1]
+    assert "\n" not in message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["beam", "cohere_compass", "qwen2_5_vl_text", "evolla"])
+def test_a_class_fed_its_models_call_runs_with_no_error_finding(model):
+    result = attnlab.run(f"hf:{model}", overrides=SIZES)
+    assert result.record.status == "ok", result.record.error
+    assert not [f for f in result.findings if f.severity == "error"], [f.message for f in result.findings]
+
+
+def test_the_recorded_call_is_the_models_for_that_shape_only():
+    """Recorded per shape: the call at 8 tokens is not replayed at 5."""
+    module = hf_constructor("hf:beam")(64, 64, 4).eval()
+    for tokens in (8, 5):
+        args, kwargs = hf_record.recorded(module, torch.randn(2, tokens, 64))
+        cos, sin = kwargs["position_embeddings"]
+        assert cos.shape[-2] == tokens

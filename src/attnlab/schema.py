@@ -159,7 +159,7 @@ def _scalar_fields(prefix: str = "") -> list[tuple[str, Any, Any]]:
     return fields
 
 
-def _dataclass(name: str, fields: list) -> type:
+def _dataclass(name: str, fields: list[tuple[str, Any, Any]]) -> type:
     """A dataclass of this module, by name: a submitit or SLURM worker unpickles the job's
     config, which finds its classes as `attnlab.schema.NAME`."""
     cls = make_dataclass(name, fields)

@@ -45,7 +45,8 @@ def declared_n_tokens(inputs: Any) -> int | None:
     config, the book's six); None where only reading them tells (a file, a text)."""
     kind = OmegaConf.select(inputs, "kind") if OmegaConf.is_dict(inputs) else None
     if kind == "random" and is_int(inputs.get("n_tokens")):
-        return cast(int, inputs.n_tokens)
+        n_tokens: int = inputs.n_tokens
+        return n_tokens
     if kind == "book":
         rows = inputs.get("embeddings")
         return len(rows) if OmegaConf.is_list(rows) else BOOK_TOKENS

@@ -41,17 +41,19 @@ from attnlab.app.job_settings import (
 )
 from attnlab.app.lifeline import end_with_command
 from attnlab.app.progress import Progress
-from attnlab.compute.memory import cap_process, check_declared_inputs
+from attnlab.compute.memory import available_bytes, cap_process, check_declared_inputs
 from attnlab.compute.pipeline import compute_record
 from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import make_inputs
 from attnlab.model.config_variants import takes_config
+from attnlab.model.finding_codes import NAMES as MODEL_RUN_CODES
 from attnlab.model.model_job import check_model_request, compute_model_records
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constructor_kwargs, get_variant
 from attnlab.record import Record, Setup, keeping_stages, record_of, spilled, without_stages, write_record, written
 from attnlab.record.completion import mark_done, unmark
 from attnlab.record.files import RECORD_FILE
+from attnlab.record.keeping import stage_bytes
 from attnlab.sinks.base import JobInfo, build_sinks
 from attnlab.sinks.terminal import print_training
 from attnlab.sinks.training_files import write_training_run
@@ -69,7 +71,7 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     the predictions, the variant and its params, the reference, the sinks; returns the sinks.
     attnlab's sweeper runs it on every value of a sweep before the first job."""
     validate(cfg)
-    validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True))
+    validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True), MODEL_RUN_CODES)
     if cfg.variant.name in MODEL_CHANGES and not wants_training(cfg):
         raise UserError(f"variant={cfg.variant.name}: a change of the model ({MODEL_CHANGES[cfg.variant.name]}), "
                         f"not of its attention layer: it runs with training=induction, mqar or text")
@@ -153,12 +155,15 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
 def _streamed_layer(record: Record, index: int, n_layers: int, stream_to: Path | None) -> Record:
     """Several layers of a model: each record written as soon as it is made; the first keeps its
     stages, the others only the attention weights (on disk) for the sinks' head grids. Nowhere to
-    write (the Python API without out_dir): every stage is kept, the later layers' on disk,
-    memory-mapped, so that a model's every layer does not sit in memory at once."""
+    write (the Python API without out_dir): every stage is kept, in memory while every layer's
+    would take at most a quarter of the memory available (writing them costs as much as the
+    model's forward at 1,024 tokens), else the later layers' on disk, memory-mapped, so that a
+    model's every layer does not sit in memory at once."""
     if n_layers == 1:
         return record
     if stream_to is None:
-        return spilled(record) if index > 0 else record
+        fits = n_layers * stage_bytes(record) <= available_bytes()[0] // 4
+        return spilled(record) if index > 0 and not fits else record
     record = written(record, record_dir(stream_to, record, n_layers))
     return keeping_stages(record, ("weights",)) if index > 0 else record
 

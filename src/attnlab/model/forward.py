@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from attnlab.errors import UserError
 from attnlab.modules.built import CallConvention
-from attnlab.modules.families import family
+from attnlab.modules.families import family_of
 
 FINAL_NORMS = ("ln_f", "final_norm", "norm", "final_layernorm", "final_layer_norm", "norm_f")
 HEADS = ("lm_head", "out_head", "head", "embed_out", "classifier")
@@ -76,7 +76,7 @@ def final_norm(model: nn.Module) -> nn.Module | None:
     """The final norm the model's family adapter names, else the last module named like one (ln_f,
     final_norm, norm) outside the blocks (OPT's blocks hold a final_layer_norm of their own): its
     output is the final hidden states."""
-    declared = family(getattr(getattr(model, "config", None), "model_type", "")).final_norm
+    declared = family_of(model).final_norm
     if declared and declared in dict(model.named_modules()):
         return model.get_submodule(declared)
     found = [module for name, module in model.named_modules()

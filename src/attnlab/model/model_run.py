@@ -10,6 +10,7 @@ from typing import Any
 
 from attnlab.errors import UserError
 from attnlab.inputs.token_ids import read_ids
+from attnlab.model.default_variant import default_variant
 from attnlab.model.edit_checks import check_text
 from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
 from attnlab.model.layer import ModelRun, OwnCaptures, changed_layer, compare_layer
@@ -19,7 +20,6 @@ from attnlab.model.request import ModelRequest
 from attnlab.model.sizes import ModelSizes, model_sizes
 from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
 from attnlab.model.tokens import fitting_ids, same_length, token_ids
-from attnlab.model.variant_fit import variant_for_layer
 from attnlab.record import ModelInfo, Record, Setup
 
 
@@ -83,12 +83,12 @@ Done = Callable[[Record, int, int], Record]
 def layer_records(request: ModelRequest, loaded: LoadedModel, say: Callable[[str], None], done: Done) -> list[Record]:
     """The run once, then each chosen layer with the variant in its place: one record per layer."""
     run, layers, slots, inputs = model_run(request, loaded)
-    variant = variant_for_layer(request.variant, run.sizes.heads)
+    variants = {layer: default_variant(run, layer, request.variant, request.seed) for layer in layers}
     params, seed = request.params, request.seed
     changed, effects = [], {}
     for layer in layers:
         say(f"layer {slots[layer].name}: in the model")
-        each = changed_layer(run, layer, variant, params, seed)
+        each = changed_layer(run, layer, variants[layer], params, seed)
         if each.final is not None:  # compared at once: a (1, T, vocab) of logits per layer is not kept
             effects[layer], each.final = run.effects([each.final])[0], None
         changed.append(each)
@@ -101,10 +101,10 @@ def layer_records(request: ModelRequest, loaded: LoadedModel, say: Callable[[str
                           kv_heads=run.sizes.kv_heads, layer=slot.index, attention=run.attention[each.layer][0],
                           stack=slot.stack, replaced=slot.replaced,
                           positions=1 if loaded.task == "image" else None)
-        setup = Setup(variant=variant, seed=seed, config=copy.deepcopy(request.config),
+        setup = Setup(variant=variants[each.layer], seed=seed, config=copy.deepcopy(request.config),
                       labels=inputs.labels[slot.stack],
                       n_tokens=run.n_tokens, d_in=run.sizes.width, d_out=run.sizes.width, model=about)
-        record = compare_layer(run, each, effects.get(each.layer), setup, variant, params, seed, request.expect,
+        record = compare_layer(run, each, effects.get(each.layer), setup, variants[each.layer], params, seed, request.expect,
                                request.reference)
         records.append(done(record, len(records), len(layers)))
     return records

@@ -18,7 +18,7 @@ from functools import cache
 import torch
 from torch import nn
 
-from attnlab.modules.families import FAMILIES, family, spellings
+from attnlab.modules.families import FAMILIES, family_of, spellings
 
 QKV_ROLES = ("queries", "keys", "values")  # also a fused projection's column blocks, in this order
 _ROLE_PATTERNS: dict[str, re.Pattern[str]] = {
@@ -161,7 +161,7 @@ def fused_layout(module: nn.Module, name: str, num_heads: int | None = None,
     value: with fewer, Falcon and GPTBigCode keep [q | k | v] blocks."""
     heads = num_heads or declared_count(module, "num_heads") or 1
     kv = num_kv_heads or declared_count(module, "num_kv_heads") or heads
-    row = family(getattr(getattr(module, "config", None), "model_type", ""))
+    row = family_of(module)
     leaf = name.removesuffix(".weight").removesuffix(".bias").rpartition(".")[2]
     by_name = "per_head" if PER_HEAD_FUSED_QKV.search(name.lower()) else "qkv"
     named = row.fused_order if row.fused_qkv == leaf else by_name

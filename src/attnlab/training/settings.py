@@ -7,7 +7,6 @@ from typing import Any
 
 from attnlab.errors import UserError
 
-TASKS = ("induction", "mqar", "text")
 INITS = ("default", "normal")
 
 
@@ -24,7 +23,7 @@ class ModelSizes:
 class TrainingConf:
     """The structured config of `training=NAME` (conf/training/NAME.yaml)."""
 
-    task: str = "induction"  # induction | mqar | text
+    task: str = "induction"  # a name in attnlab.training.tasks.TASKS
     steps: int = 200
     lr: Any = 3e-3  # a rate, or a grid [1e-3, 3e-3, 1e-2]: each side compared at its best (attnlab.training.lr_grid)
     batch: int = 32
@@ -64,8 +63,6 @@ def _positive_int(value: Any) -> bool:
 
 def check_settings(s: TrainingConf) -> None:
     """Every value alone and the sizes together; the first bad one is a UserError of one line."""
-    if s.task not in TASKS:
-        raise UserError(f"training.task={s.task}: unknown task; allowed are {', '.join(TASKS)}")
     if s.init not in INITS:
         raise UserError(f"training.init={s.init}: allowed are {', '.join(INITS)}")
     counts = {"steps": s.steps, "batch": s.batch, "eval_every": s.eval_every, "eval_batch": s.eval_batch,
@@ -89,8 +86,3 @@ def check_settings(s: TrainingConf) -> None:
         raise UserError(f"training.target_accuracy={s.target_accuracy}: must be in (0, 1]")
     if s.model.head_dim is None and s.model.d_model % s.model.num_heads:
         raise UserError(f"training.model.num_heads={s.model.num_heads}: must divide d_model={s.model.d_model}")
-    if s.task == "text" and not s.path:
-        raise UserError("training.path=null: the text task needs a text file; training.path=FILE")
-    if s.task == "mqar" and 4 * s.pairs > s.model.context_length:
-        raise UserError(f"training.pairs={s.pairs}: mqar needs context_length >= 4 * pairs "
-                        f"(context_length={s.model.context_length})")

@@ -75,7 +75,7 @@ def _check_decoder_heads(config: Any, sizes: ModelSizes) -> None:
 
 
 # made from the run's sizes, attention, layers, slots and inputs before its forward: told of each layer's capture
-Consume = Callable[[ModelSizes, list, list[int], list[Slot], ModelInputs], Callable[[int, Any], None]]
+Consume = Callable[[ModelSizes, list[Any], list[int], list[Slot], ModelInputs], Callable[[int, Any], None]]
 # told of each layer's record as it is made, (record, its index, how many): returns the record to keep
 Done = Callable[[Record, int, int], Record]
 
@@ -92,7 +92,7 @@ def layer_records(request: ModelRequest, loaded: LoadedModel, say: Callable[[str
         if each.final is not None:  # compared at once: a (1, T, vocab) of logits per layer is not kept
             effects[layer], each.final = run.effects([each.final])[0], None
         changed.append(each)
-    records = []
+    records: list[Record] = []
     for each in changed:
         slot = slots[each.layer]
         say(f"layer {slot.name}")

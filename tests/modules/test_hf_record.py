@@ -89,11 +89,12 @@ def test_the_recording_model_is_shrunk_below_the_budget_and_keeps_the_attentions
 
 @pytest.mark.slow
 def test_an_input_from_outside_the_attention_is_refused_in_one_line_naming_it():
-    """BROS's attention needs `bbox_pos_emb`, which its model makes from a layout's boxes."""
-    result = attnlab.run("hf:bros", overrides=SIZES)
-    assert result.record.status != "ok"
-    message = result.record.error or ""
-    assert "'bbox_pos_emb'" in message and "bbox" in message.split("could not be run")[1]
+    """BROS's attention needs `bbox_pos_emb`, which its model makes from a layout's boxes: its model
+    cannot be run without them, so the variant is refused as before any work, naming the input."""
+    with pytest.raises(hf_record.OutsideInput) as caught:
+        attnlab.run("hf:bros", overrides=SIZES)
+    message = str(caught.value)
+    assert "BrosSelfAttention.forward needs 'bbox_pos_emb'" in message and "specify bbox" in message
     assert "\n" not in message
 
 

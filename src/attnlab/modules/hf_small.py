@@ -82,7 +82,7 @@ def _shrink(config: Any, layer: int, level: int) -> None:
                     setattr(config, name, type(value)(value[:layer + 1]))
     if level < 2:
         return
-    _smaller(config, ("vocab_size",), VOCAB)
+    _smaller(config, [k for k in vars(config) if k.endswith("vocab_size")], VOCAB)  # LUKE's entity_vocab_size too
     if isinstance(getattr(config, "pad_token_id", None), int) and config.pad_token_id >= VOCAB:
         config.pad_token_id = None  # its padding row past the smaller vocabulary
     _smaller(config, [k for k in vars(config) if k.endswith("intermediate_size")] + list(FEED_FORWARD), WIDTH)

@@ -161,9 +161,12 @@ def _record(module: nn.Module, x: torch.Tensor, own: Exception | None) -> Call:
 
 
 def _instance(model: nn.Module, module: nn.Module) -> nn.Module | None:
-    """The model's instance of the class at the module's layer, else its first."""
+    """The model's instance of the class sized as the module (RT-DETR's encoder attention is wider
+    than its decoder's), at the module's layer, else its first."""
     origin = _origin(module)
     found = [m for m in model.modules() if type(m) is origin]
+    shapes = {k: v.shape for k, v in module.state_dict().items()}
+    found = [m for m in found if {k: v.shape for k, v in m.state_dict().items()} == shapes] or found
     layer = getattr(module, "layer_idx", None)
     return next((m for m in found if getattr(m, "layer_idx", None) == layer), found[0] if found else None)
 

@@ -112,7 +112,7 @@ def rope_at(config_cls: type, module_cls: type, head_dim: int) -> dict[str, Any]
     if not isinstance(rope, dict):
         return None
     sections = rope.get("mrope_section")
-    if sections is None and "mrope_section" in getattr(config_cls, "ignore_keys_at_rope_validation", ()):
+    if sections is None:  # its rotary class's own default (PaddleOCR-VL's config declares none)
         sections = _rotary_sections(module_cls, default)
     if not isinstance(sections, (list, tuple)) or not sum(sections):
         return None

@@ -258,6 +258,12 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
                   (signal("input_features", (batch, bins, 64), 2), 64)]
     if "input_values" in accepted:
         forms.append((signal("input_values", (batch, 1600), 1), 1600))
+    parameters = forward_parameters(type(model))
+    if parameters and parameters[0].name == "hidden_states":  # an encoder of features (Granite Speech's): its input width
+        width = next((getattr(config, s) for s in ("input_dim", "feature_size", "num_mel_bins") if getattr(config, s, None)),
+                     _width(config))
+        if width:
+            forms.append((signal("hidden_states", (batch, tokens, width), 1), tokens))
     return forms
 
 

@@ -125,3 +125,7 @@ def test_multimodal_rotary_sections_are_rescaled_to_the_heads_attnlab_sizes():
     assert hf_small.rope_at(Qwen2VLTextConfig, Qwen2VLAttention, 128) is None  # its own heads: as it is
     module = hf_constructor("hf:qwen2_vl_text")(64, 64, 4)
     assert module.config.rope_parameters["mrope_section"] == [2, 3, 3]
+    # HY-V4-VL's sections follow its own rotary width (qk_rope_head_dim), which the heads do not change
+    from transformers.models.hy_v4_vl.configuration_hy_v4_vl import HYV4VLTextConfig
+
+    assert hf_small.rope_at(HYV4VLTextConfig, Qwen2VLAttention, 16) is None

@@ -118,8 +118,8 @@ def rope_at(config_cls: type, module_cls: type, head_dim: int) -> dict[str, Any]
         return None
     partial = rope.get("partial_rotary_factor", getattr(default, "partial_rotary_factor", None) or 1.0)
     half = int(head_dim * partial) // 2
-    if sum(sections) == half:
-        return None
+    if sum(sections) == half or getattr(default, "qk_rope_head_dim", None):
+        return None  # they fit, or they follow a rotary width of its own (HY-V4-VL's qk_rope_head_dim), left as they are
     scaled = [s * half // sum(sections) for s in sections]
     scaled[-1] += half - sum(scaled)  # what rounding down left goes to the last section
     return {**rope, "mrope_section": scaled}

@@ -274,6 +274,8 @@ class BuiltModule:
         self.module.eval()
         try:
             out = self._probe(probe)
+        except hf_record.OutsideInput:  # an input from outside the attention: refused, as before any work
+            raise
         except Exception as exc:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
             try:
                 self._probe(probe[0])

@@ -70,6 +70,7 @@ def test_a_windowed_or_reduced_class_runs_without_an_error_finding(model, tokens
     assert not [f for f in result.findings if f.severity == "error"], [f.message for f in result.findings]
 
 
+@pytest.mark.slow  # the plugin folder discovered and its transformers class found: tens of seconds
 @pytest.mark.parametrize(("variant", "errors"), [("pvt_v2_correct", []),
                                                  ("pvt_v2_unscaled", [("scaling", "scaled_scores")]),
                                                  ("pvt_v2_softmax_query_axis", [("softmax_axis", "weights")])])

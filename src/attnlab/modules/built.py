@@ -109,6 +109,9 @@ class HuggingFaceCall(CallConvention):
             args = tuple(grid_x if a is x else a for a in args)
             kwargs = {k: grid_x if v is x else v for k, v in kwargs.items()}
             return self.unpack(hf_grid.read_back(module(*args, **kwargs), x), x)
+        if hf_grid.sequence_first(module):  # (T, b, d) as its model permutes it, the output turned back
+            args, kwargs = self.arguments(module, x.transpose(0, 1))
+            return self.unpack(_batch_first(module(*args, **kwargs)), x)
 
         def own() -> Any:
             args, kwargs = self.arguments(module, x)

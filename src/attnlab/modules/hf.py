@@ -358,6 +358,8 @@ def mask_kind(module: nn.Module) -> str:
     row = family_of(module)
     if row is not GENERIC:
         return row.mask
+    if hf_inputs.padding_mask_only(type(module)):  # its mask only pads: it attends both ways
+        return "bidirectional"
     if hasattr(module, "is_causal"):
         return "causal" if module.is_causal else "bidirectional"
     # its tokens are an image's patches (SAM's grid, Swin's window, a config with a patch size): no order to mask by
@@ -370,6 +372,8 @@ def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tor
 
     config = module.config
     kind = mask_kind(module)
+    if hf_inputs.padding_mask_only(type(module)):
+        return None  # no padding
     values = family_of(config).mask_values
     if values != "additive":  # DeBERTa's 1 keep / 0 drop, MPT's bool True drop
         keep = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool, device=x.device)

@@ -90,9 +90,11 @@ def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, in
     row = family(getattr(config, "model_type", ""))
     if row is GENERIC:  # a copy of a family's class (UDOP's, Switch Transformers' of T5's) is built as that family builds it
         row = family(hf_lineage.origin_type(module_cls) or "")
-    if row is GENERIC and transformers_class(module_cls) is module_cls:
-        # a family without an adapter: built as its model's own code builds it (attnlab.modules.hf_build)
-        found = model_arguments(module_cls, config, layer)
+    origin = transformers_class(module_cls)
+    if row is GENERIC and origin is not None:
+        # a family without an adapter: built as its model's own code builds it (attnlab.modules.hf_build), a
+        # subclass of its class (a planted copy) with the arguments the model gives that class
+        found = model_arguments(origin, config, layer)
         if found is not None:
             args, kwargs = found
             return _built(module_cls, args, {**kwargs, **{k: v for k, v in extra.items() if k in kwargs}})
@@ -227,6 +229,8 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     if "attention_mask" in accepted:
         kwargs["attention_mask"] = _mask(module, x, position_ids)
+    elif "mask" in accepted and "position_bias" in accepted:  # T5-style classes' name (Pix2Struct's text attention)
+        kwargs["mask"] = _mask(module, x, position_ids)
     if "position_embeddings" in accepted:
         kwargs["position_embeddings"] = _rotary(module, x, position_ids)
     if "position_ids" in accepted:
@@ -320,7 +324,10 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
         layer = getattr(module, "layer_idx", 0) or 0
         head_dim = _config_value(config, row, "d_in") // _config_value(config, row, "num_heads")
         return head_dim ** -0.5 / (layer + 1), f"scale_attn_by_inverse_layer_idx: 1/sqrt(head_dim) / {layer + 1}"
-    return hf_lineage.library_scale(module, origin, lambda cls, c, i: build_attention(cls, c, layer=i))
+    scale = hf_lineage.library_scale(module, origin, lambda cls, c, i: build_attention(cls, c, layer=i))
+    if scale is None and origin is not None and hf_lineage.names_no_scale(origin):
+        return 1.0, f"{origin.__name__} applies no scale to its scores (its code names none)"
+    return scale
 
 
 def mask_kind(module: nn.Module) -> str:
@@ -329,7 +336,24 @@ def mask_kind(module: nn.Module) -> str:
     row = family(getattr(getattr(module, "config", None), "model_type", ""))
     if row is not GENERIC:
         return row.mask
-    return "causal" if getattr(module, "is_causal", True) else "bidirectional"
+    declared = getattr(module, "is_causal", None)
+    if isinstance(declared, bool):
+        return "causal" if declared else "bidirectional"
+    origin = transformers_class(type(module))
+    return "bidirectional" if origin is not None and _takes_no_mask(origin) else "causal"
+
+
+@cache
+def _takes_no_mask(cls: type) -> bool:
+    """Whether the library's class can mask nothing: its forward's source names no mask and nothing
+    causal (BLIP's and MGP-STR's vision attention), so its model attends both ways. Read from the
+    library's class, never the one attnlab runs: a copy that drops its mask is still compared with
+    a causal reference."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (TypeError, OSError):
+        return False
+    return "mask" not in source and "causal" not in source
 
 
 def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor | None:

@@ -36,11 +36,11 @@ FUSED_QKV = re.compile("|".join(sorted({"qkv", *(re.escape(row.fused_qkv.lower()
 PER_HEAD_FUSED_QKV = re.compile(r"query_key_value")
 _HEAD_SPLIT = "transpose_for_scores"  # BERT-style classes' (b, T, heads * hd) -> (b, heads, T, hd)
 # an output projection, lower case: the source's out_proj, Hugging Face's o_proj, dense and
-# DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, T5's o, and the
-# spellings of hand-written classes
+# DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, T5's o, BLIP's projection,
+# InternVL's projection_layer, Pix2Struct's and Kosmos-2.5's output, and the spellings of hand-written classes
 # (and every family adapter's own)
 OUTPUT_PROJECTIONS = frozenset({"out_proj", "o_proj", "c_proj", "proj", "out", "out_lin", "wo", "w_o", "w_out",
-                                "output_proj", "to_out", "dense", "o",
+                                "output_proj", "to_out", "dense", "o", "projection", "projection_layer", "output",
                                 *(row.out_proj.lower() for row in FAMILIES if row.out_proj)})
 
 

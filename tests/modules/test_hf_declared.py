@@ -14,6 +14,7 @@ import attnlab
 
 pytest.importorskip("transformers")
 
+from transformers.models.bark.modeling_bark import BarkSelfAttention  # noqa: E402
 from transformers.models.blip_2.modeling_blip_2 import Blip2Attention  # noqa: E402
 from transformers.models.gpt_neo.modeling_gpt_neo import GPTNeoSelfAttention  # noqa: E402
 from transformers.models.kosmos2.modeling_kosmos2 import KosmosTextAttention  # noqa: E402
@@ -80,12 +81,30 @@ class Pix2StructTextHalfScale(Pix2StructTextAttention):
         self.scaling = 0.5
 
 
+class BarkDoubledValues(BarkSelfAttention):
+    """Planted in a class whose fused projection is named by no role (att_proj): its output doubled."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.out_proj.__class__ = _Doubled
+
+
 class GPTNeoScaled(GPTNeoSelfAttention):
     """Planted in a class that applies no scale: the queries doubled (the scores twice the library's)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.q_proj.__class__ = _Doubled
+
+
+def test_a_fused_projection_no_name_declares_is_read_by_its_shape():
+    from transformers.models.bark.configuration_bark import BarkSubModelConfig
+
+    from attnlab.modules.roles import module_roles
+
+    roles = module_roles(BarkSelfAttention(BarkSubModelConfig(hidden_size=64, num_heads=4)))
+    assert roles == {"att_proj.weight": "qkv", "att_proj.bias": "qkv", "out_proj.weight": "out",
+                     "out_proj.bias": "out"}
 
 
 def test_the_planted_mistakes_are_real():
@@ -115,6 +134,7 @@ def test_the_planted_mistakes_are_real():
     ("pix2struct_vision_model", ("declared_scale", "scaled_scores")),  # scaling = 1.0 over key_value_proj_dim heads
     ("pix2struct_text_model", ("position_bias", "scaled_scores")),  # a relative bias on unscaled scores
     ("gpt_neo", ("declared_scale", "scaled_scores")),  # its code applies no scale
+    ("bark", None),  # att_proj (3 * d, d): a fused query-key-value projection by its shape
 ])
 def test_the_library_class_gives_no_error_finding(model, declared):
     result = attnlab.run(f"hf:{model}", overrides=SIZES)
@@ -131,6 +151,7 @@ def test_the_library_class_gives_no_error_finding(model, declared):
     (Pix2StructVisionScaled, ("scaling", "scaled_scores")),
     (Pix2StructTextHalfScale, ("scaling", "scaled_scores")),
     (GPTNeoScaled, ("scaling", "scaled_scores")),
+    (BarkDoubledValues, ("output_path", "output")),
 ])
 def test_a_mistake_planted_in_a_subclass_is_still_found(planted, expected):
     result = attnlab.run(planted, overrides=SIZES)

@@ -183,7 +183,7 @@ def in_model(run: ModelRun, layer: int, built: BuiltModule) -> InModel:
     if isinstance(built.convention, AsLayerCalled):
         return InModel(built.module, call.returned, True, True)
     return InModel(built.module, call.returned, built.takes_batches(run.sizes.width, run.n_tokens, run.sizes.width),
-                   passed_on=call.passed_on)
+                   passed_on=call.passed_on, as_list=call.as_list)
 
 
 def run_variant(run: ModelRun, layer: int, built: BuiltModule, batched: bool, seed: int) -> Capture:
@@ -211,7 +211,7 @@ def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -
     try:
         built, _ = model_variant(run, layer, STAND_IN, {}, seed)
         stand_in = run_module(built, run.calls[layer].hidden, seed)
-    except PluginError:
+    except (PluginError, LayoutError):  # a layout the stand-in cannot hold (multi-head latent attention's)
         return own_name, own
     gap = float((stand_in.stages["output"] - own.stages["output"]).abs().max())
     scale = float(own.stages["output"].abs().max())

@@ -38,4 +38,4 @@ def test_the_whole_model_survey_writes_its_table_and_page(tmp_path: Path) -> Non
     assert [line.split(",")[:3] for line in table[1:]] == [["llama", "own:LlamaAttention in model.layers.0.self_attn", "ok"],
                                                           ["mamba", "", "no_attention"]]
     page = (tmp_path / "m" / "zoo_models.md").read_text()
-    assert "2 types; 1 built and run by transformers; ok: 1 of those (100%)." in page
+    assert "2 types; 1 built and run by transformers, with attention; ok: 1 of those (100%)." in page

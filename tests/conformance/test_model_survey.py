@@ -42,8 +42,6 @@ def test_a_model_without_attention_is_named_so() -> None:
 
 # one in eight causal-LM types, chosen by a hash of its name (the same sample on every machine)
 SAMPLE = [t for t in causal_lm_types() if hashlib.sha256(t.encode()).digest()[0] % 8 == 0]
-# what the survey still says of a sampled type that does not run ok, and why that is right
-EXPECTED = {}
 
 
 @pytest.mark.slow
@@ -52,6 +50,5 @@ def test_a_sampled_causal_lm_runs_its_default_variant_with_a_correct_copy(model_
     row = survey_model(model_type)
     if row.outcome in ("cannot_build", "no_attention"):  # transformers' own default fails, or nothing to compare
         return
-    assert (row.outcome, row.message) == (EXPECTED.get(model_type, "ok"), row.message)
-    if row.outcome == "ok":
-        assert row.errors == [] and row.kl is not None and row.kl < 1e-6
+    assert (row.outcome, row.message) == ("ok", "")
+    assert row.errors == [] and row.kl is not None and row.kl < 1e-6

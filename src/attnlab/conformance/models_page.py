@@ -36,7 +36,7 @@ def models_page(rows: list[ModelRow], version: str) -> str:
         "what the layer computes, else a copy of the layer's own module (`own:CLASS`). The KL is the model's "
         "next-token distributions with the variant in layer 0 against its own.",
         "",
-        f"{len(rows)} types; {built} built and run by transformers; ok: {counts['ok']} of those"
+        f"{len(rows)} types; {built} built and run by transformers, with attention; ok: {counts['ok']} of those"
         + (f" ({100 * counts['ok'] / built:.0f}%)." if built else "."),
         "",
         "| outcome | what it means | types |",

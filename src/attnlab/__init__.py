@@ -6,13 +6,15 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from attnlab.app.api import Result, run
-    from attnlab.app.api_sweep import sweep
-    from attnlab.app.api_training import train
-    from attnlab.capture.recorder import tap
-    from attnlab.modules.built import create_variant
-    from attnlab.modules.discovery import variant
-    from attnlab.modules.registry import list_variants
+    # `as NAME`: exported, for a checker that reads no `__all__` built at run time
+    from attnlab.app.api import Result as Result
+    from attnlab.app.api import run as run
+    from attnlab.app.api_sweep import sweep as sweep
+    from attnlab.app.api_training import train as train
+    from attnlab.capture.recorder import tap as tap
+    from attnlab.modules.built import create_variant as create_variant
+    from attnlab.modules.discovery import variant as variant
+    from attnlab.modules.registry import list_variants as list_variants
 
 # Imported on first use: the `attnlab` command starts its job forkserver before torch is imported
 # (attnlab.__main__), and every import of a submodule runs this file first.

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 from attnlab.errors import UserError
 
@@ -76,7 +77,7 @@ def locked(path: Path, what: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _acquire(fd: int, path: Path, what: str, fcntl) -> None:  # noqa: ANN001 - the module, imported where it exists
+def _acquire(fd: int, path: Path, what: str, fcntl: ModuleType) -> None:  # the module, imported where it exists
     deadline = time.monotonic() + timeout_s()
     while True:
         try:

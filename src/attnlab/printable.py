@@ -15,7 +15,7 @@ UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\
 
 def escaped(text: str, *, lines: bool = False) -> str:
     """`text` with every unsafe character as its escape; `lines`: newlines kept (a multi-line block)."""
-    def escape(match: re.Match) -> str:
+    def escape(match: re.Match[str]) -> str:
         char = match.group()
         if lines and char == "\n":
             return char

@@ -92,7 +92,7 @@ def current_umask() -> int:
     return mask
 
 
-def _autocast() -> tuple:
+def _autocast() -> tuple[tuple[str, bool], ...]:
     found = []
     for device in ("cpu", "cuda"):
         try:

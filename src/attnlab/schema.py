@@ -145,7 +145,8 @@ def declared_n_tokens(inputs: Any) -> int | None:
     config, the book's six); None where only reading them tells (a file, a text)."""
     kind = OmegaConf.select(inputs, "kind") if OmegaConf.is_dict(inputs) else None
     if kind == "random" and _int(inputs.get("n_tokens")):
-        return inputs.n_tokens
+        n_tokens: int = inputs.n_tokens
+        return n_tokens
     if kind == "book":
         rows = inputs.get("embeddings")
         return len(rows) if OmegaConf.is_list(rows) else BOOK_TOKENS
@@ -211,7 +212,7 @@ def _scalar_fields(prefix: str = "") -> list[tuple[str, Any, Any]]:
     return fields
 
 
-def _dataclass(name: str, fields: list) -> type:
+def _dataclass(name: str, fields: list[tuple[str, Any, Any]]) -> type:
     """A dataclass of this module, by name: a submitit or SLURM worker unpickles the job's
     config, which finds its classes as `attnlab.schema.NAME`."""
     cls = make_dataclass(name, fields)

@@ -30,7 +30,7 @@ from attnlab.app.isolation import run_job_guarded
 from attnlab.app.job_records import records_on_disk
 from attnlab.app.lifeline import end_with_command
 from attnlab.app.progress import Progress
-from attnlab.compute.memory import cap_process, check_declared_inputs
+from attnlab.compute.memory import available_bytes, cap_process, check_declared_inputs
 from attnlab.compute.pipeline import JobSpec, compute_record
 from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.errors import UserError
@@ -42,6 +42,7 @@ from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constru
 from attnlab.record import Record, Setup, keeping_stages, record_of, spilled, without_stages, write_record, written
 from attnlab.record.completion import mark_done, unmark
 from attnlab.record.files import RECORD_FILE
+from attnlab.record.keeping import stage_bytes
 from attnlab.schema import check_key, check_n_tokens, check_values, declared_n_tokens
 from attnlab.sinks.base import JobInfo, build_sinks
 from attnlab.sinks.terminal import print_training
@@ -145,12 +146,15 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
 def _streamed_layer(record: Record, index: int, n_layers: int, stream_to: Path | None) -> Record:
     """Several layers of a model: each record written as soon as it is made; the first keeps its
     stages, the others only the attention weights (on disk) for the sinks' head grids. Nowhere to
-    write (the Python API without out_dir): every stage is kept, the later layers' on disk,
-    memory-mapped, so that a model's every layer does not sit in memory at once."""
+    write (the Python API without out_dir): every stage is kept, in memory while every layer's
+    would take at most a quarter of the memory available (writing them costs as much as the
+    model's forward at 1,024 tokens), else the later layers' on disk, memory-mapped, so that a
+    model's every layer does not sit in memory at once."""
     if n_layers == 1:
         return record
     if stream_to is None:
-        return spilled(record) if index > 0 else record
+        fits = n_layers * stage_bytes(record) <= available_bytes()[0] // 4
+        return spilled(record) if index > 0 and not fits else record
     record = written(record, record_dir(stream_to, record, n_layers))
     return keeping_stages(record, ("weights",)) if index > 0 else record
 

@@ -22,7 +22,8 @@ STARTUP = 120.0  # seconds a worker may take to import torch and transformers on
 
 def all_types() -> list[str]:
     """Every model type the installed transformers knows."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    # transformers' __all__ there leaves out the mapping the module defines
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # type: ignore[attr-defined]
 
     return sorted(CONFIG_MAPPING_NAMES)
 

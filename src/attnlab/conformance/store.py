@@ -37,9 +37,9 @@ def mark_started(folder: Path, model_type: str) -> None:
     write_atomic(folder / "rows" / f"{model_type}.started", str(attempts(folder, model_type) + 1))
 
 
-def rows(folder: Path) -> list[Row]:
-    """Every surveyed type's row, by type."""
-    return [Row(**json.loads(p.read_text())) for p in sorted((folder / "rows").glob("*.json"))]
+def rows(folder: Path, kind: type[Row] = Row) -> list[Row]:
+    """Every surveyed type's row, by type (`kind`: the survey's row class)."""
+    return [kind(**json.loads(p.read_text())) for p in sorted((folder / "rows").glob("*.json"))]
 
 
 def to_csv(found: list[Row], version: str) -> str:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from attnlab.app.api import Result
 
 from attnlab.modules.hf_find import NO_ATTENTION
 
@@ -62,7 +65,7 @@ def survey_one(model_type: str) -> Row:
     except BaseException as exc:  # noqa: BLE001 - a crash, named (transformers' OptionalDependencyNotAvailable too)
         row.outcome, row.message = "crash", _line(f"{type(exc).__name__}: {exc}")
     else:
-        record = result.record
+        record = cast("Result", result).record  # one seed, one layer: one Result
         row.info = [f"{f.code}@{f.stage}" for f in record.findings if f.severity != "error"]
         row.errors = [f"{f.code}@{f.stage}" for f in record.findings if f.severity == "error"]
         if record.status != "ok":

@@ -3,6 +3,7 @@ layer's own parameters in its place, and what that does to the model's output.""
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
@@ -19,7 +20,7 @@ from attnlab.capture.spill import as_numpy, spill
 from attnlab.capture.stages import SQUARE_STAGES
 from attnlab.compute.memory import SPILL_STAGE_BYTES
 from attnlab.compute.pipeline import diagnosed, run_module
-from attnlab.model.config_variants import config_variant, takes_config
+from attnlab.model.config_variants import config_variant, is_own, takes_config
 from attnlab.model.effect import output_effects
 from attnlab.model.forward import AsLayerCalled, Final, InModel, LayerCall, final_hidden, output_head, replaced
 from attnlab.model.head_patterns import head_patterns
@@ -149,12 +150,17 @@ class OwnCaptures:
 def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], seed: int
                   ) -> tuple[BuiltModule, dict[str, str]]:
     """(the variant built for the layer's sizes holding the layer's own parameters, how each was
-    loaded). A class built from the model's config is called as the layer was."""
+    loaded). A class built from the model's config is called as the layer was; `own:CLASS` is a copy
+    of the layer's own module (its class, constructor arguments and state_dict, whatever its layout)."""
+    own = run.attention[layer][1]
+    if is_own(name):
+        copied = copy.deepcopy(own).eval()
+        return BuiltModule(copied, AsLayerCalled(run.calls[layer])), {key: "the layer's own" for key in own.state_dict()}
     projections = run.projections(layer)
     spec = get_variant(name)
     if takes_config(spec.cls):
-        module, loaded = config_variant(spec.cls, run.loaded.config, params, run.attention[layer][1], layer,
-                                        projections, run.sizes.heads, seed)
+        module, loaded = config_variant(spec.cls, run.loaded.config, params, own, layer, projections,
+                                        run.sizes.heads, seed)
         return BuiltModule(module, AsLayerCalled(run.calls[layer])), loaded
     values = constructor_values(run.sizes, projections.b_query is not None, run.n_tokens)
     built = plan(name, values, params).build(seed)
@@ -251,7 +257,7 @@ def compare_layer(run: ModelRun, changed: Changed, effect: Effect | None, setup:
         reference_label, reference = layer_reference(run, layer, reference_name, seed)
         pair = Pair(reference=reference_label)
         built, weights_loaded = model_variant(run, layer, name, params, seed)
-        pair = Pair(reference=reference_label, weights_loaded=weights_loaded, origin=get_variant(name).origin,
+        pair = Pair(reference=reference_label, weights_loaded=weights_loaded, origin="" if is_own(name) else get_variant(name).origin,
                     scratch=run.own.scratch(layer) if run.own else None)  # the folder its spilled stages are in
         variant = run_variant(run, layer, built, in_model(run, layer, built).batched, seed)
         if changed.error is not None:

@@ -74,9 +74,27 @@ def load_model(spec: ModelSpec, seed: int = 0) -> LoadedModel:
         if session.holds_model(spec.name):  # the user's object: in eval mode only while it runs (evaluating)
             return loaded
     else:
-        loaded = _load_hf(spec)
+        loaded = _kept_saved(spec) or _load_hf(spec)
     loaded.module.eval()
     return loaded
+
+
+# the saved model loaded last, by its request and its files: a sweep's jobs, one after another in a
+# job worker, load it once (every edit and swap puts the model back as it found it: forward.replaced)
+_last_saved: tuple[tuple, LoadedModel] | None = None
+
+
+def _kept_saved(spec: ModelSpec) -> LoadedModel | None:
+    """The model a saved folder (`model.path`) holds, loaded once per process while its files stay as they were."""
+    global _last_saved
+    if spec.kind != "path" or spec.path is None or not spec.path.is_dir():
+        return None
+    files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in spec.path.iterdir() if f.is_file()))
+    key = (repr(spec), str(spec.path.resolve()), files)
+    if _last_saved is None or _last_saved[0] != key:
+        _last_saved = None  # the one before let go first: two models are never held at once
+        _last_saved = (key, _load_hf(spec))
+    return _last_saved[1]
 
 
 def _transformers() -> Any:

@@ -11,6 +11,7 @@ residual and LayerNorm) is not the attention: its `self` is, so a swap keeps the
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from omegaconf import ListConfig
@@ -18,31 +19,60 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules.families import family_of
+from attnlab.modules.hf_find import ATTENTION_SUFFIXES
 
 ATTENTION_NAMES = ("attn", "self_attn", "att", "attention")
 SELF_IN_WRAPPER = ("self", "attention")  # the self-attention's name inside a wrapper with an `output`
 _LAYERED = re.compile(r"^(?P<blocks>.+)\.(?P<index>\d+)\.(?P<name>[A-Za-z_]\w*)$")
+# {(blocks, the attention's path inside a block): [(layer index, qualified name, module)]}
+Group = dict[tuple[str, str], list[tuple[int, str, nn.Module]]]
+_NESTED = re.compile(r"^(?P<blocks>.+?)\.(?P<index>\d+)\.(?P<name>[A-Za-z_][\w.]*)$")  # the first index: a block's list
 
 
 def attention_modules(model: nn.Module, attention_path: str | None = None, key: str = "model") -> list[tuple[str, nn.Module]]:
     """[(qualified name, module)] of every layer's attention, in layer order: at `attention_path`,
-    else where the model's family adapter says (Falcon's `self_attention`), else found by name."""
+    else where the model's family adapter says (Falcon's `self_attention`), else found by name, else
+    by class (an nn.Module whose class name ends in Attention: BLOOM's `self_attention`, CTRL's
+    `multi_head_attention`). Where attention sits in several places, the places inside a sub-model
+    that does not read token ids (a vision tower: its `main_input_name` is `pixel_values`) are left out."""
     if attention_path is None:
         declared = declared_path(model)
         if declared is not None and any(_path_pattern(declared).match(name) for name, _ in model.named_modules()):
             attention_path = declared
-    pattern = _path_pattern(attention_path) if attention_path else None
-    groups: dict[tuple[str, str], list[tuple[int, str, nn.Module]]] = {}
-    for name, module in model.named_modules():
-        found = (pattern or _LAYERED).match(name)
-        if not found or not (pattern or found["name"] in ATTENTION_NAMES):
-            continue
-        if isinstance(model.get_submodule(found["blocks"]), (nn.ModuleList, nn.Sequential)):
-            groups.setdefault((found["blocks"], found["name"]), []).append((int(found["index"]), name, module))
+    if attention_path:
+        groups = _groups(model, _path_pattern(attention_path), lambda _found, _module: True)
+    else:
+        groups = _groups(model, _LAYERED, lambda found, _module: found["name"] in ATTENTION_NAMES) or \
+            _groups(model, _NESTED, lambda _found, module: type(module).__name__.endswith(ATTENTION_SUFFIXES))
+    if len(groups) > 1:
+        groups = {where: found for where, found in groups.items() if _reads_ids(model, where[0])} or groups
     if len(groups) != 1:
         raise UserError(_not_found(model, attention_path, key, groups))
     found = [(name, module) for _, name, module in sorted(next(iter(groups.values())), key=lambda item: item[0])]
     return found if attention_path else [_unwrapped(name, module) for name, module in found]
+
+
+def _groups(model: nn.Module, pattern: re.Pattern, wanted: Callable[[re.Match, nn.Module], bool]) -> Group:
+    """{(blocks, path inside a block): [(index, name, module)]} of the modules `pattern` places in a
+    list of blocks and `wanted` takes; in each block the outermost only."""
+    groups: Group = {}
+    for name, module in model.named_modules():
+        found = pattern.match(name)
+        if not found or not wanted(found, module):
+            continue
+        if not isinstance(model.get_submodule(found["blocks"]), (nn.ModuleList, nn.Sequential)):
+            continue
+        inside = [other for other in groups if other[0] == found["blocks"] and found["name"].startswith(other[1] + ".")]
+        if not inside:
+            groups.setdefault((found["blocks"], found["name"]), []).append((int(found["index"]), name, module))
+    return groups
+
+
+def _reads_ids(model: nn.Module, blocks: str) -> bool:
+    """No sub-model on the way to `blocks` declares an input other than token ids."""
+    parts = blocks.split(".")
+    owners = [model.get_submodule(".".join(parts[:n])) for n in range(1, len(parts))]
+    return all(getattr(owner, "main_input_name", "input_ids") == "input_ids" for owner in owners)
 
 
 def declared_path(model: nn.Module, stack: str | None = None) -> str | None:

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.errors import UserError
 from attnlab.inputs.token_ids import read_ids
 from attnlab.model.declared_config import declared_config
+from attnlab.model.default_variant import default_variant
 from attnlab.model.edit_checks import check_batch_lengths, check_indices, check_patch_text
 from attnlab.model.inputs import ModelInputs, encoder_decoder_inputs, image_inputs, text_inputs
 from attnlab.model.intervention_records import intervention_records
@@ -24,7 +25,7 @@ from attnlab.model.model_spec import OWN_KEYS, is_requested, model_spec
 from attnlab.model.sizes import ModelSizes, model_sizes
 from attnlab.model.stacks import Slot, chosen_slots, stacked_attention
 from attnlab.model.tokens import fitting_ids, same_length, token_ids
-from attnlab.model.variant_fit import check_variant_fits, variant_for_layer
+from attnlab.model.variant_fit import check_variant_fits
 from attnlab.modules.families import family
 from attnlab.record import ModelInfo, Record, Setup
 from attnlab.schema import resolved
@@ -170,14 +171,14 @@ def _records(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None, c
         return intervention_records(cfg, chosen, loaded, lambda consume: model_run(
             cfg, loaded, attention_path, cfg.layer, consume), _tokens(loaded), say, done)
     run, layers, slots, inputs = model_run(cfg, loaded, attention_path, cfg.layer)
-    variant = variant_for_layer(cfg.variant.name, run.sizes.heads)
+    variants = {layer: default_variant(run, layer, cfg.variant.name, cfg.seed) for layer in layers}
     config = resolved(cfg)
     params = OmegaConf.to_container(cfg.variant.params, resolve=True)
     expect = OmegaConf.to_container(cfg.expect, resolve=True)
     changed, effects = [], {}
     for layer in layers:
         say(f"layer {slots[layer].name}: in the model")
-        each = changed_layer(run, layer, variant, params, cfg.seed)
+        each = changed_layer(run, layer, variants[layer], params, cfg.seed)
         if each.final is not None:  # compared at once: a (1, T, vocab) of logits per layer is not kept
             effects[layer], each.final = run.effects([each.final])[0], None
         changed.append(each)
@@ -190,10 +191,10 @@ def _records(cfg: DictConfig, loaded: LoadedModel, attention_path: str | None, c
                           kv_heads=run.sizes.kv_heads, layer=slot.index, attention=run.attention[each.layer][0],
                           stack=slot.stack, replaced=slot.replaced,
                           positions=1 if loaded.task == "image" else None)
-        setup = Setup(variant=variant, seed=cfg.seed, config=copy.deepcopy(config),
+        setup = Setup(variant=variants[each.layer], seed=cfg.seed, config=copy.deepcopy(config),
                       labels=inputs.labels[slot.stack],
                       n_tokens=run.n_tokens, d_in=run.sizes.width, d_out=run.sizes.width, model=about)
-        record = compare_layer(run, each, effects.get(each.layer), setup, variant, params, cfg.seed, expect,
+        record = compare_layer(run, each, effects.get(each.layer), setup, variants[each.layer], params, cfg.seed, expect,
                                cfg.reference)
         records.append(done(record, len(records), len(layers)))
     return records

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf_grid, hf_inputs, hf_lineage, hf_record
+from attnlab.modules import hf_grid, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, family_of, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
@@ -82,33 +82,44 @@ def tower_note(model_type: str) -> str:
 
 
 def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, in_model: bool = False,
-                    **extra: Any) -> nn.Module:
+                    tokens: int | None = None, **extra: Any) -> nn.Module:
     """`module_cls` built as its model's own layer builds it, by the keywords its family declares
     (`LlamaAttention(config=config, layer_idx=0)`), never from its signature: transformers 5.25
     wraps the constructors, and a wrapped one names no parameters. `in_model`: for a layer of the
-    whole model, whose sizes are under the adapter's model spellings; `extra` sets a declared keyword."""
+    whole model, whose sizes are under the adapter's model spellings; `tokens`: the run's, which a
+    hierarchical vision model's stage and window are chosen for (`hf_stage`); `extra` sets a declared keyword."""
     row = family_of(config)
     if row is GENERIC:  # a copy of a family's class (UDOP's, Switch Transformers' of T5's) is built as that family builds it
-        row = family(hf_lineage.origin_type(module_cls) or "")
-    if row is GENERIC and transformers_class(module_cls) is module_cls:
-        # a family without an adapter: built as its model's own code builds it (attnlab.modules.hf_build)
-        found = model_arguments(module_cls, config, layer)
+        origin = family(hf_lineage.origin_type(module_cls) or "")
+        # unless its constructor takes what that family's does not (SwinAttention's sizes beside ViT's config)
+        row = origin if set(hf_stage.required_parameters(module_cls)) <= set(origin.constructor) else GENERIC
+    base = transformers_class(module_cls)
+    if row is GENERIC and base is not None and module_cls.__init__ is base.__init__:
+        # a family without an adapter: built as its model's own code builds it (attnlab.modules.hf_build),
+        # a copy that keeps its base's constructor as the model builds the base
+        found = model_arguments(base, config, layer, tokens)
         if found is not None:
             args, kwargs = found
-            return _built(module_cls, args, {**kwargs, **{k: v for k, v in extra.items() if k in kwargs}})
+            return _built(module_cls, args, {**kwargs, **{k: v for k, v in extra.items() if k in kwargs}}, tokens)
     constructor = _guessed_constructor(module_cls) if row is GENERIC else row.constructor
     kwargs = {keyword: config if source == "config" else extra.get(keyword, layer) if source == "layer"
               else _config_value(config, row, source, in_model) for keyword, source in constructor.items()}
     return module_cls(**kwargs)
 
 
-def _built(module_cls: type[nn.Module], args: list, kwargs: dict[str, Any]) -> nn.Module:
+def _built(module_cls: type[nn.Module], args: list, kwargs: dict[str, Any], tokens: int | None) -> nn.Module:
     """The class built from its model's arguments; a keyword the model's code computes from what
     attnlab does not build is left to its default (a missing one: the constructor's own one-line error)."""
     if any(a is _UNKNOWN for a in args):
         raise HFError(f"{module_cls.__name__} cannot be built from its config alone: its model passes a positional "
                       f"argument from code attnlab cannot evaluate")
-    return module_cls(*args, **{k: v for k, v in kwargs.items() if v is not _UNKNOWN})
+    try:
+        return module_cls(*args, **{k: v for k, v in kwargs.items() if v is not _UNKNOWN})
+    except TypeError as exc:
+        window = hf_stage.refused_window(module_cls, tokens, exc)
+        if window is None:
+            raise
+        raise HFError(window) from None
 
 
 def _guessed_constructor(module_cls: type) -> dict[str, str]:
@@ -141,10 +152,23 @@ class HFConstructor(ConfigConstructor):
         row = family_of(self.config_cls)
         return [keyword for keyword, source in row.constructor.items() if source == "layer"]
 
+    tokens: int | None = None  # the run's token count, for a class built for it (`hf_stage.sized_by_tokens`)
+
+    def config(self, values: dict[str, Any], params: dict[str, Any], private: dict[str, Any] | None = None) -> Any:
+        """The config, its multimodal rotary sections fitted to the heads attnlab sizes (`hf_small.rope_at`)."""
+        origin = transformers_class(self.module_cls)
+        rope = None if "rope_parameters" in params or origin is None else hf_small.rope_at(
+            self.config_cls, origin, values["d_out"] // (values.get("num_heads") or 1))
+        return super().config(values, {**params, **({"rope_parameters": rope} if rope else {})}, private)
+
     def construct(self, config: Any, extra: dict[str, Any]) -> nn.Module:
         if transformers_class(self.module_cls) is None:
             return super().construct(config, extra)
-        return build_attention(self.module_cls, config, **extra)
+        return build_attention(self.module_cls, config, tokens=self.tokens, **extra)
+
+    def _by_tokens(self) -> bool:
+        """It takes the run's tokens as context_length though its config has no spelling for it."""
+        return not self.spelled["context_length"] and hf_stage.sized_by_tokens(self.module_cls, self.attributes)
 
     def __call__(self, d_in: int, d_out: int, num_heads: int | None = None, **keys: Any) -> nn.Module:
         implementation = keys.pop("attn_implementation", None) or "eager"
@@ -152,7 +176,9 @@ class HFConstructor(ConfigConstructor):
             raise HFError(f"attn_implementation={implementation}: allowed are {', '.join(IMPLEMENTATIONS)}")
         sizes = {"d_in": d_in, "d_out": d_out, "num_heads": num_heads}
         private = {"_attn_implementation": implementation}
-        module = self.build(sizes, keys, private)
+        builder = copy.copy(self)  # this build's tokens, not the constructor's
+        builder.tokens = keys.pop("context_length", None) if self._by_tokens() else keys.get("context_length")
+        module = builder.build(sizes, keys, private)
         if not hasattr(module, "config"):  # MPT's keeps none: held so it is called as its model calls it
             module.config = self.config({**sizes, **{k: v for k, v in keys.items() if k in CONFIG_SPELLINGS}},
                                         {k: v for k, v in keys.items() if k not in CONFIG_SPELLINGS}, private)
@@ -162,8 +188,11 @@ class HFConstructor(ConfigConstructor):
     def __signature__(self) -> inspect.Signature:
         base = super().__signature__
         parameters = list(base.parameters.values())
-        extra = inspect.Parameter("attn_implementation", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
-        return base.replace(parameters=[*parameters[:-1], extra, parameters[-1]])
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        extra = [inspect.Parameter("attn_implementation", kind, default=None)]
+        if self._by_tokens():
+            extra.append(inspect.Parameter("context_length", kind, default=None))
+        return base.replace(parameters=[*parameters[:-1], *extra, parameters[-1]])
 
 
 def hf_constructor(name: str) -> HFConstructor:
@@ -329,9 +358,11 @@ def mask_kind(module: nn.Module) -> str:
     row = family_of(module)
     if row is not GENERIC:
         return row.mask
-    if hf_grid.axes(type(module)) is not None:  # its tokens are an image's grid (SAM's, ViTDet's): no order to mask by
-        return "bidirectional"
-    return "causal" if getattr(module, "is_causal", True) else "bidirectional"
+    if hasattr(module, "is_causal"):
+        return "causal" if module.is_causal else "bidirectional"
+    # its tokens are an image's patches (SAM's grid, Swin's window, a config with a patch size): no order to mask by
+    vision = any(getattr(getattr(module, "config", None), key, None) is not None for key in ("patch_size", "patch_sizes", "image_size"))
+    return "bidirectional" if vision or hf_grid.axes(type(module)) is not None else "causal"
 
 
 def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor | None:

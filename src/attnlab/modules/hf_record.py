@@ -121,7 +121,7 @@ def _models(module: nn.Module, x: torch.Tensor) -> list[tuple[nn.Module, nn.Modu
         for model_cls in owning_models(module):
             try:
                 model = hf_small.built(model_cls, module.config, layer if isinstance(layer, int) else 0,
-                                       x.device, x.dtype)
+                                       x.device, x.dtype, lambda m: type(m) is _origin(module))
             except Exception as exc:  # noqa: BLE001 - a model class that cannot be built from this config: the next one
                 found.append(f"{model_cls.__name__}: {type(exc).__name__}: {exc}".splitlines()[0][:160])
                 continue
@@ -154,8 +154,7 @@ def _refusal(module: nn.Module, own: Exception | None, problem: str) -> str:
                 f"and its model could not be run to make it ({problem}); run a subclass whose forward passes "
                 f"{outside[0]}=...")
     why = f"{type(own).__name__}: {' '.join(str(own).split())}"[:120] if own is not None else "none"
-    return (f"{name}: attnlab's own inputs failed ({why}), and its model's call could not be recorded at these "
-            f"sizes ({problem})")
+    return f"{name}: its model's call could not be recorded at these sizes ({problem}); attnlab's own inputs failed ({why})"
 
 
 def _instance(model: nn.Module, module: nn.Module) -> nn.Module | None:
@@ -242,8 +241,8 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
         return lambda size: {name: torch.randn(*shape[:axis], size, *shape[axis + 1:], device=x.device,
                                                dtype=x.dtype), **extra}
 
-    if "pixel_values" in accepted:
-        side = getattr(config, "image_size", None) or 64
+    if "pixel_values" in accepted:  # one row of patches (a convolutional backbone's stride where no patch), widened
+        side = getattr(config, "patch_size", None) or getattr(config, "image_size", None) or 64
         side = side[0] if isinstance(side, (list, tuple)) else side
         forms.append((signal("pixel_values", (batch, getattr(config, "num_channels", 3), side, side), 3), side))
     if "input_features" in accepted:

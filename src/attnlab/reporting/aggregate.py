@@ -20,6 +20,7 @@ import shutil
 from collections.abc import Callable, Iterable
 from functools import cached_property, lru_cache
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -207,7 +208,7 @@ def terminal_table(jobs: pd.DataFrame, width: int | None = None) -> str:
     return _fit(headers, rows, width, shrink_order=["findings", *reversed(swept), "first divergent", "variant"])
 
 
-def swept_columns(jobs: pd.DataFrame) -> dict[str, list]:
+def swept_columns(jobs: pd.DataFrame) -> dict[str, list[Any]]:
     """{column: values} of what differs between jobs besides the variant: the key columns, then
     the config values the jobs differ in (`dropout`, `variant.params.alpha`)."""
     return {c: list(jobs[c]) for c in config_columns(jobs)

@@ -115,7 +115,8 @@ def _stretch(cells: np.ndarray, height: int, width: int) -> np.ndarray:
     """Nearest-neighbour (rows, cols, 3) to (height, width, 3): every map the same size on screen."""
     rows = np.arange(height) * cells.shape[0] // height
     cols = np.arange(width) * cells.shape[1] // width
-    return cells.take(rows, axis=0).take(cols, axis=1)  # cells[rows][:, cols] without fancy indexing's overhead
+    stretched: np.ndarray = cells.take(rows, axis=0).take(cols, axis=1)  # cells[rows][:, cols] without fancy indexing's overhead
+    return stretched
 
 
 def _colour(matrix: np.ndarray, low: float, high: float, lut: np.ndarray, zero_grey: bool = False) -> np.ndarray:
@@ -248,15 +249,15 @@ def render_head_grid(values: np.ndarray, *, title: str, diverging: bool = False,
     if value_range is None:
         value_range = finite_range(log_values(heads) if scale == "log" else heads, diverging=diverging)
     low, high = value_range
-    pooled, blocks = pooled if pooled is not None else grid_pooling(heads, diverging)
+    cells, blocks = pooled if pooled is not None else grid_pooling(heads, diverging)
     if scale == "log":
-        pooled = log_values(pooled)
+        cells = log_values(cells)
     lut = DIVERGING_LUT if diverging else SEQUENTIAL_LUT
     canvas, grid_x, grid_y = _canvas(GRID_WIDTH, height, label_band=False)
     for h in range(n):
         x = grid_x + (h % columns) * (tile + _TILE_GAP)
         y = grid_y + (h // columns) * (tile + caption + _TILE_GAP) + caption
-        canvas[y:y + tile, x:x + tile] = _stretch(_colour(pooled[h], low, high, lut, zero_grey), tile, tile)
+        canvas[y:y + tile, x:x + tile] = _stretch(_colour(cells[h], low, high, lut, zero_grey), tile, tile)
     image = Image.fromarray(canvas, mode="RGB")
     shape = f"{n} heads of {heads.shape[1]}x{heads.shape[2]}" + (f" ({axes[0]} x {axes[1]})" if axes else "")
     _draw_titles(image, title, _pooling_note(shape, blocks, diverging), legend or _default_legend(low, high, scale))
@@ -265,7 +266,7 @@ def render_head_grid(values: np.ndarray, *, title: str, diverging: bool = False,
         y = grid_y + (h // columns) * (tile + caption + _TILE_GAP)
         glyphs.draw_string(image, (x, y), f"head {h}")
     return _with_bar(image, grid_x + GRID_WIDTH, grid_y, height, low, high, lut, diverging, scale,
-                     finite_only=not np.isfinite(pooled).all())
+                     finite_only=not np.isfinite(cells).all())
 
 
 def _grid_tile(n: int) -> int:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -112,7 +113,8 @@ def encoding(draw: Callable[[], np.ndarray], values: np.ndarray, *key_parts: obj
     key = None
     if values.size <= CACHED_MAX_ELEMENTS:
         digest = hashlib.blake2b(repr((values.shape, key_parts)).encode(), digest_size=20)
-        digest.update(np.ascontiguousarray(values, dtype=np.float32))
+        # numpy's stubs give an array the buffer protocol from Python 3.12 on; checked as 3.11
+        digest.update(np.ascontiguousarray(values, dtype=np.float32))  # type: ignore[arg-type]
         key = digest.digest()
         hit = _ENCODED.get(key)
         if hit is not None:
@@ -305,7 +307,7 @@ def _difference(variant: np.ndarray | None, reference: np.ndarray | None) -> np.
     if variant is None or reference is None or np.shape(variant) != np.shape(reference):
         return None
     with np.errstate(invalid="ignore"):  # a mask's -inf against the same -inf
-        difference = np.subtract(variant, reference, dtype=np.float32)
+        difference: np.ndarray = np.subtract(variant, reference, dtype=np.float32)
     np.putmask(difference, np.equal(variant, reference), 0.0)  # in place: one stage-sized array
     return difference
 
@@ -326,6 +328,17 @@ def _crop_origin(difference: np.ndarray | None, head: int) -> tuple[int, int]:
     return int(row) // CROP * CROP, int(col) // CROP * CROP
 
 
+class _Drawing(TypedDict):
+    """How a stage's maps are drawn: render_heatmap's and render_head_grid's shared options."""
+
+    diverging: bool
+    value_range: tuple[float, float] | None
+    scale: str
+    legend: str | None
+    zero_grey: bool
+    axes: tuple[str, str] | None
+
+
 def _stage_images(record: Record, stage: str, source: str, values: np.ndarray, scale: Scale,
                   diverging: bool, head: int, where: str, per_head: bool, crop: bool, origin: tuple[int, int],
                   encoder: Executor, pooled: tuple[np.ndarray, tuple[int, int]] | None = None,
@@ -339,8 +352,8 @@ def _stage_images(record: Record, stage: str, source: str, values: np.ndarray, s
     tag = f"heatmaps/{source}/{stage}{LOG_SUFFIX if scale.log else ''}"
     n = heads.shape[0]
     head = min(head, n - 1)
-    options = dict(diverging=diverging, value_range=scale.value_range, scale="log" if scale.log else "linear",
-                   legend=scale.legend, zero_grey=scale.zero_grey, axes=axes)
+    options = _Drawing(diverging=diverging, value_range=scale.value_range, scale="log" if scale.log else "linear",
+                       legend=scale.legend, zero_grey=scale.zero_grey, axes=axes)
     key = tuple(sorted((k, repr(v)) for k, v in options.items()))
     view = " · log" if scale.log else ""
 
@@ -392,7 +405,7 @@ def job_heatmaps(record: Record, job_dir: Path, *, card_only: bool = False) -> l
     source = _source(record)
     index = read_index(job_dir)
     enough = index is not None and (card_only or not index.get("card_only", False))
-    if source is not None and enough and index.get("record") == source:
+    if source is not None and enough and index is not None and index.get("record") == source:
         try:
             return [(item["tag"], EncodedHeatmap((folder / item["file"]).read_bytes(), item["height"], item["width"]))
                     for item in index["images"]]
@@ -411,15 +424,16 @@ def job_heatmaps(record: Record, job_dir: Path, *, card_only: bool = False) -> l
     return images
 
 
-def read_index(job_dir: Path) -> dict | None:
+def read_index(job_dir: Path) -> dict[str, Any] | None:
     """`<job_dir>/heatmaps/index.json`, or None when the job drew no heatmaps (or it is unreadable)."""
     try:
-        return json.loads((Path(job_dir) / FOLDER / INDEX_FILE).read_text())
+        index: dict[str, Any] = json.loads((Path(job_dir) / FOLDER / INDEX_FILE).read_text())
+        return index
     except (OSError, ValueError):
         return None
 
 
-def _source(record: Record) -> dict | None:
+def _source(record: Record) -> dict[str, object] | None:
     """Which record.json the images are of: its path, size and modification time."""
     if record.path is None or not Path(record.path).exists():
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -70,7 +70,7 @@ def metric_values(record: Record) -> dict[str, float]:
     return {tag: float(value) for tag, value in tagged.items() if _is_number(value) and not math.isnan(value)}
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[float | np.number[Any] | np.bool_]:
     return isinstance(value, (int, float, np.number, np.bool_))
 
 

@@ -16,7 +16,7 @@ import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 TABLE_FILE = "comparison.csv"
 KEY_COLUMNS = ("variant", "seed", "d_in", "d_out", "n_tokens", "inputs", "weights")
 SWEPT_ATTR = "swept_keys"  # a jobs table's attrs: its config columns besides KEY_COLUMNS
+Row = dict[str, Any]  # {column: cell}; a column's cells are of its own type (text, number, None)
 
 
-def record_row(record: Record, module: str = "variant") -> dict:
+def record_row(record: Record, module: str = "variant") -> Row:
     """One table row; `module="reference"` gives the reference's row of the same job."""
     is_reference = module == "reference"
     sizes = reached_sizes(record)
@@ -57,12 +58,12 @@ def record_row(record: Record, module: str = "variant") -> dict:
     return row
 
 
-def module_rows(record: Record) -> list[dict]:
+def module_rows(record: Record) -> list[Row]:
     """The job's comparison: the reference and the variant side by side."""
     return [record_row(record, "reference"), record_row(record, "variant")]
 
 
-def job_rows(records: Sequence[Record]) -> list[dict]:
+def job_rows(records: Sequence[Record]) -> list[Row]:
     """A job's comparison.csv: the reference and the variant side by side for one seed; one
     variant row per seed for an n_seeds job."""
     return module_rows(records[0]) if len(records) == 1 else [record_row(record) for record in records]
@@ -92,21 +93,21 @@ def job_order(records: Sequence[Record]) -> list[Record]:
     so each configuration's seeds are adjacent."""
     keys = ["d_in", "d_out", "n_tokens", "inputs.kind", "weights", *swept_keys(records)]
 
-    def key(record: Record) -> tuple:
+    def key(record: Record) -> tuple[str, list[tuple[int, object, str]], int, str]:
         config = hparams(record)
         return (str(record.variant.name), [_order(config.get(k)) for k in keys], record.seed, str(record.path))
 
     return sorted(records, key=key)
 
 
-def _order(value: object) -> tuple:
+def _order(value: object) -> tuple[int, object, str]:
     """Numbers before text, each in its own order: num_kv_heads reads 1, 2, 4, then None."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return (0, value, "")
     return (1, 0, str(value))
 
 
-def sweep_rows(records: Sequence[Record]) -> list[dict]:
+def sweep_rows(records: Sequence[Record]) -> list[Row]:
     """A sweep's comparison: one row per job (the variant's row) in `job_order`, the swept config
     values (`swept_keys`) right after the key columns."""
     records = job_order(records)
@@ -142,7 +143,7 @@ def records_table(records: Sequence[Record]) -> pd.DataFrame:
     return table
 
 
-def _columns(rows: list[dict]) -> list[str]:
+def _columns(rows: list[Row]) -> list[str]:
     return list(dict.fromkeys(key for row in rows for key in row))
 
 
@@ -160,7 +161,7 @@ def _csv_cell(value: object) -> object:
     return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
 
 
-def write_rows_csv(rows: list[dict], path: Path) -> Path:
+def write_rows_csv(rows: list[Row], path: Path) -> Path:
     columns = _columns(rows)
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
@@ -170,7 +171,7 @@ def write_rows_csv(rows: list[dict], path: Path) -> Path:
     return path
 
 
-def rows_markdown(rows: list[dict], *, transpose: bool = False, floatfmt: str = ".4g") -> str:
+def rows_markdown(rows: list[Row], *, transpose: bool = False, floatfmt: str = ".4g") -> str:
     """A markdown table of rows; transposed, one column per row (the job's reference vs variant).
 
     Cells are formatted here and tabulate only lays them out: its number detection on every cell
@@ -179,8 +180,10 @@ def rows_markdown(rows: list[dict], *, transpose: bool = False, floatfmt: str = 
     cells = [[_markdown_cell(row.get(column), floatfmt) for column in columns] for row in rows]
     if transpose:  # the first column (`module`: reference, variant) is the header row
         transposed = [[c, *values] for c, *values in zip(columns, *cells)]
-        return tabulate(transposed[1:], headers=transposed[0], tablefmt="pipe", disable_numparse=True)
-    return tabulate(cells, headers=columns, tablefmt="pipe", disable_numparse=True)
+        table: str = tabulate(transposed[1:], headers=transposed[0], tablefmt="pipe", disable_numparse=True)
+        return table
+    table = tabulate(cells, headers=columns, tablefmt="pipe", disable_numparse=True)
+    return table
 
 
 def _markdown_cell(value: object, floatfmt: str) -> str:

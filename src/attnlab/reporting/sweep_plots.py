@@ -15,6 +15,7 @@ import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -55,7 +56,7 @@ class Curve:
         return all(float(x).is_integer() for x in self.xs)
 
 
-def numeric_swept_keys(swept: dict[str, list]) -> dict[str, list[float]]:
+def numeric_swept_keys(swept: dict[str, list[Any]]) -> dict[str, list[float]]:
     """{key: one value per job} of the swept keys (`swept_columns`) whose values are all numbers
     (bools are not) and take two values or more; a job without one (a size its failed run never
     reached) is NaN there, and has no point on any curve anyway."""
@@ -73,12 +74,12 @@ def _missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[float | np.integer[Any] | np.floating[Any]]:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) \
         and math.isfinite(float(value))
 
 
-def record_values(record: Record) -> dict[str, float]:
+def record_values(record: Record) -> dict[str, float | None]:
     """A record's diagnostics, plus `<name>_h<i>` for each head of its per-head values (the
     per-head context divergence has no table column of its own)."""
     values = dict(record.variant.diagnostics)
@@ -100,13 +101,13 @@ def chosen_diagnostics(patterns: Sequence[str], available: Sequence[str]) -> tup
     return list(dict.fromkeys(names)), missing
 
 
-def _natural(name: str) -> tuple:
+def _natural(name: str) -> tuple[str, int]:
     """`_h2` before `_h10`."""
     stem, _, number = name.rpartition("_h")
     return (stem, int(number)) if number.isdigit() else (name, -1)
 
 
-def line_labels(report: Report, key: str, swept: dict[str, list]) -> list[str]:
+def line_labels(report: Report, key: str, swept: dict[str, list[Any]]) -> list[str]:
     """Each job's line on the plot against `key`: its variant, plus every other swept key but
     the seed (`rope · d_out=8`), so jobs that differ in something else are never pooled."""
     jobs = report.jobs

@@ -64,8 +64,8 @@ class SweepConfigLoader(ConfigLoader):
 
     def __init__(self, loader: ConfigLoader) -> None:
         self.loader = loader
-        self._composed: dict[tuple, DictConfig] = {}
-        self._groups: dict[tuple, frozenset[str]] = {}
+        self._composed: dict[tuple[Any, ...], DictConfig] = {}
+        self._groups: dict[tuple[Any, ...], frozenset[str]] = {}
         self._parser: OverridesParser | None = None
 
     def __getstate__(self) -> dict[str, Any]:

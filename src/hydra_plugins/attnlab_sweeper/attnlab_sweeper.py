@@ -45,6 +45,7 @@ from hydra.core.override_parser.types import Override
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
+from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
@@ -63,6 +64,7 @@ def cartesian(overrides: Sequence[Override]) -> list[list[str]]:
         elif override.is_discrete_sweep():
             choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
         else:
+            assert override.value_type is not None  # a sweep override has its kind
             raise HydraException(f"AttnlabSweeper does not support sweep type : {override.value_type.name}")
     return [list(job) for job in itertools.product(*choices.values())]
 
@@ -98,7 +100,7 @@ class AttnlabSweeper(Sweeper):
         self.check, self.check_job, self.finish = check, check_job, finish
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
-        self.launcher = None
+        self.launcher: Launcher | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         # the launcher composes every job through the caching loader, which validation fills first
@@ -117,13 +119,13 @@ class AttnlabSweeper(Sweeper):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))  # resolving it claims the folder: only now
         overrides = [str(line) for line in self.config.hydra.overrides.task]
         with locked(sweep_dir, " ".join(overrides)):
-            resuming = check_reuse(sweep_dir, overrides, jobs, list(self.config.keys()))
+            resuming = check_reuse(sweep_dir, overrides, jobs, [str(key) for key in self.config.keys()])
             if isinstance(resuming, str):  # recognised from its jobs' folders
                 say(resuming)
             write_multirun_yaml(sweep_dir, self.config)
             pending = list(range(len(jobs)))
             if resuming:
-                unfinished: dict[tuple, str] = {}
+                unfinished: dict[tuple[str, ...], str] = {}
                 done = job_outcomes(sweep_dir, unfinished)
                 pending = [i for i in pending if not done.get(tuple(jobs[i]))]
                 say(f"resuming the sweep in {sweep_dir}: {len(jobs) - len(pending)} of {len(jobs)} job(s) are done; "
@@ -159,9 +161,11 @@ class AttnlabSweeper(Sweeper):
             _ = job.return_value  # re-raises the job's exception, as the basic sweeper does
         return returns
 
-    def launch(self, jobs: Sequence[Sequence[str]], indices: list[int], returns: list) -> Exception | None:
+    def launch(self, jobs: Sequence[Sequence[str]], indices: list[int],
+               returns: list[Sequence[JobReturn]]) -> Exception | None:
         """Launch the jobs at `indices` in runs of consecutive numbers (a job keeps its number and so
         its folder); the launcher's error, if one failed (the rest of the runs are not launched)."""
+        assert self.launcher is not None  # setup's
         size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(jobs), 1)
         for first, end in runs_of(indices):
             for start in range(first, end, size):
@@ -175,7 +179,9 @@ class AttnlabSweeper(Sweeper):
         """Check every value of the sweep, then every job's combination of them (see the module's
         docstring). Every distinct error is collected: one raises as itself, several as an
         ExceptionGroup, so the user sees them all at once."""
-        loader = self.hydra_context.config_loader
+        assert self.config is not None and self.hydra_context is not None
+        master, loader = self.config, self.hydra_context.config_loader
+        assert isinstance(loader, SweepConfigLoader)  # setup's
         check = app_hooks().check if self.check else (lambda config: None)
         check_job = app_hooks().check_job if self.check_job else (lambda config: None)
         errors: dict[str, Exception] = {}
@@ -183,11 +189,11 @@ class AttnlabSweeper(Sweeper):
 
         def is_group(line: str) -> bool:
             if line not in groups:
-                groups[line] = loader.is_group(self.config, parser.parse_override(line)) is not False
+                groups[line] = loader.is_group(master, parser.parse_override(line)) is not False
             return groups[line]
 
         def compose(job: Sequence[str]) -> DictConfig:
-            return loader.load_sweep_config(master_config=self.config, sweep_overrides=list(job))
+            return loader.load_sweep_config(master_config=master, sweep_overrides=list(job))
 
         def attempt(fn: Callable[..., Any], *args: Any) -> Any:
             try:
@@ -196,7 +202,7 @@ class AttnlabSweeper(Sweeper):
                 errors.setdefault(str(exc), exc)
                 return None
 
-        contexts = {tuple(job): attempt(compose, job) for job in covering_jobs(jobs, is_group)} or {(): self.config}
+        contexts = {tuple(job): attempt(compose, job) for job in covering_jobs(jobs, is_group)} or {(): master}
         contexts = {lines: config for lines, config in contexts.items() if config is not None}
         for config in contexts.values():
             attempt(check, config)
@@ -240,7 +246,7 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0].split('. ')[0][:200]}"
 
 
-def closest(contexts: dict[tuple, DictConfig], job: Sequence[str]) -> DictConfig:
+def closest(contexts: dict[tuple[str, ...], DictConfig], job: Sequence[str]) -> DictConfig:
     """The composed config sharing most config-group choices with `job` (the values checked
     together are the top-level keys and the inputs')."""
     return max(contexts.items(), key=lambda item: len(set(item[0]) & set(job)))[1]

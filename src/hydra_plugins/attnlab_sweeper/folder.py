@@ -120,7 +120,7 @@ def jobs_on_disk(folder: Path) -> set[tuple[str, ...]]:
     return found
 
 
-def job_outcomes(folder: Path, unfinished: dict | None = None) -> dict[tuple[str, ...], bool]:
+def job_outcomes(folder: Path, unfinished: dict[tuple[str, ...], str] | None = None) -> dict[tuple[str, ...], bool]:
     """{a job's overrides: whether it is done} for every job folder under `folder` with at least
     one record: done when every record is ok, there are as many as its seeds (n_seeds), and its
     completion mark (attnlab.record.completion, written after every output) names these

@@ -103,7 +103,8 @@ def build_small(model_type: str) -> Any:
     import transformers
 
     config = shrunk(transformers.AutoConfig.for_model(model_type))
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    model = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]  # untyped in transformers
+        config, attn_implementation="eager").eval()
     with torch.no_grad():
         model(input_ids=torch.tensor([json.loads(IDS)]), use_cache=False)
     return model
@@ -136,7 +137,7 @@ def survey_model(model_type: str) -> ModelRow:
         except BaseException as exc:  # noqa: BLE001 - a crash, named
             row.outcome, row.message = "crash", _line(f"{type(exc).__name__}: {exc}")
         else:
-            _classify(row, result.record)
+            _classify(row, (result[0] if isinstance(result, list) else result).record)  # layer=0: one result
     row.seconds = round(time.perf_counter() - start, 2)
     return row
 

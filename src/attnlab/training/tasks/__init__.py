@@ -1,4 +1,4 @@
-"""The tasks a model trains on, one file each: a `Task` (attnlab.training.tasks.task) and its
+"""The tasks a model trains on, one file each: a `Task` (attnlab.training.tasks.task_base) and its
 `make(settings)`, which checks the settings it reads (a UserError of one line) and builds it.
 `training.task=NAME` trains on TASKS[NAME]; adding a task is one file here and one line in TASKS.
 """
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from attnlab.errors import UserError
 from attnlab.training.settings import TrainingConf
 from attnlab.training.tasks import characters, induction, mqar
-from attnlab.training.tasks.task import Batch, Task
+from attnlab.training.tasks.task_base import Batch, Task
 
 # the registry: one line per task, `training.task=NAME` -> the function that builds it
 TASKS: dict[str, Callable[[TrainingConf], Task]] = {

@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from omegaconf import ListConfig
 from torch import nn
 
 from attnlab.errors import UserError
@@ -141,7 +140,7 @@ def _not_found(model: nn.Module, attention_path: str | None, key: str, groups: d
 
 
 def layer_values(layer: Any) -> list[Any]:
-    return list(layer) if isinstance(layer, (list, tuple, ListConfig)) else [layer]
+    return list(layer) if isinstance(layer, (list, tuple)) else [layer]
 
 
 def chosen_layers(layer: Any, n_layers: int) -> list[int]:

@@ -5,9 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
-from attnlab.configured import container
 from attnlab.errors import UserError
 
 INITS = ("default", "normal")
@@ -50,15 +47,14 @@ def attention_width(sizes: ModelSizes) -> int:
     return sizes.d_model if sizes.head_dim is None else sizes.num_heads * sizes.head_dim
 
 
-def wants_training(cfg: DictConfig) -> bool:
-    return OmegaConf.select(cfg, "training") is not None
+@dataclass(frozen=True)
+class TrainingRequest:
+    """A training job as the app read it from the config (attnlab.app.job_settings.training_request)."""
 
-
-def settings_of(cfg: DictConfig) -> TrainingConf:
-    """The config's `training` block as a TrainingConf (checked by `check_settings`)."""
-    node = container(cfg.training)
-    sizes = ModelSizes(**node.pop("model", {}))
-    return TrainingConf(**node, model=sizes)
+    variant: str
+    settings: TrainingConf
+    device: str
+    seeds: range
 
 
 def _positive_int(value: Any) -> bool:

@@ -8,6 +8,7 @@ more forward (the blocks before the layer replayed), in which the edited layer i
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -51,6 +52,7 @@ class _Recorded:
     records: list[Record] = field(default_factory=list)
     own: OwnCaptures | None = None  # where the run's spilled stages are, kept with the records
     lengths: tuple[int, ...] | None = None  # a padded batch's texts' tokens: the captures' statistics skip the pads
+    config: dict | None = None  # the run's config resolved once (each layer's record its copy): 12 layers paid it 12 times
 
     def add(self, layer: int, own: Capture, changed: Capture | None, effect: Effect | None,
             error: str | None = None) -> None:
@@ -63,7 +65,8 @@ class _Recorded:
                           parameters=self.loaded.n_parameters, tokenizer=self.tokens, heads=self.sizes.heads,
                           kv_heads=self.sizes.kv_heads, layer=slot.index, attention=self.attention[layer][0],
                           stack=slot.stack, replaced=slot.replaced)
-        setup = Setup(variant=self.chosen.label, seed=self.cfg.seed, config=resolved(self.cfg),
+        self.config = resolved(self.cfg) if self.config is None else self.config
+        setup = Setup(variant=self.chosen.label, seed=self.cfg.seed, config=copy.deepcopy(self.config),
                       labels=self.labels[slot.stack], n_tokens=own.stages["inputs"].shape[-2],
                       d_in=self.sizes.width, d_out=self.sizes.width, model=about)
         pair = Pair(reference=f"{type(module).__name__} (layer {slot.name})",

@@ -1,5 +1,5 @@
 """`python -m attnlab.zoo`: survey every model type (resumable), write the CSV and the page;
-`--models`: every causal-LM type as a whole small model instead (models.csv)."""
+`--models`: every causal-LM type as a whole small model instead (zoo_models.csv and zoo_models.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from attnlab.conformance.model_survey import ModelRow, causal_lm_types, models_csv
+from attnlab.conformance.models_page import models_page
 from attnlab.conformance.runner import all_types, run_survey
 from attnlab.conformance.store import rows, to_csv
 from attnlab.conformance.zoo_page import page
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--types", default="", help="comma-separated model types (default: every type)")
     parser.add_argument("--table-only", action="store_true", help="rebuild zoo.csv and zoo.md from the rows on disk")
     parser.add_argument("--models", action="store_true",
-                        help="whole small models of the causal-LM types (model.path=DIR layer=0): models.csv")
+                        help="whole small models of the causal-LM types (model.path=DIR layer=0): zoo_models.csv, .md")
     args = parser.parse_args(argv)
     import transformers
 
@@ -43,8 +44,10 @@ def _models(args: argparse.Namespace, version: str) -> None:
     if not args.table_only:
         run_survey(args.out, types, jobs=args.jobs, timeout=args.timeout, worker=MODEL_WORKER)
     found = [r for r in rows(args.out, ModelRow) if r.type in set(types)]
-    write_atomic(args.out / "models.csv", models_csv(found, version))
-    print(f"attnlab.zoo: {len(found)} model types: {args.out / 'models.csv'}", file=sys.stderr)
+    write_atomic(args.out / "zoo_models.csv", models_csv(found, version))
+    write_atomic(args.out / "zoo_models.md", models_page(found, version))
+    print(f"attnlab.zoo: {len(found)} model types: {args.out / 'zoo_models.csv'}, {args.out / 'zoo_models.md'}",
+          file=sys.stderr)
 
 
 MODEL_WORKER = "attnlab.conformance.model_worker"

@@ -89,11 +89,12 @@ def test_the_recording_model_is_shrunk_below_the_budget_and_keeps_the_attentions
 
 @pytest.mark.slow
 def test_an_input_from_outside_the_attention_is_refused_in_one_line_naming_it():
-    """BROS's attention needs `bbox_pos_emb`, which its model makes from a layout's boxes."""
-    result = attnlab.run("hf:bros", overrides=SIZES)
-    assert result.record.status != "ok"
-    message = result.record.error or ""
-    assert "'bbox_pos_emb'" in message and "bbox" in message.split("could not be run")[1]
+    """BROS's attention needs `bbox_pos_emb`, which its model makes from a layout's boxes: its model
+    cannot be run without them, so the variant is refused as before any work, naming the input."""
+    with pytest.raises(hf_record.OutsideInput) as caught:
+        attnlab.run("hf:bros", overrides=SIZES)
+    message = str(caught.value)
+    assert "BrosSelfAttention.forward needs 'bbox_pos_emb'" in message and "specify bbox" in message
     assert "\n" not in message
 
 
@@ -124,3 +125,7 @@ def test_multimodal_rotary_sections_are_rescaled_to_the_heads_attnlab_sizes():
     assert hf_small.rope_at(Qwen2VLTextConfig, Qwen2VLAttention, 128) is None  # its own heads: as it is
     module = hf_constructor("hf:qwen2_vl_text")(64, 64, 4)
     assert module.config.rope_parameters["mrope_section"] == [2, 3, 3]
+    # HY-V4-VL's sections follow its own rotary width (qk_rope_head_dim), which the heads do not change
+    from transformers.models.hy_v4_vl.configuration_hy_v4_vl import HYV4VLTextConfig
+
+    assert hf_small.rope_at(HYV4VLTextConfig, Qwen2VLAttention, 16) is None

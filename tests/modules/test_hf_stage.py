@@ -70,6 +70,7 @@ def test_a_windowed_or_reduced_class_runs_without_an_error_finding(model, tokens
     assert not [f for f in result.findings if f.severity == "error"], [f.message for f in result.findings]
 
 
+@pytest.mark.slow  # the plugin folder discovered and its transformers class found: tens of seconds
 @pytest.mark.parametrize(("variant", "errors"), [("pvt_v2_correct", []),
                                                  ("pvt_v2_unscaled", [("scaling", "scaled_scores")]),
                                                  ("pvt_v2_softmax_query_axis", [("softmax_axis", "weights")])])
@@ -80,3 +81,12 @@ def test_a_mistake_planted_in_a_copy_of_pvts_reduced_attention_is_found_at_its_s
     assert result.record.status == "ok", result.record.error
     assert [(f.code, f.stage) for f in result.findings if f.severity == "error"] == errors
     assert ("not_observable", "keys") in [(f.code, f.stage) for f in result.findings if f.severity == "info"]
+
+
+@pytest.mark.slow
+def test_a_class_built_by_callers_without_a_config_gets_its_stages_sizes_not_the_config():
+    """CvT builds CvtSelfAttention(num_heads, embed_dim, ...) from CvtAttention and CvtLayer, which take
+    no config, under CvtStage(config, stage): the sizes are the stage's, read from the filled config."""
+    module = hf_constructor("hf:cvt")(64, 64, 4)
+    assert module.num_heads == 4 and module.embed_dim == 64
+    assert module.convolution_projection_query.convolution_projection.convolution.in_channels == 64

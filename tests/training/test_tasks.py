@@ -41,7 +41,8 @@ def test_a_task_of_one_s_own_is_one_line_in_the_registry(monkeypatch) -> None:
     monkeypatch.setitem(TASKS, "previous", make)
     planned = plan("reference", tiny(task="previous"))
     assert isinstance(planned.task, Previous)
-    with pytest.raises(UserError, match=r"^training.task=sorting: unknown task; allowed are induction, mqar, text, previous$"):
+    unknown = r"^training.task=sorting: unknown task; allowed are induction, mqar, text, previous$"
+    with pytest.raises(UserError, match=unknown):
         plan("reference", tiny(task="sorting"))
 
 

@@ -19,7 +19,10 @@ import numpy as np
 import torch
 
 _MAP = "_attnlab_memory_map"
+# where an array's values are and how they are laid out: (address, shape, strides, dtype)
+Memory = tuple[int, tuple[int, ...], tuple[int, ...], str]
 Function = TypeVar("Function", bound=Callable[..., Any])
+Memory = tuple[int, tuple[int, ...], tuple[int, ...], str]  # an array's address, shape, strides and dtype
 
 
 def spill(stages: dict[str, torch.Tensor], names: Iterable[str], folder: Path, prefix: str = "") -> list[str]:
@@ -38,7 +41,7 @@ def spill(stages: dict[str, torch.Tensor], names: Iterable[str], folder: Path, p
 
 
 def spill_arrays(arrays: dict[str, np.ndarray | None], folder: Path, prefix: str = "",
-                 written: dict[tuple, np.ndarray] | None = None) -> None:
+                 written: dict[Memory, np.ndarray] | None = None) -> None:
     """The numpy form of `spill`: each array written to an .npy file and replaced by its memory map.
     `written`: the maps of arrays written so far, by their memory: an array over the same memory as
     one of them (an unedited stage both sides of a record hold) takes its map, written once."""
@@ -59,7 +62,7 @@ def distinct_bytes(*arrays: np.ndarray | None) -> int:
     return sum(values.nbytes for values in {_memory_of(v): v for v in arrays if v is not None}.values())
 
 
-def _memory_of(values: np.ndarray) -> tuple:
+def _memory_of(values: np.ndarray) -> Memory:
     """What tells an array's values apart from another's without reading them: where they are and how laid out."""
     return values.__array_interface__["data"][0], values.shape, values.strides, values.dtype.str
 

@@ -36,6 +36,7 @@ from attnlab.diagnosis.stage_blocks import one_thread
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
+from attnlab.modules.hf_record import OutsideInput
 from attnlab.modules.layouts import align, seed_projections
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, auto_reference
 from attnlab.modules.roles import manual_seed
@@ -119,6 +120,8 @@ def run_module(built: BuiltModule, x: torch.Tensor, seed: int) -> Capture:
     manual_seed(seed)  # dropout in training mode draws from the seed: same seed, same record
     try:
         captured = capture(built, x.clone())
+    except OutsideInput:  # an input from outside the attention at the run's tokens: refused, as at the probe
+        raise
     except Exception as exc:
         raise PluginError(f"variant '{name}' raised {type(exc).__name__}: {exc}") from exc
     if "output" not in captured.stages:

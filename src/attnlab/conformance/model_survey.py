@@ -70,10 +70,10 @@ def _changes(values: dict[str, Any], sizes: dict[str, Any]) -> dict[str, Any]:
     layers = next((values[k] for k in spellings("num_layers") if _size(values.get(k))), None)
     out: dict[str, Any] = {}
     for key, value in values.items():
-        if isinstance(value, dict):
-            inner = _changes(value, sizes)
-            if inner:
-                out[key] = inner
+        if isinstance(value, dict):  # a sub-config or a dict attribute: whole, with its own changes
+            inner = _changes(_layer_keys(value, layers), sizes)
+            if inner or len(_layer_keys(value, layers)) != len(value):
+                out[key] = {**_layer_keys(value, layers), **inner}
         elif key in spellings("num_kv_heads") and _size(value):
             out[key] = SMALL["num_heads"] if heads is None or value >= heads else 1 if value == 1 else 2
         elif key in sizes and _size(value) and value != sizes[key]:
@@ -82,7 +82,19 @@ def _changes(values: dict[str, Any], sizes: dict[str, Any]) -> dict[str, Any]:
             out[key] = SMALL["vocab_size"] - 1  # a special token inside the small vocabulary (an embedding's padding_idx)
         elif isinstance(value, list) and layers and len(value) == layers > SMALL["num_layers"]:
             out[key] = _two_layers(value)
+        elif str(key).endswith("block_types") and isinstance(value, list) and len(value) > SMALL["num_layers"]:
+            out[key] = _two_layers(value)  # a pattern of layer kinds repeated (RecurrentGemma's): one of each
+        elif str(key).endswith("_period") and _size(value) and _size(values.get(key[:-len("period")] + "offset")):
+            # a layer kind every `period` layers from `offset` (Jamba's attention): the second of the two
+            out[key], out[key[:-len("period")] + "offset"] = 2, 1
     return out
+
+
+def _layer_keys(values: dict[Any, Any], layers: int | None) -> dict[Any, Any]:
+    """A dict keyed by layer index (Gemma 4's `per_layer_config`) keeps the small count's layers."""
+    if not values or not layers or not all(isinstance(k, int) or str(k).isdigit() for k in values):
+        return values
+    return {k: v for k, v in values.items() if int(k) < SMALL["num_layers"]}
 
 
 def _two_layers(per_layer: list[Any]) -> list[Any]:
@@ -103,7 +115,8 @@ def build_small(model_type: str) -> Any:
     import transformers
 
     config = shrunk(transformers.AutoConfig.for_model(model_type))
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    model = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]  # untyped in transformers
+        config, attn_implementation="eager").eval()
     with torch.no_grad():
         model(input_ids=torch.tensor([json.loads(IDS)]), use_cache=False)
     return model
@@ -131,14 +144,23 @@ def survey_model(model_type: str) -> ModelRow:
             result = attnlab.run(overrides=[f"model.path={folder}", *OVERRIDES])
         except UserError as exc:
             row.outcome, row.message = refusal(str(exc)), _line(str(exc))
+            if not _has_attention(model):
+                row.outcome = "no_attention"
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001 - a crash, named
             row.outcome, row.message = "crash", _line(f"{type(exc).__name__}: {exc}")
         else:
-            _classify(row, result.record)
+            _classify(row, (result[0] if isinstance(result, list) else result).record)  # layer=0: one result
     row.seconds = round(time.perf_counter() - start, 2)
     return row
+
+
+def _has_attention(model: Any) -> bool:
+    """Any module of the model is an ...Attention class (a state-space model such as Mamba has none)."""
+    from attnlab.modules.hf_find import ATTENTION_SUFFIXES
+
+    return any(type(module).__name__.endswith(ATTENTION_SUFFIXES) for module in model.modules())
 
 
 def _classify(row: ModelRow, record: Any) -> None:
@@ -158,6 +180,14 @@ def _classify(row: ModelRow, record: Any) -> None:
 
 
 KL_CORRECT = 1e-6  # a correct copy of the layer's attention changes the output by float rounding only
+# outcome classes, best first: the page's order
+OUTCOMES = ("ok", "error_finding", "cannot_build", "no_attention", "refused", "crash", "timeout")
+
+
+def buildable(row: Row) -> bool:
+    """A type transformers itself builds and runs at the small sizes, and that has attention: the
+    share ok is of these."""
+    return row.outcome not in ("cannot_build", "no_attention")
 
 
 def models_csv(found: list[Row], version: str) -> str:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import torch
 
 from attnlab.model.config_variants import own_name
+from attnlab.model.forward import AsLayerCalled
 from attnlab.model.layer import ModelRun, model_variant
 from attnlab.model.variant_fit import DEFAULT, variant_for_layer
+from attnlab.modules.built import BuiltModule
 
 SAME_OUTPUT = 1e-5  # the book's class stands in for the layer within this, relative to the output's scale
 
@@ -36,13 +38,11 @@ def _reproduces(run: ModelRun, layer: int, name: str, seed: int) -> bool:
     try:
         built, _ = model_variant(run, layer, name, {}, seed)
         with torch.no_grad():
-            args, kwargs = call.with_hidden(call.hidden)
-            expected = own(*args, **kwargs)
-            expected = expected[0] if isinstance(expected, tuple) else expected  # (B, T, d)
+            expected = BuiltModule(own, AsLayerCalled(call)).call(call.hidden).output  # (B, T, d)
             got = built.call(call.hidden).output  # (B, T, d)
     except Exception:  # noqa: BLE001 - a layout the book's projections cannot hold, or a forward that fails: not the book's
         return False
-    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+    if not isinstance(got, torch.Tensor) or not isinstance(expected, torch.Tensor) or got.shape != expected.shape:
         return False
     gap = float((got - expected).abs().max())
     return gap <= SAME_OUTPUT * max(float(expected.abs().max()), 1.0)

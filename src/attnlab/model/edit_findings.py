@@ -80,8 +80,8 @@ def _scaled(chosen: Intervention, edited: Capture, own: Capture) -> Finding:
     heads = _heads(chosen, n_heads)
     factors = ", ".join(f"head {h} {fmt(_factor(mine, h))} (the model's own {fmt(_factor(theirs, h))})" for h in heads)
     kept = _mask_kept(mine, theirs)
-    return INTERVENTION("scaled_scores", "scaled_scores", heads=heads, label=chosen.label, named=_named(chosen, n_heads),
-                        factor=fmt(chosen.factor), factors=factors, kept=kept)
+    return INTERVENTION("scaled_scores", "scaled_scores", heads=heads, label=chosen.label,
+                        named=_named(chosen, n_heads), factor=fmt(chosen.factor), factors=factors, kept=kept)
 
 
 def _factor(capture: Capture, head: int) -> float:

@@ -27,12 +27,12 @@ def _pattern(code: str, meaning: str, what: str) -> Code:
                 _SHOWN_BY, MODEL_TABLE)
 
 
-PREVIOUS_TOKEN_HEAD = _pattern("previous_token_head", "a head that puts most of its weight on the token just before the query",
-                               "mean weight")
-FIRST_TOKEN_HEAD = _pattern("first_token_head", "a head that puts most of its weight on the first token (an attention sink)",
-                            "mean weight")
-UNIFORM_HEAD = _pattern("uniform_head", "a head that spreads its weight evenly over the tokens it may see",
-                        "normalised entropy")
+PREVIOUS_TOKEN_HEAD = _pattern(
+    "previous_token_head", "a head that puts most of its weight on the token just before the query", "mean weight")
+FIRST_TOKEN_HEAD = _pattern(
+    "first_token_head", "a head that puts most of its weight on the first token (an attention sink)", "mean weight")
+UNIFORM_HEAD = _pattern(
+    "uniform_head", "a head that spreads its weight evenly over the tokens it may see", "normalised entropy")
 CODES = (PREVIOUS_TOKEN_HEAD, FIRST_TOKEN_HEAD, UNIFORM_HEAD)
 HEAD_PATTERN_CODES = tuple(code.code for code in CODES)
 _BY_SCORE = {code.code: code for code in CODES}

@@ -131,7 +131,7 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
     try:
         config = transformers.AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
         task = _task(transformers, config, spec)
-        module = getattr(transformers, TASKS[task]).from_pretrained(
+        module = _loader(transformers, config, task).from_pretrained(
             source, local_files_only=True, use_safetensors=True, trust_remote_code=False,
             attn_implementation=spec.attn_implementation)
     except OSError as exc:
@@ -140,6 +140,22 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
         raise UserError(f"{spec.key}: {spec.label}: {str(exc).splitlines()[0]}") from None
     return LoadedModel(module, spec.label, hf_tokenizer(transformers, source) or gpt2_tokenizer(), hf=True,
                        config=module.config, task=task)
+
+
+def _declared_causal_lm(transformers: Any, config: Any) -> Any:
+    """The causal LM class a saved config names in its `architectures`, for a config no auto class
+    maps (Emu3ForCausalLM of Emu3TextConfig, Mllama's text model); None: none."""
+    for name in getattr(config, "architectures", None) or ():
+        cls = getattr(transformers, name, None) if name.endswith("ForCausalLM") else None
+        if cls is not None and getattr(cls, "config_class", None) is type(config):
+            return cls
+    return None
+
+
+def _loader(transformers: Any, config: Any, task: str) -> Any:
+    """The auto class of the task where it maps the config, else the class the config names."""
+    auto = getattr(transformers, TASKS[task])
+    return auto if type(config) in auto._model_mapping else _declared_causal_lm(transformers, config)
 
 
 def _task(transformers: Any, config: Any, spec: ModelSpec) -> str:
@@ -152,6 +168,8 @@ def _task(transformers: Any, config: Any, spec: ModelSpec) -> str:
     for kind in kinds:
         if type(config) in getattr(transformers, TASKS[kind])._model_mapping:
             return kind
+    if _declared_causal_lm(transformers, config) is not None:
+        return "causal"
     raise UserError(f"{spec.key}={spec.label}: {type(config).__name__} is no causal LM, seq2seq LM or ViT classifier, "
                     f"the whole models attnlab runs; its attention alone: variant=hf:{config.model_type}")
 

@@ -21,11 +21,13 @@ from attnlab.modules.families import family_of
 from attnlab.modules.hf_find import ATTENTION_SUFFIXES
 
 ATTENTION_NAMES = ("attn", "self_attn", "att", "attention")
+_CONTAINERS = (nn.ModuleList, nn.ModuleDict)  # LongCat-Flash's `self_attn` holds two attentions: not one
 SELF_IN_WRAPPER = ("self", "attention")  # the self-attention's name inside a wrapper with an `output`
 _LAYERED = re.compile(r"^(?P<blocks>.+)\.(?P<index>\d+)\.(?P<name>[A-Za-z_]\w*)$")
 # {(blocks, the attention's path inside a block): [(layer index, qualified name, module)]}
 Group = dict[tuple[str, str], list[tuple[int, str, nn.Module]]]
-_NESTED = re.compile(r"^(?P<blocks>.+?)\.(?P<index>\d+)\.(?P<name>[A-Za-z_][\w.]*)$")  # the first index: a block's list
+# the first index: a block's list; no name: the list's items are the attention (XLM's `attentions`)
+_NESTED = re.compile(r"^(?P<blocks>.+?)\.(?P<index>\d+)(?:\.(?P<name>[A-Za-z_][\w.]*))?$")
 
 
 def attention_modules(model: nn.Module, attention_path: str | None = None, key: str = "model") -> list[tuple[str, nn.Module]]:
@@ -41,10 +43,15 @@ def attention_modules(model: nn.Module, attention_path: str | None = None, key: 
     if attention_path:
         groups = _groups(model, _path_pattern(attention_path), lambda _found, _module: True)
     else:
-        groups = _groups(model, _LAYERED, lambda found, _module: found["name"] in ATTENTION_NAMES) or \
+        groups = _groups(model, _LAYERED, lambda found, module: found["name"] in ATTENTION_NAMES
+                         and not isinstance(module, _CONTAINERS)) or \
             _groups(model, _NESTED, lambda _found, module: type(module).__name__.endswith(ATTENTION_SUFFIXES))
     if len(groups) > 1:
         groups = {where: found for where, found in groups.items() if _reads_ids(model, where[0])} or groups
+    if len(groups) > 1:
+        groups = {where: found for where, found in groups.items() if _beside_embeddings(model, where[0])} or groups
+    if len(groups) > 1:
+        groups = {where: found for where, found in groups.items() if _in_decoder(model, where[0])} or groups
     if len(groups) != 1:
         raise UserError(_not_found(model, attention_path, key, groups))
     found = [(name, module) for _, name, module in sorted(next(iter(groups.values())), key=lambda item: item[0])]
@@ -61,10 +68,34 @@ def _groups(model: nn.Module, pattern: re.Pattern, wanted: Callable[[re.Match, n
             continue
         if not isinstance(model.get_submodule(found["blocks"]), (nn.ModuleList, nn.Sequential)):
             continue
-        inside = [other for other in groups if other[0] == found["blocks"] and found["name"].startswith(other[1] + ".")]
+        leaf = found["name"] or ""
+        inside = [other for other in groups if other[0] == found["blocks"] and leaf.startswith(other[1] + ".")
+                  or other[0] == found["blocks"] and other[1] == ""]
         if not inside:
-            groups.setdefault((found["blocks"], found["name"]), []).append((int(found["index"]), name, module))
+            groups.setdefault((found["blocks"], leaf), []).append((int(found["index"]), name, module))
     return groups
+
+
+def _beside_embeddings(model: nn.Module, blocks: str) -> bool:
+    """`blocks` sits in a module that holds the token embeddings too (Phi-4-multimodal's layers, not
+    the audio encoder inside its embedding)."""
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    names = {id(module): name for name, module in model.named_modules()}
+    where = names.get(id(embeddings)) if embeddings is not None else None
+    parent = blocks.rpartition(".")[0]
+    return where is not None and (not parent or where.startswith(parent + "."))
+
+
+def _in_decoder(model: nn.Module, blocks: str) -> bool:
+    """`blocks` is inside the language model transformers' `get_decoder()` names (GOT-OCR2's, beside
+    a vision encoder that declares no input of its own)."""
+    try:
+        decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    except Exception:  # noqa: BLE001 - a model whose get_decoder cannot say: no preference
+        return False
+    names = {id(module): name for name, module in model.named_modules()}
+    where = names.get(id(decoder)) if decoder is not None and decoder is not model else None
+    return where is not None and (blocks + ".").startswith(where + ".")
 
 
 def _reads_ids(model: nn.Module, blocks: str) -> bool:

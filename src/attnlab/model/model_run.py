@@ -43,12 +43,14 @@ def model_inputs(request: ModelRequest, loaded: LoadedModel, sizes: ModelSizes) 
     return text_inputs(batch, loaded.tokenizer)
 
 
-def model_run(request: ModelRequest, loaded: LoadedModel, consume: Consume | None = None
+def model_run(request: ModelRequest, loaded: LoadedModel, consume: Consume | None = None, rebuilt: bool = False
               ) -> tuple[ModelRun, list[int], list[Slot], ModelInputs]:
     """The model run once, unmodified, on its inputs, keeping what the chosen layers receive and
     capturing their stages; `consume`: told of each layer's stages as they are captured (made
     from the run's layers, slots and inputs) where nothing runs after, else kept in the run, with
-    the blocks' outputs for changed forwards."""
+    the blocks' outputs for changed forwards. A model whose forward replaces its attention modules
+    (BigBird's block-sparse attention becomes full attention on a short text) is run again with the
+    modules it made (`rebuilt`)."""
     attention, slots = stacked_attention(loaded.module, request.model.attention_path)
     sizes = model_sizes(loaded.config, loaded.label, attention[0][1] if attention else None)
     layers = chosen_slots(request.layer, slots)
@@ -62,6 +64,12 @@ def model_run(request: ModelRequest, loaded: LoadedModel, consume: Consume | Non
     own = OwnCaptures(layers, consume(sizes, attention, layers, slots, inputs) if consume else None)
     run = ModelRun.start(loaded, attention, sizes, inputs, inputs.labels[slots[layers[0]].stack], layers,
                          replay=consume is None, own=own)
+    if not set(layers) <= set(run.calls):  # its forward built its attention anew: found again, run again once
+        if not rebuilt:
+            return model_run(request, loaded, consume, rebuilt=True)
+        missing = next(layer for layer in layers if layer not in run.calls)
+        raise UserError(f"{attention[missing][0]}: the model's forward never called it; point at the attention it "
+                        f"calls with model.attention_path=BLOCKS.*.NAME")
     run.names = [slot.name for slot in slots]
     return run, layers, slots, inputs
 

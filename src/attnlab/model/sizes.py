@@ -67,8 +67,9 @@ def model_sizes(config: Any, label: str, attention: nn.Module | None = None) -> 
     if kept and kept != kv_heads and int(heads) % kept == 0 and declared_count(attention, "num_heads") == heads:
         kv_heads = kept
     row = family(str(_get(config, "model_type") or ""))
-    return ModelSizes(int(width), int(heads), int(kv_heads), read_size(config, "context"), read_size(config, "vocab"),
-                      _logit_scaling(config, row))
+    context = read_size(config, "context")  # XLNet's -1: no limit
+    return ModelSizes(int(width), int(heads), int(kv_heads), context if context is None or context > 0 else None,
+                      read_size(config, "vocab"), _logit_scaling(config, row))
 
 
 def _sized(config: Any, attention: nn.Module | None) -> Any:

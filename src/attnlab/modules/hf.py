@@ -94,9 +94,9 @@ def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, in
         # unless its constructor takes what that family's does not (SwinAttention's sizes beside ViT's config)
         row = origin if set(hf_stage.required_parameters(module_cls)) <= set(origin.constructor) else GENERIC
     base = transformers_class(module_cls)
-    if row is GENERIC and base is not None and module_cls.__init__ is base.__init__:
-        # a family without an adapter: built as its model's own code builds it (attnlab.modules.hf_build),
-        # a copy that keeps its base's constructor as the model builds the base
+    if row is GENERIC and base is not None:
+        # a family without an adapter: built as its model's own code builds it (attnlab.modules.hf_build), a
+        # subclass of its class (a planted copy) with the arguments the model gives that class
         found = model_arguments(base, config, layer, tokens)
         if found is not None:
             args, kwargs = found
@@ -256,6 +256,8 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     if "attention_mask" in accepted:
         kwargs["attention_mask"] = _mask(module, x, position_ids)
+    elif "mask" in accepted and "position_bias" in accepted:  # T5-style classes' name (Pix2Struct's text attention)
+        kwargs["mask"] = _mask(module, x, position_ids)
     if "position_embeddings" in accepted:
         kwargs["position_embeddings"] = _rotary(module, x, position_ids)
     if "position_ids" in accepted:
@@ -349,7 +351,10 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
         layer = getattr(module, "layer_idx", 0) or 0
         head_dim = _config_value(config, row, "d_in") // _config_value(config, row, "num_heads")
         return head_dim ** -0.5 / (layer + 1), f"scale_attn_by_inverse_layer_idx: 1/sqrt(head_dim) / {layer + 1}"
-    return hf_lineage.library_scale(module, origin, lambda cls, c, i: build_attention(cls, c, layer=i))
+    scale = hf_lineage.library_scale(module, origin, lambda cls, c, i: build_attention(cls, c, layer=i))
+    if scale is None and origin is not None and hf_lineage.names_no_scale(origin):
+        return 1.0, f"{origin.__name__} applies no scale to its scores (its code names none)"
+    return scale
 
 
 def mask_kind(module: nn.Module) -> str:
@@ -358,11 +363,30 @@ def mask_kind(module: nn.Module) -> str:
     row = family_of(module)
     if row is not GENERIC:
         return row.mask
-    if hasattr(module, "is_causal"):
-        return "causal" if module.is_causal else "bidirectional"
+    if hf_inputs.padding_mask_only(type(module)):  # its mask only pads: it attends both ways
+        return "bidirectional"
+    declared = getattr(module, "is_causal", None)
+    if isinstance(declared, bool):
+        return "causal" if declared else "bidirectional"
     # its tokens are an image's patches (SAM's grid, Swin's window, a config with a patch size): no order to mask by
     vision = any(getattr(getattr(module, "config", None), key, None) is not None for key in ("patch_size", "patch_sizes", "image_size"))
-    return "bidirectional" if vision or hf_grid.axes(type(module)) is not None else "causal"
+    if vision or hf_grid.axes(type(module)) is not None:
+        return "bidirectional"
+    origin = transformers_class(type(module))
+    return "bidirectional" if origin is not None and _takes_no_mask(origin) else "causal"
+
+
+@cache
+def _takes_no_mask(cls: type) -> bool:
+    """Whether the library's class can mask nothing: its forward's source names no mask and nothing
+    causal (BLIP's and MGP-STR's vision attention), so its model attends both ways. Read from the
+    library's class, never the one attnlab runs: a copy that drops its mask is still compared with
+    a causal reference."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (TypeError, OSError):
+        return False
+    return "mask" not in source and "causal" not in source
 
 
 def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor | None:
@@ -370,6 +394,8 @@ def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tor
 
     config = module.config
     kind = mask_kind(module)
+    if hf_inputs.padding_mask_only(type(module)):
+        return None  # no padding
     values = family_of(config).mask_values
     if values != "additive":  # DeBERTa's 1 keep / 0 drop, MPT's bool True drop
         keep = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool, device=x.device)

@@ -82,7 +82,7 @@ def _shrink(config: Any, layer: int, level: int) -> None:
                     setattr(config, name, type(value)(value[:layer + 1]))
     if level < 2:
         return
-    _smaller(config, ("vocab_size",), VOCAB)
+    _smaller(config, [k for k in vars(config) if k.endswith("vocab_size")], VOCAB)  # LUKE's entity_vocab_size too
     if isinstance(getattr(config, "pad_token_id", None), int) and config.pad_token_id >= VOCAB:
         config.pad_token_id = None  # its padding row past the smaller vocabulary
     _smaller(config, [k for k in vars(config) if k.endswith("intermediate_size")] + list(FEED_FORWARD), WIDTH)
@@ -112,14 +112,14 @@ def rope_at(config_cls: type, module_cls: type, head_dim: int) -> dict[str, Any]
     if not isinstance(rope, dict):
         return None
     sections = rope.get("mrope_section")
-    if sections is None and "mrope_section" in getattr(config_cls, "ignore_keys_at_rope_validation", ()):
+    if sections is None:  # its rotary class's own default (PaddleOCR-VL's config declares none)
         sections = _rotary_sections(module_cls, default)
     if not isinstance(sections, (list, tuple)) or not sum(sections):
         return None
     partial = rope.get("partial_rotary_factor", getattr(default, "partial_rotary_factor", None) or 1.0)
     half = int(head_dim * partial) // 2
-    if sum(sections) == half:
-        return None
+    if sum(sections) == half or getattr(default, "qk_rope_head_dim", None):
+        return None  # they fit, or they follow a rotary width of its own (HY-V4-VL's qk_rope_head_dim), left as they are
     scaled = [s * half // sum(sections) for s in sections]
     scaled[-1] += half - sum(scaled)  # what rounding down left goes to the last section
     return {**rope, "mrope_section": scaled}

@@ -7,7 +7,7 @@ Such a model builds its attention once per stage, from loops and sub-modules abo
 index). A constructor parameter the model's code leaves unknown is read from the config's
 per-stage lists by its name, at the stage the run's tokens fit: the first whose reduction ratio
 divides both sides of their grid (PVT's sr_ratios (8, 4, 2, 1) on a 2 x 4 grid: stage 2, ratio 2).
-A window (`window_size`) is the grid of the run's tokens, whatever the model computes: attnlab's
+A window (`window_size`, LeViT's `resolution`) is the grid of the run's tokens, whatever the model computes: attnlab's
 tokens are one window (Swin's relative position table is built for exactly the window's tokens);
 but a forward that reads the grid itself (SAM's, `hf_grid`) keeps the model's window.
 """
@@ -29,7 +29,7 @@ _WIDTH = ("dim", "hidden_size", "embed_dim", "hidden_sizes", "embed_dims")
 _HEADS = ("num_heads", "num_attention_heads")
 _REDUCTION = ("sr_ratio", "sequence_reduction_ratio", "sequences_reduction_ratio", "spatial_reduction_ratio")
 _REDUCTIONS = ("sr_ratios", "sequence_reduction_ratios")  # the config's per-stage ratios
-_WINDOW = "window_size"
+_WINDOWS = ("window_size", "resolution")  # Swin's window, LeViT's resolution: the tokens' grid side(s)
 
 
 def grid_of(cells: int) -> tuple[int, int]:
@@ -41,7 +41,8 @@ def grid_of(cells: int) -> tuple[int, int]:
 def sized_by_tokens(module_cls: type, attributes: dict[str, Any]) -> bool:
     """Its constructor takes a window (Swin's), or its config reduces keys per stage (PVT's): built
     for the run's token count."""
-    return _WINDOW in _parameter_names(module_cls) or any(a in attributes for a in _REDUCTIONS)
+    names = _parameter_names(module_cls)
+    return any(w in names for w in _WINDOWS) or any(a in attributes for a in _REDUCTIONS)
 
 
 def staged(module_cls: type, config: Any, args: list, kwargs: dict[str, Any],
@@ -59,7 +60,7 @@ def staged(module_cls: type, config: Any, args: list, kwargs: dict[str, Any],
 
 
 def _filled(name: str, value: Any, config: Any, stage: int, tokens: int | None) -> Any:
-    if name == _WINDOW and tokens:
+    if name in _WINDOWS and tokens:
         height, width = grid_of(tokens)  # the run's tokens are the window: a square one's side, else (H, W)
         return height if height == width else (height, width)
     if value is not UNKNOWN:
@@ -110,7 +111,8 @@ def required_parameters(module_cls: type) -> list[str]:
 def refused_window(module_cls: type, tokens: int | None, exc: Exception) -> str | None:
     """Why a window class refused the run's tokens as its window: it takes only a square one
     (SwinAttention's `(window_size, window_size)`) and they are no square; None: another failure."""
-    if (not tokens or _WINDOW not in _parameter_names(module_cls) or not isinstance(exc, TypeError)
+    names = _parameter_names(module_cls)
+    if (not tokens or not any(w in names for w in _WINDOWS) or not isinstance(exc, TypeError)
             or hf_grid.axes(module_cls) is not None):
         return None
     height, width = grid_of(tokens)

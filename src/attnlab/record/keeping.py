@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlab.capture.spill import distinct_bytes, spill_arrays
+from attnlab.capture.spill import Memory, distinct_bytes, spill_arrays
 from attnlab.record.model import Record, Side
 
 
@@ -30,7 +30,7 @@ def spilled(record: Record) -> Record:
     images the sinks still draw)."""
     scratch = record.scratch if record.scratch is not None else tempfile.TemporaryDirectory(prefix="attnlab-spill-")
     stages, reference_stages = dict(record.variant.stages), dict(record.reference.stages)
-    written: dict[tuple, np.ndarray] = {}  # a stage both sides hold (the model's own, unedited) written once
+    written: dict[Memory, np.ndarray] = {}  # a stage both sides hold (the model's own, unedited) written once
     spill_arrays(stages, Path(scratch.name), prefix="variant-", written=written)
     spill_arrays(reference_stages, Path(scratch.name), prefix="reference-", written=written)
     return replace(record, variant=replace(record.variant, stages=stages),

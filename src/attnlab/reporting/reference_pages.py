@@ -1,7 +1,7 @@
 """The documentation site's reference pages, generated from the tables the code declares, so the
 pages cannot drift from the code: `python -m attnlab.reporting.reference_pages docs/reference`.
 
-Finding codes from `attnlab.diagnosis.codes`, diagnostics columns from
+Finding codes from `attnlab.diagnosis.codes` and `attnlab.model.finding_codes`, diagnostics columns from
 `attnlab.diagnosis.columns`, configuration keys from `attnlab.schema.KEYS`, the
 built-in variants from the plugins attnlab ships (a user's own plugins are not listed).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from attnlab.diagnosis.codes import CODES, FIRST_WHERE_IT_SHOWS
 from attnlab.diagnosis.columns import DIAGNOSTIC_COLUMNS
 from attnlab.diagnosis.finding_code import Code
-from attnlab.model.finding_codes import CODES as MODEL_CODES
+from attnlab.model import finding_codes
 from attnlab.modules.registry import discover
 from attnlab.schema import KEYS, show_value
 
@@ -43,7 +43,7 @@ def codes_page() -> str:
         "Every code a run can report, in the order its check runs: the diagnosis reports the root cause "
         "and drops the codes an earlier finding explains. `expect.findings` accepts these codes.",
         _table(header, rows(CODES)),
-        "## Codes a run inside a model adds", _table(header, rows(MODEL_CODES)),
+        "## Codes a run inside a model adds", _table(header, rows(finding_codes.CODES)),
     ]) + "\n"
 
 

@@ -1,4 +1,4 @@
-"""The tasks a model trains on, one file each: a `Task` (attnlab.training.tasks.base) and its
+"""The tasks a model trains on, one file each: a `Task` (attnlab.training.tasks.task_base) and its
 `make(settings)`, which checks the settings it reads (a UserError of one line) and builds it.
 `training.task=NAME` trains on TASKS[NAME]; adding a task is one file here and one line in TASKS.
 """
@@ -9,14 +9,14 @@ from collections.abc import Callable
 
 from attnlab.errors import UserError
 from attnlab.training.settings import TrainingConf
-from attnlab.training.tasks import induction, mqar, text
-from attnlab.training.tasks.base import Batch, Task
+from attnlab.training.tasks import characters, induction, mqar
+from attnlab.training.tasks.task_base import Batch, Task
 
 # the registry: one line per task, `training.task=NAME` -> the function that builds it
 TASKS: dict[str, Callable[[TrainingConf], Task]] = {
     "induction": induction.make,
     "mqar": mqar.make,
-    "text": text.make,
+    "text": characters.make,
 }
 
 

@@ -6,7 +6,7 @@ import torch
 
 from attnlab.errors import UserError
 from attnlab.training.settings import TrainingConf
-from attnlab.training.tasks.base import Batch, Task
+from attnlab.training.tasks.task_base import Batch, Task
 
 
 class MultiQueryRecall(Task):

@@ -35,6 +35,8 @@ MODEL_CHANGES = {"no_positions": "no position embedding: the tokens' order reach
 class OneChangeAttention(nn.Module):
     """The book's MultiHeadAttention with one of the book's mistakes (`change`, a BOOK_CHANGES name)."""
 
+    mask: torch.Tensor  # a buffer
+
     def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
                  change: str, qkv_bias: bool = False) -> None:
         super().__init__()
@@ -62,7 +64,8 @@ class OneChangeAttention(nn.Module):
         attn_weights = self.dropout(attn_weights)
 
         context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
-        return self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        out: torch.Tensor = self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        return out
 
 
 class PerHeadAttention(nn.Module):
@@ -75,7 +78,8 @@ class PerHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_out, d_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(torch.cat([head(x) for head in self.heads], dim=-1))  # (b, num_tokens, d_out)
+        out: torch.Tensor = self.out_proj(torch.cat([head(x) for head in self.heads], dim=-1))  # (b, num_tokens, d_out)
+        return out
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attnlab.app.api import compose_config  # noqa: E402
+from attnlab.app.job_settings import inputs_values, job_spec  # noqa: E402
 from attnlab.compute import pipeline  # noqa: E402
 from attnlab.inputs.kinds import make_inputs  # noqa: E402
 from attnlab.modules.registry import get_variant  # noqa: E402
@@ -63,7 +64,7 @@ def harness(cfg, inputs, items: torch.Tensor) -> dict[str, float]:
     pipeline.run_module = timed
     try:
         start = time.perf_counter()
-        record = pipeline.compute_record(cfg, 0, inputs, spec=pipeline.JobSpec.from_cfg(cfg), items=items)
+        record = pipeline.compute_record(job_spec(cfg), 0, inputs, items=items)
         total = time.perf_counter() - start
     finally:
         pipeline.run_module = original
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = compose_config("multi_head_attention", 0, [f"inputs.n_tokens={args.n_tokens}", f"inputs.d_in={args.d}"],
                          inputs="random", d_out=args.d, num_heads=args.heads, batch=2)
-    inputs = make_inputs(cfg.inputs, 0)
+    inputs = make_inputs(inputs_values(cfg), 0)
     x = inputs.embeddings  # (n_tokens, d)
     items = torch.stack([x, x.flip(0)])  # (2, n_tokens, d): distinct items, so each is rerun alone
     plain, runs = [], []

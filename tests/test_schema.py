@@ -6,9 +6,10 @@ import pytest
 
 from attnlab.app.api import compose_config
 from attnlab.app.config_paths import config_dir
+from attnlab.app.config_values import check_values
 from attnlab.errors import UserError
 from attnlab.modules.registry import DEFAULT_VALUES
-from attnlab.schema import KEYS, check_values
+from attnlab.schema import KEYS
 
 BAD = [
     ("qkv_bias=2", "qkv_bias=2: must be true or false"),

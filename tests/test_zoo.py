@@ -26,3 +26,16 @@ def test_the_survey_writes_its_table_and_page_and_resumes(tmp_path: Path) -> Non
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "s" / "rows" / "llama.started").stat().st_mtime_ns == started  # done: not run again
+
+
+@pytest.mark.slow
+def test_the_whole_model_survey_writes_its_table_and_page(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "attnlab.zoo", "--models", "--out", str(tmp_path / "m"), "--types", "llama,mamba"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    table = (tmp_path / "m" / "zoo_models.csv").read_text().splitlines()
+    assert table[0] == "type,run,outcome,declared,errors,kl,seconds,message,transformers"
+    assert [line.split(",")[:3] for line in table[1:]] == [["llama", "own:LlamaAttention in model.layers.0.self_attn", "ok"],
+                                                          ["mamba", "", "no_attention"]]
+    page = (tmp_path / "m" / "zoo_models.md").read_text()
+    assert "2 types; 1 built and run by transformers, with attention; ok: 1 of those (100%)." in page

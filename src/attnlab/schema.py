@@ -3,10 +3,11 @@
 Hydra's structured config (`Config`) is generated from `KEYS`, so the YAML (attnlab/conf/
 config.yaml sets no value of its own), the job, the constructor filling
 (attnlab.modules.registry) and the checks all read the same defaults. Scalar keys are typed
-`Any` in the structured config and checked here: OmegaConf would turn `qkv_bias=2` into true and
-`seed=1.5` into an error of its own wording. `check_values` raises one line,
-`KEY=VALUE: what is allowed`, for every job of a sweep before the first. Adding a key is one
-entry of `KEYS` (and one of `RELATIONS` when it constrains another key).
+`Any` in the structured config and checked against `KEYS`: OmegaConf would turn `qkv_bias=2` into
+true and `seed=1.5` into an error of its own wording. The app's `check_values`
+(attnlab.app.config_values) raises one line, `KEY=VALUE: what is allowed`, for every job of a sweep
+before the first. Adding a key is one entry of `KEYS` (and one of the app's relations when it
+constrains another key).
 """
 
 from __future__ import annotations
@@ -17,11 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, make_dataclass
 from enum import Enum
 from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
-
-from attnlab.configured import container
-from attnlab.errors import UserError
 
 SEED_MAX = 2**64 - 1  # torch.manual_seed takes [-2**63, 2**64 - 1]; negative seeds are refused
 PROFILE_BUDGET_MAX_S = 3600.0  # one module's timing budget; larger would be a run that never ends
@@ -38,12 +34,12 @@ class WeightsInit(Enum):
     normal = "normal"  # torch.randn(d_in, d_out) / sqrt(d_in): zero mean, q.k has variance ~ d_k
 
 
-def _int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _number(value: Any) -> bool:
-    return (_int(value) or isinstance(value, float)) and math.isfinite(value)
+    return (is_int(value) or isinstance(value, float)) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -63,11 +59,11 @@ class Key:
 
 def count(name: str, default: int | None, help: str, nullable: bool = False) -> Key:
     return Key(name, default, "must be a positive integer (1, 2, 3, ...)" + (" or null" if nullable else ""),
-               lambda v: _int(v) and v >= 1, nullable, help)
+               lambda v: is_int(v) and v >= 1, nullable, help)
 
 
 def index(name: str, help: str) -> Key:
-    return Key(name, 0, "must be an integer >= 0", lambda v: _int(v) and v >= 0, help=help)
+    return Key(name, 0, "must be an integer >= 0", lambda v: is_int(v) and v >= 0, help=help)
 
 
 def flag(name: str, default: bool, help: str) -> Key:
@@ -92,12 +88,12 @@ LOG_OPTIONS = {"images": True, "histograms": True, "progress": True}  # log.* sw
 def _layers(value: Any) -> bool:
     """`layer=`: an index, all, or a list of indices (their range needs the model: attnlab.model.locate);
     an encoder–decoder's index names its stack, encoder.1 (attnlab.model.stacks)."""
-    values = list(value) if isinstance(value, (list, tuple)) or OmegaConf.is_list(value) else [value]
-    return value == "all" or all((_int(v) and v >= 0) or bool(_STACK_LAYER.match(str(v))) for v in values)
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    return value == "all" or all((is_int(v) and v >= 0) or bool(_STACK_LAYER.match(str(v))) for v in values)
 
 KEYS: tuple[Key, ...] = (
     Key("seed", 123, f"must be an integer in [0, {SEED_MAX}] (torch's seed range)",
-        lambda v: _int(v) and 0 <= v <= SEED_MAX, help="torch.manual_seed(seed), then W_query, W_key, W_value"),
+        lambda v: is_int(v) and 0 <= v <= SEED_MAX, help="torch.manual_seed(seed), then W_query, W_key, W_value"),
     count("n_seeds", 1, "run seeds seed .. seed+n_seeds-1 inside one job"),
     count("d_out", 2, "the width of queries, keys, values and the context"),
     count("context_length", None, "passed to modules that take it; null: n_tokens", nullable=True),
@@ -125,55 +121,6 @@ KEYS: tuple[Key, ...] = (
         help="with model=: the layers compared; null: 0 (all with reference_model)"),
 )
 DEFAULTS: dict[str, Any] = {key.name: key.default for key in KEYS}
-
-
-def _relations(cfg: DictConfig) -> list[tuple[str, str, bool]]:
-    """(the key, what is allowed, whether it holds) for constraints between keys; each is checked
-    after every key's own check passed."""
-    heads, kv, seed, n_seeds = cfg.num_heads, cfg.num_kv_heads, cfg.seed, cfg.n_seeds
-    n_tokens = declared_n_tokens(cfg.inputs)
-    return [
-        ("num_kv_heads", f"must divide num_heads={heads}", kv is None or heads % kv == 0),
-        ("n_seeds", f"seed+n_seeds-1 must stay within torch's seed range (seed={seed})", seed + n_seeds - 1 <= SEED_MAX),
-        ("context_length", f"must be at least the inputs' {n_tokens} tokens",
-         cfg.context_length is None or n_tokens is None or cfg.context_length >= n_tokens),
-    ]
-
-
-def declared_n_tokens(inputs: Any) -> int | None:
-    """The inputs' token count where the config states it (random inputs, rows written into the
-    config, the book's six); None where only reading them tells (a file, a text)."""
-    kind = OmegaConf.select(inputs, "kind") if OmegaConf.is_dict(inputs) else None
-    if kind == "random" and _int(inputs.get("n_tokens")):
-        n_tokens: int = inputs.n_tokens
-        return n_tokens
-    if kind == "book":
-        rows = inputs.get("embeddings")
-        return len(rows) if OmegaConf.is_list(rows) else BOOK_TOKENS
-    return None
-
-
-def check_values(cfg: DictConfig) -> None:
-    """Every key of `KEYS` and every relation between them; the first bad one raises `UserError`."""
-    for key in KEYS:
-        check_key(cfg, key)
-    for name, allowed, holds in _relations(cfg):
-        if not holds:
-            raise UserError(f"{name}={show_value(cfg[name])}: {allowed}")
-
-
-def check_key(cfg: DictConfig, key: Key | str) -> None:
-    """One key of `KEYS` (an instance or its name) against what it allows."""
-    key = key if isinstance(key, Key) else next(k for k in KEYS if k.name == key)
-    value = OmegaConf.select(cfg, key.name, default=None)
-    if not key.accepts(value):
-        raise UserError(f"{key.name}={show_value(value)}: {key.allowed}")
-
-
-def check_n_tokens(cfg: DictConfig, n_tokens: int) -> None:
-    """context_length against inputs whose length only reading them tells (a file, a text)."""
-    if cfg.context_length is not None and cfg.context_length < n_tokens:
-        raise UserError(f"context_length={cfg.context_length}: must be at least the inputs' {n_tokens} tokens")
 
 
 def show_value(value: Any) -> str:
@@ -261,7 +208,3 @@ Config = _dataclass("Config", [
     ("sink", dict[str, Any], field(default_factory=dict)),  # sink.NAME: each sink's config (_target_ and options)
 ])
 
-
-def resolved(cfg: DictConfig) -> dict[str, Any]:
-    """The config as plain JSON-able containers (enums as their names), as stored in records."""
-    return container(cfg, enum_to_str=True)

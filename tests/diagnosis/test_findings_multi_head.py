@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attnlab.app.api import compose_config
+from attnlab.app.job_settings import inputs_values, job_spec
 from attnlab.capture.recorder import capture
 from attnlab.capture.stages import STAGES
-from attnlab.compute.pipeline import JobSpec, compute_record
+from attnlab.compute.pipeline import compute_record
 from attnlab.diagnosis import batch_mixing
 from attnlab.diagnosis.diagnostics import softmax_checks, stage_tolerance
 from attnlab.diagnosis.message_format import heads_phrase
@@ -49,9 +50,9 @@ def record_of(name: str, *, distinct: bool = True, seed: int = 123, overrides: t
               **keys) -> Record:
     """The engine's record for one seed; `distinct`: the batch items differ (inputs stack one draw)."""
     cfg = compose_config(name, seed, overrides, **keys)
-    inputs = make_inputs(cfg.inputs, seed)
+    inputs = make_inputs(inputs_values(cfg), seed)
     items = distinct_items(inputs.embeddings, cfg.batch) if distinct else None
-    return compute_record(cfg, seed, inputs, spec=JobSpec.from_cfg(cfg), items=items)
+    return compute_record(job_spec(cfg), seed, inputs, items=items)
 
 
 def first_error_or_note(findings: list[Finding], code: str) -> Finding:
@@ -221,7 +222,7 @@ def test_batched_single_recomputes_each_row_with_the_mask(name):
     """The source's row check on correct causal modules: within tolerance, so never a finding."""
     cfg = compose_config(name, 7, inputs="random", d_out=4, num_heads=2, overrides=["inputs.d_in=4",
                                                                                    "inputs.n_tokens=9"])
-    record = compute_record(cfg, 7, make_inputs(cfg.inputs, 7), spec=JobSpec.from_cfg(cfg))
+    record = compute_record(job_spec(cfg), 7, make_inputs(inputs_values(cfg), 7))
     assert "batched_single_mismatch" not in {f.code for f in record.findings}
     assert record.variant.diagnostics["batched_single_max_abs_diff"] < 1e-5
 

@@ -9,13 +9,14 @@ import pytest
 import torch
 
 from attnlab.app.api import compose_config
+from attnlab.app.job_settings import inputs_values
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import make_inputs
 
 
 def inputs_for(*overrides: str, seed: int = 123):
     cfg = compose_config("reference", seed, overrides)
-    return make_inputs(cfg.inputs, seed)
+    return make_inputs(inputs_values(cfg), seed)
 
 
 def test_the_book_input_is_the_sources_six_tokens_with_labels():

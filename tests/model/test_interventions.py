@@ -3,6 +3,8 @@ edit written by hand as a hook in the model's own forward; the record names the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -85,11 +87,24 @@ def test_observe_captures_every_layer_without_an_effect(tiny_gpt2) -> None:
     results = attnlab.run(overrides=[f"model.path={tiny_gpt2}", "inputs=text", f"inputs.text='{TEXT}'",
                                      "layer=all", "intervene=observe", *QUIET])
     assert [r.record.model.layer for r in results] == [0, 1]
-    assert isinstance(results[1].record.variant.stages["weights"], np.memmap)  # a later layer's stages on disk, not in RAM
+    assert not isinstance(results[1].record.variant.stages["weights"], np.memmap)  # every layer's fit: in memory
     for result in results:
         assert result.record.status == "ok" and result.record.model.effect is None
         assert result.record.variant.stages["weights"].shape == (1, N_HEAD, 14, 14)
         assert not [f for f in result.findings if f.severity != "info"]
+
+
+def test_observe_writes_a_later_layers_stages_once_where_memory_is_short(tiny_gpt2, monkeypatch) -> None:
+    """Spilled to disk, the model's own stages (both sides of an observed layer) are one file each, not two."""
+    monkeypatch.setattr("attnlab.app.run_job.available_bytes", lambda: (0, "none"))
+    results = attnlab.run(overrides=[f"model.path={tiny_gpt2}", "inputs=text", f"inputs.text='{TEXT}'",
+                                     "layer=all", "intervene=observe", *QUIET])
+    later = results[1].record
+    stages = {name: values for name, values in later.variant.stages.items() if values is not None}
+    assert "weights" in stages and "scaled_scores" in stages
+    for name, values in stages.items():
+        assert isinstance(values, np.memmap) and later.reference.stages[name] is values, name
+    assert len(list(Path(later.scratch.name).glob("*.npy"))) == len(stages)
 
 
 @pytest.mark.parametrize("block, message", [

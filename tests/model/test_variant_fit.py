@@ -11,8 +11,8 @@ import pytest
 import attnlab
 from attnlab.errors import UserError
 from attnlab.model.model_spec import model_spec
-from attnlab.model.variant_fit import MULTI_HEAD, check_variant_fits
-from attnlab.modules.registry import get_variant
+from attnlab.model.variant_fit import check_variant_fits
+from attnlab.modules.registry import discover, get_variant
 from tests.model.conftest import TEXT
 
 QUIET = ["log.tensorboard=false", "log.html=false", "log.table=false"]
@@ -33,11 +33,19 @@ def test_an_hf_type_s_default_head_count_is_known_before_it_loads() -> None:
         check_variant_fits("linear", model_spec({"name": "hf:gpt2"}))
 
 
-@pytest.mark.parametrize("book, counterpart", sorted(MULTI_HEAD.items()))
-def test_each_counterpart_is_a_multi_head_class_with_the_book_s_change(book, counterpart) -> None:
+BOOK = {"reference", "causal_attention", "unscaled", "scaled_by_dk", "wrong_softmax_axis", "causal_mask_missing"}
+
+
+def test_the_book_s_single_head_classes_declare_their_multi_head_counterparts() -> None:
+    assert {spec.name for spec in discover().specs.values() if spec.builtin and spec.multi_head} == BOOK
+
+
+@pytest.mark.parametrize("book", sorted(BOOK))
+def test_each_counterpart_is_a_multi_head_class_with_the_book_s_change(book) -> None:
     """The counterpart exists, takes a head count, and (for a mistake) is expected to give the
     book's class's own finding."""
-    single, multi = get_variant(book), get_variant(counterpart)
+    single = get_variant(book)
+    multi = get_variant(single.multi_head)
     assert "num_heads" in multi.cls.__init__.__code__.co_varnames
     assert multi.expected_finding == single.expected_finding
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import attnlab
-from attnlab.modules.families import FAMILIES, GENERIC, markdown_table, spellings
+from attnlab.modules.families import FAMILIES, GENERIC, family_of, markdown_table, spellings
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "modules.md"  # the supported table
 SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
@@ -33,6 +33,16 @@ def test_every_row_is_one_family_and_generic_spellings_come_first():
     assert len(names) == len(set(names))
     assert spellings("num_heads")[: len(GENERIC.spellings["num_heads"])] == GENERIC.spellings["num_heads"]
     assert "kv_heads" in spellings("num_kv_heads") and "d_kv" in spellings("head_dim")
+
+
+def test_a_family_is_found_from_a_config_its_class_or_what_holds_one() -> None:
+    from transformers import GPT2Config, GPT2Model
+
+    config = GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8)
+    gpt2 = next(row for row in FAMILIES if row.name == "gpt2")
+    assert family_of(config) is gpt2 and family_of(GPT2Config) is gpt2
+    assert family_of(GPT2Model(config)) is gpt2 and family_of(GPT2Model(config).h[0].attn) is gpt2
+    assert family_of(object()) is GENERIC and family_of(None) is GENERIC
 
 
 transformers = pytest.importorskip("transformers")

@@ -58,6 +58,7 @@ def test_a_grid_layout_class_runs_without_an_error_finding(model):
     assert not [f for f in result.findings if f.severity == "error"], [f.message for f in result.findings]
 
 
+@pytest.mark.slow  # the plugin folder discovered and its transformers class found: tens of seconds
 @pytest.mark.parametrize(("variant", "errors"), [("sam_vision_correct", []),
                                                  ("sam_vision_softmax_query_axis", [("softmax_axis", "weights")])])
 def test_a_mistake_planted_in_a_copy_of_sams_vision_attention_is_found_at_its_stage(use_plugins, variant, errors):
@@ -65,3 +66,22 @@ def test_a_mistake_planted_in_a_copy_of_sams_vision_attention_is_found_at_its_st
     result = attnlab.run(variant, overrides=[*SIZES, "variant.params.use_rel_pos=false"])
     assert result.record.status == "ok", result.record.error
     assert [(f.code, f.stage) for f in result.findings if f.severity == "error"] == errors
+
+
+def test_a_class_handing_its_input_to_a_sequence_first_torch_attention_is_called_sequence_first():
+    """BridgeTower's residual attention takes (T, b, d), as its model permutes it: each batch item's
+    output is the module's on that item alone (called (T, 1, d) here)."""
+    from transformers import BridgeTowerVisionConfig
+    from transformers.models.bridgetower.modeling_bridgetower import BridgeTowerResidualAttention
+
+    config = BridgeTowerVisionConfig(hidden_size=64)
+    torch.manual_seed(0)
+    module = BridgeTowerResidualAttention(config).eval()
+    module.config = config
+    sam = SamVisionAttention(SamVisionConfig(hidden_size=64, num_attention_heads=4), 0)
+    assert hf_grid.sequence_first(module) and not hf_grid.sequence_first(sam)
+    x = torch.rand(2, 8, 64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = HuggingFaceCall().call(module, x).output
+        alone = [module(x[i][:, None])[:, 0] for i in range(2)]  # (T, d) each
+    torch.testing.assert_close(got, torch.stack(alone))

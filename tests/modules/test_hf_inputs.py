@@ -111,3 +111,14 @@ def test_an_input_from_outside_the_attention_is_refused_in_one_line_naming_it():
     assert "\n" not in message
     assert "LukeSelfAttention.forward needs 'entity_hidden_states'" in message
     assert "passes entity_hidden_states=" in message
+
+
+def test_a_mask_handed_to_torchs_key_padding_mask_is_read_as_padding_only():
+    """WavLM's and BridgeTower's attention_mask becomes torch's key_padding_mask: it drops padded
+    keys, never the future, so the class attends both ways and no padding is no mask."""
+    from transformers.models.bridgetower.modeling_bridgetower import BridgeTowerResidualAttention
+    from transformers.models.llama.modeling_llama import LlamaAttention
+    from transformers.models.wavlm.modeling_wavlm import WavLMAttention
+
+    assert hf_inputs.padding_mask_only(WavLMAttention) and hf_inputs.padding_mask_only(BridgeTowerResidualAttention)
+    assert not hf_inputs.padding_mask_only(LlamaAttention)

@@ -79,7 +79,8 @@ def test_the_recording_model_is_shrunk_below_the_budget_and_keeps_the_attentions
     module = hf_constructor("hf:beam")(64, 64, 4)
     with torch.device("meta"):
         full = sum(p.numel() for p in BeamModel(hf_small.shrunk(module.config, 0, 0)).parameters())
-    model = hf_small.built(BeamModel, module.config, 0, torch.device("cpu"), torch.float32)
+    model = hf_small.built(BeamModel, module.config, 0, torch.device("cpu"), torch.float32,
+                           lambda m: type(m) is type(module))
     assert full > 1e9
     assert sum(p.numel() for p in model.parameters()) < hf_small.BUDGET
     layer = next(m for m in model.modules() if type(m) is type(module))
@@ -88,16 +89,17 @@ def test_the_recording_model_is_shrunk_below_the_budget_and_keeps_the_attentions
 
 @pytest.mark.slow
 def test_an_input_from_outside_the_attention_is_refused_in_one_line_naming_it():
-    """BROS's attention needs `bbox_pos_emb`, which its model makes from a layout's boxes."""
-    result = attnlab.run("hf:bros", overrides=SIZES)
-    assert result.record.status != "ok"
-    message = result.record.error or ""
-    assert "'bbox_pos_emb'" in message and "bbox" in message.split("could not be run")[1]
+    """BROS's attention needs `bbox_pos_emb`, which its model makes from a layout's boxes: its model
+    cannot be run without them, so the variant is refused as before any work, naming the input."""
+    with pytest.raises(hf_record.OutsideInput) as caught:
+        attnlab.run("hf:bros", overrides=SIZES)
+    message = str(caught.value)
+    assert "BrosSelfAttention.forward needs 'bbox_pos_emb'" in message and "specify bbox" in message
     assert "\n" not in message
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["beam", "cohere_compass", "qwen2_5_vl_text", "evolla"])
+@pytest.mark.parametrize("model", ["beam", "lfm3", "qwen2_5_vl_text", "glm4v_moe", "evolla"])
 def test_a_class_fed_its_models_call_runs_with_no_error_finding(model):
     result = attnlab.run(f"hf:{model}", overrides=SIZES)
     assert result.record.status == "ok", result.record.error
@@ -111,3 +113,19 @@ def test_the_recorded_call_is_the_models_for_that_shape_only():
         args, kwargs = hf_record.recorded(module, torch.randn(2, tokens, 64))
         cos, sin = kwargs["position_embeddings"]
         assert cos.shape[-2] == tokens
+
+
+def test_multimodal_rotary_sections_are_rescaled_to_the_heads_attnlab_sizes():
+    """Qwen2-VL's rotary splits half a head of 128 as [16, 24, 24] (its rotary class's default);
+    heads of 16 rotate 8 frequencies: [2, 3, 3], 8 * 16/64, 8 * 24/64, 8 * 24/64."""
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLAttention
+
+    assert hf_small.rope_at(Qwen2VLTextConfig, Qwen2VLAttention, 16)["mrope_section"] == [2, 3, 3]
+    assert hf_small.rope_at(Qwen2VLTextConfig, Qwen2VLAttention, 128) is None  # its own heads: as it is
+    module = hf_constructor("hf:qwen2_vl_text")(64, 64, 4)
+    assert module.config.rope_parameters["mrope_section"] == [2, 3, 3]
+    # HY-V4-VL's sections follow its own rotary width (qk_rope_head_dim), which the heads do not change
+    from transformers.models.hy_v4_vl.configuration_hy_v4_vl import HYV4VLTextConfig
+
+    assert hf_small.rope_at(HYV4VLTextConfig, Qwen2VLAttention, 16) is None

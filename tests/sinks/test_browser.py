@@ -44,7 +44,12 @@ def screenshot(url: str, out: Path, profile: Path, *, height: int = 1200, wait_m
 
 
 def found_at_native_size(image: np.ndarray, screen: np.ndarray) -> bool:
-    """Is `image` on `screen` pixel for pixel somewhere? Its most colourful row locates candidates."""
+    """Is `image` on `screen` pixel for pixel somewhere?"""
+    return where_at_native_size(image, screen) is not None
+
+
+def where_at_native_size(image: np.ndarray, screen: np.ndarray) -> tuple[int, int] | None:
+    """(top, left) where `image` is on `screen` pixel for pixel, if it is: its most colourful row locates candidates."""
     row = max(range(image.shape[0]), key=lambda y: len(np.unique(image[y], axis=0)))
     needle = image[row].tobytes()
     height, width = image.shape[:2]
@@ -56,9 +61,9 @@ def found_at_native_size(image: np.ndarray, screen: np.ndarray) -> bool:
                 top, left = y - row, at // 3
                 block = screen[top:top + height, left:left + width]
                 if top >= 0 and block.shape == image.shape and np.array_equal(block, image):
-                    return True
+                    return top, left
             at = line.find(needle, at + 1)
-    return False
+    return None
 
 
 @needs_browser

@@ -11,6 +11,7 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 
 from attnlab import train
 from attnlab.app.api import prepared
+from attnlab.app.job_settings import sink_settings, training_request
 from attnlab.app.run_job import training_outputs
 from attnlab.sinks.base import JobInfo, build_sinks
 from attnlab.sinks.tensorboard import TensorBoardSink
@@ -84,7 +85,8 @@ def test_a_sweeps_jobs_write_one_reference_per_seed_and_the_end_one_pooled_run(t
     for number, (variant, seed) in enumerate([(v, s) for v in ("unscaled", "scaled_by_dk") for s in (1, 2)]):
         cfg, _ = prepared(variant, seed, overrides=["training=induction", *TINY_OVERRIDES, "log.html=false"])
         (sweep / str(number)).mkdir(parents=True)
-        training_job(cfg, sweep / str(number), sweep, training_outputs(cfg, build_sinks(cfg), JobInfo(sweep / str(number), sweep)))
+        training_job(training_request(cfg), sweep / str(number), sweep,
+                     training_outputs(cfg, build_sinks(sink_settings(cfg)), JobInfo(sweep / str(number), sweep)))
     TensorBoardSink().write_training_sweep(pooled_sweep(sweep), sweep)
     base = sweep / "tensorboard"
     assert runs(base) == ["induction/reference", "induction/reference/seed=1", "induction/reference/seed=2",
@@ -115,7 +117,8 @@ def test_a_real_tensorboard_at_the_runs_root_serves_the_bands(tmp_path):
     for number, (variant, seed) in enumerate([(v, s) for v in ("unscaled", "causal_mask_missing") for s in (1, 2)]):
         cfg, _ = prepared(variant, seed, overrides=["training=induction", *TINY_OVERRIDES, "log.html=false", "log.images=false"])
         (sweep / str(number)).mkdir(parents=True)
-        training_job(cfg, sweep / str(number), sweep, training_outputs(cfg, build_sinks(cfg), JobInfo(sweep / str(number), sweep)))
+        training_job(training_request(cfg), sweep / str(number), sweep,
+                     training_outputs(cfg, build_sinks(sink_settings(cfg)), JobInfo(sweep / str(number), sweep)))
     TensorBoardSink().write_training_sweep(pooled_sweep(sweep), sweep)
     port = free_port()
     command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "runs"), "--host", "127.0.0.1",

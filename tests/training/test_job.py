@@ -17,7 +17,8 @@ def test_a_job_writes_scalars_at_the_training_steps(tmp_path):
     result = train("causal_mask_missing", "induction", seed=1, n_seeds=2, overrides=TINY_OVERRIDES, out_dir=tmp_path)
     assert [run["seed"] for run in result.seeds] == [1, 2]
     saved = json.loads((tmp_path / "training.json").read_text())
-    assert saved["verdict"] == result.verdict and saved["classes"]["variant"].startswith("OneChangeAttention")
+    assert saved["verdict"] == result.verdict and saved["classes"]["variant"].startswith(
+        "MultiHeadAttention (mha_mask_missing)")
     events = EventAccumulator(str(tmp_path / "tensorboard" / "induction" / "causal_mask_missing" / "seed=2"))
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == list(range(1, 41))
@@ -50,21 +51,20 @@ def test_a_layer_that_changes_the_width_is_refused():
 
 
 def test_a_variant_that_cannot_run_backward_is_refused(monkeypatch):
-    from attnlab.training import counterparts
+    from attnlab.modules.registry import get_variant
 
     def no_backward(self, x):
         return x.detach().sum() * torch.ones_like(x).requires_grad_(False)
-    monkeypatch.setattr(counterparts.OneChangeAttention, "forward", no_backward)
+    monkeypatch.setattr(get_variant("builtin:mha_unscaled").cls, "forward", no_backward)
     with pytest.raises(UserError, match="variant=unscaled: cannot train: .* fails forward or backward"):
         plan("unscaled", tiny())
 
 
 def test_a_class_in_memory_trains_and_nothing_is_printed(capsys):
-    from attnlab.training.counterparts import OneChangeAttention
+    from attnlab.modules.registry import get_variant
 
-    class Mine(OneChangeAttention):
-        def __init__(self, d_in, d_out, context_length, dropout, num_heads):
-            super().__init__(d_in, d_out, context_length, dropout, num_heads, change="none")
+    class Mine(get_variant("builtin:multi_head_attention").cls):  # the book's MultiHeadAttention, the reference's class
+        pass
 
     result = train(Mine, "induction", overrides=TINY_OVERRIDES)
     assert result.classes["variant"].startswith("Mine") and capsys.readouterr().out == ""

@@ -9,6 +9,7 @@ from typing import Any
 from torch import nn
 
 from attnlab.app.api import prepared
+from attnlab.app.job_settings import sink_settings, training_request
 from attnlab.app.run_job import training_outputs
 from attnlab.sinks.base import JobInfo, build_sinks
 from attnlab.training.config_job import training_job
@@ -26,7 +27,8 @@ def train(variant: str | type[nn.Module] | nn.Module, training: str = "induction
     job = None if out_dir is None else JobInfo(Path(out_dir))
     if job is not None:
         job.dir.mkdir(parents=True, exist_ok=True)
-    return training_job(cfg, None if job is None else job.dir, write=training_outputs(cfg, build_sinks(cfg), job))
+    return training_job(training_request(cfg), None if job is None else job.dir,
+                        write=training_outputs(cfg, build_sinks(sink_settings(cfg)), job))
 
 
 __all__ = ["train"]

@@ -29,8 +29,8 @@ class Refused(BaseException):  # noqa: N818 - not an error of its own: it carrie
 
 class CheckFirst(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from attnlab.app.config_values import check_key
         from attnlab.app.run_job import check  # when a run starts: Hydra's plugin scan never pays it
-        from attnlab.schema import check_key
 
         task_cfg = copy.deepcopy(config)  # what the task gets: the config without its `hydra` node
         with read_write(task_cfg), open_dict(task_cfg):

@@ -11,10 +11,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.app.config_paths import config_dir, group_options
+from attnlab.app.config_values import check_values
 from attnlab.errors import UserError
-from attnlab.inputs.kinds import check_inputs
+from attnlab.inputs.kinds import SCHEMAS
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, SPELLINGS
-from attnlab.schema import LOG_OPTIONS, check_values
+from attnlab.schema import LOG_OPTIONS
 
 
 def validate(cfg: DictConfig) -> None:
@@ -24,6 +25,12 @@ def validate(cfg: DictConfig) -> None:
     check_values(cfg)
     if not isinstance(cfg.variant.params, (dict, DictConfig)):
         raise UserError("variant.params: must be a mapping of constructor arguments")
+
+
+def check_inputs(inputs: Any) -> None:
+    """Build the inputs' structured config, which checks its values; a plain one passes as is."""
+    if OmegaConf.is_dict(inputs) and OmegaConf.get_type(inputs) in SCHEMAS.values():
+        OmegaConf.to_object(inputs)
 
 
 def _dotted(cfg: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:

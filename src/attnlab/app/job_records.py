@@ -14,9 +14,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from attnlab.model.model_job import wants_model
+from attnlab.app.config_values import resolved
+from attnlab.app.job_settings import wants_model
 from attnlab.record import RECORD_FILE, Record, RecordError, read_record, without_stages
-from attnlab.schema import resolved
 
 
 def records_on_disk(cfg: DictConfig, job_dir: Path) -> list[Record] | None:

@@ -26,29 +26,40 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.app.config_checks import validate
+from attnlab.app.config_values import check_key, check_n_tokens, check_values, declared_n_tokens
 from attnlab.app.isolation import run_job_guarded
 from attnlab.app.job_records import records_on_disk
+from attnlab.app.job_settings import (
+    check_unused,
+    inputs_values,
+    job_spec,
+    model_request,
+    sink_settings,
+    training_request,
+    wants_model,
+    wants_training,
+)
 from attnlab.app.lifeline import end_with_command
 from attnlab.app.progress import Progress
-from attnlab.compute.memory import cap_process, check_declared_inputs
-from attnlab.compute.pipeline import JobSpec, compute_record
+from attnlab.compute.memory import available_bytes, cap_process, check_declared_inputs
+from attnlab.compute.pipeline import compute_record
 from attnlab.diagnosis.predictions import validate_expectations
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import make_inputs
 from attnlab.model.config_variants import takes_config
-from attnlab.model.model_job import check_model_request, check_unused, compute_model_records, wants_model
+from attnlab.model.finding_codes import NAMES as MODEL_RUN_CODES
+from attnlab.model.model_job import check_model_request, compute_model_records
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, check_head_split, constructor_kwargs, get_variant
 from attnlab.record import Record, Setup, keeping_stages, record_of, spilled, without_stages, write_record, written
 from attnlab.record.completion import mark_done, unmark
 from attnlab.record.files import RECORD_FILE
-from attnlab.schema import check_key, check_n_tokens, check_values, declared_n_tokens
+from attnlab.record.keeping import stage_bytes
 from attnlab.sinks.base import JobInfo, build_sinks
 from attnlab.sinks.terminal import print_training
 from attnlab.sinks.training_files import write_training_run
 from attnlab.training.config_job import check_training, training_job
 from attnlab.training.counterparts import MODEL_CHANGES
 from attnlab.training.job import TrainingResult
-from attnlab.training.settings import wants_training
 
 SEED_DIR = "seed-{seed}"
 CHECKED_FIRST = "check_first"  # hydra.callbacks' key of attnlab.app.check_first.CheckFirst (conf/config.yaml)
@@ -60,7 +71,7 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     the predictions, the variant and its params, the reference, the sinks; returns the sinks.
     attnlab's sweeper runs it on every value of a sweep before the first job."""
     validate(cfg)
-    validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True))
+    validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True), MODEL_RUN_CODES)
     if cfg.variant.name in MODEL_CHANGES and not wants_training(cfg):
         raise UserError(f"variant={cfg.variant.name}: a change of the model ({MODEL_CHANGES[cfg.variant.name]}), "
                         f"not of its attention layer: it runs with training=induction, mqar or text")
@@ -69,10 +80,10 @@ def check(cfg: DictConfig) -> dict[str, Any]:
         get_variant(cfg.reference)
     check_unused(cfg)
     if wants_model(cfg):
-        check_model_request(cfg)
+        check_model_request(model_request(cfg))
     if wants_training(cfg):
-        check_training(cfg)
-    return build_sinks(cfg)
+        check_training(training_request(cfg))
+    return build_sinks(sink_settings(cfg))
 
 
 def check_constructor(cfg: DictConfig) -> None:
@@ -122,16 +133,16 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
     cap_process()
     progress = progress or Progress(cfg.n_seeds, enabled=False)
     if wants_model(cfg):
-        return compute_model_records(cfg, phase=progress.phase,
+        return compute_model_records(model_request(cfg), phase=progress.phase,
                                      done=lambda record, index, n: _streamed_layer(record, index, n, stream_to))
     check_declared_inputs(cfg.batch, declared_n_tokens(cfg.inputs), OmegaConf.select(cfg.inputs, "d_in"), cfg.d_out)
-    spec = JobSpec.from_cfg(cfg)
+    spec, given = job_spec(cfg), inputs_values(cfg)
     records: list[Record] = []
     for seed in seeds(cfg):
         progress.phase(f"seed {seed}: inputs")
-        inputs = make_inputs(cfg.inputs, seed, cfg.batch)
+        inputs = make_inputs(given, seed, cfg.batch)
         check_n_tokens(cfg, inputs.n_tokens)
-        record = compute_record(cfg, seed, inputs, spec=spec,
+        record = compute_record(spec, seed, inputs,
                                 phase=lambda part, s=seed: progress.phase(f"seed {s}: {part}"))
         if stream_to is not None and cfg.n_seeds > 1:
             record = written(record, record_dir(stream_to, record, cfg.n_seeds))
@@ -144,12 +155,15 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
 def _streamed_layer(record: Record, index: int, n_layers: int, stream_to: Path | None) -> Record:
     """Several layers of a model: each record written as soon as it is made; the first keeps its
     stages, the others only the attention weights (on disk) for the sinks' head grids. Nowhere to
-    write (the Python API without out_dir): every stage is kept, the later layers' on disk,
-    memory-mapped, so that a model's every layer does not sit in memory at once."""
+    write (the Python API without out_dir): every stage is kept, in memory while every layer's
+    would take at most a quarter of the memory available (writing them costs as much as the
+    model's forward at 1,024 tokens), else the later layers' on disk, memory-mapped, so that a
+    model's every layer does not sit in memory at once."""
     if n_layers == 1:
         return record
     if stream_to is None:
-        return spilled(record) if index > 0 else record
+        fits = n_layers * stage_bytes(record) <= available_bytes()[0] // 4
+        return spilled(record) if index > 0 and not fits else record
     record = written(record, record_dir(stream_to, record, n_layers))
     return keeping_stages(record, ("weights",)) if index > 0 else record
 
@@ -168,7 +182,7 @@ def write_outputs(cfg: DictConfig, records: list[Record], job: JobInfo | Path, p
     """Every record (atomically, first), then every enabled sink in turn (`sinks`: as `check` built
     them); returns the records, each knowing its path."""
     job = job if isinstance(job, JobInfo) else JobInfo(Path(job))
-    sinks = build_sinks(cfg) if sinks is None else sinks
+    sinks = build_sinks(sink_settings(cfg)) if sinks is None else sinks
     progress = progress or Progress(len(records), enabled=False)
     progress.phase("records")
     unmark(job.dir)
@@ -222,7 +236,7 @@ def run_job(cfg: DictConfig, job: JobInfo | Path | None, sinks: dict[str, Any] |
         info = job if isinstance(job, JobInfo) or job is None else JobInfo(Path(job))
         if info is not None and info.sweep_dir is not None:  # a failed record of an earlier attempt (its worker died)
             (info.dir / RECORD_FILE).unlink(missing_ok=True)
-        training_job(cfg, None if info is None else info.dir, None if info is None else info.sweep_dir,
+        training_job(training_request(cfg), None if info is None else info.dir, None if info is None else info.sweep_dir,
                      training_outputs(cfg, sinks, info))
         return []
     stream_to = None if job is None else Path(job.dir if isinstance(job, JobInfo) else job)
@@ -282,7 +296,7 @@ def job_work(cfg: DictConfig, job: JobInfo, *, multirun: bool, checked: bool) ->
     modules run (inputs that do not fit context_length, an inputs factory that raises) becomes a
     failed record in the job's folder, so the job has its row and the other jobs run; in a single
     run it is raised, for the CLI to report in one line. A sink that fails marks the records."""
-    sinks = build_sinks(cfg) if checked else None
+    sinks = build_sinks(sink_settings(cfg)) if checked else None
     try:
         on_disk = records_on_disk(cfg, job.dir) if multirun else None  # a resumed job killed before its outputs
         records = write_outputs(cfg, on_disk, job, sinks=sinks) if on_disk else run_job(cfg, job, sinks)

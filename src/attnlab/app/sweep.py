@@ -62,10 +62,11 @@ def write_tables(config: DictConfig) -> list[str]:
 def write_sweep_outputs(folder: Path, config: DictConfig) -> tuple[Report, list]:
     """Every enabled sink's sweep output (`write_sweep`: comparison.csv, .md and .html, TensorBoard's
     curves and sessions) from the records under `folder`; the report and the records skipped."""
+    from attnlab.app.job_settings import sink_settings
     from attnlab.reporting.aggregate import rebuild
     from attnlab.sinks.base import build_sinks
 
-    sinks = [sink for sink in build_sinks(config).values() if hasattr(sink, "write_sweep")]
+    sinks = [sink for sink in build_sinks(sink_settings(config)).values() if hasattr(sink, "write_sweep")]
     return rebuild(folder, lambda report: [sink.write_sweep(report, folder) for sink in sinks])
 
 
@@ -122,6 +123,7 @@ def finish(config: DictConfig, complete: bool, missing: Sequence[str] = ()) -> N
 def _training_tables(config: DictConfig) -> None:
     """A sweep of training jobs: its pooled verdicts and tables (attnlab.training.sweep_table),
     through every sink's `write_training_sweep`, and on the terminal."""
+    from attnlab.app.job_settings import sink_settings
     from attnlab.shown_paths import display_path
     from attnlab.sinks.base import build_sinks
     from attnlab.sinks.training_files import write_training_sweep
@@ -131,7 +133,7 @@ def _training_tables(config: DictConfig) -> None:
     pooled = pooled_sweep(folder)
     if pooled is None:
         return
-    write_training_sweep(build_sinks(config), pooled, folder)
+    write_training_sweep(build_sinks(sink_settings(config)), pooled, folder)
     tables = f"tables: {display_path(folder / 'training_comparison.md')} .csv" if (folder / "training_comparison.md").exists() else ""
     print(f"\n{pooled.text}{tables}", flush=True)
 

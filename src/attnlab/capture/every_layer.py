@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import _get_current_function_mode
 
 from attnlab.capture import provenance
 from attnlab.capture.fused_kernels import flex_attention_eager
@@ -53,7 +54,11 @@ def every_layer(modules: Sequence[nn.Module], captured: Captured) -> Iterator[No
             recording, hidden, token = open_calls.pop()
             _ACTIVE.reset(token)
             recorder.rec = open_calls[-1][0] if open_calls else None  # a watched module inside another
-            captured(index, finished(recording, module, hidden, _UNPACK.unpack(out, hidden)))
+            if open_calls:  # inside another watched module: its recording sees what follows
+                captured(index, finished(recording, module, hidden, _UNPACK.unpack(out, hidden)))
+                return
+            with _stepped_out(recorder):  # the caller's diagnosis is no part of the forward: its torch calls skip the mode
+                captured(index, finished(recording, module, hidden, _UNPACK.unpack(out, hidden)))
         return post
 
     with ExitStack() as stack:
@@ -64,3 +69,17 @@ def every_layer(modules: Sequence[nn.Module], captured: Captured) -> Iterator[No
         stack.enter_context(flex_attention_eager())
         stack.enter_context(recorder)
         yield
+
+
+@contextmanager
+def _stepped_out(recorder: _Recorder) -> Iterator[None]:
+    """`recorder` off torch's mode stack while inside, back on after, where it is the innermost mode
+    (as in a watched module's forward hook): a 12-layer forward's diagnoses made 40,000 calls through it."""
+    if _get_current_function_mode() is not recorder:
+        yield
+        return
+    recorder.__exit__(None, None, None)
+    try:
+        yield
+    finally:
+        recorder.__enter__()

@@ -129,6 +129,9 @@ def multi_head_attention(rec: Recording, func: Callable[..., Any], args: tuple[A
         head.found[stage] = projected.view(*x.shape[:2], num_heads, embed_dim // num_heads).transpose(1, 2)
         head.sources[stage] = stage
     mask = call.get("attn_mask")
+    batch = inputs[0].shape[0]
+    if mask is not None and mask.dim() == 3 and mask.shape[0] == batch * num_heads:  # torch's per-head form
+        mask = mask.view(batch, num_heads, *mask.shape[-2:])  # (b, num_heads, num_tokens, num_tokens)
     head.found.update(attend(head.found["queries"], head.found["keys"], scale=(embed_dim // num_heads) ** -0.5,
                              mask=mask, is_causal=bool(call.get("is_causal")) and mask is None,
                              mask_means_keep=False))

@@ -73,6 +73,7 @@ class Recording:
         self.explicit: dict[str, torch.Tensor] = {}
         self.gate: str | None = None  # the projection whose columns gate the context before the output projection
         self.normed: list[weakref.ref[torch.Tensor]] = []  # what a norm (layer_norm, rms_norm) returned
+        self.context_normed = False  # a norm was given the context (a norm inside the class before its out_proj)
         self.memory = Memory()  # buffers written with tagged tensors (a KV cache), read back with their tags
         self.batch = x.shape[0] if x.dim() == 3 else 1
         items = torch.arange(self.batch).view(-1, *(1,) * (x.dim() - 1)).expand(x.shape) if x.dim() == 3 else None

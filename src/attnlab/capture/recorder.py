@@ -98,8 +98,11 @@ def finished(recording: provenance.Recording, module: nn.Module, x: torch.Tensor
         captured.declared_scale = hf.declared_scale(module)  # any module's config or constructor may declare one
         if hf.is_hf_module(module):
             captured.declared_clip = hf.declared_clip(module)
-            if "output" in captured.stages and any(r() is returned.output for r in recording.normed):
+            normed = [r() for r in recording.normed]
+            if "output" in captured.stages and any(t is returned.output for t in normed):
                 captured.unobservable["output"] = _POST_NORM
+            elif "output" in captured.stages and recording.context_normed:
+                captured.unobservable["output"] = _NORMED_CONTEXT
         return captured
     finally:  # the recording may sit in a reference cycle: what it held must not wait for the collector
         recording.release()
@@ -109,6 +112,11 @@ _NORMS = ("layer_norm", "rms_norm", "group_norm")
 # a library's attention class that returns a norm's output: BERT-style blocks (ALBERT's AlbertAttention)
 _POST_NORM = ("the class normalises its own output (its residual and LayerNorm after the output projection, a "
               "BERT-style attention block), so it is not the attention's output")
+
+
+# ...that normalises its merged context before the output projection (Kosmos-2's inner_attn_ln)
+_NORMED_CONTEXT = ("the class normalises its merged context before its output projection (a norm inside the "
+                   "attention, Kosmos-2's inner_attn_ln), so its output is not out_proj(context)")
 
 
 class _Recorder(TorchFunctionMode):
@@ -131,6 +139,8 @@ class _Recorder(TorchFunctionMode):
         out = func(*args, **kwargs)
         if name in _NORMS and isinstance(out, torch.Tensor):
             rec.normed.append(weakref.ref(out))
+            given = rec.tag(args[0]) if args and isinstance(args[0], torch.Tensor) else None
+            rec.context_normed |= given is not None and given.kind == "context"
         if args and rec.own_tag(args[0]) is None and rec.memory.write(func, name, args, kwargs, rec.tag):
             return out  # a tagged tensor written into a buffer: read back, it keeps its tag
         if name == "__iter__":  # `queries, keys, values = qkv`: the items are tagged as unbind's would be

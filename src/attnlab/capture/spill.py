@@ -20,6 +20,7 @@ import torch
 
 _MAP = "_attnlab_memory_map"
 Function = TypeVar("Function", bound=Callable[..., Any])
+Memory = tuple[int, tuple[int, ...], tuple[int, ...], str]  # an array's address, shape, strides and dtype
 
 
 def spill(stages: dict[str, torch.Tensor], names: Iterable[str], folder: Path, prefix: str = "") -> list[str]:
@@ -37,14 +38,31 @@ def spill(stages: dict[str, torch.Tensor], names: Iterable[str], folder: Path, p
     return done
 
 
-def spill_arrays(arrays: dict[str, np.ndarray | None], folder: Path, prefix: str = "") -> None:
-    """The numpy form of `spill`: each array written to an .npy file and replaced by its memory map."""
+def spill_arrays(arrays: dict[str, np.ndarray | None], folder: Path, prefix: str = "",
+                 written: dict[Memory, np.ndarray] | None = None) -> None:
+    """The numpy form of `spill`: each array written to an .npy file and replaced by its memory map.
+    `written`: the maps of arrays written so far, by their memory: an array over the same memory as
+    one of them (an unedited stage both sides of a record hold) takes its map, written once."""
     folder.mkdir(parents=True, exist_ok=True)
+    written = {} if written is None else written
     for name, values in arrays.items():
         if values is not None and not isinstance(values, np.memmap):
-            path = folder / f"{prefix}{name}.npy"
-            np.save(path, values, allow_pickle=False)
-            arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+            same = _memory_of(values)
+            if same not in written:
+                path = folder / f"{prefix}{name}.npy"
+                np.save(path, values, allow_pickle=False)
+                written[same] = np.load(path, mmap_mode="r", allow_pickle=False)
+            arrays[name] = written[same]
+
+
+def distinct_bytes(*arrays: np.ndarray | None) -> int:
+    """The bytes of `arrays`, an array over the same memory as another counted once."""
+    return sum(values.nbytes for values in {_memory_of(v): v for v in arrays if v is not None}.values())
+
+
+def _memory_of(values: np.ndarray) -> Memory:
+    """What tells an array's values apart from another's without reading them: where they are and how laid out."""
+    return values.__array_interface__["data"][0], values.shape, values.strides, values.dtype.str
 
 
 def mapped(path: Path) -> torch.Tensor:

@@ -18,7 +18,6 @@ from typing import Any, NoReturn
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 from torch import nn
 
 from attnlab.capture.recorder import Capture, capture
@@ -27,7 +26,6 @@ from attnlab.capture.stages import SQUARE_STAGES, canonical_tokens
 from attnlab.compute.memory import Size, check_fits, should_spill
 from attnlab.compute.observable import unobservable
 from attnlab.compute.profile import profile_pair
-from attnlab.configured import container
 from attnlab.diagnosis import batch_mixing
 from attnlab.diagnosis.analysis import analyse
 from attnlab.diagnosis.diagnostics import expected_shapes
@@ -38,12 +36,12 @@ from attnlab.diagnosis.stage_blocks import one_thread
 from attnlab.errors import UserError
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
+from attnlab.modules.hf_record import OutsideInput
 from attnlab.modules.layouts import align, seed_projections
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, auto_reference
 from attnlab.modules.roles import manual_seed
 from attnlab.process_state import own_torch
 from attnlab.record import Diagnosis, Finding, Pair, Record, Setup, Side, record_of
-from attnlab.schema import WeightsMode, resolved
 
 SINGLE_THREAD_TOKENS = 1024  # below this many tokens every torch op runs on one thread (see compute_threads)
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -63,8 +61,8 @@ def resolved_device(name: str) -> str:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What every seed of a job shares, read from the config once: resolving a DictConfig is
-    slow next to a book-size seed, and 100 seeds should not pay for it 100 times."""
+    """What every seed of a job shares, read from the config once by the app
+    (attnlab.app.job_settings.job_spec)."""
 
     name: str
     params: dict[str, Any]
@@ -85,32 +83,6 @@ class JobSpec:
     profile: bool = False
     profile_budget_s: float = 1.0
     profile_backward: bool = False
-
-    @classmethod
-    def from_cfg(cls, cfg: DictConfig) -> JobSpec:
-        values = {key: cfg[key] for key in ("d_out", "context_length", "dropout", "num_heads", "num_kv_heads",
-                                            "qkv_bias", "attn_implementation")}
-        return cls(
-            name=cfg.variant.name,
-            params=container(cfg.variant.params),
-            config=resolved(cfg),
-            shared=cfg.weights == WeightsMode.shared,
-            weights_init=cfg.weights_init.value,
-            d_out=cfg.d_out,
-            expect=container(cfg.expect),
-            values=values,
-            batch=cfg.batch,
-            train=cfg.train,
-            reference=cfg.reference,
-            reference_params=container(cfg.reference_params),
-            show=(cfg.show.batch, cfg.show.head),
-            dtype=cfg.dtype,  # names attnlab.schema has checked against DTYPES
-            reference_dtype=cfg.reference_dtype,
-            device=resolved_device(cfg.device),
-            profile=cfg.profile,
-            profile_budget_s=float(cfg.profile_budget_s),  # in (0, 3600]: attnlab.schema
-            profile_backward=cfg.profile_backward,
-        )
 
 
 @contextmanager
@@ -148,6 +120,8 @@ def run_module(built: BuiltModule, x: torch.Tensor, seed: int) -> Capture:
     manual_seed(seed)  # dropout in training mode draws from the seed: same seed, same record
     try:
         captured = capture(built, x.clone())
+    except OutsideInput:  # an input from outside the attention at the run's tokens: refused, as at the probe
+        raise
     except Exception as exc:
         raise PluginError(f"variant '{name}' raised {type(exc).__name__}: {exc}") from exc
     if "output" not in captured.stages:
@@ -202,13 +176,12 @@ class _Side:
 
 
 def compute_record(
-    cfg: DictConfig, seed: int, inputs: Inputs, *, spec: JobSpec | None = None,
+    spec: JobSpec, seed: int, inputs: Inputs, *,
     phase: Callable[[str], None] | None = None, items: torch.Tensor | None = None,
 ) -> Record:
-    """One seed's record. `spec` (JobSpec.from_cfg(cfg)) saves re-reading the config per seed;
+    """One seed's record of the job `spec`;
     `phase(name)` is told when each part starts, for a progress display; `items` (batch, n_tokens,
     d_in) are distinct batch items for a batched module, in place of the inputs stacked."""
-    spec = spec or JobSpec.from_cfg(cfg)
     say = phase or (lambda _name: None)
     config = copy.deepcopy(spec.config)
     config["seed"] = seed

@@ -10,6 +10,7 @@ a check is its file (the check and its `Code`s) and one line in CHECKS.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Collection
 
 from attnlab.diagnosis import recognisers
 from attnlab.diagnosis.checks import (
@@ -25,8 +26,7 @@ from attnlab.diagnosis.checks import (
 )
 from attnlab.diagnosis.finding_code import FIRST_WHERE_IT_SHOWS, SEVERITIES, Code, DeclaredCheck
 
-__all__ = ["BY_CODE", "CHECKS", "CODES", "FIRST_WHERE_IT_SHOWS", "MODEL_CODES", "SEVERITIES", "SUPPRESSES",
-           "Code", "closest"]
+__all__ = ["BY_CODE", "CHECKS", "CODES", "FIRST_WHERE_IT_SHOWS", "SEVERITIES", "SUPPRESSES", "Code", "closest"]
 
 CHECKS: tuple[DeclaredCheck, ...] = (
     # deliberate changes first: each would otherwise read as a wrong source or a wrong scale
@@ -89,21 +89,8 @@ SUPPRESSES: dict[str, tuple[str, ...]] = {
 CODES: tuple[Code, ...] = tuple(code for check in CHECKS for code in check.codes)  # in the order they run
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}
 
-# Findings a run inside a model adds (attnlab.model) from what no capture holds: the two models'
-# parameters (the learner's check, errors at the stage of the projection) and the model's own
-# heads on the text (info, at weights). Code -> what it means; `expect.findings` accepts them.
-MODEL_CODES: dict[str, str] = {
-    "qkv_order": "a projection holds another role's columns of the fused c_attn: q, k, v split in the wrong order",
-    "not_transposed": "a Conv1D weight (stored (in, out)) copied into an nn.Linear (stored (out, in)) without .T",
-    "bias_missing": "a projection without the reference's bias: left out (qkv_bias=False) or not loaded",
-    "previous_token_head": "a head that puts most of its weight on the token just before the query",
-    "first_token_head": "a head that puts most of its weight on the first token (an attention sink)",
-    "uniform_head": "a head that spreads its weight evenly over the tokens it may see",
-    "intervention": "the edit intervene= made to the layer, measured on its stages against the unedited layer's",
-}
-
-
-def closest(code: str) -> str | None:
-    """The declared code nearest to a mistyped one (`scalling` -> `scaling`), if any is near."""
-    near = difflib.get_close_matches(code, [*BY_CODE, *MODEL_CODES], n=1, cutoff=0.6)
+def closest(code: str, also: Collection[str] = ()) -> str | None:
+    """The declared code nearest to a mistyped one (`scalling` -> `scaling`), if any is near; `also`:
+    codes declared above the diagnosis (a model run's, attnlab.model.finding_codes)."""
+    near = difflib.get_close_matches(code, [*BY_CODE, *also], n=1, cutoff=0.6)
     return near[0] if near else None

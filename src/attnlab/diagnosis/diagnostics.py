@@ -369,7 +369,10 @@ def compute_diagnostics(variant: Capture, reference: Capture, grids: dict[str, G
     per_head.update(heads)
     keys = variant.stages.get("keys")
     usual = keys.shape[-1] ** -0.5 if keys is not None else NAN
-    out["scale_expected"] = reference.declared_scale[0] if reference.declared_scale else usual  # Gemma's declares one
+    # the scale the variant's library class declares (Gemma's, Pix2Struct's 1.0), else the reference's, else the
+    # book's: a copy that went back to 1/sqrt(head_dim) where its class declares another is still a scaling error
+    declared = variant.declared_scale or reference.declared_scale
+    out["scale_expected"] = declared[0] if declared else usual
     out["softmax_dim"] = float(variant.softmax_dim) if variant.softmax_dim is not None else NAN
     if len(heads.get("weights_entropy_mean", [])) > 1:  # per-head table columns, where users compare heads
         for name in HEAD_COLUMNS:

@@ -21,6 +21,7 @@ Severity = Literal["error", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "info")  # a bug; deliberate, or not a bug
 FIRST_WHERE_IT_SHOWS: tuple[str, ...] = ()  # `stages` of a code reported at whichever stage it first shows
 TABLES = ("book", "heads", "deliberate", "layouts")  # the tables of docs/guide/checks.md, in the page's order
+MODEL_TABLE = "model"  # a run inside a model's codes (attnlab.model.finding_codes): docs/reference/codes.md's own table
 
 
 class _Facts(string.Formatter):

@@ -9,12 +9,12 @@ The "Predictions" section of docs/guide/configuration.md documents every key wit
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from attnlab.capture.recorder import Capture
 from attnlab.capture.stages import STAGES
-from attnlab.diagnosis.codes import BY_CODE, MODEL_CODES, closest
+from attnlab.diagnosis.codes import BY_CODE, closest
 from attnlab.errors import UserError
 from attnlab.record import Finding, Prediction
 
@@ -78,12 +78,12 @@ def _codes(value: Any) -> str | None:
     return None if ok else "expected a finding code or a list of them, like scaling or [scaling,softmax_axis]"
 
 
-def _undeclared(codes: list[str]) -> str | None:
+def _undeclared(codes: list[str], also: Collection[str]) -> str | None:
     """A one-line error for the first code no check declares (a typo), naming the closest one."""
-    unknown = next((code for code in codes if code not in BY_CODE and code not in MODEL_CODES), None)
+    unknown = next((code for code in codes if code not in BY_CODE and code not in also), None)
     if unknown is None:
         return None
-    near = closest(unknown)
+    near = closest(unknown, also)
     hint = f"did you mean {near}? " if near else ""
     return f"expect.findings: {unknown} is not a finding code; {hint}declared: {', '.join(sorted(BY_CODE))}"
 
@@ -95,15 +95,16 @@ _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
 }
 
 
-def validate_expectations(expect: Mapping[str, Any]) -> None:
-    """Raise UserError naming the first bad key, before the run does any work."""
+def validate_expectations(expect: Mapping[str, Any], also: Collection[str] = ()) -> None:
+    """Raise UserError naming the first bad key, before the run does any work; `also`: the finding
+    codes declared above the diagnosis (a model run's, attnlab.model.finding_codes.NAMES)."""
     for key, value in expect.items():
         if key not in ALLOWED:
             raise UserError(f"expect.{key}: unknown prediction; allowed: {', '.join(ALLOWED)}")
         problem = _VALIDATORS[key](_as_given(key, value))
         if problem:
             raise UserError(f"expect.{key}: {problem}, got {value!r}; allowed: {', '.join(ALLOWED)}")
-        undeclared = _undeclared(_as_given(key, value)) if key == "findings" else None
+        undeclared = _undeclared(_as_given(key, value), also) if key == "findings" else None
         if undeclared:
             raise UserError(undeclared)
 

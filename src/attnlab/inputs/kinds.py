@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -21,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from attnlab.errors import UserError
 from attnlab.file_limits import check_size
@@ -150,29 +150,28 @@ SCHEMAS = {"book": BookInputsConf, "random": RandomInputsConf, "file": FileInput
            "ids": IdsInputsConf}
 
 
-def check_inputs(cfg: DictConfig) -> None:
-    """Build the inputs' structured config, which checks its values; a plain one passes as is."""
-    if OmegaConf.is_dict(cfg) and OmegaConf.get_type(cfg) in SCHEMAS.values():
-        OmegaConf.to_object(cfg)
-
-
-def make_inputs(cfg: DictConfig, seed: int, batch: int = 1) -> Inputs:
-    """The inputs of one seed: the config's factory called with the seed (and the batch size, where
-    the factory takes one: random inputs draw distinct items), its values resolved once (a text is
-    data: a `${...}` in it stays as written)."""
+def make_inputs(values: Mapping[str, Any], seed: int, batch: int = 1) -> Inputs:
+    """The inputs of one seed: the factory of the `inputs` values called with the seed (and the batch
+    size, where the factory takes one: random inputs draw distinct items); the values are plain data,
+    resolved once by the app (a text is data: a `${...}` in it stays as written)."""
     from attnlab.configured import build, factory
 
-    target = OmegaConf.select(cfg, "_target_")
+    target = values.get("_target_")
     try:
-        takes_batch = _takes_batch(factory(cfg))
-        inputs = build(cfg, seed=seed, **({"batch": batch} if takes_batch else {}))
+        takes_batch = _takes_batch(factory(values))
+        inputs = build(values, seed=seed, **({"batch": batch} if takes_batch else {}))
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - a plugin's factory: its error is the run's one line
-        raise UserError(f"inputs: {target}: {(str(exc) or type(exc).__name__).splitlines()[0]}") from None
+        raise inputs_error(target, exc) from None
     if not isinstance(inputs, Inputs):
         raise UserError(f"inputs: {target} returned {type(inputs).__name__}, not attnlab.inputs.kinds.Inputs")
     return inputs
+
+
+def inputs_error(target: Any, exc: Exception) -> UserError:
+    """The one line for inputs whose factory (or whose values) failed."""
+    return UserError(f"inputs: {target}: {(str(exc) or type(exc).__name__).splitlines()[0]}")
 
 
 def _takes_batch(function: Any) -> bool:

@@ -22,6 +22,15 @@ from attnlab.modules.layouts import Projections, load_projections
 from attnlab.modules.roles import manual_seed
 
 IMPLEMENTATION = "attn_implementation"
+OWN = "own:"  # a variant name for the layer's own class, re-run through attnlab: own:LlamaAttention
+
+
+def is_own(name: str) -> bool:
+    return name.startswith(OWN)
+
+
+def own_name(module: nn.Module) -> str:
+    return f"{OWN}{type(module).__name__}"
 
 
 def takes_config(cls: type) -> bool:

@@ -7,18 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig
-
 from attnlab.errors import UserError
 from attnlab.model.interventions import Intervention
 from attnlab.model.loading import _transformers
 from attnlab.model.locate import chosen_layers
 from attnlab.model.model_spec import ModelSpec
+from attnlab.model.request import ModelTexts
 from attnlab.model.sizes import read_size
 from attnlab.model.tokens import Tokenizer, gpt2_tokenizer, hf_tokenizer, same_length
 
 
-def check_indices(cfg: DictConfig, declared: dict[str, Any] | None, edit: Intervention | None,
+def check_indices(layer: Any, declared: dict[str, Any] | None, edit: Intervention | None,
                   seq2seq: bool) -> None:
     """`intervene.head` below the config's head count, `layer=` below its layer count (a model of one
     stack: an encoder–decoder's stacks are named in `layer=` and checked once built)."""
@@ -29,28 +28,28 @@ def check_indices(cfg: DictConfig, declared: dict[str, Any] | None, edit: Interv
         raise UserError(f"intervene.head={edit.head}: the model has {heads} heads (0 to {heads - 1})")
     layers = read_size(declared, "layers")
     if layers is not None and not seq2seq:
-        chosen_layers(cfg.get("layer"), int(layers))
+        chosen_layers(layer, int(layers))
 
 
-def check_patch_text(cfg: DictConfig, spec: ModelSpec, edit: Intervention | None) -> None:
+def check_patch_text(inputs: ModelTexts, spec: ModelSpec, edit: Intervention | None) -> None:
     """A patch replaces position by position: its text has as many tokens as the run's (one text)."""
-    if edit is None or edit.kind != "patch" or cfg.inputs.get("kind") != "text" or cfg.inputs.get("texts") is not None:
+    if edit is None or edit.kind != "patch" or inputs.kind != "text" or inputs.texts is not None:
         return
     tokenizer = _tokenizer(spec)
     if tokenizer is None:
         return
-    given, other = len(tokenizer.encode(str(cfg.inputs.text))), len(tokenizer.encode(str(edit.text)))
+    given, other = len(tokenizer.encode(str(inputs.text))), len(tokenizer.encode(str(edit.text)))
     if given != other:
         raise UserError(f"intervene.text is {other} tokens ({tokenizer.name}), inputs.text {given}: a patch "
                         f"replaces position by position; give texts of as many tokens")
 
 
-def check_batch_lengths(cfg: DictConfig, spec: ModelSpec, edit: Intervention | None) -> None:
+def check_batch_lengths(inputs: ModelTexts, spec: ModelSpec, edit: Intervention | None) -> None:
     """Texts of different lengths run padded under an edit only (in a Hugging Face causal LM, checked
     once it loads): a variant swap's texts are as many tokens, checked here for a model whose tokenizer
     is known before it loads."""
-    texts = cfg.inputs.get("texts")
-    if edit is not None or texts is None or cfg.inputs.get("kind") != "text" or spec.kind not in ("hf", "path"):
+    texts = inputs.texts
+    if edit is not None or texts is None or inputs.kind != "text" or spec.kind not in ("hf", "path"):
         return
     tokenizer = _tokenizer(spec)
     if tokenizer is not None:
@@ -65,3 +64,10 @@ def _tokenizer(spec: ModelSpec) -> Tokenizer | None:
     if spec.kind == "path":
         return hf_tokenizer(_transformers(), str(spec.path)) or gpt2_tokenizer()
     return gpt2_tokenizer()
+
+
+def check_text(inputs: ModelTexts) -> None:
+    """A language model runs on text or token ids (a vision transformer on an image drawn from the seed)."""
+    if inputs.kind not in ("text", "ids"):
+        raise UserError(f"model: a language model runs on text or token ids: inputs=text inputs.text=\"some words\" "
+                        f"or inputs=ids inputs.ids=[464,3290] (got inputs={inputs.kind})")

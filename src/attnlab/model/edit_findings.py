@@ -17,13 +17,24 @@ import torch
 from attnlab.capture.recorder import Capture
 from attnlab.capture.stages import STAGES
 from attnlab.diagnosis.diagnostics import scale_observed
+from attnlab.diagnosis.finding_code import MODEL_TABLE, Code
 from attnlab.diagnosis.masking import with_masks_as_neg_inf
 from attnlab.diagnosis.message_format import fmt
 from attnlab.model.inputs import real_positions
 from attnlab.model.interventions import Intervention
 from attnlab.record import Finding
 
-CODE = "intervention"  # declared in attnlab.diagnosis.codes.MODEL_CODES
+INTERVENTION = Code(
+    "intervention", ("context", "scaled_scores"), "info",
+    "the edit intervene= made to the layer, measured on its stages against the unedited layer's",
+    {"context": "the edit {label}: {named} context vectors {what} (max |Δ context| {moves}); the stages before the "
+                "context are the layer's own",
+     "scaled_scores": "the edit {label}: {named} softmax input times {factor}; the factor between the scores and the "
+                      "softmax input is {factors}; {kept}"},
+    "the edit `intervene=` made (a head ablated or patched, a function's contexts, scores scaled), measured on the "
+    "stages against the unedited layer's, in place of the findings the difference would raise",
+    ("tests/model/test_interventions.py::test_an_edit_is_named_as_the_edit_it_is_and_no_error",), MODEL_TABLE)
+CODES = (INTERVENTION,)
 
 
 def edited_stage(chosen: Intervention) -> str:
@@ -58,10 +69,8 @@ def _contexts(chosen: Intervention, edited: Capture, own: Capture) -> Finding:
             "function": f"replaced by what {chosen.function} returned"}.get(chosen.kind, "edited")
     heads = _heads(chosen, mine.shape[1]) if chosen.kind != "function" else changed
     moves = ", ".join(f"head {h} {fmt(float(moved[h]))}" for h in (heads or range(mine.shape[1])))
-    return Finding(CODE, "context", "info",
-                   f"the edit {chosen.label}: {_named(chosen, mine.shape[1])} context vectors {what} "
-                   f"(max |Δ context| {moves}); the stages before the context are the layer's own",
-                   heads=heads or None)
+    return INTERVENTION("context", "context", heads=heads or None, label=chosen.label,
+                        named=_named(chosen, mine.shape[1]), what=what, moves=moves)
 
 
 def _scaled(chosen: Intervention, edited: Capture, own: Capture) -> Finding:
@@ -71,9 +80,8 @@ def _scaled(chosen: Intervention, edited: Capture, own: Capture) -> Finding:
     heads = _heads(chosen, n_heads)
     factors = ", ".join(f"head {h} {fmt(_factor(mine, h))} (the model's own {fmt(_factor(theirs, h))})" for h in heads)
     kept = _mask_kept(mine, theirs)
-    return Finding(CODE, "scaled_scores", "info",
-                   f"the edit {chosen.label}: {_named(chosen, n_heads)} softmax input times {fmt(chosen.factor)}; "
-                   f"the factor between the scores and the softmax input is {factors}; {kept}", heads=heads)
+    return INTERVENTION("scaled_scores", "scaled_scores", heads=heads, label=chosen.label,
+                        named=_named(chosen, n_heads), factor=fmt(chosen.factor), factors=factors, kept=kept)
 
 
 def _factor(capture: Capture, head: int) -> float:

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from attnlab.errors import UserError
 from attnlab.modules.built import CallConvention
-from attnlab.modules.families import family
+from attnlab.modules.families import family_of
 
 FINAL_NORMS = ("ln_f", "final_norm", "norm", "final_layernorm", "final_layer_norm", "norm_f")
 HEADS = ("lm_head", "out_head", "head", "embed_out", "classifier")
@@ -40,6 +40,7 @@ class LayerCall:
     returned: int | None = None  # None: it returned a tensor; n: a tuple of n items, the output first
     hidden_key: str | None = None  # the keyword the hidden states came under (Llama: hidden_states=), else first positional
     passed_on: tuple = ()  # what it returned after its output for the next layer (PASSED_ON), as it returned it
+    as_list: bool = False  # it returned a list, not a tuple (OpenAI GPT's attention: its block concatenates lists)
 
     def with_hidden(self, hidden: Tensor) -> tuple[tuple, dict[str, Any]]:
         """The call's arguments with `hidden` in place of the hidden states it received."""
@@ -76,7 +77,7 @@ def final_norm(model: nn.Module) -> nn.Module | None:
     """The final norm the model's family adapter names, else the last module named like one (ln_f,
     final_norm, norm) outside the blocks (OPT's blocks hold a final_layer_norm of their own): its
     output is the final hidden states."""
-    declared = family(getattr(getattr(model, "config", None), "model_type", "")).final_norm
+    declared = family_of(model).final_norm
     if declared and declared in dict(model.named_modules()):
         return model.get_submodule(declared)
     found = [module for name, module in model.named_modules()
@@ -113,7 +114,8 @@ def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Mod
     def keep_return(index: int):
         def post(_module, _args, _kwargs, out):
             call = calls[index]
-            call.returned = len(out) if isinstance(out, tuple) else None
+            call.returned = len(out) if isinstance(out, (tuple, list)) else None
+            call.as_list = isinstance(out, list)
             if call.returned and PASSED_ON in call.kwargs and isinstance(out[1], Tensor):
                 call.passed_on = (out[1].detach(),)
         return post
@@ -172,13 +174,21 @@ class InModel(nn.Module):
     a variant built from the model's config, given the layer's arguments and returning its own result."""
 
     def __init__(self, variant: nn.Module, returned: int | None, batched: bool, as_called: bool = False,
-                 passed_on: tuple = ()) -> None:
+                 passed_on: tuple = (), as_list: bool = False) -> None:
         super().__init__()
         self.variant = variant
         self.returned = returned
         self.batched = batched
         self.as_called = as_called
         self.passed_on = passed_on
+        self.as_list = as_list
+
+    def __getattr__(self, name: str) -> Any:
+        """What the block reads from its attention besides calling it (Ergo's `self_attn.o_proj`): the variant's."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(super().__getattr__("variant"), name)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.as_called:
@@ -191,7 +201,8 @@ class InModel(nn.Module):
         out = out[0] if isinstance(out, tuple) else out
         if self.returned is None:
             return out
-        return (out, *self.passed_on, *([None] * (self.returned - 1 - len(self.passed_on))))
+        items = (out, *self.passed_on, *([None] * (self.returned - 1 - len(self.passed_on))))
+        return list(items) if self.as_list else items
 
 
 @contextmanager

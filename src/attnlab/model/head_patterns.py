@@ -3,19 +3,39 @@
 Read from the layer's own attention weights (batch item 0), over the query rows that have a
 choice (row 0 can only look at itself): a head whose mean weight on the previous token, or on
 the first token, is at least THRESHOLD; a head whose rows keep at least UNIFORM of the entropy
-of an even spread over the keys they may see. Info, about the model, not a mistake.
+of an even spread over the keys they may see. Info, about the model, not a mistake; each code is
+declared here (attnlab.model.finding_codes collects a model run's codes).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from attnlab.diagnosis.codes import MODEL_CODES
+from attnlab.diagnosis.finding_code import MODEL_TABLE, Code
 from attnlab.record import Finding
 
 THRESHOLD = 0.5
 UNIFORM = 0.95
-HEAD_PATTERN_CODES = ("previous_token_head", "first_token_head", "uniform_head")  # declared in diagnosis.codes.MODEL_CODES
+_SHOWN_BY = ("tests/model/test_head_patterns.py::test_each_pattern_is_named_for_its_head_only",)
+
+
+def _pattern(code: str, meaning: str, what: str) -> Code:
+    """A head pattern's code: info at the weights, its message the heads found and their figures."""
+    return Code(code, ("weights",), "info", meaning,
+                f"the model's own heads on these inputs: {meaning}: {{shown}}, {what} over the rows after the first",
+                f"the model's own heads on the text: {meaning} (at least the threshold of attnlab.model.head_patterns)",
+                _SHOWN_BY, MODEL_TABLE)
+
+
+PREVIOUS_TOKEN_HEAD = _pattern(
+    "previous_token_head", "a head that puts most of its weight on the token just before the query", "mean weight")
+FIRST_TOKEN_HEAD = _pattern(
+    "first_token_head", "a head that puts most of its weight on the first token (an attention sink)", "mean weight")
+UNIFORM_HEAD = _pattern(
+    "uniform_head", "a head that spreads its weight evenly over the tokens it may see", "normalised entropy")
+CODES = (PREVIOUS_TOKEN_HEAD, FIRST_TOKEN_HEAD, UNIFORM_HEAD)
+HEAD_PATTERN_CODES = tuple(code.code for code in CODES)
+_BY_SCORE = {code.code: code for code in CODES}
 
 
 def head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
@@ -58,8 +78,5 @@ def head_patterns(weights: np.ndarray | None, tokens: int | None = None) -> list
         heads = [int(h) for h in np.flatnonzero(values >= limits[code])]
         if heads:
             shown = ", ".join(f"head {h} ({values[h]:.2f})" for h in heads)
-            what = "normalised entropy" if code == "uniform_head" else "mean weight"
-            findings.append(Finding(code, "weights", "info", f"the model's own heads on these inputs: "
-                                    f"{MODEL_CODES[code]}: {shown}, {what} over the rows after the first",
-                                    heads=heads))
+            findings.append(_BY_SCORE[code]("weights", heads=heads, shown=shown))
     return findings

@@ -8,13 +8,13 @@ more forward (the blocks before the layer replayed), in which the edited layer i
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from attnlab.capture.every_layer import every_layer
@@ -26,19 +26,19 @@ from attnlab.model.forward import final_hidden
 from attnlab.model.interventions import Intervention, contexts_on, edited
 from attnlab.model.layer import ModelRun, OwnCaptures, own_head_patterns
 from attnlab.model.loading import LoadedModel
+from attnlab.model.request import ModelRequest
 from attnlab.model.sizes import ModelSizes
 from attnlab.model.stacks import Slot
 from attnlab.model.user_metric import user_metric
 from attnlab.modules.built import PluginError
 from attnlab.record import Effect, ModelInfo, Pair, Record, Setup, record_of
-from attnlab.schema import resolved
 
 
 @dataclass
 class _Recorded:
     """What every layer's record of one run shares, and the records made so far."""
 
-    cfg: DictConfig
+    request: ModelRequest
     chosen: Intervention
     loaded: LoadedModel
     sizes: ModelSizes
@@ -63,7 +63,7 @@ class _Recorded:
                           parameters=self.loaded.n_parameters, tokenizer=self.tokens, heads=self.sizes.heads,
                           kv_heads=self.sizes.kv_heads, layer=slot.index, attention=self.attention[layer][0],
                           stack=slot.stack, replaced=slot.replaced)
-        setup = Setup(variant=self.chosen.label, seed=self.cfg.seed, config=resolved(self.cfg),
+        setup = Setup(variant=self.chosen.label, seed=self.request.seed, config=copy.deepcopy(self.request.config),
                       labels=self.labels[slot.stack], n_tokens=own.stages["inputs"].shape[-2],
                       d_in=self.sizes.width, d_out=self.sizes.width, model=about)
         pair = Pair(reference=f"{type(module).__name__} (layer {slot.name})",
@@ -71,23 +71,22 @@ class _Recorded:
         if error is not None:
             record = record_of(setup, pair, error=error)
         else:
-            expect = OmegaConf.to_container(self.cfg.expect, resolve=True)
             edit = None if changed is own else partial(edit_findings, self.chosen, changed, own)
-            diagnosis = diagnosed(changed, own, shared=True, train=False, expect=expect,
+            diagnosis = diagnosed(changed, own, shared=True, train=False, expect=self.request.expect,
                                   after=own_head_patterns(own), own_findings=edit)
             record = record_of(setup, pair, diagnosis, effect=effect)
         self.records.append(self.done(record, len(self.records), self.n_layers))
 
 
-def intervention_records(cfg: DictConfig, chosen: Intervention, loaded: LoadedModel, start: Callable[..., Any],
+def intervention_records(request: ModelRequest, chosen: Intervention, loaded: LoadedModel, start: Callable[..., Any],
                          tokens: str, say: Callable[[str], None], done: Callable[[Record, int, int], Record]
                          ) -> list[Record]:
-    """One record per chosen layer. `start(consume)`: the unmodified forward (attnlab.model.model_job.model_run),
+    """One record per chosen layer. `start(consume)`: the unmodified forward (attnlab.model.model_run.model_run),
     `consume` told of each layer's stages as they are captured; `tokens`: what the input is made of."""
     recorded: list[_Recorded] = []
 
     def recording(sizes, attention, layers, slots, inputs) -> _Recorded:
-        recorded.append(_Recorded(cfg, chosen, loaded, sizes, attention, slots, inputs.labels, tokens, done,
+        recorded.append(_Recorded(request, chosen, loaded, sizes, attention, slots, inputs.labels, tokens, done,
                                   len(layers), lengths=inputs.lengths))
         return recorded[0]
 
@@ -106,9 +105,9 @@ def intervention_records(cfg: DictConfig, chosen: Intervention, loaded: LoadedMo
     other = _other_ids(chosen, loaded, run)
     for layer in layers:
         say(f"layer {slots[layer].name}: {chosen.kind}")
-        own = run.capture_own(layer, cfg.seed)
+        own = run.capture_own(layer, request.seed)
         try:
-            changed, effect = _edited_run(run, layer, chosen, other, cfg.seed)
+            changed, effect = _edited_run(run, layer, chosen, other, request.seed)
         except PluginError as exc:
             each.add(layer, own, None, None, str(exc))
             continue

@@ -3,6 +3,7 @@ layer's own parameters in its place, and what that does to the model's output.""
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
@@ -19,7 +20,8 @@ from attnlab.capture.spill import as_numpy, spill
 from attnlab.capture.stages import SQUARE_STAGES
 from attnlab.compute.memory import SPILL_STAGE_BYTES
 from attnlab.compute.pipeline import diagnosed, run_module
-from attnlab.model.config_variants import config_variant, takes_config
+from attnlab.errors import UserError
+from attnlab.model.config_variants import config_variant, is_own, takes_config
 from attnlab.model.effect import output_effects
 from attnlab.model.forward import AsLayerCalled, Final, InModel, LayerCall, final_hidden, output_head, replaced
 from attnlab.model.head_patterns import head_patterns
@@ -80,8 +82,12 @@ class ModelRun:
                 watching.enter_context(recording.recording(loaded.module, max(layers)))
             if own:
                 watching.enter_context(every_layer([attention[layer][1] for layer in own.layers], own.keep))
-            base, calls = final_hidden(loaded.module, token_ids, loaded.hf, [m for _, m in attention], set(layers),
-                                       given)
+            try:
+                base, calls = final_hidden(loaded.module, token_ids, loaded.hf, [m for _, m in attention],
+                                           set(layers), given)
+            except Exception as exc:
+                _own_failure(loaded, token_ids, given, exc)
+                raise
         return cls(loaded, attention, sizes, token_ids, labels, base, calls, recording, given, own=own,
                    lengths=inputs.lengths if inputs else None)
 
@@ -112,6 +118,19 @@ class ModelRun:
         """What each changed run does to the output, against the unmodified run."""
         return output_effects(output_head(self.loaded.module), self.base, changed, self.ids, scaling=self.sizes.logits,
                               metric=self.metric, lengths=self.lengths)
+
+
+def _own_failure(loaded: LoadedModel, token_ids: Tensor, given: dict[str, Any] | None, exc: Exception) -> None:
+    """A forward that failed while attnlab watched it, run again unwatched: where the model fails alone
+    (a config transformers cannot run at these sizes), one line says so; else attnlab's error stands."""
+    try:
+        with torch.no_grad():
+            loaded.module(**given) if given else loaded.module(input_ids=token_ids, use_cache=False) \
+                if loaded.hf else loaded.module(token_ids)
+    except Exception as own:  # noqa: BLE001 - the model's own error, named in one line
+        message = " ".join(f"{type(own).__name__}: {own}".split())[:200]
+        raise UserError(f"{loaded.label}: the model's own forward fails on these inputs, before attnlab changes "
+                        f"anything: {message}") from exc
 
 
 class OwnCaptures:
@@ -149,12 +168,17 @@ class OwnCaptures:
 def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], seed: int
                   ) -> tuple[BuiltModule, dict[str, str]]:
     """(the variant built for the layer's sizes holding the layer's own parameters, how each was
-    loaded). A class built from the model's config is called as the layer was."""
+    loaded). A class built from the model's config is called as the layer was; `own:CLASS` is a copy
+    of the layer's own module (its class, constructor arguments and state_dict, whatever its layout)."""
+    own = run.attention[layer][1]
+    if is_own(name):
+        copied = copy.deepcopy(own).eval()
+        return BuiltModule(copied, AsLayerCalled(run.calls[layer])), {key: "the layer's own" for key in own.state_dict()}
     projections = run.projections(layer)
     spec = get_variant(name)
     if takes_config(spec.cls):
-        module, loaded = config_variant(spec.cls, run.loaded.config, params, run.attention[layer][1], layer,
-                                        projections, run.sizes.heads, seed)
+        module, loaded = config_variant(spec.cls, run.loaded.config, params, own, layer, projections,
+                                        run.sizes.heads, seed)
         return BuiltModule(module, AsLayerCalled(run.calls[layer])), loaded
     values = constructor_values(run.sizes, projections.b_query is not None, run.n_tokens)
     built = plan(name, values, params).build(seed)
@@ -177,7 +201,7 @@ def in_model(run: ModelRun, layer: int, built: BuiltModule) -> InModel:
     if isinstance(built.convention, AsLayerCalled):
         return InModel(built.module, call.returned, True, True)
     return InModel(built.module, call.returned, built.takes_batches(run.sizes.width, run.n_tokens, run.sizes.width),
-                   passed_on=call.passed_on)
+                   passed_on=call.passed_on, as_list=call.as_list)
 
 
 def run_variant(run: ModelRun, layer: int, built: BuiltModule, batched: bool, seed: int) -> Capture:
@@ -205,7 +229,7 @@ def layer_reference(run: ModelRun, layer: int, reference_name: str, seed: int) -
     try:
         built, _ = model_variant(run, layer, STAND_IN, {}, seed)
         stand_in = run_module(built, run.calls[layer].hidden, seed)
-    except PluginError:
+    except (PluginError, LayoutError):  # a layout the stand-in cannot hold (multi-head latent attention's)
         return own_name, own
     gap = float((stand_in.stages["output"] - own.stages["output"]).abs().max())
     scale = float(own.stages["output"].abs().max())
@@ -251,7 +275,7 @@ def compare_layer(run: ModelRun, changed: Changed, effect: Effect | None, setup:
         reference_label, reference = layer_reference(run, layer, reference_name, seed)
         pair = Pair(reference=reference_label)
         built, weights_loaded = model_variant(run, layer, name, params, seed)
-        pair = Pair(reference=reference_label, weights_loaded=weights_loaded, origin=get_variant(name).origin,
+        pair = Pair(reference=reference_label, weights_loaded=weights_loaded, origin="" if is_own(name) else get_variant(name).origin,
                     scratch=run.own.scratch(layer) if run.own else None)  # the folder its spilled stages are in
         variant = run_variant(run, layer, built, in_model(run, layer, built).batched, seed)
         if changed.error is not None:

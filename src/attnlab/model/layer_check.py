@@ -11,8 +11,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
-from omegaconf import DictConfig, OmegaConf
-
 from attnlab.compute.pipeline import diagnosed, run_module
 from attnlab.errors import UserError
 from attnlab.model.effect import output_effect
@@ -22,13 +20,13 @@ from attnlab.model.loading import LoadedModel, evaluating, load_model
 from attnlab.model.loading_checks import loading_findings
 from attnlab.model.locate import attention_modules, chosen_layers
 from attnlab.model.model_memory import check_model_fits
-from attnlab.model.model_spec import ModelSpec, model_spec
+from attnlab.model.model_spec import ModelSpec
+from attnlab.model.request import ModelRequest
 from attnlab.model.sizes import model_sizes
 from attnlab.model.tokens import token_ids
 from attnlab.modules.built import BuiltModule, PluginError
 from attnlab.modules.layouts import LayoutError, read_projections
 from attnlab.record import ModelInfo, Pair, Record, Setup, record_of
-from attnlab.schema import resolved
 
 
 def _started(loaded: LoadedModel, spec: ModelSpec, ids: list[int], labels: list[str], layers: list[int] | None,
@@ -41,30 +39,29 @@ def _started(loaded: LoadedModel, spec: ModelSpec, ids: list[int], labels: list[
                           list(range(len(attention))) if layers is None else layers)
 
 
-def compute_check_records(cfg: DictConfig, blocks: dict[str, dict], phase: Callable[[str], None],
+def compute_check_records(request: ModelRequest, reference_spec: ModelSpec, phase: Callable[[str], None],
                           done: Callable[[Record, int, int], Record]) -> list[Record]:
     """One record per layer: the learner's layer L against the reference model's, on its input."""
-    learner_spec, reference_spec = model_spec(blocks["model"]), model_spec(blocks["reference_model"], "reference_model")
+    learner_spec = request.model
     phase("models")
-    learner, reference = load_model(learner_spec, cfg.seed), load_model(reference_spec, cfg.seed)
+    learner, reference = load_model(learner_spec, request.seed), load_model(reference_spec, request.seed)
     with evaluating(learner.module), evaluating(reference.module):
-        return _check_records(cfg, learner, learner_spec, reference, reference_spec, phase, done)
+        return _check_records(request, learner, learner_spec, reference, reference_spec, phase, done)
 
 
-def _check_records(cfg: DictConfig, learner: LoadedModel, learner_spec: ModelSpec, reference: LoadedModel,
+def _check_records(request: ModelRequest, learner: LoadedModel, learner_spec: ModelSpec, reference: LoadedModel,
                    reference_spec: ModelSpec, phase: Callable[[str], None],
                    done: Callable[[Record, int, int], Record]) -> list[Record]:
     sizes = model_sizes(reference.config, reference.label)
-    ids = token_ids(reference.tokenizer, cfg.inputs.text, sizes.vocab, sizes.context or cfg.inputs.max_tokens)
+    ids = token_ids(reference.tokenizer, request.inputs.text, sizes.vocab, sizes.context or request.inputs.max_tokens)
     labels = reference.tokenizer.labels(ids)
     n_layers = len(attention_modules(reference.module, reference_spec.attention_path, "reference_model"))
-    layers = chosen_layers("all" if cfg.layer is None else cfg.layer, n_layers)
+    layers = chosen_layers("all" if request.layer is None else request.layer, n_layers)
     check_model_fits(learner.n_parameters + reference.n_parameters, sizes, len(ids), 2 * len(layers))
     reference_run = _started(reference, reference_spec, ids, labels, layers)
     learner_run = _started(learner, learner_spec, ids, labels, layers, n_layers)
     end_to_end = output_effect(output_head(reference.module), reference_run.base, learner_run.base, reference_run.ids,
                                scaling=sizes.logits, changed_head=output_head(learner.module))
-    config = resolved(cfg)
     records = []
     for layer in layers:
         phase(f"layer {layer}")
@@ -72,27 +69,26 @@ def _check_records(cfg: DictConfig, learner: LoadedModel, learner_spec: ModelSpe
                           tokenizer=reference.tokenizer.name, heads=sizes.heads, kv_heads=sizes.kv_heads, layer=layer,
                           attention=learner_run.attention[layer][0], reference_model=reference.label,
                           reference_attention=reference_run.attention[layer][0], end_to_end=end_to_end)
-        setup = Setup(variant=learner.label, seed=cfg.seed, config=copy.deepcopy(config), labels=labels,
+        setup = Setup(variant=learner.label, seed=request.seed, config=copy.deepcopy(request.config), labels=labels,
                       n_tokens=len(ids), d_in=sizes.width, d_out=sizes.width, model=about)
-        records.append(done(check_layer(learner_run, reference_run, layer, setup, cfg), len(records), len(layers)))
+        records.append(done(check_layer(learner_run, reference_run, layer, setup, request), len(records), len(layers)))
     return records
 
 
-def check_layer(learner: ModelRun, reference: ModelRun, layer: int, setup: Setup, cfg: DictConfig) -> Record:
+def check_layer(learner: ModelRun, reference: ModelRun, layer: int, setup: Setup, request: ModelRequest) -> Record:
     """The learner's layer and the reference's, both on the reference's input to the layer."""
     module = learner.attention[layer][1]
     hidden = reference.calls[layer].hidden  # (1, T, d)
     pair = Pair()
     try:
-        reference_label, reference_capture = layer_reference(reference, layer, "auto", cfg.seed)
+        reference_label, reference_capture = layer_reference(reference, layer, "auto", request.seed)
         pair = Pair(reference=reference_label)
-        variant = run_module(BuiltModule(module, AsLayerCalled(learner.calls[layer])), hidden, cfg.seed)
+        variant = run_module(BuiltModule(module, AsLayerCalled(learner.calls[layer])), hidden, request.seed)
         mistakes = loading_findings(read_projections(module, num_heads=learner.sizes.heads,
                                                      num_kv_heads=learner.sizes.kv_heads),
                                     reference.projections(layer))
     except (PluginError, LayoutError) as exc:
         return record_of(setup, pair, error=str(exc))
-    expect = OmegaConf.to_container(cfg.expect, resolve=True)
-    diagnosis = diagnosed(variant, reference_capture, shared=True, train=False, expect=expect, before=mistakes,
+    diagnosis = diagnosed(variant, reference_capture, shared=True, train=False, expect=request.expect, before=mistakes,
                           after=own_head_patterns(reference_capture))
     return record_of(setup, pair, diagnosis)  # the end-to-end effect, in every layer's diagnostics

@@ -74,9 +74,27 @@ def load_model(spec: ModelSpec, seed: int = 0) -> LoadedModel:
         if session.holds_model(spec.name):  # the user's object: in eval mode only while it runs (evaluating)
             return loaded
     else:
-        loaded = _load_hf(spec)
+        loaded = _kept_saved(spec) or _load_hf(spec)
     loaded.module.eval()
     return loaded
+
+
+# the saved model loaded last, by its request and its files: a sweep's jobs, one after another in a
+# job worker, load it once (every edit and swap puts the model back as it found it: forward.replaced)
+_last_saved: tuple[tuple, LoadedModel] | None = None
+
+
+def _kept_saved(spec: ModelSpec) -> LoadedModel | None:
+    """The model a saved folder (`model.path`) holds, loaded once per process while its files stay as they were."""
+    global _last_saved
+    if spec.kind != "path" or spec.path is None or not spec.path.is_dir():
+        return None
+    files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in spec.path.iterdir() if f.is_file()))
+    key = (repr(spec), str(spec.path.resolve()), files)
+    if _last_saved is None or _last_saved[0] != key:
+        _last_saved = None  # the one before let go first: two models are never held at once
+        _last_saved = (key, _load_hf(spec))
+    return _last_saved[1]
 
 
 def _transformers() -> Any:
@@ -113,7 +131,7 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
     try:
         config = transformers.AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
         task = _task(transformers, config, spec)
-        module = getattr(transformers, TASKS[task]).from_pretrained(
+        module = _loader(transformers, config, task).from_pretrained(
             source, local_files_only=True, use_safetensors=True, trust_remote_code=False,
             attn_implementation=spec.attn_implementation)
     except OSError as exc:
@@ -122,6 +140,22 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
         raise UserError(f"{spec.key}: {spec.label}: {str(exc).splitlines()[0]}") from None
     return LoadedModel(module, spec.label, hf_tokenizer(transformers, source) or gpt2_tokenizer(), hf=True,
                        config=module.config, task=task)
+
+
+def _declared_causal_lm(transformers: Any, config: Any) -> Any:
+    """The causal LM class a saved config names in its `architectures`, for a config no auto class
+    maps (Emu3ForCausalLM of Emu3TextConfig, Mllama's text model); None: none."""
+    for name in getattr(config, "architectures", None) or ():
+        cls = getattr(transformers, name, None) if name.endswith("ForCausalLM") else None
+        if cls is not None and getattr(cls, "config_class", None) is type(config):
+            return cls
+    return None
+
+
+def _loader(transformers: Any, config: Any, task: str) -> Any:
+    """The auto class of the task where it maps the config, else the class the config names."""
+    auto = getattr(transformers, TASKS[task])
+    return auto if type(config) in auto._model_mapping else _declared_causal_lm(transformers, config)
 
 
 def _task(transformers: Any, config: Any, spec: ModelSpec) -> str:
@@ -134,6 +168,8 @@ def _task(transformers: Any, config: Any, spec: ModelSpec) -> str:
     for kind in kinds:
         if type(config) in getattr(transformers, TASKS[kind])._model_mapping:
             return kind
+    if _declared_causal_lm(transformers, config) is not None:
+        return "causal"
     raise UserError(f"{spec.key}={spec.label}: {type(config).__name__} is no causal LM, seq2seq LM or ViT classifier, "
                     f"the whole models attnlab runs; its attention alone: variant=hf:{config.model_type}")
 

@@ -5,8 +5,8 @@ fused Conv1D `c_attn` split into queries, keys and values by position), so a lea
 compared with the reference layer role by role: a projection that holds another role's columns
 (query, key and value taken from `c_attn` in the wrong order), one that holds its own transposed
 (a Conv1D weight, stored (in, out), copied into an nn.Linear without `.T`), and a bias that is
-absent or not the reference's (left out). Each is reported at the stage it first changes; the codes
-are declared in attnlab.diagnosis.codes.MODEL_CODES.
+absent or not the reference's (left out). Each is reported at the stage it first changes; its code
+is declared here (attnlab.model.finding_codes collects a model run's codes).
 """
 
 from __future__ import annotations
@@ -14,11 +14,36 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attnlab.diagnosis.finding_code import MODEL_TABLE, Code
 from attnlab.modules.layouts import QKV_ROLES, Projections
 from attnlab.record import Finding
 
 STAGE = {"queries": "queries", "keys": "keys", "values": "values", "out": "output"}
 TOLERANCE = 1e-6
+_SHOWN_BY = ("tests/model/test_layer_check.py::test_each_loading_mistake_is_found_at_its_layer_and_stage",)
+
+QKV_ORDER = Code(
+    "qkv_order", tuple(STAGE.values()), "error",
+    "a projection holds another role's columns of the fused c_attn: q, k, v split in the wrong order",
+    {"weight": "the {role} projection holds the reference's {swapped} weights: GPT-2's c_attn is [query | key | value] "
+               "along its last axis; split it in that order (np.split(c_attn_w, 3, axis=-1) gives q, k, v)",
+     "bias": "the {role} bias is the reference's {swapped} bias: split c_attn's bias in the order query, key, value"},
+    "a learner's projection holds the reference's weights (or bias) of another role: GPT-2's fused `c_attn` split "
+    "into query, key and value in the wrong order", _SHOWN_BY, MODEL_TABLE)
+NOT_TRANSPOSED = Code(
+    "not_transposed", tuple(STAGE.values()), "error",
+    "a Conv1D weight (stored (in, out)) copied into an nn.Linear (stored (out, in)) without .T",
+    "the {role} weight is the reference's transposed: GPT-2's {what} is a Conv1D stored (in, out), an nn.Linear "
+    "stores (out, in); copy it with .T",
+    "a learner's weight is the reference's transposed: GPT-2's `Conv1D` stores (in, out), `nn.Linear` (out, in)",
+    _SHOWN_BY, MODEL_TABLE)
+BIAS_MISSING = Code(
+    "bias_missing", tuple(STAGE.values()), "error",
+    "a projection without the reference's bias: left out (qkv_bias=False) or not loaded",
+    "the {role} projection {how}: GPT-2's projections all have biases",
+    "a learner's projection has no bias, or one that is not the reference's, where GPT-2's has one", _SHOWN_BY,
+    MODEL_TABLE)
+CODES = (QKV_ORDER, NOT_TRANSPOSED, BIAS_MISSING)
 
 
 def _same(a: Tensor | None, b: Tensor | None) -> bool:
@@ -35,15 +60,10 @@ def loading_findings(learner: Projections, reference: Projections) -> list[Findi
             continue
         swapped = next((other for other in QKV_ROLES if other != role and _same(weight, reference.weight(other))), None)
         if swapped is not None:
-            findings.append(Finding("qkv_order", STAGE[role], "error",
-                                    f"the {role} projection holds the reference's {swapped} weights: "
-                                    f"GPT-2's c_attn is [query | key | value] along its last axis; split it in that order "
-                                    f"(np.split(c_attn_w, 3, axis=-1) gives q, k, v)"))
+            findings.append(QKV_ORDER(STAGE[role], "weight", role=role, swapped=swapped))
         elif weight is not None and weight.shape == expected.T.shape and _same(weight, expected.T):
             what = "c_proj" if role == "out" else "c_attn"
-            findings.append(Finding("not_transposed", STAGE[role], "error",
-                                    f"the {role} weight is the reference's transposed: GPT-2's {what} is a "
-                                    f"Conv1D stored (in, out), an nn.Linear stores (out, in); copy it with .T"))
+            findings.append(NOT_TRANSPOSED(STAGE[role], role=role, what=what))
     return findings
 
 
@@ -53,9 +73,6 @@ def _bias_finding(learner: Projections, reference: Projections, role: str) -> li
         return []
     swapped = next((other for other in QKV_ROLES if other != role and _same(bias, reference.bias(other))), None)
     if swapped is not None:
-        return [Finding("qkv_order", STAGE[role], "error",
-                        f"the {role} bias is the reference's {swapped} bias: split c_attn's bias in the "
-                        f"order query, key, value")]
+        return [QKV_ORDER(STAGE[role], "bias", role=role, swapped=swapped)]
     how = "has no bias (build it with qkv_bias=True)" if bias is None else "has a bias that is not the reference's (load it)"
-    return [Finding("bias_missing", STAGE[role], "error",
-                    f"the {role} projection {how}: GPT-2's projections all have biases")]
+    return [BIAS_MISSING(STAGE[role], role=role, how=how)]

@@ -11,44 +11,104 @@ residual and LayerNorm) is not the attention: its `self` is, so a swap keeps the
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
-from omegaconf import ListConfig
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules.families import family
+from attnlab.modules.families import family_of
+from attnlab.modules.hf_find import ATTENTION_SUFFIXES
 
 ATTENTION_NAMES = ("attn", "self_attn", "att", "attention")
+_CONTAINERS = (nn.ModuleList, nn.ModuleDict)  # LongCat-Flash's `self_attn` holds two attentions: not one
 SELF_IN_WRAPPER = ("self", "attention")  # the self-attention's name inside a wrapper with an `output`
 _LAYERED = re.compile(r"^(?P<blocks>.+)\.(?P<index>\d+)\.(?P<name>[A-Za-z_]\w*)$")
+# {(blocks, the attention's path inside a block): [(layer index, qualified name, module)]}
+Group = dict[tuple[str, str], list[tuple[int, str, nn.Module]]]
+# the first index: a block's list; no name: the list's items are the attention (XLM's `attentions`)
+_NESTED = re.compile(r"^(?P<blocks>.+?)\.(?P<index>\d+)(?:\.(?P<name>[A-Za-z_][\w.]*))?$")
 
 
 def attention_modules(model: nn.Module, attention_path: str | None = None, key: str = "model") -> list[tuple[str, nn.Module]]:
     """[(qualified name, module)] of every layer's attention, in layer order: at `attention_path`,
-    else where the model's family adapter says (Falcon's `self_attention`), else found by name."""
+    else where the model's family adapter says (Falcon's `self_attention`), else found by name, else
+    by class (an nn.Module whose class name ends in Attention: BLOOM's `self_attention`, CTRL's
+    `multi_head_attention`). Where attention sits in several places, the places inside a sub-model
+    that does not read token ids (a vision tower: its `main_input_name` is `pixel_values`) are left out."""
     if attention_path is None:
         declared = declared_path(model)
         if declared is not None and any(_path_pattern(declared).match(name) for name, _ in model.named_modules()):
             attention_path = declared
-    pattern = _path_pattern(attention_path) if attention_path else None
-    groups: dict[tuple[str, str], list[tuple[int, str, nn.Module]]] = {}
-    for name, module in model.named_modules():
-        found = (pattern or _LAYERED).match(name)
-        if not found or not (pattern or found["name"] in ATTENTION_NAMES):
-            continue
-        if isinstance(model.get_submodule(found["blocks"]), (nn.ModuleList, nn.Sequential)):
-            groups.setdefault((found["blocks"], found["name"]), []).append((int(found["index"]), name, module))
+    if attention_path:
+        groups = _groups(model, _path_pattern(attention_path), lambda _found, _module: True)
+    else:
+        groups = _groups(model, _LAYERED, lambda found, module: found["name"] in ATTENTION_NAMES
+                         and not isinstance(module, _CONTAINERS)) or \
+            _groups(model, _NESTED, lambda _found, module: type(module).__name__.endswith(ATTENTION_SUFFIXES))
+    if len(groups) > 1:
+        groups = {where: found for where, found in groups.items() if _reads_ids(model, where[0])} or groups
+    if len(groups) > 1:
+        groups = {where: found for where, found in groups.items() if _beside_embeddings(model, where[0])} or groups
+    if len(groups) > 1:
+        groups = {where: found for where, found in groups.items() if _in_decoder(model, where[0])} or groups
     if len(groups) != 1:
         raise UserError(_not_found(model, attention_path, key, groups))
     found = [(name, module) for _, name, module in sorted(next(iter(groups.values())), key=lambda item: item[0])]
     return found if attention_path else [_unwrapped(name, module) for name, module in found]
 
 
+def _groups(model: nn.Module, pattern: re.Pattern, wanted: Callable[[re.Match, nn.Module], bool]) -> Group:
+    """{(blocks, path inside a block): [(index, name, module)]} of the modules `pattern` places in a
+    list of blocks and `wanted` takes; in each block the outermost only."""
+    groups: Group = {}
+    for name, module in model.named_modules():
+        found = pattern.match(name)
+        if not found or not wanted(found, module):
+            continue
+        if not isinstance(model.get_submodule(found["blocks"]), (nn.ModuleList, nn.Sequential)):
+            continue
+        leaf = found["name"] or ""
+        inside = [other for other in groups if other[0] == found["blocks"] and leaf.startswith(other[1] + ".")
+                  or other[0] == found["blocks"] and other[1] == ""]
+        if not inside:
+            groups.setdefault((found["blocks"], leaf), []).append((int(found["index"]), name, module))
+    return groups
+
+
+def _beside_embeddings(model: nn.Module, blocks: str) -> bool:
+    """`blocks` sits in a module that holds the token embeddings too (Phi-4-multimodal's layers, not
+    the audio encoder inside its embedding)."""
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    names = {id(module): name for name, module in model.named_modules()}
+    where = names.get(id(embeddings)) if embeddings is not None else None
+    parent = blocks.rpartition(".")[0]
+    return where is not None and (not parent or where.startswith(parent + "."))
+
+
+def _in_decoder(model: nn.Module, blocks: str) -> bool:
+    """`blocks` is inside the language model transformers' `get_decoder()` names (GOT-OCR2's, beside
+    a vision encoder that declares no input of its own)."""
+    try:
+        decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    except Exception:  # noqa: BLE001 - a model whose get_decoder cannot say: no preference
+        return False
+    names = {id(module): name for name, module in model.named_modules()}
+    where = names.get(id(decoder)) if decoder is not None and decoder is not model else None
+    return where is not None and (blocks + ".").startswith(where + ".")
+
+
+def _reads_ids(model: nn.Module, blocks: str) -> bool:
+    """No sub-model on the way to `blocks` declares an input other than token ids."""
+    parts = blocks.split(".")
+    owners = [model.get_submodule(".".join(parts[:n])) for n in range(1, len(parts))]
+    return all(getattr(owner, "main_input_name", "input_ids") == "input_ids" for owner in owners)
+
+
 def declared_path(model: nn.Module, stack: str | None = None) -> str | None:
     """Where the model's family adapter puts its attention (in `stack`, an encoder–decoder's), as an
     attention path: `transformer.h.*.self_attention`; None where it declares none."""
-    row = family(getattr(getattr(model, "config", None), "model_type", ""))
+    row = family_of(model)
     path = row.stacks.get(stack) if stack else row.attention
     return path.replace("{i}", "*") if path else None
 
@@ -80,7 +140,7 @@ def _not_found(model: nn.Module, attention_path: str | None, key: str, groups: d
 
 
 def layer_values(layer: Any) -> list[Any]:
-    return list(layer) if isinstance(layer, (list, tuple, ListConfig)) else [layer]
+    return list(layer) if isinstance(layer, (list, tuple)) else [layer]
 
 
 def chosen_layers(layer: Any, n_layers: int) -> list[int]:

@@ -55,7 +55,9 @@ def read_size(config: Any, what: str) -> Any:
 
 def model_sizes(config: Any, label: str, attention: nn.Module | None = None) -> ModelSizes:
     """The sizes its config declares; the key/value heads its `attention` module keeps where that
-    says otherwise (Falcon's multi-query layers keep one whatever the config's num_kv_heads)."""
+    says otherwise (Falcon's multi-query layers keep one whatever the config's num_kv_heads). A
+    composite's (Gemma 3's image-and-text config) are its text config's, the one its attention holds."""
+    config = _sized(config, attention)
     width, heads = read_size(config, "width"), read_size(config, "heads")
     if width is None or heads is None:
         raise UserError(f"{label}: its config names no width or head count "
@@ -65,8 +67,20 @@ def model_sizes(config: Any, label: str, attention: nn.Module | None = None) -> 
     if kept and kept != kv_heads and int(heads) % kept == 0 and declared_count(attention, "num_heads") == heads:
         kv_heads = kept
     row = family(str(_get(config, "model_type") or ""))
-    return ModelSizes(int(width), int(heads), int(kv_heads), read_size(config, "context"), read_size(config, "vocab"),
-                      _logit_scaling(config, row))
+    context = read_size(config, "context")  # XLNet's -1: no limit
+    return ModelSizes(int(width), int(heads), int(kv_heads), context if context is None or context > 0 else None,
+                      read_size(config, "vocab"), _logit_scaling(config, row))
+
+
+def _sized(config: Any, attention: nn.Module | None) -> Any:
+    """`config` where it names a width, else the attention module's own config, else its text config."""
+    if read_size(config, "width") is not None:
+        return config
+    own = getattr(attention, "config", None)
+    if own is not None and read_size(own, "width") is not None:
+        return own
+    text = getattr(config, "get_text_config", None)
+    return text() if callable(text) else config
 
 
 def _logit_scaling(config: Any, row: Family) -> LogitScaling:

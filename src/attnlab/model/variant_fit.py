@@ -19,10 +19,6 @@ from attnlab.modules.registry import get_variant
 from attnlab.modules.variant_spec import constructor_parameters
 
 FITTING = "multi_head_attention, gqa, mqa (the zoo's multi-head classes), or variant=hf:TYPE"
-# the book's single-head classes -> the zoo's multi-head class with the same change (none: the book's own)
-MULTI_HEAD = {"reference": "multi_head_attention", "causal_attention": "multi_head_attention",
-              "unscaled": "mha_unscaled", "scaled_by_dk": "mha_scaled_by_dk",
-              "wrong_softmax_axis": "mha_softmax_query_axis", "causal_mask_missing": "mha_mask_missing"}
 DEFAULT = "reference"  # the variant a run gets when it names none
 
 
@@ -34,13 +30,15 @@ def declared_heads(spec: ModelSpec) -> int | None:
 
 def variant_for_layer(variant: str, heads: int) -> str:
     """The variant a model's layer runs: the default (the book's single-head reference) stands as the
-    book's MultiHeadAttention in a layer of several heads; any other name as it is."""
-    return MULTI_HEAD[DEFAULT] if variant == DEFAULT and heads > 1 else variant
+    multi-head counterpart it declares (the book's MultiHeadAttention) in a layer of several heads;
+    any other name as it is."""
+    counterpart = get_variant(DEFAULT).multi_head if variant == DEFAULT and heads > 1 else None
+    return counterpart or variant
 
 
 def check_variant_fits(variant: str, spec: ModelSpec) -> None:
-    """One line when `variant` has one head and the model's layers several, naming its multi-head
-    counterpart where the zoo has one."""
+    """One line when `variant` has one head and the model's layers several, naming the multi-head
+    counterpart it declares (`@attnlab.variant(multi_head=...)`), if any."""
     heads = declared_heads(spec)
     if heads is None or heads == 1 or variant.startswith("hf:") or variant == DEFAULT:
         return
@@ -50,7 +48,7 @@ def check_variant_fits(variant: str, spec: ModelSpec) -> None:
     named = {parameter.name for parameter in constructor_parameters(found)}
     if named & set(spellings("num_heads")) or any(p.kind == p.VAR_KEYWORD for p in constructor_parameters(found)):
         return
-    fitting = f"its multi-head counterpart: variant={MULTI_HEAD[variant]}" if variant in MULTI_HEAD \
+    fitting = f"its multi-head counterpart: variant={found.multi_head}" if found.multi_head \
         else f"a variant that fits: {FITTING}"
     raise UserError(f"variant={variant}: a single-head class ({found.cls.__name__} takes no head count) cannot stand "
                     f"in for the model's {heads}-head attention; {fitting}")

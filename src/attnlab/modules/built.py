@@ -109,6 +109,9 @@ class HuggingFaceCall(CallConvention):
             args = tuple(grid_x if a is x else a for a in args)
             kwargs = {k: grid_x if v is x else v for k, v in kwargs.items()}
             return self.unpack(hf_grid.read_back(module(*args, **kwargs), x), x)
+        if hf_grid.sequence_first(module):  # (T, b, d) as its model permutes it, the output turned back
+            args, kwargs = self.arguments(module, x.transpose(0, 1))
+            return self.unpack(_batch_first(module(*args, **kwargs)), x)
 
         def own() -> Any:
             args, kwargs = self.arguments(module, x)
@@ -274,6 +277,8 @@ class BuiltModule:
         self.module.eval()
         try:
             out = self._probe(probe)
+        except hf_record.OutsideInput:  # an input from outside the attention: refused, as before any work
+            raise
         except Exception as exc:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
             try:
                 self._probe(probe[0])

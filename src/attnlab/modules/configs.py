@@ -207,7 +207,8 @@ class ConfigConstructor:
 
     def _per_stage(self, spelling: str, value: Any) -> Any:
         """A value where the config holds one per stage (Swin's num_heads [3, 6, 12, 24]): every stage's."""
-        default = self.attributes.get(spelling)
+        aliased = (getattr(self.config_cls, "attribute_map", None) or {}).get(spelling, spelling)  # Swin's num_heads
+        default = self.attributes.get(spelling, self.attributes.get(aliased))
         return type(default)([value] * len(default)) if isinstance(default, (list, tuple)) and default else value
 
     def _built(self, filled: dict[str, Any]) -> Any:

@@ -47,12 +47,15 @@ def variant(
     reference: str | None = None,
     tags: tuple[str, ...] | list[str] = (),
     observable: dict[str, int] | None = None,
+    multi_head: str | None = None,
 ) -> Callable[[ModuleClass], ModuleClass]:
     """Name a variant explicitly; allows several variants in one file, default params, the
     reference it is compared against (`reference=auto` then chooses this one) and tags that
     `attnlab.list_variants(tag=...)` selects by. `observable`: the smallest size at which its
     change can be seen (`n_tokens`, `head_dim`, `d_in`, `d_out`, `|d_in - d_out|`); below it a
-    run says so in one `not_checked` line instead of diagnosing. A default param must be a config value (a
+    run says so in one `not_checked` line instead of diagnosing. `multi_head`: a single-head
+    class's counterpart of several heads with the same change (what training builds for it, what a
+    model's layer of several heads is offered). A default param must be a config value (a
     number, string, bool, None, or a list or dict of them): anything else fails this file only."""
     for key, value in (params or {}).items():
         if not _plain(value):
@@ -65,7 +68,7 @@ def variant(
         marks = list(cls.__dict__.get(_MARK, ()))
         marks.append(dict(name=name, description=description, params=dict(params or {}),
                           expected_finding=expected_finding, reference=reference, tags=tuple(tags),
-                          observable=dict(observable or {})))
+                          observable=dict(observable or {}), multi_head=multi_head))
         setattr(cls, _MARK, marks)
         if cls.__module__ == "__main__":  # defined in a notebook cell or the REPL: this session's
             session.register(cls, name or _snake(cls.__name__), marks[-1])
@@ -178,7 +181,7 @@ def _declaration(cls: type, name: str, mark: dict[str, Any], source: str, group:
     return VariantSpec(name, cls, mark.get("description") or describe(cls, copied), dict(mark.get("params") or {}),
                        source, tuple(finding) if finding else None, mark.get("reference"),
                        tuple(dict.fromkeys((group, *mark.get("tags", ())))), output,
-                       dict(mark.get("observable") or {}))
+                       dict(mark.get("observable") or {}), mark.get("multi_head"))
 
 
 def declarations_of(module: Any, default_name: str, source: str, group: str,

@@ -24,9 +24,9 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf_grid, hf_inputs, hf_lineage, hf_record
+from attnlab.modules import hf_grid, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
-from attnlab.modules.families import GENERIC, Family, family, spellings
+from attnlab.modules.families import GENERIC, Family, family, family_of, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
 from attnlab.modules.hf_build import UNKNOWN as _UNKNOWN
 from attnlab.modules.hf_build import model_arguments
@@ -82,33 +82,44 @@ def tower_note(model_type: str) -> str:
 
 
 def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, in_model: bool = False,
-                    **extra: Any) -> nn.Module:
+                    tokens: int | None = None, **extra: Any) -> nn.Module:
     """`module_cls` built as its model's own layer builds it, by the keywords its family declares
     (`LlamaAttention(config=config, layer_idx=0)`), never from its signature: transformers 5.25
     wraps the constructors, and a wrapped one names no parameters. `in_model`: for a layer of the
-    whole model, whose sizes are under the adapter's model spellings; `extra` sets a declared keyword."""
-    row = family(getattr(config, "model_type", ""))
+    whole model, whose sizes are under the adapter's model spellings; `tokens`: the run's, which a
+    hierarchical vision model's stage and window are chosen for (`hf_stage`); `extra` sets a declared keyword."""
+    row = family_of(config)
     if row is GENERIC:  # a copy of a family's class (UDOP's, Switch Transformers' of T5's) is built as that family builds it
-        row = family(hf_lineage.origin_type(module_cls) or "")
-    if row is GENERIC and transformers_class(module_cls) is module_cls:
-        # a family without an adapter: built as its model's own code builds it (attnlab.modules.hf_build)
-        found = model_arguments(module_cls, config, layer)
+        origin = family(hf_lineage.origin_type(module_cls) or "")
+        # unless its constructor takes what that family's does not (SwinAttention's sizes beside ViT's config)
+        row = origin if set(hf_stage.required_parameters(module_cls)) <= set(origin.constructor) else GENERIC
+    base = transformers_class(module_cls)
+    if row is GENERIC and base is not None:
+        # a family without an adapter: built as its model's own code builds it (attnlab.modules.hf_build), a
+        # subclass of its class (a planted copy) with the arguments the model gives that class
+        found = model_arguments(base, config, layer, tokens)
         if found is not None:
             args, kwargs = found
-            return _built(module_cls, args, {**kwargs, **{k: v for k, v in extra.items() if k in kwargs}})
+            return _built(module_cls, args, {**kwargs, **{k: v for k, v in extra.items() if k in kwargs}}, tokens)
     constructor = _guessed_constructor(module_cls) if row is GENERIC else row.constructor
     kwargs = {keyword: config if source == "config" else extra.get(keyword, layer) if source == "layer"
               else _config_value(config, row, source, in_model) for keyword, source in constructor.items()}
     return module_cls(**kwargs)
 
 
-def _built(module_cls: type[nn.Module], args: list, kwargs: dict[str, Any]) -> nn.Module:
+def _built(module_cls: type[nn.Module], args: list, kwargs: dict[str, Any], tokens: int | None) -> nn.Module:
     """The class built from its model's arguments; a keyword the model's code computes from what
     attnlab does not build is left to its default (a missing one: the constructor's own one-line error)."""
     if any(a is _UNKNOWN for a in args):
         raise HFError(f"{module_cls.__name__} cannot be built from its config alone: its model passes a positional "
                       f"argument from code attnlab cannot evaluate")
-    return module_cls(*args, **{k: v for k, v in kwargs.items() if v is not _UNKNOWN})
+    try:
+        return module_cls(*args, **{k: v for k, v in kwargs.items() if v is not _UNKNOWN})
+    except TypeError as exc:
+        window = hf_stage.refused_window(module_cls, tokens, exc)
+        if window is None:
+            raise
+        raise HFError(window) from None
 
 
 def _guessed_constructor(module_cls: type) -> dict[str, str]:
@@ -138,13 +149,26 @@ class HFConstructor(ConfigConstructor):
         """A transformers class's: its family's declared keywords a variant may set, the layer index."""
         if transformers_class(self.module_cls) is None:
             return super().constructor_parameters()
-        row = family(getattr(self.config_cls, "model_type", ""))
+        row = family_of(self.config_cls)
         return [keyword for keyword, source in row.constructor.items() if source == "layer"]
+
+    tokens: int | None = None  # the run's token count, for a class built for it (`hf_stage.sized_by_tokens`)
+
+    def config(self, values: dict[str, Any], params: dict[str, Any], private: dict[str, Any] | None = None) -> Any:
+        """The config, its multimodal rotary sections fitted to the heads attnlab sizes (`hf_small.rope_at`)."""
+        origin = transformers_class(self.module_cls)
+        rope = None if "rope_parameters" in params or origin is None else hf_small.rope_at(
+            self.config_cls, origin, values["d_out"] // (values.get("num_heads") or 1))
+        return super().config(values, {**params, **({"rope_parameters": rope} if rope else {})}, private)
 
     def construct(self, config: Any, extra: dict[str, Any]) -> nn.Module:
         if transformers_class(self.module_cls) is None:
             return super().construct(config, extra)
-        return build_attention(self.module_cls, config, **extra)
+        return build_attention(self.module_cls, config, tokens=self.tokens, **extra)
+
+    def _by_tokens(self) -> bool:
+        """It takes the run's tokens as context_length though its config has no spelling for it."""
+        return not self.spelled["context_length"] and hf_stage.sized_by_tokens(self.module_cls, self.attributes)
 
     def __call__(self, d_in: int, d_out: int, num_heads: int | None = None, **keys: Any) -> nn.Module:
         implementation = keys.pop("attn_implementation", None) or "eager"
@@ -152,7 +176,9 @@ class HFConstructor(ConfigConstructor):
             raise HFError(f"attn_implementation={implementation}: allowed are {', '.join(IMPLEMENTATIONS)}")
         sizes = {"d_in": d_in, "d_out": d_out, "num_heads": num_heads}
         private = {"_attn_implementation": implementation}
-        module = self.build(sizes, keys, private)
+        builder = copy.copy(self)  # this build's tokens, not the constructor's
+        builder.tokens = keys.pop("context_length", None) if self._by_tokens() else keys.get("context_length")
+        module = builder.build(sizes, keys, private)
         if not hasattr(module, "config"):  # MPT's keeps none: held so it is called as its model calls it
             module.config = self.config({**sizes, **{k: v for k, v in keys.items() if k in CONFIG_SPELLINGS}},
                                         {k: v for k, v in keys.items() if k not in CONFIG_SPELLINGS}, private)
@@ -162,8 +188,11 @@ class HFConstructor(ConfigConstructor):
     def __signature__(self) -> inspect.Signature:
         base = super().__signature__
         parameters = list(base.parameters.values())
-        extra = inspect.Parameter("attn_implementation", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
-        return base.replace(parameters=[*parameters[:-1], extra, parameters[-1]])
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        extra = [inspect.Parameter("attn_implementation", kind, default=None)]
+        if self._by_tokens():
+            extra.append(inspect.Parameter("context_length", kind, default=None))
+        return base.replace(parameters=[*parameters[:-1], *extra, parameters[-1]])
 
 
 def hf_constructor(name: str) -> HFConstructor:
@@ -227,13 +256,15 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     if "attention_mask" in accepted:
         kwargs["attention_mask"] = _mask(module, x, position_ids)
+    elif "mask" in accepted and "position_bias" in accepted:  # T5-style classes' name (Pix2Struct's text attention)
+        kwargs["mask"] = _mask(module, x, position_ids)
     if "position_embeddings" in accepted:
         kwargs["position_embeddings"] = _rotary(module, x, position_ids)
     if "position_ids" in accepted:
         kwargs["position_ids"] = position_ids
     if "alibi" in accepted:
         kwargs["alibi"] = _alibi(module, x)
-    if family(getattr(module.config, "model_type", "")).arguments.get("is_causal") == "is_causal":
+    if family_of(module.config).arguments.get("is_causal") == "is_causal":
         kwargs["is_causal"] = mask_kind(module) != "bidirectional"  # the model's word over the class's attribute
     if "position_bias" in accepted and accepted["position_bias"].default is inspect.Parameter.empty:
         kwargs["position_bias"] = _position_bias(module, x)
@@ -300,7 +331,7 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
     module's own `scaling` (code could set that wrongly)."""
     config = getattr(module, "config", None)
     origin = transformers_class(type(module))
-    row = family(getattr(config, "model_type", ""))
+    row = family_of(config)
     if row is GENERIC and origin is not None:  # a copy of a family's class (UDOP's of T5's) scales as that family
         row = family(hf_lineage.origin_type(origin) or "")
     if row.scaling is not None:
@@ -320,18 +351,42 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
         layer = getattr(module, "layer_idx", 0) or 0
         head_dim = _config_value(config, row, "d_in") // _config_value(config, row, "num_heads")
         return head_dim ** -0.5 / (layer + 1), f"scale_attn_by_inverse_layer_idx: 1/sqrt(head_dim) / {layer + 1}"
-    return hf_lineage.library_scale(module, origin, lambda cls, c, i: build_attention(cls, c, layer=i))
+    scale = hf_lineage.library_scale(module, origin, lambda cls, c, i: build_attention(cls, c, layer=i))
+    if scale is None and origin is not None and hf_lineage.names_no_scale(origin):
+        return 1.0, f"{origin.__name__} applies no scale to its scores (its code names none)"
+    return scale
 
 
 def mask_kind(module: nn.Module) -> str:
     """The mask its model builds: its family row's (families.py), else what the module declares
     (`is_causal`, a sliding window)."""
-    row = family(getattr(getattr(module, "config", None), "model_type", ""))
+    row = family_of(module)
     if row is not GENERIC:
         return row.mask
-    if hf_grid.axes(type(module)) is not None:  # its tokens are an image's grid (SAM's, ViTDet's): no order to mask by
+    if hf_inputs.padding_mask_only(type(module)):  # its mask only pads: it attends both ways
         return "bidirectional"
-    return "causal" if getattr(module, "is_causal", True) else "bidirectional"
+    declared = getattr(module, "is_causal", None)
+    if isinstance(declared, bool):
+        return "causal" if declared else "bidirectional"
+    # its tokens are an image's patches (SAM's grid, Swin's window, a config with a patch size): no order to mask by
+    vision = any(getattr(getattr(module, "config", None), key, None) is not None for key in ("patch_size", "patch_sizes", "image_size"))
+    if vision or hf_grid.axes(type(module)) is not None:
+        return "bidirectional"
+    origin = transformers_class(type(module))
+    return "bidirectional" if origin is not None and _takes_no_mask(origin) else "causal"
+
+
+@cache
+def _takes_no_mask(cls: type) -> bool:
+    """Whether the library's class can mask nothing: its forward's source names no mask and nothing
+    causal (BLIP's and MGP-STR's vision attention), so its model attends both ways. Read from the
+    library's class, never the one attnlab runs: a copy that drops its mask is still compared with
+    a causal reference."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (TypeError, OSError):
+        return False
+    return "mask" not in source and "causal" not in source
 
 
 def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor | None:
@@ -339,7 +394,9 @@ def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tor
 
     config = module.config
     kind = mask_kind(module)
-    values = family(getattr(config, "model_type", "")).mask_values
+    if hf_inputs.padding_mask_only(type(module)):
+        return None  # no padding
+    values = family_of(config).mask_values
     if values != "additive":  # DeBERTa's 1 keep / 0 drop, MPT's bool True drop
         keep = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool, device=x.device)
         keep = keep if kind == "bidirectional" else torch.tril(keep)

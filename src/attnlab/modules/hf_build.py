@@ -19,11 +19,14 @@ from typing import Any
 
 from torch import nn
 
+from attnlab.modules import hf_stage
 from attnlab.modules.hf_find import Call, calls_of, self_attention_call
+from attnlab.modules.hf_stage import UNKNOWN  # an argument the model computes from what attnlab does not build
 
-_LAYER_NAMES = ("layer_idx", "layer_id", "layer_index", "layer_number", "idx", "i", "layer", "index", "block_idx")
+_LAYER_NAMES = ("layer_idx", "layer_id", "layer_index", "layer_number", "idx", "i", "layer", "index", "block_idx",
+                "stage", "stage_idx", "stage_index")  # a hierarchical model's stage (CvT's)
+_SIZE_NAMES = ("num_heads", "num_attention_heads", "embed_dim", "dim", "hidden_size", "hidden_sizes")
 _CONFIG_NAMES = ("config", "cfg")
-UNKNOWN = object()  # an argument the model computes from what attnlab does not build
 _DEPTH = 3  # callers above the class read: a wrapper, its layer, the layer's stack
 
 
@@ -40,19 +43,22 @@ class _Scope(dict):
         return self.layer
 
 
-def model_arguments(module_cls: type[nn.Module], config: Any, layer: int = 0) -> tuple[list, dict] | None:
+def model_arguments(module_cls: type[nn.Module], config: Any, layer: int = 0,
+                    tokens: int | None = None) -> tuple[list, dict] | None:
     """(args, kwargs) the model's own code passes `module_cls`, with `config` for its config;
-    None where no class of its modeling module builds it."""
+    None where no class of its modeling module builds it. `tokens`: the run's token count, whose
+    grid is a window class's window (`hf_stage.windowed`)."""
     modeling = sys.modules[module_cls.__module__]
     call = _call(modeling, module_cls)
     if call is None:
         return None
+    layer = hf_stage.stage_of(config, tokens) or layer  # a hierarchical model's stage index is its layers' loop index
     scope = _caller_scope(modeling, call, config, layer, 0)
     args = [config if _is_config(a, call) else _value(a, modeling, scope) for a in call.node.args
             if not isinstance(a, ast.Starred)]
     kwargs = {k.arg: config if _is_config(k.value, call) else _value(k.value, modeling, scope)
               for k in call.node.keywords if k.arg}
-    return args, kwargs
+    return hf_stage.staged(module_cls, config, args, kwargs, tokens)
 
 
 def _call(modeling: ModuleType, cls: type) -> Call | None:
@@ -69,7 +75,9 @@ def _is_config(node: ast.expr, call: Call) -> bool:
 
 def _config_parameter(init: ast.FunctionDef) -> str:
     names = [a.arg for a in init.args.args[1:]]
-    return next((n for n in names if n in _CONFIG_NAMES), names[0] if names else "config")
+    # a config-named one, else the first unless it names a size (CvtAttention's num_heads: it takes no config)
+    first = names[0] if names and names[0] not in _SIZE_NAMES else "config"
+    return next((n for n in names if n in _CONFIG_NAMES), first)
 
 
 def _caller_scope(modeling: ModuleType, call: Call, config: Any, layer: int, depth: int) -> _Scope:
@@ -94,12 +102,15 @@ def _parameter_names(init: ast.FunctionDef) -> list[str]:
 
 
 def _defaults(init: ast.FunctionDef, modeling: ModuleType, layer: int) -> list[Any]:
-    """Each parameter's default, the layer index where it has none."""
+    """Each parameter's default; where it has none, the layer index for a layer's name, else UNKNOWN
+    (Swin's stage `num_heads` and `input_resolution`, which a caller above those read passes)."""
     positional = init.args.args[1:]
     padded = [None] * (len(positional) - len(init.args.defaults)) + list(init.args.defaults)
     nodes = [*padded, *init.args.kw_defaults]
+    names = _parameter_names(init)
     scope = _Scope(modeling, layer, {})
-    return [layer if node is None else _value(node, modeling, scope) for node in nodes]
+    return [(layer if name in _LAYER_NAMES else UNKNOWN) if node is None else _value(node, modeling, scope)
+            for name, node in zip(names, nodes, strict=True)]
 
 
 def _passed(modeling: ModuleType, outer: Call, init: ast.FunctionDef, config: Any, layer: int,
@@ -126,6 +137,8 @@ def _run_assignments(init: ast.FunctionDef, modeling: ModuleType, scope: _Scope)
     """The caller's `x = ...` and `self.x = ...` in source order, skipping any that builds a module
     (a sublayer is not needed to read an argument, and may not build alone)."""
     for node in ast.walk(init):
+        if isinstance(node, ast.AnnAssign) and node.value is not None:  # PVT's `hidden_size: int = config...`
+            node = ast.Assign(targets=[node.target], value=node.value)
         if not isinstance(node, ast.Assign) or len(node.targets) != 1 or _builds_module(node.value, modeling, scope):
             continue
         value = _value(node.value, modeling, scope)

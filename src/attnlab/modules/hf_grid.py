@@ -1,4 +1,5 @@
-"""The layout a Hugging Face attention's forward reads its hidden states in, when it is not (b, T, d).
+"""The layout a Hugging Face attention's forward reads its hidden states in, when it is not (b, T, d):
+an image's grid or a point batch (below), or sequence-first (T, b, d) (`sequence_first`).
 
 Read from the forward's own source, never guessed from a failing call: the axes it unpacks its
 first input's shape into (`batch_size, height, width, _ = hidden_states.shape`, SAM's and ViTDet's
@@ -88,6 +89,18 @@ def _helpers(cls: type, forward: ast.FunctionDef) -> list[tuple[ast.FunctionDef,
         if helper is not None and len(helper.args.args) >= 2:
             found.append((helper, helper.args.args[1].arg))
     return found
+
+
+def sequence_first(module: nn.Module) -> bool:
+    """Its input is (T, b, d): it hands it to a torch nn.MultiheadAttention of its own that is not
+    batch_first, and turns no axes itself (BridgeTower's residual attention; its model permutes)."""
+    if not any(isinstance(c, nn.MultiheadAttention) and not c.batch_first for c in module.children()):
+        return False
+    try:
+        source = inspect.getsource(type(module))
+    except (TypeError, OSError):
+        return False
+    return not any(turn in source for turn in ("transpose(0, 1)", "transpose(1, 0)", "permute(1, 0"))
 
 
 def spatial(module: nn.Module) -> bool:

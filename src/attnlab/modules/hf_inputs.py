@@ -16,10 +16,13 @@ refused in one line naming it (`arguments.check_forward`).
 
 from __future__ import annotations
 
+import ast
 import inspect
 import math
+import textwrap
 import weakref
 from collections.abc import Callable, MutableMapping
+from functools import cache
 from typing import Any
 
 import torch
@@ -32,6 +35,26 @@ def _empty_container(parameter: inspect.Parameter) -> type | None:
     """The mapping class a parameter is annotated with (Gemma 4's KVSharingDict), else None."""
     annotation = parameter.annotation
     return annotation if inspect.isclass(annotation) and issubclass(annotation, MutableMapping) else None
+
+
+@cache
+def padding_mask_only(cls: type) -> bool:
+    """Its attention_mask is a key padding mask ((b, T), WavLM's and BridgeTower's into torch's
+    `key_padding_mask`): it drops padded keys only, never the future; no padding is None."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (TypeError, OSError, SyntaxError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "key_padding_mask" for t in node.targets):
+            value = node.value
+        elif isinstance(node, ast.keyword) and node.arg == "key_padding_mask":
+            value = node.value
+        else:
+            continue
+        if any(isinstance(n, ast.Name) and n.id == "attention_mask" for n in ast.walk(value)):
+            return True
+    return False
 
 
 def _residual(module: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -5,11 +5,13 @@ files, never from the module attnlab runs (whose code may be the mistake):
   above it, UDOP's) or derives from in its modular file (`class SwitchTransformersAttention(T5Attention)`):
   it scales as that family declares (T5's scores are unscaled);
 - its constructor's scale: the `scaling` a fresh instance of the library's class sets from the same
-  config (Gemma 4's 1.0 under QK-norm), so that a copy or subclass that changes it is still found.
+  config (Gemma 4's 1.0 under QK-norm), so that a copy or subclass that changes it is still found;
+- no scale at all: a class whose source names none (GPT-Neo's `_attn` softmaxes query @ key.T as is).
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 import sys
@@ -22,7 +24,8 @@ from torch import nn
 
 from attnlab.modules.roles import declared_count
 
-_HEAD_DIMS = ("qk_head_dim", "attention_head_size")  # the key width its scores are over, besides head_dim's spellings
+# the key width its scores are over, besides head_dim's spellings (T5-style classes' key_value_proj_dim)
+_HEAD_DIMS = ("qk_head_dim", "attention_head_size", "key_value_proj_dim")
 _COPIED = re.compile(r"#\s*Copied from transformers\.models\.(\w+)\.modeling_\w+\.(\w+)")
 
 
@@ -73,3 +76,22 @@ def library_scale(module: nn.Module, origin: type | None, build: Callable[[type,
     if abs(scaling - head_dim ** -0.5) <= 1e-6 * head_dim ** -0.5:
         return None
     return float(scaling), f"{origin.__name__} sets scaling = {scaling:g} in its constructor"
+
+
+# what a class that scales its scores names: a scale or scaling, a square root, a power of one half, or a
+# kernel or attention function that applies its own default scale
+_SCALES = re.compile(r"scal(e|es|ing)\b|sqrt|\*\*\s*\(?-?\s*0?\.5|scaled_dot_product|attention_interface|"
+                     r"attention_forward|norm_factor|softmax_scale|temperature|_attn_fn|flash|sdpa|MultiheadAttention",
+                     re.IGNORECASE)
+
+
+@cache
+def names_no_scale(origin: type) -> bool:
+    """Whether the library's class `origin` names no scale anywhere in its code (comments left out):
+    its scores go into the softmax as they are (GPT-Neo's). Read from the library's class, never the
+    one attnlab runs, so a copy that adds or drops a scale is still compared with the unscaled one."""
+    try:
+        code = ast.unparse(ast.parse(inspect.getsource(origin)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    return _SCALES.search(code) is None

@@ -33,8 +33,13 @@ from attnlab.modules import hf_inputs, hf_small
 from attnlab.modules.arguments import forward_parameters, providable, required
 
 
-class ModelCallError(UserError):
-    """A module whose model's call could not be recorded at the run's sizes."""
+class ModelCallError(RuntimeError):
+    """A module whose model's call could not be recorded at the run's sizes: that record fails."""
+
+
+class OutsideInput(UserError):
+    """A forward input its model makes from what lies outside the attention (LUKE's entities, a
+    layout's boxes), and the model could not be run without it: refused, as a bad variant is."""
 
 
 class _Stop(Exception):
@@ -59,6 +64,7 @@ class Call:
 _CALLS: weakref.WeakKeyDictionary[nn.Module, dict[tuple, Call]] = weakref.WeakKeyDictionary()
 _MODELS: weakref.WeakKeyDictionary[nn.Module, list[tuple[nn.Module, nn.Module] | str]] = weakref.WeakKeyDictionary()
 _FED: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # "own" or "recorded", once known
+_TOO_FEW = "its attention sees"  # a model that ran, but not at the run's tokens
 _TRIES = 6  # sizes of a model's input tried before refusing
 _MODEL_CLASSES = 2  # of a modeling file's model classes for the config, the first ones tried
 
@@ -89,7 +95,8 @@ def recorded(module: nn.Module, x: torch.Tensor, own: Exception | None = None) -
     attnlab's own inputs failed, named in the refusal)."""
     calls = _CALLS.setdefault(module, {})
     if tuple(x.shape) not in calls:
-        with torch.random.fork_rng(devices=[]), torch.no_grad():  # building a model draws nothing from the run's seed
+        # building a model draws nothing from the run's seed; a capture's torch-function mode sees none of its calls
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), torch._C.DisableTorchFunction():
             calls[tuple(x.shape)] = _record(module, x, own)
     return calls[tuple(x.shape)].on(x)
 
@@ -121,7 +128,7 @@ def _models(module: nn.Module, x: torch.Tensor) -> list[tuple[nn.Module, nn.Modu
         for model_cls in owning_models(module):
             try:
                 model = hf_small.built(model_cls, module.config, layer if isinstance(layer, int) else 0,
-                                       x.device, x.dtype)
+                                       x.device, x.dtype, lambda m: type(m) is _origin(module))
             except Exception as exc:  # noqa: BLE001 - a model class that cannot be built from this config: the next one
                 found.append(f"{model_cls.__name__}: {type(exc).__name__}: {exc}".splitlines()[0][:160])
                 continue
@@ -141,27 +148,25 @@ def _record(module: nn.Module, x: torch.Tensor, own: Exception | None) -> Call:
         if call is not None:
             return call
         problems.append(f"{type(found[0]).__name__}: {problem}")
-    raise ModelCallError(_refusal(module, own, problems[0] if problems else
-                                  f"its modeling file has no model built from {type(module.config).__name__}"))
-
-
-def _refusal(module: nn.Module, own: Exception | None, problem: str) -> str:
-    """One line: the input from outside the attention the module needs, else why neither way fed it."""
+    problem = problems[0] if problems else f"its modeling file has no model built from {type(module.config).__name__}"
     name = type(module).__name__
     outside = [p.name for p in required(type(module)) if not providable(p.name, hf_inputs.provided(type(module)))]
-    if outside:
-        return (f"{name}.forward needs '{outside[0]}', an input its model makes from what lies outside the attention, "
-                f"and its model could not be run to make it ({problem}); run a subclass whose forward passes "
-                f"{outside[0]}=...")
+    if outside and not problem.split(": ", 1)[-1].startswith(_TOO_FEW):  # a model that ran, without what it needs
+        raise OutsideInput(f"{name}.forward needs '{outside[0]}', an input its model makes from what lies outside the "
+                           f"attention, and its model could not be run to make it ({problem}); run a subclass whose "
+                           f"forward passes {outside[0]}=...")
     why = f"{type(own).__name__}: {' '.join(str(own).split())}"[:120] if own is not None else "none"
-    return (f"{name}: attnlab's own inputs failed ({why}), and its model's call could not be recorded at these "
-            f"sizes ({problem})")
+    raise ModelCallError(f"{name}: its model's call could not be recorded at these sizes ({problem}); attnlab's own "
+                         f"inputs failed ({why})")
 
 
 def _instance(model: nn.Module, module: nn.Module) -> nn.Module | None:
-    """The model's instance of the class at the module's layer, else its first."""
+    """The model's instance of the class sized as the module (RT-DETR's encoder attention is wider
+    than its decoder's), at the module's layer, else its first."""
     origin = _origin(module)
     found = [m for m in model.modules() if type(m) is origin]
+    shapes = {k: v.shape for k, v in module.state_dict().items()}
+    found = [m for m in found if {k: v.shape for k, v in m.state_dict().items()} == shapes] or found
     layer = getattr(module, "layer_idx", None)
     return next((m for m in found if getattr(m, "layer_idx", None) == layer), found[0] if found else None)
 
@@ -197,7 +202,7 @@ def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size
         size = max(1, round(size * tokens / max(seen[size], 1)))
         while size in seen:
             size += 1
-    return None, f"its attention sees {min(seen.values())} tokens from its smallest input; run with inputs.n_tokens=" \
+    return None, f"{_TOO_FEW} {min(seen.values())} tokens from its smallest input; run with inputs.n_tokens=" \
                  f"{min(seen.values())}"
 
 
@@ -242,8 +247,8 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
         return lambda size: {name: torch.randn(*shape[:axis], size, *shape[axis + 1:], device=x.device,
                                                dtype=x.dtype), **extra}
 
-    if "pixel_values" in accepted:
-        side = getattr(config, "image_size", None) or 64
+    if "pixel_values" in accepted:  # one row of patches (a convolutional backbone's stride where no patch), widened
+        side = getattr(config, "patch_size", None) or getattr(config, "image_size", None) or 64
         side = side[0] if isinstance(side, (list, tuple)) else side
         forms.append((signal("pixel_values", (batch, getattr(config, "num_channels", 3), side, side), 3), side))
     if "input_features" in accepted:
@@ -253,6 +258,12 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
                   (signal("input_features", (batch, bins, 64), 2), 64)]
     if "input_values" in accepted:
         forms.append((signal("input_values", (batch, 1600), 1), 1600))
+    parameters = forward_parameters(type(model))
+    if parameters and parameters[0].name == "hidden_states":  # an encoder of features (Granite Speech's): its input width
+        width = next((getattr(config, s) for s in ("input_dim", "feature_size", "num_mel_bins") if getattr(config, s, None)),
+                     _width(config))
+        if width:
+            forms.append((signal("hidden_states", (batch, tokens, width), 1), tokens))
     return forms
 
 

@@ -11,6 +11,8 @@ built on the meta device first, so its size is known before any memory is used.
 from __future__ import annotations
 
 import copy
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -25,14 +27,20 @@ EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_nu
 ROUTED = ("num_experts_per_tok", "moe_k", "num_experts_per_token")
 
 
-def built(model_cls: type, config: Any, layer: int, device: torch.device, dtype: torch.dtype) -> nn.Module:
-    """`model_cls` from the most shrunk form of `config` it can be built from within the budget
-    (its own error, or a one-line size error, where none)."""
+def built(model_cls: type, config: Any, layer: int, device: torch.device, dtype: torch.dtype,
+          holds: Callable[[nn.Module], bool]) -> nn.Module:
+    """`model_cls` from the most shrunk form of `config` it can be built from within the budget and
+    still `holds` the class (a model whose layer 0 is a convolution (LFM's) keeps its layers up to
+    the first attention one); its own error, or a one-line size error, where none."""
     problem: Exception | None = None
     for level in (2, 1, 0):
-        small = shrunk(config, layer, level)
         try:
             with torch.device("meta"):
+                small = shrunk(config, layer, level)
+                if level and not any(holds(m) for m in model_cls(small).modules()):
+                    full = model_cls(shrunk(config, 10**6, level))  # its layers all there: the first that holds it
+                    small = shrunk(config, next(i for i, m in enumerate(_layers(full)) if any(map(holds, m.modules()))),
+                                   level)
                 size = sum(p.numel() for p in model_cls(small).parameters())
         except Exception as exc:  # noqa: BLE001 - a config its own checks refuse at this shrinking: less shrunk
             problem = problem or exc
@@ -44,9 +52,14 @@ def built(model_cls: type, config: Any, layer: int, device: torch.device, dtype:
     raise problem
 
 
+def _layers(model: nn.Module) -> nn.ModuleList:
+    """The model's longest list of layers (its decoder's or encoder's)."""
+    return max((m for m in model.modules() if isinstance(m, nn.ModuleList)), key=len)
+
+
 def shrunk(config: Any, layer: int, level: int) -> Any:
     """A copy of `config` (eager attention): level 0 as it is, 1 with the layers after `layer` cut,
-    2 also with a small vocabulary, feed-forward and expert count; its sub-configs alike."""
+    2 also with a small vocabulary, feed-forward, expert count and other depths; its sub-configs alike."""
     small = copy.deepcopy(config)
     small._attn_implementation = getattr(config, "_attn_implementation", None) or "eager"
     if level:
@@ -69,11 +82,13 @@ def _shrink(config: Any, layer: int, level: int) -> None:
                     setattr(config, name, type(value)(value[:layer + 1]))
     if level < 2:
         return
-    _smaller(config, ("vocab_size",), VOCAB)
+    _smaller(config, [k for k in vars(config) if k.endswith("vocab_size")], VOCAB)  # LUKE's entity_vocab_size too
     if isinstance(getattr(config, "pad_token_id", None), int) and config.pad_token_id >= VOCAB:
         config.pad_token_id = None  # its padding row past the smaller vocabulary
     _smaller(config, [k for k in vars(config) if k.endswith("intermediate_size")] + list(FEED_FORWARD), WIDTH)
     _smaller(config, EXPERT_COUNTS, EXPERTS)
+    # the depths of what the model holds beside its layers (Evolla's protein resampler, aligner layers)
+    _smaller(config, [k for k in vars(config) if k.endswith(("depth", "_layers")) and k not in LAYERS], 1)
     _smaller(config, ROUTED, 2)
 
 
@@ -82,3 +97,43 @@ def _smaller(config: Any, keys: Any, bound: int) -> None:
         value = getattr(config, key, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > bound:
             setattr(config, key, bound)
+
+
+def rope_at(config_cls: type, module_cls: type, head_dim: int) -> dict[str, Any] | None:
+    """The config's multimodal rotary sections (`mrope_section`: its own, else the default its
+    model's rotary class sets, Qwen2-VL's [16, 24, 24] for heads of 128) rescaled to the heads
+    attnlab sizes: their sum is half the rotated width, as the model's rotary splits its (cos,
+    sin); None where the config has none or they already fit."""
+    try:
+        default = config_cls()
+    except Exception:  # noqa: BLE001 - a config that needs arguments holds no default sections
+        return None
+    rope = getattr(default, "rope_parameters", None)
+    if not isinstance(rope, dict):
+        return None
+    sections = rope.get("mrope_section")
+    if sections is None:  # its rotary class's own default (PaddleOCR-VL's config declares none)
+        sections = _rotary_sections(module_cls, default)
+    if not isinstance(sections, (list, tuple)) or not sum(sections):
+        return None
+    partial = rope.get("partial_rotary_factor", getattr(default, "partial_rotary_factor", None) or 1.0)
+    half = int(head_dim * partial) // 2
+    if sum(sections) == half or getattr(default, "qk_rope_head_dim", None):
+        return None  # they fit, or they follow a rotary width of its own (HY-V4-VL's qk_rope_head_dim), left as they are
+    scaled = [s * half // sum(sections) for s in sections]
+    scaled[-1] += half - sum(scaled)  # what rounding down left goes to the last section
+    return {**rope, "mrope_section": scaled}
+
+
+def _rotary_sections(module_cls: type, config: Any) -> list[int] | None:
+    """The `mrope_section` a rotary class of the module's modeling file sets from `config`."""
+    modeling = sys.modules[module_cls.__module__]
+    for name, cls in vars(modeling).items():
+        if name.endswith("RotaryEmbedding") and isinstance(cls, type):
+            try:
+                sections = getattr(cls(config=config), "mrope_section", None)
+            except Exception:  # noqa: BLE001 - a rotary class of another tower (the vision one's): not this one
+                continue
+            if sections is not None:
+                return list(sections)
+    return None

@@ -18,7 +18,7 @@ from functools import cache
 import torch
 from torch import nn
 
-from attnlab.modules.families import FAMILIES, family, spellings
+from attnlab.modules.families import FAMILIES, family_of, spellings
 
 QKV_ROLES = ("queries", "keys", "values")  # also a fused projection's column blocks, in this order
 _ROLE_PATTERNS: dict[str, re.Pattern[str]] = {
@@ -36,11 +36,11 @@ FUSED_QKV = re.compile("|".join(sorted({"qkv", *(re.escape(row.fused_qkv.lower()
 PER_HEAD_FUSED_QKV = re.compile(r"query_key_value")
 _HEAD_SPLIT = "transpose_for_scores"  # BERT-style classes' (b, T, heads * hd) -> (b, heads, T, hd)
 # an output projection, lower case: the source's out_proj, Hugging Face's o_proj, dense and
-# DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, T5's o, and the
-# spellings of hand-written classes
+# DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, T5's o, BLIP's projection,
+# InternVL's projection_layer, Pix2Struct's and Kosmos-2.5's output, and the spellings of hand-written classes
 # (and every family adapter's own)
 OUTPUT_PROJECTIONS = frozenset({"out_proj", "o_proj", "c_proj", "proj", "out", "out_lin", "wo", "w_o", "w_out",
-                                "output_proj", "to_out", "dense", "o",
+                                "output_proj", "to_out", "dense", "o", "projection", "projection_layer", "output",
                                 *(row.out_proj.lower() for row in FAMILIES if row.out_proj)})
 
 
@@ -84,12 +84,23 @@ def is_norm(owner: nn.Module) -> bool:
 def module_roles(module: nn.Module) -> dict[str, str | None]:
     """Each parameter's `parameter_role`, decided by its owner first: a norm module's weight
     (`q_norm.weight`, 1-D like a bias) has none."""
-    roles = {}
+    roles, shapes = {}, {}
     for prefix, owner in module.named_modules():
-        for attr, _ in owner.named_parameters(recurse=False):
+        for attr, parameter in owner.named_parameters(recurse=False):
             name = f"{prefix}.{attr}" if prefix else attr
             roles.setdefault(name, None if is_norm(owner) else parameter_role(name))
-    return roles
+            shapes[name] = tuple(parameter.shape)
+    return roles if any(r in (*QKV_ROLES, "qkv") for r in roles.values()) else _fused_by_shape(roles, shapes)
+
+
+def _fused_by_shape(roles: dict[str, str | None], shapes: dict[str, tuple[int, ...]]) -> dict[str, str | None]:
+    """Where no name says queries, keys or values: the one unnamed nn.Linear weight three times as wide
+    as its input (Bark's att_proj, (3 * d, d)) is a fused query-key-value projection, its bias too."""
+    fused = [n.removesuffix(".weight") for n, r in roles.items() if r is None and n.endswith("weight")
+             and len(shapes[n]) == 2 and shapes[n][0] == 3 * shapes[n][1]]
+    if len(fused) != 1:
+        return roles
+    return {n: "qkv" if n in (f"{fused[0]}.weight", f"{fused[0]}.bias") else r for n, r in roles.items()}
 
 
 def declared_count(module: nn.Module, key: str) -> int | None:
@@ -161,7 +172,7 @@ def fused_layout(module: nn.Module, name: str, num_heads: int | None = None,
     value: with fewer, Falcon and GPTBigCode keep [q | k | v] blocks."""
     heads = num_heads or declared_count(module, "num_heads") or 1
     kv = num_kv_heads or declared_count(module, "num_kv_heads") or heads
-    row = family(getattr(getattr(module, "config", None), "model_type", ""))
+    row = family_of(module)
     leaf = name.removesuffix(".weight").removesuffix(".bias").rpartition(".")[2]
     by_name = "per_head" if PER_HEAD_FUSED_QKV.search(name.lower()) else "qkv"
     named = row.fused_order if row.fused_qkv == leaf else by_name

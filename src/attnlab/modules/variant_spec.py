@@ -26,6 +26,7 @@ class VariantSpec:
     tags: tuple[str, ...] = ()  # its group (a built-in's folder, or `yours`) first, then the declared ones
     output: tuple[str, str] = ("", "")  # what its plugin printed when imported: (stdout, stderr)
     observable: dict[str, int] = field(default_factory=dict)  # the smallest size its change shows at: {"head_dim": 2}
+    multi_head: str | None = None  # a single-head class's multi-head counterpart (the same change, in every head)
 
     @property
     def signature(self) -> str:

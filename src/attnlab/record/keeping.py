@@ -6,7 +6,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from attnlab.capture.spill import spill_arrays
+import numpy as np
+
+from attnlab.capture.spill import Memory, distinct_bytes, spill_arrays
 from attnlab.record.model import Record, Side
 
 
@@ -28,10 +30,17 @@ def spilled(record: Record) -> Record:
     images the sinks still draw)."""
     scratch = record.scratch if record.scratch is not None else tempfile.TemporaryDirectory(prefix="attnlab-spill-")
     stages, reference_stages = dict(record.variant.stages), dict(record.reference.stages)
-    spill_arrays(stages, Path(scratch.name), prefix="variant-")
-    spill_arrays(reference_stages, Path(scratch.name), prefix="reference-")
+    written: dict[Memory, np.ndarray] = {}  # a stage both sides hold (the model's own, unedited) written once
+    spill_arrays(stages, Path(scratch.name), prefix="variant-", written=written)
+    spill_arrays(reference_stages, Path(scratch.name), prefix="reference-", written=written)
     return replace(record, variant=replace(record.variant, stages=stages),
                    reference=replace(record.reference, stages=reference_stages), scratch=scratch)
+
+
+def stage_bytes(record: Record) -> int:
+    """The bytes of a record's stage values in memory, a stage both sides share counted once."""
+    return distinct_bytes(*(v for side in (record.variant, record.reference) for v in side.stages.values()
+                            if not isinstance(v, np.memmap)))
 
 
 def _keeping(side: Side, names: tuple[str, ...]) -> Side:

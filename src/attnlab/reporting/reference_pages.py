@@ -1,7 +1,7 @@
 """The documentation site's reference pages, generated from the tables the code declares, so the
 pages cannot drift from the code: `python -m attnlab.reporting.reference_pages docs/reference`.
 
-Finding codes from `attnlab.diagnosis.codes`, diagnostics columns from
+Finding codes from `attnlab.diagnosis.codes` and `attnlab.model.finding_codes`, diagnostics columns from
 `attnlab.diagnosis.columns`, configuration keys from `attnlab.schema.KEYS`, the
 built-in variants from the plugins attnlab ships (a user's own plugins are not listed).
 """
@@ -12,8 +12,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnlab.diagnosis.codes import CODES, FIRST_WHERE_IT_SHOWS, MODEL_CODES
+from attnlab.diagnosis.codes import CODES, FIRST_WHERE_IT_SHOWS
 from attnlab.diagnosis.columns import DIAGNOSTIC_COLUMNS
+from attnlab.diagnosis.finding_code import Code
+from attnlab.model import finding_codes
 from attnlab.modules.registry import discover
 from attnlab.schema import KEYS, show_value
 
@@ -31,15 +33,17 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
 
 
 def codes_page() -> str:
-    rows = [(f"`{c.code}`", "where it first shows" if c.stages == FIRST_WHERE_IT_SHOWS else " / ".join(c.stages),
-             c.severity, c.meaning, ", ".join(f"`{s}`" for s in c.shown_by)) for c in CODES]
-    model_rows = [(f"`{code}`", meaning) for code, meaning in MODEL_CODES.items()]
+    def rows(codes: tuple[Code, ...]) -> list[tuple[str, ...]]:
+        return [(f"`{c.code}`", "where it first shows" if c.stages == FIRST_WHERE_IT_SHOWS else " / ".join(c.stages),
+                 c.severity, c.meaning, ", ".join(f"`{s}`" for s in c.shown_by)) for c in codes]
+
+    header = ("code", "stage", "severity", "meaning", "shown by")
     return "\n\n".join([
         GENERATED, "# Finding codes",
         "Every code a run can report, in the order its check runs: the diagnosis reports the root cause "
         "and drops the codes an earlier finding explains. `expect.findings` accepts these codes.",
-        _table(("code", "stage", "severity", "meaning", "shown by"), rows),
-        "## Codes a run inside a model adds", _table(("code", "meaning"), model_rows),
+        _table(header, rows(CODES)),
+        "## Codes a run inside a model adds", _table(header, rows(finding_codes.CODES)),
     ]) + "\n"
 
 

@@ -1,8 +1,9 @@
 """The sink interface: what turns records into outputs. The terminal, the tables, TensorBoard and
 the HTML report are sinks; so is any class a user names in a `conf/sink/NAME.yaml`.
 
-Each sink is a config in the Hydra group `sink` with a `_target_`, built by
-`attnlab.configured.build` (its values resolved once, as plain data) when `log.NAME` is true,
+Each sink is a config in the Hydra group `sink` with a `_target_`; the app reads the enabled ones
+as plain data once (`SinkSettings`, attnlab.app.job_settings.sink_settings) and each is built by
+`attnlab.configured.build` when `log.NAME` is true,
 and has up to four methods, one per kind of result (a missing one is simply not called):
 
 - `write(records, job)`: after a job wrote its records. `records` are the job's seeds (one for
@@ -21,12 +22,10 @@ terminal last, so what it points to is already on disk.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
-
-from omegaconf import DictConfig, OmegaConf
+from typing import TYPE_CHECKING, Any, Protocol
 
 from attnlab.errors import UserError
 
@@ -60,26 +59,39 @@ class Sink(Protocol):
     def write_training_sweep(self, sweep: TrainingSweep, folder: Path) -> None: ...
 
 
-def enabled_sinks(cfg: DictConfig) -> list[str]:
+@dataclass(frozen=True)
+class SinkSettings:
+    """The `log.*` switches and each enabled sink's config (`_target_` and options), as plain data."""
+
+    log: Mapping[str, Any]
+    configs: Mapping[str, Mapping[str, Any]]  # in the order the sinks run (the terminal last)
+
+
+def enabled_sinks(sink: Mapping[str, Any], log: Mapping[str, Any]) -> list[str]:
     """The names of the sinks `log.NAME` switches on, in the order they run (the terminal last)."""
-    names = [name for name in (cfg.get("sink") or {}) if cfg.log.get(name)]
+    names = [name for name in sink if log.get(name)]
     return sorted(names, key=lambda name: name == "terminal")
 
 
-def build_sinks(cfg: DictConfig) -> dict[str, Sink]:
+def build_sinks(settings: SinkSettings) -> dict[str, Sink]:
     """Every enabled sink, built from its config; a sink that cannot be built is a one-line error."""
     from attnlab.configured import build
 
     sinks = {}
-    for name in enabled_sinks(cfg):
+    for name, values in settings.configs.items():
         try:
-            sinks[name] = build(cfg.sink[name])
+            sinks[name] = build(values)
         except UserError:
             raise
         except Exception as exc:  # noqa: BLE001 - a sink's constructor, yours included: one line
-            reason = (str(exc) or type(exc).__name__).splitlines()[0]
-            raise UserError(f"sink.{name}: cannot build {OmegaConf.select(cfg, f'sink.{name}._target_')}: {reason}") from None
+            raise unbuildable(name, values.get("_target_"), exc) from None
     return sinks
 
 
-__all__ = ["REPORT_FILE", "JobInfo", "Sink", "build_sinks", "enabled_sinks"]
+def unbuildable(name: str, target: Any, exc: Exception) -> UserError:
+    """The one line for a sink that cannot be built (or whose config cannot be read)."""
+    reason = (str(exc) or type(exc).__name__).splitlines()[0]
+    return UserError(f"sink.{name}: cannot build {target}: {reason}")
+
+
+__all__ = ["REPORT_FILE", "JobInfo", "Sink", "SinkSettings", "build_sinks", "enabled_sinks"]

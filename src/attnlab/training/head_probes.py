@@ -15,7 +15,8 @@ import torch
 from attnlab.capture.recorder import capture
 from attnlab.training.gpt import GPTModel
 from attnlab.training.measures import attention_inputs, saturation
-from attnlab.training.tasks import Batch, Induction, Task
+from attnlab.training.tasks import Batch, Task
+from attnlab.training.tasks.induction import Induction
 
 INDUCTION_THRESHOLD = 0.4  # a head above it attends mostly to the follower of the earlier occurrence
 HEAD_WEIGHTS = "head_weights"  # the side's {step: {layer: (H, T, T)}} the heatmaps draw; not in training.json

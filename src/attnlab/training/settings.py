@@ -5,12 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
-from attnlab.configured import container
 from attnlab.errors import UserError
 
-TASKS = ("induction", "mqar", "text")
 INITS = ("default", "normal")
 
 
@@ -27,7 +23,7 @@ class ModelSizes:
 class TrainingConf:
     """The structured config of `training=NAME` (conf/training/NAME.yaml)."""
 
-    task: str = "induction"  # induction | mqar | text
+    task: str = "induction"  # a name in attnlab.training.tasks.TASKS
     steps: int = 200
     lr: Any = 3e-3  # a rate, or a grid [1e-3, 3e-3, 1e-2]: each side compared at its best (attnlab.training.lr_grid)
     batch: int = 32
@@ -51,15 +47,14 @@ def attention_width(sizes: ModelSizes) -> int:
     return sizes.d_model if sizes.head_dim is None else sizes.num_heads * sizes.head_dim
 
 
-def wants_training(cfg: DictConfig) -> bool:
-    return OmegaConf.select(cfg, "training") is not None
+@dataclass(frozen=True)
+class TrainingRequest:
+    """A training job as the app read it from the config (attnlab.app.job_settings.training_request)."""
 
-
-def settings_of(cfg: DictConfig) -> TrainingConf:
-    """The config's `training` block as a TrainingConf (checked by `check_settings`)."""
-    node = container(cfg.training)
-    sizes = ModelSizes(**node.pop("model", {}))
-    return TrainingConf(**node, model=sizes)
+    variant: str
+    settings: TrainingConf
+    device: str
+    seeds: range
 
 
 def _positive_int(value: Any) -> bool:
@@ -68,8 +63,6 @@ def _positive_int(value: Any) -> bool:
 
 def check_settings(s: TrainingConf) -> None:
     """Every value alone and the sizes together; the first bad one is a UserError of one line."""
-    if s.task not in TASKS:
-        raise UserError(f"training.task={s.task}: unknown task; allowed are {', '.join(TASKS)}")
     if s.init not in INITS:
         raise UserError(f"training.init={s.init}: allowed are {', '.join(INITS)}")
     counts = {"steps": s.steps, "batch": s.batch, "eval_every": s.eval_every, "eval_batch": s.eval_batch,
@@ -93,8 +86,3 @@ def check_settings(s: TrainingConf) -> None:
         raise UserError(f"training.target_accuracy={s.target_accuracy}: must be in (0, 1]")
     if s.model.head_dim is None and s.model.d_model % s.model.num_heads:
         raise UserError(f"training.model.num_heads={s.model.num_heads}: must divide d_model={s.model.d_model}")
-    if s.task == "text" and not s.path:
-        raise UserError("training.path=null: the text task needs a text file; training.path=FILE")
-    if s.task == "mqar" and 4 * s.pairs > s.model.context_length:
-        raise UserError(f"training.pairs={s.pairs}: mqar needs context_length >= 4 * pairs "
-                        f"(context_length={s.model.context_length})")

@@ -70,6 +70,16 @@ def _changed_softmax_input(p: Pair) -> tuple[torch.Tensor, torch.Tensor] | None:
     return pair
 
 
+def _declared_rescale(p: Pair) -> float:
+    """The variant's declared scale over the reference's (1 where it declares none): the reference's
+    softmax input as the variant's scale would make it."""
+    keys = p.ref.stages.get("keys")
+    if p.v.declared_scale is None or keys is None:
+        return 1.0
+    theirs = p.ref.declared_scale[0] if p.ref.declared_scale else keys.shape[-1] ** -0.5
+    return p.v.declared_scale[0] / theirs
+
+
 def _scores_tolerance(p: Pair) -> float:
     """What two computations of the softmax input may differ by, the variant's own terms included."""
     scaled = p.v.stages["scaled_scores"]
@@ -148,6 +158,7 @@ def position_bias(p: Pair) -> list[Finding]:
     if pair is None:
         return []
     mine, ref = pair
+    ref = ref * _declared_rescale(p)  # a bias on top of the scale the class declares (Pix2Struct's 1.0, T5's)
     tol = _scores_tolerance(p)
     biases: list[dict[int, float]] = []
     for b, h in each_head(mine):

@@ -5,61 +5,97 @@ An adapter (attnlab.modules.families.adapter.Family) says how the family's atten
 built and called, where it sits in a model, how its projections are named, what the model does
 after the stack, and the spellings its config and constructors use for attnlab's keys. A family
 without a file falls back to the generic adapter, whose spellings are the ones every lookup reads.
-Adding a family is one file beside these and one line in REGISTRY.
+Adding a family is one file beside these and one line in FAMILIES (its module imported above it).
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-
+from attnlab.modules.families import (
+    bart,
+    bert,
+    clip_text,
+    cohere,
+    deberta_v2,
+    deepseek_v3,
+    diffusers,
+    falcon,
+    gemma2,
+    gemma3n_text,
+    gpt2,
+    gpt_bigcode,
+    granite,
+    llama,
+    llama4_text,
+    llms_from_scratch,
+    longt5,
+    mistral,
+    mixtral,
+    modernbert,
+    mpt,
+    olmo,
+    phi3,
+    pytorch,
+    qwen3,
+    smollm3,
+    t5,
+    timm,
+    vit,
+    whisper,
+    x_transformers,
+)
 from attnlab.modules.families.adapter import Family
 from attnlab.modules.families.docs_table import markdown_table
 from attnlab.modules.families.generic import ADAPTER as GENERIC
 
-__all__ = ["FAMILIES", "GENERIC", "Family", "family", "markdown_table", "spellings"]
+__all__ = ["FAMILIES", "GENERIC", "Family", "family", "family_of", "markdown_table", "spellings"]
 
-# the registry: one line per family, its adapter file's name
-REGISTRY = (
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen3",
-    "olmo",
-    "cohere",
-    "granite",
-    "gemma2",
-    "gemma3n_text",
-    "llama4_text",
-    "deepseek_v3",
-    "phi3",
-    "gpt2",
-    "gpt_bigcode",
-    "falcon",
-    "mpt",
-    "bert",
-    "modernbert",
-    "deberta_v2",
-    "vit",
-    "clip_text",
-    "t5",
-    "longt5",
-    "bart",
-    "whisper",
-    "pytorch",
-    "llms_from_scratch",
-    "x_transformers",
-    "diffusers",
-    "timm",
-    "smollm3",
+# the registry: one line per family, its adapter (imported above: a line without its import fails ruff)
+FAMILIES: tuple[Family, ...] = (
+    llama.ADAPTER,
+    mistral.ADAPTER,
+    mixtral.ADAPTER,
+    qwen3.ADAPTER,
+    olmo.ADAPTER,
+    cohere.ADAPTER,
+    granite.ADAPTER,
+    gemma2.ADAPTER,
+    gemma3n_text.ADAPTER,
+    llama4_text.ADAPTER,
+    deepseek_v3.ADAPTER,
+    phi3.ADAPTER,
+    gpt2.ADAPTER,
+    gpt_bigcode.ADAPTER,
+    falcon.ADAPTER,
+    mpt.ADAPTER,
+    bert.ADAPTER,
+    modernbert.ADAPTER,
+    deberta_v2.ADAPTER,
+    vit.ADAPTER,
+    clip_text.ADAPTER,
+    t5.ADAPTER,
+    longt5.ADAPTER,
+    bart.ADAPTER,
+    whisper.ADAPTER,
+    pytorch.ADAPTER,
+    llms_from_scratch.ADAPTER,
+    x_transformers.ADAPTER,
+    diffusers.ADAPTER,
+    timm.ADAPTER,
+    smollm3.ADAPTER,
 )
-
-FAMILIES: tuple[Family, ...] = tuple(import_module(f"{__name__}.{name}").ADAPTER for name in REGISTRY)
 _BY_NAME = {name: row for row in FAMILIES for name in (row.name, *row.aliases)}
 
 
 def family(name: str) -> Family:
     """The adapter of a model type or library, else GENERIC."""
     return _BY_NAME.get(name, GENERIC)
+
+
+def family_of(owner: object) -> Family:
+    """The adapter of a Hugging Face config (or config class), or of the model or module holding one
+    as `.config`, by its `model_type`; GENERIC for anything else."""
+    config = getattr(owner, "config", owner)
+    return family(getattr(config, "model_type", ""))
 
 
 def spellings(key: str, name: str = "") -> tuple[str, ...]:

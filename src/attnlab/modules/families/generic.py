@@ -8,7 +8,8 @@ from attnlab.modules.families.adapter import ROPE, Family
 ADAPTER = Family(
     "generic", "", final_norm=None, arguments=ROPE, logit_softcap="final_logit_softcapping",
     spellings={
-        "d_in": ("hidden_size", "n_embd", "emb_dim", "d_model", "embed_dim", "dim", "query_dim", "d_in"),
+        "d_in": ("hidden_size", "n_embd", "emb_dim", "d_model", "embed_dim", "dim", "query_dim", "d_in",
+                 "hidden_sizes", "embed_dims", "patch_embeds_hidden_size"),  # stage widths (PVT's, CLAP's audio Swin)
         "num_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads", "heads", "encoder_attention_heads"),
         "num_kv_heads": ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "n_kv_head", "num_kv_groups",
                          "kv_heads"),

@@ -11,6 +11,7 @@ import attnlab
     description="CausalAttention with the mask line left out: each query attends to future tokens",
     expected_finding=("mask_missing", "scaled_scores"),
     tags=("multi_head",),
+    multi_head="mha_mask_missing",
 )
 class CausalAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):

@@ -10,6 +10,7 @@ import attnlab
     "scaled_by_dk",
     description="SelfAttention_v1 scaling the scores by 1/d_k, not 1/sqrt(d_k)",
     expected_finding=("scaling", "scaled_scores"),
+    multi_head="mha_scaled_by_dk",
 )
 class SelfAttentionScaledByDk(nn.Module):
     def __init__(self, d_in, d_out):

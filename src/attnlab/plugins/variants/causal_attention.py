@@ -9,6 +9,7 @@ import attnlab
 @attnlab.variant(
     "causal_attention",
     description="CausalAttention: batched, one head, causal mask (a buffer) and dropout on the weights",
+    multi_head="multi_head_attention",
 )
 class CausalAttention(nn.Module):
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):

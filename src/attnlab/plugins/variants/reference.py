@@ -7,7 +7,10 @@ its `--help` description.
 import torch
 import torch.nn as nn
 
+import attnlab
 
+
+@attnlab.variant(multi_head="multi_head_attention")  # its multi-head counterpart: the book's MultiHeadAttention
 class SelfAttention_v1(nn.Module):
     """The source's SelfAttention_v1 (the reference every variant is compared against)."""
 

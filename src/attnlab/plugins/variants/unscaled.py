@@ -10,6 +10,7 @@ import attnlab
     "unscaled",
     description="SelfAttention_v1 without dividing the scores by sqrt(d_k)",
     expected_finding=("scaling", "scaled_scores"),
+    multi_head="mha_unscaled",
 )
 class SelfAttentionUnscaled(nn.Module):
     def __init__(self, d_in, d_out):

@@ -10,6 +10,7 @@ import attnlab
     "wrong_softmax_axis",
     description="SelfAttention_v1 with softmax over dim 0: columns sum to 1, rows do not",
     expected_finding=("softmax_axis", "weights"),
+    multi_head="mha_softmax_query_axis",
 )
 class SelfAttentionWrongSoftmaxAxis(nn.Module):
     def __init__(self, d_in, d_out):

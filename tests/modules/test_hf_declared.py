@@ -1,0 +1,158 @@
+"""What a library's attention class declares by its own structure, read from the class and never
+reported as an error: a class that takes no mask attends both ways, an output projection under any
+name the library gives it, a norm between the context and the output projection, a scale its
+constructor sets or its code never applies, a position bias on top of that scale. For each, the
+library's class gives no error finding and a mistake planted in a subclass is still found at its stage."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import attnlab
+
+pytest.importorskip("transformers")
+
+from transformers.models.bark.modeling_bark import BarkSelfAttention  # noqa: E402
+from transformers.models.blip_2.modeling_blip_2 import Blip2Attention  # noqa: E402
+from transformers.models.gpt_neo.modeling_gpt_neo import GPTNeoSelfAttention  # noqa: E402
+from transformers.models.kosmos2.modeling_kosmos2 import KosmosTextAttention  # noqa: E402
+from transformers.models.mgp_str.modeling_mgp_str import MgpstrAttention  # noqa: E402
+from transformers.models.pix2struct.modeling_pix2struct import (  # noqa: E402
+    Pix2StructTextAttention,
+    Pix2StructVisionAttention,
+)
+
+SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
+
+
+def errors(result) -> list[tuple[str, str]]:
+    assert result.record.status == "ok", result.record.error
+    return [(f.code, f.stage) for f in result.findings if f.severity == "error"]
+
+
+def codes(result) -> set[tuple[str, str]]:
+    return {(f.code, f.stage) for f in result.findings}
+
+
+class _Doubled(nn.Linear):
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+class MgpstrUnscaled(MgpstrAttention):
+    """Planted in a class whose forward takes no mask: the scores left unscaled."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.scale = 1.0
+
+
+class Blip2DoubledProjection(Blip2Attention):
+    """Planted after the context: the output projection (named `projection`) doubles its result."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.projection.__class__ = _Doubled
+
+
+class KosmosHalfScale(KosmosTextAttention):
+    """Planted in a class with a LayerNorm before its output projection: the scores scaled by 0.5."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scaling = 0.5
+
+
+class Pix2StructVisionScaled(Pix2StructVisionAttention):
+    """Planted: the scores scaled by 0.5 where the library's class sets scaling = 1.0."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.scaling = 0.5
+
+
+class Pix2StructTextHalfScale(Pix2StructTextAttention):
+    """Planted under a relative position bias: the scores scaled by 0.5 where the class sets 1.0."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scaling = 0.5
+
+
+class BarkDoubledValues(BarkSelfAttention):
+    """Planted in a class whose fused projection is named by no role (att_proj): its output doubled."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.out_proj.__class__ = _Doubled
+
+
+class GPTNeoScaled(GPTNeoSelfAttention):
+    """Planted in a class that applies no scale: the queries doubled (the scores twice the library's)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.q_proj.__class__ = _Doubled
+
+
+def test_a_fused_projection_no_name_declares_is_read_by_its_shape():
+    from transformers.models.bark.configuration_bark import BarkSubModelConfig
+
+    from attnlab.modules.roles import module_roles
+
+    roles = module_roles(BarkSelfAttention(BarkSubModelConfig(hidden_size=64, num_heads=4)))
+    assert roles == {"att_proj.weight": "qkv", "att_proj.bias": "qkv", "out_proj.weight": "out",
+                     "out_proj.bias": "out"}
+
+
+def test_the_planted_mistakes_are_real():
+    """Independently of attnlab: each planted copy computes other outputs than its library class."""
+    from transformers import Blip2VisionConfig, GPTNeoConfig
+
+    x = torch.rand(1, 8, 64, generator=torch.Generator().manual_seed(0))
+    config = Blip2VisionConfig(hidden_size=64, num_attention_heads=4)
+    neo = GPTNeoConfig(hidden_size=64, num_heads=4, attention_types=[[["global"], 1]], num_layers=1)
+    for original, planted in [(Blip2Attention(config), Blip2DoubledProjection(config)),
+                              (GPTNeoSelfAttention(neo, "global"), GPTNeoScaled(neo, "global"))]:
+        planted.load_state_dict(original.state_dict())
+        with torch.no_grad():
+            assert (planted.eval()(x)[0] - original.eval()(x)[0]).abs().max() > 1e-3
+    assert "scale" not in "".join(line.split("#")[0] for line in
+                                  __import__("inspect").getsource(GPTNeoSelfAttention).splitlines())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("model", "declared"), [
+    ("mgp-str", None),  # its forward takes no mask: compared with a bidirectional reference
+    ("blip_vision_model", None),
+    ("blip_2_vision_model", None),  # its output projection is `projection`
+    ("internvl_vision", None),  # ...`projection_layer`
+    ("kosmos_2_5_vision_model", None),  # ...`output`
+    ("kosmos_2_text_model", ("not_observable", "output")),  # a LayerNorm between its context and its out_proj
+    ("pix2struct_vision_model", ("declared_scale", "scaled_scores")),  # scaling = 1.0 over key_value_proj_dim heads
+    ("pix2struct_text_model", ("position_bias", "scaled_scores")),  # a relative bias on unscaled scores
+    ("gpt_neo", ("declared_scale", "scaled_scores")),  # its code applies no scale
+    ("bark", None),  # att_proj (3 * d, d): a fused query-key-value projection by its shape
+])
+def test_the_library_class_gives_no_error_finding(model, declared):
+    result = attnlab.run(f"hf:{model}", overrides=SIZES)
+    assert errors(result) == [], [f.message for f in result.findings]
+    if declared:
+        assert declared in codes(result), [f.message for f in result.findings]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("planted", "expected"), [
+    (MgpstrUnscaled, ("scaling", "scaled_scores")),
+    (Blip2DoubledProjection, ("output_path", "output")),
+    (KosmosHalfScale, ("scaling", "scaled_scores")),
+    (Pix2StructVisionScaled, ("scaling", "scaled_scores")),
+    (Pix2StructTextHalfScale, ("scaling", "scaled_scores")),
+    (GPTNeoScaled, ("scaling", "scaled_scores")),
+    (BarkDoubledValues, ("output_path", "output")),
+])
+def test_a_mistake_planted_in_a_subclass_is_still_found(planted, expected):
+    result = attnlab.run(planted, overrides=SIZES)
+    assert expected in errors(result), [f.message for f in result.findings]

@@ -19,8 +19,6 @@ import numpy as np
 import torch
 
 _MAP = "_attnlab_memory_map"
-# where an array's values are and how they are laid out: (address, shape, strides, dtype)
-Memory = tuple[int, tuple[int, ...], tuple[int, ...], str]
 Function = TypeVar("Function", bound=Callable[..., Any])
 Memory = tuple[int, tuple[int, ...], tuple[int, ...], str]  # an array's address, shape, strides and dtype
 

@@ -11,6 +11,7 @@ import json
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,7 +191,7 @@ def buildable(row: Row) -> bool:
     return row.outcome not in ("cannot_build", "no_attention")
 
 
-def models_csv(found: list[Row], version: str) -> str:
+def models_csv(found: Sequence[Row], version: str) -> str:
     """The whole-model table: one line per type (type, outcome, findings, KL, seconds, message)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")

@@ -7,9 +7,12 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import Any, TypeVar, overload
 
 from attnlab.conformance.survey import Row
 from attnlab.record.files import write_atomic
+
+_Kind = TypeVar("_Kind")  # a survey's row class
 
 COLUMNS = ("type", "class", "outcome", "defines_attention", "declared", "errors", "seconds", "message", "transformers")
 
@@ -37,7 +40,11 @@ def mark_started(folder: Path, model_type: str) -> None:
     write_atomic(folder / "rows" / f"{model_type}.started", str(attempts(folder, model_type) + 1))
 
 
-def rows(folder: Path, kind: type[Row] = Row) -> list[Row]:
+@overload
+def rows(folder: Path) -> list[Row]: ...
+@overload
+def rows(folder: Path, kind: type[_Kind]) -> list[_Kind]: ...
+def rows(folder: Path, kind: type[Any] = Row) -> list[Any]:
     """Every surveyed type's row, by type (`kind`: the survey's row class)."""
     return [kind(**json.loads(p.read_text())) for p in sorted((folder / "rows").glob("*.json"))]
 

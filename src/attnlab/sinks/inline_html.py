@@ -17,7 +17,7 @@ from attnlab.record import Record
 from attnlab.reporting.job_heatmaps import heatmap_images
 from attnlab.sinks.html_images import job_images, missing_note, stage_of, stage_pictures
 from attnlab.sinks.model_html import layer_table_html, replaced_layer_html
-from attnlab.sinks.model_lines import model_line
+from attnlab.sinks.model_lines import model_line, model_of
 from attnlab.sinks.views import findings_html, shape_trace
 
 STYLE = (".attnlab{font:13px/1.45 system-ui,sans-serif;color:#222} .attnlab h3{font-size:1.05em;margin:.8em 0 .3em}"
@@ -79,7 +79,7 @@ def results_html(records: Sequence[Record]) -> str:
     if records[0].model is not None:
         sections = [f"<h3>{html.escape(model_line(records[0]))}</h3>", layer_table_html(records)]
         for record in records:
-            sections.append(f"<h3>layer {html.escape(record.model.layer_name)}</h3>")
+            sections.append(f"<h3>layer {html.escape(model_of(record).layer_name)}</h3>")
             sections.append(f"{findings_html([record])}{replaced_layer_html(record)}" if record.ok else _body(record))
         return wrapped("".join(sections))
     return wrapped("<hr>".join(_body(record) for record in records))

@@ -19,7 +19,7 @@ from attnlab.reporting.heatmap import render_head_grid, render_heatmap
 from attnlab.reporting.job_heatmaps import EncodedHeatmap, encoded, heatmap_images, stage_scale
 from attnlab.reporting.sweep_plots import Curve, Point, curve_svg
 from attnlab.sinks.html_images import stage_pictures
-from attnlab.sinks.model_lines import effect_line, effect_positions, inputs_given, layer_table, model_line
+from attnlab.sinks.model_lines import effect_line, effect_positions, inputs_given, layer_table, model_line, model_of
 
 # what the plots draw against the layer: (the field of record.model.effect, its title)
 EFFECT_PLOTS = (("kl_mean", "KL mean"), ("kl_max", "KL max"), ("top1_agreement", "top-1 agreement"),
@@ -62,19 +62,19 @@ def _stage_section(record: Record, stage: str) -> str:
 
 def effect_curves(records: Sequence[Record]) -> list[Curve]:
     """One curve per measure against the layer (a line for the variant); none for a single layer."""
-    with_effect = [r for r in records if r.ok and r.model.effect is not None]
+    with_effect = [r for r in records if r.ok and model_of(r).effect is not None]
     if len(with_effect) < 2:
         return []
     return [Curve(title, "layer", _lines(with_effect, key)) for key, title in EFFECT_PLOTS
-            if not any(math.isnan(getattr(r.model.effect, key)) for r in with_effect)]  # a classifier has no loss
+            if not any(math.isnan(getattr(model_of(r).effect, key)) for r in with_effect)]  # a classifier has no loss
 
 
 def _lines(records: Sequence[Record], key: str) -> dict[str, list[Point]]:
     """The variant's line of one measure against the layer; an encoder–decoder's, a line per stack."""
     lines: dict[str, list[Point]] = {}
     for r in records:
-        name = f"{r.variant.name} ({r.model.stack})" if r.model.stack else r.variant.name
-        lines.setdefault(name, []).append(Point(float(r.model.layer), float(getattr(r.model.effect, key)), 0.0, 1))
+        name = f"{r.variant.name} ({model_of(r).stack})" if model_of(r).stack else r.variant.name
+        lines.setdefault(name, []).append(Point(float(model_of(r).layer), float(getattr(model_of(r).effect, key)), 0.0, 1))
     return lines
 
 
@@ -86,7 +86,7 @@ def head_grid_html(record: Record) -> str:
         return '<p class="note">no weights kept for this layer</p>'
     head = min(int((record.config.get("show") or {}).get("head", 0)), weights.shape[0] - 1)
     labels = record.labels if weights.shape[-1] == len(record.labels) else None
-    layer = record.model.layer_name
+    layer = model_of(record).layer_name
     title = f"layer {layer} · head {head}"
     scale = stage_scale("weights", weights)  # 0 to 1, as every weights map: not the smallest weight's 1e-26
     labelled = encoded(lambda: render_heatmap(weights[head], title=title, row_labels=labels, col_labels=labels,
@@ -104,18 +104,20 @@ def _img(image: EncodedHeatmap, alt: str) -> str:
 def model_head_grid(record: Record) -> EncodedHeatmap:
     """The PNG of the model's own weights at the record's layer, every head on one colour scale."""
     weights = record.reference.heads_view("weights")  # (H, T, T)
-    title = f"layer {record.model.layer_name} · the model's own weights"
+    assert weights is not None  # drawn for a record whose weights were captured
+    title = f"layer {model_of(record).layer_name} · the model's own weights"
     scale = stage_scale("weights", weights)
     return encoded(lambda: render_head_grid(weights, title=title, value_range=scale.value_range, legend=scale.legend,
                                             zero_grey=scale.zero_grey), weights, "model grid", title)
 
 
 def _layer_section(record: Record) -> str:
-    title = f"layer {record.model.layer_name}: {record.model.attention}"
+    title = f"layer {model_of(record).layer_name}: {model_of(record).attention}"
     if not record.ok:
         return f"<h2>{html.escape(title)}</h2><p class='error'>failed: {html.escape(record.error or '')}</p>"
-    effect = (f"<p>{html.escape(effect_line(record.model.effect, effect_positions(record), 'effect on the output'))}</p>"
-              if record.model.effect is not None else "")
+    measured = model_of(record).effect
+    effect = (f"<p>{html.escape(effect_line(measured, effect_positions(record), 'effect on the output'))}</p>"
+              if measured is not None else "")
     findings = "".join(f'<li class="{f.severity}">[{html.escape(f.code)} @ {f.stage}] {html.escape(f.message)}</li>'
                        for f in record.findings)
     return (f"<h2>{html.escape(title)}</h2><p>against {html.escape(record.reference.name)}</p>{effect}"
@@ -126,9 +128,10 @@ def _layer_section(record: Record) -> str:
 def render_model_html(records: Sequence[Record]) -> str:
     first = records[0]
     curves = "".join(f"<figure>{curve_svg(c)}</figure>" for c in effect_curves(records))
-    end_to_end = (f"<p>{html.escape(effect_line(first.model.end_to_end, first.n_tokens, 'end to end'))}</p>"
-                  if first.model.end_to_end is not None else "")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>attnlab · {html.escape(first.model.model)}"
+    measured = model_of(first).end_to_end
+    end_to_end = (f"<p>{html.escape(effect_line(measured, first.n_tokens, 'end to end'))}</p>"
+                  if measured is not None else "")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>attnlab · {html.escape(model_of(first).model)}"
             f"</title><style>{STYLE}</style></head><body><h1>{html.escape(model_line(first))}</h1>"
             f"<p>variant {html.escape(first.variant.name)} · {html.escape(inputs_given(first).replace('_', ' '))}: {html.escape(' '.join(first.labels))}</p>"
             f"{end_to_end}"

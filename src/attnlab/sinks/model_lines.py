@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from attnlab.record import Effect, Record
+from attnlab.record import Effect, ModelInfo, Record
 
 TABLE_COLUMNS = ("layer", "status", "first divergent", "KL mean", "KL max", "top-1", "loss", "findings")
 MAX_FINDINGS = 10  # error findings printed in words under a table of layers
@@ -18,8 +18,14 @@ def _g(value: float | None, digits: int = 4) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}"
 
 
+def model_of(record: Record) -> ModelInfo:
+    """The model a run inside a model ran in: these lines and pages are drawn for such runs only."""
+    assert record.model is not None, "a run inside a model"
+    return record.model
+
+
 def model_line(record: Record) -> str:
-    about = record.model
+    about = model_of(record)
     against = f" against {about.reference_model}" if about.reference_model else ""
     return (f"model: {about.model}{against} ({about.parameters / 1e6:.2f}M parameters, {about.n_layers} "
             f"layers, {about.heads} heads, {about.kv_heads} kv heads; tokens: {about.tokenizer})")
@@ -35,7 +41,7 @@ def inputs_given(record: Record) -> str:
 
 def effect_positions(record: Record) -> int:
     """The positions a variant's effect is over: every token's, or a classifier's one."""
-    return record.model.positions or record.n_tokens
+    return model_of(record).positions or record.n_tokens
 
 
 def effect_line(effect: Effect, n_tokens: int, title: str) -> str:
@@ -60,9 +66,9 @@ def _agreed(effect: Effect, n_tokens: int) -> int:
 
 def layer_lines(record: Record) -> list[str]:
     """The model, the layer compared and what the change did to the model's output."""
-    lines = [model_line(record), f"layer {record.model.layer_name} of {record.model.n_layers}: "
-                                 f"{record.model.attention} against {record.reference.name}"]
-    effect = record.model.effect
+    lines = [model_line(record), f"layer {model_of(record).layer_name} of {model_of(record).n_layers}: "
+                                 f"{model_of(record).attention} against {record.reference.name}"]
+    effect = model_of(record).effect
     if effect is not None and effect.batch_items:  # a batch of texts: over all of them, then each
         n_texts = len(effect.batch_items)
         lines.append(effect_line(effect, n_texts * effect_positions(record), f"effect on the model's output, "
@@ -70,15 +76,16 @@ def layer_lines(record: Record) -> list[str]:
         lines += [effect_line(item, effect_positions(record), f"  text {i}") for i, item in enumerate(effect.batch_items)]
     elif effect is not None:
         lines.append(effect_line(effect, effect_positions(record), "effect on the model's output"))
-    if record.model.end_to_end is not None:
-        lines.append(effect_line(record.model.end_to_end, record.n_tokens,
+    end_to_end = model_of(record).end_to_end
+    if end_to_end is not None:
+        lines.append(effect_line(end_to_end, record.n_tokens,
                                  "end to end, your model against the reference model (loss: reference → yours)"))
     return lines
 
 
 def _row(record: Record, metrics: Sequence[str] = ()) -> tuple[str, ...]:
     """`metrics`: the user's (intervene.metric), a column each before the findings."""
-    effect = record.model.effect
+    effect = model_of(record).effect
     findings = " ".join(sorted({f"{f.code}@{f.stage}" for f in record.findings})) or "—"
     if effect is None:
         numbers = ("—", "—", "—", "—")
@@ -86,16 +93,16 @@ def _row(record: Record, metrics: Sequence[str] = ()) -> tuple[str, ...]:
         numbers = (_g(effect.kl_mean), _g(effect.kl_max), f"{effect.top1_agreement:.0%}",
                    f"{_g(effect.loss)} → {_g(effect.loss_changed)}")
     measured = [_g(((effect.metrics if effect else None) or {}).get(name)) for name in metrics]
-    return (record.model.layer_name, record.status, record.first_divergent_stage or "none", *numbers, *measured,
+    return (model_of(record).layer_name, record.status, record.first_divergent_stage or "none", *numbers, *measured,
             findings if record.ok else (record.error or "")[:60])
 
 
 def layer_table(records: Sequence[Record]) -> list[list[str]]:
     """The per-layer table, its header first: the terminal prints it, the HTML pages show it."""
-    metrics = list(next((r.model.effect.metrics for r in records if r.model.effect and r.model.effect.metrics), {}))
+    metrics = list(next((e.metrics for e in (model_of(r).effect for r in records) if e and e.metrics), {}))
     header = (*TABLE_COLUMNS[:-1], *metrics, TABLE_COLUMNS[-1])
     keep = [i for i, name in enumerate(header)
-            if name not in EFFECT_COLUMNS or any(r.model.effect is not None for r in records)]
+            if name not in EFFECT_COLUMNS or any(model_of(r).effect is not None for r in records)]
     return [[row[i] for i in keep] for row in [header, *(_row(r, metrics) for r in records)]]
 
 
@@ -104,18 +111,19 @@ def print_layers(records: Sequence[Record], table_path: Path | None, records_glo
     first = records[0]
     print(model_line(first), file=out)
     print(f"variant={first.variant.name} inputs={inputs_given(first)} n_tokens={first.n_tokens} layers="
-          f"{','.join(r.model.layer_name for r in records)}", file=out)
+          f"{','.join(model_of(r).layer_name for r in records)}", file=out)
     rows = layer_table(records)
     widths = [max(map(len, column)) for column in zip(*rows)]
     for row in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
-    errors = [(r.model.layer_name, f) for r in records for f in r.findings if f.severity == "error"]
+    errors = [(model_of(r).layer_name, f) for r in records for f in r.findings if f.severity == "error"]
     for layer, finding in errors[:MAX_FINDINGS]:
         print(f"  layer {layer}: [{finding.code} @ {finding.stage}] {finding.message}", file=out)
     if len(errors) > MAX_FINDINGS:
         print(f"  … {len(errors) - MAX_FINDINGS} more findings in the records", file=out)
-    if first.model.end_to_end is not None:
-        print(effect_line(first.model.end_to_end, first.n_tokens,
+    end_to_end = model_of(first).end_to_end
+    if end_to_end is not None:
+        print(effect_line(end_to_end, first.n_tokens,
                           "end to end, your model against the reference model (loss: reference → yours)"), file=out)
     if table_path is not None:
         print(f"table: {table_path}", file=out)

@@ -53,6 +53,7 @@ from attnlab.reporting.multirun import swept_hparams
 from attnlab.reporting.rows import job_rows, rows_markdown
 from attnlab.sinks.base import JobInfo
 from attnlab.sinks.model_html import model_head_grid
+from attnlab.sinks.model_lines import model_of
 from attnlab.sinks.tensorboard_format import EventFile, hparams_summaries, image_summary, scalars_summary
 from attnlab.sinks.tensorboard_runs import job_run_dir, run_folder_name, run_keys
 
@@ -119,7 +120,7 @@ def write_sweep_curves(curves: Sequence[Curve], folder: Path) -> None:
     _remove_sweep_runs(folder)
     if not curves:
         return
-    layout: dict[str, dict[str, list]] = {}
+    layout: dict[str, dict[str, list[str | list[str]]]] = {}
     for curve in reversed(curves):  # the dashboard lays a category's charts out last first (TensorBoard 2.21)
         tag = sweep_tag(curve)
         layout.setdefault(f"sweep: against {curve.key}", {})[_chart_title(curve)] = [
@@ -185,13 +186,13 @@ def write_tensorboard(
     first = ok[0] if ok else records[0]  # a failed job still gets its error (and a single run its failed session)
     in_sweep = job is not None and job.sweep_dir is not None and job.num is not None
     step = job.num if job is not None and job.num is not None else 0
-    with _job_events(first, job) if in_sweep else EventFile(job_dir) as events:
+    with _job_events(first, job) if in_sweep and job is not None else EventFile(job_dir) as events:
         for record in ok:
             events.add(scalars_summary(metric_values(record)), step=_step(record, len(records), step))
         if images:
             _write_heatmaps(events, first, job_dir, step)
             for record in (r for r in ok if r.model is not None and r.reference.stages.get("weights") is not None):
-                events.add(image_summary("heatmaps/model/weights", model_head_grid(record)), step=record.model.layer)
+                events.add(image_summary("heatmaps/model/weights", model_head_grid(record)), step=model_of(record).layer)
         if histograms:
             _write_histograms(events, first, step)
         _write_texts(events, {"table": table_markdown, "findings": findings_markdown(first),
@@ -206,6 +207,7 @@ def write_tensorboard(
 def _job_events(record: Record, job: JobInfo) -> EventFile:
     """A sweep job's event file in its shared run, named by its job number: a resumed sweep's job
     run again replaces its own file, never adds a second image at its step."""
+    assert job.sweep_dir is not None  # a sweep's job
     folder, suffix = job_run_dir(record, job.sweep_dir), f".job{job.num}"
     for old in [*folder.glob(f"events.out.tfevents.*{suffix}"), *folder.glob(f".attnlab-events.*{suffix}.tmp")]:
         old.unlink()  # an earlier run of this job, and the part a killed one left
@@ -242,7 +244,7 @@ def group_hparams(records: Sequence[Record], swept: Sequence[str]) -> dict[str, 
     for record in records[1:]:
         shared = {key: value for key, value in hparams(record).items() if shared.get(key) == value}
     verdicts = [session_hparams(record) for record in records]
-    together = {name: " / ".join(dict.fromkeys(v[name] for v in verdicts)) for name in VERDICT}
+    together = {name: " / ".join(dict.fromkeys(str(v[name]) for v in verdicts)) for name in VERDICT}
     return {**{key: shared[key] for key in swept if key in shared}, **together,
             **{key: value for key, value in shared.items() if key not in swept}}
 

@@ -44,7 +44,7 @@ def histogram(name: str, values: np.ndarray, bins: int) -> Any:
     return Summary(value=[Summary.Value(tag=name, histo=hist)])
 
 
-def custom_scalars(layout: dict[str, dict[str, list]]) -> Any:
+def custom_scalars(layout: Mapping[str, Mapping[str, Sequence[str | Sequence[str]]]]) -> Any:
     """The custom-scalars layout `{category: {chart title: ["Margin", [value, lower, upper]] or
     ["Multiline", [tags]]}}`, as torch's `custom_scalars` writes it."""
     from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata

@@ -49,7 +49,8 @@ def _curve_runs(values: Mapping[str, list[str] | None], keys: Sequence[str]) -> 
     every other key, for each numeric key (attnlab.reporting.sweep_plots.line_labels)."""
     lines = 0
     for key in keys:
-        if values[key] is not None and len(values[key]) > 1 and all(_is_number(v) for v in values[key]):
+        listed = values[key]
+        if listed is not None and len(listed) > 1 and all(_is_number(v) for v in listed):
             lines += _product(values, ("variant", *(k for k in keys if k != key))) or RUNS_SELECTED_BY_DEFAULT
     return lines
 
@@ -58,7 +59,8 @@ def _product(values: Mapping[str, list[str] | None], keys: Sequence[str]) -> int
     """How many combinations of `keys`' values (a key the sweep does not vary counts once); None
     where one of them cannot be listed."""
     counts = [values.get(key, [""]) for key in keys]
-    return None if any(c is None for c in counts) else math.prod(len(c) for c in counts)
+    sizes = [len(c) for c in counts if c is not None]
+    return None if len(sizes) < len(counts) else math.prod(sizes)
 
 
 def _is_number(text: str) -> bool:

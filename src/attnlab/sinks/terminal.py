@@ -46,6 +46,7 @@ class TerminalSink:
                 print_record(records[0])
                 print(f"record: {display_path(records[0].path)}", flush=True)
             elif records[0].model is not None:  # the layers of a model
+                assert records[0].path is not None  # written before the sinks run
                 glob = f"{display_path(records[0].path.parent.parent)}/layer-*/record.json"
                 print_layers(records, Path(display_path(table)) if table.exists() else None, glob, sys.stdout)
             else:
@@ -136,7 +137,10 @@ def divergence_line(record: Record) -> str:
 
 def print_record(record: Record, out: TextIO | None = None) -> None:
     out = out or sys.stdout
-    say = lambda text="": print(escaped(text, lines=True), file=out)  # noqa: E731 - labels and errors: never raw controls
+
+    def say(text: str = "") -> None:  # labels and errors: never raw controls
+        print(escaped(text, lines=True), file=out)
+
     say(config_line(record))
     for line in layer_lines(record) if record.model is not None else ():
         say(line)
@@ -144,8 +148,9 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
         say(f"FAILED: {record.error}")
         return
     say(shape_trace(record))
-    if returned_line(record):
-        say(returned_line(record))
+    returned = returned_line(record)
+    if returned:
+        say(returned)
     batch, head = shown(record)
     where = f", head {head}, batch item {batch}" if record.variant.num_heads > 1 or batch else ""
     for stage, title in (("weights", "attention weights"), ("context", "context vectors")):
@@ -203,7 +208,10 @@ def seed_lines(records: list[Record]) -> list[str]:
         head, tail = TERMINAL_ROWS - 5, 5
         rows = [*rows[:head], ("…", f"{len(rows) - head - tail} more", "", "", "", ""), *rows[-tail:]]
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    fmt = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+
+    def fmt(row: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+
     return [fmt(header), *map(fmt, rows)]
 
 
@@ -222,4 +230,5 @@ def print_seeds(records: list[Record], table_path: Path | None, out: TextIO | No
           + (f"; {n_failed} failed" if n_failed else ""), file=out)
     if table_path is not None:
         print(f"table: {display_path(table_path)}", file=out)
+    assert first.path is not None  # written before the sinks run
     print(f"records: {display_path(first.path.parent.parent)}/seed-*/record.json", file=out)

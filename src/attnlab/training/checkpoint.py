@@ -21,7 +21,7 @@ import random
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -109,7 +109,7 @@ def stop_on_sigterm() -> Iterator[Stop]:
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
-    for signum in {signal.SIGTERM, submitit_signal()} - {None}:
+    for signum in {s for s in (signal.SIGTERM, submitit_signal()) if s is not None}:
         stop.previous[signum] = signal.signal(signum, stop)
     try:
         yield stop
@@ -146,7 +146,8 @@ class Checkpoints:
             print(f"attnlab: warning: {self.folder}: the checkpoint is of another job (its variant, settings or "
                   f"seeds differ); training from the start", file=sys.stderr)
             return None
-        return decoded(meta["state"], tensors)
+        state: dict[str, Any] = decoded(meta["state"], tensors)
+        return state
 
     def due(self, step: int) -> bool:
         """A SIGTERM noted (passed on after the save, even with nowhere to write), or the cadence's step."""
@@ -186,16 +187,17 @@ class SeedProgress:
     models (set to the checkpoint's parameters when it resumes this seed) and the side in training."""
 
     def __init__(self, checkpoints: Checkpoints, done: list[dict[str, Any]], seed: int,
-                 models: dict[str, nn.Module]) -> None:
+                 models: Mapping[str, nn.Module]) -> None:
         self.checkpoints, self.done, self.seed, self.models = checkpoints, done, seed, models
-        current = (checkpoints.resumed or {}).get("current")
+        resumed = checkpoints.resumed or {}
+        current = resumed.get("current")
         self.resumed = current if current is not None and current["seed"] == seed else None
         self.sides: dict[str, dict[str, Any]] = {}
         if self.resumed is not None:
             self.sides = dict(self.resumed["sides"])
             for side, model in models.items():
                 model.load_state_dict(self.resumed["models"][side], strict=True)
-            set_random_states(checkpoints.resumed["random"])
+            set_random_states(resumed["random"])
             training = self.resumed["training"]
             where = f"{training['side']} at step {training['step']}" if training else "its start"
             print(f"attnlab: resuming training from the checkpoint in {checkpoints.folder}: seed {seed}, {where}",

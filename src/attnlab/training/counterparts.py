@@ -42,7 +42,8 @@ class PerHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_out, d_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(torch.cat([head(x) for head in self.heads], dim=-1))  # (b, num_tokens, d_out)
+        out: torch.Tensor = self.out_proj(torch.cat([head(x) for head in self.heads], dim=-1))  # (b, num_tokens, d_out)
+        return out
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import cast
 
 import torch
 from torch import nn
@@ -17,7 +18,8 @@ class FeedForward(nn.Module):
                                     nn.Linear(4 * emb_dim, emb_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)
+        out: torch.Tensor = self.layers(x)
+        return out
 
 
 class TransformerBlock(nn.Module):
@@ -32,12 +34,13 @@ class TransformerBlock(nn.Module):
         self.norm2 = nn.LayerNorm(emb_dim)
 
     def attend(self, x: torch.Tensor) -> torch.Tensor:
-        context = self.att(self.norm1(x))  # (b, num_tokens, att_width)
+        context: torch.Tensor = self.att(self.norm1(x))  # (b, num_tokens, att_width)
         return context if self.att_out is None else self.att_out(context)  # (b, num_tokens, emb_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attend(x)  # (b, num_tokens, emb_dim)
-        return x + self.ff(self.norm2(x))  # (b, num_tokens, emb_dim)
+        out: torch.Tensor = x + self.ff(self.norm2(x))  # (b, num_tokens, emb_dim)
+        return out
 
 
 class GPTModel(nn.Module):
@@ -53,26 +56,31 @@ class GPTModel(nn.Module):
         self.out_head = nn.Linear(emb_dim, vocab_size, bias=False)
 
     def embedded(self, in_idx: torch.Tensor) -> torch.Tensor:
-        tok_embeds = self.tok_emb(in_idx)  # (b, num_tokens, emb_dim)
+        tok_embeds: torch.Tensor = self.tok_emb(in_idx)  # (b, num_tokens, emb_dim)
         if self.pos_emb is None:
             return tok_embeds
-        pos_embeds = self.pos_emb(torch.arange(in_idx.shape[1], device=in_idx.device))  # (num_tokens, emb_dim)
+        pos_embeds: torch.Tensor = self.pos_emb(torch.arange(in_idx.shape[1], device=in_idx.device))  # (num_tokens, emb_dim)
         return tok_embeds + pos_embeds  # (b, num_tokens, emb_dim)
 
     def forward(self, in_idx: torch.Tensor) -> torch.Tensor:
         x = self.trf_blocks(self.embedded(in_idx))  # (b, num_tokens, emb_dim)
-        return self.out_head(self.final_norm(x))  # (b, num_tokens, vocab_size)
+        logits: torch.Tensor = self.out_head(self.final_norm(x))  # (b, num_tokens, vocab_size)
+        return logits
 
     def last_logits(self, in_idx: torch.Tensor) -> torch.Tensor:
         """`forward(in_idx)[:, -1]`, computed as such: every attention layer sees the whole input,
         but the last block's feed-forward and the head (position-wise) run on the last position only."""
         x = self.embedded(in_idx)  # (b, num_tokens, emb_dim)
-        *blocks, last = self.trf_blocks
+        *blocks, last = self.blocks()
         for block in blocks:
             x = block(x)  # (b, num_tokens, emb_dim)
         x = (x + last.attend(x))[:, -1]  # (b, emb_dim)
         x = x + last.ff(last.norm2(x))  # (b, emb_dim)
-        return self.out_head(self.final_norm(x))  # (b, vocab_size)
+        logits: torch.Tensor = self.out_head(self.final_norm(x))  # (b, vocab_size)
+        return logits
+
+    def blocks(self) -> Iterable[TransformerBlock]:
+        return cast("Iterable[TransformerBlock]", self.trf_blocks)  # nn.Sequential's items are typed as Modules
 
     def attention_layers(self) -> list[nn.Module]:
-        return [block.att for block in self.trf_blocks]
+        return [block.att for block in self.blocks()]

@@ -106,7 +106,7 @@ def plan(variant: str, settings: TrainingConf, device: str = "cpu", cache: Path 
     made = [counterpart(name, sizes.d_model, sizes.context_length, sizes.num_heads, attention_width(sizes))
             for name in ("reference", variant)]
     _check_backward(made[1], sizes.d_model)
-    return Plan(settings, task, *made, device=resolved_device(device), cache=cache)
+    return Plan(settings, task, made[0], made[1], device=resolved_device(device), cache=cache)
 
 
 def _check_backward(side: Counterpart, d_model: int) -> None:
@@ -167,7 +167,7 @@ def _trained_reference(model: GPTModel, job: Plan, evaluation: Batch, seed: int,
             progress.side_done("reference", cached)
             return cached
     side = _train_side(model, job, evaluation, seed, progress.saving("reference"))
-    if key is not None:
+    if job.cache is not None and key is not None:
         reference_cache.save(job.cache, key, side, model)
     progress.side_done("reference", side)
     return side

@@ -34,7 +34,8 @@ def load(folder: Path, key: str, model: nn.Module) -> dict[str, Any] | None:
     if not (side_file.exists() and state_file.exists()):
         return None
     model.load_state_dict(load_tensors(state_file.read_bytes()), strict=True)
-    return json.loads(side_file.read_text())
+    side: dict[str, Any] = json.loads(side_file.read_text())
+    return side
 
 
 def save(folder: Path, key: str, side: dict[str, Any], model: nn.Module) -> None:

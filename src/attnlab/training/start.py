@@ -40,7 +40,7 @@ def same_start(reference: Counterpart, variant: Counterpart, vocab: int, setting
     own = variant_model.state_dict()
     outside = {name: value for name, value in reference_model.state_dict().items() if ".att." not in name and name in own}
     variant_model.load_state_dict(outside, strict=False)
-    loaded = {}
+    loaded: dict[str, str] = {}
     for layer, (theirs, mine) in enumerate(zip(reference_model.attention_layers(), variant_model.attention_layers())):
         report = align(theirs, mine, num_heads=heads, num_kv_heads=declared_count(mine, "num_kv_heads"))
         loaded |= {f"layer{layer}.{name}": how for name, how in report.items()}

@@ -206,7 +206,7 @@ def _difference(row: Row) -> str:
     return f"{row.what}: {way}, {row.variant} against the reference's {row.reference}"
 
 
-def _target(variant: str, by: dict[str, Row], summaries: Sequence[dict], steps: int, target: float,
+def _target(variant: str, by: dict[str, Row], summaries: Sequence[dict[str, Any]], steps: int, target: float,
             eval_every: int | None) -> tuple[str, set[str]] | None:
     row = by.get("steps_to_target")
     if row is None or not row.clear:

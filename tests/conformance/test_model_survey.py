@@ -40,8 +40,9 @@ def test_a_model_without_attention_is_named_so() -> None:
     assert row.outcome == "no_attention" and "no attention modules found" in row.message
 
 
-# one in eight causal-LM types, chosen by a hash of its name (the same sample on every machine)
-SAMPLE = [t for t in causal_lm_types() if hashlib.sha256(t.encode()).digest()[0] % 8 == 0]
+# one in sixteen causal-LM types, chosen by a hash of its name (the same sample on every machine;
+# the full list: python -m attnlab.zoo --models)
+SAMPLE = [t for t in causal_lm_types() if hashlib.sha256(t.encode()).digest()[0] % 16 == 0]
 
 
 @pytest.mark.slow

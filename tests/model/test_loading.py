@@ -113,7 +113,9 @@ def test_a_nanogpt_style_model_of_your_own_runs_with_its_safetensors(tmp_path, m
 
 def test_an_unknown_layout_names_what_it_saw_and_the_key(tmp_path, monkeypatch) -> None:
     (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "nano.py").write_text(NANOGPT_STYLE.replace("self.attn", "self.mixer"))
+    # neither its name nor its class's says attention (a class named ...Attention is found wherever it sits)
+    (tmp_path / "models" / "nano.py").write_text(
+        NANOGPT_STYLE.replace("self.attn", "self.mixer").replace("CausalSelfAttention", "TokenMixer"))
     monkeypatch.chdir(tmp_path)
     message = refused("model=nano", "model.n_layer=2")
     assert message.startswith("GPT: no attention modules found; its submodules: transformer, transformer.wte")

@@ -20,12 +20,12 @@ from typing import Any
 from torch import nn
 
 from attnlab.modules import hf_stage
+from attnlab.modules.families import spellings
 from attnlab.modules.hf_find import Call, calls_of, self_attention_call
 from attnlab.modules.hf_stage import UNKNOWN  # an argument the model computes from what attnlab does not build
 
 _LAYER_NAMES = ("layer_idx", "layer_id", "layer_index", "layer_number", "idx", "i", "layer", "index", "block_idx",
                 "stage", "stage_idx", "stage_index")  # a hierarchical model's stage (CvT's)
-_SIZE_NAMES = ("num_heads", "num_attention_heads", "embed_dim", "dim", "hidden_size", "hidden_sizes")
 _CONFIG_NAMES = ("config", "cfg")
 _DEPTH = 3  # callers above the class read: a wrapper, its layer, the layer's stack
 
@@ -76,7 +76,7 @@ def _is_config(node: ast.expr, call: Call) -> bool:
 def _config_parameter(init: ast.FunctionDef) -> str:
     names = [a.arg for a in init.args.args[1:]]
     # a config-named one, else the first unless it names a size (CvtAttention's num_heads: it takes no config)
-    first = names[0] if names and names[0] not in _SIZE_NAMES else "config"
+    first = names[0] if names and names[0] not in (*spellings("num_heads"), *spellings("d_in")) else "config"
     return next((n for n in names if n in _CONFIG_NAMES), first)
 
 

@@ -31,6 +31,7 @@ from torch import nn
 from attnlab.errors import UserError
 from attnlab.modules import hf_inputs, hf_small
 from attnlab.modules.arguments import forward_parameters, providable, required
+from attnlab.modules.families import spellings
 
 
 class ModelCallError(RuntimeError):
@@ -268,7 +269,7 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
 
 
 def _width(config: Any) -> int | None:
-    return next((getattr(config, s) for s in ("hidden_size", "d_model", "embed_dim") if getattr(config, s, None)), None)
+    return next((width for s in spellings("d_in") if isinstance(width := getattr(config, s, None), int) and width), None)
 
 
 def provided(cls: Any) -> tuple[str, ...]:

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnlab.modules.families import spellings
+
 BUDGET = 60_000_000  # parameters a recording model may have (240 MB in float32)
-LAYERS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
-          "num_encoder_layers", "num_decoder_layers")
 VOCAB, WIDTH, EXPERTS = 512, 128, 4
 FEED_FORWARD = ("ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff", "dim_feedforward")
 EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
@@ -73,7 +73,7 @@ def _shrink(config: Any, layer: int, level: int) -> None:
     for value in list(vars(config).values()):
         if isinstance(value, PretrainedConfig):
             _shrink(value, 0, level)
-    for key in LAYERS:
+    for key in spellings("num_layers"):
         count = getattr(config, key, None)
         if isinstance(count, int) and count > layer + 1:
             setattr(config, key, layer + 1)
@@ -88,7 +88,7 @@ def _shrink(config: Any, layer: int, level: int) -> None:
     _smaller(config, [k for k in vars(config) if k.endswith("intermediate_size")] + list(FEED_FORWARD), WIDTH)
     _smaller(config, EXPERT_COUNTS, EXPERTS)
     # the depths of what the model holds beside its layers (Evolla's protein resampler, aligner layers)
-    _smaller(config, [k for k in vars(config) if k.endswith(("depth", "_layers")) and k not in LAYERS], 1)
+    _smaller(config, [k for k in vars(config) if k.endswith(("depth", "_layers")) and k not in spellings("num_layers")], 1)
     _smaller(config, ROUTED, 2)
 
 

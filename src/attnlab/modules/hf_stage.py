@@ -25,8 +25,6 @@ from attnlab.modules.families import spellings
 
 UNKNOWN = object()  # an argument the model computes from what attnlab does not build
 
-_WIDTH = ("dim", "hidden_size", "embed_dim", "hidden_sizes", "embed_dims")
-_HEADS = ("num_heads", "num_attention_heads")
 _REDUCTION = ("sr_ratio", "sequence_reduction_ratio", "sequences_reduction_ratio", "spatial_reduction_ratio")
 _REDUCTIONS = ("sr_ratios", "sequence_reduction_ratios")  # the config's per-stage ratios
 _WINDOWS = ("window_size", "resolution")  # Swin's window, LeViT's resolution: the tokens' grid side(s)
@@ -65,7 +63,7 @@ def _filled(name: str, value: Any, config: Any, stage: int, tokens: int | None) 
         return height if height == width else (height, width)
     if value is not UNKNOWN:
         return value
-    key = "d_in" if name in _WIDTH else "num_heads" if name in _HEADS else None
+    key = "d_in" if name in spellings("d_in") else "num_heads" if name in spellings("num_heads") else None
     candidates = spellings(key, getattr(config, "model_type", "")) if key else _REDUCTIONS if name in _REDUCTION else ()
     found = next((getattr(config, c) for c in candidates if getattr(config, c, None) is not None), None)
     if found is None:

@@ -23,7 +23,8 @@ ADAPTER = Family(
         "scale_dim": ("query_pre_attn_scalar", "attention_scores_scalar"),
         "scale": ("attention_multiplier",),
         "clip": ("clip_qkv",),  # the bound queries, keys and values are clamped to (OLMo's)
-        "num_layers": ("num_hidden_layers", "n_layer", "n_layers"),
+        "num_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers",
+                       "num_encoder_layers", "num_decoder_layers"),
         "fused_groups": ("mp_num",),  # the groups a fused qkv is laid out in (CodeGen's model-parallel groups)
     },
 )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+import attnlab
+
 pytest.importorskip("transformers")
 
 from attnlab.modules import hf  # noqa: E402
@@ -46,3 +48,17 @@ def test_a_class_no_class_of_its_module_builds_has_no_model_arguments() -> None:
 
     Alone.__module__ = "transformers.models.llama.modeling_llama"
     assert model_arguments(Alone, _config("llama")) is None
+
+
+def test_a_per_layer_config_is_read_for_the_layer_built_not_refused_as_ambiguous():
+    """Dots3's config declares its heads per layer; transformers refuses a global read of them.
+    The layer attnlab builds has no override, so its sizes are the config's own: it runs, and the
+    heads it reads are the ones the module was built with."""
+    from attnlab.modules.hf import hf_constructor
+
+    module = hf_constructor("hf:dots3_note_text")(64, 64, 4)
+    assert module.config.is_heterogeneous and module.num_heads == 4
+    result = attnlab.run("hf:dots3_note_text", overrides=["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64",
+                                                          "d_out=64", "num_heads=4"])
+    assert result.record.status == "ok", result.record.error
+    assert not [f for f in result.findings if f.severity == "error"], [f.message for f in result.findings]

@@ -159,7 +159,12 @@ class HFConstructor(ConfigConstructor):
         origin = transformers_class(self.module_cls)
         rope = None if "rope_parameters" in params or origin is None else hf_small.rope_at(
             self.config_cls, origin, values["d_out"] // (values.get("num_heads") or 1))
-        return super().config(values, {**params, **({"rope_parameters": rope} if rope else {})}, private)
+        config = super().config(values, {**params, **({"rope_parameters": rope} if rope else {})}, private)
+        if getattr(config, "is_heterogeneous", False):
+            # a per-layer config (Dots3's) holds attnlab's sizes globally, which the layer built without an
+            # override of its own reads: attnlab reads them there as well, never refused as ambiguous
+            config.allow_global_per_layer_attribute_access = True
+        return config
 
     def construct(self, config: Any, extra: dict[str, Any]) -> nn.Module:
         if transformers_class(self.module_cls) is None:

@@ -144,3 +144,16 @@ def test_a_module_taking_no_kv_head_count_takes_one_per_query_head_from_a_groupe
     assert mha.kv_heads_for(VALUES["num_heads"]) == VALUES["num_heads"]
     assert mha.kv_heads_for(1) is None  # another head count: the reference's own, as before
     assert plan("gqa", VALUES).build(seed=1).kv_heads_for(VALUES["num_heads"]) == 2
+
+
+def test_a_forward_needing_a_package_transformers_lacks_is_one_line_naming_it():
+    """DiNAT's attention calls natten; without it transformers raises OptionalDependencyNotAvailable,
+    a BaseException that would pass every `except Exception`: the record says which package."""
+    pytest.importorskip("transformers")
+    if __import__("importlib").util.find_spec("natten") is not None:
+        pytest.skip("natten is installed here")
+    result = attnlab.run("hf:dinat", overrides=["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64",
+                                                "num_heads=4"])
+    assert result.record.status == "failed"
+    assert "NeighborhoodAttention's forward needs natten, which is not installed" in result.record.error
+    assert "\n" not in result.record.error

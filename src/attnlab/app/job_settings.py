@@ -48,9 +48,11 @@ def check_unused(cfg: DictConfig) -> None:
             raise UserError(f"{key}: only with a model to run in ({MODEL_NAMED})")
 
 
-def model_request(cfg: DictConfig) -> ModelRequest:
+def model_request(cfg: DictConfig, checking: bool = False) -> ModelRequest:
     """The run inside a model: the model, the device, the edit and the reference model, each checked
-    in this order (the rest, which reads the model's declared config, is attnlab.model.model_job's)."""
+    in this order (the rest, which reads the model's declared config, is attnlab.model.model_job's).
+    `checking`: for the checks alone, the config its records keep left unresolved (a sweep checks
+    every job before Hydra has numbered them, so Hydra's own node cannot be resolved yet)."""
     spec = model_spec(_block(cfg, "model"))
     if cfg.device not in ("cpu", "auto"):  # auto: the CPU, as every model run
         raise UserError(f"device={cfg.device}: a run inside a model runs on the CPU for now; device=cpu")
@@ -69,7 +71,7 @@ def model_request(cfg: DictConfig) -> ModelRequest:
     return ModelRequest(model=spec, reference_model=reference_model, edit=edit, layer=plain(cfg.get("layer")),
                         variant=cfg.variant.name, params=container(cfg.variant.params), reference=cfg.reference,
                         expect=container(cfg.expect), seed=cfg.seed, n_seeds=cfg.n_seeds, inputs=given,
-                        config=resolved(cfg))
+                        config={} if checking else resolved(cfg))
 
 
 def job_spec(cfg: DictConfig) -> JobSpec:

@@ -80,7 +80,7 @@ def check(cfg: DictConfig) -> dict[str, Any]:
         get_variant(cfg.reference)
     check_unused(cfg)
     if wants_model(cfg):
-        check_model_request(model_request(cfg))
+        check_model_request(model_request(cfg, checking=True))
     if wants_training(cfg):
         check_training(training_request(cfg))
     return build_sinks(sink_settings(cfg))

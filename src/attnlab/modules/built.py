@@ -101,6 +101,15 @@ class HuggingFaceCall(CallConvention):
         return (x,), {**arguments.by_name(module, x, given=tuple(kwargs)), **kwargs}
 
     def call(self, module: nn.Module, x: torch.Tensor) -> Returned:
+        from transformers.utils import OptionalDependencyNotAvailable
+
+        try:
+            return self._call(module, x)
+        except OptionalDependencyNotAvailable:  # a BaseException: said as the ImportError it stands for
+            missing = " or ".join(hf.missing_packages(type(module))) or "an optional package"
+            raise ImportError(f"{type(module).__name__}'s forward needs {missing}, which is not installed") from None
+
+    def _call(self, module: nn.Module, x: torch.Tensor) -> Returned:
         if hf_inputs.packed(module):  # a vision tower's: packed rows, each batch item a sequence of cu_seqlens
             return self.unpack(hf_inputs.packed_forward(module, x), x)
         if hf_grid.spatial(module):  # SAM's, ViTDet's: (b, H, W, d) on the tokens' grid, read back as (b, T, ·)

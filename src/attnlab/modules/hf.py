@@ -16,6 +16,7 @@ import copy
 import difflib
 import inspect
 import os
+import re
 import sys
 from functools import cache
 from typing import Any
@@ -217,6 +218,16 @@ def config_constructor(cls: type[nn.Module], name: str) -> ConfigConstructor | N
     if transformers is not None and issubclass(found, transformers.PretrainedConfig):
         return HFConstructor(cls, found, name)
     return ConfigConstructor(cls, found, name)
+
+
+def missing_packages(cls: type) -> list[str]:
+    """The optional packages the modeling file of `cls` asks for (`is_natten_available()`) that
+    transformers finds missing."""
+    import transformers.utils
+
+    source = inspect.getsource(inspect.getmodule(cls) or cls)
+    asked = sorted(set(re.findall(r"\bis_(\w+)_available\(", source)))
+    return [name for name in asked if not getattr(transformers.utils, f"is_{name}_available", lambda: True)()]
 
 
 def transformers_class(cls: type) -> type | None:

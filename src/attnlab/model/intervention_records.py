@@ -92,7 +92,7 @@ def intervention_records(request: ModelRequest, chosen: Intervention, loaded: Lo
                                   len(layers), lengths=inputs.lengths))
         return recorded[0]
 
-    if chosen.kind == "observe":  # each layer's record made as its stages are captured: one in memory at a time
+    if not KINDS[chosen.kind].changes:  # no edit: each layer's record made as its stages are captured: one in memory at a time
         def consume(*run_parts):
             layers = recording(*run_parts)
             return lambda layer, own: layers.add(layer, own, own, None)

@@ -30,7 +30,7 @@ class EditKind:
     # the settings with a default that its label and run folder show (head, text, function show when given)
     shown: ClassVar[tuple[str, ...]] = ()
     stage: ClassVar[str] = "context"  # the first stage it changes: its finding measures it there
-    changes: ClassVar[bool] = True  # False: nothing to measure (intervene.metric refused)
+    changes: ClassVar[bool] = True  # False: every layer from one forward, no effect to measure (no metric)
     other_text: ClassVar[bool] = False  # True: its values come from the layer run on intervene.text
     heads_known: ClassVar[bool] = True  # False: the heads it changed are found from the stages
 

@@ -11,7 +11,8 @@ import torch
 
 import attnlab
 from attnlab.errors import UserError
-from attnlab.model.interventions import _ScaledScores, intervention
+from attnlab.model.edits.scale_scores import ScaledScores
+from attnlab.model.interventions import intervention
 from tests.model.by_hand import HS, OTHER, check_effect, eager_model, effect_by_hand, zero_head
 from tests.model.conftest import N_EMBD, N_HEAD, TEXT
 
@@ -184,7 +185,7 @@ def test_scaled_scores_keep_the_mask_whatever_its_fill(fill, factor) -> None:
             return torch.softmax(attn_scores + torch.where(mask, fill, 0.0), dim=-1)
         return torch.softmax(attn_scores.masked_fill(mask, fill), dim=-1)
 
-    with _ScaledScores(factor, head=1):
+    with ScaledScores(factor, head=1):
         weights = attention()  # (1, nh, T, T)
     by_hand = attn_scores.clone()
     by_hand[:, 1] *= factor

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from attnlab.app.config_paths import user_config_searchpath
 from attnlab.errors import UserError
+from attnlab.model.edits import KINDS
 
 JOB_DIRNAME_MAX = 120  # characters of a sweep job's folder name (file systems allow 255 bytes)
 
@@ -66,7 +67,8 @@ def run_name(variant: str, intervene: Any = None) -> str:
     kind = edit.get("name")
     if not kind:
         return str(variant)
-    shown = {"head": True, "mode": kind == "ablate_head", "factor": kind == "scale_scores", "function": True}
+    own = KINDS[kind].shown if kind in KINDS else ()
+    shown = {"head": True, "mode": "mode" in own, "factor": "factor" in own, "function": True}
     words = [f"{key}={str(edit[key]).rpartition(':')[2]}" for key, wanted in shown.items()
              if wanted and edit.get(key) is not None]
     return "-".join([str(kind), *words])

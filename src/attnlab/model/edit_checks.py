@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnlab.errors import UserError
+from attnlab.model.edits import KINDS
 from attnlab.model.interventions import Intervention
 from attnlab.model.loading import _transformers
 from attnlab.model.locate import chosen_layers
@@ -33,7 +34,7 @@ def check_indices(layer: Any, declared: dict[str, Any] | None, edit: Interventio
 
 def check_patch_text(inputs: ModelTexts, spec: ModelSpec, edit: Intervention | None) -> None:
     """A patch replaces position by position: its text has as many tokens as the run's (one text)."""
-    if edit is None or edit.kind != "patch" or inputs.kind != "text" or inputs.texts is not None:
+    if edit is None or not KINDS[edit.kind].other_text or inputs.kind != "text" or inputs.texts is not None:
         return
     tokenizer = _tokenizer(spec)
     if tokenizer is None:

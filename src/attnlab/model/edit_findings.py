@@ -20,6 +20,7 @@ from attnlab.diagnosis.diagnostics import scale_observed
 from attnlab.diagnosis.finding_code import MODEL_TABLE, Code
 from attnlab.diagnosis.masking import with_masks_as_neg_inf
 from attnlab.diagnosis.message_format import fmt
+from attnlab.model.edits import KINDS
 from attnlab.model.inputs import real_positions
 from attnlab.model.interventions import Intervention
 from attnlab.record import Finding
@@ -39,7 +40,7 @@ CODES = (INTERVENTION,)
 
 def edited_stage(chosen: Intervention) -> str:
     """The first stage the edit changes: the softmax input, or the context vectors."""
-    return "scaled_scores" if chosen.kind == "scale_scores" else "context"
+    return KINDS[chosen.kind].stage
 
 
 def edit_findings(chosen: Intervention, edited: Capture, own: Capture, found: Sequence[Finding]) -> list[Finding]:
@@ -48,7 +49,7 @@ def edit_findings(chosen: Intervention, edited: Capture, own: Capture, found: Se
     at = STAGES.index(edited_stage(chosen))
     untouched = all(torch.equal(edited.stages[s], own.stages[s]) for s in STAGES[:at]
                     if s in edited.stages and s in own.stages)
-    said = _scaled(chosen, edited, own) if chosen.kind == "scale_scores" else _contexts(chosen, edited, own)
+    said = _scaled(chosen, edited, own) if edited_stage(chosen) == "scaled_scores" else _contexts(chosen, edited, own)
     return [said] if untouched else [*found, said]
 
 
@@ -57,20 +58,18 @@ def _heads(chosen: Intervention, n_heads: int) -> list[int]:
 
 
 def _contexts(chosen: Intervention, edited: Capture, own: Capture) -> Finding:
-    """ablate_head, patch, function: how far each head's context vectors moved."""
+    """An edit of the context vectors (ablate_head, patch, function): how far each head's moved."""
     mine, theirs = edited.stages["context"], own.stages["context"]  # (b, H, T, hs)
     difference = (mine.float() - theirs.float()).abs()  # (b, H, T, hs)
     if own.lengths:  # a padded batch: a pad's context is no text's
         difference *= real_positions(own.lengths, difference.shape[2])[:, None, :, None]
     moved = difference.amax(dim=(0, 2, 3))  # (H,)
     changed = [int(h) for h in torch.nonzero(moved > 0).flatten()]
-    what = {"ablate_head": f"set to {'their mean over the positions' if chosen.mode == 'mean' else 'zero'}",
-            "patch": f"replaced by those the layer made on {chosen.text!r}",
-            "function": f"replaced by what {chosen.function} returned"}.get(chosen.kind, "edited")
-    heads = _heads(chosen, mine.shape[1]) if chosen.kind != "function" else changed
+    kind = KINDS[chosen.kind]
+    heads = _heads(chosen, mine.shape[1]) if kind.heads_known else changed
     moves = ", ".join(f"head {h} {fmt(float(moved[h]))}" for h in (heads or range(mine.shape[1])))
     return INTERVENTION("context", "context", heads=heads or None, label=chosen.label,
-                        named=_named(chosen, mine.shape[1]), what=what, moves=moves)
+                        named=_named(chosen, mine.shape[1]), what=kind.what(chosen), moves=moves)
 
 
 def _scaled(chosen: Intervention, edited: Capture, own: Capture) -> Finding:

@@ -22,8 +22,10 @@ from attnlab.capture.recorder import Capture
 from attnlab.compute.pipeline import diagnosed
 from attnlab.errors import UserError
 from attnlab.model.edit_findings import edit_findings
+from attnlab.model.edits import KINDS
+from attnlab.model.edits.head_hooks import contexts_on
 from attnlab.model.forward import final_hidden
-from attnlab.model.interventions import Intervention, contexts_on, edited
+from attnlab.model.interventions import Intervention, edited
 from attnlab.model.layer import ModelRun, OwnCaptures, own_head_patterns
 from attnlab.model.loading import LoadedModel
 from attnlab.model.request import ModelRequest
@@ -90,7 +92,7 @@ def intervention_records(request: ModelRequest, chosen: Intervention, loaded: Lo
                                   len(layers), lengths=inputs.lengths))
         return recorded[0]
 
-    if chosen.kind == "observe":  # each layer's record made as its stages are captured: one in memory at a time
+    if not KINDS[chosen.kind].changes:  # no edit: each layer's record made as its stages are captured: one in memory at a time
         def consume(*run_parts):
             layers = recording(*run_parts)
             return lambda layer, own: layers.add(layer, own, own, None)
@@ -130,7 +132,7 @@ def _edited_run(run: ModelRun, layer: int, chosen: Intervention, other: Tensor |
 
 def _other_ids(chosen: Intervention, loaded: LoadedModel, run: ModelRun) -> Tensor | None:
     """(1, T) the ids of the text a patch takes its values from: as many tokens as the run's."""
-    if chosen.kind != "patch":
+    if not KINDS[chosen.kind].other_text:
         return None
     ids = loaded.tokenizer.encode(chosen.text)
     if len(ids) != run.ids.shape[1]:

@@ -1,5 +1,6 @@
 """The checks Hydra's types cannot make: values, unknown keys (with the closest known key named)
-and the variant's params, so that a bad value fails before any work."""
+and the variant's params, so that a bad value fails before any work. Importable without torch
+(the registry's, which imports the plugins, only where a message names a constructor's key)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.app.config_paths import config_dir, group_options
 from attnlab.app.config_values import check_values
 from attnlab.errors import UserError
-from attnlab.inputs.kinds import SCHEMAS
-from attnlab.modules.registry import CONSTRUCTOR_KEYS, SPELLINGS
+from attnlab.inputs.input_configs import SCHEMAS
 from attnlab.schema import LOG_OPTIONS
 
 
@@ -72,10 +72,13 @@ def unknown_key_message(key: str, known: Iterable[str], value: str = "VALUE") ->
     variant.params is named as such, with or without `+`."""
     known = [k for k in known if not key.startswith(f"{k}.")]
     parent, _, leaf = key.rpartition(".")
-    top = next((k for k in CONSTRUCTOR_KEYS if leaf in SPELLINGS.get(k, (k,))), None)
-    if parent == "variant.params" and top is not None:
-        what = "a top-level key" if top == leaf else f"the top-level key {top}"
-        return f"{key}: {leaf} is {what}; use {top}={value}"
+    if parent == "variant.params":
+        from attnlab.modules.registry import CONSTRUCTOR_KEYS, SPELLINGS
+
+        top = next((k for k in CONSTRUCTOR_KEYS if leaf in SPELLINGS.get(k, (k,))), None)
+        if top is not None:
+            what = "a top-level key" if top == leaf else f"the top-level key {top}"
+            return f"{key}: {leaf} is {what}; use {top}={value}"
     siblings = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == parent}
     close = [siblings[c] for c in difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)]
     # the header prints `d_in=3` for `inputs.d_in`: the same name under another parent is the likeliest meant

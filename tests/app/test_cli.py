@@ -255,8 +255,9 @@ def test_a_child_forked_in_a_forward_never_reaches_reporting(app, plugin_folder,
 @pytest.mark.parametrize("arg,message", [
     ("n_seeds=0", "n_seeds=0: must be a positive integer (1, 2, 3, ...)"),
     ("dropout=1.5", "dropout=1.5: must be a number in [0, 1)"),
+    ("n_sedes=2", "n_sedes: unknown key; did you mean 'n_seeds'?"),
 ])
-def test_a_bad_value_of_the_schema_is_refused_before_torch_is_imported(app, arg, message):
+def test_a_bad_value_or_a_misspelt_key_is_refused_before_torch_is_imported(app, arg, message):
     """Issue 52's fast start: the config checks run first, torch later. `-X importtime` lists every
     module the command imported (`| torch` for torch itself); not a timing test."""
     run = app(arg, env={"PYTHONPROFILEIMPORTTIME": "1"})

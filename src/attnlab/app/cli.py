@@ -30,9 +30,8 @@ from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from attnlab.app.check_first import refusals_raised
-from attnlab.app.config_checks import closest_key
+from attnlab.app.config_checks import check_given, closest_key
 from attnlab.app.config_paths import config_dir, group_options
-from attnlab.app.config_values import check_given
 from attnlab.app.help_cache import HELP_ARGS, keep_help
 from attnlab.app.overrides import user_overrides
 from attnlab.errors import FailedRecords, UserError

@@ -12,10 +12,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.app.config_paths import config_dir, group_options
-from attnlab.app.config_values import check_values
+from attnlab.app.config_values import check_given_values, check_values
 from attnlab.errors import UserError
 from attnlab.inputs.input_configs import SCHEMAS
-from attnlab.schema import LOG_OPTIONS
+from attnlab.schema import LOG_OPTIONS, Config
 
 
 def validate(cfg: DictConfig) -> None:
@@ -25,6 +25,21 @@ def validate(cfg: DictConfig) -> None:
     check_values(cfg)
     if not isinstance(cfg.variant.params, (dict, DictConfig)):
         raise UserError("variant.params: must be a mapping of constructor arguments")
+
+
+def check_given(args: list[str]) -> None:
+    """A single run's command line, before the plugins (and torch) are imported: a top-level key the
+    schema does not have where one of similar name is meant (`n_sedes=2`), then the schema's values
+    (attnlab.app.config_values.check_given_values). Any other unknown key is left to Hydra's
+    composition, whose message may name a nested key (`closest_key`)."""
+    top = [field.name for field in dataclasses.fields(Config)]  # the composed config's top level, whatever the groups
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if eq and key.isidentifier() and key not in (*top, "hydra") and not (config_dir() / key).is_dir():
+            message = unknown_key_message(key, top, value)
+            if "did you mean" in message:
+                raise UserError(message)
+    check_given_values(args)
 
 
 def check_inputs(inputs: Any) -> None:

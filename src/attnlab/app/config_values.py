@@ -1,7 +1,7 @@
 """The composed config's values: turned into plain data (the one place below Hydra that resolves a
 node) and checked against the schema's `KEYS` (attnlab.schema), one line for the first bad value.
 Importable without torch: the command line's own values are checked before anything imports it
-(`check_given`)."""
+(`check_given_values`)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def check_value(key: Key, value: Any) -> None:
         raise UserError(f"{key.name}={show_value(value)}: {key.allowed}")
 
 
-def check_given(args: list[str]) -> None:
+def check_given_values(args: list[str]) -> None:
     """A single run's command-line values of `KEYS` (`n_seeds=0`), parsed as Hydra parses them,
     checked before the plugins (and torch) are imported: a refusal that needs neither is printed
     in a fraction of a second. A sweep's lists, interpolations and what Hydra cannot parse are

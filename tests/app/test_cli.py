@@ -250,3 +250,19 @@ def test_a_child_forked_in_a_forward_never_reaches_reporting(app, plugin_folder,
                env={"ATTNLAB_PLUGIN_PATH": str(folder), "ATTNLAB_CACHE_DIR": str(tmp_path / "cache")})
     assert done.returncode == 0 and done.record["status"] == "ok", done.stderr
     assert done.stdout.count("attnlab · variant=forks") == 1, done.stdout  # the summary once: the parent's
+
+
+@pytest.mark.parametrize("arg,message", [
+    ("n_seeds=0", "n_seeds=0: must be a positive integer (1, 2, 3, ...)"),
+    ("dropout=1.5", "dropout=1.5: must be a number in [0, 1)"),
+    ("n_sedes=2", "n_sedes: unknown key; did you mean 'n_seeds'?"),
+])
+def test_a_bad_value_or_a_misspelt_key_is_refused_before_torch_is_imported(app, arg, message):
+    """Issue 52's fast start: the config checks run first, torch later. `-X importtime` lists every
+    module the command imported (`| torch` for torch itself); not a timing test."""
+    run = app(arg, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    said = [line for line in run.stderr.splitlines() if not line.startswith("import time:")]
+    imported = {line.rpartition("|")[2].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert run.returncode == 2 and said == [f"attnlab: error: {message}"], run.stderr[-2000:]
+    assert "attnlab.app.cli" in imported and "torch" not in imported and "transformers" not in imported
+    assert not run.out_dir.exists()

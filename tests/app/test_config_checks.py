@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab.app.config_checks import closest_key
+from attnlab.app.config_checks import check_given, closest_key
 from attnlab.app.config_store import register_configs
+from attnlab.errors import UserError
 
 
 def test_a_top_level_key_under_variant_params_is_named_with_or_without_plus():
@@ -25,3 +26,17 @@ def test_a_key_of_another_group_is_named_by_its_full_name():
     # the book's inputs have neither key: the inputs that have it are named with it
     assert closest_key("n_tokens", ["n_tokens=9"]) == "n_tokens: unknown key; did you mean 'inputs.n_tokens=9' (with inputs=random)?"
     assert closest_key("d_in", ["d_in=4"]) == "d_in: unknown key; did you mean 'inputs.d_in=4' (with inputs=ids|random|text)?"
+
+
+@pytest.mark.slow
+def test_a_misspelt_top_level_key_is_named_before_composing_as_after():
+    """check_given runs before the plugins are imported; where it speaks, it says what the composed
+    config's check says, and it leaves to that check every key whose closest match may be nested."""
+    register_configs()  # closest_key composes the config, as the CLI does
+    for args in (["n_sedes=2"], ["num_head=4"], ["variant=unscaled", "sed=4"]):
+        key = args[-1].split("=")[0]
+        with pytest.raises(UserError) as early:
+            check_given(args)
+        assert str(early.value) == closest_key(key, args)
+    for arg in ("d_in=4", "hed=2", "experiment=x", "+n_sedes=3", "show.haed=1", "hydra=1"):
+        check_given([arg])

@@ -30,7 +30,7 @@ from attnlab.app.config_paths import config_dir, user_config_dir
 from attnlab.app.config_store import register_configs
 from attnlab.app.overrides import user_overrides
 from attnlab.errors import UserError
-from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
+from attnlab.inputs.input_configs import SCHEMAS as INPUT_SCHEMAS
 from attnlab.modules import session
 from attnlab.modules.registry import discover, refresh
 from attnlab.record import Finding, Record, write_atomic

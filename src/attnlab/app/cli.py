@@ -30,15 +30,12 @@ from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from attnlab.app.check_first import refusals_raised
-from attnlab.app.config_checks import closest_key
+from attnlab.app.config_checks import check_given, closest_key
 from attnlab.app.config_paths import config_dir, group_options
-from attnlab.app.config_store import register_configs
 from attnlab.app.help_cache import HELP_ARGS, keep_help
 from attnlab.app.overrides import user_overrides
 from attnlab.errors import FailedRecords, UserError
-from attnlab.modules.registry import discover
 from attnlab.printable import escaped
-from attnlab.training.counterparts import MODEL_CHANGES
 
 
 def one_line(exc: BaseException, args: list[str] = ()) -> str:
@@ -69,6 +66,9 @@ def check_group_overrides(args: list[str]) -> None:
     """What Hydra would refuse after making the run's folder, or with a traceback, fails here in
     one line: an unknown variant (`variant=` or `variant.name=`, which names the folder), with the
     closest match, and a config-group choice that is a number or a bool (`inputs=5`)."""
+    from attnlab.modules.registry import discover
+    from attnlab.training.counterparts import MODEL_CHANGES
+
     registry = discover()
     for arg in args:
         key, _, value = arg.partition("=")
@@ -128,6 +128,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return compare_main(args[1:])
     os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach this wrapper instead of Hydra's printer
+    if not any(arg.startswith("-") for arg in args):  # a single run: its own bad values before the plugins and torch
+        try:
+            check_given(args)
+        except UserError as exc:
+            print(f"attnlab: error: {escaped(str(exc))}", file=sys.stderr)
+            return 2
+    from attnlab.app.config_store import register_configs  # imports every plugin, and torch
+    from attnlab.modules.registry import discover
+
     registry = discover()
     for warning in registry.warnings:
         print(f"attnlab: warning: {escaped(warning)}", file=sys.stderr)

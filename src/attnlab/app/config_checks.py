@@ -1,5 +1,6 @@
 """The checks Hydra's types cannot make: values, unknown keys (with the closest known key named)
-and the variant's params, so that a bad value fails before any work."""
+and the variant's params, so that a bad value fails before any work. Importable without torch
+(the registry's, which imports the plugins, only where a message names a constructor's key)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.app.config_paths import config_dir, group_options
-from attnlab.app.config_values import check_values
+from attnlab.app.config_values import check_given_values, check_values
 from attnlab.errors import UserError
-from attnlab.inputs.kinds import SCHEMAS
-from attnlab.modules.registry import CONSTRUCTOR_KEYS, SPELLINGS
-from attnlab.schema import LOG_OPTIONS
+from attnlab.inputs.input_configs import SCHEMAS
+from attnlab.schema import LOG_OPTIONS, Config
 
 
 def validate(cfg: DictConfig) -> None:
@@ -25,6 +25,21 @@ def validate(cfg: DictConfig) -> None:
     check_values(cfg)
     if not isinstance(cfg.variant.params, (dict, DictConfig)):
         raise UserError("variant.params: must be a mapping of constructor arguments")
+
+
+def check_given(args: list[str]) -> None:
+    """A single run's command line, before the plugins (and torch) are imported: a top-level key the
+    schema does not have where one of similar name is meant (`n_sedes=2`), then the schema's values
+    (attnlab.app.config_values.check_given_values). Any other unknown key is left to Hydra's
+    composition, whose message may name a nested key (`closest_key`)."""
+    top = [field.name for field in dataclasses.fields(Config)]  # the composed config's top level, whatever the groups
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if eq and key.isidentifier() and key not in (*top, "hydra") and not (config_dir() / key).is_dir():
+            message = unknown_key_message(key, top, value)
+            if "did you mean" in message:
+                raise UserError(message)
+    check_given_values(args)
 
 
 def check_inputs(inputs: Any) -> None:
@@ -72,10 +87,13 @@ def unknown_key_message(key: str, known: Iterable[str], value: str = "VALUE") ->
     variant.params is named as such, with or without `+`."""
     known = [k for k in known if not key.startswith(f"{k}.")]
     parent, _, leaf = key.rpartition(".")
-    top = next((k for k in CONSTRUCTOR_KEYS if leaf in SPELLINGS.get(k, (k,))), None)
-    if parent == "variant.params" and top is not None:
-        what = "a top-level key" if top == leaf else f"the top-level key {top}"
-        return f"{key}: {leaf} is {what}; use {top}={value}"
+    if parent == "variant.params":
+        from attnlab.modules.registry import CONSTRUCTOR_KEYS, SPELLINGS
+
+        top = next((k for k in CONSTRUCTOR_KEYS if leaf in SPELLINGS.get(k, (k,))), None)
+        if top is not None:
+            what = "a top-level key" if top == leaf else f"the top-level key {top}"
+            return f"{key}: {leaf} is {what}; use {top}={value}"
     siblings = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == parent}
     close = [siblings[c] for c in difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)]
     # the header prints `d_in=3` for `inputs.d_in`: the same name under another parent is the likeliest meant

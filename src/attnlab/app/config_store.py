@@ -17,7 +17,7 @@ from hydra.core.plugins import Plugins
 from attnlab.app.config_paths import group_options
 from attnlab.app.help_text import groups_help, help_header, keys_help
 from attnlab.app.resolvers import register_resolvers
-from attnlab.inputs.kinds import SCHEMAS as INPUT_SCHEMAS
+from attnlab.inputs.input_configs import SCHEMAS as INPUT_SCHEMAS
 from attnlab.modules.registry import Registry, discover
 from attnlab.schema import LOG_OPTIONS, Config, VariantConf
 from attnlab.training.counterparts import MODEL_CHANGES

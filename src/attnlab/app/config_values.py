@@ -1,5 +1,7 @@
 """The composed config's values: turned into plain data (the one place below Hydra that resolves a
-node) and checked against the schema's `KEYS` (attnlab.schema), one line for the first bad value."""
+node) and checked against the schema's `KEYS` (attnlab.schema), one line for the first bad value.
+Importable without torch: the command line's own values are checked before anything imports it
+(`check_given_values`)."""
 
 from __future__ import annotations
 
@@ -65,9 +67,34 @@ def check_values(cfg: DictConfig) -> None:
 def check_key(cfg: DictConfig, key: Key | str) -> None:
     """One key of `KEYS` (an instance or its name) against what it allows."""
     key = key if isinstance(key, Key) else next(k for k in KEYS if k.name == key)
-    value = plain(OmegaConf.select(cfg, key.name, default=None))
+    check_value(key, plain(OmegaConf.select(cfg, key.name, default=None)))
+
+
+def check_value(key: Key, value: Any) -> None:
     if not key.accepts(value):
         raise UserError(f"{key.name}={show_value(value)}: {key.allowed}")
+
+
+def check_given_values(args: list[str]) -> None:
+    """A single run's command-line values of `KEYS` (`n_seeds=0`), parsed as Hydra parses them,
+    checked before the plugins (and torch) are imported: a refusal that needs neither is printed
+    in a fraction of a second. A sweep's lists, interpolations and what Hydra cannot parse are
+    left to the checks of the composed config, which check everything again."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    keys = {key.name: key for key in KEYS}
+    given = [arg for arg in args if "=" in arg and arg.split("=", 1)[0] in keys]
+    try:
+        overrides = OverridesParser.create().parse_overrides(overrides=given)
+    except HydraException:
+        return
+    for override in overrides:
+        if override.is_sweep_override():
+            continue
+        value = override.value()
+        if not (isinstance(value, str) and "${" in value):
+            check_value(keys[override.key_or_group], plain(value))
 
 
 def check_n_tokens(cfg: DictConfig, n_tokens: int) -> None:

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.inputs.kinds import EMPTY_TEXT, Inputs
+from attnlab.inputs.input_configs import EMPTY_TEXT
+from attnlab.inputs.kinds import Inputs
 
 if TYPE_CHECKING:
     import tiktoken

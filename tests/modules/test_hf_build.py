@@ -62,3 +62,19 @@ def test_a_per_layer_config_is_read_for_the_layer_built_not_refused_as_ambiguous
                                                           "d_out=64", "num_heads=4"])
     assert result.record.status == "ok", result.record.error
     assert not [f for f in result.findings if f.severity == "error"], [f.message for f in result.findings]
+
+
+def test_a_sub_model_built_from_its_config_is_not_built_to_read_an_argument():
+    """Parakeet's (Cohere ASR's) constructor builds its encoder with AutoModel.from_config: reading the
+    attention's arguments must not build that model at its default sizes."""
+    import ast
+
+    from transformers.models.parakeet import modeling_parakeet
+
+    from attnlab.modules.hf_build import _builds_module
+
+    scope = {"config": None}
+    for source in ("AutoModel.from_config(config.encoder_config)", "ParakeetEncoder._from_config(config)",
+                   "nn.Linear(4, 4)"):
+        assert _builds_module(ast.parse(source, mode="eval").body, modeling_parakeet, scope), source
+    assert not _builds_module(ast.parse("len(str(config))", mode="eval").body, modeling_parakeet, scope)

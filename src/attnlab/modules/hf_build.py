@@ -151,10 +151,15 @@ def _run_assignments(init: ast.FunctionDef, modeling: ModuleType, scope: _Scope)
             setattr(scope["self"], target.attr, value)
 
 
+_MODEL_BUILDERS = ("from_config", "_from_config", "from_pretrained")
+
+
 def _builds_module(node: ast.expr, modeling: ModuleType, scope: _Scope) -> bool:
     for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
         if isinstance(call.func, ast.Subscript):
             return True  # a dict of classes (an attention implementation's)
+        if isinstance(call.func, ast.Attribute) and call.func.attr in _MODEL_BUILDERS:
+            return True  # a sub-model built from its config (Parakeet's encoder): the whole model at its default sizes
         func = _value(call.func, modeling, scope) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
         if inspect.isclass(func) and issubclass(func, nn.Module):
             return True

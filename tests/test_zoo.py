@@ -20,7 +20,7 @@ def test_the_survey_writes_its_table_and_page_and_resumes(tmp_path: Path) -> Non
     table = (tmp_path / "s" / "zoo.csv").read_text().splitlines()
     assert table[0].startswith("type,class,outcome,")
     assert [line.split(",")[:3] for line in table[1:]] == [["llama", "LlamaAttention", "ok"],
-                                                          ["resnet", "", "no_attention_class"]]
+                                                          ["resnet", "", "no_attention"]]
     assert "| ok | runs, status ok, no error finding | 1 | 1 (100%) |" in (tmp_path / "s" / "zoo.md").read_text()
     started = (tmp_path / "s" / "rows" / "llama.started").stat().st_mtime_ns
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)

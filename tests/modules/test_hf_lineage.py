@@ -103,7 +103,10 @@ def test_falcon_at_its_default_multi_query_config_runs_as_a_whole_model():
     result = attnlab.run(model="hf:falcon", overrides=["model.num_hidden_layers=1", "inputs=text",
                                                          "inputs.text=Every effort moves you"])
     assert errors(result) == [], [f.message for f in result.findings]
-    assert "rotary" in {f.code for f in result.findings}
+    assert (result.record.model.heads, result.record.model.kv_heads) == (71, 1)
+    assert result.stages["queries"].shape == (1, 71, 4, 64)  # (B, nh, T, hs)
+    assert result.stages["keys"].shape == (1, 1, 4, 64)  # (B, n_kv, T, hs)
+    assert result.record.model.effect.kl_max == 0.0  # the default variant is the model's own class
 
 
 class AlbertWrongScale(AlbertAttention):

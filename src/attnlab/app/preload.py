@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 import attnlab.app.cli  # noqa: F401 - the `attnlab` command's script, run again in every job's process, imports it
 import attnlab.compute.memory  # noqa: F401
+import attnlab.configured  # noqa: F401 - builds the sinks and inputs from their configs, imported lazily
 import attnlab.reporting.aggregate  # noqa: F401
 import attnlab.reporting.job_heatmaps  # noqa: F401
 import attnlab.reporting.sweep_plots  # noqa: F401

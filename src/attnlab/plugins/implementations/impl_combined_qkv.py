@@ -11,7 +11,7 @@ import attnlab
     description="notebook's MultiHeadAttentionCombinedQKV: one qkv Linear of 3 * d_out columns, unbound into three",
 )
 class MultiHeadAttentionCombinedQKV(nn.Module):
-    mask: torch.Tensor  # a buffer (register_buffer in __init__)
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
 
     def __init__(self, d_in: int, d_out: int, num_heads: int, context_length: int, dropout: float = 0.0,
                  qkv_bias: bool = False) -> None:

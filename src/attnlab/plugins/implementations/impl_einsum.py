@@ -14,7 +14,7 @@ import attnlab
     description="notebook's MHAEinsum: W_query, W_key, W_value as (d_in, d_out) parameters, every product an einsum",
 )
 class MHAEinsum(nn.Module):
-    mask: torch.Tensor  # a buffer (register_buffer in __init__)
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
 
     def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
                  qkv_bias: bool = False) -> None:

@@ -11,7 +11,7 @@ import attnlab
     description="notebook's Ch03_MHA: the chapter's MultiHeadAttention (weight splits, causal mask, out_proj)",
 )
 class Ch03_MHA(nn.Module):
-    mask: torch.Tensor  # a buffer (register_buffer in __init__)
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
 
     def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
                  qkv_bias: bool = False) -> None:

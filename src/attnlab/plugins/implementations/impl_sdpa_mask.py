@@ -17,7 +17,7 @@ import attnlab
     description="notebook's MHAPyTorchSDPAWithoutFlash: scaled_dot_product_attention with an explicit bool mask",
 )
 class MHAPyTorchSDPAWithoutFlash(nn.Module):
-    mask: torch.Tensor  # a buffer (register_buffer in __init__)
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
 
     def __init__(self, d_in: int, d_out: int, num_heads: int, context_length: int, dropout: float = 0.0,
                  qkv_bias: bool = False) -> None:

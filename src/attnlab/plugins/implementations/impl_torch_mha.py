@@ -12,7 +12,7 @@ import attnlab
 @attnlab.variant("impl_torch_mha_no_weights", params={"need_weights": False},
                  description="notebook's MHAPyTorchClass with need_weights=False (the fused kernel where it applies)")
 class MHAPyTorchClass(nn.Module):
-    mask: torch.Tensor  # a buffer (register_buffer in __init__)
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
 
     def __init__(self, d_in: int, d_out: int, num_heads: int, context_length: int, dropout: float = 0.0,
                  qkv_bias: bool = False, need_weights: bool = True) -> None:

@@ -28,7 +28,7 @@ def alibi_slopes(num_heads: int) -> list[float]:
     description="MultiHeadAttention with ALiBi: softmax input minus slope_h * (query - key distance), published slopes",
 )
 class ALiBiMultiHeadAttention(nn.Module):
-    # buffers (register_buffer in __init__)
+    # buffers (register_buffer in __init__), declared so a type checker reads them as tensors
     mask: torch.Tensor
     alibi_bias: torch.Tensor
 

@@ -17,7 +17,7 @@ import attnlab
     description="MultiHeadAttention with num_kv_heads key/value heads, each shared by num_heads // num_kv_heads query heads",
 )
 class GroupedQueryAttention(nn.Module):
-    mask: torch.Tensor  # a buffer (register_buffer in __init__)
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
 
     def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
                  num_kv_heads: int | None = None, qkv_bias: bool = False) -> None:

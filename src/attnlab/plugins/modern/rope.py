@@ -33,7 +33,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     params={"theta": 10000.0},
 )
 class RotaryMultiHeadAttention(nn.Module):
-    # buffers (register_buffer in __init__)
+    # buffers (register_buffer in __init__), declared so a type checker reads them as tensors
     mask: torch.Tensor
     cos: torch.Tensor
     sin: torch.Tensor

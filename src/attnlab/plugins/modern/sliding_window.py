@@ -14,7 +14,7 @@ import attnlab
     params={"window": 3},
 )
 class SlidingWindowAttention(nn.Module):
-    mask: torch.Tensor  # a buffer (register_buffer in __init__)
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
 
     def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
                  qkv_bias: bool = False, window: int = 3) -> None:

@@ -18,7 +18,7 @@ import attnlab
 @attnlab.variant("causal_heads", params={"out_proj": False},
                  description="MultiHeadAttention without out_proj: the heads' context merged, not projected")
 class DeclaredAttention(nn.Module):
-    mask: torch.Tensor  # a buffer (register_buffer in __init__)
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
 
     def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
                  num_kv_heads: int | None = None, qkv_bias: bool = False, causal: bool = True,

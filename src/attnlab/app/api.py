@@ -49,17 +49,17 @@ class Result:
     record: Record
 
     @property
-    def stages(self) -> dict[str, np.ndarray]:
+    def stages(self) -> dict[str, np.ndarray | None]:
         """Each stage in the module's own rank (SelfAttention_v1's weights (6, 6)); the canonical
         (batch, heads, ...) view is `result.record.variant.canonical(stage)`."""
         return self.record.variant.stages
 
     @property
-    def reference_stages(self) -> dict[str, np.ndarray]:
+    def reference_stages(self) -> dict[str, np.ndarray | None]:
         return self.record.reference.stages
 
     @property
-    def diagnostics(self) -> dict[str, float]:
+    def diagnostics(self) -> dict[str, float | None]:
         return self.record.variant.diagnostics
 
     @property
@@ -87,7 +87,7 @@ class Result:
         return result_html(self.record)
 
 
-class Results(list):
+class Results(list[Result]):
     """Several results of one run (its seeds, or a model's layers): a list, with the views a
     notebook wants, as one Result has."""
 
@@ -136,7 +136,8 @@ def compose_config(variant: str, seed: int, overrides: Iterable[str] = (), **kwa
             raise UserError(one_line(exc, words)) from None
         OmegaConf.set_readonly(composed, True)  # shared by every run of the same request: never changed
         _COMPOSED[key] = composed
-    return _COMPOSED[key]
+    cfg: DictConfig = _COMPOSED[key]
+    return cfg
 
 
 # Composed configs by (registry, ./conf's files, overrides): Hydra's composition is most of a warm
@@ -144,7 +145,7 @@ def compose_config(variant: str, seed: int, overrides: Iterable[str] = (), **kwa
 _COMPOSED: dict[Any, Any] = {}
 
 
-def _user_conf_fingerprint() -> tuple:
+def _user_conf_fingerprint() -> tuple[tuple[str, int, int], ...]:
     folder = user_config_dir()
     if folder is None:
         return ()

@@ -65,7 +65,9 @@ def sweep(variant: Any = "reference", seed: Any = 123, *, overrides: Iterable[st
     if refused:  # every bad job's line, before the first job runs: nothing half done
         raise UserError("\n".join(refused))
     results: list[Result] = []
-    for number, (job, (cfg, words, sinks)) in enumerate(zip(jobs, checked)):
+    for number, (job, found_job) in enumerate(zip(jobs, checked)):
+        assert isinstance(found_job, tuple)  # a refused job raised above
+        cfg, words, sinks = found_job
         if progress:
             _show(number, len(jobs), job)
         folder = None if out_dir is None else JobInfo(Path(out_dir) / _job_dir(number, job), Path(out_dir), number)
@@ -79,7 +81,7 @@ def sweep(variant: Any = "reference", seed: Any = 123, *, overrides: Iterable[st
     return SweepResult(results, report.jobs)
 
 
-def _checked(arguments: dict[str, Any], overrides: Iterable[str]) -> tuple[DictConfig, list[str], dict] | list[str]:
+def _checked(arguments: dict[str, Any], overrides: Iterable[str]) -> tuple[DictConfig, list[str], dict[str, Any]] | list[str]:
     """A job's config, overrides and sinks, checked as the CLI's sweeper checks each job (each value
     alone, then the job's values together), so running it checks nothing again; or what a single
     run of these arguments would refuse before any work, a line each."""

@@ -19,9 +19,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -38,7 +38,7 @@ from attnlab.errors import FailedRecords, UserError
 from attnlab.printable import escaped
 
 
-def one_line(exc: BaseException, args: list[str] = ()) -> str:
+def one_line(exc: BaseException, args: Sequence[str] = ()) -> str:
     """Hydra and OmegaConf spread an error over several lines; the user gets one, built from the
     exceptions' own fields (the key, the missing option, the reason), not from their text."""
     if isinstance(exc, (UserError, FailedRecords)):
@@ -51,12 +51,13 @@ def one_line(exc: BaseException, args: list[str] = ()) -> str:
         key, _, value = exc.override.partition("=")
         return f"{exc.override}: Hydra's grammar cannot read this value unquoted; quote it: '{key}=\"{value}\"'"
     cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
-    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
+    full_key: str | None = getattr(cause, "full_key", None)  # set only on an error OmegaConf formatted
+    if isinstance(cause, OmegaConfBaseException) and full_key:
         reason = (cause.msg or str(cause)).splitlines()[0].strip()
         if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):  # an unknown key: name the closest known one
-            return closest_key(cause.full_key, args)
+            return closest_key(full_key, args)
         context = str(exc).splitlines()[0].strip() if cause is not exc else ""
-        return f"{cause.full_key}: {reason}" + (f" ({context})" if context else "")
+        return f"{full_key}: {reason}" + (f" ({context})" if context else "")
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     ambiguous = lines[:1] and lines[0].startswith("Ambiguous value")  # a comma: Hydra's three ways out, all kept
     return "; ".join(lines[:4] if ambiguous else lines[:2]) or type(exc).__name__
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         """One job; returns its failed records' paths (Hydra hands them to the sweep's callback)."""
         from attnlab.app.run_job import run_task
 
-        hydra_cfg = HydraConfig.get()
+        hydra_cfg = cast(DictConfig, HydraConfig.get())  # a DictConfig at run time, typed as the dataclass it is made from
         try:
             job_failed = run_task(cfg, hydra_cfg)
         except UserError as exc:  # a single run's: raising would make Hydra print "Error executing job" first

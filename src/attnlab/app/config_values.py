@@ -13,10 +13,10 @@ from attnlab.errors import UserError
 from attnlab.schema import BOOK_TOKENS, KEYS, SEED_MAX, Key, is_int, show_value
 
 
-def container(node: DictConfig, *, enum_to_str: bool = False) -> dict[str, Any]:
-    """The node as plain resolved containers; typed as the dict a DictConfig becomes (OmegaConf's
-    return type also covers lists, strings and None, for other nodes)."""
-    return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True, enum_to_str=enum_to_str))
+def container(node: DictConfig, *, enum_to_str: bool = False, resolve: bool = True) -> dict[str, Any]:
+    """The node as plain containers, resolved unless `resolve=False`; typed as the dict a DictConfig
+    becomes (OmegaConf's return type also covers lists, strings and None, for other nodes)."""
+    return cast(dict[str, Any], OmegaConf.to_container(node, resolve=resolve, enum_to_str=enum_to_str))
 
 
 def plain(value: Any) -> Any:

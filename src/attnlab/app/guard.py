@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-Work = Callable[[], list]  # a job's work: returns its failed records' paths
+Work = Callable[[], list[str]]  # a job's work: returns its failed records' paths
 Failure = Callable[[str], str]  # writes a failed record with this one-line cause; returns its path
 
 
@@ -57,7 +57,7 @@ def user_interrupts() -> Iterator[Interrupts]:
         signal.signal(signal.SIGINT, previous)
 
 
-def guarded(work: Work, fail: Failure) -> list:
+def guarded(work: Work, fail: Failure) -> list[str]:
     """`work()` in this process; `sys.exit` and a module's KeyboardInterrupt become a failed record."""
     with user_interrupts():
         try:

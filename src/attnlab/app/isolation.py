@@ -65,7 +65,7 @@ def death_cause(exitcode: int | None, site: str = "") -> str:
     return f"the job's process exited with code {exitcode} before reporting (os._exit in a module?)"
 
 
-def run_job_guarded(work: Work, fail: Failure, cfg: DictConfig, *, isolate: bool) -> list:
+def run_job_guarded(work: Work, fail: Failure, cfg: DictConfig, *, isolate: bool) -> list[str]:
     """The job `work` under the guard its run calls for (see the module's docstring).
     ATTNLAB_ISOLATION=0 keeps every job in this process: a debugger's breakpoint in a module works,
     and benchmarks/isolation.py measures what isolation costs against it."""

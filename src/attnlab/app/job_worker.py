@@ -114,7 +114,7 @@ def _exit_on_eof(connection: Connection) -> None:
 class JobWorker:
     """A job worker's process (see `_serve`), forked from the forkserver."""
 
-    def __init__(self, context: multiprocessing.context.BaseContext) -> None:
+    def __init__(self, context: multiprocessing.context.ForkServerContext) -> None:
         self.jobs, jobs = context.Pipe()
         sender_alive, self.alive = context.Pipe(duplex=False)  # never written: closed when this process ends
         descriptor, self.fault_log = tempfile.mkstemp(prefix="attnlab-faults-", suffix=".log")
@@ -165,7 +165,7 @@ def worker_of_this_process() -> JobWorker:
     return worker
 
 
-def _forkserver_context() -> multiprocessing.context.BaseContext:
+def _forkserver_context() -> multiprocessing.context.ForkServerContext:
     if multiprocessing.get_start_method(allow_none=True) not in (None, "fork", "spawn", "forkserver"):
         # a joblib worker names loky's own method, which the job's process is told to use and cannot find
         multiprocessing.set_start_method("forkserver", force=True)
@@ -229,6 +229,7 @@ def _wait(parent: Connection, timeout_s: float | None) -> Reply | TimedOut | Non
     if not parent.poll(timeout_s):
         return TimedOut()
     try:
-        return parent.recv()
+        reply: Reply = parent.recv()  # what the worker sends (`_serve`): always a Reply
     except EOFError:  # the pipe closed without a word: the process died
         return None
+    return reply

@@ -28,10 +28,14 @@ def preemption_passed_to(worker: BaseProcess) -> Iterator[None]:
         yield
         return
     submitits = signal.getsignal(signum)
+    # submitit_signal names a signal only when submitit's handler (a bound method) is installed for it
+    assert callable(submitits)
+    pid = worker.pid
+    assert pid is not None  # attnlab.app.isolation passes its job worker's process, started
 
     def passed_on(received: int, frame: Any) -> None:
         with suppress(OSError):
-            os.kill(worker.pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM)
         worker.join(CHECKPOINT_GRACE_S)
         submitits(received, frame)
 

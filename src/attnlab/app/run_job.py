@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.app.config_checks import validate
-from attnlab.app.config_values import check_key, check_n_tokens, check_values, declared_n_tokens
+from attnlab.app.config_values import check_key, check_n_tokens, check_values, container, declared_n_tokens
 from attnlab.app.isolation import run_job_guarded
 from attnlab.app.job_records import records_on_disk
 from attnlab.app.job_settings import (
@@ -71,7 +71,7 @@ def check(cfg: DictConfig) -> dict[str, Any]:
     the predictions, the variant and its params, the reference, the sinks; returns the sinks.
     attnlab's sweeper runs it on every value of a sweep before the first job."""
     validate(cfg)
-    validate_expectations(OmegaConf.to_container(cfg.expect, resolve=True), MODEL_RUN_CODES)
+    validate_expectations(container(cfg.expect), MODEL_RUN_CODES)
     if cfg.variant.name in MODEL_CHANGES and not wants_training(cfg):
         raise UserError(f"variant={cfg.variant.name}: a change of the model ({MODEL_CHANGES[cfg.variant.name]}), "
                         f"not of its attention layer: it runs with training=induction, mqar or text")
@@ -95,7 +95,7 @@ def check_constructor(cfg: DictConfig) -> None:
     if wants_model(cfg) and takes_config(get_variant(cfg.variant.name).cls):
         return
     values = {key: cfg[key] for key in CONSTRUCTOR_KEYS if key in cfg}
-    params = OmegaConf.to_container(cfg.variant.params, resolve=True)
+    params = container(cfg.variant.params)
     spec = get_variant(cfg.variant.name)
     args, kwargs = constructor_kwargs(spec, {**values, "d_in": 1, "n_tokens": 1}, params)
     check_head_split(spec, args, kwargs, params)
@@ -124,6 +124,10 @@ def seeds(cfg: DictConfig) -> range:
     return range(cfg.seed, cfg.seed + cfg.n_seeds)
 
 
+def _seed_phase(progress: Progress, seed: int, part: str) -> None:
+    progress.phase(f"seed {seed}: {part}")
+
+
 def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to: Path | None = None) -> list[Record]:
     """Every seed's record of a config `check` passed. With `stream_to` (a
     job folder) and several seeds, each record is written as soon as it is computed and then
@@ -142,8 +146,7 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
         progress.phase(f"seed {seed}: inputs")
         inputs = make_inputs(given, seed, cfg.batch)
         check_n_tokens(cfg, inputs.n_tokens)
-        record = compute_record(spec, seed, inputs,
-                                phase=lambda part, s=seed: progress.phase(f"seed {s}: {part}"))
+        record = compute_record(spec, seed, inputs, phase=partial(_seed_phase, progress, seed))
         if stream_to is not None and cfg.n_seeds > 1:
             record = written(record, record_dir(stream_to, record, cfg.n_seeds))
             record = without_stages(record) if any(r.ok for r in records) or not record.ok else spilled(record)
@@ -216,7 +219,9 @@ def mark_failed(records: list[Record], error: str) -> list[str]:
     that failed the sink is full) is removed: its job then has no record, never an ok one beside a
     truncated file, and a resumed sweep runs it again."""
     paths = []
-    for record in (r for r in records if r.path is not None):
+    for record in records:
+        if record.path is None:
+            continue
         try:
             # a finished record, not one being built: the job's sink failed after it was written
             write_record(replace(record, status="failed", error=error), record.path.parent)
@@ -322,7 +327,7 @@ def write_failure_line(cfg: DictConfig, job_dir: Path, cause: str) -> str:
 
 def write_failure(cfg: DictConfig, job_dir: Path, error: BaseException) -> Path:
     """A failed record for a job that could not run, with the one-line error."""
-    config = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    config = container(cfg, resolve=False, enum_to_str=True)
     cause = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}"
     setup = Setup(variant=str(OmegaConf.select(cfg, "variant.name", default="?")),
                   seed=int(OmegaConf.select(cfg, "seed", default=0)), config=config)

@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.errors import FailedRecords
 
 if TYPE_CHECKING:
+    from attnlab.record import RecordError
     from attnlab.reporting.aggregate import Report
 
 REFRESH_SECONDS = 1.0
@@ -40,7 +41,7 @@ def sweep_dir(config: DictConfig) -> Path:
     return Path(str(config.hydra.sweep.dir))
 
 
-def _report_problems(problems: list) -> None:
+def _report_problems(problems: list[RecordError]) -> None:
     for problem in problems:
         print(f"attnlab: skipped record: {problem}", file=sys.stderr)
 
@@ -59,7 +60,7 @@ def write_tables(config: DictConfig) -> list[str]:
     return [str(r.path) for r in report.records if not r.ok]
 
 
-def write_sweep_outputs(folder: Path, config: DictConfig) -> tuple[Report, list]:
+def write_sweep_outputs(folder: Path, config: DictConfig) -> tuple[Report, list[RecordError]]:
     """Every enabled sink's sweep output (`write_sweep`: comparison.csv, .md and .html, TensorBoard's
     curves and sessions) from the records under `folder`; the report and the records skipped."""
     from attnlab.app.job_settings import sink_settings
@@ -67,7 +68,12 @@ def write_sweep_outputs(folder: Path, config: DictConfig) -> tuple[Report, list]
     from attnlab.sinks.base import build_sinks
 
     sinks = [sink for sink in build_sinks(sink_settings(config)).values() if hasattr(sink, "write_sweep")]
-    return rebuild(folder, lambda report: [sink.write_sweep(report, folder) for sink in sinks])
+
+    def write(report: Report) -> None:
+        for sink in sinks:
+            sink.write_sweep(report, folder)
+
+    return rebuild(folder, write)
 
 
 def print_summary(report: Report, folder: Path) -> None:

@@ -12,7 +12,7 @@ from attnlab.model.model_spec import ModelSpec
 
 
 def declared_config(spec: ModelSpec) -> dict[str, Any] | None:
-    if spec.kind == "path":
+    if spec.kind == "path" and spec.path is not None:
         config_file = spec.path / "config.json"
         saved = json.loads(config_file.read_text()) if config_file.is_file() else {}
         return {**saved, **spec.sizes}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -146,7 +147,8 @@ def _whole(items: list[Effect], base: Final, changed: Final, lengths: list[int])
     length), the largest of their maxima, sums of their counts; the hidden states' divergence over
     every text's positions (a padded batch's pads left out)."""
     def mean(name: str) -> float:
-        return sum(getattr(item, name) for item in items) / len(items)
+        values: list[float] = [getattr(item, name) for item in items]
+        return sum(values) / len(items)
 
     real = real_positions(lengths, base.hidden.shape[1])  # (B, T)
     difference = (changed.hidden - base.hidden).float()[real]  # (positions, d)
@@ -162,12 +164,12 @@ def _whole(items: list[Effect], base: Final, changed: Final, lengths: list[int])
         non_finite_positions=sum(item.non_finite_positions for item in items),
         batch_items=items,
         positions=sum(lengths) if len(set(lengths)) > 1 else None,
-        metrics={name: sum(item.metrics[name] for item in items) / len(items) for name in items[0].metrics}
+        metrics={name: sum((item.metrics or {})[name] for item in items) / len(items) for name in items[0].metrics}
         if items[0].metrics else None,
     )
 
 
-def output_effect(head: nn.Module, base: Final, changed: Final, ids: Tensor, **options) -> Effect:
+def output_effect(head: nn.Module, base: Final, changed: Final, ids: Tensor, **options: Any) -> Effect:
     """output_effects for one changed run."""
     return output_effects(head, base, [changed], ids, **options)[0]
 

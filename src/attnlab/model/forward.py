@@ -11,10 +11,11 @@ embeddings), so a module can be captured, or a variant run, on what the model re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import Tensor, nn
@@ -28,6 +29,7 @@ HEADS = ("lm_head", "out_head", "head", "embed_out", "classifier")
 # an argument an attention returns after its output for the next layer: T5's relative position bias,
 # computed by its first layer and passed on to the rest
 PASSED_ON = "position_bias"
+Output = Tensor | tuple[Any, ...] | list[Any]  # what an attention layer returns (Hugging Face's: a tuple, output first)
 
 
 @dataclass
@@ -35,21 +37,21 @@ class LayerCall:
     """One attention layer's call in the unmodified forward."""
 
     hidden: Tensor  # (B, T, d): the hidden states it received
-    args: tuple  # the positional arguments after them
+    args: tuple[Any, ...]  # the positional arguments after them
     kwargs: dict[str, Any]  # the keyword arguments (mask, position embeddings, ...)
     returned: int | None = None  # None: it returned a tensor; n: a tuple of n items, the output first
     hidden_key: str | None = None  # the keyword the hidden states came under (Llama: hidden_states=), else first positional
-    passed_on: tuple = ()  # what it returned after its output for the next layer (PASSED_ON), as it returned it
+    passed_on: tuple[Tensor, ...] = ()  # what it returned after its output for the next layer (PASSED_ON), as it returned it
     as_list: bool = False  # it returned a list, not a tuple (OpenAI GPT's attention: its block concatenates lists)
 
-    def with_hidden(self, hidden: Tensor) -> tuple[tuple, dict[str, Any]]:
+    def with_hidden(self, hidden: Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The call's arguments with `hidden` in place of the hidden states it received."""
         if self.hidden_key is None:
             return (hidden, *self.args), self.kwargs
         return self.args, {**self.kwargs, self.hidden_key: hidden}
 
 
-def hidden_of(args: tuple, kwargs: dict[str, Any]) -> tuple[Tensor, str | None]:
+def hidden_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Tensor, str | None]:
     """The hidden states of an attention call: the first positional argument, else the first tensor keyword."""
     if args:
         return args[0], None
@@ -86,7 +88,8 @@ def final_norm(model: nn.Module) -> nn.Module | None:
 
 
 def output_head(model: nn.Module) -> nn.Module:
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    output_embeddings = getattr(model, "get_output_embeddings", None)  # a Hugging Face model's
+    head: nn.Module | None = output_embeddings() if output_embeddings is not None else None
     if head is None:
         head = next((m for name, m in model.named_modules() if name.rpartition(".")[2] in HEADS), None)
     if head is None:
@@ -94,8 +97,8 @@ def output_head(model: nn.Module) -> nn.Module:
     return head
 
 
-def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Module] = (),
-                 keep: set[int] = frozenset(), given: dict[str, Any] | None = None
+def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: Sequence[nn.Module] = (),
+                 keep: AbstractSet[int] = frozenset(), given: dict[str, Any] | None = None
                  ) -> tuple[Final, dict[int, LayerCall]]:
     """(the forward's Final, {layer: LayerCall} for the layers in `keep`). `ids`: (B, P) the ids at
     the logits' positions; `given`: the forward's arguments where they are not `ids` alone
@@ -104,15 +107,15 @@ def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Mod
     hooks = []
     head_input: list[Tensor] = []
 
-    def keep_input(index: int):
-        def pre(_module, args, kwargs):
+    def keep_input(index: int) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
+        def pre(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             hidden, key = hidden_of(args, kwargs)
             rest = {k: v for k, v in kwargs.items() if k != key}
             calls[index] = LayerCall(hidden.detach(), tuple(args[1:]), rest, hidden_key=key)
         return pre
 
-    def keep_return(index: int):
-        def post(_module, _args, _kwargs, out):
+    def keep_return(index: int) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Output], None]:
+        def post(_module: nn.Module, _args: tuple[Any, ...], _kwargs: dict[str, Any], out: Output) -> None:
             call = calls[index]
             call.returned = len(out) if isinstance(out, (tuple, list)) else None
             call.as_list = isinstance(out, list)
@@ -120,13 +123,13 @@ def final_hidden(model: nn.Module, ids: Tensor, hf: bool, attention: list[nn.Mod
                 call.passed_on = (out[1].detach(),)
         return post
 
-    def stop(_module, _args, out):
+    def stop(_module: nn.Module, _args: tuple[Any, ...], out: Tensor) -> NoReturn:
         raise _Stop(out.detach())
 
-    def stop_before(_module, args):  # a model without a final norm: what its output head is given
+    def stop_before(_module: nn.Module, args: tuple[Any, ...]) -> NoReturn:  # a model without a final norm: what its output head is given
         raise _Stop(args[0].detach())
 
-    def given_head(_module, args):  # a Hugging Face model runs on: its head's input is the final hidden states
+    def given_head(_module: nn.Module, args: tuple[Any, ...]) -> None:  # a Hugging Face model runs on: its head's input is the final hidden states
         head_input.append(args[0].detach())
 
     for index in keep:
@@ -163,7 +166,7 @@ class AsLayerCalled(CallConvention):
         self.layer_call = call
         self.name = "as the model called the layer"
 
-    def arguments(self, module: nn.Module, x: Tensor) -> tuple[tuple, dict[str, Any]]:
+    def arguments(self, module: nn.Module, x: Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return self.layer_call.with_hidden(x)
 
 
@@ -174,7 +177,7 @@ class InModel(nn.Module):
     a variant built from the model's config, given the layer's arguments and returning its own result."""
 
     def __init__(self, variant: nn.Module, returned: int | None, batched: bool, as_called: bool = False,
-                 passed_on: tuple = (), as_list: bool = False) -> None:
+                 passed_on: tuple[Tensor, ...] = (), as_list: bool = False) -> None:
         super().__init__()
         self.variant = variant
         self.returned = returned

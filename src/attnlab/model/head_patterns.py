@@ -61,7 +61,8 @@ def _row_entropy(w: np.ndarray) -> np.ndarray:
     counts 0), the products summed in float64."""
     logs = np.zeros(w.shape, dtype=np.float32)
     np.log(w, out=logs, where=w > 0)
-    return -np.einsum("ij,ij->i", w.astype(np.float64), logs.astype(np.float64))
+    entropy: np.ndarray = -np.einsum("ij,ij->i", w.astype(np.float64), logs.astype(np.float64))
+    return entropy
 
 
 def head_patterns(weights: np.ndarray | None, tokens: int | None = None) -> list[Finding]:

@@ -11,9 +11,9 @@ channels; its class logits are compared, one position.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -59,7 +59,9 @@ def real_positions(lengths: Sequence[int], n: int) -> Tensor:
 def encoder_decoder_inputs(model: nn.Module, batch: list[list[int]], tokenizer: Tokenizer) -> ModelInputs:
     """The text as the encoder's input and, shifted right by the model itself, as the decoder's."""
     token_ids = torch.tensor(batch, dtype=torch.long)  # (B, T)
-    decoder_ids = model.prepare_decoder_input_ids_from_labels(labels=token_ids)  # (B, T)
+    # transformers' encoder–decoder method (torch types an attribute of a module as Tensor | Module)
+    shift_right = cast("Callable[..., Tensor]", model.prepare_decoder_input_ids_from_labels)
+    decoder_ids = shift_right(labels=token_ids)  # (B, T)
     labels = tokenizer.labels(batch[0])
     given = {"input_ids": token_ids, "decoder_input_ids": decoder_ids, "use_cache": False}
     return ModelInputs(given, decoder_ids, {"encoder": labels, "decoder": [START, *labels[:-1]]})

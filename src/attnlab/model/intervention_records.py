@@ -25,6 +25,7 @@ from attnlab.model.edit_findings import edit_findings
 from attnlab.model.edits import KINDS
 from attnlab.model.edits.head_hooks import contexts_on
 from attnlab.model.forward import final_hidden
+from attnlab.model.inputs import ModelInputs
 from attnlab.model.interventions import Intervention, edited
 from attnlab.model.layer import ModelRun, OwnCaptures, own_head_patterns
 from attnlab.model.loading import LoadedModel
@@ -46,7 +47,7 @@ class _Recorded:
     sizes: ModelSizes
     attention: list[tuple[str, nn.Module]]
     slots: list[Slot]
-    labels: dict
+    labels: dict[str | None, list[str]]
     tokens: str  # what the model's input is made of
     done: Callable[[Record, int, int], Record]
     n_layers: int
@@ -73,6 +74,7 @@ class _Recorded:
         if error is not None:
             record = record_of(setup, pair, error=error)
         else:
+            assert changed is not None  # a layer without an error has its edited capture
             edit = None if changed is own else partial(edit_findings, self.chosen, changed, own)
             diagnosis = diagnosed(changed, own, shared=True, train=False, expect=self.request.expect,
                                   after=own_head_patterns(own), own_findings=edit)
@@ -87,15 +89,17 @@ def intervention_records(request: ModelRequest, chosen: Intervention, loaded: Lo
     `consume` told of each layer's stages as they are captured; `tokens`: what the input is made of."""
     recorded: list[_Recorded] = []
 
-    def recording(sizes, attention, layers, slots, inputs) -> _Recorded:
+    def recording(sizes: ModelSizes, attention: list[Any], layers: list[int], slots: list[Slot],
+                  inputs: ModelInputs) -> _Recorded:
         recorded.append(_Recorded(request, chosen, loaded, sizes, attention, slots, inputs.labels, tokens, done,
                                   len(layers), lengths=inputs.lengths))
         return recorded[0]
 
     if not KINDS[chosen.kind].changes:  # no edit: each layer's record made as its stages are captured: one in memory at a time
-        def consume(*run_parts):
-            layers = recording(*run_parts)
-            return lambda layer, own: layers.add(layer, own, own, None)
+        def consume(sizes: ModelSizes, attention: list[Any], layers: list[int], slots: list[Slot],
+                    inputs: ModelInputs) -> Callable[[int, Capture], None]:
+            each = recording(sizes, attention, layers, slots, inputs)
+            return lambda layer, own: each.add(layer, own, own, None)
 
         say("model: every layer, one forward")
         start(consume)
@@ -134,6 +138,7 @@ def _other_ids(chosen: Intervention, loaded: LoadedModel, run: ModelRun) -> Tens
     """(1, T) the ids of the text a patch takes its values from: as many tokens as the run's."""
     if not KINDS[chosen.kind].other_text:
         return None
+    assert chosen.text is not None  # a kind that patches from another text needs intervene.text (checked with the request)
     ids = loaded.tokenizer.encode(chosen.text)
     if len(ids) != run.ids.shape[1]:
         raise UserError(f"intervene.text is {len(ids)} tokens ({loaded.tokenizer.name}), inputs.text "

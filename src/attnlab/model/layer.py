@@ -145,7 +145,7 @@ class OwnCaptures:
         self.captures: dict[int, Capture] = {}
         self.kept_bytes = 0
         # one folder per spilled layer, kept with its record (which may spill its other stages there)
-        self.folders: dict[int, tempfile.TemporaryDirectory] = {}
+        self.folders: dict[int, tempfile.TemporaryDirectory[str]] = {}
 
     def keep(self, index: int, captured: Capture) -> None:
         if self.consume is not None:
@@ -160,7 +160,7 @@ class OwnCaptures:
             self.kept_bytes += square
         self.captures[layer] = captured
 
-    def scratch(self, layer: int) -> tempfile.TemporaryDirectory | None:
+    def scratch(self, layer: int) -> tempfile.TemporaryDirectory[str] | None:
         """The folder `layer`'s spilled stages are in, if they were spilled."""
         return self.folders.get(layer)
 
@@ -182,9 +182,10 @@ def model_variant(run: ModelRun, layer: int, name: str, params: dict[str, Any], 
         return BuiltModule(module, AsLayerCalled(run.calls[layer])), loaded
     values = constructor_values(run.sizes, projections.b_query is not None, run.n_tokens)
     built = plan(name, values, params).build(seed)
-    if hasattr(built.module, "load_qkv"):  # a plugin with a layout of its own loads the matrices itself
+    load_qkv = getattr(built.module, "load_qkv", None)
+    if load_qkv is not None:  # a plugin with a layout of its own loads the matrices itself
         with torch.no_grad():
-            built.module.load_qkv(projections.W_query, projections.W_key, projections.W_value)
+            load_qkv(projections.W_query, projections.W_key, projections.W_value)
         return built, {"load_qkv": "plugin loader"}
     try:
         loaded = load_projections(built.module, projections, num_heads=run.sizes.heads,

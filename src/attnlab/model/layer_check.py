@@ -53,7 +53,9 @@ def _check_records(request: ModelRequest, learner: LoadedModel, learner_spec: Mo
                    reference_spec: ModelSpec, phase: Callable[[str], None],
                    done: Callable[[Record, int, int], Record]) -> list[Record]:
     sizes = model_sizes(reference.config, reference.label)
-    ids = token_ids(reference.tokenizer, request.inputs.text, sizes.vocab, sizes.context or request.inputs.max_tokens)
+    longest = sizes.context or request.inputs.max_tokens
+    assert longest is not None  # inputs=text and inputs=ids declare max_tokens (model_job checked the kind: check_text)
+    ids = token_ids(reference.tokenizer, request.inputs.text, sizes.vocab, longest)
     labels = reference.tokenizer.labels(ids)
     n_layers = len(attention_modules(reference.module, reference_spec.attention_path, "reference_model"))
     layers = chosen_layers("all" if request.layer is None else request.layer, n_layers)
@@ -62,7 +64,7 @@ def _check_records(request: ModelRequest, learner: LoadedModel, learner_spec: Mo
     learner_run = _started(learner, learner_spec, ids, labels, layers, n_layers)
     end_to_end = output_effect(output_head(reference.module), reference_run.base, learner_run.base, reference_run.ids,
                                scaling=sizes.logits, changed_head=output_head(learner.module))
-    records = []
+    records: list[Record] = []
     for layer in layers:
         phase(f"layer {layer}")
         about = ModelInfo(model=learner.label, n_layers=n_layers, parameters=learner.n_parameters,

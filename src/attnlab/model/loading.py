@@ -71,7 +71,7 @@ def load_model(spec: ModelSpec, seed: int = 0) -> LoadedModel:
         # an in-memory Hugging Face model is called as one (use_cache=False whatever its config says)
         hf = any(cls.__name__ == "PreTrainedModel" for cls in type(module).__mro__)
         loaded = LoadedModel(module, spec.label, gpt2_tokenizer(), hf=hf, config=config)
-        if session.holds_model(spec.name):  # the user's object: in eval mode only while it runs (evaluating)
+        if session.holds_model(spec.label):  # the user's object: in eval mode only while it runs (evaluating)
             return loaded
     else:
         loaded = _kept_saved(spec) or _load_hf(spec)
@@ -81,7 +81,7 @@ def load_model(spec: ModelSpec, seed: int = 0) -> LoadedModel:
 
 # the saved model loaded last, by its request and its files: a sweep's jobs, one after another in a
 # job worker, load it once (every edit and swap puts the model back as it found it: forward.replaced)
-_last_saved: tuple[tuple, LoadedModel] | None = None
+_last_saved: tuple[tuple[object, ...], LoadedModel] | None = None
 
 
 def _kept_saved(spec: ModelSpec) -> LoadedModel | None:
@@ -162,7 +162,7 @@ def _task(transformers: Any, config: Any, spec: ModelSpec) -> str:
     """The whole model of the config (an encoder–decoder's own before the causal LM of its decoder
     alone, BART's); any other kind refused in one short line (transformers' own message lists
     every config of the auto class, thousands of characters)."""
-    kinds = ("seq2seq", "causal") if getattr(config, "is_encoder_decoder", False) else ("causal",)
+    kinds: tuple[str, ...] = ("seq2seq", "causal") if getattr(config, "is_encoder_decoder", False) else ("causal",)
     # an image classifier whose tokens are a class token then the patches, as attnlab.model.inputs labels them
     kinds += ("image",) if family(config.model_type).task == "image" else ()
     for kind in kinds:
@@ -199,7 +199,7 @@ def hf_config(spec: ModelSpec) -> Any:
 
 def _saved_source(spec: ModelSpec) -> str:
     """The folder the weights are in: `model.path`, or the cached snapshot of `model.hub` (never fetched)."""
-    folder = spec.path if spec.kind == "path" else _cached_snapshot(spec)
+    folder = spec.path if spec.kind == "path" and spec.path is not None else _cached_snapshot(spec)
     if not (folder / "config.json").is_file():
         raise UserError(f"{spec.key}.path={folder}: no config.json there (a folder written by save_pretrained)")
     if not list(folder.glob("*.safetensors")):
@@ -214,6 +214,7 @@ def _cached_snapshot(spec: ModelSpec) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
+    assert spec.hub is not None  # a saved model that is not model.path: model.hub
     try:
         return Path(snapshot_download(spec.hub, local_files_only=True))
     except (LocalEntryNotFoundError, OSError, ValueError):

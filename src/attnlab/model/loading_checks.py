@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from attnlab.diagnosis.finding_code import MODEL_TABLE, Code
-from attnlab.modules.layouts import QKV_ROLES, Projections
+from attnlab.modules.layouts import Projections
+from attnlab.modules.roles import QKV_ROLES
 from attnlab.record import Finding
 
 STAGE = {"queries": "queries", "keys": "keys", "values": "values", "out": "output"}

@@ -58,7 +58,7 @@ def attention_modules(model: nn.Module, attention_path: str | None = None, key: 
     return found if attention_path else [_unwrapped(name, module) for name, module in found]
 
 
-def _groups(model: nn.Module, pattern: re.Pattern, wanted: Callable[[re.Match, nn.Module], bool]) -> Group:
+def _groups(model: nn.Module, pattern: re.Pattern[str], wanted: Callable[[re.Match[str], nn.Module], bool]) -> Group:
     """{(blocks, path inside a block): [(index, name, module)]} of the modules `pattern` places in a
     list of blocks and `wanted` takes; in each block the outermost only."""
     groups: Group = {}
@@ -79,7 +79,8 @@ def _groups(model: nn.Module, pattern: re.Pattern, wanted: Callable[[re.Match, n
 def _beside_embeddings(model: nn.Module, blocks: str) -> bool:
     """`blocks` sits in a module that holds the token embeddings too (Phi-4-multimodal's layers, not
     the audio encoder inside its embedding)."""
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    input_embeddings = getattr(model, "get_input_embeddings", None)  # a Hugging Face model's
+    embeddings = input_embeddings() if input_embeddings is not None else None
     names = {id(module): name for name, module in model.named_modules()}
     where = names.get(id(embeddings)) if embeddings is not None else None
     parent = blocks.rpartition(".")[0]
@@ -90,7 +91,8 @@ def _in_decoder(model: nn.Module, blocks: str) -> bool:
     """`blocks` is inside the language model transformers' `get_decoder()` names (GOT-OCR2's, beside
     a vision encoder that declares no input of its own)."""
     try:
-        decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+        get_decoder = getattr(model, "get_decoder", None)  # a Hugging Face model's
+        decoder = get_decoder() if get_decoder is not None else None
     except Exception:  # noqa: BLE001 - a model whose get_decoder cannot say: no preference
         return False
     names = {id(module): name for name, module in model.named_modules()}
@@ -122,14 +124,14 @@ def _unwrapped(name: str, module: nn.Module) -> tuple[str, nn.Module]:
     return f"{name}.{inner}", children[inner]
 
 
-def _path_pattern(path: str) -> re.Pattern:
+def _path_pattern(path: str) -> re.Pattern[str]:
     if path.count("*") != 1:
         raise UserError(f"model.attention_path={path}: write it with one * for the layer index, e.g. blocks.*.attn")
     blocks, _, rest = path.partition("*")  # the list of blocks, then the attention's path inside each
     return re.compile(f"^(?P<blocks>{re.escape(blocks.rstrip('.'))})\\.(?P<index>\\d+)(?P<name>{re.escape(rest)})$")
 
 
-def _not_found(model: nn.Module, attention_path: str | None, key: str, groups: dict) -> str:
+def _not_found(model: nn.Module, attention_path: str | None, key: str, groups: Group) -> str:
     if len(groups) > 1:
         seen = ", ".join(f"{blocks}.*.{leaf}" for blocks, leaf in groups)
         return f"{type(model).__name__}: attention in several places ({seen}); choose one with {key}.attention_path=..."

@@ -30,6 +30,7 @@ def model_inputs(request: ModelRequest, loaded: LoadedModel, sizes: ModelSizes) 
     given = request.inputs
     check_text(given)
     longest = sizes.context or given.max_tokens
+    assert longest is not None  # inputs=text and inputs=ids declare max_tokens (check_text)
     if given.kind == "ids":  # given as they are: no tokenizer runs
         batch = [fitting_ids(read_ids(given.ids), "inputs.ids", "", sizes.vocab, longest)]
     elif given.texts is not None:

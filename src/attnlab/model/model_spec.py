@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ class ModelSpec:
 
 
 def is_requested(block: Mapping[str, Any] | None) -> bool:
-    return bool(block) and any(block.get(k) for k in ("name", "path", "hub"))
+    return block is not None and any(block.get(k) for k in ("name", "path", "hub"))
 
 
 def model_spec(block: Mapping[str, Any], key: str = "model") -> ModelSpec:
@@ -61,18 +62,19 @@ def model_spec(block: Mapping[str, Any], key: str = "model") -> ModelSpec:
         close = difflib.get_close_matches(size, OWN_KEYS, n=1, cutoff=0.75)
         if close:
             raise UserError(f"{key}.{size}: unknown key; did you mean '{key}.{close[0]}'?")
-    common = dict(key=key, attention_path=block.get("attention_path"), attn_implementation=implementation, sizes=sizes)
+    spec = partial(ModelSpec, key=key, attention_path=block.get("attention_path"), attn_implementation=implementation,
+                   sizes=sizes)
     weights = Path(str(block["weights"])).expanduser() if block.get("weights") else None
     if weights is not None and weights.suffix != ".safetensors":
         raise UserError(f"{key}.weights={weights}: attnlab loads safetensors only, never a pickle; convert once "
                         f"with {SAVE_HINT}")
     if block.get("path"):
-        return ModelSpec(kind="path", path=Path(str(block["path"])).expanduser(), weights=weights, **common)
+        return spec(kind="path", path=Path(str(block["path"])).expanduser(), weights=weights)
     if block.get("hub"):
-        return ModelSpec(kind="hub", hub=str(block["hub"]), weights=weights, **common)
+        return spec(kind="hub", hub=str(block["hub"]), weights=weights)
     name = str(block["name"])
     if name.startswith("hf:"):
         if weights is not None:
             raise UserError(f"{key}.weights: {key}=hf:TYPE has random weights; a saved model is {key}.path=DIR")
-        return ModelSpec(kind="hf", name=name[3:], **common)
-    return ModelSpec(kind="user", name=name, weights=weights, **common)
+        return spec(kind="hf", name=name[3:])
+    return spec(kind="user", name=name, weights=weights)

@@ -10,7 +10,7 @@ ran more than once (shared weights): then the changed forward runs every block.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -77,14 +77,14 @@ class BlockRecording:
             for hook in hooks:
                 hook.remove()
 
-    def _started(self, index: int):
-        def pre(_module, _args):
+    def _started(self, index: int) -> Callable[[nn.Module, tuple[Any, ...]], None]:
+        def pre(_module: nn.Module, _args: tuple[Any, ...]) -> None:
             self.repeated = self.repeated or index in self.finished_before
             self.finished_before[index] = tuple(self.outputs)
         return pre
 
-    def _returned(self, index: int):
-        def post(_module, _args, out):
+    def _returned(self, index: int) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
+        def post(_module: nn.Module, _args: tuple[Any, ...], out: Any) -> None:  # out: whatever the block returns
             self.outputs[index] = _copied(out)
         return post
 

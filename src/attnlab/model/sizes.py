@@ -63,9 +63,10 @@ def model_sizes(config: Any, label: str, attention: nn.Module | None = None) -> 
         raise UserError(f"{label}: its config names no width or head count "
                         f"({'/'.join(spellings('d_in'))}; {'/'.join(spellings('num_heads'))})"[:300])
     kv_heads = read_size(config, "kv_heads") or heads
-    kept = declared_count(attention, "num_kv_heads") if attention is not None else None
-    if kept and kept != kv_heads and int(heads) % kept == 0 and declared_count(attention, "num_heads") == heads:
-        kv_heads = kept
+    if attention is not None:
+        kept = declared_count(attention, "num_kv_heads")
+        if kept and kept != kv_heads and int(heads) % kept == 0 and declared_count(attention, "num_heads") == heads:
+            kv_heads = kept
     row = family(str(_get(config, "model_type") or ""))
     context = read_size(config, "context")  # XLNet's -1: no limit
     return ModelSizes(int(width), int(heads), int(kv_heads), context if context is None or context > 0 else None,

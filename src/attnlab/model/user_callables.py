@@ -38,7 +38,7 @@ def resolve(key: str, name: str, takes: str) -> Callable[..., Any]:
         module = _from_file(Path(where)) if where.endswith(".py") else _from_working_folder(where)
     except Exception as exc:  # noqa: BLE001 - the user's module failed to import: one line, whatever it raised
         raise UserError(f"{key}={name}: cannot import {where} ({type(exc).__name__}: {exc})") from None
-    found = getattr(module, attribute, None)
+    found: object = getattr(module, attribute, None)
     if not callable(found):
         raise UserError(f"{key}={name}: {where} has no callable {attribute} ({takes})")
     return found
@@ -53,6 +53,8 @@ def _from_working_folder(module: str) -> Any:
 
 def _from_file(file: Path) -> Any:
     spec = importlib.util.spec_from_file_location(f"attnlab_user_{file.stem}", file)
+    if spec is None or spec.loader is None:  # never for a .py file; named, as any other failure to import is
+        raise ImportError(f"no loader for {file}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -13,7 +13,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from attnlab.errors import UserError
 from attnlab.model.model_spec import ModelSpec
@@ -26,7 +26,7 @@ MODELS_DIR = "models"
 
 def build_user_model(spec: ModelSpec) -> tuple[nn.Module, Any]:
     """(the model with its weights loaded, its config); an in-memory model (a notebook's) as it is."""
-    in_memory = session.model(spec.name)
+    in_memory = session.model(spec.label)  # a class of your own: its label is its name
     if in_memory is not None:
         return in_memory
     path = Path.cwd() / MODELS_DIR / f"{spec.name}.py"
@@ -99,7 +99,7 @@ def load_weights(module: nn.Module, path: Path, key: str = "model") -> None:
     module.load_state_dict(state, strict=False)
 
 
-def _mismatch(module: nn.Module, state: dict) -> tuple[list[str], list[str]]:
+def _mismatch(module: nn.Module, state: dict[str, Tensor]) -> tuple[list[str], list[str]]:
     """Parameters with no entry (a tied one counts when any of its names has one), and entries
     that are nothing of the model's (safetensors' save_model drops the second name of a tie)."""
     names: dict[int, list[str]] = {}

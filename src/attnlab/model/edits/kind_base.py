@@ -13,14 +13,20 @@ from attnlab.model.edits.head_hooks import head_contexts
 
 
 class Chosen(Protocol):
-    """The `intervene` block, checked (attnlab.model.interventions.Intervention)."""
+    """The `intervene` block, checked (attnlab.model.interventions.Intervention, frozen: its fields read-only)."""
 
-    kind: str
-    head: int | None  # None: every head
-    mode: str
-    factor: float
-    text: str | None
-    function: str | None
+    @property
+    def kind(self) -> str: ...
+    @property
+    def head(self) -> int | None: ...  # None: every head
+    @property
+    def mode(self) -> str: ...
+    @property
+    def factor(self) -> float: ...
+    @property
+    def text(self) -> str | None: ...
+    @property
+    def function(self) -> str | None: ...
 
 
 class EditKind:

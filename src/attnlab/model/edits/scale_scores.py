@@ -3,6 +3,7 @@ every head without `intervene.head`), the model's mask put back after, whatever 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -36,12 +37,13 @@ class ScaledScores(TorchFunctionMode):
         self.scaled = False
 
     def __exit__(self, *exc_info: Any) -> None:
-        super().__exit__(*exc_info)
+        super().__exit__(*exc_info)  # type: ignore[no-untyped-call]  # unannotated in torch (TorchFunctionMode)
         if exc_info[0] is None and not self.scaled:  # a fused kernel: the scores were never there to scale
             raise PluginError("intervene=scale_scores: the layer called no softmax on (batch, heads, T, T) scores "
                               "(a fused kernel computes them unseen); run it with model.attn_implementation=eager")
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Callable[..., Any], types: Collection[type], args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         if getattr(func, "__name__", "") == "softmax" and args and args[0].dim() == 4:
             self.scaled = True

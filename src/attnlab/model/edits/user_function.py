@@ -15,7 +15,8 @@ class UserFunction(ContextKind):
 
     def contexts(self, chosen: Chosen, values: Tensor, patched: Tensor | None,
                  lengths: tuple[int, ...] | None) -> Tensor:
-        return resolve("intervene.function", str(chosen.function), TAKES)(values)  # (1, T, H, hs)
+        context: Tensor = resolve("intervene.function", str(chosen.function), TAKES)(values)  # (1, T, H, hs)
+        return context
 
     def what(self, chosen: Chosen) -> str:
         return f"replaced by what {chosen.function} returned"

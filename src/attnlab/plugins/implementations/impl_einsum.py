@@ -14,7 +14,10 @@ import attnlab
     description="notebook's MHAEinsum: W_query, W_key, W_value as (d_in, d_out) parameters, every product an einsum",
 )
 class MHAEinsum(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
+
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 qkv_bias: bool = False) -> None:
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         self.d_out = d_out
@@ -37,7 +40,7 @@ class MHAEinsum(nn.Module):
         for weight in (self.W_query, self.W_key, self.W_value):
             nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
         Q = torch.einsum("bnd,do->bno", x, self.W_query)  # (b, num_tokens, d_out)
         K = torch.einsum("bnd,do->bno", x, self.W_key)  # (b, num_tokens, d_out)
@@ -55,7 +58,7 @@ class MHAEinsum(nn.Module):
         attn_weights = torch.softmax(scores, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)
 
-        context_vec = torch.einsum("bhnm,bhmd->bhnd", attn_weights, V)  # (b, num_heads, num_tokens, head_dim)
+        context_vec: torch.Tensor = torch.einsum("bhnm,bhmd->bhnd", attn_weights, V)  # (b, num_heads, num_tokens, head_dim)
         context_vec = context_vec.transpose(1, 2).reshape(b, n, self.d_out)  # (b, num_tokens, d_out)
         context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
         return context_vec

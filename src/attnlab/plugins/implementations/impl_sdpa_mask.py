@@ -17,7 +17,10 @@ import attnlab
     description="notebook's MHAPyTorchSDPAWithoutFlash: scaled_dot_product_attention with an explicit bool mask",
 )
 class MHAPyTorchSDPAWithoutFlash(nn.Module):
-    def __init__(self, d_in, d_out, num_heads, context_length, dropout=0.0, qkv_bias=False):
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
+
+    def __init__(self, d_in: int, d_out: int, num_heads: int, context_length: int, dropout: float = 0.0,
+                 qkv_bias: bool = False) -> None:
         super().__init__()
         assert d_out % num_heads == 0, "d_out is indivisible by num_heads"
         self.num_heads = num_heads
@@ -29,7 +32,7 @@ class MHAPyTorchSDPAWithoutFlash(nn.Module):
         self.dropout = dropout
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1).bool())
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch_size, num_tokens, embed_dim = x.shape
         qkv = self.qkv(x)  # (b, num_tokens, 3 * d_out)
         qkv = qkv.view(batch_size, num_tokens, 3, self.num_heads, self.head_dim)  # (b, num_tokens, 3, num_heads, head_dim)
@@ -42,7 +45,7 @@ class MHAPyTorchSDPAWithoutFlash(nn.Module):
         else:
             attn_mask = self.mask[:self.context_length, :self.context_length]
 
-        context_vec = nn.functional.scaled_dot_product_attention(
+        context_vec: torch.Tensor = nn.functional.scaled_dot_product_attention(
             queries, keys, values, attn_mask=attn_mask, dropout_p=use_dropout, is_causal=False)  # (b, num_heads, num_tokens, head_dim)
 
         context_vec = context_vec.transpose(1, 2).contiguous().view(batch_size, num_tokens, self.d_out)  # (b, num_tokens, d_out)

@@ -12,7 +12,10 @@ import attnlab
 @attnlab.variant("impl_torch_mha_no_weights", params={"need_weights": False},
                  description="notebook's MHAPyTorchClass with need_weights=False (the fused kernel where it applies)")
 class MHAPyTorchClass(nn.Module):
-    def __init__(self, d_in, d_out, num_heads, context_length, dropout=0.0, qkv_bias=False, need_weights=True):
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
+
+    def __init__(self, d_in: int, d_out: int, num_heads: int, context_length: int, dropout: float = 0.0,
+                 qkv_bias: bool = False, need_weights: bool = True) -> None:
         super().__init__()
         self.context_length = context_length
         self.multihead_attn = nn.MultiheadAttention(
@@ -27,7 +30,7 @@ class MHAPyTorchClass(nn.Module):
         self.proj = nn.Linear(d_out, d_out)
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1).bool())
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch_size, num_tokens, _ = x.shape
         if self.context_length >= num_tokens:
             attn_mask = self.mask[:num_tokens, :num_tokens]  # (num_tokens, num_tokens), True = hidden
@@ -36,5 +39,5 @@ class MHAPyTorchClass(nn.Module):
         attn_output, _ = self.multihead_attn(
             x, x, x, attn_mask=attn_mask, need_weights=self.need_weights
         )  # (b, num_tokens, d_out), after nn.MultiheadAttention's own out_proj
-        output = self.proj(attn_output)  # (b, num_tokens, d_out)
+        output: torch.Tensor = self.proj(attn_output)  # (b, num_tokens, d_out)
         return output

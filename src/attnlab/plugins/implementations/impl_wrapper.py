@@ -10,7 +10,9 @@ import attnlab
 
 
 class CausalAttention(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
+
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, qkv_bias: bool = False) -> None:
         super().__init__()
         self.d_out = d_out
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -19,7 +21,7 @@ class CausalAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
         keys = self.W_key(x)  # (b, num_tokens, head_dim)
         queries = self.W_query(x)  # (b, num_tokens, head_dim)
@@ -28,7 +30,7 @@ class CausalAttention(nn.Module):
         attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)  # (b, num_tokens, num_tokens)
-        context_vec = attn_weights @ values  # (b, num_tokens, head_dim)
+        context_vec: torch.Tensor = attn_weights @ values  # (b, num_tokens, head_dim)
         return context_vec
 
 
@@ -37,7 +39,8 @@ class CausalAttention(nn.Module):
     description="notebook's Ch03_MHA_Wrapper: num_heads CausalAttention heads of d_out // num_heads columns, then out_proj",
 )
 class Ch03_MHA_Wrapper(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 qkv_bias: bool = False) -> None:
         super().__init__()
         # changed: the notebook passes d_out=embed_dim // num_heads; here d_out is the total and each head takes its share
         head_dim = d_out // num_heads
@@ -46,6 +49,7 @@ class Ch03_MHA_Wrapper(nn.Module):
         )
         self.out_proj = nn.Linear(head_dim * num_heads, head_dim * num_heads)
 
-    def forward(self, x):
-        context_vec = torch.cat([head(x) for head in self.heads], dim=-1)  # (b, num_tokens, num_heads * head_dim)
-        return self.out_proj(context_vec)  # (b, num_tokens, d_out)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        context_vec: torch.Tensor = torch.cat([head(x) for head in self.heads], dim=-1)  # (b, num_tokens, num_heads * head_dim)
+        context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        return context_vec

@@ -14,7 +14,9 @@ import attnlab
     multi_head="mha_mask_missing",
 )
 class CausalAttention(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
+
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, qkv_bias: bool = False) -> None:
         super().__init__()
         self.d_out = d_out
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -24,7 +26,7 @@ class CausalAttention(nn.Module):
         # a buffer, not a parameter: it moves with the module and is never trained
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
         keys = self.W_key(x)  # (b, num_tokens, d_out)
         queries = self.W_query(x)  # (b, num_tokens, d_out)
@@ -33,5 +35,5 @@ class CausalAttention(nn.Module):
         # changed: the masked_fill_ line is missing
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)  # (b, num_tokens, num_tokens)
-        context_vec = attn_weights @ values  # (b, num_tokens, d_out)
+        context_vec: torch.Tensor = attn_weights @ values  # (b, num_tokens, d_out)
         return context_vec

@@ -10,7 +10,9 @@ import attnlab
 
 
 class CausalAttention(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
+
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, qkv_bias: bool = False) -> None:
         super().__init__()
         self.d_out = d_out
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -19,7 +21,7 @@ class CausalAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
         keys = self.W_key(x)  # (b, num_tokens, d_out)
         queries = self.W_query(x)  # (b, num_tokens, d_out)
@@ -28,7 +30,7 @@ class CausalAttention(nn.Module):
         attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)  # (b, num_tokens, num_tokens)
-        context_vec = attn_weights @ values  # (b, num_tokens, d_out)
+        context_vec: torch.Tensor = attn_weights @ values  # (b, num_tokens, d_out)
         return context_vec
 
 
@@ -40,7 +42,8 @@ class CausalAttention(nn.Module):
     reference="multi_head_attention",
 )
 class Ch03_MHA_Wrapper(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 qkv_bias: bool = False) -> None:
         super().__init__()
         self.heads = nn.ModuleList(
             # changed: d_out per head, not d_out // num_heads
@@ -48,6 +51,7 @@ class Ch03_MHA_Wrapper(nn.Module):
         )
         self.out_proj = nn.Linear(d_out * num_heads, d_out * num_heads)
 
-    def forward(self, x):
-        context_vec = torch.cat([head(x) for head in self.heads], dim=-1)  # (b, num_tokens, num_heads * d_out)
-        return self.out_proj(context_vec)  # (b, num_tokens, num_heads * d_out)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        context_vec: torch.Tensor = torch.cat([head(x) for head in self.heads], dim=-1)  # (b, num_tokens, num_heads * d_out)
+        context_vec = self.out_proj(context_vec)  # (b, num_tokens, num_heads * d_out)
+        return context_vec

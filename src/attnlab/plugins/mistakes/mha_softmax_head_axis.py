@@ -13,7 +13,10 @@ import attnlab
     tags=("multi_head",),
 )
 class MultiHeadAttention(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
+
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 qkv_bias: bool = False) -> None:
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         self.d_out = d_out
@@ -26,7 +29,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
         keys = self.W_key(x)  # (b, num_tokens, d_out)
         queries = self.W_query(x)  # (b, num_tokens, d_out)
@@ -46,7 +49,7 @@ class MultiHeadAttention(nn.Module):
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=1)  # changed: dim=1, the heads
         attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
 
-        context_vec = (attn_weights @ values).transpose(1, 2)  # (b, num_tokens, num_heads, head_dim)
+        context_vec: torch.Tensor = (attn_weights @ values).transpose(1, 2)  # (b, num_tokens, num_heads, head_dim)
         context_vec = context_vec.reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
         context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
         return context_vec

@@ -12,13 +12,13 @@ import attnlab
     expected_finding=("key_index", "keys"),
 )
 class SelfAttentionShiftedKeys(nn.Module):
-    def __init__(self, d_in, d_out):
+    def __init__(self, d_in: int, d_out: int) -> None:
         super().__init__()
         self.W_query = nn.Parameter(torch.rand(d_in, d_out))
         self.W_key = nn.Parameter(torch.rand(d_in, d_out))
         self.W_value = nn.Parameter(torch.rand(d_in, d_out))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         keys = torch.roll(x @ self.W_key, shifts=1, dims=0)  # (n_tokens, d_out); changed: rolled by one row
         queries = x @ self.W_query  # (n_tokens, d_out)
         values = x @ self.W_value  # (n_tokens, d_out)

@@ -8,10 +8,10 @@ import torch.nn as nn
 import attnlab
 
 
-def alibi_slopes(num_heads):
+def alibi_slopes(num_heads: int) -> list[float]:
     """The published slopes (Press et al., 2022): a geometric sequence starting at 2 ** (-8 / n) for
     n heads a power of two; otherwise those of the nearest power below plus every other of twice it."""
-    def geometric(n):
+    def geometric(n: int) -> list[float]:
         start = 2 ** (-8 / n)
         return [start ** (i + 1) for i in range(n)]
 
@@ -28,7 +28,12 @@ def alibi_slopes(num_heads):
     description="MultiHeadAttention with ALiBi: softmax input minus slope_h * (query - key distance), published slopes",
 )
 class ALiBiMultiHeadAttention(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+    # buffers (register_buffer in __init__), declared so a type checker reads them as tensors
+    mask: torch.Tensor
+    alibi_bias: torch.Tensor
+
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 qkv_bias: bool = False) -> None:
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         self.d_out = d_out
@@ -45,7 +50,7 @@ class ALiBiMultiHeadAttention(nn.Module):
         slopes = torch.tensor(alibi_slopes(num_heads))  # (num_heads,)
         self.register_buffer("alibi_bias", -slopes[:, None, None] * distance)  # (num_heads, context_length, context_length)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
         keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
         queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
@@ -58,5 +63,6 @@ class ALiBiMultiHeadAttention(nn.Module):
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5 + bias, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
 
-        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
-        return self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        context_vec: torch.Tensor = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
+        context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        return context_vec

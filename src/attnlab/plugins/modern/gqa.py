@@ -17,7 +17,10 @@ import attnlab
     description="MultiHeadAttention with num_kv_heads key/value heads, each shared by num_heads // num_kv_heads query heads",
 )
 class GroupedQueryAttention(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_heads=None, qkv_bias=False):
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
+
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 num_kv_heads: int | None = None, qkv_bias: bool = False) -> None:
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         self.num_kv_heads = num_kv_heads or max(1, num_heads // 2)  # changed: fewer key/value heads
@@ -33,7 +36,7 @@ class GroupedQueryAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
         keys = self.W_key(x).view(b, num_tokens, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (b, num_kv_heads, num_tokens, head_dim)
         values = self.W_value(x).view(b, num_tokens, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (b, num_kv_heads, num_tokens, head_dim)
@@ -48,5 +51,6 @@ class GroupedQueryAttention(nn.Module):
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
 
-        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
-        return self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        context_vec: torch.Tensor = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
+        context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        return context_vec

@@ -20,7 +20,8 @@ from attnlab.capture.recorder import tap
     expected_finding=("not_softmax", "weights"),
 )
 class LinearAttention(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 qkv_bias: bool = False) -> None:
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         self.d_out = d_out
@@ -31,7 +32,7 @@ class LinearAttention(nn.Module):
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
         keys = tap("keys", self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2))  # (b, num_heads, num_tokens, head_dim)
         queries = tap("queries", self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2))  # (b, num_heads, num_tokens, head_dim)
@@ -43,7 +44,8 @@ class LinearAttention(nn.Module):
         k_sum = torch.cumsum(phi_k, dim=2)  # (b, num_heads, num_tokens, head_dim)
         numerator = (phi_q.unsqueeze(-2) @ kv).squeeze(-2)  # (b, num_heads, num_tokens, head_dim)
         denominator = (phi_q * k_sum).sum(dim=-1, keepdim=True)  # (b, num_heads, num_tokens, 1)
-        context_vec = tap("context", numerator / denominator)  # (b, num_heads, num_tokens, head_dim)
+        context_vec: torch.Tensor = tap("context", numerator / denominator)  # (b, num_heads, num_tokens, head_dim)
 
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
-        return self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        return context_vec

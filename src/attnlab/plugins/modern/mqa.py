@@ -12,7 +12,10 @@ import attnlab
     description="MultiHeadAttention with one key/value head shared by all num_heads query heads (run with num_kv_heads=1)",
 )
 class MultiQueryAttention(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
+
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 qkv_bias: bool = False) -> None:
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         self.d_out = d_out
@@ -26,7 +29,7 @@ class MultiQueryAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
         queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
         # changed: the one key/value head is repeated for every query head
@@ -38,5 +41,6 @@ class MultiQueryAttention(nn.Module):
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
 
-        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
-        return self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        context_vec: torch.Tensor = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
+        context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        return context_vec

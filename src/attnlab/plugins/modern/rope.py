@@ -6,7 +6,7 @@ import torch.nn as nn
 import attnlab
 
 
-def rope_angles(head_dim, theta, context_length):
+def rope_angles(head_dim: int, theta: float, context_length: int) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of position * theta ** (-2i / head_dim), for the pairs (i, i + head_dim // 2)."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim - 1, 2).float() / head_dim)  # (head_dim // 2,)
     angles = torch.arange(context_length).float()[:, None] * inv_freq[None, :]  # (context_length, head_dim // 2)
@@ -14,7 +14,7 @@ def rope_angles(head_dim, theta, context_length):
     return torch.cos(angles), torch.sin(angles)
 
 
-def rotate(x, cos, sin):
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate each pair (x_i, x_{i + head_dim // 2}) of every token by its position's angle; an odd
     head_dim's last coordinate has no partner and stays as it is (a head of width 1 is not turned)."""
     num_tokens, half = x.shape[-2], x.shape[-1] // 2
@@ -33,7 +33,13 @@ def rotate(x, cos, sin):
     params={"theta": 10000.0},
 )
 class RotaryMultiHeadAttention(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, theta=10000.0):
+    # buffers (register_buffer in __init__), declared so a type checker reads them as tensors
+    mask: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 qkv_bias: bool = False, theta: float = 10000.0) -> None:
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         self.d_out = d_out
@@ -49,7 +55,7 @@ class RotaryMultiHeadAttention(nn.Module):
         self.register_buffer("cos", cos)
         self.register_buffer("sin", sin)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
         keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
         queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
@@ -64,5 +70,6 @@ class RotaryMultiHeadAttention(nn.Module):
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
 
-        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
-        return self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        context_vec: torch.Tensor = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
+        context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        return context_vec

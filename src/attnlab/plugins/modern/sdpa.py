@@ -1,5 +1,6 @@
 """sdpa: the source's MultiHeadAttention with its attention computed by F.scaled_dot_product_attention."""
 
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -11,7 +12,8 @@ import attnlab
     description="MultiHeadAttention through F.scaled_dot_product_attention(is_causal=True): the same numbers, one kernel",
 )
 class MultiHeadAttentionSDPA(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 qkv_bias: bool = False) -> None:
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         self.d_out = d_out
@@ -23,16 +25,17 @@ class MultiHeadAttentionSDPA(nn.Module):
         self.out_proj = nn.Linear(d_out, d_out)
         self.dropout = dropout
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
         keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
         queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
         values = self.W_value(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
 
         # changed: mask, scaling, softmax, dropout and the product with the values in one kernel
-        context_vec = F.scaled_dot_product_attention(
+        context_vec: torch.Tensor = F.scaled_dot_product_attention(
             queries, keys, values, dropout_p=self.dropout if self.training else 0.0, is_causal=True
         )  # (b, num_heads, num_tokens, head_dim)
 
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
-        return self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        return context_vec

@@ -14,7 +14,10 @@ import attnlab
     params={"cap": 5.0},
 )
 class SoftCapAttention(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False, cap=5.0):
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
+
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 qkv_bias: bool = False, cap: float = 5.0) -> None:
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         assert cap > 0, "cap must be positive"
@@ -29,7 +32,7 @@ class SoftCapAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
         keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
         queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
@@ -43,5 +46,6 @@ class SoftCapAttention(nn.Module):
         attn_weights = torch.softmax(attn_scores, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
 
-        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
-        return self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        context_vec: torch.Tensor = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
+        context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        return context_vec

@@ -14,14 +14,14 @@ import attnlab
     params={"diagonal": 1},
 )
 class CausalSelfAttention(nn.Module):
-    def __init__(self, d_in, d_out, diagonal=1):
+    def __init__(self, d_in: int, d_out: int, diagonal: int = 1) -> None:
         super().__init__()
         self.diagonal = diagonal  # the first diagonal hidden: 1 hides the keys after the query, 0 the query too
         self.W_query = nn.Parameter(torch.rand(d_in, d_out))
         self.W_key = nn.Parameter(torch.rand(d_in, d_out))
         self.W_value = nn.Parameter(torch.rand(d_in, d_out))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         keys = x @ self.W_key  # (n_tokens, d_out)
         queries = x @ self.W_query  # (n_tokens, d_out)
         values = x @ self.W_value  # (n_tokens, d_out)

@@ -18,8 +18,11 @@ import attnlab
 @attnlab.variant("causal_heads", params={"out_proj": False},
                  description="MultiHeadAttention without out_proj: the heads' context merged, not projected")
 class DeclaredAttention(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, num_kv_heads=None, qkv_bias=False,
-                 causal=True, out_proj=True):
+    mask: torch.Tensor  # a buffer (register_buffer in __init__), declared so a type checker reads it as a tensor
+
+    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
+                 num_kv_heads: int | None = None, qkv_bias: bool = False, causal: bool = True,
+                 out_proj: bool = True) -> None:
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         self.num_kv_heads = num_kv_heads or num_heads
@@ -35,7 +38,7 @@ class DeclaredAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, num_tokens, d_in = x.shape  # (b, num_tokens, d_in)
         group = self.num_heads // self.num_kv_heads  # query heads per key/value head
         queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)  # (b, num_heads, num_tokens, head_dim)
@@ -50,5 +53,7 @@ class DeclaredAttention(nn.Module):
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)  # (b, num_heads, num_tokens, num_tokens)
         attn_weights = self.dropout(attn_weights)  # (b, num_heads, num_tokens, num_tokens)
 
-        context_vec = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
-        return self.out_proj(context_vec) if self.out_proj is not None else context_vec  # (b, num_tokens, d_out)
+        context_vec: torch.Tensor = (attn_weights @ values).transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, num_tokens, d_out)
+        if self.out_proj is not None:
+            context_vec = self.out_proj(context_vec)  # (b, num_tokens, d_out)
+        return context_vec

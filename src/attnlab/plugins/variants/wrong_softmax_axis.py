@@ -13,13 +13,13 @@ import attnlab
     multi_head="mha_softmax_query_axis",
 )
 class SelfAttentionWrongSoftmaxAxis(nn.Module):
-    def __init__(self, d_in, d_out):
+    def __init__(self, d_in: int, d_out: int) -> None:
         super().__init__()
         self.W_query = nn.Parameter(torch.rand(d_in, d_out))
         self.W_key = nn.Parameter(torch.rand(d_in, d_out))
         self.W_value = nn.Parameter(torch.rand(d_in, d_out))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         keys = x @ self.W_key  # (n_tokens, d_out)
         queries = x @ self.W_query  # (n_tokens, d_out)
         values = x @ self.W_value  # (n_tokens, d_out)

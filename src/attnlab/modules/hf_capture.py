@@ -123,10 +123,17 @@ def _sized_alike(config: Any, sizes: dict[str, Any], top: bool = True) -> Any:
               "head_dim": width // heads if width and heads else None}
     for sub in [config] * top + _subconfigs(config, PretrainedConfig):
         for key, value in values.items():
-            held = [s for s in spellings(key) if type(getattr(sub, s, None)) is int]
+            held = [s for s in spellings(key) if type(_held(sub, s)) is int]
             for spelling in held if value is not None else ():
                 setattr(sub, spelling, value)
     return config
+
+
+def _held(config: Any, name: str) -> Any:
+    try:
+        return getattr(config, name, None)
+    except Exception:  # noqa: BLE001 - a per-layer attribute its config refuses to read globally (Gemma 4's head_dim)
+        return None
 
 
 def _subconfigs(config: Any, base: type) -> list[Any]:

@@ -9,9 +9,10 @@ import attnlab
 
 pytest.importorskip("transformers")
 
+from transformers.models.sam.modeling_sam import SamAttention  # noqa: E402
+
 from attnlab.modules import hf  # noqa: E402
 from attnlab.modules.hf_build import model_arguments  # noqa: E402
-from transformers.models.sam.modeling_sam import SamAttention  # noqa: E402
 
 
 def _config(model_type: str) -> object:

@@ -172,3 +172,14 @@ def test_a_class_built_from_captured_arguments_says_true_things(variant, expecte
     result = attnlab.run(variant, overrides=SIZES)
     found = _errors(result)
     assert (expected in found) if expected else found == [], [f.message for f in result.findings]
+
+
+def test_a_class_neither_way_builds_says_how_each_failed_in_one_line():
+    """Moonshine Streaming's default config has no num_key_value_heads, which its decoder layers read:
+    transformers' own model cannot be built from it either, and the error says so."""
+    from transformers import MoonshineStreamingConfig
+
+    assert not hasattr(MoonshineStreamingConfig(), "num_key_value_heads")
+    with pytest.raises(hf.HFError, match="nor is it reached by building its model") as caught:
+        hf.hf_constructor("hf:moonshine_streaming")(64, 64, 4)
+    assert "MoonshineStreamingModel: AttributeError" in str(caught.value) and "\n" not in str(caught.value)

@@ -91,16 +91,27 @@ def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, in
     """`module_cls` built as its model builds it (`_declared`); where that fails (a value per layer,
     a class its model builds from another sub-config, code attnlab cannot evaluate), with the
     arguments its model passes it, captured from the model's own build (`hf_capture`; `sizes`:
-    attnlab's, for a sub-config attnlab did not fill). Else the first way's error."""
+    attnlab's, for a sub-config attnlab did not fill). Where neither builds it, one line naming how
+    each failed: the model's own build with the same config failing is transformers' failure, not attnlab's."""
     try:
         return _declared(module_cls, config, layer, in_model, tokens, **extra)
-    except (_Unevaluated, TypeError, AttributeError, ValueError, KeyError, IndexError):
+    except (_Unevaluated, TypeError, AttributeError, ValueError, KeyError, IndexError) as exc:
         base = transformers_class(module_cls)
-        found = hf_capture.captured(base, config, layer, sizes) if base is not None else None
-        if found is None:
+        if base is None:
             raise
-    args, kwargs = found
-    return module_cls(*args, **kwargs)
+        first = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:160]
+        try:
+            found = hf_capture.captured(base, config, layer, sizes)
+        except hf_capture.NotCaptured as why:
+            if not str(why):  # no model of its modeling file builds it: the first way's error alone
+                raise exc from None
+            raise HFError(f"{module_cls.__name__} cannot be built from its config ({first}), nor is it reached by "
+                          f"building its model with that config ({why})") from None
+    try:
+        return module_cls(*found.args, **found.kwargs)
+    except Exception as again:  # noqa: BLE001 - the class's own failure on exactly its model's arguments
+        raise HFError(f"{module_cls.__name__} cannot be built from its config: it fails on the very arguments "
+                      f"{found.model} passes it ({type(again).__name__}: {' '.join(str(again).split())})"[:400]) from None
 
 
 def _declared(module_cls: type[nn.Module], config: Any, layer: int = 0, in_model: bool = False,

@@ -15,6 +15,7 @@ import copy
 import inspect
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,21 +32,36 @@ class _Captured(Exception):
     """Raised by the intercepted `__init__`: the arguments are captured, the rest of the model is not needed."""
 
 
-def captured(cls: type[nn.Module], config: Any, layer: int = 0,
-             sizes: dict[str, Any] | None = None) -> tuple[tuple, dict[str, Any]] | None:
-    """(args, kwargs) the owning model passes `cls` for its layer `layer`, its configs copies of
+class NotCaptured(LookupError):
+    """No model of the modeling file could be built up to the class: why, for each one tried."""
+
+
+@dataclass(frozen=True)
+class Captured:
+    """The arguments `model` passes the class, positional and keyword."""
+
+    model: str
+    args: tuple
+    kwargs: dict[str, Any]
+
+
+def captured(cls: type[nn.Module], config: Any, layer: int = 0, sizes: dict[str, Any] | None = None) -> Captured:
+    """The arguments the owning model passes `cls` for its layer `layer`, its configs copies of
     `config` (or of a composite holding it) as the model has read them (LED's window made one per
-    layer); `sizes` (attnlab's d_in, d_out, num_heads) fill a sub-config the model
-    builds the class from that attnlab did not (SAM's mask decoder's, beside the prompt encoder's it
-    filled). None where no model of its modeling file builds it."""
+    layer); `sizes` (attnlab's d_in, d_out, num_heads) fill a sub-config the model builds the class
+    from that attnlab did not (SAM's mask decoder's, beside the prompt encoder's it filled).
+    NotCaptured where no model of its modeling file builds it, naming each model's own error."""
+    problems: list[str] = []
     for model_cls, model_config in _owners(cls, config, sizes or {}):
         try:  # its own size: the build stops at the class, and what the model builds before it is on meta
             found = _intercepted(cls, model_cls, hf_small.shrunk(model_config, layer, 0), layer)
-        except Exception:  # noqa: BLE001 - a model its config cannot build: the next owner
+        except Exception as exc:  # noqa: BLE001 - a model its config cannot build: the next owner
+            problems.append(f"{model_cls.__name__}: {type(exc).__name__}: {' '.join(str(exc).split())}"[:160])
             continue
         if found is not None:
-            return found
-    return None
+            return Captured(model_cls.__name__, *found)
+        problems.append(f"{model_cls.__name__} builds no {cls.__name__} at layer {layer}")
+    raise NotCaptured("; ".join(problems))
 
 
 def _intercepted(cls: type, model_cls: type, config: Any, layer: int) -> tuple[tuple, dict[str, Any]] | None:
@@ -122,6 +138,8 @@ def _sized_alike(config: Any, sizes: dict[str, Any], top: bool = True) -> Any:
     values = {"d_in": sizes.get("d_in"), "num_heads": heads, "num_kv_heads": heads,
               "head_dim": width // heads if width and heads else None}
     for sub in [config] * top + _subconfigs(config, PretrainedConfig):
+        if getattr(sub, "is_heterogeneous", False):  # its sizes held globally, as attnlab's own config (`hf`)
+            sub.allow_global_per_layer_attribute_access = True
         for key, value in values.items():
             held = [s for s in spellings(key) if type(_held(sub, s)) is int]
             for spelling in held if value is not None else ():

@@ -102,6 +102,9 @@ def test_sam_s_attention_is_built_from_its_mask_decoder_s_config_as_its_first_bl
     assert type(module) is SamAttention and isinstance(module.config, SamMaskDecoderConfig)
     assert module.config.attention_downsample_rate == 2 and module.internal_dim == 64
     assert (module.config.hidden_size, module.num_attention_heads) == (64, 4)
+    assert module.config._attn_implementation == "eager"  # the run's kernel, not the sub-config's default
+    sdpa = hf.hf_constructor("hf:sam_prompt_encoder")(64, 64, 4, attn_implementation="sdpa")
+    assert sdpa.config._attn_implementation == "sdpa"
     torch.manual_seed(0)
     x = torch.randn(2, 1, 5, 64)  # (b, point_batch, num_tokens, d_in)
     out, _ = module(x, x, x)

@@ -108,8 +108,9 @@ def _owners(cls: type, config: Any, sizes: dict[str, Any]) -> Iterator[tuple[typ
                      and c.__module__ == modeling.__name__ and "PreTrained" not in c.__name__),
                     key=lambda c: (not c.__name__.endswith("Model"), len(c.__name__)))
     own = [m for m in models if m.config_class is type(config)][:_OWNERS]
+    implementation = getattr(config, "_attn_implementation", None) or "eager"
     for model_cls in own:
-        yield model_cls, _sized_alike(config, sizes, top=False)
+        yield model_cls, _sized_alike(config, sizes, implementation, top=False)
     seen: set[type] = set()
     for model_cls in models:
         parent_cls = model_cls.config_class
@@ -121,16 +122,17 @@ def _owners(cls: type, config: Any, sizes: dict[str, Any]) -> Iterator[tuple[typ
             parent = parent_cls()
         except Exception:  # noqa: BLE001 - a composite that cannot be built bare: not an owner attnlab can build
             continue
-        parent._attn_implementation = getattr(config, "_attn_implementation", None) or "eager"
-        setattr(parent, keys[0], config)
-        if isinstance(parent, PretrainedConfig):
-            yield model_cls, _sized_alike(parent, sizes)
+        if isinstance(parent, PretrainedConfig):  # attnlab's config in it as attnlab filled it, the others sized alike
+            parent = _sized_alike(parent, sizes, implementation)
+            setattr(parent, keys[0], _sized_alike(config, sizes, implementation, top=False))
+            yield model_cls, parent
 
 
-def _sized_alike(config: Any, sizes: dict[str, Any], top: bool = True) -> Any:
+def _sized_alike(config: Any, sizes: dict[str, Any], implementation: str, top: bool = True) -> Any:
     """A copy of `config` whose sub-configs (and itself, where `top`: a composite attnlab did not
     fill) hold attnlab's sizes under every spelling of each they hold as an int (the class may be
-    built from any of them): the class built says what attnlab sized."""
+    built from any of them) and the run's attention implementation: the class built says what
+    attnlab sized, and runs the kernel asked for."""
     from transformers import PretrainedConfig
 
     config = copy.deepcopy(config)
@@ -138,6 +140,7 @@ def _sized_alike(config: Any, sizes: dict[str, Any], top: bool = True) -> Any:
     values = {"d_in": sizes.get("d_in"), "num_heads": heads, "num_kv_heads": heads,
               "head_dim": width // heads if width and heads else None}
     for sub in [config] * top + _subconfigs(config, PretrainedConfig):
+        sub._attn_implementation = implementation
         if getattr(sub, "is_heterogeneous", False):  # its sizes held globally, as attnlab's own config (`hf`)
             sub.allow_global_per_layer_attribute_access = True
         for key, value in values.items():

@@ -9,6 +9,8 @@ import attnlab
 
 pytest.importorskip("transformers")
 
+from transformers.models.sam.modeling_sam import SamAttention  # noqa: E402
+
 from attnlab.modules import hf  # noqa: E402
 from attnlab.modules.hf_build import model_arguments  # noqa: E402
 
@@ -78,3 +80,109 @@ def test_a_sub_model_built_from_its_config_is_not_built_to_read_an_argument():
                    "nn.Linear(4, 4)"):
         assert _builds_module(ast.parse(source, mode="eval").body, modeling_parakeet, scope), source
     assert not _builds_module(ast.parse("len(str(config))", mode="eval").body, modeling_parakeet, scope)
+
+
+# Built with the arguments its owning model passes it (attnlab.modules.hf_capture), where the model's
+# construction code does not evaluate alone: expected values from the model's own instance or computed here.
+SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
+
+
+def _sam_heads(x, heads):  # (b, T, d) -> (b, heads, T, d / heads)
+    return x.reshape(x.shape[0], x.shape[1], heads, -1).transpose(1, 2)
+
+
+def test_sam_s_attention_is_built_from_its_mask_decoder_s_config_as_its_first_block_builds_it():
+    """SamAttention is built by the mask decoder, from its own config, the first two-way block's
+    self-attention with downsample_rate=1 (the config's attention_downsample_rate is 2): its inner
+    width is attnlab's d_out, and it computes multi-head attention over its four projections."""
+    import torch
+    from transformers.models.sam.configuration_sam import SamMaskDecoderConfig
+
+    module = hf.hf_constructor("hf:sam_prompt_encoder")(64, 64, 4).eval()
+    assert type(module) is SamAttention and isinstance(module.config, SamMaskDecoderConfig)
+    assert module.config.attention_downsample_rate == 2 and module.internal_dim == 64
+    assert (module.config.hidden_size, module.num_attention_heads) == (64, 4)
+    assert module.config._attn_implementation == "eager"  # the run's kernel, not the sub-config's default
+    sdpa = hf.hf_constructor("hf:sam_prompt_encoder")(64, 64, 4, attn_implementation="sdpa")
+    assert sdpa.config._attn_implementation == "sdpa"
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 5, 64)  # (b, point_batch, num_tokens, d_in)
+    out, _ = module(x, x, x)
+    flat = x[:, 0]  # (b, num_tokens, d_in)
+    queries, keys, values = (_sam_heads(p(flat), 4) for p in (module.q_proj, module.k_proj, module.v_proj))
+    attn_weights = torch.softmax(queries @ keys.transpose(-1, -2) / 16 ** 0.5, dim=-1)  # (b, heads, T, T)
+    context_vec = (attn_weights @ values).transpose(1, 2).reshape(2, 5, 64)  # (b, num_tokens, d_out)
+    torch.testing.assert_close(out[:, 0], module.out_proj(context_vec))
+
+
+def _same_as_in_model(module, model_cls, config, attention_cls):
+    """The module's state and sizes are those of its model's own first instance of the class."""
+    import torch
+
+    with torch.device("meta"):
+        model = model_cls(config)
+    own = next(m for m in model.modules() if type(m) is attention_cls)
+    assert {k: v.shape for k, v in module.state_dict().items()} == {k: v.shape for k, v in own.state_dict().items()}
+    return own
+
+
+def test_led_s_window_is_its_layers_as_its_model_makes_it_from_the_config():
+    """LEDEncoderSelfAttention(config, layer_id) reads config.attention_window[layer_id]; the config
+    holds one int (512), which LED's encoder makes a per-layer list before building its layers."""
+    from transformers import LEDConfig, LEDModel
+    from transformers.models.led.modeling_led import LEDEncoderSelfAttention
+
+    module = hf.hf_constructor("hf:led")(64, 64, 4)
+    assert LEDConfig().attention_window == 512
+    assert module.one_sided_attn_window_size == 256 and module.num_heads == 4 and module.embed_dim == 64
+    own = _same_as_in_model(module, LEDModel, LEDConfig(d_model=64, encoder_attention_heads=4,
+                                                         decoder_attention_heads=4), LEDEncoderSelfAttention)
+    assert own.one_sided_attn_window_size == module.one_sided_attn_window_size
+
+
+def test_clap_s_audio_attention_takes_its_stage_s_width_heads_and_window_as_its_model_passes_them():
+    """ClapAudioSelfAttention(config, dim, num_heads, window_size): positional values its Swin-like
+    audio encoder computes per stage; the first stage's at attnlab's sizes."""
+    from transformers import ClapAudioConfig, ClapAudioModel
+    from transformers.models.clap.modeling_clap import ClapAudioSelfAttention
+
+    module = hf.hf_constructor("hf:clap")(64, 64, 4)
+    config = ClapAudioConfig()
+    assert (module.num_attention_heads, module.all_head_size) == (4, 64)
+    assert module.window_size == (config.window_size, config.window_size)
+    assert module.relative_position_bias_table.shape == ((2 * config.window_size - 1) ** 2, 4)
+    sized = ClapAudioConfig(patch_embeds_hidden_size=64, hidden_size=64, num_attention_heads=[4] * 4)
+    _same_as_in_model(module, ClapAudioModel, sized, ClapAudioSelfAttention)
+
+
+class SamHalfScale(SamAttention):
+    """Planted in a class built from its model's captured arguments: the scores scaled by half its own scale."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scaling = self.scaling / 2
+
+
+def _errors(result) -> list[tuple[str, str]]:
+    assert result.record.status == "ok", result.record.error
+    return [(f.code, f.stage) for f in result.findings if f.severity == "error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("variant", "expected"), [("hf:sam_prompt_encoder", None), ("hf:slanext", None),
+                                                   (SamHalfScale, ("scaling", "scaled_scores"))])
+def test_a_class_built_from_captured_arguments_says_true_things(variant, expected):
+    result = attnlab.run(variant, overrides=SIZES)
+    found = _errors(result)
+    assert (expected in found) if expected else found == [], [f.message for f in result.findings]
+
+
+def test_a_class_neither_way_builds_says_how_each_failed_in_one_line():
+    """Moonshine Streaming's default config has no num_key_value_heads, which its decoder layers read:
+    transformers' own model cannot be built from it either, and the error says so."""
+    from transformers import MoonshineStreamingConfig
+
+    assert not hasattr(MoonshineStreamingConfig(), "num_key_value_heads")
+    with pytest.raises(hf.HFError, match="nor is it reached by building its model") as caught:
+        hf.hf_constructor("hf:moonshine_streaming")(64, 64, 4)
+    assert "MoonshineStreamingModel: AttributeError" in str(caught.value) and "\n" not in str(caught.value)

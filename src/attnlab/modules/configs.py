@@ -16,6 +16,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import re
 import sys
 import textwrap
 from typing import Any
@@ -214,11 +215,45 @@ class ConfigConstructor:
     def _built(self, filled: dict[str, Any]) -> Any:
         private = {k: filled.pop(k) for k in list(filled) if k.startswith("_")}
         try:
-            config = self.config_cls(**filled) if dataclasses.is_dataclass(self.config_cls) else self._set(filled)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"variant '{self.name}': {self.config_cls.__name__} refused the values: {exc}") from None
+            try:
+                config = self._made(filled)
+            except TypeError:
+                raise
+            except Exception:  # noqa: BLE001 - a validator refusing a size beside one of its own: sized consistently
+                config = self._consistent(filled)
+        except Exception as exc:  # noqa: BLE001 - refused either way: the first refusal, in one line
+            raise ConfigError(f"variant '{self.name}': {self.config_cls.__name__} refused the values: "
+                              f"{' '.join(str(exc).split())}") from None
         for key, value in private.items():
             setattr(config, key, value)
+        return config
+
+    def _made(self, filled: dict[str, Any]) -> Any:
+        return self.config_cls(**filled) if dataclasses.is_dataclass(self.config_cls) else self._set(filled)
+
+    def _consistent(self, filled: dict[str, Any]) -> Any:
+        """The config its own validator accepts (DAB-DETR's query_dim of 4, WavTokenizer's codebook_dim
+        equal to its hidden_size): without the other spellings of a size (`also`), which keep the
+        config's own value, else with every width of it (its sub-configs') equal to a size's default
+        set to attnlab's value, as the config's own defaults tie them."""
+        also = {s for spellings_ in self.also.values() for s in spellings_}
+        try:
+            return self._made({k: v for k, v in filled.items() if k not in also})
+        except TypeError:
+            raise
+        except Exception:  # noqa: BLE001 - a width tied to the size elsewhere: set alike
+            pass
+        config = self.config_cls()
+        renamed = {old: value for key, value in filled.items() if type(old := getattr(config, key, None)) is int
+                   and type(value) is int and old != value and key not in also}
+        for holder in _with_subconfigs(config):
+            for name, value in list(vars(holder).items()):
+                if _WIDTH.search(name) and not name.startswith("_"):
+                    setattr(holder, name, _renamed(value, renamed))
+        for key, value in filled.items():
+            setattr(config, key, value)
+        if hasattr(config, "validate"):
+            config.validate()
         return config
 
     def _set(self, filled: dict[str, Any]) -> Any:
@@ -271,6 +306,23 @@ class ConfigConstructor:
         if "layer_idx" in self.extra:
             extra.setdefault("layer_idx", 0)
         return self.module_cls(config, **extra)
+
+
+_WIDTH = re.compile(r"(dim|size|heads|features|channels)s?$")  # a width's name; never a depth, a vocabulary
+
+
+def _with_subconfigs(config: Any) -> list[Any]:
+    held = [v for v in vars(config).values() if hasattr(v, "to_dict") and hasattr(v, "model_type")]
+    return [config, *(s for v in held for s in _with_subconfigs(v))]
+
+
+def _renamed(value: Any, renamed: dict[int, int]) -> Any:
+    """`value` with each int a size's default replaced by attnlab's (a list's elements alike)."""
+    if type(value) is int:
+        return renamed.get(value, value)
+    if isinstance(value, (list, tuple)) and all(type(v) is int for v in value):
+        return type(value)(renamed.get(v, v) for v in value)
+    return value
 
 
 def module_class(cls: Any) -> Any:

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf_grid, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
+from attnlab.modules import hf_capture, hf_grid, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, family_of, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
@@ -82,8 +82,40 @@ def tower_note(model_type: str) -> str:
     return _found(model_type).note
 
 
+class _Unevaluated(HFError):
+    """A positional argument the model computes by code attnlab cannot evaluate alone."""
+
+
 def build_attention(module_cls: type[nn.Module], config: Any, layer: int = 0, in_model: bool = False,
-                    tokens: int | None = None, **extra: Any) -> nn.Module:
+                    tokens: int | None = None, sizes: dict[str, Any] | None = None, **extra: Any) -> nn.Module:
+    """`module_cls` built as its model builds it (`_declared`); where that fails (a value per layer,
+    a class its model builds from another sub-config, code attnlab cannot evaluate), with the
+    arguments its model passes it, captured from the model's own build (`hf_capture`; `sizes`:
+    attnlab's, for a sub-config attnlab did not fill). Where neither builds it, one line naming how
+    each failed: the model's own build with the same config failing is transformers' failure, not attnlab's."""
+    try:
+        return _declared(module_cls, config, layer, in_model, tokens, **extra)
+    except (_Unevaluated, TypeError, AttributeError, ValueError, KeyError, IndexError) as exc:
+        base = transformers_class(module_cls)
+        if base is None:
+            raise
+        first = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:160]
+        try:
+            found = hf_capture.captured(base, config, layer, sizes)
+        except hf_capture.NotCaptured as why:
+            if not str(why):  # no model of its modeling file builds it: the first way's error alone
+                raise exc from None
+            raise HFError(f"{module_cls.__name__} cannot be built from its config ({first}), nor is it reached by "
+                          f"building its model with that config ({why})") from None
+    try:
+        return module_cls(*found.args, **found.kwargs)
+    except Exception as again:  # noqa: BLE001 - the class's own failure on exactly its model's arguments
+        raise HFError(f"{module_cls.__name__} cannot be built from its config: it fails on the very arguments "
+                      f"{found.model} passes it ({type(again).__name__}: {' '.join(str(again).split())})"[:400]) from None
+
+
+def _declared(module_cls: type[nn.Module], config: Any, layer: int = 0, in_model: bool = False,
+              tokens: int | None = None, **extra: Any) -> nn.Module:
     """`module_cls` built as its model's own layer builds it, by the keywords its family declares
     (`LlamaAttention(config=config, layer_idx=0)`), never from its signature: transformers 5.25
     wraps the constructors, and a wrapped one names no parameters. `in_model`: for a layer of the
@@ -112,7 +144,7 @@ def _built(module_cls: type[nn.Module], args: list, kwargs: dict[str, Any], toke
     """The class built from its model's arguments; a keyword the model's code computes from what
     attnlab does not build is left to its default (a missing one: the constructor's own one-line error)."""
     if any(a is _UNKNOWN for a in args):
-        raise HFError(f"{module_cls.__name__} cannot be built from its config alone: its model passes a positional "
+        raise _Unevaluated(f"{module_cls.__name__} cannot be built from its config alone: its model passes a positional "
                       f"argument from code attnlab cannot evaluate")
     try:
         return module_cls(*args, **{k: v for k, v in kwargs.items() if v is not _UNKNOWN})
@@ -154,6 +186,7 @@ class HFConstructor(ConfigConstructor):
         return [keyword for keyword, source in row.constructor.items() if source == "layer"]
 
     tokens: int | None = None  # the run's token count, for a class built for it (`hf_stage.sized_by_tokens`)
+    sizes: dict[str, Any] | None = None  # the run's d_in, d_out, num_heads, for a sub-config its model builds it from
 
     def config(self, values: dict[str, Any], params: dict[str, Any], private: dict[str, Any] | None = None) -> Any:
         """The config, its multimodal rotary sections fitted to the heads attnlab sizes (`hf_small.rope_at`)."""
@@ -170,7 +203,7 @@ class HFConstructor(ConfigConstructor):
     def construct(self, config: Any, extra: dict[str, Any]) -> nn.Module:
         if transformers_class(self.module_cls) is None:
             return super().construct(config, extra)
-        return build_attention(self.module_cls, config, tokens=self.tokens, **extra)
+        return build_attention(self.module_cls, config, tokens=self.tokens, sizes=self.sizes, **extra)
 
     def _by_tokens(self) -> bool:
         """It takes the run's tokens as context_length though its config has no spelling for it."""
@@ -182,7 +215,8 @@ class HFConstructor(ConfigConstructor):
             raise HFError(f"attn_implementation={implementation}: allowed are {', '.join(IMPLEMENTATIONS)}")
         sizes = {"d_in": d_in, "d_out": d_out, "num_heads": num_heads}
         private = {"_attn_implementation": implementation}
-        builder = copy.copy(self)  # this build's tokens, not the constructor's
+        builder = copy.copy(self)  # this build's tokens and sizes, not the constructor's
+        builder.sizes = sizes
         builder.tokens = keys.pop("context_length", None) if self._by_tokens() else keys.get("context_length")
         module = builder.build(sizes, keys, private)
         if not hasattr(module, "config"):  # MPT's keeps none: held so it is called as its model calls it

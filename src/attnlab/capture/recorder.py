@@ -103,6 +103,8 @@ def finished(recording: provenance.Recording, module: nn.Module, x: torch.Tensor
                 captured.unobservable["output"] = _POST_NORM
             elif "output" in captured.stages and recording.context_normed:
                 captured.unobservable["output"] = _NORMED_CONTEXT
+            elif "output" in captured.stages and recording.context_terms:
+                captured.unobservable["output"] = _CONTEXT_TERMS
         return captured
     finally:  # the recording may sit in a reference cycle: what it held must not wait for the collector
         recording.release()
@@ -117,6 +119,11 @@ _POST_NORM = ("the class normalises its own output (its residual and LayerNorm a
 # ...that normalises its merged context before the output projection (Kosmos-2's inner_attn_ln)
 _NORMED_CONTEXT = ("the class normalises its merged context before its output projection (a norm inside the "
                    "attention, Kosmos-2's inner_attn_ln), so its output is not out_proj(context)")
+
+
+# ...that adds a term of its own to the context before its output projection (ViTS's relative-position values)
+_CONTEXT_TERMS = ("the class adds a term it computes itself to its context before its output projection (relative-"
+                  "position values, ViTS's emb_rel_v), so its output is not out_proj(context)")
 
 
 class _Recorder(TorchFunctionMode):

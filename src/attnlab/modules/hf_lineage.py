@@ -15,6 +15,7 @@ import ast
 import inspect
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -73,9 +74,31 @@ def library_scale(module: nn.Module, origin: type | None, build: Callable[[type,
         (v for s in _HEAD_DIMS if isinstance(v := getattr(fresh, s, None), int)), None)
     if not isinstance(scaling, (int, float)) or isinstance(scaling, bool) or not isinstance(head_dim, int):
         return None
-    if abs(scaling - head_dim ** -0.5) <= 1e-6 * head_dim ** -0.5:
+    sides = _scaled_sides(origin)
+    if abs(scaling ** sides - head_dim ** -0.5) <= 1e-6 * head_dim ** -0.5:
         return None
+    if sides == 2:
+        return float(scaling) ** 2, f"{origin.__name__} multiplies its queries and its keys each by scaling = {scaling:g}"
     return float(scaling), f"{origin.__name__} sets scaling = {scaling:g} in its constructor"
+
+
+@cache
+def _scaled_sides(origin: type) -> int:
+    """How many operands of the score product the library's forward multiplies by its `scaling`: 2
+    when it scales its queries and its keys each (OpenAI's privacy filter, by head_dim ** -0.25, and
+    passes scaling=1.0), so the scores are scaled by its square; else 1."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(origin.forward)))
+    except (OSError, TypeError, SyntaxError):
+        return 1
+    scaled = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+              for target in node.targets if isinstance(target, ast.Name)
+              and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult) and _is_scaling(n) for n in ast.walk(node.value))}
+    return 2 if len(scaled) >= 2 else 1
+
+
+def _is_scaling(product: ast.BinOp) -> bool:
+    return any(isinstance(side, ast.Attribute) and side.attr == "scaling" for side in (product.left, product.right))
 
 
 # what a class that scales its scores names: a scale or scaling, a square root, a power of one half, or a

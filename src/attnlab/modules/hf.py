@@ -274,6 +274,8 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
         kwargs["attention_mask"] = _mask(module, x, position_ids)
     elif "mask" in accepted and "position_bias" in accepted:  # T5-style classes' name (Pix2Struct's text attention)
         kwargs["mask"] = _mask(module, x, position_ids)
+    elif "mask" in accepted and _keeps_ones(transformers_class(type(module))):
+        kwargs["mask"] = _keep_mask(module, x)
     if "position_embeddings" in accepted:
         kwargs["position_embeddings"] = _rotary(module, x, position_ids)
     if "position_ids" in accepted:
@@ -381,7 +383,8 @@ def mask_kind(module: nn.Module) -> str:
         return row.mask
     if hf_inputs.padding_mask_only(type(module)):  # its mask only pads: it attends both ways
         return "bidirectional"
-    declared = getattr(module, "is_causal", None)
+    # the module's own word, else its config's (XLM's and Flaubert's `causal`, False for their masked LMs)
+    declared = getattr(module, "is_causal", getattr(getattr(module, "config", None), "causal", None))
     if isinstance(declared, bool):
         return "causal" if declared else "bidirectional"
     # its tokens are an image's patches (SAM's grid, Swin's window, a config with a patch size): no order to mask by
@@ -403,6 +406,28 @@ def _takes_no_mask(cls: type) -> bool:
     except (TypeError, OSError):
         return False
     return "mask" not in source and "causal" not in source
+
+
+_KEEP_ONES = re.compile(r"\bmask\s*==\s*0\b|\bmask\.eq\(\s*0\s*\)")
+
+
+@cache
+def _keeps_ones(cls: type | None) -> bool:
+    """Whether the library's class reads its `mask` as 1 where a query may look and drops where it is
+    0 (XLM's and Flaubert's `(mask == 0)`), as its model's get_masks makes it. Read from the library's
+    class, never the one attnlab runs: a copy that drops its mask is still given the model's."""
+    try:
+        return cls is not None and _KEEP_ONES.search(inspect.getsource(cls.forward)) is not None
+    except (TypeError, OSError):
+        return False
+
+
+def _keep_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The mask its model makes in that form: (b, T, T), 1 where a query may look (every key, or the
+    past and itself)."""
+    keep = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.long, device=x.device)
+    keep = keep if mask_kind(module) == "bidirectional" else torch.tril(keep)
+    return keep.expand(x.shape[0], *keep.shape)  # (b, T, T)
 
 
 def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor | None:

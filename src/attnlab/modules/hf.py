@@ -381,7 +381,8 @@ def mask_kind(module: nn.Module) -> str:
     row = family_of(module)
     if row is not GENERIC:
         return row.mask
-    if hf_inputs.padding_mask_only(type(module)):  # its mask only pads: it attends both ways
+    # its mask only pads: it attends both ways (read from the library's class: a copy that masks more is still found)
+    if hf_inputs.padding_mask_only(transformers_class(type(module)) or type(module)):
         return "bidirectional"
     # the module's own word, else its config's (XLM's and Flaubert's `causal`, False for their masked LMs)
     declared = getattr(module, "is_causal", getattr(getattr(module, "config", None), "causal", None))
@@ -435,7 +436,7 @@ def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tor
 
     config = module.config
     kind = mask_kind(module)
-    if hf_inputs.padding_mask_only(type(module)):
+    if hf_inputs.padding_mask_only(transformers_class(type(module)) or type(module)):
         return None  # no padding
     values = family_of(config).mask_values
     if values != "additive":  # DeBERTa's 1 keep / 0 drop, MPT's bool True drop

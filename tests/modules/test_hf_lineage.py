@@ -126,3 +126,36 @@ def test_a_class_holding_its_residual_and_norm_names_its_output_not_observable_a
     assert [(f.code, f.stage) for f in own.findings] == [("not_observable", "output")]
     planted = attnlab.run(AlbertWrongScale, overrides=SIZES)
     assert ("scaling", "scaled_scores") in errors(planted), [f.message for f in planted.findings]
+
+
+from transformers.models.cvt.modeling_cvt import CvtSelfAttention  # noqa: E402
+
+_CVT = dict(num_heads=4, embed_dim=64, kernel_size=3, padding_q=1, padding_kv=1, stride_q=1, stride_kv=1,
+            qkv_projection_method="dw_bn", qkv_bias=True, attention_drop_rate=0.0, with_cls_token=False)
+
+
+class CvtHeadScale(CvtSelfAttention):
+    """Planted: the book's 1/sqrt(head_dim) where CvT's class scales by its whole width's embed_dim ** -0.5."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scale = (self.embed_dim // self.num_heads) ** -0.5
+
+
+def test_cvt_s_planted_scale_is_real():
+    """Independently of attnlab: the copy's outputs differ, and the class's scale is 1/sqrt(embed_dim)."""
+    library, planted = CvtSelfAttention(**_CVT).eval(), CvtHeadScale(**_CVT).eval()
+    planted.load_state_dict(library.state_dict())
+    x = torch.rand(2, 16, 64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert float((planted(x, 4, 4) - library(x, 4, 4)).abs().max()) > 1e-3
+    assert library.scale == pytest.approx(64 ** -0.5)
+
+
+@pytest.mark.slow
+def test_a_scale_its_forward_multiplies_by_is_declared_and_a_planted_one_found():
+    """CvT's `scale` (not `scaling`), over its whole width: info; the book's head scale planted: an error."""
+    result = attnlab.run("hf:cvt", overrides=SIZES)
+    assert ("scaling", "scaled_scores") not in errors(result), [f.message for f in result.findings]
+    assert "declared_scale" in {f.code for f in result.findings}, [f.message for f in result.findings]
+    assert ("scaling", "scaled_scores") in errors(attnlab.run(CvtHeadScale, overrides=SIZES))

@@ -55,7 +55,7 @@ from attnlab.capture.fused_kernels import flex_attention_eager
 from attnlab.capture.result import Capture, assemble, max_abs_or_nan
 from attnlab.capture.stages import STAGES
 from attnlab.capture.torch_calls import PRODUCTS, is_inplace, op_name
-from attnlab.modules import hf
+from attnlab.modules import hf, hf_lineage
 from attnlab.modules.built import BuiltModule, Returned, as_built
 
 __all__ = ["Capture", "capture", "max_abs_or_nan", "tap"]
@@ -98,6 +98,8 @@ def finished(recording: provenance.Recording, module: nn.Module, x: torch.Tensor
         captured.declared_scale = hf.declared_scale(module)  # any module's config or constructor may declare one
         if hf.is_hf_module(module):
             captured.declared_clip = hf.declared_clip(module)
+            origin = hf.transformers_class(type(module))
+            captured.no_softmax = origin.__name__ if origin and hf_lineage.computes_no_softmax(origin) else None
             normed = [r() for r in recording.normed]
             if "output" in captured.stages and any(t is returned.output for t in normed):
                 captured.unobservable["output"] = _POST_NORM

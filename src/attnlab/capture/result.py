@@ -40,6 +40,7 @@ class Capture:
     sinks: torch.Tensor | None = None  # (heads, columns) learned logits joined to each row's softmax, kept apart
     output_gate: str | None = None  # the projection whose own columns gate the context before the output projection
     lengths: tuple[int, ...] | None = None  # a padded batch: each item's tokens, its pads never counted in statistics
+    no_softmax: str | None = None  # the library's class it comes from computes no softmax (an approximation): its name
     score_terms: float | None = None  # the module adds its own term to its scores: their factor, read from its ops
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so

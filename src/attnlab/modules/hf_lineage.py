@@ -133,3 +133,39 @@ def names_no_scale(origin: type) -> bool:
     except (OSError, TypeError, SyntaxError):
         return False
     return _SCALES.search(code) is None
+
+
+# what a class that computes a softmax names: the call, or a kernel or attention function that computes one
+_SOFTMAX = re.compile(r"softmax|scaled_dot_product|attention_interface|attention_forward|flash|sdpa|"
+                      r"MultiheadAttention|_attn\b", re.IGNORECASE)
+
+
+@cache
+def computes_no_softmax(origin: type) -> bool:
+    """Whether the library's class `origin`, and the functions and classes of its modeling file it
+    calls (YOSO's YosoCumulation), name no softmax: an approximation by design (YOSO's LSH
+    expectation), whose weights are not one. Read from the library's class, never the one attnlab
+    runs, so a copy that drops the softmax of a softmax class is still found."""
+    module = sys.modules.get(origin.__module__)
+    try:
+        source = inspect.getsource(origin)
+        tree = ast.parse(textwrap.dedent(source))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    named = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    helpers = [obj for name in sorted(named) if (inspect.isfunction(obj := vars(module).get(name)) or inspect.isclass(obj))
+               and getattr(obj, "__module__", None) == origin.__module__] if module else []
+    try:
+        texts = [source, *(inspect.getsource(h) for h in helpers)]
+    except (OSError, TypeError):
+        return False
+    return not any(_SOFTMAX.search(_code(text)) for text in texts)
+
+
+def _code(text: str) -> str:
+    """A source's code without its comments (a comment may name the softmax it replaced)."""
+    try:
+        return ast.unparse(ast.parse(textwrap.dedent(text)))
+    except SyntaxError:
+        return text
+

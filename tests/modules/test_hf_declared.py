@@ -234,3 +234,34 @@ def test_a_future_hidden_in_an_encoder_attention_is_found():
     the copy): a causal mask it does not have is named, as a mask the reference lacks."""
     result = attnlab.run(ProphetNetCausal, overrides=SIZES)
     assert ("masked", "scaled_scores") in codes(result), [f.message for f in result.findings]
+
+
+from transformers.models.fsmt.modeling_fsmt import Attention as FSMTAttention  # noqa: E402
+
+
+class FSMTUnmasked(FSMTAttention):
+    """Planted in a sequence-first class whose mask is added to its scores: the mask it is given dropped."""
+
+    def forward(self, query, key, *args, attn_mask=None, **kwargs):
+        return super().forward(query, key, *args, **kwargs)
+
+
+def test_fsmt_reads_its_input_sequence_first_and_adds_its_mask():
+    """Independently of attnlab: FSMT's attention takes (T, b, d) and adds its attn_mask to the scores,
+    so an additive causal mask changes its output and the dropped one of the planted copy is real."""
+    x = torch.rand(8, 2, 64, generator=torch.Generator().manual_seed(0))  # (T, b, d)
+    attention = FSMTAttention(64, 4).eval()
+    causal = torch.full((8, 8), torch.finfo(x.dtype).min).triu(1)  # (T, T) 0 keep, min drop
+    with torch.no_grad():
+        masked = attention(x, None, attn_mask=causal)[0]
+        assert masked.shape == (8, 2, 64)
+        assert float((masked - attention(x, None)[0]).abs().max()) > 1e-3
+        first = attention(x[:1], None)[0]  # the first token alone sees only itself, as under the mask
+        assert float((masked[:1] - first).abs().max()) < 1e-5
+
+
+@pytest.mark.slow
+def test_a_sequence_first_class_with_an_added_mask_gives_no_error_and_a_dropped_one_is_found():
+    assert errors(attnlab.run("hf:fsmt", overrides=SIZES)) == []
+    result = attnlab.run(FSMTUnmasked, overrides=SIZES)
+    assert ("mask_missing", "scaled_scores") in errors(result), [f.message for f in result.findings]

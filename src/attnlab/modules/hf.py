@@ -26,12 +26,14 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules import hf_grid, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
+from attnlab.modules.arguments import adds_mask
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, family_of, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
 from attnlab.modules.hf_build import UNKNOWN as _UNKNOWN
 from attnlab.modules.hf_build import model_arguments
 from attnlab.modules.hf_find import Found, NotFound, find
+from attnlab.modules.hf_lineage import transformers_class
 from attnlab.modules.roles import declared_count
 from attnlab.schema import ATTN_IMPLEMENTATIONS
 
@@ -230,12 +232,6 @@ def missing_packages(cls: type) -> list[str]:
     return [name for name in asked if not getattr(transformers.utils, f"is_{name}_available", lambda: True)()]
 
 
-def transformers_class(cls: type) -> type | None:
-    """The transformers modeling class `cls` is or derives from (LlamaAttention for a copy that
-    subclasses it), None for a class of anyone else's: built as its family declares."""
-    return next((k for k in getattr(cls, "__mro__", ()) if k.__module__.startswith("transformers.models.")), None)
-
-
 def _transformers_config(cls: type) -> type | None:
     """The config class of the transformers attention class `cls` is or derives from: the model
     type whose `hf:` class it is, among the types of its modeling file (Gemma3Attention's
@@ -276,6 +272,9 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
         kwargs["mask"] = _mask(module, x, position_ids)
     elif "mask" in accepted and _keeps_ones(transformers_class(type(module))):
         kwargs["mask"] = _keep_mask(module, x)
+    elif added := next((n for n in ("attn_mask", "causal_mask")
+                        if n in accepted and adds_mask(transformers_class(type(module)) or type(module), n)), None):
+        kwargs[added] = _sequence_mask(module, x)  # FSMT's attn_mask, added to its scores as its decoder's
     if "position_embeddings" in accepted:
         kwargs["position_embeddings"] = _rotary(module, x, position_ids)
     if "position_ids" in accepted:
@@ -407,6 +406,12 @@ def _takes_no_mask(cls: type) -> bool:
     except (TypeError, OSError):
         return False
     return "mask" not in source and "causal" not in source
+
+
+def _sequence_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+    """Its model's mask for x, made for (b, T) also when x is given (T, b, d) (FSMT's, sequence first)."""
+    rows = x.transpose(0, 1) if x.dim() == 3 and hf_grid.sequence_first(module) else x  # (b, T, d)
+    return _mask(module, rows, torch.arange(rows.shape[-2], device=x.device).expand(*rows.shape[:-1]))
 
 
 _KEEP_ONES = re.compile(r"\bmask\s*==\s*0\b|\bmask\.eq\(\s*0\s*\)")

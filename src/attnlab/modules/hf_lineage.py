@@ -32,6 +32,12 @@ _HEAD_DIMS = ("qk_head_dim", "attention_head_size", "key_value_proj_dim")
 _COPIED = re.compile(r"#\s*Copied from transformers\.models\.(\w+)\.modeling_\w+\.(\w+)")
 
 
+def transformers_class(cls: type) -> type | None:
+    """The transformers modeling class `cls` is or derives from (LlamaAttention for a copy that
+    subclasses it), None for a class of anyone else's: built as its family declares."""
+    return next((k for k in getattr(cls, "__mro__", ()) if k.__module__.startswith("transformers.models.")), None)
+
+
 def _base_in_modular(cls: type) -> str | None:
     """The model folder of the class `cls` derives from in its modular file (`modular_X.py`), if any."""
     module = sys.modules.get(cls.__module__)

@@ -98,7 +98,7 @@ def finished(recording: provenance.Recording, module: nn.Module, x: torch.Tensor
         captured.declared_scale = hf.declared_scale(module)  # any module's config or constructor may declare one
         if hf.is_hf_module(module):
             captured.declared_clip = hf.declared_clip(module)
-            origin = hf.transformers_class(type(module))
+            origin = hf_lineage.transformers_class(type(module))
             captured.no_softmax = origin.__name__ if origin and hf_lineage.computes_no_softmax(origin) else None
             normed = [r() for r in recording.normed]
             if "output" in captured.stages and any(t is returned.output for t in normed):

@@ -33,7 +33,7 @@ from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
 from attnlab.modules.hf_build import UNKNOWN as _UNKNOWN
 from attnlab.modules.hf_build import model_arguments
 from attnlab.modules.hf_find import Found, NotFound, find
-from attnlab.modules.hf_lineage import transformers_class
+from attnlab.modules.hf_lineage import transformers_class as transformers_class  # re-exported: callers read it here
 from attnlab.modules.roles import declared_count
 from attnlab.schema import ATTN_IMPLEMENTATIONS
 

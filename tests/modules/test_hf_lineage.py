@@ -126,3 +126,80 @@ def test_a_class_holding_its_residual_and_norm_names_its_output_not_observable_a
     assert [(f.code, f.stage) for f in own.findings] == [("not_observable", "output")]
     planted = attnlab.run(AlbertWrongScale, overrides=SIZES)
     assert ("scaling", "scaled_scores") in errors(planted), [f.message for f in planted.findings]
+
+
+from transformers.models.cvt.modeling_cvt import CvtSelfAttention  # noqa: E402
+
+_CVT = dict(num_heads=4, embed_dim=64, kernel_size=3, padding_q=1, padding_kv=1, stride_q=1, stride_kv=1,
+            qkv_projection_method="dw_bn", qkv_bias=True, attention_drop_rate=0.0, with_cls_token=False)
+
+
+class CvtHeadScale(CvtSelfAttention):
+    """Planted: the book's 1/sqrt(head_dim) where CvT's class scales by its whole width's embed_dim ** -0.5."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scale = (self.embed_dim // self.num_heads) ** -0.5
+
+
+def test_cvt_s_planted_scale_is_real():
+    """Independently of attnlab: the copy's outputs differ, and the class's scale is 1/sqrt(embed_dim)."""
+    library, planted = CvtSelfAttention(**_CVT).eval(), CvtHeadScale(**_CVT).eval()
+    planted.load_state_dict(library.state_dict())
+    x = torch.rand(2, 16, 64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert float((planted(x, 4, 4) - library(x, 4, 4)).abs().max()) > 1e-3
+    assert library.scale == pytest.approx(64 ** -0.5)
+
+
+@pytest.mark.slow
+def test_a_scale_its_forward_multiplies_by_is_declared_and_a_planted_one_found():
+    """CvT's `scale` (not `scaling`), over its whole width: info; the book's head scale planted: an error."""
+    result = attnlab.run("hf:cvt", overrides=SIZES)
+    assert ("scaling", "scaled_scores") not in errors(result), [f.message for f in result.findings]
+    assert "declared_scale" in {f.code for f in result.findings}, [f.message for f in result.findings]
+    assert ("scaling", "scaled_scores") in errors(attnlab.run(CvtHeadScale, overrides=SIZES))
+
+
+from transformers.models.mgp_str.modeling_mgp_str import MgpstrAttention  # noqa: E402
+from transformers.models.yoso.modeling_yoso import YosoSelfAttention  # noqa: E402
+
+from attnlab.modules.hf_lineage import computes_no_softmax  # noqa: E402
+
+
+def _sigmoid_normalised(self, dim):
+    gates = torch.sigmoid(self)
+    return gates / gates.sum(dim, keepdim=True)
+
+
+class MgpstrNoSoftmax(MgpstrAttention):
+    """Planted in a softmax class: its softmax replaced by sigmoids normalised per row (rows sum to 1)."""
+
+    def forward(self, *args, **kwargs):
+        original = torch.Tensor.softmax
+        torch.Tensor.softmax = _sigmoid_normalised
+        try:
+            return super().forward(*args, **kwargs)
+        finally:
+            torch.Tensor.softmax = original
+
+
+def test_the_planted_normalisation_is_real_and_yoso_names_no_softmax():
+    from transformers import MgpstrConfig
+
+    config = MgpstrConfig(hidden_size=64, num_attention_heads=4)
+    library, planted = MgpstrAttention(config).eval(), MgpstrNoSoftmax(config).eval()
+    planted.load_state_dict(library.state_dict())
+    x = torch.rand(2, 8, 64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert float((planted(x)[0] - library(x)[0]).abs().max()) > 1e-4
+    assert computes_no_softmax(YosoSelfAttention) and not computes_no_softmax(MgpstrAttention)
+
+
+@pytest.mark.slow
+def test_an_attention_without_a_softmax_by_design_is_declared():
+    """YOSO's LSH expectation: info, not `not_softmax`; a softmax class's softmax dropped: still an error."""
+    result = attnlab.run("hf:yoso", overrides=SIZES)
+    assert errors(result) == [], [f.message for f in result.findings]
+    assert ("no_softmax", "weights") in {(f.code, f.stage) for f in result.findings}
+    assert ("not_softmax", "weights") in errors(attnlab.run(MgpstrNoSoftmax, overrides=SIZES))

@@ -16,7 +16,7 @@ import torch
 import torch.nn.attention.flex_attention as flex_attention_api
 import torch.nn.functional as F
 
-from attnlab.capture.provenance import Head, Recording
+from attnlab.capture.provenance import TERMS, Head, Recording
 from attnlab.capture.tags import Tag
 from attnlab.capture.torch_calls import bind
 
@@ -66,6 +66,7 @@ def sdpa(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], out: tor
     scale = (q.shape[-1] ** -0.5 if scale is None else float(scale)) * factor
     head.found.update(attend(head.found["queries"], head.found["keys"], scale=scale, mask=call.get("attn_mask"),
                              is_causal=bool(call.get("is_causal")), mask_means_keep=True))
+    head.logit_factor, head.terms = scale, _computed(rec, call.get("attn_mask"))
     head.reconstructed |= {"scores", "scaled_scores", "weights"}
     head.softmax_dim, head.softmax_axis = q.dim() - 1, 3
     if call.get("dropout_p"):
@@ -79,6 +80,13 @@ def sdpa(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], out: tor
     head.value_products = 1
     rec.heads.append(head)
     rec.set_tag(out, Tag("context", head=len(rec.heads) - 1))
+
+
+def _computed(rec: Recording, mask: Any) -> bool:
+    """Whether a float mask given to a kernel is a term the module computed from its inputs or
+    weights (Granite Speech's relative-position logits, WavLM's gated bias), not a mask."""
+    tag = rec.tag(mask)
+    return tag is not None and tag.kind in TERMS and mask.is_floating_point()
 
 
 _SAME_MAP = ("queries", "keys", "weights")  # what makes a kernel call's weights those of an earlier one
@@ -135,6 +143,7 @@ def multi_head_attention(rec: Recording, func: Callable[..., Any], args: tuple[A
     head.found.update(attend(head.found["queries"], head.found["keys"], scale=(embed_dim // num_heads) ** -0.5,
                              mask=mask, is_causal=bool(call.get("is_causal")) and mask is None,
                              mask_means_keep=False))
+    head.logit_factor, head.terms = (embed_dim // num_heads) ** -0.5, _computed(rec, call.get("attn_mask"))
     head.found["context"] = head.found["weights"] @ head.found["values"]  # (b, num_heads, num_tokens, head_dim)
     head.softmax_dim = head.softmax_axis = 3
     head.roles = ("queries", "keys")

@@ -4,6 +4,7 @@ the score products found so far, and how tags pass through ops that keep a tenso
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ ACTIVATIONS = ("input", "proj")  # what queries, keys and values are made of
 ATTENTION = ("scores", "derived", "weights")  # what the weights are made of
 LOGITS = ("scores", "derived")
 _PRIORITY = ("weights", "derived", "scores", "proj", "param", "input", "context")
+TERMS = ("input", "param", "proj")  # what a term the module computes from its own inputs and weights is tagged
+_ADD = {"add", "add_", "__add__", "__radd__", "__iadd__", "sub", "sub_", "subtract", "__sub__", "__isub__"}
+_ADD_EITHER_SIDE = {"add", "__add__", "__radd__"}
+_MASK_FILL = {"masked_fill", "masked_fill_", "where"}
 _TAP_KINDS = {"inputs": "input", "scores": "scores", "scaled_scores": "derived", "weights": "weights",
               "weights_applied": "weights", "context": "context"}  # queries, keys, values: "proj"
 
@@ -54,6 +59,8 @@ class Head:
     sinks: tuple[torch.Tensor, bool] | None = None  # a learned logit column joined to the softmax input, and
     # whether it comes after the keys
     value_products: int = 0  # products of its weights with distinct values tensors (more: split values)
+    logit_factor: float = math.nan  # the scalar its softmax input is of its scores, read from the ops (nan: unknown)
+    terms: bool = False  # a term the module computes itself (relative-position logits, a bias) added before the softmax
 
 
 class Recording:
@@ -74,6 +81,7 @@ class Recording:
         self.gate: str | None = None  # the projection whose columns gate the context before the output projection
         self.normed: list[weakref.ref[torch.Tensor]] = []  # what a norm (layer_norm, rms_norm) returned
         self.context_normed = False  # a norm was given the context (a norm inside the class before its out_proj)
+        self.context_terms = False  # a term the module computes itself was added to the context before out_proj
         self.memory = Memory()  # buffers written with tagged tensors (a KV cache), read back with their tags
         self.batch = x.shape[0] if x.dim() == 3 else 1
         items = torch.arange(self.batch).view(-1, *(1,) * (x.dim() - 1)).expand(x.shape) if x.dim() == 3 else None
@@ -141,13 +149,15 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
     tagged = [(t, tag) for t in tensors_in(read) if (tag := rec.tag(t)) is not None]
     if not tagged:
         return
+    if name in _ADD and _context_terms(rec, tagged, out):
+        return
     source, tag = min(tagged, key=lambda pair: _PRIORITY.index(pair[1].kind))
     if name in JOIN and _sinks(rec, args, kwargs, tagged, tag, out):
         return
     if name in MUL and _gate(rec, tagged, out):
         return
     if tag.kind in LOGITS and name not in SHAPE_OPS:
-        rec.tag_all(out, Tag("derived", head=tag.head))
+        rec.tag_all(out, _logit_tag(name, args, kwargs, source, tag, [t for x, t in tagged if x is not source]))
         return
     shape_op = name in KEEP_FACTOR
     bases = replayed(func, args, kwargs, source, tag.base, outputs) if shape_op and tag.base is not None else None
@@ -164,6 +174,32 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
         if tag.items is not None:
             new = new._replace(items=items[i] if items else None)
         rec.set_tag(tensor, new)
+
+
+def _context_terms(rec: Recording, tagged: list[tuple[torch.Tensor, Tag]], out: Any) -> bool:
+    """context + a term the module computes from its inputs or weights (ViTS's relative-position
+    values): still the context on its way to the output projection; the term is noted."""
+    kinds = {tag.kind for _, tag in tagged}
+    if "context" not in kinds or len(kinds) < 2 or not kinds - {"context"} <= set(TERMS):
+        return False
+    rec.context_terms = True
+    rec.tag_all(out, next(tag for _, tag in tagged if tag.kind == "context"))
+    return True
+
+
+def _logit_tag(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], source: torch.Tensor, tag: Tag,
+               others: list[Tag]) -> Tag:
+    """What an op on the scores makes: still their scalar factor, and whether a term the module
+    computes from its inputs or weights was added (ViTS's relative-position logits, Doge's dynamic
+    mask), so that the scale is read from the ops and not fitted over an added term. A mask
+    (untagged) or a masked fill keeps both; any other op leaves the factor unknown."""
+    factor, terms = tag.factor, tag.terms
+    if name in _ADD and "alpha" not in kwargs and (name in _ADD_EITHER_SIDE or (args and args[0] is source)):
+        factor = math.nan if any(t.kind in LOGITS for t in others) else factor
+        terms = terms or any(t.kind in TERMS for t in others)
+    elif name not in _MASK_FILL:
+        factor = math.nan
+    return Tag("derived", factor=factor, head=tag.head, terms=terms)
 
 
 def _sinks(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], tagged: list[tuple[torch.Tensor, Tag]], tag: Tag,
@@ -197,9 +233,13 @@ def _gate(rec: Recording, tagged: list[tuple[torch.Tensor, Tag]], out: torch.Ten
 def keep_scores_before_inplace(rec: Recording, target: Any) -> None:
     """An in-place op is about to overwrite a recorded scores tensor: keep its values first."""
     tag = rec.tag(target)
-    if tag is None or tag.kind != "scores" or tag.head is None or not isinstance(target, torch.Tensor):
+    if tag is None or tag.kind not in ("scores", "context") or tag.head is None or not isinstance(target, torch.Tensor):
         return
     head = rec.heads[tag.head]
+    if tag.kind == "context":  # ViTS's `context += relative values`: the stage stays the weights' product
+        if head.found.get("context") is target:
+            head.found["context"] = target.clone()
+        return
     if head.found.get("scores") is target:
         head.found["scores"] = target.clone()  # the one copy: the module overwrites its own scores
     rec.set_tag(target, Tag("derived", head=tag.head))
@@ -224,6 +264,9 @@ def scaling(rec: Recording, name: str, args: tuple[Any, ...], kwargs: dict[str, 
             rec.set_tag(out, tag._replace(factor=tag.factor * factor, base=base, softmax=None))
             return True
         step = tag.softmax
+        if tag.kind in LOGITS and step is None:  # the scores scaled: the factor is kept for the softmax input
+            rec.set_tag(out, Tag("derived", factor=tag.factor * factor, head=tag.head, terms=tag.terms))
+            return True
         if tag.kind == "derived" and step and step.step == "shifted" and out is not tensor:
             # (s - s.max(dim)) / sqrt(d_k): the softmax input is s / sqrt(d_k), shifted per row
             rec.set_tag(out, Tag("derived", softmax=step._replace(factor=step.factor * factor), head=tag.head))

@@ -55,7 +55,7 @@ from attnlab.capture.fused_kernels import flex_attention_eager
 from attnlab.capture.result import Capture, assemble, max_abs_or_nan
 from attnlab.capture.stages import STAGES
 from attnlab.capture.torch_calls import PRODUCTS, is_inplace, op_name
-from attnlab.modules import hf
+from attnlab.modules import hf, hf_lineage
 from attnlab.modules.built import BuiltModule, Returned, as_built
 
 __all__ = ["Capture", "capture", "max_abs_or_nan", "tap"]
@@ -98,11 +98,15 @@ def finished(recording: provenance.Recording, module: nn.Module, x: torch.Tensor
         captured.declared_scale = hf.declared_scale(module)  # any module's config or constructor may declare one
         if hf.is_hf_module(module):
             captured.declared_clip = hf.declared_clip(module)
+            origin = hf_lineage.transformers_class(type(module))
+            captured.no_softmax = origin.__name__ if origin and hf_lineage.computes_no_softmax(origin) else None
             normed = [r() for r in recording.normed]
             if "output" in captured.stages and any(t is returned.output for t in normed):
                 captured.unobservable["output"] = _POST_NORM
             elif "output" in captured.stages and recording.context_normed:
                 captured.unobservable["output"] = _NORMED_CONTEXT
+            elif "output" in captured.stages and recording.context_terms:
+                captured.unobservable["output"] = _CONTEXT_TERMS
         return captured
     finally:  # the recording may sit in a reference cycle: what it held must not wait for the collector
         recording.release()
@@ -117,6 +121,11 @@ _POST_NORM = ("the class normalises its own output (its residual and LayerNorm a
 # ...that normalises its merged context before the output projection (Kosmos-2's inner_attn_ln)
 _NORMED_CONTEXT = ("the class normalises its merged context before its output projection (a norm inside the "
                    "attention, Kosmos-2's inner_attn_ln), so its output is not out_proj(context)")
+
+
+# ...that adds a term of its own to the context before its output projection (ViTS's relative-position values)
+_CONTEXT_TERMS = ("the class adds a term it computes itself to its context before its output projection (relative-"
+                  "position values, ViTS's emb_rel_v), so its output is not out_proj(context)")
 
 
 class _Recorder(TorchFunctionMode):

@@ -40,6 +40,8 @@ class Capture:
     sinks: torch.Tensor | None = None  # (heads, columns) learned logits joined to each row's softmax, kept apart
     output_gate: str | None = None  # the projection whose own columns gate the context before the output projection
     lengths: tuple[int, ...] | None = None  # a padded batch: each item's tokens, its pads never counted in statistics
+    no_softmax: str | None = None  # the library's class it comes from computes no softmax (an approximation): its name
+    score_terms: float | None = None  # the module adds its own term to its scores: their factor, read from its ops
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so
     # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.
@@ -81,7 +83,19 @@ def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
     return Capture(found, native, sources, first.softmax_dim, missing, prescale, reconstructed,
                    first.roles, output_is_context, first.softmax_axis, rec.out_inputs, returned.description, returned,
                    unobservable={s: unobservable[s] for s in STAGES if s in unobservable and s in found},
-                   sinks=_sinks(rec.heads, rec.batch), output_gate=rec.gate)
+                   sinks=_sinks(rec.heads, rec.batch), output_gate=rec.gate, score_terms=_score_terms(rec.heads))
+
+
+def _score_terms(heads: list[Head]) -> float | None:
+    """The one factor every head's softmax input is of its scores, when a head adds a term the module
+    computes itself (its relative-position logits): then the scale is read from the ops, since a
+    fit of the softmax input on the scores would take the term for a scale. None: no such term, or
+    the factor is not known."""
+    factors = {h.logit_factor for h in heads}
+    if not any(h.terms for h in heads) or len(factors) != 1:
+        return None
+    factor = factors.pop()
+    return factor if math.isfinite(factor) else None
 
 
 def _sinks(heads: list[Head], batch: int) -> torch.Tensor | None:
@@ -144,6 +158,7 @@ def _raw_scores(head: Head) -> None:
     total = math.prod(head.prescale.values())
     if total != 0.0 and math.isfinite(total) and math.isfinite(max_abs_or_nan(seen)):
         head.found["scores"] = seen / total
+        head.logit_factor *= total  # the softmax input over the unscaled scores
         return
     del head.found["scores"]  # a zero factor: gone, never guessed
 

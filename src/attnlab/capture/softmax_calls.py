@@ -30,6 +30,8 @@ def softmax(rec: Recording, name: str, args: tuple[Any, ...], kwargs: dict[str, 
         dim = 0 if source.dim() in (0, 1, 3) else 1
     logits = source
     step = tag.softmax
+    if step is None and tag.head is not None:  # the softmax input as the ops made it from the scores
+        rec.heads[tag.head].logit_factor, rec.heads[tag.head].terms = tag.factor, tag.terms
     if step and step.step == "shifted":  # softmax(c * (s - max)) == softmax(c * s)
         logits = step.logits if step.factor == 1.0 else step.logits * step.factor
     if name == "log_softmax":  # a softmax only once exp() is taken

@@ -20,7 +20,8 @@ class SoftmaxStep(NamedTuple):
 class Tag(NamedTuple):
     kind: str  # "input" | "param" | "proj" | "scores" | "derived" (from scores) | "weights" | "context"
     role: str | None = None  # "param"/"proj": the projection role of the parameter
-    factor: float = 1.0  # "param"/"proj": the scalar the tensor was multiplied by since the projection
+    factor: float = 1.0  # "param"/"proj": the scalar the tensor was multiplied by since the projection;
+    # "scores"/"derived": since the score product (nan once an op it does not pass through touched them)
     base: torch.Tensor | None = None  # the same tensor without that factor (same shape); None: divide on use
     softmax: SoftmaxStep | None = None  # "derived" on the way to a hand-written softmax
     head: int | None = None  # "scores"/"derived"/"weights"/"context": which score product it comes from
@@ -28,3 +29,4 @@ class Tag(NamedTuple):
     column_roles: torch.Tensor | None = None  # (fused width,) each fused column's index in QKV_ROLES
     items: torch.Tensor | None = None  # "input": the batch item of each element (same shape)
     item: int | None = None  # "proj": the one batch item it was projected from, when one (a loop over the batch)
+    terms: bool = False  # "derived": a term the module computes from its inputs or weights was added to the scores

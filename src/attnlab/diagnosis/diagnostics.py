@@ -331,7 +331,9 @@ def own_statistics(capture: Capture) -> tuple[dict[str, float], dict[str, list[f
     per head), the softmax checks and the scale it applied."""
     flat, heads = _weights_diagnostics(capture.stages.get("weights"), capture.lengths)
     flat["weights_softmax_max_err"], flat["batched_single_max_abs_diff"] = softmax_checks(capture)
-    flat["scale_observed"] = scale_observed(capture.stages.get("scores"), capture.stages.get("scaled_scores"))
+    # a term the module adds to its scores itself (relative-position logits) is no scale: its factor is read from its ops
+    flat["scale_observed"] = (capture.score_terms if capture.score_terms is not None
+                              else scale_observed(capture.stages.get("scores"), capture.stages.get("scaled_scores")))
     return flat, heads
 
 

@@ -19,8 +19,11 @@ A required parameter nothing provides is refused before any work (`check_forward
 
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import torch
@@ -88,17 +91,30 @@ def check_forward(cls: Any, variant: str, extra: tuple[str, ...] | None = None) 
 
 def by_name(module: nn.Module, x: torch.Tensor, given: tuple[str, ...] = ()) -> dict[str, Any]:
     """The required forward parameters after the input, but those `given`, each built by its provider."""
-    return {p.name: _provider(p)(module, x) for p in required(type(module)) if p.name not in given}
+    return {p.name: _provider(p, type(module))(module, x) for p in required(type(module)) if p.name not in given}
 
 
-def _provider(parameter: inspect.Parameter) -> Callable[[nn.Module, torch.Tensor], Any]:
+def _provider(parameter: inspect.Parameter, cls: type) -> Callable[[nn.Module, torch.Tensor], Any]:
     name = parameter.name
     if name in _MASKS:
-        additive = name == "attention_mask" or _float_annotated(parameter)
+        additive = name == "attention_mask" or _float_annotated(parameter) or adds_mask(cls, name)
         return _additive_mask if additive else _bool_mask
     return {"cos": lambda m, x: rope(m, x)[0], "sin": lambda m, x: rope(m, x)[1],
             "position_embeddings": _position_embeddings, "position_ids": _position_ids,
             "layer_idx": lambda m, x: 0, "is_causal": lambda m, x: True, **{s: lambda m, x: x for s in _SELF}}[name]
+
+
+@cache
+def adds_mask(cls: type, name: str) -> bool:
+    """Whether the forward adds its mask `name` to the scores (FSMT's `attn_weights + attn_mask`): a
+    float mask, 0 where a query may look and a large negative number where not."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
+    except (TypeError, OSError, SyntaxError):
+        return False
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add)
+               and any(isinstance(side, ast.Name) and side.id == name for side in (n.left, n.right))
+               for n in ast.walk(tree))
 
 
 def _float_annotated(parameter: inspect.Parameter) -> bool:

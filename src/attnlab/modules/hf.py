@@ -26,12 +26,14 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules import hf_capture, hf_grid, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
+from attnlab.modules.arguments import adds_mask
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, family_of, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
 from attnlab.modules.hf_build import UNKNOWN as _UNKNOWN
 from attnlab.modules.hf_build import model_arguments
 from attnlab.modules.hf_find import Found, NotFound, find
+from attnlab.modules.hf_lineage import transformers_class as transformers_class  # re-exported: callers read it here
 from attnlab.modules.roles import declared_count
 from attnlab.schema import ATTN_IMPLEMENTATIONS
 
@@ -264,12 +266,6 @@ def missing_packages(cls: type) -> list[str]:
     return [name for name in asked if not getattr(transformers.utils, f"is_{name}_available", lambda: True)()]
 
 
-def transformers_class(cls: type) -> type | None:
-    """The transformers modeling class `cls` is or derives from (LlamaAttention for a copy that
-    subclasses it), None for a class of anyone else's: built as its family declares."""
-    return next((k for k in getattr(cls, "__mro__", ()) if k.__module__.startswith("transformers.models.")), None)
-
-
 def _transformers_config(cls: type) -> type | None:
     """The config class of the transformers attention class `cls` is or derives from: the model
     type whose `hf:` class it is, among the types of its modeling file (Gemma3Attention's
@@ -308,6 +304,11 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
         kwargs["attention_mask"] = _mask(module, x, position_ids)
     elif "mask" in accepted and "position_bias" in accepted:  # T5-style classes' name (Pix2Struct's text attention)
         kwargs["mask"] = _mask(module, x, position_ids)
+    elif "mask" in accepted and _keeps_ones(transformers_class(type(module))):
+        kwargs["mask"] = _keep_mask(module, x)
+    elif added := next((n for n in ("attn_mask", "causal_mask")
+                        if n in accepted and adds_mask(transformers_class(type(module)) or type(module), n)), None):
+        kwargs[added] = _sequence_mask(module, x)  # FSMT's attn_mask, added to its scores as its decoder's
     if "position_embeddings" in accepted:
         kwargs["position_embeddings"] = _rotary(module, x, position_ids)
     if "position_ids" in accepted:
@@ -413,9 +414,11 @@ def mask_kind(module: nn.Module) -> str:
     row = family_of(module)
     if row is not GENERIC:
         return row.mask
-    if hf_inputs.padding_mask_only(type(module)):  # its mask only pads: it attends both ways
+    # its mask only pads: it attends both ways (read from the library's class: a copy that masks more is still found)
+    if hf_inputs.padding_mask_only(transformers_class(type(module)) or type(module)):
         return "bidirectional"
-    declared = getattr(module, "is_causal", None)
+    # the module's own word, else its config's (XLM's and Flaubert's `causal`, False for their masked LMs)
+    declared = getattr(module, "is_causal", getattr(getattr(module, "config", None), "causal", None))
     if isinstance(declared, bool):
         return "causal" if declared else "bidirectional"
     # its tokens are an image's patches (SAM's grid, Swin's window, a config with a patch size): no order to mask by
@@ -439,12 +442,40 @@ def _takes_no_mask(cls: type) -> bool:
     return "mask" not in source and "causal" not in source
 
 
+def _sequence_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+    """Its model's mask for x, made for (b, T) also when x is given (T, b, d) (FSMT's, sequence first)."""
+    rows = x.transpose(0, 1) if x.dim() == 3 and hf_grid.sequence_first(module) else x  # (b, T, d)
+    return _mask(module, rows, torch.arange(rows.shape[-2], device=x.device).expand(*rows.shape[:-1]))
+
+
+_KEEP_ONES = re.compile(r"\bmask\s*==\s*0\b|\bmask\.eq\(\s*0\s*\)")
+
+
+@cache
+def _keeps_ones(cls: type | None) -> bool:
+    """Whether the library's class reads its `mask` as 1 where a query may look and drops where it is
+    0 (XLM's and Flaubert's `(mask == 0)`), as its model's get_masks makes it. Read from the library's
+    class, never the one attnlab runs: a copy that drops its mask is still given the model's."""
+    try:
+        return cls is not None and _KEEP_ONES.search(inspect.getsource(cls.forward)) is not None
+    except (TypeError, OSError):
+        return False
+
+
+def _keep_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The mask its model makes in that form: (b, T, T), 1 where a query may look (every key, or the
+    past and itself)."""
+    keep = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.long, device=x.device)
+    keep = keep if mask_kind(module) == "bidirectional" else torch.tril(keep)
+    return keep.expand(x.shape[0], *keep.shape)  # (b, T, T)
+
+
 def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor | None:
     from transformers import masking_utils
 
     config = module.config
     kind = mask_kind(module)
-    if hf_inputs.padding_mask_only(type(module)):
+    if hf_inputs.padding_mask_only(transformers_class(type(module)) or type(module)):
         return None  # no padding
     values = family_of(config).mask_values
     if values != "additive":  # DeBERTa's 1 keep / 0 drop, MPT's bool True drop

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from attnlab.modules.hf_inputs import grid
+from attnlab.modules.hf_lineage import transformers_class
 
 _HEIGHT = ("height", "h", "H", "hh", "grid_h", "patch_h")
 _WIDTH = ("width", "w", "W", "ww", "grid_w", "patch_w")
@@ -93,7 +94,10 @@ def _helpers(cls: type, forward: ast.FunctionDef) -> list[tuple[ast.FunctionDef,
 
 def sequence_first(module: nn.Module) -> bool:
     """Its input is (T, b, d): it hands it to a torch nn.MultiheadAttention of its own that is not
-    batch_first, and turns no axes itself (BridgeTower's residual attention; its model permutes)."""
+    batch_first, and turns no axes itself (BridgeTower's residual attention; its model permutes), or
+    its forward reads its input's size as (length, batch, width) (FSMT's `tgt_len, bsz, embed_dim`)."""
+    if _unpacks_length_first(transformers_class(type(module)) or type(module)):  # the library's layout, not a copy's
+        return True
     if not any(isinstance(c, nn.MultiheadAttention) and not c.batch_first for c in module.children()):
         return False
     try:
@@ -101,6 +105,36 @@ def sequence_first(module: nn.Module) -> bool:
     except (TypeError, OSError):
         return False
     return not any(turn in source for turn in ("transpose(0, 1)", "transpose(1, 0)", "permute(1, 0"))
+
+
+_BATCH = ("bsz", "batch_size", "batch", "bs")
+
+
+@cache
+def _unpacks_length_first(cls: type) -> bool:
+    """Whether forward's first statement on its input unpacks its size as (length, batch, width):
+    `tgt_len, bsz, embed_dim = query.size()`, the input untouched before (Longformer's transposes first)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
+    except (TypeError, OSError, SyntaxError):
+        return False
+    function = tree.body[0]
+    if not isinstance(function, ast.FunctionDef) or len(function.args.args) < 2:
+        return False
+    given = function.args.args[1].arg
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Assign):
+            continue
+        if any(isinstance(t, ast.Name) and t.id == given for t in node.targets):
+            return False  # reassigned first: its own layout is not what it was given
+        target, value = node.targets[0], node.value
+        read = value.func.value if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+            and value.func.attr == "size" else value.value if isinstance(value, ast.Attribute) and value.attr == "shape" \
+            else None
+        if isinstance(target, ast.Tuple) and len(target.elts) == 3 and isinstance(read, ast.Name) and read.id == given:
+            names = [e.id if isinstance(e, ast.Name) else "" for e in target.elts]
+            return names[1] in _BATCH and names[0] not in _BATCH
+    return False
 
 
 def spatial(module: nn.Module) -> bool:

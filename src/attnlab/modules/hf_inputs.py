@@ -40,7 +40,8 @@ def _empty_container(parameter: inspect.Parameter) -> type | None:
 @cache
 def padding_mask_only(cls: type) -> bool:
     """Its attention_mask is a key padding mask ((b, T), WavLM's and BridgeTower's into torch's
-    `key_padding_mask`): it drops padded keys only, never the future; no padding is None."""
+    `key_padding_mask`, ProphetNet's (b, heads, 1, T)): it drops padded keys only, never the future;
+    no padding is None."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (TypeError, OSError, SyntaxError):
@@ -53,6 +54,19 @@ def padding_mask_only(cls: type) -> bool:
         else:
             continue
         if any(isinstance(n, ast.Name) and n.id == "attention_mask" for n in ast.walk(value)):
+            return True
+    return _one_query_row(tree)
+
+
+def _one_query_row(tree: ast.AST) -> bool:
+    """Whether the class checks its attention_mask against a shape with one query row, (b, heads, 1,
+    keys) (ProphetNet's encoder attention): the mask is the same for every query, so it pads only."""
+    rows = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple)
+            and len(node.value.elts) >= 3 and isinstance(one := node.value.elts[-2], ast.Constant) and one.value == 1
+            for t in node.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(tree):
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} if isinstance(node, ast.Compare) else set()
+        if "attention_mask" in names and names & rows:
             return True
     return False
 

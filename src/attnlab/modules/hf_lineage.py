@@ -4,8 +4,10 @@ files, never from the module attnlab runs (whose code may be the mistake):
 - its lineage: the family whose class it copies (`# Copied from transformers.models.t5...T5Attention`
   above it, UDOP's) or derives from in its modular file (`class SwitchTransformersAttention(T5Attention)`):
   it scales as that family declares (T5's scores are unscaled);
-- its constructor's scale: the `scaling` a fresh instance of the library's class sets from the same
-  config (Gemma 4's 1.0 under QK-norm), so that a copy or subclass that changes it is still found;
+- its constructor's scale: the `scaling` (else the `scale` its forward multiplies by, CvT's) a fresh
+  instance of the library's class sets from the same config (Gemma 4's 1.0 under QK-norm), squared
+  when its forward scales queries and keys each by it, so that a copy or subclass that changes it is
+  still found;
 - no scale at all: a class whose source names none (GPT-Neo's `_attn` softmaxes query @ key.T as is).
 """
 
@@ -15,6 +17,7 @@ import ast
 import inspect
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -27,6 +30,12 @@ from attnlab.modules.roles import declared_count
 # the key width its scores are over, besides head_dim's spellings (T5-style classes' key_value_proj_dim)
 _HEAD_DIMS = ("qk_head_dim", "attention_head_size", "key_value_proj_dim")
 _COPIED = re.compile(r"#\s*Copied from transformers\.models\.(\w+)\.modeling_\w+\.(\w+)")
+
+
+def transformers_class(cls: type) -> type | None:
+    """The transformers modeling class `cls` is or derives from (LlamaAttention for a copy that
+    subclasses it), None for a class of anyone else's: built as its family declares."""
+    return next((k for k in getattr(cls, "__mro__", ()) if k.__module__.startswith("transformers.models.")), None)
 
 
 def _base_in_modular(cls: type) -> str | None:
@@ -68,14 +77,49 @@ def library_scale(module: nn.Module, origin: type | None, build: Callable[[type,
         fresh = build(origin, config, getattr(module, "layer_idx", 0) or 0)
     except Exception:  # noqa: BLE001 - a class its config alone does not build declares nothing here
         return None
-    scaling = getattr(fresh, "scaling", None)
+    # its `scaling`, else the `scale` its forward multiplies by (CvT's embed_dim ** -0.5, over the whole width)
+    name = "scaling" if _number(getattr(fresh, "scaling", None)) else "scale" if _scaled_sides(origin, "scale") else None
+    scaling = getattr(fresh, name, None) if name else None
     head_dim = declared_count(fresh, "head_dim") or next(
-        (v for s in _HEAD_DIMS if isinstance(v := getattr(fresh, s, None), int)), None)
-    if not isinstance(scaling, (int, float)) or isinstance(scaling, bool) or not isinstance(head_dim, int):
+        (v for s in _HEAD_DIMS if isinstance(v := getattr(fresh, s, None), int)), None) or _head_width(fresh)
+    if not _number(scaling) or not isinstance(head_dim, int):
         return None
-    if abs(scaling - head_dim ** -0.5) <= 1e-6 * head_dim ** -0.5:
+    sides = max(_scaled_sides(origin, name), 1)
+    if abs(scaling ** sides - head_dim ** -0.5) <= 1e-6 * head_dim ** -0.5:
         return None
-    return float(scaling), f"{origin.__name__} sets scaling = {scaling:g} in its constructor"
+    if sides == 2:
+        return float(scaling) ** 2, f"{origin.__name__} multiplies its queries and its keys each by {name} = {scaling:g}"
+    return float(scaling), f"{origin.__name__} sets {name} = {scaling:g} in its constructor"
+
+
+def _head_width(fresh: nn.Module) -> int | None:
+    """Its width over its heads, when it keeps only those (CvT's embed_dim and num_heads)."""
+    heads, width = declared_count(fresh, "num_heads"), getattr(fresh, "embed_dim", None)
+    return width // heads if isinstance(width, int) and heads and width % heads == 0 else None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@cache
+def _scaled_sides(origin: type, name: str) -> int:
+    """How many tensors the library's forward assigns a product with its attribute `name` to: 2 when
+    it scales its queries and its keys each (OpenAI's privacy filter, by head_dim ** -0.25, and passes
+    scaling=1.0), so the scores are scaled by its square; 1 the scores or one side; 0 none."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(origin.forward)))
+    except (OSError, TypeError, SyntaxError):
+        return 0
+    scaled = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+              for target in node.targets if isinstance(target, ast.Name)
+              and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult) and _times(n, name)
+                      for n in ast.walk(node.value))}
+    return min(len(scaled), 2)
+
+
+def _times(product: ast.BinOp, name: str) -> bool:
+    return any(isinstance(side, ast.Attribute) and side.attr == name for side in (product.left, product.right))
 
 
 # what a class that scales its scores names: a scale or scaling, a square root, a power of one half, or a
@@ -95,3 +139,39 @@ def names_no_scale(origin: type) -> bool:
     except (OSError, TypeError, SyntaxError):
         return False
     return _SCALES.search(code) is None
+
+
+# what a class that computes a softmax names: the call, or a kernel or attention function that computes one
+_SOFTMAX = re.compile(r"softmax|scaled_dot_product|attention_interface|attention_forward|flash|sdpa|"
+                      r"MultiheadAttention|_attn\b", re.IGNORECASE)
+
+
+@cache
+def computes_no_softmax(origin: type) -> bool:
+    """Whether the library's class `origin`, and the functions and classes of its modeling file it
+    calls (YOSO's YosoCumulation), name no softmax: an approximation by design (YOSO's LSH
+    expectation), whose weights are not one. Read from the library's class, never the one attnlab
+    runs, so a copy that drops the softmax of a softmax class is still found."""
+    module = sys.modules.get(origin.__module__)
+    try:
+        source = inspect.getsource(origin)
+        tree = ast.parse(textwrap.dedent(source))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    named = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    helpers = [obj for name in sorted(named) if (inspect.isfunction(obj := vars(module).get(name)) or inspect.isclass(obj))
+               and getattr(obj, "__module__", None) == origin.__module__] if module else []
+    try:
+        texts = [source, *(inspect.getsource(h) for h in helpers)]
+    except (OSError, TypeError):
+        return False
+    return not any(_SOFTMAX.search(_code(text)) for text in texts)
+
+
+def _code(text: str) -> str:
+    """A source's code without its comments (a comment may name the softmax it replaced)."""
+    try:
+        return ast.unparse(ast.parse(textwrap.dedent(text)))
+    except SyntaxError:
+        return text
+

@@ -28,8 +28,8 @@ SCALING = Code(
 
 def _masked_scale(ctx: Context) -> float | None:
     """The effective scale over the entries the reference does not hide (a finite fill is no scaling)."""
-    if ctx.ref_mask is None or not ctx.finite_fill:
-        return None
+    if ctx.ref_mask is None or not ctx.finite_fill or ctx.v.score_terms is not None:
+        return None  # (a factor read from the module's ops needs no fit)
     scores, scaled = ctx.v.stages.get("scores"), ctx.v.stages.get("scaled_scores")
     if scores is None or scaled is None or scores.shape != scaled.shape:
         return None

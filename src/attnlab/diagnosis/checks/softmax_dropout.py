@@ -39,6 +39,17 @@ NOT_SOFTMAX = Code(
     "its weights, says what they are instead (a non-negative kernel, normalised per row or not)",
     ("plain_normalisation", "linear_attention"), "book")
 
+NO_SOFTMAX = Code(
+    "no_softmax", ("weights",), "info",
+    "the library's class computes no softmax: an approximation by design (YOSO's LSH expectation)",
+    "the weights are not a softmax of the scaled scores, and {cls}, the library's class, computes none (its code and "
+    "the functions it calls name no softmax: an approximation of attention by design); deliberate, so the weights "
+    "and context differ from the reference's from here on.",
+    "the weights are not a softmax where the library's class the module comes from computes none (its code and the "
+    "helpers of its modeling file it calls name no softmax, YOSO's LSH expectation); read from the library's class, "
+    "so a copy of a softmax class that drops its softmax is still `not_softmax`",
+    ("tests/modules/test_hf_lineage.py::test_an_attention_without_a_softmax_by_design_is_declared",), "deliberate")
+
 DROPOUT = Code(
     "dropout", ("weights_applied",), "info",
     "train=true: dropout, with the rate it estimates",
@@ -59,9 +70,17 @@ DROPOUT_ACTIVE = Code(
     ("causal_dropout_always",), "heads")
 
 
-@finds(SOFTMAX_AXIS, NOT_SOFTMAX)
+@finds(SOFTMAX_AXIS, NOT_SOFTMAX, NO_SOFTMAX)
 def softmax(ctx: Context, found: Found) -> list[Finding]:
-    """The softmax's axis, and weights that are not a softmax (a plain normalisation, linear attention)."""
+    """The softmax's axis, and weights that are not a softmax (a plain normalisation, linear attention)
+    but where the library's class computes none."""
+    findings = _softmax(ctx)
+    if ctx.v.no_softmax is None or not any(f.code == "not_softmax" for f in findings):
+        return findings
+    return [NO_SOFTMAX("weights", cls=ctx.v.no_softmax)]
+
+
+def _softmax(ctx: Context) -> list[Finding]:
     if not ctx.present("weights"):
         kernel = linear_attention(ctx.pair)
         return [] if kernel is None else [NOT_SOFTMAX("weights", "linear", phi=kernel[0], rows=kernel[1])]

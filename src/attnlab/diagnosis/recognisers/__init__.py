@@ -17,14 +17,14 @@ Each recogniser is a check whose codes are declared beside it (`attnlab.diagnosi
 `attnlab.diagnosis.codes` runs them first, since each would otherwise read as a wrong source or scale.
 
 By what they read: `positions` (rotary, QK-norm; `rotation` and `norms` fit them), `biases`
-(a window, a distance bias), `logits` (a soft cap, a declared scale), `kernel_attention` (no softmax), `clipping` (a declared clamp of the
+(a window, a distance bias, a term the class adds itself), `logits` (a soft cap, a declared scale), `kernel_attention` (no softmax), `clipping` (a declared clamp of the
 projections), `cosine` (unit-length queries and keys), `latent` (keys and values from a
 shared latent, MLA), `xpos` (rotary with a
 per-position scale), `sinks` (a learned logit column joined to the softmax), `gates` (an output gate
 from a projection's own columns).
 """
 
-from attnlab.diagnosis.recognisers.biases import position_bias, window
+from attnlab.diagnosis.recognisers.biases import position_bias, score_terms, window
 from attnlab.diagnosis.recognisers.clipping import clipped_qkv
 from attnlab.diagnosis.recognisers.cosine import cosine_attention
 from attnlab.diagnosis.recognisers.gates import output_gate
@@ -35,5 +35,5 @@ from attnlab.diagnosis.recognisers.positions import qk_norm, rotary
 from attnlab.diagnosis.recognisers.sinks import attention_sinks
 from attnlab.diagnosis.recognisers.xpos import xpos
 
-__all__ = ["attention_sinks", "clipped_qkv", "cosine_attention", "declared_scale", "latent_attention", "linear_attention", "output_gate", "position_bias", "qk_norm", "rotary", "softcap",
-           "window", "xpos"]
+__all__ = ["attention_sinks", "clipped_qkv", "cosine_attention", "declared_scale", "latent_attention", "linear_attention", "output_gate", "position_bias", "qk_norm", "rotary", "score_terms",
+           "softcap", "window", "xpos"]

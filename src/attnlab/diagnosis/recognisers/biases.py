@@ -33,6 +33,28 @@ POSITION_BIAS = Code(
     ("alibi",), "deliberate")
 
 
+SCORE_TERMS = Code(
+    "score_terms", ("scaled_scores",), "info",
+    "the class adds a term it computes itself to its scaled scores (relative-position logits, a learned bias)",
+    "the class adds a term it computes from its own inputs or weights to the scaled scores before the softmax (a "
+    "relative-position logit, a learned or content-dependent bias): the softmax input is {factor} * scores + that "
+    "term, the factor read from the class's own operations; the weights and context differ from the reference's "
+    "from here on.",
+    "the softmax input is the variant's scores times a factor plus a term the class computes from its own inputs "
+    "or weights (ViTS's and Wav2Vec2-BERT's relative-position logits, Doge's dynamic mask, WavLM's gated bias); the "
+    "factor is read from the operations on the scores, so a wrong scale under the term is still a `scaling` error",
+    ("tests/modules/test_hf_score_terms.py::test_the_library_class_gives_no_error_finding",), "deliberate")
+
+
+@finds(SCORE_TERMS)
+@recogniser
+def score_terms(p: Pair) -> list[Finding]:
+    factor = p.v.score_terms
+    if factor is None or p.ref.score_terms is not None or not p.changed("scaled_scores"):
+        return []
+    return [SCORE_TERMS("scaled_scores", factor=float(factor))]
+
+
 @finds(WINDOW)
 @recogniser
 def window(p: Pair) -> list[Finding]:

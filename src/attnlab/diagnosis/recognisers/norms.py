@@ -28,8 +28,13 @@ WHOLE_WIDTH = Norm((1, -1), False)  # RMSNorm of every head's together, before t
 PER_HEAD_LAYER = Norm((-1,), True)  # LayerNorm of each head's vector: Persimmon
 
 
+WHOLE_WIDTH_LAYER = Norm((1, -1), True)  # LayerNorm of the whole projection, before the split: ESM C
+
+
 def norms(x: torch.Tensor) -> tuple[Norm, ...]:
-    return (PER_HEAD, WHOLE_WIDTH, PER_HEAD_LAYER) if x.dim() == 4 else (PER_HEAD, PER_HEAD_LAYER)
+    if x.dim() == 4:
+        return (PER_HEAD, WHOLE_WIDTH, PER_HEAD_LAYER, WHOLE_WIDTH_LAYER)
+    return (PER_HEAD, PER_HEAD_LAYER)
 
 
 def _centred(x: torch.Tensor, norm: Norm) -> torch.Tensor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from attnlab.diagnosis.context import Pair
@@ -91,6 +93,9 @@ def rotary(p: Pair) -> list[Finding]:
     keys_turn = found["keys"]
     joint = turn if _same(turn, keys_turn) else _together(p, queries, keys)
     if joint is None and abs(keys_turn.scale / turn.scale - 1) > _SAME_SCALE:
+        if turn.normed and keys_turn.normed and _same(turn, dataclasses.replace(keys_turn, scale=turn.scale)):
+            what = turned(dataclasses.replace(turn, scale=1.0), head_dim)
+            return [ROTARY("queries", "variant", what=what, kept=_factors(turn.scale, keys_turn.scale))]
         return []  # one of them rescaled beyond the rotation: a wrong projection, left to the source checks
     if joint is None:
         return [ROTARY_MISAPPLIED("keys", "other_angles", what=what, keys_turn=turned(keys_turn, head_dim))]
@@ -116,6 +121,14 @@ def _by_token(p: Pair, queries: tuple[torch.Tensor, torch.Tensor], keys: tuple[t
     if maps is None or not maps_fit(maps, *keys, 4 * p.tolerance("keys")):
         return []
     return [ROTARY("queries", "tokens", what=mapped(maps))]
+
+
+def _factors(queries: float, keys: float) -> str:
+    """QK-norm, then a factor on the queries or keys (Muse Spark's qk_scale_factor, nGPT's sqk): with
+    their lengths fixed by the norm, the factor is a temperature the class sets on attn_scores."""
+    return (f"are normalised to root-mean-square 1 (QK-norm), then the queries multiplied by {fmt(queries)} and the "
+            f"keys by {fmt(keys)}: attn_scores carry a factor of {fmt(queries * keys)}, a temperature the class sets "
+            f"on normalised queries and keys (as Muse Spark's qk_scale_factor and nGPT's sqk do)")
 
 
 def _same(a: Rotation, b: Rotation) -> bool:

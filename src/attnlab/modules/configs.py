@@ -38,6 +38,8 @@ class ConfigError(UserError):
 
 
 _EVERY_SPELLING = ("d_in", "num_heads")
+_PREFIXED = ("num_heads", "num_kv_heads")  # also filled under a tower's prefix (`_prefixed`)
+_ATTENTION_WORDS = ("attention", "attn", "key_value", "kv")  # in the name or its spelling: an attention's heads
 
 
 def config_class(cls: type) -> type | None:
@@ -126,6 +128,26 @@ def _config_reads(module_cls: type | None) -> list[str]:
                               and isinstance(node.value, ast.Name) and node.value.id == name))
 
 
+def _prefixed(attributes: dict[str, Any], own: str) -> dict[str, list[str]]:
+    """The head counts a config holds under a tower's or a block's name, `<prefix>_<spelling>`
+    (Moonshine's decoder_num_attention_heads, PP-FormulaNet's decoder_attention_heads, PatchTSMixer's
+    self_attn_heads), by key: the model's code builds its attention from whichever it reads, so all
+    are filled alike. An attribute goes to the key of the longest spelling it ends with
+    (encoder_num_key_value_heads is num_kv_heads', not num_heads')."""
+    endings = sorted(((s, key) for key in _PREFIXED for s in spellings(key, own)), key=lambda e: -len(e[0]))
+    found: dict[str, list[str]] = {key: [] for key in _PREFIXED}
+    every = {s for key in _PREFIXED for s in spellings(key, own)}
+    for name, default in attributes.items():
+        counts = isinstance(default, int) and not isinstance(default, bool) or (
+            isinstance(default, (list, tuple)) and default and all(isinstance(v, int) for v in default))
+        if name in every or not counts:
+            continue
+        s, key = next(((s, key) for s, key in endings if name.endswith("_" + s)), ("", None))
+        if key is not None and any(w in s or w in name for w in _ATTENTION_WORDS):  # not a model's prediction heads
+            found[key].append(name)
+    return found
+
+
 def _field_default(f: dataclasses.Field) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
@@ -150,6 +172,7 @@ class ConfigConstructor:
         # whichever its model's code reads
         self.also = {key: [s for s in spellings(key, own) if s in self.attributes and s != self.spelled[key]]
                      for key in _EVERY_SPELLING}
+        self.prefixed = _prefixed(self.attributes, own)
         # the head size's spelling (T5's d_kv, diffusers' dim_head), filled as d_out / num_heads
         self.head_dim = next((s for s in spellings("head_dim", own) if s in self.attributes), None)
         self.extra = self.constructor_parameters()
@@ -191,6 +214,9 @@ class ConfigConstructor:
             for spelling in self.also[key]:
                 if values.get(key) is not None:
                     filled[spelling] = self._per_stage(spelling, values[key])
+        for key, names in self.prefixed.items():  # a tower's own heads (Moonshine's decoder_num_attention_heads)
+            value = values.get(key) if values.get(key) is not None else values.get("num_heads")
+            filled.update({name: self._per_stage(name, value) for name in names if name not in filled})
         if self.spelled["num_kv_heads"] and values.get("num_kv_heads") is None:
             filled[self.spelled["num_kv_heads"]] = values["num_heads"]  # attnlab's null: one per head
         if self.head_dim:

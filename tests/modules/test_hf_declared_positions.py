@@ -2,7 +2,8 @@
 2-D and 3-D RoPE over patches with a class token left unrotated (DINOv3, MLCD, V-JEPA 2), a
 LayerNorm over the whole projection before RoPE (ESM C), QK-norm then a factor on the queries or
 keys (Muse Spark's qk_scale_factor, Dory's nGPT sqk), and a tower's own head count under its own
-name (Moonshine's decoder_num_attention_heads, PP-FormulaNet's decoder_attention_heads). For each,
+name (Moonshine's decoder_num_attention_heads, PP-FormulaNet's decoder_attention_heads, Idefics2's
+resampler_n_heads and resampler_head_dim, MiMo-V2-Flash's v_head_dim). For each,
 the library's class gives no error finding and a mistake planted in a subclass (a projection of
 the previous token's row) is still found; plain torch shows each planted copy computes otherwise."""
 
@@ -98,24 +99,35 @@ def test_the_planted_mistakes_are_real():
 
 
 class _TowersConfig:
-    """A config holding its heads under a tower's names beside the plain one, and a count of heads
+    """A config holding its heads under a tower's names beside the plain ones, and counts and sizes
     that are no attention's."""
 
     def __init__(self, hidden_size=32, num_attention_heads=2, decoder_attention_heads=2,
-                 encoder_num_key_value_heads=2, self_attn_heads=1, num_prediction_heads=3):
+                 encoder_num_key_value_heads=2, self_attn_heads=1, resampler_n_heads=16, resampler_head_dim=96,
+                 v_head_dim=128, num_prediction_heads=3, mamba_head_dim=7):
         self.hidden_size, self.num_attention_heads = hidden_size, num_attention_heads
         self.decoder_attention_heads, self.encoder_num_key_value_heads = decoder_attention_heads, encoder_num_key_value_heads
-        self.self_attn_heads, self.num_prediction_heads = self_attn_heads, num_prediction_heads
+        self.self_attn_heads, self.resampler_n_heads, self.resampler_head_dim = self_attn_heads, resampler_n_heads, resampler_head_dim
+        self.v_head_dim, self.num_prediction_heads, self.mamba_head_dim = v_head_dim, num_prediction_heads, mamba_head_dim
+
+
+class _Resampler(nn.Module):
+    """Reads its heads under the resampler's names, as Idefics2's perceiver attention does."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.num_heads, self.head_dim = config.resampler_n_heads, config.resampler_head_dim
 
 
 def test_a_towers_own_head_count_is_filled_with_num_heads():
     from attnlab.modules.configs import ConfigConstructor
 
-    built = ConfigConstructor(nn.Identity, _TowersConfig, "towers")
+    built = ConfigConstructor(_Resampler, _TowersConfig, "towers")
     config = built.config({"d_in": 64, "d_out": 64, "num_heads": 4, "num_kv_heads": 2}, {})
     assert (config.hidden_size, config.num_attention_heads, config.decoder_attention_heads) == (64, 4, 4)
     assert (config.self_attn_heads, config.encoder_num_key_value_heads) == (4, 2)
-    assert config.num_prediction_heads == 3  # no attention's heads: left as it is
+    assert (config.resampler_n_heads, config.resampler_head_dim, config.v_head_dim) == (4, 16, 16)
+    assert (config.num_prediction_heads, config.mamba_head_dim) == (3, 7)  # no attention's: left as they are
 
 
 @pytest.mark.slow
@@ -129,6 +141,8 @@ def test_a_towers_own_head_count_is_filled_with_num_heads():
     ("moonshine", None),  # decoder_num_attention_heads
     ("pp_formulanet_text", None),  # decoder_attention_heads
     ("patchtsmixer", None),  # self_attn_heads
+    ("idefics2_perceiver", None),  # resampler_n_heads, resampler_head_dim, read by the class
+    ("mimo_v2_flash", ("rotary", "queries")),  # the values' own v_head_dim
 ])
 def test_the_library_class_gives_no_error_finding(model, declared):
     result = attnlab.run(f"hf:{model}", overrides=SIZES)

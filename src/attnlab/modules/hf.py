@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf_grid, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
+from attnlab.modules import hf_grid, hf_init, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, family_of, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
@@ -184,7 +184,7 @@ class HFConstructor(ConfigConstructor):
         private = {"_attn_implementation": implementation}
         builder = copy.copy(self)  # this build's tokens, not the constructor's
         builder.tokens = keys.pop("context_length", None) if self._by_tokens() else keys.get("context_length")
-        module = builder.build(sizes, keys, private)
+        module = hf_init.initialised(builder.build(sizes, keys, private))
         if not hasattr(module, "config"):  # MPT's keeps none: held so it is called as its model calls it
             module.config = self.config({**sizes, **{k: v for k, v in keys.items() if k in CONFIG_SPELLINGS}},
                                         {k: v for k, v in keys.items() if k not in CONFIG_SPELLINGS}, private)

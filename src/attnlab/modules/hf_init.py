@@ -16,25 +16,33 @@ from torch import nn
 
 
 def initialised(module: nn.Module) -> nn.Module:
-    """`module` with its empty-created parameters set as its model's `_init_weights` sets them; the
-    others (the projections attnlab shares with the reference) untouched."""
-    names = [name for name in _empty_parameters(type(module)) if isinstance(getattr(module, name, None), nn.Parameter)]
-    pretrained = _pretrained_class(type(module)) if names else None
-    if pretrained is None or getattr(module, "config", None) is None:
+    """`module` with the empty-created parameters of it and its submodules (JetMoE's experts inside
+    its attention) set as its model's `_init_weights` sets them; the others (the projections attnlab
+    shares with the reference) untouched."""
+    pretrained = _pretrained_class(type(module))
+    config = getattr(module, "config", None)
+    if pretrained is None or config is None:
         return module
     shell = pretrained.__new__(pretrained)  # its _init_weights reads self.config only: no model is built
     nn.Module.__init__(shell)
-    shell.config = module.config
-    fresh = copy.deepcopy(module)
+    shell.config = config
+    for part in module.modules():
+        names = [name for name in _empty_parameters(type(part)) if isinstance(getattr(part, name, None), nn.Parameter)]
+        if names:
+            _initialise(shell, part, names)
+    return module
+
+
+def _initialise(shell: nn.Module, part: nn.Module, names: list[str]) -> None:
+    fresh = copy.deepcopy(part)
     try:
         with torch.no_grad():
             shell._init_weights(fresh)
     except Exception:  # noqa: BLE001 - a model whose initialisation needs more than its config: left as built
-        return module
+        return
     with torch.no_grad():
         for name in names:
-            getattr(module, name).copy_(getattr(fresh, name))
-    return module
+            getattr(part, name).copy_(getattr(fresh, name))
 
 
 @cache

@@ -148,6 +148,8 @@ def _prefixed(attributes: dict[str, Any], own: str, reads: list[str]) -> dict[st
             continue
         s, key = next(((s, key) for s, key in endings if name.endswith("_" + s)), ("", None))
         prefix = name[:-len(s) - 1]
+        if key == "num_heads" and any(w in name for w in ("key_value", "kv_")):  # Sapiens2's num_key_value_attention_heads
+            key = "num_kv_heads"
         if key == "head_dim":
             sizes[name] = prefix
         elif key is not None and (any(w in s or w in name for w in _ATTENTION_WORDS) or name in reads):

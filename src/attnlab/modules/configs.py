@@ -142,8 +142,8 @@ def _prefixed(attributes: dict[str, Any], own: str, reads: list[str]) -> dict[st
     sizes: dict[str, str] = {}  # a head size's name -> its prefix
     heads: set[str] = set()  # the prefixes of the counts taken
     for name, default in attributes.items():
-        counts = isinstance(default, int) and not isinstance(default, bool) or (
-            isinstance(default, (list, tuple)) and default and all(isinstance(v, int) for v in default))
+        counts = (isinstance(default, int) and not isinstance(default, bool)) or (
+            isinstance(default, (list, tuple)) and bool(default) and all(isinstance(v, int) for v in default))
         if name in every or not counts:
             continue
         s, key = next(((s, key) for s, key in endings if name.endswith("_" + s)), ("", None))
@@ -225,10 +225,11 @@ class ConfigConstructor:
             for spelling in self.also[key]:
                 if values.get(key) is not None:
                     filled[spelling] = self._per_stage(spelling, values[key])
-        sized = {"num_heads": values["num_heads"], "head_dim": values["d_out"] // values["num_heads"],
-                 "num_kv_heads": values.get("num_kv_heads") or values["num_heads"]}
-        for key, names in self.prefixed.items():  # a tower's own heads (Moonshine's decoder_num_attention_heads)
-            filled.update({name: self._per_stage(name, sized[key]) for name in names if name not in filled})
+        if heads := values.get("num_heads"):  # a tower's own heads (Moonshine's decoder_num_attention_heads)
+            sized = {"num_heads": heads, "head_dim": values["d_out"] // heads,
+                     "num_kv_heads": values.get("num_kv_heads") or heads}
+            for key, names in self.prefixed.items():
+                filled.update({name: self._per_stage(name, sized[key]) for name in names if name not in filled})
         if self.spelled["num_kv_heads"] and values.get("num_kv_heads") is None:
             filled[self.spelled["num_kv_heads"]] = values["num_heads"]  # attnlab's null: one per head
         if self.head_dim:

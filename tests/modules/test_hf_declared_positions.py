@@ -104,11 +104,20 @@ class _TowersConfig:
 
     def __init__(self, hidden_size=32, num_attention_heads=2, decoder_attention_heads=2,
                  encoder_num_key_value_heads=2, self_attn_heads=1, resampler_n_heads=16, resampler_head_dim=96,
-                 v_head_dim=128, num_prediction_heads=3, mamba_head_dim=7):
+                 v_head_dim=128, num_prediction_heads=3):
         self.hidden_size, self.num_attention_heads = hidden_size, num_attention_heads
         self.decoder_attention_heads, self.encoder_num_key_value_heads = decoder_attention_heads, encoder_num_key_value_heads
         self.self_attn_heads, self.resampler_n_heads, self.resampler_head_dim = self_attn_heads, resampler_n_heads, resampler_head_dim
-        self.v_head_dim, self.num_prediction_heads, self.mamba_head_dim = v_head_dim, num_prediction_heads, mamba_head_dim
+        self.v_head_dim, self.num_prediction_heads = v_head_dim, num_prediction_heads
+
+
+class _LatentConfig:
+    """MLA's family of head sizes (DeepSeek's): the class's own design, kept."""
+
+    def __init__(self, hidden_size=32, num_attention_heads=2, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                 v_head_dim=128):
+        self.hidden_size, self.num_attention_heads = hidden_size, num_attention_heads
+        self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim = qk_nope_head_dim, qk_rope_head_dim, v_head_dim
 
 
 class _Resampler(nn.Module):
@@ -127,7 +136,9 @@ def test_a_towers_own_head_count_is_filled_with_num_heads():
     assert (config.hidden_size, config.num_attention_heads, config.decoder_attention_heads) == (64, 4, 4)
     assert (config.self_attn_heads, config.encoder_num_key_value_heads) == (4, 2)
     assert (config.resampler_n_heads, config.resampler_head_dim, config.v_head_dim) == (4, 16, 16)
-    assert (config.num_prediction_heads, config.mamba_head_dim) == (3, 7)  # no attention's: left as they are
+    assert config.num_prediction_heads == 3  # no attention's: left as it is
+    latent = ConfigConstructor(nn.Identity, _LatentConfig, "latent").config({"d_in": 64, "d_out": 64, "num_heads": 4}, {})
+    assert (latent.qk_nope_head_dim, latent.qk_rope_head_dim, latent.v_head_dim) == (128, 64, 128)
 
 
 @pytest.mark.slow

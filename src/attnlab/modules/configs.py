@@ -135,7 +135,7 @@ def _prefixed(attributes: dict[str, Any], own: str, reads: list[str]) -> dict[st
     whichever it reads, so all are filled alike. An attribute goes to the key of the longest spelling
     it ends with (encoder_num_key_value_heads is num_kv_heads', not num_heads'); a count when its name
     says attention or the class reads it (`reads`), never a model's prediction heads; a head size
-    beside such a count, or the values' own (MiMo-V2-Flash's v_head_dim)."""
+    beside such a count, or the values' own where it is the only other one (MiMo-V2-Flash's v_head_dim)."""
     endings = sorted(((s, key) for key in _PREFIXED for s in spellings(key, own)), key=lambda e: -len(e[0]))
     every = {s for key in _PREFIXED for s in spellings(key, own)}
     found: dict[str, list[str]] = {key: [] for key in _PREFIXED}
@@ -155,7 +155,11 @@ def _prefixed(attributes: dict[str, Any], own: str, reads: list[str]) -> dict[st
         elif key is not None and (any(w in s or w in name for w in _ATTENTION_WORDS) or name in reads):
             found[key].append(name)
             heads.add(prefix)
-    found["head_dim"] = [name for name, prefix in sizes.items() if prefix in heads or prefix == "v"]
+    found["head_dim"] = [name for name, prefix in sizes.items() if prefix in heads]
+    # the values' own head size beside the plain one (MiMo-V2-Flash's v_head_dim); MLA's family of them
+    # (qk_nope_head_dim, qk_rope_head_dim, v_head_dim) is the class's own design, read as latent attention
+    if [prefix for prefix in sizes.values() if prefix not in heads] == ["v"]:
+        found["head_dim"].append(next(name for name, prefix in sizes.items() if prefix == "v"))
     return found
 
 

@@ -50,8 +50,8 @@ def _empty_parameters(cls: type) -> tuple[str, ...]:
     """The attributes `self.NAME = nn.Parameter(torch.empty(...))` of the class's (and its bases') `__init__`."""
     found: list[str] = []
     for klass in cls.__mro__:
-        if klass is nn.Module or "__init__" not in vars(klass):
-            continue
+        if klass.__module__.split(".")[0] == "torch" or "__init__" not in vars(klass):
+            continue  # torch's own layers (nn.Linear's empty weight) are initialised by their own constructor
         try:  # the class's own source: a decorator may wrap its __init__ (TimesFM 2.5's use_kernelized_func)
             tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
         except (TypeError, OSError, SyntaxError):

@@ -50,16 +50,19 @@ def _empty_parameters(cls: type) -> tuple[str, ...]:
     """The attributes `self.NAME = nn.Parameter(torch.empty(...))` of the class's (and its bases') `__init__`."""
     found: list[str] = []
     for klass in cls.__mro__:
-        if klass.__module__.split(".")[0] == "torch" or "__init__" not in vars(klass):
-            continue  # torch's own layers (nn.Linear's empty weight) are initialised by their own constructor
+        if not klass.__module__.startswith("transformers.models.") or "__init__" not in vars(klass):
+            continue  # torch's and transformers' shared layers (nn.Linear, GPT-2's Conv1D) initialise their own
         try:  # the class's own source: a decorator may wrap its __init__ (TimesFM 2.5's use_kernelized_func)
             tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
         except (TypeError, OSError, SyntaxError):
             continue
         inits = [node for node in tree.body[0].body if isinstance(node, ast.FunctionDef) and node.name == "__init__"]
-        for node in (n for init in inits for n in ast.walk(init)):
+        nodes = [n for init in inits for n in ast.walk(init)]
+        used = [n.attr for n in nodes if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"]
+        for node in nodes:
             if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(target := node.targets[0], ast.Attribute)
-                    and isinstance(target.value, ast.Name) and target.value.id == "self" and _empty(node.value)):
+                    and isinstance(target.value, ast.Name) and target.value.id == "self" and _empty(node.value)
+                    and used.count(target.attr) == 1):  # never filled later in the constructor
                 found.append(target.attr)
     return tuple(dict.fromkeys(found))
 

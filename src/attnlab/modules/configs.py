@@ -39,6 +39,8 @@ class ConfigError(UserError):
 
 
 _EVERY_SPELLING = ("d_in", "num_heads")
+_PREFIXED = ("num_heads", "num_kv_heads", "head_dim")  # also filled under a tower's prefix (`_prefixed`)
+_ATTENTION_WORDS = ("attention", "attn", "key_value", "kv")  # in the name or its spelling: an attention's heads
 
 
 def config_class(cls: type) -> type | None:
@@ -127,6 +129,41 @@ def _config_reads(module_cls: type | None) -> list[str]:
                               and isinstance(node.value, ast.Name) and node.value.id == name))
 
 
+def _prefixed(attributes: dict[str, Any], own: str, reads: list[str]) -> dict[str, list[str]]:
+    """The head counts and sizes a config holds under a tower's or a block's name, `<prefix>_<spelling>`
+    (Moonshine's decoder_num_attention_heads, PatchTSMixer's self_attn_heads, Idefics2's perceiver
+    resampler_n_heads and resampler_head_dim), by key: the model's code builds its attention from
+    whichever it reads, so all are filled alike. An attribute goes to the key of the longest spelling
+    it ends with (encoder_num_key_value_heads is num_kv_heads', not num_heads'); a count when its name
+    says attention or the class reads it (`reads`), never a model's prediction heads; a head size
+    beside such a count, or the values' own where it is the only other one (MiMo-V2-Flash's v_head_dim)."""
+    endings = sorted(((s, key) for key in _PREFIXED for s in spellings(key, own)), key=lambda e: -len(e[0]))
+    every = {s for key in _PREFIXED for s in spellings(key, own)}
+    found: dict[str, list[str]] = {key: [] for key in _PREFIXED}
+    sizes: dict[str, str] = {}  # a head size's name -> its prefix
+    heads: set[str] = set()  # the prefixes of the counts taken
+    for name, default in attributes.items():
+        counts = (isinstance(default, int) and not isinstance(default, bool)) or (
+            isinstance(default, (list, tuple)) and bool(default) and all(isinstance(v, int) for v in default))
+        if name in every or not counts:
+            continue
+        s, key = next(((s, key) for s, key in endings if name.endswith("_" + s)), ("", None))
+        prefix = name[:-len(s) - 1]
+        if key == "num_heads" and any(w in name for w in ("key_value", "kv_")):  # Sapiens2's num_key_value_attention_heads
+            key = "num_kv_heads"
+        if key == "head_dim":
+            sizes[name] = prefix
+        elif key is not None and (any(w in s or w in name for w in _ATTENTION_WORDS) or name in reads):
+            found[key].append(name)
+            heads.add(prefix)
+    found["head_dim"] = [name for name, prefix in sizes.items() if prefix in heads]
+    # the values' own head size beside the plain one (MiMo-V2-Flash's v_head_dim); MLA's family of them
+    # (qk_nope_head_dim, qk_rope_head_dim, v_head_dim) is the class's own design, read as latent attention
+    if [prefix for prefix in sizes.values() if prefix not in heads] == ["v"]:
+        found["head_dim"].append(next(name for name, prefix in sizes.items() if prefix == "v"))
+    return found
+
+
 def _field_default(f: dataclasses.Field) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
@@ -151,6 +188,7 @@ class ConfigConstructor:
         # whichever its model's code reads
         self.also = {key: [s for s in spellings(key, own) if s in self.attributes and s != self.spelled[key]]
                      for key in _EVERY_SPELLING}
+        self.prefixed = _prefixed(self.attributes, own, _config_reads(module_cls))
         # the head size's spelling (T5's d_kv, diffusers' dim_head), filled as d_out / num_heads
         self.head_dim = next((s for s in spellings("head_dim", own) if s in self.attributes), None)
         self.extra = self.constructor_parameters()
@@ -192,6 +230,11 @@ class ConfigConstructor:
             for spelling in self.also[key]:
                 if values.get(key) is not None:
                     filled[spelling] = self._per_stage(spelling, values[key])
+        if heads := values.get("num_heads"):  # a tower's own heads (Moonshine's decoder_num_attention_heads)
+            sized = {"num_heads": heads, "head_dim": values["d_out"] // heads,
+                     "num_kv_heads": values.get("num_kv_heads") or heads}
+            for key, names in self.prefixed.items():
+                filled.update({name: self._per_stage(name, sized[key]) for name in names if name not in filled})
         if self.spelled["num_kv_heads"] and values.get("num_kv_heads") is None:
             filled[self.spelled["num_kv_heads"]] = values["num_heads"]  # attnlab's null: one per head
         if self.head_dim:

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf_capture, hf_grid, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
+from attnlab.modules import hf_capture, hf_grid, hf_init, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
 from attnlab.modules.arguments import adds_mask
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, family_of, spellings
@@ -220,7 +220,7 @@ class HFConstructor(ConfigConstructor):
         builder = copy.copy(self)  # this build's tokens and sizes, not the constructor's
         builder.sizes = sizes
         builder.tokens = keys.pop("context_length", None) if self._by_tokens() else keys.get("context_length")
-        module = builder.build(sizes, keys, private)
+        module = hf_init.initialised(builder.build(sizes, keys, private))
         if not hasattr(module, "config"):  # MPT's keeps none: held so it is called as its model calls it
             module.config = self.config({**sizes, **{k: v for k, v in keys.items() if k in CONFIG_SPELLINGS}},
                                         {k: v for k, v in keys.items() if k not in CONFIG_SPELLINGS}, private)

@@ -3,6 +3,7 @@ LayerNorm of each head, and a rotation after one."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import torch
@@ -28,8 +29,13 @@ WHOLE_WIDTH = Norm((1, -1), False)  # RMSNorm of every head's together, before t
 PER_HEAD_LAYER = Norm((-1,), True)  # LayerNorm of each head's vector: Persimmon
 
 
+WHOLE_WIDTH_LAYER = Norm((1, -1), True)  # LayerNorm of the whole projection, before the split: ESM C
+
+
 def norms(x: torch.Tensor) -> tuple[Norm, ...]:
-    return (PER_HEAD, WHOLE_WIDTH, PER_HEAD_LAYER) if x.dim() == 4 else (PER_HEAD, PER_HEAD_LAYER)
+    if x.dim() == 4:
+        return (PER_HEAD, WHOLE_WIDTH, PER_HEAD_LAYER, WHOLE_WIDTH_LAYER)
+    return (PER_HEAD, PER_HEAD_LAYER)
 
 
 def _centred(x: torch.Tensor, norm: Norm) -> torch.Tensor:
@@ -59,13 +65,16 @@ def norm_eps(mine: torch.Tensor, ref: torch.Tensor, norm: Norm = PER_HEAD) -> fl
 
 def rotation_maybe_normed(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> Rotation | None:
     """`fit_rotation` of `ref` itself, or of `ref` RMS-normalised first (QK-norm, then RoPE, as in
-    OLMo 2 and Qwen3: a rotation keeps the RMS, so the order does not matter)."""
+    OLMo 2 and Qwen3: a rotation keeps the RMS, so the order does not matter; `normed` says so)."""
     turn = fit_rotation(mine, ref, tol)
     for norm in norms(ref) if turn is None else ():
-        normed, smallest = rms_normed(ref, norm_eps(mine, ref, norm), norm)
-        turn = fit_rotation(mine, normed, UNIT_RMS + tol / smallest)
-        if turn is not None:
-            break
+        # the eps read off the shortest vector, or none: a factor after the norm (nGPT's keys at 1 / sqrt(head_dim))
+        # shortens every vector, which that reading would take for eps
+        for eps in dict.fromkeys((norm_eps(mine, ref, norm), 0.0)):
+            normed, smallest = rms_normed(ref, eps, norm)
+            turn = fit_rotation(mine, normed, UNIT_RMS + tol / smallest)
+            if turn is not None:
+                return dataclasses.replace(turn, normed=True)
     return turn
 
 

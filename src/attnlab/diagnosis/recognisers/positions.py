@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from attnlab.diagnosis.context import Pair
@@ -11,12 +13,14 @@ from attnlab.diagnosis.recognisers.norms import (
     PER_HEAD,
     PER_HEAD_LAYER,
     WHOLE_WIDTH,
+    WHOLE_WIDTH_LAYER,
     norms,
     rotation_maybe_normed,
     unit_rms_of,
 )
 from attnlab.diagnosis.recognisers.recogniser import recogniser
 from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation, reversed_turn, turned
+from attnlab.diagnosis.recognisers.token_maps import fit_token_maps, mapped, maps_fit
 from attnlab.record import Finding
 
 _SAME_SCALE = 1e-3  # queries' and keys' scales apart by more: not one attention factor on cos and sin
@@ -27,6 +31,8 @@ ROTARY = Code(
     "queries and keys rotated per position (RoPE); names the pairing and the base",
     {"variant": "rotary position embedding (RoPE): queries and keys are {what}; each token's query and key {kept}, "
                 "so attn_scores depend on the query-key distance, and " + _FROM_HERE_ON,
+     "tokens": "rotary position embedding by the token's place: queries and keys are {what}; each token's query and "
+               "key are mapped alike, so attn_scores depend on both tokens' positions, and " + _FROM_HERE_ON,
      "reference": "the reference applies a rotary position embedding (RoPE) that the variant does not: the "
                   "reference's queries and keys are {theirs}, the variant's are not rotated, so its attn_scores do "
                   "not depend on the query-key distance as the reference's do; " + _FROM_HERE_ON},
@@ -35,7 +41,9 @@ ROTARY = Code(
     "pairing (half-split or interleaved) and the base, fitted as one geometric sequence on the pairs whose angle "
     "shows, so a base of 1e6 is read right at 8 tokens although its slowest pairs turn below float32's rounding; "
     "trailing coordinates are a partial RoPE only where that sequence would have turned them visibly; slow pairs "
-    "rescaled (llama3, YaRN) are named after the base of the fast ones",
+    "rescaled (llama3, YaRN) are named after the base of the fast ones; angles not linear in the token's index (2-D "
+    "and 3-D RoPE over patches, a class token left unrotated) are read as one 2x2 matrix per token and pair, the "
+    "same in every batch item and head and for the keys as for the queries",
     ("rope",), "deliberate")
 
 ROTARY_MISAPPLIED = Code(
@@ -73,7 +81,7 @@ def rotary(p: Pair) -> list[Finding]:
     found = {stage: turn for stage, turn in turns.items() if turn is not None}
     rotated = list(found)
     if not rotated:
-        return []
+        return _by_token(p, queries, keys, changed)
     turn = found[rotated[0]]
     head_dim = queries[1].shape[-1]
     what = turned(turn, head_dim)
@@ -85,6 +93,9 @@ def rotary(p: Pair) -> list[Finding]:
     keys_turn = found["keys"]
     joint = turn if _same(turn, keys_turn) else _together(p, queries, keys)
     if joint is None and abs(keys_turn.scale / turn.scale - 1) > _SAME_SCALE:
+        if turn.normed and keys_turn.normed and _same(turn, dataclasses.replace(keys_turn, scale=turn.scale)):
+            what = turned(dataclasses.replace(turn, scale=1.0), head_dim)
+            return [ROTARY("queries", "variant", what=what, kept=_factors(turn.scale, keys_turn.scale))]
         return []  # one of them rescaled beyond the rotation: a wrong projection, left to the source checks
     if joint is None:
         return [ROTARY_MISAPPLIED("keys", "other_angles", what=what, keys_turn=turned(keys_turn, head_dim))]
@@ -98,6 +109,26 @@ def rotary(p: Pair) -> list[Finding]:
         return [ROTARY("queries", "reference", theirs=theirs)]
     kept = "keep their length" if turn.scale == 1 else f"keep their length times {fmt(turn.scale)}"
     return [ROTARY("queries", "variant", what=what, kept=kept)]
+
+
+def _by_token(p: Pair, queries: tuple[torch.Tensor, torch.Tensor], keys: tuple[torch.Tensor, torch.Tensor],
+              changed: dict[str, bool]) -> list[Finding]:
+    """Queries and keys mapped per token by the same matrices, angles not linear in the index (2-D
+    RoPE over patches, a class token unrotated); values changed too are left to the checks."""
+    if changed.get("values") or not (changed["queries"] and changed["keys"]):
+        return []
+    maps = fit_token_maps(*queries, 4 * p.tolerance("queries"))
+    if maps is None or not maps_fit(maps, *keys, 4 * p.tolerance("keys")):
+        return []
+    return [ROTARY("queries", "tokens", what=mapped(maps))]
+
+
+def _factors(queries: float, keys: float) -> str:
+    """QK-norm, then a factor on the queries or keys (Muse Spark's qk_scale_factor, nGPT's sqk): with
+    their lengths fixed by the norm, the factor is a temperature the class sets on attn_scores."""
+    return (f"are normalised to root-mean-square 1 (QK-norm), then the queries multiplied by {fmt(queries)} and the "
+            f"keys by {fmt(keys)}: attn_scores carry a factor of {fmt(queries * keys)}, a temperature the class sets "
+            f"on normalised queries and keys (as Muse Spark's qk_scale_factor and nGPT's sqk do)")
 
 
 def _same(a: Rotation, b: Rotation) -> bool:
@@ -130,10 +161,11 @@ def qk_norm(p: Pair) -> list[Finding]:
         what = (f"queries and keys are normalised as LayerNorm does (QK-norm, as Persimmon does): each head's query "
                 f"and key vectors have their mean over head_dim={head_dim} subtracted and are divided by their "
                 f"standard deviation before queries @ keys.T")
-    elif norm == WHOLE_WIDTH:
-        what = (f"queries and keys are normalised (QK-norm) over the whole projection, as OLMo 2 does: each token's "
-                f"query, all {queries.shape[1]} heads together, and its key have root-mean-square 1 before they are "
-                f"split into heads of {head_dim}")
+    elif norm in (WHOLE_WIDTH, WHOLE_WIDTH_LAYER):
+        how = ("have root-mean-square 1 (RMSNorm, as OLMo 2 does)" if norm == WHOLE_WIDTH
+               else "have their mean subtracted and are divided by their standard deviation (LayerNorm, as ESM C does)")
+        what = (f"queries and keys are normalised (QK-norm) over the whole projection: each token's query, all "
+                f"{queries.shape[1]} heads together, and its key {how} before they are split into heads of {head_dim}")
     else:
         what = (f"queries and keys are normalised (QK-norm): each head's query and key vectors have root-mean-square "
                 f"1 over their head_dim={head_dim} before queries @ keys.T, so every attn_score lies within "

@@ -37,6 +37,7 @@ class Rotation:
     base: float | None = None  # theta of frequency_i = theta ** (-2i / dims), when the leading pairs follow it
     following: int = 0  # the leading pairs that turn by theta ** (-2i / dims): all of them unless rescaled
     scale: float = 1.0  # every turned vector's length over the reference's: cos and sin scaled (longrope, YaRN)
+    normed: bool = False  # fitted on the reference normalised first (QK-norm, then RoPE)
 
 
 @dataclass(frozen=True)

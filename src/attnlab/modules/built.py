@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import arguments, hf, hf_grid, hf_inputs, hf_record
+from attnlab.modules import arguments, hf, hf_call, hf_grid, hf_inputs, hf_record
 from attnlab.modules.registry import (
     CONSTRUCTOR_KEYS,
     DEFAULT_VALUES,
@@ -91,13 +91,13 @@ class CallConvention:
 
 
 class HuggingFaceCall(CallConvention):
-    """A Hugging Face attention module called as its model calls it (`hf.forward_kwargs`: the mask
+    """A Hugging Face attention module called as its model calls it (`hf_call.forward_kwargs`: the mask
     from the model's mask function, the rotary (cos, sin), position ids, no cache)."""
 
     name = "module(x, attention_mask=..., position_embeddings=...)"
 
     def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
-        kwargs = hf.forward_kwargs(module, x)
+        kwargs = hf_call.forward_kwargs(module, x)
         return (x,), {**arguments.by_name(module, x, given=tuple(kwargs)), **kwargs}
 
     def call(self, module: nn.Module, x: torch.Tensor) -> Returned:

@@ -15,18 +15,15 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
-import os
 import re
 import sys
 from functools import cache
 from typing import Any
 
-import torch
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf_capture, hf_grid, hf_init, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
-from attnlab.modules.arguments import adds_mask
+from attnlab.modules import hf_capture, hf_init, hf_inputs, hf_lineage, hf_record, hf_small, hf_stage
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, family_of, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
@@ -34,7 +31,6 @@ from attnlab.modules.hf_build import UNKNOWN as _UNKNOWN
 from attnlab.modules.hf_build import model_arguments
 from attnlab.modules.hf_find import Found, NotFound, find
 from attnlab.modules.hf_lineage import transformers_class as transformers_class  # re-exported: callers read it here
-from attnlab.modules.roles import declared_count
 from attnlab.schema import ATTN_IMPLEMENTATIONS
 
 PREFIX = "hf:"
@@ -293,65 +289,9 @@ def is_hf_module(module: nn.Module) -> bool:
     return transformers is not None and isinstance(config, transformers.PretrainedConfig)
 
 
-def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
-    """What the module's model passes its attention besides the hidden states: the mask from the
-    model's mask function, the rotary class's (cos, sin), position ids and no cache."""
-    accepted = inspect.signature(module.forward).parameters
-    batch, tokens = x.shape[0], x.shape[-2]
-    position_ids = torch.arange(tokens, device=x.device).expand(batch, tokens)  # (b, num_tokens)
-    kwargs: dict[str, Any] = {}
-    if "attention_mask" in accepted:
-        kwargs["attention_mask"] = _mask(module, x, position_ids)
-    elif "mask" in accepted and "position_bias" in accepted:  # T5-style classes' name (Pix2Struct's text attention)
-        kwargs["mask"] = _mask(module, x, position_ids)
-    elif "mask" in accepted and _keeps_ones(transformers_class(type(module))):
-        kwargs["mask"] = _keep_mask(module, x)
-    elif added := next((n for n in ("attn_mask", "causal_mask")
-                        if n in accepted and adds_mask(transformers_class(type(module)) or type(module), n)), None):
-        kwargs[added] = _sequence_mask(module, x)  # FSMT's attn_mask, added to its scores as its decoder's
-    if "position_embeddings" in accepted:
-        kwargs["position_embeddings"] = _rotary(module, x, position_ids)
-    if "position_ids" in accepted:
-        kwargs["position_ids"] = position_ids
-    if "alibi" in accepted:
-        kwargs["alibi"] = _alibi(module, x)
-    if family_of(module.config).arguments.get("is_causal") == "is_causal":
-        kwargs["is_causal"] = mask_kind(module) != "bidirectional"  # the model's word over the class's attribute
-    if "position_bias" in accepted and accepted["position_bias"].default is inspect.Parameter.empty:
-        kwargs["position_bias"] = _position_bias(module, x)
-    return kwargs | hf_inputs.made(module, x, kwargs)
-
-
 def provided(cls: Any) -> tuple[str, ...]:
     """The required forward parameters a Hugging Face class's model call provides beside attnlab's own."""
     return (*PROVIDED, *hf_inputs.provided(cls), *hf_record.provided(cls))
-
-
-def _position_bias(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """MPT's: the ALiBi bias its model passes as position_bias, (heads, 1, tokens), from its modeling
-    file's build_..._alibi_tensor(num_heads, sequence_length, alibi_bias_max)."""
-    modeling = sys.modules[type(module).__module__]
-    build = next((f for name, f in vars(modeling).items() if name.startswith("build_") and name.endswith("alibi_tensor")
-                  and inspect.isfunction(f) and list(inspect.signature(f).parameters)[:2] == ["num_heads",
-                                                                                               "sequence_length"]),
-                 None)
-    if build is None:
-        raise HFError(f"{type(module).__name__} needs a position_bias its modeling file has no alibi builder for")
-    attn_config = getattr(module.config, "attn_config", None)
-    bias_max = getattr(attn_config, "alibi_bias_max", 8)
-    heads = declared_count(module, "num_heads")
-    return build(heads, x.shape[-2], bias_max, device=x.device).to(x.dtype)
-
-
-def _alibi(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
-    """The ALiBi bias its model builds ((batch * heads, 1, tokens), the model file's own
-    build_alibi_tensor), None where the config chose rotary positions (Falcon's alibi=False)."""
-    if not getattr(module.config, "alibi", True):
-        return None
-    build = getattr(sys.modules[type(module).__module__], "build_alibi_tensor", None)
-    if build is None:
-        raise HFError(f"{type(module).__name__} takes an ALiBi bias its modeling file has no build_alibi_tensor for")
-    return build(torch.ones(x.shape[0], x.shape[-2], dtype=torch.long, device=x.device), module.num_heads, x.dtype)
 
 
 def declared_window(module: nn.Module) -> int | None:
@@ -406,139 +346,3 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
     if scale is None and origin is not None and hf_lineage.names_no_scale(origin):
         return 1.0, f"{origin.__name__} applies no scale to its scores (its code names none)"
     return scale
-
-
-def mask_kind(module: nn.Module) -> str:
-    """The mask its model builds: its family row's (families.py), else what the module declares
-    (`is_causal`, a sliding window)."""
-    row = family_of(module)
-    if row is not GENERIC:
-        return row.mask
-    # its mask only pads: it attends both ways (read from the library's class: a copy that masks more is still found)
-    if hf_inputs.padding_mask_only(transformers_class(type(module)) or type(module)):
-        return "bidirectional"
-    # the module's own word, else its config's (XLM's and Flaubert's `causal`, False for their masked LMs)
-    declared = getattr(module, "is_causal", getattr(getattr(module, "config", None), "causal", None))
-    if isinstance(declared, bool):
-        return "causal" if declared else "bidirectional"
-    # its tokens are an image's patches (SAM's grid, Swin's window, a config with a patch size): no order to mask by
-    vision = any(getattr(getattr(module, "config", None), key, None) is not None for key in ("patch_size", "patch_sizes", "image_size"))
-    if vision or hf_grid.axes(type(module)) is not None:
-        return "bidirectional"
-    origin = transformers_class(type(module))
-    return "bidirectional" if origin is not None and _takes_no_mask(origin) else "causal"
-
-
-@cache
-def _takes_no_mask(cls: type) -> bool:
-    """Whether the library's class can mask nothing: its forward's source names no mask and nothing
-    causal (BLIP's and MGP-STR's vision attention), so its model attends both ways. Read from the
-    library's class, never the one attnlab runs: a copy that drops its mask is still compared with
-    a causal reference."""
-    try:
-        source = inspect.getsource(cls.forward)
-    except (TypeError, OSError):
-        return False
-    return "mask" not in source and "causal" not in source
-
-
-def _sequence_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
-    """Its model's mask for x, made for (b, T) also when x is given (T, b, d) (FSMT's, sequence first)."""
-    rows = x.transpose(0, 1) if x.dim() == 3 and hf_grid.sequence_first(module) else x  # (b, T, d)
-    return _mask(module, rows, torch.arange(rows.shape[-2], device=x.device).expand(*rows.shape[:-1]))
-
-
-_KEEP_ONES = re.compile(r"\bmask\s*==\s*0\b|\bmask\.eq\(\s*0\s*\)")
-
-
-@cache
-def _keeps_ones(cls: type | None) -> bool:
-    """Whether the library's class reads its `mask` as 1 where a query may look and drops where it is
-    0 (XLM's and Flaubert's `(mask == 0)`), as its model's get_masks makes it. Read from the library's
-    class, never the one attnlab runs: a copy that drops its mask is still given the model's."""
-    try:
-        return cls is not None and _KEEP_ONES.search(inspect.getsource(cls.forward)) is not None
-    except (TypeError, OSError):
-        return False
-
-
-def _keep_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The mask its model makes in that form: (b, T, T), 1 where a query may look (every key, or the
-    past and itself)."""
-    keep = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.long, device=x.device)
-    keep = keep if mask_kind(module) == "bidirectional" else torch.tril(keep)
-    return keep.expand(x.shape[0], *keep.shape)  # (b, T, T)
-
-
-def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor | None:
-    from transformers import masking_utils
-
-    config = module.config
-    kind = mask_kind(module)
-    if hf_inputs.padding_mask_only(transformers_class(type(module)) or type(module)):
-        return None  # no padding
-    values = family_of(config).mask_values
-    if values != "additive":  # DeBERTa's 1 keep / 0 drop, MPT's bool True drop
-        keep = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool, device=x.device)
-        keep = keep if kind == "bidirectional" else torch.tril(keep)
-        mask = keep.long() if values == "binary" else ~keep
-        return mask.expand(x.shape[0], 1, *keep.shape)  # (b, 1, T, T)
-    if kind == "bidirectional":
-        make = (masking_utils.create_bidirectional_sliding_window_mask if _sliding_layer(module)
-                else masking_utils.create_bidirectional_mask)
-        return make(config=config, inputs_embeds=x, attention_mask=None)
-    make = masking_utils.create_causal_mask
-    if kind == "chunked" and getattr(config, "attention_chunk_size", None):
-        make = masking_utils.create_chunked_causal_mask
-    window = declared_window(module)
-    if window is not None:
-        make = masking_utils.create_sliding_window_causal_mask
-        config = _with_window(config, window)
-    return make(config=config, inputs_embeds=x, attention_mask=None, position_ids=position_ids, **_no_cache(make))
-
-
-def _no_cache(make: Any) -> dict[str, None]:
-    """The mask function's cache argument, off: `cache` from transformers 5.25, `past_key_values` before."""
-    return {"cache" if "cache" in inspect.signature(make).parameters else "past_key_values": None}
-
-
-def _sliding_layer(module: nn.Module) -> bool:
-    """Whether the model gives this layer its sliding-window mask (ModernBERT's local layers): the
-    config's layer type, as the model reads it, never the module's own window attribute."""
-    types = getattr(module.config, "layer_types", None)
-    index = getattr(module, "layer_idx", None)
-    return bool(types) and index is not None and types[index] == "sliding_attention"
-
-
-def _with_window(config: Any, window: int) -> Any:
-    """The config as the mask function reads it: Gemma's layer types make a model-level sliding
-    window the mask of a sliding layer only, and the function reads `config.sliding_window`."""
-    if getattr(config, "sliding_window", None) == window:
-        return config
-    config = copy.copy(config)
-    config.sliding_window = window
-    return config
-
-
-def _rotary(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    rotary_cls = _rotary_class(type(module))
-    if rotary_cls is None:
-        raise HFError(f"{type(module).__name__} takes position_embeddings, but no RotaryEmbedding class was found "
-                      f"beside it")
-    rotary = rotary_cls(config=module.config).to(x.device)
-    if "layer_type" in inspect.signature(rotary.forward).parameters:  # Gemma3: one frequency set per layer type
-        return rotary(x, position_ids, getattr(module, "layer_type", None) or "full_attention")
-    return rotary(x, position_ids)
-
-
-def _rotary_class(cls: type) -> type | None:
-    """The `...RotaryEmbedding` class beside the module class (defined or imported in its file),
-    else beside a class it derives from; of several, the one whose name shares the most of the
-    class's (Gemma4TextAttention's Gemma4TextRotaryEmbedding, not the vision tower's)."""
-    for klass in cls.__mro__:
-        modeling = sys.modules.get(klass.__module__)
-        found = [obj for name, obj in vars(modeling).items()
-                 if name.endswith("RotaryEmbedding") and inspect.isclass(obj)] if modeling else []
-        if found:
-            return max(found, key=lambda obj: len(os.path.commonprefix([obj.__name__, klass.__name__])))
-    return None

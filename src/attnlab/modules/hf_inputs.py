@@ -1,5 +1,5 @@
 """The forward inputs a Hugging Face model makes for its attention beyond the mask and the rotary
-(cos, sin) (`hf.forward_kwargs`), made here as the model makes them, each by its parameter's name:
+(cos, sin) (`hf_call.forward_kwargs`), made here as the model makes them, each by its parameter's name:
 
   residual           zeros: BLOOM adds it after its output projection, so the output is the attention's own
   cu_seqlens         a packed (un-batched) vision tower's sequence bounds, one sequence per batch item:

@@ -1,5 +1,5 @@
 """The model's own call of its attention, recorded: what a Hugging Face attention class is given
-when attnlab's own inputs (`hf.forward_kwargs`, `hf_inputs`) do not fit its forward.
+when attnlab's own inputs (`hf_call.forward_kwargs`, `hf_inputs`) do not fit its forward.
 
 The small model that owns the class (transformers' own model class for the module's config, built
 from that config, never downloaded) is run once on inputs made so that its attention sees the run's

@@ -27,7 +27,7 @@ from typing import Any
 from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.modules import hf, session
+from attnlab.modules import hf, hf_call, session
 from attnlab.modules.arguments import check_forward, unmasked_by_default
 from attnlab.modules.configs import ConfigConstructor, module_class
 from attnlab.modules.describe import same_file
@@ -366,7 +366,7 @@ def _causal(module: nn.Module) -> bool:
     module declares (`is_causal`, x-transformers' `causal`), else its forward: a mask it takes only
     optionally is left out by attnlab, so it runs unmasked (nn.MultiheadAttention's attn_mask)."""
     if hf.is_hf_module(module):
-        return hf.mask_kind(module) != "bidirectional"
+        return hf_call.mask_kind(module) != "bidirectional"
     for name in ("is_causal", "causal"):
         if isinstance(getattr(module, name, None), bool):
             return getattr(module, name)

@@ -176,12 +176,11 @@ class MgpstrNoSoftmax(MgpstrAttention):
     """Planted in a softmax class: its softmax replaced by sigmoids normalised per row (rows sum to 1)."""
 
     def forward(self, *args, **kwargs):
-        original = torch.Tensor.softmax
-        torch.Tensor.softmax = _sigmoid_normalised
+        torch.Tensor.softmax = _sigmoid_normalised  # shadows the method torch.Tensor inherits from TensorBase
         try:
             return super().forward(*args, **kwargs)
         finally:
-            torch.Tensor.softmax = original
+            del torch.Tensor.softmax  # inherited again: a setattr back would leave a copy other tests see as replaced
 
 
 def test_the_planted_normalisation_is_real_and_yoso_names_no_softmax():

@@ -77,7 +77,7 @@ def library_scale(module: nn.Module, origin: type | None, build: Callable[[type,
         fresh = build(origin, config, getattr(module, "layer_idx", 0) or 0)
     except Exception:  # noqa: BLE001 - a class its config alone does not build declares nothing here
         return None
-    # its `scaling`, else the `scale` its forward multiplies by (CvT's embed_dim ** -0.5, over the whole width)
+    # its `scaling`, else the `scale` its forward multiplies by (CvT's width ** -0.5, over the whole width)
     name = "scaling" if _number(getattr(fresh, "scaling", None)) else "scale" if _scaled_sides(origin, "scale") else None
     scaling = getattr(fresh, name, None) if name else None
     head_dim = declared_count(fresh, "head_dim") or next(
@@ -93,8 +93,8 @@ def library_scale(module: nn.Module, origin: type | None, build: Callable[[type,
 
 
 def _head_width(fresh: nn.Module) -> int | None:
-    """Its width over its heads, when it keeps only those (CvT's embed_dim and num_heads)."""
-    heads, width = declared_count(fresh, "num_heads"), getattr(fresh, "embed_dim", None)
+    """Its width over its heads, when it keeps only those (CvT's width and heads)."""
+    heads, width = declared_count(fresh, "num_heads"), declared_count(fresh, "d_in")
     return width // heads if isinstance(width, int) and heads and width % heads == 0 else None
 
 

@@ -105,7 +105,7 @@ def _provider(parameter: inspect.Parameter, cls: type) -> Callable[[nn.Module, t
 
 
 @cache
-def adds_mask(cls: type, name: str) -> bool:
+def adds_mask(cls: type[nn.Module], name: str) -> bool:
     """Whether the forward adds its mask `name` to the scores (FSMT's `attn_weights + attn_mask`): a
     float mask, 0 where a query may look and a large negative number where not."""
     try:

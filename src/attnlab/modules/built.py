@@ -69,7 +69,7 @@ class CallConvention:
 
     name = "module(x)"
 
-    def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
+    def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (x,), {}
 
     def unpack(self, value: Any, x: torch.Tensor) -> Returned:
@@ -96,7 +96,7 @@ class HuggingFaceCall(CallConvention):
 
     name = "module(x, attention_mask=..., position_embeddings=...)"
 
-    def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
+    def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         kwargs = hf_call.forward_kwargs(module, x)
         return (x,), {**arguments.by_name(module, x, given=tuple(kwargs)), **kwargs}
 
@@ -137,7 +137,7 @@ class ByNameCall(CallConvention):
 
     name = "module(x, **by name)"
 
-    def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
+    def arguments(self, module: nn.Module, x: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (x,), arguments.by_name(module, x)
 
     def call(self, module: nn.Module, x: torch.Tensor) -> Returned:
@@ -193,7 +193,7 @@ class Construction:
     sizes a run from it), and the counts the run reads from it."""
 
     spec: VariantSpec
-    args: tuple
+    args: tuple[Any, ...]
     kwargs: dict[str, Any]
     num_heads: int  # the head count the constructor was given; 1 for the single-head classes
     num_kv_heads: int | None  # the key/value head count it was given; None: the module's own

@@ -164,7 +164,7 @@ def _prefixed(attributes: dict[str, Any], own: str, reads: list[str]) -> dict[st
     return found
 
 
-def _field_default(f: dataclasses.Field) -> Any:
+def _field_default(f: dataclasses.Field[Any]) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else None

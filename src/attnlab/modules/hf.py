@@ -138,7 +138,7 @@ def _declared(module_cls: type[nn.Module], config: Any, layer: int = 0, in_model
     return module_cls(**kwargs)
 
 
-def _built(module_cls: type[nn.Module], args: list, kwargs: dict[str, Any], tokens: int | None) -> nn.Module:
+def _built(module_cls: type[nn.Module], args: list[Any], kwargs: dict[str, Any], tokens: int | None) -> nn.Module:
     """The class built from its model's arguments; a keyword the model's code computes from what
     attnlab does not build is left to its default (a missing one: the constructor's own one-line error)."""
     if any(a is _UNKNOWN for a in args):

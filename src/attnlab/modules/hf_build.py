@@ -30,7 +30,7 @@ _CONFIG_NAMES = ("config", "cfg")
 _DEPTH = 3  # callers above the class read: a wrapper, its layer, the layer's stack
 
 
-class _Scope(dict):
+class _Scope(dict[str, Any]):
     """An `__init__`'s locals for eval: a name it never bound (a loop's index) is the layer index."""
 
     def __init__(self, modeling: ModuleType, layer: int, values: dict[str, Any]) -> None:
@@ -44,7 +44,7 @@ class _Scope(dict):
 
 
 def model_arguments(module_cls: type[nn.Module], config: Any, layer: int = 0,
-                    tokens: int | None = None) -> tuple[list, dict] | None:
+                    tokens: int | None = None) -> tuple[list[Any], dict[str, Any]] | None:
     """(args, kwargs) the model's own code passes `module_cls`, with `config` for its config;
     None where no class of its modeling module builds it. `tokens`: the run's token count, whose
     grid is a window class's window (`hf_stage.windowed`)."""

@@ -100,7 +100,7 @@ def mask_kind(module: nn.Module) -> str:
 
 
 @cache
-def _takes_no_mask(cls: type) -> bool:
+def _takes_no_mask(cls: type[nn.Module]) -> bool:
     """Whether the library's class can mask nothing: its forward's source names no mask and nothing
     causal (BLIP's and MGP-STR's vision attention), so its model attends both ways. Read from the
     library's class, never the one attnlab runs: a copy that drops its mask is still compared with
@@ -122,7 +122,7 @@ _KEEP_ONES = re.compile(r"\bmask\s*==\s*0\b|\bmask\.eq\(\s*0\s*\)")
 
 
 @cache
-def _keeps_ones(cls: type | None) -> bool:
+def _keeps_ones(cls: type[nn.Module] | None) -> bool:
     """Whether the library's class reads its `mask` as 1 where a query may look and drops where it is
     0 (XLM's and Flaubert's `(mask == 0)`), as its model's get_masks makes it. Read from the library's
     class, never the one attnlab runs: a copy that drops its mask is still given the model's."""

@@ -41,7 +41,7 @@ class Captured:
     """The arguments `model` passes the class, positional and keyword."""
 
     model: str
-    args: tuple
+    args: tuple[Any, ...]
     kwargs: dict[str, Any]
 
 
@@ -64,10 +64,10 @@ def captured(cls: type[nn.Module], config: Any, layer: int = 0, sizes: dict[str,
     raise NotCaptured("; ".join(problems))
 
 
-def _intercepted(cls: type, model_cls: type, config: Any, layer: int) -> tuple[tuple, dict[str, Any]] | None:
+def _intercepted(cls: type, model_cls: type, config: Any, layer: int) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
     """The arguments of the model's instance of `cls` at `layer` (by a layer keyword it is passed,
     else its layer-th), the model built on the meta device only up to it."""
-    calls: list[tuple[tuple, dict[str, Any]]] = []
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
     own = cls.__dict__.get("__init__")
 
     def init(self: nn.Module, *args: Any, **kwargs: Any) -> None:
@@ -91,7 +91,7 @@ def _intercepted(cls: type, model_cls: type, config: Any, layer: int) -> tuple[t
     return calls[0] if calls and not layer else None
 
 
-def _at_layer(args: tuple, kwargs: dict[str, Any], layer: int, count: int) -> bool:
+def _at_layer(args: tuple[Any, ...], kwargs: dict[str, Any], layer: int, count: int) -> bool:
     named = [v for k, v in kwargs.items() if k in _LAYER_KEYWORDS and isinstance(v, int)]
     if named:
         return named[0] == layer

@@ -111,7 +111,7 @@ _BATCH = ("bsz", "batch_size", "batch", "bs")
 
 
 @cache
-def _unpacks_length_first(cls: type) -> bool:
+def _unpacks_length_first(cls: type[nn.Module]) -> bool:
     """Whether forward's first statement on its input unpacks its size as (length, batch, width):
     `tgt_len, bsz, embed_dim = query.size()`, the input untouched before (Longformer's transposes first)."""
     try:

@@ -115,7 +115,7 @@ def packed(module: nn.Module) -> bool:
     return any(p.name in PACKED for p in forward_parameters(type(module)))
 
 
-def packed_call(module: nn.Module, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
+def packed_call(module: nn.Module, x: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Its arguments on x (b, T, d): the rows (b * T, d), each batch item its own sequence in
     cu_seqlens, rotary (cos, sin) of each row's position in its sequence (the book's RoPE at the
     module's head_dim, a 1-D patch row: the tower's 2-D grid has no meaning for tokens)."""

@@ -103,7 +103,7 @@ def _number(value: Any) -> bool:
 
 
 @cache
-def _scaled_sides(origin: type, name: str) -> int:
+def _scaled_sides(origin: type[nn.Module], name: str) -> int:
     """How many tensors the library's forward assigns a product with its attribute `name` to: 2 when
     it scales its queries and its keys each (OpenAI's privacy filter, by head_dim ** -0.25, and passes
     scaling=1.0), so the scores are scaled by its square; 1 the scores or one side; 0 none."""

@@ -51,18 +51,18 @@ class _Stop(Exception):
 class Call:
     """The recorded call: its positional and keyword arguments, the hidden states among them."""
 
-    args: tuple
+    args: tuple[Any, ...]
     kwargs: dict[str, Any]
     hidden: torch.Tensor
 
-    def on(self, x: torch.Tensor) -> tuple[tuple, dict[str, Any]]:
+    def on(self, x: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The call with attnlab's hidden states in place of the model's."""
         if self.args and self.args[0] is self.hidden:
             return (x, *self.args[1:]), dict(self.kwargs)
         return (), {k: x if v is self.hidden else v for k, v in self.kwargs.items()}
 
 
-_CALLS: weakref.WeakKeyDictionary[nn.Module, dict[tuple, Call]] = weakref.WeakKeyDictionary()
+_CALLS: weakref.WeakKeyDictionary[nn.Module, dict[tuple[Any, ...], Call]] = weakref.WeakKeyDictionary()
 _MODELS: weakref.WeakKeyDictionary[nn.Module, list[tuple[nn.Module, nn.Module] | str]] = weakref.WeakKeyDictionary()
 _FED: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # "own" or "recorded", once known
 _TOO_FEW = "its attention sees"  # a model that ran, but not at the run's tokens
@@ -91,7 +91,7 @@ def fed(module: nn.Module, x: torch.Tensor, own: Callable[[], Any]) -> Any:
     return value
 
 
-def recorded(module: nn.Module, x: torch.Tensor, own: Exception | None = None) -> tuple[tuple, dict[str, Any]]:
+def recorded(module: nn.Module, x: torch.Tensor, own: Exception | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The module's (args, kwargs) as its model calls it, with x as the hidden states (`own`: how
     attnlab's own inputs failed, named in the refusal)."""
     calls = _CALLS.setdefault(module, {})
@@ -212,7 +212,7 @@ def _run(model: nn.Module, target: nn.Module, inputs: dict[str, Any]) -> Call | 
     parameters = forward_parameters(type(target))
     hidden_name = parameters[0].name if parameters else ""
 
-    def pre(_module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+    def pre(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         hidden = args[0] if args else kwargs.get(hidden_name)
         if isinstance(hidden, torch.Tensor):
             found.append(Call(args, kwargs, hidden))

@@ -43,8 +43,8 @@ def sized_by_tokens(module_cls: type, attributes: dict[str, Any]) -> bool:
     return any(w in names for w in _WINDOWS) or any(a in attributes for a in _REDUCTIONS)
 
 
-def staged(module_cls: type, config: Any, args: list, kwargs: dict[str, Any],
-           tokens: int | None) -> tuple[list, dict[str, Any]]:
+def staged(module_cls: type, config: Any, args: list[Any], kwargs: dict[str, Any],
+           tokens: int | None) -> tuple[list[Any], dict[str, Any]]:
     """The model's arguments with each unknown size read from the config at the stage `tokens` fit,
     and the window the grid of `tokens`."""
     names = _parameter_names(module_cls)

@@ -229,7 +229,7 @@ class ConstructorError(UserError):
     """A variant's constructor cannot be filled from the config: a wrong or missing argument."""
 
 
-def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[str, Any]) -> tuple[list, dict]:
+def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """(args, kwargs) that build `spec.cls`: `spec.cls(*args, **kwargs)`.
 
     `values` holds the top-level keys (CONSTRUCTOR_KEYS; others are ignored); context_length
@@ -259,7 +259,7 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
                 f"variant.params.{key}: variant '{spec.name}' takes no parameter '{key}'; "
                 f"{hint}its constructor is {spec.cls.__name__}{constructor_signature(spec)}"
             )
-    args: list = []
+    args: list[Any] = []
     slots = [p for p in parameters if p.kind in _POSITIONAL or p.kind == p.VAR_POSITIONAL]
     for key, slot in zip(("d_in", "d_out"), slots):
         if slot.kind != slot.VAR_POSITIONAL and (_TOP_LEVEL.get(slot.name, key) != key or slot.name in merged
@@ -294,7 +294,7 @@ def constructor_kwargs(spec: VariantSpec, values: dict[str, Any], params: dict[s
     return args, kwargs
 
 
-def check_head_split(spec: VariantSpec, args: list, kwargs: dict[str, Any], params: dict[str, Any]) -> None:
+def check_head_split(spec: VariantSpec, args: list[Any], kwargs: dict[str, Any], params: dict[str, Any]) -> None:
     """A constructor given d_out and num_heads (`constructor_kwargs`) splits d_out into heads: an
     uneven split is refused before any work, not by the module's own assert in the middle of the
     job. A head width given in the params decides the split itself."""

@@ -188,7 +188,7 @@ def fused_layout(module: nn.Module, name: str, num_heads: int | None = None,
 
 
 @cache
-def unpacked_order(cls: type) -> tuple[tuple[str, ...], bool] | None:
+def unpacked_order(cls: type[nn.Module]) -> tuple[tuple[str, ...], bool] | None:
     """The roles in the order the class's forward unpacks a split of its fused projection into
     three names (CodeGen's `query, value, key = qkv.split(local_dim, dim=-1)`), read off its source,
     and whether it splits each head's columns (DeBERTa's `transpose_for_scores(qp).chunk(3, dim=-1)`)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -33,11 +33,11 @@ from attnlab.modules.registry import (
     CONSTRUCTOR_KEYS,
     DEFAULT_VALUES,
     SPELLINGS,
-    VariantSpec,
     constructor_kwargs,
     get_variant,
 )
 from attnlab.modules.roles import declared_count, manual_seed
+from attnlab.modules.variant_spec import VariantSpec
 
 
 class PluginError(RuntimeError):
@@ -101,7 +101,7 @@ class HuggingFaceCall(CallConvention):
         return (x,), {**arguments.by_name(module, x, given=tuple(kwargs)), **kwargs}
 
     def call(self, module: nn.Module, x: torch.Tensor) -> Returned:
-        from transformers.utils import OptionalDependencyNotAvailable
+        from transformers.utils.import_utils import OptionalDependencyNotAvailable
 
         try:
             return self._call(module, x)
@@ -245,7 +245,10 @@ def create_variant(name: str, d_in: int, d_out: int, **params: Any) -> nn.Module
     return plan(name, {**DEFAULT_VALUES, "d_in": d_in, "d_out": d_out, **top}, params).instantiate()
 
 
-def _count(kwargs: dict[str, Any], key: str, default: int | None) -> int | None:
+_Default = TypeVar("_Default", int, None)  # a count given an int default is an int
+
+
+def _count(kwargs: dict[str, Any], key: str, default: _Default) -> int | _Default:
     """The value a constructor was given for `key` under any of its spellings, else `default`."""
     return next((int(kwargs[k]) for k in SPELLINGS[key] if kwargs.get(k) is not None), default)
 

@@ -7,6 +7,7 @@ import inspect
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 
@@ -34,7 +35,7 @@ def _file_name(obj: Any) -> str:
         return "?"
 
 
-def _first_comment(module: Any) -> str | None:
+def _first_comment(module: ModuleType | None) -> str | None:
     """The first line of a module's docstring, else of its leading `#` comment block."""
     if module is None:
         return None
@@ -58,10 +59,11 @@ def _first_comment(module: Any) -> str | None:
 
 def _texts(module: Any) -> set[str]:
     """Every text describe may take from a plugin module: to spot the same text in a later copy."""
-    texts = {_first_comment(module)}
+    texts: set[str | None] = {_first_comment(module)}
     for obj in vars(module).values():
         if inspect.isclass(obj) and obj.__module__ == module.__name__ and obj.__doc__:
-            texts.add(inspect.getdoc(obj).splitlines()[0].strip() if inspect.getdoc(obj) else None)
+            doc = inspect.getdoc(obj)
+            texts.add(doc.splitlines()[0].strip() if doc else None)
     return {t for t in texts if t}
 
 

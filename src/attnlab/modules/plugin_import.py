@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
@@ -119,6 +119,7 @@ def load_file(path: Path) -> Any:
     if known is not None and getattr(known, CONTENT, None) == content:
         return known  # loaded once while it stays the same; an edited file is loaded again
     spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None  # a .py file always has a spec with a source loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:
@@ -136,9 +137,10 @@ class _Held(io.TextIOBase):
     """A stream that keeps what is written while `held`, then writes through to the real one: a
     plugin that keeps `sys.stdout` (a logging handler made at import) still reaches the terminal."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: TextIO) -> None:
         super().__init__()
-        self.stream, self.held, self.parts = stream, True, []
+        self.stream, self.held = stream, True
+        self.parts: list[str] = []
 
     def write(self, text: str) -> int:
         if self.held:
@@ -157,8 +159,8 @@ class _Held(io.TextIOBase):
     def isatty(self) -> bool:
         return self.stream.isatty()
 
-    @property
-    def encoding(self) -> str:
+    @property  # typeshed declares TextIOBase.encoding a writable attribute; CPython's is a read-only property
+    def encoding(self) -> str:  # type: ignore[override]
         return getattr(self.stream, "encoding", "utf-8")
 
 

@@ -84,7 +84,8 @@ def is_norm(owner: nn.Module) -> bool:
 def module_roles(module: nn.Module) -> dict[str, str | None]:
     """Each parameter's `parameter_role`, decided by its owner first: a norm module's weight
     (`q_norm.weight`, 1-D like a bias) has none."""
-    roles, shapes = {}, {}
+    roles: dict[str, str | None] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for prefix, owner in module.named_modules():
         for attr, parameter in owner.named_parameters(recurse=False):
             name = f"{prefix}.{attr}" if prefix else attr
@@ -203,7 +204,7 @@ def unpacked_order(cls: type[nn.Module]) -> tuple[tuple[str, ...], bool] | None:
             if sorted(r for r in roles if r) == sorted(QKV_ROLES) and len(roles) == 3:
                 receiver = getattr(node.value.func, "value", None)
                 by_head = isinstance(receiver, ast.Call) and getattr(receiver.func, "attr", None) == _HEAD_SPLIT
-                return roles, by_head
+                return tuple(r for r in roles if r), bool(by_head)  # all three named, checked above
     return None
 
 

@@ -69,7 +69,7 @@ def register(obj: type | nn.Module, name: str | None = None, mark: dict[str, Any
     """Register a class or an instance for this session; returns its name (`notebook:Class`, or
     `notebook:Class-N` for the N-th distinct instance of it), or `name` when given."""
     cls = obj if inspect.isclass(obj) else type(obj)
-    built: Any = obj if inspect.isclass(obj) else InstanceCopies(obj)
+    built: Any = obj if isinstance(obj, type) else InstanceCopies(obj)  # isinstance: what inspect.isclass tests
     if name is None:
         name = PREFIX + cls.__name__
         if not inspect.isclass(obj):

@@ -134,7 +134,7 @@ def model_class(modeling: ModuleType, config_cls: type, mapped: str | None = Non
     named = [c for c in own if c.__name__ == mapped]
     models = sorted((c for c in own if "PreTrained" not in c.__name__),  # a `...Model` first, else Emu3VQVAE
                     key=lambda c: (not c.__name__.endswith("Model"), len(c.__name__)))
-    return (named or models or [None])[0]
+    return next(iter(named or models), None)
 
 
 def reachable(modeling: ModuleType, root: type) -> set[type]:
@@ -344,10 +344,10 @@ def _own(model_type: str, config_cls: type, named: str | None) -> Found:
         chosen = choose(modeling, base, built)
         if chosen is not None:
             return Found(chosen, config_cls)
-    named = sorted(c.__name__ for c in built if _ATTENTION_WORDS.search(c.__name__))
-    if named:
+    attention_named = sorted(c.__name__ for c in built if _ATTENTION_WORDS.search(c.__name__))
+    if attention_named:
         raise NotFound(f"{root.__name__} builds no attention class attnlab runs (no nn.Module named ...Attention; it "
-                       f"builds {', '.join(named)})")
+                       f"builds {', '.join(attention_named)})")
     raise NotFound(f"{root.__name__} builds no attention module: {NO_ATTENTION}")
 
 

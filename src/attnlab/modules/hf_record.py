@@ -233,7 +233,7 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
     token ids, else pixels (b, channels, side, width) or audio features (b, frames, bins) or
     (b, bins, frames) or samples (b, samples), the resized axis first at its config's size."""
     accepted = {p.name for p in forward_parameters(type(model))}
-    config = model.config
+    config: Any = model.config  # a transformers config: its attributes are its model type's
     batch, tokens = (x.shape[0], x.shape[-2]) if x.dim() == 3 else (1, x.shape[0])
     extra = {"use_cache": False} if "use_cache" in accepted else {}
     forms: list[tuple[Any, int]] = []

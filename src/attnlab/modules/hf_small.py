@@ -27,7 +27,7 @@ EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_nu
 ROUTED = ("num_experts_per_tok", "moe_k", "num_experts_per_token")
 
 
-def built(model_cls: type, config: Any, layer: int, device: torch.device, dtype: torch.dtype,
+def built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.device, dtype: torch.dtype,
           holds: Callable[[nn.Module], bool]) -> nn.Module:
     """`model_cls` from the most shrunk form of `config` it can be built from within the budget and
     still `holds` the class (a model whose layer 0 is a convolution (LFM's) keeps its layers up to

@@ -368,8 +368,8 @@ def _causal(module: nn.Module) -> bool:
     if hf.is_hf_module(module):
         return hf_call.mask_kind(module) != "bidirectional"
     for name in ("is_causal", "causal"):
-        if isinstance(getattr(module, name, None), bool):
-            return getattr(module, name)
+        if isinstance(flag := getattr(module, name, None), bool):
+            return flag
     return not unmasked_by_default(type(module))
 
 

@@ -86,7 +86,7 @@ def _base_config(cls: type) -> type | None:
     return config_class(base) if base is not None else None
 
 
-def _annotation(cls: type, parameter: inspect.Parameter) -> Any:
+def _annotation(cls: type[object], parameter: inspect.Parameter) -> Any:
     annotation = parameter.annotation
     if isinstance(annotation, str):  # `from __future__ import annotations`: resolve in the class's module
         try:
@@ -115,7 +115,7 @@ def config_attributes(config_cls: type, module_cls: type | None = None) -> dict[
     return {k: v for k, v in held.items() if not k.startswith("_")}
 
 
-def _config_reads(module_cls: type | None) -> list[str]:
+def _config_reads(module_cls: type[object] | None) -> list[str]:
     """The attributes `module_cls.__init__` reads off its config parameter (`config.n_embd`)."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(module_cls.__init__)))

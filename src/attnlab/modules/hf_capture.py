@@ -115,7 +115,7 @@ def _owners(cls: type, config: Any, sizes: dict[str, Any]) -> Iterator[tuple[typ
     for model_cls in models:
         parent_cls = model_cls.config_class
         keys = [k for k, sub in (getattr(parent_cls, "sub_configs", None) or {}).items() if sub is type(config)]
-        if not keys or parent_cls in seen or model_cls in own:
+        if parent_cls is None or not keys or parent_cls in seen or model_cls in own:  # None: keys is [] too
             continue
         seen.add(parent_cls)
         try:

@@ -21,7 +21,7 @@ import textwrap
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from torch import nn
 
@@ -98,7 +98,7 @@ def _head_width(fresh: nn.Module) -> int | None:
     return width // heads if isinstance(width, int) and heads and width % heads == 0 else None
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -80,7 +80,7 @@ def stage_of(config: Any, tokens: int | None) -> int:
     return next((k for k, r in enumerate(ratios) if height % r == 0 and width % r == 0), len(ratios) - 1)
 
 
-def _init(module_cls: type) -> ast.FunctionDef | None:
+def _init(module_cls: type[object]) -> ast.FunctionDef | None:
     """Its `__init__` as source (transformers may wrap the class: its signature names nothing)."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(module_cls.__init__)))

@@ -27,10 +27,10 @@ from attnlab.modules import hf_capture, hf_init, hf_inputs, hf_lineage, hf_recor
 from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_class
 from attnlab.modules.families import GENERIC, Family, family, family_of, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
-from attnlab.modules.hf_stage import UNKNOWN as _UNKNOWN
 from attnlab.modules.hf_build import model_arguments
 from attnlab.modules.hf_find import Found, NotFound, find
 from attnlab.modules.hf_lineage import transformers_class as transformers_class  # re-exported: callers read it here
+from attnlab.modules.hf_stage import UNKNOWN as _UNKNOWN
 from attnlab.schema import ATTN_IMPLEMENTATIONS
 
 PREFIX = "hf:"

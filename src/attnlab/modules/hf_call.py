@@ -64,7 +64,8 @@ def _position_bias(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     attn_config = getattr(module.config, "attn_config", None)
     bias_max = getattr(attn_config, "alibi_bias_max", 8)
     heads = declared_count(module, "num_heads")
-    return build(heads, x.shape[-2], bias_max, device=x.device).to(x.dtype)
+    position_bias: torch.Tensor = build(heads, x.shape[-2], bias_max, device=x.device).to(x.dtype)
+    return position_bias
 
 
 def _alibi(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
@@ -75,7 +76,9 @@ def _alibi(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
     build = getattr(sys.modules[type(module).__module__], "build_alibi_tensor", None)
     if build is None:
         raise HFError(f"{type(module).__name__} takes an ALiBi bias its modeling file has no build_alibi_tensor for")
-    return build(torch.ones(x.shape[0], x.shape[-2], dtype=torch.long, device=x.device), module.num_heads, x.dtype)
+    alibi: torch.Tensor = build(torch.ones(x.shape[0], x.shape[-2], dtype=torch.long, device=x.device),
+                                module.num_heads, x.dtype)
+    return alibi
 
 
 def mask_kind(module: nn.Module) -> str:
@@ -156,7 +159,8 @@ def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tor
     if kind == "bidirectional":
         make = (masking_utils.create_bidirectional_sliding_window_mask if _sliding_layer(module)
                 else masking_utils.create_bidirectional_mask)
-        return make(config=config, inputs_embeds=x, attention_mask=None)
+        bidirectional: torch.Tensor | None = make(config=config, inputs_embeds=x, attention_mask=None)
+        return bidirectional
     make = masking_utils.create_causal_mask
     if kind == "chunked" and getattr(config, "attention_chunk_size", None):
         make = masking_utils.create_chunked_causal_mask
@@ -164,7 +168,9 @@ def _mask(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tor
     if window is not None:
         make = masking_utils.create_sliding_window_causal_mask
         config = _with_window(config, window)
-    return make(config=config, inputs_embeds=x, attention_mask=None, position_ids=position_ids, **_no_cache(make))
+    causal: torch.Tensor | None = make(config=config, inputs_embeds=x, attention_mask=None, position_ids=position_ids,
+                                       **_no_cache(make))
+    return causal
 
 
 def _no_cache(make: Any) -> dict[str, None]:
@@ -197,8 +203,11 @@ def _rotary(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> t
                       f"beside it")
     rotary = rotary_cls(config=module.config).to(x.device)
     if "layer_type" in inspect.signature(rotary.forward).parameters:  # Gemma3: one frequency set per layer type
-        return rotary(x, position_ids, getattr(module, "layer_type", None) or "full_attention")
-    return rotary(x, position_ids)
+        cos_sin: tuple[torch.Tensor, torch.Tensor] = rotary(x, position_ids, getattr(module, "layer_type", None)
+                                                            or "full_attention")
+        return cos_sin
+    cos_sin = rotary(x, position_ids)
+    return cos_sin
 
 
 def _rotary_class(cls: type) -> type | None:

@@ -298,7 +298,7 @@ def declared_window(module: nn.Module) -> int | None:
     """The sliding window the module (Gemma's per layer) or else its config (Mistral's) declares."""
     if hasattr(module, "sliding_window"):
         return module.sliding_window
-    config = module.config
+    config: Any = module.config  # a transformers config: its attributes are its model type's
     if getattr(config, "layer_types", None) and getattr(module, "layer_idx", None) is not None:
         if config.layer_types[module.layer_idx] != "sliding_attention":
             return None

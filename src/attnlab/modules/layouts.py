@@ -218,13 +218,16 @@ def with_kv_heads(projections: Projections, num_kv_heads: int) -> Projections:
         raise LayoutError(f"num_kv_heads={num_kv_heads} does not divide num_heads={projections.num_heads}")
     hd = projections.head_dim
     columns = torch.cat([torch.arange(h * hd, (h + 1) * hd) for h in _kv_columns(projections, num_kv_heads)])
-    pick = lambda t: None if t is None else t[..., columns]  # noqa: E731
+
+    def pick(t: Tensor) -> Tensor:
+        return t[..., columns]  # (..., num_kv_heads * head_dim)
+
     return replace(
         projections,
         W_key=pick(projections.W_key),  # (d_in, num_kv_heads * head_dim)
         W_value=pick(projections.W_value),  # (d_in, num_kv_heads * head_dim)
-        b_key=pick(projections.b_key),
-        b_value=pick(projections.b_value),
+        b_key=None if projections.b_key is None else pick(projections.b_key),  # a missing bias stays missing
+        b_value=None if projections.b_value is None else pick(projections.b_value),
         num_kv_heads=num_kv_heads,
     )
 
@@ -241,16 +244,16 @@ def _target(module: nn.Module, projections: Projections, slot: _Slot,
         if all(part is None for part in parts):
             return None, ""
         widths = [projections.weight(role).shape[-1] for role in QKV_ROLES]
-        parts = [torch.zeros(w) if part is None else part for part, w in zip(parts, widths)]
+        filled = [torch.zeros(w) if part is None else part for part, w in zip(parts, widths)]
         axis = "entries" if slot.kind == "bias" else "rows" if slot.linear_style else "columns"
         layout = fused_layout(module, slot.name, projections.num_heads, projections.num_kv_heads)
         if layout.order == "per_head":
-            return layout.join(parts), f"fused qkv, {axis} per head: queries, keys, values"
+            return layout.join(filled), f"fused qkv, {axis} per head: queries, keys, values"
         if layout.order == "grouped":
-            return layout.join(parts), f"fused qkv, {axis} in {layout.groups} groups of {', '.join(layout.blocks)}"
+            return layout.join(filled), f"fused qkv, {axis} in {layout.groups} groups of {', '.join(layout.blocks)}"
         bounds = [0, widths[0], widths[0] + widths[1], sum(widths)]
         spans = ", ".join(f"{a}:{b} = {role}" for a, b, role in zip(bounds, bounds[1:], QKV_ROLES))
-        return torch.cat(parts, dim=-1), f"fused qkv, {axis} {spans}"
+        return torch.cat(filled, dim=-1), f"fused qkv, {axis} {spans}"
     full = _role_target(projections, slot)
     if full is not None and slot.role == "queries" and slot.head is None and _gated(slot, full):
         return _beside_gates(slot, full, projections.num_heads), "each head's query beside its output gate (kept)"
@@ -270,7 +273,7 @@ def _gated(slot: _Slot, queries: Tensor) -> bool:
 def _beside_gates(slot: _Slot, queries: Tensor, num_heads: int) -> Tensor:
     """A q_proj twice the queries' width holding each head's query and its output gate side by side
     (Qwen3-Next): the reference's queries in each head's first half, the module's own gate in the second."""
-    both = slot.canonical().unflatten(-1, (num_heads, 2, -1))  # (..., nh, query | gate, hs)
+    both: Tensor = slot.canonical().unflatten(-1, (num_heads, 2, -1))  # (..., nh, query | gate, hs)
     both[..., 0, :] = queries.unflatten(-1, (num_heads, -1))
     return both.flatten(-3)
 
@@ -354,11 +357,12 @@ def _extra_tokens(module: nn.Module) -> list[str]:
     ]
 
 
-def _fit_reference(projections: Projections, covered: set[tuple[str, str]]) -> tuple[Projections, dict[str, str]]:
+def _fit_reference(projections: Projections,
+                   covered: set[tuple[str, str]]) -> tuple[Projections, dict[tuple[str, str], str]]:
     """Zero what the variant has no place for (its biases), identity for a missing output
     projection; returns the changed projections and {part: why} for the record."""
-    changed: dict[str, Tensor | None] = {}
-    why: dict[str, str] = {}
+    changed: dict[str, Tensor] = {}
+    why: dict[tuple[str, str], str] = {}  # (role, "weight" | "bias")
     for role in (*QKV_ROLES, "out"):
         bias = projections.bias(role)
         if bias is not None and (role, "bias") not in covered:

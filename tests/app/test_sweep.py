@@ -74,6 +74,7 @@ class Sleepy(nn.Module):
         super().__init__()
         self.W_query = nn.Parameter(torch.rand(d_in, d_out))
     def forward(self, x):
+        open("sleeping", "w").close()  # in the sweep's working folder: the test signals only once the job is here
         time.sleep(30)
         return x @ self.W_query
 ''',
@@ -154,7 +155,7 @@ def test_ctrl_c_keeps_finished_records_and_compare_rebuilds_the_table(tmp_path, 
                                env=environment(plugin_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: len(find_record_files([sweep_dir])) == 2 if sweep_dir.exists() else False)
-        wait_for(lambda: (sweep_dir / "2-seed=1,variant=sleepy").exists())  # inside the sleeping job
+        wait_for(lambda: (tmp_path / "sleeping").exists())  # inside the sleeping job's forward, its handlers set
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=30)
     finally:

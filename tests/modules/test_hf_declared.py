@@ -24,13 +24,6 @@ from transformers.models.pix2struct.modeling_pix2struct import (  # noqa: E402
     Pix2StructVisionAttention,
 )
 
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
-
-
-def errors(result) -> list[tuple[str, str]]:
-    assert result.record.status == "ok", result.record.error
-    return [(f.code, f.stage) for f in result.findings if f.severity == "error"]
-
 
 def codes(result) -> set[tuple[str, str]]:
     return {(f.code, f.stage) for f in result.findings}
@@ -237,6 +230,8 @@ def test_a_future_hidden_in_an_encoder_attention_is_found():
 
 
 from transformers.models.fsmt.modeling_fsmt import Attention as FSMTAttention  # noqa: E402
+
+from tests.modules.hf_runs import SIZES, errors  # noqa: E402
 
 
 class FSMTUnmasked(FSMTAttention):

@@ -24,12 +24,7 @@ from transformers.models.muse_spark.modeling_muse_spark import MuseSparkTextAtte
 from transformers.models.pp_formulanet.modeling_pp_formulanet import PPFormulaNetAttention  # noqa: E402
 from transformers.models.vjepa2.modeling_vjepa2 import VJEPA2RopeAttention  # noqa: E402
 
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
-
-
-def errors(result) -> list[tuple[str, str]]:
-    assert result.record.status == "ok", result.record.error
-    return [(f.code, f.stage) for f in result.findings if f.severity == "error"]
+from tests.modules.hf_runs import SIZES, assert_runs_clean, errors  # noqa: E402
 
 
 class _Previous(nn.Linear):
@@ -156,10 +151,7 @@ def test_a_towers_own_head_count_is_filled_with_num_heads():
     ("mimo_v2_flash", ("rotary", "queries")),  # the values' own v_head_dim
 ])
 def test_the_library_class_gives_no_error_finding(model, declared):
-    result = attnlab.run(f"hf:{model}", overrides=SIZES)
-    assert errors(result) == [], [f.message for f in result.findings]
-    if declared:
-        assert declared in {(f.code, f.stage) for f in result.findings}, [f.message for f in result.findings]
+    assert_runs_clean(model, declared)
 
 
 @pytest.mark.slow

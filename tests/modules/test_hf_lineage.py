@@ -22,19 +22,13 @@ from transformers.models.switch_transformers.modeling_switch_transformers import
 from transformers.models.udop.modeling_udop import UdopAttention  # noqa: E402
 
 from attnlab.modules.hf_lineage import origin_type  # noqa: E402
-
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
+from tests.modules.hf_runs import SIZES, errors  # noqa: E402
 
 
 @pytest.mark.parametrize(("cls", "origin"), [(UdopAttention, "t5"), (SwitchTransformersAttention, "t5"),
                                              (Mistral4Attention, "deepseek_v3"), (LlamaAttention, None)])
 def test_a_class_copied_from_or_derived_from_a_family_names_it(cls, origin):
     assert origin_type(cls) == origin
-
-
-def errors(result) -> list[tuple[str, str]]:
-    assert result.record.status == "ok", result.record.error
-    return [(f.code, f.stage) for f in result.findings if f.severity == "error"]
 
 
 @pytest.mark.slow

@@ -21,12 +21,7 @@ from transformers.models.openai_privacy_filter.modeling_openai_privacy_filter im
 from transformers.models.vits.modeling_vits import VitsAttention  # noqa: E402
 from transformers.models.wav2vec2_bert.modeling_wav2vec2_bert import Wav2Vec2BertSelfAttention  # noqa: E402
 
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
-
-
-def errors(result) -> list[tuple[str, str]]:
-    assert result.record.status == "ok", result.record.error
-    return [(f.code, f.stage) for f in result.findings if f.severity == "error"]
+from tests.modules.hf_runs import SIZES, assert_runs_clean, errors  # noqa: E402
 
 
 class VitsHalfScale(VitsAttention):
@@ -102,10 +97,7 @@ def test_the_planted_scales_are_real():
     ("openai_privacy_filter", None),  # head_dim ** -0.25 on queries and keys each
 ])
 def test_the_library_class_gives_no_error_finding(model, declared):
-    result = attnlab.run(f"hf:{model}", overrides=SIZES)
-    assert errors(result) == [], [f.message for f in result.findings]
-    if declared:
-        assert declared in {(f.code, f.stage) for f in result.findings}, [f.message for f in result.findings]
+    assert_runs_clean(model, declared)
 
 
 @pytest.mark.slow

@@ -189,12 +189,15 @@ def test_a_job_terminated_writes_its_checkpoint_at_that_step_and_resumes(tmp_pat
     process = _start(stopped)
     while _generation(stopped) < 3 and process.poll() is None:
         time.sleep(0.01)
+    sent_at = _generation(stopped)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=300) == 143
     assert "attnlab: terminated (SIGTERM)" in process.stderr.read()
     process.stdout.close()
     process.stderr.close()
-    assert _generation(stopped) >= 4  # one more, at the step the signal came in
+    # One more, at the step the signal came in; none more when it came in while that step's checkpoint was
+    # being written (the in-process test above checks the extra checkpoint deterministically).
+    assert _generation(stopped) >= sent_at >= 3
     resumed = _start(stopped)
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     _same_results(stopped, whole)

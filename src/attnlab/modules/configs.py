@@ -117,6 +117,8 @@ def config_attributes(config_cls: type, module_cls: type | None = None) -> dict[
 
 def _config_reads(module_cls: type[object] | None) -> list[str]:
     """The attributes `module_cls.__init__` reads off its config parameter (`config.n_embd`)."""
+    if module_cls is None:
+        return []
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(module_cls.__init__)))
     except (TypeError, OSError, SyntaxError):
@@ -351,6 +353,10 @@ class ConfigConstructor:
         return self.module_cls(config, **extra)
 
 
+# what a variant is built with: its class, or that class built from a config (called alike)
+Constructor = type[nn.Module] | ConfigConstructor
+
+
 _WIDTH = re.compile(r"(dim|size|heads|features|channels)s?$")  # a width's name; never a depth, a vocabulary
 
 
@@ -368,6 +374,6 @@ def _renamed(value: Any, renamed: dict[int, int]) -> Any:
     return value
 
 
-def module_class(cls: Any) -> Any:
+def module_class(cls: Constructor) -> type[nn.Module]:
     """The nn.Module class a variant's constructor builds: a ConfigConstructor's wrapped class."""
     return cls.module_cls if isinstance(cls, ConfigConstructor) else cls

@@ -296,8 +296,9 @@ def provided(cls: Any) -> tuple[str, ...]:
 
 def declared_window(module: nn.Module) -> int | None:
     """The sliding window the module (Gemma's per layer) or else its config (Mistral's) declares."""
-    if hasattr(module, "sliding_window"):
-        return module.sliding_window
+    if hasattr(module, "sliding_window"):  # a plain attribute: nn.Module's __getattr__ types only its tensors and modules
+        own: int | None = getattr(module, "sliding_window", None)
+        return own
     config: Any = module.config  # a transformers config: its attributes are its model type's
     if getattr(config, "layer_types", None) and getattr(module, "layer_idx", None) is not None:
         if config.layer_types[module.layer_idx] != "sliding_attention":

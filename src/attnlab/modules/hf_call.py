@@ -9,7 +9,6 @@ import inspect
 import os
 import re
 import sys
-from functools import cache
 from typing import Any
 
 import torch
@@ -17,6 +16,7 @@ from torch import nn
 
 from attnlab.modules import hf_grid, hf_inputs
 from attnlab.modules.arguments import adds_mask
+from attnlab.modules.class_cache import per_class
 from attnlab.modules.families import GENERIC, family_of
 from attnlab.modules.hf import HFError, declared_window, transformers_class
 from attnlab.modules.roles import declared_count
@@ -102,7 +102,7 @@ def mask_kind(module: nn.Module) -> str:
     return "bidirectional" if origin is not None and _takes_no_mask(origin) else "causal"
 
 
-@cache
+@per_class
 def _takes_no_mask(cls: type[nn.Module]) -> bool:
     """Whether the library's class can mask nothing: its forward's source names no mask and nothing
     causal (BLIP's and MGP-STR's vision attention), so its model attends both ways. Read from the
@@ -124,7 +124,7 @@ def _sequence_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
 _KEEP_ONES = re.compile(r"\bmask\s*==\s*0\b|\bmask\.eq\(\s*0\s*\)")
 
 
-@cache
+@per_class
 def _keeps_ones(cls: type[nn.Module] | None) -> bool:
     """Whether the library's class reads its `mask` as 1 where a query may look and drops where it is
     0 (XLM's and Flaubert's `(mask == 0)`), as its model's get_masks makes it. Read from the library's
@@ -181,7 +181,7 @@ def _no_cache(make: Any) -> dict[str, None]:
 def _sliding_layer(module: nn.Module) -> bool:
     """Whether the model gives this layer its sliding-window mask (ModernBERT's local layers): the
     config's layer type, as the model reads it, never the module's own window attribute."""
-    types = getattr(module.config, "layer_types", None)
+    types: list[str] = getattr(module.config, "layer_types", None) or []
     index = getattr(module, "layer_idx", None)
     return bool(types) and index is not None and types[index] == "sliding_attention"
 

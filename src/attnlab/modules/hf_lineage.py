@@ -19,12 +19,12 @@ import re
 import sys
 import textwrap
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from torch import nn
 
+from attnlab.modules.class_cache import per_class
 from attnlab.modules.roles import declared_count
 
 # the key width its scores are over, besides head_dim's spellings (T5-style classes' key_value_proj_dim)
@@ -54,7 +54,7 @@ def _base_in_modular(cls: type) -> str | None:
     return imported.group(1) if imported else None
 
 
-@cache
+@per_class
 def origin_type(cls: type) -> str | None:
     """The model folder whose attention class `cls` copies or derives from (`t5` for UdopAttention)."""
     try:
@@ -82,7 +82,7 @@ def library_scale(module: nn.Module, origin: type | None, build: Callable[[type,
     scaling = getattr(fresh, name, None) if name else None
     head_dim = declared_count(fresh, "head_dim") or next(
         (v for s in _HEAD_DIMS if isinstance(v := getattr(fresh, s, None), int)), None) or _head_width(fresh)
-    if not _number(scaling) or not isinstance(head_dim, int):
+    if name is None or not _number(scaling) or not isinstance(head_dim, int):
         return None
     sides = max(_scaled_sides(origin, name), 1)
     if abs(scaling ** sides - head_dim ** -0.5) <= 1e-6 * head_dim ** -0.5:
@@ -102,7 +102,7 @@ def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-@cache
+@per_class
 def _scaled_sides(origin: type[nn.Module], name: str) -> int:
     """How many tensors the library's forward assigns a product with its attribute `name` to: 2 when
     it scales its queries and its keys each (OpenAI's privacy filter, by head_dim ** -0.25, and passes
@@ -129,7 +129,7 @@ _SCALES = re.compile(r"scal(e|es|ing)\b|sqrt|\*\*\s*\(?-?\s*0?\.5|scaled_dot_pro
                      re.IGNORECASE)
 
 
-@cache
+@per_class
 def names_no_scale(origin: type) -> bool:
     """Whether the library's class `origin` names no scale anywhere in its code (comments left out):
     its scores go into the softmax as they are (GPT-Neo's). Read from the library's class, never the
@@ -146,7 +146,7 @@ _SOFTMAX = re.compile(r"softmax|scaled_dot_product|attention_interface|attention
                       r"MultiheadAttention|_attn\b", re.IGNORECASE)
 
 
-@cache
+@per_class
 def computes_no_softmax(origin: type) -> bool:
     """Whether the library's class `origin`, and the functions and classes of its modeling file it
     calls (YOSO's YosoCumulation), name no softmax: an approximation by design (YOSO's LSH

@@ -11,14 +11,13 @@ import pytest
 import torch
 
 import attnlab
+from tests.modules.hf_runs import SIZES
 
 pytest.importorskip("transformers")
 
 from attnlab.modules import hf_record, hf_small  # noqa: E402
 from attnlab.modules.built import HUGGING_FACE_CALL  # noqa: E402
 from attnlab.modules.hf import hf_constructor  # noqa: E402
-
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
 
 
 def _models_own_call(module: torch.nn.Module, model_cls: type, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,6 +13,7 @@ configs accept unknown attributes silently.
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import difflib
 import inspect
@@ -357,6 +358,43 @@ _WIDTH = re.compile(r"(dim|size|heads|features|channels)s?$")  # a width's name;
 def _with_subconfigs(config: Any) -> list[Any]:
     held = [v for v in vars(config).values() if hasattr(v, "to_dict") and hasattr(v, "model_type")]
     return [config, *(s for v in held for s in _with_subconfigs(v))]
+
+
+def tied(config: Any) -> Any | None:
+    """A copy of a Hugging Face `config` with each width its class's defaults tie to a size attnlab
+    set (SqueezeBERT's embedding_size, 768 as its hidden_size) set to attnlab's value, as `_consistent`
+    sets them for a validator; None where no width is tied."""
+    try:
+        default = type(config)()
+    except Exception:  # noqa: BLE001 - a config that needs arguments has no defaults to tie by
+        return None
+    own = getattr(config, "model_type", "")
+    sizes = {s for key in _EVERY_SPELLING for s in spellings(key, own)}
+    renamed = {old: new for s in sizes if type(old := getattr(default, s, None)) is int
+               and type(new := getattr(config, s, None)) is int and old != new}
+    small = copy.deepcopy(config)
+    changed = False
+    for holder, original in zip(_with_subconfigs(small), _with_subconfigs(default), strict=False):
+        for name, value in list(vars(holder).items()):
+            # a width left at its default (never one attnlab set) that equals a size's default
+            if _WIDTH.search(name) and not name.startswith("_") and value == getattr(original, name, None) \
+                    and (new := _tied_value(value, renamed)) != value:
+                setattr(holder, name, new)
+                changed = True
+    return small if changed else None
+
+
+def _tied_value(value: Any, renamed: dict[int, int]) -> Any:
+    """`value` renamed (`_renamed`); widths that sum to a size's default (Reformer's axial_pos_embds_dim,
+    64 + 192 = its hidden_size 256) scaled to sum to attnlab's."""
+    if isinstance(value, (list, tuple)) and len(value) > 1 and all(type(v) is int for v in value) \
+            and sum(value) in renamed:
+        total = renamed[sum(value)]
+        scaled = [v * total // sum(value) for v in value]
+        scaled[-1] += total - sum(scaled)  # what rounding down left goes to the last
+        if all(scaled):
+            return type(value)(scaled)
+    return _renamed(value, renamed)
 
 
 def _renamed(value: Any, renamed: dict[int, int]) -> Any:

@@ -188,21 +188,32 @@ def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size
     the size, so each try scales it by the tokens wanted over the tokens seen."""
     tokens = x.shape[-2]
     seen: dict[int, int] = {}
+    failed = ""
     for _ in range(_TRIES):
         try:
             call = _run(model, target, make(size))
         except Exception as exc:  # noqa: BLE001 - the model's own error at this size
-            return None, f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+            failed = failed or f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+            if seen or size // 2 < 2 * tokens:
+                return None, failed
+            # its first size too long for the model (a position table as long as the run's context): half of it
+            size //= 2
+            continue
         if call is None:
             return None, "it never called its attention"
         if tuple(call.hidden.shape[:-1]) == tuple(x.shape[:-1]):
             return call, ""
+        if call.hidden.dim() == 3 and call.hidden.shape[1] == x.shape[-1] != call.hidden.shape[-1]:
+            return None, f"its model passes {type(target).__name__} its hidden states channels first, " \
+                         f"(batch, width, tokens) {tuple(call.hidden.shape)}, a layout attnlab does not run"
         seen[size] = call.hidden.shape[-2] if call.hidden.dim() >= 2 else call.hidden.shape[0]
         if len(set(seen.values())) < len(seen):
             break  # the size does not change the tokens
         size = max(1, round(size * tokens / max(seen[size], 1)))
         while size in seen:
             size += 1
+    if not seen:
+        return None, failed
     return None, f"{_TOO_FEW} {min(seen.values())} tokens from its smallest input; run with inputs.n_tokens=" \
                  f"{min(seen.values())}"
 

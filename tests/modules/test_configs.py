@@ -50,3 +50,16 @@ def test_widths_a_model_ties_to_the_size_its_config_leaves_alone_are_tied():
     ReformerModel(tied(reformer))
     # BERT's widths tie nothing to its hidden size: nothing to change
     assert tied(hf_constructor("hf:bert")(64, 64, 4).config) is None
+
+
+def test_an_empty_rope_parameters_takes_transformers_documented_default():
+    """CohereCompass's text config leaves rope_parameters {} (its own rotary class then fails with
+    KeyError 'full_attention'): filled with the default rotary at rope_theta 10000.0, transformers'
+    documented `default_theta`, for each of its layer types; its model then builds."""
+    from transformers import CohereCompassTextConfig
+    from transformers.models.cohere_compass.modeling_cohere_compass import CohereCompassTextModel
+
+    assert CohereCompassTextConfig().rope_parameters == {}
+    config = hf_constructor("hf:cohere_compass_text")(64, 64, 4).config
+    assert config.rope_parameters == {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+    CohereCompassTextModel(config)

@@ -192,6 +192,8 @@ class HFConstructor(ConfigConstructor):
         rope = None if "rope_parameters" in params or origin is None else hf_small.rope_at(
             self.config_cls, origin, values["d_out"] // (values.get("num_heads") or 1))
         config = super().config(values, {**params, **({"rope_parameters": rope} if rope else {})}, private)
+        if getattr(config, "rope_parameters", None) == {} and hasattr(config, "default_theta"):
+            _default_rope(config)
         if getattr(config, "is_heterogeneous", False):
             # a per-layer config (Dots3's) holds attnlab's sizes globally, which the layer built without an
             # override of its own reads: attnlab reads them there as well, never refused as ambiguous
@@ -346,3 +348,12 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
     if scale is None and origin is not None and hf_lineage.names_no_scale(origin):
         return 1.0, f"{origin.__name__} applies no scale to its scores (its code names none)"
     return scale
+
+
+def _default_rope(config: Any) -> None:
+    """An empty `rope_parameters` (CohereCompass's default, which its own rotary class cannot read)
+    filled with transformers' documented default: the default rotary at `config.default_theta`,
+    one per layer type where the config keys them so."""
+    rope = {"rope_type": "default", "rope_theta": config.default_theta}
+    types = getattr(config, "layer_types", None)
+    config.rope_parameters = {kind: dict(rope) for kind in dict.fromkeys(types)} if types else rope

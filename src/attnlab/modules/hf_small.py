@@ -74,11 +74,12 @@ def shrunk(config: Any, layer: int, level: int) -> Any:
     2 also with a small vocabulary, feed-forward, expert count and other depths; its sub-configs alike."""
     small = copy.deepcopy(config)
     small._attn_implementation = getattr(config, "_attn_implementation", None) or "eager"
-    types = getattr(small, "layer_types", None)
-    if "sliding_window" in vars(small) and small.sliding_window is None and isinstance(types, (list, tuple)) \
-            and "sliding_attention" not in types and isinstance(getattr(small, "max_position_embeddings", None), int):
+    held = vars(small)  # its own values: a per-layer config (Dots3's) refuses reading a global one
+    types, context = held.get("layer_types"), held.get("max_position_embeddings")
+    if "sliding_window" in held and held["sliding_window"] is None and isinstance(types, (list, tuple)) \
+            and "sliding_attention" not in types and isinstance(context, int):
         # no layer slides, yet its model builds the sliding mask (Step3.7's): a window of its whole context masks nothing
-        small.sliding_window = small.max_position_embeddings
+        small.sliding_window = context
     if level:
         _shrink(small, layer, level)
     return small

@@ -67,6 +67,7 @@ _MODELS: weakref.WeakKeyDictionary[nn.Module, list[tuple[nn.Module, nn.Module] |
 _FED: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # "own" or "recorded", once known
 _TOO_FEW = "its attention sees"  # a model that ran, but not at the run's tokens
 _TRIES = 6  # sizes of a model's input tried before refusing
+_HALVINGS = 2  # of them, halvings of a first size the model refuses
 _MODEL_CLASSES = 2  # of a modeling file's model classes for the config, the first ones tried
 
 
@@ -189,12 +190,12 @@ def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size
     tokens = x.shape[-2]
     seen: dict[int, int] = {}
     failed = ""
-    for _ in range(_TRIES):
+    for tried in range(_TRIES):
         try:
             call = _run(model, target, make(size))
         except Exception as exc:  # noqa: BLE001 - the model's own error at this size
             failed = failed or f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-            if seen or size // 2 < 2 * tokens:
+            if seen or tried >= _HALVINGS or size // 2 < 2 * tokens:
                 return None, failed
             # its first size too long for the model (a position table as long as the run's context): half of it
             size //= 2

@@ -362,9 +362,8 @@ def _default_rope(config: Any) -> None:
 
 def _fresh(module_cls: type[nn.Module], config: Any, layer: int) -> nn.Module:
     """`module_cls` built from `config` for its Python attributes alone (declared_scale reads its
-    `scaling`): on the meta device, where no weight is drawn (a real GPT-2 small layer's 7M drawn
-    weights made declared_scale 0.18 CPU-s of a 12-layer run); for real where the meta build fails
-    (a constructor that reads a tensor's value)."""
+    `scaling`): on the meta device, where no weight is drawn (drawing a real layer's weights was most of
+    declared_scale's cost); for real where the meta build fails (a constructor that reads a tensor's value)."""
     try:
         with torch.device("meta"):
             return build_attention(module_cls, config, layer=layer)

@@ -39,7 +39,8 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
                         if n in accepted and adds_mask(transformers_class(type(module)) or type(module), n)), None):
         kwargs[added] = _sequence_mask(module, x)  # FSMT's attn_mask, added to its scores as its decoder's
     if "position_embeddings" in accepted:
-        kwargs["position_embeddings"] = _rotary(module, x, position_ids)
+        kwargs["position_embeddings"] = (_added_positions(x) if adds_positions(transformers_class(type(module)))
+                                         else _rotary(module, x, position_ids))
     if "position_ids" in accepted:
         kwargs["position_ids"] = position_ids
     if "alibi" in accepted:
@@ -194,6 +195,37 @@ def _with_window(config: Any, window: int) -> Any:
     config = copy.copy(config)
     config.sliding_window = window
     return config
+
+
+_ADDS_POSITIONS = re.compile(r"\+\s*position_embeddings\b|with_pos_embed\(\s*\w+\s*,\s*position_embeddings\s*\)")
+
+
+@cache
+def adds_positions(cls: type[nn.Module] | None) -> bool:
+    """Whether the library's class adds its `position_embeddings` to its hidden states before the
+    query and key projections (DETR's sine or learned embedding of object queries and image
+    locations: `hidden_states + position_embeddings`, `with_pos_embed`), never rotating them. Read
+    from the library's class, so a copy with a planted mistake is given what its model gives."""
+    if cls is None or _rotary_class(cls) is not None:
+        return False
+    try:
+        return _ADDS_POSITIONS.search(inspect.getsource(cls.forward)) is not None
+    except (TypeError, OSError):
+        return False
+
+
+def _added_positions(x: torch.Tensor) -> torch.Tensor:
+    """The sine position embedding such a model adds (Vaswani et al.'s, as DETR's sine embedding
+    makes it along each axis of its feature map), over the tokens' order: (b, T, d_in), the same
+    for every batch item, sin on the even coordinates and cos on the odd ones."""
+    tokens, width = x.shape[-2], x.shape[-1]
+    position = torch.arange(tokens, dtype=torch.float32, device=x.device)[:, None]  # (T, 1)
+    frequency = 10000.0 ** (-torch.arange(0, width, 2, dtype=torch.float32, device=x.device) / width)  # (d_in / 2,)
+    angles = position * frequency  # (T, d_in / 2)
+    embedding = torch.zeros(tokens, width, device=x.device)
+    embedding[:, 0::2] = torch.sin(angles)
+    embedding[:, 1::2] = torch.cos(angles[:, :width // 2])
+    return embedding.to(x.dtype).expand(*x.shape[:-2], tokens, width)  # (b, T, d_in)
 
 
 def _rotary(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

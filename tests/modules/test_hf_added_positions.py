@@ -74,12 +74,14 @@ def test_attnlab_gives_the_sine_embedding_and_the_class_adds_it_to_queries_and_k
         assert float((planted(x, **kwargs)[0] - out).abs().max()) > 1e-3
 
 
-def test_a_rotary_class_is_still_given_cos_and_sin():
-    assert not hf_call.adds_positions(None)
+def test_the_added_positions_are_read_from_the_class_and_a_rotary_class_is_not_one():
+    assert hf_call.added_positions(None) == ()
     from transformers.models.llama.modeling_llama import LlamaAttention
+    from transformers.models.table_transformer.modeling_table_transformer import TableTransformerAttention
 
-    assert not hf_call.adds_positions(LlamaAttention)
-    assert hf_call.adds_positions(RTDetrSelfAttention)
+    assert hf_call.added_positions(LlamaAttention) == ()
+    assert hf_call.added_positions(RTDetrSelfAttention) == ("position_embeddings",)
+    assert hf_call.added_positions(TableTransformerAttention) == ("object_queries",)  # its name for them
 
 
 def test_a_tower_s_hidden_width_tied_to_the_model_s_is_attnlab_s():
@@ -98,3 +100,37 @@ def test_the_library_class_names_its_added_positions(model):
 def test_keys_as_queries_planted_beside_the_positions_is_still_found():
     result = attnlab.run(RTDetrKeysAsQueries, overrides=SIZES)
     assert ("query_source", "queries") in errors(result), [f.message for f in result.findings]
+
+
+def test_a_class_that_turns_its_input_itself_is_given_it_sequence_first_with_its_positions():
+    """Mask2Former's attention permutes (T, b, d) to (b, T, d) first, as its model passes it: the
+    positions are made sequence first too, and each batch item's output is plain DETR attention of
+    that item (checked in plain torch), in the object queries' order, unmasked."""
+    from transformers import Mask2FormerConfig
+    from transformers.models.mask2former.modeling_mask2former import Mask2FormerAttention
+
+    from attnlab.modules import hf_grid
+    from attnlab.modules.built import HuggingFaceCall
+
+    config = Mask2FormerConfig(hidden_dim=64, num_attention_heads=4)
+    torch.manual_seed(0)
+    module = Mask2FormerAttention(64, 4).eval()
+    module.config = config
+    assert hf_grid.sequence_first(module) and not hf_grid.sequence_first(RTDetrSelfAttention(config, 64, 4))
+    assert hf_call.mask_kind(module) == "bidirectional"  # a detection model's queries: no order to mask by
+    x = torch.rand(2, 8, 64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = HuggingFaceCall().call(module, x).output
+        pos = _sine(8, 64)
+        b, n, d = x.shape
+        queries, keys, values = (w(t).view(b, n, 4, 16).transpose(1, 2) for w, t in
+                                 ((module.q_proj, x + pos), (module.k_proj, x + pos), (module.v_proj, x)))
+        attn_weights = torch.softmax(queries @ keys.transpose(2, 3) / 4.0, dim=-1)
+        plain = module.out_proj((attn_weights @ values).transpose(1, 2).reshape(b, n, d))
+    torch.testing.assert_close(got, plain, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["mask2former", "table-transformer"])  # sequence first; `object_queries`
+def test_the_library_class_under_other_names_and_layouts_names_its_added_positions(model):
+    assert_runs_clean(model, ("added_positions", "queries"))

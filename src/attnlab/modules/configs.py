@@ -178,6 +178,17 @@ def _tied_widths(attributes: dict[str, Any], d_in: str | None) -> list[str]:
             if name != d_in and type(default) is int and default == width and _HIDDEN_WIDTH.search(name)]
 
 
+def prefixed_sizes(config: Any) -> dict[str, list[str]]:
+    """The attributes of a config instance (a sub-config attnlab sizes as its model builds it) that
+    hold a size under a tower's name, by attnlab's key: heads and head sizes (`_prefixed`), and the
+    hidden widths tied to its own (`_tied_widths`) as "d_in"."""
+    held = {k: v for k, v in vars(config).items() if not k.startswith("_")}
+    own = getattr(config, "model_type", "")
+    found = _prefixed(held, own, [])
+    d_in = next((s for s in spellings("d_in", own) if type(held.get(s)) is int), None)
+    return {**found, "d_in": _tied_widths(held, d_in)}
+
+
 def _field_default(f: dataclasses.Field[Any]) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default

@@ -165,6 +165,31 @@ def _prefixed(attributes: dict[str, Any], own: str, reads: list[str]) -> dict[st
     return found
 
 
+_HIDDEN_WIDTH = re.compile(r"_(hidden_dim|hidden_size|d_model|embed_dim)$")
+
+
+def _tied_widths(attributes: dict[str, Any], d_in: str | None) -> list[str]:
+    """A tower's own hidden width whose default is the model's (RT-DETR's encoder_hidden_dim of 256
+    beside its d_model of 256): the model passes its hidden states from one to the other, and its
+    code builds the attention class from either, so both are attnlab's d_in."""
+    width = attributes.get(d_in) if d_in else None
+    if type(width) is not int:
+        return []
+    return [name for name, default in attributes.items()
+            if name != d_in and type(default) is int and default == width and _HIDDEN_WIDTH.search(name)]
+
+
+def prefixed_sizes(config: Any) -> dict[str, list[str]]:
+    """The attributes of a config instance (a sub-config attnlab sizes as its model builds it) that
+    hold a size under a tower's name, by attnlab's key: heads and head sizes (`_prefixed`), and the
+    hidden widths tied to its own (`_tied_widths`) as "d_in"."""
+    held = {k: v for k, v in vars(config).items() if not k.startswith("_")}
+    own = getattr(config, "model_type", "")
+    found = _prefixed(held, own, [])
+    d_in = next((s for s in spellings("d_in", own) if type(held.get(s)) is int), None)
+    return {**found, "d_in": _tied_widths(held, d_in)}
+
+
 def _field_default(f: dataclasses.Field[Any]) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
@@ -190,6 +215,8 @@ class ConfigConstructor:
         self.also = {key: [s for s in spellings(key, own) if s in self.attributes and s != self.spelled[key]]
                      for key in _EVERY_SPELLING}
         self.prefixed = _prefixed(self.attributes, own, _config_reads(module_cls))
+        d_in = self.spelled["d_in"]
+        self.tied = _tied_widths(self.attributes, (getattr(config_cls, "attribute_map", None) or {}).get(d_in, d_in))
         # the head size's spelling (T5's d_kv, diffusers' dim_head), filled as d_out / num_heads
         self.head_dim = next((s for s in spellings("head_dim", own) if s in self.attributes), None)
         self.extra = self.constructor_parameters()
@@ -231,6 +258,7 @@ class ConfigConstructor:
             for spelling in self.also[key]:
                 if values.get(key) is not None:
                     filled[spelling] = self._per_stage(spelling, values[key])
+        filled.update({name: values["d_in"] for name in self.tied if values.get("d_in") is not None})
         if heads := values.get("num_heads"):  # a tower's own heads (Moonshine's decoder_num_attention_heads)
             sized = {"num_heads": heads, "head_dim": values["d_out"] // heads,
                      "num_kv_heads": values.get("num_kv_heads") or heads}

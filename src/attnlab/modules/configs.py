@@ -289,6 +289,7 @@ class ConfigConstructor:
         config = self.config_cls()
         renamed = {old: value for key, value in filled.items() if type(old := getattr(config, key, None)) is int
                    and type(value) is int and old != value and key not in also}
+        renamed = {**self._group_renamed(config, filled), **renamed}  # a size of its own first
         for holder in _with_subconfigs(config):
             for name, value in list(vars(holder).items()):
                 if _WIDTH.search(name) and not name.startswith("_"):
@@ -298,6 +299,17 @@ class ConfigConstructor:
         if hasattr(config, "validate"):
             config.validate()
         return config
+
+    def _group_renamed(self, config: Any, filled: dict[str, Any]) -> dict[int, int]:
+        """The default's query heads per key/value head as attnlab's (Kolibri's index_num_heads, at most its
+        48 / 4 = 12 query heads of a key head, becomes 4 / 4 = 1): a count tied to the grouping, shrunk alike."""
+        heads, kv = self.spelled["num_heads"], self.spelled["num_kv_heads"]
+        old = [getattr(config, name, None) if name else None for name in (heads, kv)]
+        new = [filled.get(name) if name else None for name in (heads, kv)]
+        if not all(type(v) is int and v > 0 for v in (*old, *new)) or old[0] % old[1] or new[0] % new[1]:
+            return {}
+        before, after = old[0] // old[1], new[0] // new[1]
+        return {before: after} if before != after else {}
 
     def _set(self, filled: dict[str, Any]) -> Any:
         try:

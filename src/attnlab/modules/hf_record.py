@@ -32,6 +32,7 @@ from attnlab.errors import UserError
 from attnlab.modules import hf_inputs, hf_small
 from attnlab.modules.arguments import forward_parameters, providable, required
 from attnlab.modules.families import spellings
+from attnlab.modules.hf_lineage import missing_packages
 
 
 class ModelCallError(RuntimeError):
@@ -66,6 +67,7 @@ _CALLS: weakref.WeakKeyDictionary[nn.Module, dict[tuple[Any, ...], Call]] = weak
 _MODELS: weakref.WeakKeyDictionary[nn.Module, list[tuple[nn.Module, nn.Module] | str]] = weakref.WeakKeyDictionary()
 _FED: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # "own" or "recorded", once known
 _TOO_FEW = "its attention sees"  # a model that ran, but not at the run's tokens
+_NOT_INSTALLED = ", which is not installed"  # a model that needs an optional package
 _TRIES = 6  # sizes of a model's input tried before refusing
 _MODEL_CLASSES = 2  # of a modeling file's model classes for the config, the first ones tried
 
@@ -131,7 +133,10 @@ def _models(module: nn.Module, x: torch.Tensor) -> list[tuple[nn.Module, nn.Modu
                 model = hf_small.built(model_cls, module.config, layer if isinstance(layer, int) else 0,
                                        x.device, x.dtype, lambda m: type(m) is _origin(module))
             except Exception as exc:  # noqa: BLE001 - a model class that cannot be built from this config: the next one
-                found.append(f"{model_cls.__name__}: {type(exc).__name__}: {exc}".splitlines()[0][:160])
+                asked = missing_packages(model_cls) if isinstance(exc, ImportError) else []
+                missing = " or ".join([p for p in asked if p in str(exc).lower()] or asked)  # those its error names
+                found.append(f"{model_cls.__name__} needs {missing}{_NOT_INSTALLED}" if missing else
+                             f"{model_cls.__name__}: {type(exc).__name__}: {exc}".splitlines()[0][:160])
                 continue
             target = _instance(model, module)
             found.append((model, target) if target is not None else f"{model_cls.__name__} holds no {_origin(module).__name__}")
@@ -156,6 +161,8 @@ def _record(module: nn.Module, x: torch.Tensor, own: Exception | None) -> Call:
         raise OutsideInput(f"{name}.forward needs '{outside[0]}', an input its model makes from what lies outside the "
                            f"attention, and its model could not be run to make it ({problem}); run a subclass whose "
                            f"forward passes {outside[0]}=...")
+    if problem.endswith(_NOT_INSTALLED):  # as a forward needing that package says it (DiNAT's natten)
+        raise ImportError(f"{name}'s inputs are its model's, and {problem}")
     why = f"{type(own).__name__}: {' '.join(str(own).split())}"[:120] if own is not None else "none"
     raise ModelCallError(f"{name}: its model's call could not be recorded at these sizes ({problem}); attnlab's own "
                          f"inputs failed ({why})")

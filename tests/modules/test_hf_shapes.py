@@ -111,3 +111,23 @@ def test_the_library_class_gives_no_error_finding(model, declared):
 def test_a_mistake_planted_in_a_subclass_is_still_found(planted, expected):
     result = attnlab.run(planted, overrides=SIZES)
     assert expected in errors(result), [f.message for f in result.findings]
+
+
+def test_the_next_size_follows_a_model_that_adds_tokens_of_its_own():
+    """CPM-Ant's model sees its 32 prompt tokens before the ids: 33 ids show 65 tokens, 17 show 49,
+    so 1 id shows the 33 wanted (a ratio alone would try 17, 9, 5, ...)."""
+    from attnlab.modules.hf_record import _next_size
+
+    assert _next_size({33: 65}, 33, 33) == 17
+    assert _next_size({33: 65, 17: 49}, 17, 33) == 1
+    assert _next_size({8: 16}, 8, 8) == 4  # tokens in proportion: the ratio
+
+
+@pytest.mark.slow
+def test_a_class_its_model_runs_at_a_count_of_its_own_runs_there_and_says_why():
+    """LED's encoder attention takes a multiple of its window (512 by default): random inputs run there."""
+    result = attnlab.run("hf:led", overrides=SIZES)
+    assert errors(result) == [], [f.message for f in result.findings]
+    assert result.record.n_tokens == 512
+    [note] = result.record.notes
+    assert note.startswith("ran at n_tokens=512, not inputs.n_tokens=8") and "its attention sees 512 tokens" in note

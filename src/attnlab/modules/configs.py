@@ -19,6 +19,7 @@ import inspect
 import re
 import sys
 import textwrap
+from functools import cache
 from typing import Any
 
 from torch import nn
@@ -253,6 +254,8 @@ class ConfigConstructor:
         """A value where the config holds one per stage (Swin's num_heads [3, 6, 12, 24]): every stage's."""
         aliased = (getattr(self.config_cls, "attribute_map", None) or {}).get(spelling, spelling)  # Swin's num_heads
         default = self.attributes.get(spelling, self.attributes.get(aliased))
+        if default is None:  # a field its config's __post_init__ fills (SAM 2's embed_dim_per_stage): as built
+            default = getattr(_built_default(self.config_cls), spelling, None)
         return type(default)([value] * len(default)) if isinstance(default, (list, tuple)) and default else value
 
     def _built(self, filled: dict[str, Any]) -> Any:
@@ -364,6 +367,15 @@ class ConfigConstructor:
 
 
 _WIDTH = re.compile(r"(dim|size|heads|features|channels)s?$")  # a width's name; never a depth, a vocabulary
+
+
+@cache
+def _built_default(config_cls: type) -> Any:
+    """The config class built with its defaults; None where it needs arguments."""
+    try:
+        return config_cls()
+    except Exception:  # noqa: BLE001 - a config that needs arguments holds no default to read
+        return None
 
 
 def _with_subconfigs(config: Any) -> list[Any]:

@@ -150,7 +150,7 @@ def _built(module_cls: type[nn.Module], args: list[Any], kwargs: dict[str, Any],
         window = hf_stage.refused_window(module_cls, tokens, exc)
         if window is None:
             raise
-        raise HFError(window) from None
+        raise window from None
 
 
 def _guessed_constructor(module_cls: type) -> dict[str, str]:

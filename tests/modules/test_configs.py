@@ -31,7 +31,7 @@ def test_a_width_the_defaults_tie_to_the_size_is_set_alike():
 
 def test_a_config_refused_either_way_is_a_one_line_error():
     with pytest.raises(ConfigError, match="Kolibri1_1Config refused the values") as caught:
-        hf_constructor("hf:kolibri1_1")(64, 64, 4)
+        hf_constructor("hf:kolibri1_1")(64, 64, 4, index_num_heads=5)  # more than the 4 // 4 its validator allows
     assert "\n" not in str(caught.value)
 
 

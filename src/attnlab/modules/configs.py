@@ -20,6 +20,7 @@ import inspect
 import re
 import sys
 import textwrap
+from functools import cache
 from typing import Any
 
 from torch import nn
@@ -282,6 +283,8 @@ class ConfigConstructor:
         """A value where the config holds one per stage (Swin's num_heads [3, 6, 12, 24]): every stage's."""
         aliased = (getattr(self.config_cls, "attribute_map", None) or {}).get(spelling, spelling)  # Swin's num_heads
         default = self.attributes.get(spelling, self.attributes.get(aliased))
+        if default is None:  # a field its config's __post_init__ fills (SAM 2's embed_dim_per_stage): as built
+            default = getattr(_built_default(self.config_cls), spelling, None)
         return type(default)([value] * len(default)) if isinstance(default, (list, tuple)) and default else value
 
     def _built(self, filled: dict[str, Any]) -> Any:
@@ -318,6 +321,7 @@ class ConfigConstructor:
         config = self.config_cls()
         renamed = {old: value for key, value in filled.items() if type(old := getattr(config, key, None)) is int
                    and type(value) is int and old != value and key not in also}
+        renamed = {**self._group_renamed(config, filled), **renamed}  # a size of its own first
         for holder in _with_subconfigs(config):
             for name, value in list(vars(holder).items()):
                 if _WIDTH.search(name) and not name.startswith("_"):
@@ -327,6 +331,17 @@ class ConfigConstructor:
         if hasattr(config, "validate"):
             config.validate()
         return config
+
+    def _group_renamed(self, config: Any, filled: dict[str, Any]) -> dict[int, int]:
+        """The default's query heads per key/value head as attnlab's (Kolibri's index_num_heads, at most its
+        48 / 4 = 12 query heads of a key head, becomes 4 / 4 = 1): a count tied to the grouping, shrunk alike."""
+        heads, kv = self.spelled["num_heads"], self.spelled["num_kv_heads"]
+        old = [getattr(config, name, None) if name else None for name in (heads, kv)]
+        new = [filled.get(name) if name else None for name in (heads, kv)]
+        if not all(type(v) is int and v > 0 for v in (*old, *new)) or old[0] % old[1] or new[0] % new[1]:
+            return {}
+        before, after = old[0] // old[1], new[0] // new[1]
+        return {before: after} if before != after else {}
 
     def _set(self, filled: dict[str, Any]) -> Any:
         try:
@@ -381,6 +396,15 @@ class ConfigConstructor:
 
 
 _WIDTH = re.compile(r"(dim|size|heads|features|channels)s?$")  # a width's name; never a depth, a vocabulary
+
+
+@cache
+def _built_default(config_cls: type) -> Any:
+    """The config class built with its defaults; None where it needs arguments."""
+    try:
+        return config_cls()
+    except Exception:  # noqa: BLE001 - a config that needs arguments holds no default to read
+        return None
 
 
 def _with_subconfigs(config: Any) -> list[Any]:

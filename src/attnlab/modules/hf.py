@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
-import re
 import sys
 from functools import cache
 from typing import Any
@@ -30,6 +29,7 @@ from attnlab.modules.families import GENERIC, Family, family, family_of, spellin
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
 from attnlab.modules.hf_build import model_arguments
 from attnlab.modules.hf_find import Found, NotFound, find
+from attnlab.modules.hf_lineage import missing_packages as missing_packages  # re-exported: built.py reads it here
 from attnlab.modules.hf_lineage import transformers_class as transformers_class  # re-exported: callers read it here
 from attnlab.modules.hf_stage import UNKNOWN as _UNKNOWN
 from attnlab.schema import ATTN_IMPLEMENTATIONS
@@ -151,7 +151,7 @@ def _built(module_cls: type[nn.Module], args: list[Any], kwargs: dict[str, Any],
         window = hf_stage.refused_window(module_cls, tokens, exc)
         if window is None:
             raise
-        raise HFError(window) from None
+        raise window from None
 
 
 def _guessed_constructor(module_cls: type) -> dict[str, str]:
@@ -253,16 +253,6 @@ def config_constructor(cls: type[nn.Module], name: str) -> ConfigConstructor | N
     if transformers is not None and issubclass(found, transformers.PretrainedConfig):
         return HFConstructor(cls, found, name)
     return ConfigConstructor(cls, found, name)
-
-
-def missing_packages(cls: type) -> list[str]:
-    """The optional packages the modeling file of `cls` asks for (`is_natten_available()`) that
-    transformers finds missing."""
-    import transformers.utils
-
-    source = inspect.getsource(inspect.getmodule(cls) or cls)
-    asked = sorted(set(re.findall(r"\bis_(\w+)_available\(", source)))
-    return [name for name in asked if not getattr(transformers.utils, f"is_{name}_available", lambda: True)()]
 
 
 def _transformers_config(cls: type) -> type | None:

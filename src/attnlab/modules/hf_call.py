@@ -19,6 +19,7 @@ from attnlab.modules import hf_grid, hf_inputs
 from attnlab.modules.arguments import adds_mask, forward_parameters
 from attnlab.modules.families import GENERIC, family_of
 from attnlab.modules.hf import HFError, declared_window, transformers_class
+from attnlab.modules.hf_stage import grid_of
 from attnlab.modules.roles import declared_count
 
 
@@ -245,6 +246,8 @@ def _rotary(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> t
         raise HFError(f"{type(module).__name__} takes position_embeddings, but no RotaryEmbedding class was found "
                       f"beside it")
     rotary = rotary_cls(config=module.config).to(x.device)
+    if next(iter(inspect.signature(rotary.forward).parameters)) == "pixel_values":  # DINOv3's: from the image's size
+        return rotary(_pixels(module.config, x))  # type: ignore[no-any-return]
     if "layer_type" in inspect.signature(rotary.forward).parameters:  # Gemma3: one frequency set per layer type
         cos_sin: tuple[torch.Tensor, torch.Tensor] = rotary(x, position_ids, getattr(module, "layer_type", None)
                                                             or "full_attention")
@@ -264,3 +267,13 @@ def _rotary_class(cls: type) -> type | None:
         if found:
             return max(found, key=lambda obj: len(os.path.commonprefix([obj.__name__, klass.__name__])))
     return None
+
+
+def _pixels(config: Any, x: torch.Tensor) -> torch.Tensor:
+    """An image whose patches are the tokens after its model's class and register tokens, laid out on a
+    grid (`hf_stage.grid_of`), for a rotary class that reads the patch grid off the pixels' size (DINOv3's,
+    which leaves those first tokens unrotated): (b, channels, height * patch, width * patch)."""
+    prefix = 1 + (getattr(config, "num_register_tokens", 0) or 0)
+    height, width = grid_of(x.shape[-2] - prefix if x.shape[-2] > prefix else x.shape[-2])
+    patch = config.patch_size if isinstance(config.patch_size, int) else config.patch_size[0]
+    return x.new_zeros(x.shape[0], getattr(config, "num_channels", 3), height * patch, width * patch)

@@ -175,3 +175,12 @@ def _code(text: str) -> str:
     except SyntaxError:
         return text
 
+
+def missing_packages(cls: type) -> list[str]:
+    """The optional packages the modeling file of `cls` asks for (`is_natten_available()`) that
+    transformers finds missing."""
+    import transformers.utils
+
+    source = inspect.getsource(inspect.getmodule(cls) or cls)
+    asked = sorted(set(re.findall(r"\bis_(\w+)_available\(", source)))
+    return [name for name in asked if not getattr(transformers.utils, f"is_{name}_available", lambda: True)()]

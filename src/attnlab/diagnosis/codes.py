@@ -33,6 +33,7 @@ CHECKS: tuple[DeclaredCheck, ...] = (
     recognisers.rotary,
     recognisers.xpos,
     recognisers.qk_norm,
+    recognisers.query_scale,
     recognisers.cosine_attention,
     recognisers.window,
     recognisers.position_bias,

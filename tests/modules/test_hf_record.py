@@ -128,3 +128,25 @@ def test_multimodal_rotary_sections_are_rescaled_to_the_heads_attnlab_sizes():
     from transformers.models.hy_v4_vl.configuration_hy_v4_vl import HYV4VLTextConfig
 
     assert hf_small.rope_at(HYV4VLTextConfig, Qwen2VLAttention, 16) is None
+
+
+def test_a_model_whose_first_input_is_too_long_for_its_positions_is_recorded_from_a_shorter_one():
+    """Nemotron's streaming encoder refuses 9 frames after subsampling past its max_position_embeddings
+    (the run's 8 tokens): the recorder halves its features' first size and resizes from there, and
+    records the model's own relative positions for the run's 8 tokens (2 * 8 - 1 of them)."""
+    module = hf_constructor("hf:nemotron_asr_streaming_encoder")(64, 64, 4, context_length=8).eval()  # the run's
+    assert module.config.max_position_embeddings == 8
+    x = torch.randn(2, 8, 64)  # (b, num_tokens, d_in)
+    args, kwargs = hf_record.recorded(module, x)
+    assert kwargs["hidden_states"] is x
+    assert tuple(kwargs["position_embeddings"].shape[:2]) == (2, 2 * 8 - 1)
+
+
+@pytest.mark.slow
+def test_a_model_that_hands_its_attention_channels_first_is_refused_in_one_line():
+    """SqueezeBERT's model passes its attention (batch, width, tokens): refused naming that layout,
+    never as a token count to run with."""
+    result = attnlab.run("hf:squeezebert", overrides=SIZES)
+    assert result.record.status != "ok"
+    assert "channels first" in result.record.error and "n_tokens" not in result.record.error
+    assert "\n" not in result.record.error

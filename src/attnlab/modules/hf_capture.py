@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from attnlab.modules import hf_small
+from attnlab.modules.configs import prefixed_sizes
 from attnlab.modules.families import spellings
 
 _LAYER_KEYWORDS = ("layer_idx", "layer_id", "layer_index", "layer_number", "block_idx")
@@ -146,8 +147,9 @@ def _sized_alike(config: Any, sizes: dict[str, Any], implementation: str, top: b
         sub._attn_implementation = implementation
         if getattr(sub, "is_heterogeneous", False):  # its sizes held globally, as attnlab's own config (`hf`)
             sub.allow_global_per_layer_attribute_access = True
+        prefixed = prefixed_sizes(sub)  # a tower's own heads (DETR's decoder_attention_heads), its hidden width
         for key, value in values.items():
-            held = [s for s in spellings(key) if type(_held(sub, s)) is int]
+            held = [s for s in spellings(key) if type(_held(sub, s)) is int] + prefixed.get(key, [])
             for spelling in held if value is not None else ():
                 setattr(sub, spelling, value)
     return config

@@ -80,6 +80,9 @@ def library_scale(module: nn.Module, origin: type | None, build: Callable[[type,
     # its `scaling`, else the `scale` its forward multiplies by (CvT's width ** -0.5, over the whole width)
     name = "scaling" if _number(getattr(fresh, "scaling", None)) else "scale" if _scaled_sides(origin, "scale") else None
     scaling = getattr(fresh, name, None) if name else None
+    passed = _passed_scale(origin) if name is None else None
+    if passed is not None:  # no scale of its own: the one its forward passes (TimesFM's 1.0 after its per-column one)
+        return passed, f"{origin.__name__} passes scaling={passed:g} to its attention function"
     head_dim = declared_count(fresh, "head_dim") or next(
         (v for s in _HEAD_DIMS if isinstance(v := getattr(fresh, s, None), int)), None) or _head_width(fresh)
     if name is None or not _number(scaling) or not isinstance(head_dim, int):
@@ -116,6 +119,20 @@ def _scaled_sides(origin: type[nn.Module], name: str) -> int:
               and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult) and _times(n, name)
                       for n in ast.walk(node.value))}
     return min(len(scaled), 2)
+
+
+@per_class
+def _passed_scale(origin: type[nn.Module]) -> float | None:
+    """The number the library's forward passes as `scaling=` to its attention function, when it is a
+    literal (TimesFM scales its queries by a learned vector, then passes scaling=1.0); None: none or
+    an expression."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(origin.forward)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    passed = {k.value.value for node in ast.walk(tree) if isinstance(node, ast.Call) for k in node.keywords
+              if k.arg == "scaling" and isinstance(k.value, ast.Constant) and _number(k.value.value)}
+    return float(passed.pop()) if len(passed) == 1 else None
 
 
 def _times(product: ast.BinOp, name: str) -> bool:
@@ -175,3 +192,12 @@ def _code(text: str) -> str:
     except SyntaxError:
         return text
 
+
+def missing_packages(cls: type) -> list[str]:
+    """The optional packages the modeling file of `cls` asks for (`is_natten_available()`) that
+    transformers finds missing."""
+    import transformers.utils
+
+    source = inspect.getsource(inspect.getmodule(cls) or cls)
+    asked = sorted(set(re.findall(r"\bis_(\w+)_available\(", source)))
+    return [name for name in asked if not getattr(transformers.utils, f"is_{name}_available", lambda: True)()]

@@ -313,6 +313,9 @@ def _copy(slot: _Slot, target: Tensor, note: str) -> str:
     notes = (["transposed"] if slot.linear_style else []) + ([note] if note else [])
     if param.shape != stored.shape and not slot.linear_style and param.dim() == 2 and param.shape == stored.T.shape:
         stored, notes = stored.T, ["transposed"] + notes  # a raw (d_out, d_in) used as x @ W.T
+    if param.dim() == 3 and param.shape[1:] == target.T.shape:  # one (out, in) weight per position (Moshi's codebooks)
+        param.copy_(target.T.expand_as(param))  # (positions, out, in)
+        return f"shared (transposed, the same in each of its {param.shape[0]} per-position weights)"
     if param.shape != stored.shape:
         return f"native: shape {tuple(param.shape)} does not fit {tuple(stored.shape)}"
     param.copy_(stored)

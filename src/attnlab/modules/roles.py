@@ -34,6 +34,7 @@ FUSED_QKV = re.compile("|".join(sorted({"qkv", *(re.escape(row.fused_qkv.lower()
 # along the output, when every head has its own key and value: GPT-NeoX, Persimmon, Bloom (a
 # family row's fused_order says so for the others: Falcon, GPTBigCode)
 PER_HEAD_FUSED_QKV = re.compile(r"query_key_value")
+_WRAPPED = ("linear",)  # the inner layer of a projection wrapper (Moshi's and Kyutai's q_proj.linear), named by its kind
 _HEAD_SPLIT = "transpose_for_scores"  # BERT-style classes' (b, T, heads * hd) -> (b, heads, T, hd)
 # an output projection, lower case: the source's out_proj, Hugging Face's o_proj, dense and
 # DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, T5's o, BLIP's projection,
@@ -66,6 +67,8 @@ def parameter_role(name: str) -> str | None:
     """
     parts = [p for p in name.lower().split(".") if not p.isdigit()]
     if len(parts) > 1 and parts[-1] in ("weight", "bias"):
+        parts = parts[:-1]
+    if len(parts) > 1 and parts[-1] in _WRAPPED:  # Moshi's q_proj.linear: the wrapper's name says the role
         parts = parts[:-1]
     leaf = parts[-1] if parts else ""
     if FUSED_QKV.search(leaf):

@@ -29,8 +29,8 @@ def effect_grid(records: Iterable[Record]) -> tuple[list[str], list[int], np.nda
             continue
         layer = record.model.layer_name
         if record.model.edited_heads is not None:  # one run's edits, one head at a time
-            for head, effect in zip(record.model.edited_heads, record.model.head_effects or []):
-                cells[layer, head] = effect.kl_mean
+            for edited, edited_effect in zip(record.model.edited_heads, record.model.head_effects or []):
+                cells[layer, edited] = edited_effect.kl_mean
             continue
         head = ((record.config or {}).get("intervene") or {}).get("head")
         if not isinstance(head, int):

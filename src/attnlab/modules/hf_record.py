@@ -18,6 +18,7 @@ refusal naming the forward's input and what to pass.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 import sys
@@ -295,6 +296,9 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
                      if getattr(config, s, None)), 80)
         forms += [(signal("input_features", (batch, 64, bins), 1), 64),
                   (signal("input_features", (batch, bins, 64), 2), 64)]
+        made = _extractor_bins(model)  # the bins its own feature extractor makes (Gemma 4's 128), where the config names none
+        if made not in (None, bins):
+            forms.append((signal("input_features", (batch, 64, made), 1), 64))
     if "input_values" in accepted:
         forms.append((signal("input_values", (batch, 1600), 1), 1600))
     parameters = forward_parameters(type(model))
@@ -304,6 +308,25 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
         if width:
             forms.append((signal("hidden_states", (batch, tokens, width), 1), tokens))
     return forms
+
+
+def _extractor_bins(model: nn.Module) -> int | None:
+    """The default `feature_size` of the feature extractor beside the model's modeling file (its
+    package's `feature_extraction_*` module), where there is one."""
+    package = type(model).__module__.rsplit(".", 1)[0]
+    try:
+        extraction = importlib.import_module(f"{package}.feature_extraction_{package.rsplit('.', 1)[-1]}")
+    except ImportError:
+        return None
+    for name, cls in vars(extraction).items():
+        if name.endswith("FeatureExtractor") and inspect.isclass(cls) and cls.__module__ == extraction.__name__:
+            try:
+                size = getattr(cls(), "feature_size", None)
+            except Exception:  # noqa: BLE001 - an extractor that needs arguments names no default
+                continue
+            if isinstance(size, int):
+                return size
+    return None
 
 
 def _width(config: Any) -> int | None:

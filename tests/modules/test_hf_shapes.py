@@ -143,3 +143,14 @@ def test_a_class_its_model_runs_at_a_count_of_its_own_runs_there_and_says_why():
     assert result.record.n_tokens == 512
     [note] = result.record.notes
     assert note.startswith("ran at n_tokens=512, not inputs.n_tokens=8") and "its attention sees 512 tokens" in note
+
+
+@pytest.mark.slow
+def test_projections_of_another_input_width_are_refused_in_one_line_naming_them():
+    """MobileBERT's attention takes its bottleneck (true_hidden_size 128) for queries and keys and the
+    hidden states (64) for values: one line naming each width, not a matrix product's shapes."""
+    result = attnlab.run("hf:mobilebert", overrides=SIZES)
+    assert result.record.status != "ok"
+    assert "takes inputs of other widths than the run's d_in=64 (query 128, key 128, value 64 wide)" in \
+        result.record.error
+    assert "\n" not in result.record.error

@@ -1,7 +1,7 @@
 """Library classes whose parameters, config or inputs are shaped unlike the book's: Moshi's and
 Kyutai's projections wrapped (`q_proj.linear`) and stacked one per position, Kolibri's indexer heads
-tied to the query heads of a key head, EoMT-DINOv3's rotary read off an image's size, LayoutLMv2's
-model needing a package that is not installed. Each library class runs with no error finding, and a
+tied to the query heads of a key head, SAM 2's per-stage widths, EoMT-DINOv3's rotary read off an
+image's size, LayoutLMv2's model needing a package that is not installed, LED's token count. Each library class runs with no error finding, and a
 mistake planted in a subclass is still found at its stage."""
 
 from __future__ import annotations
@@ -80,6 +80,17 @@ def test_kolibri_s_indexer_heads_shrink_with_the_query_heads_of_a_key_head():
     assert config.index_num_heads == config.num_attention_heads // config.num_key_value_heads == 1
 
 
+def test_a_config_s_per_stage_widths_are_the_run_s():
+    """SAM 2's Hiera builds stage i at embed_dim_per_stage[i] (96, 192, ... by default, filled by its
+    config's __post_init__): every stage at the run's width and heads."""
+    from attnlab.modules.hf import hf_constructor
+
+    module = hf_constructor("hf:sam2_hiera_det_model")(64, 64, 4, context_length=8)
+    assert module.config.embed_dim_per_stage == [64, 64, 64, 64]
+    assert module.config.num_attention_heads_per_stage == [4, 4, 4, 4]
+    assert tuple(module.qkv.weight.shape) == (3 * 64, 64)
+
+
 def test_a_model_needing_a_missing_package_is_refused_in_one_line_naming_it():
     from transformers.utils import is_detectron2_available
 
@@ -97,6 +108,7 @@ def test_a_model_needing_a_missing_package_is_refused_in_one_line_naming_it():
     ("kyutai_speech_to_text", ("rotary", "queries")),  # q_proj.linear: an nn.Linear in a wrapper
     ("kolibri1_1", ("qk_norm", "queries")),
     ("eomt_dinov3", ("rotary", "queries")),  # RoPE over the patches after the class and register tokens
+    ("sam2_hiera_det_model", None),  # every stage's width (embed_dim_per_stage) and heads the run's
 ])
 def test_the_library_class_gives_no_error_finding(model, declared):
     assert_runs_clean(model, declared)
@@ -131,3 +143,14 @@ def test_a_class_its_model_runs_at_a_count_of_its_own_runs_there_and_says_why():
     assert result.record.n_tokens == 512
     [note] = result.record.notes
     assert note.startswith("ran at n_tokens=512, not inputs.n_tokens=8") and "its attention sees 512 tokens" in note
+
+
+@pytest.mark.slow
+def test_projections_of_another_input_width_are_refused_in_one_line_naming_them():
+    """MobileBERT's attention takes its bottleneck (true_hidden_size 128) for queries and keys and the
+    hidden states (64) for values: one line naming each width, not a matrix product's shapes."""
+    result = attnlab.run("hf:mobilebert", overrides=SIZES)
+    assert result.record.status != "ok"
+    assert "takes inputs of other widths than the run's d_in=64 (query 128, key 128, value 64 wide)" in \
+        result.record.error
+    assert "\n" not in result.record.error

@@ -256,6 +256,9 @@ def _rotary(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> t
     return cos_sin
 
 
+_ROTARY_NAMES = ("RotaryEmbedding", "RopePositionEmbedding")  # DINOv3's and Sapiens 2's name the second way
+
+
 def _rotary_class(cls: type) -> type | None:
     """The `...RotaryEmbedding` class beside the module class (defined or imported in its file),
     else beside a class it derives from; of several, the one whose name shares the most of the
@@ -263,7 +266,7 @@ def _rotary_class(cls: type) -> type | None:
     for klass in cls.__mro__:
         modeling = sys.modules.get(klass.__module__)
         found = [obj for name, obj in vars(modeling).items()
-                 if name.endswith("RotaryEmbedding") and inspect.isclass(obj)] if modeling else []
+                 if name.endswith(_ROTARY_NAMES) and inspect.isclass(obj)] if modeling else []
         if found:
             return max(found, key=lambda obj: len(os.path.commonprefix([obj.__name__, klass.__name__])))
     return None
@@ -273,7 +276,8 @@ def _pixels(config: Any, x: torch.Tensor) -> torch.Tensor:
     """An image whose patches are the tokens after its model's class and register tokens, laid out on a
     grid (`hf_stage.grid_of`), for a rotary class that reads the patch grid off the pixels' size (DINOv3's,
     which leaves those first tokens unrotated): (b, channels, height * patch, width * patch)."""
-    prefix = 1 + (getattr(config, "num_register_tokens", 0) or 0)
-    height, width = grid_of(x.shape[-2] - prefix if x.shape[-2] > prefix else x.shape[-2])
+    tokens, prefix = x.shape[-2], 1 + (getattr(config, "num_register_tokens", 0) or 0)
+    prefix = prefix if tokens > prefix else min(1, tokens - 1)  # fewer tokens than those: the class token alone
+    height, width = grid_of(tokens - prefix)
     patch = config.patch_size if isinstance(config.patch_size, int) else config.patch_size[0]
     return x.new_zeros(x.shape[0], getattr(config, "num_channels", 3), height * patch, width * patch)

@@ -37,11 +37,15 @@ def _config():
     return config
 
 
-class TimesFmShiftedQueries(TimesFmAttention):
-    """Planted: each token's query is the previous token's (rolled along the tokens after the scale)."""
+class TimesFmQueriesFromKeys(TimesFmAttention):
+    """Planted: the queries computed with the key projection (k_proj called where q_proj is)."""
 
-    def _scale_query(self, query: torch.Tensor) -> torch.Tensor:
-        return torch.roll(super()._scale_query(query), 1, dims=2)
+    def forward(self, *args, **kwargs):
+        self.q_proj.forward = self.k_proj.forward
+        try:
+            return super().forward(*args, **kwargs)
+        finally:
+            del self.q_proj.forward
 
 
 class TimesFmSoftmaxOverQueries(TimesFmAttention):
@@ -82,7 +86,7 @@ def test_the_library_class_and_the_planted_copies_in_plain_torch():
         original.scaling.copy_(torch.randn(16, generator=g))  # a different factor per column
         out = original(x, attention_mask=mask)[0]
         assert torch.allclose(out, _plain(original, x), atol=1e-5)
-        for planted in (TimesFmShiftedQueries(config, layer_idx=0), TimesFmSoftmaxOverQueries(config, layer_idx=0)):
+        for planted in (TimesFmQueriesFromKeys(config, layer_idx=0), TimesFmSoftmaxOverQueries(config, layer_idx=0)):
             planted.load_state_dict(original.state_dict())
             assert (planted.eval()(x, attention_mask=mask)[0] - out).abs().max() > 1e-3
 
@@ -98,7 +102,7 @@ def test_timesfm_per_dimension_query_scale_is_named_not_a_query_source(model, de
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("planted", "expected"), [
-    (TimesFmShiftedQueries, ("query_source", "queries")),
+    (TimesFmQueriesFromKeys, ("query_source", "queries")),
     (TimesFmSoftmaxOverQueries, ("softmax_axis", "weights")),
 ])
 def test_a_mistake_planted_in_a_timesfm_copy_is_still_found(planted, expected):

@@ -7,10 +7,12 @@ import pytest
 import torch
 from torch import nn
 
+import attnlab
 from attnlab.capture.recorder import capture
 from attnlab.modules.layouts import read_projections
 from attnlab.modules.registry import VariantSpec, auto_reference
-from attnlab.modules.roles import FusedLayout, parameter_role
+from attnlab.modules.roles import FusedLayout, module_roles, parameter_role
+from tests.modules.hf_runs import SIZES, assert_runs_clean, errors
 
 
 class _Head(nn.Module):
@@ -130,3 +132,74 @@ def test_falcons_new_decoder_architecture_is_read_per_key_value_group_as_its_for
     split = layout.split(fused)
     assert all(torch.equal(a, b) for a, b in zip(split, expected))
     assert torch.equal(layout.join(split), fused)
+
+
+class _ProfileBank(nn.Module):
+    """A part of an attention class holding a bare parameter named `proj` (Inkling's relative-position profiles)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Parameter(torch.zeros(4, 8))
+
+
+class _WithProfileBank(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(8, 8) for _ in range(4))
+        self.rel_logits_proj = _ProfileBank()
+
+
+def test_a_bare_parameter_named_proj_inside_a_part_is_not_the_output_projection():
+    roles = module_roles(_WithProfileBank())
+    assert roles["o_proj.weight"] == "out" and roles["rel_logits_proj.proj"] is None
+    alone = nn.Module()
+    alone.inner = _ProfileBank()
+    assert module_roles(alone)["inner.proj"] == parameter_role("proj") == "out"  # no other: still read by its name
+
+
+pytest.importorskip("transformers")
+
+from transformers.models.inkling.modeling_inkling import InklingAttention  # noqa: E402
+
+
+class InklingSoftmaxOverQueries(InklingAttention):
+    """Planted: the softmax normalises each key's column (over the queries) instead of each query's row."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        with torch.no_grad():  # its profiles are torch.empty until a model initialises them: no stray NaN
+            self.rel_logits_proj.proj.normal_(0.0, 0.02, generator=torch.Generator().manual_seed(0))
+
+    def forward(self, *args, **kwargs):
+        original = nn.functional.softmax
+        nn.functional.softmax = lambda t, dim=None, **kw: original(t, -2, **kw)
+        try:
+            return super().forward(*args, **kwargs)
+        finally:
+            nn.functional.softmax = original
+
+
+def test_the_inkling_plant_is_real():
+    """Independently of attnlab: the planted copy's weights sum to 1 over the queries, the library's over the keys."""
+    from transformers.models.inkling.configuration_inkling import InklingTextConfig
+
+    config = InklingTextConfig(hidden_size=64, num_attention_heads=4, head_dim=16, num_key_value_heads=4,
+                               swa_num_attention_heads=4, swa_head_dim=16, swa_num_key_value_heads=4,
+                               num_hidden_layers=2)
+    config._attn_implementation = "eager"
+    x = torch.rand(1, 8, 64, generator=torch.Generator().manual_seed(0))
+    original = InklingAttention(config, 0).eval()
+    planted = InklingSoftmaxOverQueries(config, 0).eval()
+    planted.load_state_dict(original.state_dict())
+    mask = torch.zeros(8, 8).masked_fill(torch.ones(8, 8, dtype=torch.bool).triu(1), float("-inf"))[None, None]
+    with torch.no_grad():
+        theirs, mine = original(x, attention_mask=mask)[1], planted(x, attention_mask=mask)[1]
+    assert torch.allclose(theirs.sum(-1), torch.ones(1, 4, 8), atol=1e-5)
+    assert torch.allclose(mine.sum(-2), torch.ones(1, 4, 8), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_inklings_relative_profile_bank_is_not_read_as_its_output_projection():
+    assert_runs_clean("inkling_text", ("score_terms", "scaled_scores"))
+    result = attnlab.run(InklingSoftmaxOverQueries, overrides=SIZES)
+    assert ("softmax_axis", "weights") in errors(result), [f.message for f in result.findings]

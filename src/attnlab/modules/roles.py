@@ -94,7 +94,21 @@ def module_roles(module: nn.Module) -> dict[str, str | None]:
             name = f"{prefix}.{attr}" if prefix else attr
             roles.setdefault(name, None if is_norm(owner) else parameter_role(name))
             shapes[name] = tuple(parameter.shape)
+    roles = _outermost_out(roles)
     return roles if any(r in (*QKV_ROLES, "qkv") for r in roles.values()) else _fused_by_shape(roles, shapes)
+
+
+def _outermost_out(roles: dict[str, str | None]) -> dict[str, str | None]:
+    """A bare parameter named like an output projection inside a part of the class (Inkling's
+    rel_logits_proj.proj, a bank of relative-position profiles) is not the output projection when the
+    class has an output projection module (its o_proj.weight); output projections in a row still are."""
+    def bare_inside(name: str) -> bool:
+        parts = [p for p in name.split(".") if not p.isdigit()]
+        return len(parts) > 1 and parts[-1] not in ("weight", "bias")
+
+    if not any(r == "out" and not bare_inside(n) for n, r in roles.items()):
+        return roles
+    return {n: None if r == "out" and bare_inside(n) else r for n, r in roles.items()}
 
 
 def _fused_by_shape(roles: dict[str, str | None], shapes: dict[str, tuple[int, ...]]) -> dict[str, str | None]:

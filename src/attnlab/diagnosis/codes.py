@@ -32,7 +32,9 @@ CHECKS: tuple[DeclaredCheck, ...] = (
     # deliberate changes first: each would otherwise read as a wrong source or a wrong scale
     recognisers.rotary,
     recognisers.xpos,
+    recognisers.added_positions,
     recognisers.qk_norm,
+    recognisers.query_scale,
     recognisers.cosine_attention,
     recognisers.window,
     recognisers.position_bias,
@@ -73,6 +75,7 @@ _MASK_CODES = ("mask_missing", "mask_offset", "mask_fill_value", "mask_after_sof
 # code -> the codes dropped once it is found
 SUPPRESSES: dict[str, tuple[str, ...]] = {
     "xpos": ("query_source", "key_index", "rotary_misapplied"),
+    "added_positions": ("query_source", "key_index"),
     "cosine_attention": ("scaling",),
     "window": _MASK_CODES,
     "position_bias": ("scaling", "score_terms"),

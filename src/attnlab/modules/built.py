@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from attnlab.errors import UserError
+from attnlab.errors import TokensNeeded, UserError
 from attnlab.modules import arguments, hf, hf_call, hf_grid, hf_inputs, hf_record
 from attnlab.modules.registry import (
     CONSTRUCTOR_KEYS,
@@ -36,7 +36,7 @@ from attnlab.modules.registry import (
     constructor_kwargs,
     get_variant,
 )
-from attnlab.modules.roles import declared_count, manual_seed
+from attnlab.modules.roles import QKV_ROLES, declared_count, manual_seed, module_roles
 from attnlab.modules.variant_spec import VariantSpec
 
 
@@ -108,6 +108,11 @@ class HuggingFaceCall(CallConvention):
         except OptionalDependencyNotAvailable:  # a BaseException: said as the ImportError it stands for
             missing = " or ".join(hf.missing_packages(type(module))) or "an optional package"
             raise ImportError(f"{type(module).__name__}'s forward needs {missing}, which is not installed") from None
+        except UserError:
+            raise
+        except Exception:
+            _check_width(module, x)  # its own error, where the widths are why, said as that
+            raise
 
     def _call(self, module: nn.Module, x: torch.Tensor) -> Returned:
         if hf_inputs.packed(module):  # a vision tower's: packed rows, each batch item a sequence of cu_seqlens
@@ -128,6 +133,26 @@ class HuggingFaceCall(CallConvention):
 
         # attnlab's own inputs while they fit, else its model's recorded call (attnlab.modules.hf_record)
         return self.unpack(hf_record.fed(module, x, own), x)
+
+
+def _check_width(module: nn.Module, x: torch.Tensor) -> None:
+    """A class whose query, key or value projection takes inputs of another width than the run's (Zamba's
+    attention over its hidden states and embeddings side by side, MobileBERT's bottleneck): one line naming
+    each projection's width, where its own error would be a matrix product's shapes."""
+    roles = module_roles(module)
+    widths = {name.removesuffix(".weight"): owner.in_features for name, owner in
+              ((n, module.get_submodule(n.removesuffix(".weight"))) for n, r in roles.items()
+               if r in (*QKV_ROLES, "qkv") and n.endswith(".weight"))
+              if isinstance(owner, nn.Linear)}
+    if widths and any(width != x.shape[-1] for width in widths.values()):
+        shown = ", ".join(f"{name} {width}" for name, width in widths.items())
+        raise WidthMismatch(f"{type(module).__name__} takes inputs of other widths than the run's d_in={x.shape[-1]} "
+                            f"({shown} wide): a width its model makes from more than the hidden states; attnlab "
+                            f"runs one width for the variant and its reference")
+
+
+class WidthMismatch(UserError):
+    """A class whose projections take another input width than the run's."""
 
 
 class ByNameCall(CallConvention):
@@ -278,7 +303,7 @@ class BuiltModule:
         path would fail later for another reason."""
         try:
             return self._takes_batches(d_in, min(3, n_tokens), d_out)
-        except PluginError:
+        except (PluginError, TokensNeeded):  # a count of its own refused at the probe's: the run's count decides
             if n_tokens <= 3:
                 raise
             return self._takes_batches(d_in, n_tokens, d_out)
@@ -289,7 +314,7 @@ class BuiltModule:
         self.module.eval()
         try:
             out = self._probe(probe)
-        except hf_record.OutsideInput:  # an input from outside the attention: refused, as before any work
+        except (hf_record.OutsideInput, TokensNeeded):  # an input from outside the attention, a count of its own
             raise
         except Exception as exc:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
             try:

@@ -9,16 +9,17 @@ import inspect
 import os
 import re
 import sys
-from functools import cache
 from typing import Any
 
 import torch
 from torch import nn
 
 from attnlab.modules import hf_grid, hf_inputs
-from attnlab.modules.arguments import adds_mask
+from attnlab.modules.arguments import adds_mask, forward_parameters
+from attnlab.modules.class_cache import per_class
 from attnlab.modules.families import GENERIC, family_of
 from attnlab.modules.hf import HFError, declared_window, transformers_class
+from attnlab.modules.hf_stage import grid_of
 from attnlab.modules.roles import declared_count
 
 
@@ -38,7 +39,9 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
     elif added := next((n for n in ("attn_mask", "causal_mask")
                         if n in accepted and adds_mask(transformers_class(type(module)) or type(module), n)), None):
         kwargs[added] = _sequence_mask(module, x)  # FSMT's attn_mask, added to its scores as its decoder's
-    if "position_embeddings" in accepted:
+    summed = added_positions(transformers_class(type(module)))
+    kwargs.update({name: _added_positions(module, x) for name in summed})
+    if "position_embeddings" in accepted and "position_embeddings" not in summed:
         kwargs["position_embeddings"] = _rotary(module, x, position_ids)
     if "position_ids" in accepted:
         kwargs["position_ids"] = position_ids
@@ -95,14 +98,16 @@ def mask_kind(module: nn.Module) -> str:
     if isinstance(declared, bool):
         return "causal" if declared else "bidirectional"
     # its tokens are an image's patches (SAM's grid, Swin's window, a config with a patch size): no order to mask by
-    vision = any(getattr(getattr(module, "config", None), key, None) is not None for key in ("patch_size", "patch_sizes", "image_size"))
+    # (or a detection model's image features and object queries, made by its backbone)
+    vision = any(getattr(getattr(module, "config", None), key, None) is not None
+                 for key in ("patch_size", "patch_sizes", "image_size", "backbone_config"))
     if vision or hf_grid.axes(type(module)) is not None:
         return "bidirectional"
     origin = transformers_class(type(module))
     return "bidirectional" if origin is not None and _takes_no_mask(origin) else "causal"
 
 
-@cache
+@per_class
 def _takes_no_mask(cls: type[nn.Module]) -> bool:
     """Whether the library's class can mask nothing: its forward's source names no mask and nothing
     causal (BLIP's and MGP-STR's vision attention), so its model attends both ways. Read from the
@@ -124,7 +129,7 @@ def _sequence_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
 _KEEP_ONES = re.compile(r"\bmask\s*==\s*0\b|\bmask\.eq\(\s*0\s*\)")
 
 
-@cache
+@per_class
 def _keeps_ones(cls: type[nn.Module] | None) -> bool:
     """Whether the library's class reads its `mask` as 1 where a query may look and drops where it is
     0 (XLM's and Flaubert's `(mask == 0)`), as its model's get_masks makes it. Read from the library's
@@ -181,7 +186,7 @@ def _no_cache(make: Any) -> dict[str, None]:
 def _sliding_layer(module: nn.Module) -> bool:
     """Whether the model gives this layer its sliding-window mask (ModernBERT's local layers): the
     config's layer type, as the model reads it, never the module's own window attribute."""
-    types = getattr(module.config, "layer_types", None)
+    types: list[str] = getattr(module.config, "layer_types", None) or []
     index = getattr(module, "layer_idx", None)
     return bool(types) and index is not None and types[index] == "sliding_attention"
 
@@ -196,18 +201,62 @@ def _with_window(config: Any, window: int) -> Any:
     return config
 
 
+@per_class
+def added_positions(cls: type[nn.Module] | None) -> tuple[str, ...]:
+    """The forward parameters the library's class adds to its hidden states before the query and
+    key projections (DETR's sine or learned embeddings of image locations and object queries:
+    `hidden_states + position_embeddings`, Table Transformer's `with_pos_embed(hidden_states,
+    object_queries)`), where no rotary class is beside it. Read from the library's class, so a
+    copy with a planted mistake is given what its model gives."""
+    if cls is None or _rotary_class(cls) is not None:
+        return ()
+    parameters = [p.name for p in forward_parameters(cls)]
+    if not parameters:
+        return ()
+    try:
+        source = inspect.getsource(cls.forward)
+    except (TypeError, OSError):
+        return ()
+    hidden = re.escape(parameters[0])
+    added = re.findall(rf"\b{hidden}\s*\+\s*(\w+)|with_pos_embed\(\s*{hidden}\s*,\s*(\w+)\s*\)", source)
+    return tuple(dict.fromkeys(n for pair in added for n in pair if n in parameters[1:]))
+
+
+def _added_positions(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The sine position embedding such a model adds (Vaswani et al.'s, as DETR's sine embedding
+    makes it along each axis of its feature map), over the tokens' order: (b, T, d_in) (or (T, b,
+    d_in) as x, for a sequence-first class), the same for every batch item, sin on the even
+    coordinates and cos on the odd ones."""
+    first = x.dim() == 3 and hf_grid.sequence_first(module)
+    rows = x.transpose(0, 1) if first else x  # (b, T, d_in)
+    tokens, width = rows.shape[-2], rows.shape[-1]
+    position = torch.arange(tokens, dtype=torch.float32, device=x.device)[:, None]  # (T, 1)
+    frequency = 10000.0 ** (-torch.arange(0, width, 2, dtype=torch.float32, device=x.device) / width)  # (d_in / 2,)
+    angles = position * frequency  # (T, d_in / 2)
+    embedding = torch.zeros(tokens, width, device=x.device)
+    embedding[:, 0::2] = torch.sin(angles)
+    embedding[:, 1::2] = torch.cos(angles[:, :width // 2])
+    made = embedding.to(x.dtype).expand(*rows.shape[:-2], tokens, width)  # (b, T, d_in)
+    return made.transpose(0, 1) if first else made
+
+
 def _rotary(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     rotary_cls = _rotary_class(type(module))
     if rotary_cls is None:
         raise HFError(f"{type(module).__name__} takes position_embeddings, but no RotaryEmbedding class was found "
                       f"beside it")
     rotary = rotary_cls(config=module.config).to(x.device)
+    if next(iter(inspect.signature(rotary.forward).parameters)) == "pixel_values":  # DINOv3's: from the image's size
+        return rotary(_pixels(module.config, x))  # type: ignore[no-any-return]
     if "layer_type" in inspect.signature(rotary.forward).parameters:  # Gemma3: one frequency set per layer type
         cos_sin: tuple[torch.Tensor, torch.Tensor] = rotary(x, position_ids, getattr(module, "layer_type", None)
                                                             or "full_attention")
         return cos_sin
     cos_sin = rotary(x, position_ids)
     return cos_sin
+
+
+_ROTARY_NAMES = ("RotaryEmbedding", "RopePositionEmbedding")  # DINOv3's and Sapiens 2's name the second way
 
 
 def _rotary_class(cls: type) -> type | None:
@@ -217,7 +266,18 @@ def _rotary_class(cls: type) -> type | None:
     for klass in cls.__mro__:
         modeling = sys.modules.get(klass.__module__)
         found = [obj for name, obj in vars(modeling).items()
-                 if name.endswith("RotaryEmbedding") and inspect.isclass(obj)] if modeling else []
+                 if name.endswith(_ROTARY_NAMES) and inspect.isclass(obj)] if modeling else []
         if found:
             return max(found, key=lambda obj: len(os.path.commonprefix([obj.__name__, klass.__name__])))
     return None
+
+
+def _pixels(config: Any, x: torch.Tensor) -> torch.Tensor:
+    """An image whose patches are the tokens after its model's class and register tokens, laid out on a
+    grid (`hf_stage.grid_of`), for a rotary class that reads the patch grid off the pixels' size (DINOv3's,
+    which leaves those first tokens unrotated): (b, channels, height * patch, width * patch)."""
+    tokens, prefix = x.shape[-2], 1 + (getattr(config, "num_register_tokens", 0) or 0)
+    prefix = prefix if tokens > prefix else min(1, tokens - 1)  # fewer tokens than those: the class token alone
+    height, width = grid_of(tokens - prefix)
+    patch = config.patch_size if isinstance(config.patch_size, int) else config.patch_size[0]
+    return x.new_zeros(x.shape[0], getattr(config, "num_channels", 3), height * patch, width * patch)

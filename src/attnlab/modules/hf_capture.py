@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from attnlab.modules import hf_small
+from attnlab.modules.configs import prefixed_sizes
 from attnlab.modules.families import spellings
 
 _LAYER_KEYWORDS = ("layer_idx", "layer_id", "layer_index", "layer_number", "block_idx")
@@ -64,7 +65,7 @@ def captured(cls: type[nn.Module], config: Any, layer: int = 0, sizes: dict[str,
     raise NotCaptured("; ".join(problems))
 
 
-def _intercepted(cls: type, model_cls: type, config: Any, layer: int) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+def _intercepted(cls: type[nn.Module], model_cls: type, config: Any, layer: int) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
     """The arguments of the model's instance of `cls` at `layer` (by a layer keyword it is passed,
     else its layer-th), the model built on the meta device only up to it."""
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
@@ -75,9 +76,12 @@ def _intercepted(cls: type, model_cls: type, config: Any, layer: int) -> tuple[t
             calls.append((args, kwargs))
             if _at_layer(args, kwargs, layer, len(calls) - 1):
                 raise _Captured
-        (own or super(cls, self).__init__)(self, *args, **kwargs)
+        if own is not None:
+            own(self, *args, **kwargs)
+        else:  # its base's, bound: `self` is not passed twice
+            super(cls, self).__init__(*args, **kwargs)
 
-    cls.__init__ = init  # type: ignore[misc]
+    cls.__init__ = init  # type: ignore[method-assign]  # patched for this one build, restored below
     try:
         with torch.device("meta"):
             model_cls(config)
@@ -85,9 +89,9 @@ def _intercepted(cls: type, model_cls: type, config: Any, layer: int) -> tuple[t
         return calls[-1]
     finally:
         if own is None:
-            del cls.__init__  # type: ignore[misc]
+            del cls.__init__
         else:
-            cls.__init__ = own  # type: ignore[misc]
+            cls.__init__ = own  # type: ignore[method-assign]
     return calls[0] if calls and not layer else None
 
 
@@ -143,8 +147,9 @@ def _sized_alike(config: Any, sizes: dict[str, Any], implementation: str, top: b
         sub._attn_implementation = implementation
         if getattr(sub, "is_heterogeneous", False):  # its sizes held globally, as attnlab's own config (`hf`)
             sub.allow_global_per_layer_attribute_access = True
+        prefixed = prefixed_sizes(sub)  # a tower's own heads (DETR's decoder_attention_heads), its hidden width
         for key, value in values.items():
-            held = [s for s in spellings(key) if type(_held(sub, s)) is int]
+            held = [s for s in spellings(key) if type(_held(sub, s)) is int] + prefixed.get(key, [])
             for spelling in held if value is not None else ():
                 setattr(sub, spelling, value)
     return config

@@ -15,12 +15,12 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
-from functools import cache
 from typing import Any
 
 import torch
 from torch import nn
 
+from attnlab.modules.class_cache import per_class
 from attnlab.modules.hf_inputs import grid
 from attnlab.modules.hf_lineage import transformers_class
 
@@ -28,7 +28,7 @@ _HEIGHT = ("height", "h", "H", "hh", "grid_h", "patch_h")
 _WIDTH = ("width", "w", "W", "ww", "grid_w", "patch_w")
 
 
-@cache
+@per_class
 def axes(cls: type) -> tuple[str, ...] | None:
     """The forward's input as it names its axes when they are more than (b, T, d): ("batch",
     "height", "width", "d") for a grid, ("batch", "batch", "tokens", "d") for a point batch; None else."""
@@ -96,7 +96,8 @@ def sequence_first(module: nn.Module) -> bool:
     """Its input is (T, b, d): it hands it to a torch nn.MultiheadAttention of its own that is not
     batch_first, and turns no axes itself (BridgeTower's residual attention; its model permutes), or
     its forward reads its input's size as (length, batch, width) (FSMT's `tgt_len, bsz, embed_dim`)."""
-    if _unpacks_length_first(transformers_class(type(module)) or type(module)):  # the library's layout, not a copy's
+    library = transformers_class(type(module)) or type(module)  # the library's layout, not a copy's
+    if _unpacks_length_first(library) or _turns_first(library):
         return True
     if not any(isinstance(c, nn.MultiheadAttention) and not c.batch_first for c in module.children()):
         return False
@@ -108,9 +109,32 @@ def sequence_first(module: nn.Module) -> bool:
 
 
 _BATCH = ("bsz", "batch_size", "batch", "bs")
+_TURNS = {"permute": (1, 0, 2), "transpose": (0, 1)}
 
 
-@cache
+@per_class
+def _turns_first(cls: type[nn.Module]) -> bool:
+    """Whether forward's first statement on its input turns it from (T, b, d) to (b, T, d) itself
+    (Mask2Former's `hidden_states = hidden_states.permute(1, 0, 2)`): its model passes it sequence first."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
+    except (TypeError, OSError, SyntaxError):
+        return False
+    function = tree.body[0]
+    if not isinstance(function, ast.FunctionDef) or len(function.args.args) < 2:
+        return False
+    given = function.args.args[1].arg
+    first = next((node for node in ast.walk(function) if isinstance(node, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == given for t in node.targets)), None)
+    value = first.value.body if first is not None and isinstance(first.value, ast.IfExp) else getattr(first, "value", None)
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _TURNS
+            and isinstance(value.func.value, ast.Name) and value.func.value.id == given):
+        return False
+    turn = tuple(a.value for a in value.args if isinstance(a, ast.Constant))
+    return turn == _TURNS[value.func.attr] or turn == _TURNS[value.func.attr][::-1][-2:]
+
+
+@per_class
 def _unpacks_length_first(cls: type[nn.Module]) -> bool:
     """Whether forward's first statement on its input unpacks its size as (length, batch, width):
     `tgt_len, bsz, embed_dim = query.size()`, the input untouched before (Longformer's transposes first)."""

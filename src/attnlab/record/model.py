@@ -174,6 +174,7 @@ class Record:
     first_divergent_stage: str | None = None
     findings: list[Finding] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)  # checks that could not run, each in one sentence
+    notes: list[str] = field(default_factory=list)  # what the run did other than asked (its own token count), and why
     predictions: list[Prediction] = field(default_factory=list)
     weights_loaded: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"  # where both modules ran

@@ -29,13 +29,14 @@ def effect_grid(records: Iterable[Record]) -> tuple[list[str], list[int], np.nda
             continue
         layer = record.model.layer_name
         if record.model.edited_heads is not None:  # one run's edits, one head at a time
-            for each, effect in zip(record.model.edited_heads, record.model.head_effects or []):
-                cells[layer, each] = effect.kl_mean
+            for edited, edited_effect in zip(record.model.edited_heads, record.model.head_effects or []):
+                cells[layer, edited] = edited_effect.kl_mean
             continue
         head = ((record.config or {}).get("intervene") or {}).get("head")
-        if isinstance(head, int):  # a sweep's job: one edit
-            one = record.model.effect
-            cells[layer, head] = one.kl_mean if record.status == "ok" and one is not None else math.nan
+        if not isinstance(head, int):
+            continue
+        effect = record.model.effect
+        cells[layer, head] = effect.kl_mean if record.status == "ok" and effect is not None else math.nan
     layers = sorted({layer for layer, _ in cells}, key=lambda name: [int(p) if p.isdigit() else p for p in name.split(".")])
     heads = sorted({head for _, head in cells})
     if len(layers) * len(heads) < 2:

@@ -1,9 +1,10 @@
 """Issue 52's "speed of the peers": every layer's attention and a layer x head ablation sweep, each
 as a ratio to a baseline measured in the same run.
 
-    python benchmarks/peers_speed.py                          # both parts, GPT-2 small's shape
+    python benchmarks/peers_speed.py                          # every layer and the one-run ablations, GPT-2 small's shape
     python benchmarks/peers_speed.py --part layers --n-tokens 128
-    python benchmarks/peers_speed.py --part sweep --n-layer 2  # 24 edits: a quick check
+    python benchmarks/peers_speed.py --part one-run --n-layer 2  # 24 edits: a quick check
+    python benchmarks/peers_speed.py --part sweep             # 144 jobs, one edit each: hours on a shared machine
 
 A GPT-2-shaped model with random weights is built from its config and saved once with
 save_pretrained; every side loads it from that folder.
@@ -12,12 +13,16 @@ save_pretrained; every side loads it from that folder.
   `output_attentions=True`, loading included on both sides: from Python in this process
   (attnlab.run against transformers), and from the command line (`python -m attnlab ...` against a
   fresh interpreter running the same forward). Target: at most 2x, at 128 and 1,024 tokens.
-- the sweep: the form the models guide shows first, `python -m attnlab -m model.path=DIR inputs=text
-  ... layer=0,...,L-1 intervene=ablate_head intervene.head=0,...,H-1` (one job per edit, the default
-  outputs), against a hand-written loop in a fresh interpreter: the model loaded once, its forward
-  once, then per (layer, head) a forward pre-hook on the layer's output projection zeroing the
-  head's slice of its input, the edited forward, and its KL and top-1 agreement against the
-  unedited one (what TransformerLens' and nnsight's loops do). Target: at most 1.3x.
+- the ablations in one run, the form the models guide shows first: `layer=all intervene=ablate_head
+  intervene.head=all` (the model loaded once, its forward once, one forward per (layer, head) edit;
+  default outputs: records, tables and grid, HTML report, TensorBoard), against a hand-written loop:
+  the model loaded once, its forward once, then per (layer, head) a forward pre-hook on the layer's
+  output projection zeroing the head's slice of its input, the edited forward, and its KL and top-1
+  agreement against the unedited one (what TransformerLens' and nnsight's loops do); from Python
+  both in this process, from the command line against the loop in a fresh interpreter; every cell's
+  KL compared with the loop's. Target: at most 1.3x.
+- the sweep (by hand): one job per edit (`-m ... layer=0,...,L-1 intervene.head=0,...,H-1`)
+  against the loop in a fresh interpreter.
 Times: medians of --repeats rounds after a warm-up (the sweep: one round), wall and CPU seconds
 (this process's, or the waited-for children's), the load average before each figure. Torch on one
 thread on both sides (OMP_NUM_THREADS=1): the machine is shared.
@@ -137,45 +142,58 @@ def hook_loop(folder: str | Path, text: str, n_layer: int, n_head: int) -> list[
     return table
 
 
-def one_run_words(folder: Path, text: str) -> list[str]:
+def one_run_words(folder: Path, text: str, layer: str = "all") -> list[str]:
     """The form the models guide shows first: every (layer, head) ablation in one run."""
-    return [f"model.path={folder}", "inputs=text", f"inputs.text='{text}'", "layer=all", "intervene=ablate_head",
+    return [f"model.path={folder}", "inputs=text", f"inputs.text='{text}'", f"layer={layer}", "intervene=ablate_head",
             "intervene.head=all"]
 
 
-def one_run(folder: Path, work: Path, n_tokens: int, n_layer: int, repeats: int) -> list[bool]:
+def one_run(folder: Path, work: Path, n_tokens: int, n_layer: int, repeats: int, cli: bool) -> list[bool]:
     """`layer=all intervene=ablate_head intervene.head=all` (one run, default outputs: the records, the
     table and grid, the HTML report, TensorBoard) against the hand-written loop, from Python in this
-    process and from the command line against the loop in a fresh interpreter; the same cells checked."""
+    process and (`cli`) from the command line against the loop in a fresh interpreter; the same cells
+    checked. Warmed up in process by both sides on layer 0 alone (imports, Hydra's first compose)."""
     import attnlab
 
     text = text_of(n_tokens)
     results: list[object] = []
 
-    def ours() -> tuple[float, float]:
+    def ours(layer: str = "all") -> tuple[float, float]:
         from attnlab.model import loading
 
         loading._last_saved = None  # loaded afresh, as the loop loads it
         out = Path(tempfile.mkdtemp(dir=work))
-        return timed(lambda: results.append(attnlab.run(overrides=one_run_words(folder, text), out_dir=out)))
+        return timed(lambda: results.append(attnlab.run(overrides=one_run_words(folder, text, layer), out_dir=out)))
 
     loops: list[list[tuple[int, int, float, int]]] = []
+    hook_loop(folder, text, 1, 12)
+    ours("0")
     loop_cli = [sys.executable, str(Path(__file__).resolve()), "--hook-loop", str(folder), text, str(n_layer), "12"]
-    cli = [sys.executable, "-m", "attnlab", *one_run_words(folder, text)]
+    cli_words = [sys.executable, "-m", "attnlab", *one_run_words(folder, text)]
     runs = {"loop": lambda: timed(lambda: loops.append(hook_loop(folder, text, n_layer, 12))),
-            "python": ours,
-            "loop_cli": lambda: children_timed(loop_cli, work),
-            "cli": lambda: children_timed([*cli, f"hydra.run.dir={tempfile.mkdtemp(dir=work)}"], work)}
-    took = medians(runs, repeats)
+            "python": ours}
+    if cli:
+        runs |= {"loop_cli": lambda: children_timed(loop_cli, work),
+                 "cli": lambda: children_timed([*cli_words, f"hydra.run.dir={tempfile.mkdtemp(dir=work)}"], work)}
+    load = os.getloadavg()[0]
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            times[name].append(run())
+            print(f"  {name}: {times[name][-1][0]:.1f} s wall, {times[name][-1][1]:.1f} CPU-s", flush=True)
+    took = {name: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v), load)
+            for name, v in times.items()}
     grid = {(r.record.model.layer, h): e.kl_mean for r in results[-1]  # type: ignore[attr-defined]
             for h, e in zip(r.record.model.edited_heads, r.record.model.head_effects)}
     worst = max(abs(grid[layer, head] - kl) / kl for layer, head, kl, _ in loops[-1])
     print(f"the same {len(grid)} cells: largest relative difference from the loop's KL {worst:.2g}", flush=True)
     edits = n_layer * 12
-    return [line(f"{edits} ablations at {n_tokens} tokens, one run from Python / the loop in this process",
-                 took["python"], took["loop"], 1.3),
-            line(f"{edits} ablations at {n_tokens} tokens, one run from the CLI / the loop in a fresh interpreter",
-                 took["cli"], took["loop_cli"], 1.3)]
+    ok = [line(f"{edits} ablations at {n_tokens} tokens, one run from Python / the loop in this process",
+               took["python"], took["loop"], 1.3)]
+    if cli:
+        ok.append(line(f"{edits} ablations at {n_tokens} tokens, one run from the CLI / the loop in a fresh interpreter",
+                       took["cli"], took["loop_cli"], 1.3))
+    return ok
 
 
 def sweep(folder: Path, work: Path, n_tokens: int, n_layer: int, n_head: int) -> bool:
@@ -210,6 +228,7 @@ def main() -> int:
     parser.add_argument("--sweep-tokens", type=int, default=128)
     parser.add_argument("--n-layer", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--python-only", action="store_true", help="the one-run ablations from Python alone (no CLI pair)")
     args = parser.parse_args()
     import torch
 
@@ -225,7 +244,7 @@ def main() -> int:
             for n_tokens in (int(n) for n in args.n_tokens.split(",")):
                 results += every_layer(folder, work, n_tokens, args.repeats)
         if args.part in ("one-run", "both"):
-            results += one_run(folder, work, args.sweep_tokens, args.n_layer, args.repeats)
+            results += one_run(folder, work, args.sweep_tokens, args.n_layer, args.repeats, not args.python_only)
         if args.part == "sweep":  # 144 jobs: hours on a shared machine, by hand only
             results.append(sweep(folder, work, args.sweep_tokens, args.n_layer, 12))
     return 0 if all(results) else 1

@@ -235,3 +235,14 @@ def test_a_class_the_meta_device_cannot_build_is_built_for_real_for_its_scale():
         _ReadsATensorsValue(config, 0)
     fresh = _fresh(_ReadsATensorsValue, config, 0)
     assert fresh.scaling == 0.5 and {p.device.type for p in fresh.parameters()} == {"cpu"}
+
+
+def test_the_meta_build_is_kept_by_its_config_s_content_and_a_changed_config_builds_anew():
+    from attnlab.modules.hf import _fresh
+
+    first = _fresh(Gemma4TextAttention, _gemma4_config(), 0)
+    assert _fresh(Gemma4TextAttention, _gemma4_config(), 0) is first  # an equal config, another object
+    assert _fresh(Gemma4TextAttention, _gemma4_config(), 1) is not first
+    changed = _gemma4_config()
+    changed.head_dim = 32
+    assert _fresh(Gemma4TextAttention, changed, 0).head_dim == 32

@@ -351,12 +351,30 @@ def _default_rope(config: Any) -> None:
     config.rope_parameters = {kind: dict(rope) for kind in dict.fromkeys(types)} if types else rope
 
 
+# (class, config as JSON, layer) -> its meta build: a notebook's repeated runs (and every layer of a
+# model whose layers are alike) read one build's attributes instead of building the class again
+_FRESH: dict[tuple[type, str, int], nn.Module] = {}
+
+
 def _fresh(module_cls: type[nn.Module], config: Any, layer: int) -> nn.Module:
     """`module_cls` built from `config` for its Python attributes alone (declared_scale reads its
     `scaling`): on the meta device, where no weight is drawn (drawing a real layer's weights was most of
-    declared_scale's cost); for real where the meta build fails (a constructor that reads a tensor's value)."""
+    declared_scale's cost); for real where the meta build fails (a constructor that reads a tensor's value).
+    Kept by its config's full JSON (the same config read from the same folder again builds nothing); a
+    config that has none is built every time."""
+    try:
+        key = (module_cls, config.to_json_string(use_diff=False), layer)
+    except Exception:  # noqa: BLE001 - no JSON of it (not a transformers config): nothing to key it by
+        key = None
+    if key is not None and key in _FRESH:
+        return _FRESH[key]
     try:
         with torch.device("meta"):
-            return build_attention(module_cls, config, layer=layer)
+            fresh = build_attention(module_cls, config, layer=layer)
     except Exception:  # noqa: BLE001 - whatever the meta build trips on, the real build decides
         return build_attention(module_cls, config, layer=layer)
+    if key is not None:
+        if len(_FRESH) >= 256:  # a survey of many types in one process: bounded
+            _FRESH.clear()
+        _FRESH[key] = fresh
+    return fresh

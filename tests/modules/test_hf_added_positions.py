@@ -145,3 +145,23 @@ def test_the_library_class_under_other_names_and_layouts_names_its_added_positio
 @pytest.mark.slow
 def test_a_model_whose_widths_are_its_towers_runs_clean():
     assert_runs_clean("omdet-turbo", None)  # queries, keys and values given apart, as nn.MultiheadAttention's
+
+
+class _TurnsForTorch(torch.nn.Module):
+    """Turns its (b, T, d) input to (T, b, d) for a torch attention that is not batch first: the
+    same permute as Mask2Former's, the other way; it is called batch first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(64, 4)
+
+    def forward(self, hidden_states):
+        hidden_states = hidden_states.permute(1, 0, 2)
+        length, batch_size, width = hidden_states.size()
+        return self.attn(hidden_states, hidden_states, hidden_states)[0].permute(1, 0, 2)
+
+
+def test_a_class_turning_its_input_for_a_torch_attention_is_not_sequence_first():
+    from attnlab.modules import hf_grid
+
+    assert not hf_grid.sequence_first(_TurnsForTorch())

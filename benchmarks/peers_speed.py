@@ -38,7 +38,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from model_cost import attnlab_run, hf_forward, save_model, text_of  # noqa: E402  (beside this script)
+from model_cost import attnlab_run, hf_forward, save_model, text_of, timed  # noqa: E402  (beside this script)
 
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 SINKS_OFF = ["log.tensorboard=false", "log.table=false", "log.html=false"]
@@ -106,8 +106,10 @@ def every_layer(folder: Path, work: Path, n_tokens: int, repeats: int) -> list[b
                  took["forward_cli"], 2.0)]
 
 
-def hook_loop(folder: str, text: str, n_layer: int, n_head: int) -> None:
-    """The hand-written loop over every (layer, head) zero ablation (run in a fresh interpreter)."""
+def hook_loop(folder: str | Path, text: str, n_layer: int, n_head: int) -> list[tuple[int, int, float, int]]:
+    """The hand-written loop over every (layer, head) zero ablation: the model loaded once, its forward
+    once, then per edit a pre-hook on the layer's output projection and one forward; (layer, head,
+    mean KL, top-1 agreements) per edit."""
     import torch
     from transformers import GPT2LMHeadModel
 
@@ -117,6 +119,7 @@ def hook_loop(folder: str, text: str, n_layer: int, n_head: int) -> None:
     model = GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
     ids = torch.tensor([gpt2_encoding().encode(text)])  # (1, T)
     width = model.config.n_embd // n_head
+    table = []
     with torch.no_grad():
         base = torch.log_softmax(model(ids, use_cache=False).logits[0].double(), dim=-1)  # (T, vocab)
         for layer in range(n_layer):
@@ -130,7 +133,49 @@ def hook_loop(folder: str, text: str, n_layer: int, n_head: int) -> None:
                 edited = torch.log_softmax(model(ids, use_cache=False).logits[0].double(), dim=-1)  # (T, vocab)
                 hook.remove()
                 kl = (base.exp() * (base - edited)).sum(-1)  # (T,)
-                print(layer, head, f"{float(kl.mean()):.6g}", int((base.argmax(-1) == edited.argmax(-1)).sum()))
+                table.append((layer, head, float(kl.mean()), int((base.argmax(-1) == edited.argmax(-1)).sum())))
+    return table
+
+
+def one_run_words(folder: Path, text: str) -> list[str]:
+    """The form the models guide shows first: every (layer, head) ablation in one run."""
+    return [f"model.path={folder}", "inputs=text", f"inputs.text='{text}'", "layer=all", "intervene=ablate_head",
+            "intervene.head=all"]
+
+
+def one_run(folder: Path, work: Path, n_tokens: int, n_layer: int, repeats: int) -> list[bool]:
+    """`layer=all intervene=ablate_head intervene.head=all` (one run, default outputs: the records, the
+    table and grid, the HTML report, TensorBoard) against the hand-written loop, from Python in this
+    process and from the command line against the loop in a fresh interpreter; the same cells checked."""
+    import attnlab
+
+    text = text_of(n_tokens)
+    results: list[object] = []
+
+    def ours() -> tuple[float, float]:
+        from attnlab.model import loading
+
+        loading._last_saved = None  # loaded afresh, as the loop loads it
+        out = Path(tempfile.mkdtemp(dir=work))
+        return timed(lambda: results.append(attnlab.run(overrides=one_run_words(folder, text), out_dir=out)))
+
+    loops: list[list[tuple[int, int, float, int]]] = []
+    loop_cli = [sys.executable, str(Path(__file__).resolve()), "--hook-loop", str(folder), text, str(n_layer), "12"]
+    cli = [sys.executable, "-m", "attnlab", *one_run_words(folder, text)]
+    runs = {"loop": lambda: timed(lambda: loops.append(hook_loop(folder, text, n_layer, 12))),
+            "python": ours,
+            "loop_cli": lambda: children_timed(loop_cli, work),
+            "cli": lambda: children_timed([*cli, f"hydra.run.dir={tempfile.mkdtemp(dir=work)}"], work)}
+    took = medians(runs, repeats)
+    grid = {(r.record.model.layer, h): e.kl_mean for r in results[-1]  # type: ignore[attr-defined]
+            for h, e in zip(r.record.model.edited_heads, r.record.model.head_effects)}
+    worst = max(abs(grid[layer, head] - kl) / kl for layer, head, kl, _ in loops[-1])
+    print(f"the same {len(grid)} cells: largest relative difference from the loop's KL {worst:.2g}", flush=True)
+    edits = n_layer * 12
+    return [line(f"{edits} ablations at {n_tokens} tokens, one run from Python / the loop in this process",
+                 took["python"], took["loop"], 1.3),
+            line(f"{edits} ablations at {n_tokens} tokens, one run from the CLI / the loop in a fresh interpreter",
+                 took["cli"], took["loop_cli"], 1.3)]
 
 
 def sweep(folder: Path, work: Path, n_tokens: int, n_layer: int, n_head: int) -> bool:
@@ -156,10 +201,11 @@ def sweep(folder: Path, work: Path, n_tokens: int, n_layer: int, n_head: int) ->
 def main() -> int:
     if sys.argv[1:2] == ["--hook-loop"]:
         folder, text, n_layer, n_head = sys.argv[2:6]
-        hook_loop(folder, text, int(n_layer), int(n_head))
+        for row in hook_loop(folder, text, int(n_layer), int(n_head)):
+            print(*row)
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("layers", "sweep", "both"), default="both")
+    parser.add_argument("--part", choices=("layers", "sweep", "one-run", "both"), default="both")
     parser.add_argument("--n-tokens", default="128,1024", help="every layer's token counts, comma-separated")
     parser.add_argument("--sweep-tokens", type=int, default=128)
     parser.add_argument("--n-layer", type=int, default=12)
@@ -178,7 +224,9 @@ def main() -> int:
         if args.part in ("layers", "both"):
             for n_tokens in (int(n) for n in args.n_tokens.split(",")):
                 results += every_layer(folder, work, n_tokens, args.repeats)
-        if args.part in ("sweep", "both"):
+        if args.part in ("one-run", "both"):
+            results += one_run(folder, work, args.sweep_tokens, args.n_layer, args.repeats)
+        if args.part == "sweep":  # 144 jobs: hours on a shared machine, by hand only
             results.append(sweep(folder, work, args.sweep_tokens, args.n_layer, 12))
     return 0 if all(results) else 1
 

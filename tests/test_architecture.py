@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -159,10 +160,15 @@ def _ours(name: str) -> bool:
     return any(name == package or name.startswith(f"{package}.") for package in PACKAGES)
 
 
+@cache  # each check reads every module: the source is parsed once for all of them
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
 def _import_statements(path: Path, module: str) -> Iterator[tuple[str, list[str]]]:
     """(the module an import statement names, the names it takes from it: none for `import X`), at
     module level or inside functions, for every import of attnlab or its sweeper."""
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             yield from ((alias.name, []) for alias in node.names if _ours(alias.name))
         elif isinstance(node, ast.ImportFrom):
@@ -202,7 +208,7 @@ def _module_graph() -> dict[str, set[str]]:
 def _top_level_names(path: Path) -> set[str] | None:
     """The names a module binds at its top level; None when it makes names on demand (`__getattr__`)."""
     names = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in _tree(path).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -294,7 +300,7 @@ _MUTATORS = {"append", "extend", "clear", "remove", "pop", "update", "add", "ins
 def _writes_to_other_modules(path: Path) -> list[str]:
     """`other_module.state.append(...)`, `other_module.state[:] = ...`, `other_module.state = ...`:
     a module writing another attnlab module's module-level state (a back channel)."""
-    tree = ast.parse(path.read_text())
+    tree = _tree(path)
     modules = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                and (node.module or "").startswith("attnlab") for alias in node.names}
     modules |= {(alias.asname or alias.name).split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)

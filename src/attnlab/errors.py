@@ -19,6 +19,15 @@ class UserError(Exception):
         return [f"{type(self).__name__}: {self}"]
 
 
+class TokensNeeded(UserError):
+    """A variant that runs only at a token count of its own (a square window, the tokens its model's
+    smallest input gives): the refusal, and that count, at which a run with inputs of a free size runs."""
+
+    def __init__(self, message: str, n_tokens: int):
+        super().__init__(message)
+        self.n_tokens = n_tokens
+
+
 class FailedRecords(Exception):
     """Records that failed (a plugin that raised or returned no context): reported after every
     output is written, with exit code 1."""

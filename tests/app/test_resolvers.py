@@ -88,6 +88,8 @@ def test_a_run_folder_named_after_an_hf_variant_has_no_colon(tmp_path):
     ({"name": "patch", "head": 0, "text": "Each effort moves you"}, "patch-head=0"),
     ({"name": "function", "function": "my_edits:zero_head"}, "function-function=zero_head"),
     ({"name": "observe"}, "observe"),
+    ({"name": "ablate_head", "head": [0, 3], "mode": "zero"}, "ablate_head-head=[0,3]-mode=zero"),
+    ({"name": "ablate_head", "head": "all", "mode": "zero"}, "ablate_head-head=all-mode=zero"),
 ])
 def test_a_run_under_an_intervention_is_named_by_its_edit_not_reference(intervene, name):
     assert run_name("reference", intervene) == name

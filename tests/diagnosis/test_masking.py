@@ -94,3 +94,30 @@ def test_a_score_too_small_for_exp_is_no_mask():
     assert (reference.stages["weights"] == 0).any() and torch.isfinite(reference.stages["scaled_scores"]).all()
     assert [(f.code, f.stage) for f in findings][0] == ("scaling", "scaled_scores")
     assert "masked" not in [f.code for f in findings] and d["non_finite_scaled_scores"] == 0
+
+
+def test_the_masks_rewritten_at_minus_inf_are_the_fills_and_only_them_in_every_block():
+    """with_masks_as_neg_inf on a GPT-2-like softmax input of more rows than one block holds
+    (stage_blocks.BLOCK_ROWS): head 0 causal with torch.finfo's minimum, head 1 unmasked, and a NaN
+    in one row of head 0 (its weights all NaN: no entry of that row has weight 0, so none is
+    rewritten). The expected tensor is built in plain torch from the mask that made it."""
+    from attnlab.capture.recorder import Capture
+    from attnlab.diagnosis.masking import with_masks_as_neg_inf
+    from attnlab.diagnosis.stage_blocks import BLOCK_ROWS
+
+    n = BLOCK_ROWS + 6
+    scores = torch.randn(1, 2, n, n, generator=torch.Generator().manual_seed(3)) * 8  # (b, nh, T, T)
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    scaled = scores * 0.125
+    scaled[0, 0] = scaled[0, 0].masked_fill(~causal, torch.finfo(torch.float32).min)
+    scaled[0, 0, 700, 3] = float("nan")
+    weights = torch.softmax(scaled, dim=-1)
+    stages = {"scores": scores, "scaled_scores": scaled.clone(), "weights": weights}
+    capture = Capture(stages=stages, native_shapes={k: tuple(v.shape) for k, v in stages.items()}, sources={},
+                      softmax_dim=3)
+    expected = scaled.clone()
+    expected[0, 0] = expected[0, 0].masked_fill(~causal, -torch.inf)
+    expected[0, 0, 700] = scaled[0, 0, 700]  # its finite fills stay: no weight of that row is 0
+    masked = with_masks_as_neg_inf(capture).stages["scaled_scores"]
+    assert torch.equal(masked.nan_to_num(nan=7.0), expected.nan_to_num(nan=7.0))
+    assert torch.equal(capture.stages["scaled_scores"].nan_to_num(nan=7.0), scaled.nan_to_num(nan=7.0))  # untouched

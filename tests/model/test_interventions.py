@@ -111,7 +111,7 @@ def test_observe_writes_a_later_layers_stages_once_where_memory_is_short(tiny_gp
 @pytest.mark.parametrize("block, message", [
     ({"name": "ablate"}, "intervene=ablate: unknown; allowed are observe, ablate_head, scale_scores, patch, function"),
     ({"name": "ablate_head"}, "intervene=ablate_head: needs intervene.head=..."),
-    ({"name": "ablate_head", "head": -1}, "intervene.head=-1: must be a head index (0, 1, ...)"),
+    ({"name": "ablate_head", "head": -1}, "intervene.head=-1: must be a head index (0, 1, ...), a list of them or all"),
     ({"name": "ablate_head", "head": 0, "mode": "max"}, "intervene.mode=max: allowed are zero, mean"),
     ({"head": 0}, "intervene.head: needs intervene=KIND (observe, ablate_head, scale_scores, patch, function)"),
 ])

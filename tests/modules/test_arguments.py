@@ -11,8 +11,8 @@ import torch.nn.functional as F
 import attnlab
 from attnlab.errors import UserError
 from attnlab.modules.built import BY_NAME_CALL, plan
+from tests.modules.hf_runs import SIZES
 
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
 VALUES = {"d_in": 64, "d_out": 64, "num_heads": 4, "n_tokens": 8, "dropout": 0.0, "qkv_bias": False}
 
 # llms_from_scratch's ch05 Llama 3 code (its package pulls tensorflow: written here in its style)

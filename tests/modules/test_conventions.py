@@ -11,8 +11,7 @@ import torch
 
 import attnlab
 from attnlab.modules.built import SOURCE_CALL
-
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
+from tests.modules.hf_runs import SIZES
 
 
 def test_a_returned_tuple_gives_its_token_shaped_element_and_the_weights_beside_it():

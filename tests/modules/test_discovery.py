@@ -19,6 +19,7 @@ from attnlab.errors import UserError
 from attnlab.modules.registry import discover, get_variant
 from attnlab.plugin_folders import builtin_plugin_dir
 from tests.conftest import SOURCE_SELF_ATTENTION_V1
+from tests.modules.hf_runs import SIZES
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "behaviour.json"
 GROUPS = ("variants", "modern", "implementations", "mistakes")
@@ -394,7 +395,6 @@ class Attention(nn.Module):
         attn_weights = ((q @ k.transpose(-2, -1)) * self.head_dim ** -0.5).softmax(dim=-1)  # (B, nh, N, N)
         return self.proj((attn_weights @ v).transpose(1, 2).reshape(B, N, C))
 '''
-SIZES_64 = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
 
 
 @pytest.mark.slow
@@ -404,7 +404,7 @@ def test_an_import_only_file_of_a_dim_int_class_is_a_variant_not_a_config_constr
     write(plugins, "mine", SOURCE_SELF_ATTENTION_V1)
     assert get_variant("timm_attention").cls.__name__ == "Attention"  # the class itself: filled by dim=d_in
     assert warnings_about("timm_attention") == [] and "mine" in attnlab.list_variants()
-    result = attnlab.run("timm_attention", overrides=[*SIZES_64, "reference=bidirectional_attention"])
+    result = attnlab.run("timm_attention", overrides=[*SIZES, "reference=bidirectional_attention"])
     assert result.record.status == "ok" and result.findings == [], result.record.error
 
 
@@ -434,5 +434,5 @@ def test_timm_itself_imported_by_a_plugin_file_runs(plugins):
         pytest.skip(f"timm does not import ({type(exc).__name__}: {exc}); see docs/guide/modules.md 'timm'")
     write(plugins, "timm_vit", "from timm.models.vision_transformer import Attention\n")
     assert warnings_about("timm_vit") == []
-    result = attnlab.run("timm_vit", overrides=[*SIZES_64, "reference=bidirectional_attention"])
+    result = attnlab.run("timm_vit", overrides=[*SIZES, "reference=bidirectional_attention"])
     assert result.record.status == "ok" and result.findings == [], result.record.error

@@ -10,9 +10,9 @@ import pytest
 
 import attnlab
 from attnlab.modules.families import FAMILIES, GENERIC, family_of, markdown_table, spellings
+from tests.modules.hf_runs import SIZES
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "modules.md"  # the supported table
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
 LIBRARIES = {"torch", "llms_from_scratch", "x_transformers", "diffusers", "timm"}  # tested in test_arguments/_constructors
 # Rows whose single-module run still has an error finding, owned elsewhere (reported, not hidden):
 OPEN: dict[str, str] = {}

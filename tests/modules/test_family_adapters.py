@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ SRC = Path(attnlab.__file__).parent
 ADAPTERS = SRC / "modules" / "families"
 
 
-def _attribute_reads() -> set[str]:
+@cache  # all of src parsed once, not once per field
+def _attribute_reads() -> frozenset[str]:
     """Attribute names read anywhere in src outside the adapter files (the registry included)."""
     read = set()
     for path in SRC.rglob("*.py"):
@@ -26,7 +28,7 @@ def _attribute_reads() -> set[str]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
                 read.add(node.attr)
-    return read
+    return frozenset(read)
 
 
 @pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(Family)])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import attnlab
+from tests.modules.hf_runs import SIZES
 
 pytest.importorskip("transformers")
 
@@ -84,7 +85,6 @@ def test_a_sub_model_built_from_its_config_is_not_built_to_read_an_argument():
 
 # Built with the arguments its owning model passes it (attnlab.modules.hf_capture), where the model's
 # construction code does not evaluate alone: expected values from the model's own instance or computed here.
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
 
 
 def _sam_heads(x, heads):  # (b, T, d) -> (b, heads, T, d / heads)

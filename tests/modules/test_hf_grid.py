@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import attnlab
+from tests.modules.hf_runs import SIZES
 
 pytest.importorskip("transformers")
 
@@ -23,7 +24,6 @@ from attnlab.modules import hf_grid  # noqa: E402
 from attnlab.modules.built import HuggingFaceCall  # noqa: E402
 
 PLUGINS = Path(__file__).parent / "hf_grid_plugins"
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
 
 
 def test_the_layout_is_read_from_the_forwards_own_unpacking_of_its_input():

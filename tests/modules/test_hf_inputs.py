@@ -10,6 +10,7 @@ from torch import nn
 
 import attnlab
 from attnlab.errors import UserError
+from tests.modules.hf_runs import SIZES
 
 pytest.importorskip("transformers")
 
@@ -20,8 +21,6 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionAttentio
 
 from attnlab.modules import hf_inputs  # noqa: E402
 from attnlab.modules.built import HuggingFaceCall  # noqa: E402
-
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
 
 
 @pytest.mark.slow

@@ -196,3 +196,42 @@ def test_an_attention_without_a_softmax_by_design_is_declared():
     assert errors(result) == [], [f.message for f in result.findings]
     assert ("no_softmax", "weights") in {(f.code, f.stage) for f in result.findings}
     assert ("not_softmax", "weights") in errors(attnlab.run(MgpstrNoSoftmax, overrides=SIZES))
+
+
+def _gemma4_config():
+    from transformers import Gemma4TextConfig
+
+    return Gemma4TextConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                            num_hidden_layers=2, intermediate_size=128, vocab_size=100)
+
+
+def test_the_library_class_s_scale_is_read_from_a_build_that_draws_no_weights():
+    from attnlab.modules.hf import _fresh, declared_scale
+
+    config = _gemma4_config()
+    real = Gemma4TextAttention(config, layer_idx=0)  # the library's own class, built for real: its scaling is 1.0
+    fresh = _fresh(Gemma4TextAttention, config, 0)
+    assert {p.device.type for p in fresh.parameters()} == {"meta"}
+    assert fresh.scaling == real.scaling == 1.0
+    assert declared_scale(real) == (1.0, "Gemma4TextAttention sets scaling = 1 in its constructor")
+
+
+class _ReadsATensorsValue(LlamaAttention):
+    """A constructor the meta device cannot run: it reads a value out of a tensor it made."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+        self.scaling = float(torch.full((), 0.5))
+
+
+def test_a_class_the_meta_device_cannot_build_is_built_for_real_for_its_scale():
+    from transformers import LlamaConfig
+
+    from attnlab.modules.hf import _fresh
+
+    config = LlamaConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=128,
+                         vocab_size=100)
+    with pytest.raises(RuntimeError), torch.device("meta"):
+        _ReadsATensorsValue(config, 0)
+    fresh = _fresh(_ReadsATensorsValue, config, 0)
+    assert fresh.scaling == 0.5 and {p.device.type for p in fresh.parameters()} == {"cpu"}

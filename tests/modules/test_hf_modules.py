@@ -18,12 +18,12 @@ import pytest
 import torch
 
 import attnlab
+from tests.modules.hf_runs import SIZES
 
 transformers = pytest.importorskip("transformers")
 from transformers import masking_utils  # noqa: E402
 
 PLUGINS = Path(__file__).parent / "hf_plugins"
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
 
 # model type: (the info findings its declared changes call for at the config's defaults, kv heads it takes)
 MODELS = {

@@ -11,14 +11,13 @@ import pytest
 import torch
 
 import attnlab
+from tests.modules.hf_runs import SIZES
 
 pytest.importorskip("transformers")
 
 from attnlab.modules import hf_record, hf_small  # noqa: E402
 from attnlab.modules.built import HUGGING_FACE_CALL  # noqa: E402
 from attnlab.modules.hf import hf_constructor  # noqa: E402
-
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
 
 
 def _models_own_call(module: torch.nn.Module, model_cls: type, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,7 +98,7 @@ def test_an_input_from_outside_the_attention_is_refused_in_one_line_naming_it():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["beam", "lfm3", "qwen2_5_vl_text", "glm4v_moe", "evolla"])
+@pytest.mark.parametrize("model", ["beam", "lfm3", "qwen2_5_vl_text", "glm4v_moe", "evolla", "gemma4_audio"])
 def test_a_class_fed_its_models_call_runs_with_no_error_finding(model):
     result = attnlab.run(f"hf:{model}", overrides=SIZES)
     assert result.record.status == "ok", result.record.error
@@ -129,3 +128,53 @@ def test_multimodal_rotary_sections_are_rescaled_to_the_heads_attnlab_sizes():
     from transformers.models.hy_v4_vl.configuration_hy_v4_vl import HYV4VLTextConfig
 
     assert hf_small.rope_at(HYV4VLTextConfig, Qwen2VLAttention, 16) is None
+
+
+def test_a_model_whose_first_input_is_too_long_for_its_positions_is_recorded_from_a_shorter_one():
+    """Nemotron's streaming encoder refuses 9 frames after subsampling past its max_position_embeddings
+    (the run's 8 tokens): the recorder halves its features' first size and resizes from there, and
+    records the model's own relative positions for the run's 8 tokens (2 * 8 - 1 of them)."""
+    module = hf_constructor("hf:nemotron_asr_streaming_encoder")(64, 64, 4, context_length=8).eval()  # the run's
+    assert module.config.max_position_embeddings == 8
+    x = torch.randn(2, 8, 64)  # (b, num_tokens, d_in)
+    args, kwargs = hf_record.recorded(module, x)
+    assert kwargs["hidden_states"] is x
+    assert tuple(kwargs["position_embeddings"].shape[:2]) == (2, 2 * 8 - 1)
+
+
+@pytest.mark.slow
+def test_a_model_that_hands_its_attention_channels_first_is_refused_in_one_line():
+    """SqueezeBERT's model passes its attention (batch, width, tokens): refused naming that layout,
+    never as a token count to run with."""
+    result = attnlab.run("hf:squeezebert", overrides=SIZES)
+    assert result.record.status != "ok"
+    assert "channels first" in result.record.error and "n_tokens" not in result.record.error
+    assert "\n" not in result.record.error
+
+
+def test_features_sized_as_the_models_own_feature_extractor_makes_them():
+    """Gemma 4's audio config names no mel bins; its model flattens 128 (its feature extractor's
+    default feature_size) after two stride-2 convolutions. Fed its model's call on such features,
+    attnlab's module returns what the layer returns inside Gemma4AudioModel's own forward."""
+    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4AudioModel
+
+    assert Gemma4AudioFeatureExtractor().feature_size == 128
+    module = hf_constructor("hf:gemma4_audio")(64, 64, 4).eval()
+    config = copy.deepcopy(module.config)
+    config.num_hidden_layers, config._attn_implementation = 1, "eager"
+    model = Gemma4AudioModel(config).eval()
+    layer = next(m for m in model.modules() if type(m) is type(module))
+    layer.load_state_dict(module.state_dict())
+    seen: dict[str, torch.Tensor] = {}
+
+    def hook(_m: torch.nn.Module, args: tuple, kwargs: dict, out: tuple) -> None:
+        seen["hidden"], seen["output"] = (args[0] if args else kwargs["hidden_states"]), out[0]
+
+    layer.register_forward_hook(hook, with_kwargs=True)
+    features = torch.randn(2, 32, 128, generator=torch.Generator().manual_seed(0))  # (b, frames, mel bins)
+    with torch.no_grad():
+        model(input_features=features)
+        got = HUGGING_FACE_CALL.call(module, seen["hidden"]).output  # (b, num_tokens, d_out)
+    assert seen["hidden"].shape[-2] == 8  # 32 frames / 4
+    torch.testing.assert_close(got, seen["output"], rtol=1e-5, atol=1e-6)

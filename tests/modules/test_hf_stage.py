@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -55,9 +56,20 @@ def test_swins_window_is_the_tokens_and_attends_both_ways_with_its_relative_posi
     torch.testing.assert_close(got, expected)
 
 
-def test_a_class_taking_only_a_square_window_refuses_tokens_that_are_none_in_one_line():
+def test_a_class_taking_only_a_square_window_runs_random_inputs_at_one_and_says_why():
+    result = attnlab.run("hf:swin", overrides=[*SIZES, "inputs.n_tokens=8"])
+    assert result.record.status == "ok", result.record.error
+    assert result.record.n_tokens == 9 and result.record.variant.shapes["inputs"][-2] == 9
+    [note] = result.record.notes
+    assert note.startswith("ran at n_tokens=9, not inputs.n_tokens=8") and "no square number" in note
+
+
+def test_a_class_taking_only_a_square_window_refuses_the_user_s_own_tokens_in_one_line(tmp_path):
+    """Tokens read from a file are never cut or padded to the class's count: the refusal stands."""
+    path = tmp_path / "tokens.npy"
+    np.save(path, np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32))
     with pytest.raises(UserError, match=r"takes a square window .* n_tokens=8 is no square number .*n_tokens=9"):
-        attnlab.run("hf:swin", overrides=[*SIZES, "inputs.n_tokens=8"])
+        attnlab.run("hf:swin", overrides=["inputs=file", f"inputs.path={path}", "d_out=64", "num_heads=4"])
 
 
 @pytest.mark.slow

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 import attnlab
+from tests.modules.hf_runs import SIZES
 from tests.modules.test_arguments import BOOK_GQA
 
-SIZES = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=64", "d_out=64", "num_heads=4"]
 IMPORTS = {
     "x_transformers": "from x_transformers.x_transformers import Attention\n",
     "diffusers": "from diffusers.models.attention_processor import Attention\n",

@@ -46,7 +46,9 @@ def shadow_lines(name: str) -> list[str]:
     return [w for w in discover().warnings if f"'{name}'" in w and "built-in" in w]
 
 
-@pytest.mark.parametrize("name", sorted(SHADOWED))
+# linear is a built-in of the variants folder as unscaled is: only the full suite runs it too (each
+# folder of yours costs a child process, the import probe)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "linear" else n for n in sorted(SHADOWED)])
 def test_a_plugin_of_yours_named_after_a_built_in_runs_as_yours_with_one_warning(name, plugin_folder, use_plugins):
     folder = plugin_folder(name, THIRDS)
     use_plugins(folder)

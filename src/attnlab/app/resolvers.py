@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import ListConfig, OmegaConf
 
 from attnlab.app.config_paths import user_config_searchpath
 from attnlab.errors import UserError
@@ -69,9 +69,15 @@ def run_name(variant: str, intervene: Any = None) -> str:
         return str(variant)
     own = KINDS[kind].shown if kind in KINDS else ()
     shown = {"head": True, "mode": "mode" in own, "factor": "factor" in own, "function": True}
-    words = [f"{key}={str(edit[key]).rpartition(':')[2]}" for key, wanted in shown.items()
-             if wanted and edit.get(key) is not None]
+    words = [f"{key}={_word(edit[key])}" for key, wanted in shown.items() if wanted and edit.get(key) is not None]
     return "-".join([str(kind), *words])
+
+
+def _word(value: Any) -> str:
+    """An edit's setting in a folder name: a function by its name, a list of heads as `[0,3]` (no spaces)."""
+    if isinstance(value, (list, tuple, ListConfig)):
+        return "[" + ",".join(map(str, value)) + "]"
+    return str(value).rpartition(":")[2]
 
 
 def register_resolvers() -> None:

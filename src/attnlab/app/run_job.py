@@ -42,9 +42,9 @@ from attnlab.app.job_settings import (
 from attnlab.app.lifeline import end_with_command
 from attnlab.app.progress import Progress
 from attnlab.compute.memory import available_bytes, cap_process, check_declared_inputs
-from attnlab.compute.pipeline import compute_record
+from attnlab.compute.pipeline import JobSpec, compute_record
 from attnlab.diagnosis.predictions import validate_expectations
-from attnlab.errors import UserError
+from attnlab.errors import TokensNeeded, UserError
 from attnlab.inputs.kinds import make_inputs
 from attnlab.model.config_variants import takes_config
 from attnlab.model.finding_codes import NAMES as MODEL_RUN_CODES
@@ -146,13 +146,30 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
         progress.phase(f"seed {seed}: inputs")
         inputs = make_inputs(given, seed, cfg.batch)
         check_n_tokens(cfg, inputs.n_tokens)
-        record = compute_record(spec, seed, inputs, phase=partial(_seed_phase, progress, seed))
+        try:
+            record = compute_record(spec, seed, inputs, phase=partial(_seed_phase, progress, seed))
+        except TokensNeeded as needed:  # a count of the variant's own: run at it where the inputs' size is free
+            given, spec = at_own_count(given, spec, needed)
+            inputs = make_inputs(given, seed, cfg.batch)
+            check_n_tokens(cfg, inputs.n_tokens)
+            record = compute_record(spec, seed, inputs, phase=partial(_seed_phase, progress, seed))
         if stream_to is not None and cfg.n_seeds > 1:
             record = written(record, record_dir(stream_to, record, cfg.n_seeds))
             record = without_stages(record) if any(r.ok for r in records) or not record.ok else spilled(record)
         records.append(record)
         progress.advance()
     return records
+
+
+def at_own_count(given: dict[str, Any], spec: JobSpec, needed: TokensNeeded) -> tuple[dict[str, Any], JobSpec]:
+    """The inputs' values at the variant's own token count, and the job noting why: only inputs whose
+    count is a size to choose (random ones); the user's tokens (a file, a text, rows) are never cut or
+    padded, so there the refusal stands (docs/guide/variants.md)."""
+    if "n_tokens" not in given or given["n_tokens"] == needed.n_tokens:
+        raise needed
+    note = (f"ran at n_tokens={needed.n_tokens}, not inputs.n_tokens={given['n_tokens']}: the variant runs only "
+            f"at a count of its own ({needed})")
+    return {**given, "n_tokens": needed.n_tokens}, replace(spec, notes=(*spec.notes, note))
 
 
 def _streamed_layer(record: Record, index: int, n_layers: int, stream_to: Path | None) -> Record:

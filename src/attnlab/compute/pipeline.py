@@ -33,7 +33,7 @@ from attnlab.diagnosis.kv_granularity import align_kv_heads
 from attnlab.diagnosis.predictions import check_predictions
 from attnlab.diagnosis.returned_weights import returned_weights
 from attnlab.diagnosis.stage_blocks import one_thread
-from attnlab.errors import UserError
+from attnlab.errors import TokensNeeded, UserError
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
 from attnlab.modules.hf_record import OutsideInput
@@ -83,6 +83,7 @@ class JobSpec:
     profile: bool = False
     profile_budget_s: float = 1.0
     profile_backward: bool = False
+    notes: tuple[str, ...] = ()  # what the run did other than asked, and why (a token count of the variant's own)
 
 
 @contextmanager
@@ -120,7 +121,7 @@ def run_module(built: BuiltModule, x: torch.Tensor, seed: int) -> Capture:
     manual_seed(seed)  # dropout in training mode draws from the seed: same seed, same record
     try:
         captured = capture(built, x.clone())
-    except OutsideInput:  # an input from outside the attention at the run's tokens: refused, as at the probe
+    except (OutsideInput, TokensNeeded):  # refused, as at the probe; a count of its own: the run's to decide
         raise
     except Exception as exc:
         raise PluginError(f"variant '{name}' raised {type(exc).__name__}: {exc}") from exc
@@ -186,7 +187,7 @@ def compute_record(
     config = copy.deepcopy(spec.config)
     config["seed"] = seed
     setup = Setup(variant=spec.name, seed=seed, config=config, labels=inputs.labels, n_tokens=inputs.n_tokens,
-                  d_in=inputs.d_in, d_out=spec.d_out, device=spec.device, dtype=spec.dtype)
+                  d_in=inputs.d_in, d_out=spec.d_out, device=spec.device, dtype=spec.dtype, notes=list(spec.notes))
     pair = Pair(reference=spec.reference)  # "auto" until auto has chosen: a run failing before says so, not a name
     batch = items if items is not None else inputs.batched(spec.batch)  # (batch, n_tokens, d_in)
     values = {**spec.values, "d_in": inputs.d_in, "n_tokens": inputs.n_tokens}

@@ -72,6 +72,7 @@ def survey_one(model_type: str) -> Row:
             row.outcome, row.message = refusal(record.error or ""), _line(record.error or record.status)
         else:
             row.outcome = "error_finding" if row.errors else "ok"
+            row.message = _line("; ".join(record.notes))  # ok at a token count of its own: said why
     row.defines_attention = row.defines_attention and row.outcome != "no_attention"
     row.seconds = round(time.perf_counter() - start, 2)
     return row

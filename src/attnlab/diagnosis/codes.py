@@ -34,6 +34,7 @@ CHECKS: tuple[DeclaredCheck, ...] = (
     recognisers.xpos,
     recognisers.added_positions,
     recognisers.qk_norm,
+    recognisers.query_scale,
     recognisers.cosine_attention,
     recognisers.window,
     recognisers.position_bias,

@@ -108,7 +108,7 @@ class Context:
     def compare(self, stage: str, found: Found) -> bool:
         """Whether a comparison with the reference may judge this stage: only with shared weights and
         only until a finding explains the divergence (a wrong early stage makes every later one wrong)."""
-        return (self.shared and not found.explained and self.judged(stage) and self.present(stage)
+        return (self.shared and not found.explains(stage) and self.judged(stage) and self.present(stage)
                 and stage in self.ref.stages and self.pair.observed(stage))
 
     def differs_from(self, stage: str) -> bool:
@@ -119,15 +119,33 @@ class Context:
                    and (self.v.stages[s].shape != self.ref.stages[s].shape or self.pair.changed(s)) for s in later)
 
 
+_PROJECTIONS = ("queries", "keys", "values")
+
+
 @dataclass(frozen=True)
 class Found:
     """The findings the checks before this one made, in order."""
 
     findings: tuple[Finding, ...] = ()
-    explained: bool = False  # one of them explains why later stages differ
+    # the earliest stage (its index in STAGES) of a finding that explains why stages from there on differ
+    explained_from: int | None = None
+
+    @property
+    def explained(self) -> bool:
+        return self.explained_from is not None
+
+    def explains(self, stage: str) -> bool:
+        """Whether an earlier finding explains why `stage` differs: a scale declared at the scaled scores
+        explains nothing about the queries, which are still compared."""
+        return self.explained_from is not None and self.explained_from <= STAGES.index(stage)
 
     def plus(self, f: Finding, explains: bool) -> Found:
-        return Found(self.findings + (f,), self.explained or explains)
+        # an error is the root cause wherever it shows (undivided heads named at the output explain the queries);
+        # a deliberate change explains its own stage on, the projections as one block (MLA's keys, its queries)
+        at = None if not explains else 0 if f.severity == "error" else STAGES.index(
+            "queries" if f.stage in _PROJECTIONS else f.stage)
+        earliest = min((i for i in (self.explained_from, at) if i is not None), default=None)
+        return Found(self.findings + (f,), earliest)
 
     def at(self, *stages: str) -> bool:
         return any(f.stage in stages for f in self.findings)

@@ -34,21 +34,39 @@ def fill_masked(attn_scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) -> float:
-    """The factor c in scaled = c * scores over the entries with weight (no mask is there)."""
+    """The factor c in scaled = c * scores over the entries with weight (no mask is there). Each
+    block's temporaries in one scratch tensor each; a side whose block is finite throughout (one
+    aminmax says so) needs no mask of its finite entries."""
     dot = norm = 0.0
+    kept_room = block_scratch(scores, torch.bool)
+    sides = [(block_scratch(t, torch.result_type(t, 0.0)), torch.zeros((), dtype=torch.result_type(t, 0.0)))
+             for t in (scores, scaled)]
     for i in blocks(scores):
-        kept = (weights[i] > 0) & (scaled[i].abs() < math.inf) & (scores[i].abs() < math.inf)
-        s, t = torch.where(kept, scores[i], 0.0).reshape(-1), torch.where(kept, scaled[i], 0.0).reshape(-1)
+        kept = torch.gt(weights[i], 0, out=fitted(kept_room, weights[i]))
+        for t in (scaled[i], scores[i]):
+            if t.numel() and not all(math.isfinite(float(end)) for end in torch.aminmax(t)):  # a NaN or an inf
+                kept.logical_and_(torch.isfinite(t))
+        s, t = (torch.where(kept, side[i], zero, out=fitted(room, side[i])).reshape(-1)
+                for side, (room, zero) in zip((scores, scaled), sides))
         dot, norm = dot + float(torch.dot(s, t)), norm + float(torch.dot(s, s))  # float64 across blocks
     return dot / norm if norm > 0 else math.nan
 
 
-def masked_fills(scaled: torch.Tensor, weights: torch.Tensor, scores: torch.Tensor, scale: float) -> torch.Tensor:
+def masked_fills(scaled: torch.Tensor, weights: torch.Tensor, scores: torch.Tensor, scale: float,
+                 rooms: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Where a block of the softmax input holds a finite mask fill: its weight exactly 0 and its
-    value not `scale` x its unmasked score (a score too small for exp() to reach is)."""
-    own = scores * scale  # what each entry would be without a mask
-    far = (scaled - own).abs_() > own.abs_().mul_(1e-3).add_(1e-6)  # own's magnitude, in place once read
-    return far.logical_and_(weights == 0).logical_and_(scaled.abs() < math.inf)  # NaN compares False
+    value not `scale` x its unmasked score (a score too small for exp() to reach is). `rooms`: the
+    temporaries' block_scratch (`fill_rooms`)."""
+    own = torch.mul(scores, scale, out=fitted(rooms[0], scores))  # each entry without a mask
+    gap = torch.sub(scaled, own, out=fitted(rooms[1], scores)).abs_()
+    far = gap > own.abs_().mul_(1e-3).add_(1e-6)  # own's magnitude, in place once read
+    return far.logical_and_(weights == 0).logical_and_(torch.isfinite(scaled))  # NaN is not finite
+
+
+def fill_rooms(scaled: torch.Tensor, scores: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """masked_fills' temporaries' room: scale x scores, and its gap to the softmax input, each in its own dtype."""
+    own = torch.result_type(scores, scale)
+    return block_scratch(scores, own), block_scratch(scores, torch.promote_types(scaled.dtype, own))
 
 
 def _softmax_input(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
@@ -78,16 +96,17 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
     scale = _scale(scores, scaled, weights)
     if not math.isfinite(scale):
         return capture
-    fills = []  # (block, its finite masked entries)
-    for i in blocks(scaled):
-        hidden = masked_fills(scaled[i], weights[i], scores[i], scale)
-        if bool(hidden.any()):
-            fills.append((i, hidden))
-    if not fills:
+    rooms = fill_rooms(scaled, scores, scale)
+    fills = [hidden if bool(hidden.any()) else None  # each block's finite masked entries
+             for i in blocks(scaled) for hidden in [masked_fills(scaled[i], weights[i], scores[i], scale, rooms)]]
+    if not any(hidden is not None for hidden in fills):
         return capture  # weights of 0 where exp() underflowed: no mask
-    masked = scaled.clone()  # (b, nh, T, T): the fills rewritten, the capture's own tensor untouched
-    for i, hidden in fills:
-        masked[i].masked_fill_(hidden, -math.inf)
+    masked = torch.empty_like(scaled)  # (b, nh, T, T): the fills rewritten, the capture's own tensor untouched
+    for i, hidden in zip(blocks(scaled), fills):  # one pass writes each block: its fills at -inf, else itself
+        if hidden is None:
+            masked[i].copy_(scaled[i])
+        else:
+            torch.where(hidden, neg_inf, scaled[i], out=masked[i])
     return replace(capture, stages={**capture.stages, "scaled_scores": masked})
 
 

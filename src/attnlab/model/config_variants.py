@@ -16,7 +16,7 @@ from torch import nn
 
 from attnlab.errors import UserError
 from attnlab.modules.built import PluginError
-from attnlab.modules.configs import ConfigConstructor, module_class
+from attnlab.modules.configs import ConfigConstructor, Constructor, module_class
 from attnlab.modules.hf import build_attention, transformers_class
 from attnlab.modules.layouts import Projections, load_projections
 from attnlab.modules.roles import manual_seed
@@ -33,7 +33,7 @@ def own_name(module: nn.Module) -> str:
     return f"{OWN}{type(module).__name__}"
 
 
-def takes_config(cls: type) -> bool:
+def takes_config(cls: Constructor) -> bool:
     """A constructor whose first parameter is a config object (named `config`), wrapped for a run
     outside a model (attnlab.modules.configs) or not."""
     if isinstance(cls, ConfigConstructor):
@@ -53,7 +53,7 @@ def _built(cls: type[nn.Module], config: Any, layer: int) -> nn.Module:
     return cls(config, **kwargs)
 
 
-def config_variant(cls: type[nn.Module], config: Any, params: dict[str, Any], own: nn.Module, layer: int,
+def config_variant(cls: Constructor, config: Any, params: dict[str, Any], own: nn.Module, layer: int,
                    projections: Projections, num_heads: int, seed: int) -> tuple[nn.Module, dict[str, str]]:
     """The variant built from a copy of the model's config, with the layer's parameters: the layer's
     own state_dict when the variant is the layer's class, else through attnlab's layouts."""

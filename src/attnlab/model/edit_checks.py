@@ -20,13 +20,15 @@ from attnlab.model.tokens import Tokenizer, gpt2_tokenizer, hf_tokenizer, same_l
 
 def check_indices(layer: Any, declared: dict[str, Any] | None, edit: Intervention | None,
                   seq2seq: bool) -> None:
-    """`intervene.head` below the config's head count, `layer=` below its layer count (a model of one
+    """`intervene.head` (each of a list) below the config's head count, `layer=` below its layer count (a model of one
     stack: an encoder–decoder's stacks are named in `layer=` and checked once built)."""
     if declared is None:
         return
     heads = read_size(declared, "heads")
-    if edit is not None and edit.head is not None and heads is not None and edit.head >= heads:
-        raise UserError(f"intervene.head={edit.head}: the model has {heads} heads (0 to {heads - 1})")
+    if edit is not None and heads is not None:
+        edit.heads(int(heads))  # intervene.head=all or a list: each below the count
+        if edit.head is not None and edit.head >= heads:
+            raise UserError(f"intervene.head={edit.head}: the model has {heads} heads (0 to {heads - 1})")
     layers = read_size(declared, "layers")
     if layers is not None and not seq2seq:
         chosen_layers(layer, int(layers))

@@ -56,8 +56,9 @@ class _Recorded:
     lengths: tuple[int, ...] | None = None  # a padded batch's texts' tokens: the captures' statistics skip the pads
 
     def add(self, layer: int, own: Capture, changed: Capture | None, effect: Effect | None,
-            error: str | None = None) -> None:
-        """The record of `layer`: `changed` (the edited layer's capture) against `own`, or `error`."""
+            error: str | None = None, heads: dict[int, Effect] | None = None) -> None:
+        """The record of `layer`: `changed` (the edited layer's capture) against `own`, or `error`;
+        `heads`: a sweep's effect of each head edited alone (the layer's stages then its own)."""
         slot, module = self.slots[layer], self.attention[layer][1]
         for capture in (own, changed):
             if capture is not None:
@@ -65,7 +66,9 @@ class _Recorded:
         about = ModelInfo(model=self.loaded.label, n_layers=sum(s.stack == slot.stack for s in self.slots),
                           parameters=self.loaded.n_parameters, tokenizer=self.tokens, heads=self.sizes.heads,
                           kv_heads=self.sizes.kv_heads, layer=slot.index, attention=self.attention[layer][0],
-                          stack=slot.stack, replaced=slot.replaced)
+                          stack=slot.stack, replaced=slot.replaced,
+                          edited_heads=None if heads is None else list(heads),
+                          head_effects=None if heads is None else list(heads.values()))
         setup = Setup(variant=self.chosen.label, seed=self.request.seed, config=copy.deepcopy(self.request.config),
                       labels=self.labels[slot.stack], n_tokens=own.stages["inputs"].shape[-2],
                       d_in=self.sizes.width, d_out=self.sizes.width, model=about)
@@ -109,6 +112,9 @@ def intervention_records(request: ModelRequest, chosen: Intervention, loaded: Lo
     each = recording(run.sizes, run.attention, layers, slots, inputs)
     each.own = run.own
     other = _other_ids(chosen, loaded, run)
+    if chosen.each_head is not None:
+        _each_head(each, run, layers, chosen, other, request.seed, say)
+        return each.records
     for layer in layers:
         say(f"layer {slots[layer].name}: {chosen.kind}")
         own = run.capture_own(layer, request.seed)
@@ -121,13 +127,39 @@ def intervention_records(request: ModelRequest, chosen: Intervention, loaded: Lo
     return each.records
 
 
+def _each_head(each: _Recorded, run: ModelRun, layers: list[int], chosen: Intervention, other: Tensor | None,
+               seed: int, say: Callable[[str], None]) -> None:
+    """A layer x head sweep in this one run: per layer, its own stages (from the unmodified forward) and
+    one forward per head edited alone, its effect only (a cell of the grid: no capture, no diagnosis)."""
+    heads = chosen.heads(run.sizes.heads)
+    for layer in layers:
+        say(f"layer {run.layer_name(layer)}: {chosen.kind}, {len(heads)} heads one at a time")
+        own = run.capture_own(layer, seed)
+        attention = run.attention[layer][1]
+        patched = _patched(run, attention, other)
+        effects = {}
+        try:
+            for head in heads:
+                in_model = edited(attention, chosen.one(head), run.sizes.heads, patched, run.lengths)
+                effects[head] = run.effects([run.changed_final(layer, in_model, seed)])[0]
+        except PluginError as exc:
+            each.add(layer, own, None, None, str(exc))
+            continue
+        each.add(layer, own, own, None, heads=effects)
+
+
+def _patched(run: ModelRun, attention: nn.Module, other: Tensor | None) -> Tensor | None:
+    """(1, T, H, hs) the layer's context vectors on the patch's other text; None for another kind."""
+    if other is None:
+        return None
+    return contexts_on(lambda: final_hidden(run.loaded.module, other, run.loaded.hf), attention, run.sizes.heads)
+
+
 def _edited_run(run: ModelRun, layer: int, chosen: Intervention, other: Tensor | None,
                 seed: int) -> tuple[Capture, Effect]:
     """(the edited layer's capture, the edit's effect on the output) from one more forward."""
     attention = run.attention[layer][1]
-    patched = None
-    if other is not None:
-        patched = contexts_on(lambda: final_hidden(run.loaded.module, other, run.loaded.hf), attention, run.sizes.heads)
+    patched = _patched(run, attention, other)
     captured: list[Capture] = []
     with every_layer([attention], lambda _index, capture: captured.append(capture)):
         final = run.changed_final(layer, edited(attention, chosen, run.sizes.heads, patched, run.lengths), seed)

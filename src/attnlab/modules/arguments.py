@@ -23,13 +23,13 @@ import ast
 import inspect
 import textwrap
 from collections.abc import Callable
-from functools import cache
 from typing import Any
 
 import torch
 from torch import nn
 
 from attnlab.errors import UserError
+from attnlab.modules.class_cache import per_class
 from attnlab.modules.families import spellings
 from attnlab.modules.roles import declared_count
 
@@ -45,6 +45,8 @@ class ForwardArgumentError(UserError):
 def forward_parameters(cls: Any) -> list[inspect.Parameter]:
     """A module class's forward parameters after self, [] when they cannot be read."""
     forward = getattr(cls, "forward", None)
+    if not callable(forward):
+        return []
     try:
         parameters = list(inspect.signature(forward).parameters.values())
     except (TypeError, ValueError):
@@ -104,7 +106,7 @@ def _provider(parameter: inspect.Parameter, cls: type) -> Callable[[nn.Module, t
             "layer_idx": lambda m, x: 0, "is_causal": lambda m, x: True, **{s: lambda m, x: x for s in _SELF}}[name]
 
 
-@cache
+@per_class
 def adds_mask(cls: type[nn.Module], name: str) -> bool:
     """Whether the forward adds its mask `name` to the scores (FSMT's `attn_weights + attn_mask`): a
     float mask, 0 where a query may look and a large negative number where not."""

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from attnlab.errors import UserError
+from attnlab.errors import TokensNeeded, UserError
 from attnlab.modules import arguments, hf, hf_call, hf_grid, hf_inputs, hf_record
 from attnlab.modules.registry import (
     CONSTRUCTOR_KEYS,
@@ -278,7 +278,7 @@ class BuiltModule:
         path would fail later for another reason."""
         try:
             return self._takes_batches(d_in, min(3, n_tokens), d_out)
-        except PluginError:
+        except (PluginError, TokensNeeded):  # a count of its own refused at the probe's: the run's count decides
             if n_tokens <= 3:
                 raise
             return self._takes_batches(d_in, n_tokens, d_out)
@@ -289,7 +289,7 @@ class BuiltModule:
         self.module.eval()
         try:
             out = self._probe(probe)
-        except hf_record.OutsideInput:  # an input from outside the attention: refused, as before any work
+        except (hf_record.OutsideInput, TokensNeeded):  # an input from outside the attention, a count of its own
             raise
         except Exception as exc:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
             try:

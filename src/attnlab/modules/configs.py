@@ -13,12 +13,14 @@ configs accept unknown attributes silently.
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import difflib
 import inspect
 import re
 import sys
 import textwrap
+from functools import cache
 from typing import Any
 
 from torch import nn
@@ -117,6 +119,8 @@ def config_attributes(config_cls: type, module_cls: type | None = None) -> dict[
 
 def _config_reads(module_cls: type[object] | None) -> list[str]:
     """The attributes `module_cls.__init__` reads off its config parameter (`config.n_embd`)."""
+    if module_cls is None:
+        return []
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(module_cls.__init__)))
     except (TypeError, OSError, SyntaxError):
@@ -283,6 +287,8 @@ class ConfigConstructor:
         """A value where the config holds one per stage (Swin's num_heads [3, 6, 12, 24]): every stage's."""
         aliased = (getattr(self.config_cls, "attribute_map", None) or {}).get(spelling, spelling)  # Swin's num_heads
         default = self.attributes.get(spelling, self.attributes.get(aliased))
+        if default is None:  # a field its config's __post_init__ fills (SAM 2's embed_dim_per_stage): as built
+            default = getattr(_built_default(self.config_cls), spelling, None)
         return type(default)([value] * len(default)) if isinstance(default, (list, tuple)) and default else value
 
     def _built(self, filled: dict[str, Any]) -> Any:
@@ -319,6 +325,7 @@ class ConfigConstructor:
         config = self.config_cls()
         renamed = {old: value for key, value in filled.items() if type(old := getattr(config, key, None)) is int
                    and type(value) is int and old != value and key not in also}
+        renamed = {**self._group_renamed(config, filled), **renamed}  # a size of its own first
         for holder in _with_subconfigs(config):
             for name, value in list(vars(holder).items()):
                 if _WIDTH.search(name) and not name.startswith("_"):
@@ -328,6 +335,21 @@ class ConfigConstructor:
         if hasattr(config, "validate"):
             config.validate()
         return config
+
+    def _group_renamed(self, config: Any, filled: dict[str, Any]) -> dict[int, int]:
+        """The default's query heads per key/value head as attnlab's (Kolibri's index_num_heads, at most its
+        48 / 4 = 12 query heads of a key head, becomes 4 / 4 = 1): a count tied to the grouping, shrunk alike."""
+        heads, kv = self.spelled["num_heads"], self.spelled["num_kv_heads"]
+        old = [getattr(config, name, None) if name else None for name in (heads, kv)]
+        new = [filled.get(name) if name else None for name in (heads, kv)]
+        counts = [v for v in (*old, *new) if type(v) is int and v > 0]
+        if len(counts) < 4:
+            return {}
+        old_heads, old_kv, new_heads, new_kv = counts
+        if old_heads % old_kv or new_heads % new_kv:
+            return {}
+        before, after = old_heads // old_kv, new_heads // new_kv
+        return {before: after} if before != after else {}
 
     def _set(self, filled: dict[str, Any]) -> Any:
         try:
@@ -381,12 +403,62 @@ class ConfigConstructor:
         return self.module_cls(config, **extra)
 
 
+# what a variant is built with: its class, or that class built from a config (called alike)
+Constructor = type[nn.Module] | ConfigConstructor
+
+
 _WIDTH = re.compile(r"(dim|size|heads|features|channels)s?$")  # a width's name; never a depth, a vocabulary
+
+
+@cache
+def _built_default(config_cls: type) -> Any:
+    """The config class built with its defaults; None where it needs arguments."""
+    try:
+        return config_cls()
+    except Exception:  # noqa: BLE001 - a config that needs arguments holds no default to read
+        return None
 
 
 def _with_subconfigs(config: Any) -> list[Any]:
     held = [v for v in vars(config).values() if hasattr(v, "to_dict") and hasattr(v, "model_type")]
     return [config, *(s for v in held for s in _with_subconfigs(v))]
+
+
+def tied(config: Any) -> Any | None:
+    """A copy of a Hugging Face `config` with each width its class's defaults tie to a size attnlab
+    set (SqueezeBERT's embedding_size, 768 as its hidden_size) set to attnlab's value, as `_consistent`
+    sets them for a validator; None where no width is tied."""
+    try:
+        default = type(config)()
+    except Exception:  # noqa: BLE001 - a config that needs arguments has no defaults to tie by
+        return None
+    own = getattr(config, "model_type", "")
+    sizes = {s for key in _EVERY_SPELLING for s in spellings(key, own)}
+    renamed = {old: new for s in sizes if type(old := getattr(default, s, None)) is int
+               and type(new := getattr(config, s, None)) is int and old != new}
+    small = copy.deepcopy(config)
+    changed = False
+    for holder, original in zip(_with_subconfigs(small), _with_subconfigs(default), strict=False):
+        for name, value in list(vars(holder).items()):
+            # a width left at its default (never one attnlab set) that equals a size's default
+            if _WIDTH.search(name) and not name.startswith("_") and value == getattr(original, name, None) \
+                    and (new := _tied_value(value, renamed)) != value:
+                setattr(holder, name, new)
+                changed = True
+    return small if changed else None
+
+
+def _tied_value(value: Any, renamed: dict[int, int]) -> Any:
+    """`value` renamed (`_renamed`); widths that sum to a size's default (Reformer's axial_pos_embds_dim,
+    64 + 192 = its hidden_size 256) scaled to sum to attnlab's."""
+    if isinstance(value, (list, tuple)) and len(value) > 1 and all(type(v) is int for v in value) \
+            and sum(value) in renamed:
+        total = renamed[sum(value)]
+        scaled = [v * total // sum(value) for v in value]
+        scaled[-1] += total - sum(scaled)  # what rounding down left goes to the last
+        if all(scaled):
+            return type(value)(scaled)
+    return _renamed(value, renamed)
 
 
 def _renamed(value: Any, renamed: dict[int, int]) -> Any:
@@ -398,6 +470,6 @@ def _renamed(value: Any, renamed: dict[int, int]) -> Any:
     return value
 
 
-def module_class(cls: Any) -> Any:
+def module_class(cls: Constructor) -> type[nn.Module]:
     """The nn.Module class a variant's constructor builds: a ConfigConstructor's wrapped class."""
     return cls.module_cls if isinstance(cls, ConfigConstructor) else cls

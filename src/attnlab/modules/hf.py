@@ -15,11 +15,11 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
-import re
 import sys
 from functools import cache
 from typing import Any
 
+import torch
 from torch import nn
 
 from attnlab.errors import UserError
@@ -29,6 +29,7 @@ from attnlab.modules.families import GENERIC, Family, family, family_of, spellin
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
 from attnlab.modules.hf_build import model_arguments
 from attnlab.modules.hf_find import Found, NotFound, find
+from attnlab.modules.hf_lineage import missing_packages as missing_packages  # re-exported: built.py reads it here
 from attnlab.modules.hf_lineage import transformers_class as transformers_class  # re-exported: callers read it here
 from attnlab.modules.hf_stage import UNKNOWN as _UNKNOWN
 from attnlab.schema import ATTN_IMPLEMENTATIONS
@@ -150,7 +151,7 @@ def _built(module_cls: type[nn.Module], args: list[Any], kwargs: dict[str, Any],
         window = hf_stage.refused_window(module_cls, tokens, exc)
         if window is None:
             raise
-        raise HFError(window) from None
+        raise window from None
 
 
 def _guessed_constructor(module_cls: type) -> dict[str, str]:
@@ -192,6 +193,8 @@ class HFConstructor(ConfigConstructor):
         rope = None if "rope_parameters" in params or origin is None else hf_small.rope_at(
             self.config_cls, origin, values["d_out"] // (values.get("num_heads") or 1))
         config = super().config(values, {**params, **({"rope_parameters": rope} if rope else {})}, private)
+        if getattr(config, "rope_parameters", None) == {} and hasattr(config, "default_theta"):
+            _default_rope(config)
         if getattr(config, "is_heterogeneous", False):
             # a per-layer config (Dots3's) holds attnlab's sizes globally, which the layer built without an
             # override of its own reads: attnlab reads them there as well, never refused as ambiguous
@@ -252,16 +255,6 @@ def config_constructor(cls: type[nn.Module], name: str) -> ConfigConstructor | N
     return ConfigConstructor(cls, found, name)
 
 
-def missing_packages(cls: type) -> list[str]:
-    """The optional packages the modeling file of `cls` asks for (`is_natten_available()`) that
-    transformers finds missing."""
-    import transformers.utils
-
-    source = inspect.getsource(inspect.getmodule(cls) or cls)
-    asked = sorted(set(re.findall(r"\bis_(\w+)_available\(", source)))
-    return [name for name in asked if not getattr(transformers.utils, f"is_{name}_available", lambda: True)()]
-
-
 def _transformers_config(cls: type) -> type | None:
     """The config class of the transformers attention class `cls` is or derives from: the model
     type whose `hf:` class it is, among the types of its modeling file (Gemma3Attention's
@@ -296,8 +289,9 @@ def provided(cls: Any) -> tuple[str, ...]:
 
 def declared_window(module: nn.Module) -> int | None:
     """The sliding window the module (Gemma's per layer) or else its config (Mistral's) declares."""
-    if hasattr(module, "sliding_window"):
-        return module.sliding_window
+    if hasattr(module, "sliding_window"):  # a plain attribute: nn.Module's __getattr__ types only its tensors and modules
+        own: int | None = getattr(module, "sliding_window", None)
+        return own
     config: Any = module.config  # a transformers config: its attributes are its model type's
     if getattr(config, "layer_types", None) and getattr(module, "layer_idx", None) is not None:
         if config.layer_types[module.layer_idx] != "sliding_attention":
@@ -342,7 +336,27 @@ def declared_scale(module: nn.Module) -> tuple[float, str] | None:
         layer = getattr(module, "layer_idx", 0) or 0
         head_dim = _config_value(config, row, "d_in") // _config_value(config, row, "num_heads")
         return head_dim ** -0.5 / (layer + 1), f"scale_attn_by_inverse_layer_idx: 1/sqrt(head_dim) / {layer + 1}"
-    scale = hf_lineage.library_scale(module, origin, lambda cls, c, i: build_attention(cls, c, layer=i))
+    scale = hf_lineage.library_scale(module, origin, _fresh)
     if scale is None and origin is not None and hf_lineage.names_no_scale(origin):
         return 1.0, f"{origin.__name__} applies no scale to its scores (its code names none)"
     return scale
+
+
+def _default_rope(config: Any) -> None:
+    """An empty `rope_parameters` (CohereCompass's default, which its own rotary class cannot read)
+    filled with transformers' documented default: the default rotary at `config.default_theta`,
+    one per layer type where the config keys them so."""
+    rope = {"rope_type": "default", "rope_theta": config.default_theta}
+    types = getattr(config, "layer_types", None)
+    config.rope_parameters = {kind: dict(rope) for kind in dict.fromkeys(types)} if types else rope
+
+
+def _fresh(module_cls: type[nn.Module], config: Any, layer: int) -> nn.Module:
+    """`module_cls` built from `config` for its Python attributes alone (declared_scale reads its
+    `scaling`): on the meta device, where no weight is drawn (drawing a real layer's weights was most of
+    declared_scale's cost); for real where the meta build fails (a constructor that reads a tensor's value)."""
+    try:
+        with torch.device("meta"):
+            return build_attention(module_cls, config, layer=layer)
+    except Exception:  # noqa: BLE001 - whatever the meta build trips on, the real build decides
+        return build_attention(module_cls, config, layer=layer)

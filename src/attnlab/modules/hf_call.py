@@ -9,7 +9,6 @@ import inspect
 import os
 import re
 import sys
-from functools import cache
 from typing import Any
 
 import torch
@@ -17,8 +16,10 @@ from torch import nn
 
 from attnlab.modules import hf_grid, hf_inputs
 from attnlab.modules.arguments import adds_mask, forward_parameters
+from attnlab.modules.class_cache import per_class
 from attnlab.modules.families import GENERIC, family_of
 from attnlab.modules.hf import HFError, declared_window, transformers_class
+from attnlab.modules.hf_stage import grid_of
 from attnlab.modules.roles import declared_count
 
 
@@ -38,9 +39,9 @@ def forward_kwargs(module: nn.Module, x: torch.Tensor) -> dict[str, Any]:
     elif added := next((n for n in ("attn_mask", "causal_mask")
                         if n in accepted and adds_mask(transformers_class(type(module)) or type(module), n)), None):
         kwargs[added] = _sequence_mask(module, x)  # FSMT's attn_mask, added to its scores as its decoder's
-    added = added_positions(transformers_class(type(module)))
-    kwargs.update({name: _added_positions(module, x) for name in added})
-    if "position_embeddings" in accepted and "position_embeddings" not in added:
+    summed = added_positions(transformers_class(type(module)))
+    kwargs.update({name: _added_positions(module, x) for name in summed})
+    if "position_embeddings" in accepted and "position_embeddings" not in summed:
         kwargs["position_embeddings"] = _rotary(module, x, position_ids)
     if "position_ids" in accepted:
         kwargs["position_ids"] = position_ids
@@ -106,7 +107,7 @@ def mask_kind(module: nn.Module) -> str:
     return "bidirectional" if origin is not None and _takes_no_mask(origin) else "causal"
 
 
-@cache
+@per_class
 def _takes_no_mask(cls: type[nn.Module]) -> bool:
     """Whether the library's class can mask nothing: its forward's source names no mask and nothing
     causal (BLIP's and MGP-STR's vision attention), so its model attends both ways. Read from the
@@ -128,7 +129,7 @@ def _sequence_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
 _KEEP_ONES = re.compile(r"\bmask\s*==\s*0\b|\bmask\.eq\(\s*0\s*\)")
 
 
-@cache
+@per_class
 def _keeps_ones(cls: type[nn.Module] | None) -> bool:
     """Whether the library's class reads its `mask` as 1 where a query may look and drops where it is
     0 (XLM's and Flaubert's `(mask == 0)`), as its model's get_masks makes it. Read from the library's
@@ -185,7 +186,7 @@ def _no_cache(make: Any) -> dict[str, None]:
 def _sliding_layer(module: nn.Module) -> bool:
     """Whether the model gives this layer its sliding-window mask (ModernBERT's local layers): the
     config's layer type, as the model reads it, never the module's own window attribute."""
-    types = getattr(module.config, "layer_types", None)
+    types: list[str] = getattr(module.config, "layer_types", None) or []
     index = getattr(module, "layer_idx", None)
     return bool(types) and index is not None and types[index] == "sliding_attention"
 
@@ -200,7 +201,7 @@ def _with_window(config: Any, window: int) -> Any:
     return config
 
 
-@cache
+@per_class
 def added_positions(cls: type[nn.Module] | None) -> tuple[str, ...]:
     """The forward parameters the library's class adds to its hidden states before the query and
     key projections (DETR's sine or learned embeddings of image locations and object queries:
@@ -245,6 +246,8 @@ def _rotary(module: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> t
         raise HFError(f"{type(module).__name__} takes position_embeddings, but no RotaryEmbedding class was found "
                       f"beside it")
     rotary = rotary_cls(config=module.config).to(x.device)
+    if next(iter(inspect.signature(rotary.forward).parameters)) == "pixel_values":  # DINOv3's: from the image's size
+        return rotary(_pixels(module.config, x))  # type: ignore[no-any-return]
     if "layer_type" in inspect.signature(rotary.forward).parameters:  # Gemma3: one frequency set per layer type
         cos_sin: tuple[torch.Tensor, torch.Tensor] = rotary(x, position_ids, getattr(module, "layer_type", None)
                                                             or "full_attention")
@@ -264,3 +267,13 @@ def _rotary_class(cls: type) -> type | None:
         if found:
             return max(found, key=lambda obj: len(os.path.commonprefix([obj.__name__, klass.__name__])))
     return None
+
+
+def _pixels(config: Any, x: torch.Tensor) -> torch.Tensor:
+    """An image whose patches are the tokens after its model's class and register tokens, laid out on a
+    grid (`hf_stage.grid_of`), for a rotary class that reads the patch grid off the pixels' size (DINOv3's,
+    which leaves those first tokens unrotated): (b, channels, height * patch, width * patch)."""
+    prefix = 1 + (getattr(config, "num_register_tokens", 0) or 0)
+    height, width = grid_of(x.shape[-2] - prefix if x.shape[-2] > prefix else x.shape[-2])
+    patch = config.patch_size if isinstance(config.patch_size, int) else config.patch_size[0]
+    return x.new_zeros(x.shape[0], getattr(config, "num_channels", 3), height * patch, width * patch)

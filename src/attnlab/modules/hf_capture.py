@@ -65,7 +65,7 @@ def captured(cls: type[nn.Module], config: Any, layer: int = 0, sizes: dict[str,
     raise NotCaptured("; ".join(problems))
 
 
-def _intercepted(cls: type, model_cls: type, config: Any, layer: int) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+def _intercepted(cls: type[nn.Module], model_cls: type, config: Any, layer: int) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
     """The arguments of the model's instance of `cls` at `layer` (by a layer keyword it is passed,
     else its layer-th), the model built on the meta device only up to it."""
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
@@ -76,9 +76,12 @@ def _intercepted(cls: type, model_cls: type, config: Any, layer: int) -> tuple[t
             calls.append((args, kwargs))
             if _at_layer(args, kwargs, layer, len(calls) - 1):
                 raise _Captured
-        (own or super(cls, self).__init__)(self, *args, **kwargs)
+        if own is not None:
+            own(self, *args, **kwargs)
+        else:  # its base's, bound: `self` is not passed twice
+            super(cls, self).__init__(*args, **kwargs)
 
-    cls.__init__ = init  # type: ignore[misc]
+    cls.__init__ = init  # type: ignore[method-assign]  # patched for this one build, restored below
     try:
         with torch.device("meta"):
             model_cls(config)
@@ -86,9 +89,9 @@ def _intercepted(cls: type, model_cls: type, config: Any, layer: int) -> tuple[t
         return calls[-1]
     finally:
         if own is None:
-            del cls.__init__  # type: ignore[misc]
+            del cls.__init__
         else:
-            cls.__init__ = own  # type: ignore[misc]
+            cls.__init__ = own  # type: ignore[method-assign]
     return calls[0] if calls and not layer else None
 
 

@@ -15,10 +15,15 @@ import re
 import sys
 import textwrap
 from dataclasses import dataclass
-from functools import cache
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from torch import nn
+
+from attnlab.modules.class_cache import per_class
+
+if TYPE_CHECKING:  # for its type only: attnlab imports transformers on first use
+    from transformers import PretrainedConfig
 
 ATTENTION_SUFFIXES = ("SelfAttention", "Attention")
 
@@ -98,7 +103,7 @@ def _module_classes(modeling: ModuleType) -> list[type]:
             if inspect.isclass(obj) and issubclass(obj, nn.Module) and obj.__module__ == modeling.__name__]
 
 
-@cache
+@per_class
 def _init_tree(cls: type) -> ast.FunctionDef | None:
     """The syntax tree of the class's own `__init__`, None where it has none or no source."""
     return _function_tree(vars(cls).get("__init__"))
@@ -269,9 +274,11 @@ def _in_config(model_type: str, config_cls: type, named: str | None, d_in_spelli
             raise own from None  # the model's own reason: its towers add none
 
 
-def _towers(config_cls: type) -> dict[str, type]:
+def _towers(config_cls: type) -> dict[str, type[PretrainedConfig]]:
     """A config's sub-configs by key, each its concrete class (an `AutoConfig` entry: the class of
     the default config's value)."""
+    from transformers import PretrainedConfig
+
     subs = dict(getattr(config_cls, "sub_configs", {}) or {})
     try:
         default = config_cls()
@@ -287,7 +294,7 @@ def _towers(config_cls: type) -> dict[str, type]:
     for key, sub in subs.items():
         value = getattr(default, key, None)
         concrete = type(value) if value is not None and hasattr(value, "model_type") else sub
-        if isinstance(concrete, type) and getattr(concrete, "model_type", ""):
+        if isinstance(concrete, type) and issubclass(concrete, PretrainedConfig) and concrete.model_type:
             found[key] = concrete
     return found
 
@@ -301,7 +308,7 @@ def _sized(config_cls: type, d_in_spellings: tuple[str, ...]) -> bool:
     return any(hasattr(config, s) for s in d_in_spellings)
 
 
-def _tower(model_type: str, towers: dict[str, type], d_in_spellings: tuple[str, ...], depth: int) -> Found:
+def _tower(model_type: str, towers: dict[str, type[PretrainedConfig]], d_in_spellings: tuple[str, ...], depth: int) -> Found:
     """A composite's text tower by default (else its first tower with attention), the others named."""
     ranked = sorted(towers.items(), key=lambda t: t[0] != "text_config")
     for key, sub in ranked:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
-from functools import cache
 from typing import Any
 
 import torch
 from torch import nn
 
+from attnlab.modules.class_cache import per_class
 from attnlab.modules.hf_inputs import grid
 from attnlab.modules.hf_lineage import transformers_class
 
@@ -28,7 +28,7 @@ _HEIGHT = ("height", "h", "H", "hh", "grid_h", "patch_h")
 _WIDTH = ("width", "w", "W", "ww", "grid_w", "patch_w")
 
 
-@cache
+@per_class
 def axes(cls: type) -> tuple[str, ...] | None:
     """The forward's input as it names its axes when they are more than (b, T, d): ("batch",
     "height", "width", "d") for a grid, ("batch", "batch", "tokens", "d") for a point batch; None else."""
@@ -112,7 +112,7 @@ _BATCH = ("bsz", "batch_size", "batch", "bs")
 _TURNS = {"permute": (1, 0, 2), "transpose": (0, 1)}
 
 
-@cache
+@per_class
 def _turns_first(cls: type[nn.Module]) -> bool:
     """Whether forward's first statement on its input turns it from (T, b, d) to (b, T, d) itself
     (Mask2Former's `hidden_states = hidden_states.permute(1, 0, 2)`, then its size read as (batch,
@@ -142,7 +142,7 @@ def _turns_first(cls: type[nn.Module]) -> bool:
                for node in ast.walk(function))
 
 
-@cache
+@per_class
 def _unpacks_length_first(cls: type[nn.Module]) -> bool:
     """Whether forward's first statement on its input unpacks its size as (length, batch, width):
     `tgt_len, bsz, embed_dim = query.size()`, the input untouched before (Longformer's transposes first)."""

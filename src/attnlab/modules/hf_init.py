@@ -9,10 +9,15 @@ import copy
 import inspect
 import sys
 import textwrap
-from functools import cache
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+from attnlab.modules.class_cache import per_class
+
+if TYPE_CHECKING:  # for its type only: attnlab imports transformers on first use
+    from transformers import PreTrainedModel
 
 
 def initialised(module: nn.Module) -> nn.Module:
@@ -33,7 +38,7 @@ def initialised(module: nn.Module) -> nn.Module:
     return module
 
 
-def _initialise(shell: nn.Module, part: nn.Module, names: list[str]) -> None:
+def _initialise(shell: PreTrainedModel, part: nn.Module, names: list[str]) -> None:
     fresh = copy.deepcopy(part)
     try:
         with torch.no_grad():
@@ -45,7 +50,7 @@ def _initialise(shell: nn.Module, part: nn.Module, names: list[str]) -> None:
             getattr(part, name).copy_(getattr(fresh, name))
 
 
-@cache
+@per_class
 def _empty_parameters(cls: type) -> tuple[str, ...]:
     """The attributes `self.NAME = nn.Parameter(torch.empty(...))` of the class's (and its bases') `__init__`."""
     found: list[str] = []
@@ -56,7 +61,9 @@ def _empty_parameters(cls: type) -> tuple[str, ...]:
             tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
         except (TypeError, OSError, SyntaxError):
             continue
-        inits = [node for node in tree.body[0].body if isinstance(node, ast.FunctionDef) and node.name == "__init__"]
+        if not isinstance(klass_def := tree.body[0], ast.ClassDef):
+            continue
+        inits = [n for n in klass_def.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
         nodes = [n for init in inits for n in ast.walk(init)]
         used = [n.attr for n in nodes if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"]
         for node in nodes:
@@ -77,12 +84,13 @@ def _named(func: ast.expr, name: str) -> bool:
     return (isinstance(func, ast.Attribute) and func.attr == name) or (isinstance(func, ast.Name) and func.id == name)
 
 
-def _pretrained_class(cls: type) -> type | None:
+def _pretrained_class(cls: type) -> type[PreTrainedModel] | None:
     """The `PreTrainedModel` of the class's modeling file that defines `_init_weights` (its model's)."""
-    transformers = sys.modules.get("transformers")
     modeling = sys.modules.get(cls.__module__)
-    if transformers is None or modeling is None:
+    if "transformers" not in sys.modules or modeling is None:
         return None
+    from transformers import PreTrainedModel  # imported already (the class's modeling file did)
+
     found = [obj for obj in vars(modeling).values() if inspect.isclass(obj) and obj.__module__ == modeling.__name__
-             and issubclass(obj, transformers.PreTrainedModel) and "_init_weights" in vars(obj)]
+             and issubclass(obj, PreTrainedModel) and "_init_weights" in vars(obj)]
     return found[0] if found else None

@@ -22,13 +22,13 @@ import math
 import textwrap
 import weakref
 from collections.abc import Callable, MutableMapping
-from functools import cache
 from typing import Any
 
 import torch
 from torch import nn
 
 from attnlab.modules.arguments import forward_parameters, required, rope
+from attnlab.modules.class_cache import per_class
 
 
 def _empty_container(parameter: inspect.Parameter) -> type | None:
@@ -37,7 +37,7 @@ def _empty_container(parameter: inspect.Parameter) -> type | None:
     return annotation if inspect.isclass(annotation) and issubclass(annotation, MutableMapping) else None
 
 
-@cache
+@per_class
 def padding_mask_only(cls: type) -> bool:
     """Its attention_mask is a key padding mask ((b, T), WavLM's and BridgeTower's into torch's
     `key_padding_mask`, ProphetNet's (b, heads, 1, T)): it drops padded keys only, never the future;

@@ -19,12 +19,12 @@ import re
 import sys
 import textwrap
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from torch import nn
 
+from attnlab.modules.class_cache import per_class
 from attnlab.modules.roles import declared_count
 
 # the key width its scores are over, besides head_dim's spellings (T5-style classes' key_value_proj_dim)
@@ -54,7 +54,7 @@ def _base_in_modular(cls: type) -> str | None:
     return imported.group(1) if imported else None
 
 
-@cache
+@per_class
 def origin_type(cls: type) -> str | None:
     """The model folder whose attention class `cls` copies or derives from (`t5` for UdopAttention)."""
     try:
@@ -80,9 +80,12 @@ def library_scale(module: nn.Module, origin: type | None, build: Callable[[type,
     # its `scaling`, else the `scale` its forward multiplies by (CvT's width ** -0.5, over the whole width)
     name = "scaling" if _number(getattr(fresh, "scaling", None)) else "scale" if _scaled_sides(origin, "scale") else None
     scaling = getattr(fresh, name, None) if name else None
+    passed = _passed_scale(origin) if name is None else None
+    if passed is not None:  # no scale of its own: the one its forward passes (TimesFM's 1.0 after its per-column one)
+        return passed, f"{origin.__name__} passes scaling={passed:g} to its attention function"
     head_dim = declared_count(fresh, "head_dim") or next(
         (v for s in _HEAD_DIMS if isinstance(v := getattr(fresh, s, None), int)), None) or _head_width(fresh)
-    if not _number(scaling) or not isinstance(head_dim, int):
+    if name is None or not _number(scaling) or not isinstance(head_dim, int):
         return None
     sides = max(_scaled_sides(origin, name), 1)
     if abs(scaling ** sides - head_dim ** -0.5) <= 1e-6 * head_dim ** -0.5:
@@ -102,7 +105,7 @@ def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-@cache
+@per_class
 def _scaled_sides(origin: type[nn.Module], name: str) -> int:
     """How many tensors the library's forward assigns a product with its attribute `name` to: 2 when
     it scales its queries and its keys each (OpenAI's privacy filter, by head_dim ** -0.25, and passes
@@ -118,6 +121,20 @@ def _scaled_sides(origin: type[nn.Module], name: str) -> int:
     return min(len(scaled), 2)
 
 
+@per_class
+def _passed_scale(origin: type[nn.Module]) -> float | None:
+    """The number the library's forward passes as `scaling=` to its attention function, when it is a
+    literal (TimesFM scales its queries by a learned vector, then passes scaling=1.0); None: none or
+    an expression."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(origin.forward)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    passed = {k.value.value for node in ast.walk(tree) if isinstance(node, ast.Call) for k in node.keywords
+              if k.arg == "scaling" and isinstance(k.value, ast.Constant) and _number(k.value.value)}
+    return float(passed.pop()) if len(passed) == 1 else None
+
+
 def _times(product: ast.BinOp, name: str) -> bool:
     return any(isinstance(side, ast.Attribute) and side.attr == name for side in (product.left, product.right))
 
@@ -129,7 +146,7 @@ _SCALES = re.compile(r"scal(e|es|ing)\b|sqrt|\*\*\s*\(?-?\s*0?\.5|scaled_dot_pro
                      re.IGNORECASE)
 
 
-@cache
+@per_class
 def names_no_scale(origin: type) -> bool:
     """Whether the library's class `origin` names no scale anywhere in its code (comments left out):
     its scores go into the softmax as they are (GPT-Neo's). Read from the library's class, never the
@@ -146,7 +163,7 @@ _SOFTMAX = re.compile(r"softmax|scaled_dot_product|attention_interface|attention
                       r"MultiheadAttention|_attn\b", re.IGNORECASE)
 
 
-@cache
+@per_class
 def computes_no_softmax(origin: type) -> bool:
     """Whether the library's class `origin`, and the functions and classes of its modeling file it
     calls (YOSO's YosoCumulation), name no softmax: an approximation by design (YOSO's LSH
@@ -175,3 +192,12 @@ def _code(text: str) -> str:
     except SyntaxError:
         return text
 
+
+def missing_packages(cls: type) -> list[str]:
+    """The optional packages the modeling file of `cls` asks for (`is_natten_available()`) that
+    transformers finds missing."""
+    import transformers.utils
+
+    source = inspect.getsource(inspect.getmodule(cls) or cls)
+    asked = sorted(set(re.findall(r"\bis_(\w+)_available\(", source)))
+    return [name for name in asked if not getattr(transformers.utils, f"is_{name}_available", lambda: True)()]

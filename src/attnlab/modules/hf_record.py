@@ -18,7 +18,9 @@ refusal naming the forward's input and what to pass.
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import re
 import sys
 import weakref
 from collections.abc import Callable
@@ -28,10 +30,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnlab.errors import UserError
+from attnlab.errors import TokensNeeded, UserError
 from attnlab.modules import hf_inputs, hf_small
 from attnlab.modules.arguments import forward_parameters, providable, required
 from attnlab.modules.families import spellings
+from attnlab.modules.hf_lineage import missing_packages
 
 
 class ModelCallError(RuntimeError):
@@ -56,17 +59,19 @@ class Call:
     hidden: torch.Tensor
 
     def on(self, x: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """The call with attnlab's hidden states in place of the model's."""
-        if self.args and self.args[0] is self.hidden:
-            return (x, *self.args[1:]), dict(self.kwargs)
-        return (), {k: x if v is self.hidden else v for k, v in self.kwargs.items()}
+        """The call with attnlab's hidden states in place of the model's, wherever the model passed them
+        (CPM-Ant's hidden_q and hidden_kv are the one tensor)."""
+        return (tuple(x if a is self.hidden else a for a in self.args),
+                {k: x if v is self.hidden else v for k, v in self.kwargs.items()})
 
 
 _CALLS: weakref.WeakKeyDictionary[nn.Module, dict[tuple[Any, ...], Call]] = weakref.WeakKeyDictionary()
 _MODELS: weakref.WeakKeyDictionary[nn.Module, list[tuple[nn.Module, nn.Module] | str]] = weakref.WeakKeyDictionary()
 _FED: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # "own" or "recorded", once known
 _TOO_FEW = "its attention sees"  # a model that ran, but not at the run's tokens
+_NOT_INSTALLED = ", which is not installed"  # a model that needs an optional package
 _TRIES = 6  # sizes of a model's input tried before refusing
+_HALVINGS = 2  # of them, halvings of a first size the model refuses
 _MODEL_CLASSES = 2  # of a modeling file's model classes for the config, the first ones tried
 
 
@@ -131,7 +136,10 @@ def _models(module: nn.Module, x: torch.Tensor) -> list[tuple[nn.Module, nn.Modu
                 model = hf_small.built(model_cls, module.config, layer if isinstance(layer, int) else 0,
                                        x.device, x.dtype, lambda m: type(m) is _origin(module))
             except Exception as exc:  # noqa: BLE001 - a model class that cannot be built from this config: the next one
-                found.append(f"{model_cls.__name__}: {type(exc).__name__}: {exc}".splitlines()[0][:160])
+                asked = missing_packages(model_cls) if isinstance(exc, ImportError) else []
+                missing = " or ".join([p for p in asked if p in str(exc).lower()] or asked)  # those its error names
+                found.append(f"{model_cls.__name__} needs {missing}{_NOT_INSTALLED}" if missing else
+                             f"{model_cls.__name__}: {type(exc).__name__}: {exc}".splitlines()[0][:160])
                 continue
             target = _instance(model, module)
             found.append((model, target) if target is not None else f"{model_cls.__name__} holds no {_origin(module).__name__}")
@@ -156,9 +164,15 @@ def _record(module: nn.Module, x: torch.Tensor, own: Exception | None) -> Call:
         raise OutsideInput(f"{name}.forward needs '{outside[0]}', an input its model makes from what lies outside the "
                            f"attention, and its model could not be run to make it ({problem}); run a subclass whose "
                            f"forward passes {outside[0]}=...")
+    if problem.endswith(_NOT_INSTALLED):  # as a forward needing that package says it (DiNAT's natten)
+        raise ImportError(f"{name}'s inputs are its model's, and {problem}")
     why = f"{type(own).__name__}: {' '.join(str(own).split())}"[:120] if own is not None else "none"
-    raise ModelCallError(f"{name}: its model's call could not be recorded at these sizes ({problem}); attnlab's own "
-                         f"inputs failed ({why})")
+    message = (f"{name}: its model's call could not be recorded at these sizes ({problem}); attnlab's own inputs "
+               f"failed ({why})")
+    seen = re.search(rf"{_TOO_FEW} (\d+) tokens", problem)
+    if seen:  # its model ran, at a count of its own: a run whose inputs' size is free runs at it
+        raise TokensNeeded(message, int(seen.group(1)))
+    raise ModelCallError(message)
 
 
 def _instance(model: nn.Module, module: nn.Module) -> nn.Module | None:
@@ -185,26 +199,46 @@ def _sized_call(model: nn.Module, target: nn.Module, x: torch.Tensor) -> tuple[C
 
 def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size: int) -> tuple[Call | None, str]:
     """Resize the input (`make(size)`) until the attention sees x's tokens: the tokens grow with
-    the size, so each try scales it by the tokens wanted over the tokens seen."""
+    the size, so each try moves it toward the tokens wanted (`_next_size`)."""
     tokens = x.shape[-2]
     seen: dict[int, int] = {}
-    for _ in range(_TRIES):
+    failed = ""
+    for tried in range(_TRIES):
         try:
             call = _run(model, target, make(size))
         except Exception as exc:  # noqa: BLE001 - the model's own error at this size
-            return None, f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+            failed = failed or f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+            if seen or tried >= _HALVINGS or size // 2 < 2 * tokens:
+                return None, failed
+            # its first size too long for the model (a position table as long as the run's context): half of it
+            size //= 2
+            continue
         if call is None:
             return None, "it never called its attention"
         if tuple(call.hidden.shape[:-1]) == tuple(x.shape[:-1]):
             return call, ""
+        if call.hidden.dim() == 3 and call.hidden.shape[1] == x.shape[-1] != call.hidden.shape[-1]:
+            return None, f"its model passes {type(target).__name__} its hidden states channels first, " \
+                         f"(batch, width, tokens) {tuple(call.hidden.shape)}, a layout attnlab does not run"
         seen[size] = call.hidden.shape[-2] if call.hidden.dim() >= 2 else call.hidden.shape[0]
         if len(set(seen.values())) < len(seen):
             break  # the size does not change the tokens
-        size = max(1, round(size * tokens / max(seen[size], 1)))
+        size = max(1, _next_size(seen, size, tokens))
         while size in seen:
             size += 1
+    if not seen:
+        return None, failed
     return None, f"{_TOO_FEW} {min(seen.values())} tokens from its smallest input; run with inputs.n_tokens=" \
                  f"{min(seen.values())}"
+
+
+def _next_size(seen: dict[int, int], size: int, tokens: int) -> int:
+    """The size to try next: by the line through the last two tries (a model that adds tokens of its own,
+    CPM-Ant's prompt, as well as one whose tokens grow in proportion), at first by the ratio alone."""
+    if len(seen) < 2:
+        return round(size * tokens / max(seen[size], 1))
+    (s0, t0), (s1, t1) = list(seen.items())[-2:]
+    return round(s1 + (tokens - t1) * (s1 - s0) / (t1 - t0))  # t1 != t0: equal counts ended the tries
 
 
 def _run(model: nn.Module, target: nn.Module, inputs: dict[str, Any]) -> Call | None:
@@ -240,9 +274,14 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
     if "inputs_embeds" in accepted and _width(config) in (x.shape[-1], None):
         forms.append((lambda size: {"inputs_embeds": x.reshape(batch, tokens, -1), **extra}, tokens))
     if "input_ids" in accepted and getattr(config, "vocab_size", None):
-        ids = torch.arange(batch * tokens, device=x.device).reshape(batch, tokens) % config.vocab_size  # (b, T)
-        decoder = {"decoder_input_ids": ids} if "decoder_input_ids" in accepted else {}
-        forms.append((lambda size: {"input_ids": ids, **decoder, **extra}, tokens))
+        def ids(size: int) -> dict[str, Any]:  # (b, size): a model that adds tokens of its own (CPM-Ant's prompt) sees more
+            # never 0 nor the padding id, which a model masks as padding (CPM-Ant's id 0): every token is one
+            made = 1 + torch.arange(batch * size, device=x.device).reshape(batch, size) % (config.vocab_size - 1)
+            pad = getattr(config, "pad_token_id", None)
+            made = made.masked_fill(made == pad, (pad + 1) % config.vocab_size) if isinstance(pad, int) else made
+            return {"input_ids": made, **({"decoder_input_ids": made} if "decoder_input_ids" in accepted else {}), **extra}
+
+        forms.append((ids, tokens))
 
     def signal(name: str, shape: tuple[int, ...], axis: int) -> Any:
         return lambda size: {name: torch.randn(*shape[:axis], size, *shape[axis + 1:], device=x.device,
@@ -257,6 +296,9 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
                      if getattr(config, s, None)), 80)
         forms += [(signal("input_features", (batch, 64, bins), 1), 64),
                   (signal("input_features", (batch, bins, 64), 2), 64)]
+        made = _extractor_bins(model)  # the bins its own feature extractor makes (Gemma 4's 128), where the config names none
+        if made not in (None, bins):
+            forms.append((signal("input_features", (batch, 64, made), 1), 64))
     if "input_values" in accepted:
         forms.append((signal("input_values", (batch, 1600), 1), 1600))
     parameters = forward_parameters(type(model))
@@ -266,6 +308,25 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
         if width:
             forms.append((signal("hidden_states", (batch, tokens, width), 1), tokens))
     return forms
+
+
+def _extractor_bins(model: nn.Module) -> int | None:
+    """The default `feature_size` of the feature extractor beside the model's modeling file (its
+    package's `feature_extraction_*` module), where there is one."""
+    package = type(model).__module__.rsplit(".", 1)[0]
+    try:
+        extraction = importlib.import_module(f"{package}.feature_extraction_{package.rsplit('.', 1)[-1]}")
+    except ImportError:
+        return None
+    for name, cls in vars(extraction).items():
+        if name.endswith("FeatureExtractor") and inspect.isclass(cls) and cls.__module__ == extraction.__name__:
+            try:
+                size = getattr(cls(), "feature_size", None)
+            except Exception:  # noqa: BLE001 - an extractor that needs arguments names no default
+                continue
+            if isinstance(size, int):
+                return size
+    return None
 
 
 def _width(config: Any) -> int | None:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnlab.modules import configs
 from attnlab.modules.families import spellings
 
 BUDGET = 60_000_000  # parameters a recording model may have (240 MB in float32)
@@ -33,6 +34,17 @@ def built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.dev
     """`model_cls` from the most shrunk form of `config` it can be built from within the budget and
     still `holds` the class (a model whose layer 0 is a convolution (LFM's) keeps its layers up to
     the first attention one); its own error, or a one-line size error, where none."""
+    try:
+        return _built(model_cls, config, layer, device, dtype, holds)
+    except Exception:
+        widths = configs.tied(config)  # a width its defaults tie to a size attnlab set (SqueezeBERT's embedding_size)
+        if widths is None:
+            raise
+        return _built(model_cls, widths, layer, device, dtype, holds)
+
+
+def _built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.device, dtype: torch.dtype,
+           holds: Callable[[nn.Module], bool]) -> nn.Module:
     problem: Exception | None = None
     for level in (2, 1, 0):
         try:
@@ -63,6 +75,12 @@ def shrunk(config: Any, layer: int, level: int) -> Any:
     2 also with a small vocabulary, feed-forward, expert count and other depths; its sub-configs alike."""
     small = copy.deepcopy(config)
     small._attn_implementation = getattr(config, "_attn_implementation", None) or "eager"
+    held = vars(small)  # its own values: a per-layer config (Dots3's) refuses reading a global one
+    types, context = held.get("layer_types"), held.get("max_position_embeddings")
+    if "sliding_window" in held and held["sliding_window"] is None and isinstance(types, (list, tuple)) \
+            and "sliding_attention" not in types and isinstance(context, int):
+        # no layer slides, yet its model builds the sliding mask (Step3.7's): a window of its whole context masks nothing
+        small.sliding_window = context
     if level:
         _shrink(small, layer, level)
     return small
@@ -102,12 +120,17 @@ def _shrink(config: Any, layer: int, level: int) -> None:
     if level < 2:
         return
     _smaller(config, [k for k in vars(config) if k.endswith("vocab_size")], VOCAB)  # LUKE's entity_vocab_size too
+    if "vocab_size" in vars(config) and config.vocab_size is None:  # ESM's, left to a checkpoint: the ids attnlab makes fit
+        config.vocab_size = VOCAB
     if isinstance(getattr(config, "pad_token_id", None), int) and config.pad_token_id >= VOCAB:
         config.pad_token_id = None  # its padding row past the smaller vocabulary
     _smaller(config, [k for k in vars(config) if k.endswith("intermediate_size")] + list(FEED_FORWARD), WIDTH)
     _smaller(config, EXPERT_COUNTS, EXPERTS)
-    # the depths of what the model holds beside its layers (Evolla's protein resampler, aligner layers)
-    _smaller(config, [k for k in vars(config) if k.endswith(("depth", "_layers")) and k not in spellings("num_layers")], 1)
+    # the depths of what the model holds beside its layers (Evolla's protein resampler, aligner layers); never
+    # one a per-layer list's length ties (SEW-D's num_feat_extract_layers, its conv_dim's): it keeps its own
+    lengths = {len(v) for k, v in vars(config).items() if isinstance(v, (list, tuple)) and not k.startswith("_")}
+    _smaller(config, [k for k, v in vars(config).items() if k.endswith(("depth", "_layers"))
+                      and k not in spellings("num_layers") and not (isinstance(v, int) and v in lengths)], 1)
     _smaller(config, ROUTED, 2)
 
 

@@ -20,6 +20,7 @@ import math
 import textwrap
 from typing import Any
 
+from attnlab.errors import TokensNeeded
 from attnlab.modules import hf_grid
 from attnlab.modules.families import spellings
 
@@ -106,7 +107,7 @@ def required_parameters(module_cls: type) -> list[str]:
     return [a.arg for a in [*required, *keyword]]
 
 
-def refused_window(module_cls: type, tokens: int | None, exc: Exception) -> str | None:
+def refused_window(module_cls: type, tokens: int | None, exc: Exception) -> TokensNeeded | None:
     """Why a window class refused the run's tokens as its window: it takes only a square one
     (SwinAttention's `(window_size, window_size)`) and they are no square; None: another failure."""
     names = _parameter_names(module_cls)
@@ -117,5 +118,6 @@ def refused_window(module_cls: type, tokens: int | None, exc: Exception) -> str 
     if height == width:
         return None
     side = math.isqrt(tokens) + 1
-    return (f"{module_cls.__name__} takes a square window and attnlab's tokens are one window: n_tokens={tokens} "
-            f"is no square number (e.g. inputs.n_tokens={side * side}, a {side} x {side} window)")
+    return TokensNeeded(f"{module_cls.__name__} takes a square window and attnlab's tokens are one window: "
+                        f"n_tokens={tokens} is no square number (e.g. inputs.n_tokens={side * side}, a {side} x {side} "
+                        f"window)", side * side)

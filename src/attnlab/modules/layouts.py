@@ -13,6 +13,7 @@ mask is part of what is being compared, and a wholesale `state_dict` load would 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -49,7 +50,11 @@ class Projections:
         return self.W_query.shape[-1] // self.num_heads
 
     def weight(self, role: str) -> Tensor | None:
-        return {"queries": self.W_query, "keys": self.W_key, "values": self.W_value, "out": self.W_out}[role]
+        return self.W_out if role == "out" else self.qkv_weight(role)
+
+    def qkv_weight(self, role: str) -> Tensor:
+        """The queries', keys' or values' weight: never missing, unlike the output projection's."""
+        return {"queries": self.W_query, "keys": self.W_key, "values": self.W_value}[role]
 
     def bias(self, role: str) -> Tensor | None:
         return {"queries": self.b_query, "keys": self.b_key, "values": self.b_value, "out": self.b_out}[role]
@@ -135,12 +140,12 @@ def _split_fused(module: nn.Module, slot: _Slot, fused: Tensor, num_heads: int,
 
 def _combine(module: nn.Module, role: str, pieces: list[tuple[int | None, Tensor]]) -> Tensor:
     """One tensor per role: a single parameter, or per-head ones concatenated in head order."""
-    heads = [head for head, _ in pieces]
-    if len(pieces) == 1 and heads[0] is None:
+    if len(pieces) == 1 and pieces[0][0] is None:
         return pieces[0][1]
-    if None in heads or sorted(heads) != list(range(len(heads))):
+    numbered = [(head, t) for head, t in pieces if head is not None]
+    if len(numbered) < len(pieces) or sorted(head for head, _ in numbered) != list(range(len(numbered))):
         raise _no_layout(module, f"several {role} parameters that are not one per head")
-    return torch.cat([t for _, t in sorted(pieces, key=lambda piece: piece[0])], dim=-1)
+    return torch.cat([t for _, t in sorted(numbered, key=lambda piece: piece[0])], dim=-1)
 
 
 def _out_groups(slots: list[_Slot]) -> list[list[_Slot]]:
@@ -158,13 +163,16 @@ def _compose_out(module: nn.Module, slots: list[_Slot]) -> dict[tuple[str, str],
     groups = _out_groups(slots)
     if not groups:
         return {}
-    W_out, b_out = None, None
+    layers = []
     for group in groups:
         weight = next((s.canonical() for s in group if s.kind == "weight"), None)  # (width_in, width)
         bias = next((s.canonical() for s in group if s.kind == "bias"), None)  # (width,)
         if weight is None:
             raise _no_layout(module, f"an output-projection bias {group[0].name} without a weight")
-        W_out = weight if W_out is None else W_out @ weight
+        layers.append((weight, bias))
+    W_out, b_out = layers[0]
+    for weight, bias in layers[1:]:
+        W_out = W_out @ weight
         b_out = bias if b_out is None else (b_out @ weight if bias is None else b_out @ weight + bias)
     return {("out", "weight"): W_out} | ({("out", "bias"): b_out} if b_out is not None else {})
 
@@ -243,7 +251,7 @@ def _target(module: nn.Module, projections: Projections, slot: _Slot,
         parts = [_role_target(projections, replace(slot, role=role)) for role in QKV_ROLES]
         if all(part is None for part in parts):
             return None, ""
-        widths = [projections.weight(role).shape[-1] for role in QKV_ROLES]
+        widths = [projections.qkv_weight(role).shape[-1] for role in QKV_ROLES]
         filled = [torch.zeros(w) if part is None else part for part, w in zip(parts, widths)]
         axis = "entries" if slot.kind == "bias" else "rows" if slot.linear_style else "columns"
         layout = fused_layout(module, slot.name, projections.num_heads, projections.num_kv_heads)
@@ -305,6 +313,9 @@ def _copy(slot: _Slot, target: Tensor, note: str) -> str:
     notes = (["transposed"] if slot.linear_style else []) + ([note] if note else [])
     if param.shape != stored.shape and not slot.linear_style and param.dim() == 2 and param.shape == stored.T.shape:
         stored, notes = stored.T, ["transposed"] + notes  # a raw (d_out, d_in) used as x @ W.T
+    if param.dim() == 3 and param.shape[1:] == target.T.shape:  # one (out, in) weight per position (Moshi's codebooks)
+        param.copy_(target.T.expand_as(param))  # (positions, out, in)
+        return f"shared (transposed, the same in each of its {param.shape[0]} per-position weights)"
     if param.shape != stored.shape:
         return f"native: shape {tuple(param.shape)} does not fit {tuple(stored.shape)}"
     param.copy_(stored)
@@ -361,7 +372,7 @@ def _fit_reference(projections: Projections,
                    covered: set[tuple[str, str]]) -> tuple[Projections, dict[tuple[str, str], str]]:
     """Zero what the variant has no place for (its biases), identity for a missing output
     projection; returns the changed projections and {part: why} for the record."""
-    changed: dict[str, Tensor] = {}
+    changed: dict[str, Any] = {}  # field name -> tensor: replace() checks a ** dict against every field, the int head counts too
     why: dict[tuple[str, str], str] = {}  # (role, "weight" | "bias")
     for role in (*QKV_ROLES, "out"):
         bias = projections.bias(role)
@@ -390,9 +401,10 @@ def align(
     grouping changes shows per head: the heads that lost their own keys diverge.
     """
     projections = read_projections(reference, num_heads=num_heads)
-    if hasattr(variant, "load_qkv"):  # a plugin with a layout of its own loads the matrices itself
+    load_qkv = getattr(variant, "load_qkv", None)
+    if callable(load_qkv):  # a plugin with a layout of its own loads the matrices itself
         with torch.no_grad():
-            variant.load_qkv(projections.W_query, projections.W_key, projections.W_value)
+            load_qkv(projections.W_query, projections.W_key, projections.W_value)
         return {"load_qkv": "plugin loader"}
     variant_slots = _slots(variant)
     covered = {(role, slot.kind) for slot in variant_slots for role in slot.parts}
@@ -426,7 +438,7 @@ def seed_projections(
     d_in = projections.W_query.shape[0]
     manual_seed(seed)
     draws = {
-        field: torch.randn(d_in, projections.weight(role).shape[-1]) / d_in**0.5  # (d_in, cols)
+        field: torch.randn(d_in, projections.qkv_weight(role).shape[-1]) / d_in**0.5  # (d_in, cols)
         for role, field in zip(QKV_ROLES, ("W_query", "W_key", "W_value"))
     }
     return load_projections(

@@ -147,7 +147,7 @@ def _read_files(folders: tuple[str, ...]) -> Registry:  # folders: the cache key
 
 
 def _spec(declared: VariantSpec) -> VariantSpec:
-    built = hf.config_constructor(declared.cls, declared.name) or declared.cls  # Cls(config), nanoGPT's
+    built = hf.config_constructor(module_class(declared.cls), declared.name) or declared.cls  # Cls(config), nanoGPT's
     return replace(declared, cls=built)
 
 

@@ -13,11 +13,11 @@ import inspect
 import re
 import textwrap
 from dataclasses import dataclass
-from functools import cache
 
 import torch
 from torch import nn
 
+from attnlab.modules.class_cache import per_class
 from attnlab.modules.families import FAMILIES, family_of, spellings
 
 QKV_ROLES = ("queries", "keys", "values")  # also a fused projection's column blocks, in this order
@@ -34,6 +34,7 @@ FUSED_QKV = re.compile("|".join(sorted({"qkv", *(re.escape(row.fused_qkv.lower()
 # along the output, when every head has its own key and value: GPT-NeoX, Persimmon, Bloom (a
 # family row's fused_order says so for the others: Falcon, GPTBigCode)
 PER_HEAD_FUSED_QKV = re.compile(r"query_key_value")
+_WRAPPED = ("linear",)  # the inner layer of a projection wrapper (Moshi's and Kyutai's q_proj.linear), named by its kind
 _HEAD_SPLIT = "transpose_for_scores"  # BERT-style classes' (b, T, heads * hd) -> (b, heads, T, hd)
 # an output projection, lower case: the source's out_proj, Hugging Face's o_proj, dense and
 # DistilBERT's out_lin, nanoGPT's c_proj, the bonus class's proj, diffusers' to_out, T5's o, BLIP's projection,
@@ -66,6 +67,8 @@ def parameter_role(name: str) -> str | None:
     """
     parts = [p for p in name.lower().split(".") if not p.isdigit()]
     if len(parts) > 1 and parts[-1] in ("weight", "bias"):
+        parts = parts[:-1]
+    if len(parts) > 1 and parts[-1] in _WRAPPED:  # Moshi's q_proj.linear: the wrapper's name says the role
         parts = parts[:-1]
     leaf = parts[-1] if parts else ""
     if FUSED_QKV.search(leaf):
@@ -132,10 +135,13 @@ class FusedLayout:
 
     def split(self, fused: torch.Tensor) -> list[torch.Tensor]:
         """Queries, keys and values of a fused tensor, along its last axis."""
-        hd = self.head_dim(fused.shape[-1])
         if self.order == "grouped":
             by_group = fused.unflatten(-1, (self.groups, 3, -1))  # (..., groups, 3, local_dim)
             return [by_group[..., self.blocks.index(role), :].flatten(-2) for role in QKV_ROLES]  # each (..., d_out)
+        hd = self.head_dim(fused.shape[-1])
+        if hd is None:  # layouts._split_fused checks first, naming the module
+            raise ValueError(f"a fused width of {fused.shape[-1]} does not split into {self.num_heads} query "
+                             f"and {self.num_kv_heads} key/value heads")
         if self.order == "per_head":  # each key/value head's group: its queries, its key, its value
             group = self.num_heads // self.num_kv_heads
             by_kv = fused.unflatten(-1, (self.num_kv_heads, group + 2, hd))  # (..., n_kv, group + 2, hd)
@@ -188,7 +194,7 @@ def fused_layout(module: nn.Module, name: str, num_heads: int | None = None,
     return FusedLayout(named if kv == heads else "qkv", heads, kv)
 
 
-@cache
+@per_class
 def unpacked_order(cls: type[nn.Module]) -> tuple[tuple[str, ...], bool] | None:
     """The roles in the order the class's forward unpacks a split of its fused projection into
     three names (CodeGen's `query, value, key = qkv.split(local_dim, dim=-1)`), read off its source,

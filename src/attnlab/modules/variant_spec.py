@@ -6,9 +6,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
-from torch import nn
-
-from attnlab.modules.configs import ConfigConstructor
+from attnlab.modules.configs import ConfigConstructor, Constructor
 from attnlab.plugin_folders import USER_GROUP
 
 BUILTIN = "builtin:"  # `variant=builtin:NAME`: attnlab's own NAME, where a variant of yours has that name too
@@ -17,7 +15,7 @@ BUILTIN = "builtin:"  # `variant=builtin:NAME`: attnlab's own NAME, where a vari
 @dataclass(frozen=True)
 class VariantSpec:
     name: str
-    cls: type[nn.Module]
+    cls: Constructor
     description: str
     params: dict[str, Any]
     source: str

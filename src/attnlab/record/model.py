@@ -86,6 +86,9 @@ class ModelInfo:
     positions: int | None = None  # the positions `effect` is over where not every token's (a classifier's: 1)
     reference_attention: str | None = None  # the learner's check: the reference model's attention module
     effect: Effect | None = None  # the variant in the layer's place; None: the learner's check, or it failed
+    # intervene.head=all or a list: the heads edited one at a time, and each edit's effect in that order
+    edited_heads: list[int] | None = None
+    head_effects: list[Effect] | None = None
 
     @property
     def layer_name(self) -> str:
@@ -171,6 +174,7 @@ class Record:
     first_divergent_stage: str | None = None
     findings: list[Finding] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)  # checks that could not run, each in one sentence
+    notes: list[str] = field(default_factory=list)  # what the run did other than asked (its own token count), and why
     predictions: list[Prediction] = field(default_factory=list)
     weights_loaded: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"  # where both modules ran

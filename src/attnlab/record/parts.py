@@ -25,6 +25,7 @@ class Setup:
     device: str = "cpu"
     dtype: str = "float32"
     model: ModelInfo | None = None  # its effect is the diagnosed run's: record_of adds it
+    notes: list[str] = field(default_factory=list)  # what the run did other than asked, each in one sentence
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
+
 from attnlab.record import Effect, ModelInfo, Record
+from attnlab.reporting.effect_grid import effect_grid
 
 TABLE_COLUMNS = ("layer", "status", "first divergent", "KL mean", "KL max", "top-1", "loss", "findings")
 MAX_FINDINGS = 10  # error findings printed in words under a table of layers
@@ -80,6 +83,25 @@ def layer_lines(record: Record) -> list[str]:
     if end_to_end is not None:
         lines.append(effect_line(end_to_end, record.n_tokens,
                                  "end to end, your model against the reference model (loss: reference → yours)"))
+    return lines + head_grid_lines([record])
+
+
+def head_grid_lines(records: Sequence[Record]) -> list[str]:
+    """A run of one edit per head (intervene.head=all): each edit's mean KL, a row per layer, and the largest."""
+    if not any(model_of(r).edited_heads is not None for r in records):
+        return []
+    found = effect_grid(records)
+    if found is None:
+        return []
+    layers, heads, grid = found
+    rows = [["layer", *map(str, heads)], *([layer, *map(_g, row)] for layer, row in zip(layers, grid.tolist()))]
+    widths = [max(map(len, column)) for column in zip(*rows)]
+    lines = ["each edit's mean KL, one head at a time (a row per layer, a column per head; one forward per "
+             "edit measured its effect; the stages shown are the layer's own, unedited):"]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    if not np.isnan(grid).all():
+        at = divmod(int(np.nanargmax(grid)), len(heads))
+        lines.append(f"  largest: layer {layers[at[0]]} head {heads[at[1]]} ({_g(float(grid[at]))})")
     return lines
 
 
@@ -121,6 +143,8 @@ def print_layers(records: Sequence[Record], table_path: Path | None, records_glo
         print(f"  layer {layer}: [{finding.code} @ {finding.stage}] {finding.message}", file=out)
     if len(errors) > MAX_FINDINGS:
         print(f"  … {len(errors) - MAX_FINDINGS} more findings in the records", file=out)
+    for line in head_grid_lines(records):
+        print(line, file=out)
     end_to_end = model_of(first).end_to_end
     if end_to_end is not None:
         print(effect_line(end_to_end, first.n_tokens,

@@ -34,6 +34,7 @@ class TableSink:
 
     def write(self, records: Sequence[Record], job: JobInfo) -> None:
         write_rows_csv(job_rows(records), job.dir / TABLE_FILE)
+        write_effect_grid(records, job.dir)  # a run of one edit per head (intervene.head=all)
 
     def write_sweep(self, report: Report, folder: Path) -> None:
         if not report.records:  # a sweep of training jobs: its tables are training_comparison.*

@@ -142,6 +142,8 @@ def print_record(record: Record, out: TextIO | None = None) -> None:
         print(escaped(text, lines=True), file=out)
 
     say(config_line(record))
+    for note in record.notes:
+        say(f"note: {note}")
     for line in layer_lines(record) if record.model is not None else ():
         say(line)
     if not record.ok:

@@ -22,7 +22,7 @@ projections), `cosine` (unit-length queries and keys), `latent` (keys and values
 shared latent, MLA), `xpos` (rotary with a
 per-position scale), `sinks` (a learned logit column joined to the softmax), `gates` (an output gate
 from a projection's own columns), `added_positions` (absolute position embeddings added before the
-query and key projections, DETR's).
+query and key projections, DETR's), `query_scale` (queries scaled per column by a learned vector).
 """
 
 from attnlab.diagnosis.recognisers.added_positions import added_positions
@@ -34,8 +34,9 @@ from attnlab.diagnosis.recognisers.kernel_attention import linear_attention
 from attnlab.diagnosis.recognisers.latent import latent_attention
 from attnlab.diagnosis.recognisers.logits import declared_scale, softcap
 from attnlab.diagnosis.recognisers.positions import qk_norm, rotary
+from attnlab.diagnosis.recognisers.query_scale import query_scale
 from attnlab.diagnosis.recognisers.sinks import attention_sinks
 from attnlab.diagnosis.recognisers.xpos import xpos
 
-__all__ = ["added_positions", "attention_sinks", "clipped_qkv", "cosine_attention", "declared_scale", "latent_attention", "linear_attention", "output_gate", "position_bias", "qk_norm", "rotary", "score_terms",
+__all__ = ["added_positions", "attention_sinks", "clipped_qkv", "cosine_attention", "declared_scale", "latent_attention", "linear_attention", "output_gate", "position_bias", "qk_norm", "query_scale", "rotary", "score_terms",
            "softcap", "window", "xpos"]

@@ -39,6 +39,7 @@ class EditKind:
     changes: ClassVar[bool] = True  # False: every layer from one forward, no effect to measure (no metric)
     other_text: ClassVar[bool] = False  # True: its values come from the layer run on intervene.text
     heads_known: ClassVar[bool] = True  # False: the heads it changed are found from the stages
+    per_head: ClassVar[bool] = True  # False: intervene.head=all (one edit per head) means nothing to it
 
     def edit(self, attention: nn.Module, chosen: Chosen, heads: int, patched: Tensor | None,
              lengths: tuple[int, ...] | None) -> AbstractContextManager[object]:

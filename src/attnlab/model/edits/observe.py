@@ -5,6 +5,7 @@ from attnlab.model.edits.kind_base import EditKind
 
 class Observe(EditKind):
     changes = False
+    per_head = False
 
 
 KIND = Observe()

@@ -12,6 +12,7 @@ TAKES = "taking and returning the context vectors (1, T, heads, head size)"
 class UserFunction(ContextKind):
     needs = "function"
     heads_known = False
+    per_head = False
 
     def contexts(self, chosen: Chosen, values: Tensor, patched: Tensor | None,
                  lengths: tuple[int, ...] | None) -> Tensor:

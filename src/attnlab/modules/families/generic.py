@@ -9,11 +9,13 @@ ADAPTER = Family(
     "generic", "", final_norm=None, arguments=ROPE, logit_softcap="final_logit_softcapping",
     spellings={
         "d_in": ("hidden_size", "n_embd", "emb_dim", "d_model", "embed_dim", "dim", "query_dim", "d_in",
-                 "hidden_sizes", "embed_dims", "patch_embeds_hidden_size"),  # stage widths (PVT's, CLAP's audio Swin)
-        "num_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads", "heads", "encoder_attention_heads"),
+                 "hidden_sizes", "embed_dims", "patch_embeds_hidden_size",  # stage widths (PVT's, CLAP's audio Swin,
+                 "embed_dim_per_stage"),  # SAM 2's Hiera)
+        "num_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads", "heads", "encoder_attention_heads",
+                      "num_attention_heads_per_stage"),
         "num_kv_heads": ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "n_kv_head", "num_kv_groups",
                          "kv_heads"),
-        "head_dim": ("head_dim", "dim_head", "d_kv", "head_size", "kv_channels", "d_head"),
+        "head_dim": ("head_dim", "dim_head", "d_kv", "head_size", "kv_channels", "d_head", "attention_head_size"),
         "dropout": ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob", "dropout"),
         "qkv_bias": ("attention_bias", "qkv_bias", "bias"),
         "context_length": ("max_position_embeddings", "n_positions", "block_size", "context_length"),

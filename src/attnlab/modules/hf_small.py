@@ -97,8 +97,9 @@ def _native_backbone(config: Any) -> None:
     backbone = getattr(config, "backbone_config", None)
     if isinstance(backbone, PretrainedConfig) and backbone.model_type == "timm_backbone" \
             and importlib.util.find_spec("timm") is None:
-        config.backbone_config = ResNetConfig(out_indices=list(getattr(backbone, "out_indices", None) or [4]),
-                                              num_channels=getattr(backbone, "num_channels", 3))
+        stages: dict[str, Any] = {"out_indices": list(getattr(backbone, "out_indices", None) or [4]),
+                                  "num_channels": getattr(backbone, "num_channels", 3)}  # a BackboneConfigMixin's
+        config.backbone_config = ResNetConfig(**stages)
         if getattr(config, "use_timm_backbone", False):
             config.use_timm_backbone = False
 

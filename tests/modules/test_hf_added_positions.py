@@ -88,6 +88,12 @@ def test_a_tower_s_hidden_width_tied_to_the_model_s_is_attnlab_s():
     module = hf_constructor("hf:rt_detr")(64, 64, 4)
     assert module.config.d_model == 64 and module.config.encoder_hidden_dim == 64
     assert module.q_proj.weight.shape == (64, 64)
+    # a model with no width of its own: its encoder's and decoder's are d_in (OmDet-Turbo's)
+    module = hf_constructor("hf:omdet-turbo")(64, 64, 4)
+    assert module.config.encoder_hidden_dim == 64 and module.config.decoder_hidden_dim == 64
+    assert module.query.weight.shape == (64, 64)
+    # a width that is not a tower's hidden width keeps its default (BLIP's projection, RT-DETR's feed-forward)
+    assert hf_constructor("hf:rt_detr")(64, 64, 4).config.encoder_ffn_dim == 1024
 
 
 @pytest.mark.slow
@@ -134,3 +140,28 @@ def test_a_class_that_turns_its_input_itself_is_given_it_sequence_first_with_its
 @pytest.mark.parametrize("model", ["mask2former", "table-transformer"])  # sequence first; `object_queries`
 def test_the_library_class_under_other_names_and_layouts_names_its_added_positions(model):
     assert_runs_clean(model, ("added_positions", "queries"))
+
+
+@pytest.mark.slow
+def test_a_model_whose_widths_are_its_towers_runs_clean():
+    assert_runs_clean("omdet-turbo", None)  # queries, keys and values given apart, as nn.MultiheadAttention's
+
+
+class _TurnsForTorch(torch.nn.Module):
+    """Turns its (b, T, d) input to (T, b, d) for a torch attention that is not batch first: the
+    same permute as Mask2Former's, the other way; it is called batch first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(64, 4)
+
+    def forward(self, hidden_states):
+        hidden_states = hidden_states.permute(1, 0, 2)
+        length, batch_size, width = hidden_states.size()
+        return self.attn(hidden_states, hidden_states, hidden_states)[0].permute(1, 0, 2)
+
+
+def test_a_class_turning_its_input_for_a_torch_attention_is_not_sequence_first():
+    from attnlab.modules import hf_grid
+
+    assert not hf_grid.sequence_first(_TurnsForTorch())

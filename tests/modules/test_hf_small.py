@@ -5,6 +5,7 @@ a hook on its attention layer keeps what the layer was given and what it returne
 from __future__ import annotations
 
 import copy
+import importlib.util
 
 import pytest
 import torch
@@ -14,7 +15,9 @@ import attnlab
 
 pytest.importorskip("transformers")
 
+from transformers import DabDetrConfig  # noqa: E402
 from transformers.models.cohere_compass.modeling_cohere_compass import CohereCompassAttention  # noqa: E402
+from transformers.models.dab_detr.modeling_dab_detr import DabDetrAttention, DabDetrModel  # noqa: E402
 from transformers.models.step3p7.modeling_step3p7 import Step3p7Attention  # noqa: E402
 
 from attnlab.modules import hf_small  # noqa: E402
@@ -145,3 +148,19 @@ def test_a_class_whose_model_is_built_consistently_runs_with_no_error_finding(mo
 def test_a_mistake_planted_in_a_subclass_is_still_found(planted):
     result = attnlab.run(planted, overrides=SIZES)
     assert "queries" in {stage for _, stage in errors(result)}, [f.message for f in result.findings]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("timm") is not None, reason="timm installed: its backbone is buildable")
+def test_a_timm_backbone_is_transformers_own_resnet_where_timm_is_missing():
+    config = DabDetrConfig(d_model=64, encoder_attention_heads=4, decoder_attention_heads=4)
+    assert config.backbone_config.model_type == "timm_backbone"
+    with pytest.raises(ImportError):  # transformers' own build of its default fails without timm
+        DabDetrModel(config)
+    small = hf_small.shrunk(config, 0, 2)
+    assert small.backbone_config.model_type == "resnet"
+    assert list(small.backbone_config.out_indices) == [1, 2, 3, 4]
+    assert config.backbone_config.model_type == "timm_backbone"  # the caller's config is left as it was
+    model = hf_small.built(DabDetrModel, config, 0, torch.device("cpu"), torch.float32,
+                           lambda m: isinstance(m, DabDetrAttention))
+    assert any(type(m).__name__ == "ResNetBackbone" for m in model.modules())
+    assert not getattr(model.config, "use_pretrained_backbone", False)

@@ -168,18 +168,20 @@ def _prefixed(attributes: dict[str, Any], own: str, reads: list[str]) -> dict[st
     return found
 
 
-_HIDDEN_WIDTH = re.compile(r"_(hidden_dim|hidden_size|d_model|embed_dim)$")
+_HIDDEN_WIDTH = re.compile(r"^(encoder|decoder)_(hidden_dim|hidden_size|d_model|embed_dim)$")
 
 
 def _tied_widths(attributes: dict[str, Any], d_in: str | None) -> list[str]:
-    """A tower's own hidden width whose default is the model's (RT-DETR's encoder_hidden_dim of 256
-    beside its d_model of 256): the model passes its hidden states from one to the other, and its
-    code builds the attention class from either, so both are attnlab's d_in."""
+    """An encoder's or decoder's own hidden width whose default is the model's (RT-DETR's
+    encoder_hidden_dim of 256 beside its d_model of 256), or each of them where the model names no
+    width of its own (OmDet-Turbo's encoder_hidden_dim and decoder_hidden_dim): the model passes its
+    hidden states from one to the other, and its code builds the attention class from either, so
+    each is attnlab's d_in."""
     width = attributes.get(d_in) if d_in else None
-    if type(width) is not int:
+    if d_in and type(width) is not int:
         return []
-    return [name for name, default in attributes.items()
-            if name != d_in and type(default) is int and default == width and _HIDDEN_WIDTH.search(name)]
+    return [name for name, default in attributes.items() if name != d_in and type(default) is int
+            and (width is None or default == width) and _HIDDEN_WIDTH.search(name)]
 
 
 def prefixed_sizes(config: Any) -> dict[str, list[str]]:

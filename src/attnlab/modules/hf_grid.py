@@ -115,7 +115,8 @@ _TURNS = {"permute": (1, 0, 2), "transpose": (0, 1)}
 @per_class
 def _turns_first(cls: type[nn.Module]) -> bool:
     """Whether forward's first statement on its input turns it from (T, b, d) to (b, T, d) itself
-    (Mask2Former's `hidden_states = hidden_states.permute(1, 0, 2)`): its model passes it sequence first."""
+    (Mask2Former's `hidden_states = hidden_states.permute(1, 0, 2)`, then its size read as (batch,
+    length, width)): its model passes it sequence first."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
     except (TypeError, OSError, SyntaxError):
@@ -131,7 +132,14 @@ def _turns_first(cls: type[nn.Module]) -> bool:
             and isinstance(value.func.value, ast.Name) and value.func.value.id == given):
         return False
     turn = tuple(a.value for a in value.args if isinstance(a, ast.Constant))
-    return turn == _TURNS[value.func.attr] or turn == _TURNS[value.func.attr][::-1][-2:]
+    if turn not in (_TURNS[value.func.attr], _TURNS[value.func.attr][::-1][-2:]):
+        return False
+    # and then reads it batch first (`batch_size, target_len, embed_dim = hidden_states.size()`): a turn
+    # the other way, to hand (T, b, d) to a torch attention, reads no batch first
+    return any(isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple) and len(node.targets[0].elts) == 3
+               and isinstance(node.targets[0].elts[0], ast.Name) and node.targets[0].elts[0].id in _BATCH
+               and given in {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+               for node in ast.walk(function))
 
 
 @per_class

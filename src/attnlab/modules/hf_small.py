@@ -11,6 +11,7 @@ built on the meta device first, so its size is known before any memory is used.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -85,9 +86,28 @@ def shrunk(config: Any, layer: int, level: int) -> Any:
     return small
 
 
+def _native_backbone(config: Any) -> None:
+    """A backbone its model would build with timm (DETR's and DAB-DETR's default `timm_backbone`
+    ResNet) where timm is not installed: transformers' own ResNet at the same stages instead; and
+    never pretrained weights, which would be downloaded."""
+    from transformers import PretrainedConfig, ResNetConfig
+
+    if getattr(config, "use_pretrained_backbone", False):
+        config.use_pretrained_backbone = False
+    backbone = getattr(config, "backbone_config", None)
+    if isinstance(backbone, PretrainedConfig) and backbone.model_type == "timm_backbone" \
+            and importlib.util.find_spec("timm") is None:
+        stages: dict[str, Any] = {"out_indices": list(getattr(backbone, "out_indices", None) or [4]),
+                                  "num_channels": getattr(backbone, "num_channels", 3)}  # a BackboneConfigMixin's
+        config.backbone_config = ResNetConfig(**stages)
+        if getattr(config, "use_timm_backbone", False):
+            config.use_timm_backbone = False
+
+
 def _shrink(config: Any, layer: int, level: int) -> None:
     from transformers import PretrainedConfig
 
+    _native_backbone(config)
     for value in list(vars(config).values()):
         if isinstance(value, PretrainedConfig):
             _shrink(value, 0, level)

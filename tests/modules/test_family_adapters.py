@@ -38,7 +38,9 @@ def test_every_adapter_field_is_read_by_running_code(name):
 
 # strings that spell a family's name or attribute but mean something else where they are written
 ELSEWHERE = {"torch": "the library preloaded by name", "gpt2": "tiktoken's encoding", "n_layers": "attnlab's record field",
-             "d_model": "the width of attnlab's own training model (training.model.d_model)"}
+             "d_model": "the width of attnlab's own training model (training.model.d_model)",
+             "timm": "the package's import name (importlib.util.find_spec)",
+             "rope_theta": "a key of transformers' own rope_parameters dict, not a config attribute"}
 
 
 def _code_strings(path: Path) -> set[str]:

@@ -28,7 +28,7 @@ from attnlab.modules.class_cache import per_class
 from attnlab.modules.roles import declared_count
 
 # the key width its scores are over, besides head_dim's spellings (T5-style classes' key_value_proj_dim)
-_HEAD_DIMS = ("qk_head_dim", "attention_head_size", "key_value_proj_dim")
+_HEAD_DIMS = ("qk_head_dim", "key_value_proj_dim")
 _COPIED = re.compile(r"#\s*Copied from transformers\.models\.(\w+)\.modeling_\w+\.(\w+)")
 
 

@@ -76,7 +76,8 @@ def shrunk(config: Any, layer: int, level: int) -> Any:
     small = copy.deepcopy(config)
     small._attn_implementation = getattr(config, "_attn_implementation", None) or "eager"
     held = vars(small)  # its own values: a per-layer config (Dots3's) refuses reading a global one
-    types, context = held.get("layer_types"), held.get("max_position_embeddings")
+    types = held.get("layer_types")
+    context = next((v for key in spellings("context_length") if isinstance(v := held.get(key), int)), None)
     if "sliding_window" in held and held["sliding_window"] is None and isinstance(types, (list, tuple)) \
             and "sliding_attention" not in types and isinstance(context, int):
         # no layer slides, yet its model builds the sliding mask (Step3.7's): a window of its whole context masks nothing

@@ -1,9 +1,13 @@
 """What the tests of transformers' own attention classes share: the survey's sizes, a run's error
-findings, and the check that a library class runs with none (and names what it declares)."""
+findings, the check that a library class runs with none (and names what it declares), and the
+check that attnlab's module, fed its model's call, returns what the same layer returns in the model."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import torch
 
 import attnlab
 
@@ -22,3 +26,25 @@ def assert_runs_clean(model: str, declared: tuple[str, str] | None) -> None:
     assert errors(result) == [], [f.message for f in result.findings]
     if declared:
         assert declared in {(f.code, f.stage) for f in result.findings}, [f.message for f in result.findings]
+
+
+def assert_equals_its_layer_in(model: torch.nn.Module, module: torch.nn.Module,
+                               run: Callable[[torch.nn.Module], Any]) -> torch.Tensor:
+    """The model's layer of `module`'s class given `module`'s weights; `run(model)` (the model's own
+    forward) records that layer's input and output, and attnlab's `module`, fed that input through its
+    Hugging Face call, returns the same output. Returns the recorded input."""
+    from attnlab.modules.built import HUGGING_FACE_CALL
+
+    layer = next(m for m in model.modules() if type(m) is type(module))
+    layer.load_state_dict(module.state_dict())
+    seen: dict[str, torch.Tensor] = {}
+
+    def hook(_m: torch.nn.Module, args: tuple, kwargs: dict, out: tuple) -> None:
+        seen["hidden"], seen["output"] = (args[0] if args else kwargs["hidden_states"]), out[0]
+
+    layer.register_forward_hook(hook, with_kwargs=True)
+    with torch.no_grad():
+        run(model)
+        got = HUGGING_FACE_CALL.call(module, seen["hidden"]).output  # (b, num_tokens, d_out)
+    torch.testing.assert_close(got, seen["output"], rtol=1e-5, atol=1e-6)
+    return seen["hidden"]

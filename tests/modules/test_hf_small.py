@@ -21,9 +21,8 @@ from transformers.models.dab_detr.modeling_dab_detr import DabDetrAttention, Dab
 from transformers.models.step3p7.modeling_step3p7 import Step3p7Attention  # noqa: E402
 
 from attnlab.modules import hf_small  # noqa: E402
-from attnlab.modules.built import HUGGING_FACE_CALL  # noqa: E402
 from attnlab.modules.hf import hf_constructor  # noqa: E402
-from tests.modules.hf_runs import SIZES, assert_runs_clean, errors  # noqa: E402
+from tests.modules.hf_runs import SIZES, assert_equals_its_layer_in, assert_runs_clean, errors  # noqa: E402
 
 
 class _Previous(nn.Linear):
@@ -61,19 +60,8 @@ def test_a_vocabulary_the_config_leaves_unset_is_the_small_one_and_the_class_get
     config = copy.deepcopy(module.config)
     config.vocab_size, config.num_hidden_layers, config._attn_implementation = 33, 1, "eager"
     model = EsmModel(config, add_pooling_layer=False).eval()
-    layer = next(m for m in model.modules() if type(m) is type(module))
-    layer.load_state_dict(module.state_dict())
-    seen: dict[str, torch.Tensor] = {}
-
-    def hook(_m: torch.nn.Module, args: tuple, kwargs: dict, out: tuple) -> None:
-        seen["hidden"], seen["output"] = (args[0] if args else kwargs["hidden_states"]), out[0]
-
-    layer.register_forward_hook(hook, with_kwargs=True)
     x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(0))  # (b, num_tokens, d_in)
-    with torch.no_grad():
-        model(inputs_embeds=x)
-        got = HUGGING_FACE_CALL.call(module, seen["hidden"]).output  # (b, num_tokens, d_out)
-    torch.testing.assert_close(got, seen["output"], rtol=1e-5, atol=1e-6)
+    assert_equals_its_layer_in(model, module, lambda model: model(inputs_embeds=x))
 
 
 def test_a_depth_a_per_layer_list_ties_keeps_its_own_value():
@@ -105,19 +93,8 @@ def test_a_window_the_config_leaves_unset_where_no_layer_slides_is_its_whole_con
     config = copy.deepcopy(small)
     config.sliding_window = 8  # the run's tokens: masks nothing
     model = Step3p7TextModel(config).eval()
-    layer = next(m for m in model.modules() if type(m) is type(module))
-    layer.load_state_dict(module.state_dict())
-    seen: dict[str, torch.Tensor] = {}
-
-    def hook(_m: torch.nn.Module, args: tuple, kwargs: dict, out: tuple) -> None:
-        seen["hidden"], seen["output"] = (args[0] if args else kwargs["hidden_states"]), out[0]
-
-    layer.register_forward_hook(hook, with_kwargs=True)
     x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(0))  # (b, num_tokens, d_in)
-    with torch.no_grad():
-        model(inputs_embeds=x, use_cache=False)
-        got = HUGGING_FACE_CALL.call(module, seen["hidden"]).output  # (b, num_tokens, d_out)
-    torch.testing.assert_close(got, seen["output"], rtol=1e-5, atol=1e-6)
+    assert_equals_its_layer_in(model, module, lambda model: model(inputs_embeds=x, use_cache=False))
 
 
 def test_the_planted_mistakes_are_real():

@@ -112,19 +112,27 @@ _BATCH = ("bsz", "batch_size", "batch", "bs")
 _TURNS = {"permute": (1, 0, 2), "transpose": (0, 1)}
 
 
+def _forward_and_input(cls: type[nn.Module]) -> tuple[ast.FunctionDef, str] | None:
+    """The class's forward parsed, with the name of its first input; None where its source cannot be read."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
+    except (TypeError, OSError, SyntaxError):
+        return None
+    function = tree.body[0]
+    if not isinstance(function, ast.FunctionDef) or len(function.args.args) < 2:
+        return None
+    return function, function.args.args[1].arg
+
+
 @per_class
 def _turns_first(cls: type[nn.Module]) -> bool:
     """Whether forward's first statement on its input turns it from (T, b, d) to (b, T, d) itself
     (Mask2Former's `hidden_states = hidden_states.permute(1, 0, 2)`, then its size read as (batch,
     length, width)): its model passes it sequence first."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
-    except (TypeError, OSError, SyntaxError):
+    parsed = _forward_and_input(cls)
+    if parsed is None:
         return False
-    function = tree.body[0]
-    if not isinstance(function, ast.FunctionDef) or len(function.args.args) < 2:
-        return False
-    given = function.args.args[1].arg
+    function, given = parsed
     first = next((node for node in ast.walk(function) if isinstance(node, ast.Assign)
                   and any(isinstance(t, ast.Name) and t.id == given for t in node.targets)), None)
     value = first.value.body if first is not None and isinstance(first.value, ast.IfExp) else getattr(first, "value", None)
@@ -146,14 +154,10 @@ def _turns_first(cls: type[nn.Module]) -> bool:
 def _unpacks_length_first(cls: type[nn.Module]) -> bool:
     """Whether forward's first statement on its input unpacks its size as (length, batch, width):
     `tgt_len, bsz, embed_dim = query.size()`, the input untouched before (Longformer's transposes first)."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
-    except (TypeError, OSError, SyntaxError):
+    parsed = _forward_and_input(cls)
+    if parsed is None:
         return False
-    function = tree.body[0]
-    if not isinstance(function, ast.FunctionDef) or len(function.args.args) < 2:
-        return False
-    given = function.args.args[1].arg
+    function, given = parsed
     for node in ast.walk(function):
         if not isinstance(node, ast.Assign):
             continue

@@ -12,7 +12,7 @@ from torch import nn
 
 import attnlab
 from attnlab.diagnosis.recognisers.query_scale import column_factors
-from tests.modules.hf_runs import SIZES, assert_runs_clean, errors
+from tests.modules.hf_runs import SIZES, assert_runs_clean, errors, softmax_over_queries
 
 pytest.importorskip("transformers")
 
@@ -52,12 +52,8 @@ class TimesFmSoftmaxOverQueries(TimesFmAttention):
     """Planted: the softmax normalises each key's column (over the queries) instead of each query's row."""
 
     def forward(self, *args, **kwargs):
-        original = nn.functional.softmax
-        nn.functional.softmax = lambda t, dim=None, **kw: original(t, -2, **kw)
-        try:
+        with softmax_over_queries():
             return super().forward(*args, **kwargs)
-        finally:
-            nn.functional.softmax = original
 
 
 def _plain(attention: TimesFmAttention, x: torch.Tensor) -> torch.Tensor:

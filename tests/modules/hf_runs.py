@@ -4,7 +4,8 @@ check that attnlab's module, fed its model's call, returns what the same layer r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -48,3 +49,15 @@ def assert_equals_its_layer_in(model: torch.nn.Module, module: torch.nn.Module,
         got = HUGGING_FACE_CALL.call(module, seen["hidden"]).output  # (b, num_tokens, d_out)
     torch.testing.assert_close(got, seen["output"], rtol=1e-5, atol=1e-6)
     return seen["hidden"]
+
+
+@contextmanager
+def softmax_over_queries() -> Iterator[None]:
+    """A planted mistake for library classes that call `nn.functional.softmax`: within the block, every
+    softmax normalises over the queries (dim -2) instead of the keys."""
+    original = torch.nn.functional.softmax
+    torch.nn.functional.softmax = lambda t, dim=None, **kw: original(t, -2, **kw)
+    try:
+        yield
+    finally:
+        torch.nn.functional.softmax = original

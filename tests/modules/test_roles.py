@@ -12,7 +12,7 @@ from attnlab.capture.recorder import capture
 from attnlab.modules.layouts import read_projections
 from attnlab.modules.registry import VariantSpec, auto_reference
 from attnlab.modules.roles import FusedLayout, module_roles, parameter_role
-from tests.modules.hf_runs import SIZES, assert_runs_clean, errors
+from tests.modules.hf_runs import SIZES, assert_runs_clean, errors, softmax_over_queries
 
 
 class _Head(nn.Module):
@@ -171,12 +171,8 @@ class InklingSoftmaxOverQueries(InklingAttention):
             self.rel_logits_proj.proj.normal_(0.0, 0.02, generator=torch.Generator().manual_seed(0))
 
     def forward(self, *args, **kwargs):
-        original = nn.functional.softmax
-        nn.functional.softmax = lambda t, dim=None, **kw: original(t, -2, **kw)
-        try:
+        with softmax_over_queries():
             return super().forward(*args, **kwargs)
-        finally:
-            nn.functional.softmax = original
 
 
 def test_the_inkling_plant_is_real():

@@ -296,9 +296,11 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
                      if getattr(config, s, None)), 80)
         forms += [(signal("input_features", (batch, 64, bins), 1), 64),
                   (signal("input_features", (batch, bins, 64), 2), 64)]
-        made = _extractor_bins(model)  # the bins its own feature extractor makes (Gemma 4's 128), where the config names none
-        if made not in (None, bins):
-            forms.append((signal("input_features", (batch, 64, made), 1), 64))
+        # the bins its own feature extractor makes (Gemma 4's 128), where the config names none; else the width its
+        # first linear layer takes (Granite Speech 5's stacked mel frames and their deltas, 4 x num_mel_bins)
+        for made in dict.fromkeys((_extractor_bins(model), _first_linear_width(model))):
+            if made not in (None, bins):
+                forms.append((signal("input_features", (batch, 64, made), 1), 64))
     if "input_values" in accepted:
         forms.append((signal("input_values", (batch, 1600), 1), 1600))
     parameters = forward_parameters(type(model))
@@ -327,6 +329,11 @@ def _extractor_bins(model: nn.Module) -> int | None:
             if isinstance(size, int):
                 return size
     return None
+
+
+def _first_linear_width(model: nn.Module) -> int | None:
+    """The input width of the model's first linear layer, in the order it registers them."""
+    return next((m.in_features for m in model.modules() if isinstance(m, nn.Linear)), None)
 
 
 def _width(config: Any) -> int | None:

@@ -158,10 +158,14 @@ def rope_at(config_cls: type, module_cls: type, head_dim: int) -> dict[str, Any]
     sections = rope.get("mrope_section")
     if sections is None:  # its rotary class's own default (PaddleOCR-VL's config declares none)
         sections = _rotary_sections(module_cls, default)
-    if not isinstance(sections, (list, tuple)) or not sum(sections):
-        return None
     partial = rope.get("partial_rotary_factor", getattr(default, "partial_rotary_factor", None) or 1.0)
     half = int(head_dim * partial) // 2
+    if sections == []:
+        # a rotary class that splits by sections its config leaves unset (HunYuan-VL's, None): one section; a
+        # text token's position is the same on every axis, so any partition gives the same angles
+        return {**rope, "mrope_section": [half]}
+    if not isinstance(sections, (list, tuple)) or not sum(sections):
+        return None
     if sum(sections) == half or getattr(default, "qk_rope_head_dim", None):
         return None  # they fit, or they follow a rotary width of its own (HY-V4-VL's qk_rope_head_dim), left as they are
     scaled = [s * half // sum(sections) for s in sections]
@@ -170,14 +174,18 @@ def rope_at(config_cls: type, module_cls: type, head_dim: int) -> dict[str, Any]
 
 
 def _rotary_sections(module_cls: type, config: Any) -> list[int] | None:
-    """The `mrope_section` a rotary class of the module's modeling file sets from `config`."""
+    """The `mrope_section` a rotary class of the module's modeling file sets from `config`; [] where
+    it has the attribute but `config` leaves it None."""
     modeling = sys.modules[module_cls.__module__]
+    unset = False
     for name, cls in vars(modeling).items():
         if name.endswith("RotaryEmbedding") and isinstance(cls, type):
             try:
-                sections = getattr(cls(config=config), "mrope_section", None)
+                rotary = cls(config=config)
             except Exception:  # noqa: BLE001 - a rotary class of another tower (the vision one's): not this one
                 continue
+            sections = getattr(rotary, "mrope_section", None)
             if sections is not None:
                 return list(sections)
-    return None
+            unset = unset or hasattr(rotary, "mrope_section")
+    return [] if unset else None

@@ -203,7 +203,27 @@ def test_features_as_wide_as_the_models_first_linear_layer_takes():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["hunyuan_vl_text", "granite_speech5_encoder"])
+def test_an_image_its_model_takes_as_patches_placed_by_their_positions():
+    """Gemma 4's vision model takes its image as patches (b, n, 3 x 16 x 16) with each patch's (x, y)
+    (`pixel_position_ids`): 8 patches are placed on a 2 x 4 grid, and fed that call, attnlab's module
+    returns what the layer returns in the model's own forward on 18 patches (3 x 6, which its pooler
+    after the layers takes in 3 x 3 blocks)."""
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4VisionModel
+
+    module = hf_constructor("hf:gemma4_vision")(64, 64, 4).eval()
+    args, kwargs = hf_record.recorded(module, torch.randn(2, 8, 64))
+    expected = [[x, y] for y in range(2) for x in range(4)]  # row by row
+    assert kwargs["position_ids"].tolist() == [expected, expected]
+    config = copy.deepcopy(module.config)
+    config.num_hidden_layers, config._attn_implementation = 1, "eager"
+    model = Gemma4VisionModel(config).eval()
+    patches = torch.rand(2, 18, 3 * config.patch_size**2, generator=torch.Generator().manual_seed(0))
+    positions = torch.tensor([[x, y] for y in range(3) for x in range(6)]).expand(2, 18, 2)  # (b, patches, 2)
+    assert_equals_its_layer_in(model, module, lambda model: model(pixel_values=patches, pixel_position_ids=positions))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["hunyuan_vl_text", "granite_speech5_encoder", "gemma4_vision"])
 def test_a_model_once_refused_at_these_sizes_runs_and_a_mistake_planted_in_its_copy_is_found(model):
     """A copy of the class whose softmax normalises over the queries gives softmax_axis at the weights;
     the plant is real: on the model's own call, the copy's output differs from the class's."""

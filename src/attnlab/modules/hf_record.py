@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import re
 import sys
 import weakref
@@ -291,6 +292,12 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
         side = getattr(config, "patch_size", None) or getattr(config, "image_size", None) or 64
         side = side[0] if isinstance(side, (list, tuple)) else side
         forms.append((signal("pixel_values", (batch, getattr(config, "num_channels", 3), side, side), 3), side))
+    placed = next((p.name for p in required(type(model)) if p.name.endswith("position_ids")), None)
+    if "pixel_values" in accepted and placed:  # an image as its patches, each placed by its (x, y) (Gemma 4's vision)
+        side = getattr(config, "patch_size", None) or 1
+        width = getattr(config, "num_channels", 3) * side * side
+        forms.append((lambda size: {"pixel_values": torch.rand(batch, size, width, device=x.device, dtype=x.dtype),
+                                    placed: _grid_positions(batch, size, x.device), **extra}, tokens))
     if "input_features" in accepted:
         bins = next((getattr(config, s) for s in ("num_mel_bins", "feature_size", "input_feat_size", "num_mel_filters")
                      if getattr(config, s, None)), 80)
@@ -329,6 +336,13 @@ def _extractor_bins(model: nn.Module) -> int | None:
             if isinstance(size, int):
                 return size
     return None
+
+
+def _grid_positions(batch: int, patches: int, device: torch.device) -> torch.Tensor:
+    """(x, y) of each of `patches` on a grid as square as they fill, row by row: (b, patches, 2)."""
+    rows = max(d for d in range(1, math.isqrt(patches) + 1) if patches % d == 0)
+    ys, xs = torch.meshgrid(torch.arange(rows, device=device), torch.arange(patches // rows, device=device), indexing="ij")
+    return torch.stack([xs.flatten(), ys.flatten()], -1).expand(batch, patches, 2)  # (b, patches, 2)
 
 
 def _first_linear_width(model: nn.Module) -> int | None:

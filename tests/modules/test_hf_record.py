@@ -242,3 +242,25 @@ def _over_queries(forward):
         with softmax_over_queries():
             return forward(self, *args, **kwargs)
     return planted
+
+
+@pytest.mark.slow
+def test_a_time_series_model_is_recorded_from_its_past_values_and_autoformers_batch_mixing_is_found():
+    """Autoformer's model needs `prediction_length`, None in its config (its error names it): filled with
+    the context length; it is run on a series' past values. Its attention then runs, and its eval-mode
+    delay aggregation tiles each item's delays by head in the wrong order (`.repeat`, where the rows are
+    item-major), so a batch item takes another's delays: found as batch_mixing, checked here in plain
+    torch (the batch against each item alone)."""
+    from transformers.models.autoformer.modeling_autoformer import AutoformerAttention
+
+    attention = AutoformerAttention(embed_dim=64, num_heads=4, autocorrelation_factor=3).eval()
+    x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(0))  # (b, num_tokens, d_in)
+    with torch.no_grad():
+        alone = torch.cat([attention(x[i:i + 1])[0] for i in range(2)])  # (b, num_tokens, d_out)
+        assert not torch.allclose(attention(x)[0], alone, atol=1e-4)
+    module = hf_constructor("hf:autoformer")(64, 64, 4, context_length=8).eval()
+    hf_record.recorded(module, x)
+    model, _ = next(found for found in hf_record._models(module, x) if not isinstance(found, str))
+    assert model.config.prediction_length == 8 and module.config.prediction_length is None
+    result = attnlab.run("hf:autoformer", overrides=SIZES)
+    assert errors(result) == [("batch_mixing", "output")], [f.message for f in result.findings]

@@ -308,6 +308,8 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
         for made in dict.fromkeys((_extractor_bins(model), _first_linear_width(model))):
             if made not in (None, bins):
                 forms.append((signal("input_features", (batch, 64, made), 1), 64))
+    if "past_values" in accepted and isinstance(getattr(config, "context_length", None), int):
+        forms.append((_series(config, batch, x), config.context_length + max(getattr(config, "lags_sequence", None) or [0])))
     if "input_values" in accepted:
         forms.append((signal("input_values", (batch, 1600), 1), 1600))
     parameters = forward_parameters(type(model))
@@ -336,6 +338,19 @@ def _extractor_bins(model: nn.Module) -> int | None:
             if isinstance(size, int):
                 return size
     return None
+
+
+def _series(config: Any, batch: int, x: torch.Tensor) -> Callable[[int], dict[str, Any]]:
+    """A time series' past (Autoformer's): `size` steps of its values, all observed, and its time features;
+    its model reads the last context_length of them, each with its lags from the steps before."""
+    def make(size: int) -> dict[str, Any]:
+        values = getattr(config, "input_size", 1)
+        shape = (batch, size) if values == 1 else (batch, size, values)
+        return {"past_values": torch.randn(*shape, device=x.device, dtype=x.dtype),
+                "past_observed_mask": torch.ones(*shape, device=x.device, dtype=x.dtype),
+                "past_time_features": torch.randn(batch, size, getattr(config, "num_time_features", 0),
+                                                  device=x.device, dtype=x.dtype)}
+    return make
 
 
 def _grid_positions(batch: int, patches: int, device: torch.device) -> torch.Tensor:

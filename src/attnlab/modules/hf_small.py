@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -36,11 +37,28 @@ def built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.dev
     the first attention one); its own error, or a one-line size error, where none."""
     try:
         return _built(model_cls, config, layer, device, dtype, holds)
-    except Exception:
+    except Exception as exc:
+        filled = _filled(config, exc)
+        if filled is not None:
+            return built(model_cls, filled, layer, device, dtype, holds)
         widths = configs.tied(config)  # a width its defaults tie to a size attnlab set (SqueezeBERT's embedding_size)
         if widths is None:
             raise
         return _built(model_cls, widths, layer, device, dtype, holds)
+
+
+def _filled(config: Any, exc: Exception) -> Any | None:
+    """A copy of `config` with the lengths its model's error names as needed and the config leaves None
+    (Autoformer's `prediction_length`) set to its context length, the run's tokens; None where none."""
+    context = next((v for key in spellings("context_length") if isinstance(v := getattr(config, key, None), int)), None)
+    needed = [name for name in re.findall(r"[`'\"](\w+_length)[`'\"]", str(exc))
+              if name in vars(config) and vars(config)[name] is None]
+    if context is None or not needed:
+        return None
+    filled = copy.deepcopy(config)
+    for name in needed:
+        setattr(filled, name, context)
+    return filled
 
 
 def _built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.device, dtype: torch.dtype,

@@ -317,13 +317,12 @@ class ConfigConstructor:
         set to attnlab's value, as the config's own defaults tie them."""
         also = {s for spellings_ in self.also.values() for s in spellings_}
         own = {k: v for k, v in filled.items() if k not in also}
-        context = self.spelled["context_length"]
-        default = self.attributes.get(context or "")
+        context = self.spelled["context_length"] or ""
+        default, given = self.attributes.get(context), own.get(context)
         # a context length (a capacity of positions) its validator ties to a size of its own (Granite Speech 5's
         # context_size <= max_position_embeddings): the config's own where larger, which the run's tokens fit in
-        wider = {context: default} if type(default) is int and type(own.get(context)) is int and default > own[context] \
-            else {}
-        for tried in (own, {**own, **wider}) if wider else (own,):
+        wider = type(default) is int and type(given) is int and default > given
+        for tried in (own, {**own, context: default}) if wider else (own,):
             try:
                 return self._made(tried)
             except TypeError:

@@ -265,8 +265,9 @@ def _run(model: nn.Module, target: nn.Module, inputs: dict[str, Any]) -> Call | 
 
 def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
     """The model's inputs attnlab makes, as (make(size), first size): x itself as its embeddings,
-    token ids, else pixels (b, channels, side, width) or audio features (b, frames, bins) or
-    (b, bins, frames) or samples (b, samples), the resized axis first at its config's size."""
+    token ids, else pixels (b, channels, side, width) or patches placed by their (x, y) (b, patches,
+    channels * patch * patch), audio features (b, frames, bins) or (b, bins, frames), samples (b,
+    samples) or a time series' past (b, steps), the resized axis first at its config's size."""
     accepted = {p.name for p in forward_parameters(type(model))}
     config: Any = model.config  # a transformers config: its attributes are its model type's
     batch, tokens = (x.shape[0], x.shape[-2]) if x.dim() == 3 else (1, x.shape[0])

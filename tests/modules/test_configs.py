@@ -63,3 +63,20 @@ def test_an_empty_rope_parameters_takes_transformers_documented_default():
     config = hf_constructor("hf:cohere_compass_text")(64, 64, 4).config
     assert config.rope_parameters == {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}
     CohereCompassTextModel(config)
+
+
+def test_a_context_length_its_validator_ties_to_a_size_of_its_own_keeps_the_configs_larger_one():
+    """Granite Speech 5's encoder requires context_size <= max_position_embeddings (128 <= 512 by
+    default); the run's 8 tokens as its max_position_embeddings would break that tie: its own 512 is
+    kept (the 8 tokens fit in it), its block of 128 and its model's relative distances with it."""
+    from transformers import GraniteSpeech5Encoder, GraniteSpeech5EncoderConfig
+
+    default = GraniteSpeech5EncoderConfig()
+    with pytest.raises(ValueError, match="context_size"):
+        GraniteSpeech5EncoderConfig(max_position_embeddings=8)
+    config = hf_constructor("hf:granite_speech5_encoder")(64, 64, 4, context_length=8).config
+    assert (config.max_position_embeddings, config.context_size) == (default.max_position_embeddings,
+                                                                      default.context_size) == (512, 128)
+    config.num_hidden_layers = 1
+    dists = GraniteSpeech5Encoder(config).attention_dists  # every distance a row of its relative table
+    assert 0 <= int(dists.min()) and int(dists.max()) < 2 * config.max_position_embeddings + 1

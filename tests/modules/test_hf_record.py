@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import attnlab
-from tests.modules.hf_runs import SIZES, assert_equals_its_layer_in
+from tests.modules.hf_runs import SIZES, assert_equals_its_layer_in, assert_runs_clean, errors, softmax_over_queries
 
 pytest.importorskip("transformers")
 
@@ -167,3 +167,100 @@ def test_features_sized_as_the_models_own_feature_extractor_makes_them():
     features = torch.randn(2, 32, 128, generator=torch.Generator().manual_seed(0))  # (b, frames, mel bins)
     hidden = assert_equals_its_layer_in(model, module, lambda model: model(input_features=features))
     assert hidden.shape[-2] == 8  # 32 frames / 4
+
+
+def test_a_rotary_whose_sections_its_config_leaves_unset_gets_one_the_books_rope():
+    """HunYuan-VL's text rotary splits by `mrope_section`, which its default config leaves None (its
+    model then fails on len(None)): one section over the half head, the book's RoPE, computed here in
+    plain torch at rope_theta (token positions are the same on every axis, so any split gives this)."""
+    from transformers.models.hunyuan_vl.configuration_hunyuan_vl import HunYuanVLTextConfig
+    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLDenseV1Attention, HunYuanVLRotaryEmbedding
+
+    assert HunYuanVLTextConfig().rope_parameters.get("mrope_section") is None
+    assert hf_small.rope_at(HunYuanVLTextConfig, HunYuanVLDenseV1Attention, 16)["mrope_section"] == [8]
+    config = hf_constructor("hf:hunyuan_vl_text")(64, 64, 4).config
+    x = torch.randn(2, 8, 64)  # (b, num_tokens, d_in)
+    cos, sin = HunYuanVLRotaryEmbedding(config)(x, torch.arange(8).expand(2, 8))  # (b, num_tokens, head_dim) each
+    inv_freq = 1.0 / config.rope_parameters["rope_theta"] ** (torch.arange(0, 16, 2).float() / 16)  # (8,)
+    angles = torch.arange(8).float()[:, None] * inv_freq  # (num_tokens, 8)
+    torch.testing.assert_close(cos[0], torch.cat([angles, angles], -1).cos())
+    torch.testing.assert_close(sin[1], torch.cat([angles, angles], -1).sin())
+
+
+def test_features_as_wide_as_the_models_first_linear_layer_takes():
+    """Granite Speech 5's encoder takes each mel frame with its delta, stacked in pairs: 4 x 80 wide,
+    named by no config key (its feature extractor needs torchaudio). Its first linear layer's width
+    is tried; fed its model's call, attnlab's module returns what the layer returns in the model."""
+    from transformers.models.granite_speech5.modeling_granite_speech5 import GraniteSpeech5Encoder
+
+    module = hf_constructor("hf:granite_speech5_encoder")(64, 64, 4, context_length=8).eval()
+    config = copy.deepcopy(module.config)
+    config.num_hidden_layers, config._attn_implementation = 1, "eager"
+    model = GraniteSpeech5Encoder(config).eval()
+    assert hf_record._first_linear_width(model) == 4 * config.num_mel_bins == 320
+    features = torch.randn(2, 8, 320, generator=torch.Generator().manual_seed(0))  # (b, frames, 4 x mel bins)
+    assert_equals_its_layer_in(model, module, lambda model: model(input_features=features))
+
+
+@pytest.mark.slow
+def test_an_image_its_model_takes_as_patches_placed_by_their_positions():
+    """Gemma 4's vision model takes its image as patches (b, n, 3 x 16 x 16) with each patch's (x, y)
+    (`pixel_position_ids`): 8 patches are placed on a 2 x 4 grid, and fed that call, attnlab's module
+    returns what the layer returns in the model's own forward on 18 patches (3 x 6, which its pooler
+    after the layers takes in 3 x 3 blocks)."""
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4VisionModel
+
+    module = hf_constructor("hf:gemma4_vision")(64, 64, 4).eval()
+    args, kwargs = hf_record.recorded(module, torch.randn(2, 8, 64))
+    expected = [[x, y] for y in range(2) for x in range(4)]  # row by row
+    assert kwargs["position_ids"].tolist() == [expected, expected]
+    config = copy.deepcopy(module.config)
+    config.num_hidden_layers, config._attn_implementation = 1, "eager"
+    model = Gemma4VisionModel(config).eval()
+    patches = torch.rand(2, 18, 3 * config.patch_size**2, generator=torch.Generator().manual_seed(0))
+    positions = torch.tensor([[x, y] for y in range(3) for x in range(6)]).expand(2, 18, 2)  # (b, patches, 2)
+    assert_equals_its_layer_in(model, module, lambda model: model(pixel_values=patches, pixel_position_ids=positions))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["hunyuan_vl_text", "granite_speech5_encoder", "gemma4_vision"])
+def test_a_model_once_refused_at_these_sizes_runs_and_a_mistake_planted_in_its_copy_is_found(model):
+    """A copy of the class whose softmax normalises over the queries gives softmax_axis at the weights;
+    the plant is real: on the model's own call, the copy's output differs from the class's."""
+    assert_runs_clean(model, None)
+    module = hf_constructor(f"hf:{model}")(64, 64, 4, context_length=8).eval()
+    cls = type(module)
+    planted = type(f"{cls.__name__}SoftmaxOverQueries", (cls,), {"forward": _over_queries(cls.forward)})
+    args, kwargs = hf_record.recorded(module, torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(0)))
+    with torch.no_grad():
+        assert not torch.allclose(module(*args, **kwargs)[0], planted.forward(module, *args, **kwargs)[0])
+    assert ("softmax_axis", "weights") in errors(attnlab.run(planted, overrides=SIZES))
+
+
+def _over_queries(forward):
+    def planted(self, *args, **kwargs):
+        with softmax_over_queries():
+            return forward(self, *args, **kwargs)
+    return planted
+
+
+@pytest.mark.slow
+def test_a_time_series_model_is_recorded_from_its_past_values_and_autoformers_batch_mixing_is_found():
+    """Autoformer's model needs `prediction_length`, None in its config (its error names it): filled with
+    the context length; it is run on a series' past values. Its attention then runs, and its eval-mode
+    delay aggregation tiles each item's delays by head in the wrong order (`.repeat`, where the rows are
+    item-major), so a batch item takes another's delays: found as batch_mixing, checked here in plain
+    torch (the batch against each item alone)."""
+    from transformers.models.autoformer.modeling_autoformer import AutoformerAttention
+
+    attention = AutoformerAttention(embed_dim=64, num_heads=4, autocorrelation_factor=3).eval()
+    x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(0))  # (b, num_tokens, d_in)
+    with torch.no_grad():
+        alone = torch.cat([attention(x[i:i + 1])[0] for i in range(2)])  # (b, num_tokens, d_out)
+        assert not torch.allclose(attention(x)[0], alone, atol=1e-4)
+    module = hf_constructor("hf:autoformer")(64, 64, 4, context_length=8).eval()
+    hf_record.recorded(module, x)
+    model, _ = next(found for found in hf_record._models(module, x) if not isinstance(found, str))
+    assert model.config.prediction_length == 8 and module.config.prediction_length is None
+    result = attnlab.run("hf:autoformer", overrides=SIZES)
+    assert errors(result) == [("batch_mixing", "output")], [f.message for f in result.findings]

@@ -316,12 +316,19 @@ class ConfigConstructor:
         config's own value, else with every width of it (its sub-configs') equal to a size's default
         set to attnlab's value, as the config's own defaults tie them."""
         also = {s for spellings_ in self.also.values() for s in spellings_}
-        try:
-            return self._made({k: v for k, v in filled.items() if k not in also})
-        except TypeError:
-            raise
-        except Exception:  # noqa: BLE001 - a width tied to the size elsewhere: set alike
-            pass
+        own = {k: v for k, v in filled.items() if k not in also}
+        context = self.spelled["context_length"] or ""
+        default, given = self.attributes.get(context), own.get(context)
+        # a context length (a capacity of positions) its validator ties to a size of its own (Granite Speech 5's
+        # context_size <= max_position_embeddings): the config's own where larger, which the run's tokens fit in
+        wider = type(default) is int and type(given) is int and default > given
+        for tried in (own, {**own, context: default}) if wider else (own,):
+            try:
+                return self._made(tried)
+            except TypeError:
+                raise
+            except Exception:  # noqa: BLE001 - a width tied to the size elsewhere: set alike
+                pass
         config = self.config_cls()
         renamed = {old: value for key, value in filled.items() if type(old := getattr(config, key, None)) is int
                    and type(value) is int and old != value and key not in also}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import re
 import sys
 import weakref
@@ -264,8 +265,9 @@ def _run(model: nn.Module, target: nn.Module, inputs: dict[str, Any]) -> Call | 
 
 def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
     """The model's inputs attnlab makes, as (make(size), first size): x itself as its embeddings,
-    token ids, else pixels (b, channels, side, width) or audio features (b, frames, bins) or
-    (b, bins, frames) or samples (b, samples), the resized axis first at its config's size."""
+    token ids, else pixels (b, channels, side, width) or patches placed by their (x, y) (b, patches,
+    channels * patch * patch), audio features (b, frames, bins) or (b, bins, frames), samples (b,
+    samples) or a time series' past (b, steps), the resized axis first at its config's size."""
     accepted = {p.name for p in forward_parameters(type(model))}
     config: Any = model.config  # a transformers config: its attributes are its model type's
     batch, tokens = (x.shape[0], x.shape[-2]) if x.dim() == 3 else (1, x.shape[0])
@@ -291,14 +293,24 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
         side = getattr(config, "patch_size", None) or getattr(config, "image_size", None) or 64
         side = side[0] if isinstance(side, (list, tuple)) else side
         forms.append((signal("pixel_values", (batch, getattr(config, "num_channels", 3), side, side), 3), side))
+    placed = next((p.name for p in required(type(model)) if p.name.endswith("position_ids")), None)
+    if "pixel_values" in accepted and placed:  # an image as its patches, each placed by its (x, y) (Gemma 4's vision)
+        side = getattr(config, "patch_size", None) or 1
+        width = getattr(config, "num_channels", 3) * side * side
+        forms.append((lambda size: {"pixel_values": torch.rand(batch, size, width, device=x.device, dtype=x.dtype),
+                                    placed: _grid_positions(batch, size, x.device), **extra}, tokens))
     if "input_features" in accepted:
         bins = next((getattr(config, s) for s in ("num_mel_bins", "feature_size", "input_feat_size", "num_mel_filters")
                      if getattr(config, s, None)), 80)
         forms += [(signal("input_features", (batch, 64, bins), 1), 64),
                   (signal("input_features", (batch, bins, 64), 2), 64)]
-        made = _extractor_bins(model)  # the bins its own feature extractor makes (Gemma 4's 128), where the config names none
-        if made not in (None, bins):
-            forms.append((signal("input_features", (batch, 64, made), 1), 64))
+        # the bins its own feature extractor makes (Gemma 4's 128), where the config names none; else the width its
+        # first linear layer takes (Granite Speech 5's stacked mel frames and their deltas, 4 x num_mel_bins)
+        for made in dict.fromkeys((_extractor_bins(model), _first_linear_width(model))):
+            if made not in (None, bins):
+                forms.append((signal("input_features", (batch, 64, made), 1), 64))
+    if "past_values" in accepted and isinstance(getattr(config, "context_length", None), int):
+        forms.append((_series(config, batch, x), config.context_length + max(getattr(config, "lags_sequence", None) or [0])))
     if "input_values" in accepted:
         forms.append((signal("input_values", (batch, 1600), 1), 1600))
     parameters = forward_parameters(type(model))
@@ -327,6 +339,31 @@ def _extractor_bins(model: nn.Module) -> int | None:
             if isinstance(size, int):
                 return size
     return None
+
+
+def _series(config: Any, batch: int, x: torch.Tensor) -> Callable[[int], dict[str, Any]]:
+    """A time series' past (Autoformer's): `size` steps of its values, all observed, and its time features;
+    its model reads the last context_length of them, each with its lags from the steps before."""
+    def make(size: int) -> dict[str, Any]:
+        values = getattr(config, "input_size", 1)
+        shape = (batch, size) if values == 1 else (batch, size, values)
+        return {"past_values": torch.randn(*shape, device=x.device, dtype=x.dtype),
+                "past_observed_mask": torch.ones(*shape, device=x.device, dtype=x.dtype),
+                "past_time_features": torch.randn(batch, size, getattr(config, "num_time_features", 0),
+                                                  device=x.device, dtype=x.dtype)}
+    return make
+
+
+def _grid_positions(batch: int, patches: int, device: torch.device) -> torch.Tensor:
+    """(x, y) of each of `patches` on a grid as square as they fill, row by row: (b, patches, 2)."""
+    rows = max(d for d in range(1, math.isqrt(patches) + 1) if patches % d == 0)
+    ys, xs = torch.meshgrid(torch.arange(rows, device=device), torch.arange(patches // rows, device=device), indexing="ij")
+    return torch.stack([xs.flatten(), ys.flatten()], -1).expand(batch, patches, 2)  # (b, patches, 2)
+
+
+def _first_linear_width(model: nn.Module) -> int | None:
+    """The input width of the model's first linear layer, in the order it registers them."""
+    return next((m.in_features for m in model.modules() if isinstance(m, nn.Linear)), None)
 
 
 def _width(config: Any) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -36,11 +37,28 @@ def built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.dev
     the first attention one); its own error, or a one-line size error, where none."""
     try:
         return _built(model_cls, config, layer, device, dtype, holds)
-    except Exception:
+    except Exception as exc:
+        filled = _filled(config, exc)
+        if filled is not None:
+            return built(model_cls, filled, layer, device, dtype, holds)
         widths = configs.tied(config)  # a width its defaults tie to a size attnlab set (SqueezeBERT's embedding_size)
         if widths is None:
             raise
         return _built(model_cls, widths, layer, device, dtype, holds)
+
+
+def _filled(config: Any, exc: Exception) -> Any | None:
+    """A copy of `config` with the lengths its model's error names as needed and the config leaves None
+    (Autoformer's `prediction_length`) set to its context length, the run's tokens; None where none."""
+    context = next((v for key in spellings("context_length") if isinstance(v := getattr(config, key, None), int)), None)
+    needed = [name for name in re.findall(r"[`'\"](\w+_length)[`'\"]", str(exc))
+              if name in vars(config) and vars(config)[name] is None]
+    if context is None or not needed:
+        return None
+    filled = copy.deepcopy(config)
+    for name in needed:
+        setattr(filled, name, context)
+    return filled
 
 
 def _built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.device, dtype: torch.dtype,
@@ -158,10 +176,14 @@ def rope_at(config_cls: type, module_cls: type, head_dim: int) -> dict[str, Any]
     sections = rope.get("mrope_section")
     if sections is None:  # its rotary class's own default (PaddleOCR-VL's config declares none)
         sections = _rotary_sections(module_cls, default)
-    if not isinstance(sections, (list, tuple)) or not sum(sections):
-        return None
     partial = rope.get("partial_rotary_factor", getattr(default, "partial_rotary_factor", None) or 1.0)
     half = int(head_dim * partial) // 2
+    if sections == []:
+        # a rotary class that splits by sections its config leaves unset (HunYuan-VL's, None): one section; a
+        # text token's position is the same on every axis, so any partition gives the same angles
+        return {**rope, "mrope_section": [half]}
+    if not isinstance(sections, (list, tuple)) or not sum(sections):
+        return None
     if sum(sections) == half or getattr(default, "qk_rope_head_dim", None):
         return None  # they fit, or they follow a rotary width of its own (HY-V4-VL's qk_rope_head_dim), left as they are
     scaled = [s * half // sum(sections) for s in sections]
@@ -170,14 +192,18 @@ def rope_at(config_cls: type, module_cls: type, head_dim: int) -> dict[str, Any]
 
 
 def _rotary_sections(module_cls: type, config: Any) -> list[int] | None:
-    """The `mrope_section` a rotary class of the module's modeling file sets from `config`."""
+    """The `mrope_section` a rotary class of the module's modeling file sets from `config`; [] where
+    it has the attribute but `config` leaves it None."""
     modeling = sys.modules[module_cls.__module__]
+    unset = False
     for name, cls in vars(modeling).items():
         if name.endswith("RotaryEmbedding") and isinstance(cls, type):
             try:
-                sections = getattr(cls(config=config), "mrope_section", None)
+                rotary = cls(config=config)
             except Exception:  # noqa: BLE001 - a rotary class of another tower (the vision one's): not this one
                 continue
+            sections = getattr(rotary, "mrope_section", None)
             if sections is not None:
                 return list(sections)
-    return None
+            unset = unset or hasattr(rotary, "mrope_section")
+    return [] if unset else None

@@ -38,15 +38,26 @@ def _public(owner: Any) -> dict[str, Any]:
 ORIGINALS = {label: _public(owner) for label, owner in OWNERS.items()}
 
 
+TORCH_FILES = os.path.dirname(torch.__file__) + os.sep
+
+
 def replaced() -> list[str]:
     """torch's functions that are not torch's own any more, as `torch.softmax`."""
     found = []
     for label, owner in OWNERS.items():
         for name, original in ORIGINALS[label].items():
             current = getattr(owner, name, original)
-            if current is not original and current != original:  # a classmethod is bound anew at each look
+            # a classmethod is bound anew at each look
+            if current is not original and current != original and not _torchs_own_wrapper(current, original):
                 found.append(f"{label}.{name}")
     return found
+
+
+def _torchs_own_wrapper(current: Any, original: Any) -> bool:
+    """Whether `current` is torch's own wrapper of `original`: torch._dynamo, when first imported
+    (by torch.optim's first optimizer, say), wraps torch.manual_seed; that is no plugin's change."""
+    code = getattr(current, "__code__", None)
+    return getattr(current, "__wrapped__", None) is original and code is not None and code.co_filename.startswith(TORCH_FILES)
 
 
 @contextmanager

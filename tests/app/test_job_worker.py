@@ -159,3 +159,27 @@ def test_a_job_that_changes_torchs_defaults_ends_its_worker(tmp_path) -> None:
     assert isolated(partial(default_dtype, noted), str, None) == []
     changed, after = pids(noted)
     assert changed != after
+
+
+def train_a_step(into: Path) -> list[str]:
+    """A job that builds torch's AdamW, as every training job does: its first import of torch._dynamo
+    replaces torch.manual_seed with torch's own wrapper of it. Fails its record if that did not happen
+    here (the test would then not be testing it)."""
+    import torch
+
+    note_pid(into, [])
+    seed = torch.manual_seed
+    model = torch.nn.Linear(3, 3)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(2, 3)).sum().backward()
+    optimizer.step()
+    return [] if torch.manual_seed is not seed else ["torch.manual_seed was not wrapped by this job"]
+
+
+def test_a_training_job_keeps_its_worker_for_the_next_job(tmp_path) -> None:
+    """torch's own wrapper of its own function is no plugin's change: the worker is not retired."""
+    noted = tmp_path / "pids"
+    assert isolated(partial(train_a_step, noted), str, None) == []
+    assert isolated(partial(note_pid, noted, []), str, None) == []
+    trained, after = pids(noted)
+    assert trained == after

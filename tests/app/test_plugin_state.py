@@ -105,3 +105,20 @@ def test_a_clean_process_has_no_replaced_torch_function() -> None:
     code = "import torch\nfrom attnlab.process_state import replaced\nprint(replaced())"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert shown.stdout.strip() == "[]", shown.stderr
+
+
+REPLACED_AFTER_DYNAMO = """
+import functools, torch
+from attnlab.process_state import ORIGINALS, replaced
+import torch._dynamo  # wraps torch.manual_seed in torch's own wrapper
+print(torch.manual_seed is not ORIGINALS["torch"]["manual_seed"], replaced())
+own = torch.softmax
+torch.softmax = functools.wraps(own)(lambda *args, **kwargs: own(*args, **kwargs))  # a plugin's wrapper
+print(replaced())
+"""
+
+
+@pytest.mark.slow
+def test_torchs_own_wrapper_is_not_a_replacement_and_a_plugins_wrapper_is() -> None:
+    shown = subprocess.run([sys.executable, "-c", REPLACED_AFTER_DYNAMO], capture_output=True, text=True, timeout=120)
+    assert shown.stdout.splitlines() == ["True []", "['torch.softmax']"], shown.stderr

@@ -227,7 +227,7 @@ def _check_comparable(variant: _Side, weights_loaded: Mapping[str, str]) -> None
     own = {name: how for name, how in weights_loaded.items() if roles.get(name) in QKV_ROLES}
     missing = set(variant.ran[1].missing)
     if own and not any(how.startswith("shared") for how in own.values()) and {"scores", "weights"} <= missing:
-        kept = ", ".join(f"{name} {how.removeprefix('native: ')}" for name, how in own.items())
+        kept = ", ".join(f"{name} {how.removeprefix('native: ')}" for name, how in own.items() if how.startswith("native"))
         raise PluginError(f"nothing of {variant.built.name}'s attention can be compared with the reference: none of "
                           f"its query, key and value parameters takes the reference's weights ({kept}) and its "
                           f"scores and weights are not captured")

@@ -40,6 +40,7 @@ def test_a_class_without_empty_parameters_is_left_as_built():
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
 
 
+@pytest.mark.slow  # builds through attnlab's Hugging Face constructor: ~7 s with its imports
 def test_legacy_float_tensor_parameters_of_a_class_and_its_planted_copy_get_their_models_values():
     """XLNet's q, k, v, o, r and biases are `nn.Parameter(torch.FloatTensor(...))` (memory as it was),
     and its attention holds no config: built through attnlab (the library class, and a copy that

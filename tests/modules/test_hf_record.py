@@ -264,3 +264,40 @@ def test_a_time_series_model_is_recorded_from_its_past_values_and_autoformers_ba
     assert model.config.prediction_length == 8 and module.config.prediction_length is None
     result = attnlab.run("hf:autoformer", overrides=SIZES)
     assert errors(result) == [("batch_mixing", "output")], [f.message for f in result.findings]
+
+
+def test_a_model_that_hands_its_attention_tokens_first_is_recorded_and_turned_at_the_edge():
+    """XLNet's model turns its input to (tokens, batch, width) before its layers: the recorded call
+    holds attnlab's (b, T, d) turned the same way, and the output is turned back. Expected from
+    XLNetModel's own forward (one layer, the module's weights): what its layer returns, batch first."""
+    from transformers.models.xlnet.modeling_xlnet import XLNetModel
+
+    module = hf_constructor("hf:xlnet")(64, 64, 4).eval()
+    config = copy.deepcopy(module.config)
+    config.n_layer = 1
+    model = XLNetModel(config).eval()
+    layer = next(m for m in model.modules() if type(m) is type(module))
+    layer.load_state_dict(module.state_dict())
+    seen: dict[str, torch.Tensor] = {}
+
+    def hook(_m: torch.nn.Module, args: tuple, out: tuple) -> None:
+        seen["hidden"], seen["output"] = args[0], out[0]
+
+    layer.register_forward_hook(hook)
+    x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(0))  # (b, num_tokens, d_in)
+    with torch.no_grad():
+        model(inputs_embeds=x)
+        assert seen["hidden"].shape == (8, 2, 64)  # the model's layout: (num_tokens, b, d_in)
+        got = HUGGING_FACE_CALL.call(module, seen["hidden"].transpose(0, 1)).output  # (b, num_tokens, d_out)
+    torch.testing.assert_close(got, seen["output"].transpose(0, 1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_class_of_which_nothing_can_be_compared_is_refused_in_one_line():
+    """XLNet's projections are (d_model, heads, head_dim) einsum parameters the reference's weights do
+    not fit, and its scores are summed from two products before one softmax that attnlab does not
+    place: refused naming its parameters, never an ok in which nothing was compared."""
+    result = attnlab.run("hf:xlnet", overrides=SIZES)
+    assert result.record.status != "ok"
+    assert "nothing of hf:xlnet's attention can be compared" in result.record.error
+    assert "q shape (64, 4, 16)" in result.record.error and "\n" not in result.record.error

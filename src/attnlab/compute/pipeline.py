@@ -39,7 +39,7 @@ from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
 from attnlab.modules.hf_record import OutsideInput
 from attnlab.modules.layouts import align, seed_projections
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, auto_reference
-from attnlab.modules.roles import manual_seed
+from attnlab.modules.roles import QKV_ROLES, manual_seed, module_roles
 from attnlab.process_state import own_torch
 from attnlab.record import Diagnosis, Finding, Pair, Record, Setup, Side, record_of
 
@@ -202,6 +202,7 @@ def compute_record(
                 reference, weights_loaded = _build_reference(spec, values, inputs, seed, pair.reference, variant)
             pair = replace(pair, weights_loaded=weights_loaded)
             scratch = _capture_pair(spec, variant, reference, inputs.embeddings, batch, seed, spilling)
+            _check_comparable(variant, weights_loaded)
         except PluginError as exc:
             return record_of(setup, pair, error=str(exc))
         _check_shown(spec.show, variant.ran[1])
@@ -215,6 +216,21 @@ def compute_record(
                                    budget_s=spec.profile_budget_s, backward=spec.profile_backward,
                                    warmed_up=True)  # the capture ran both
     return record_of(setup, replace(pair, scratch=scratch), diagnosis, profile=profile)
+
+
+def _check_comparable(variant: _Side, weights_loaded: Mapping[str, str]) -> None:
+    """Refuse a pair of which nothing can be compared: the variant took none of the reference's query,
+    key and value weights (its own layout does not fit: XLNet's (d_model, heads, head_dim) einsum
+    parameters) and neither its scores nor its weights were captured, so every stage after the inputs
+    differs by construction and no finding could say anything."""
+    roles = module_roles(variant.built.module)
+    own = {name: how for name, how in weights_loaded.items() if roles.get(name) in QKV_ROLES}
+    missing = set(variant.ran[1].missing)
+    if own and not any(how.startswith("shared") for how in own.values()) and {"scores", "weights"} <= missing:
+        kept = ", ".join(f"{name} {how.removeprefix('native: ')}" for name, how in own.items() if how.startswith("native"))
+        raise PluginError(f"nothing of {variant.built.name}'s attention can be compared with the reference: none of "
+                          f"its query, key and value parameters takes the reference's weights ({kept}) and its "
+                          f"scores and weights are not captured")
 
 
 @one_thread()  # small ops only (initialising weights, a probe on 2 x 3 tokens): no thread to wake for each

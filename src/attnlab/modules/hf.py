@@ -219,11 +219,11 @@ class HFConstructor(ConfigConstructor):
         builder = copy.copy(self)  # this build's tokens and sizes, not the constructor's
         builder.sizes = sizes
         builder.tokens = keys.pop("context_length", None) if self._by_tokens() else keys.get("context_length")
-        module = hf_init.initialised(builder.build(sizes, keys, private))
+        module = builder.build(sizes, keys, private)
         if not hasattr(module, "config"):  # MPT's keeps none: held so it is called as its model calls it
             module.config = self.config({**sizes, **{k: v for k, v in keys.items() if k in CONFIG_SPELLINGS}},
                                         {k: v for k, v in keys.items() if k not in CONFIG_SPELLINGS}, private)
-        return module
+        return hf_init.initialised(module)  # with its config held: XLNet's keeps none, and its model's init reads it
 
     @property
     def __signature__(self) -> inspect.Signature:

@@ -1,5 +1,5 @@
 """Parameters a transformers attention class creates empty (`nn.Parameter(torch.empty(...))`,
-TimesFM's per-dimension query scaling) and leaves to its model's `_init_weights`: given the values
+TimesFM's per-dimension query scaling; `torch.FloatTensor(...)`, XLNet's) and leaves to its model's `_init_weights`: given the values
 that model gives them, never whatever the memory held (1e33 on one run, 0 on the next)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from attnlab.modules.class_cache import per_class
+from attnlab.modules.hf_lineage import transformers_class
 
 if TYPE_CHECKING:  # for its type only: attnlab imports transformers on first use
     from transformers import PreTrainedModel
@@ -74,10 +75,13 @@ def _empty_parameters(cls: type) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+_UNFILLED = ("empty", "Tensor", "FloatTensor")  # torch's constructors of a size that leave its memory as it was
+
+
 def _empty(node: ast.expr) -> bool:
-    """`nn.Parameter(torch.empty(...))`."""
+    """`nn.Parameter(torch.empty(...))`, or of the legacy `torch.FloatTensor(...)` (XLNet's q, k, v)."""
     return (isinstance(node, ast.Call) and _named(node.func, "Parameter") and bool(node.args)
-            and isinstance(node.args[0], ast.Call) and _named(node.args[0].func, "empty"))
+            and isinstance(node.args[0], ast.Call) and any(_named(node.args[0].func, name) for name in _UNFILLED))
 
 
 def _named(func: ast.expr, name: str) -> bool:
@@ -85,8 +89,9 @@ def _named(func: ast.expr, name: str) -> bool:
 
 
 def _pretrained_class(cls: type) -> type[PreTrainedModel] | None:
-    """The `PreTrainedModel` of the class's modeling file that defines `_init_weights` (its model's)."""
-    modeling = sys.modules.get(cls.__module__)
+    """The `PreTrainedModel` of the class's modeling file that defines `_init_weights` (its model's);
+    for a copy that subclasses a transformers class (a planted mistake), that class's file."""
+    modeling = sys.modules.get((transformers_class(cls) or cls).__module__)
     if "transformers" not in sys.modules or modeling is None:
         return None
     from transformers import PreTrainedModel  # imported already (the class's modeling file did)

@@ -58,12 +58,33 @@ class Call:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     hidden: torch.Tensor
+    turn: tuple[int, ...] | None = None  # the model's layout of x's axes, where not (b, T, d): hidden = x.permute(turn)
 
     def on(self, x: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The call with attnlab's hidden states in place of the model's, wherever the model passed them
-        (CPM-Ant's hidden_q and hidden_kv are the one tensor)."""
-        return (tuple(x if a is self.hidden else a for a in self.args),
-                {k: x if v is self.hidden else v for k, v in self.kwargs.items()})
+        (CPM-Ant's hidden_q and hidden_kv are the one tensor), laid out as the model lays them out."""
+        given = x.permute(self.turn) if self.turn is not None else x
+        return (tuple(given if a is self.hidden else a for a in self.args),
+                {k: given if v is self.hidden else v for k, v in self.kwargs.items()})
+
+    def back(self, value: Any, x: torch.Tensor) -> Any:
+        """The module's output in its model's layout (a tensor, or those of a tuple or mapping whose
+        batch and token axes are where the call's hidden states had them) turned back to x's (b, T, ·)."""
+        if self.turn is None:
+            return value
+        inverse = tuple(self.turn.index(axis) for axis in range(len(self.turn)))
+        kept = [self.turn.index(axis) for axis in range(x.dim() - 1)]  # where the model put x's (b, T)
+
+        def turned(item: Any) -> Any:
+            fits = isinstance(item, torch.Tensor) and item.dim() == x.dim() and \
+                all(item.shape[at] == x.shape[axis] for axis, at in enumerate(kept))
+            return item.permute(inverse) if fits else item
+
+        if isinstance(value, tuple):
+            return tuple(turned(v) for v in value)
+        if isinstance(value, dict):
+            return {k: turned(v) for k, v in value.items()}
+        return turned(value)
 
 
 _CALLS: weakref.WeakKeyDictionary[nn.Module, dict[tuple[Any, ...], Call]] = weakref.WeakKeyDictionary()
@@ -84,13 +105,11 @@ def fed(module: nn.Module, x: torch.Tensor, own: Callable[[], Any]) -> Any:
     if way == "own":
         return own()
     if way == "recorded":
-        args, kwargs = recorded(module, x)
-        return module(*args, **kwargs)
+        return _on_call(module, x)
     try:
         value = own()
     except Exception as exc:  # noqa: BLE001 - attnlab's inputs that do not fit fail in many ways: its model's call
-        args, kwargs = recorded(module, x, exc)
-        value = module(*args, **kwargs)  # the module's own error, if it fails on its model's inputs
+        value = _on_call(module, x, exc)  # the module's own error, if it fails on its model's inputs
         _FED[module] = "recorded"
         return value
     _FED[module] = "own"
@@ -100,12 +119,23 @@ def fed(module: nn.Module, x: torch.Tensor, own: Callable[[], Any]) -> Any:
 def recorded(module: nn.Module, x: torch.Tensor, own: Exception | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The module's (args, kwargs) as its model calls it, with x as the hidden states (`own`: how
     attnlab's own inputs failed, named in the refusal)."""
+    return _call_for(module, x, own).on(x)
+
+
+def _on_call(module: nn.Module, x: torch.Tensor, own: Exception | None = None) -> Any:
+    """The module on its model's recorded call with x, its output in x's layout."""
+    call = _call_for(module, x, own)
+    args, kwargs = call.on(x)
+    return call.back(module(*args, **kwargs), x)
+
+
+def _call_for(module: nn.Module, x: torch.Tensor, own: Exception | None) -> Call:
     calls = _CALLS.setdefault(module, {})
     if tuple(x.shape) not in calls:
         # building a model draws nothing from the run's seed; a capture's torch-function mode sees none of its calls
         with torch.random.fork_rng(devices=[]), torch.no_grad(), torch._C.DisableTorchFunction():
             calls[tuple(x.shape)] = _record(module, x, own)
-    return calls[tuple(x.shape)].on(x)
+    return calls[tuple(x.shape)]
 
 
 def _origin(module: nn.Module) -> type:
@@ -219,8 +249,16 @@ def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size
         if tuple(call.hidden.shape[:-1]) == tuple(x.shape[:-1]):
             return call, ""
         if call.hidden.dim() == 3 and call.hidden.shape[1] == x.shape[-1] != call.hidden.shape[-1]:
+            # its projections act on the channels axis (SqueezeBERT's 1x1 convolutions), not the last: none is captured
             return None, f"its model passes {type(target).__name__} its hidden states channels first, " \
                          f"(batch, width, tokens) {tuple(call.hidden.shape)}, a layout attnlab does not run"
+        if sorted(call.hidden.shape) == sorted(x.shape):  # x's (b, T) in another order, width last: XLNet's (T, b, d)
+            turn = _turn(tuple(call.hidden.shape), tuple(x.shape))
+            if turn is None:
+                return None, f"its model passes {type(target).__name__} its hidden states as {tuple(call.hidden.shape)}, " \
+                             f"x's {tuple(x.shape)} in an order these sizes do not tell; run with another inputs.n_tokens"
+            call.turn = turn
+            return call, ""
         seen[size] = call.hidden.shape[-2] if call.hidden.dim() >= 2 else call.hidden.shape[0]
         if len(set(seen.values())) < len(seen):
             break  # the size does not change the tokens
@@ -231,6 +269,14 @@ def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size
         return None, failed
     return None, f"{_TOO_FEW} {min(seen.values())} tokens from its smallest input; run with inputs.n_tokens=" \
                  f"{min(seen.values())}"
+
+
+def _turn(given: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The order of x's axes (of `shape`) in the model's hidden states (`given`), read from their
+    sizes: None where two of x's axes are of one size, so the order is not told."""
+    if len(set(shape)) < len(shape):
+        return None
+    return tuple(shape.index(size) for size in given)
 
 
 def _next_size(seen: dict[int, int], size: int, tokens: int) -> int:
@@ -267,7 +313,8 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
     """The model's inputs attnlab makes, as (make(size), first size): x itself as its embeddings,
     token ids, else pixels (b, channels, side, width) or patches placed by their (x, y) (b, patches,
     channels * patch * patch), audio features (b, frames, bins) or (b, bins, frames), samples (b,
-    samples) or a time series' past (b, steps), the resized axis first at its config's size."""
+    samples) or (b, channels, samples), or a time series' past (b, steps), the resized axis first at
+    its config's size."""
     accepted = {p.name for p in forward_parameters(type(model))}
     config: Any = model.config  # a transformers config: its attributes are its model type's
     batch, tokens = (x.shape[0], x.shape[-2]) if x.dim() == 3 else (1, x.shape[0])
@@ -311,8 +358,9 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
                 forms.append((signal("input_features", (batch, 64, made), 1), 64))
     if "past_values" in accepted and isinstance(getattr(config, "context_length", None), int):
         forms.append((_series(config, batch, x), config.context_length + max(getattr(config, "lags_sequence", None) or [0])))
-    if "input_values" in accepted:
-        forms.append((signal("input_values", (batch, 1600), 1), 1600))
+    if "input_values" in accepted:  # mono samples, or with a channels axis (a codec's (b, audio_channels, samples))
+        forms += [(signal("input_values", (batch, 1600), 1), 1600),
+                  (signal("input_values", (batch, getattr(config, "audio_channels", None) or 1, 1600), 2), 1600)]
     parameters = forward_parameters(type(model))
     if parameters and parameters[0].name == "hidden_states":  # an encoder of features (Granite Speech's): its input width
         width = next((getattr(config, s) for s in ("input_dim", "feature_size", "num_mel_bins") if getattr(config, s, None)),

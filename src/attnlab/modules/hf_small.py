@@ -37,10 +37,36 @@ def built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.dev
     try:
         return _built(model_cls, config, layer, device, dtype, holds)
     except Exception:
-        widths = configs.tied(config)  # a width its defaults tie to a size attnlab set (SqueezeBERT's embedding_size)
-        if widths is None:
-            raise
-        return _built(model_cls, widths, layer, device, dtype, holds)
+        # a width its defaults tie to a size attnlab set (SqueezeBERT's embedding_size); what its composite gives it
+        for fixed in (configs.tied(config), completed(config)):
+            try:
+                if fixed is not None:
+                    return _built(model_cls, fixed, layer, device, dtype, holds)
+            except Exception:  # noqa: BLE001 - not this one: the next, else the first error
+                continue
+        raise
+
+
+def completed(config: Any) -> Any | None:
+    """A copy of `config` given the attributes a composite config of its file sets on its sub-config of
+    that class and it lacks (T5Gemma2's decoder's dropout_rate, which only T5Gemma2Config sets), as that
+    composite sets them by default; None where no composite adds any."""
+    held = vars(config)
+    for parent_cls in list(vars(sys.modules[type(config).__module__]).values()):
+        keys = [k for k, sub in (getattr(parent_cls, "sub_configs", None) or {}).items() if sub is type(config)]
+        if not keys or not isinstance(parent_cls, type):
+            continue
+        try:
+            sub = getattr(parent_cls(), keys[0])
+        except Exception:  # noqa: BLE001 - a composite that cannot be built bare gives nothing
+            continue
+        missing = {k: v for k, v in vars(sub).items() if k not in held and not k.startswith("_")}
+        if missing:
+            given = copy.deepcopy(config)
+            for key, value in missing.items():
+                setattr(given, key, value)
+            return given
+    return None
 
 
 def _built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.device, dtype: torch.dtype,

@@ -184,4 +184,9 @@ def test_a_tower_whose_positions_are_its_whole_images_is_recorded_at_its_count()
     assert caught.value.n_tokens == count == 1025
     x = torch.randn(1, count, 64)  # (b, num_tokens, d_in)
     args, kwargs = hf_record.recorded(module, x)
-    assert any(a is x for a in (*args, *kwargs.values())) and kwargs["freqs_ci"].shape[0] == count
+    assert any(a is x for a in (*args, *kwargs.values()))
+    # its rotary's own complex frequencies, never cast to the run's real dtype
+    from transformers.models.llama4.modeling_llama4 import Llama4VisionRotaryEmbedding
+
+    expected = Llama4VisionRotaryEmbedding._compute_freqs_ci(module.config)  # (count, 1, head_dim / 2) complex
+    assert kwargs["freqs_ci"].is_complex() and torch.equal(kwargs["freqs_ci"], expected)

@@ -86,7 +86,9 @@ def _built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.de
             continue
         if size > BUDGET:
             raise ValueError(f"{size / 1e6:.0f}M parameters even with its layers, vocabulary and experts shrunk")
-        return model_cls(small).to(device=device, dtype=dtype).eval()
+        # the run's dtype on its real tensors only: a complex buffer (Llama 4 vision's freqs_ci) cast to it loses its sines
+        model = model_cls(small).to(device=device)
+        return model._apply(lambda t: t.to(dtype) if t.is_floating_point() else t).eval()
     assert problem is not None
     raise problem
 

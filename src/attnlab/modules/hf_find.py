@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from attnlab.modules.class_cache import per_class
+from attnlab.modules.roles import projection_role
 
 if TYPE_CHECKING:  # for its type only: attnlab imports transformers on first use
     from transformers import PretrainedConfig
@@ -217,8 +218,6 @@ def _descend(modeling: ModuleType, cls: type, classes: list[type]) -> type:
 
 def _projects_queries_and_keys(init: ast.FunctionDef | None) -> bool:
     """Whether a constructor assigns a query and a key projection of its own (`self.q_proj = ...`)."""
-    from attnlab.modules.roles import projection_role
-
     assigned = {t.attr for n in ast.walk(init) if isinstance(n, ast.Assign) for t in n.targets
                 if isinstance(t, ast.Attribute)} if init is not None else set()
     return {"queries", "keys"} <= {projection_role(name) for name in assigned}

@@ -88,7 +88,8 @@ def _built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.de
             raise ValueError(f"{size / 1e6:.0f}M parameters even with its layers, vocabulary and experts shrunk")
         # the run's dtype on its real tensors only: a complex buffer (Llama 4 vision's freqs_ci) cast to it loses its sines
         model = model_cls(small).to(device=device)
-        return model._apply(lambda t: t.to(dtype) if t.is_floating_point() else t).eval()
+        model._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+        return model.eval()
     assert problem is not None
     raise problem
 

@@ -261,6 +261,21 @@ def test_scores_scaled_in_place_keep_the_raw_scores():
     torch.testing.assert_close(_2d(c, "scaled_scores"), scores * 2 ** -0.5)
 
 
+def test_queries_times_a_table_added_to_the_scores_is_a_term_and_the_scale_is_read_from_the_ops():
+    """BROS's `einsum(queries, box positions)` added to the scores before / sqrt(d): the table is no
+    parameter nor input of the module; the sum is no scaled scores, its factor is the division's."""
+    table = torch.randn(7, 7, 4, generator=torch.Generator().manual_seed(1))  # (queries, keys, d_k)
+
+    def forward(m, x):
+        queries = x @ m.W_query
+        scores = queries @ (x @ m.W_key).T + torch.einsum("id,ijd->ij", queries, table)
+        return torch.softmax(scores / _d(m) ** 0.5, dim=-1) @ (x @ m.W_value)
+
+    module = build(_prescaled("TableTerm", forward), 5, 4)
+    c = capture(module, torch.randn(7, 5, generator=torch.Generator().manual_seed(0)))
+    assert c.score_terms == pytest.approx(4 ** -0.5)
+
+
 def test_prescaled_stages_are_the_modules_tensors_except_the_raw_scores():
     """The one extra tensor a pre-factor costs is the raw (n x n) scores; the rest are the module's own."""
     held = {}

@@ -69,6 +69,21 @@ def test_a_returned_tuple_gives_its_first_element_and_says_which():
     assert CallConvention().unpack(None, x).description == "NoneType"
 
 
+def test_a_nested_tuple_gives_the_output_inside_its_first_element():
+    """I-BERT's attention returns ((context_vec,), (its scaling factor,))."""
+    pytest.importorskip("transformers")
+    from transformers import IBertConfig
+    from transformers.models.ibert.modeling_ibert import IBertSelfAttention
+
+    module = IBertSelfAttention(IBertConfig(hidden_size=64, num_attention_heads=4)).eval()
+    torch.nn.init.normal_(module.query.weight)
+    x = torch.rand(2, 8, 64, generator=torch.Generator().manual_seed(0))  # (b, num_tokens, d_in)
+    with torch.no_grad():
+        value = module(x, None)
+    returned = CallConvention().unpack(value, x)
+    assert returned.output is value[0][0] and returned.element == "[0][0]"
+
+
 def test_capture_calls_through_the_convention():
     """A convention that passes something besides x: the capture sees the call it makes."""
 

@@ -27,6 +27,10 @@ from attnlab.modules.hf_find import attention_classes, modeling_module  # noqa: 
     ("bert", "transformers.models.bert.modeling_bert", "BertSelfAttention"),
     # ...and through a dict of implementations
     ("gpt_neo", "transformers.models.gpt_neo.modeling_gpt_neo", "GPTNeoSelfAttention"),
+    # never below a class with query and key projections of its own: what it builds inside is a part of it
+    # (NeoMME's exclusive self-attention, applied to its output; DAB-DETR's decoder self-attention's inner one)
+    ("neomme", "transformers.models.neomme.modeling_neomme", "NeoMMEAttention"),
+    ("dab-detr", "transformers.models.dab_detr.modeling_dab_detr", "DetrAttention"),
 ])
 def test_the_class_comes_from_the_module_beside_the_config(model_type: str, module: str, expected: str) -> None:
     cls, config_cls = hf.attention_class(model_type)

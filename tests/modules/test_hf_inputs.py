@@ -105,11 +105,11 @@ def test_a_segformer_attention_is_called_on_the_grid_of_its_tokens():
 
 def test_an_input_from_outside_the_attention_is_refused_in_one_line_naming_it():
     with pytest.raises(UserError) as caught:
-        attnlab.run("hf:luke", overrides=SIZES)
+        attnlab.run("hf:t5gemma2_decoder", overrides=SIZES)  # its merged attention's keys: its encoder's states too
     message = str(caught.value)
     assert "\n" not in message
-    assert "LukeSelfAttention.forward needs 'entity_hidden_states'" in message
-    assert "passes entity_hidden_states=" in message
+    assert "T5Gemma2MergedAttention.forward needs 'merged_attention_mask'" in message
+    assert "encoder_hidden_states" in message and "passes merged_attention_mask=" in message
 
 
 def test_a_mask_handed_to_torchs_key_padding_mask_is_read_as_padding_only():

@@ -88,12 +88,13 @@ def test_the_recording_model_is_shrunk_below_the_budget_and_keeps_the_attentions
 
 @pytest.mark.slow
 def test_an_input_from_outside_the_attention_is_refused_in_one_line_naming_it():
-    """BROS's attention needs `bbox_pos_emb`, which its model makes from a layout's boxes: its model
-    cannot be run without them, so the variant is refused as before any work, naming the input."""
+    """Muse Glimmer's assistant attends over `context_hidden_states`, another model's hidden states its
+    model only projects: its model cannot be run without them, so the variant is refused as before any
+    work, naming the input."""
     with pytest.raises(hf_record.OutsideInput) as caught:
-        attnlab.run("hf:bros", overrides=SIZES)
+        attnlab.run("hf:muse_glimmer_assistant", overrides=SIZES)
     message = str(caught.value)
-    assert "BrosSelfAttention.forward needs 'bbox_pos_emb'" in message and "specify bbox" in message
+    assert "MuseGlimmerAssistantAttention.forward needs 'context_hidden_states'" in message
     assert "\n" not in message
 
 
@@ -301,3 +302,25 @@ def test_a_class_of_which_nothing_can_be_compared_is_refused_in_one_line():
     assert result.record.status != "ok"
     assert "nothing of hf:xlnet's attention can be compared" in result.record.error
     assert "q shape (64, 4, 16)" in result.record.error and "\n" not in result.record.error
+
+
+@pytest.mark.slow
+def test_a_tower_whose_positions_are_its_whole_images_is_recorded_at_its_count():
+    """Llama 4's vision rotary covers its whole image's patches and a class token ((448 / 14) ** 2 + 1
+    = 1025): no row of patches fits it, its full image does; attnlab's 8 tokens are refused naming that
+    count, at which the model's own call is recorded."""
+    from attnlab.errors import TokensNeeded
+
+    module = hf_constructor("hf:llama4_vision_model")(64, 64, 4).eval()
+    count = (module.config.image_size // module.config.patch_size) ** 2 + 1
+    with pytest.raises(TokensNeeded) as caught:
+        hf_record.recorded(module, torch.randn(1, 8, 64))
+    assert caught.value.n_tokens == count == 1025
+    x = torch.randn(1, count, 64)  # (b, num_tokens, d_in)
+    args, kwargs = hf_record.recorded(module, x)
+    assert any(a is x for a in (*args, *kwargs.values()))
+    # its rotary's own complex frequencies, never cast to the run's real dtype
+    from transformers.models.llama4.modeling_llama4 import Llama4VisionRotaryEmbedding
+
+    expected = Llama4VisionRotaryEmbedding._compute_freqs_ci(module.config)  # (count, 1, head_dim / 2) complex
+    assert kwargs["freqs_ci"].is_complex() and torch.equal(kwargs["freqs_ci"], expected)

@@ -127,6 +127,22 @@ def test_a_mistake_planted_in_a_subclass_is_still_found(planted):
     assert "queries" in {stage for _, stage in errors(result)}, [f.message for f in result.findings]
 
 
+def test_a_sub_config_gets_what_its_composite_sets_on_it():
+    """T5Gemma2's decoder config has no dropout_rate of its own (T5Gemma2Config sets it), which its
+    decoder model reads: the recording model's config is given the composite's default."""
+    from transformers.models.t5gemma2.configuration_t5gemma2 import T5Gemma2Config, T5Gemma2DecoderConfig
+    from transformers.models.t5gemma2.modeling_t5gemma2 import T5Gemma2Decoder
+
+    config = T5Gemma2DecoderConfig()
+    assert "dropout_rate" not in vars(config)
+    given = hf_small.completed(config)
+    assert given.dropout_rate == T5Gemma2Config().decoder.dropout_rate and "dropout_rate" not in vars(config)
+    with torch.device("meta"):
+        T5Gemma2Decoder(hf_small.shrunk(given, 0, 2))  # builds; from `config` it raises AttributeError
+        with pytest.raises(AttributeError, match="dropout_rate"):
+            T5Gemma2Decoder(hf_small.shrunk(config, 0, 2))
+
+
 @pytest.mark.skipif(importlib.util.find_spec("timm") is not None, reason="timm installed: its backbone is buildable")
 def test_a_timm_backbone_is_transformers_own_resnet_where_timm_is_missing():
     config = DabDetrConfig(d_model=64, encoder_attention_heads=4, decoder_attention_heads=4)

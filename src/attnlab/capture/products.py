@@ -36,6 +36,8 @@ def product(rec: Recording, func: Callable[..., Any], name: str, args: tuple[Any
         return
     known = [t for t in tags if t is not None]
     if len(known) != len(tags):  # an untagged operand: neither the scores nor the context
+        if [t.kind for t in known] == ["proj"]:  # a projection times its model's table (BROS's box positions):
+            rec.set_tag(out, Tag("proj"))  # a term computed from it, which added to the scores is no scale
         return
     if all(k in ACTIVATIONS for k in kinds):
         head = _repeated_product(rec, operands, letters, out_letters)

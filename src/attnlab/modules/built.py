@@ -79,8 +79,11 @@ class CallConvention:
             return Returned(value, _shown(value))
         what = f"{type(value).__name__}({', '.join(_shown(v) for _, v in items)})"
         rows, tokens = tuple(x.shape[:-1]), x.shape[-2]
-        at, output = next(((k, v) for k, v in items if isinstance(v, torch.Tensor) and tuple(v.shape[:-1]) == rows),
-                          items[0])
+        found = next(((k, v) for k, v in items if isinstance(v, torch.Tensor) and tuple(v.shape[:-1]) == rows), None)
+        if found is None and _items(items[0][1]):  # I-BERT's ((context_vec,), (its scaling factor,)): the first one's
+            inner = self.unpack(items[0][1], x)
+            return Returned(inner.output, what, items[0][0] + (inner.element or ""), inner.weights)
+        at, output = found or items[0]
         weights = next((v for k, v in items if k != at and isinstance(v, torch.Tensor) and v.dim() == 4
                         and tuple(v.shape[-2:]) == (tokens, tokens)), None)
         return Returned(output, what, at, weights)

@@ -104,7 +104,7 @@ def mask_kind(module: nn.Module) -> str:
     if vision or hf_grid.axes(type(module)) is not None:
         return "bidirectional"
     origin = transformers_class(type(module))
-    return "bidirectional" if origin is not None and _takes_no_mask(origin) else "causal"
+    return "bidirectional" if origin is not None and (_takes_no_mask(origin) or _encoder_file(origin)) else "causal"
 
 
 @per_class
@@ -118,6 +118,22 @@ def _takes_no_mask(cls: type[nn.Module]) -> bool:
     except (TypeError, OSError):
         return False
     return "mask" not in source and "causal" not in source
+
+
+_MASK_BUILDERS = re.compile(r"\bcreate_(\w+)_mask\(")
+
+
+@per_class
+def _encoder_file(cls: type[nn.Module]) -> bool:
+    """Whether the library's class lives in a modeling file whose models build bidirectional masks
+    only (`create_bidirectional_mask`, never a causal one: LUKE's and BROS's encoders), so they attend
+    both ways. Read from the library's file, as `_takes_no_mask`."""
+    try:
+        source = inspect.getsource(sys.modules[cls.__module__])
+    except (TypeError, OSError, KeyError):
+        return False
+    built = set(_MASK_BUILDERS.findall(source))
+    return bool(built) and all(kind.startswith("bidirectional") for kind in built)
 
 
 def _sequence_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from attnlab.modules.class_cache import per_class
+from attnlab.modules.roles import projection_role
 
 if TYPE_CHECKING:  # for its type only: attnlab imports transformers on first use
     from transformers import PretrainedConfig
@@ -203,6 +204,8 @@ def _descend(modeling: ModuleType, cls: type, classes: list[type]) -> type:
     """The attention a wrapper builds inside itself (BertAttention's BertSelfAttention), as deep as it goes."""
     for _ in range(3):
         init = _init_tree(cls)
+        if _projects_queries_and_keys(init):  # the attention itself: what it builds inside is a part (NeoMME's
+            return cls  # exclusive self-attention, applied to its output)
         named = {n.id for n in ast.walk(init) if isinstance(n, ast.Name)} if init is not None else set()
         named |= {d for n in named for d in _dispatched(modeling, n)}
         # called, or chosen by name (BertAttention's `BertCrossAttention if is_cross_attention else BertSelfAttention`)
@@ -211,6 +214,13 @@ def _descend(modeling: ModuleType, cls: type, classes: list[type]) -> type:
             return cls
         cls = next((c for c in inner if c.__name__.endswith("SelfAttention")), inner[0])
     return cls
+
+
+def _projects_queries_and_keys(init: ast.FunctionDef | None) -> bool:
+    """Whether a constructor assigns a query and a key projection of its own (`self.q_proj = ...`)."""
+    assigned = {t.attr for n in ast.walk(init) if isinstance(n, ast.Assign) for t in n.targets
+                if isinstance(t, ast.Attribute)} if init is not None else set()
+    return {"queries", "keys"} <= {projection_role(name) for name in assigned}
 
 
 def _by_name(classes: list[type], base_name: str) -> list[type]:

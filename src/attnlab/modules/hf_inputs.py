@@ -10,8 +10,8 @@
   output_attentions  False, as the model calls it by default
   a parameter annotated with a mapping class (Gemma 4's `shared_kv_states: KVSharingDict`)
                      an empty one: what the model passes when no layer has shared its keys and values yet
-A required input that comes from outside the attention (LUKE's entity states, a layout's boxes) is
-refused in one line naming it (`arguments.check_forward`).
+A required input that comes from outside the attention (a drafter's context states, a decoder's
+encoder states) is refused in one line naming it (`arguments.check_forward`).
 """
 
 from __future__ import annotations

@@ -11,9 +11,11 @@ own hidden states. So an input the model computes is the model's own and never g
 Tokens: a model of token ids or embeddings is given the run's (batch, tokens). Where the model
 makes its tokens from something else (an image's patches, audio frames), the input's last axis is
 resized until the attention sees the run's tokens; where no size does, the refusal names the
-number of tokens the smallest input gives (`inputs.n_tokens=N`). Whatever the model could not be
-run on (an input from outside the attention: an entity table, a layout's boxes) stays a one-line
-refusal naming the forward's input and what to pass.
+number of tokens the smallest input gives (`inputs.n_tokens=N`). A model that fails on its tokens
+alone is tried again with what attnlab makes from their count (`hf_extras`: positions, a layout's
+boxes). Whatever the model could not be run on (an input from outside the attention: another model's
+hidden states, a decoder's encoder states) stays a one-line refusal naming the forward's input and
+what to pass.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import TokensNeeded, UserError
-from attnlab.modules import hf_inputs, hf_small
+from attnlab.modules import hf_extras, hf_inputs, hf_small
 from attnlab.modules.arguments import forward_parameters, providable, required
 from attnlab.modules.families import spellings
 from attnlab.modules.hf_lineage import missing_packages
@@ -43,8 +45,9 @@ class ModelCallError(RuntimeError):
 
 
 class OutsideInput(UserError):
-    """A forward input its model makes from what lies outside the attention (LUKE's entities, a
-    layout's boxes), and the model could not be run without it: refused, as a bad variant is."""
+    """A forward input its model makes from what lies outside the attention (a drafter's context
+    states, a decoder's encoder states), and the model could not be run without it: refused, as a bad
+    variant is."""
 
 
 class _Stop(Exception):
@@ -236,10 +239,12 @@ def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size
     failed = ""
     for tried in range(_TRIES):
         try:
-            call = _run(model, target, make(size))
+            call = _filled_run(model, target, make(size))
         except Exception as exc:  # noqa: BLE001 - the model's own error at this size
             failed = failed or f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-            if seen or tried >= _HALVINGS or size // 2 < 2 * tokens:
+            if seen:
+                break  # it ran at a size before: at the tokens that size gave
+            if tried >= _HALVINGS or size // 2 < 2 * tokens:
                 return None, failed
             # its first size too long for the model (a position table as long as the run's context): half of it
             size //= 2
@@ -286,6 +291,18 @@ def _next_size(seen: dict[int, int], size: int, tokens: int) -> int:
         return round(size * tokens / max(seen[size], 1))
     (s0, t0), (s1, t1) = list(seen.items())[-2:]
     return round(s1 + (tokens - t1) * (s1 - s0) / (t1 - t0))  # t1 != t0: equal counts ended the tries
+
+
+def _filled_run(model: nn.Module, target: nn.Module, inputs: dict[str, Any]) -> Call | None:
+    """`_run` on the inputs; where the model fails on them, again with the extras it takes (`hf_extras`),
+    whose own error, if it fails too, is the one named."""
+    try:
+        return _run(model, target, inputs)
+    except Exception:
+        more = hf_extras.extras(model, inputs)
+        if not more:
+            raise
+    return _run(model, target, {**inputs, **more})
 
 
 def _run(model: nn.Module, target: nn.Module, inputs: dict[str, Any]) -> Call | None:
@@ -340,6 +357,11 @@ def _forms(model: nn.Module, x: torch.Tensor) -> list[tuple[Any, int]]:
         side = getattr(config, "patch_size", None) or getattr(config, "image_size", None) or 64
         side = side[0] if isinstance(side, (list, tuple)) else side
         forms.append((signal("pixel_values", (batch, getattr(config, "num_channels", 3), side, side), 3), side))
+        image = getattr(config, "image_size", None)
+        if isinstance(image, int) and image != side:  # a tower whose positions are its whole image's (Llama 4's rotary)
+            forms.append((lambda size: {"pixel_values": torch.randn(batch, getattr(config, "num_channels", 3), size,
+                                                                     size, device=x.device, dtype=x.dtype), **extra},
+                          image))
     placed = next((p.name for p in required(type(model)) if p.name.endswith("position_ids")), None)
     if "pixel_values" in accepted and placed:  # an image as its patches, each placed by its (x, y) (Gemma 4's vision)
         side = getattr(config, "patch_size", None) or 1

@@ -41,10 +41,36 @@ def built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.dev
         filled = _filled(config, exc)
         if filled is not None:
             return built(model_cls, filled, layer, device, dtype, holds)
-        widths = configs.tied(config)  # a width its defaults tie to a size attnlab set (SqueezeBERT's embedding_size)
-        if widths is None:
-            raise
-        return _built(model_cls, widths, layer, device, dtype, holds)
+        # a width its defaults tie to a size attnlab set (SqueezeBERT's embedding_size); what its composite gives it
+        for fixed in (configs.tied(config), completed(config)):
+            try:
+                if fixed is not None:
+                    return _built(model_cls, fixed, layer, device, dtype, holds)
+            except Exception:  # noqa: BLE001 - not this one: the next, else the first error
+                continue
+        raise
+
+
+def completed(config: Any) -> Any | None:
+    """A copy of `config` given the attributes a composite config of its file sets on its sub-config of
+    that class and it lacks (T5Gemma2's decoder's dropout_rate, which only T5Gemma2Config sets), as that
+    composite sets them by default; None where no composite adds any."""
+    held = vars(config)
+    for parent_cls in list(vars(sys.modules[type(config).__module__]).values()):
+        keys = [k for k, sub in (getattr(parent_cls, "sub_configs", None) or {}).items() if sub is type(config)]
+        if not keys or not isinstance(parent_cls, type):
+            continue
+        try:
+            sub = getattr(parent_cls(), keys[0])
+        except Exception:  # noqa: BLE001 - a composite that cannot be built bare gives nothing
+            continue
+        missing = {k: v for k, v in vars(sub).items() if k not in held and not k.startswith("_")}
+        if missing:
+            given = copy.deepcopy(config)
+            for key, value in missing.items():
+                setattr(given, key, value)
+            return given
+    return None
 
 
 def _filled(config: Any, exc: Exception) -> Any | None:
@@ -78,7 +104,10 @@ def _built(model_cls: type[nn.Module], config: Any, layer: int, device: torch.de
             continue
         if size > BUDGET:
             raise ValueError(f"{size / 1e6:.0f}M parameters even with its layers, vocabulary and experts shrunk")
-        return model_cls(small).to(device=device, dtype=dtype).eval()
+        # the run's dtype on its real tensors only: a complex buffer (Llama 4 vision's freqs_ci) cast to it loses its sines
+        model = model_cls(small).to(device=device)
+        model._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+        return model.eval()
     assert problem is not None
     raise problem
 

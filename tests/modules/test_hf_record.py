@@ -167,3 +167,39 @@ def test_features_sized_as_the_models_own_feature_extractor_makes_them():
     features = torch.randn(2, 32, 128, generator=torch.Generator().manual_seed(0))  # (b, frames, mel bins)
     hidden = assert_equals_its_layer_in(model, module, lambda model: model(input_features=features))
     assert hidden.shape[-2] == 8  # 32 frames / 4
+
+
+def _maskless(cls: type[torch.nn.Module]) -> type[torch.nn.Module]:
+    """A copy of `cls` that drops the mask its model hands it."""
+
+    def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
+        return cls.forward(self, hidden_states, None, *args, **kwargs)
+
+    return type(f"{cls.__name__}Maskless", (cls,), {"forward": forward})
+
+
+@pytest.mark.slow
+def test_the_reference_masks_as_the_models_recorded_mask_does():
+    """CPM-Ant's model counts every token as context: the mask its own forward hands its attention keeps
+    every key (seen by a hook on the real model), so the reference masks nothing and no mask is missing.
+    A causal model's recorded mask (Qwen2.5-VL's text model) still reads causal: a copy of its class
+    that drops that mask is found."""
+    from transformers import CpmAntConfig, CpmAntModel
+    from transformers.models.cpmant.modeling_cpmant import CpmAntAttention
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLAttention
+
+    config = CpmAntConfig(vocab_size=600, hidden_size=64, num_attention_heads=4, dim_head=16, dim_ff=128,
+                          num_hidden_layers=1)
+    model = CpmAntModel(config).eval()
+    seen = []
+    attention = next(m for m in model.modules() if isinstance(m, CpmAntAttention))
+    attention.register_forward_pre_hook(lambda _m, args: seen.append(args[2]))
+    with torch.no_grad():
+        model(input_ids=torch.tensor([[5, 6, 7]]))
+    assert seen[0].shape == (1, 35, 35) and bool(seen[0].all())  # 32 prompt tokens and 3 ids, every key kept
+
+    result = attnlab.run("hf:cpmant", overrides=SIZES)
+    assert result.record.reference.name == "bidirectional_heads"
+    assert "mask_missing" not in {f.code for f in result.findings}
+    planted = attnlab.run(_maskless(Qwen2_5_VLAttention), overrides=SIZES)
+    assert ("mask_missing", "scaled_scores") in {(f.code, f.stage) for f in planted.findings if f.severity == "error"}

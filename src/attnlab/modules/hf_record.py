@@ -107,6 +107,32 @@ def recorded(module: nn.Module, x: torch.Tensor, own: Exception | None = None) -
     return calls[tuple(x.shape)].on(x)
 
 
+def recorded_mask_kind(module: nn.Module) -> str | None:
+    """What the mask its model's recorded call passes hides, where the module is fed that call: nothing
+    ("bidirectional": CPM-Ant's model counts every token as context) or exactly the future ("causal").
+    Read off the model's call, never the class's forward, so a copy that drops its mask is still found.
+    None: attnlab's own inputs, no mask tensor, or a mask of another shape (padding, a window)."""
+    calls = _CALLS.get(module) if _FED.get(module) == "recorded" else None
+    if not calls:
+        return None
+    call = next(iter(calls.values()))
+    passed = {**dict(zip((p.name for p in forward_parameters(type(module))), call.args)), **call.kwargs}
+    mask = next((v for k, v in passed.items() if "mask" in k and isinstance(v, torch.Tensor) and v.dim() >= 2), None)
+    if mask is None:
+        return None
+    if not mask.is_floating_point():  # booleans or CPM-Ant's int 0/1: a keep-mask
+        keep = mask != 0
+    elif mask.is_floating_point() and bool(((mask == 0) | (mask <= -1e4)).all()):  # additive: 0 kept, -inf hidden
+        keep = mask == 0
+    else:
+        return None  # a 1/0 keep-mask of floats reads both ways: not guessed
+    rows, cols = keep.shape[-2:]
+    if bool(keep.all()):
+        return "bidirectional"
+    future = torch.ones(rows, cols, dtype=torch.bool, device=keep.device).tril(cols - rows)  # (rows, cols)
+    return "causal" if bool((keep == future).all()) else None
+
+
 def _origin(module: nn.Module) -> type:
     """The transformers class the module is or derives from (a copy with a planted mistake subclasses it)."""
     return next((k for k in type(module).__mro__ if k.__module__.startswith("transformers.models.")), type(module))

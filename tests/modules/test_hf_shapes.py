@@ -15,6 +15,7 @@ from tests.modules.hf_runs import SIZES, assert_runs_clean, errors
 
 pytest.importorskip("transformers")
 
+from transformers.models.emu3.modeling_emu3 import Emu3VQVAEAttentionBlock  # noqa: E402
 from transformers.models.eomt_dinov3.modeling_eomt_dinov3 import EomtDinov3Attention  # noqa: E402
 from transformers.models.kyutai_speech_to_text.modeling_kyutai_speech_to_text import (  # noqa: E402
     KyutaiSpeechToTextAttention,
@@ -111,6 +112,7 @@ def test_a_model_needing_a_missing_package_is_refused_in_one_line_naming_it():
     ("eomt_dinov3", ("rotary", "queries")),  # RoPE over the patches after the class and register tokens
     ("sam2_hiera_det_model", None),  # every stage's width (embed_dim_per_stage) and heads the run's
     ("maskformer", ("added_positions", "queries")),  # 8 heads of its own: the reference takes them
+    ("emu3_vqgan", None),  # Emu3VQVAEAttentionBlock: token attention named ...Block
 ])
 def test_the_library_class_gives_no_error_finding(model, declared):
     assert_runs_clean(model, declared)
@@ -122,6 +124,7 @@ def test_the_library_class_gives_no_error_finding(model, declared):
     (_planted(KyutaiSpeechToTextAttention, "q_proj.linear"), ("query_source", "queries")),
     (_planted(EomtDinov3Attention, "q_proj"), ("query_source", "queries")),
     (_planted(MaskFormerDetrSelfAttention, "k_proj"), ("scaling", "scaled_scores")),  # 2 q.k: a scale of 2
+    (_planted(Emu3VQVAEAttentionBlock, "v_proj"), ("value_path", "values")),
 ])
 def test_a_mistake_planted_in_a_subclass_is_still_found(planted, expected):
     result = attnlab.run(planted, overrides=SIZES)

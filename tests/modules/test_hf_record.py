@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import attnlab
-from tests.modules.hf_runs import SIZES, assert_equals_its_layer_in
+from tests.modules.hf_runs import SIZES, assert_equals_its_layer_in, errors
 
 pytest.importorskip("transformers")
 
@@ -203,3 +203,32 @@ def test_the_reference_masks_as_the_models_recorded_mask_does():
     assert "mask_missing" not in {f.code for f in result.findings}
     planted = attnlab.run(_maskless(Qwen2_5_VLAttention), overrides=SIZES)
     assert ("mask_missing", "scaled_scores") in {(f.code, f.stage) for f in planted.findings if f.severity == "error"}
+
+
+@pytest.mark.slow
+def test_a_non_finite_context_the_library_s_own_model_gives_stays_an_error():
+    """Nemotron ASR streaming's attention reads its mask as a keep-mask (`masked_fill_(mask.logical_not(),
+    -inf)`), but its own encoder under eager hands it the additive mask of zeros that
+    create_bidirectional_mask makes there: every key hidden, its own model's output NaN (sdpa's boolean
+    mask is finite). attnlab calls it as that model does, so non_finite @ context is true and stays."""
+    from transformers.models.nemotron_asr_streaming.configuration_nemotron_asr_streaming import (
+        NemotronAsrStreamingEncoderConfig,
+    )
+    from transformers.models.nemotron_asr_streaming.modeling_nemotron_asr_streaming import (
+        NemotronAsrStreamingEncoder,
+    )
+
+    config = NemotronAsrStreamingEncoderConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=1,
+                                               intermediate_size=128)
+    features = torch.randn(2, 64, config.num_mel_bins, generator=torch.Generator().manual_seed(0))
+    outputs = {}
+    for implementation in ("eager", "sdpa"):
+        config._attn_implementation = implementation
+        torch.manual_seed(0)
+        with torch.no_grad():
+            outputs[implementation] = NemotronAsrStreamingEncoder(config).eval()(input_features=features)
+    assert torch.isnan(outputs["eager"].last_hidden_state).any()
+    assert torch.isfinite(outputs["sdpa"].last_hidden_state).all()
+
+    result = attnlab.run("hf:nemotron_asr_streaming_encoder", overrides=SIZES)
+    assert ("non_finite", "context") in errors(result)

@@ -133,6 +133,20 @@ def recorded_mask_kind(module: nn.Module) -> str | None:
     return "causal" if bool((keep == future).all()) else None
 
 
+def given_biases(module: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    """The score-shaped (..., T, T) tensors, with no hidden entry, that the module's recorded call hands it
+    besides its mask (CPM-Ant's segment-relative position_bias): a term its model computes for the scores."""
+    calls = _CALLS.get(module) if _FED.get(module) == "recorded" else None
+    call = calls.get(tuple(x.shape)) if calls else None
+    if call is None:
+        return []
+    tokens = x.shape[-2]
+    passed = {**dict(zip((p.name for p in forward_parameters(type(module))), call.args)), **call.kwargs}
+    return [v for k, v in passed.items() if "mask" not in k and isinstance(v, torch.Tensor) and v.is_floating_point()
+            and v.dim() >= 2 and tuple(v.shape[-2:]) == (tokens, tokens) and bool(torch.isfinite(v).all())
+            and bool((v > -1e4).all())]
+
+
 def _origin(module: nn.Module) -> type:
     """The transformers class the module is or derives from (a copy with a planted mistake subclasses it)."""
     return next((k for k in type(module).__mro__ if k.__module__.startswith("transformers.models.")), type(module))

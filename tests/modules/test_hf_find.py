@@ -56,9 +56,24 @@ def test_no_attention_class_only_where_the_model_builds_none() -> None:
     with pytest.raises(UserError, match=r"AlignVisionModel builds no attention module"):
         hf.attention_class("align_vision_model")
     # an attention block not named ...Attention is named, not called "without attention"
-    with pytest.raises(UserError, match=r"ChameleonVQVAE builds no attention class attnlab runs .*it builds "
-                                        r"ChameleonVQVAEEncoderAttnBlock\)$"):
-        hf.attention_class("chameleon_vqgan")
+    with pytest.raises(UserError, match=r"SLANetSLAHead builds no attention class attnlab runs .*it builds "
+                                        r"SLANetAttentionGRUCell\)$"):
+        hf.attention_class("slanet")
+
+
+def test_an_attention_block_is_run_over_tokens_and_refused_over_a_feature_map() -> None:
+    """Emu3's VQ-VAE attention block takes its config and projects token rows with nn.Linear: it is the
+    type's class. Chameleon's, Janus's and Apertus 1.5's blocks project a (batch, channels, height, width)
+    map with 1x1 convolutions inside their own GroupNorm and residual: one line says so, not "no attention
+    class", and the survey counts it refused."""
+    from attnlab.conformance.survey import refusal
+
+    assert hf.attention_class("emu3_vqgan")[0].__name__ == "Emu3VQVAEAttentionBlock"
+    for model_type in ("chameleon_vqgan", "janus_vqgan", "apertus1p5_vision_tokenizer"):
+        with pytest.raises(UserError, match=r"builds \w+AttnBlock, a convolutional attention block over a \(batch, "
+                                            r"channels, height, width\) feature map") as refused:
+            hf.attention_class(model_type)
+        assert "\n" not in str(refused.value) and refusal(str(refused.value)) == "refused"
 
 
 @pytest.mark.parametrize(("model_type", "expected"), [

@@ -324,3 +324,68 @@ def test_a_tower_whose_positions_are_its_whole_images_is_recorded_at_its_count()
 
     expected = Llama4VisionRotaryEmbedding._compute_freqs_ci(module.config)  # (count, 1, head_dim / 2) complex
     assert kwargs["freqs_ci"].is_complex() and torch.equal(kwargs["freqs_ci"], expected)
+
+
+def _maskless(cls: type[torch.nn.Module]) -> type[torch.nn.Module]:
+    """A copy of `cls` that drops the mask its model hands it."""
+
+    def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
+        return cls.forward(self, hidden_states, None, *args, **kwargs)
+
+    return type(f"{cls.__name__}Maskless", (cls,), {"forward": forward})
+
+
+@pytest.mark.slow
+def test_the_reference_masks_as_the_models_recorded_mask_does():
+    """CPM-Ant's model counts every token as context: the mask its own forward hands its attention keeps
+    every key (seen by a hook on the real model), so the reference masks nothing and no mask is missing.
+    A causal model's recorded mask (Qwen2.5-VL's text model) still reads causal: a copy of its class
+    that drops that mask is found."""
+    from transformers import CpmAntConfig, CpmAntModel
+    from transformers.models.cpmant.modeling_cpmant import CpmAntAttention
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLAttention
+
+    config = CpmAntConfig(vocab_size=600, hidden_size=64, num_attention_heads=4, dim_head=16, dim_ff=128,
+                          num_hidden_layers=1)
+    model = CpmAntModel(config).eval()
+    seen = []
+    attention = next(m for m in model.modules() if isinstance(m, CpmAntAttention))
+    attention.register_forward_pre_hook(lambda _m, args: seen.append(args[2]))
+    with torch.no_grad():
+        model(input_ids=torch.tensor([[5, 6, 7]]))
+    assert seen[0].shape == (1, 35, 35) and bool(seen[0].all())  # 32 prompt tokens and 3 ids, every key kept
+
+    result = attnlab.run("hf:cpmant", overrides=SIZES)
+    assert result.record.reference.name == "bidirectional_heads"
+    assert "mask_missing" not in {f.code for f in result.findings}
+    planted = attnlab.run(_maskless(Qwen2_5_VLAttention), overrides=SIZES)
+    assert ("mask_missing", "scaled_scores") in {(f.code, f.stage) for f in planted.findings if f.severity == "error"}
+
+
+@pytest.mark.slow
+def test_a_non_finite_context_the_library_s_own_model_gives_stays_an_error():
+    """Nemotron ASR streaming's attention reads its mask as a keep-mask (`masked_fill_(mask.logical_not(),
+    -inf)`), but its own encoder under eager hands it the additive mask of zeros that
+    create_bidirectional_mask makes there: every key hidden, its own model's output NaN (sdpa's boolean
+    mask is finite). attnlab calls it as that model does, so non_finite @ context is true and stays."""
+    from transformers.models.nemotron_asr_streaming.configuration_nemotron_asr_streaming import (
+        NemotronAsrStreamingEncoderConfig,
+    )
+    from transformers.models.nemotron_asr_streaming.modeling_nemotron_asr_streaming import (
+        NemotronAsrStreamingEncoder,
+    )
+
+    config = NemotronAsrStreamingEncoderConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=1,
+                                               intermediate_size=128)
+    features = torch.randn(2, 64, config.num_mel_bins, generator=torch.Generator().manual_seed(0))
+    outputs = {}
+    for implementation in ("eager", "sdpa"):
+        config._attn_implementation = implementation
+        torch.manual_seed(0)
+        with torch.no_grad():
+            outputs[implementation] = NemotronAsrStreamingEncoder(config).eval()(input_features=features)
+    assert torch.isnan(outputs["eager"].last_hidden_state).any()
+    assert torch.isfinite(outputs["sdpa"].last_hidden_state).all()
+
+    result = attnlab.run("hf:nemotron_asr_streaming_encoder", overrides=SIZES)
+    assert ("non_finite", "context") in errors(result)

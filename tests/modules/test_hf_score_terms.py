@@ -13,6 +13,7 @@ import attnlab
 
 pytest.importorskip("transformers")
 
+from transformers.models.cpmant.modeling_cpmant import CpmAntAttention  # noqa: E402
 from transformers.models.doge.modeling_doge import DogeAttention, DogeRotaryEmbedding  # noqa: E402
 from transformers.models.openai_privacy_filter.modeling_openai_privacy_filter import (  # noqa: E402
     OpenAIPrivacyFilterAttention,
@@ -56,6 +57,14 @@ class PrivacyFilterScaledTwice(OpenAIPrivacyFilterAttention):
         self.scaling = self.head_dim ** -0.5
 
 
+class CpmAntHalfQueries(CpmAntAttention):
+    """Planted under the position bias its model hands it: the queries halved, the scores scaled by 0.5 more."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.project_q.register_forward_hook(lambda _module, _args, out: 0.5 * out)
+
+
 def _outputs(original, planted, x, **kwargs) -> float:
     planted.load_state_dict(original.state_dict())
     with torch.no_grad():
@@ -65,7 +74,7 @@ def _outputs(original, planted, x, **kwargs) -> float:
 def test_the_planted_scales_are_real():
     """Independently of attnlab: each planted copy computes other outputs than its library class,
     and the privacy filter's two factors make 1/sqrt(head_dim) on the scores."""
-    from transformers import DogeConfig, OpenAIPrivacyFilterConfig, VitsConfig, Wav2Vec2BertConfig
+    from transformers import CpmAntConfig, DogeConfig, OpenAIPrivacyFilterConfig, VitsConfig, Wav2Vec2BertConfig
 
     torch.manual_seed(0)
     x = torch.rand(2, 8, 64, generator=torch.Generator().manual_seed(0))
@@ -85,6 +94,10 @@ def test_the_planted_scales_are_real():
     torch.nn.init.normal_(original.sinks)
     assert _outputs(original, PrivacyFilterScaledTwice(opf), x, position_embeddings=rope) > 1e-3
     assert original.scaling ** 2 == pytest.approx(16 ** -0.5)
+    cpmant = CpmAntConfig(hidden_size=64, num_attention_heads=4, dim_head=16)
+    keep, bias = torch.ones(2, 8, 8, dtype=torch.bool), torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(1))
+    assert _outputs(CpmAntAttention(cpmant), CpmAntHalfQueries(cpmant), x, hidden_kv=x, attention_mask=keep,
+                    position_bias=bias) > 1e-3
 
 
 @pytest.mark.slow
@@ -95,13 +108,15 @@ def test_the_planted_scales_are_real():
     ("wavlm", ("score_terms", "scaled_scores")),  # a gated position bias, as nn.MultiheadAttention's float mask
     ("granite_speech_encoder", None),  # Shaw's relative logits as SDPA's float mask
     ("openai_privacy_filter", None),  # head_dim ** -0.25 on queries and keys each
+    ("cpmant", ("score_terms", "scaled_scores")),  # the segment-relative position_bias its model hands it
 ])
 def test_the_library_class_gives_no_error_finding(model, declared):
     assert_runs_clean(model, declared)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("planted", [VitsHalfScale, Wav2Vec2BertHalfScale, DogeHalfScale, PrivacyFilterScaledTwice])
+@pytest.mark.parametrize("planted", [VitsHalfScale, Wav2Vec2BertHalfScale, DogeHalfScale, PrivacyFilterScaledTwice,
+                                     CpmAntHalfQueries])
 def test_a_wrong_scale_planted_under_the_term_is_still_found(planted):
     result = attnlab.run(planted, overrides=SIZES)
     assert ("scaling", "scaled_scores") in errors(result), [f.message for f in result.findings]

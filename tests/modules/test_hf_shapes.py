@@ -15,10 +15,12 @@ from tests.modules.hf_runs import SIZES, assert_runs_clean, errors
 
 pytest.importorskip("transformers")
 
+from transformers.models.emu3.modeling_emu3 import Emu3VQVAEAttentionBlock  # noqa: E402
 from transformers.models.eomt_dinov3.modeling_eomt_dinov3 import EomtDinov3Attention  # noqa: E402
 from transformers.models.kyutai_speech_to_text.modeling_kyutai_speech_to_text import (  # noqa: E402
     KyutaiSpeechToTextAttention,
 )
+from transformers.models.maskformer.modeling_maskformer import MaskFormerDetrSelfAttention  # noqa: E402
 from transformers.models.moshi.modeling_moshi import MoshiAttention  # noqa: E402
 
 
@@ -109,6 +111,8 @@ def test_a_model_needing_a_missing_package_is_refused_in_one_line_naming_it():
     ("kolibri1_1", ("qk_norm", "queries")),
     ("eomt_dinov3", ("rotary", "queries")),  # RoPE over the patches after the class and register tokens
     ("sam2_hiera_det_model", None),  # every stage's width (embed_dim_per_stage) and heads the run's
+    ("maskformer", ("added_positions", "queries")),  # 8 heads of its own: the reference takes them
+    ("emu3_vqgan", None),  # Emu3VQVAEAttentionBlock: token attention named ...Block
 ])
 def test_the_library_class_gives_no_error_finding(model, declared):
     assert_runs_clean(model, declared)
@@ -119,10 +123,24 @@ def test_the_library_class_gives_no_error_finding(model, declared):
     (_planted(MoshiAttention, "o_proj.linear"), ("output_path", "output")),
     (_planted(KyutaiSpeechToTextAttention, "q_proj.linear"), ("query_source", "queries")),
     (_planted(EomtDinov3Attention, "q_proj"), ("query_source", "queries")),
+    (_planted(MaskFormerDetrSelfAttention, "k_proj"), ("scaling", "scaled_scores")),  # 2 q.k: a scale of 2
+    (_planted(Emu3VQVAEAttentionBlock, "v_proj"), ("value_path", "values")),
 ])
 def test_a_mistake_planted_in_a_subclass_is_still_found(planted, expected):
     result = attnlab.run(planted, overrides=SIZES)
     assert expected in errors(result), [f.message for f in result.findings]
+
+
+def test_heads_num_heads_cannot_reach_are_the_module_s_own():
+    """MaskFormer's DETR decoder reads decoder_attention_heads of a sub-config its attention's config
+    (MaskFormerConfig) has no spelling for: num_heads=4 builds the default 8 heads of 64 // 8 columns,
+    which the reference then takes; a class num_heads reaches (BERT's) keeps none of its own."""
+    from attnlab.modules.built import plan
+
+    values = {"d_in": 64, "d_out": 64, "num_heads": 4, "n_tokens": 8}
+    built = plan("hf:maskformer", values).build(0)
+    assert built.module.head_dim == 64 // 8 and built.own_num_heads(64) == 8
+    assert plan("hf:bert", values).build(0).own_num_heads(64) is None
 
 
 def test_the_next_size_follows_a_model_that_adds_tokens_of_its_own():

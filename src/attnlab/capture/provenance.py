@@ -27,13 +27,15 @@ from attnlab.capture.torch_calls import (
     replayed,
     tensors_in,
 )
+from attnlab.modules import hf_record
 from attnlab.modules.roles import QKV_ROLES, FusedLayout, fused_layout, module_roles, projection_role
 
 ACTIVATIONS = ("input", "proj")  # what queries, keys and values are made of
 ATTENTION = ("scores", "derived", "weights")  # what the weights are made of
 LOGITS = ("scores", "derived")
-_PRIORITY = ("weights", "derived", "scores", "proj", "param", "input", "context")
-TERMS = ("input", "param", "proj")  # what a term the module computes from its own inputs and weights is tagged
+_PRIORITY = ("weights", "derived", "scores", "proj", "param", "input", "context", "given")
+TERMS = ("input", "param", "proj", "given")  # what a term the module computes from its own inputs and weights, or
+# its model hands it for the scores (`hf_record.given_biases`), is tagged
 _ADD = {"add", "add_", "__add__", "__radd__", "__iadd__", "sub", "sub_", "subtract", "__sub__", "__isub__"}
 _ADD_EITHER_SIDE = {"add", "__add__", "__radd__"}
 _MASK_FILL = {"masked_fill", "masked_fill_", "where"}
@@ -86,6 +88,8 @@ class Recording:
         self.batch = x.shape[0] if x.dim() == 3 else 1
         items = torch.arange(self.batch).view(-1, *(1,) * (x.dim() - 1)).expand(x.shape) if x.dim() == 3 else None
         self.set_tag(x, Tag("input", items=items))
+        for bias in hf_record.given_biases(module, x):  # a term its model hands it for the scores, not a mask
+            self.set_tag(bias, Tag("given"))
 
     def set_tag(self, tensor: torch.Tensor, tag: Tag) -> None:
         self.tags[id(tensor)] = (weakref.ref(tensor), tag)

@@ -272,11 +272,13 @@ def _build_reference(spec: JobSpec, values: dict[str, Any], inputs: Inputs, seed
 
 def _reference_arguments(spec: JobSpec, values: dict[str, Any],
                          variant: BuiltModule) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The reference's top-level keys and params: `auto`'s gets the variant's own key/value heads;
+    """The reference's top-level keys and params: `auto`'s gets the variant's own key/value heads, and
+    its own query heads where num_heads cannot reach them (`BuiltModule.own_num_heads`);
     either gets reference.params, the top-level keys among them overriding the run's
     (reference.params.attn_implementation=sdpa against an eager variant)."""
     if spec.reference == "auto":
-        values = {**values, "num_kv_heads": variant.num_kv_heads}
+        heads = variant.own_num_heads(spec.d_out) or values.get("num_heads")
+        values = {**values, "num_kv_heads": variant.num_kv_heads, "num_heads": heads}
     top = {k: v for k, v in spec.reference_params.items() if k in CONSTRUCTOR_KEYS}
     return {**values, **top}, {k: v for k, v in spec.reference_params.items() if k not in top}
 

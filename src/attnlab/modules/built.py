@@ -29,6 +29,7 @@ from torch import nn
 
 from attnlab.errors import TokensNeeded, UserError
 from attnlab.modules import arguments, hf, hf_call, hf_grid, hf_inputs, hf_record
+from attnlab.modules.configs import ConfigConstructor
 from attnlab.modules.registry import (
     CONSTRUCTOR_KEYS,
     DEFAULT_VALUES,
@@ -36,7 +37,7 @@ from attnlab.modules.registry import (
     constructor_kwargs,
     get_variant,
 )
-from attnlab.modules.roles import QKV_ROLES, declared_count, manual_seed, module_roles
+from attnlab.modules.roles import QKV_ROLES, declared_count, manual_seed, module_heads, module_roles
 from attnlab.modules.variant_spec import VariantSpec
 
 
@@ -342,6 +343,15 @@ class BuiltModule:
         if found is not None or self.construction is None:
             return found
         return self.construction.num_kv_heads
+
+    def own_num_heads(self, width: int) -> int | None:
+        """The query heads a class built from a config with no spelling for a head count or size
+        builds of its own (MaskFormer's DETR decoder reads a sub-config's decoder_attention_heads,
+        BridgeTower's vision tower hidden_size // 64): num_heads cannot reach them. None otherwise."""
+        cls = self.construction.spec.cls if self.construction is not None else None
+        if not isinstance(cls, ConfigConstructor) or cls.spelled["num_heads"] or cls.head_dim or any(cls.prefixed.values()):
+            return None
+        return module_heads(self.module, width)
 
     def kv_heads_for(self, num_heads: int) -> int | None:
         """How many key/value heads of a reference with `num_heads` query heads to load into the

@@ -28,7 +28,7 @@ from attnlab.modules.configs import CONFIG_SPELLINGS, ConfigConstructor, config_
 from attnlab.modules.families import GENERIC, Family, family, family_of, spellings
 from attnlab.modules.families.adapter import BY_SIZE, CONFIG_AND_LAYER
 from attnlab.modules.hf_build import model_arguments
-from attnlab.modules.hf_find import Found, NotFound, find
+from attnlab.modules.hf_find import ChannelsFirst, Found, NotFound, find
 from attnlab.modules.hf_lineage import missing_packages as missing_packages  # re-exported: built.py reads it here
 from attnlab.modules.hf_lineage import transformers_class as transformers_class  # re-exported: callers read it here
 from attnlab.modules.hf_stage import UNKNOWN as _UNKNOWN
@@ -72,6 +72,8 @@ def _found(model_type: str) -> Found:
         raise HFError(f"variant=hf:{model_type}: transformers knows no model type '{model_type}'{hint}")
     try:
         return find(model_type, family(model_type).attention_class, CONFIG_SPELLINGS["d_in"])
+    except ChannelsFirst as exc:  # an attention attnlab cannot run, named: not one it failed to find
+        raise HFError(f"variant=hf:{model_type}: {exc}") from None
     except NotFound as exc:
         raise HFError(f"variant=hf:{model_type}: no attention class: {exc}") from None
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnlab.modules import hf_grid, hf_inputs
+from attnlab.modules import hf_grid, hf_inputs, hf_record
 from attnlab.modules.arguments import adds_mask, forward_parameters
 from attnlab.modules.class_cache import per_class
 from attnlab.modules.families import GENERIC, family_of
@@ -90,6 +90,9 @@ def mask_kind(module: nn.Module) -> str:
     row = family_of(module)
     if row is not GENERIC:
         return row.mask
+    recorded = hf_record.recorded_mask_kind(module)  # the mask its model's call passes, where it is fed that call
+    if recorded is not None:
+        return recorded
     # its mask only pads: it attends both ways (read from the library's class: a copy that masks more is still found)
     if hf_inputs.padding_mask_only(transformers_class(type(module)) or type(module)):
         return "bidirectional"

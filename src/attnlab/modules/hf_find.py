@@ -252,6 +252,22 @@ class NotFound(LookupError):
     """No attention class for the type: the reason, in one line."""
 
 
+class ChannelsFirst(NotFound):
+    """The type's attention is a convolutional block over a feature map, not over token rows: the reason."""
+
+
+def _projection_kind(cls: type) -> str | None:
+    """What the class's own `__init__` builds its projections from, where it takes a config and builds
+    "Linear" layers, or builds "Conv2d" ones (a VQ-GAN's attention block over a feature map); else None."""
+    init = _init_tree(cls)
+    if init is None:
+        return None
+    built = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+             for n in ast.walk(init) if isinstance(n, ast.Call)}
+    takes_config = any(a.arg in ("config", "cfg") for a in init.args.args[1:2])
+    return "Linear" if "Linear" in built and takes_config else ("Conv2d" if "Conv2d" in built else None)
+
+
 def find(model_type: str, named: str | None = None, d_in_spellings: tuple[str, ...] = ()) -> Found:
     """The attention class of a model type: a type's own from the modeling module beside its config
     class (else the module of the model class transformers maps it to), a composite's text tower
@@ -362,6 +378,15 @@ def _own(model_type: str, config_cls: type, named: str | None) -> Found:
         if chosen is not None:
             return Found(chosen, config_cls)
     attention_named = sorted(c.__name__ for c in built if _ATTENTION_WORDS.search(c.__name__))
+    by_projection = {_projection_kind(c): c for c in sorted(built, key=lambda c: c.__name__, reverse=True)
+                     if c.__name__ in attention_named}
+    if "Linear" in by_projection:  # token attention under another name (Emu3's VQ-VAE Emu3VQVAEAttentionBlock)
+        return Found(by_projection["Linear"], config_cls)
+    if "Conv2d" in by_projection:
+        raise ChannelsFirst(f"{root.__name__} builds {by_projection['Conv2d'].__name__}, a convolutional attention "
+                            "block over a (batch, channels, height, width) feature map (1x1-convolution queries, keys "
+                            "and values inside its own norm and residual); attnlab runs attention over (batch, tokens, "
+                            "d_in) rows, so it is not run")
     if attention_named:
         raise NotFound(f"{root.__name__} builds no attention class attnlab runs (no nn.Module named ...Attention; it "
                        f"builds {', '.join(attention_named)})")

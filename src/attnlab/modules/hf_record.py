@@ -141,6 +141,46 @@ def _call_for(module: nn.Module, x: torch.Tensor, own: Exception | None) -> Call
     return calls[tuple(x.shape)]
 
 
+def recorded_mask_kind(module: nn.Module) -> str | None:
+    """What the mask its model's recorded call passes hides, where the module is fed that call: nothing
+    ("bidirectional": CPM-Ant's model counts every token as context) or exactly the future ("causal").
+    Read off the model's call, never the class's forward, so a copy that drops its mask is still found.
+    None: attnlab's own inputs, no mask tensor, or a mask of another shape (padding, a window)."""
+    calls = _CALLS.get(module) if _FED.get(module) == "recorded" else None
+    if not calls:
+        return None
+    call = next(iter(calls.values()))
+    passed = {**dict(zip((p.name for p in forward_parameters(type(module))), call.args)), **call.kwargs}
+    mask = next((v for k, v in passed.items() if "mask" in k and isinstance(v, torch.Tensor) and v.dim() >= 2), None)
+    if mask is None:
+        return None
+    if not mask.is_floating_point():  # booleans or CPM-Ant's int 0/1: a keep-mask
+        keep = mask != 0
+    elif mask.is_floating_point() and bool(((mask == 0) | (mask <= -1e4)).all()):  # additive: 0 kept, -inf hidden
+        keep = mask == 0
+    else:
+        return None  # a 1/0 keep-mask of floats reads both ways: not guessed
+    rows, cols = keep.shape[-2:]
+    if bool(keep.all()):
+        return "bidirectional"
+    future = torch.ones(rows, cols, dtype=torch.bool, device=keep.device).tril(cols - rows)  # (rows, cols)
+    return "causal" if bool((keep == future).all()) else None
+
+
+def given_biases(module: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    """The score-shaped (..., T, T) tensors, with no hidden entry, that the module's recorded call hands it
+    besides its mask (CPM-Ant's segment-relative position_bias): a term its model computes for the scores."""
+    calls = _CALLS.get(module) if _FED.get(module) == "recorded" else None
+    call = calls.get(tuple(x.shape)) if calls else None
+    if call is None:
+        return []
+    tokens = x.shape[-2]
+    passed = {**dict(zip((p.name for p in forward_parameters(type(module))), call.args)), **call.kwargs}
+    return [v for k, v in passed.items() if "mask" not in k and isinstance(v, torch.Tensor) and v.is_floating_point()
+            and v.dim() >= 2 and tuple(v.shape[-2:]) == (tokens, tokens) and bool(torch.isfinite(v).all())
+            and bool((v > -1e4).all())]
+
+
 def _origin(module: nn.Module) -> type:
     """The transformers class the module is or derives from (a copy with a planted mistake subclasses it)."""
     return next((k for k in type(module).__mro__ if k.__module__.startswith("transformers.models.")), type(module))

@@ -128,6 +128,15 @@ def declared_count(module: nn.Module, key: str) -> int | None:
     return next((v for v in found if isinstance(v, int) and not isinstance(v, bool)), None)
 
 
+def module_heads(module: nn.Module, width: int) -> int | None:
+    """The query heads a module keeps: a count under a usual spelling, else its `width` over the head
+    size it keeps (MaskFormer's DETR attention's head_dim), else an nn.MultiheadAttention's inside it
+    (BridgeTower's vision tower); None where it keeps none."""
+    head_dim = declared_count(module, "head_dim")
+    inner = next((m.num_heads for m in module.modules() if isinstance(m, nn.MultiheadAttention)), None)
+    return declared_count(module, "num_heads") or (width // head_dim if head_dim else None) or inner
+
+
 @dataclass(frozen=True)
 class FusedLayout:
     """Where a fused projection keeps queries, keys and values along its output: `"qkv"` blocks

@@ -12,15 +12,15 @@ hidden from every key: 0/0 = NaN) is no mask; it stays a non-finite value.
 
 from __future__ import annotations
 
-import itertools
 import math
+import weakref
 from dataclasses import dataclass, replace
 
 import torch
 
 from attnlab.capture.recorder import Capture
 from attnlab.capture.spill import releasing
-from attnlab.diagnosis.stage_blocks import Peaks, block_scratch, blocks, fitted, one_thread, row_blocks
+from attnlab.diagnosis.stage_blocks import BLOCK_ROWS, Peaks, block_scratch, blocks, fitted, one_thread
 
 MASK_GAP = 1e3  # below its row's largest by more: a softmax weight of exactly 0 in any float type (e^-745 underflows float64)
 
@@ -43,19 +43,19 @@ def _nonnegative(weights: torch.Tensor) -> bool:
     return weights.numel() == 0 or float(weights.min()) >= 0
 
 
-def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) -> float:
+def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor, finite_scaled: list[bool]) -> float:
     """The factor c in scaled = c * scores over the entries with weight (no mask is there). Each
     block's temporaries in one scratch tensor each; a side whose block is finite throughout (one
     aminmax says so) needs no mask of its finite entries, and where both are (and the weights are
     non-negative, in one dtype) the scores are multiplied by sign(weights) instead: the same products
-    but for a zero's sign, which no sum of them keeps."""
+    but for a zero's sign, which no sum of them keeps. `finite_scaled`: _finite of each scaled block."""
     dot = norm = 0.0
     kept_room = block_scratch(scores, torch.bool)
     sides = [(block_scratch(t, torch.result_type(t, 0.0)), torch.zeros((), dtype=torch.result_type(t, 0.0)))
              for t in (scores, scaled)]
     one_dtype = scores.dtype == scaled.dtype == weights.dtype and scores.is_floating_point()
-    for i in blocks(scores):
-        finite = [_finite(t) for t in (scaled[i], scores[i])]
+    for i, finite_block in zip(blocks(scores), finite_scaled):
+        finite = [finite_block, _finite(scores[i])]
         if one_dtype and all(finite) and _nonnegative(weights[i]):
             room = fitted(sides[0][0], scores[i])
             s = torch.sign(weights[i], out=room).mul_(scores[i]).reshape(-1)  # each score, 0 where no weight
@@ -72,16 +72,17 @@ def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) ->
 
 
 def masked_fills(scaled: torch.Tensor, weights: torch.Tensor, scores: torch.Tensor, scale: float,
-                 rooms: tuple[torch.Tensor, ...]) -> torch.Tensor:
+                 rooms: tuple[torch.Tensor, ...], finite: bool) -> torch.Tensor:
     """Where a block of the softmax input holds a finite mask fill: its weight exactly 0 and its
     value not `scale` x its unmasked score (a score too small for exp() to reach is). `rooms`: the
-    temporaries' block_scratch (`fill_rooms`); the answer is in the last, valid until the next call."""
+    temporaries' block_scratch (`fill_rooms`); the answer is in the third, valid until the next call.
+    `finite`: whether `scaled` holds no NaN or inf (_finite)."""
     own = torch.mul(scores, scale, out=fitted(rooms[0], scores))  # each entry without a mask
     gap = torch.sub(scaled, own, out=fitted(rooms[1], scores)).abs_()
     far = torch.gt(gap, own.abs_().mul_(1e-3).add_(1e-6), out=fitted(rooms[2], scores))  # own's magnitude, in place
     unweighted = fitted(rooms[3], scores).copy_(weights).logical_not_()  # weights == 0, in a cast ~4x faster
     far.logical_and_(unweighted)
-    return far if _finite(scaled) else far.logical_and_(torch.isfinite(scaled))  # NaN is not finite
+    return far if finite else far.logical_and_(torch.isfinite(scaled))  # NaN is not finite
 
 
 def fill_rooms(scaled: torch.Tensor, scores: torch.Tensor, scale: float) -> tuple[torch.Tensor, ...]:
@@ -116,25 +117,32 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
     if all(float(torch.where(weights[i].bool(), neg_inf, scaled[i], out=fitted(room, scaled[i])).amax()) == -math.inf
            for i in blocks(scaled)):  # bool(): weight != 0
         return capture  # no finite entry with weight 0 (a NaN or +inf one takes the long way): any mask is -inf
-    scale = _scale(scores, scaled, weights)
+    index = list(blocks(scaled))
+    finite = [_finite(scaled[i]) for i in index]
+    scale = _scale(scores, scaled, weights, finite)
     if not math.isfinite(scale):
         return capture
     rooms = fill_rooms(scaled, scores, scale)
     masked = None  # (b, nh, T, T): the fills rewritten, the capture's own tensor untouched; made at the first fill
-    index = list(blocks(scaled))
+    tally = _Tally(scaled.shape[-2]) if all(finite) and scaled.dim() >= 2 else None  # its -inf: the fills alone
     for k, i in enumerate(index):  # one pass writes each block: its fills at -inf, else itself
-        hidden = masked_fills(scaled[i], weights[i], scores[i], scale, rooms)
-        fills = hidden.numel() > 0 and bool(hidden.max())  # max: any() is ~5x slower on a bool block
-        if masked is None and fills:
+        hidden = masked_fills(scaled[i], weights[i], scores[i], scale, rooms, finite[k])
+        n_fills = int(hidden.count_nonzero()) if tally is not None else int(hidden.numel() > 0 and bool(hidden.max()))
+        if tally is not None:  # each fill's weight is 0 (masked_fills), and nothing else is NaN or inf
+            tally.add(hidden, n_fills, 0, True)
+        if masked is None and n_fills:
             masked = torch.empty_like(scaled)
             for j in index[:k]:
                 masked[j].copy_(scaled[j])
-        if masked is not None and fills:
+        if masked is not None and n_fills:
             torch.where(hidden, neg_inf, scaled[i], out=masked[i])
         elif masked is not None:
             masked[i].copy_(scaled[i])
     if masked is None:
         return capture  # weights of 0 where exp() underflowed: no mask
+    if tally is not None:
+        _KNOWN[id(masked)] = tally.neg_inf(True)
+        weakref.finalize(masked, _KNOWN.pop, id(masked), None)
     return replace(capture, stages={**capture.stages, "scaled_scores": masked})
 
 
@@ -148,10 +156,40 @@ class NegInf:
     pattern: torch.Tensor | None = None  # (query, key) where it is -inf, when the same in every batch item and head
 
 
+_KNOWN: dict[int, NegInf] = {}  # a softmax input with_masks_as_neg_inf wrote, by id while it lives: its NegInf
+
+
+class _Tally:
+    """A stage's NegInf summed block by block, in blocks()' order (each (batch item, head) in turn)."""
+
+    def __init__(self, n_query: int):
+        self.per_lead = len(range(0, n_query, BLOCK_ROWS))  # row blocks of each (batch item, head)
+        self.count = self.placed = self.blocks = 0
+        self.clean, self.same = True, True
+        self.first: list[torch.Tensor] = []  # the first (batch, head)'s -inf, a block of rows at a time
+
+    def add(self, hidden: torch.Tensor, n_hidden: int, weighted: int, clean: bool) -> None:
+        """A block's -inf entries (`hidden`, valid for this call only), their count, those with weight, no NaN or +inf."""
+        self.count, self.placed = self.count + n_hidden, self.placed + n_hidden - weighted
+        self.clean = self.clean and clean
+        lead, k = divmod(self.blocks, self.per_lead)
+        if lead == 0:
+            self.first.append(hidden.clone())
+        elif self.same:
+            self.same = torch.equal(hidden, self.first[k])
+        self.blocks += 1
+
+    def neg_inf(self, matrix: bool) -> NegInf:
+        pattern = torch.cat(self.first) if self.same and self.first and matrix else None
+        return NegInf(self.count, self.placed, self.clean, pattern)
+
+
 def neg_infs(capture: Capture, measured: Peaks) -> dict[str, NegInf]:
-    """NegInf of the capture's scores and scaled_scores; a stage whose peak is finite holds none."""
+    """NegInf of the capture's scores and scaled_scores; a stage whose peak is finite holds none, a
+    softmax input with_masks_as_neg_inf rewrote is known."""
     weights = capture.stages.get("weights")
-    return {stage: _neg_inf(capture.stages[stage], weights) if not math.isfinite(measured.peak[stage]) else NegInf()
+    return {stage: NegInf() if math.isfinite(measured.peak[stage])
+            else _KNOWN.get(id(capture.stages[stage])) or _neg_inf(capture.stages[stage], weights)
             for stage in ("scores", "scaled_scores") if stage in capture.stages}
 
 
@@ -161,22 +199,14 @@ def _neg_inf(values: torch.Tensor, weights: torch.Tensor | None) -> NegInf:
     matrix = values.dim() >= 2
     if not matrix:  # one row
         values, paired = values.reshape(1, -1), paired.reshape(1, -1) if paired is not None else None
-    count = placed = 0
-    clean, first, same = True, [], True  # first: the first (batch, head)'s -inf, a block of rows at a time
-    for n, lead in enumerate(itertools.product(*(range(k) for k in values.shape[:-2]))):
-        for k, rows in enumerate(row_blocks(values.shape[-2])):
-            index: tuple[int | slice, ...] = (*lead, rows)
-            block = values[index]  # (rows, key)
-            hidden = torch.isneginf(block)
-            n_hidden = int(hidden.count_nonzero())  # count_nonzero: a bool sum is several times slower
-            weighted = int((hidden & paired[index].bool()).count_nonzero()) if paired is not None else n_hidden
-            count, placed = count + n_hidden, placed + n_hidden - weighted
-            clean = clean and float(block.amax()) < math.inf  # a NaN compares False
-            if n == 0:
-                first.append(hidden)
-            elif same:
-                same = torch.equal(hidden, first[k])
-    return NegInf(count, placed, clean, torch.cat(first) if same and first and matrix else None)
+    tally = _Tally(values.shape[-2])
+    for index in blocks(values):
+        block = values[index]  # (rows, key)
+        hidden = torch.isneginf(block)
+        n_hidden = int(hidden.count_nonzero())  # count_nonzero: a bool sum is several times slower
+        weighted = int((hidden & paired[index].bool()).count_nonzero()) if paired is not None else n_hidden
+        tally.add(hidden, n_hidden, weighted, float(block.amax()) < math.inf)  # a NaN compares False
+    return tally.neg_inf(matrix)
 
 
 def mask_count(capture: Capture, measured: Peaks, found: dict[str, NegInf]) -> int:

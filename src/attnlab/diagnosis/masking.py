@@ -20,10 +20,13 @@ import torch
 
 from attnlab.capture.recorder import Capture
 from attnlab.capture.spill import releasing
-from attnlab.diagnosis.stage_blocks import BLOCK_ROWS, Peaks, block_scratch, blocks, fitted, one_thread
+from attnlab.diagnosis.stage_blocks import BLOCK_ROWS, Peaks, block_scratch, blocks, fitted, max_abs, one_thread
 
 FILL_ROWS = 256  # the fill passes' blocks: their ~8 temporaries stay in a core's cache (BLOCK_ROWS' do not)
-MASK_GAP = 1e3  # below its row's largest by more: a softmax weight of exactly 0 in any float type (e^-745 underflows float64)
+MASK_GAP = 1e3
+# An entry 4x farther below 0 than any |scale x score| (+ 1e-6) is farther from its own than
+# masked_fills' 1e-3 x |own| + 1e-6 in any float type's rounding (bfloat16's 2^-8 included): a fill.
+FAR = 4.0  # below its row's largest by more: a softmax weight of exactly 0 in any float type (e^-745 underflows float64)
 
 
 def fill_masked(attn_scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -73,15 +76,22 @@ def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor, fi
 
 
 def masked_fills(scaled: torch.Tensor, weights: torch.Tensor, scores: torch.Tensor, scale: float,
-                 rooms: tuple[torch.Tensor, ...], finite: bool) -> torch.Tensor:
+                 rooms: tuple[torch.Tensor, ...], finite: bool, far_below: float = math.nan) -> torch.Tensor:
     """Where a block of the softmax input holds a finite mask fill: its weight exactly 0 and its
     value not `scale` x its unmasked score (a score too small for exp() to reach is). `rooms`: the
-    temporaries' block_scratch (`fill_rooms`); the answer is in the third, valid until the next call.
-    `finite`: whether `scaled` holds no NaN or inf (_finite)."""
+    temporaries' block_scratch (`fill_rooms`); the answer is in one of them, valid until the next
+    call. `finite`: whether `scaled` holds no NaN or inf (_finite); `far_below`: a bound every
+    entry of weight 0 at or below which is a fill whatever rounding does (FAR x |scale| x max |scores|):
+    where all of them are, they are the answer without the comparison."""
+    unweighted = fitted(rooms[3], scores).copy_(weights).logical_not_()  # weights == 0, in a cast ~4x faster
+    if finite and math.isfinite(far_below) and rooms[1].dtype == scaled.dtype:
+        none = torch.full((), -math.inf, dtype=scaled.dtype)
+        lowest = torch.where(unweighted, scaled, none, out=fitted(rooms[1], scores)).amax()
+        if float(lowest) <= far_below:  # the largest entry of weight 0 (-inf when none is)
+            return unweighted
     own = torch.mul(scores, scale, out=fitted(rooms[0], scores))  # each entry without a mask
     gap = torch.sub(scaled, own, out=fitted(rooms[1], scores)).abs_()
     far = torch.gt(gap, own.abs_().mul_(1e-3).add_(1e-6), out=fitted(rooms[2], scores))  # own's magnitude, in place
-    unweighted = fitted(rooms[3], scores).copy_(weights).logical_not_()  # weights == 0, in a cast ~4x faster
     far.logical_and_(unweighted)
     return far if finite else far.logical_and_(torch.isfinite(scaled))  # NaN is not finite
 
@@ -124,10 +134,11 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
     if not math.isfinite(scale):
         return capture
     rooms = fill_rooms(scaled, scores, scale)
+    far_below = -FAR * (abs(scale) * max_abs(scores) + 1e-6)  # nan where a score is: then compared entry by entry
     masked = None  # (b, nh, T, T): the fills rewritten, the capture's own tensor untouched; made at the first fill
     tally = _Tally(scaled.shape[-2], FILL_ROWS) if all(finite) and scaled.dim() >= 2 else None  # its -inf: the fills alone
     for k, i in enumerate(index):  # one pass writes each block: its fills at -inf, else itself
-        hidden = masked_fills(scaled[i], weights[i], scores[i], scale, rooms, finite[k])
+        hidden = masked_fills(scaled[i], weights[i], scores[i], scale, rooms, finite[k], far_below)
         n_fills = int(hidden.count_nonzero()) if tally is not None else int(hidden.numel() > 0 and bool(hidden.max()))
         if tally is not None:  # each fill's weight is 0 (masked_fills), and nothing else is NaN or inf
             tally.add(hidden, n_fills, 0, True)

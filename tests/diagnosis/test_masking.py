@@ -121,3 +121,62 @@ def test_the_masks_rewritten_at_minus_inf_are_the_fills_and_only_them_in_every_b
     masked = with_masks_as_neg_inf(capture).stages["scaled_scores"]
     assert torch.equal(masked.nan_to_num(nan=7.0), expected.nan_to_num(nan=7.0))
     assert torch.equal(capture.stages["scaled_scores"].nan_to_num(nan=7.0), scaled.nan_to_num(nan=7.0))  # untouched
+
+
+def _softmax_side(scaled: torch.Tensor, scores: torch.Tensor):
+    from attnlab.capture.recorder import Capture
+
+    stages = {"scores": scores, "scaled_scores": scaled, "weights": torch.softmax(scaled, dim=-1)}
+    return Capture(stages=stages, native_shapes={k: tuple(v.shape) for k, v in stages.items()}, sources={},
+                   softmax_dim=3)
+
+
+@pytest.mark.parametrize("same_mask", [True, False])
+def test_the_minus_infs_known_as_the_fills_are_written_are_those_in_the_tensor(same_mask):
+    """The -inf with_masks_as_neg_inf writes are tallied as it writes them (neg_infs reads the
+    tally): count, those of weight 0, no NaN or +inf beside them, and the (query, key) pattern when
+    every head has the same, against plain torch on the rewritten tensor."""
+    from attnlab.diagnosis import masking
+    from attnlab.diagnosis.stage_blocks import peaks
+
+    n = masking.FILL_ROWS + 7  # rows in two blocks
+    scores = torch.randn(2, 3, n, n, generator=torch.Generator().manual_seed(5)) * 8  # (b, nh, T, T)
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    scores[0, 1, 40, 2] = -1e5  # a score exp() underflows on: weight 0, no fill
+    scaled = (scores * 0.125).masked_fill(~causal, torch.finfo(torch.float32).min)
+    if not same_mask:
+        scaled[1, 2, 9, 3] = torch.finfo(torch.float32).min  # one more fill in one head
+    capture = masking.with_masks_as_neg_inf(_softmax_side(scaled, scores))
+    masked, weights = capture.stages["scaled_scores"], capture.stages["weights"]
+    assert id(masked) in masking._KNOWN  # the tally, not a pass over the tensor
+    found = masking.neg_infs(capture, peaks(capture))["scaled_scores"]
+    hidden = torch.isneginf(masked)
+    assert found.count == int(hidden.sum()) == (~causal).sum() * 6 + (0 if same_mask else 1)
+    assert found.placed == int((hidden & (weights == 0)).sum()) and found.clean
+    assert masked[0, 1, 40, 2] == scaled[0, 1, 40, 2]  # the underflowed score is no mask
+    if same_mask:
+        assert torch.equal(found.pattern, ~causal)
+    else:
+        assert found.pattern is None
+
+
+@pytest.mark.parametrize("odd", ["none", "nan", "negative_weight"])
+def test_the_scale_of_the_fills_is_the_least_squares_factor_over_the_weighted_entries(odd):
+    """_scale (its sign(weights) x scores form where a block is finite with weights >= 0, its
+    masked form elsewhere) against the factor in float64 over the entries of positive weight that
+    are finite on both sides."""
+    from attnlab.diagnosis import masking
+
+    n = masking.FILL_ROWS + 3
+    scores = torch.randn(1, 2, n, n, generator=torch.Generator().manual_seed(6)) * 4
+    scaled = (scores * 0.125).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -1e9)
+    weights = torch.softmax(scaled, dim=-1)
+    if odd == "nan":
+        scaled[0, 1, 5, 0] = float("nan")
+    if odd == "negative_weight":
+        weights[0, 0, 7, 1] = -0.5
+    finite = [bool(torch.isfinite(scaled[i]).all()) for i in masking.blocks(scaled, masking.FILL_ROWS)]
+    kept = (weights > 0) & torch.isfinite(scores) & torch.isfinite(scaled)
+    s, t = scores.double()[kept], scaled.double()[kept]
+    assert masking._scale(scores, scaled, weights, finite) == pytest.approx(float((s * t).sum() / (s * s).sum()),
+                                                                            rel=1e-6)

@@ -12,17 +12,21 @@ hidden from every key: 0/0 = NaN) is no mask; it stays a non-finite value.
 
 from __future__ import annotations
 
-import itertools
 import math
+import weakref
 from dataclasses import dataclass, replace
 
 import torch
 
 from attnlab.capture.recorder import Capture
 from attnlab.capture.spill import releasing
-from attnlab.diagnosis.stage_blocks import Peaks, block_scratch, blocks, fitted, one_thread, row_blocks
+from attnlab.diagnosis.stage_blocks import BLOCK_ROWS, Peaks, block_scratch, blocks, fitted, max_abs, one_thread
 
-MASK_GAP = 1e3  # below its row's largest by more: a softmax weight of exactly 0 in any float type (e^-745 underflows float64)
+FILL_ROWS = 256  # the fill passes' blocks: their ~8 temporaries stay in a core's cache (BLOCK_ROWS' do not)
+MASK_GAP = 1e3
+# An entry 4x farther below 0 than any |scale x score| (+ 1e-6) is farther from its own than
+# masked_fills' 1e-3 x |own| + 1e-6 in any float type's rounding (bfloat16's 2^-8 included): a fill.
+FAR = 4.0  # below its row's largest by more: a softmax weight of exactly 0 in any float type (e^-745 underflows float64)
 
 
 def fill_masked(attn_scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -33,18 +37,37 @@ def fill_masked(attn_scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return torch.isneginf(attn_scores) | (attn_scores < row_max - MASK_GAP)
 
 
-def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) -> float:
+def _finite(t: torch.Tensor) -> bool:
+    """Whether a block holds no NaN or inf: one aminmax, where isfinite() writes a mask ~10x slower."""
+    return t.numel() == 0 or all(math.isfinite(float(end)) for end in torch.aminmax(t))
+
+
+def _nonnegative(weights: torch.Tensor) -> bool:
+    """No weight below 0 and no NaN (min() keeps one): then weight > 0 is weight != 0, a cast to bool."""
+    return weights.numel() == 0 or float(weights.min()) >= 0
+
+
+def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor, finite_scaled: list[bool]) -> float:
     """The factor c in scaled = c * scores over the entries with weight (no mask is there). Each
     block's temporaries in one scratch tensor each; a side whose block is finite throughout (one
-    aminmax says so) needs no mask of its finite entries."""
+    aminmax says so) needs no mask of its finite entries, and where both are (and the weights are
+    non-negative, in one dtype) the scores are multiplied by sign(weights) instead: the same products
+    but for a zero's sign, which no sum of them keeps. `finite_scaled`: _finite of each scaled block."""
     dot = norm = 0.0
-    kept_room = block_scratch(scores, torch.bool)
-    sides = [(block_scratch(t, torch.result_type(t, 0.0)), torch.zeros((), dtype=torch.result_type(t, 0.0)))
+    kept_room = block_scratch(scores, torch.bool, FILL_ROWS)
+    sides = [(block_scratch(t, torch.result_type(t, 0.0), FILL_ROWS), torch.zeros((), dtype=torch.result_type(t, 0.0)))
              for t in (scores, scaled)]
-    for i in blocks(scores):
+    one_dtype = scores.dtype == scaled.dtype == weights.dtype and scores.is_floating_point()
+    for i, finite_block in zip(blocks(scores, FILL_ROWS), finite_scaled):
+        finite = [finite_block, _finite(scores[i])]
+        if one_dtype and all(finite) and _nonnegative(weights[i]):
+            room = fitted(sides[0][0], scores[i])
+            s = torch.sign(weights[i], out=room).mul_(scores[i]).reshape(-1)  # each score, 0 where no weight
+            dot, norm = dot + float(torch.dot(s, scaled[i].reshape(-1))), norm + float(torch.dot(s, s))
+            continue
         kept = torch.gt(weights[i], 0, out=fitted(kept_room, weights[i]))
-        for t in (scaled[i], scores[i]):
-            if t.numel() and not all(math.isfinite(float(end)) for end in torch.aminmax(t)):  # a NaN or an inf
+        for t, ok in zip((scaled[i], scores[i]), finite):
+            if not ok:  # a NaN or an inf
                 kept.logical_and_(torch.isfinite(t))
         s, t = (torch.where(kept, side[i], zero, out=fitted(room, side[i])).reshape(-1)
                 for side, (room, zero) in zip((scores, scaled), sides))
@@ -53,20 +76,32 @@ def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) ->
 
 
 def masked_fills(scaled: torch.Tensor, weights: torch.Tensor, scores: torch.Tensor, scale: float,
-                 rooms: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+                 rooms: tuple[torch.Tensor, ...], finite: bool, far_below: float = math.nan) -> torch.Tensor:
     """Where a block of the softmax input holds a finite mask fill: its weight exactly 0 and its
     value not `scale` x its unmasked score (a score too small for exp() to reach is). `rooms`: the
-    temporaries' block_scratch (`fill_rooms`)."""
+    temporaries' block_scratch (`fill_rooms`); the answer is in one of them, valid until the next
+    call. `finite`: whether `scaled` holds no NaN or inf (_finite); `far_below`: a bound every
+    entry of weight 0 at or below which is a fill whatever rounding does (FAR x |scale| x max |scores|):
+    where all of them are, they are the answer without the comparison."""
+    unweighted = fitted(rooms[3], scores).copy_(weights).logical_not_()  # weights == 0, in a cast ~4x faster
+    if finite and math.isfinite(far_below) and rooms[1].dtype == scaled.dtype:
+        none = torch.full((), -math.inf, dtype=scaled.dtype)
+        lowest = torch.where(unweighted, scaled, none, out=fitted(rooms[1], scores)).amax()
+        if float(lowest) <= far_below:  # the largest entry of weight 0 (-inf when none is)
+            return unweighted
     own = torch.mul(scores, scale, out=fitted(rooms[0], scores))  # each entry without a mask
     gap = torch.sub(scaled, own, out=fitted(rooms[1], scores)).abs_()
-    far = gap > own.abs_().mul_(1e-3).add_(1e-6)  # own's magnitude, in place once read
-    return far.logical_and_(weights == 0).logical_and_(torch.isfinite(scaled))  # NaN is not finite
+    far = torch.gt(gap, own.abs_().mul_(1e-3).add_(1e-6), out=fitted(rooms[2], scores))  # own's magnitude, in place
+    far.logical_and_(unweighted)
+    return far if finite else far.logical_and_(torch.isfinite(scaled))  # NaN is not finite
 
 
-def fill_rooms(scaled: torch.Tensor, scores: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """masked_fills' temporaries' room: scale x scores, and its gap to the softmax input, each in its own dtype."""
+def fill_rooms(scaled: torch.Tensor, scores: torch.Tensor, scale: float) -> tuple[torch.Tensor, ...]:
+    """masked_fills' temporaries' room: scale x scores, and its gap to the softmax input, each in its
+    own dtype, and two masks."""
     own = torch.result_type(scores, scale)
-    return block_scratch(scores, own), block_scratch(scores, torch.promote_types(scaled.dtype, own))
+    return (block_scratch(scores, own, FILL_ROWS), block_scratch(scores, torch.promote_types(scaled.dtype, own), FILL_ROWS),
+            block_scratch(scores, torch.bool, FILL_ROWS), block_scratch(scores, torch.bool, FILL_ROWS))
 
 
 def _softmax_input(capture: Capture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
@@ -93,20 +128,33 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
     if all(float(torch.where(weights[i].bool(), neg_inf, scaled[i], out=fitted(room, scaled[i])).amax()) == -math.inf
            for i in blocks(scaled)):  # bool(): weight != 0
         return capture  # no finite entry with weight 0 (a NaN or +inf one takes the long way): any mask is -inf
-    scale = _scale(scores, scaled, weights)
+    index = list(blocks(scaled, FILL_ROWS))
+    finite = [_finite(scaled[i]) for i in index]
+    scale = _scale(scores, scaled, weights, finite)
     if not math.isfinite(scale):
         return capture
     rooms = fill_rooms(scaled, scores, scale)
-    fills = [hidden if bool(hidden.any()) else None  # each block's finite masked entries
-             for i in blocks(scaled) for hidden in [masked_fills(scaled[i], weights[i], scores[i], scale, rooms)]]
-    if not any(hidden is not None for hidden in fills):
-        return capture  # weights of 0 where exp() underflowed: no mask
-    masked = torch.empty_like(scaled)  # (b, nh, T, T): the fills rewritten, the capture's own tensor untouched
-    for i, hidden in zip(blocks(scaled), fills):  # one pass writes each block: its fills at -inf, else itself
-        if hidden is None:
-            masked[i].copy_(scaled[i])
-        else:
+    far_below = -FAR * (abs(scale) * max_abs(scores) + 1e-6)  # nan where a score is: then compared entry by entry
+    masked = None  # (b, nh, T, T): the fills rewritten, the capture's own tensor untouched; made at the first fill
+    tally = _Tally(scaled.shape[-2], FILL_ROWS) if all(finite) and scaled.dim() >= 2 else None  # its -inf: the fills alone
+    for k, i in enumerate(index):  # one pass writes each block: its fills at -inf, else itself
+        hidden = masked_fills(scaled[i], weights[i], scores[i], scale, rooms, finite[k], far_below)
+        n_fills = int(hidden.count_nonzero()) if tally is not None else int(hidden.numel() > 0 and bool(hidden.max()))
+        if tally is not None:  # each fill's weight is 0 (masked_fills), and nothing else is NaN or inf
+            tally.add(hidden, n_fills, 0, True)
+        if masked is None and n_fills:
+            masked = torch.empty_like(scaled)
+            for j in index[:k]:
+                masked[j].copy_(scaled[j])
+        if masked is not None and n_fills:
             torch.where(hidden, neg_inf, scaled[i], out=masked[i])
+        elif masked is not None:
+            masked[i].copy_(scaled[i])
+    if masked is None:
+        return capture  # weights of 0 where exp() underflowed: no mask
+    if tally is not None:
+        _KNOWN[id(masked)] = tally.neg_inf(True)
+        weakref.finalize(masked, _KNOWN.pop, id(masked), None)
     return replace(capture, stages={**capture.stages, "scaled_scores": masked})
 
 
@@ -120,10 +168,49 @@ class NegInf:
     pattern: torch.Tensor | None = None  # (query, key) where it is -inf, when the same in every batch item and head
 
 
+_KNOWN: dict[int, NegInf] = {}  # a softmax input with_masks_as_neg_inf wrote, by id while it lives: its NegInf
+
+
+class _Tally:
+    """A stage's NegInf summed block by block, in blocks()' order (each (batch item, head) in turn)."""
+
+    def __init__(self, n_query: int, rows: int = BLOCK_ROWS):
+        self.per_lead = len(range(0, n_query, rows))  # row blocks of each (batch item, head)
+        self.count = self.placed = self.blocks = 0
+        self.clean, self.same = True, True
+        self.first: list[torch.Tensor] = []  # the first (batch, head)'s -inf, a block of rows at a time
+
+    def add(self, hidden: torch.Tensor, n_hidden: int, weighted: int, clean: bool) -> None:
+        """A block's -inf entries (`hidden`, valid for this call only), their count, those with weight, no NaN or +inf."""
+        self.count, self.placed = self.count + n_hidden, self.placed + n_hidden - weighted
+        self.clean = self.clean and clean
+        lead, k = divmod(self.blocks, self.per_lead)
+        if lead == 0:
+            self.first.append(hidden.clone())
+        elif self.same:
+            self.same = _same_bools(hidden, self.first[k])
+        self.blocks += 1
+
+    def neg_inf(self, matrix: bool) -> NegInf:
+        pattern = torch.cat(self.first) if self.same and self.first and matrix else None
+        return NegInf(self.count, self.placed, self.clean, pattern)
+
+
+def _same_bools(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """torch.equal of two bool tensors, compared 8 entries to an int64 where both are laid out for it
+    (~7x faster than bool by bool: torch's bools are the bytes 0 and 1)."""
+    whole = [t.is_contiguous() and t.numel() % 8 == 0 and t.storage_offset() % 8 == 0 for t in (a, b)]
+    if a.shape == b.shape and all(whole):
+        return torch.equal(a.reshape(-1).view(torch.int64), b.reshape(-1).view(torch.int64))
+    return torch.equal(a, b)
+
+
 def neg_infs(capture: Capture, measured: Peaks) -> dict[str, NegInf]:
-    """NegInf of the capture's scores and scaled_scores; a stage whose peak is finite holds none."""
+    """NegInf of the capture's scores and scaled_scores; a stage whose peak is finite holds none, a
+    softmax input with_masks_as_neg_inf rewrote is known."""
     weights = capture.stages.get("weights")
-    return {stage: _neg_inf(capture.stages[stage], weights) if not math.isfinite(measured.peak[stage]) else NegInf()
+    return {stage: NegInf() if math.isfinite(measured.peak[stage])
+            else _KNOWN.get(id(capture.stages[stage])) or _neg_inf(capture.stages[stage], weights)
             for stage in ("scores", "scaled_scores") if stage in capture.stages}
 
 
@@ -133,22 +220,14 @@ def _neg_inf(values: torch.Tensor, weights: torch.Tensor | None) -> NegInf:
     matrix = values.dim() >= 2
     if not matrix:  # one row
         values, paired = values.reshape(1, -1), paired.reshape(1, -1) if paired is not None else None
-    count = placed = 0
-    clean, first, same = True, [], True  # first: the first (batch, head)'s -inf, a block of rows at a time
-    for n, lead in enumerate(itertools.product(*(range(k) for k in values.shape[:-2]))):
-        for k, rows in enumerate(row_blocks(values.shape[-2])):
-            index: tuple[int | slice, ...] = (*lead, rows)
-            block = values[index]  # (rows, key)
-            hidden = torch.isneginf(block)
-            n_hidden = int(hidden.count_nonzero())  # count_nonzero: a bool sum is several times slower
-            weighted = int((hidden & paired[index].bool()).count_nonzero()) if paired is not None else n_hidden
-            count, placed = count + n_hidden, placed + n_hidden - weighted
-            clean = clean and float(block.amax()) < math.inf  # a NaN compares False
-            if n == 0:
-                first.append(hidden)
-            elif same:
-                same = torch.equal(hidden, first[k])
-    return NegInf(count, placed, clean, torch.cat(first) if same and first and matrix else None)
+    tally = _Tally(values.shape[-2])
+    for index in blocks(values):
+        block = values[index]  # (rows, key)
+        hidden = torch.isneginf(block)
+        n_hidden = int(hidden.count_nonzero())  # count_nonzero: a bool sum is several times slower
+        weighted = int((hidden & paired[index].bool()).count_nonzero()) if paired is not None else n_hidden
+        tally.add(hidden, n_hidden, weighted, float(block.amax()) < math.inf)  # a NaN compares False
+    return tally.neg_inf(matrix)
 
 
 def mask_count(capture: Capture, measured: Peaks, found: dict[str, NegInf]) -> int:

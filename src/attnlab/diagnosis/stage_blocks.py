@@ -40,20 +40,20 @@ def row_blocks(n: int, block: int = BLOCK_ROWS) -> Iterator[slice]:
         yield slice(start, min(start + block, n))
 
 
-def blocks(t: torch.Tensor) -> Iterator[tuple[int | slice, ...]]:
-    """Index tuples covering `t`: every leading (batch, head) position, query rows in blocks."""
+def blocks(t: torch.Tensor, rows: int = BLOCK_ROWS) -> Iterator[tuple[int | slice, ...]]:
+    """Index tuples covering `t`: every leading (batch, head) position, query rows in blocks of `rows`."""
     if t.dim() < 2:
         yield (slice(None),)
         return
     for lead in itertools.product(*(range(n) for n in t.shape[:-2])):
-        for rows in row_blocks(t.shape[-2]):
-            yield (*lead, rows)
+        for block in row_blocks(t.shape[-2], rows):
+            yield (*lead, block)
 
 
-def block_scratch(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Room for one of t's blocks in `dtype`: a pass that writes a temporary per block reuses it
-    (a fresh temporary for each costs more than the arithmetic)."""
-    return torch.empty(t.shape[-1] * min(t.shape[-2], BLOCK_ROWS) if t.dim() >= 2 else t.numel(), dtype=dtype)
+def block_scratch(t: torch.Tensor, dtype: torch.dtype, rows: int = BLOCK_ROWS) -> torch.Tensor:
+    """Room for one of t's blocks (of `rows` rows) in `dtype`: a pass that writes a temporary per
+    block reuses it (a fresh temporary for each costs more than the arithmetic)."""
+    return torch.empty(t.shape[-1] * min(t.shape[-2], rows) if t.dim() >= 2 else t.numel(), dtype=dtype)
 
 
 def fitted(scratch: torch.Tensor, block: torch.Tensor) -> torch.Tensor:

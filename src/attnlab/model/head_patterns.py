@@ -47,22 +47,23 @@ def head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
     rows = np.arange(1, n)  # (T-1,)
     previous = weights[:, rows, rows - 1].mean(axis=-1)  # (H,)
     first = weights[:, 1:, 0].astype(np.float64).mean(axis=-1)  # (H,)
-    entropy = np.stack([_row_entropy(head[1:]) for head in weights])  # (H, T-1)
     # each row against the log of the keys it may see: the keys with weight (a causal row i: i+1 of
     # them; an encoder's: all T), so an even spread is 1 whatever the mask
-    support = np.count_nonzero(weights[:, 1:] > 0, axis=-1)  # (H, T-1)
+    entropy, support = (np.stack(per_head) for per_head in zip(*(_row_entropy(head[1:]) for head in weights)))
     normalised = (entropy / np.log(np.maximum(support, 2))).mean(axis=-1)  # (H,)
     return {"previous_token_head": previous, "first_token_head": first, "uniform_head": normalised}
 
 
-def _row_entropy(w: np.ndarray) -> np.ndarray:
-    """(rows,) entropy of each row of one head's (rows, T) weights: one head at a time, its
-    temporaries stay a head's size; the logarithm only where a weight is positive (a masked key
-    counts 0), the products summed in float64."""
+def _row_entropy(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows,) entropy of each row of one head's (rows, T) weights, and (rows,) its keys with weight:
+    one head at a time, its temporaries stay a head's size; the logarithm only where a weight is
+    positive (a masked key counts 0), the products summed in float64 (einsum casts as it goes: no
+    float64 copy of either operand)."""
+    positive = w > 0
     logs = np.zeros(w.shape, dtype=np.float32)
-    np.log(w, out=logs, where=w > 0)
-    entropy: np.ndarray = -np.einsum("ij,ij->i", w.astype(np.float64), logs.astype(np.float64))
-    return entropy
+    np.log(w, out=logs, where=positive)
+    entropy: np.ndarray = -np.einsum("ij,ij->i", w, logs, dtype=np.float64)
+    return entropy, np.count_nonzero(positive, axis=-1)
 
 
 def head_patterns(weights: np.ndarray | None, tokens: int | None = None) -> list[Finding]:

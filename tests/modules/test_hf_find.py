@@ -27,6 +27,9 @@ from attnlab.modules.hf_find import attention_classes, modeling_module  # noqa: 
     ("bert", "transformers.models.bert.modeling_bert", "BertSelfAttention"),
     # ...and through a dict of implementations
     ("gpt_neo", "transformers.models.gpt_neo.modeling_gpt_neo", "GPTNeoSelfAttention"),
+    # not into a kernel the wrapper calls, which has no constructor and holds nothing (see below)
+    ("grounding-dino", "transformers.models.grounding_dino.modeling_grounding_dino",
+     "GroundingDinoMultiscaleDeformableAttention"),
 ])
 def test_the_class_comes_from_the_module_beside_the_config(model_type: str, module: str, expected: str) -> None:
     cls, config_cls = hf.attention_class(model_type)
@@ -64,3 +67,12 @@ def test_no_attention_class_only_where_the_model_builds_none() -> None:
 ])
 def test_the_class_is_found_where_the_model_builds_it_beyond_its_init(model_type: str, expected: str) -> None:
     assert hf.attention_class(model_type)[0].__name__ == expected
+
+
+def test_the_kernel_a_wrapper_calls_is_not_its_attention() -> None:
+    """Grounding DINO's MultiScaleDeformableAttention is the sampling kernel its deformable attention
+    calls: no constructor of its own, no parameter (checked here in plain torch), no query or key."""
+    from transformers.models.grounding_dino.modeling_grounding_dino import MultiScaleDeformableAttention
+
+    assert list(MultiScaleDeformableAttention().parameters()) == []
+    assert hf.attention_class("grounding-dino")[0] is not MultiScaleDeformableAttention

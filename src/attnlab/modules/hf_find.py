@@ -206,7 +206,10 @@ def _descend(modeling: ModuleType, cls: type, classes: list[type]) -> type:
         named = {n.id for n in ast.walk(init) if isinstance(n, ast.Name)} if init is not None else set()
         named |= {d for n in named for d in _dispatched(modeling, n)}
         # called, or chosen by name (BertAttention's `BertCrossAttention if is_cross_attention else BertSelfAttention`)
-        inner = [c for c in classes if c is not cls and c.__name__ in named and "cross" not in c.__name__.lower()]
+        # a class with no constructor of its own holds nothing: a kernel the wrapper calls (Deformable DETR's
+        # MultiScaleDeformableAttention), not the attention it wraps
+        inner = [c for c in classes if c is not cls and c.__name__ in named and "cross" not in c.__name__.lower()
+                 and c.__init__ is not nn.Module.__init__]
         if not inner:
             return cls
         cls = next((c for c in inner if c.__name__.endswith("SelfAttention")), inner[0])

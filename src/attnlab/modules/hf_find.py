@@ -209,11 +209,16 @@ def _descend(modeling: ModuleType, cls: type, classes: list[type]) -> type:
         # a class with no constructor of its own holds nothing: a kernel the wrapper calls (Deformable DETR's
         # MultiScaleDeformableAttention), not the attention it wraps
         inner = [c for c in classes if c is not cls and c.__name__ in named and "cross" not in c.__name__.lower()
-                 and c.__init__ is not nn.Module.__init__]
+                 and _constructs(c)]
         if not inner:
             return cls
         cls = next((c for c in inner if c.__name__.endswith("SelfAttention")), inner[0])
     return cls
+
+
+def _constructs(cls: type) -> bool:
+    """A constructor of its own or of a class it derives from, below nn.Module."""
+    return any("__init__" in vars(k) for k in cls.__mro__ if k is not nn.Module and issubclass(k, nn.Module))
 
 
 def _by_name(classes: list[type], base_name: str) -> list[type]:

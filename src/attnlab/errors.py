@@ -28,6 +28,17 @@ class TokensNeeded(UserError):
         self.n_tokens = n_tokens
 
 
+class WidthNeeded(UserError):
+    """A variant whose query, key and value projections all take inputs of one width of their own
+    (Zamba's attention over its hidden states and embeddings side by side, a class sized by a config
+    key other than hidden_size): the refusal, and that width, at which a run with inputs of a free
+    size runs the whole comparison (inputs, the reference's weights, the variant)."""
+
+    def __init__(self, message: str, d_in: int, d_out: int):
+        super().__init__(message)
+        self.d_in, self.d_out = d_in, d_out  # d_out: the width its query projection makes, the heads' together
+
+
 class FailedRecords(Exception):
     """Records that failed (a plugin that raised or returned no context): reported after every
     output is written, with exit code 1."""

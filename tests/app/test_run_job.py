@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from attnlab.app.api import compose_config
-from attnlab.app.run_job import compute_records, write_outputs
+from attnlab.app.job_settings import job_spec
+from attnlab.app.run_job import at_own_width, compute_records, write_outputs
 from attnlab.compute.pipeline import SINGLE_THREAD_TOKENS, compute_threads
+from attnlab.errors import WidthNeeded
 from attnlab.record import to_json_dict
 
 RANDOM = ["inputs=random", "inputs.n_tokens=8", "inputs.d_in=4", "d_out=3"]
@@ -107,3 +109,19 @@ def test_seeds_stream_each_record_written_in_full_then_only_reductions_kept(tmp_
         on_disk = read_record(tmp_path / f"seed-{record.seed}" / "record.json")
         assert on_disk.variant.stages["weights"] is not None and on_disk.variant.stages["weights"].shape == (2, 2, 8, 8)
     assert len(list((tmp_path).glob("seed-*/record.json"))) == 3
+
+
+def test_a_width_of_the_variant_s_own_runs_the_comparison_there_only_where_the_inputs_width_is_free():
+    """Random inputs are given the width (the reference's heads the width its queries make), the
+    variant's class keeps the run's sizes; the user's own embeddings, and a second ask, keep the refusal."""
+    spec = job_spec(compose_config("unscaled", 1, RANDOM))
+    needed = WidthNeeded("X takes inputs of other widths than the run's d_in=4 (q 8 wide): why; inputs 8 wide run it",
+                         8, 6)
+    given, wider = at_own_width({"_target_": "random", "n_tokens": 8, "d_in": 4}, spec, needed)
+    assert given["d_in"] == 8 and (wider.d_out, wider.values["d_out"]) == (6, 6)
+    assert wider.variant_sizes == {"d_in": 4, "d_out": 3}
+    assert wider.notes[-1].startswith("ran at d_in=8, not inputs.d_in=4, the reference's heads 6 wide in all: X takes")
+    for refused in (lambda: at_own_width({"_target_": "text", "text": "a b"}, spec, needed),
+                    lambda: at_own_width(given, wider, WidthNeeded("again 16", 16, 16))):
+        with pytest.raises(WidthNeeded):
+            refused()

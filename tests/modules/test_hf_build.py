@@ -188,3 +188,16 @@ def test_a_class_neither_way_builds_says_how_each_failed_in_one_line():
     with pytest.raises(hf.HFError, match="nor is it reached by building its model") as caught:
         hf.hf_constructor("hf:moonshine_streaming")(64, 64, 4)
     assert "MoonshineStreamingModel: AttributeError" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_composite_s_derived_sizes_follow_the_run_s_for_a_class_built_from_its_sub_config():
+    """Sapiens 2's decode-head type: its attention is built by the backbone model, whose config derives
+    each layer's key/value heads from its heads in its own construction. Built at the run's 4 heads,
+    the layer's key/value heads are the ones that construction derives from 4 (read off the library's
+    config in plain transformers), not its default 16's."""
+    from transformers import Sapiens2Config
+
+    derived = Sapiens2Config(hidden_size=64, num_attention_heads=4).num_key_value_heads_per_layer[0]
+    module = hf.hf_constructor("hf:sapiens2_head")(64, 64, num_heads=4)
+    assert module.num_key_value_heads == derived
+    assert module.k_proj.out_features == derived * 64 // 4

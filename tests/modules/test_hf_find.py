@@ -31,6 +31,9 @@ from attnlab.modules.hf_find import attention_classes, modeling_module  # noqa: 
     # (NeoMME's exclusive self-attention, applied to its output; DAB-DETR's decoder self-attention's inner one)
     ("neomme", "transformers.models.neomme.modeling_neomme", "NeoMMEAttention"),
     ("dab-detr", "transformers.models.dab_detr.modeling_dab_detr", "DetrAttention"),
+    # not into a kernel the wrapper calls, which has no constructor and holds nothing (see below)
+    ("grounding-dino", "transformers.models.grounding_dino.modeling_grounding_dino",
+     "GroundingDinoMultiscaleDeformableAttention"),
 ])
 def test_the_class_comes_from_the_module_beside_the_config(model_type: str, module: str, expected: str) -> None:
     cls, config_cls = hf.attention_class(model_type)
@@ -83,3 +86,12 @@ def test_an_attention_block_is_run_over_tokens_and_refused_over_a_feature_map() 
 ])
 def test_the_class_is_found_where_the_model_builds_it_beyond_its_init(model_type: str, expected: str) -> None:
     assert hf.attention_class(model_type)[0].__name__ == expected
+
+
+def test_the_kernel_a_wrapper_calls_is_not_its_attention() -> None:
+    """Grounding DINO's MultiScaleDeformableAttention is the sampling kernel its deformable attention
+    calls: no constructor of its own, no parameter (checked here in plain torch), no query or key."""
+    from transformers.models.grounding_dino.modeling_grounding_dino import MultiScaleDeformableAttention
+
+    assert list(MultiScaleDeformableAttention().parameters()) == []
+    assert hf.attention_class("grounding-dino")[0] is not MultiScaleDeformableAttention

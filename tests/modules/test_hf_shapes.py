@@ -1,8 +1,9 @@
 """Library classes whose parameters, config or inputs are shaped unlike the book's: Moshi's and
 Kyutai's projections wrapped (`q_proj.linear`) and stacked one per position, Kolibri's indexer heads
 tied to the query heads of a key head, SAM 2's per-stage widths, EoMT-DINOv3's rotary read off an
-image's size, LayoutLMv2's model needing a package that is not installed, LED's token count. Each library class runs with no error finding, and a
-mistake planted in a subclass is still found at its stage."""
+image's size, LayoutLMv2's model needing a package that is not installed, LED's token count, Zamba's
+input width of its own. Each library class runs with no error finding, and a mistake planted in a
+subclass is still found at its stage."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from transformers.models.kyutai_speech_to_text.modeling_kyutai_speech_to_text im
 )
 from transformers.models.maskformer.modeling_maskformer import MaskFormerDetrSelfAttention  # noqa: E402
 from transformers.models.moshi.modeling_moshi import MoshiAttention  # noqa: E402
+from transformers.models.zamba.modeling_zamba import ZambaAttention  # noqa: E402
 
 
 def _doubled(module: nn.Module) -> None:
@@ -172,3 +174,40 @@ def test_projections_of_another_input_width_are_refused_in_one_line_naming_them(
     assert "takes inputs of other widths than the run's d_in=64 (query 128, key 128, value 64 wide)" in \
         result.record.error
     assert "\n" not in result.record.error
+
+
+@pytest.mark.slow
+def test_a_class_of_an_input_width_of_its_own_runs_the_whole_comparison_at_it():
+    """Zamba's attention takes its hidden states and the embeddings side by side (2 x hidden_size wide,
+    read here off the library's class in plain torch): the inputs and the reference run at that width,
+    the class is built at the run's d_in=64 (its output projection back to 64), and the record says why."""
+    from transformers import ZambaConfig
+
+    own = ZambaAttention(ZambaConfig(hidden_size=64, num_attention_heads=4), layer_idx=0)
+    width, heads_width = own.q_proj.in_features, own.q_proj.out_features  # (128, 128)
+    result = attnlab.run("hf:zamba", overrides=SIZES)
+    assert errors(result) == [], [f.message for f in result.findings]
+    record = result.record
+    assert (record.d_in, record.d_out) == (width, heads_width) == (128, 128)
+    assert record.variant.shapes["inputs"][-1] == record.reference.shapes["inputs"][-1] == width
+    assert record.variant.shapes["queries"] == record.reference.shapes["queries"] == [2, 4, 8, heads_width // 4]
+    assert record.variant.shapes["output"][-1] == own.o_proj.out_features == 64
+    [note] = record.notes
+    assert note.startswith("ran at d_in=128, not inputs.d_in=64") and "(q_proj 128, k_proj 128, v_proj 128 wide)" in note
+
+
+@pytest.mark.slow
+def test_a_mistake_planted_in_a_class_of_its_own_width_is_found_at_that_width():
+    """Queries doubled in a copy of Zamba's class: its scores twice the library's, which the diagnosis
+    (run 128 wide) reads as scores scaled by twice the class's own scale."""
+    planted = _planted(ZambaAttention, "q_proj")
+    from transformers import ZambaConfig
+
+    config = ZambaConfig(hidden_size=64, num_attention_heads=4)
+    mine, library = planted(config, layer_idx=0), ZambaAttention(config, layer_idx=0)
+    mine.load_state_dict(library.state_dict())
+    x = torch.randn(2, 8, 128)  # (b, num_tokens, attention_hidden_size)
+    torch.testing.assert_close(mine.q_proj(x), 2 * (x @ library.q_proj.weight.T))  # plain torch: the queries doubled
+    result = attnlab.run(planted, overrides=SIZES)
+    assert ("scaling", "scaled_scores") in errors(result), [f.message for f in result.findings]
+    assert result.record.d_in == 128

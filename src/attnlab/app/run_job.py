@@ -44,7 +44,7 @@ from attnlab.app.progress import Progress
 from attnlab.compute.memory import available_bytes, cap_process, check_declared_inputs
 from attnlab.compute.pipeline import JobSpec, compute_record
 from attnlab.diagnosis.predictions import validate_expectations
-from attnlab.errors import TokensNeeded, UserError
+from attnlab.errors import TokensNeeded, UserError, WidthNeeded
 from attnlab.inputs.kinds import make_inputs
 from attnlab.model.config_variants import takes_config
 from attnlab.model.finding_codes import NAMES as MODEL_RUN_CODES
@@ -144,21 +144,45 @@ def compute_records(cfg: DictConfig, progress: Progress | None = None, stream_to
     records: list[Record] = []
     for seed in seeds(cfg):
         progress.phase(f"seed {seed}: inputs")
-        inputs = make_inputs(given, seed, cfg.batch)
-        check_n_tokens(cfg, inputs.n_tokens)
-        try:
-            record = compute_record(spec, seed, inputs, phase=partial(_seed_phase, progress, seed))
-        except TokensNeeded as needed:  # a count of the variant's own: run at it where the inputs' size is free
-            given, spec = at_own_count(given, spec, needed)
-            inputs = make_inputs(given, seed, cfg.batch)
-            check_n_tokens(cfg, inputs.n_tokens)
-            record = compute_record(spec, seed, inputs, phase=partial(_seed_phase, progress, seed))
+        record, given, spec = _record_at_own_sizes(cfg, spec, given, seed, progress)
         if stream_to is not None and cfg.n_seeds > 1:
             record = written(record, record_dir(stream_to, record, cfg.n_seeds))
             record = without_stages(record) if any(r.ok for r in records) or not record.ok else spilled(record)
         records.append(record)
         progress.advance()
     return records
+
+
+def _record_at_own_sizes(cfg: DictConfig, spec: JobSpec, given: dict[str, Any], seed: int,
+                         progress: Progress) -> tuple[Record, dict[str, Any], JobSpec]:
+    """One seed's record; a variant that runs only at a token count or an input width of its own is
+    run again at it where the inputs' size is free (each size once: a count and a width both, at most),
+    and the inputs' values and the job as the later seeds run them."""
+    while True:  # ends: each at_own_* raises where its size was already the variant's own
+        inputs = make_inputs(given, seed, cfg.batch)
+        check_n_tokens(cfg, inputs.n_tokens)
+        try:
+            return compute_record(spec, seed, inputs, phase=partial(_seed_phase, progress, seed)), given, spec
+        except TokensNeeded as needed:  # a count of the variant's own: run at it where the inputs' size is free
+            given, spec = at_own_count(given, spec, needed)
+        except WidthNeeded as needed:  # a width of its own: the whole comparison at it, the variant as asked
+            given, spec = at_own_width(given, spec, needed)
+
+
+def at_own_width(given: dict[str, Any], spec: JobSpec, needed: WidthNeeded) -> tuple[dict[str, Any], JobSpec]:
+    """The inputs' values at the width the variant's projections take, the reference built at it
+    (and at the width its queries make), the variant's class still built at the run's sizes (its own
+    widths are what they make of it), and the job noting why: only inputs whose width is a size to
+    choose (random ones); the user's embeddings are never cut or padded, so there the refusal stands."""
+    if "d_in" not in given or given["d_in"] == needed.d_in or spec.variant_sizes is not None:
+        raise needed
+    asked = {"d_in": given["d_in"], "d_out": spec.d_out}
+    why = str(needed).split("; ")[0]
+    note = (f"ran at d_in={needed.d_in}, not inputs.d_in={given['d_in']}, the reference's heads {needed.d_out} wide in "
+            f"all: {why}; the variant's class built at d_in={given['d_in']} as asked")
+    values = {**spec.values, "d_out": needed.d_out}  # the reference's heads as wide as the variant's
+    return ({**given, "d_in": needed.d_in},
+            replace(spec, notes=(*spec.notes, note), values=values, d_out=needed.d_out, variant_sizes=asked))
 
 
 def at_own_count(given: dict[str, Any], spec: JobSpec, needed: TokensNeeded) -> tuple[dict[str, Any], JobSpec]:

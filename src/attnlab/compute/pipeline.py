@@ -33,7 +33,7 @@ from attnlab.diagnosis.kv_granularity import align_kv_heads
 from attnlab.diagnosis.predictions import check_predictions
 from attnlab.diagnosis.returned_weights import returned_weights
 from attnlab.diagnosis.stage_blocks import one_thread
-from attnlab.errors import TokensNeeded, UserError
+from attnlab.errors import TokensNeeded, UserError, WidthNeeded
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
 from attnlab.modules.hf_record import OutsideInput
@@ -84,6 +84,8 @@ class JobSpec:
     profile_budget_s: float = 1.0
     profile_backward: bool = False
     notes: tuple[str, ...] = ()  # what the run did other than asked, and why (a token count of the variant's own)
+    # the sizes (d_in, d_out) the variant's class is built at when the run is at its projections' widths (WidthNeeded)
+    variant_sizes: dict[str, int] | None = None
 
 
 @contextmanager
@@ -121,7 +123,7 @@ def run_module(built: BuiltModule, x: torch.Tensor, seed: int) -> Capture:
     manual_seed(seed)  # dropout in training mode draws from the seed: same seed, same record
     try:
         captured = capture(built, x.clone())
-    except (OutsideInput, TokensNeeded):  # refused, as at the probe; a count of its own: the run's to decide
+    except (OutsideInput, TokensNeeded, WidthNeeded):  # refused, as at the probe; a size of its own: the run's to decide
         raise
     except Exception as exc:
         raise PluginError(f"variant '{name}' raised {type(exc).__name__}: {exc}") from exc
@@ -238,7 +240,7 @@ def _build_variant(spec: JobSpec, values: dict[str, Any], inputs: Inputs,
                    seed: int) -> tuple[_Side, Construction, bool]:
     """The variant built under the seed, its construction, and whether the run spills its large
     stages to disk. Its constructor is filled once."""
-    planned = plan(spec.name, values, spec.params)
+    planned = plan(spec.name, {**values, **(spec.variant_sizes or {})}, spec.params)  # its class as asked
     size = planned_size(spec, planned, inputs)
     spilling = should_spill(size)
     check_fits(size, spilled=spilling)

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from attnlab.errors import TokensNeeded, UserError
+from attnlab.errors import TokensNeeded, UserError, WidthNeeded
 from attnlab.modules import arguments, hf, hf_call, hf_grid, hf_inputs, hf_record
 from attnlab.modules.configs import ConfigConstructor
 from attnlab.modules.registry import (
@@ -142,17 +142,23 @@ class HuggingFaceCall(CallConvention):
 def _check_width(module: nn.Module, x: torch.Tensor) -> None:
     """A class whose query, key or value projection takes inputs of another width than the run's (Zamba's
     attention over its hidden states and embeddings side by side, MobileBERT's bottleneck): one line naming
-    each projection's width, where its own error would be a matrix product's shapes."""
-    roles = module_roles(module)
-    widths = {name.removesuffix(".weight"): owner.in_features for name, owner in
-              ((n, module.get_submodule(n.removesuffix(".weight"))) for n, r in roles.items()
-               if r in (*QKV_ROLES, "qkv") and n.endswith(".weight"))
-              if isinstance(owner, nn.Linear)}
+    each projection's width, where its own error would be a matrix product's shapes; of one width for all
+    of them, that width and its queries' (`WidthNeeded`), at which a run whose inputs' size is free runs."""
+    projections = {name.removesuffix(".weight"): (role, module.get_submodule(name.removesuffix(".weight")))
+                   for name, role in module_roles(module).items() if role in (*QKV_ROLES, "qkv") and name.endswith(".weight")}
+    linear = {name: (role, owner) for name, (role, owner) in projections.items() if isinstance(owner, nn.Linear)}
+    widths = {name: owner.in_features for name, (_, owner) in linear.items()}
     if widths and any(width != x.shape[-1] for width in widths.values()):
         shown = ", ".join(f"{name} {width}" for name, width in widths.items())
-        raise WidthMismatch(f"{type(module).__name__} takes inputs of other widths than the run's d_in={x.shape[-1]} "
-                            f"({shown} wide): a width its model makes from more than the hidden states; attnlab "
-                            f"runs one width for the variant and its reference")
+        message = (f"{type(module).__name__} takes inputs of other widths than the run's d_in={x.shape[-1]} "
+                   f"({shown} wide): a width its model makes from more than the hidden states")
+        queries = [owner.out_features // (3 if role == "qkv" else 1) for role, owner in linear.values()
+                   if role in ("queries", "qkv")]
+        if len(set(widths.values())) == 1 and queries:
+            width = next(iter(widths.values()))
+            raise WidthNeeded(f"{message}; inputs {width} wide run it (random inputs run there by themselves)",
+                              width, queries[0])
+        raise WidthMismatch(f"{message}; attnlab runs one width for the variant and its reference")
 
 
 class WidthMismatch(UserError):
@@ -318,7 +324,7 @@ class BuiltModule:
         self.module.eval()
         try:
             out = self._probe(probe)
-        except (hf_record.OutsideInput, TokensNeeded):  # an input from outside the attention, a count of its own
+        except (hf_record.OutsideInput, TokensNeeded, WidthNeeded):  # from outside the attention, a size of its own
             raise
         except Exception as exc:  # noqa: BLE001 - a 2-D module fails on a batch in many ways
             try:

@@ -123,13 +123,26 @@ def _owners(cls: type, config: Any, sizes: dict[str, Any]) -> Iterator[tuple[typ
             continue
         seen.add(parent_cls)
         try:
-            parent = parent_cls()
+            parent = _built_at(parent_cls, sizes)
         except Exception:  # noqa: BLE001 - a composite that cannot be built bare: not an owner attnlab can build
             continue
         if isinstance(parent, PretrainedConfig):  # attnlab's config in it as attnlab filled it, the others sized alike
             parent = _sized_alike(parent, sizes, implementation)
             setattr(parent, keys[0], _sized_alike(config, sizes, implementation, top=False))
             yield model_cls, parent
+
+
+def _built_at(parent_cls: type, sizes: dict[str, Any]) -> Any:
+    """A composite config built with attnlab's sizes under the spellings its bare build holds as ints, so
+    what it derives from them in its own construction (Sapiens 2's key/value heads per layer, from its
+    heads) is derived from attnlab's; the bare build where that construction refuses them."""
+    bare = parent_cls()
+    sized = _sized_alike(bare, sizes, getattr(bare, "_attn_implementation", None) or "eager")
+    given = {k: v for k, v in vars(sized).items() if type(v) is int and vars(bare).get(k) != v}
+    try:
+        return parent_cls(**given) if given else bare
+    except Exception:  # noqa: BLE001 - a construction that checks its sizes against others attnlab did not set
+        return bare
 
 
 def _sized_alike(config: Any, sizes: dict[str, Any], implementation: str, top: bool = True) -> Any:

@@ -209,7 +209,10 @@ def _descend(modeling: ModuleType, cls: type, classes: list[type]) -> type:
         named = {n.id for n in ast.walk(init) if isinstance(n, ast.Name)} if init is not None else set()
         named |= {d for n in named for d in _dispatched(modeling, n)}
         # called, or chosen by name (BertAttention's `BertCrossAttention if is_cross_attention else BertSelfAttention`)
-        inner = [c for c in classes if c is not cls and c.__name__ in named and "cross" not in c.__name__.lower()]
+        # a class with no constructor of its own holds nothing: a kernel the wrapper calls (Deformable DETR's
+        # MultiScaleDeformableAttention), not the attention it wraps
+        inner = [c for c in classes if c is not cls and c.__name__ in named and "cross" not in c.__name__.lower()
+                 and _constructs(c)]
         if not inner:
             return cls
         cls = next((c for c in inner if c.__name__.endswith("SelfAttention")), inner[0])
@@ -221,6 +224,11 @@ def _projects_queries_and_keys(init: ast.FunctionDef | None) -> bool:
     assigned = {t.attr for n in ast.walk(init) if isinstance(n, ast.Assign) for t in n.targets
                 if isinstance(t, ast.Attribute)} if init is not None else set()
     return {"queries", "keys"} <= {projection_role(name) for name in assigned}
+
+
+def _constructs(cls: type) -> bool:
+    """A constructor of its own or of a class it derives from, below nn.Module."""
+    return any("__init__" in vars(k) for k in cls.__mro__ if k is not nn.Module and issubclass(k, nn.Module))
 
 
 def _by_name(classes: list[type], base_name: str) -> list[type]:

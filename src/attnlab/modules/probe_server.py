@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from contextlib import suppress
+from typing import Any
 
 SERVER = "from attnlab.modules.probe_server import serve; serve()"
 
@@ -38,7 +39,7 @@ def serve() -> None:
         answers.flush()
 
 
-def _probe_child(request: dict) -> None:
+def _probe_child(request: dict[str, Any]) -> None:
     from attnlab.modules.plugin_import import probe_imports
 
     quiet = os.open(os.devnull, os.O_RDWR)

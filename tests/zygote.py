@@ -22,7 +22,7 @@ import sys
 # keys a request may change from the zygote's own environment: read at run time only (the ones the
 # imports read are taken out below, as they are read)
 ALLOWED_PREFIXES = ("ATTNLAB_", "PYTEST_")
-ALLOWED = {"COLUMNS", "LINES", "EDITOR", "HYDRA_FULL_ERROR", "PWD", "OLDPWD", "ATTNLAB_TEST_ZYGOTE"}
+ALLOWED = {"COLUMNS", "LINES", "EDITOR", "HYDRA_FULL_ERROR", "PWD", "OLDPWD", "SHLVL", "_", "ATTNLAB_TEST_ZYGOTE"}
 
 
 class _Watched(os._Environ):

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.zygote_start import CLIENT, SOCKET_ENV, start_zygote
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,20 +85,27 @@ class AppRun:
         return json.loads((self.out_dir / "record.json").read_text())
 
 
+@pytest.fixture(scope="session")
+def zygote() -> Iterator[str]:
+    """This worker's preloaded `python -m attnlab` (tests/zygote.py): its socket, or "" with
+    ATTNLAB_TEST_ZYGOTE=0 (every run a fresh interpreter)."""
+    yield from start_zygote()
+
+
 @pytest.fixture
-def app(tmp_path):
-    """Run `python -m attnlab ARGS` for real; outputs go to tmp_path/out unless ARGS say otherwise."""
+def app(tmp_path, zygote):
+    """Run `python -m attnlab ARGS` for real, in a process of its own (forked from the worker's zygote,
+    the imports done once); outputs go to tmp_path/out unless ARGS say otherwise."""
 
     def run(*args: str, cwd: Path | None = None, env: dict | None = None, out: str = "out") -> AppRun:
         out_dir = tmp_path / out
         argv = list(args)
         if not any(a.startswith(("hydra.run.dir=", "hydra.sweep.dir=", "-m", "--")) for a in argv):
             argv.append(f"hydra.run.dir={out_dir}")
-        full_env = {**os.environ, **(env or {})}
+        full_env = {**os.environ, **(env or {}), SOCKET_ENV: zygote}
         full_env.pop("HYDRA_FULL_ERROR", None)
         proc = subprocess.run(
-            [sys.executable, "-m", "attnlab", *argv], cwd=cwd or tmp_path, env=full_env,
-            capture_output=True, text=True, timeout=300,
+            [*CLIENT, *argv], cwd=cwd or tmp_path, env=full_env, capture_output=True, text=True, timeout=300,
         )
         return AppRun(proc, out_dir)
 

@@ -23,9 +23,11 @@ import re
 import shutil
 import subprocess
 import sys
-from contextlib import redirect_stdout
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.zygote_start import SOCKET_ENV, python_shim, start_zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -124,11 +126,19 @@ def _commands(body: str, prompt: str) -> list[Command]:
 
 
 def run_all(found: list[Example], folder: Path) -> None:
-    """Run every example that is not marked, in order, in `folder`; each command's output in `got`."""
+    """Run every example that is not marked, in order, in `folder`; each command's output in `got`.
+    A shown `python -m attnlab ...` runs in a process forked from a zygote started with the examples'
+    environment (tests/zygote.py): the imports once, not once per command."""
+    shim = python_shim(folder.parent / f"{folder.name}-bin")
     env = {**os.environ, "COLUMNS": COLUMNS, "EDITOR": f"{sys.executable} {FILES.parent / 'editor.py'}",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PATH": f"{shim}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "PYTHONWARNINGS": "ignore", "ATTNLAB_PLUGIN_PATH": ""}
     env.pop("TERM", None)
+    with contextmanager(start_zygote)(env) as zygote:
+        _run_all(found, folder, {**env, SOCKET_ENV: zygote})
+
+
+def _run_all(found: list[Example], folder: Path, env: dict) -> None:
     session: dict = {}
     for example in found:
         if example.not_run:

@@ -1,5 +1,6 @@
 """Your plugin files imported first in a child process: one that ends its process at import
-(os._exit, a segfault) costs only itself, never the run that discovers it.
+(os._exit, a segfault) costs only itself, never the run that discovers it. The child is forked from a
+server that imported torch once for the process's life (attnlab.modules.probe_server).
 
 Only files of your own folders are probed (the built-ins are trusted) and each once: the verdict is
 cached by a hash of the folder's .py files (a plugin may import its siblings), so a run with no
@@ -13,19 +14,17 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from attnlab.modules.probe_server import probe
 from attnlab.plugin_folders import python_files
 
 CACHE_ENV = "ATTNLAB_CACHE_DIR"
 RETRY_ENV = "ATTNLAB_RETRY_PLUGINS"
 PROBE_TIMEOUT_S = 120
 HANG_MEMORY_S = 24 * 3600  # how long an import that did not finish is skipped without a probe
-CHILD = "import sys; from attnlab.modules.plugin_import import probe_imports; probe_imports(sys.argv[1], sys.argv[2:])"
 
 
 def deadly_imports(files: list[Path]) -> dict[Path, str]:
@@ -82,12 +81,11 @@ def _probe(files: list[Path]) -> tuple[list[Path], str, bool]:
     """The files a child imported in order before it ended, why it ended (when it did early), and
     whether that is the file's own doing (an exit or a signal) rather than time running out."""
     with tempfile.NamedTemporaryFile("r", suffix=".done") as done:
-        try:
-            rc = subprocess.run([sys.executable, "-c", CHILD, done.name, *map(str, files)], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S).returncode
-            why, lasting = _cause(rc), True
-        except subprocess.TimeoutExpired:
+        rc = probe(done.name, list(map(str, files)), PROBE_TIMEOUT_S)
+        if rc is None:
             why, lasting = f"its import did not finish in {PROBE_TIMEOUT_S} s", False
+        else:
+            why, lasting = _cause(rc), True
         finished = done.read().split("\0")[:-1]
     return [Path(p) for p in finished], why, lasting
 

@@ -118,6 +118,14 @@ def test_a_failed_run_does_not_say_no_stage_diverged() -> None:
     assert "first divergent stage: not reached (the run failed)" in page
 
 
+def test_a_single_runs_page_says_what_the_run_did_other_than_asked_escaped() -> None:
+    """The notes the terminal prints (a class run at a width or token count of its own) head the page too."""
+    page = render_record_html(record(notes=["ran at d_in=128, not inputs.d_in=64: <q_proj> 128 wide"]))
+    assert '<p class="note">note: ran at d_in=128, not inputs.d_in=64: &lt;q_proj&gt; 128 wide</p>' in page
+    assert page.index("ran at d_in=128") < page.index("<h2>Findings</h2>")
+    assert '<p class="note">note:' not in render_record_html(record())
+
+
 def test_a_single_runs_page_says_which_predictions_failed_and_names_no_machine_path(tmp_path) -> None:
     """It said only "predictions — 1/2 passed", embedded the job's absolute folder, and headed the
     heatmaps "batch item shown: show.batch" (the key, not its value)."""

@@ -239,6 +239,8 @@ def render_record_html(record: Record) -> str:
     divergent = record.first_divergent_stage or ("none" if record.ok else "not reached (the run failed)")
     return _page(title, [
         f"<h1>{html.escape(title)}</h1><p>{status} · first divergent stage: {html.escape(divergent)}</p>",
+        # what the run did other than asked (its own width or token count), as the terminal says it
+        "".join(f'<p class="note">note: {html.escape(note)}</p>' for note in record.notes),
         "<h2>Findings</h2>", findings_html([record]),
         predictions_html(record),
         f"<h2>Heatmaps (batch item shown: {_shown_batch(record)})</h2>" if record.ok else "",

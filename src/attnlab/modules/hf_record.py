@@ -146,17 +146,13 @@ def recorded_mask_kind(module: nn.Module) -> str | None:
     ("bidirectional": CPM-Ant's model counts every token as context) or exactly the future ("causal").
     Read off the model's call, never the class's forward, so a copy that drops its mask is still found.
     None: attnlab's own inputs, no mask tensor, or a mask of another shape (padding, a window)."""
-    calls = _CALLS.get(module) if _FED.get(module) == "recorded" else None
-    if not calls:
-        return None
-    call = next(iter(calls.values()))
-    passed = {**dict(zip((p.name for p in forward_parameters(type(module))), call.args)), **call.kwargs}
+    passed = _recorded_arguments(module)
     mask = next((v for k, v in passed.items() if "mask" in k and isinstance(v, torch.Tensor) and v.dim() >= 2), None)
     if mask is None:
         return None
     if not mask.is_floating_point():  # booleans or CPM-Ant's int 0/1: a keep-mask
         keep = mask != 0
-    elif mask.is_floating_point() and bool(((mask == 0) | (mask <= -1e4)).all()):  # additive: 0 kept, -inf hidden
+    elif bool(((mask == 0) | (mask <= -1e4)).all()):  # additive: 0 kept, -inf hidden
         keep = mask == 0
     else:
         return None  # a 1/0 keep-mask of floats reads both ways: not guessed
@@ -170,15 +166,20 @@ def recorded_mask_kind(module: nn.Module) -> str | None:
 def given_biases(module: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     """The score-shaped (..., T, T) tensors, with no hidden entry, that the module's recorded call hands it
     besides its mask (CPM-Ant's segment-relative position_bias): a term its model computes for the scores."""
-    calls = _CALLS.get(module) if _FED.get(module) == "recorded" else None
-    call = calls.get(tuple(x.shape)) if calls else None
-    if call is None:
-        return []
-    tokens = x.shape[-2]
-    passed = {**dict(zip((p.name for p in forward_parameters(type(module))), call.args)), **call.kwargs}
+    tokens, passed = x.shape[-2], _recorded_arguments(module, tuple(x.shape))
     return [v for k, v in passed.items() if "mask" not in k and isinstance(v, torch.Tensor) and v.is_floating_point()
             and v.dim() >= 2 and tuple(v.shape[-2:]) == (tokens, tokens) and bool(torch.isfinite(v).all())
             and bool((v > -1e4).all())]
+
+
+def _recorded_arguments(module: nn.Module, shape: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """The module's recorded call (at x's `shape`, else its first) as arguments by name, where the module
+    is fed its model's call; nothing where it is fed attnlab's own inputs."""
+    calls = _CALLS.get(module, {}) if _FED.get(module) == "recorded" else {}
+    call = calls.get(shape) if shape is not None else next(iter(calls.values()), None)
+    if call is None:
+        return {}
+    return {**dict(zip((p.name for p in forward_parameters(type(module))), call.args)), **call.kwargs}
 
 
 def _origin(module: nn.Module) -> type:

@@ -9,10 +9,11 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import pytest
 
-from tests.zygote_start import CLIENT, SOCKET_ENV
+from tests.zygote_start import CLIENT, SOCKET_ENV, start_zygote
 
 pytestmark = pytest.mark.slow  # subprocesses
 
@@ -50,12 +51,16 @@ def _ask(zygote: str, env: dict) -> bytes:
         return connection.makefile("rb").readline()
 
 
-def test_an_environment_key_its_imports_read_goes_to_a_fresh_interpreter(zygote) -> None:
+def test_an_environment_key_its_imports_read_goes_to_a_fresh_interpreter() -> None:
     """attnlab.app.progress reads ATTNLAB_PROGRESS_DELAY at import, torch reads OMP_NUM_THREADS there:
-    a child forked after those imports would not see a new value."""
-    assert _ask(zygote, {**os.environ, "ATTNLAB_PROGRESS_DELAY": "7"}) == b"fallback ATTNLAB_PROGRESS_DELAY\n"
-    assert _ask(zygote, {**os.environ, "OMP_NUM_THREADS": "3"}) == b"fallback OMP_NUM_THREADS\n"
-    assert _ask(zygote, {**os.environ, "ATTNLAB_NOT_READ_AT_IMPORT": "1"}).startswith(b"pid ")
+    a child forked after those imports would not see a new value. A zygote of its own, started with
+    this environment fixed: the worker's may have been started before other tests' imports set keys."""
+    base = {k: v for k, v in os.environ.items() if k != SOCKET_ENV}
+    with contextmanager(start_zygote)(base) as zygote:
+        assert zygote, "the zygote did not start"
+        assert _ask(zygote, {**base, "ATTNLAB_PROGRESS_DELAY": "7"}) == b"fallback ATTNLAB_PROGRESS_DELAY\n"
+        assert _ask(zygote, {**base, "OMP_NUM_THREADS": "3"}) == b"fallback OMP_NUM_THREADS\n"
+        assert _ask(zygote, {**base, "ATTNLAB_NOT_READ_AT_IMPORT": "1"}).startswith(b"pid ")
 
 
 SLEEPS = """

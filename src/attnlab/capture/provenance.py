@@ -63,6 +63,8 @@ class Head:
     value_products: int = 0  # products of its weights with distinct values tensors (more: split values)
     logit_factor: float = math.nan  # the scalar its softmax input is of its scores, read from the ops (nan: unknown)
     terms: bool = False  # a term the module computes itself (relative-position logits, a bias) added before the softmax
+    selects: tuple[int, int] | None = None  # a top-k of its scores was taken: (k, candidates) (attnlab.capture.selection)
+    selected: torch.Tensor | None = None  # which candidates each row kept, (..., query, candidates)
 
 
 class Recording:

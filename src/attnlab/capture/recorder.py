@@ -50,7 +50,7 @@ from torch import nn
 from torch._ops import HigherOrderOperator
 from torch.overrides import TorchFunctionMode
 
-from attnlab.capture import fused_kernels, products, provenance, softmax_calls
+from attnlab.capture import fused_kernels, products, provenance, selection, softmax_calls
 from attnlab.capture.fused_kernels import flex_attention_eager
 from attnlab.capture.result import Capture, assemble, max_abs_or_nan
 from attnlab.capture.stages import STAGES
@@ -164,6 +164,8 @@ class _Recorder(TorchFunctionMode):
             fused_kernels.sdpa(rec, args, kwargs, out)
         elif name == "flex_attention" and isinstance(func, HigherOrderOperator):
             fused_kernels.flex_attention(rec, args, out)
+        elif name in selection.SELECTIONS:  # indices of keys, not values computed from the scores: no tag
+            selection.select(rec, args, kwargs, out)
         elif not (provenance.scaling(rec, name, args, kwargs, out)
                   or softmax_calls.manual_softmax(rec, name, args, kwargs, out)):
             provenance.propagate(rec, func, name, args, kwargs, out)

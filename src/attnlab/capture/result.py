@@ -42,6 +42,8 @@ class Capture:
     lengths: tuple[int, ...] | None = None  # a padded batch: each item's tokens, its pads never counted in statistics
     no_softmax: str | None = None  # the library's class it comes from computes no softmax (an approximation): its name
     score_terms: float | None = None  # the module adds its own term to its scores: their factor, read from its ops
+    key_selection: tuple[int, int] | None = None  # a sparse indexer keeps each query's top k of n candidate keys: (k, n)
+    selected_keys: torch.Tensor | None = None  # (batch, 1, query, key) the keys it kept, where its candidates are the keys
 
     # What "scores" holds: always the product of the UNscaled queries and keys, so
     # `divergence_scores` compares like with like and `scale_observed` is the EFFECTIVE scale.
@@ -52,6 +54,7 @@ class Capture:
 
 def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
     """The Capture of one recorded forward on `x` that returned `returned`."""
+    selectors, rec.heads = _selectors(rec.heads)
     found, native, unobservable = _head_stages(rec.heads, x.shape[0] if x.dim() == 3 else 1)
     found = {stage: rec.memory.kept(tensor) for stage, tensor in found.items()}
     for stage, tensor in rec.explicit.items():
@@ -83,7 +86,28 @@ def assemble(rec: Recording, x: torch.Tensor, returned: Returned) -> Capture:
     return Capture(found, native, sources, first.softmax_dim, missing, prescale, reconstructed,
                    first.roles, output_is_context, first.softmax_axis, rec.out_inputs, returned.description, returned,
                    unobservable={s: unobservable[s] for s in STAGES if s in unobservable and s in found},
-                   sinks=_sinks(rec.heads, rec.batch), output_gate=rec.gate, score_terms=_score_terms(rec.heads))
+                   sinks=_sinks(rec.heads, rec.batch), output_gate=rec.gate, score_terms=_score_terms(rec.heads),
+                   key_selection=selectors[0].selects if selectors else None,
+                   selected_keys=_selected_keys(selectors, rec.batch, tokens))
+
+
+def _selectors(heads: list[Head]) -> tuple[list[Head], list[Head]]:
+    """The score products whose top-k was taken and that reach no softmax (a sparse indexer's,
+    attnlab.capture.selection), and the module's heads: the others. Where every product is a
+    selector, none is set apart (nothing would be left to compare)."""
+    selectors = [h for h in heads if h.selects is not None and h.softmax_dim is None and "scaled_scores" not in h.found]
+    rest = [h for h in heads if not any(h is s for s in selectors)]
+    return (selectors, rest) if rest else ([], heads)
+
+
+def _selected_keys(selectors: list[Head], batch: int, tokens: int) -> torch.Tensor | None:
+    """(batch, 1, query, key) the keys the first selector kept, where its candidates are the tokens
+    themselves (not pools of them)."""
+    kept = selectors[0].selected if selectors else None
+    view = canonical(kept, batch) if kept is not None else None
+    if view is None or view.shape[0] != batch or view.shape[-2:] != (tokens, tokens):
+        return None
+    return view.any(dim=1, keepdim=True)  # one selection per query, whatever axes it was computed over
 
 
 def _score_terms(heads: list[Head]) -> float | None:

@@ -43,6 +43,7 @@ CHECKS: tuple[DeclaredCheck, ...] = (
     recognisers.score_terms,
     recognisers.clipped_qkv,
     recognisers.latent_attention,
+    recognisers.sparse_keys,
     recognisers.attention_sinks,
     recognisers.output_gate,
     # the mask, the shapes and the heads
@@ -82,6 +83,7 @@ SUPPRESSES: dict[str, tuple[str, ...]] = {
     "softcap": ("scaling",),
     "declared_scale": ("scaling",),
     "latent_attention": ("shape_projection",),
+    "sparse_keys": _MASK_CODES,
     "attention_sinks": ("not_softmax", "softmax_axis", "mask_after_softmax"),
     "output_gate": ("out_proj", "head_merge", "output_path", "wrong_output"),
     "mask_after_softmax": ("not_softmax",),

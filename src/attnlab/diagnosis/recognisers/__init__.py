@@ -19,7 +19,7 @@ Each recogniser is a check whose codes are declared beside it (`attnlab.diagnosi
 By what they read: `positions` (rotary, QK-norm; `rotation` and `norms` fit them), `biases`
 (a window, a distance bias, a term the class adds itself), `logits` (a soft cap, a declared scale), `kernel_attention` (no softmax), `clipping` (a declared clamp of the
 projections), `cosine` (unit-length queries and keys), `latent` (keys and values from a
-shared latent, MLA), `xpos` (rotary with a
+shared latent, MLA), `sparse_keys` (each query's top-k keys by a selector of the class's own, DSA), `xpos` (rotary with a
 per-position scale), `sinks` (a learned logit column joined to the softmax), `gates` (an output gate
 from a projection's own columns), `added_positions` (absolute position embeddings added before the
 query and key projections, DETR's), `query_scale` (queries scaled per column by a learned vector).
@@ -36,7 +36,8 @@ from attnlab.diagnosis.recognisers.logits import declared_scale, softcap
 from attnlab.diagnosis.recognisers.positions import qk_norm, rotary
 from attnlab.diagnosis.recognisers.query_scale import query_scale
 from attnlab.diagnosis.recognisers.sinks import attention_sinks
+from attnlab.diagnosis.recognisers.sparse_keys import sparse_keys
 from attnlab.diagnosis.recognisers.xpos import xpos
 
 __all__ = ["added_positions", "attention_sinks", "clipped_qkv", "cosine_attention", "declared_scale", "latent_attention", "linear_attention", "output_gate", "position_bias", "qk_norm", "query_scale", "rotary", "score_terms",
-           "softcap", "window", "xpos"]
+           "softcap", "sparse_keys", "window", "xpos"]

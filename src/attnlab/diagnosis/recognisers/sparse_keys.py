@@ -43,7 +43,8 @@ def sparse_keys(p: Pair) -> list[Finding]:
     if not torch.equal(mine, expected):
         return []
     dropped = int((mine & ~ref).sum())
-    words = (f"{dropped} (query, key) entries the reference attends to" if dropped else
+    batch, heads = mine.shape[:2]
+    words = (f"{dropped} entries of its {batch} x {heads} (query, key) maps the reference attends to" if dropped else
              "none the reference attends to" + (" (every key is kept at these tokens)" if kept is not None else
                                                " (its candidates are pools of keys, not shown one by one)"))
     return [SPARSE_KEYS("scaled_scores", k=k, n=n, dropped=words)]

@@ -13,33 +13,37 @@ from attnlab.model.edits import KINDS
 from attnlab.model.interventions import Intervention
 from attnlab.model.loading import _transformers
 from attnlab.model.locate import chosen_layers
-from attnlab.model.model_spec import ModelSpec
 from attnlab.model.request import ModelRequest, ModelTexts
-from attnlab.model.tokens import Tokenizer, gpt2_tokenizer, hf_tokenizer, same_length
+from attnlab.model.tokens import gpt2_tokenizer, hf_tokenizer, same_length
 
 
 def check_request_inputs(request: ModelRequest, declared: Declared) -> None:
-    """The text (a language model's, before it loads), then what is counted in tokens (a patch's text,
-    a variant swap's batch: the tokenizer loaded once for both), then the indices."""
+    """The text (a language model's, before it loads), the indices, then what is counted in tokens (a
+    patch's text, a variant swap's batch: the tokenizer loaded once for both)."""
     inputs, edit = request.inputs, request.edit
+    spec = request.model
     if request.reference_model is not None or declared.reads_text:
         check_text(inputs)
-    one_text = inputs.kind == "text" and inputs.texts is None
+    check_indices(request.layer, declared, edit)
     # a patch replaces position by position: its text has as many tokens as the run's (one text)
-    patch = edit is not None and KINDS[edit.kind].other_text and one_text
+    patch = edit is not None and KINDS[edit.kind].other_text and inputs.kind == "text" and inputs.texts is None
     # texts of different lengths run padded under an edit only (in a Hugging Face causal LM, checked once it
     # loads): a variant swap's texts are as many tokens, checked here where the tokenizer is known before it loads
-    batch = edit is None and inputs.kind == "text" and inputs.texts is not None and request.model.kind in ("hf", "path")
-    tokenizer = _tokenizer(request.model) if patch or batch else None
-    if tokenizer is not None and patch:
+    batch = edit is None and inputs.kind == "text" and inputs.texts is not None and spec.kind in ("hf", "path")
+    if not (patch or batch) or spec.kind == "hub":  # a cached hub model's tokenizer: found where it loads
+        return
+    # the tokenizer the loaded model will have: a saved model's own where it has one, else GPT-2's BPE
+    tokenizer = gpt2_tokenizer()
+    if spec.kind == "path":
+        tokenizer = hf_tokenizer(_transformers(), str(spec.path)) or tokenizer
+    if patch:
         assert edit is not None  # a patch is an edit
         given, other = len(tokenizer.encode(str(inputs.text))), len(tokenizer.encode(str(edit.text)))
         if given != other:
             raise UserError(f"intervene.text is {other} tokens ({tokenizer.name}), inputs.text {given}: a patch "
                             f"replaces position by position; give texts of as many tokens")
-    if tokenizer is not None and batch:
+    if batch:
         same_length([tokenizer.encode(str(text)) for text in inputs.texts or ()], tokenizer.name)
-    check_indices(request.layer, declared, edit)
 
 
 def check_indices(layer: Any, declared: Declared, edit: Intervention | None) -> None:
@@ -52,16 +56,6 @@ def check_indices(layer: Any, declared: Declared, edit: Intervention | None) -> 
             raise UserError(f"intervene.head={edit.head}: the model has {heads} heads (0 to {heads - 1})")
     if layers is not None and not declared.seq2seq:
         chosen_layers(layer, int(layers))
-
-
-def _tokenizer(spec: ModelSpec) -> Tokenizer | None:
-    """The tokenizer the loaded model will have: a saved model's own where it has one, else GPT-2's
-    BPE; None for a cached hub model (found where it loads, and checked then)."""
-    if spec.kind == "hub":
-        return None
-    if spec.kind == "path":
-        return hf_tokenizer(_transformers(), str(spec.path)) or gpt2_tokenizer()
-    return gpt2_tokenizer()
 
 
 def check_text(inputs: ModelTexts) -> None:

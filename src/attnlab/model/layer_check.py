@@ -31,7 +31,8 @@ from attnlab.record import ModelInfo, Pair, Record, Setup, record_of
 def compute_check_records(request: ModelRequest, learner: LoadedModel, reference: LoadedModel,
                           phase: Callable[[str], None], done: Callable[[Record, int, int], Record]) -> list[Record]:
     """One record per layer: the learner's layer L against the reference model's, on its input."""
-    learner_spec, reference_spec = request.model, request.reference_model
+    learner_spec = request.model
+    reference_spec = request.reference_model
     assert reference_spec is not None  # the learner's check (attnlab.model.model_job)
     reference_attention = attention_modules(reference.module, reference_spec.attention_path, "reference_model")
     attention = attention_modules(learner.module, learner_spec.attention_path, learner_spec.key)

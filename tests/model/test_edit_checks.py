@@ -20,7 +20,7 @@ QUIET = ["log.tensorboard=false", "log.html=false", "log.table=false"]
 def never_loaded(monkeypatch):
     def refused(*_args, **_kwargs):
         raise AssertionError("the model was loaded before the request was checked")
-    monkeypatch.setattr(model_job, "load_model", refused)
+    monkeypatch.setattr(model_job, "load_models", refused)
 
 
 @pytest.mark.parametrize("sizes, words, intervene, message", [

@@ -113,7 +113,7 @@ def test_a_mistaken_list_of_heads_is_one_line(block, message) -> None:
 def test_a_head_of_the_list_out_of_range_is_refused_before_the_model_loads(tiny_gpt2, monkeypatch) -> None:
     def refused(*_args, **_kwargs):
         raise AssertionError("the model was loaded before the request was checked")
-    monkeypatch.setattr(model_job, "load_model", refused)
+    monkeypatch.setattr(model_job, "load_models", refused)
     with pytest.raises(UserError, match=r"^intervene.head=7: the model has 4 heads \(0 to 3\)$"):
         attnlab.run(overrides=[*_words(tiny_gpt2, "all"), *QUIET], intervene={"name": "ablate_head", "head": [1, 7]})
 

@@ -173,7 +173,7 @@ def test_a_saved_model_runs_on_its_own_tokenizer(tmp_path) -> None:
 def test_a_misspelt_layer_is_refused_before_the_model_loads(monkeypatch) -> None:
     import attnlab.model.model_job as model_job
 
-    monkeypatch.setattr(model_job, "load_model", lambda *a: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(model_job, "load_models", lambda *a: pytest.fail("the model was loaded"))
     assert refused("model=hf:gpt2", "layer=x") == ("layer=x: must be a layer index, all, or a list of them such as "
                                                    "[0,2] (encoder.1, decoder.0 in an encoder–decoder)")
 

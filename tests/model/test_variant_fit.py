@@ -10,6 +10,7 @@ import pytest
 
 import attnlab
 from attnlab.errors import UserError
+from attnlab.model.declared_config import read_declared
 from attnlab.model.model_spec import model_spec
 from attnlab.model.variant_fit import check_variant_fits
 from attnlab.modules.registry import discover, get_variant
@@ -30,7 +31,7 @@ def test_a_single_head_mistake_is_refused_before_the_model_loads_naming_its_coun
 def test_an_hf_type_s_default_head_count_is_known_before_it_loads() -> None:
     """hf:gpt2 without size keys: its config class's 12 heads, read without building the model."""
     with pytest.raises(UserError, match=r"the model's 12-head attention; a variant that fits: multi_head_attention"):
-        check_variant_fits("linear", model_spec({"name": "hf:gpt2"}))
+        check_variant_fits("linear", read_declared(model_spec({"name": "hf:gpt2"})).heads)
 
 
 BOOK = {"reference", "causal_attention", "unscaled", "scaled_by_dk", "wrong_softmax_axis", "causal_mask_missing"}

@@ -16,11 +16,10 @@ from attnlab.errors import UserError
 from attnlab.model.effect import output_effect
 from attnlab.model.forward import AsLayerCalled, output_head
 from attnlab.model.layer import ModelRun, layer_reference, own_head_patterns
-from attnlab.model.loading import LoadedModel, evaluating, load_model
+from attnlab.model.loading import LoadedModel
 from attnlab.model.loading_checks import loading_findings
 from attnlab.model.locate import attention_modules, chosen_layers
 from attnlab.model.model_memory import check_model_fits
-from attnlab.model.model_spec import ModelSpec
 from attnlab.model.request import ModelRequest
 from attnlab.model.sizes import model_sizes
 from attnlab.model.tokens import token_ids
@@ -29,39 +28,27 @@ from attnlab.modules.layouts import LayoutError, read_projections
 from attnlab.record import ModelInfo, Pair, Record, Setup, record_of
 
 
-def _started(loaded: LoadedModel, spec: ModelSpec, ids: list[int], labels: list[str], layers: list[int] | None,
-             n_layers: int | None = None) -> ModelRun:
-    attention = attention_modules(loaded.module, spec.attention_path, spec.key)
-    if n_layers is not None and len(attention) != n_layers:
-        raise UserError(f"{spec.key}: {len(attention)} attention layers, the reference model has {n_layers}")
-    sizes = model_sizes(loaded.config, loaded.label, attention[0][1] if attention else None)
-    return ModelRun.start(loaded, attention, sizes, ids, labels,
-                          list(range(len(attention))) if layers is None else layers)
-
-
-def compute_check_records(request: ModelRequest, reference_spec: ModelSpec, phase: Callable[[str], None],
-                          done: Callable[[Record, int, int], Record]) -> list[Record]:
+def compute_check_records(request: ModelRequest, learner: LoadedModel, reference: LoadedModel,
+                          phase: Callable[[str], None], done: Callable[[Record, int, int], Record]) -> list[Record]:
     """One record per layer: the learner's layer L against the reference model's, on its input."""
     learner_spec = request.model
-    phase("models")
-    learner, reference = load_model(learner_spec, request.seed), load_model(reference_spec, request.seed)
-    with evaluating(learner.module), evaluating(reference.module):
-        return _check_records(request, learner, learner_spec, reference, reference_spec, phase, done)
-
-
-def _check_records(request: ModelRequest, learner: LoadedModel, learner_spec: ModelSpec, reference: LoadedModel,
-                   reference_spec: ModelSpec, phase: Callable[[str], None],
-                   done: Callable[[Record, int, int], Record]) -> list[Record]:
-    sizes = model_sizes(reference.config, reference.label)
+    reference_spec = request.reference_model
+    assert reference_spec is not None  # the learner's check (attnlab.model.model_job)
+    reference_attention = attention_modules(reference.module, reference_spec.attention_path, "reference_model")
+    attention = attention_modules(learner.module, learner_spec.attention_path, learner_spec.key)
+    n_layers = len(reference_attention)
+    if len(attention) != n_layers:
+        raise UserError(f"{learner_spec.key}: {len(attention)} attention layers, the reference model has {n_layers}")
+    layers = chosen_layers("all" if request.layer is None else request.layer, n_layers)
+    sizes = model_sizes(reference.config, reference.label, reference_attention[0][1])
+    learner_sizes = model_sizes(learner.config, learner.label, attention[0][1])
     longest = sizes.context or request.inputs.max_tokens
     assert longest is not None  # inputs=text and inputs=ids declare max_tokens (model_job checked the kind: check_text)
     ids = token_ids(reference.tokenizer, request.inputs.text, sizes.vocab, longest)
     labels = reference.tokenizer.labels(ids)
-    n_layers = len(attention_modules(reference.module, reference_spec.attention_path, "reference_model"))
-    layers = chosen_layers("all" if request.layer is None else request.layer, n_layers)
     check_model_fits(learner.n_parameters + reference.n_parameters, sizes, len(ids), 2 * len(layers))
-    reference_run = _started(reference, reference_spec, ids, labels, layers)
-    learner_run = _started(learner, learner_spec, ids, labels, layers, n_layers)
+    reference_run = ModelRun.start(reference, reference_attention, sizes, ids, labels, layers)
+    learner_run = ModelRun.start(learner, attention, learner_sizes, ids, labels, layers)
     end_to_end = output_effect(output_head(reference.module), reference_run.base, learner_run.base, reference_run.ids,
                                scaling=sizes.logits, changed_head=output_head(learner.module))
     records: list[Record] = []

@@ -7,10 +7,7 @@ a class in ./models/NAME.py (attnlab.model.user_models) with a safetensors state
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,18 +16,15 @@ from torch import nn
 from attnlab.errors import UserError
 from attnlab.model.model_memory import check_weights_fit
 from attnlab.model.model_spec import ModelSpec
-from attnlab.model.saved_folder import check_saved_folder
+from attnlab.model.request import ModelRequest
+from attnlab.model.saved_folder import missing, saved_source
 from attnlab.model.tokens import GPT2_VOCAB, Tokenizer, gpt2_tokenizer, hf_tokenizer
 from attnlab.model.user_models import build_user_model
+from attnlab.model.whole_models import TASKS, model_loader, model_task
 from attnlab.modules import session
-from attnlab.modules.families import family
 from attnlab.modules.roles import manual_seed
 
 INSTALL_HF = "pip install -e '.[hf]'"
-CACHE_HINT = "huggingface-cli download {repo} (or: hf download {repo}), once, with a network"
-# the whole models attnlab runs, by the transformers auto class that builds each
-TASKS = {"causal": "AutoModelForCausalLM", "seq2seq": "AutoModelForSeq2SeqLM",
-         "image": "AutoModelForImageClassification"}
 
 
 @dataclass
@@ -40,43 +34,37 @@ class LoadedModel:
     tokenizer: Tokenizer
     hf: bool  # a Hugging Face PreTrainedModel: called with input_ids=, use_cache=False
     config: Any  # its config object (a PretrainedConfig, your dataclass or dict), for the layer sizes
-    task: str = "causal"  # which whole model it is, one of TASKS: what it is given (attnlab.model.inputs)
+    task: str = "causal"  # which whole model it is (attnlab.model.whole_models): what it is given (attnlab.model.inputs)
 
     @property
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.module.parameters())
 
 
-@contextmanager
-def evaluating(module: nn.Module) -> Iterator[None]:
-    """`module` in eval mode, each submodule's own mode put back after, whatever happened: an
-    in-memory model is the user's own object, run without a copy (its layers are swapped in place
-    and put back by attnlab.model.forward.replaced)."""
-    modes = [(each, each.training) for each in module.modules()]
-    module.eval()
-    try:
-        yield
-    finally:
-        for each, training in modes:
-            each.training = training
+def load_models(request: ModelRequest, config: Any = None) -> tuple[LoadedModel, LoadedModel | None]:
+    """The run's model and the learner's check's reference model (None: no check), each loaded right
+    after the seed (hf:TYPE's from `config`, the one its check declared)."""
+    models = []
+    for spec in request.models:
+        models.append(load_model(spec, request.seed, config if spec is request.model else None))
+    return models[0], models[1] if len(models) > 1 else None
 
 
-def load_model(spec: ModelSpec, seed: int = 0) -> LoadedModel:
-    """The model in eval mode (an in-memory one: as it is, run under `evaluating`), float32, on the
+def load_model(spec: ModelSpec, seed: int = 0, config: Any = None) -> LoadedModel:
+    """The model in eval mode (an in-memory one: as it is, run under attnlab.model.model_job.evaluating), float32, on the
     CPU; random weights (hf:TYPE, a class of your own without weights) drawn right after the seed,
-    so a run is repeatable."""
+    so a run is repeatable. `config`: hf:TYPE's config object where it is built already."""
+    if spec.kind != "user":
+        loaded = _kept_saved(spec, seed, config)
+        loaded.module.eval()
+        return loaded
     manual_seed(seed)
-    if spec.kind == "user":
-        module, config = build_user_model(spec)
-        # an in-memory Hugging Face model is called as one (use_cache=False whatever its config says)
-        hf = any(cls.__name__ == "PreTrainedModel" for cls in type(module).__mro__)
-        loaded = LoadedModel(module, spec.label, gpt2_tokenizer(), hf=hf, config=config)
-        if session.holds_model(spec.label):  # the user's object: in eval mode only while it runs (evaluating)
-            return loaded
-    else:
-        loaded = _kept_saved(spec) or _load_hf(spec)
-    loaded.module.eval()
-    return loaded
+    module, own_config = build_user_model(spec)
+    # an in-memory Hugging Face model is called as one (use_cache=False whatever its config says)
+    hf = any(cls.__name__ == "PreTrainedModel" for cls in type(module).__mro__)
+    if not session.holds_model(spec.label):  # the user's object: in eval mode only while it runs (evaluating)
+        module.eval()
+    return LoadedModel(module, spec.label, gpt2_tokenizer(), hf=hf, config=own_config)
 
 
 # the saved model loaded last, by its request and its files: a sweep's jobs, one after another in a
@@ -84,17 +72,27 @@ def load_model(spec: ModelSpec, seed: int = 0) -> LoadedModel:
 _last_saved: tuple[tuple[object, ...], LoadedModel] | None = None
 
 
-def _kept_saved(spec: ModelSpec) -> LoadedModel | None:
-    """The model a saved folder (`model.path`) holds, loaded once per process while its files stay as they were."""
+def _kept_saved(spec: ModelSpec, seed: int, config: Any) -> LoadedModel:
+    """The model; the one a saved folder (`model.path`) holds loaded once per process while its files
+    stay as they were."""
     global _last_saved
+    key = _saved_key(spec)
+    if key is not None and _last_saved is not None and _last_saved[0] == key:
+        return _last_saved[1]
+    if key is not None:
+        _last_saved = None  # the one before let go first: two models are never held at once
+    loaded = _load_hf(spec, seed, config)
+    if key is not None:
+        _last_saved = (key, loaded)
+    return loaded
+
+
+def _saved_key(spec: ModelSpec) -> tuple[object, ...] | None:
+    """A saved folder's request and files (names, sizes, times); None: no saved folder."""
     if spec.kind != "path" or spec.path is None or not spec.path.is_dir():
         return None
     files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in spec.path.iterdir() if f.is_file()))
-    key = (repr(spec), str(spec.path.resolve()), files)
-    if _last_saved is None or _last_saved[0] != key:
-        _last_saved = None  # the one before let go first: two models are never held at once
-        _last_saved = (key, _load_hf(spec))
-    return _last_saved[1]
+    return (repr(spec), str(spec.path.resolve()), files)
 
 
 def _transformers() -> Any:
@@ -107,12 +105,13 @@ def _transformers() -> Any:
     return transformers
 
 
-def _load_hf(spec: ModelSpec) -> LoadedModel:
+def _load_hf(spec: ModelSpec, seed: int, config: Any = None) -> LoadedModel:
     transformers = _transformers()
     if spec.kind == "hf":
-        config = hf_config(spec)
-        task = _task(transformers, config, spec)
+        config = config if config is not None else hf_config(spec)
+        task = model_task(transformers, config, spec)
         auto = getattr(transformers, TASKS[task])
+        manual_seed(seed)
         with torch.device("meta"):  # counted without memory: a model too large is refused before it is built
             counted = auto.from_config(config)
         check_weights_fit(4 * sum(p.numel() for p in counted.parameters()), spec.label, sized=True)
@@ -124,54 +123,20 @@ def _load_hf(spec: ModelSpec) -> LoadedModel:
     if spec.sizes:
         raise UserError(f"{spec.key}.{next(iter(spec.sizes))}: sizes are for {spec.key}=hf:TYPE; "
                         f"a saved model keeps its own config")
-    source = _saved_source(spec)
-    where = f"{spec.key}.path={source}" if spec.kind == "path" else f"{spec.key}.hub={spec.hub}"
-    check_saved_folder(Path(source), where, transformers.models.auto.configuration_auto.CONFIG_MAPPING)
-    check_weights_fit(sum(f.stat().st_size for f in Path(source).glob("*.safetensors")), spec.label)
+    source = saved_source(spec, transformers.models.auto.configuration_auto.CONFIG_MAPPING)
+    manual_seed(seed)
     try:
         config = transformers.AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
-        task = _task(transformers, config, spec)
-        module = _loader(transformers, config, task).from_pretrained(
+        task = model_task(transformers, config, spec)
+        module = model_loader(transformers, config, task).from_pretrained(
             source, local_files_only=True, use_safetensors=True, trust_remote_code=False,
             attn_implementation=spec.attn_implementation)
     except OSError as exc:
-        raise UserError(_missing(spec, exc)) from None
+        raise UserError(missing(spec, exc)) from None
     except ValueError as exc:
         raise UserError(f"{spec.key}: {spec.label}: {str(exc).splitlines()[0]}") from None
     return LoadedModel(module, spec.label, hf_tokenizer(transformers, source) or gpt2_tokenizer(), hf=True,
                        config=module.config, task=task)
-
-
-def _declared_causal_lm(transformers: Any, config: Any) -> Any:
-    """The causal LM class a saved config names in its `architectures`, for a config no auto class
-    maps (Emu3ForCausalLM of Emu3TextConfig, Mllama's text model); None: none."""
-    for name in getattr(config, "architectures", None) or ():
-        cls = getattr(transformers, name, None) if name.endswith("ForCausalLM") else None
-        if cls is not None and getattr(cls, "config_class", None) is type(config):
-            return cls
-    return None
-
-
-def _loader(transformers: Any, config: Any, task: str) -> Any:
-    """The auto class of the task where it maps the config, else the class the config names."""
-    auto = getattr(transformers, TASKS[task])
-    return auto if type(config) in auto._model_mapping else _declared_causal_lm(transformers, config)
-
-
-def _task(transformers: Any, config: Any, spec: ModelSpec) -> str:
-    """The whole model of the config (an encoder–decoder's own before the causal LM of its decoder
-    alone, BART's); any other kind refused in one short line (transformers' own message lists
-    every config of the auto class, thousands of characters)."""
-    kinds: tuple[str, ...] = ("seq2seq", "causal") if getattr(config, "is_encoder_decoder", False) else ("causal",)
-    # an image classifier whose tokens are a class token then the patches, as attnlab.model.inputs labels them
-    kinds += ("image",) if family(config.model_type).task == "image" else ()
-    for kind in kinds:
-        if type(config) in getattr(transformers, TASKS[kind])._model_mapping:
-            return kind
-    if _declared_causal_lm(transformers, config) is not None:
-        return "causal"
-    raise UserError(f"{spec.key}={spec.label}: {type(config).__name__} is no causal LM, seq2seq LM or ViT classifier, "
-                    f"the whole models attnlab runs; its attention alone: variant=hf:{config.model_type}")
 
 
 def hf_config(spec: ModelSpec) -> Any:
@@ -195,35 +160,3 @@ def hf_config(spec: ModelSpec) -> Any:
     if default.is_encoder_decoder and getattr(default, "decoder_start_token_id", None) is None:
         sizes.setdefault("decoder_start_token_id", default.pad_token_id)  # T5's convention: its decoder starts at pad
     return transformers.AutoConfig.for_model(spec.name, **sizes)
-
-
-def _saved_source(spec: ModelSpec) -> str:
-    """The folder the weights are in: `model.path`, or the cached snapshot of `model.hub` (never fetched)."""
-    folder = spec.path if spec.kind == "path" and spec.path is not None else _cached_snapshot(spec)
-    if not (folder / "config.json").is_file():
-        raise UserError(f"{spec.key}.path={folder}: no config.json there (a folder written by save_pretrained)")
-    if not list(folder.glob("*.safetensors")):
-        pickled = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt*")]
-        what = f"only pickled weights ({', '.join(pickled)}), which attnlab never loads" if pickled else "no weights"
-        raise UserError(f"{spec.key}.path={folder}: {what}; save them with model.save_pretrained(DIR) "
-                        f"(safetensors is its default)")
-    return str(folder)
-
-
-def _cached_snapshot(spec: ModelSpec) -> Path:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    assert spec.hub is not None  # a saved model that is not model.path: model.hub
-    try:
-        return Path(snapshot_download(spec.hub, local_files_only=True))
-    except (LocalEntryNotFoundError, OSError, ValueError):
-        raise UserError(_missing(spec, None)) from None
-
-
-def _missing(spec: ModelSpec, exc: OSError | None) -> str:
-    if spec.kind == "hub":
-        return (f"{spec.key}.hub={spec.hub}: not in the local Hugging Face cache (attnlab never downloads); "
-                f"get it with: {CACHE_HINT.format(repo=spec.hub)}")
-    return f"{spec.key}.path={spec.path}: {str(exc).splitlines()[0]}"
-

@@ -3,60 +3,66 @@ record per compared layer (attnlab.model.model_run), or per edited layer (attnla
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
-from typing import Any
+
+from torch import nn
 
 from attnlab.errors import UserError
-from attnlab.model.declared_config import declared_config
-from attnlab.model.edit_checks import check_batch_lengths, check_indices, check_patch_text, check_text
+from attnlab.model.declared_config import Declared, read_declared
+from attnlab.model.edit_checks import check_request_inputs
 from attnlab.model.intervention_records import intervention_records
 from attnlab.model.layer_check import compute_check_records
-from attnlab.model.loading import evaluating, load_model
+from attnlab.model.loading import load_models
 from attnlab.model.model_run import Done, layer_records, model_run, tokens_label
 from attnlab.model.request import ModelRequest
 from attnlab.model.variant_fit import check_variant_fits
-from attnlab.modules.families import family
 from attnlab.record import Record
 
 
-def check_model_request(request: ModelRequest) -> None:
+def check_model_request(request: ModelRequest) -> Declared:
     """What can be checked without loading anything, after the app has read the request
-    (attnlab.app.job_settings.model_request: the model, the edit, the reference model)."""
-    spec, edit = request.model, request.edit
-    if edit is None and request.reference_model is None:
-        check_variant_fits(request.variant, spec)
-    declared = declared_config(spec)
-    model_type = (declared or {}).get("model_type")  # None: known once built
-    check_indices(request.layer, declared, edit, seq2seq=_seq2seq(declared))
-    check_patch_text(request.inputs, spec, edit)
-    check_batch_lengths(request.inputs, spec, edit)
-    if request.reference_model is not None or (model_type is not None and family(model_type).task != "image"):
-        check_text(request.inputs)  # a language model's text, before it loads
+    (attnlab.app.job_settings.model_request: the model, the edit, the reference model); returns what
+    the model's config declares, read once here and handed to the load."""
+    declared = read_declared(request.model)
+    if request.edit is None and request.reference_model is None:
+        check_variant_fits(request.variant, declared.heads)
+    check_request_inputs(request, declared)
     if request.n_seeds != 1:
         raise UserError(f"n_seeds={request.n_seeds}: a model's weights are its own; a run inside a model takes one seed")
-
-
-def _seq2seq(declared: dict[str, Any] | None) -> bool:
-    """An encoder–decoder's config (its layers named by stack in `layer=`)."""
-    return bool(declared and declared.get("is_encoder_decoder"))
+    return declared
 
 
 def compute_model_records(request: ModelRequest, phase: Callable[[str], None] | None = None,
                           done: Done | None = None) -> list[Record]:
     """One record per compared layer (`layer=N`, a list, or `all`); `done(record, index, n)` is called
-    with each as soon as it is made (the job writes it and keeps it with most of its stages let go)."""
+    with each as soon as it is made (the job writes it and keeps it with most of its stages let go).
+    The request flows one way: checked (what the config declares), loaded once, then run."""
     say = phase or (lambda _name: None)
     done = done or (lambda record, _index, _n: record)
-    check_model_request(request)
-    if request.reference_model is not None:
-        return compute_check_records(request, request.reference_model, say, done)
-    say("model")
-    loaded = load_model(request.model, request.seed)
-    with evaluating(loaded.module):
+    declared = check_model_request(request)
+    say("model" if request.reference_model is None else "models")
+    loaded, reference = load_models(request, declared.config)
+    with evaluating(loaded.module, *([reference.module] if reference else [])):
+        if reference is not None:
+            return compute_check_records(request, loaded, reference, say, done)
         if request.edit is not None:
             return intervention_records(request, request.edit, loaded, partial(model_run, request, loaded),
                                         tokens_label(loaded), say, done)
         return layer_records(request, loaded, say, done)
 
 
+@contextmanager
+def evaluating(*modules: nn.Module) -> Iterator[None]:
+    """Each of `modules` in eval mode while the job runs, each submodule's own mode put back after,
+    whatever happened: an in-memory model is the user's own object, run without a copy (its layers
+    are swapped in place and put back by attnlab.model.forward.replaced)."""
+    modes = [(each, each.training) for module in modules for each in module.modules()]
+    for module in modules:
+        module.eval()
+    try:
+        yield
+    finally:
+        for each, training in modes:
+            each.training = training

@@ -38,3 +38,8 @@ class ModelRequest:
     n_seeds: int
     inputs: ModelTexts
     config: dict[str, Any]  # the resolved config, as each record holds it
+
+    @property
+    def models(self) -> tuple[ModelSpec, ...]:
+        """The model, then the reference model of a learner's check."""
+        return (self.model,) if self.reference_model is None else (self.model, self.reference_model)

@@ -15,9 +15,48 @@ from typing import Any
 
 from attnlab.errors import UserError
 from attnlab.file_limits import check_size
+from attnlab.model.model_memory import check_weights_fit
+from attnlab.model.model_spec import ModelSpec
 
+CACHE_HINT = "huggingface-cli download {repo} (or: hf download {repo}), once, with a network"
 CODE_CONFIGS = ("config.json", "tokenizer_config.json")
 HEADER_LIMIT = 100 * 2**20  # safetensors' own limit on a header's size
+
+
+def saved_source(spec: ModelSpec, model_types: Any) -> str:
+    """The folder a saved model's weights are in (`model.path`, or the cached snapshot of `model.hub`,
+    never fetched), read as data and its weights sized before anything loads from it."""
+    folder = spec.path if spec.kind == "path" and spec.path is not None else _cached_snapshot(spec)
+    if not (folder / "config.json").is_file():
+        raise UserError(f"{spec.key}.path={folder}: no config.json there (a folder written by save_pretrained)")
+    if not list(folder.glob("*.safetensors")):
+        pickled = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt*")]
+        what = f"only pickled weights ({', '.join(pickled)}), which attnlab never loads" if pickled else "no weights"
+        raise UserError(f"{spec.key}.path={folder}: {what}; save them with model.save_pretrained(DIR) "
+                        f"(safetensors is its default)")
+    where = f"{spec.key}.path={folder}" if spec.kind == "path" else f"{spec.key}.hub={spec.hub}"
+    check_saved_folder(folder, where, model_types)
+    check_weights_fit(sum(f.stat().st_size for f in folder.glob("*.safetensors")), spec.label)
+    return str(folder)
+
+
+def _cached_snapshot(spec: ModelSpec) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    assert spec.hub is not None  # a saved model that is not model.path: model.hub
+    try:
+        return Path(snapshot_download(spec.hub, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        raise UserError(missing(spec, None)) from None
+
+
+def missing(spec: ModelSpec, exc: OSError | None) -> str:
+    """What is missing of a saved model: a hub model not in the cache, or a folder's file."""
+    if spec.kind == "hub":
+        return (f"{spec.key}.hub={spec.hub}: not in the local Hugging Face cache (attnlab never downloads); "
+                f"get it with: {CACHE_HINT.format(repo=spec.hub)}")
+    return f"{spec.key}.path={spec.path}: {str(exc).splitlines()[0]}"
 
 
 def check_saved_folder(folder: Path, where: str, model_types: Any) -> None:

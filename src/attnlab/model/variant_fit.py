@@ -4,28 +4,22 @@ A layer of several heads takes a variant that splits its width into heads (its c
 the head count, under any spelling attnlab knows) or one built from the model's config; a
 single-head class (the book's SelfAttention_v1, `variant=reference`) would be compared against a
 multi-head layer and every difference blamed on the model. The head count is read from the saved
-folder's config.json or the `hf:TYPE` sizes (attnlab.model.declared_config), without loading anything; a model whose count is only
-known once built is checked as before, when the variant is built for its layer.
+folder's config.json or the `hf:TYPE` sizes (attnlab.model.declared_config, read once), without loading anything; a model
+whose count is only known once built is checked as before, when the variant is built for its layer.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from attnlab.errors import UserError
 from attnlab.model.config_variants import takes_config
-from attnlab.model.declared_config import declared_config
-from attnlab.model.model_spec import ModelSpec
 from attnlab.modules.families import spellings
 from attnlab.modules.registry import get_variant
 from attnlab.modules.variant_spec import constructor_parameters
 
 FITTING = "multi_head_attention, gqa, mqa (the zoo's multi-head classes), or variant=hf:TYPE"
 DEFAULT = "reference"  # the variant a run gets when it names none
-
-
-def declared_heads(spec: ModelSpec) -> int | None:
-    """The model's head count as its config states it before any weight is read; None: not stated."""
-    config = declared_config(spec) or {}
-    return next((config[name] for name in spellings("num_heads") if isinstance(config.get(name), int)), None)
 
 
 def variant_for_layer(variant: str, heads: int) -> str:
@@ -36,11 +30,11 @@ def variant_for_layer(variant: str, heads: int) -> str:
     return counterpart or variant
 
 
-def check_variant_fits(variant: str, spec: ModelSpec) -> None:
-    """One line when `variant` has one head and the model's layers several, naming the multi-head
-    counterpart it declares (`@attnlab.variant(multi_head=...)`), if any."""
-    heads = declared_heads(spec)
-    if heads is None or heads == 1 or variant.startswith("hf:") or variant == DEFAULT:
+def check_variant_fits(variant: str, heads: Any) -> None:
+    """One line when `variant` has one head and the model's layers several (`heads`, as the config
+    declares them; None: not stated), naming the multi-head counterpart it declares
+    (`@attnlab.variant(multi_head=...)`), if any."""
+    if not isinstance(heads, int) or heads == 1 or variant.startswith("hf:") or variant == DEFAULT:
         return
     found = get_variant(variant)
     if takes_config(found.cls):

@@ -100,7 +100,7 @@ _MODELS: dict[str, nn.Module] = {}  # this process's in-memory models, by the na
 
 def register_model(module: nn.Module) -> str:
     """An in-memory model for a `model=` run: `notebook-model:Class-N`, run as it is (a layer
-    swapped in place and put back, its modes restored: attnlab.model.loading.evaluating)."""
+    swapped in place and put back, its modes restored: attnlab.model.model_job.evaluating)."""
     same = [name for name, known in _MODELS.items() if known is module]
     if same:
         return same[0]

@@ -37,5 +37,5 @@ def split_values(products: int) -> str:
             f"afterwards (a split V), so no single one is a head's values or context")
 
 
-TOKEN_MIXED = ("convolved over the tokens after its projection (a short convolution, Inkling 2's sconv), so each "
-               "row mixes its token's projection with its neighbours' and none is x @ W of its own token")
+TOKEN_MIXED = ("convolved over the tokens after its projection (a short convolution: Inkling 2's sconv, ZAYA's CCA), "
+               "so each row mixes its token's projection with its neighbours' and none is x @ W of its own token")

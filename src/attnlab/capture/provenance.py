@@ -159,7 +159,8 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
     source, tag = min(tagged, key=lambda pair: _PRIORITY.index(pair[1].kind))
     if name in JOIN and _sinks(rec, args, kwargs, tagged, tag, out):
         return
-    if name in JOIN and tag.kind == "proj" and len({r for _, t in tagged if (r := rec.role(t)) is not None}) > 1:
+    # (by the parameters' own roles: a fused projection's columns are followed through the join as they are)
+    if name in JOIN and tag.kind == "proj" and len({t.role for _, t in tagged if t.kind == "proj" and t.role}) > 1:
         tag = Tag("proj", mixed=tag.mixed)  # query and key projections side by side (ZAYA's): no one projection's
     if name in MUL and _gate(rec, tagged, out):
         return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.diagnosis.recognisers.norms import token_maps_maybe_normed
 from attnlab.diagnosis.recognisers.token_maps import fit_token_maps, mapped, maps_fit
 
 TOL = 1e-5
@@ -79,3 +80,20 @@ def test_keys_of_the_wrong_token_or_a_scale_are_not_a_position_map():
     assert fit_token_maps(2 * queries, queries, TOL) is None  # the same map for every token: a scale, no position
     previous = torch.roll(queries, 1, dims=-2)
     assert fit_token_maps(_half_split(previous, angles), queries, TOL) is None  # no matrix per token maps it
+
+
+def _rms_normed(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)  # RMSNorm of each head's vector, weight 1
+
+
+def test_2d_rope_after_a_qk_norm_is_read_on_the_normalised_reference():
+    """Sapiens 2's order: each head's query and key RMS-normalised, then 2-D RoPE on the patches. The
+    maps fit only once the reference is normalised alike; keys of the previous token still do not."""
+    queries, keys = _qk(3)
+    angles = _grid_angles(8, 8)
+    mine_q, mine_k = _half_split(_rms_normed(queries), angles), _half_split(_rms_normed(keys), angles)
+    assert fit_token_maps(mine_q, queries, TOL) is None  # the norm is per token, batch item and head: no map alone
+    maps = token_maps_maybe_normed((mine_q, queries), (mine_k, keys), TOL, TOL)
+    assert maps is not None and maps.rotations() and maps.kept() == [0, 1]
+    previous = _half_split(_rms_normed(torch.roll(keys, 1, dims=-2)), angles)
+    assert token_maps_maybe_normed((mine_q, queries), (previous, keys), TOL, TOL) is None

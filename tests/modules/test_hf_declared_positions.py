@@ -1,5 +1,6 @@
 """Positions and norms a library's attention class declares by its own numbers, never an error:
-2-D and 3-D RoPE over patches with a class token left unrotated (DINOv3, MLCD, V-JEPA 2), a
+2-D and 3-D RoPE over patches with a class token left unrotated (DINOv3, MLCD, V-JEPA 2; after a
+QK-norm, Sapiens 2), a
 LayerNorm over the whole projection before RoPE (ESM C), QK-norm then a factor on the queries or
 keys (Muse Spark's qk_scale_factor, Dory's nGPT sqk), and a tower's own head count under its own
 name (Moonshine's decoder_num_attention_heads, PP-FormulaNet's decoder_attention_heads, Idefics2's
@@ -22,6 +23,7 @@ from transformers.models.esmc.modeling_esmc import EsmcAttention  # noqa: E402
 from transformers.models.mlcd.modeling_mlcd import MLCDAttention  # noqa: E402
 from transformers.models.muse_spark.modeling_muse_spark import MuseSparkTextAttention  # noqa: E402
 from transformers.models.pp_formulanet.modeling_pp_formulanet import PPFormulaNetAttention  # noqa: E402
+from transformers.models.sapiens2.modeling_sapiens2 import Sapiens2Attention  # noqa: E402
 from transformers.models.vjepa2.modeling_vjepa2 import VJEPA2RopeAttention  # noqa: E402
 
 from tests.modules.hf_runs import SIZES, assert_runs_clean, errors  # noqa: E402
@@ -49,6 +51,7 @@ VjepaPreviousQueries = _planted(VJEPA2RopeAttention, "query")
 EsmcPreviousQueries = _planted(EsmcAttention, "q_proj")
 MusePreviousKeys = _planted(MuseSparkTextAttention, "k_proj")
 FormulaNetPreviousQueries = _planted(PPFormulaNetAttention, "q_proj")
+SapiensPreviousKeys = _planted(Sapiens2Attention, "k_proj")
 
 
 def _rope(rows: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,6 +69,7 @@ def test_the_planted_mistakes_are_real():
         MLCDVisionConfig,
         MuseSparkTextConfig,
         PPFormulaNetTextConfig,
+        Sapiens2Config,
         VJEPA2Config,
     )
 
@@ -83,6 +87,8 @@ def test_the_planted_mistakes_are_real():
          {"position_embeddings": (cos[None], sin[None])}),
         (PPFormulaNetAttention, FormulaNetPreviousQueries, (64, 4, 0.0, False, True, False, PPFormulaNetTextConfig()),
          {}),
+        (Sapiens2Attention, SapiensPreviousKeys, (Sapiens2Config(**heads), 0),
+         {"position_embeddings": (cos[1:], sin[1:])}),  # QK-norm, then RoPE on 7 patches after a class token
     ]
     for library, planted, args, kwargs in cases:
         torch.manual_seed(0)
@@ -139,6 +145,7 @@ def test_a_towers_own_head_count_is_filled_with_num_heads():
 @pytest.mark.slow
 @pytest.mark.parametrize(("model", "declared"), [
     ("dinov3_vit", ("rotary", "queries")),  # 2-D RoPE on the patches, the class token unrotated
+    ("sapiens2", ("rotary", "queries")),  # the same after a QK-norm, its register tokens unrotated too
     ("mlcd", ("rotary", "queries")),
     ("vjepa2", ("rotary", "queries")),  # 3-D, cos and sin of two frequencies on one pair
     ("esmc", ("qk_norm", "queries")),  # a LayerNorm over the whole projection, then RoPE
@@ -156,7 +163,8 @@ def test_the_library_class_gives_no_error_finding(model, declared):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("planted", [DinoPreviousQueries, MlcdPreviousKeys, VjepaPreviousQueries,
-                                     EsmcPreviousQueries, MusePreviousKeys, FormulaNetPreviousQueries])
+                                     EsmcPreviousQueries, MusePreviousKeys, FormulaNetPreviousQueries,
+                                     SapiensPreviousKeys])
 def test_a_mistake_planted_in_a_subclass_is_still_found(planted):
     """A projection of the previous token: the queries (or, the keys wrong, the rotation they no
     longer share) do not match the reference's projection of the same token."""

@@ -35,3 +35,7 @@ def split_values(products: int) -> str:
     """Why the values and context of weights multiplied with several values tensors are not a head's."""
     return (f"the same weights multiplied with {products} different values tensors, their contexts combined "
             f"afterwards (a split V), so no single one is a head's values or context")
+
+
+TOKEN_MIXED = ("convolved over the tokens after its projection (a short convolution: Inkling 2's sconv, ZAYA's CCA), "
+               "so each row mixes its token's projection with its neighbours' and none is x @ W of its own token")

@@ -112,6 +112,8 @@ def _scores(rec: Recording, name: str, operands: list[torch.Tensor], letters: li
             head.prescale[stage] = tag.factor
         head.found[stage] = arranged(operand, letters[i], batch + letter)
         head.sources[stage] = rec.role(tag)
+        if tag.mixed:
+            head.mixed.add(stage)
     head.found["scores"] = arranged(out, out_letters, out_letters)
     if name == "baddbmm":  # added + q @ k.T: the softmax input; the plain product never existed
         head.found["scaled_scores"] = out
@@ -149,6 +151,8 @@ def _context(rec: Recording, operands: list[torch.Tensor], letters: list[str], o
         head.found["weights_applied"] = applied
     head.found["values"] = arranged(operands[v], letters[v], batch + key + value_dims)
     head.sources["values"] = rec.role(tags[v])
+    if tags[v].mixed:
+        head.mixed.add("values")
     head.found["context"] = arranged(out, out_letters, batch + query + value_dims)
     head.output = out
     head.value_products = 1

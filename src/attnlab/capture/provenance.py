@@ -65,6 +65,7 @@ class Head:
     terms: bool = False  # a term the module computes itself (relative-position logits, a bias) added before the softmax
     selects: tuple[int, int] | None = None  # a top-k of its scores was taken: (k, candidates) (attnlab.capture.selection)
     selected: torch.Tensor | None = None  # which candidates each row kept, (..., query, candidates)
+    mixed: set[str] = field(default_factory=set)  # its queries, keys or values convolved over the tokens (`token_mixing`)
 
 
 class Recording:
@@ -160,6 +161,9 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
     source, tag = min(tagged, key=lambda pair: _PRIORITY.index(pair[1].kind))
     if name in JOIN and _sinks(rec, args, kwargs, tagged, tag, out):
         return
+    # (by the parameters' own roles: a fused projection's columns are followed through the join as they are)
+    if name in JOIN and tag.kind == "proj" and len({t.role for _, t in tagged if t.kind == "proj" and t.role}) > 1:
+        tag = Tag("proj", mixed=tag.mixed)  # query and key projections side by side (ZAYA's): no one projection's
     if name in MUL and _gate(rec, tagged, out):
         return
     if tag.kind in LOGITS and name not in SHAPE_OPS:
@@ -172,7 +176,7 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
     for i, tensor in enumerate(outputs):
         new = tag
         if tag.factor != 1.0 and not shape_op:  # the factor survives only ops that commute with it
-            new = Tag(tag.kind, tag.role, head=tag.head)
+            new = Tag(tag.kind, tag.role, head=tag.head, mixed=tag.mixed)
         elif tag.factor != 1.0:
             new = new._replace(base=bases[i] if bases else None)
         if tag.columns is not None:
@@ -180,6 +184,23 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
         if tag.items is not None:
             new = new._replace(items=items[i] if items else None)
         rec.set_tag(tensor, new)
+
+
+_CONVOLUTIONS = ("conv1d", "conv2d", "conv3d")
+
+
+def token_mixing(rec: Recording, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+    """A projection convolved over its tokens by a kernel wider than one (Inkling 2's short causal
+    convolution of its keys and values): still that projection, but each row a mix of its neighbours',
+    so no row is x @ W of its own token; the tag says so, and its stage is named, not compared."""
+    if name not in _CONVOLUTIONS or not args or not isinstance(out, torch.Tensor):
+        return
+    given, weight = rec.tag(args[0]), kwargs.get("weight", args[1] if len(args) > 1 else None)
+    if given is None or given.kind != "proj" or not isinstance(weight, torch.Tensor) or math.prod(weight.shape[2:]) < 2:
+        return
+    tag = rec.tag(out)
+    if tag is not None and tag.kind == "proj":
+        rec.set_tag(out, tag._replace(mixed=True))
 
 
 def _context_terms(rec: Recording, tagged: list[tuple[torch.Tensor, Tag]], out: Any) -> bool:

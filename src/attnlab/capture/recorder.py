@@ -169,4 +169,5 @@ class _Recorder(TorchFunctionMode):
         elif not (provenance.scaling(rec, name, args, kwargs, out)
                   or softmax_calls.manual_softmax(rec, name, args, kwargs, out)):
             provenance.propagate(rec, func, name, args, kwargs, out)
+            provenance.token_mixing(rec, name, args, kwargs, out)
         return out

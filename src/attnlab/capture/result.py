@@ -165,6 +165,7 @@ def _head_stages(heads: list[Head], batch: int) -> tuple[dict[str, torch.Tensor]
         native[stage] = tuple(tensors[0].shape) if len(tensors) == 1 else tuple(found[stage].shape)
     why = placement.sub_heads(len(applied), len(heads)) if combined else ""
     unplaced = {stage: why for stage in found if combined and stage not in _APPLIED}
+    unplaced.update({stage: placement.TOKEN_MIXED for stage in found if any(stage in h.mixed for h in heads)})
     split = max((h.value_products for h in heads), default=0)
     if split > 1:
         unplaced.update({stage: placement.split_values(split) for stage in _APPLIED if stage in found})

@@ -30,3 +30,4 @@ class Tag(NamedTuple):
     items: torch.Tensor | None = None  # "input": the batch item of each element (same shape)
     item: int | None = None  # "proj": the one batch item it was projected from, when one (a loop over the batch)
     terms: bool = False  # "derived": a term the module computes from its inputs or weights was added to the scores
+    mixed: bool = False  # "proj": convolved over the tokens since the projection, each row a mix of its neighbours'

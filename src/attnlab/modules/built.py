@@ -122,11 +122,15 @@ class HuggingFaceCall(CallConvention):
         if hf_inputs.packed(module):  # a vision tower's: packed rows, each batch item a sequence of cu_seqlens
             return self.unpack(hf_inputs.packed_forward(module, x), x)
         if hf_grid.spatial(module):  # SAM's, ViTDet's: (b, H, W, d) on the tokens' grid, read back as (b, T, ·)
-            args, kwargs = self.arguments(module, x)
-            grid_x = hf_grid.laid_out(module, x)
-            args = tuple(grid_x if a is x else a for a in args)
-            kwargs = {k: grid_x if v is x else v for k, v in kwargs.items()}
-            return self.unpack(hf_grid.read_back(module(*args, **kwargs), x), x)
+            def on_grid() -> Any:
+                args, kwargs = self.arguments(module, x)
+                grid_x = hf_grid.laid_out(module, x)
+                args = tuple(grid_x if a is x else a for a in args)
+                kwargs = {k: grid_x if v is x else v for k, v in kwargs.items()}
+                return hf_grid.read_back(module(*args, **kwargs), x)
+
+            # else its model's call (SAM 3's 2-D rotary, made by its layer for its window's positions)
+            return self.unpack(hf_record.fed(module, x, on_grid), x)
         if hf_grid.sequence_first(module):  # (T, b, d) as its model permutes it, the output turned back
             args, kwargs = self.arguments(module, x.transpose(0, 1))
             return self.unpack(_batch_first(module(*args, **kwargs)), x)

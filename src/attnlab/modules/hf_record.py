@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from attnlab.errors import TokensNeeded, UserError
-from attnlab.modules import hf_extras, hf_inputs, hf_small
+from attnlab.modules import hf_extras, hf_grid, hf_inputs, hf_small
 from attnlab.modules.arguments import forward_parameters, providable, required
 from attnlab.modules.families import spellings
 from attnlab.modules.hf_lineage import missing_packages
@@ -62,17 +62,21 @@ class Call:
     kwargs: dict[str, Any]
     hidden: torch.Tensor
     turn: tuple[int, ...] | None = None  # the model's layout of x's axes, where not (b, T, d): hidden = x.permute(turn)
+    grid: bool = False  # the model's hidden states are x's tokens on a grid, (b, H, W, d): hidden = x.reshape(...)
 
     def on(self, x: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The call with attnlab's hidden states in place of the model's, wherever the model passed them
         (CPM-Ant's hidden_q and hidden_kv are the one tensor), laid out as the model lays them out."""
         given = x.permute(self.turn) if self.turn is not None else x
+        given = given.reshape(self.hidden.shape) if self.grid else given
         return (tuple(given if a is self.hidden else a for a in self.args),
                 {k: given if v is self.hidden else v for k, v in self.kwargs.items()})
 
     def back(self, value: Any, x: torch.Tensor) -> Any:
         """The module's output in its model's layout (a tensor, or those of a tuple or mapping whose
         batch and token axes are where the call's hidden states had them) turned back to x's (b, T, ·)."""
+        if self.grid:
+            return hf_grid.read_back(value, x)
         if self.turn is None:
             return value
         inverse = tuple(self.turn.index(axis) for axis in range(len(self.turn)))
@@ -266,9 +270,11 @@ def _sized_call(model: nn.Module, target: nn.Module, x: torch.Tensor) -> tuple[C
     size makes the attention see x's tokens."""
     problem = "its forward takes no input attnlab can make (token ids, embeddings, pixels, audio)"
     for make, size in _forms(model, x):
-        call, problem = _sized(model, target, x, make, size)
+        call, why = _sized(model, target, x, make, size)
         if call is not None:
             return call, ""
+        if why.startswith(_TOO_FEW) or not problem.startswith(_TOO_FEW):  # a count it runs at is kept: the run's to take
+            problem = why
     return None, problem
 
 
@@ -294,6 +300,11 @@ def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size
             return None, "it never called its attention"
         if tuple(call.hidden.shape[:-1]) == tuple(x.shape[:-1]):
             return call, ""
+        if _on_grid(call.hidden, x) and math.prod(call.hidden.shape[1:-1]) == tokens:  # SAM 3's (b, H, W, d) windows
+            call.grid = True
+            return call, ""
+        if call.hidden.dim() == x.dim() + 1 and call.hidden.shape[0] != x.shape[0]:
+            return None, f"its model folds windows of its grid into the batch, {tuple(call.hidden.shape)}"
         if call.hidden.dim() == 3 and call.hidden.shape[1] == x.shape[-1] != call.hidden.shape[-1]:
             # its projections act on the channels axis (SqueezeBERT's 1x1 convolutions), not the last: none is captured
             return None, f"its model passes {type(target).__name__} its hidden states channels first, " \
@@ -305,7 +316,8 @@ def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size
                              f"x's {tuple(x.shape)} in an order these sizes do not tell; run with another inputs.n_tokens"
             call.turn = turn
             return call, ""
-        seen[size] = call.hidden.shape[-2] if call.hidden.dim() >= 2 else call.hidden.shape[0]
+        seen[size] = math.prod(call.hidden.shape[1:-1]) if _on_grid(call.hidden, x) else \
+            call.hidden.shape[-2] if call.hidden.dim() >= 2 else call.hidden.shape[0]
         if len(set(seen.values())) < len(seen):
             break  # the size does not change the tokens
         size = max(1, _next_size(seen, size, tokens))
@@ -315,6 +327,12 @@ def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size
         return None, failed
     return None, f"{_TOO_FEW} {min(seen.values())} tokens from its smallest input; run with inputs.n_tokens=" \
                  f"{min(seen.values())}"
+
+
+def _on_grid(hidden: torch.Tensor, x: torch.Tensor) -> bool:
+    """The model's hidden states are x's batch of (H, W) grids of tokens as wide as x's: a forward that reads
+    its input as (b, H, W, d) (`hf_grid.axes`), whose tokens are H * W."""
+    return x.dim() == 3 and hidden.dim() == 4 and (hidden.shape[0], hidden.shape[-1]) == (x.shape[0], x.shape[-1])
 
 
 def _turn(given: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...] | None:

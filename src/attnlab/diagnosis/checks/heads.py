@@ -224,7 +224,8 @@ def _merge_and_projection(ctx: Context, found: Found) -> list[Finding]:
     if theirs and not ours and (scrambled(out) or _close(out, merged, tol)):
         how = " (merged without the transpose, too)" if scrambled(out) else ""
         return [OUT_PROJ("output", "missing", how=how)]
-    if theirs and ours and (ours[0].dim() != 3 or ours[0].shape[-1] != h * hd):
+    # the merged context as its rows, in any layout of them (SAM 3's (b, H, W, d_out) grid): merged, whatever its rank
+    if theirs and ours and (ours[0].numel() != b * n * h * hd or ours[0].shape[-1] != h * hd):
         return [OUT_PROJ("output", "per_head", shape=tuple(ours[0].shape))]
     if differs and theirs and len(ours) > len(theirs):
         return [OUT_PROJ("output", "repeated", times=len(ours), theirs=len(theirs), s="s" if len(theirs) > 1 else "")]

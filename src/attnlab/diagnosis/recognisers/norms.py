@@ -10,6 +10,7 @@ import torch
 
 from attnlab.diagnosis.recognisers.recogniser import UNIT_RMS
 from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation
+from attnlab.diagnosis.recognisers.token_maps import TokenMaps, fit_token_maps, maps_fit
 
 
 class Norm(NamedTuple):
@@ -78,6 +79,23 @@ def rotation_maybe_normed(mine: torch.Tensor, ref: torch.Tensor, tol: float) -> 
     return turn
 
 
+def token_maps_maybe_normed(queries: tuple[torch.Tensor, torch.Tensor], keys: tuple[torch.Tensor, torch.Tensor],
+                            tol: float, keys_tol: float) -> TokenMaps | None:
+    """`fit_token_maps` of the queries that the keys fit too, of the reference's own or both normalised
+    alike first (QK-norm, then a 2-D RoPE over patches with its class token unrotated, Sapiens 2's): the
+    norm's eps read per side as `rotation_maybe_normed` does; `normed` is not kept, the QK-norm check says it."""
+    maps = fit_token_maps(*queries, tol)
+    if maps is not None:
+        return maps if maps_fit(maps, *keys, keys_tol) else None
+    for norm in norms(queries[1]):
+        (q_normed, q_small), (k_normed, k_small) = (rms_normed(ref, norm_eps(mine, ref, norm), norm)
+                                                    for mine, ref in (queries, keys))
+        maps = fit_token_maps(queries[0], q_normed, UNIT_RMS + tol / q_small)
+        if maps is not None and maps_fit(maps, keys[0], k_normed, UNIT_RMS + keys_tol / k_small):
+            return maps
+    return None
+
+
 def unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float, norm: Norm = PER_HEAD) -> bool:
     """`mine` is `ref` normalised per vector over the norm's span to root-mean-square 1 (then
     perhaps rotated by position: RoPE after QK-norm)."""
@@ -88,4 +106,5 @@ def unit_rms_of(mine: torch.Tensor, ref: torch.Tensor, tol: float, norm: Norm = 
     tol = UNIT_RMS + tol / smallest
     if bool((normed - mine.double()).abs().max() <= tol):
         return True
-    return fit_rotation(mine, normed, tol) is not None  # or then RoPE
+    # or then RoPE, by the token's index or per token over patches (a 2-D RoPE, a class token left as it is)
+    return fit_rotation(mine, normed, tol) is not None or fit_token_maps(mine, normed, tol) is not None

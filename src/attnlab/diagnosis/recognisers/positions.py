@@ -16,11 +16,12 @@ from attnlab.diagnosis.recognisers.norms import (
     WHOLE_WIDTH_LAYER,
     norms,
     rotation_maybe_normed,
+    token_maps_maybe_normed,
     unit_rms_of,
 )
 from attnlab.diagnosis.recognisers.recogniser import recogniser
 from attnlab.diagnosis.recognisers.rotation import Rotation, fit_rotation, reversed_turn, turned
-from attnlab.diagnosis.recognisers.token_maps import fit_token_maps, mapped, maps_fit
+from attnlab.diagnosis.recognisers.token_maps import mapped
 from attnlab.record import Finding
 
 _SAME_SCALE = 1e-3  # queries' and keys' scales apart by more: not one attention factor on cos and sin
@@ -114,11 +115,11 @@ def rotary(p: Pair) -> list[Finding]:
 def _by_token(p: Pair, queries: tuple[torch.Tensor, torch.Tensor], keys: tuple[torch.Tensor, torch.Tensor],
               changed: dict[str, bool]) -> list[Finding]:
     """Queries and keys mapped per token by the same matrices, angles not linear in the index (2-D
-    RoPE over patches, a class token unrotated); values changed too are left to the checks."""
+    RoPE over patches, a class token unrotated), perhaps after a QK-norm; values changed too are left to the checks."""
     if changed.get("values") or not (changed["queries"] and changed["keys"]):
         return []
-    maps = fit_token_maps(*queries, 4 * p.tolerance("queries"))
-    if maps is None or not maps_fit(maps, *keys, 4 * p.tolerance("keys")):
+    maps = token_maps_maybe_normed(queries, keys, 4 * p.tolerance("queries"), 4 * p.tolerance("keys"))
+    if maps is None:
         return []
     return [ROTARY("queries", "tokens", what=mapped(maps))]
 

@@ -178,5 +178,38 @@ def test_the_scale_of_the_fills_is_the_least_squares_factor_over_the_weighted_en
     finite = [bool(torch.isfinite(scaled[i]).all()) for i in masking.blocks(scaled, masking.FILL_ROWS)]
     kept = (weights > 0) & torch.isfinite(scores) & torch.isfinite(scaled)
     s, t = scores.double()[kept], scaled.double()[kept]
-    assert masking._scale(scores, scaled, weights, finite) == pytest.approx(float((s * t).sum() / (s * s).sum()),
-                                                                            rel=1e-6)
+    scale, signed = masking._scale(scores, scaled, weights, finite)
+    assert scale == pytest.approx(float((s * t).sum() / (s * s).sum()), rel=1e-6)
+    assert signed == (odd == "none")  # the sign form throughout only where every block is finite, weights >= 0
+
+
+@pytest.mark.parametrize("case", ["fills", "underflow", "negative_weight", "bfloat16"])
+def test_the_fitted_scale_of_the_rewritten_softmax_input_is_scale_observed_s(case):
+    """scale_observed of a softmax input with_masks_as_neg_inf rewrote is read from the masking's
+    own fit where both fit the same entries (every entry of weight 0 a fill, all finite, weights
+    >= 0, float32): the least-squares factor in float64 over the finite entries, to 1e-6; elsewhere
+    (a score exp() underflows on is finite with weight 0; a negative weight; bfloat16) it is
+    measured, not read."""
+    from attnlab.diagnosis import masking
+    from attnlab.diagnosis.diagnostics import scale_observed
+
+    n = masking.FILL_ROWS + 5
+    scores = torch.randn(1, 3, n, n, generator=torch.Generator().manual_seed(8)) * 6  # (b, nh, T, T)
+    if case == "underflow":
+        scores[0, 2, 30, 1] = -1e5  # weight 0, and no fill: not -inf after the rewrite
+    scaled = (scores * 0.125).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), torch.finfo(torch.float32).min)
+    capture = _softmax_side(scaled, scores)
+    if case == "negative_weight":
+        capture.stages["weights"][0, 0, 7, 1] = -0.5
+    if case == "bfloat16":
+        capture = _softmax_side(scaled.bfloat16(), scores.bfloat16())
+    masked = masking.with_masks_as_neg_inf(capture).stages["scaled_scores"]
+    scores = capture.stages["scores"]
+    read = masking.fitted_scale(scores, masked)
+    assert (read is not None) == (case == "fills")
+    if read is not None:
+        assert scale_observed(scores, masked) == read
+    kept = torch.isfinite(masked) & torch.isfinite(scores)
+    s, t = scores.double()[kept], masked.double()[kept]
+    assert scale_observed(scores, masked) == pytest.approx(float((s * t).sum() / (s * s).sum()), rel=1e-6)
+    assert masking.fitted_scale(scores.clone(), masked) is None  # other scores: measured

@@ -47,13 +47,16 @@ def _nonnegative(weights: torch.Tensor) -> bool:
     return weights.numel() == 0 or float(weights.min()) >= 0
 
 
-def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor, finite_scaled: list[bool]) -> float:
-    """The factor c in scaled = c * scores over the entries with weight (no mask is there). Each
+def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor, finite_scaled: list[bool]
+           ) -> tuple[float, bool]:
+    """The factor c in scaled = c * scores over the entries with weight (no mask is there), and
+    whether every block took the sign path below (all finite, weights non-negative). Each
     block's temporaries in one scratch tensor each; a side whose block is finite throughout (one
     aminmax says so) needs no mask of its finite entries, and where both are (and the weights are
     non-negative, in one dtype) the scores are multiplied by sign(weights) instead: the same products
     but for a zero's sign, which no sum of them keeps. `finite_scaled`: _finite of each scaled block."""
     dot = norm = 0.0
+    signed = True
     kept_room = block_scratch(scores, torch.bool, FILL_ROWS)
     sides = [(block_scratch(t, torch.result_type(t, 0.0), FILL_ROWS), torch.zeros((), dtype=torch.result_type(t, 0.0)))
              for t in (scores, scaled)]
@@ -65,6 +68,7 @@ def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor, fi
             s = torch.sign(weights[i], out=room).mul_(scores[i]).reshape(-1)  # each score, 0 where no weight
             dot, norm = dot + float(torch.dot(s, scaled[i].reshape(-1))), norm + float(torch.dot(s, s))
             continue
+        signed = False
         kept = torch.gt(weights[i], 0, out=fitted(kept_room, weights[i]))
         for t, ok in zip((scaled[i], scores[i]), finite):
             if not ok:  # a NaN or an inf
@@ -72,28 +76,29 @@ def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor, fi
         s, t = (torch.where(kept, side[i], zero, out=fitted(room, side[i])).reshape(-1)
                 for side, (room, zero) in zip((scores, scaled), sides))
         dot, norm = dot + float(torch.dot(s, t)), norm + float(torch.dot(s, s))  # float64 across blocks
-    return dot / norm if norm > 0 else math.nan
+    return dot / norm if norm > 0 else math.nan, signed
 
 
 def masked_fills(scaled: torch.Tensor, weights: torch.Tensor, scores: torch.Tensor, scale: float,
-                 rooms: tuple[torch.Tensor, ...], finite: bool, far_below: float = math.nan) -> torch.Tensor:
+                 rooms: tuple[torch.Tensor, ...], finite: bool, far_below: float = math.nan
+                 ) -> tuple[torch.Tensor, bool]:
     """Where a block of the softmax input holds a finite mask fill: its weight exactly 0 and its
     value not `scale` x its unmasked score (a score too small for exp() to reach is). `rooms`: the
     temporaries' block_scratch (`fill_rooms`); the answer is in one of them, valid until the next
     call. `finite`: whether `scaled` holds no NaN or inf (_finite); `far_below`: a bound every
     entry of weight 0 at or below which is a fill whatever rounding does (FAR x |scale| x max |scores|):
-    where all of them are, they are the answer without the comparison."""
+    where all of them are, they are the answer without the comparison (and the bool says so)."""
     unweighted = fitted(rooms[3], scores).copy_(weights).logical_not_()  # weights == 0, in a cast ~4x faster
     if finite and math.isfinite(far_below) and rooms[1].dtype == scaled.dtype:
         none = torch.full((), -math.inf, dtype=scaled.dtype)
         lowest = torch.where(unweighted, scaled, none, out=fitted(rooms[1], scores)).amax()
         if float(lowest) <= far_below:  # the largest entry of weight 0 (-inf when none is)
-            return unweighted
+            return unweighted, True
     own = torch.mul(scores, scale, out=fitted(rooms[0], scores))  # each entry without a mask
     gap = torch.sub(scaled, own, out=fitted(rooms[1], scores)).abs_()
     far = torch.gt(gap, own.abs_().mul_(1e-3).add_(1e-6), out=fitted(rooms[2], scores))  # own's magnitude, in place
     far.logical_and_(unweighted)
-    return far if finite else far.logical_and_(torch.isfinite(scaled))  # NaN is not finite
+    return far if finite else far.logical_and_(torch.isfinite(scaled)), False  # NaN is not finite
 
 
 def fill_rooms(scaled: torch.Tensor, scores: torch.Tensor, scale: float) -> tuple[torch.Tensor, ...]:
@@ -130,15 +135,17 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
         return capture  # no finite entry with weight 0 (a NaN or +inf one takes the long way): any mask is -inf
     index = list(blocks(scaled, FILL_ROWS))
     finite = [_finite(scaled[i]) for i in index]
-    scale = _scale(scores, scaled, weights, finite)
+    scale, signed = _scale(scores, scaled, weights, finite)
     if not math.isfinite(scale):
         return capture
     rooms = fill_rooms(scaled, scores, scale)
     far_below = -FAR * (abs(scale) * max_abs(scores) + 1e-6)  # nan where a score is: then compared entry by entry
     masked = None  # (b, nh, T, T): the fills rewritten, the capture's own tensor untouched; made at the first fill
     tally = _Tally(scaled.shape[-2], FILL_ROWS) if all(finite) and scaled.dim() >= 2 else None  # its -inf: the fills alone
+    every_weightless = True  # each block's entries of weight 0 all fills
     for k, i in enumerate(index):  # one pass writes each block: its fills at -inf, else itself
-        hidden = masked_fills(scaled[i], weights[i], scores[i], scale, rooms, finite[k], far_below)
+        hidden, weightless = masked_fills(scaled[i], weights[i], scores[i], scale, rooms, finite[k], far_below)
+        every_weightless = every_weightless and weightless
         n_fills = int(hidden.count_nonzero()) if tally is not None else int(hidden.numel() > 0 and bool(hidden.max()))
         if tally is not None:  # each fill's weight is 0 (masked_fills), and nothing else is NaN or inf
             tally.add(hidden, n_fills, 0, True)
@@ -155,6 +162,10 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
     if tally is not None:
         _KNOWN[id(masked)] = tally.neg_inf(True)
         weakref.finalize(masked, _KNOWN.pop, id(masked), None)
+    if signed and every_weightless and scaled.dtype in (torch.float32, torch.float64):  # not a coarser dot's sums
+        # the entries finite in both are those with weight: scale_observed's fit is _scale's
+        _FITTED[id(masked)] = (weakref.ref(scores), scale)
+        weakref.finalize(masked, _FITTED.pop, id(masked), None)
     return replace(capture, stages={**capture.stages, "scaled_scores": masked})
 
 
@@ -169,6 +180,16 @@ class NegInf:
 
 
 _KNOWN: dict[int, NegInf] = {}  # a softmax input with_masks_as_neg_inf wrote, by id while it lives: its NegInf
+_FITTED: dict[int, tuple[weakref.ref[torch.Tensor], float]] = {}  # the same, where its fit is known: its scores, the factor
+
+
+def fitted_scale(scores: torch.Tensor, scaled: torch.Tensor) -> float | None:
+    """The least-squares c in scaled ~ c * scores over the entries finite in both, when
+    with_masks_as_neg_inf wrote `scaled` from these scores and fitted it on the same entries (its
+    -inf are exactly the entries of weight 0, everything else finite): the same sums in other blocks,
+    equal to the last bits (benchmarks/README.md, the fused statistics)."""
+    known = _FITTED.get(id(scaled))
+    return known[1] if known is not None and known[0]() is scores else None
 
 
 class _Tally:

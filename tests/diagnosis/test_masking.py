@@ -213,3 +213,14 @@ def test_the_fitted_scale_of_the_rewritten_softmax_input_is_scale_observed_s(cas
     s, t = scores.double()[kept], masked.double()[kept]
     assert scale_observed(scores, masked) == pytest.approx(float((s * t).sum() / (s * s).sum()), rel=1e-6)
     assert masking.fitted_scale(scores.clone(), masked) is None  # other scores: measured
+
+
+def test_the_far_below_bound_rounded_down_is_the_largest_value_at_or_below_it():
+    """masked_fills' quick test compares the block with its far-below bound in the block's dtype: the
+    bound rounded down, so that x <= it exactly when x <= the float64 bound, against nextafter in numpy."""
+    from attnlab.diagnosis.masking import _rounded_down
+
+    for bound in [-3.4e38 * 0.999, -1e9 - 0.3, -1e4 - 1e-3, -4.000001, -123456.789]:
+        for dtype, np_type in ((torch.float32, np.float32), (torch.float64, np.float64)):
+            at = float(_rounded_down(bound, dtype))
+            assert at <= bound < float(np.nextafter(np_type(at), np_type(np.inf)))

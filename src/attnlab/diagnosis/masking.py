@@ -90,6 +90,10 @@ def masked_fills(scaled: torch.Tensor, weights: torch.Tensor, scores: torch.Tens
     where all of them are, they are the answer without the comparison (and the bool says so)."""
     unweighted = fitted(rooms[3], scores).copy_(weights).logical_not_()  # weights == 0, in a cast ~4x faster
     if finite and math.isfinite(far_below) and rooms[1].dtype == scaled.dtype:
+        if scaled.dtype in (torch.float32, torch.float64):  # the usual block: weight 0 exactly where far below
+            below = torch.le(scaled, _rounded_down(far_below, scaled.dtype), out=fitted(rooms[2], scores))
+            if _same_bools(below, unweighted):  # a compare and a memcmp instead of a where() and its max
+                return unweighted, True
         none = torch.full((), -math.inf, dtype=scaled.dtype)
         lowest = torch.where(unweighted, scaled, none, out=fitted(rooms[1], scores)).amax()
         if float(lowest) <= far_below:  # the largest entry of weight 0 (-inf when none is)
@@ -99,6 +103,12 @@ def masked_fills(scaled: torch.Tensor, weights: torch.Tensor, scores: torch.Tens
     far = torch.gt(gap, own.abs_().mul_(1e-3).add_(1e-6), out=fitted(rooms[2], scores))  # own's magnitude, in place
     far.logical_and_(unweighted)
     return far if finite else far.logical_and_(torch.isfinite(scaled)), False  # NaN is not finite
+
+
+def _rounded_down(bound: float, dtype: torch.dtype) -> torch.Tensor:
+    """The largest `dtype` value at or below `bound`: an entry x of that dtype is <= it exactly when x <= bound."""
+    at = torch.tensor(bound, dtype=torch.float64).to(dtype)
+    return at if float(at) <= bound else torch.nextafter(at, torch.tensor(-math.inf, dtype=dtype))
 
 
 def fill_rooms(scaled: torch.Tensor, scores: torch.Tensor, scale: float) -> tuple[torch.Tensor, ...]:

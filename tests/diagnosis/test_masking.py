@@ -6,6 +6,7 @@ Each fill is a copy of a built-in plugin, written here, with its `-torch.inf` re
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -175,12 +176,13 @@ def test_the_scale_of_the_fills_is_the_least_squares_factor_over_the_weighted_en
         scaled[0, 1, 5, 0] = float("nan")
     if odd == "negative_weight":
         weights[0, 0, 7, 1] = -0.5
-    finite = [bool(torch.isfinite(scaled[i]).all()) for i in masking.blocks(scaled, masking.FILL_ROWS)]
     kept = (weights > 0) & torch.isfinite(scores) & torch.isfinite(scaled)
     s, t = scores.double()[kept], scaled.double()[kept]
-    scale, signed = masking._scale(scores, scaled, weights, finite)
-    assert scale == pytest.approx(float((s * t).sum() / (s * s).sum()), rel=1e-6)
-    assert signed == (odd == "none")  # the sign form throughout only where every block is finite, weights >= 0
+    fit = masking._scale(scores, scaled, weights)
+    assert fit.scale == pytest.approx(float((s * t).sum() / (s * s).sum()), rel=1e-6)
+    assert fit.signed == (odd == "none")  # the sign form throughout only where every block is finite, weights >= 0
+    assert fit.finite == [bool(torch.isfinite(scaled[i]).all()) for i in masking.blocks(scaled, masking.FILL_ROWS)]
+    assert fit.scores_peak == float(scores.abs().max())  # read off the same pass: exactly max |scores|
 
 
 @pytest.mark.parametrize("case", ["fills", "underflow", "negative_weight", "bfloat16"])
@@ -224,3 +226,45 @@ def test_the_far_below_bound_rounded_down_is_the_largest_value_at_or_below_it():
         for dtype, np_type in ((torch.float32, np.float32), (torch.float64, np.float64)):
             at = float(_rounded_down(bound, dtype))
             assert at <= bound < float(np.nextafter(np_type(at), np_type(np.inf)))
+
+
+def test_a_rewritten_softmax_input_reuses_the_memory_of_one_nothing_holds_any_more():
+    """Every layer rewrites a softmax input of one size: the next one is written in the previous
+    one's memory only once no tensor or slice of it is left (the values it holds stay as written)."""
+    from attnlab.diagnosis import masking
+
+    n = 40
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+
+    def rewritten(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = torch.randn(1, 2, n, n, generator=torch.Generator().manual_seed(seed))  # (b, nh, T, T)
+        scaled = (scores * 0.5).masked_fill(~causal, torch.finfo(torch.float32).min)
+        masked = masking.with_masks_as_neg_inf(_softmax_side(scaled, scores)).stages["scaled_scores"]
+        return masked, (scores * 0.5).masked_fill(~causal, -torch.inf)  # plain torch's
+
+    first, expected_first = rewritten(1)
+    kept = first[0, 1]  # a slice holds the memory
+    address = first.data_ptr()
+    del first
+    second, expected_second = rewritten(2)
+    assert second.data_ptr() != address and torch.equal(kept, expected_first[0, 1])
+    address = second.data_ptr()
+    del second
+    third, expected_third = rewritten(3)
+    assert third.data_ptr() == address and torch.equal(third, expected_third)
+
+
+def test_the_peaks_read_off_the_masking_pass_are_plain_torchs():
+    """max |scores| read off the masking's fit and the rewritten input's inf are remembered, not
+    measured again: peaks() gives plain torch's values (finite: over the entries not at -inf)."""
+    from attnlab.diagnosis import masking, stage_blocks
+
+    n = masking.FILL_ROWS + 9
+    scores = torch.randn(1, 2, n, n, generator=torch.Generator().manual_seed(4)) * 3  # (b, nh, T, T)
+    scaled = (scores * 0.125).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), torch.finfo(torch.float32).min)
+    capture = masking.with_masks_as_neg_inf(_softmax_side(scaled, scores))
+    masked = capture.stages["scaled_scores"]
+    assert {id(scores), id(masked)} <= stage_blocks._KNOWN_MAX_ABS.keys()
+    found = stage_blocks.peaks(capture)
+    assert found.peak["scores"] == float(scores.abs().max()) and found.peak["scaled_scores"] == math.inf
+    assert found.finite["scaled_scores"] == float(masked[torch.isfinite(masked)].abs().max())

@@ -108,28 +108,29 @@ def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) ->
 
 def masked_fills(scaled: torch.Tensor, weights: torch.Tensor, scores: torch.Tensor, scale: float,
                  rooms: tuple[torch.Tensor, ...], finite: bool, far_below: float = math.nan
-                 ) -> tuple[torch.Tensor, bool]:
+                 ) -> tuple[torch.Tensor, bool, bool]:
     """Where a block of the softmax input holds a finite mask fill: its weight exactly 0 and its
     value not `scale` x its unmasked score (a score too small for exp() to reach is). `rooms`: the
     temporaries' block_scratch (`fill_rooms`); the answer is in one of them, valid until the next
     call. `finite`: whether `scaled` holds no NaN or inf (_finite); `far_below`: a bound every
     entry of weight 0 at or below which is a fill whatever rounding does (FAR x |scale| x max |scores|):
-    where all of them are, they are the answer without the comparison (and the bool says so)."""
+    where all of them are, they are the answer without the comparison (the first bool says so; the
+    second, that they are exactly the entries at or below far_below, rounded down into the block's dtype)."""
     unweighted = fitted(rooms[3], scores).copy_(weights).logical_not_()  # weights == 0, in a cast ~4x faster
     if finite and math.isfinite(far_below) and rooms[1].dtype == scaled.dtype:
         if scaled.dtype in (torch.float32, torch.float64):  # the usual block: weight 0 exactly where far below
             below = torch.le(scaled, _rounded_down(far_below, scaled.dtype), out=fitted(rooms[2], scores))
             if _same_bools(below, unweighted):  # a compare and a memcmp instead of a where() and its max
-                return unweighted, True
+                return unweighted, True, True
         none = torch.full((), -math.inf, dtype=scaled.dtype)
         lowest = torch.where(unweighted, scaled, none, out=fitted(rooms[1], scores)).amax()
         if float(lowest) <= far_below:  # the largest entry of weight 0 (-inf when none is)
-            return unweighted, True
+            return unweighted, True, False
     own = torch.mul(scores, scale, out=fitted(rooms[0], scores))  # each entry without a mask
     gap = torch.sub(scaled, own, out=fitted(rooms[1], scores)).abs_()
     far = torch.gt(gap, own.abs_().mul_(1e-3).add_(1e-6), out=fitted(rooms[2], scores))  # own's magnitude, in place
     far.logical_and_(unweighted)
-    return far if finite else far.logical_and_(torch.isfinite(scaled)), False  # NaN is not finite
+    return far if finite else far.logical_and_(torch.isfinite(scaled)), False, False  # NaN is not finite
 
 
 def _rounded_down(bound: float, dtype: torch.dtype) -> torch.Tensor:
@@ -183,7 +184,7 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
     tally = _Tally(scaled.shape[-2], FILL_ROWS) if all(finite) and scaled.dim() >= 2 else None  # its -inf: the fills alone
     every_weightless = True  # each block's entries of weight 0 all fills
     for k, i in enumerate(index):  # one pass writes each block: its fills at -inf, else itself
-        hidden, weightless = masked_fills(scaled[i], weights[i], scores[i], scale, rooms, finite[k], far_below)
+        hidden, weightless, below = masked_fills(scaled[i], weights[i], scores[i], scale, rooms, finite[k], far_below)
         every_weightless = every_weightless and weightless
         n_fills = int(hidden.count_nonzero()) if tally is not None else int(hidden.numel() > 0 and bool(hidden.max()))
         if tally is not None:  # each fill's weight is 0 (masked_fills), and nothing else is NaN or inf
@@ -192,7 +193,9 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
             masked = _room_like(scaled)
             for j in index[:k]:
                 masked[j].copy_(scaled[j])
-        if masked is not None and n_fills:
+        if masked is not None and below:  # the same entries at -inf, in a vectorised pass ~3x faster than where()
+            torch.threshold(scaled[i], float(_rounded_down(far_below, scaled.dtype)), -math.inf, out=masked[i])
+        elif masked is not None and n_fills:
             torch.where(hidden, neg_inf, scaled[i], out=masked[i])
         elif masked is not None:
             masked[i].copy_(scaled[i])

@@ -236,7 +236,8 @@ def plogp(block: torch.Tensor, lowest: float, room: torch.Tensor) -> torch.Tenso
     scalar one (the same values to float32's last bits; a weight below the smallest normal, whose
     own term is under 1e-36, is taken as that normal)."""
     if not lowest >= 0:
-        return torch.special.xlogy(block, block)
+        terms: torch.Tensor = torch.special.xlogy(block, block)
+        return terms
     return torch.clamp(block, min=torch.finfo(block.dtype).tiny, out=room).log_().mul_(block)
 
 

@@ -118,3 +118,31 @@ def test_diagnostics_at_4096_tokens():
     assert d["scale_observed"] == pytest.approx(1.0, rel=1e-5)
     assert d["weights_row_sum_max_err"] < 1e-3
     assert not math.isnan(d["batched_single_max_abs_diff"])
+
+
+@pytest.mark.parametrize("odd", ["none", "tiny", "negative", "nan"])
+def test_the_weights_entropy_in_one_pass_is_plain_torchs(odd):
+    """The weights' entropy (vectorised log where no weight is below 0, xlogy elsewhere) against
+    -sum(w log w) in float64 with 0 log 0 = 0, per head and averaged over rows, to 1e-6; a negative
+    weight or a NaN gives NaN as xlogy does."""
+    from attnlab.diagnosis.diagnostics import _weights_diagnostics
+
+    n = 300
+    scores = torch.randn(2, 3, n, n, generator=torch.Generator().manual_seed(3)) * 5  # (b, nh, T, T)
+    weights = torch.softmax(scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -torch.inf), dim=-1)
+    if odd == "tiny":
+        weights[1, 2, 200, 3] = 1e-40  # below float32's smallest normal
+    if odd == "negative":
+        weights[0, 1, 9, 2] = -0.25
+    if odd == "nan":
+        weights[1, 0, 4, 0] = float("nan")
+    flat, heads = _weights_diagnostics(weights)
+    w = weights.double()
+    plogp = torch.where(w == 0, torch.zeros((), dtype=torch.float64), w * torch.log(w))  # log of a negative: NaN
+    per_head = (-plogp.sum(-1)).mean(-1).mean(0)  # (nh,): each row's entropy, over rows, over the batch
+    if odd in ("negative", "nan"):
+        assert math.isnan(flat["weights_entropy_mean"]) and any(math.isnan(h) for h in heads["weights_entropy_mean"])
+        return
+    assert heads["weights_entropy_mean"] == pytest.approx(per_head.tolist(), rel=1e-6)
+    assert flat["weights_entropy_mean"] == pytest.approx(float(per_head.mean()), rel=1e-6)
+    assert flat["weights_entropy_norm_mean"] == pytest.approx(float(per_head.mean()) / math.log(n), rel=1e-6)

@@ -6,6 +6,7 @@ Each fill is a copy of a built-in plugin, written here, with its `-torch.inf` re
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -175,8 +176,95 @@ def test_the_scale_of_the_fills_is_the_least_squares_factor_over_the_weighted_en
         scaled[0, 1, 5, 0] = float("nan")
     if odd == "negative_weight":
         weights[0, 0, 7, 1] = -0.5
-    finite = [bool(torch.isfinite(scaled[i]).all()) for i in masking.blocks(scaled, masking.FILL_ROWS)]
     kept = (weights > 0) & torch.isfinite(scores) & torch.isfinite(scaled)
     s, t = scores.double()[kept], scaled.double()[kept]
-    assert masking._scale(scores, scaled, weights, finite) == pytest.approx(float((s * t).sum() / (s * s).sum()),
-                                                                            rel=1e-6)
+    fit = masking._scale(scores, scaled, weights)
+    assert fit.scale == pytest.approx(float((s * t).sum() / (s * s).sum()), rel=1e-6)
+    assert fit.signed == (odd == "none")  # the sign form throughout only where every block is finite, weights >= 0
+    assert fit.finite == [bool(torch.isfinite(scaled[i]).all()) for i in masking.blocks(scaled, masking.FILL_ROWS)]
+    assert fit.scores_peak == float(scores.abs().max())  # read off the same pass: exactly max |scores|
+
+
+@pytest.mark.parametrize("case", ["fills", "underflow", "negative_weight", "bfloat16"])
+def test_the_fitted_scale_of_the_rewritten_softmax_input_is_scale_observed_s(case):
+    """scale_observed of a softmax input with_masks_as_neg_inf rewrote is read from the masking's
+    own fit where both fit the same entries (every entry of weight 0 a fill, all finite, weights
+    >= 0, float32): the least-squares factor in float64 over the finite entries, to 1e-6; elsewhere
+    (a score exp() underflows on is finite with weight 0; a negative weight; bfloat16) it is
+    measured, not read."""
+    from attnlab.diagnosis import masking
+    from attnlab.diagnosis.diagnostics import scale_observed
+
+    n = masking.FILL_ROWS + 5
+    scores = torch.randn(1, 3, n, n, generator=torch.Generator().manual_seed(8)) * 6  # (b, nh, T, T)
+    if case == "underflow":
+        scores[0, 2, 30, 1] = -1e5  # weight 0, and no fill: not -inf after the rewrite
+    scaled = (scores * 0.125).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), torch.finfo(torch.float32).min)
+    capture = _softmax_side(scaled, scores)
+    if case == "negative_weight":
+        capture.stages["weights"][0, 0, 7, 1] = -0.5
+    if case == "bfloat16":
+        capture = _softmax_side(scaled.bfloat16(), scores.bfloat16())
+    masked = masking.with_masks_as_neg_inf(capture).stages["scaled_scores"]
+    scores = capture.stages["scores"]
+    read = masking.fitted_scale(scores, masked)
+    assert (read is not None) == (case == "fills")
+    if read is not None:
+        assert scale_observed(scores, masked) == read
+    kept = torch.isfinite(masked) & torch.isfinite(scores)
+    s, t = scores.double()[kept], masked.double()[kept]
+    assert scale_observed(scores, masked) == pytest.approx(float((s * t).sum() / (s * s).sum()), rel=1e-6)
+    assert masking.fitted_scale(scores.clone(), masked) is None  # other scores: measured
+
+
+def test_the_far_below_bound_rounded_down_is_the_largest_value_at_or_below_it():
+    """masked_fills' quick test compares the block with its far-below bound in the block's dtype: the
+    bound rounded down, so that x <= it exactly when x <= the float64 bound, against nextafter in numpy."""
+    from attnlab.diagnosis.masking import _rounded_down
+
+    for bound in [-3.4e38 * 0.999, -1e9 - 0.3, -1e4 - 1e-3, -4.000001, -123456.789]:
+        for dtype, np_type in ((torch.float32, np.float32), (torch.float64, np.float64)):
+            at = float(_rounded_down(bound, dtype))
+            assert at <= bound < float(np.nextafter(np_type(at), np_type(np.inf)))
+
+
+def test_a_rewritten_softmax_input_reuses_the_memory_of_one_nothing_holds_any_more():
+    """Every layer rewrites a softmax input of one size: the next one is written in the previous
+    one's memory only once no tensor or slice of it is left (the values it holds stay as written)."""
+    from attnlab.diagnosis import masking
+
+    n = 40
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+
+    def rewritten(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = torch.randn(1, 2, n, n, generator=torch.Generator().manual_seed(seed))  # (b, nh, T, T)
+        scaled = (scores * 0.5).masked_fill(~causal, torch.finfo(torch.float32).min)
+        masked = masking.with_masks_as_neg_inf(_softmax_side(scaled, scores)).stages["scaled_scores"]
+        return masked, (scores * 0.5).masked_fill(~causal, -torch.inf)  # plain torch's
+
+    first, expected_first = rewritten(1)
+    kept = first[0, 1]  # a slice holds the memory
+    address = first.data_ptr()
+    del first
+    second, expected_second = rewritten(2)
+    assert second.data_ptr() != address and torch.equal(kept, expected_first[0, 1])
+    address = second.data_ptr()
+    del second
+    third, expected_third = rewritten(3)
+    assert third.data_ptr() == address and torch.equal(third, expected_third)
+
+
+def test_the_peaks_read_off_the_masking_pass_are_plain_torchs():
+    """max |scores| read off the masking's fit and the rewritten input's inf are remembered, not
+    measured again: peaks() gives plain torch's values (finite: over the entries not at -inf)."""
+    from attnlab.diagnosis import masking, stage_blocks
+
+    n = masking.FILL_ROWS + 9
+    scores = torch.randn(1, 2, n, n, generator=torch.Generator().manual_seed(4)) * 3  # (b, nh, T, T)
+    scaled = (scores * 0.125).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), torch.finfo(torch.float32).min)
+    capture = masking.with_masks_as_neg_inf(_softmax_side(scaled, scores))
+    masked = capture.stages["scaled_scores"]
+    assert {id(scores), id(masked)} <= stage_blocks._KNOWN_MAX_ABS.keys()
+    found = stage_blocks.peaks(capture)
+    assert found.peak["scores"] == float(scores.abs().max()) and found.peak["scaled_scores"] == math.inf
+    assert found.finite["scaled_scores"] == float(masked[torch.isfinite(masked)].abs().max())

@@ -49,13 +49,13 @@ def test_an_even_spread_is_entropy_1_causal_or_not() -> None:
 
 def test_each_rows_entropy_and_keys_with_weight_as_numpy_sums_them_in_float64() -> None:
     """_row_entropy (einsum casting to float64 as it goes) against float64 copies multiplied and
-    summed, and the keys of positive weight counted."""
+    summed, and the keys of positive weight counted; the room it is given may hold anything (here NaN)."""
     from attnlab.model.head_patterns import _row_entropy
 
     rng = np.random.default_rng(0)
     w = np.tril(rng.random((300, 300))).astype(np.float32)
     w /= w.sum(axis=-1, keepdims=True)
-    entropy, support = _row_entropy(w)
+    entropy, support = _row_entropy(w, np.full(w.shape, np.nan, dtype=np.float32))
     logs = np.log(np.where(w > 0, w, 1.0).astype(np.float32)).astype(np.float64)
     np.testing.assert_allclose(entropy, -(w.astype(np.float64) * logs).sum(axis=-1), rtol=1e-12)
     np.testing.assert_array_equal(support, np.arange(1, 301))

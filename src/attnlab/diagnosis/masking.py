@@ -20,7 +20,16 @@ import torch
 
 from attnlab.capture.recorder import Capture
 from attnlab.capture.spill import releasing
-from attnlab.diagnosis.stage_blocks import BLOCK_ROWS, Peaks, block_scratch, blocks, fitted, max_abs, one_thread
+from attnlab.diagnosis.stage_blocks import (
+    BLOCK_ROWS,
+    Peaks,
+    block_scratch,
+    blocks,
+    fitted,
+    max_abs,
+    one_thread,
+    remember_max_abs,
+)
 
 FILL_ROWS = 256  # the fill passes' blocks: their ~8 temporaries stay in a core's cache (BLOCK_ROWS' do not)
 MASK_GAP = 1e3
@@ -37,9 +46,17 @@ def fill_masked(attn_scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return torch.isneginf(attn_scores) | (attn_scores < row_max - MASK_GAP)
 
 
+def _ends(t: torch.Tensor) -> tuple[float, float]:
+    """A block's (min, max), (0, 0) when empty: finite both when it holds no NaN or inf (one aminmax,
+    where isfinite() writes a mask ~10x slower)."""
+    if t.numel() == 0:
+        return 0.0, 0.0
+    lowest, highest = torch.aminmax(t)
+    return float(lowest), float(highest)
+
+
 def _finite(t: torch.Tensor) -> bool:
-    """Whether a block holds no NaN or inf: one aminmax, where isfinite() writes a mask ~10x slower."""
-    return t.numel() == 0 or all(math.isfinite(float(end)) for end in torch.aminmax(t))
+    return all(math.isfinite(end) for end in _ends(t))
 
 
 def _nonnegative(weights: torch.Tensor) -> bool:
@@ -47,24 +64,38 @@ def _nonnegative(weights: torch.Tensor) -> bool:
     return weights.numel() == 0 or float(weights.min()) >= 0
 
 
-def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor, finite_scaled: list[bool]) -> float:
-    """The factor c in scaled = c * scores over the entries with weight (no mask is there). Each
+@dataclass(frozen=True)
+class _Fit:
+    scale: float  # c in scaled = c * scores over the entries with weight
+    signed: bool  # every block took _scale's sign path (all finite, weights non-negative)
+    finite: list[bool]  # each scaled block free of NaN and inf
+    scores_peak: float  # max |scores| from its blocks' ends, NaN unless every block of it is finite
+
+
+def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor) -> _Fit:
+    """The factor c in scaled = c * scores over the entries with weight (no mask is there), read
+    in one pass over blocks of FILL_ROWS rows (each block's ends measured while it is in cache). Each
     block's temporaries in one scratch tensor each; a side whose block is finite throughout (one
     aminmax says so) needs no mask of its finite entries, and where both are (and the weights are
     non-negative, in one dtype) the scores are multiplied by sign(weights) instead: the same products
-    but for a zero's sign, which no sum of them keeps. `finite_scaled`: _finite of each scaled block."""
+    but for a zero's sign, which no sum of them keeps."""
     dot = norm = 0.0
+    signed, finite_scaled, peak = True, [], 0.0
     kept_room = block_scratch(scores, torch.bool, FILL_ROWS)
     sides = [(block_scratch(t, torch.result_type(t, 0.0), FILL_ROWS), torch.zeros((), dtype=torch.result_type(t, 0.0)))
              for t in (scores, scaled)]
     one_dtype = scores.dtype == scaled.dtype == weights.dtype and scores.is_floating_point()
-    for i, finite_block in zip(blocks(scores, FILL_ROWS), finite_scaled):
-        finite = [finite_block, _finite(scores[i])]
+    for i in blocks(scores, FILL_ROWS):
+        lowest, highest = _ends(scores[i])
+        finite = [_finite(scaled[i]), math.isfinite(lowest) and math.isfinite(highest)]
+        finite_scaled.append(finite[0])
+        peak = max(peak, -lowest, highest) if finite[1] else math.nan  # NaN stays (max() keeps a first NaN)
         if one_dtype and all(finite) and _nonnegative(weights[i]):
             room = fitted(sides[0][0], scores[i])
             s = torch.sign(weights[i], out=room).mul_(scores[i]).reshape(-1)  # each score, 0 where no weight
             dot, norm = dot + float(torch.dot(s, scaled[i].reshape(-1))), norm + float(torch.dot(s, s))
             continue
+        signed = False
         kept = torch.gt(weights[i], 0, out=fitted(kept_room, weights[i]))
         for t, ok in zip((scaled[i], scores[i]), finite):
             if not ok:  # a NaN or an inf
@@ -72,28 +103,40 @@ def _scale(scores: torch.Tensor, scaled: torch.Tensor, weights: torch.Tensor, fi
         s, t = (torch.where(kept, side[i], zero, out=fitted(room, side[i])).reshape(-1)
                 for side, (room, zero) in zip((scores, scaled), sides))
         dot, norm = dot + float(torch.dot(s, t)), norm + float(torch.dot(s, s))  # float64 across blocks
-    return dot / norm if norm > 0 else math.nan
+    return _Fit(dot / norm if norm > 0 else math.nan, signed, finite_scaled, peak)
 
 
 def masked_fills(scaled: torch.Tensor, weights: torch.Tensor, scores: torch.Tensor, scale: float,
-                 rooms: tuple[torch.Tensor, ...], finite: bool, far_below: float = math.nan) -> torch.Tensor:
+                 rooms: tuple[torch.Tensor, ...], finite: bool, far_below: float = math.nan
+                 ) -> tuple[torch.Tensor, bool, bool]:
     """Where a block of the softmax input holds a finite mask fill: its weight exactly 0 and its
     value not `scale` x its unmasked score (a score too small for exp() to reach is). `rooms`: the
     temporaries' block_scratch (`fill_rooms`); the answer is in one of them, valid until the next
     call. `finite`: whether `scaled` holds no NaN or inf (_finite); `far_below`: a bound every
     entry of weight 0 at or below which is a fill whatever rounding does (FAR x |scale| x max |scores|):
-    where all of them are, they are the answer without the comparison."""
+    where all of them are, they are the answer without the comparison (the first bool says so; the
+    second, that they are exactly the entries at or below far_below, rounded down into the block's dtype)."""
     unweighted = fitted(rooms[3], scores).copy_(weights).logical_not_()  # weights == 0, in a cast ~4x faster
     if finite and math.isfinite(far_below) and rooms[1].dtype == scaled.dtype:
+        if scaled.dtype in (torch.float32, torch.float64):  # the usual block: weight 0 exactly where far below
+            below = torch.le(scaled, _rounded_down(far_below, scaled.dtype), out=fitted(rooms[2], scores))
+            if _same_bools(below, unweighted):  # a compare and a memcmp instead of a where() and its max
+                return unweighted, True, True
         none = torch.full((), -math.inf, dtype=scaled.dtype)
         lowest = torch.where(unweighted, scaled, none, out=fitted(rooms[1], scores)).amax()
         if float(lowest) <= far_below:  # the largest entry of weight 0 (-inf when none is)
-            return unweighted
+            return unweighted, True, False
     own = torch.mul(scores, scale, out=fitted(rooms[0], scores))  # each entry without a mask
     gap = torch.sub(scaled, own, out=fitted(rooms[1], scores)).abs_()
     far = torch.gt(gap, own.abs_().mul_(1e-3).add_(1e-6), out=fitted(rooms[2], scores))  # own's magnitude, in place
     far.logical_and_(unweighted)
-    return far if finite else far.logical_and_(torch.isfinite(scaled))  # NaN is not finite
+    return far if finite else far.logical_and_(torch.isfinite(scaled)), False, False  # NaN is not finite
+
+
+def _rounded_down(bound: float, dtype: torch.dtype) -> torch.Tensor:
+    """The largest `dtype` value at or below `bound`: an entry x of that dtype is <= it exactly when x <= bound."""
+    at = torch.tensor(bound, dtype=torch.float64).to(dtype)
+    return at if float(at) <= bound else torch.nextafter(at, torch.tensor(-math.inf, dtype=dtype))
 
 
 def fill_rooms(scaled: torch.Tensor, scores: torch.Tensor, scale: float) -> tuple[torch.Tensor, ...]:
@@ -129,33 +172,65 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
            for i in blocks(scaled)):  # bool(): weight != 0
         return capture  # no finite entry with weight 0 (a NaN or +inf one takes the long way): any mask is -inf
     index = list(blocks(scaled, FILL_ROWS))
-    finite = [_finite(scaled[i]) for i in index]
-    scale = _scale(scores, scaled, weights, finite)
+    fit = _scale(scores, scaled, weights)
+    scale, signed, finite = fit.scale, fit.signed, fit.finite
     if not math.isfinite(scale):
         return capture
+    if math.isfinite(fit.scores_peak):  # max_abs(scores) from the fit's pass: the same value
+        remember_max_abs(scores, abs(fit.scores_peak))
     rooms = fill_rooms(scaled, scores, scale)
     far_below = -FAR * (abs(scale) * max_abs(scores) + 1e-6)  # nan where a score is: then compared entry by entry
     masked = None  # (b, nh, T, T): the fills rewritten, the capture's own tensor untouched; made at the first fill
     tally = _Tally(scaled.shape[-2], FILL_ROWS) if all(finite) and scaled.dim() >= 2 else None  # its -inf: the fills alone
+    every_weightless = True  # each block's entries of weight 0 all fills
     for k, i in enumerate(index):  # one pass writes each block: its fills at -inf, else itself
-        hidden = masked_fills(scaled[i], weights[i], scores[i], scale, rooms, finite[k], far_below)
+        hidden, weightless, below = masked_fills(scaled[i], weights[i], scores[i], scale, rooms, finite[k], far_below)
+        every_weightless = every_weightless and weightless
         n_fills = int(hidden.count_nonzero()) if tally is not None else int(hidden.numel() > 0 and bool(hidden.max()))
         if tally is not None:  # each fill's weight is 0 (masked_fills), and nothing else is NaN or inf
             tally.add(hidden, n_fills, 0, True)
         if masked is None and n_fills:
-            masked = torch.empty_like(scaled)
+            masked = _room_like(scaled)
             for j in index[:k]:
                 masked[j].copy_(scaled[j])
-        if masked is not None and n_fills:
+        if masked is not None and below:  # the same entries at -inf, in a vectorised pass ~3x faster than where()
+            torch.threshold(scaled[i], float(_rounded_down(far_below, scaled.dtype)), -math.inf, out=masked[i])
+        elif masked is not None and n_fills:
             torch.where(hidden, neg_inf, scaled[i], out=masked[i])
         elif masked is not None:
             masked[i].copy_(scaled[i])
     if masked is None:
         return capture  # weights of 0 where exp() underflowed: no mask
     if tally is not None:
+        remember_max_abs(masked, math.inf)  # a fill is written, nothing is NaN
         _KNOWN[id(masked)] = tally.neg_inf(True)
         weakref.finalize(masked, _KNOWN.pop, id(masked), None)
+    if signed and every_weightless and scaled.dtype in (torch.float32, torch.float64):  # not a coarser dot's sums
+        # the entries finite in both are those with weight: scale_observed's fit is _scale's
+        _FITTED[id(masked)] = (weakref.ref(scores), scale)
+        weakref.finalize(masked, _FITTED.pop, id(masked), None)
     return replace(capture, stages={**capture.stages, "scaled_scores": masked})
+
+
+SPARE_BYTES = 1 << 27  # a rewritten softmax input up to 128 MiB (12 heads of 1,024 tokens: 48 MiB) leaves its memory
+_spare: list[tuple[torch.Tensor, int]] = []  # that memory, and its storage's use count when nothing else holds it
+_use_count = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def _room_like(t: torch.Tensor) -> torch.Tensor:
+    """empty_like(t), in the previous rewritten softmax input's memory once nothing holds it (no
+    tensor, view or slice of it left: its storage's use count says so): every layer of a run
+    rewrites one of the same size, and fresh memory is paged in zeroed by the kernel on first
+    touch (a 1,024-token layer's ~12,000 pages, ~0.04 CPU-s)."""
+    if _use_count is None or not t.is_contiguous() or t.numel() * t.element_size() > SPARE_BYTES:
+        return torch.empty_like(t)
+    if _spare:
+        base, free = _spare[0]
+        if base.dtype == t.dtype and base.numel() == t.numel() and _use_count(base.untyped_storage()._cdata) == free:
+            return base.view(t.shape)
+    base = torch.empty(t.numel(), dtype=t.dtype)
+    _spare[:] = [(base, _use_count(base.untyped_storage()._cdata))]
+    return base.view(t.shape)
 
 
 @dataclass(frozen=True)
@@ -169,6 +244,16 @@ class NegInf:
 
 
 _KNOWN: dict[int, NegInf] = {}  # a softmax input with_masks_as_neg_inf wrote, by id while it lives: its NegInf
+_FITTED: dict[int, tuple[weakref.ref[torch.Tensor], float]] = {}  # the same, where its fit is known: its scores, the factor
+
+
+def fitted_scale(scores: torch.Tensor, scaled: torch.Tensor) -> float | None:
+    """The least-squares c in scaled ~ c * scores over the entries finite in both, when
+    with_masks_as_neg_inf wrote `scaled` from these scores and fitted it on the same entries (its
+    -inf are exactly the entries of weight 0, everything else finite): the same sums in other blocks,
+    equal to the last bits (benchmarks/README.md, the fused statistics)."""
+    known = _FITTED.get(id(scaled))
+    return known[1] if known is not None and known[0]() is scores else None
 
 
 class _Tally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import weakref
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -61,7 +62,21 @@ def fitted(scratch: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
     return scratch[:block.numel()].view(block.shape)
 
 
-max_abs = releasing(max_abs_or_nan)  # max |t| without an |t| temporary (capture's, which needs it first)
+_measured = releasing(max_abs_or_nan)  # max |t| without an |t| temporary (capture's, which needs it first)
+_KNOWN_MAX_ABS: dict[int, float] = {}  # max |t| a pass over t already read off, by id while t lives
+
+
+def remember_max_abs(t: torch.Tensor, value: float) -> None:
+    """`value` is max_abs(t), read off by a pass that had t's blocks in hand (a captured stage, never
+    written after): the next max_abs(t) is that, with no pass of its own."""
+    _KNOWN_MAX_ABS[id(t)] = value
+    weakref.finalize(t, _KNOWN_MAX_ABS.pop, id(t), None)
+
+
+def max_abs(t: torch.Tensor) -> float:
+    """max |t| (inf or NaN where t holds one), as remembered or in one pass."""
+    known = _KNOWN_MAX_ABS.get(id(t))
+    return _measured(t) if known is None else known
 
 
 @releasing

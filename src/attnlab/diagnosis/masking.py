@@ -13,6 +13,7 @@ hidden from every key: 0/0 = NaN) is no mask; it stays a non-finite value.
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from dataclasses import dataclass, replace
 
@@ -212,8 +213,9 @@ def with_masks_as_neg_inf(capture: Capture) -> Capture:
     return replace(capture, stages={**capture.stages, "scaled_scores": masked})
 
 
-SPARE_BYTES = 1 << 27  # a rewritten softmax input up to 128 MiB (12 heads of 1,024 tokens: 48 MiB) leaves its memory
-_spare: list[tuple[torch.Tensor, int]] = []  # that memory, and its storage's use count when nothing else holds it
+SPARE_BYTES = 1 << 27  # a rewritten softmax input up to this size leaves its memory for the next layer's
+# that memory and its storage's use count when nothing else holds it, per thread: runs in threads never share it
+_spare = threading.local()
 _use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
@@ -221,15 +223,16 @@ def _room_like(t: torch.Tensor) -> torch.Tensor:
     """empty_like(t), in the previous rewritten softmax input's memory once nothing holds it (no
     tensor, view or slice of it left: its storage's use count says so): every layer of a run
     rewrites one of the same size, and fresh memory is paged in zeroed by the kernel on first
-    touch (a 1,024-token layer's ~12,000 pages, ~0.04 CPU-s)."""
+    touch, a cost that grows with the square of the tokens."""
     if _use_count is None or not t.is_contiguous() or t.numel() * t.element_size() > SPARE_BYTES:
         return torch.empty_like(t)
-    if _spare:
-        base, free = _spare[0]
+    kept: tuple[torch.Tensor, int] | None = getattr(_spare, "kept", None)
+    if kept is not None:
+        base, free = kept
         if base.dtype == t.dtype and base.numel() == t.numel() and _use_count(base.untyped_storage()._cdata) == free:
             return base.view(t.shape)
     base = torch.empty(t.numel(), dtype=t.dtype)
-    _spare[:] = [(base, _use_count(base.untyped_storage()._cdata))]
+    _spare.kept = (base, _use_count(base.untyped_storage()._cdata))
     return base.view(t.shape)
 
 

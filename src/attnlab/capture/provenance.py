@@ -23,6 +23,7 @@ from attnlab.capture.torch_calls import (
     KEEP_FACTOR,
     MUL,
     NEG,
+    NORMS,
     SHAPE_OPS,
     replayed,
     tensors_in,
@@ -84,6 +85,7 @@ class Recording:
         self.normed: list[weakref.ref[torch.Tensor]] = []  # what a norm (layer_norm, rms_norm) returned
         self.context_normed = False  # a norm was given the context (a norm inside the class before its out_proj)
         self.context_terms = False  # a term the module computes itself was added to the context before out_proj
+        self.input_normed = False  # a norm was given the inputs (a norm inside the class before its projections)
         self.memory = Memory()  # buffers written with tagged tensors (a KV cache), read back with their tags
         self.batch = x.shape[0] if x.dim() == 3 else 1
         items = torch.arange(self.batch).view(-1, *(1,) * (x.dim() - 1)).expand(x.shape) if x.dim() == 3 else None
@@ -155,6 +157,8 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
         return
     if name in _ADD and _context_terms(rec, tagged, out):
         return
+    if name in NORMS and _normed_input(rec, args, out):
+        return
     source, tag = min(tagged, key=lambda pair: _PRIORITY.index(pair[1].kind))
     if name in JOIN and _sinks(rec, args, kwargs, tagged, tag, out):
         return
@@ -178,6 +182,18 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
         if tag.items is not None:
             new = new._replace(items=items[i] if items else None)
         rec.set_tag(tensor, new)
+
+
+def _normed_input(rec: Recording, args: tuple[Any, ...], out: Any) -> bool:
+    """norm(x) inside the class (Vocos' GroupNorm before its q, k and v): still the inputs, whose projections
+    are the queries, keys and values; the norm is noted. Its gain and shift are parameters of no role, which
+    would otherwise tag it as one."""
+    given = rec.tag(args[0]) if args else None
+    if given is None or given.kind != "input" or not isinstance(out, torch.Tensor) or out.shape != args[0].shape:
+        return False
+    rec.input_normed = True
+    rec.set_tag(out, given)
+    return True
 
 
 def _context_terms(rec: Recording, tagged: list[tuple[torch.Tensor, Tag]], out: Any) -> bool:

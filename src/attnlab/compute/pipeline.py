@@ -37,7 +37,7 @@ from attnlab.errors import TokensNeeded, UserError, WidthNeeded
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
 from attnlab.modules.hf_record import OutsideInput
-from attnlab.modules.layouts import align, seed_projections
+from attnlab.modules.layouts import align, output_width, seed_projections
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, auto_reference
 from attnlab.modules.roles import QKV_ROLES, manual_seed, module_roles
 from attnlab.process_state import own_torch
@@ -325,8 +325,13 @@ def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int) -> Dia
     """The stages, diagnostics, findings and predictions of the two captures."""
     (x, captured), (_, reference_captured) = variant.ran, reference.ran
     mixing = _batch_mixing(variant.built, x, captured, seed) if variant.batched and not spec.train else None
-    return diagnosed(captured, reference_captured, shared=spec.shared, train=spec.train,
-                     expect=spec.expect, mixing=mixing, unobservable=variant.unobservable)
+    diagnosis = diagnosed(captured, reference_captured, shared=spec.shared, train=spec.train,
+                          expect=spec.expect, mixing=mixing, unobservable=variant.unobservable)
+    width = output_width(variant.built.module) if spec.variant_sizes is not None else None
+    predicted = diagnosis.expected_shapes.get("output")
+    if width is not None and predicted:  # at a width of its own the class's output projection says the output's
+        diagnosis = replace(diagnosis, expected_shapes={**diagnosis.expected_shapes, "output": [*predicted[:-1], width]})
+    return diagnosis
 
 
 @one_thread()  # op after op on one (batch item, head) block: no thread to wake for each

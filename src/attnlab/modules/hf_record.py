@@ -294,18 +294,15 @@ def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size
             return None, "it never called its attention"
         if tuple(call.hidden.shape[:-1]) == tuple(x.shape[:-1]):
             return call, ""
-        if call.hidden.dim() == 3 and call.hidden.shape[1] == x.shape[-1] != call.hidden.shape[-1]:
-            # its projections act on the channels axis (SqueezeBERT's 1x1 convolutions), not the last: none is captured
-            return None, f"its model passes {type(target).__name__} its hidden states channels first, " \
-                         f"(batch, width, tokens) {tuple(call.hidden.shape)}, a layout attnlab does not run"
-        if sorted(call.hidden.shape) == sorted(x.shape):  # x's (b, T) in another order, width last: XLNet's (T, b, d)
+        if sorted(call.hidden.shape) == sorted(x.shape):  # x's axes in another order: XLNet's (T, b, d), and
+            # SqueezeBERT's channels first (b, d, T), whose kernel-1 convolutions the capture reads as projections
             turn = _turn(tuple(call.hidden.shape), tuple(x.shape))
             if turn is None:
                 return None, f"its model passes {type(target).__name__} its hidden states as {tuple(call.hidden.shape)}, " \
                              f"x's {tuple(x.shape)} in an order these sizes do not tell; run with another inputs.n_tokens"
             call.turn = turn
             return call, ""
-        seen[size] = call.hidden.shape[-2] if call.hidden.dim() >= 2 else call.hidden.shape[0]
+        seen[size] = _tokens_seen(call.hidden, x)
         if len(set(seen.values())) < len(seen):
             break  # the size does not change the tokens
         size = max(1, _next_size(seen, size, tokens))
@@ -315,6 +312,14 @@ def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size
         return None, failed
     return None, f"{_TOO_FEW} {min(seen.values())} tokens from its smallest input; run with inputs.n_tokens=" \
                  f"{min(seen.values())}"
+
+
+def _tokens_seen(hidden: torch.Tensor, x: torch.Tensor) -> int:
+    """How many tokens the model's hidden states hold: the last axis but one, the last where they are
+    channels first (b, x's width, T) (Vocos' kernel-1 convolutions)."""
+    if hidden.dim() == 3 and hidden.shape[1] == x.shape[-1] != hidden.shape[-1]:
+        return hidden.shape[-1]
+    return hidden.shape[-2] if hidden.dim() >= 2 else hidden.shape[0]
 
 
 def _turn(given: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...] | None:

@@ -77,6 +77,9 @@ class Recording:
         self.fused: dict[int, FusedLayout] = {id(p): fused_layout(module, name) for name, p in named
                                               if roles.get(name) == "qkv"}
         self.out = {id(p) for name, p in named if roles.get(name) == "out"}
+        # whether its parameters name queries and keys: then a product of two projections neither of which is one
+        # (ConvBERT's dynamic convolution kernel) is a part of the class's own, not its scores
+        self.named_qk = {"queries", "keys"} <= {roles.get(name) for name, _ in named} or bool(self.fused)
         self.out_inputs: list[torch.Tensor] = []  # what each output-projection product was given
         self.tags: dict[int, tuple[weakref.ref[torch.Tensor], Tag]] = {}
         self.heads: list[Head] = []
@@ -86,6 +89,7 @@ class Recording:
         self.context_normed = False  # a norm was given the context (a norm inside the class before its out_proj)
         self.context_terms = False  # a term the module computes itself was added to the context before out_proj
         self.input_normed = False  # a norm was given the inputs (a norm inside the class before its projections)
+        self.context_joined = False  # the context joined with another branch's output (ConvBERT's convolution)
         self.memory = Memory()  # buffers written with tagged tensors (a KV cache), read back with their tags
         self.batch = x.shape[0] if x.dim() == 3 else 1
         items = torch.arange(self.batch).view(-1, *(1,) * (x.dim() - 1)).expand(x.shape) if x.dim() == 3 else None
@@ -162,6 +166,8 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
     source, tag = min(tagged, key=lambda pair: _PRIORITY.index(pair[1].kind))
     if name in JOIN and _sinks(rec, args, kwargs, tagged, tag, out):
         return
+    if name in JOIN and _joined_context(rec, tagged, out):
+        return
     if name in MUL and _gate(rec, tagged, out):
         return
     if tag.kind in LOGITS and name not in SHAPE_OPS:
@@ -182,6 +188,17 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
         if tag.items is not None:
             new = new._replace(items=items[i] if items else None)
         rec.set_tag(tensor, new)
+
+
+def _joined_context(rec: Recording, tagged: list[tuple[torch.Tensor, Tag]], out: Any) -> bool:
+    """torch.cat([context, a branch of its own]) (ConvBERT's dynamic convolution beside its heads): still the
+    context on its way out, widened; the join is noted."""
+    kinds = {tag.kind for _, tag in tagged}
+    if "context" not in kinds or len(kinds) < 2 or not kinds - {"context"} <= set(TERMS):
+        return False
+    rec.context_joined = True
+    rec.tag_all(out, next(tag for _, tag in tagged if tag.kind == "context"))
+    return True
 
 
 def _normed_input(rec: Recording, args: tuple[Any, ...], out: Any) -> bool:

@@ -107,6 +107,8 @@ def finished(recording: provenance.Recording, module: nn.Module, x: torch.Tensor
                 captured.unobservable["output"] = _NORMED_CONTEXT
             elif "output" in captured.stages and recording.context_terms:
                 captured.unobservable["output"] = _CONTEXT_TERMS
+            elif "output" in captured.stages and recording.context_joined:
+                captured.unobservable["output"] = _JOINED_CONTEXT
             if recording.input_normed:  # every stage is made from norm(x), which the reference never sees
                 captured.unobservable |= {stage: _NORMED_INPUT for stage in STAGES
                                           if stage in captured.stages and stage != "inputs"}
@@ -123,6 +125,11 @@ _POST_NORM = ("the class normalises its own output (its residual and LayerNorm a
 # ...that normalises its merged context before the output projection (Kosmos-2's inner_attn_ln)
 _NORMED_CONTEXT = ("the class normalises its merged context before its output projection (a norm inside the "
                    "attention, Kosmos-2's inner_attn_ln), so its output is not out_proj(context)")
+
+
+# ...that joins its context with a branch of its own (ConvBERT's span-based dynamic convolution)
+_JOINED_CONTEXT = ("the class joins its context with the output of a branch of its own (ConvBERT's span-based "
+                   "dynamic convolution, torch.cat beside the heads), so its output is not the attention's alone")
 
 
 # ...that normalises its inputs before its projections (Vocos' GroupNorm)

@@ -30,3 +30,4 @@ class Tag(NamedTuple):
     items: torch.Tensor | None = None  # "input": the batch item of each element (same shape)
     item: int | None = None  # "proj": the one batch item it was projected from, when one (a loop over the batch)
     terms: bool = False  # "derived": a term the module computes from its inputs or weights was added to the scores
+    table: bool = False  # "proj": a projection of what is not the inputs (XLNet's relative positions by its `r`)

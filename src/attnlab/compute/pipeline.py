@@ -281,6 +281,9 @@ def _reference_arguments(spec: JobSpec, values: dict[str, Any],
     if spec.reference == "auto":
         heads = variant.own_num_heads(spec.d_out) or values.get("num_heads")
         values = {**values, "num_kv_heads": variant.num_kv_heads, "num_heads": heads}
+        narrower = variant.narrower_queries(spec.d_out)
+        if narrower is not None:  # its queries in fewer or narrower heads than asked: the reference's as wide
+            values = {**values, "d_out": narrower[0], "num_heads": narrower[1]}
     top = {k: v for k, v in spec.reference_params.items() if k in CONSTRUCTOR_KEYS}
     return {**values, **top}, {k: v for k, v in spec.reference_params.items() if k not in top}
 

@@ -374,6 +374,20 @@ class BuiltModule:
             return None
         return module_heads(self.module, width) or 1
 
+    def narrower_queries(self, d_out: int) -> tuple[int, int] | None:
+        """(width, heads) of the queries of a class built from a config whose query projection is narrower
+        than the d_out it was given, in the heads it keeps (ConvBERT's head_ratio halves its heads, each
+        hidden_size // heads // 2 wide): the reference is built as wide. None otherwise."""
+        cls = self.construction.spec.cls if self.construction is not None else None
+        heads = declared_count(self.module, "num_heads")
+        queries = [self.module.get_submodule(name.removesuffix(".weight")) for name, role in module_roles(self.module).items()
+                   if role == "queries" and name.endswith(".weight")]
+        if not isinstance(cls, ConfigConstructor) or heads is None or len(queries) != 1 \
+                or not isinstance(queries[0], nn.Linear):
+            return None
+        width = queries[0].out_features
+        return (width, heads) if width < d_out and width % heads == 0 else None
+
     def kv_heads_for(self, num_heads: int) -> int | None:
         """How many key/value heads of a reference with `num_heads` query heads to load into the
         module: its own count, else one per query head when its constructor was given those

@@ -100,6 +100,8 @@ def mask_kind(module: nn.Module) -> str:
     declared = getattr(module, "is_causal", getattr(getattr(module, "config", None), "causal", None))
     if isinstance(declared, bool):
         return "causal" if declared else "bidirectional"
+    if hf_record.recorded_no_mask(module):  # its model's call passes no mask at all
+        return "bidirectional"
     # its tokens are an image's patches (SAM's grid, Swin's window, a config with a patch size): no order to mask by
     # (or a detection model's image features and object queries, made by its backbone)
     vision = any(getattr(getattr(module, "config", None), key, None) is not None

@@ -163,6 +163,13 @@ def recorded_mask_kind(module: nn.Module) -> str | None:
     return "causal" if bool((keep == future).all()) else None
 
 
+def recorded_no_mask(module: nn.Module) -> bool:
+    """Whether its model's recorded call passes None for every mask its forward names (XLNet's attn_mask_h
+    and attn_mask_g, its bidirectional model's): its model hides nothing. Read off the model's call."""
+    masks = [v for k, v in _recorded_arguments(module).items() if "mask" in k]
+    return bool(masks) and all(v is None for v in masks)
+
+
 def given_biases(module: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     """The score-shaped (..., T, T) tensors, with no hidden entry, that the module's recorded call hands it
     besides its mask (CPM-Ant's segment-relative position_bias): a term its model computes for the scores."""

@@ -179,7 +179,9 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
                        if name in SHAPE_OPS and along is not None else None) for along in (tag.columns, tag.items))
     for i, tensor in enumerate(outputs):
         new = tag
-        if tag.factor != 1.0 and not shape_op:  # the factor survives only ops that commute with it
+        if tag.factor != 1.0 and _learned_bias(rec, name, tagged):  # c * q + b: c * (q + b / c), still c
+            new = Tag(tag.kind, tag.role, tag.factor, head=tag.head)
+        elif tag.factor != 1.0 and not shape_op:  # the factor survives only ops that commute with it
             new = Tag(tag.kind, tag.role, head=tag.head)
         elif tag.factor != 1.0:
             new = new._replace(base=bases[i] if bases else None)
@@ -188,6 +190,13 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
         if tag.items is not None:
             new = new._replace(items=items[i] if items else None)
         rec.set_tag(tensor, new)
+
+
+def _learned_bias(rec: Recording, name: str, tagged: list[tuple[torch.Tensor, Tag]]) -> bool:
+    """A pre-scaled projection plus a parameter of no role (Funnel's `q_head * scale + r_w_bias * scale`, a
+    learned content bias): the factor still scales the sum, the bias read as part of the projection."""
+    kinds = sorted(tag.kind for _, tag in tagged)
+    return name in _ADD and kinds == ["param", "proj"] and all(t.role is None for _, t in tagged if t.kind == "param")
 
 
 def _joined_context(rec: Recording, tagged: list[tuple[torch.Tensor, Tag]], out: Any) -> bool:

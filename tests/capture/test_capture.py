@@ -437,3 +437,27 @@ def test_a_product_of_projections_that_are_not_queries_or_keys_is_not_the_scores
         queries, keys = x @ module.query.weight.T, x @ module.key.weight.T  # (b, T, 8)
         torch.testing.assert_close(got.stages["scores"].reshape(2, 5, 5), queries @ keys.mT)
     assert got.sources["queries"] == "queries" and got.sources["keys"] == "keys"
+
+
+class _PrescaledWithBias(torch.nn.Module):
+    """Queries scaled before the product and a learned bias added to them (Funnel's q * scale + r_w_bias * scale)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.W_query, self.W_key, self.W_value = (torch.nn.Linear(8, 8, bias=False) for _ in range(3))
+        self.content_bias = torch.nn.Parameter(torch.randn(8))
+
+    def forward(self, x):  # (b, T, 8)
+        queries = self.W_query(x) * 0.25 + self.content_bias * 0.25  # (b, T, 8)
+        weights = torch.softmax(queries @ self.W_key(x).mT, dim=-1)  # (b, T, T)
+        return weights @ self.W_value(x)
+
+
+def test_a_prescaled_projection_plus_a_learned_bias_keeps_its_factor():
+    torch.manual_seed(0)
+    module, x = _PrescaledWithBias(), torch.randn(2, 5, 8)
+    got = capture(module, x)
+    assert got.prescale == {"queries": 0.25}
+    with torch.no_grad():
+        expected = x @ module.W_query.weight.T + module.content_bias  # (b, T, 8): the stage before the factor
+    torch.testing.assert_close(got.stages["queries"].reshape(2, 5, 8), expected)

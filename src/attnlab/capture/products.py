@@ -67,7 +67,8 @@ def _projection(rec: Recording, func: Callable[..., Any], args: tuple[Any, ...],
         rec.set_tag(out, Tag("proj", table=True))
         return
     if param.factor == 1.0:
-        rec.set_tag(out, Tag("proj", param.role, columns=columns, column_roles=column_roles, item=item))
+        rec.set_tag(out, Tag("proj", param.role, columns=columns, column_roles=column_roles, item=item,
+                             own=param.role is None and layout is None))
         return
     # x @ (W_query * c): the product once more with the unscaled parameter
     base = replayed(func, args, kwargs, operands[i], param.base, [out]) if param.base is not None else None
@@ -76,9 +77,10 @@ def _projection(rec: Recording, func: Callable[..., Any], args: tuple[Any, ...],
 
 
 def _unnamed(rec: Recording, tags: list[Tag]) -> bool:
-    """A product of two projections neither of which is the queries or the keys, in a class whose parameters
-    name them (ConvBERT's span-based convolution kernel times its own projection): not the scores."""
-    return rec.named_qk and all(t.kind == "proj" and rec.role(t) not in ("queries", "keys") for t in tags)
+    """A product of two projections made by parameters of no role, in a class whose parameters name its queries
+    and keys (ConvBERT's span-based convolution kernel times its own projection): not the scores. Queries
+    whose fused columns a rotation mixed (Phi-3's) have no role either, but were made by a projection of one."""
+    return rec.named_qk and all(t.kind == "proj" and t.own for t in tags)
 
 
 def _merged(given: torch.Tensor, letters: str, param_letters: str, out_letters: str) -> torch.Tensor:

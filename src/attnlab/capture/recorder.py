@@ -54,7 +54,7 @@ from attnlab.capture import fused_kernels, products, provenance, softmax_calls
 from attnlab.capture.fused_kernels import flex_attention_eager
 from attnlab.capture.result import Capture, assemble, max_abs_or_nan
 from attnlab.capture.stages import STAGES
-from attnlab.capture.torch_calls import NORMS, PRODUCTS, is_inplace, op_name
+from attnlab.capture.torch_calls import CONVS, NORMS, PRODUCTS, as_einsum, is_inplace, op_name
 from attnlab.modules import hf, hf_lineage
 from attnlab.modules.built import BuiltModule, Returned, as_built
 
@@ -170,7 +170,7 @@ class _Recorder(TorchFunctionMode):
             out = list(out)
             provenance.propagate(rec, lambda t: list(t.unbind(0)), "unbind", args, kwargs, out)
             return iter(out)
-        if name in PRODUCTS:
+        if name in PRODUCTS and (name not in CONVS or as_einsum(name, args, kwargs) is not None):
             products.product(rec, func, name, args, kwargs, out)
         elif name in ("softmax", "log_softmax"):
             softmax_calls.softmax(rec, name, args, kwargs, out)

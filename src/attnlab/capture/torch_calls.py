@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "linear", "conv1d",
-            "conv2d"}
+CONVS = {"conv1d", "conv2d"}  # products only with a kernel of size 1 (`_unit_conv`); any other passes tags on
+PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "linear", *CONVS}
 _CONV_SETTINGS = {"stride": 3, "padding": 4, "dilation": 5, "groups": 6}  # conv1d's/conv2d's positions after the bias
 SHAPE_OPS = {
     "T", "mT", "t", "transpose", "permute", "view", "reshape", "contiguous", "clone", "detach",

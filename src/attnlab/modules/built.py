@@ -168,11 +168,18 @@ def _check_width(module: nn.Module, x: torch.Tensor) -> None:
 
 
 def _in_width(owner: nn.Module) -> int:
-    return owner.in_features if isinstance(owner, nn.Linear) else owner.in_channels
+    """An nn.Linear's or a kernel-1 convolution's input width."""
+    if isinstance(owner, nn.Linear):
+        return owner.in_features
+    assert isinstance(owner, (nn.Conv1d, nn.Conv2d))  # unit_kernel: one of the two
+    return owner.in_channels
 
 
 def _out_width(owner: nn.Module) -> int:
-    return owner.out_features if isinstance(owner, nn.Linear) else owner.out_channels
+    if isinstance(owner, nn.Linear):
+        return owner.out_features
+    assert isinstance(owner, (nn.Conv1d, nn.Conv2d))
+    return owner.out_channels
 
 
 class WidthMismatch(UserError):

@@ -299,17 +299,6 @@ def test_a_model_that_hands_its_attention_tokens_first_is_recorded_and_turned_at
 
 
 @pytest.mark.slow
-def test_a_class_of_which_nothing_can_be_compared_is_refused_in_one_line():
-    """XLNet's projections are (d_model, heads, head_dim) einsum parameters the reference's weights do
-    not fit, and its scores are summed from two products before one softmax that attnlab does not
-    place: refused naming its parameters, never an ok in which nothing was compared."""
-    result = attnlab.run("hf:xlnet", overrides=SIZES)
-    assert result.record.status != "ok"
-    assert "nothing of hf:xlnet's attention can be compared" in result.record.error
-    assert "q shape (64, 4, 16)" in result.record.error and "\n" not in result.record.error
-
-
-@pytest.mark.slow
 def test_a_tower_whose_positions_are_its_whole_images_is_recorded_at_its_count():
     """Llama 4's vision rotary covers its whole image's patches and a class token ((448 / 14) ** 2 + 1
     = 1025): no row of patches fits it, its full image does; attnlab's 8 tokens are refused naming that

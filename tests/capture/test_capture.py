@@ -407,3 +407,57 @@ def test_softmax_dim_is_in_the_modules_rank_and_the_axis_canonical():
     assert c.softmax_dim == 2 and c.softmax_axis == 3  # dim=-1 of the (1, 6, 6) weights
     c = capture(build(_prescaled("Flat", _manual_dim0), 3, 2), BOOK_INPUTS)
     assert c.native_shapes["weights"] == (6, 6) and c.softmax_dim == 0 and c.softmax_axis == 2
+
+
+class _BranchBeside(torch.nn.Module):
+    """Heads of query/key/value Linears, beside them a kernel made and softmaxed from projections of no role
+    (ConvBERT's dynamic convolution), and a kernel-1 Conv1d as a fourth projection of x."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query, self.key, self.value = (torch.nn.Linear(8, 8, bias=False) for _ in range(3))
+        self.kernel = torch.nn.Linear(8, 3, bias=False)
+        self.spread = torch.nn.Conv1d(8, 4, kernel_size=1, bias=False)
+
+    def forward(self, x):  # (b, T, 8)
+        queries, keys, values = self.query(x), self.key(x), self.value(x)  # each (b, T, 8)
+        kernel = torch.softmax(self.kernel(queries), dim=-1)  # (b, T, 3)
+        spread = self.spread(x.transpose(1, 2)).transpose(1, 2)  # (b, T, 4)
+        branch = spread[..., :3].unsqueeze(-2) @ kernel.unsqueeze(-1)  # (b, T, 1, 1): a product of its own
+        weights = torch.softmax(queries @ keys.mT / 8**0.5, dim=-1)  # (b, T, T)
+        return weights @ values + branch.squeeze(-1)  # (b, T, 8)
+
+
+def test_a_product_of_projections_that_are_not_queries_or_keys_is_not_the_scores():
+    """The kernel branch's softmax and product come first; the scores are still queries @ keys.T."""
+    torch.manual_seed(0)
+    module, x = _BranchBeside(), torch.randn(2, 5, 8)
+    got = capture(module, x)
+    with torch.no_grad():
+        queries, keys = x @ module.query.weight.T, x @ module.key.weight.T  # (b, T, 8)
+        torch.testing.assert_close(got.stages["scores"].reshape(2, 5, 5), queries @ keys.mT)
+    assert got.sources["queries"] == "queries" and got.sources["keys"] == "keys"
+
+
+class _PrescaledWithBias(torch.nn.Module):
+    """Queries scaled before the product and a learned bias added to them (Funnel's q * scale + r_w_bias * scale)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.W_query, self.W_key, self.W_value = (torch.nn.Linear(8, 8, bias=False) for _ in range(3))
+        self.content_bias = torch.nn.Parameter(torch.randn(8))
+
+    def forward(self, x):  # (b, T, 8)
+        queries = self.W_query(x) * 0.25 + self.content_bias * 0.25  # (b, T, 8)
+        weights = torch.softmax(queries @ self.W_key(x).mT, dim=-1)  # (b, T, T)
+        return weights @ self.W_value(x)
+
+
+def test_a_prescaled_projection_plus_a_learned_bias_keeps_its_factor():
+    torch.manual_seed(0)
+    module, x = _PrescaledWithBias(), torch.randn(2, 5, 8)
+    got = capture(module, x)
+    assert got.prescale == {"queries": 0.25}
+    with torch.no_grad():
+        expected = x @ module.W_query.weight.T + module.content_bias  # (b, T, 8): the stage before the factor
+    torch.testing.assert_close(got.stages["queries"].reshape(2, 5, 8), expected)

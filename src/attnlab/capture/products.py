@@ -32,14 +32,16 @@ def product(rec: Recording, func: Callable[..., Any], name: str, args: tuple[Any
     tags = [rec.tag(t) for t in operands]
     kinds = [t.kind if t is not None else None for t in tags]
     if "param" in kinds:
-        _projection(rec, func, args, kwargs, operands, tags, kinds.index("param"), out)
+        _projection(rec, func, args, kwargs, spec, tags, kinds.index("param"), out)
         return
     known = [t for t in tags if t is not None]
     if len(known) != len(tags):  # an untagged operand: neither the scores nor the context
         if [t.kind for t in known] == ["proj"]:  # a projection times its model's table (BROS's box positions):
             rec.set_tag(out, Tag("proj"))  # a term computed from it, which added to the scores is no scale
         return
-    if all(k in ACTIVATIONS for k in kinds):
+    if all(k in ACTIVATIONS for k in kinds) and (any(t.table for t in known) or _unnamed(rec, known)):
+        rec.set_tag(out, Tag("proj"))  # the queries times a projected table (XLNet's positions): a term, not scores
+    elif all(k in ACTIVATIONS for k in kinds):
         head = _repeated_product(rec, operands, letters, out_letters)
         if head is None:
             _scores(rec, name, operands, letters, out_letters, known, out)
@@ -50,22 +52,45 @@ def product(rec: Recording, func: Callable[..., Any], name: str, args: tuple[Any
 
 
 def _projection(rec: Recording, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                operands: list[torch.Tensor], tags: list[Tag | None], i: int, out: torch.Tensor) -> None:
+                spec: tuple[list[torch.Tensor], list[str], str], tags: list[Tag | None], i: int,
+                out: torch.Tensor) -> None:
+    operands, letters, out_letters = spec
     param = tags[i]
     assert param is not None  # the operand `product` found a parameter in
-    if id(operands[i]) in rec.out and tags[1 - i] is not None:
-        rec.out_inputs.append(operands[1 - i])  # the merged context, as the output projection saw it
+    if id(operands[i]) in rec.out and tags[1 - i] is not None:  # the merged context, as the output projection saw it
+        rec.out_inputs.append(_merged(operands[1 - i], letters[1 - i], letters[i], out_letters))
     layout = rec.fused.get(id(operands[i]))
     column_roles = layout.column_roles(out.shape[-1]) if layout is not None else None
     columns = None if column_roles is None else torch.arange(out.shape[-1]).expand(out.shape)  # each one's column
     item = _item(tags[1 - i])
+    if tags[1 - i] is None and param.role is None and layout is None:  # a table its model hands it, projected
+        rec.set_tag(out, Tag("proj", table=True))
+        return
     if param.factor == 1.0:
-        rec.set_tag(out, Tag("proj", param.role, columns=columns, column_roles=column_roles, item=item))
+        rec.set_tag(out, Tag("proj", param.role, columns=columns, column_roles=column_roles, item=item,
+                             own=param.role is None and layout is None))
         return
     # x @ (W_query * c): the product once more with the unscaled parameter
     base = replayed(func, args, kwargs, operands[i], param.base, [out]) if param.base is not None else None
     rec.set_tag(out, Tag("proj", param.role, param.factor, base[0] if base else None, columns=columns,
                          column_roles=column_roles, item=item))
+
+
+def _unnamed(rec: Recording, tags: list[Tag]) -> bool:
+    """A product of two projections made by parameters of no role, in a class whose parameters name its queries
+    and keys (ConvBERT's span-based convolution kernel times its own projection): not the scores. Queries
+    whose fused columns a rotation mixed (Phi-3's) have no role either, but were made by a projection of one."""
+    return rec.named_qk and all(t.kind == "proj" and t.own for t in tags)
+
+
+def _merged(given: torch.Tensor, letters: str, param_letters: str, out_letters: str) -> torch.Tensor:
+    """What an output projection contracting several axes at once was given (XLNet's einsum("ibnd,hnd->ibh")
+    over heads and head size), those axes merged last as the heads merged into one width are."""
+    contracted = [c for c in letters if c in param_letters and c not in out_letters]
+    if len(contracted) < 2:
+        return given
+    kept = "".join(c for c in letters if c not in contracted)
+    return arranged(given, letters, kept + "".join(contracted)).flatten(-len(contracted))  # (..., heads * head_dim)
 
 
 def _item(tag: Tag | None) -> int | None:

@@ -23,6 +23,7 @@ from attnlab.capture.torch_calls import (
     KEEP_FACTOR,
     MUL,
     NEG,
+    NORMS,
     SHAPE_OPS,
     replayed,
     tensors_in,
@@ -79,6 +80,9 @@ class Recording:
         self.fused: dict[int, FusedLayout] = {id(p): fused_layout(module, name) for name, p in named
                                               if roles.get(name) == "qkv"}
         self.out = {id(p) for name, p in named if roles.get(name) == "out"}
+        # whether its parameters name queries and keys: then a product of two projections neither of which is one
+        # (ConvBERT's dynamic convolution kernel) is a part of the class's own, not its scores
+        self.named_qk = {"queries", "keys"} <= {roles.get(name) for name, _ in named} or bool(self.fused)
         self.out_inputs: list[torch.Tensor] = []  # what each output-projection product was given
         self.tags: dict[int, tuple[weakref.ref[torch.Tensor], Tag]] = {}
         self.heads: list[Head] = []
@@ -87,6 +91,8 @@ class Recording:
         self.normed: list[weakref.ref[torch.Tensor]] = []  # what a norm (layer_norm, rms_norm) returned
         self.context_normed = False  # a norm was given the context (a norm inside the class before its out_proj)
         self.context_terms = False  # a term the module computes itself was added to the context before out_proj
+        self.input_normed = False  # a norm was given the inputs (a norm inside the class before its projections)
+        self.context_joined = False  # the context joined with another branch's output (ConvBERT's convolution)
         self.memory = Memory()  # buffers written with tagged tensors (a KV cache), read back with their tags
         self.batch = x.shape[0] if x.dim() == 3 else 1
         items = torch.arange(self.batch).view(-1, *(1,) * (x.dim() - 1)).expand(x.shape) if x.dim() == 3 else None
@@ -158,8 +164,12 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
         return
     if name in _ADD and _context_terms(rec, tagged, out):
         return
+    if name in NORMS and _normed_input(rec, args, out):
+        return
     source, tag = min(tagged, key=lambda pair: _PRIORITY.index(pair[1].kind))
     if name in JOIN and _sinks(rec, args, kwargs, tagged, tag, out):
+        return
+    if name in JOIN and _joined_context(rec, tagged, out):
         return
     # (by the parameters' own roles: a fused projection's columns are followed through the join as they are)
     if name in JOIN and tag.kind == "proj" and len({t.role for _, t in tagged if t.kind == "proj" and t.role}) > 1:
@@ -175,7 +185,9 @@ def propagate(rec: Recording, func: Callable[..., Any] | None, name: str, args: 
                        if name in SHAPE_OPS and along is not None else None) for along in (tag.columns, tag.items))
     for i, tensor in enumerate(outputs):
         new = tag
-        if tag.factor != 1.0 and not shape_op:  # the factor survives only ops that commute with it
+        if tag.factor != 1.0 and _learned_bias(rec, name, tagged):  # c * q + b: c * (q + b / c), still c
+            new = Tag(tag.kind, tag.role, tag.factor, head=tag.head, mixed=tag.mixed)
+        elif tag.factor != 1.0 and not shape_op:  # the factor survives only ops that commute with it
             new = Tag(tag.kind, tag.role, head=tag.head, mixed=tag.mixed)
         elif tag.factor != 1.0:
             new = new._replace(base=bases[i] if bases else None)
@@ -201,6 +213,36 @@ def token_mixing(rec: Recording, name: str, args: tuple[Any, ...], kwargs: dict[
     tag = rec.tag(out)
     if tag is not None and tag.kind == "proj":
         rec.set_tag(out, tag._replace(mixed=True))
+
+
+def _learned_bias(rec: Recording, name: str, tagged: list[tuple[torch.Tensor, Tag]]) -> bool:
+    """A pre-scaled projection plus a parameter of no role (Funnel's `q_head * scale + r_w_bias * scale`, a
+    learned content bias): the factor still scales the sum, the bias read as part of the projection."""
+    kinds = sorted(tag.kind for _, tag in tagged)
+    return name in _ADD and kinds == ["param", "proj"] and all(t.role is None for _, t in tagged if t.kind == "param")
+
+
+def _joined_context(rec: Recording, tagged: list[tuple[torch.Tensor, Tag]], out: Any) -> bool:
+    """torch.cat([context, a branch of its own]) (ConvBERT's dynamic convolution beside its heads): still the
+    context on its way out, widened; the join is noted."""
+    kinds = {tag.kind for _, tag in tagged}
+    if "context" not in kinds or len(kinds) < 2 or not kinds - {"context"} <= set(TERMS):
+        return False
+    rec.context_joined = True
+    rec.tag_all(out, next(tag for _, tag in tagged if tag.kind == "context"))
+    return True
+
+
+def _normed_input(rec: Recording, args: tuple[Any, ...], out: Any) -> bool:
+    """norm(x) inside the class (Vocos' GroupNorm before its q, k and v): still the inputs, whose projections
+    are the queries, keys and values; the norm is noted. Its gain and shift are parameters of no role, which
+    would otherwise tag it as one."""
+    given = rec.tag(args[0]) if args else None
+    if given is None or given.kind != "input" or not isinstance(out, torch.Tensor) or out.shape != args[0].shape:
+        return False
+    rec.input_normed = True
+    rec.set_tag(out, given)
+    return True
 
 
 def _context_terms(rec: Recording, tagged: list[tuple[torch.Tensor, Tag]], out: Any) -> bool:

@@ -54,7 +54,7 @@ from attnlab.capture import fused_kernels, products, provenance, selection, soft
 from attnlab.capture.fused_kernels import flex_attention_eager
 from attnlab.capture.result import Capture, assemble, max_abs_or_nan
 from attnlab.capture.stages import STAGES
-from attnlab.capture.torch_calls import PRODUCTS, is_inplace, op_name
+from attnlab.capture.torch_calls import CONVS, NORMS, PRODUCTS, as_einsum, is_inplace, op_name
 from attnlab.modules import hf, hf_lineage
 from attnlab.modules.built import BuiltModule, Returned, as_built
 
@@ -107,12 +107,16 @@ def finished(recording: provenance.Recording, module: nn.Module, x: torch.Tensor
                 captured.unobservable["output"] = _NORMED_CONTEXT
             elif "output" in captured.stages and recording.context_terms:
                 captured.unobservable["output"] = _CONTEXT_TERMS
+            elif "output" in captured.stages and recording.context_joined:
+                captured.unobservable["output"] = _JOINED_CONTEXT
+            if recording.input_normed:  # every stage is made from norm(x), which the reference never sees
+                captured.unobservable |= {stage: _NORMED_INPUT for stage in STAGES
+                                          if stage in captured.stages and stage != "inputs"}
         return captured
     finally:  # the recording may sit in a reference cycle: what it held must not wait for the collector
         recording.release()
 
 
-_NORMS = ("layer_norm", "rms_norm", "group_norm")
 # a library's attention class that returns a norm's output: BERT-style blocks (ALBERT's AlbertAttention)
 _POST_NORM = ("the class normalises its own output (its residual and LayerNorm after the output projection, a "
               "BERT-style attention block), so it is not the attention's output")
@@ -121,6 +125,16 @@ _POST_NORM = ("the class normalises its own output (its residual and LayerNorm a
 # ...that normalises its merged context before the output projection (Kosmos-2's inner_attn_ln)
 _NORMED_CONTEXT = ("the class normalises its merged context before its output projection (a norm inside the "
                    "attention, Kosmos-2's inner_attn_ln), so its output is not out_proj(context)")
+
+
+# ...that joins its context with a branch of its own (ConvBERT's span-based dynamic convolution)
+_JOINED_CONTEXT = ("the class joins its context with the output of a branch of its own (ConvBERT's span-based "
+                   "dynamic convolution, torch.cat beside the heads), so its output is not the attention's alone")
+
+
+# ...that normalises its inputs before its projections (Vocos' GroupNorm)
+_NORMED_INPUT = ("the class normalises its inputs before its query, key and value projections (a norm inside the "
+                 "attention, Vocos' GroupNorm), so its queries are not x @ W_query")
 
 
 # ...that adds a term of its own to the context before its output projection (ViTS's relative-position values)
@@ -146,7 +160,7 @@ class _Recorder(TorchFunctionMode):
         if is_inplace(name) and args:
             provenance.keep_scores_before_inplace(rec, args[0])
         out = func(*args, **kwargs)
-        if name in _NORMS and isinstance(out, torch.Tensor):
+        if name in NORMS and isinstance(out, torch.Tensor):
             rec.normed.append(weakref.ref(out))
             given = rec.tag(args[0]) if args and isinstance(args[0], torch.Tensor) else None
             rec.context_normed |= given is not None and given.kind == "context"
@@ -156,7 +170,7 @@ class _Recorder(TorchFunctionMode):
             out = list(out)
             provenance.propagate(rec, lambda t: list(t.unbind(0)), "unbind", args, kwargs, out)
             return iter(out)
-        if name in PRODUCTS:
+        if name in PRODUCTS and (name not in CONVS or as_einsum(name, args, kwargs) is not None):
             products.product(rec, func, name, args, kwargs, out)
         elif name in ("softmax", "log_softmax"):
             softmax_calls.softmax(rec, name, args, kwargs, out)

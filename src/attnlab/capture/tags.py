@@ -31,3 +31,5 @@ class Tag(NamedTuple):
     item: int | None = None  # "proj": the one batch item it was projected from, when one (a loop over the batch)
     terms: bool = False  # "derived": a term the module computes from its inputs or weights was added to the scores
     mixed: bool = False  # "proj": convolved over the tokens since the projection, each row a mix of its neighbours'
+    table: bool = False  # "proj": a projection of what is not the inputs (XLNet's relative positions by its `r`)
+    own: bool = False  # "proj": made by a parameter of no role, never a fused one (ConvBERT's conv_kernel_layer)

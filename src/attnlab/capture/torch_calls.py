@@ -9,7 +9,9 @@ from typing import Any
 
 import torch
 
-PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "linear"}
+CONVS = {"conv1d", "conv2d"}  # products only with a kernel of size 1 (`_unit_conv`); any other passes tags on
+PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "linear", *CONVS}
+_CONV_SETTINGS = {"stride": 3, "padding": 4, "dilation": 5, "groups": 6}  # conv1d's/conv2d's positions after the bias
 SHAPE_OPS = {
     "T", "mT", "t", "transpose", "permute", "view", "reshape", "contiguous", "clone", "detach",
     "squeeze", "unsqueeze", "flatten", "unflatten", "expand", "to", "float", "__getitem__", "split",
@@ -23,6 +25,7 @@ FRESH = {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "zeros_
          "full_like", "rand_like", "randn_like"}
 # ops that commute with a scalar factor: a pre-scaled projection keeps its factor through them
 KEEP_FACTOR = SHAPE_OPS | {"roll", "flip", "index_select"}
+NORMS = ("layer_norm", "rms_norm", "group_norm")
 JOIN = {"cat", "concat", "concatenate"}
 MUL = {"mul", "multiply", "mul_", "multiply_", "__mul__", "__rmul__", "__imul__"}
 DIV = {"div", "divide", "true_divide", "div_", "divide_", "true_divide_", "__truediv__", "__itruediv__"}
@@ -67,6 +70,8 @@ def as_einsum(name: str, args: tuple[Any, ...],
         if not (set(letters[0]) & set(letters[1])) - set(out):  # no contraction: not a product
             return None
         return operands, letters, out
+    if name in ("conv1d", "conv2d"):
+        return _unit_conv(args, kwargs or {})
     if name in ("addmm", "baddbmm"):
         args = args[1:]  # addmm(added, a, b) = added + a @ b (GPT-2's Conv1D projects with it)
     if len(args) < 2:
@@ -80,6 +85,27 @@ def as_einsum(name: str, args: tuple[Any, ...],
     if name == "linear":  # F.linear(x, W) = x @ W.T
         return [a, b], [first, batch[n - b.dim():] + "kj"], batch + "ik"
     return [a, b], [first, batch[n - b.dim():] + "jk"], batch + "ik"
+
+
+def _unit_conv(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[torch.Tensor], list[str], str] | None:
+    """A kernel-1 convolution of one group, stride 1 and no padding (SqueezeBERT's, Vocos' q/k/v): a product
+    over the channels axis, (b, c_in, *positions) with (c_out, c_in, 1, ...) -> (b, c_out, *positions). Of
+    several groups (SqueezeBERT's) each group's block: the letters are the one-group product's, which a
+    product with a parameter is read by (a projection) all the same."""
+    x = args[0] if args else kwargs.get("input")
+    weight = args[1] if len(args) > 1 else kwargs.get("weight")
+    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)) or weight.dim() < 3:
+        return None
+    settings = {key: kwargs.get(key, args[at] if len(args) > at else None) for key, at in _CONV_SETTINGS.items()}
+    plain = {"stride": 1, "padding": 0, "dilation": 1}
+    if any(k != 1 for k in weight.shape[2:]) or any(
+            v is not None and v not in (plain[key], (plain[key],) * (weight.dim() - 2), str(plain[key]), "valid")
+            for key, v in settings.items() if key in plain):
+        return None
+    positions = "xyz"[: weight.dim() - 2]
+    batch = "b" if x.dim() == weight.dim() else ""
+    ones = "".join(string.ascii_uppercase[i] for i in range(weight.dim() - 2))  # the kernel's size-1 dims
+    return [x, weight], [batch + "c" + positions, "oc" + ones], batch + "o" + positions
 
 
 def arranged(tensor: torch.Tensor, letters: str, order: str) -> torch.Tensor:

@@ -37,7 +37,7 @@ from attnlab.errors import TokensNeeded, UserError, WidthNeeded
 from attnlab.inputs.kinds import Inputs
 from attnlab.modules.built import BuiltModule, Construction, PluginError, plan
 from attnlab.modules.hf_record import OutsideInput
-from attnlab.modules.layouts import align, seed_projections
+from attnlab.modules.layouts import align, output_width, seed_projections
 from attnlab.modules.registry import CONSTRUCTOR_KEYS, auto_reference
 from attnlab.modules.roles import QKV_ROLES, manual_seed, module_roles
 from attnlab.process_state import own_torch
@@ -281,6 +281,9 @@ def _reference_arguments(spec: JobSpec, values: dict[str, Any],
     if spec.reference == "auto":
         heads = variant.own_num_heads(spec.d_out) or values.get("num_heads")
         values = {**values, "num_kv_heads": variant.num_kv_heads, "num_heads": heads}
+        narrower = variant.narrower_queries(spec.d_out)
+        if narrower is not None:  # its queries in fewer or narrower heads than asked: the reference's as wide
+            values = {**values, "d_out": narrower[0], "num_heads": narrower[1]}
     top = {k: v for k, v in spec.reference_params.items() if k in CONSTRUCTOR_KEYS}
     return {**values, **top}, {k: v for k, v in spec.reference_params.items() if k not in top}
 
@@ -325,8 +328,13 @@ def _diagnose(spec: JobSpec, variant: _Side, reference: _Side, seed: int) -> Dia
     """The stages, diagnostics, findings and predictions of the two captures."""
     (x, captured), (_, reference_captured) = variant.ran, reference.ran
     mixing = _batch_mixing(variant.built, x, captured, seed) if variant.batched and not spec.train else None
-    return diagnosed(captured, reference_captured, shared=spec.shared, train=spec.train,
-                     expect=spec.expect, mixing=mixing, unobservable=variant.unobservable)
+    diagnosis = diagnosed(captured, reference_captured, shared=spec.shared, train=spec.train,
+                          expect=spec.expect, mixing=mixing, unobservable=variant.unobservable)
+    width = output_width(variant.built.module) if spec.variant_sizes is not None else None
+    predicted = diagnosis.expected_shapes.get("output")
+    if width is not None and predicted:  # at a width of its own the class's output projection says the output's
+        diagnosis = replace(diagnosis, expected_shapes={**diagnosis.expected_shapes, "output": [*predicted[:-1], width]})
+    return diagnosis
 
 
 @one_thread()  # op after op on one (batch item, head) block: no thread to wake for each

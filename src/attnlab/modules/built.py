@@ -20,6 +20,7 @@ model-output object its (batch, tokens, ·) element.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,7 +38,7 @@ from attnlab.modules.registry import (
     constructor_kwargs,
     get_variant,
 )
-from attnlab.modules.roles import QKV_ROLES, declared_count, manual_seed, module_heads, module_roles
+from attnlab.modules.roles import QKV_ROLES, declared_count, manual_seed, module_heads, module_roles, unit_kernel
 from attnlab.modules.variant_spec import VariantSpec
 
 
@@ -112,6 +113,10 @@ class HuggingFaceCall(CallConvention):
         except OptionalDependencyNotAvailable:  # a BaseException: said as the ImportError it stands for
             missing = " or ".join(hf.missing_packages(type(module))) or "an optional package"
             raise ImportError(f"{type(module).__name__}'s forward needs {missing}, which is not installed") from None
+        except TokensNeeded:  # a channels-first model's width read as its tokens (Vocos' (b, 768, T)): the width first
+            with contextlib.suppress(WidthMismatch):
+                _check_width(module, x)
+            raise
         except UserError:
             raise
         except Exception:
@@ -150,19 +155,35 @@ def _check_width(module: nn.Module, x: torch.Tensor) -> None:
     of them, that width and its queries' (`WidthNeeded`), at which a run whose inputs' size is free runs."""
     projections = {name.removesuffix(".weight"): (role, module.get_submodule(name.removesuffix(".weight")))
                    for name, role in module_roles(module).items() if role in (*QKV_ROLES, "qkv") and name.endswith(".weight")}
-    linear = {name: (role, owner) for name, (role, owner) in projections.items() if isinstance(owner, nn.Linear)}
-    widths = {name: owner.in_features for name, (_, owner) in linear.items()}
+    linear = {name: (role, owner) for name, (role, owner) in projections.items()
+              if isinstance(owner, nn.Linear) or unit_kernel(owner)}  # a kernel-1 convolution is a linear map
+    widths = {name: _in_width(owner) for name, (_, owner) in linear.items()}
     if widths and any(width != x.shape[-1] for width in widths.values()):
         shown = ", ".join(f"{name} {width}" for name, width in widths.items())
         message = (f"{type(module).__name__} takes inputs of other widths than the run's d_in={x.shape[-1]} "
                    f"({shown} wide): a width its model makes from more than the hidden states")
-        queries = [owner.out_features // (3 if role == "qkv" else 1) for role, owner in linear.values()
+        queries = [_out_width(owner) // (3 if role == "qkv" else 1) for role, owner in linear.values()
                    if role in ("queries", "qkv")]
         if len(set(widths.values())) == 1 and queries:
             width = next(iter(widths.values()))
             raise WidthNeeded(f"{message}; inputs {width} wide run it (random inputs run there by themselves)",
                               width, queries[0])
         raise WidthMismatch(f"{message}; attnlab runs one width for the variant and its reference")
+
+
+def _in_width(owner: nn.Module) -> int:
+    """An nn.Linear's or a kernel-1 convolution's input width."""
+    if isinstance(owner, nn.Linear):
+        return owner.in_features
+    assert isinstance(owner, (nn.Conv1d, nn.Conv2d))  # unit_kernel: one of the two
+    return owner.in_channels
+
+
+def _out_width(owner: nn.Module) -> int:
+    if isinstance(owner, nn.Linear):
+        return owner.out_features
+    assert isinstance(owner, (nn.Conv1d, nn.Conv2d))
+    return owner.out_channels
 
 
 class WidthMismatch(UserError):
@@ -357,11 +378,26 @@ class BuiltModule:
     def own_num_heads(self, width: int) -> int | None:
         """The query heads a class built from a config with no spelling for a head count or size
         builds of its own (MaskFormer's DETR decoder reads a sub-config's decoder_attention_heads,
-        BridgeTower's vision tower hidden_size // 64): num_heads cannot reach them. None otherwise."""
+        BridgeTower's vision tower hidden_size // 64), one where it keeps none either (Vocos' single head):
+        num_heads cannot reach them. None otherwise."""
         cls = self.construction.spec.cls if self.construction is not None else None
         if not isinstance(cls, ConfigConstructor) or cls.spelled["num_heads"] or cls.head_dim or any(cls.prefixed.values()):
             return None
-        return module_heads(self.module, width)
+        return module_heads(self.module, width) or 1
+
+    def narrower_queries(self, d_out: int) -> tuple[int, int] | None:
+        """(width, heads) of the queries of a class built from a config whose query projection is narrower
+        than the d_out it was given, in the heads it keeps (ConvBERT's head_ratio halves its heads, each
+        hidden_size // heads // 2 wide): the reference is built as wide. None otherwise."""
+        cls = self.construction.spec.cls if self.construction is not None else None
+        heads = declared_count(self.module, "num_heads")
+        queries = [self.module.get_submodule(name.removesuffix(".weight")) for name, role in module_roles(self.module).items()
+                   if role == "queries" and name.endswith(".weight")]
+        if not isinstance(cls, ConfigConstructor) or heads is None or len(queries) != 1 \
+                or not isinstance(queries[0], nn.Linear):
+            return None
+        width = queries[0].out_features
+        return (width, heads) if width < d_out and width % heads == 0 else None
 
     def kv_heads_for(self, num_heads: int) -> int | None:
         """How many key/value heads of a reference with `num_heads` query heads to load into the

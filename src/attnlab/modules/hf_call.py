@@ -100,6 +100,8 @@ def mask_kind(module: nn.Module) -> str:
     declared = getattr(module, "is_causal", getattr(getattr(module, "config", None), "causal", None))
     if isinstance(declared, bool):
         return "causal" if declared else "bidirectional"
+    if hf_record.recorded_no_mask(module):  # its model's call passes no mask at all
+        return "bidirectional"
     # its tokens are an image's patches (SAM's grid, Swin's window, a config with a patch size): no order to mask by
     # (or a detection model's image features and object queries, made by its backbone)
     vision = any(getattr(getattr(module, "config", None), key, None) is not None
@@ -129,14 +131,17 @@ _MASK_BUILDERS = re.compile(r"\bcreate_(\w+)_mask\(")
 @per_class
 def _encoder_file(cls: type[nn.Module]) -> bool:
     """Whether the library's class lives in a modeling file whose models build bidirectional masks
-    only (`create_bidirectional_mask`, never a causal one: LUKE's and BROS's encoders), so they attend
-    both ways. Read from the library's file, as `_takes_no_mask`."""
+    only (`create_bidirectional_mask`, never a causal one: LUKE's and BROS's encoders), or none and never
+    name one (no causal, tril or triu: Funnel's), so they attend both ways. Read from the library's
+    file, as `_takes_no_mask`."""
     try:
         source = inspect.getsource(sys.modules[cls.__module__])
     except (TypeError, OSError, KeyError):
         return False
     built = set(_MASK_BUILDERS.findall(source))
-    return bool(built) and all(kind.startswith("bidirectional") for kind in built)
+    if not built:  # a file that never builds nor names a future mask (Funnel's, ConvBERT's): its models cannot hide it
+        return _NO_FUTURE_MASK.search(source) is None
+    return all(kind.startswith("bidirectional") for kind in built)
 
 
 def _sequence_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
@@ -145,6 +150,7 @@ def _sequence_mask(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
     return _mask(module, rows, torch.arange(rows.shape[-2], device=x.device).expand(*rows.shape[:-1]))
 
 
+_NO_FUTURE_MASK = re.compile(r"causal|tril|triu", re.IGNORECASE)
 _KEEP_ONES = re.compile(r"\bmask\s*==\s*0\b|\bmask\.eq\(\s*0\s*\)")
 
 

@@ -167,6 +167,13 @@ def recorded_mask_kind(module: nn.Module) -> str | None:
     return "causal" if bool((keep == future).all()) else None
 
 
+def recorded_no_mask(module: nn.Module) -> bool:
+    """Whether its model's recorded call passes None for every mask its forward names (XLNet's attn_mask_h
+    and attn_mask_g, its bidirectional model's): its model hides nothing. Read off the model's call."""
+    masks = [v for k, v in _recorded_arguments(module).items() if "mask" in k]
+    return bool(masks) and all(v is None for v in masks)
+
+
 def given_biases(module: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     """The score-shaped (..., T, T) tensors, with no hidden entry, that the module's recorded call hands it
     besides its mask (CPM-Ant's segment-relative position_bias): a term its model computes for the scores."""
@@ -305,19 +312,15 @@ def _sized(model: nn.Module, target: nn.Module, x: torch.Tensor, make: Any, size
             return call, ""
         if call.hidden.dim() == x.dim() + 1 and call.hidden.shape[0] != x.shape[0]:
             return None, f"its model folds windows of its grid into the batch, {tuple(call.hidden.shape)}"
-        if call.hidden.dim() == 3 and call.hidden.shape[1] == x.shape[-1] != call.hidden.shape[-1]:
-            # its projections act on the channels axis (SqueezeBERT's 1x1 convolutions), not the last: none is captured
-            return None, f"its model passes {type(target).__name__} its hidden states channels first, " \
-                         f"(batch, width, tokens) {tuple(call.hidden.shape)}, a layout attnlab does not run"
-        if sorted(call.hidden.shape) == sorted(x.shape):  # x's (b, T) in another order, width last: XLNet's (T, b, d)
+        if sorted(call.hidden.shape) == sorted(x.shape):  # x's axes in another order: XLNet's (T, b, d), and
+            # SqueezeBERT's channels first (b, d, T), whose kernel-1 convolutions the capture reads as projections
             turn = _turn(tuple(call.hidden.shape), tuple(x.shape))
             if turn is None:
                 return None, f"its model passes {type(target).__name__} its hidden states as {tuple(call.hidden.shape)}, " \
                              f"x's {tuple(x.shape)} in an order these sizes do not tell; run with another inputs.n_tokens"
             call.turn = turn
             return call, ""
-        seen[size] = math.prod(call.hidden.shape[1:-1]) if _on_grid(call.hidden, x) else \
-            call.hidden.shape[-2] if call.hidden.dim() >= 2 else call.hidden.shape[0]
+        seen[size] = math.prod(call.hidden.shape[1:-1]) if _on_grid(call.hidden, x) else _tokens_seen(call.hidden, x)
         if len(set(seen.values())) < len(seen):
             break  # the size does not change the tokens
         size = max(1, _next_size(seen, size, tokens))
@@ -333,6 +336,14 @@ def _on_grid(hidden: torch.Tensor, x: torch.Tensor) -> bool:
     """The model's hidden states are x's batch of (H, W) grids of tokens as wide as x's: a forward that reads
     its input as (b, H, W, d) (`hf_grid.axes`), whose tokens are H * W."""
     return x.dim() == 3 and hidden.dim() == 4 and (hidden.shape[0], hidden.shape[-1]) == (x.shape[0], x.shape[-1])
+
+
+def _tokens_seen(hidden: torch.Tensor, x: torch.Tensor) -> int:
+    """How many tokens the model's hidden states hold: the last axis but one, the last where they are
+    channels first (b, x's width, T) (Vocos' kernel-1 convolutions)."""
+    if hidden.dim() == 3 and hidden.shape[1] == x.shape[-1] != hidden.shape[-1]:
+        return hidden.shape[-1]
+    return hidden.shape[-2] if hidden.dim() >= 2 else hidden.shape[0]
 
 
 def _turn(given: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...] | None:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import UserError
-from attnlab.modules.roles import QKV_ROLES, fused_layout, manual_seed, module_roles
+from attnlab.modules.roles import QKV_ROLES, declared_count, fused_layout, manual_seed, module_roles, unit_kernel
 
 # nn.MultiheadAttention's add_bias_kv parameters are an extra key/value token, not projection biases.
 _MHA_EXTRA_TOKEN = ("bias_k", "bias_v")
@@ -73,15 +73,34 @@ class _Slot:
     role: str  # a parameter_role
     kind: str  # "weight" | "bias"
     head: int | None  # its index in an nn.ModuleList of per-head modules
-    linear_style: bool  # stored (out, in) and used as x @ W.T (nn.Linear, nn.MultiheadAttention)
+    linear_style: bool  # stored (out, in) and used as x @ W.T (nn.Linear, nn.MultiheadAttention, a kernel-1 conv)
+    form: str = "matrix"  # "matrix" | "unit_kernel" (a kernel-1 conv's (out, in, 1[, 1])) | "per_head" (width, heads, hd)
+    groups: int = 1  # a grouped kernel-1 conv's: its (in, out) matrix is block diagonal, one block a group
 
     @property
     def parts(self) -> tuple[str, ...]:
         return QKV_ROLES if self.role == "qkv" else (self.role,)
 
     def canonical(self) -> Tensor:
+        """The parameter as a matrix in x @ W orientation (a bias as is)."""
         value = self.param.detach().clone()
+        if self.form == "unit_kernel":  # a kernel-1 convolution is a linear map of each position
+            value = torch.block_diag(*value.flatten(1).chunk(self.groups))  # (out, in), each group its own block
+        elif self.form == "per_head":  # XLNet's einsum "ibh,hnd->ibnd": (width, heads * hd), head h in its own columns
+            value = value.flatten(1)
+            return value.T if self.role == "out" else value  # its output's "ibnd,hnd->ibh" maps heads back to the width
         return value.T if self.linear_style else value
+
+    def stored(self, target: Tensor) -> Tensor:
+        """A canonical `target` as this parameter stores it (the inverse of `canonical`)."""
+        if self.form == "per_head":
+            return (target.T if self.role == "out" else target).reshape(self.param.shape)
+        stored = target.T if self.linear_style else target
+        if self.form != "unit_kernel":
+            return stored
+        rows, cols = (n // self.groups for n in stored.shape)
+        blocks = [stored[g * rows:(g + 1) * rows, g * cols:(g + 1) * cols] for g in range(self.groups)]
+        return torch.cat(blocks).reshape(self.param.shape)  # (out, in / groups, 1...)
 
 
 def _owner(module: nn.Module, name: str) -> tuple[nn.Module, str]:
@@ -107,12 +126,26 @@ def _slots(module: nn.Module) -> list[_Slot]:
         if role is None or (isinstance(owner, nn.MultiheadAttention) and attr in _MHA_EXTRA_TOKEN):
             continue
         kind = "bias" if param.dim() == 1 else "weight"
+        form = _form(owner, attr, param, role) if kind == "weight" else "matrix"
         linear_style = kind == "weight" and (
             (isinstance(owner, nn.Linear) and attr == "weight")
             or (isinstance(owner, nn.MultiheadAttention) and attr in _MHA_LINEAR_STYLE)
+            or form == "unit_kernel"
         )
-        slots.append(_Slot(name, param, role, kind, _head_index(module, name), linear_style))
+        groups = owner.groups if form == "unit_kernel" and isinstance(owner, (nn.Conv1d, nn.Conv2d)) else 1
+        slots.append(_Slot(name, param, role, kind, _head_index(module, name), linear_style, form, groups))
     return slots
+
+
+def _form(owner: nn.Module, attr: str, param: nn.Parameter, role: str) -> str:
+    """How a weight is stored: a matrix, a kernel-1 convolution's, or a bare (width, heads, head_dim)
+    parameter used through an einsum (XLNet's q, k, v and o) when the module keeps that head count."""
+    if attr == "weight" and unit_kernel(owner):
+        return "unit_kernel"
+    heads = declared_count(owner, "num_heads")
+    if param.dim() == 3 and role != "qkv" and heads is not None and param.shape[1] == heads and attr != "weight":
+        return "per_head"
+    return "matrix"
 
 
 def _describe(module: nn.Module) -> str:
@@ -158,6 +191,13 @@ def _out_groups(slots: list[_Slot]) -> list[list[_Slot]]:
     return list(groups.values())
 
 
+def output_width(module: nn.Module) -> int | None:
+    """The width the module's output projection returns (its last one's, of several in a row), None without one."""
+    groups = _out_groups(_slots(module))
+    weights = [s for s in groups[-1] if s.kind == "weight"] if groups else []
+    return weights[0].canonical().shape[-1] if weights else None
+
+
 def _compose_out(module: nn.Module, slots: list[_Slot]) -> dict[tuple[str, str], Tensor]:
     """One output projection: several in a row compose, (c @ W1 + b1) @ W2 + b2."""
     groups = _out_groups(slots)
@@ -188,7 +228,7 @@ def read_projections(module: nn.Module, *, num_heads: int, num_kv_heads: int | N
         values = slot.canonical()
         if slot.role == "out":
             continue  # composed below: there may be several in a row
-        if slot.param.dim() > 2:
+        if values.dim() > 2:
             raise _no_layout(module, f"{slot.name} is a {slot.param.dim()}-D projection, not a layout attnlab reads")
         if slot.role == "qkv":
             for role, part in zip(QKV_ROLES, _split_fused(module, slot, values, num_heads, num_kv_heads)):
@@ -301,14 +341,21 @@ def _neutral(slot: _Slot, why: str) -> str:
     if slot.kind == "bias":
         param.zero_()
         return f"zeroed ({why})"
-    if param.dim() == 2 and param.shape[0] == param.shape[1]:
-        param.copy_(torch.eye(param.shape[0], dtype=param.dtype))
+    own = slot.canonical()  # (in, out)
+    if own.dim() == 2 and own.shape[0] == own.shape[1]:
+        param.copy_(slot.stored(torch.eye(own.shape[0], dtype=param.dtype)))
         return f"identity ({why})"
     return f"native: {why}, not square"
 
 
 def _copy(slot: _Slot, target: Tensor, note: str) -> str:
     param = slot.param
+    if slot.form != "matrix" and slot.kind == "weight":
+        if target.shape != slot.canonical().shape:
+            return f"native: shape {tuple(param.shape)} does not fit {tuple(target.shape)}"
+        param.copy_(slot.stored(target))
+        how = "kernel-1 convolution" if slot.form == "unit_kernel" else "per head (width, heads, head_dim)"
+        return f"shared ({', '.join([how, *([note] if note else [])])})"
     stored = target.T if slot.linear_style else target
     notes = (["transposed"] if slot.linear_style else []) + ([note] if note else [])
     if param.shape != stored.shape and not slot.linear_style and param.dim() == 2 and param.shape == stored.T.shape:
@@ -368,12 +415,19 @@ def _extra_tokens(module: nn.Module) -> list[str]:
     ]
 
 
-def _fit_reference(projections: Projections,
-                   covered: set[tuple[str, str]]) -> tuple[Projections, dict[tuple[str, str], str]]:
-    """Zero what the variant has no place for (its biases), identity for a missing output
-    projection; returns the changed projections and {part: why} for the record."""
+def _fit_reference(projections: Projections, covered: set[tuple[str, str]],
+                   grouped: dict[str, int]) -> tuple[Projections, dict[tuple[str, str], str]]:
+    """Zero what the variant has no place for (its biases, the entries a grouped projection's block
+    diagonal lacks), identity for a missing output projection; returns the changed projections and
+    {part: why} for the record."""
     changed: dict[str, Any] = {}  # field name -> tensor: replace() checks a ** dict against every field, the int head counts too
     why: dict[tuple[str, str], str] = {}  # (role, "weight" | "bias")
+    for role, groups in grouped.items():
+        weight = projections.weight(role)  # (d_in, d_out)
+        if weight is not None and all(n % groups == 0 for n in weight.shape):
+            blocks = torch.block_diag(*[torch.ones(*(n // groups for n in weight.shape))] * groups)  # (d_in, d_out)
+            changed[_WEIGHT_FIELD[role]] = weight * blocks
+            why[role, "weight"] = f"its {groups} diagonal blocks kept (the variant's projection is in {groups} groups)"
     for role in (*QKV_ROLES, "out"):
         bias = projections.bias(role)
         if bias is not None and (role, "bias") not in covered:
@@ -408,7 +462,8 @@ def align(
         return {"load_qkv": "plugin loader"}
     variant_slots = _slots(variant)
     covered = {(role, slot.kind) for slot in variant_slots for role in slot.parts}
-    fitted, why = _fit_reference(projections, covered)
+    grouped = {slot.role: slot.groups for slot in variant_slots if slot.groups > 1 and slot.role != "qkv"}
+    fitted, why = _fit_reference(projections, covered, grouped)
     kv_heads = projections.num_kv_heads if num_kv_heads is None else num_kv_heads
     report: dict[str, str] = {}
     if why:

@@ -84,6 +84,13 @@ def is_norm(owner: nn.Module) -> bool:
     return isinstance(owner, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or type(owner).__name__.endswith("Norm")
 
 
+def unit_kernel(owner: nn.Module) -> bool:
+    """A convolution of kernel size 1 (SqueezeBERT's, Vocos' q/k/v): a linear map of each position; of several
+    groups, a block-diagonal one."""
+    return (isinstance(owner, (nn.Conv1d, nn.Conv2d)) and all(k == 1 for k in owner.kernel_size)
+            and all(s == 1 for s in owner.stride))
+
+
 def module_roles(module: nn.Module) -> dict[str, str | None]:
     """Each parameter's `parameter_role`, decided by its owner first: a norm module's weight
     (`q_norm.weight`, 1-D like a bias) has none."""

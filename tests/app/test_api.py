@@ -78,3 +78,40 @@ def test_a_second_run_into_one_folder_is_refused_and_the_first_kept(tmp_path):
     with pytest.raises(UserError, match=r"^out_dir=.*same: holds a run already \(record.json\)"):
         attnlab.run("wrong_softmax_axis", out_dir=tmp_path / "same")
     assert {p: p.read_bytes() for p in (tmp_path / "same").rglob("*") if p.is_file()} == before
+
+
+
+WARM = """
+import torch
+import torch.nn as nn
+
+from attnlab import variant
+
+@variant("warm", params={{"temperature": {t}}})
+class Warm(nn.Module):
+    def __init__(self, d_in, d_out, temperature=1.0):
+        super().__init__()
+        self.temperature = temperature
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+
+    def forward(self, x):
+        return torch.softmax(x @ self.W_query / self.temperature, dim=-1)
+"""
+
+
+def test_a_registry_rebuilt_with_the_same_variants_composes_nothing_again_and_a_changed_one_anew():
+    from hydra.core.config_store import ConfigStore
+
+    from attnlab.app.api import compose_config
+    from attnlab.modules import session
+    from attnlab.modules.registry import discover
+
+    first, registry = compose_config("unscaled", 1), discover()
+    stored = ConfigStore.instance().repo["variant"]["unscaled.yaml"]
+    session._VERSION[0] += 1  # as a new session (a test's own) makes it: the registry is rebuilt
+    assert discover() is not registry
+    assert compose_config("unscaled", 1) is first and ConfigStore.instance().repo["variant"]["unscaled.yaml"] is stored
+    for temperature in (2.0, 3.0):  # a notebook's cell run twice: one name, another default
+        exec(WARM.format(t=temperature), {"__name__": "__main__"})
+        assert compose_config("warm", 1).variant.params.temperature == temperature
+    assert compose_config("unscaled", 1) is not first  # composed again: the variants it was composed with changed

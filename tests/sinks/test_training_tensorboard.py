@@ -80,6 +80,7 @@ def test_a_jobs_runs_are_task_variant_seed_with_a_pooled_band_and_sessions(tmp_p
     assert session.Scalars("pooled/causal_accuracy")[0].value == pytest.approx(sum(causal) / 2)
 
 
+@pytest.mark.slow  # a sweep: four trainings, the fast tier's slowest test (test_a_jobs_runs_... keeps the pooled band there)
 def test_a_sweeps_jobs_write_one_reference_per_seed_and_the_end_one_pooled_run(tmp_path):
     sweep = tmp_path / "sweep"
     for number, (variant, seed) in enumerate([(v, s) for v in ("unscaled", "scaled_by_dk") for s in (1, 2)]):

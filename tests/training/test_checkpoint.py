@@ -46,7 +46,9 @@ class Killed(BaseException):
     would: no handler of the job's own catches it)."""
 
 
-@pytest.mark.parametrize("kill_after", [3, 9, 13])  # in the first seed's reference, its variant, the second seed
+# in the first seed's reference, its variant, the second seed: each trains the job three times, so the
+# fast tier keeps the first and the full suite all three
+@pytest.mark.parametrize("kill_after", [3, pytest.param(9, marks=pytest.mark.slow), pytest.param(13, marks=pytest.mark.slow)])
 def test_a_job_stopped_after_any_checkpoint_resumes_to_the_same_results(tmp_path, monkeypatch, kill_after) -> None:
     settings = tiny(steps=20, eval_every=10, checkpoint_every=4)  # per seed: 5 + 5 checkpoints, then the seed's
     whole = run(plan("unscaled", settings), "unscaled", [1, 2]).as_dict()

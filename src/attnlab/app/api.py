@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 from torch import nn
 
 from attnlab.app.config_paths import config_dir, user_config_dir
-from attnlab.app.config_store import register_configs
+from attnlab.app.config_store import register_configs, variant_nodes
 from attnlab.app.overrides import user_overrides
 from attnlab.errors import UserError
 from attnlab.inputs.input_configs import SCHEMAS as INPUT_SCHEMAS
@@ -119,12 +119,13 @@ def compose_config(variant: str, seed: int, overrides: Iterable[str] = (), **kwa
     _check_keywords(kwargs)
     words = override_words(variant, seed, overrides, **kwargs)
     registry = discover()
-    key = (id(registry), _user_conf_fingerprint(), tuple(words))
+    variants = (variant_nodes(registry), tuple(registry.duplicates), tuple(registry.shadowed))
+    key = (variants, _user_conf_fingerprint(), tuple(words))
     if key not in _COMPOSED:
-        if _COMPOSED.get("registry") is not registry:  # the ConfigStore's variants follow the registry's
-            register_configs(registry)
+        if _COMPOSED.get("registry") != variants:  # composed with other variants: never asked again
             _COMPOSED.clear()
-            _COMPOSED["registry"] = registry
+            _COMPOSED["registry"] = variants
+        register_configs(registry)  # the ConfigStore's variants follow the registry's (unchanged: a no-op)
         try:
             check_group_overrides(words)
             GlobalHydra.instance().clear()
@@ -140,8 +141,9 @@ def compose_config(variant: str, seed: int, overrides: Iterable[str] = (), **kwa
     return cfg
 
 
-# Composed configs by (registry, ./conf's files, overrides): Hydra's composition is most of a warm
-# call's time, and a notebook repeats the same request; each is read-only, so no run changes another's.
+# Composed configs by (the registry's variants, ./conf's files, overrides): Hydra's composition is most
+# of a warm call's time, and a notebook repeats the same request; each is read-only, so no run changes
+# another's. A registry rebuilt with the same variants (a new session) composes the same configs.
 _COMPOSED: dict[Any, Any] = {}
 
 

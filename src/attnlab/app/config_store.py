@@ -49,8 +49,13 @@ def register_configs(registry: Registry | None = None, *, full_help: bool = Fals
     Plugins.instance().register(AttnlabSweeper)
     register_resolvers()
     store = ConfigStore.instance()
+    outputs = outputs_node()
+    stored = None if full_help else (id(store.repo), repr(outputs), variant_nodes(registry))
+    if stored is not None and _STORED[0] == stored:
+        return  # the store holds these nodes already: storing ~70 again was most of a warm API call's own time
+    _STORED[0] = None
     store.store(name="attnlab_schema", node=Config)
-    store.store(name="attnlab_outputs", node=outputs_node())
+    store.store(name="attnlab_outputs", node=outputs)
     for name, schema in INPUT_SCHEMAS.items():
         store.store(group="attnlab/inputs", name=name, node=schema)
     store.store(group="attnlab/training", name="schema", node=TrainingConf)
@@ -72,3 +77,14 @@ def register_configs(registry: Registry | None = None, *, full_help: bool = Fals
         },
         provider="attnlab",
     )
+    _STORED[0] = stored
+
+
+# What register_configs last stored, by what decides each node: a registry rebuilt with the same
+# variants (a new session, a refresh with no change) stores the same nodes.
+_STORED: list[Any] = [None]
+
+
+def variant_nodes(registry: Registry) -> tuple[tuple[str, str], ...]:
+    """The `variant` group's nodes a registry makes: each variant's name and parameters."""
+    return tuple((name, repr(spec.params)) for name, spec in registry.specs.items())

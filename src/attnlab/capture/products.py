@@ -68,7 +68,7 @@ def _projection(rec: Recording, func: Callable[..., Any], args: tuple[Any, ...],
         return
     if param.factor == 1.0:
         rec.set_tag(out, Tag("proj", param.role, columns=columns, column_roles=column_roles, item=item,
-                             own=param.role is None and layout is None))
+                             own=id(operands[i]) in rec.roleless and layout is None))
         return
     # x @ (W_query * c): the product once more with the unscaled parameter
     base = replayed(func, args, kwargs, operands[i], param.base, [out]) if param.base is not None else None

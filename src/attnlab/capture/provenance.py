@@ -80,6 +80,9 @@ class Recording:
         self.fused: dict[int, FusedLayout] = {id(p): fused_layout(module, name) for name, p in named
                                               if roles.get(name) == "qkv"}
         self.out = {id(p) for name, p in named if roles.get(name) == "out"}
+        # parameters the class's roles name nothing (a norm's gain, ConvBERT's conv kernel), not a wrapped projection's
+        # weight whose name alone says nothing (Gemma 4's q_proj.linear.weight)
+        self.roleless = {id(p) for name, p in named if roles.get(name) is None}
         # whether its parameters name queries and keys: then a product of two projections neither of which is one
         # (ConvBERT's dynamic convolution kernel) is a part of the class's own, not its scores
         self.named_qk = {"queries", "keys"} <= {roles.get(name) for name, _ in named} or bool(self.fused)

@@ -202,3 +202,28 @@ def test_reference_params_reach_the_reference_auto_chooses():
     argument its constructor does not take is refused naming it, where it used to be ignored."""
     with pytest.raises(UserError, match="'reference' takes no parameter 'no_such_argument'"):
         attnlab.run("unscaled", overrides=["+reference.params.no_such_argument=1"])
+
+
+class _OpaqueKernelAttention(torch.nn.Module):
+    """Attention through a kernel torch does not see (its scores made in numpy, as a compiled kernel's
+    would be), with projections one column wider than the reference's, so none of its weights fits."""
+
+    def __init__(self, d_in: int, d_out: int) -> None:
+        super().__init__()
+        self.W_query = torch.nn.Parameter(torch.rand(d_in, d_out + 1))
+        self.W_key = torch.nn.Parameter(torch.rand(d_in, d_out + 1))
+        self.W_value = torch.nn.Parameter(torch.rand(d_in, d_out + 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        queries = (x @ self.W_query).detach().numpy()  # (b, num_tokens, d_out + 1)
+        keys = (x @ self.W_key).detach().numpy()  # (b, num_tokens, d_out + 1)
+        attn_scores = torch.from_numpy(queries @ keys.swapaxes(-2, -1))  # (b, num_tokens, num_tokens)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        return attn_weights @ (x @ self.W_value)  # (b, num_tokens, d_out + 1)
+
+
+def test_a_variant_of_which_nothing_can_be_compared_is_refused_naming_its_parameters():
+    result = attnlab.run(_OpaqueKernelAttention)
+    assert result.record.status == "failed", [f.code for f in result.findings]
+    assert "nothing of" in result.record.error and "can be compared" in result.record.error, result.record.error
+    assert "W_query shape (3, 3) does not fit (3, 2)" in result.record.error, result.record.error

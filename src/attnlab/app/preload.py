@@ -21,6 +21,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 import attnlab.app.cli  # noqa: F401 - the `attnlab` command's script, run again in every job's process, imports it
+import attnlab.app.job_task  # noqa: F401 - a job's task, sent to the job worker by reference
 import attnlab.compute.memory  # noqa: F401
 import attnlab.configured  # noqa: F401 - builds the sinks and inputs from their configs, imported lazily
 import attnlab.reporting.aggregate  # noqa: F401

@@ -9,8 +9,10 @@ that a warm one does not (copy-on-write page faults, caches filled again), more 
 job's own work. A worker's jobs share its process as jobs in one process always did; it ends
 after a job that did not end with every record ok, or that changed torch's defaults, and the
 next job starts in a fresh one. The `attnlab` command starts the forkserver's imports beside its
-own when it will need it (`start_early`). Costs: `python benchmarks/run.py --only isolation`,
-benchmarks/README.md.
+own when it will need it (`start_early`); under a local launcher (joblib's workers, submitit's
+local jobs) that server is the launcher's processes' too, so none of them imports torch and the
+preload again (`_adopt_shared`). Costs: `python benchmarks/run.py --only isolation`,
+`benchmarks/training_grid.py`, benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -32,13 +34,13 @@ from typing import Any
 from attnlab.app.crash_site import crash_site
 from attnlab.app.guard import Failure, UserInterrupt, Work, guarded
 from attnlab.app.job_outcome import Interrupted, Outcome, Raised, Ran, Reply, TimedOut
-from attnlab.app.lifeline import alive_here, end_with_command, process_mark
+from attnlab.app.lifeline import COMMAND_ENV, alive_here, end_with_command, process_mark
 from attnlab.app.streams import ensure_std_streams
 from attnlab.errors import UserError
 
 PRELOAD = ["torch", "attnlab.app.preload"]  # imported once by the forkserver, inherited by every job
 ISOLATION_ENV = "ATTNLAB_ISOLATION"  # 0: jobs in the command's process (attnlab.app.isolation)
-SHARED_ENV = "ATTNLAB_FORKSERVER"  # the command's forkserver for its launcher's processes: "mark address"
+SHARED_ENV = "ATTNLAB_FORKSERVER"  # the command's forkserver for its launcher's processes: "command server address"
 LOCAL_LAUNCHERS = ("joblib", "submitit_local")  # Hydra launchers whose processes run on the command's machine
 ASKS = {"-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion"}  # no job runs
 
@@ -191,7 +193,8 @@ def start_early(args: list[str]) -> bool:
     forkserver.ensure_running()
     if shares:
         server: Any = forkserver._forkserver  # multiprocessing keeps no public handle (nor typed fields)
-        os.environ[SHARED_ENV] = f"{process_mark(server._forkserver_pid)} {server._forkserver_address}"
+        os.environ[SHARED_ENV] = (f"{os.environ.get(COMMAND_ENV, '')} {process_mark(server._forkserver_pid)} "
+                                  f"{server._forkserver_address}")
     return True
 
 
@@ -208,15 +211,16 @@ def _adopt_shared() -> None:
     `start_early`) instead of starting a server of its own: a launcher's process (a joblib worker)
     then pays neither the server's start nor its imports of torch and the preload, which the
     command's server made once, beside the command's own start. Not in the command itself (its
-    server is its own), nor when the server is gone or another machine's: then the process starts
-    its own as before. multiprocessing has no public way to name a running server: its client's
+    server is its own), nor in another command started under it (its plugins may differ: it marks
+    itself as the command, attnlab.app.lifeline), nor when the server is gone or another
+    machine's: then the process starts its own as before. multiprocessing has no public way to name a running server: its client's
     three fields are set (the address, the fd a job's process gets as the server's "alive" pipe,
     and a check that the server lives in place of the check of a child's exit status)."""
-    mark, _, address = os.environ.get(SHARED_ENV, "").partition(" ")
+    command, mark, address = (os.environ.get(SHARED_ENV, "").split(" ", 2) + ["", ""])[:3]
     server: Any = forkserver._forkserver
     if not address or server._forkserver_pid is not None or server._forkserver_address is not None:
         return
-    if not alive_here(mark):
+    if command != os.environ.get(COMMAND_ENV) or not alive_here(mark):
         return
 
     def ensure_running() -> None:

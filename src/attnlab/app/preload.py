@@ -31,6 +31,7 @@ import attnlab.sinks.html  # noqa: F401 - the built-in sinks (conf/sink/), built
 import attnlab.sinks.table  # noqa: F401
 import attnlab.sinks.tensorboard  # noqa: F401
 import attnlab.sinks.terminal  # noqa: F401
+from attnlab.app.lifeline import end_with_command
 from attnlab.app.run_job import run_job  # noqa: F401 - the job's code: inputs, modules, capture, diagnosis, sinks
 from attnlab.modules.registry import discover
 
@@ -47,4 +48,5 @@ def warm_parsers() -> None:
 
 discover()  # the plugins, found and imported once for every job of the process
 warm_parsers()
+end_with_command()  # the server (the command's, shared by a launcher's processes) ends with the command, even by kill -9
 gc.freeze()  # the server's objects: never traversed by a job's gc, so their pages are never copied

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.app.isolation import isolated
-from attnlab.app.job_worker import isolates_here
+from attnlab.app.job_worker import isolates_here, shares_with_launcher
 from attnlab.compute.pipeline import exits_raise
 
 pytestmark = pytest.mark.slow  # starts the forkserver: torch and the plugins imported once
@@ -110,6 +110,21 @@ def test_the_forkserver_starts_early_only_for_a_command_that_isolates_jobs_here(
     assert isolates_here(args) is False
 
 
+@pytest.mark.parametrize(("args", "expected"), [
+    (["-m", "variant=a,b", "hydra/launcher=joblib"], True),
+    (["--multirun", "seed=1,2", "hydra/launcher=submitit_local"], True),
+    (["-m", "variant=a,b"], False),  # the basic launcher: jobs isolated in the command's own process
+    (["-m", "variant=a,b", "hydra/launcher=submitit_slurm"], False),  # another machine's processes
+    (["variant=unscaled", "hydra/launcher=joblib"], False),
+    (["-m", "variant=a,b", "hydra/launcher=joblib", "--cfg", "job"], False),
+])
+def test_the_command_shares_its_forkserver_only_with_a_local_launchers_processes(args, expected, monkeypatch) -> None:
+    monkeypatch.delenv("ATTNLAB_ISOLATION", raising=False)
+    assert shares_with_launcher(args) is expected
+    monkeypatch.setenv("ATTNLAB_ISOLATION", "0")
+    assert shares_with_launcher(args) is False
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
 def test_a_refused_sweep_leaves_no_forkserver_behind(tmp_path) -> None:
     mark = f"attnlab-test-{os.getpid()}-{time.monotonic_ns()}"
@@ -124,6 +139,46 @@ def test_a_refused_sweep_leaves_no_forkserver_behind(tmp_path) -> None:
     assert not (tmp_path / "sweep").exists()
     time.sleep(0.2)  # a SIGKILL is delivered asynchronously
     assert [pid for pid in marked(mark) if alive(pid)] == []
+
+
+NOTES_PROCESSES = """
+import multiprocessing, os
+from pathlib import Path
+import torch.nn as nn
+
+class Noted(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+
+    def forward(self, x):
+        server = os.getppid()
+        above = Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        with open(os.environ["NOTED"], "a") as noted:
+            noted.write(f"{os.getpid()} {server} {above} {multiprocessing.parent_process().pid}\\n")
+        return x[..., :2] * 0
+"""
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_a_joblib_sweeps_workers_fork_their_jobs_processes_from_the_commands_forkserver(tmp_path) -> None:
+    """The command starts the one forkserver beside its own start; each joblib worker starts no server
+    of its own (no second import of torch and the preload) and sends its jobs to a process forked from it."""
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "noted.py").write_text(NOTES_PROCESSES)
+    noted = tmp_path / "noted"
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "ATTNLAB_ISOLATION")}
+    command = subprocess.Popen([sys.executable, "-m", "attnlab", "-m", "variant=noted", "seed=1,2,3",
+                                "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "weights=native", "log.terminal=false",
+                                "log.tensorboard=false", "log.html=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                               cwd=tmp_path, env={**env, "NOTED": str(noted)}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    _, errors = command.communicate(timeout=600)
+    assert command.returncode == 0, errors
+    lines = {tuple(int(n) for n in line.split()) for line in noted.read_text().splitlines()}
+    jobs, servers, above, senders = (set(column) for column in zip(*lines))
+    assert len(servers) == 1 and above == {command.pid}  # one server, the command's child
+    assert senders and command.pid not in senders and not senders & servers  # sent by joblib's workers
+    assert len(jobs) == len(senders)  # each joblib worker's jobs ran in its one kept job worker
 
 
 def marked(mark: str) -> list[int]:

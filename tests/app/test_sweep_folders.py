@@ -25,15 +25,13 @@ FORWARDS = {
     "os_exits": "os._exit(0)",
     "hangs": "time.sleep(3600)",
     "interrupts": "raise KeyboardInterrupt",
-    # kills the joblib worker running its job (the job's process is a child of the worker's
-    # forkserver), once: the marker file says it did
+    # kills the joblib worker running its job (the process that started the job's process, from
+    # the command's forkserver: attnlab.app.job_worker), once: the marker file says it did
     "kills_worker": """
         marker = Path(__file__).with_suffix(".killed")
         if not marker.exists():
             marker.write_text("")
-            forkserver = os.getppid()
-            worker = int(Path(f"/proc/{forkserver}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            os.kill(worker, signal.SIGKILL)
+            os.kill(multiprocessing.parent_process().pid, signal.SIGKILL)
             time.sleep(60)
         return x[..., :2] * 0""",
 }
@@ -43,7 +41,7 @@ def write_plugins(folder: Path) -> Path:
     folder.mkdir(exist_ok=True)
     for name, body in FORWARDS.items():
         (folder / f"{name}.py").write_text(textwrap.dedent("""
-            import os, signal, time
+            import multiprocessing, os, signal, time
             from pathlib import Path
             import torch.nn as nn
 

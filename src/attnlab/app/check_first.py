@@ -3,7 +3,7 @@ hydra, overrides) into the run's folder before it calls the task, so a request r
 task's check had already rewritten an earlier run's `.hydra/` when `hydra.run.dir` named its
 folder (it then said `training.steps=0` beside results trained for 200 steps). Hydra calls
 `on_run_start` before it makes the folder: refused there, nothing is written. The task then builds
-the sinks without checking again (attnlab.app.run_job.run_task). Sweeps check every job in
+the sinks without checking again (attnlab.app.job_task.run_task). Sweeps check every job in
 attnlab's sweeper, before the first job.
 
 Hydra turns an Exception raised by a callback into a warning and goes on with the run: the

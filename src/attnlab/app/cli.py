@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def task(cfg: DictConfig) -> list[str]:
         """One job; returns its failed records' paths (Hydra hands them to the sweep's callback)."""
-        from attnlab.app.run_job import run_task
+        from attnlab.app.job_task import run_task
 
         hydra_cfg = cast(DictConfig, HydraConfig.get())  # a DictConfig at run time, typed as the dataclass it is made from
         try:

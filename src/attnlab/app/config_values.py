@@ -19,6 +19,11 @@ def container(node: DictConfig, *, enum_to_str: bool = False, resolve: bool = Tr
     return cast(dict[str, Any], OmegaConf.to_container(node, resolve=resolve, enum_to_str=enum_to_str))
 
 
+def wants_training(cfg: DictConfig) -> bool:
+    """A training run (a `training` block): it writes training.json, not attention records."""
+    return OmegaConf.select(cfg, "training") is not None
+
+
 def plain(value: Any) -> Any:
     """A list or a mapping of the config as plain containers; a scalar as it is."""
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value

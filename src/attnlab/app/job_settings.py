@@ -127,10 +127,6 @@ def sink_settings(cfg: DictConfig) -> SinkSettings:
     return SinkSettings(log=container(cfg.log), configs=configs)
 
 
-def wants_training(cfg: DictConfig) -> bool:
-    return OmegaConf.select(cfg, "training") is not None
-
-
 def training_settings(cfg: DictConfig) -> TrainingConf:
     """The config's `training` block as a TrainingConf (checked by attnlab.training.settings.check_settings)."""
     node = container(cfg.training)

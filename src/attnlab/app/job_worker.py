@@ -9,8 +9,10 @@ that a warm one does not (copy-on-write page faults, caches filled again), more 
 job's own work. A worker's jobs share its process as jobs in one process always did; it ends
 after a job that did not end with every record ok, or that changed torch's defaults, and the
 next job starts in a fresh one. The `attnlab` command starts the forkserver's imports beside its
-own when it will need it (`start_early`). Costs: `python benchmarks/run.py --only isolation`,
-benchmarks/README.md.
+own when it will need it (`start_early`); under a local launcher (joblib's workers, submitit's
+local jobs) that server is the launcher's processes' too, so none of them imports torch and the
+preload again (`_adopt_shared`). Costs: `python benchmarks/run.py --only isolation`,
+`benchmarks/training_grid.py`, benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import tempfile
 import threading
 from contextlib import suppress
 from dataclasses import dataclass
-from multiprocessing import forkserver
+from multiprocessing import forkserver, resource_tracker
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -32,12 +34,15 @@ from typing import Any
 from attnlab.app.crash_site import crash_site
 from attnlab.app.guard import Failure, UserInterrupt, Work, guarded
 from attnlab.app.job_outcome import Interrupted, Outcome, Raised, Ran, Reply, TimedOut
-from attnlab.app.lifeline import end_with_command
+from attnlab.app.lifeline import COMMAND_ENV, alive_here, end_with_command, process_mark
 from attnlab.app.streams import ensure_std_streams
 from attnlab.errors import UserError
 
 PRELOAD = ["torch", "attnlab.app.preload"]  # imported once by the forkserver, inherited by every job
 ISOLATION_ENV = "ATTNLAB_ISOLATION"  # 0: jobs in the command's process (attnlab.app.isolation)
+SHARED_ENV = "ATTNLAB_FORKSERVER"  # the command's forkserver for its launcher's processes: "command server address"
+LOCAL_LAUNCHERS = ("joblib", "submitit_local")  # Hydra launchers whose processes run on the command's machine
+ASKS = {"-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion"}  # no job runs
 
 
 def _outcome(work: Work, fail: Failure) -> Outcome:
@@ -171,19 +176,65 @@ def _forkserver_context() -> multiprocessing.context.ForkServerContext:
         multiprocessing.set_start_method("forkserver", force=True)
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([*PRELOAD, *main_package()])
+    _adopt_shared()
     return context
 
 
 def start_early(args: list[str]) -> bool:
     """Start the forkserver's imports now, beside this process's own start (about as long: both
-    import torch), when the command `args` will isolate jobs in this process. Returns whether it
-    did; the caller then calls `stop_early` once the command ends, so that a refused command
-    leaves no server importing, holding the caller's output."""
-    if not isolates_here(args):
+    import torch), when the command `args` will isolate jobs in this process or in its local
+    launcher's processes (which then fork their job workers from it: `_adopt_shared`). Returns
+    whether it did; the caller then calls `stop_early` once the command ends, so that a refused
+    command leaves no server importing, holding the caller's output."""
+    shares = shares_with_launcher(args)
+    if not (isolates_here(args) or shares):
         return False
     _forkserver_context()
     forkserver.ensure_running()
+    if shares:
+        server: Any = forkserver._forkserver  # multiprocessing keeps no public handle (nor typed fields)
+        os.environ[SHARED_ENV] = (f"{os.environ.get(COMMAND_ENV, '')} {process_mark(server._forkserver_pid)} "
+                                  f"{server._forkserver_address}")
     return True
+
+
+def shares_with_launcher(args: list[str]) -> bool:
+    """Whether the command `args` is a sweep whose isolated jobs run in a launcher's processes on
+    this machine (LOCAL_LAUNCHERS), which then share the command's forkserver."""
+    sweep = bool({"-m", "--multirun"} & set(args))
+    local = any(a.partition("=")[2] in LOCAL_LAUNCHERS for a in args if a.startswith("hydra/launcher="))
+    return sweep and local and not ASKS & set(args) and os.environ.get(ISOLATION_ENV, "1") != "0"
+
+
+def _adopt_shared() -> None:
+    """Fork this process's job workers from the command's forkserver (`SHARED_ENV`, set by
+    `start_early`) instead of starting a server of its own: a launcher's process (a joblib worker)
+    then pays neither the server's start nor its imports of torch and the preload, which the
+    command's server made once, beside the command's own start. Not in the command itself (its
+    server is its own), nor in another command started under it (its plugins may differ: it marks
+    itself as the command, attnlab.app.lifeline), nor when the server is gone or another
+    machine's: then the process starts its own as before. multiprocessing has no public way to name a running server: its client's
+    three fields are set (the address, the fd a job's process gets as the server's "alive" pipe,
+    and a check that the server lives in place of the check of a child's exit status)."""
+    command, mark, address = (os.environ.get(SHARED_ENV, "").split(" ", 2) + ["", ""])[:3]
+    server: Any = forkserver._forkserver
+    if not address or server._forkserver_pid is not None or server._forkserver_address is not None:
+        return
+    if command != os.environ.get(COMMAND_ENV) or not alive_here(mark):
+        return
+
+    def ensure_running() -> None:
+        resource_tracker.ensure_running()  # the client's own, as the server's check would start it
+        if not alive_here(mark):  # the command's server was stopped: a server of this process's own
+            del server.ensure_running
+            os.close(server._forkserver_alive_fd)
+            server._forkserver_address = server._forkserver_alive_fd = None
+            os.environ.pop(SHARED_ENV, None)
+            server.ensure_running()
+
+    server._forkserver_address = address
+    server._forkserver_alive_fd = os.open(os.devnull, os.O_RDONLY)  # never read: a job worker starts no server
+    server.ensure_running = ensure_running
 
 
 def isolates_here(args: list[str]) -> bool:
@@ -193,8 +244,7 @@ def isolates_here(args: list[str]) -> bool:
     sweep = bool({"-m", "--multirun"} & set(args))
     elsewhere = any(a.startswith("hydra/launcher=") and a != "hydra/launcher=basic" for a in args)
     timeout = any(a.startswith("timeout_s=") and a != "timeout_s=null" for a in args)
-    asks = {"-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion"} & set(args)
-    return ((sweep and not elsewhere) or timeout) and not asks and os.environ.get(ISOLATION_ENV, "1") != "0"
+    return ((sweep and not elsewhere) or timeout) and not ASKS & set(args) and os.environ.get(ISOLATION_ENV, "1") != "0"
 
 
 def stop_worker() -> None:

@@ -29,7 +29,20 @@ _watching: int | None = None  # the pid of this process once it watches (a forke
 
 def mark_command() -> None:
     """Name this process as the command that the processes it starts live for."""
-    os.environ[COMMAND_ENV] = f"{_identity(os.getpid())}@{_place()}"
+    os.environ[COMMAND_ENV] = process_mark(os.getpid())
+
+
+def process_mark(pid: int) -> str:
+    """`pid:start time@place` of a live process: it names that process and no other, here or elsewhere."""
+    return f"{_identity(pid)}@{_place()}"
+
+
+def alive_here(mark: str) -> bool:
+    """Whether the process named by `mark` (process_mark) is alive on this machine: not a reused
+    pid, nor a process of another machine, container or allocation."""
+    identity, _, place = mark.partition("@")
+    pid = identity.partition(":")[0]
+    return pid.isdigit() and place == _place() and _identity(int(pid)) == identity
 
 
 def end_with_command() -> None:

@@ -15,7 +15,7 @@ from contextlib import contextmanager, suppress
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from attnlab.training.checkpoint import submitit_signal
+from attnlab.training.signals import submitit_signal
 
 CHECKPOINT_GRACE_S = 60.0  # how long the worker may take to end its step and write its checkpoint
 

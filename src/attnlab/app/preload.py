@@ -21,6 +21,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 import attnlab.app.cli  # noqa: F401 - the `attnlab` command's script, run again in every job's process, imports it
+import attnlab.app.job_task  # noqa: F401 - a job's task, sent to the job worker by reference
 import attnlab.compute.memory  # noqa: F401
 import attnlab.configured  # noqa: F401 - builds the sinks and inputs from their configs, imported lazily
 import attnlab.reporting.aggregate  # noqa: F401
@@ -30,6 +31,7 @@ import attnlab.sinks.html  # noqa: F401 - the built-in sinks (conf/sink/), built
 import attnlab.sinks.table  # noqa: F401
 import attnlab.sinks.tensorboard  # noqa: F401
 import attnlab.sinks.terminal  # noqa: F401
+from attnlab.app.lifeline import end_with_command
 from attnlab.app.run_job import run_job  # noqa: F401 - the job's code: inputs, modules, capture, diagnosis, sinks
 from attnlab.modules.registry import discover
 
@@ -46,4 +48,5 @@ def warm_parsers() -> None:
 
 discover()  # the plugins, found and imported once for every job of the process
 warm_parsers()
+end_with_command()  # the server (the command's, shared by a launcher's processes) ends with the command, even by kill -9
 gc.freeze()  # the server's objects: never traversed by a job's gc, so their pages are never copied

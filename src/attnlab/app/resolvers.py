@@ -15,7 +15,6 @@ from omegaconf import ListConfig, OmegaConf
 
 from attnlab.app.config_paths import user_config_searchpath
 from attnlab.errors import UserError
-from attnlab.model.edits import KINDS
 
 JOB_DIRNAME_MAX = 120  # characters of a sweep job's folder name (file systems allow 255 bytes)
 
@@ -67,6 +66,8 @@ def run_name(variant: str, intervene: Any = None) -> str:
     kind = edit.get("name")
     if not kind:
         return str(variant)
+    from attnlab.model.edits import KINDS  # torch: not in a launcher's process, which resolves no run's name
+
     own = KINDS[kind].shown if kind in KINDS else ()
     shown = {"head": True, "mode": "mode" in own, "factor": "factor" in own, "function": True}
     words = [f"{key}={_word(edit[key])}" for key, wanted in shown.items() if wanted and edit.get(key) is not None]

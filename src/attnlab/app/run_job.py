@@ -26,8 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.app.config_checks import validate
-from attnlab.app.config_values import check_key, check_n_tokens, check_values, container, declared_n_tokens
-from attnlab.app.isolation import run_job_guarded
+from attnlab.app.config_values import check_n_tokens, check_values, container, declared_n_tokens, wants_training
 from attnlab.app.job_records import records_on_disk
 from attnlab.app.job_settings import (
     check_unused,
@@ -37,9 +36,7 @@ from attnlab.app.job_settings import (
     sink_settings,
     training_request,
     wants_model,
-    wants_training,
 )
-from attnlab.app.lifeline import end_with_command
 from attnlab.app.progress import Progress
 from attnlab.compute.memory import available_bytes, cap_process, check_declared_inputs
 from attnlab.compute.pipeline import JobSpec, compute_record
@@ -62,7 +59,6 @@ from attnlab.training.counterparts import MODEL_CHANGES
 from attnlab.training.job import TrainingResult
 
 SEED_DIR = "seed-{seed}"
-CHECKED_FIRST = "check_first"  # hydra.callbacks' key of attnlab.app.check_first.CheckFirst (conf/config.yaml)
 LAYER_DIR = "layer-{layer}"
 
 
@@ -312,30 +308,6 @@ def training_outputs(cfg: DictConfig, sinks: dict[str, Any], job: JobInfo | None
     return print_training if cfg.log.get("terminal") else lambda result: None
 
 
-def run_task(cfg: DictConfig, hydra_cfg: DictConfig) -> list[str]:
-    """The Hydra task: one job; returns the paths of the records that failed.
-
-    A sweep's job (and a run with timeout_s) runs in a process of its own, a single run in this
-    one, guarded (attnlab.app.isolation): what a module does to its process fails its own record.
-    A sweep run by attnlab's sweeper checked every job's values already: not again here.
-    """
-    end_with_command()  # in a launcher's worker (joblib, submitit): it dies with the command
-    multirun = hydra_cfg.mode.name == "MULTIRUN"
-    job = JobInfo(
-        dir=Path(hydra_cfg.runtime.output_dir),
-        sweep_dir=Path(str(hydra_cfg.sweep.dir)) if multirun else None,
-        num=hydra_cfg.job.get("num") if multirun else None,
-        overrides=tuple(hydra_cfg.overrides.task),
-    )
-    # checked already: a sweep's values by attnlab's sweeper, a single run's request before Hydra wrote its folder
-    checked = (bool(OmegaConf.select(hydra_cfg, "sweeper.check_job")) if multirun
-               else CHECKED_FIRST in (OmegaConf.select(hydra_cfg, "callbacks") or {}))
-    check_key(cfg, "timeout_s")  # before it isolates the job: timeout_s=0 would fail it unrun
-    work = partial(job_work, cfg, job, multirun=multirun, checked=checked)
-    fail = partial(write_failure_line, cfg, job.dir)
-    return run_job_guarded(work, fail, cfg, isolate=multirun or cfg.timeout_s is not None)
-
-
 def job_work(cfg: DictConfig, job: JobInfo, *, multirun: bool, checked: bool) -> list[str]:
     """One job's work; returns its failed records' paths. In a sweep, a job whose records are in its
     folder already has only its outputs written from them (attnlab.app.job_records); a job that fails before its
@@ -376,4 +348,4 @@ def write_failure(cfg: DictConfig, job_dir: Path, error: BaseException) -> Path:
     return write_record(record, job_dir)
 
 
-__all__: Sequence[str] = ["check", "check_constructor", "check_job", "compute_records", "job_work", "run_job", "run_task", "training_outputs", "write_failure", "write_outputs"]
+__all__: Sequence[str] = ["check", "check_constructor", "check_job", "compute_records", "job_work", "run_job", "training_outputs", "write_failure", "write_outputs"]

@@ -28,6 +28,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.app.config_values import wants_training
 from attnlab.errors import FailedRecords
 
 if TYPE_CHECKING:
@@ -193,8 +194,10 @@ class SweepTables(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if not _tables_on(config):
             return
-        # the task returns its failed records' paths (attnlab.app.run_job.run_task)
+        # the task returns its failed records' paths (attnlab.app.job_task.run_task)
         failed = job_return.status == JobStatus.FAILED or bool(job_return.return_value)
+        if wants_training(config) and not failed:
+            return  # it wrote training.json, no record for this table (its tables are the sweep's end's)
         if not failed and self.refreshed_at is not None and time.monotonic() - self.refreshed_at < REFRESH_SECONDS:
             self.skipped = True
             return

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import signal
 import sys
@@ -33,6 +32,7 @@ from safetensors.torch import save as save_tensors
 from torch import nn
 
 from attnlab.record.files import write_atomic
+from attnlab.training.signals import submitit_signal
 from attnlab.training.tensor_json import decoded, encoded
 
 FOLDER = ".attnlab-checkpoint"  # inside the job's folder
@@ -86,18 +86,6 @@ class Stop:
         for signum, previous in self.previous.items():
             signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self.previous = {}
-
-
-def submitit_signal() -> int | None:
-    """The signal submitit's preemption and time-out handler is installed for in this process
-    (SIGUSR2 unless SUBMITIT_PREEMPT_SIGNAL names another), or None outside submitit's jobs."""
-    name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").upper().removeprefix("SIG")
-    signum = getattr(signal, f"SIG{name}", None)
-    if signum is None:
-        return None
-    handler = signal.getsignal(signum)
-    owner = getattr(handler, "__self__", None)
-    return signum if type(owner).__module__.startswith("submitit.") else None
 
 
 @contextmanager

@@ -206,6 +206,10 @@ def shares_with_launcher(args: list[str]) -> bool:
     return sweep and local and not ASKS & set(args) and os.environ.get(ISOLATION_ENV, "1") != "0"
 
 
+# the forkserver client's fields `_adopt_shared` sets, as Python 3.11 to 3.13 name them
+_CLIENT_FIELDS = ("_forkserver_pid", "_forkserver_address", "_forkserver_alive_fd")
+
+
 def _adopt_shared() -> None:
     """Fork this process's job workers from the command's forkserver (`SHARED_ENV`, set by
     `start_early`) instead of starting a server of its own: a launcher's process (a joblib worker)
@@ -218,8 +222,9 @@ def _adopt_shared() -> None:
     and a check that the server lives in place of the check of a child's exit status)."""
     command, mark, address = (os.environ.get(SHARED_ENV, "").split(" ", 2) + ["", ""])[:3]
     server: Any = forkserver._forkserver
-    if not address or server._forkserver_pid is not None or server._forkserver_address is not None:
-        return
+    if not address or any(getattr(server, field, None) is not None for field in _CLIENT_FIELDS) \
+            or not all(hasattr(server, field) for field in _CLIENT_FIELDS) or hasattr(server, "_forkserver_authkey"):
+        return  # a client whose fields differ (a later Python's, one that authenticates): a server of its own
     if command != os.environ.get(COMMAND_ENV) or not alive_here(mark):
         return
 

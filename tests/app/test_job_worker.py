@@ -112,7 +112,7 @@ def test_the_forkserver_starts_early_only_for_a_command_that_isolates_jobs_here(
 
 @pytest.mark.parametrize(("args", "expected"), [
     (["-m", "variant=a,b", "hydra/launcher=joblib"], True),
-    (["--multirun", "seed=1,2", "hydra/launcher=submitit_local"], True),
+    (["--multirun", "seed=1,2", "hydra/launcher=submitit_local"], False),  # its job process must be the worker's parent
     (["-m", "variant=a,b"], False),  # the basic launcher: jobs isolated in the command's own process
     (["-m", "variant=a,b", "hydra/launcher=submitit_slurm"], False),  # another machine's processes
     (["variant=unscaled", "hydra/launcher=joblib"], False),

@@ -41,7 +41,9 @@ from attnlab.errors import UserError
 PRELOAD = ["torch", "attnlab.app.preload"]  # imported once by the forkserver, inherited by every job
 ISOLATION_ENV = "ATTNLAB_ISOLATION"  # 0: jobs in the command's process (attnlab.app.isolation)
 SHARED_ENV = "ATTNLAB_FORKSERVER"  # the command's forkserver for its launcher's processes: "command server address"
-LOCAL_LAUNCHERS = ("joblib", "submitit_local")  # Hydra launchers whose processes run on the command's machine
+# Hydra launchers whose processes run on the command's machine and share its forkserver: not submitit_local, whose
+# job process must be the job worker's parent for its preemption signal to reach the training (test_preemption)
+LOCAL_LAUNCHERS = ("joblib",)
 ASKS = {"-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion"}  # no job runs
 
 

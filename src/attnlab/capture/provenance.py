@@ -228,11 +228,9 @@ def _learned_bias(rec: Recording, name: str, tagged: list[tuple[torch.Tensor, Ta
 def _joined_context(rec: Recording, tagged: list[tuple[torch.Tensor, Tag]], out: Any) -> bool:
     """torch.cat([context, a branch of its own]) (ConvBERT's dynamic convolution beside its heads): still the
     context on its way out, widened; the join is noted."""
-    kinds = {tag.kind for _, tag in tagged}
-    if "context" not in kinds or len(kinds) < 2 or not kinds - {"context"} <= set(TERMS):
+    if not _still_context(rec, tagged, out):
         return False
     rec.context_joined = True
-    rec.tag_all(out, next(tag for _, tag in tagged if tag.kind == "context"))
     return True
 
 
@@ -251,10 +249,17 @@ def _normed_input(rec: Recording, args: tuple[Any, ...], out: Any) -> bool:
 def _context_terms(rec: Recording, tagged: list[tuple[torch.Tensor, Tag]], out: Any) -> bool:
     """context + a term the module computes from its inputs or weights (ViTS's relative-position
     values): still the context on its way to the output projection; the term is noted."""
+    if not _still_context(rec, tagged, out):
+        return False
+    rec.context_terms = True
+    return True
+
+
+def _still_context(rec: Recording, tagged: list[tuple[torch.Tensor, Tag]], out: Any) -> bool:
+    """The context beside terms the module computes itself: `out` keeps the context's tag."""
     kinds = {tag.kind for _, tag in tagged}
     if "context" not in kinds or len(kinds) < 2 or not kinds - {"context"} <= set(TERMS):
         return False
-    rec.context_terms = True
     rec.tag_all(out, next(tag for _, tag in tagged if tag.kind == "context"))
     return True
 
